@@ -1,0 +1,110 @@
+/*
+ * Tasks: task.json + reference.c + kernel files (docs/task-format.md).
+ * Plain data with its checks; knows nothing of the gate or the searches.
+ */
+#ifndef KLINEAGE_TASK_H
+#define KLINEAGE_TASK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "klineage/klineage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kl_dtype {
+    KL_DTYPE_NONE = 0, /* a scalar size argument ("int") */
+    KL_DTYPE_F32, KL_DTYPE_F16, KL_DTYPE_BF16, KL_DTYPE_F64, KL_DTYPE_I32, KL_DTYPE_U8
+} kl_dtype;
+
+typedef enum kl_role { KL_ROLE_IN, KL_ROLE_OUT, KL_ROLE_INOUT } kl_role;
+typedef enum kl_dist { KL_DIST_NONE, KL_DIST_NORMAL, KL_DIST_UNIFORM, KL_DIST_INT_UNIFORM } kl_dist;
+
+/* An input distribution; bounds are expressions over the sizes (kl_task_eval). */
+typedef struct kl_init {
+    kl_dist dist;
+    double mean, std;          /* normal */
+    const char *lo, *hi;       /* uniform / int_uniform: expressions or numbers as text */
+} kl_init;
+
+typedef struct kl_arg {
+    const char *name;
+    kl_dtype dtype;            /* KL_DTYPE_NONE for an int scalar */
+    const char *shape;         /* tensor: element count expression */
+    const char *value;         /* scalar: expression */
+    kl_role role;
+    kl_init init;
+} kl_arg;
+
+/* One shape: a value for every size, in the order of kl_task.sizes. */
+typedef struct kl_shape {
+    const char *label;         /* "bench", "check[2]" or a given name */
+    int64_t *values;
+} kl_shape;
+
+typedef struct kl_task {
+    const char *dir;           /* the task's folder */
+    const char *name, *summary;
+    const char **sizes;        /* size names */
+    unsigned nsizes;
+    kl_arg *args;
+    unsigned nargs;
+    kl_shape bench;
+    kl_shape *checks;
+    unsigned nchecks;
+    double rel_l2, max_abs;    /* tolerance; max_abs < 0 when not given */
+    bool exact;
+    const char *cost_flops, *cost_bytes; /* expressions, may be NULL */
+    const char *naive, *expert;          /* kernel file names relative to dir (may be NULL) */
+    const char *reference;               /* "reference.c" unless given */
+} kl_task;
+
+/* Load and validate dir/task.json. On failure err names the file, the key and the reason;
+ * every fault found is listed in err (one per line). *out is owned by the caller (kl_task_free). */
+kl_status kl_task_load(const char *dir, kl_task **out, kl_error *err);
+void kl_task_free(kl_task *task);
+
+/* Evaluate an integer expression over the sizes of `shape` (C semantics, int64, overflow
+ * and division by zero are errors). */
+kl_status kl_task_eval(const kl_task *task, const kl_shape *shape, const char *expr, int64_t *out, kl_error *err);
+
+/* A path inside the task folder, new string (free()). */
+char *kl_task_path(const kl_task *task, const char *file);
+
+/* ---- inputs ----------------------------------------------------------------------------
+ * Deterministic random inputs: the same (task, shape, arg, seed) gives the same values on
+ * every machine. A tensor is filled in its own dtype (f16/bf16 as their 16-bit patterns,
+ * rounded to nearest even). */
+
+/* Element count of tensor argument `arg` at `shape`. */
+kl_status kl_task_arg_count(const kl_task *task, const kl_shape *shape, unsigned arg, int64_t *count, kl_error *err);
+/* Fill buf (count elements of the arg's dtype) from the arg's distribution. Output args
+ * (role out) are not filled: callers poison them. */
+kl_status kl_task_fill(const kl_task *task, const kl_shape *shape, unsigned arg, uint64_t seed, void *buf,
+                       int64_t count, kl_error *err);
+/* Convert count elements of dtype t at src into doubles at dst (f16/bf16 decoded exactly). */
+void kl_dtype_to_double(kl_dtype t, const void *src, double *dst, int64_t count);
+
+/* ---- the reference ------------------------------------------------------------------------
+ * reference.c compiled with the host C compiler into a shared object (cached by content
+ * hash) and called through a generated typed shim. */
+typedef struct kl_reference kl_reference;
+/* Build (or find in cache_dir) and load the reference. *out: kl_reference_free. */
+kl_status kl_reference_load(const kl_task *task, const char *cache_dir, kl_reference **out, kl_error *err);
+void kl_reference_free(kl_reference *ref);
+/* Run it at `shape`. args[i] points to the host data of argument i in the task's dtype (as
+ * filled by kl_task_fill; ignored for scalars). On return outs[i] (for out/inout args) is a
+ * new array of doubles, count elements, owned by the caller (free()); other entries NULL. */
+kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shape *shape, void *const *args,
+                           double **outs, kl_error *err);
+
+/* Size in bytes of one element of dtype; 0 for NONE. */
+size_t kl_dtype_size(kl_dtype t);
+const char *kl_dtype_name(kl_dtype t);       /* "f32" … */
+const char *kl_dtype_ctype(kl_dtype t);      /* "float", "__nv_bfloat16", "int32_t", … */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

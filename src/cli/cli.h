@@ -1,0 +1,62 @@
+/*
+ * The command-line tool. It uses only the public API (include/klineage/).
+ * A subcommand is one file cmd_<name>.c with `int cmd_<name>(int argc, char **argv, kl_cli *cli)`,
+ * an entry in the table in main.c, a page docs/cli/<name>.md (whose help block is what
+ * `--help` prints) and a test in tests/cli/.
+ */
+#ifndef KL_CLI_H
+#define KL_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "klineage/klineage.h"
+
+/* Exit codes (docs/cli/exit-codes.md). */
+enum {
+    KL_EXIT_OK = 0,       /* the work was done and passed */
+    KL_EXIT_FAILED = 1,   /* the work failed: a rejected candidate, an invalid task, an error */
+    KL_EXIT_USAGE = 2,    /* the command line was wrong */
+    KL_EXIT_INTERRUPTED = 130
+};
+
+typedef enum { KL_MEASURE_LIVE, KL_MEASURE_REPLAY, KL_MEASURE_RECORD } kl_cli_measure;
+
+/* Global options, accepted before or after the subcommand. */
+typedef struct kl_cli {
+    const char *db_path;     /* --db FILE (default klineage.db) */
+    kl_cli_measure measure;  /* --measure live|replay|record */
+    bool measure_given;
+    int jobs;                /* --jobs N (default: number of CPUs) */
+    bool quiet;              /* --quiet */
+    bool json;               /* --json */
+    const char *prog;        /* "klineage" */
+    const char *cmd;         /* the subcommand's name */
+} kl_cli;
+
+/* Print "error: <msg>" to stderr; returns KL_EXIT_FAILED. */
+int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print "usage error" with a one-line hint; returns KL_EXIT_USAGE. */
+int cli_usage_error(const kl_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print the subcommand's help (from its doc page) to f. Returns false if it has none. */
+bool cli_print_help(const char *cmd, FILE *f);
+/* Progress and notes for people: stderr, silenced by --quiet. */
+void cli_note(const kl_cli *cli, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* True if s is "-h" or "--help". */
+bool cli_is_help(const char *s);
+/* Common case: argv[1..] holds "--help" anywhere: print help, return true. */
+bool cli_wants_help(int argc, char **argv, const kl_cli *cli);
+
+/* The help texts generated from docs/cli/ pages at build time (help_text.c). */
+typedef struct cli_help_entry {
+    const char *name;
+    const char *text;
+} cli_help_entry;
+extern const cli_help_entry cli_help_texts[];
+extern const unsigned cli_help_count;
+
+#define KL_CMD(name) int cmd_##name(int argc, char **argv, kl_cli *cli)
+KL_CMD(help);
+KL_CMD(version);
+
+#endif

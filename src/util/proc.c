@@ -1,0 +1,222 @@
+/* Child processes with a deadline: pipes pumped with poll, the process group killed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+#define DEFAULT_OUT_MAX ((size_t)16 << 20)
+
+double kl_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void kl_utc_stamp(char *buf, size_t size)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+void kl_child_init(kl_child *c)
+{
+    memset(c, 0, sizeof *c);
+    c->exit_code = -1;
+}
+
+void kl_child_release(kl_child *c)
+{
+    if (!c) return;
+    kl_strbuf_release(&c->out);
+    kl_strbuf_release(&c->err);
+}
+
+static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static void close_pair(int p[2])
+{
+    if (p[0] >= 0) close(p[0]);
+    if (p[1] >= 0) close(p[1]);
+    p[0] = p[1] = -1;
+}
+
+/* In the child, after fork: never returns. Reports exec failure's errno on errpipe. */
+static void child_exec(const kl_child *c, int in[2], int out[2], int errp[2], int report)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    signal(SIGPIPE, SIG_DFL);
+    if (in[0] >= 0) {
+        dup2(in[0], 0);
+    } else {
+        int null = open("/dev/null", O_RDONLY);
+        if (null >= 0) dup2(null, 0);
+    }
+    dup2(out[1], 1);
+    dup2(c->merge_stderr ? out[1] : errp[1], 2);
+    if (c->dir && chdir(c->dir) != 0) {
+        int e = errno;
+        if (write(report, &e, sizeof e) < 0) _exit(127);
+        _exit(127);
+    }
+    for (const char *const *e = c->env; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        char name[256];
+        size_t n = (size_t)(eq - *e) < sizeof name - 1 ? (size_t)(eq - *e) : sizeof name - 1;
+        memcpy(name, *e, n);
+        name[n] = '\0';
+        setenv(name, eq + 1, 1);
+    }
+    execvp(c->argv[0], (char *const *)c->argv);
+    int e = errno;
+    if (write(report, &e, sizeof e) < 0) _exit(127);
+    _exit(127);
+}
+
+static void pump(int *fd, kl_strbuf *sb)
+{
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(*fd, buf, sizeof buf);
+        if (n > 0) {
+            kl_strbuf_add(sb, buf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && (errno == EINTR)) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        close(*fd); /* EOF or error */
+        *fd = -1;
+        return;
+    }
+}
+
+kl_status kl_child_run(kl_child *c, kl_error *err)
+{
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, errp[2] = {-1, -1}, report[2] = {-1, -1};
+    kl_strbuf_init(&c->out, c->out_max ? c->out_max : DEFAULT_OUT_MAX);
+    kl_strbuf_init(&c->err, c->err_max ? c->err_max : DEFAULT_OUT_MAX);
+    c->timed_out = false;
+    c->term_signal = 0;
+    c->exit_code = -1;
+    if (!c->argv || !c->argv[0]) return kl_error_set(err, KL_ERR_INVALID, "no program to run");
+
+    if ((c->stdin_data && pipe2(in, O_CLOEXEC) != 0) || pipe2(out, O_CLOEXEC) != 0 ||
+        pipe2(errp, O_CLOEXEC) != 0 || pipe2(report, O_CLOEXEC) != 0) {
+        kl_status st = kl_error_set(err, KL_ERR_CHILD, "%s: cannot create pipes: %s", c->argv[0], strerror(errno));
+        close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
+        return st;
+    }
+    double start = kl_now();
+    pid_t pid = fork();
+    if (pid < 0) {
+        kl_status st = kl_error_set(err, KL_ERR_CHILD, "%s: cannot fork: %s", c->argv[0], strerror(errno));
+        close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
+        return st;
+    }
+    if (pid == 0) child_exec(c, in, out, errp, report[1]);
+
+    setpgid(pid, pid); /* also in the parent, so the group exists before any kill */
+    close(report[1]);
+    report[1] = -1;
+    int exec_errno = 0;
+    ssize_t rn;
+    do {
+        rn = read(report[0], &exec_errno, sizeof exec_errno);
+    } while (rn < 0 && errno == EINTR);
+    close(report[0]);
+    report[0] = -1;
+    if (rn == (ssize_t)sizeof exec_errno) {
+        waitpid(pid, NULL, 0);
+        close_pair(in), close_pair(out), close_pair(errp);
+        return kl_error_set(err, KL_ERR_CHILD, "%s: cannot run: %s", c->argv[0], strerror(exec_errno));
+    }
+
+    if (in[0] >= 0) close(in[0]), in[0] = -1;
+    close(out[1]), out[1] = -1;
+    close(errp[1]), errp[1] = -1;
+    int wfd = in[1];
+    int ofd = out[0], efd = errp[0];
+    set_nonblock(ofd);
+    set_nonblock(efd);
+    if (wfd >= 0) set_nonblock(wfd);
+    size_t written = 0;
+    if (wfd >= 0 && c->stdin_len == 0) close(wfd), wfd = -1;
+
+    void (*old_pipe)(int) = signal(SIGPIPE, SIG_IGN);
+    double deadline = c->timeout_s > 0 ? start + c->timeout_s : 0;
+    int status = 0;
+    bool reaped = false;
+    double reaped_at = 0;
+    while (ofd >= 0 || efd >= 0 || wfd >= 0) {
+        struct pollfd fds[3];
+        int nf = 0;
+        if (ofd >= 0) fds[nf++] = (struct pollfd){ofd, POLLIN, 0};
+        if (efd >= 0) fds[nf++] = (struct pollfd){efd, POLLIN, 0};
+        if (wfd >= 0) fds[nf++] = (struct pollfd){wfd, POLLOUT, 0};
+        int wait_ms = 100;
+        if (deadline > 0 && !c->timed_out) {
+            double left = deadline - kl_now();
+            if (left <= 0) {
+                kill(-pid, SIGKILL);
+                c->timed_out = true;
+            } else if (left * 1000 < wait_ms) {
+                wait_ms = (int)(left * 1000) + 1;
+            }
+        }
+        int r = poll(fds, (nfds_t)nf, wait_ms);
+        if (r < 0 && errno != EINTR) break;
+        if (ofd >= 0) pump(&ofd, &c->out);
+        if (efd >= 0) pump(&efd, c->merge_stderr ? &c->out : &c->err);
+        if (wfd >= 0) {
+            ssize_t n = write(wfd, c->stdin_data + written, c->stdin_len - written);
+            if (n > 0) written += (size_t)n;
+            if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == c->stdin_len) close(wfd), wfd = -1;
+        }
+        /* The child may exit while something it started still holds the pipes. */
+        if (!reaped && waitpid(pid, &status, WNOHANG) == pid) {
+            reaped = true;
+            reaped_at = kl_now();
+            kill(-pid, SIGKILL); /* whatever it left in its group goes with it */
+        }
+        if (reaped && kl_now() - reaped_at > 1.0) break; /* a stray holder outside the group */
+    }
+    if (ofd >= 0) close(ofd);
+    if (efd >= 0) close(efd);
+    if (wfd >= 0) close(wfd);
+    if (!reaped) {
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        kill(-pid, SIGKILL);
+    }
+    signal(SIGPIPE, old_pipe);
+    c->wall_s = kl_now() - start;
+    if (WIFEXITED(status)) {
+        c->exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+        c->term_signal = WTERMSIG(status);
+        c->exit_code = 128 + c->term_signal;
+    }
+    return KL_OK;
+}
+
+void kl_child_describe(const kl_child *c, char *buf, size_t size)
+{
+    if (c->timed_out)
+        kl_snprintf(buf, size, "timed out after %.1f s", c->timeout_s);
+    else if (c->term_signal)
+        kl_snprintf(buf, size, "killed by signal %d (%s)", c->term_signal, strsignal(c->term_signal));
+    else
+        kl_snprintf(buf, size, "exit %d", c->exit_code);
+}

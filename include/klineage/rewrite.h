@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include "klineage/klineage.h"
+#include "klineage/store.h"
 #include "klineage/task.h"
 
 #ifdef __cplusplus
@@ -30,6 +31,9 @@ typedef struct kl_rewrite_request {
     const char *transform;     /* KL_REQ_APPLY without a card: the transform name; NULL: any */
     const char *rejected_json; /* what was already tried and rejected (a JSON array), or NULL */
     unsigned max_candidates;   /* 0: no limit */
+    const char *features_json; /* what the rules analysis recognizes in source: a JSON array (or
+                                  object) of optimizations and their sites, or NULL. The llm and
+                                  command backends show it to the model/program (docs/llm.md). */
 } kl_rewrite_request;
 
 /* One candidate answer. */
@@ -39,6 +43,7 @@ typedef struct kl_candidate {
     char *site;                /* where: "kernel:line:col" or a transform's site id */
     char *params_json;         /* parameters as a JSON object, "{}" when none */
     char *note;                /* one line: what was done */
+    char *features_json;       /* the site's static features as a JSON object, or NULL */
 } kl_candidate;
 
 /* A rejected proposal: the backend saw it and refused it (with a reason). */
@@ -54,6 +59,8 @@ typedef struct kl_candidates {
     /* accounting (llm): tokens and time */
     uint64_t tokens_in, tokens_out;
     double wall_s;
+    unsigned requests;         /* endpoint requests (llm) or program runs (command) this answer took */
+    unsigned cached;           /* of those, how many were served from the store (no endpoint) */
 } kl_candidates;
 
 void kl_candidates_free(kl_candidates *c);   /* frees the contents; accepts NULL */
@@ -63,10 +70,45 @@ typedef struct kl_rewriter kl_rewriter;
 /* Open a backend by name ("rules", "llm", "command") with an optional JSON config
  * (e.g. {"program": "..."} for command). *out owned by caller (kl_rewriter_free). */
 kl_status kl_rewriter_open(const char *backend, const char *config_json, kl_rewriter **out, kl_error *err);
+/* The same, with a store (borrowed: it must outlive the rewriter; may be NULL). The llm
+ * backend keeps every request and answer there (kind "llm") and, with {"replay": true},
+ * answers from it alone; other backends ignore it. docs/llm.md. */
+kl_status kl_rewriter_open_ex(const char *backend, const char *config_json, kl_store *store, kl_rewriter **out,
+                              kl_error *err);
 void kl_rewriter_free(kl_rewriter *rw);
 const char *kl_rewriter_name(const kl_rewriter *rw);
 /* Answer a request. On KL_OK, *out holds zero or more candidates (kl_candidates_free). */
 kl_status kl_rewriter_propose(kl_rewriter *rw, const kl_rewrite_request *req, kl_candidates *out, kl_error *err);
+
+/* What a rewriter has spent since it was opened: the sums of every kl_candidates' accounting
+ * (for the end of a walk or an optimization), failed requests included. */
+typedef struct kl_rewriter_usage {
+    unsigned proposals;        /* kl_rewriter_propose calls */
+    unsigned requests, cached; /* endpoint requests / program runs, and those served from the store */
+    uint64_t tokens_in, tokens_out;
+    double wall_s;
+} kl_rewriter_usage;
+void kl_rewriter_usage_get(const kl_rewriter *rw, kl_rewriter_usage *out);
+
+/* ---- the rules catalog, directly (what `klineage rewrite` uses; docs/rules.md) ------------------ */
+
+/* The catalog as JSON text: [{"name", "intent", "params": [{"name", "values", "default"}]}].
+ * *json owned by the caller (free()). */
+kl_status kl_rules_catalog_json(char **json, kl_error *err);
+/* Every site of every transform (or of `transform` when not NULL) in source, both ways, as JSON
+ * text: [{"transform", "site", "direction": "present"|"applicable", "kernel", "line", "column",
+ * "features": {...}, "params": {...}, "note"}], in the catalog's order. task may be NULL.
+ * *json owned by the caller (free()). Fails for a source that does not parse at all. */
+kl_status kl_rules_list(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
+                        char **json, kl_error *err);
+/* Apply (remove == false) or remove one transform at one site (an id from kl_rules_list),
+ * with params (a JSON object, NULL: defaults). On KL_OK *out is the new file and *note a
+ * line saying what was done (both owned by the caller, free()). KL_ERR_NOT_FOUND for an
+ * unknown transform or site, KL_ERR_INVALID for a bad parameter, KL_ERR_NOT_APPLICABLE with
+ * the reason where the rewrite cannot be proved safe; the result always parsed back. */
+kl_status kl_rules_rewrite(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
+                           const char *site, bool remove, const char *params_json, char **out, char **note,
+                           kl_error *err);
 
 #ifdef __cplusplus
 }

@@ -58,5 +58,18 @@ extern const unsigned cli_help_count;
 #define KL_CMD(name) int cmd_##name(int argc, char **argv, kl_cli *cli)
 KL_CMD(help);
 KL_CMD(version);
+KL_CMD(parse);
+KL_CMD(task);      /* cmd_task.c: task check */
+KL_CMD(gate);      /* cmd_gate.c: one verdict */
+KL_CMD(gpu);       /* cmd_gpu.c: gpu info */
+KL_CMD(lineage);   /* cmd_lineage.c: the backward walk */
+KL_CMD(bench);     /* cmd_bench.c: suite tables */
+KL_CMD(rewrite);   /* cmd_rewrite.c: the rules catalog by hand */
+KL_CMD(skills);    /* cmd_skills.c: the skill library (list, show, export, import, match) */
+
+struct kl_task;
+/* cmd_gate.c, for `task check`: gate the task's naive and expert kernels when a GPU (or
+ * replay) is available; a note and KL_EXIT_OK when neither is. Returns an exit code. */
+int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const struct kl_task *task);
 
 #endif

@@ -18,7 +18,15 @@ typedef struct cli_command {
 /* The table: only subcommands that exist. Keep docs/cli/<name>.md beside each. */
 static const cli_command commands[] = {
     {"help", "show help for klineage or one subcommand", cmd_help},
+    {"parse", "kernels, launches, loops, shared memory and features of CUDA files", cmd_parse},
     {"version", "print the version", cmd_version},
+    {"task", "validate a task: task check TASK_DIR", cmd_task},
+    {"gate", "judge one kernel: compile, correct, profile", cmd_gate},
+    {"gpu", "the device and its measured ceilings: gpu info", cmd_gpu},
+    {"lineage", "walk an expert kernel backward; extract skill cards", cmd_lineage},
+    {"bench", "the suite's naive and expert kernels against the vendor", cmd_bench},
+    {"rewrite", "list, apply or remove the rules catalog's transforms in a file", cmd_rewrite},
+    {"skills", "the skill library: list, show, export, import, match against a kernel", cmd_skills},
 };
 
 static const cli_command *find_command(const char *name)

@@ -2,17 +2,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rewrite/llm_int.h"
 #include "rewrite/rewrite_int.h"
 #include "util/util.h"
 
 struct kl_rewriter {
     const kl_rewriter_ops *ops;
     void *state;
+    kl_rewriter_usage usage;   /* sums over every propose */
 };
 
 /* The backends. A backend listed here must define its ops (see rewrite_int.h). */
 static const kl_rewriter_ops *const backends[] = {
     NULL, /* backends are added here as they land: &kl_rewriter_rules_ops, … */
+    &kl_rewriter_rules_ops,
+    &kl_rewriter_llm_ops,
+    &kl_rewriter_command_ops,
 };
 
 kl_status kl_rewriter_open(const char *backend, const char *config_json, kl_rewriter **out, kl_error *err)
@@ -34,6 +39,18 @@ kl_status kl_rewriter_open(const char *backend, const char *config_json, kl_rewr
     return KL_OK;
 }
 
+kl_status kl_rewriter_open_ex(const char *backend, const char *config_json, kl_store *store, kl_rewriter **out,
+                              kl_error *err)
+{
+    kl_status st = kl_rewriter_open(backend, config_json, out, err);
+    if (st != KL_OK) return st;
+    /* Only the llm backend keeps a cache; the others have no use for the store. */
+    if (store && (*out)->ops == &kl_rewriter_llm_ops) kl_llm_attach_store((*out)->state, store);
+    return KL_OK;
+}
+
+void kl_rewriter_usage_get(const kl_rewriter *rw, kl_rewriter_usage *out) { *out = rw->usage; }
+
 void kl_rewriter_free(kl_rewriter *rw)
 {
     if (!rw) return;
@@ -49,6 +66,12 @@ kl_status kl_rewriter_propose(kl_rewriter *rw, const kl_rewrite_request *req, kl
     double t0 = kl_now();
     kl_status st = rw->ops->propose(rw->state, req, out, err);
     if (out->wall_s == 0) out->wall_s = kl_now() - t0;
+    rw->usage.proposals++;
+    rw->usage.requests += out->requests;
+    rw->usage.cached += out->cached;
+    rw->usage.tokens_in += out->tokens_in;
+    rw->usage.tokens_out += out->tokens_out;
+    rw->usage.wall_s += out->wall_s;
     return st;
 }
 
@@ -61,6 +84,7 @@ void kl_candidates_free(kl_candidates *c)
         free(c->items[i].site);
         free(c->items[i].params_json);
         free(c->items[i].note);
+        free(c->items[i].features_json);
     }
     for (unsigned i = 0; i < c->nrejected; i++) {
         free(c->rejected[i].transform);
@@ -84,6 +108,7 @@ kl_status kl_candidates_add(kl_candidates *c, const char *source, const char *tr
     k->site = kl_strdup(site ? site : "");
     k->params_json = kl_strdup(params_json ? params_json : "{}");
     k->note = kl_strdup(note ? note : "");
+    k->features_json = NULL;
     if (!k->source || !k->transform || !k->site || !k->params_json || !k->note) {
         free(k->source), free(k->transform), free(k->site), free(k->params_json), free(k->note);
         return KL_ERR_NOMEM;

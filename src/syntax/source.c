@@ -70,13 +70,152 @@ static void collect_errors(kl_source *src)
     }
 }
 
+/* ---- what the grammar does not know ------------------------------------------------------
+ * tree-sitter-cuda has no rule for a #pragma between a loop header and an unbraced body
+ * ("for (…)\n #pragma unroll\n for (…)" loses the outer body), nor for a few CUDA
+ * attributes (__align__(16) becomes a declarator), and it reads a comparison of a member,
+ * "threadIdx.x < n)", as a template method "x<n" missing its '>'. The tree is therefore
+ * built from a copy of the text in which pragmas and those attributes are replaced by
+ * spaces, and such a '<' by '>' (a comparison of the same shape). Every byte keeps its
+ * offset, so spans still index the original text; the pragmas are recovered by the model
+ * (model.c). */
+
+static bool is_ident_char(unsigned char c) { return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
+
+static void blank(char *buf, size_t a, size_t b)
+{
+    for (size_t k = a; k < b; k++)
+        if (buf[k] != '\n') buf[k] = ' ';
+}
+
+/* If a #pragma starts the line at `i` (after blanks), its end (through continuation
+ * lines, excluding the final newline); else 0. *hash is where the '#' is. */
+size_t kl_pragma_line_end(const char *text, size_t len, size_t i, size_t *hash)
+{
+    while (i < len && (text[i] == ' ' || text[i] == '\t')) i++;
+    if (i >= len || text[i] != '#') return 0;
+    size_t h = i++;
+    while (i < len && (text[i] == ' ' || text[i] == '\t')) i++;
+    if (len - i < 6 || memcmp(text + i, "pragma", 6) != 0) return 0;
+    if (i + 6 < len && is_ident_char((unsigned char)text[i + 6])) return 0;
+    size_t e = i + 6;
+    while (e < len && text[e] != '\n') {
+        if (text[e] == '\\' && (e + 1 < len && (text[e + 1] == '\n' || (text[e + 1] == '\r' && e + 2 < len && text[e + 2] == '\n')))) {
+            e += text[e + 1] == '\n' ? 2 : 3;
+            continue;
+        }
+        e++;
+    }
+    *hash = h;
+    return e;
+}
+
+static const struct {
+    const char *name;
+    bool takes_args;
+} unknown_attrs[] = {
+    {"__align__", true}, {"__cluster_dims__", true}, {"__maxnreg__", true}, {"__grid_constant__", false},
+};
+
+/* buf[i] is '<' after "name" of ".name" or "->name": is it a comparison rather than the
+ * start of template arguments? Template arguments close with a '>' followed by '(' or "::"
+ * or '{' before any ';', brace, unbalanced ')' / ']', "&&", "||" or '?'. */
+static bool member_less_is_comparison(const char *buf, size_t len, size_t i)
+{
+    int paren = 0, angle = 0;
+    for (size_t k = i; k < len && k < i + 512; k++) {
+        char c = buf[k];
+        if (c == ';' || c == '{' || c == '}' || c == '?') return true;
+        if ((c == '&' || c == '|') && k + 1 < len && buf[k + 1] == c) return true;
+        if (c == '(' || c == '[') paren++;
+        else if (c == ')' || c == ']') {
+            if (--paren < 0) return true;
+        } else if (paren == 0 && c == '<') {
+            angle++;
+        } else if (paren == 0 && c == '>') {
+            if (--angle == 0) {
+                size_t j = k + 1;
+                while (j < len && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\n' || buf[j] == '\r')) j++;
+                return !(j < len && (buf[j] == '(' || buf[j] == '{' || (buf[j] == ':' && j + 1 < len && buf[j + 1] == ':')));
+            }
+        }
+    }
+    return true;
+}
+
+static void fix_member_comparisons(char *buf, size_t len)
+{
+    for (size_t i = 1; i + 1 < len; i++) {
+        if (buf[i] != '<' || buf[i + 1] == '<' || buf[i + 1] == '=' || buf[i - 1] == '<') continue;
+        /* back over blanks and a name */
+        size_t k = i;
+        while (k > 0 && (buf[k - 1] == ' ' || buf[k - 1] == '\t')) k--;
+        size_t name_end = k;
+        while (k > 0 && is_ident_char((unsigned char)buf[k - 1])) k--;
+        if (k == name_end || (buf[k] >= '0' && buf[k] <= '9')) continue;
+        /* ... preceded by '.' or "->" */
+        size_t d = k;
+        while (d > 0 && (buf[d - 1] == ' ' || buf[d - 1] == '\t')) d--;
+        bool member = (d >= 1 && buf[d - 1] == '.' && !(d >= 2 && buf[d - 2] >= '0' && buf[d - 2] <= '9')) ||
+                      (d >= 2 && buf[d - 1] == '>' && buf[d - 2] == '-');
+        if (!member) continue;
+        /* "obj.template f<T>" is a template for sure */
+        size_t t = d - (buf[d - 1] == '.' ? 1 : 2);
+        while (t > 0 && (buf[t - 1] == ' ' || buf[t - 1] == '\t')) t--;
+        if (t >= 8 && memcmp(buf + t - 8, "template", 8) == 0) continue;
+        if (name_end - k == 8 && memcmp(buf + k, "template", 8) == 0) continue;
+        if (member_less_is_comparison(buf, len, i)) buf[i] = '>';
+    }
+}
+
+static void blank_for_grammar(char *buf, size_t len)
+{
+    size_t hash;
+    for (size_t i = 0; i < len;) {
+        size_t e = kl_pragma_line_end(buf, len, i, &hash);
+        if (e) blank(buf, hash, e);
+        const char *nl = memchr(buf + i, '\n', len - i);
+        if (!nl) break;
+        i = (size_t)(nl - buf) + 1;
+    }
+    for (size_t i = 0; i + 2 < len; i++) {
+        if (buf[i] != '_' || buf[i + 1] != '_' || (i > 0 && is_ident_char((unsigned char)buf[i - 1]))) continue;
+        for (size_t a = 0; a < sizeof unknown_attrs / sizeof unknown_attrs[0]; a++) {
+            size_t n = strlen(unknown_attrs[a].name);
+            if (len - i < n || memcmp(buf + i, unknown_attrs[a].name, n) != 0) continue;
+            if (i + n < len && is_ident_char((unsigned char)buf[i + n])) continue;
+            size_t end = i + n;
+            if (unknown_attrs[a].takes_args) {
+                size_t k = end;
+                while (k < len && (buf[k] == ' ' || buf[k] == '\t')) k++;
+                if (k >= len || buf[k] != '(') continue;
+                /* balanced parentheses on a short stretch without ';' or braces */
+                int depth = 0;
+                size_t limit = k + 256 < len ? k + 256 : len;
+                for (; k < limit; k++) {
+                    char c = buf[k];
+                    if (c == ';' || c == '{' || c == '}') break;
+                    if (c == '(') depth++;
+                    if (c == ')' && --depth == 0) break;
+                }
+                if (k >= limit || buf[k] != ')') continue;
+                end = k + 1;
+            }
+            blank(buf, i, end);
+            i = end - 1;
+            break;
+        }
+    }
+    fix_member_comparisons(buf, len);
+}
+
 kl_status kl_source_parse_text(const char *name, const char *text, size_t len, kl_source **out, kl_error *err)
 {
     *out = NULL;
     if (len > KL_SOURCE_MAX)
         return kl_error_set(err, KL_ERR_TOO_LARGE, "%s: %zu bytes, more than the limit of %zu", name, len,
                             (size_t)KL_SOURCE_MAX);
-    const char *nul = memchr(text, '\0', len);
+    const char *nul = len ? memchr(text, '\0', len) : NULL;
     if (nul) {
         unsigned l, c;
         kl_text_position(text, len, (size_t)(nul - text), &l, &c);
@@ -85,25 +224,33 @@ kl_status kl_source_parse_text(const char *name, const char *text, size_t len, k
     kl_source *src = calloc(1, sizeof *src);
     if (!src) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     src->name = kl_strdup(name);
-    src->text = kl_strndup(text, len);
+    src->text = kl_strndup(len ? text : "", len);
     src->len = len;
-    if (!src->name || !src->text) {
+    char *parsed = kl_strndup(len ? text : "", len);
+    if (!src->name || !src->text || !parsed) {
+        free(parsed);
         kl_source_free(src);
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     }
+    blank_for_grammar(parsed, len);
     TSParser *parser = ts_parser_new();
     if (!parser || !ts_parser_set_language(parser, tree_sitter_cuda())) {
         ts_parser_delete(parser);
+        free(parsed);
         kl_source_free(src);
         return kl_error_set(err, KL_ERR_UNSUPPORTED, "the CUDA grammar's ABI does not match the tree-sitter runtime");
     }
-    /* Parsing is linear, but bound it anyway: pathological input must not hang a walk. */
-    ts_parser_set_timeout_micros(parser, 20u * 1000u * 1000u);
-    src->tree = ts_parser_parse_string(parser, NULL, src->text, (uint32_t)len);
+    /* Parsing is linear, but bound it anyway: pathological input must not hang a walk.
+     * A minute, plus half a minute per MiB (a sanitizer build on a busy machine is slow). */
+    uint64_t limit_s = 60 + 30 * (uint64_t)(len >> 20);
+    ts_parser_set_timeout_micros(parser, limit_s * 1000u * 1000u);
+    src->tree = ts_parser_parse_string(parser, NULL, parsed, (uint32_t)len);
     ts_parser_delete(parser);
+    free(parsed);
     if (!src->tree) {
         kl_source_free(src);
-        return kl_error_set(err, KL_ERR_TIMEOUT, "%s: parsing took longer than 20 s", name);
+        return kl_error_set(err, KL_ERR_TIMEOUT, "%s: parsing took longer than %llu s", name,
+                            (unsigned long long)limit_s);
     }
     collect_errors(src);
     *out = src;
@@ -134,25 +281,98 @@ void kl_source_free(kl_source *src)
 bool kl_source_partial(const kl_source *src) { return src->nerrors_total > 0; }
 unsigned kl_source_error_count(const kl_source *src) { return src->nerrors_total; }
 
+char *kl_source_slice(const kl_source *src, kl_span span)
+{
+    size_t a = span.start, b = span.end;
+    if (b > src->len) b = src->len;
+    if (a > b) a = b;
+    return kl_strndup(src->text + a, b - a);
+}
+
+/* Length of a valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    size_t need;
+    uint32_t cp;
+    if (s[0] < 0x80) return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) need = 2, cp = s[0] & 0x1f;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef) need = 3, cp = s[0] & 0x0f;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4) need = 4, cp = s[0] & 0x07;
+    else return 0;
+    if (n < need) return 0;
+    for (size_t k = 1; k < need; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[k] & 0x3f);
+    }
+    if ((need == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) || (need == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return need;
+}
+
+size_t kl_utf8_valid_prefix(const char *s, size_t n)
+{
+    size_t k = 0;
+    while (k < n) {
+        size_t q = utf8_seq((const unsigned char *)s + k, n - k);
+        if (!q) break;
+        k += q;
+    }
+    return k;
+}
+
 bool kl_source_error(const kl_source *src, unsigned i, kl_span *where, char *msg, size_t msg_size)
 {
     if (i >= src->nerrors) return false;
     TSNode n = src->errors[i];
     *where = kl_node_span(n);
     if (ts_node_is_missing(n)) {
-        kl_snprintf(msg, msg_size, "missing '%s'", ts_node_type(n));
+        const char *t = ts_node_type(n);
+        if (ts_node_is_named(n)) kl_snprintf(msg, msg_size, "missing %s", t);
+        else kl_snprintf(msg, msg_size, "missing '%s'", t);
         return true;
     }
-    /* Show the offending text, one line, at most 40 bytes. */
     uint32_t a = where->start, b = where->end;
-    size_t shown = 0;
+    if (b > src->len) b = (uint32_t)src->len;
+    if (a > b) a = b;
+    /* A comment opened and never closed: the grammar sees a stray '/'. */
+    if (b - a >= 1 && a + 1 < src->len && src->text[a] == '/' && src->text[a + 1] == '*' &&
+        !strstr(src->text + a + 2, "*/")) {
+        kl_snprintf(msg, msg_size, "unterminated comment: '/*' without a closing '*/'");
+        return true;
+    }
+    /* Show the offending text, one line, at most 40 bytes, never a broken UTF-8 sequence. */
+    size_t shown = 0, k = a;
     char snippet[48];
-    for (uint32_t k = a; k < b && shown < 40; k++) {
+    while (k < b && shown < 40) {
         unsigned char ch = (unsigned char)src->text[k];
-        if (ch == '\n') break;
-        snippet[shown++] = (ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+        if (ch == '\n' || ch == '\r') break;
+        size_t q = utf8_seq((const unsigned char *)src->text + k, b - k);
+        if (q > 1) {
+            if (shown + q > 40) break;
+            memcpy(snippet + shown, src->text + k, q);
+            shown += q;
+            k += q;
+            continue;
+        }
+        snippet[shown++] = (q == 0 || ch < 0x20 || ch == 0x7f) ? '?' : (char)ch;
+        k++;
     }
     snippet[shown] = '\0';
-    kl_snprintf(msg, msg_size, "unexpected '%s%s'", snippet, (b - a > shown) ? "…" : "");
+    if (a == b) kl_snprintf(msg, msg_size, "unexpected end of input");
+    else kl_snprintf(msg, msg_size, "unexpected '%s%s'", snippet, k < b ? "…" : "");
+    return true;
+}
+
+bool kl_source_node_at(const kl_source *src, kl_span span, TSNode *out)
+{
+    TSNode n = ts_node_named_descendant_for_byte_range(ts_tree_root_node(src->tree), span.start, span.end);
+    if (ts_node_is_null(n) || ts_node_start_byte(n) != span.start || ts_node_end_byte(n) != span.end) return false;
+    /* climb while the parent covers the same range: the outermost of equal nodes */
+    for (;;) {
+        TSNode p = ts_node_parent(n);
+        if (ts_node_is_null(p) || ts_node_start_byte(p) != span.start || ts_node_end_byte(p) != span.end) break;
+        n = p;
+    }
+    *out = n;
     return true;
 }

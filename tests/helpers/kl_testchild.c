@@ -3,7 +3,8 @@
  *   hang       sleep forever                 crash      SIGSEGV
  *   flood N    write N bytes to stdout       stderr     write "to-stderr" on stderr
  *   fork-hang  leave a grandchild holding the pipes, then exit 0
- *   env NAME   print $NAME                   pwd        print the working directory */
+ *   env NAME   print $NAME                   pwd        print the working directory
+ *   junk       read stdin, print text that is not JSON, exit 0 */
 #define _POSIX_C_SOURCE 200809L
 #include <signal.h>
 #include <stdio.h>
@@ -47,6 +48,11 @@ int main(int argc, char **argv)
     if (!strcmp(m, "env")) {
         const char *v = argc > 2 ? getenv(argv[2]) : NULL;
         puts(v ? v : "(unset)");
+        return 0;
+    }
+    if (!strcmp(m, "junk")) {
+        while (getchar() != EOF) {}
+        puts("Sure! Here is my answer: {candidates: [oops");
         return 0;
     }
     if (!strcmp(m, "pwd")) {

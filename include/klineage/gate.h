@@ -1,0 +1,177 @@
+/*
+ * The verification gate: every candidate kernel is judged the same way — compiled with
+ * nvcc through a typed shim, run in a child worker on fresh random inputs at every check
+ * shape against the float64 reference, checked for determinism, integrity and the stream
+ * contract, timed against a baseline in the same process, optionally run under
+ * compute-sanitizer — and the result is a verdict (docs/gate.md, docs/verdict-format.md).
+ *
+ * Verdicts are cached in the store (kind "verdict") under a content hash of
+ * (candidate, baseline, task.json + reference.c, shapes and stages, device, toolchain).
+ * Measure modes: live runs on this machine's GPU; record is live (the caller exports the
+ * store to the archive afterwards); replay serves recorded verdicts without a GPU and
+ * never invents one (a miss is an "unmeasured" verdict).
+ */
+#ifndef KLINEAGE_GATE_H
+#define KLINEAGE_GATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "klineage/klineage.h"
+#include "klineage/store.h"
+#include "klineage/task.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kl_gate_mode { KL_GATE_LIVE = 0, KL_GATE_REPLAY = 1, KL_GATE_RECORD = 2 } kl_gate_mode;
+
+typedef struct kl_gate_options {
+    kl_gate_mode mode;
+    kl_store *store;          /* borrowed, must outlive the gate; NULL: no verdict cache (replay needs one) */
+    const char *arch;         /* "sm_90", "sm_90a"; NULL: the device's compute capability */
+    const char *nvcc;         /* NULL: $KLINEAGE_NVCC, else nvcc in PATH, else /usr/local/cuda/bin/nvcc */
+    const char *worker;       /* NULL: $KLINEAGE_WORKER, else klineage-worker beside the running binary */
+    const char *sanitizer;    /* NULL: $KLINEAGE_COMPUTE_SANITIZER, else beside nvcc, else in PATH */
+    const char *cache_dir;    /* NULL: kl_cache_dir() */
+    const char *device;       /* replay: the recorded device to serve (NULL: the only one recorded) */
+    int jobs;                 /* parallel compiles; <= 0: 1 */
+    double compile_timeout_s; /* per nvcc run; <= 0: 300 */
+    double run_timeout_s;     /* the worker's wall-clock limit per candidate; <= 0: 120 */
+    double sanitize_timeout_s;/* per compute-sanitizer tool; <= 0: 600 */
+} kl_gate_options;
+
+/* A gate: settings, the toolchain found, the device document once known. Not thread-safe:
+ * one thread judges at a time (compiles inside it run in parallel). */
+typedef struct kl_gate kl_gate;
+
+/* Open a gate. Finds nvcc lazily (replay never needs it). *out: kl_gate_close. */
+kl_status kl_gate_open(const kl_gate_options *opt, kl_gate **out, kl_error *err);
+void kl_gate_close(kl_gate *gate);
+
+/* A kernel file: a name for messages and nvcc diagnostics (usually its path) and its text.
+ * text NULL: the file `name` is read. Both borrowed for the call. */
+typedef struct kl_gate_source {
+    const char *name;
+    const char *text;
+} kl_gate_source;
+
+/* ---- compile ------------------------------------------------------------------------- */
+
+/* What ptxas reported for one kernel (entry function). */
+typedef struct kl_kernel_report {
+    char *name;               /* mangled, as ptxas prints it */
+    char *demangled;          /* by c++filt where present; else a copy of name */
+    int registers;
+    int smem_static;          /* bytes of static shared memory */
+    int spill_stores, spill_loads; /* bytes */
+    int stack;                /* bytes of stack frame */
+    int barriers;
+} kl_kernel_report;
+
+typedef struct kl_compiled {
+    bool ok;
+    bool cached;              /* served from the object cache, nvcc not run */
+    char *object;             /* the shared object's path in the cache (NULL when !ok) */
+    char *hash;               /* the content hash naming it */
+    char *log;                /* nvcc's output (ptxas report, warnings, errors) */
+    char *error;              /* when !ok: "FILE:LINE: error: …", the first error; else NULL */
+    char *error_file;         /* the first error's file and line (NULL / 0 when unknown) */
+    unsigned error_line;
+    char *nvcc_version;       /* "13.0.88" */
+    char *arch;               /* "sm_90" */
+    char *flags;              /* the nvcc flags, space separated */
+    double seconds;           /* nvcc's wall time (0 when cached) */
+    kl_kernel_report *kernels;
+    unsigned nkernels;
+} kl_compiled;
+
+/* Compile one kernel file of `task` with the shim. KL_OK when nvcc ran, whatever it said
+ * (see ok, error); other statuses when nvcc is missing, cannot run or times out.
+ * *out: kl_compiled_free. */
+kl_status kl_gate_compile(kl_gate *gate, const kl_task *task, const kl_gate_source *src, kl_compiled **out,
+                          kl_error *err);
+/* Compile n files, up to the gate's jobs at once. outs[i] receives each (kl_compiled_free);
+ * on failure every outs[i] is NULL. */
+kl_status kl_gate_compile_many(kl_gate *gate, const kl_task *task, unsigned n, const kl_gate_source *srcs,
+                               kl_compiled **outs, kl_error *err);
+void kl_compiled_free(kl_compiled *c);
+
+/* ---- verdicts ------------------------------------------------------------------------ */
+
+typedef enum kl_stage_state { KL_STAGE_SKIPPED = 0, KL_STAGE_PASSED = 1, KL_STAGE_FAILED = 2 } kl_stage_state;
+
+/* One stage as a line: "compile", "correct", "determinism", "integrity", "stream",
+ * "profile", "sanitize". Strings owned by the verdict. */
+typedef struct kl_verdict_stage {
+    const char *name;
+    kl_stage_state state;
+    const char *summary;      /* one line: what was seen, or why it failed / was skipped */
+} kl_verdict_stage;
+
+typedef struct kl_verdict_doc kl_verdict_doc; /* private: the JSON document */
+
+typedef struct kl_verdict {
+    kl_status status;         /* KL_OK: judged; KL_ERR_UNMEASURED: replay found no record */
+    bool pass;                /* every stage run passed */
+    bool replayed;            /* served from a recorded verdict (replay mode) */
+    bool cached;              /* served from the store in live mode */
+    const char *failed_stage; /* the first failing stage; NULL when passed */
+    const char *reason;       /* why it failed (or "unmeasured: …"); NULL when passed */
+    const char *key;          /* the content hash (64 hex) */
+    const char *device;       /* "NVIDIA H200" */
+    const char *toolchain;    /* "nvcc 13.0.88 sm_90" */
+    const char *candidate;    /* the candidate's name */
+    const char *baseline;     /* the baseline's name, NULL when none */
+    const char *date;         /* when it was measured, UTC */
+    double median_ms;         /* candidate's median at the bench shape; < 0 when not profiled */
+    double speedup;           /* baseline median / candidate median; < 0 when not measured */
+    double gbps, tflops;      /* achieved, from the task's cost; < 0 when not known */
+    kl_verdict_stage *stages;
+    unsigned nstages;
+    kl_verdict_doc *doc;
+} kl_verdict;
+
+typedef struct kl_judge_options {
+    bool sanitize;            /* run the compute-sanitizer stage */
+    bool no_profile;          /* skip timing (no speedup, no roofline) */
+    bool refresh;             /* live: judge again even when the store holds a verdict */
+    double timeout_s;         /* the worker's wall-clock limit; <= 0: the gate's */
+    const char *baseline_builtin; /* a vendor kernel built into the gate ("cublas-sgemm",
+                                     "cublas-bf16gemm") as the baseline, instead of a file */
+} kl_judge_options;
+
+/* Judge `candidate` on `task`, against `baseline` (NULL: the task's naive kernel, or none
+ * when the task has none). opt may be NULL (defaults).
+ * Returns KL_OK with *out the verdict, passed or rejected. In replay mode a miss returns
+ * KL_ERR_UNMEASURED with err saying so and *out an "unmeasured" verdict (never invented
+ * figures). Other statuses (no GPU, no nvcc, the baseline does not compile, the store
+ * failed) leave *out NULL. *out: kl_verdict_free. */
+kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source *candidate,
+                        const kl_gate_source *baseline, const kl_judge_options *opt, kl_verdict **out,
+                        kl_error *err);
+void kl_verdict_free(kl_verdict *v);
+
+/* The verdict as JSON (docs/verdict-format.md), a new string (free()). pretty: indented
+ * on several lines; otherwise one line. */
+char *kl_verdict_json(const kl_verdict *v, bool pretty);
+
+/* Parse a verdict document (as stored or archived). *out: kl_verdict_free. */
+kl_status kl_verdict_parse(const char *json, kl_verdict **out, kl_error *err);
+
+/* ---- the device ---------------------------------------------------------------------- */
+
+/* Whether this machine has an NVIDIA driver and device node (a cheap check, no CUDA). */
+bool kl_gate_gpu_available(void);
+
+/* The device document (kind "gpu"): properties, measured ceilings, the toolchain.
+ * live/record: measure = true runs the worker's gpu-info job and stores the result;
+ * measure = false serves the stored one, measuring only when none is stored.
+ * replay: the recorded one (opt->device, or the only one recorded).
+ * *json: new string (free()). KL_ERR_NO_GPU on a machine without a GPU (live). */
+kl_status kl_gate_gpu_info(kl_gate *gate, bool measure, char **json, kl_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

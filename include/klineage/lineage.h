@@ -1,0 +1,95 @@
+/*
+ * The backward walk: from an expert kernel, remove one recognized optimization per step,
+ * each step admitted by the gate, until nothing more can be removed; then reverse every
+ * admitted step into a skill card (docs/lineage.md, docs/skill-card.md).
+ *
+ * The whole graph — every version, every proposal and its verdict — is stored as one
+ * document (kind "lineage") after every step, so an interrupted walk resumes where it
+ * stopped with no step lost or repeated (verdicts are cached by content hash).
+ */
+#ifndef KLINEAGE_LINEAGE_H
+#define KLINEAGE_LINEAGE_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include "klineage/gate.h"
+#include "klineage/klineage.h"
+#include "klineage/rewrite.h"
+#include "klineage/store.h"
+#include "klineage/task.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the walk needs of one judgement. */
+typedef struct kl_judgement {
+    bool pass;                /* compiled, correct at every shape, every check passed */
+    bool unmeasured;          /* replay had no record: the walk stops, saying so */
+    bool replayed;
+    char stage[32];           /* first failing stage ("" when passed) */
+    char reason[512];         /* why ("" when passed) */
+    char key[65];             /* the verdict's content hash (64 hex + NUL) */
+    double speedup;           /* time(baseline) / time(candidate) at the bench shape; < 0 unknown */
+    double cand_ms, base_ms;  /* medians; < 0 unknown */
+    char device[96];          /* where it was measured ("" unknown) */
+    char date[32];            /* when ("" unknown) */
+} kl_judgement;
+
+/* The judge: by default the gate (kl_lineage_gate_judge); tests may give their own.
+ * profile false: correctness only. */
+typedef kl_status (*kl_judge_fn)(void *user, const kl_task *task, const char *cand_name, const char *cand_text,
+                                 const char *base_name, const char *base_text, bool profile, kl_judgement *out,
+                                 kl_error *err);
+
+/* A judge over kl_gate_judge; user is the kl_gate*. */
+kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
+                                const char *base_name, const char *base_text, bool profile, kl_judgement *out,
+                                kl_error *err);
+
+typedef enum kl_walk_event {
+    KL_WALK_START,            /* text: the expert */
+    KL_WALK_PROPOSALS,        /* n proposals at version `version` */
+    KL_WALK_JUDGED,           /* one proposal judged (index, n) */
+    KL_WALK_STEP,             /* a step admitted: text describes it */
+    KL_WALK_PROBE,            /* probing a step */
+    KL_WALK_DONE
+} kl_walk_event;
+typedef void (*kl_walk_progress_fn)(void *user, kl_walk_event ev, unsigned version, unsigned index, unsigned n,
+                                    const char *text);
+
+typedef struct kl_lineage_options {
+    const char *expert_path;      /* NULL: the task's expert */
+    kl_rewriter *rewriter;        /* borrowed; required */
+    kl_store *store;              /* borrowed; required */
+    kl_judge_fn judge;            /* required (kl_lineage_gate_judge with the gate as user) */
+    void *judge_user;
+    unsigned max_steps;           /* 0: 64 */
+    unsigned probes;              /* extra shapes per step for condition probing; 0: none */
+    const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */
+    bool restart;                 /* forget a stored walk of the same expert and start again */
+    volatile sig_atomic_t *interrupt; /* set (e.g. by SIGINT) to stop between judgements */
+    kl_walk_progress_fn progress;
+    void *progress_user;
+} kl_lineage_options;
+
+/* Walk, or resume a stored walk. On KL_OK or KL_ERR_INTERRUPTED/UNMEASURED, *doc_json
+ * (if not NULL) receives the lineage document as stored (new string, free()). */
+kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, char **doc_json, kl_error *err);
+
+/* The stored lineage of a task's expert (kind "lineage"), new string, or KL_ERR_NOT_FOUND. */
+kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expert_path, const char *rewriter,
+                          char **doc_json, kl_error *err);
+
+/* Render a lineage document as a Markdown table, root to expert, with the gain of each step
+ * (new string, free()). */
+char *kl_lineage_markdown(const char *doc_json);
+
+/* Extract one skill card per admitted step (docs/skill-card.md) and put them into the
+ * store (kind "skill"), merging with cards already there. *n_cards: how many steps gave cards. */
+kl_status kl_lineage_extract_skills(kl_store *store, const char *doc_json, unsigned *n_cards, kl_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

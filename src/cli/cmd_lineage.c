@@ -1,0 +1,174 @@
+/* klineage lineage TASK_DIR: the backward walk and its skill cards. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "klineage/gate.h"
+#include "klineage/lineage.h"
+#include "klineage/rewrite.h"
+#include "klineage/task.h"
+#include "measure.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+typedef struct progress_ctx {
+    const kl_cli *cli;
+    const cli_measure *m;
+} progress_ctx;
+
+static void on_progress(void *user, kl_walk_event ev, unsigned version, unsigned index, unsigned n, const char *text)
+{
+    progress_ctx *p = user;
+    if (p->cli->quiet) return;
+    switch (ev) {
+    case KL_WALK_JUDGED:
+        cli_measure_printf(p->m, stderr, "  v%u [%u/%u] %s\n", version, index, n, text);
+        break;
+    case KL_WALK_PROBE:
+        cli_measure_printf(p->m, stderr, "  v%u %s\n", version, text);
+        break;
+    default:
+        cli_measure_printf(p->m, stderr, "%s\n", text);
+        break;
+    }
+}
+
+static const char *value_of(int argc, char **argv, int *i, const char *name)
+{
+    size_t n = strlen(name);
+    if (!strncmp(argv[*i], name, n) && argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (!strcmp(argv[*i], name) && *i + 1 < argc) return argv[++*i];
+    return NULL;
+}
+
+static bool parse_uint(const char *s, unsigned *out)
+{
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*s == '\0' || *end || v > 100000) return false;
+    *out = (unsigned)v;
+    return true;
+}
+
+KL_CMD(lineage)
+{
+    if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
+    const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
+    unsigned probes = 4, max_steps = 0;
+    bool restart = false, no_skills = false;
+    cli_measure m = CLI_MEASURE_INIT;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r = cli_measure_option(cli, argc, argv, &i, &m);
+        if (r < 0) return KL_EXIT_USAGE;
+        if (r > 0) continue;
+        if ((v = value_of(argc, argv, &i, "--expert"))) {
+            expert = v;
+        } else if ((v = value_of(argc, argv, &i, "--rewriter"))) {
+            backend = v;
+        } else if ((v = value_of(argc, argv, &i, "--rewriter-config"))) {
+            rw_config = v;
+        } else if ((v = value_of(argc, argv, &i, "--probes"))) {
+            if (!parse_uint(v, &probes)) return cli_usage_error(cli, "--probes takes a count, not '%s'", v);
+        } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
+            if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
+        } else if (!strcmp(argv[i], "--restart")) {
+            restart = true;
+        } else if (!strcmp(argv[i], "--no-skills")) {
+            no_skills = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return cli_usage_error(cli, "unknown option '%s'", argv[i]);
+        } else if (!task_dir) {
+            task_dir = argv[i];
+        } else {
+            return cli_usage_error(cli, "one task folder, not '%s' too", argv[i]);
+        }
+    }
+    if (!task_dir) return cli_usage_error(cli, "which task? give its folder");
+
+    int rc = KL_EXIT_FAILED;
+    kl_error err = {0};
+    kl_task *task = NULL;
+    kl_gate *gate = NULL;
+    kl_rewriter *rw = NULL;
+    char *doc = NULL;
+    if (kl_task_load(task_dir, &task, &err) != KL_OK) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return KL_EXIT_FAILED;
+    }
+    rc = cli_measure_open(cli, &m, task_dir);
+    if (rc != KL_EXIT_OK) goto cleanup;
+    rc = KL_EXIT_FAILED;
+    kl_gate_options go = cli_measure_gate_options(cli, &m);
+    if (kl_gate_open(&go, &gate, &err) != KL_OK) {
+        cli_measure_error(&m, "%s", err.message);
+        goto cleanup;
+    }
+    if (kl_rewriter_open(backend, rw_config, &rw, &err) != KL_OK) {
+        cli_measure_error(&m, "rewriter %s: %s", backend, err.message);
+        goto cleanup;
+    }
+
+    progress_ctx pc = {cli, &m};
+    kl_lineage_options lo = {0};
+    lo.expert_path = expert;
+    lo.rewriter = rw;
+    lo.store = m.store;
+    lo.judge = kl_lineage_gate_judge;
+    lo.judge_user = gate;
+    lo.max_steps = max_steps;
+    lo.probes = probes;
+    lo.restart = restart;
+    lo.interrupt = &stop_requested;
+    lo.progress = on_progress;
+    lo.progress_user = &pc;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, &old);
+    kl_status st = kl_lineage_walk(task, &lo, &doc, &err);
+    sigaction(SIGINT, &old, NULL);
+
+    if (st == KL_ERR_INTERRUPTED) {
+        cli_measure_error(&m, "%s; the walk is stored: run the same command to resume", err.message);
+        rc = KL_EXIT_INTERRUPTED;
+        goto cleanup;
+    }
+    if (st != KL_OK) {
+        cli_measure_error(&m, "%s", err.message);
+        goto cleanup;
+    }
+    if (cli->json) {
+        cli_measure_printf(&m, stdout, "%s\n", doc);
+    } else {
+        char *md = kl_lineage_markdown(doc);
+        cli_measure_printf(&m, stdout, "%s", md ? md : "");
+        free(md);
+    }
+    if (!no_skills) {
+        unsigned n = 0;
+        if (kl_lineage_extract_skills(m.store, doc, &n, &err) != KL_OK) {
+            cli_measure_error(&m, "skills: %s", err.message);
+            goto cleanup;
+        }
+        if (!cli->json) cli_measure_printf(&m, stdout, "%u skill card(s) stored; see 'klineage skills list'.\n", n);
+    }
+    rc = cli_measure_finish(cli, &m);
+cleanup:
+    free(doc);
+    kl_rewriter_free(rw);
+    kl_gate_close(gate);
+    kl_task_free(task);
+    cli_measure_close(&m);
+    return rc;
+}

@@ -1,0 +1,573 @@
+/* klineage skills list | show | export | import | match: the skill library (docs/cli/skills.md). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "cli.h"
+#include "klineage/rewrite.h"
+#include "klineage/skills.h"
+#include "klineage/store.h"
+#include "klineage/syntax.h"
+#include "klineage/task.h"
+
+/* ---- the store ------------------------------------------------------------------------------ */
+
+static bool db_exists(const char *path)
+{
+    struct stat st;
+    return !strcmp(path, ":memory:") || stat(path, &st) == 0;
+}
+
+/* Open the store; for commands that only read, a store that does not exist is an empty
+ * library (*store stays NULL) and no file is created. Returns an exit code. */
+static int open_store(kl_cli *cli, bool create, kl_store **store)
+{
+    *store = NULL;
+    if (!create && !db_exists(cli->db_path)) return KL_EXIT_OK;
+    kl_error err = {0};
+    if (kl_store_open(cli->db_path, store, &err) != KL_OK) return cli_error("%s", err.message);
+    return KL_EXIT_OK;
+}
+
+static int load_list(kl_cli *cli, kl_skill_list *list)
+{
+    kl_store *store = NULL;
+    int rc = open_store(cli, false, &store);
+    if (rc != KL_EXIT_OK || !store) return rc;
+    kl_error err = {0};
+    if (kl_skill_list_load(store, list, &err) != KL_OK) rc = cli_error("%s", err.message);
+    kl_store_close(store);
+    return rc;
+}
+
+static int write_stdout(const char *text)
+{
+    fputs(text, stdout);
+    if (fflush(stdout) != 0 || ferror(stdout)) return cli_error("cannot write to standard output");
+    return KL_EXIT_OK;
+}
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return cli_error("%s: cannot write: %s", path, strerror(errno));
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n;
+    if (fclose(f) != 0) ok = false;
+    if (!ok) return cli_error("%s: cannot write: %s", path, strerror(errno));
+    return KL_EXIT_OK;
+}
+
+/* Options of a subcommand: "--json" was taken by the globals; anything else starting with
+ * '-' is unknown unless the caller knows it. */
+static bool is_option(const char *a) { return a[0] == '-' && a[1] != '\0'; }
+
+/* ---- list ----------------------------------------------------------------------------------- */
+
+static int cmd_list(int argc, char **argv, kl_cli *cli)
+{
+    for (int i = 1; i < argc; i++) {
+        if (is_option(argv[i])) return cli_usage_error(cli, "unknown option '%s' for 'skills list'", argv[i]);
+        return cli_usage_error(cli, "'skills list' takes no arguments");
+    }
+    kl_skill_list list = KL_SKILL_LIST_INIT;
+    int rc = load_list(cli, &list);
+    if (rc != KL_EXIT_OK) return rc;
+    if (cli->json) {
+        json_t *a = json_array();
+        for (unsigned k = 0; k < list.count; k++) {
+            kl_skill_summary s;
+            kl_skill_summarize(list.items[k], &s);
+            json_t *o = json_pack("{s:s, s:s, s:s, s:I, s:I, s:o, s:I, s:I, s:I, s:I, s:I}", "id", s.id, "transform",
+                                  s.transform, "intent", s.intent, "preconditions", (json_int_t)s.npreconditions,
+                                  "probed", (json_int_t)s.nprobed, "best_gain",
+                                  s.best_gain > 0 ? json_real(s.best_gain) : json_null(), "risks",
+                                  (json_int_t)s.nrisks, "lineages", (json_int_t)s.nlineages, "contradictions",
+                                  (json_int_t)s.ncontradictions, "requires", (json_int_t)s.nrequires, "probes",
+                                  (json_int_t)s.probes);
+            json_array_append_new(a, o);
+        }
+        char *t = json_dumps(a, JSON_INDENT(2));
+        json_decref(a);
+        rc = t ? write_stdout(t) : cli_error("out of memory");
+        if (t) rc = write_stdout("\n");
+        free(t);
+        kl_skill_list_release(&list);
+        return rc;
+    }
+    if (!list.count) {
+        cli_note(cli, "no skills in %s yet: 'klineage lineage TASK_DIR' learns them\n", cli->db_path);
+        return KL_EXIT_OK;
+    }
+    int wid = 2, wtr = 9;
+    for (unsigned k = 0; k < list.count; k++) {
+        int a = (int)strlen(kl_skill_id(list.items[k])), b = (int)strlen(kl_skill_transform(list.items[k]));
+        if (a > wid) wid = a;
+        if (b > wtr) wtr = b;
+    }
+    printf("%-*s  %-*s  %-14s  %9s  %5s  %8s\n", wid, "ID", wtr, "TRANSFORM", "CONDITIONS", "BEST GAIN", "RISKS",
+           "LINEAGES");
+    for (unsigned k = 0; k < list.count; k++) {
+        kl_skill_summary s;
+        kl_skill_summarize(list.items[k], &s);
+        char cond[32], gain[32];
+        if (s.nprobed) snprintf(cond, sizeof cond, "%u (%u probed)", s.npreconditions, s.nprobed);
+        else snprintf(cond, sizeof cond, "%u", s.npreconditions);
+        if (s.best_gain > 0) snprintf(gain, sizeof gain, "%.2fx", s.best_gain);
+        else snprintf(gain, sizeof gain, "-");
+        printf("%-*s  %-*s  %-14s  %9s  %5u  %8u%s\n", wid, s.id, wtr, s.transform, cond, gain, s.nrisks, s.nlineages,
+               s.ncontradictions ? "  (contradictions)" : "");
+    }
+    kl_skill_list_release(&list);
+    if (fflush(stdout) != 0) return cli_error("cannot write to standard output");
+    return KL_EXIT_OK;
+}
+
+/* ---- show ----------------------------------------------------------------------------------- */
+
+static int cmd_show(int argc, char **argv, kl_cli *cli)
+{
+    const char *id = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (is_option(argv[i])) return cli_usage_error(cli, "unknown option '%s' for 'skills show'", argv[i]);
+        if (id) return cli_usage_error(cli, "'skills show' takes one ID");
+        id = argv[i];
+    }
+    if (!id) return cli_usage_error(cli, "'skills show' needs an ID (or a unique prefix of one)");
+    kl_store *store = NULL;
+    int rc = open_store(cli, false, &store);
+    if (rc != KL_EXIT_OK) return rc;
+    if (!store) return cli_error("no skill \"%s\": %s does not exist", id, cli->db_path);
+    kl_error err = {0};
+    kl_skill *card = NULL;
+    if (kl_skill_get(store, id, &card, &err) != KL_OK) {
+        kl_store_close(store);
+        return cli_error("%s", err.message);
+    }
+    kl_store_close(store);
+    char *text = cli->json ? kl_skill_to_json(card) : kl_skill_markdown(card, 1);
+    rc = text ? write_stdout(text) : cli_error("out of memory");
+    free(text);
+    kl_skill_free(card);
+    return rc;
+}
+
+/* ---- export --------------------------------------------------------------------------------- */
+
+static int cmd_export(int argc, char **argv, kl_cli *cli)
+{
+    const char *fmt_name = "md", *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--format") || !strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (i + 1 >= argc) return cli_usage_error(cli, "option %s needs a value", a);
+            if (!strcmp(a, "--format")) fmt_name = argv[++i];
+            else out = argv[++i];
+        } else if (!strncmp(a, "--format=", 9)) {
+            fmt_name = a + 9;
+        } else if (!strncmp(a, "--output=", 9)) {
+            out = a + 9;
+        } else if (is_option(a)) {
+            return cli_usage_error(cli, "unknown option '%s' for 'skills export'", a);
+        } else {
+            return cli_usage_error(cli, "'skills export' takes no arguments (the output goes to -o PATH)");
+        }
+    }
+    kl_skill_format fmt;
+    kl_error err = {0};
+    if (kl_skill_format_parse(fmt_name, &fmt, &err) != KL_OK) return cli_usage_error(cli, "--format: %s", err.message);
+    if (fmt == KL_SKILL_FORMAT_AGENT && !out)
+        return cli_usage_error(cli, "--format agent-skills writes folders: give the destination with -o DIR");
+    kl_skill_list list = KL_SKILL_LIST_INIT;
+    int rc = load_list(cli, &list);
+    if (rc != KL_EXIT_OK) return rc;
+    const kl_skill *const *cards = (const kl_skill *const *)list.items;
+    if (fmt == KL_SKILL_FORMAT_AGENT) {
+        if (kl_skills_write_agent(cards, list.count, out, &err) != KL_OK) rc = cli_error("%s", err.message);
+        else cli_note(cli, "wrote %u agent skill%s under %s\n", list.count, list.count == 1 ? "" : "s", out);
+    } else {
+        char *text = NULL;
+        if (kl_skills_render(cards, list.count, fmt, &text, &err) != KL_OK) {
+            rc = cli_error("%s", err.message);
+        } else if (out) {
+            rc = write_file(out, text);
+            if (rc == KL_EXIT_OK)
+                cli_note(cli, "wrote %u skill%s to %s\n", list.count, list.count == 1 ? "" : "s", out);
+        } else {
+            rc = write_stdout(text);
+        }
+        free(text);
+    }
+    kl_skill_list_release(&list);
+    return rc;
+}
+
+/* ---- import --------------------------------------------------------------------------------- */
+
+static int cmd_import(int argc, char **argv, kl_cli *cli)
+{
+    const char *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (is_option(argv[i])) return cli_usage_error(cli, "unknown option '%s' for 'skills import'", argv[i]);
+        if (file) return cli_usage_error(cli, "'skills import' takes one FILE.json");
+        file = argv[i];
+    }
+    if (!file) return cli_usage_error(cli, "'skills import' needs a FILE.json (one card or an array of cards)");
+    kl_store *store = NULL;
+    int rc = open_store(cli, true, &store);
+    if (rc != KL_EXIT_OK) return rc;
+    kl_error err = {0};
+    unsigned n = 0, merged = 0;
+    if (kl_skill_import(store, file, &n, &merged, &err) != KL_OK) {
+        rc = cli_error("%s", err.message);
+    } else {
+        printf("imported %u skill card%s into %s", n, n == 1 ? "" : "s", cli->db_path);
+        if (merged) printf(" (%u met a stored card of the same id and merged with it)", merged);
+        printf("\n");
+    }
+    kl_store_close(store);
+    return rc;
+}
+
+/* ---- match ---------------------------------------------------------------------------------- */
+
+/* "k=v,k=v" into obj (integers). Returns false with a message in msg. */
+static bool parse_shape(const char *text, json_t *obj, char *msg, size_t size)
+{
+    const char *p = text;
+    while (*p) {
+        const char *eq = strchr(p, '='), *comma = strchr(p, ',');
+        if (!comma) comma = p + strlen(p);
+        if (!eq || eq > comma || eq == p) {
+            snprintf(msg, size, "--shape: expected NAME=INTEGER at \"%.*s\"", (int)(comma - p), p);
+            return false;
+        }
+        char name[64];
+        if ((size_t)(eq - p) >= sizeof name) {
+            snprintf(msg, size, "--shape: the name \"%.*s\" is too long", (int)(eq - p), p);
+            return false;
+        }
+        memcpy(name, p, (size_t)(eq - p));
+        name[eq - p] = '\0';
+        char *end;
+        errno = 0;
+        long long v = strtoll(eq + 1, &end, 10);
+        if (errno || end == eq + 1 || end != comma) {
+            snprintf(msg, size, "--shape: %s: expected an integer, not \"%.*s\"", name, (int)(comma - eq - 1), eq + 1);
+            return false;
+        }
+        json_object_set_new(obj, name, json_integer(v));
+        p = *comma ? comma + 1 : comma;
+    }
+    return true;
+}
+
+static const char *str_or_empty(const json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+static void merge_into(json_t *dst, const json_t *src)
+{
+    if (json_is_object(src)) json_object_update(dst, (json_t *)src);
+}
+
+typedef struct best {
+    kl_skill_match_result r;
+    bool have;
+    char where[200];
+} best;
+
+/* Rank: holds < unknown < fails. */
+static int rank(kl_truth t) { return t == KL_TRUTH_HOLDS ? 0 : t == KL_TRUTH_UNKNOWN ? 1 : 2; }
+
+static int try_env(const kl_skill *card, json_t *env, const char *const *present, unsigned npresent, const char *where,
+                   best *b)
+{
+    kl_skill_match_result r;
+    kl_error err = {0};
+    if (kl_skill_match(card, env, present, npresent, &r, &err) != KL_OK) return cli_error("%s", err.message);
+    if (!b->have || rank(r.truth) < rank(b->r.truth)) {
+        if (b->have) kl_skill_match_release(&b->r);
+        b->r = r;
+        b->have = true;
+        snprintf(b->where, sizeof b->where, "%s", where);
+    } else {
+        kl_skill_match_release(&r);
+    }
+    return KL_EXIT_OK;
+}
+
+static void print_reasons(const best *b)
+{
+    bool first = true;
+    for (unsigned k = 0; k < b->r.nchecks; k++) {
+        const kl_skill_check *c = &b->r.checks[k];
+        if (c->truth == KL_TRUTH_HOLDS) continue;
+        printf("%s%s %s (%s)", first ? ": " : "; ", c->predicate, c->truth == KL_TRUTH_FAILS ? "fails" : "unknown", c->why);
+        first = false;
+    }
+    for (unsigned k = 0; k < b->r.nmissing; k++) {
+        printf("%sneeds %s first (not present)", first ? ": " : "; ", b->r.missing[k]);
+        first = false;
+    }
+    if (b->r.requires_unknown) printf("%srequired transforms not known", first ? ": " : "; ");
+}
+
+static int cmd_match(int argc, char **argv, kl_cli *cli)
+{
+    const char *file = NULL, *task_dir = NULL, *shape_text = NULL, *features_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--task") ? &task_dir
+                           : !strcmp(a, "--shape") ? &shape_text
+                           : !strcmp(a, "--features") ? &features_path
+                                                      : NULL;
+        if (dst) {
+            if (i + 1 >= argc) return cli_usage_error(cli, "option %s needs a value", a);
+            *dst = argv[++i];
+        } else if (is_option(a)) {
+            return cli_usage_error(cli, "unknown option '%s' for 'skills match'", a);
+        } else if (file) {
+            return cli_usage_error(cli, "'skills match' takes one FILE.cu");
+        } else {
+            file = a;
+        }
+    }
+    if (!file) return cli_usage_error(cli, "'skills match' needs a FILE.cu");
+
+    int rc = KL_EXIT_OK;
+    kl_error err = {0};
+    kl_task *task = NULL;
+    kl_source *src = NULL;
+    kl_model *model = NULL;
+    char *sites_text = NULL;
+    json_t *sizes = json_object(), *user = NULL, *sites = NULL, *kernels = json_object(), *present_set = json_object();
+    const char **present = NULL;
+    unsigned npresent = 0;
+    kl_skill_list list = KL_SKILL_LIST_INIT;
+
+    if (shape_text) {
+        char msg[300];
+        if (!parse_shape(shape_text, sizes, msg, sizeof msg)) {
+            rc = cli_usage_error(cli, "%s", msg);
+            goto cleanup;
+        }
+    }
+    if (task_dir) {
+        if (kl_task_load(task_dir, &task, &err) != KL_OK) {
+            rc = cli_error("%s", err.message);
+            goto cleanup;
+        }
+        /* the bench shape, then --shape over it: a name it gives must be a size of the task */
+        json_t *given = sizes;
+        sizes = json_object();
+        for (unsigned k = 0; k < task->nsizes; k++)
+            json_object_set_new(sizes, task->sizes[k], json_integer(task->bench.values[k]));
+        const char *k;
+        json_t *v;
+        json_object_foreach(given, k, v) {
+            if (!json_object_get(sizes, k)) {
+                rc = cli_usage_error(cli, "--shape: \"%s\" is not a size of task %s", k, task->name);
+                json_decref(given);
+                goto cleanup;
+            }
+            json_object_set(sizes, k, v);
+        }
+        json_decref(given);
+    }
+    if (features_path) {
+        json_error_t je;
+        user = json_load_file(features_path, JSON_REJECT_DUPLICATES, &je);
+        if (!user) {
+            rc = cli_error("%s:%d:%d: %s", features_path, je.line, je.column, je.text);
+            goto cleanup;
+        }
+        if (!json_is_object(user)) {
+            rc = cli_error("%s: expected an object of named values (features and sizes)", features_path);
+            goto cleanup;
+        }
+    }
+
+    /* the kernel: its features (per kernel) and the rules' sites (present and applicable) */
+    if (kl_source_parse_file(file, &src, &err) != KL_OK || kl_model_build(src, &model, &err) != KL_OK) {
+        rc = cli_error("%s", err.message);
+        goto cleanup;
+    }
+    if (kl_source_partial(src)) cli_note(cli, "warning: %s has syntax errors; its features may be incomplete\n", file);
+    unsigned nfn;
+    const kl_function *fns = kl_model_functions(model, &nfn);
+    for (unsigned i = 0; i < nfn; i++) {
+        if (fns[i].kind != KL_FUNCTION_KERNEL) continue;
+        json_t *f = kl_model_features(model, i);
+        if (f) json_object_set_new(kernels, fns[i].name, f);
+    }
+    size_t len = 0;
+    const char *text = kl_source_text(src, &len);
+    if (kl_rules_list(file, text, len, task, NULL, &sites_text, &err) != KL_OK) {
+        rc = cli_error("%s", err.message);
+        goto cleanup;
+    }
+    sites = json_loads(sites_text, 0, NULL);
+    size_t i;
+    json_t *s;
+    json_array_foreach(sites, i, s) {
+        const char *dir = json_string_value(json_object_get(s, "direction"));
+        const char *t = json_string_value(json_object_get(s, "transform"));
+        if (dir && t && !strcmp(dir, "present")) json_object_set_new(present_set, t, json_true());
+    }
+    present = calloc(json_object_size(present_set) + 1, sizeof *present);
+    if (!present) {
+        rc = cli_error("out of memory");
+        goto cleanup;
+    }
+    const char *pk;
+    json_t *pv;
+    json_object_foreach(present_set, pk, pv) present[npresent++] = pk;
+
+    rc = load_list(cli, &list);
+    if (rc != KL_EXIT_OK) goto cleanup;
+
+    unsigned counts[3] = {0, 0, 0};
+    best *results = calloc(list.count ? list.count : 1, sizeof *results);
+    if (!results) {
+        rc = cli_error("out of memory");
+        goto cleanup;
+    }
+    for (unsigned c = 0; c < list.count && rc == KL_EXIT_OK; c++) {
+        const kl_skill *card = list.items[c];
+        bool any_site = false;
+        /* at each site where the rules could apply the transform: kernel + site features */
+        json_array_foreach(sites, i, s) {
+            const char *dir = json_string_value(json_object_get(s, "direction"));
+            if (!dir || strcmp(dir, "applicable") != 0 ||
+                strcmp(str_or_empty(s, "transform"), kl_skill_transform(card)) != 0)
+                continue;
+            any_site = true;
+            json_t *env = json_object();
+            merge_into(env, json_object_get(kernels, str_or_empty(s, "kernel")));
+            merge_into(env, json_object_get(s, "features"));
+            merge_into(env, sizes);
+            merge_into(env, user);
+            char where[200];
+            snprintf(where, sizeof where, "site %s", str_or_empty(s, "site"));
+            rc = try_env(card, env, present, npresent, where, &results[c]);
+            json_decref(env);
+            if (rc != KL_EXIT_OK) break;
+        }
+        if (any_site || rc != KL_EXIT_OK) continue;
+        /* no site the rules know: each kernel's features */
+        const char *kname;
+        json_t *kf;
+        json_object_foreach(kernels, kname, kf) {
+            json_t *env = json_object();
+            merge_into(env, kf);
+            merge_into(env, sizes);
+            merge_into(env, user);
+            char where[200];
+            snprintf(where, sizeof where, "kernel %s", kname);
+            rc = try_env(card, env, present, npresent, where, &results[c]);
+            json_decref(env);
+            if (rc != KL_EXIT_OK) break;
+        }
+        if (!results[c].have && rc == KL_EXIT_OK) {
+            json_t *env = json_object();
+            merge_into(env, sizes);
+            merge_into(env, user);
+            rc = try_env(card, env, present, npresent, "the file (no kernel found)", &results[c]);
+            json_decref(env);
+        }
+    }
+    if (rc == KL_EXIT_OK) {
+        for (unsigned c = 0; c < list.count; c++) counts[rank(results[c].r.truth)]++;
+        if (cli->json) {
+            json_t *doc = json_object();
+            json_object_set_new(doc, "file", json_string(file));
+            json_object_set(doc, "sizes", sizes);
+            json_t *pa = json_array();
+            for (unsigned k = 0; k < npresent; k++) json_array_append_new(pa, json_string(present[k]));
+            json_object_set_new(doc, "present", pa);
+            json_t *arr = json_array();
+            for (unsigned c = 0; c < list.count; c++) {
+                const best *b = &results[c];
+                json_t *o = json_object();
+                json_object_set_new(o, "id", json_string(kl_skill_id(list.items[c])));
+                json_object_set_new(o, "transform", json_string(kl_skill_transform(list.items[c])));
+                json_object_set_new(o, "result", json_string(kl_truth_name(b->r.truth)));
+                json_object_set_new(o, "where", json_string(b->where));
+                json_object_set_new(o, "already_present",
+                                    json_boolean(json_object_get(present_set, kl_skill_transform(list.items[c])) != NULL));
+                json_t *checks = json_array();
+                for (unsigned k = 0; k < b->r.nchecks; k++)
+                    json_array_append_new(checks, json_pack("{s:s, s:s, s:s, s:s}", "predicate", b->r.checks[k].predicate,
+                                                            "kind", b->r.checks[k].kind, "result",
+                                                            kl_truth_name(b->r.checks[k].truth), "why", b->r.checks[k].why));
+                json_object_set_new(o, "checks", checks);
+                json_t *miss = json_array();
+                for (unsigned k = 0; k < b->r.nmissing; k++) json_array_append_new(miss, json_string(b->r.missing[k]));
+                json_object_set_new(o, "missing_requires", miss);
+                json_object_set_new(o, "requires_unknown", json_boolean(b->r.requires_unknown));
+                json_array_append_new(arr, o);
+            }
+            json_object_set_new(doc, "skills", arr);
+            char *t = json_dumps(doc, JSON_INDENT(2));
+            json_decref(doc);
+            rc = t ? write_stdout(t) : cli_error("out of memory");
+            if (t) rc = write_stdout("\n");
+            free(t);
+        } else {
+            printf("%s: %u skill%s: %u hold, %u unknown, %u fail\n", file, list.count, list.count == 1 ? "" : "s",
+                   counts[0], counts[1], counts[2]);
+            int wid = 2;
+            for (unsigned c = 0; c < list.count; c++)
+                if ((int)strlen(kl_skill_id(list.items[c])) > wid) wid = (int)strlen(kl_skill_id(list.items[c]));
+            for (int r = 0; r < 3; r++)
+                for (unsigned c = 0; c < list.count; c++) {
+                    const best *b = &results[c];
+                    if (rank(b->r.truth) != r) continue;
+                    printf("%-7s  %-*s  at %s", kl_truth_name(b->r.truth), wid, kl_skill_id(list.items[c]), b->where);
+                    if (json_object_get(present_set, kl_skill_transform(list.items[c])))
+                        printf(" (the kernel already has %s somewhere)", kl_skill_transform(list.items[c]));
+                    print_reasons(b);
+                    printf("\n");
+                }
+            if (!list.count) cli_note(cli, "no skills in %s yet: 'klineage lineage TASK_DIR' learns them\n", cli->db_path);
+            if (fflush(stdout) != 0) rc = cli_error("cannot write to standard output");
+        }
+    }
+    for (unsigned c = 0; c < list.count; c++) kl_skill_match_release(&results[c].r);
+    free(results);
+cleanup:
+    kl_skill_list_release(&list);
+    free((void *)present);
+    free(sites_text);
+    json_decref(sites);
+    json_decref(sizes);
+    json_decref(user);
+    json_decref(kernels);
+    json_decref(present_set);
+    kl_model_free(model);
+    kl_source_free(src);
+    kl_task_free(task);
+    return rc;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+KL_CMD(skills)
+{
+    if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
+    if (argc < 2) return cli_usage_error(cli, "'skills' needs an action: list, show, export, import or match");
+    const char *action = argv[1];
+    if (!strcmp(action, "list")) return cmd_list(argc - 1, argv + 1, cli);
+    if (!strcmp(action, "show")) return cmd_show(argc - 1, argv + 1, cli);
+    if (!strcmp(action, "export")) return cmd_export(argc - 1, argv + 1, cli);
+    if (!strcmp(action, "import")) return cmd_import(argc - 1, argv + 1, cli);
+    if (!strcmp(action, "match")) return cmd_match(argc - 1, argv + 1, cli);
+    return cli_usage_error(cli, "unknown action '%s' for 'skills' (list, show, export, import, match)", action);
+}

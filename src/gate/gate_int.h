@@ -1,0 +1,130 @@
+/*
+ * Private to src/gate, the parent side: the gate's state, the compile pieces (shim, ptxas
+ * report, nvcc diagnostics, the object's symbols), the verdict document and the sanitizer
+ * stage. The worker side (worker*.c, runtime.cu, runtime_build.c, compare.c, stats.c) has
+ * its own header, measure.h; the two meet only through the protocol in docs/gate-worker.md
+ * and kl_runtime_build below.
+ */
+#ifndef KL_GATE_INT_H
+#define KL_GATE_INT_H
+
+#include <jansson.h>
+
+#include "klineage/gate.h"
+#include "util/util.h"
+
+#define KL_SHIM_ABI "klineage-shim-1"
+#define KL_VERDICT_FORMAT "klineage-verdict-1"
+
+struct kl_gate {
+    kl_gate_mode mode;
+    kl_store *store;          /* borrowed */
+    char *arch;               /* --arch, or NULL (the device's) */
+    char *nvcc;               /* resolved lazily (gate_nvcc) */
+    char *nvcc_version;       /* "13.0.88" */
+    char *worker;             /* resolved lazily */
+    char *sanitizer;          /* option or NULL (resolved when needed) */
+    char *cache_dir;
+    char *device_opt;         /* replay: --device */
+    int jobs;
+    double compile_timeout_s, run_timeout_s, sanitize_timeout_s;
+    json_t *gpu;              /* the device document once known */
+    char *gpu_key;            /* its key in the store */
+    char *runtime;            /* the device runtime's shared object, once built */
+};
+
+/* ---- compile.c -------------------------------------------------------------------------- */
+
+/* Find nvcc (option, $KLINEAGE_NVCC, PATH, /usr/local/cuda/bin/nvcc) and its version, once. */
+kl_status kl_gate_nvcc(kl_gate *gate, kl_error *err);
+/* "13.0.88" from `nvcc --version` output, new string, or NULL when absent. */
+char *kl_nvcc_version_parse(const char *text);
+/* The arch compiled for: --arch, else "sm_XY" from the device document's cc ("9.0"). New string. */
+kl_status kl_gate_arch(kl_gate *gate, char **arch, kl_error *err);
+
+/* The translation unit nvcc compiles for a kernel file: includes, a #line directive, the
+ * candidate's text unchanged (so nvcc's diagnostics carry its own name and lines), then
+ * the typed shim. New string (free()); KL_ERR_INVALID when the task's args cannot be typed. */
+kl_status kl_shim_source(const kl_task *task, const char *name, const char *text, char **out, kl_error *err);
+/* The C declaration the shim calls: extern "C" void launch(const float *x, …, cudaStream_t). */
+char *kl_shim_launch_decl(const kl_task *task);
+/* The nvcc flags for an arch, NULL-terminated, static strings except the -arch one (in buf). */
+unsigned kl_nvcc_flags(const char *arch, char *arch_buf, size_t size, const char **flags, unsigned max);
+/* The object's content hash: shim source, flags, nvcc version. */
+void kl_compile_key(const char *shim_source, const char *const *flags, unsigned nflags, const char *nvcc_version,
+                    char hex[KL_HASH_HEX]);
+
+/* Parse a ptxas -v report into per-kernel figures (entry functions only, in order). *out
+ * owned by the caller (kl_kernel_reports_free). Names are left mangled (demangled = copy). */
+kl_status kl_ptxas_parse(const char *log, kl_kernel_report **out, unsigned *n, kl_error *err);
+void kl_kernel_reports_free(kl_kernel_report *k, unsigned n);
+/* Fill demangled names with one c++filt run, where c++filt exists. */
+void kl_kernel_reports_demangle(kl_kernel_report *k, unsigned n);
+
+/* The first error in an nvcc log: "FILE(LINE): error: MSG", "FILE:LINE:COL: error: MSG",
+ * "nvcc fatal : MSG", "ptxas fatal : MSG". Returns false when none. *file, *msg new
+ * strings (NULL when unknown); *line 0 when unknown. */
+bool kl_nvcc_first_error(const char *log, char **file, unsigned *line, char **msg);
+
+/* Inspect a candidate's shared object: it may export only the shim's symbols, and may not
+ * import what starts threads or processes, loads code or resets the device. KL_OK when
+ * clean; KL_ERR_INVALID with the reason in err otherwise; KL_ERR_IO/PARSE when unreadable. */
+kl_status kl_object_check(const char *so_path, kl_error *err);
+
+/* ---- runtime_build.c (the worker side) ------------------------------------------------------
+ * Build the device runtime (runtime.cu) into cache_dir once per (runtime text, nvcc
+ * version, arch); later calls find it. *so_path: new string (free()). */
+kl_status kl_runtime_build(const char *nvcc, const char *arch, const char *cache_dir, char **so_path,
+                           kl_error *err);
+
+/* ---- verdict.c -------------------------------------------------------------------------- */
+
+/* The verdict key: SHA-256 over candidate text, baseline text (NULL: none), task.json and
+ * reference.c contents, the shapes judged, the stages asked for, device name, toolchain. */
+typedef struct kl_verdict_key_parts {
+    const char *candidate, *baseline;
+    const char *task_json, *reference;
+    const char *shapes;       /* "check[0],check[1],bench" */
+    const char *stages;       /* "correct,determinism,integrity,stream,profile,sanitize" */
+    const char *device, *toolchain;
+} kl_verdict_key_parts;
+void kl_verdict_key(const kl_verdict_key_parts *p, char hex[KL_HASH_HEX]);
+
+/* Wrap a verdict document (the JSON is stolen) into a kl_verdict: headline fields and one
+ * summary line per stage. */
+kl_status kl_verdict_from_json(json_t *doc, kl_verdict **out, kl_error *err);
+/* The document behind a verdict (borrowed). */
+json_t *kl_verdict_document(const kl_verdict *v);
+/* The "unmeasured" verdict of a replay miss. */
+kl_status kl_verdict_unmeasured(const char *key, const char *candidate, const char *device, const char *toolchain,
+                                const char *reason, kl_verdict **out, kl_error *err);
+/* Compact description of a compile result as verdict JSON ({ok, cached, kernels, …}). */
+json_t *kl_compiled_json(const kl_compiled *c);
+
+/* The order stages are judged and reported in. */
+extern const char *const kl_gate_stage_names[];
+extern const unsigned kl_gate_stage_count;
+
+/* ---- gate.c ------------------------------------------------------------------------------ */
+
+/* The reason for a worker's end that wrote no usable result: "timed out after 30 s",
+ * "killed by SIGSEGV", "exit 3". */
+void kl_gate_child_reason(const kl_child *c, char *buf, size_t size);
+/* The reason for a CUDA error the worker reported: "CUDA error: an illegal memory access was
+ * encountered (sticky: the context is lost) in correct: …". New string. */
+char *kl_gate_cuda_reason(const json_t *error);
+/* The device document, loaded (replay: recorded; live: stored, else measured). */
+kl_status kl_gate_device(kl_gate *gate, kl_error *err);
+/* The worker's binary. */
+kl_status kl_gate_worker(kl_gate *gate, kl_error *err);
+
+/* ---- sanitize.c ------------------------------------------------------------------------- */
+
+/* Count what one compute-sanitizer tool reported in its log: errors (and, for racecheck,
+ * hazards: errors plus warnings). -1 when the summary line is missing. */
+long kl_sanitizer_count(const char *tool, const char *log);
+/* Run the worker under memcheck, racecheck, initcheck and synccheck with `job` (the gate
+ * job for the smallest check shape, no profile). *stage: {"ok", "tools": [...]}, new. */
+kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_error *err);
+
+#endif

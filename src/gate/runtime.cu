@@ -1,0 +1,855 @@
+/*
+ * klineage device runtime: the kl_rt_* C ABI of runtime.h over the CUDA runtime, CUPTI
+ * and (loaded on demand) cuBLAS. Built by kl_runtime_build with
+ *   nvcc -O2 -shared -Xcompiler -fPIC -cudart shared -arch=sm_XX runtime.cu -lcupti -ldl
+ * and dlopen()ed by klineage-worker, which itself links no CUDA library.
+ *
+ * One process, one device: the state is a single static struct. Every function reports
+ * failures through its return code and the message kl_rt_error() returns; nothing here
+ * prints or exits.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cupti.h>
+#include <cublas_v2.h> /* types only: libcublas is dlopen()ed, never linked */
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime.h"
+
+#ifndef KL_RT_CUDA_LIB64
+#define KL_RT_CUDA_LIB64 "/usr/local/cuda/lib64"
+#endif
+
+/* ---- state ------------------------------------------------------------------------------- */
+
+typedef struct rt_record {
+    uint64_t start, end;
+    int is_kernel;
+} rt_record;
+
+typedef cublasStatus_t (*cublas_create_fn)(cublasHandle_t *);
+typedef cublasStatus_t (*cublas_destroy_fn)(cublasHandle_t);
+typedef cublasStatus_t (*cublas_set_stream_fn)(cublasHandle_t, cudaStream_t);
+typedef cublasStatus_t (*cublas_set_math_fn)(cublasHandle_t, cublasMath_t);
+typedef cublasStatus_t (*cublas_sgemm_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                          const float *, const float *, int, const float *, int, const float *,
+                                          float *, int);
+typedef cublasStatus_t (*cublas_gemmex_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                           const void *, const void *, cudaDataType, int, const void *, cudaDataType,
+                                           int, const void *, void *, cudaDataType, int, cublasComputeType_t,
+                                           cublasGemmAlgo_t);
+
+static struct rt_state {
+    int inited;
+    int ordinal;
+    int l2_bytes;
+    cudaStream_t readback;
+    cudaEvent_t ev0, ev1, ev_idle;
+    void *flush_buf;
+    size_t flush_bytes;
+    unsigned flush_count;
+
+    int timer;                 /* KL_RT_TIMER_* */
+    int cupti_registered;
+    pthread_mutex_t mu;
+    rt_record *recs;           /* records of the open window (guarded by mu) */
+    size_t nrecs, caprecs;
+    uint64_t window_start;
+    size_t dropped, incomplete;
+    int rec_oom;
+
+    int cublas_tried;
+    void *cublas_lib;
+    cublasHandle_t cublas;
+    cublas_create_fn cb_create;
+    cublas_destroy_fn cb_destroy;
+    cublas_set_stream_fn cb_set_stream;
+    cublas_set_math_fn cb_set_math;
+    cublas_sgemm_fn cb_sgemm;
+    cublas_gemmex_fn cb_gemmex;
+
+    char err[1024];
+    char err_name[96];
+} g = {0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, KL_RT_TIMER_NONE, 0, PTHREAD_MUTEX_INITIALIZER,
+       NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0}, {0}};
+
+static void set_err(const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g.err, sizeof g.err, fmt, ap);
+    va_end(ap);
+    snprintf(g.err_name, sizeof g.err_name, "%s", name ? name : "");
+}
+
+/* Errors that leave the context unusable: every later call fails the same way. */
+static int is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Record a failed CUDA call; returns the KL_RT code for it. */
+static int cuda_fail(cudaError_t e, const char *what)
+{
+    int sticky = is_sticky(e);
+    if (!sticky) {
+        /* clear it; if the next query still fails, the context is gone */
+        (void)cudaGetLastError();
+        cudaError_t again = cudaGetLastError();
+        if (again != cudaSuccess && is_sticky(again)) sticky = 1;
+    }
+    set_err(cudaGetErrorName(e), "%s: %s (%s)%s", what, cudaGetErrorString(e), cudaGetErrorName(e),
+            sticky ? "; the CUDA context is lost (sticky error)" : "");
+    return sticky ? KL_RT_ERR_STICKY : KL_RT_ERR_CUDA;
+}
+
+#define CK(call, what)                                                                         \
+    do {                                                                                       \
+        cudaError_t e_ = (call);                                                               \
+        if (e_ != cudaSuccess) return cuda_fail(e_, what);                                     \
+    } while (0)
+
+#define NEED_INIT()                                                                            \
+    do {                                                                                       \
+        if (!g.inited) {                                                                       \
+            set_err("", "the runtime is not initialised (kl_rt_init)");                        \
+            return KL_RT_ERR_INVALID;                                                          \
+        }                                                                                      \
+    } while (0)
+
+extern "C" int kl_rt_abi(void) { return KL_RT_ABI; }
+extern "C" const char *kl_rt_error(void) { return g.err; }
+extern "C" const char *kl_rt_error_name(void) { return g.err_name; }
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+
+__global__ void kl_rt_flush_kernel(int4 *buf, size_t n, int v)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    int4 w = make_int4(v, v ^ 0x55, v ^ 0xAA, v ^ 0xFF);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) buf[i] = w;
+}
+
+#define FMA_CHAINS 8
+#define FMA_UNROLL 16
+__global__ void kl_rt_fma_kernel(float *out, int iters, float a, float b)
+{
+    float x[FMA_CHAINS];
+#pragma unroll
+    for (int j = 0; j < FMA_CHAINS; j++) x[j] = (float)threadIdx.x * 1e-3f + (float)j;
+    for (int i = 0; i < iters; i++) {
+#pragma unroll
+        for (int u = 0; u < FMA_UNROLL; u++) {
+#pragma unroll
+            for (int j = 0; j < FMA_CHAINS; j++) x[j] = fmaf(x[j], a, b);
+        }
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < FMA_CHAINS; j++) s += x[j];
+    out[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+#define MMA_ACC 8
+__global__ void kl_rt_mma_kernel(float *out, int iters)
+{
+    float acc[MMA_ACC][4];
+#pragma unroll
+    for (int k = 0; k < MMA_ACC; k++)
+        for (int j = 0; j < 4; j++) acc[k][j] = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    /* bf16 pairs of small values: 0x3C23 is about 0.01 */
+    unsigned a0 = 0x3C233C23u ^ (threadIdx.x & 7), a1 = a0 + 1, a2 = a0 + 2, a3 = a0 + 3;
+    unsigned b0 = 0x3C233C23u ^ (threadIdx.x & 3), b1 = b0 + 1;
+    for (int i = 0; i < iters; i++) {
+#pragma unroll
+        for (int k = 0; k < MMA_ACC; k++) {
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                         : "+f"(acc[k][0]), "+f"(acc[k][1]), "+f"(acc[k][2]), "+f"(acc[k][3])
+                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+        }
+    }
+#endif
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < MMA_ACC; k++)
+        for (int j = 0; j < 4; j++) s += acc[k][j];
+    out[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------ */
+
+extern "C" int kl_rt_init(int ordinal)
+{
+    if (g.inited) return KL_RT_OK;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        if (e == cudaSuccess) set_err("cudaErrorNoDevice", "cudaGetDeviceCount: no CUDA-capable device is present");
+        else set_err(cudaGetErrorName(e), "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        return KL_RT_ERR_NO_DEVICE;
+    }
+    if (ordinal < 0 || ordinal >= n) {
+        set_err("cudaErrorInvalidDevice", "device %d requested, %d present", ordinal, n);
+        return KL_RT_ERR_NO_DEVICE;
+    }
+    CK(cudaSetDevice(ordinal), "cudaSetDevice");
+    CK(cudaFree(0), "creating the CUDA context (cudaFree(0))");
+    CK(cudaDeviceGetAttribute(&g.l2_bytes, cudaDevAttrL2CacheSize, ordinal), "cudaDeviceGetAttribute(L2 size)");
+    CK(cudaStreamCreateWithFlags(&g.readback, cudaStreamNonBlocking), "cudaStreamCreateWithFlags(readback)");
+    CK(cudaEventCreate(&g.ev0), "cudaEventCreate");
+    CK(cudaEventCreate(&g.ev1), "cudaEventCreate");
+    CK(cudaEventCreateWithFlags(&g.ev_idle, cudaEventDisableTiming), "cudaEventCreate");
+    /* the L2 flush buffer: twice the L2, at least 64 MiB, a whole number of int4 */
+    g.flush_bytes = (size_t)g.l2_bytes * 2;
+    if (g.flush_bytes < ((size_t)64 << 20)) g.flush_bytes = (size_t)64 << 20;
+    g.flush_bytes &= ~(size_t)15;
+    CK(cudaMalloc(&g.flush_buf, g.flush_bytes), "cudaMalloc(L2 flush buffer)");
+    g.ordinal = ordinal;
+    g.inited = 1;
+    return KL_RT_OK;
+}
+
+static void cublas_unload(void);
+
+extern "C" void kl_rt_fini(void)
+{
+    if (g.cupti_registered) {
+        cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY);
+        cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET);
+        cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        g.cupti_registered = 0;
+    }
+    cublas_unload();
+    if (g.inited) {
+        cudaFree(g.flush_buf);
+        cudaEventDestroy(g.ev0);
+        cudaEventDestroy(g.ev1);
+        cudaEventDestroy(g.ev_idle);
+        cudaStreamDestroy(g.readback);
+    }
+    pthread_mutex_lock(&g.mu);
+    free(g.recs);
+    g.recs = NULL;
+    g.nrecs = g.caprecs = 0;
+    pthread_mutex_unlock(&g.mu);
+    g.inited = 0;
+    g.timer = KL_RT_TIMER_NONE;
+}
+
+extern "C" int kl_rt_device_info(kl_rt_device *out)
+{
+    NEED_INIT();
+    memset(out, 0, sizeof *out);
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, g.ordinal), "cudaGetDeviceProperties");
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->ordinal = g.ordinal;
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->sms = p.multiProcessorCount;
+    out->l2_bytes = p.l2CacheSize;
+    out->mem_bytes = (uint64_t)p.totalGlobalMem;
+    out->mem_bus_bits = p.memoryBusWidth;
+    out->smem_per_block_optin = (int)p.sharedMemPerBlockOptin;
+    out->regs_per_sm = p.regsPerMultiprocessor;
+    /* clocks are attributes (no longer fields of cudaDeviceProp); a device may not report them */
+    if (cudaDeviceGetAttribute(&out->clock_khz, cudaDevAttrClockRate, g.ordinal) != cudaSuccess) out->clock_khz = 0;
+    if (cudaDeviceGetAttribute(&out->mem_clock_khz, cudaDevAttrMemoryClockRate, g.ordinal) != cudaSuccess)
+        out->mem_clock_khz = 0;
+    (void)cudaGetLastError();
+    CK(cudaDriverGetVersion(&out->driver_version), "cudaDriverGetVersion");
+    CK(cudaRuntimeGetVersion(&out->runtime_version), "cudaRuntimeGetVersion");
+    return KL_RT_OK;
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+extern "C" int kl_rt_malloc(void **ptr, size_t bytes)
+{
+    NEED_INIT();
+    *ptr = NULL;
+    cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+        return cuda_fail(e, what);
+    }
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_free(void *ptr)
+{
+    NEED_INIT();
+    if (!ptr) return KL_RT_OK;
+    CK(cudaFree(ptr), "cudaFree");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_memset(void *dptr, int byte, size_t bytes)
+{
+    NEED_INIT();
+    CK(cudaMemset(dptr, byte, bytes), "cudaMemset");
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemset");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_h2d(void *dst, const void *src, size_t bytes)
+{
+    NEED_INIT();
+    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy host to device");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_d2h(void *dst, const void *src, size_t bytes)
+{
+    NEED_INIT();
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g.readback), "cudaMemcpyAsync device to host");
+    CK(cudaStreamSynchronize(g.readback), "cudaStreamSynchronize(readback)");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_d2d(void *dst, const void *src, size_t bytes)
+{
+    NEED_INIT();
+    CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy device to device");
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize after a device copy");
+    return KL_RT_OK;
+}
+
+/* ---- streams ---------------------------------------------------------------------------------- */
+
+extern "C" int kl_rt_stream_create(kl_rt_stream *out, int nonblocking)
+{
+    NEED_INIT();
+    cudaStream_t s = NULL;
+    CK(cudaStreamCreateWithFlags(&s, nonblocking ? cudaStreamNonBlocking : cudaStreamDefault), "cudaStreamCreate");
+    *out = (kl_rt_stream)s;
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_stream_destroy(kl_rt_stream s)
+{
+    NEED_INIT();
+    if (!s) return KL_RT_OK;
+    CK(cudaStreamDestroy((cudaStream_t)s), "cudaStreamDestroy");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_stream_sync(kl_rt_stream s)
+{
+    NEED_INIT();
+    CK(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize(the candidate's stream)");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_stream_idle(kl_rt_stream s, int *idle)
+{
+    NEED_INIT();
+    cudaError_t e = cudaStreamQuery((cudaStream_t)s);
+    if (e == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        *idle = 0;
+        return KL_RT_OK;
+    }
+    CK(e, "cudaStreamQuery");
+    *idle = 1;
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_device_sync(void)
+{
+    NEED_INIT();
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_device_idle(int wait_us, int *idle)
+{
+    NEED_INIT();
+    CK(cudaEventRecord(g.ev_idle, 0), "cudaEventRecord(legacy stream)");
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        cudaError_t e = cudaEventQuery(g.ev_idle);
+        if (e == cudaSuccess) {
+            *idle = 1;
+            return KL_RT_OK;
+        }
+        if (e != cudaErrorNotReady) CK(e, "cudaEventQuery");
+        (void)cudaGetLastError();
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        double us = (double)(t.tv_sec - t0.tv_sec) * 1e6 + (double)(t.tv_nsec - t0.tv_nsec) * 1e-3;
+        if (us > (double)wait_us) break;
+    }
+    *idle = 0;
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_check(void)
+{
+    NEED_INIT();
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return cuda_fail(e, "after the launch");
+    return KL_RT_OK;
+}
+
+/* ---- timing: CUPTI activity records, or events ------------------------------------------------ */
+
+#define CUPTI_BUF_BYTES ((size_t)8 << 20)
+
+static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    *buffer = (uint8_t *)aligned_alloc(8, CUPTI_BUF_BYTES);
+    *size = *buffer ? CUPTI_BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void add_record(uint64_t start, uint64_t end, int is_kernel)
+{
+    if (start == 0 || start < g.window_start) return; /* before the window: flush, setup */
+    if (end == 0 || end < start) {
+        g.incomplete++;
+        return;
+    }
+    if (g.nrecs == g.caprecs) {
+        size_t cap = g.caprecs ? 2 * g.caprecs : 1024;
+        rt_record *r = (rt_record *)realloc(g.recs, cap * sizeof *r);
+        if (!r) {
+            g.rec_oom = 1;
+            return;
+        }
+        g.recs = r;
+        g.caprecs = cap;
+    }
+    g.recs[g.nrecs].start = start;
+    g.recs[g.nrecs].end = end;
+    g.recs[g.nrecs].is_kernel = is_kernel;
+    g.nrecs++;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size, size_t valid)
+{
+    (void)size;
+    pthread_mutex_lock(&g.mu);
+    CUpti_Activity *rec = NULL;
+    while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        switch (rec->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+            add_record(k->start, k->end, 1);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+            const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
+            add_record(m->start, m->end, 0);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+            const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
+            add_record(m->start, m->end, 0);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    size_t dropped = 0;
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS) g.dropped += dropped;
+    pthread_mutex_unlock(&g.mu);
+    free(buffer);
+}
+
+static int cupti_fail(CUptiResult r, const char *what)
+{
+    const char *s = NULL;
+    if (cuptiGetResultString(r, &s) != CUPTI_SUCCESS || !s) s = "unknown CUPTI error";
+    set_err("", "%s: %s", what, s);
+    return KL_RT_ERR_CUDA;
+}
+
+static int cupti_start(void)
+{
+    CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityRegisterCallbacks");
+    g.cupti_registered = 1;
+    const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                        CUPTI_ACTIVITY_KIND_MEMSET};
+    for (unsigned i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        r = cuptiActivityEnable(kinds[i]);
+        if (r != CUPTI_SUCCESS) {
+            for (unsigned j = 0; j < i; j++) cuptiActivityDisable(kinds[j]);
+            return cupti_fail(r, "cuptiActivityEnable");
+        }
+    }
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_timer_init(int want_cupti, int *timer)
+{
+    NEED_INIT();
+    if (g.timer == KL_RT_TIMER_NONE) {
+        g.timer = KL_RT_TIMER_EVENTS;
+        if (want_cupti && cupti_start() == KL_RT_OK) {
+            g.timer = KL_RT_TIMER_CUPTI;
+            /* one window now, so that CUPTI's own setup (its worker thread, buffers) is
+             * done before anything is measured or counted */
+            float *tmp = NULL;
+            CK(cudaMalloc(&tmp, 256 * sizeof(float)), "cudaMalloc(timer warm-up)");
+            int rc = kl_rt_timer_begin();
+            if (rc == KL_RT_OK) {
+                kl_rt_fma_kernel<<<1, 256>>>(tmp, 1, 1.0f, 0.0f);
+                kl_rt_timing t;
+                rc = kl_rt_timer_end(&t);
+                if (rc == KL_RT_OK && t.records == 0) {
+                    set_err("", "CUPTI delivered no activity record for a kernel; using CUDA events");
+                    g.timer = KL_RT_TIMER_EVENTS;
+                }
+            }
+            cudaFree(tmp);
+            if (rc != KL_RT_OK) return rc;
+        }
+    }
+    *timer = g.timer;
+    return KL_RT_OK;
+}
+
+extern "C" uint64_t kl_rt_now_ns(void)
+{
+    uint64_t t = 0;
+    if (g.timer == KL_RT_TIMER_CUPTI && cuptiGetTimestamp(&t) == CUPTI_SUCCESS) return t;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+extern "C" int kl_rt_timer_begin(void)
+{
+    NEED_INIT();
+    if (g.timer == KL_RT_TIMER_NONE) {
+        set_err("", "kl_rt_timer_begin before kl_rt_timer_init");
+        return KL_RT_ERR_INVALID;
+    }
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (timer start)");
+    if (g.timer == KL_RT_TIMER_CUPTI) {
+        CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
+        pthread_mutex_lock(&g.mu);
+        g.nrecs = 0;
+        g.dropped = g.incomplete = 0;
+        g.rec_oom = 0;
+        g.window_start = kl_rt_now_ns();
+        pthread_mutex_unlock(&g.mu);
+    } else {
+        CK(cudaEventRecord(g.ev0, 0), "cudaEventRecord (timer start)");
+    }
+    return KL_RT_OK;
+}
+
+static int cmp_rec(const void *a, const void *b)
+{
+    const rt_record *x = (const rt_record *)a, *y = (const rt_record *)b;
+    return (x->start > y->start) - (x->start < y->start);
+}
+
+extern "C" int kl_rt_timer_end(kl_rt_timing *out)
+{
+    NEED_INIT();
+    memset(out, 0, sizeof *out);
+    out->timer = g.timer;
+    if (g.timer == KL_RT_TIMER_EVENTS) {
+        CK(cudaEventRecord(g.ev1, 0), "cudaEventRecord (timer end)");
+        CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (timer end)");
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, g.ev0, g.ev1), "cudaEventElapsedTime");
+        out->ms = ms;
+        out->sum_ms = ms;
+        return KL_RT_OK;
+    }
+    if (g.timer != KL_RT_TIMER_CUPTI) {
+        set_err("", "kl_rt_timer_end before kl_rt_timer_init");
+        return KL_RT_ERR_INVALID;
+    }
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (timer end)");
+    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
+    pthread_mutex_lock(&g.mu);
+    int rc = KL_RT_OK;
+    if (g.dropped || g.rec_oom) {
+        set_err("", "CUPTI lost %zu activity records%s; the time would be too short", g.dropped,
+                g.rec_oom ? " (out of host memory)" : "");
+        rc = KL_RT_ERR_CUDA;
+    } else {
+        qsort(g.recs, g.nrecs, sizeof *g.recs, cmp_rec);
+        uint64_t busy = 0, sum = 0, cur_s = 0, cur_e = 0;
+        for (size_t i = 0; i < g.nrecs; i++) {
+            const rt_record *x = &g.recs[i];
+            sum += x->end - x->start;
+            if (i == 0 || x->start > cur_e) {
+                busy += cur_e - cur_s;
+                cur_s = x->start;
+                cur_e = x->end;
+            } else if (x->end > cur_e) {
+                cur_e = x->end;
+            }
+            if (x->end > out->last_end_ns) out->last_end_ns = x->end;
+            if (x->is_kernel && x->end > out->last_kernel_end_ns) out->last_kernel_end_ns = x->end;
+        }
+        busy += cur_e - cur_s;
+        out->records = (unsigned)g.nrecs;
+        out->first_start_ns = g.nrecs ? g.recs[0].start : 0;
+        out->ms = (double)busy * 1e-6;
+        out->sum_ms = (double)sum * 1e-6;
+    }
+    pthread_mutex_unlock(&g.mu);
+    return rc;
+}
+
+extern "C" int kl_rt_l2_flush(void)
+{
+    NEED_INIT();
+    size_t n = g.flush_bytes / sizeof(int4);
+    kl_rt_flush_kernel<<<1024, 256>>>((int4 *)g.flush_buf, n, (int)(++g.flush_count & 0x7fffffff));
+    CK(cudaGetLastError(), "launching the L2 flush kernel");
+    return KL_RT_OK;
+}
+
+/* ---- ceilings ------------------------------------------------------------------------------- */
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float median_of(float *v, unsigned n)
+{
+    qsort(v, n, sizeof *v, cmp_float);
+    return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+extern "C" int kl_rt_ceilings_measure(unsigned reps, kl_rt_ceilings *out)
+{
+    NEED_INIT();
+    memset(out, 0, sizeof *out);
+    if (reps < 1) reps = 1;
+    float *ms = (float *)calloc(reps, sizeof *ms);
+    if (!ms) {
+        set_err("", "out of host memory");
+        return KL_RT_ERR_NOMEM;
+    }
+    cudaDeviceProp p;
+    void *a = NULL, *b = NULL;
+    float *sink = NULL;
+    cudaStream_t s = NULL;
+    int rc = KL_RT_OK;
+    cudaError_t e;
+#define CKC(call, what)                                                                            \
+    do {                                                                                           \
+        e = (call);                                                                                \
+        if (e != cudaSuccess) {                                                                    \
+            rc = cuda_fail(e, what);                                                               \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+    CKC(cudaGetDeviceProperties(&p, g.ordinal), "cudaGetDeviceProperties");
+    CKC(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    {
+        /* copy: far larger than L2, read + write counted */
+        size_t bytes = (size_t)8 * (size_t)p.l2CacheSize;
+        if (bytes < ((size_t)256 << 20)) bytes = (size_t)256 << 20;
+        CKC(cudaMalloc(&a, bytes), "cudaMalloc(copy source)");
+        CKC(cudaMalloc(&b, bytes), "cudaMalloc(copy destination)");
+        CKC(cudaMemsetAsync(a, 0x3c, bytes, s), "cudaMemsetAsync");
+        for (unsigned i = 0; i < reps + 2; i++) {
+            CKC(cudaEventRecord(g.ev0, s), "cudaEventRecord");
+            CKC(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync device to device");
+            CKC(cudaEventRecord(g.ev1, s), "cudaEventRecord");
+            CKC(cudaEventSynchronize(g.ev1), "cudaEventSynchronize");
+            if (i >= 2) CKC(cudaEventElapsedTime(&ms[i - 2], g.ev0, g.ev1), "cudaEventElapsedTime");
+        }
+        float m = median_of(ms, reps);
+        out->copy_bytes = bytes;
+        out->copy_gbs = m > 0 ? 2.0 * (double)bytes / ((double)m * 1e-3) / 1e9 : 0;
+    }
+    {
+        int blocks = p.multiProcessorCount * 8, threads = 256, iters = 2048;
+        CKC(cudaMalloc(&sink, (size_t)blocks * threads * sizeof(float)), "cudaMalloc(ceiling output)");
+        for (unsigned i = 0; i < reps + 2; i++) {
+            CKC(cudaEventRecord(g.ev0, s), "cudaEventRecord");
+            kl_rt_fma_kernel<<<blocks, threads, 0, s>>>(sink, iters, 0.999f, 0.001f);
+            CKC(cudaGetLastError(), "launching the FMA ceiling kernel");
+            CKC(cudaEventRecord(g.ev1, s), "cudaEventRecord");
+            CKC(cudaEventSynchronize(g.ev1), "cudaEventSynchronize");
+            if (i >= 2) CKC(cudaEventElapsedTime(&ms[i - 2], g.ev0, g.ev1), "cudaEventElapsedTime");
+        }
+        float m = median_of(ms, reps);
+        double flops = 2.0 * FMA_CHAINS * FMA_UNROLL * (double)iters * blocks * threads;
+        out->fma_tflops = m > 0 ? flops / ((double)m * 1e-3) / 1e12 : 0;
+    }
+    if (p.major >= 8) {
+        int blocks = p.multiProcessorCount * 4, threads = 256, iters = 4096;
+        for (unsigned i = 0; i < reps + 2; i++) {
+            CKC(cudaEventRecord(g.ev0, s), "cudaEventRecord");
+            kl_rt_mma_kernel<<<blocks, threads, 0, s>>>(sink, iters);
+            CKC(cudaGetLastError(), "launching the tensor ceiling kernel");
+            CKC(cudaEventRecord(g.ev1, s), "cudaEventRecord");
+            CKC(cudaEventSynchronize(g.ev1), "cudaEventSynchronize");
+            if (i >= 2) CKC(cudaEventElapsedTime(&ms[i - 2], g.ev0, g.ev1), "cudaEventElapsedTime");
+        }
+        float m = median_of(ms, reps);
+        double warps = (double)blocks * threads / 32.0;
+        double flops = warps * iters * MMA_ACC * (2.0 * 16 * 8 * 16);
+        out->tensor_tflops = m > 0 ? flops / ((double)m * 1e-3) / 1e12 : 0;
+    }
+    out->reps = reps;
+done:
+#undef CKC
+    if (s) cudaStreamDestroy(s);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(sink);
+    free(ms);
+    return rc;
+}
+
+/* ---- cuBLAS, loaded on demand ---------------------------------------------------------------- */
+
+static void cublas_unload(void)
+{
+    if (g.cublas && g.cb_destroy) g.cb_destroy(g.cublas);
+    g.cublas = NULL;
+    if (g.cublas_lib) dlclose(g.cublas_lib);
+    g.cublas_lib = NULL;
+    g.cublas_tried = 0;
+}
+
+static int cublas_load(void)
+{
+    if (g.cublas) return KL_RT_OK;
+    if (g.cublas_tried) {
+        set_err("", "cuBLAS is not available");
+        return KL_RT_ERR_UNAVAILABLE;
+    }
+    g.cublas_tried = 1;
+    static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
+                                        KL_RT_CUDA_LIB64 "/libcublas.so"};
+    char tried[512] = "";
+    for (unsigned i = 0; i < sizeof names / sizeof names[0] && !g.cublas_lib; i++) {
+        g.cublas_lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!g.cublas_lib) {
+            size_t len = strlen(tried);
+            snprintf(tried + len, sizeof tried - len, "%s%s", len ? ", " : "", names[i]);
+        }
+    }
+    if (!g.cublas_lib) {
+        set_err("", "cuBLAS could not be loaded (tried %s)", tried);
+        return KL_RT_ERR_UNAVAILABLE;
+    }
+    g.cb_create = (cublas_create_fn)dlsym(g.cublas_lib, "cublasCreate_v2");
+    g.cb_destroy = (cublas_destroy_fn)dlsym(g.cublas_lib, "cublasDestroy_v2");
+    g.cb_set_stream = (cublas_set_stream_fn)dlsym(g.cublas_lib, "cublasSetStream_v2");
+    g.cb_set_math = (cublas_set_math_fn)dlsym(g.cublas_lib, "cublasSetMathMode");
+    g.cb_sgemm = (cublas_sgemm_fn)dlsym(g.cublas_lib, "cublasSgemm_v2");
+    g.cb_gemmex = (cublas_gemmex_fn)dlsym(g.cublas_lib, "cublasGemmEx");
+    if (!g.cb_create || !g.cb_destroy || !g.cb_set_stream || !g.cb_set_math || !g.cb_sgemm || !g.cb_gemmex) {
+        set_err("", "cuBLAS lacks an expected symbol (cublasCreate_v2, cublasSgemm_v2, cublasGemmEx …)");
+        dlclose(g.cublas_lib);
+        g.cublas_lib = NULL;
+        return KL_RT_ERR_UNAVAILABLE;
+    }
+    cublasStatus_t st = g.cb_create(&g.cublas);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        set_err("", "cublasCreate failed (status %d)", (int)st);
+        g.cublas = NULL;
+        return KL_RT_ERR_UNAVAILABLE;
+    }
+    /* no TF32 or other reduced precision: the f32 baseline is a true f32 GEMM */
+    st = g.cb_set_math(g.cublas, CUBLAS_DEFAULT_MATH);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        set_err("", "cublasSetMathMode failed (status %d)", (int)st);
+        return KL_RT_ERR_UNAVAILABLE;
+    }
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_cublas_available(void)
+{
+    if (!g.inited) return 0;
+    return cublas_load() == KL_RT_OK;
+}
+
+static int cublas_result(cublasStatus_t st, const char *what)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return cuda_fail(e, what);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        set_err("", "%s: cuBLAS status %d", what, (int)st);
+        return KL_RT_ERR_CUDA;
+    }
+    return KL_RT_OK;
+}
+
+static int gemm_args_ok(int M, int N, int K)
+{
+    if (M <= 0 || N <= 0 || K <= 0) {
+        set_err("", "GEMM sizes must be positive (M=%d N=%d K=%d)", M, N, K);
+        return 0;
+    }
+    return 1;
+}
+
+/* Row-major C = A B is column-major C^T = B^T A^T: swap the operands, swap M and N. */
+extern "C" int kl_rt_cublas_sgemm(const void *A, const void *B, void *C, int M, int N, int K, kl_rt_stream s)
+{
+    NEED_INIT();
+    if (!gemm_args_ok(M, N, K)) return KL_RT_ERR_INVALID;
+    int rc = cublas_load();
+    if (rc != KL_RT_OK) return rc;
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = g.cb_set_stream(g.cublas, (cudaStream_t)s);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = g.cb_sgemm(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, (const float *)B, N, (const float *)A, K,
+                        &zero, (float *)C, N);
+    return cublas_result(st, "cublasSgemm");
+}
+
+extern "C" int kl_rt_cublas_bf16gemm(const void *A, const void *B, void *C, int c_is_f32, int M, int N, int K,
+                                     kl_rt_stream s)
+{
+    NEED_INIT();
+    if (!gemm_args_ok(M, N, K)) return KL_RT_ERR_INVALID;
+    int rc = cublas_load();
+    if (rc != KL_RT_OK) return rc;
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t st = g.cb_set_stream(g.cublas, (cudaStream_t)s);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = g.cb_gemmex(g.cublas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &one, B, CUDA_R_16BF, N, A, CUDA_R_16BF, K,
+                         &zero, C, c_is_f32 ? CUDA_R_32F : CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return cublas_result(st, "cublasGemmEx (bf16, f32 accumulate)");
+}

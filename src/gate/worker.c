@@ -1,0 +1,1493 @@
+/*
+ * The worker: one JSON job in, one JSON result out (docs/gate-worker.md). Job "gate" runs
+ * a candidate kernel object through the stages correct, determinism, integrity, stream
+ * and profile; job "gpu-info" describes the device and measures its ceilings. CUDA is
+ * reached only through the device runtime (runtime.h), loaded with dlopen.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "gate/gate_int.h"
+#include "gate/measure.h"
+#include "gate/worker.h"
+#include "klineage/task.h"
+
+/* ---- state ------------------------------------------------------------------------------- */
+
+enum { BUILTIN_NONE = 0, BUILTIN_SGEMM = 1, BUILTIN_BF16GEMM = 2 };
+
+typedef struct launcher {
+    const char *role;          /* "candidate", "baseline" */
+    bool present;
+    kl_shim_object obj;        /* a shim object, or */
+    int builtin;               /* a vendor baseline (BUILTIN_*) */
+    const char *builtin_name;
+    unsigned ga, gb, gc, gm, gn, gk; /* the builtin's arguments: indexes into the task's args */
+} launcher;
+
+typedef struct dbuf {
+    void *base;                /* cudaMalloc'd: guard | data | guard */
+    void *ptr;                 /* base + shift: what the kernel gets */
+    size_t bytes, shift, alloc;
+} dbuf;
+
+/* One shape's arguments, on host and device. */
+typedef struct argset {
+    const kl_shape *shape;
+    size_t shift;              /* bytes of guard before each tensor (a multiple of 256) */
+    int64_t *counts;
+    size_t *bytes;
+    void **host;               /* inputs as filled (in, inout); NULL for out */
+    void **got;                /* outputs as read back (out, inout) */
+    void **scratch;            /* inputs as read back for the integrity check */
+    dbuf *dev;
+    int *scalars;
+    void **args;               /* what kl_shim_launch receives */
+    uint64_t seed;
+    bool filled;
+} argset;
+
+typedef struct ref_entry {
+    const kl_shape *shape;
+    uint64_t seed;
+    double **outs;
+    struct ref_entry *next;
+} ref_entry;
+
+typedef struct shape_req {
+    const kl_shape *shape;
+    bool reference;            /* compared with the CPU reference (else the baseline stands in) */
+} shape_req;
+
+typedef struct worker {
+    json_t *job, *result;
+    kl_rt_api rt;
+    bool rt_ready;
+    kl_task *task;
+    kl_reference *ref;
+    char *cache_dir;
+    launcher cand, base;
+    kl_rt_stream stream;
+    shape_req *shapes;
+    unsigned nshapes;
+    uint64_t *seeds;
+    unsigned nseeds;
+    kl_tolerance tol;
+    int timer;
+    ref_entry *refs;
+    const char *stage;         /* the stage running, for errors */
+
+    bool integrity_on;
+    unsigned integrity_launches;
+    bool integrity_ok;
+    kl_strbuf integrity_detail;
+
+    bool hygiene_ok;
+    kl_strbuf hygiene_detail;
+    kl_thread_set threads0;
+    kl_symbol_snapshot syms0;
+
+    int exit_code;
+    json_t *error;             /* {"stage","detail","cuda","sticky"} once failed */
+} worker;
+
+/* ---- errors and JSON helpers ---------------------------------------------------------------- */
+
+static json_t *jreal(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+static int fail(worker *w, int exit_code, const char *cuda, bool sticky, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail(worker *w, int exit_code, const char *cuda, bool sticky, const char *fmt, ...)
+{
+    if (w->error) return -1; /* the first failure is the one reported */
+    char buf[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    w->exit_code = exit_code;
+    w->error = json_pack("{s:s, s:s}", "stage", w->stage ? w->stage : "init", "detail", buf);
+    if (cuda && *cuda) json_object_set_new(w->error, "cuda", json_string(cuda));
+    if (exit_code == KL_WORKER_EXIT_CUDA) json_object_set_new(w->error, "sticky", json_boolean(sticky));
+    kl_log(KL_LOG_ERROR, "%s: %s", w->stage ? w->stage : "init", buf);
+    return -1;
+}
+
+/* A runtime call's result: 0, or the job fails with the runtime's message. */
+static int rtc(worker *w, int rc, const char *what)
+{
+    if (rc == KL_RT_OK) return 0;
+    if (rc == KL_RT_ERR_NO_DEVICE)
+        return fail(w, KL_WORKER_EXIT_NO_GPU, w->rt.error_name(), false, "no CUDA device: %s", w->rt.error());
+    if (rc == KL_RT_ERR_NOMEM || rc == KL_RT_ERR_INVALID || rc == KL_RT_ERR_UNAVAILABLE)
+        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s: %s", what, w->rt.error());
+    return fail(w, KL_WORKER_EXIT_CUDA, w->rt.error_name(), rc == KL_RT_ERR_STICKY, "%s: %s", what, w->rt.error());
+}
+
+static int kfail(worker *w, int exit_code, const kl_error *err)
+{
+    return fail(w, exit_code, NULL, false, "%s", err->message);
+}
+
+/* ---- job parsing ----------------------------------------------------------------------------- */
+
+static bool key_in(const char *key, const char *const *allowed)
+{
+    for (; *allowed; allowed++)
+        if (!strcmp(key, *allowed)) return true;
+    return false;
+}
+
+/* Every key of obj must be allowed: a typo between the two sides fails loudly. */
+static int check_keys(worker *w, json_t *obj, const char *where, const char *const *allowed)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        (void)v;
+        if (!key_in(key, allowed))
+            return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: %s: unknown key \"%s\"", where, key);
+    }
+    return 0;
+}
+
+static int get_string(worker *w, json_t *obj, const char *key, bool required, const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) {
+        if (required) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: key \"%s\" is required (a string)", key);
+        return 0;
+    }
+    if (!json_is_string(v)) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"%s\" must be a string", key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+static int get_number(worker *w, json_t *obj, const char *where, const char *key, double lo, double hi, double *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) return 0; /* keep the default */
+    if (!json_is_number(v))
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: %s\"%s\" must be a number", where, key);
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi))
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: %s\"%s\" is %g, expected %g to %g", where, key, d, lo, hi);
+    *out = d;
+    return 0;
+}
+
+static int get_bool(worker *w, json_t *obj, const char *where, const char *key, bool *out)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: %s\"%s\" must be true or false", where, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+typedef struct profile_opts {
+    bool on;
+    const char *shape;
+    double min_reps, max_reps, max_seconds, warmup, settle_rel;
+    bool flush_l2;
+} profile_opts;
+
+typedef struct gate_opts {
+    bool correct, determinism, integrity, stream;
+    profile_opts profile;
+    double reference_max_flops; /* < 0: no limit */
+    double copy_gbs, fma_tflops, tensor_tflops;
+    double slack_bytes, slack_flops;
+    bool want_cupti;
+    double stream_margin_us;
+} gate_opts;
+
+typedef struct gate_paths {
+    const char *task_dir, *cand_path, *base_path, *builtin;
+    json_t *bmap;
+} gate_paths;
+
+static int parse_stages(worker *w, json_t *stages, gate_opts *o)
+{
+    static const char *const keys[] = {"correct", "determinism", "integrity", "stream", "profile", NULL};
+    if (!json_is_object(stages)) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"stages\" must be an object");
+    if (check_keys(w, stages, "stages", keys)) return -1;
+    if (get_bool(w, stages, "stages.", "correct", &o->correct) || get_bool(w, stages, "stages.", "determinism", &o->determinism) ||
+        get_bool(w, stages, "stages.", "integrity", &o->integrity) || get_bool(w, stages, "stages.", "stream", &o->stream))
+        return -1;
+    json_t *p = json_object_get(stages, "profile");
+    if (!p || json_is_false(p) || json_is_null(p)) {
+        o->profile.on = false;
+        return 0;
+    }
+    if (json_is_true(p)) {
+        o->profile.on = true;
+        return 0;
+    }
+    if (!json_is_object(p))
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"stages.profile\" must be an object, true or false");
+    static const char *const pkeys[] = {"shape", "min_reps", "max_reps", "max_seconds", "warmup", "flush_l2",
+                                        "settle_rel", NULL};
+    if (check_keys(w, p, "stages.profile", pkeys)) return -1;
+    o->profile.on = true;
+    if (get_string(w, p, "shape", false, &o->profile.shape)) return -1;
+    if (!o->profile.shape) o->profile.shape = "bench";
+    if (get_number(w, p, "stages.profile.", "min_reps", 1, 100000, &o->profile.min_reps) ||
+        get_number(w, p, "stages.profile.", "max_reps", 1, 100000, &o->profile.max_reps) ||
+        get_number(w, p, "stages.profile.", "max_seconds", 0.01, 3600, &o->profile.max_seconds) ||
+        get_number(w, p, "stages.profile.", "warmup", 0, 1000, &o->profile.warmup) ||
+        get_number(w, p, "stages.profile.", "settle_rel", 1e-6, 1, &o->profile.settle_rel) ||
+        get_bool(w, p, "stages.profile.", "flush_l2", &o->profile.flush_l2))
+        return -1;
+    if (o->profile.max_reps < o->profile.min_reps) o->profile.max_reps = o->profile.min_reps;
+    return 0;
+}
+
+static int parse_shapes(worker *w, json_t *arr)
+{
+    if (!json_is_array(arr) || json_array_size(arr) == 0)
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"shapes\" must be a non-empty array of shape labels");
+    w->nshapes = (unsigned)json_array_size(arr);
+    w->shapes = calloc(w->nshapes, sizeof *w->shapes);
+    if (!w->shapes) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    for (unsigned i = 0; i < w->nshapes; i++) {
+        json_t *s = json_array_get(arr, i);
+        const char *label = NULL;
+        bool reference = true;
+        if (json_is_string(s)) {
+            label = json_string_value(s);
+        } else if (json_is_object(s)) {
+            static const char *const keys[] = {"label", "reference", NULL};
+            if (check_keys(w, s, "shapes[]", keys)) return -1;
+            json_t *l = json_object_get(s, "label");
+            if (!json_is_string(l))
+                return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: shapes[%u]: \"label\" must be a string", i);
+            label = json_string_value(l);
+            if (get_bool(w, s, "shapes[].", "reference", &reference)) return -1;
+        } else {
+            return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: shapes[%u] must be a label or {\"label\", \"reference\"}", i);
+        }
+        w->shapes[i].shape = kl_task_shape(w->task, label);
+        if (!w->shapes[i].shape)
+            return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: shapes[%u]: task %s has no shape \"%s\"", i,
+                        w->task->name ? w->task->name : "?", label);
+        w->shapes[i].reference = reference;
+    }
+    return 0;
+}
+
+static int parse_seeds(worker *w, json_t *arr)
+{
+    if (!arr) {
+        w->nseeds = 2;
+        w->seeds = calloc(2, sizeof *w->seeds);
+        if (!w->seeds) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+        w->seeds[0] = 1234;
+        w->seeds[1] = 5678;
+        return 0;
+    }
+    if (!json_is_array(arr) || json_array_size(arr) == 0)
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"seeds\" must be a non-empty array of integers");
+    w->nseeds = (unsigned)json_array_size(arr);
+    w->seeds = calloc(w->nseeds, sizeof *w->seeds);
+    if (!w->seeds) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    for (unsigned i = 0; i < w->nseeds; i++) {
+        json_t *s = json_array_get(arr, i);
+        if (!json_is_integer(s) || json_integer_value(s) < 0)
+            return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: seeds[%u] must be a non-negative integer", i);
+        w->seeds[i] = (uint64_t)json_integer_value(s);
+    }
+    return 0;
+}
+
+/* ---- launchers -------------------------------------------------------------------------------- */
+
+static int find_arg(const kl_task *t, const char *name, bool scalar, unsigned nth)
+{
+    /* by name (case-insensitive), else the nth argument of the kind */
+    unsigned seen = 0;
+    for (unsigned i = 0; i < t->nargs; i++)
+        if (t->args[i].name && !strcasecmp(t->args[i].name, name) && ((t->args[i].dtype == KL_DTYPE_NONE) == scalar))
+            return (int)i;
+    for (unsigned i = 0; i < t->nargs; i++) {
+        if ((t->args[i].dtype == KL_DTYPE_NONE) != scalar) continue;
+        if (seen++ == nth) return (int)i;
+    }
+    return -1;
+}
+
+/* A vendor baseline takes the task's GEMM arguments: A, B (inputs), C (output), M, N, K. */
+static int setup_builtin(worker *w, launcher *L, const char *name, json_t *map)
+{
+    const kl_task *t = w->task;
+    if (!strcmp(name, "cublas-sgemm")) L->builtin = BUILTIN_SGEMM;
+    else if (!strcmp(name, "cublas-bf16gemm")) L->builtin = BUILTIN_BF16GEMM;
+    else
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false,
+                    "job: baseline_builtin \"%s\" is not one of cublas-sgemm, cublas-bf16gemm", name);
+    L->builtin_name = name;
+    const char *names[6] = {"A", "B", "C", "M", "N", "K"};
+    int idx[6];
+    for (int i = 0; i < 6; i++) {
+        const char *want = names[i];
+        if (map) {
+            json_t *v = json_object_get(map, names[i]);
+            if (v && !json_is_string(v))
+                return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: baseline_args.%s must be an argument name", names[i]);
+            if (v) want = json_string_value(v);
+        }
+        idx[i] = find_arg(t, want, i >= 3, (unsigned)(i % 3));
+        if (idx[i] < 0)
+            return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "%s: task %s has no argument for GEMM operand %s", name,
+                        t->name ? t->name : "?", names[i]);
+    }
+    L->ga = (unsigned)idx[0];
+    L->gb = (unsigned)idx[1];
+    L->gc = (unsigned)idx[2];
+    L->gm = (unsigned)idx[3];
+    L->gn = (unsigned)idx[4];
+    L->gk = (unsigned)idx[5];
+    kl_dtype ta = t->args[L->ga].dtype, tb = t->args[L->gb].dtype, tc = t->args[L->gc].dtype;
+    kl_dtype want_in = L->builtin == BUILTIN_SGEMM ? KL_DTYPE_F32 : KL_DTYPE_BF16;
+    bool c_ok = L->builtin == BUILTIN_SGEMM ? tc == KL_DTYPE_F32 : (tc == KL_DTYPE_F32 || tc == KL_DTYPE_BF16);
+    if (ta != want_in || tb != want_in || !c_ok || t->args[L->gc].role == KL_ROLE_IN)
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false,
+                    "%s: task %s's operands are %s x %s -> %s; it needs %s inputs and a %s output", name,
+                    t->name ? t->name : "?", kl_dtype_name(ta), kl_dtype_name(tb), kl_dtype_name(tc),
+                    kl_dtype_name(want_in), L->builtin == BUILTIN_SGEMM ? "f32" : "f32 or bf16");
+    int rc = w->rt.cublas_available();
+    if (!rc) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s: %s", name, w->rt.error());
+    L->present = true;
+    return 0;
+}
+
+/* Launch L on the worker's stream with set's arguments; checks the launch error. */
+static int launch(worker *w, launcher *L, argset *set)
+{
+    int rc;
+    if (L->builtin) {
+        int M = set->scalars[L->gm], N = set->scalars[L->gn], K = set->scalars[L->gk];
+        if (L->builtin == BUILTIN_SGEMM)
+            rc = w->rt.cublas_sgemm(set->args[L->ga], set->args[L->gb], set->args[L->gc], M, N, K, w->stream);
+        else
+            rc = w->rt.cublas_bf16gemm(set->args[L->ga], set->args[L->gb], set->args[L->gc],
+                                       w->task->args[L->gc].dtype == KL_DTYPE_F32, M, N, K, w->stream);
+        return rtc(w, rc, L->builtin_name);
+    }
+    int shim_rc = L->obj.launch(set->args, w->stream);
+    rc = w->rt.check();
+    if (rc != KL_RT_OK) {
+        char what[128];
+        kl_snprintf(what, sizeof what, "the %s's launch()", L->role);
+        return rtc(w, rc, what);
+    }
+    if (shim_rc != 0)
+        return fail(w, KL_WORKER_EXIT_CUDA, NULL, false, "the %s's launch() left CUDA error %d", L->role, shim_rc);
+    return 0;
+}
+
+/* ---- argument sets --------------------------------------------------------------------------- */
+
+#define GUARD_BYTES 256
+#define GUARD_BYTE 0xA5
+
+static void argset_release(worker *w, argset *s)
+{
+    unsigned n = w->task ? w->task->nargs : 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (s->host) free(s->host[i]);
+        if (s->got) free(s->got[i]);
+        if (s->scratch) free(s->scratch[i]);
+        if (s->dev && s->dev[i].base && w->rt_ready) w->rt.free(s->dev[i].base);
+    }
+    free(s->counts);
+    free(s->bytes);
+    free(s->host);
+    free(s->got);
+    free(s->scratch);
+    free(s->dev);
+    free(s->scalars);
+    free(s->args);
+    memset(s, 0, sizeof *s);
+}
+
+/* Allocate host and device buffers for `shape`, each tensor `shift` bytes into its
+ * allocation with guard zones on both sides. */
+static int argset_init(worker *w, argset *s, const kl_shape *shape, size_t shift)
+{
+    const kl_task *t = w->task;
+    unsigned n = t->nargs;
+    kl_error err = {0};
+    memset(s, 0, sizeof *s);
+    s->shape = shape;
+    s->shift = shift;
+    s->counts = calloc(n, sizeof *s->counts);
+    s->bytes = calloc(n, sizeof *s->bytes);
+    s->host = calloc(n, sizeof *s->host);
+    s->got = calloc(n, sizeof *s->got);
+    s->scratch = calloc(n, sizeof *s->scratch);
+    s->dev = calloc(n, sizeof *s->dev);
+    s->scalars = calloc(n, sizeof *s->scalars);
+    s->args = calloc(n, sizeof *s->args);
+    if (!s->counts || !s->bytes || !s->host || !s->got || !s->scratch || !s->dev || !s->scalars || !s->args)
+        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    for (unsigned i = 0; i < n; i++) {
+        const kl_arg *a = &t->args[i];
+        if (a->dtype == KL_DTYPE_NONE) {
+            if (kl_task_arg_value(t, shape, i, &s->scalars[i], &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+            s->args[i] = &s->scalars[i];
+            continue;
+        }
+        if (kl_task_arg_count(t, shape, i, &s->counts[i], &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+        size_t es = kl_dtype_size(a->dtype);
+        if (s->counts[i] < 0 || (uint64_t)s->counts[i] > (SIZE_MAX / 2) / es)
+            return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s at %s: %lld elements do not fit in memory", a->name,
+                        shape->label, (long long)s->counts[i]);
+        size_t bytes = (size_t)s->counts[i] * es;
+        s->bytes[i] = bytes;
+        size_t hb = bytes ? bytes : 1;
+        if (a->role != KL_ROLE_OUT) {
+            s->host[i] = malloc(hb);
+            s->scratch[i] = malloc(hb);
+            if (!s->host[i] || !s->scratch[i])
+                return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s at %s: out of host memory for %zu bytes", a->name,
+                            shape->label, bytes);
+        }
+        if (a->role != KL_ROLE_IN) {
+            s->got[i] = malloc(hb);
+            if (!s->got[i])
+                return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s at %s: out of host memory for %zu bytes", a->name,
+                            shape->label, bytes);
+        }
+        dbuf *d = &s->dev[i];
+        d->bytes = bytes;
+        d->shift = shift;
+        d->alloc = shift + ((bytes + 255) & ~(size_t)255) + GUARD_BYTES;
+        char what[160];
+        kl_snprintf(what, sizeof what, "allocating %s at %s", a->name, shape->label);
+        if (rtc(w, w->rt.malloc(&d->base, d->alloc), what)) return -1;
+        d->ptr = (char *)d->base + shift;
+        s->args[i] = d->ptr;
+    }
+    return 0;
+}
+
+/* Fill the inputs from the task's distributions (host only). */
+static int argset_fill(worker *w, argset *s, uint64_t seed)
+{
+    kl_error err = {0};
+    for (unsigned i = 0; i < w->task->nargs; i++) {
+        const kl_arg *a = &w->task->args[i];
+        if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_OUT) continue;
+        if (kl_task_fill(w->task, s->shape, i, seed, s->host[i], s->counts[i], &err) != KL_OK)
+            return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    }
+    s->seed = seed;
+    s->filled = true;
+    return 0;
+}
+
+/* Device buffers: guards, inputs as filled, outputs poisoned with pass's byte. */
+static int argset_upload(worker *w, argset *s, int pass)
+{
+    for (unsigned i = 0; i < w->task->nargs; i++) {
+        const kl_arg *a = &w->task->args[i];
+        if (a->dtype == KL_DTYPE_NONE) continue;
+        dbuf *d = &s->dev[i];
+        if (rtc(w, w->rt.memset(d->base, GUARD_BYTE, d->alloc), "writing guard zones")) return -1;
+        if (a->role == KL_ROLE_OUT) {
+            if (rtc(w, w->rt.memset(d->ptr, kl_poison_byte(a->dtype, pass), d->bytes), "poisoning an output")) return -1;
+        } else if (d->bytes) {
+            if (rtc(w, w->rt.h2d(d->ptr, s->host[i], d->bytes), "copying an input to the device")) return -1;
+        }
+    }
+    return 0;
+}
+
+/* Read the outputs back (after a stream-only synchronize: the readback stream waits for nothing). */
+static int argset_read(worker *w, argset *s)
+{
+    for (unsigned i = 0; i < w->task->nargs; i++) {
+        const kl_arg *a = &w->task->args[i];
+        if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_IN || !s->bytes[i]) continue;
+        if (rtc(w, w->rt.d2h(s->got[i], s->dev[i].ptr, s->bytes[i]), "reading an output back")) return -1;
+    }
+    return 0;
+}
+
+static void integrity_note(worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void integrity_note(worker *w, const char *fmt, ...)
+{
+    if (!w->integrity_ok) return; /* the first fault is the one reported */
+    w->integrity_ok = false;
+    va_list ap;
+    va_start(ap, fmt);
+    kl_strbuf_vaddf(&w->integrity_detail, fmt, ap);
+    va_end(ap);
+}
+
+/* Inputs unchanged, guard zones intact (after a launch, device synchronized). */
+static int argset_integrity(worker *w, argset *s, const char *who)
+{
+    if (!w->integrity_on) return 0;
+    w->integrity_launches++;
+    unsigned char guard[2 * GUARD_BYTES + 512];
+    for (unsigned i = 0; i < w->task->nargs; i++) {
+        const kl_arg *a = &w->task->args[i];
+        if (a->dtype == KL_DTYPE_NONE) continue;
+        dbuf *d = &s->dev[i];
+        if (a->role == KL_ROLE_IN && d->bytes) {
+            if (rtc(w, w->rt.d2h(s->scratch[i], d->ptr, d->bytes), "reading an input back")) return -1;
+            int64_t first;
+            int64_t ndiff = kl_compare_bits(a->dtype, s->scratch[i], s->host[i], s->counts[i], &first);
+            if (ndiff)
+                integrity_note(w, "input '%s' changed by the %s at %s (seed %llu): %lld elements, first at %lld", a->name,
+                               who, s->shape->label, (unsigned long long)s->seed, (long long)ndiff, (long long)first);
+        }
+        /* the guard before (the shift, up to the guard size) and after the data */
+        size_t before = d->shift < GUARD_BYTES ? d->shift : GUARD_BYTES;
+        size_t after = d->alloc - d->shift - d->bytes;
+        if (after > sizeof guard - GUARD_BYTES) after = sizeof guard - GUARD_BYTES;
+        if (before && rtc(w, w->rt.d2h(guard, (char *)d->ptr - before, before), "reading a guard zone")) return -1;
+        if (after && rtc(w, w->rt.d2h(guard + before, (char *)d->ptr + d->bytes, after), "reading a guard zone")) return -1;
+        for (size_t k = 0; k < before + after; k++) {
+            if (guard[k] != GUARD_BYTE) {
+                bool pre = k < before;
+                integrity_note(w, "the %s wrote %s '%s' at %s (byte %s%zu)", who,
+                               pre ? "before the start of" : "past the end of", a->name, s->shape->label, pre ? "-" : "+",
+                               pre ? before - k : k - before);
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Run L on s (already uploaded): launch, synchronize only the worker's stream, read back. */
+static int run_once(worker *w, launcher *L, argset *s)
+{
+    if (rtc(w, w->rt.device_sync(), "synchronizing before the launch")) return -1;
+    if (launch(w, L, s)) return -1;
+    if (rtc(w, w->rt.stream_sync(w->stream), "synchronizing the launch stream")) return -1;
+    if (argset_read(w, s)) return -1;
+    if (rtc(w, w->rt.device_sync(), "synchronizing the device after the launch")) return -1;
+    if (L == &w->cand && argset_integrity(w, s, "candidate")) return -1;
+    return 0;
+}
+
+/* ---- the reference ----------------------------------------------------------------------------- */
+
+static void refs_free(worker *w)
+{
+    while (w->refs) {
+        ref_entry *e = w->refs;
+        w->refs = e->next;
+        for (unsigned i = 0; i < w->task->nargs; i++) free(e->outs[i]);
+        free(e->outs);
+        free(e);
+    }
+}
+
+/* The reference's outputs for (s->shape, s->seed), computed once per job. */
+static int reference_get(worker *w, argset *s, double ***outs)
+{
+    for (ref_entry *e = w->refs; e; e = e->next)
+        if (e->shape == s->shape && e->seed == s->seed) {
+            *outs = e->outs;
+            return 0;
+        }
+    kl_error err = {0};
+    if (!w->ref) {
+        if (kl_reference_load(w->task, w->cache_dir, &w->ref, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    }
+    ref_entry *e = calloc(1, sizeof *e);
+    if (e) e->outs = calloc(w->task->nargs, sizeof *e->outs);
+    if (!e || !e->outs) {
+        free(e);
+        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    }
+    /* inputs as filled; outputs are ignored by the reference */
+    void **args = calloc(w->task->nargs, sizeof *args);
+    if (!args) {
+        free(e->outs);
+        free(e);
+        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    }
+    for (unsigned i = 0; i < w->task->nargs; i++) args[i] = s->host[i] ? s->host[i] : s->got[i];
+    double t0 = kl_now();
+    kl_status st = kl_reference_run(w->ref, w->task, s->shape, args, e->outs, &err);
+    free(args);
+    if (st != KL_OK) {
+        free(e->outs);
+        free(e);
+        kl_error_prefix(&err, "the reference at %s", s->shape->label);
+        return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    }
+    kl_log(KL_LOG_DEBUG, "worker: reference at %s seed %llu: %.3f s", s->shape->label, (unsigned long long)s->seed,
+           kl_now() - t0);
+    e->shape = s->shape;
+    e->seed = s->seed;
+    e->next = w->refs;
+    w->refs = e;
+    *outs = e->outs;
+    return 0;
+}
+
+/* Compare s's outputs with the reference (or with `against`, another argset's outputs, with
+ * twice the tolerance). Appends per-output documents to outputs_json; *ok. */
+static int compare_outputs(worker *w, argset *s, argset *against, int pass, json_t *outputs_json, bool *ok)
+{
+    double **ref = NULL;
+    if (!against && reference_get(w, s, &ref)) return -1;
+    *ok = true;
+    kl_error err = {0};
+    for (unsigned i = 0; i < w->task->nargs; i++) {
+        const kl_arg *a = &w->task->args[i];
+        if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_IN) continue;
+        kl_compare_result r;
+        unsigned char poison[8];
+        memset(poison, kl_poison_byte(a->dtype, pass), sizeof poison);
+        kl_status st;
+        if (against) {
+            kl_tolerance tol2 = w->tol;
+            tol2.rel_l2 *= 2;
+            if (tol2.max_abs >= 0) tol2.max_abs *= 2;
+            st = kl_compare_typed(a->dtype, s->got[i], against->got[i], s->counts[i], &tol2, &r, &err);
+        } else {
+            st = kl_compare(a->dtype, s->got[i], ref[i], s->counts[i], &w->tol,
+                            a->role == KL_ROLE_OUT ? poison : NULL, &r, &err);
+        }
+        if (st != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+        if (!r.ok) *ok = false;
+        json_t *o = json_pack("{s:s, s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:s}", "arg", a->name, "rel_l2",
+                              jreal(r.rel_l2), "max_abs", jreal(r.max_abs), "first_bad", (json_int_t)r.first_bad, "nan",
+                              (json_int_t)r.nan, "inf", (json_int_t)r.inf, "unwritten", (json_int_t)r.unwritten,
+                              "mismatched", (json_int_t)r.mismatched, "count", (json_int_t)r.count, "ok", r.ok,
+                              "detail", r.detail);
+        if (outputs_json && o) json_array_append_new(outputs_json, o);
+        else json_decref(o);
+    }
+    return 0;
+}
+
+static double shape_cost(worker *w, const kl_shape *shape, const char *expr)
+{
+    int64_t v;
+    kl_error err = {0};
+    if (!expr || kl_task_eval(w->task, shape, expr, &v, &err) != KL_OK) return -1;
+    return (double)v;
+}
+
+static int64_t shape_elements(worker *w, const kl_shape *shape)
+{
+    int64_t total = 0, c;
+    kl_error err = {0};
+    for (unsigned i = 0; i < w->task->nargs; i++)
+        if (w->task->args[i].dtype != KL_DTYPE_NONE && kl_task_arg_count(w->task, shape, i, &c, &err) == KL_OK) total += c;
+    return total;
+}
+
+/* ---- stage: correct --------------------------------------------------------------------------- */
+
+static int stage_correct(worker *w, const gate_opts *o, bool *passed)
+{
+    w->stage = "correct";
+    json_t *entries = json_array();
+    json_object_set_new(w->result, "correct", entries);
+    *passed = true;
+    bool need_baseline = false;
+    for (unsigned k = 0; k < w->nshapes; k++) {
+        if (o->reference_max_flops >= 0) {
+            double f = shape_cost(w, w->shapes[k].shape, w->task->cost_flops);
+            if (f > o->reference_max_flops) w->shapes[k].reference = false;
+        }
+        if (!w->shapes[k].reference) need_baseline = true;
+    }
+    /* a baseline that stands in for the reference is validated against it first */
+    bool baseline_valid = false;
+    if (need_baseline && w->base.present) {
+        json_t *bc = json_array();
+        json_object_set_new(w->result, "baseline_correct", bc);
+        baseline_valid = true;
+        unsigned validated = 0;
+        for (unsigned k = 0; k < w->nshapes; k++) {
+            if (!w->shapes[k].reference) continue;
+            argset s;
+            int rc = argset_init(w, &s, w->shapes[k].shape, GUARD_BYTES);
+            bool ok = false;
+            json_t *outs = json_array();
+            if (!rc) rc = argset_fill(w, &s, w->seeds[0]);
+            if (!rc) rc = argset_upload(w, &s, 0);
+            if (!rc) rc = run_once(w, &w->base, &s);
+            if (!rc) rc = compare_outputs(w, &s, NULL, 0, outs, &ok);
+            json_array_append_new(bc, json_pack("{s:s, s:I, s:b, s:o}", "shape", s.shape->label, "seed",
+                                                (json_int_t)w->seeds[0], "ok", ok, "outputs", outs));
+            argset_release(w, &s);
+            if (rc) return -1;
+            if (!ok) baseline_valid = false;
+            validated++;
+        }
+        if (!validated) baseline_valid = false;
+    }
+
+    for (unsigned k = 0; k < w->nshapes; k++) {
+        const shape_req *req = &w->shapes[k];
+        for (unsigned si = 0; si < w->nseeds; si++) {
+            argset s, b;
+            memset(&b, 0, sizeof b);
+            if (argset_init(w, &s, req->shape, GUARD_BYTES) || argset_fill(w, &s, w->seeds[si])) {
+                argset_release(w, &s);
+                return -1;
+            }
+            bool use_base = !req->reference;
+            if (use_base && baseline_valid) {
+                if (argset_init(w, &b, req->shape, GUARD_BYTES) || argset_fill(w, &b, w->seeds[si]) ||
+                    argset_upload(w, &b, 0) || run_once(w, &w->base, &b)) {
+                    argset_release(w, &s);
+                    argset_release(w, &b);
+                    return -1;
+                }
+            }
+            for (int pass = 0; pass < 2; pass++) {
+                json_t *outs = json_array();
+                json_t *e = json_pack("{s:s, s:I, s:s}", "shape", req->shape->label, "seed", (json_int_t)w->seeds[si],
+                                      "poison", pass == 0 ? "nan" : "value");
+                json_array_append_new(entries, e);
+                bool ok = false;
+                if (use_base && !baseline_valid) {
+                    json_object_set_new(e, "checked_against", json_string("none"));
+                    json_object_set_new(e, "ok", json_false());
+                    json_object_set_new(e, "detail",
+                                        json_string(w->base.present
+                                                        ? "too large for the reference, and the baseline failed its own check"
+                                                        : "too large for the reference, and no baseline to stand in"));
+                    json_decref(outs);
+                    *passed = false;
+                    break;
+                }
+                int rc = argset_upload(w, &s, pass);
+                if (!rc) rc = run_once(w, &w->cand, &s);
+                if (!rc) rc = compare_outputs(w, &s, use_base ? &b : NULL, pass, outs, &ok);
+                json_object_set_new(e, "checked_against", json_string(use_base ? "baseline" : "reference"));
+                if (use_base) json_object_set_new(e, "detail", json_string("checked against baseline"));
+                json_object_set_new(e, "ok", json_boolean(ok));
+                json_object_set_new(e, "outputs", outs);
+                if (rc) {
+                    argset_release(w, &s);
+                    argset_release(w, &b);
+                    return -1;
+                }
+                if (!ok) *passed = false;
+            }
+            argset_release(w, &s);
+            argset_release(w, &b);
+        }
+    }
+    return 0;
+}
+
+/* ---- stage: determinism ------------------------------------------------------------------------ */
+
+/* The largest job shape compared with the reference, and the smallest. */
+static void pick_shapes(worker *w, const kl_shape **large_ref, const kl_shape **small_ref, const kl_shape **largest)
+{
+    *large_ref = *small_ref = *largest = NULL;
+    int64_t lmax = -1, smin = INT64_MAX, amax = -1;
+    for (unsigned k = 0; k < w->nshapes; k++) {
+        int64_t n = shape_elements(w, w->shapes[k].shape);
+        if (n > amax) {
+            amax = n;
+            *largest = w->shapes[k].shape;
+        }
+        if (!w->shapes[k].reference) continue;
+        if (n > lmax) {
+            lmax = n;
+            *large_ref = w->shapes[k].shape;
+        }
+        if (n < smin) {
+            smin = n;
+            *small_ref = w->shapes[k].shape;
+        }
+    }
+}
+
+static int det_trial(worker *w, argset *s, json_t *trials, const char *name, bool *all_ok)
+{
+    json_t *outs = json_array();
+    bool ok = false;
+    int rc = argset_upload(w, s, 0);
+    if (!rc) rc = run_once(w, &w->cand, s);
+    if (!rc) rc = compare_outputs(w, s, NULL, 0, outs, &ok);
+    json_array_append_new(trials, json_pack("{s:s, s:s, s:I, s:b, s:o}", "trial", name, "shape", s->shape->label, "seed",
+                                            (json_int_t)s->seed, "ok", ok, "outputs", outs));
+    if (!ok) *all_ok = false;
+    return rc;
+}
+
+static int stage_determinism(worker *w, const gate_opts *o, bool *passed)
+{
+    (void)o;
+    w->stage = "determinism";
+    json_t *doc = json_object();
+    json_t *trials = json_array();
+    json_object_set_new(w->result, "determinism", doc);
+    json_object_set_new(doc, "trials", trials);
+    *passed = true;
+    const kl_shape *mid, *small, *large;
+    pick_shapes(w, &mid, &small, &large);
+    if (!mid) {
+        json_object_set_new(doc, "ok", json_false());
+        json_object_set_new(doc, "detail", json_string("no job shape is compared with the reference"));
+        *passed = false;
+        return 0;
+    }
+    uint64_t s1 = w->seeds[0], s2 = w->nseeds > 1 ? w->seeds[1] : w->seeds[0] + 1;
+    kl_strbuf why = KL_STRBUF_INIT;
+    argset s, t;
+    memset(&t, 0, sizeof t);
+    int rc = argset_init(w, &s, mid, GUARD_BYTES);
+    /* 1. the same inputs twice: the same bits (exact tasks) or within tolerance */
+    if (!rc) rc = argset_fill(w, &s, s1);
+    if (!rc) rc = det_trial(w, &s, trials, "first run", passed);
+    void **first = NULL;
+    if (!rc) {
+        first = calloc(w->task->nargs, sizeof *first);
+        if (!first) rc = fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+        for (unsigned i = 0; !rc && i < w->task->nargs; i++) {
+            if (!s.got[i]) continue;
+            first[i] = malloc(s.bytes[i] ? s.bytes[i] : 1);
+            if (!first[i]) rc = fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+            else memcpy(first[i], s.got[i], s.bytes[i]);
+        }
+    }
+    if (!rc) rc = det_trial(w, &s, trials, "same inputs again", passed);
+    if (!rc) {
+        bool bitwise = true;
+        for (unsigned i = 0; i < w->task->nargs; i++) {
+            const kl_arg *a = &w->task->args[i];
+            if (!first || !first[i]) continue;
+            int64_t fd;
+            int64_t nd = kl_compare_bits(a->dtype, s.got[i], first[i], s.counts[i], &fd);
+            if (!nd) continue;
+            bitwise = false;
+            kl_compare_result r;
+            kl_error err = {0};
+            kl_compare_typed(a->dtype, s.got[i], first[i], s.counts[i], &w->tol, &r, &err);
+            if (w->tol.exact || !r.ok) {
+                *passed = false;
+                if (!why.len)
+                    kl_strbuf_addf(&why, "two runs on the same inputs differ: '%s' at %s, %lld elements, first at %lld%s",
+                                   a->name, mid->label, (long long)nd, (long long)fd,
+                                   w->tol.exact ? " (the task is exact)" : " (beyond the tolerance)");
+            }
+        }
+        json_object_set_new(doc, "bitwise_repeatable", json_boolean(bitwise));
+    }
+    if (first) {
+        for (unsigned i = 0; i < w->task->nargs; i++) free(first[i]);
+        free(first);
+    }
+    /* 2. the same buffers, new values: an answer cached by pointer fails */
+    if (!rc) rc = argset_fill(w, &s, s2);
+    if (!rc) rc = det_trial(w, &s, trials, "same buffers, new inputs", passed);
+    if (!rc && !*passed && !why.len)
+        kl_strbuf_addf(&why, "wrong after the same buffers were refilled with new inputs (an answer cached across calls?)");
+    argset_release(w, &s);
+    /* 3. fresh buffers at a shifted address: the allocator hands freed addresses back, so
+     * the shift is what makes every pointer new */
+    if (!rc) rc = argset_init(w, &t, mid, 3 * GUARD_BYTES);
+    if (!rc) rc = argset_fill(w, &t, s1);
+    if (!rc) {
+        bool before = *passed;
+        rc = det_trial(w, &t, trials, "fresh shifted buffers", passed);
+        if (!rc && before && !*passed && !why.len) kl_strbuf_addf(&why, "wrong in freshly allocated, shifted buffers");
+    }
+    argset_release(w, &t);
+    /* 4. a small shape right after a large one: stale shared memory or state shows there */
+    if (!rc && large && small && large != small) {
+        argset L;
+        rc = argset_init(w, &L, large, GUARD_BYTES);
+        if (!rc) rc = argset_fill(w, &L, s1);
+        if (!rc) rc = argset_upload(w, &L, 0);
+        if (!rc) rc = run_once(w, &w->cand, &L);
+        argset_release(w, &L);
+        if (!rc) rc = argset_init(w, &t, small, GUARD_BYTES);
+        if (!rc) rc = argset_fill(w, &t, s2);
+        if (!rc) {
+            bool before = *passed;
+            rc = det_trial(w, &t, trials, "small shape after a large one", passed);
+            if (!rc && before && !*passed && !why.len)
+                kl_strbuf_addf(&why, "wrong at %s right after a run at %s (state left from the larger run?)", small->label,
+                               large->label);
+        }
+        argset_release(w, &t);
+    }
+    if (!rc) {
+        json_object_set_new(doc, "ok", json_boolean(*passed));
+        if (*passed)
+            json_object_set_new(doc, "detail",
+                                json_string("repeatable, right after refilling the same buffers, in fresh shifted "
+                                            "buffers and after a larger shape"));
+        else
+            json_object_set_new(doc, "detail", json_string(why.len ? kl_strbuf_str(&why) : "a trial failed"));
+    }
+    kl_strbuf_release(&why);
+    return rc;
+}
+
+/* ---- stage: stream contract -------------------------------------------------------------------- */
+
+static int stage_stream(worker *w, const gate_opts *o, const kl_shape *shape, bool *passed)
+{
+    w->stage = "stream";
+    json_t *doc = json_object();
+    json_object_set_new(w->result, "stream", doc);
+    json_object_set_new(doc, "shape", json_string(shape->label));
+    *passed = true;
+    kl_strbuf why = KL_STRBUF_INIT;
+    argset s;
+    int rc = argset_init(w, &s, shape, GUARD_BYTES);
+    if (!rc) rc = argset_fill(w, &s, w->seeds[0]);
+    void **early = NULL;
+    if (!rc) {
+        early = calloc(w->task->nargs, sizeof *early);
+        if (!early) rc = fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+        for (unsigned i = 0; !rc && i < w->task->nargs; i++)
+            if (s.got[i] && !(early[i] = malloc(s.bytes[i] ? s.bytes[i] : 1)))
+                rc = fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    }
+    const unsigned trials = 3;
+    for (unsigned tr = 0; !rc && tr < trials && *passed; tr++) {
+        rc = argset_upload(w, &s, 0);
+        if (!rc) rc = rtc(w, w->rt.timer_begin(), "starting the timer");
+        if (!rc) rc = launch(w, &w->cand, &s);
+        if (!rc) rc = rtc(w, w->rt.stream_sync(w->stream), "synchronizing the launch stream");
+        uint64_t t_sync = w->rt.now_ns();
+        int idle = 1;
+        if (!rc) rc = rtc(w, w->rt.device_idle(50, &idle), "querying the device");
+        if (!rc) rc = argset_read(w, &s);
+        for (unsigned i = 0; !rc && i < w->task->nargs; i++)
+            if (s.got[i]) memcpy(early[i], s.got[i], s.bytes[i]);
+        kl_rt_timing t;
+        if (!rc) rc = rtc(w, w->rt.timer_end(&t), "stopping the timer"); /* synchronizes the device */
+        if (!rc) rc = argset_read(w, &s);
+        if (rc) break;
+        if (!idle) {
+            *passed = false;
+            kl_strbuf_addf(&why, "work left running on another stream: the device was still busy after the given "
+                                 "stream was synchronized");
+            break;
+        }
+        if (t.timer == KL_RT_TIMER_CUPTI && t.last_kernel_end_ns > t_sync + (uint64_t)(o->stream_margin_us * 1e3)) {
+            *passed = false;
+            kl_strbuf_addf(&why, "work left running on another stream: a kernel ended %.1f us after the given stream "
+                                 "was synchronized",
+                           (double)(t.last_kernel_end_ns - t_sync) * 1e-3);
+            break;
+        }
+        for (unsigned i = 0; i < w->task->nargs; i++) {
+            if (!s.got[i]) continue;
+            int64_t first;
+            int64_t nd = kl_compare_bits(w->task->args[i].dtype, early[i], s.got[i], s.counts[i], &first);
+            if (nd) {
+                *passed = false;
+                kl_strbuf_addf(&why, "outputs were incomplete when the given stream was synchronized: '%s' changed in "
+                                     "%lld elements afterwards, first at %lld (work left running on another stream)",
+                               w->task->args[i].name, (long long)nd, (long long)first);
+                break;
+            }
+        }
+    }
+    if (early) {
+        for (unsigned i = 0; i < w->task->nargs; i++) free(early[i]);
+        free(early);
+    }
+    argset_release(w, &s);
+    if (!rc) {
+        json_object_set_new(doc, "ok", json_boolean(*passed));
+        json_object_set_new(doc, "trials", json_integer(trials));
+        json_object_set_new(doc, "detail",
+                            json_string(*passed ? "outputs complete after synchronizing only the given stream; the "
+                                                  "device idle then"
+                                                : kl_strbuf_str(&why)));
+    }
+    kl_strbuf_release(&why);
+    return rc;
+}
+
+/* ---- stage: profile -------------------------------------------------------------------------- */
+
+static json_t *times_doc(const double *x, unsigned n, bool with_times, kl_stats *st)
+{
+    kl_error err = {0};
+    if (kl_stats_compute(x, n, st, &err) != KL_OK) return json_null();
+    json_t *d = json_pack("{s:o, s:o, s:o, s:o, s:o, s:I}", "median_ms", jreal(st->median), "q1_ms", jreal(st->q1), "q3_ms",
+                          jreal(st->q3), "min_ms", jreal(st->min), "max_ms", jreal(st->max), "reps", (json_int_t)n);
+    if (with_times) {
+        json_t *a = json_array();
+        for (unsigned i = 0; i < n; i++) json_array_append_new(a, jreal(x[i]));
+        json_object_set_new(d, "times_ms", a);
+    }
+    return d;
+}
+
+/* One timed repetition: inout buffers restored, L2 flushed, a window around one launch. */
+static int timed_rep(worker *w, const profile_opts *p, launcher *L, argset *s, dbuf *pristine, double *ms,
+                     unsigned *records)
+{
+    for (unsigned i = 0; i < w->task->nargs; i++)
+        if (pristine[i].base && rtc(w, w->rt.d2d(s->dev[i].ptr, pristine[i].base, s->bytes[i]), "restoring an inout buffer"))
+            return -1;
+    if (p->flush_l2 && rtc(w, w->rt.l2_flush(), "flushing L2")) return -1;
+    if (rtc(w, w->rt.timer_begin(), "starting the timer")) return -1;
+    if (launch(w, L, s)) return -1;
+    kl_rt_timing t;
+    if (rtc(w, w->rt.timer_end(&t), "stopping the timer")) return -1;
+    *ms = t.ms;
+    *records = t.records;
+    return 0;
+}
+
+static int stage_profile(worker *w, const gate_opts *o, bool *passed)
+{
+    w->stage = "profile";
+    const profile_opts *p = &o->profile;
+    const kl_shape *shape = kl_task_shape(w->task, p->shape);
+    if (!shape) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: stages.profile.shape: no shape \"%s\"", p->shape);
+    json_t *doc = json_object();
+    json_object_set_new(w->result, "profile", doc);
+    json_object_set_new(doc, "timer", json_string(w->timer == KL_RT_TIMER_CUPTI ? "cupti" : "events"));
+    json_object_set_new(doc, "shape", json_string(shape->label));
+    json_object_set_new(doc, "flush_l2", json_boolean(p->flush_l2));
+    *passed = true;
+
+    launcher *Ls[2] = {&w->cand, w->base.present ? &w->base : NULL};
+    unsigned nl = Ls[1] ? 2 : 1;
+    argset sets[2];
+    dbuf *pristine[2] = {NULL, NULL};
+    double *times[2] = {NULL, NULL};
+    memset(sets, 0, sizeof sets);
+    unsigned cap = (unsigned)p->max_reps, n = 0, zero_records = 0;
+    int rc = 0;
+    for (unsigned l = 0; !rc && l < nl; l++) {
+        rc = argset_init(w, &sets[l], shape, GUARD_BYTES);
+        if (!rc) rc = argset_fill(w, &sets[l], w->seeds[0]);
+        if (!rc) rc = argset_upload(w, &sets[l], 0);
+        if (!rc) {
+            pristine[l] = calloc(w->task->nargs, sizeof *pristine[l]);
+            times[l] = calloc(cap, sizeof *times[l]);
+            if (!pristine[l] || !times[l]) rc = fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+        }
+        for (unsigned i = 0; !rc && i < w->task->nargs; i++) {
+            if (w->task->args[i].role != KL_ROLE_INOUT || !sets[l].bytes[i]) continue;
+            rc = rtc(w, w->rt.malloc(&pristine[l][i].base, sets[l].bytes[i]), "allocating an inout copy");
+            if (!rc) rc = rtc(w, w->rt.d2d(pristine[l][i].base, sets[l].dev[i].ptr, sets[l].bytes[i]), "copying an inout buffer");
+        }
+    }
+    /* warm-up */
+    for (unsigned r = 0; !rc && r < (unsigned)p->warmup; r++)
+        for (unsigned l = 0; !rc && l < nl; l++) {
+            double ms;
+            unsigned recs;
+            rc = timed_rep(w, p, Ls[l], &sets[l], pristine[l], &ms, &recs);
+        }
+    /* interleaved: candidate, baseline, candidate, baseline … */
+    double t0 = kl_now();
+    const char *stopped = "max_reps";
+    bool settled = false;
+    while (!rc && n < cap) {
+        for (unsigned l = 0; !rc && l < nl; l++) {
+            unsigned recs = 0;
+            rc = timed_rep(w, p, Ls[l], &sets[l], pristine[l], &times[l][n], &recs);
+            if (!rc && l == 0 && w->timer == KL_RT_TIMER_CUPTI && recs == 0) zero_records++;
+        }
+        if (rc) break;
+        n++;
+        settled = kl_stats_settled(times[0], n, (unsigned)p->min_reps, p->settle_rel) &&
+                  (nl < 2 || kl_stats_settled(times[1], n, (unsigned)p->min_reps, p->settle_rel));
+        if (settled) {
+            stopped = "settled";
+            break;
+        }
+        if (kl_now() - t0 >= p->max_seconds && n >= 3) {
+            stopped = "max_seconds";
+            break;
+        }
+    }
+    if (!rc) {
+        kl_stats sc, sb;
+        json_object_set_new(doc, "reps", json_integer(n));
+        json_object_set_new(doc, "stopped", json_string(stopped));
+        json_object_set_new(doc, "settled", json_boolean(settled));
+        json_object_set_new(doc, "candidate", times_doc(times[0], n, true, &sc));
+        if (nl == 2) {
+            json_object_set_new(doc, "baseline", times_doc(times[1], n, true, &sb));
+            json_object_set_new(doc, "baseline_name",
+                                json_string(w->base.builtin ? w->base.builtin_name : "baseline object"));
+            if (sc.median > 0) json_object_set_new(doc, "speedup", jreal(sb.median / sc.median));
+        }
+        kl_strbuf why = KL_STRBUF_INIT;
+        if (zero_records) {
+            *passed = false;
+            kl_strbuf_addf(&why, "no device work was seen in %u timed launches (nothing ran on the GPU)", zero_records);
+        }
+        double bytes = shape_cost(w, shape, w->task->cost_bytes), flops = shape_cost(w, shape, w->task->cost_flops);
+        double sec = sc.median * 1e-3;
+        if (sec > 0 && bytes >= 0) {
+            double gbs = bytes / sec / 1e9;
+            json_object_set_new(doc, "bytes", json_real(bytes));
+            json_object_set_new(doc, "gbs", jreal(gbs));
+            if (o->copy_gbs > 0) {
+                json_object_set_new(doc, "frac_copy", jreal(gbs / o->copy_gbs));
+                if (gbs > o->copy_gbs * o->slack_bytes)
+                    kl_strbuf_addf(&why, "%sfaster than the device ceiling: %.0f GB/s moved, the copy ceiling is %.0f GB/s",
+                                   why.len ? "; " : "", gbs, o->copy_gbs);
+            }
+        }
+        if (sec > 0 && flops >= 0) {
+            double tf = flops / sec / 1e12;
+            double peak = o->tensor_tflops > o->fma_tflops ? o->tensor_tflops : o->fma_tflops;
+            json_object_set_new(doc, "flops", json_real(flops));
+            json_object_set_new(doc, "tflops", jreal(tf));
+            if (peak > 0) {
+                json_object_set_new(doc, "frac_peak", jreal(tf / peak));
+                if (tf > peak * o->slack_flops)
+                    kl_strbuf_addf(&why, "%sfaster than the device ceiling: %.1f TFLOP/s, the peak is %.1f TFLOP/s",
+                                   why.len ? "; " : "", tf, peak);
+            }
+        }
+        if (why.len) *passed = false;
+        json_object_set_new(doc, "ok", json_boolean(*passed));
+        json_object_set_new(doc, "detail", json_string(why.len ? kl_strbuf_str(&why) : "timed"));
+        kl_strbuf_release(&why);
+    }
+    for (unsigned l = 0; l < 2; l++) {
+        if (pristine[l])
+            for (unsigned i = 0; i < w->task->nargs; i++)
+                if (pristine[l][i].base) w->rt.free(pristine[l][i].base);
+        free(pristine[l]);
+        free(times[l]);
+        argset_release(w, &sets[l]);
+    }
+    return rc;
+}
+
+/* ---- hygiene: threads and interposition ---------------------------------------------------- */
+
+/* Threads the CUDA driver and CUPTI start lazily are named by them; anything else that
+ * appeared after the candidate was loaded is the candidate's. */
+static int hygiene_check(worker *w, const char *when)
+{
+    kl_thread_set now;
+    kl_error err = {0};
+    if (kl_threads_list(&now, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    kl_strbuf list = KL_STRBUF_INIT;
+    unsigned extra = kl_threads_new(&w->threads0, &now, true, &list);
+    if (extra && w->hygiene_ok) {
+        w->hygiene_ok = false;
+        kl_strbuf_addf(&w->hygiene_detail, "the candidate started %u thread%s %s: %s", extra, extra == 1 ? "" : "s", when,
+                       kl_strbuf_str(&list));
+    }
+    kl_strbuf_release(&list);
+    kl_threads_free(&now);
+    kl_strbuf why = KL_STRBUF_INIT;
+    if (!kl_symbols_check(&w->rt, &w->syms0, &w->cand.obj, &why) && w->hygiene_ok) {
+        w->hygiene_ok = false;
+        kl_strbuf_addf(&w->hygiene_detail, "the candidate interposes the harness's symbols (%s): %s", when,
+                       kl_strbuf_str(&why));
+    }
+    kl_strbuf_release(&why);
+    json_t *h = json_object_get(w->result, "hygiene");
+    json_object_set_new(h, "ok", json_boolean(w->hygiene_ok));
+    json_object_set_new(h, "detail", json_string(w->hygiene_ok ? "no threads started, no harness symbol interposed"
+                                                               : kl_strbuf_str(&w->hygiene_detail)));
+    return 0;
+}
+
+/* ---- jobs ------------------------------------------------------------------------------------ */
+
+static int device_doc(worker *w)
+{
+    kl_rt_device d;
+    if (rtc(w, w->rt.device_info(&d), "reading the device's properties")) return -1;
+    char cc[16];
+    kl_snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
+    json_object_set_new(w->result, "device",
+                        json_pack("{s:s, s:i, s:s, s:i, s:i, s:I, s:i, s:i, s:i, s:i, s:i, s:i, s:i}", "name", d.name,
+                                  "ordinal", d.ordinal, "cc", cc, "sms", d.sms, "l2_bytes", d.l2_bytes, "mem_bytes",
+                                  (json_int_t)d.mem_bytes, "clock_khz", d.clock_khz, "mem_clock_khz", d.mem_clock_khz,
+                                  "mem_bus_bits", d.mem_bus_bits, "driver", d.driver_version, "runtime",
+                                  d.runtime_version, "smem_per_block_optin", d.smem_per_block_optin, "regs_per_sm",
+                                  d.regs_per_sm));
+    return 0;
+}
+
+static int parse_gpu_info_job(worker *w, double *reps)
+{
+    static const char *const keys[] = {"job", "runtime", "nvcc", "arch", "cache_dir", "device", "reps", NULL};
+    if (check_keys(w, w->job, "gpu-info", keys)) return -1;
+    *reps = 20;
+    return get_number(w, w->job, "", "reps", 1, 10000, reps);
+}
+
+static int job_gpu_info(worker *w, double reps)
+{
+    w->stage = "ceilings";
+    int timer = KL_RT_TIMER_NONE;
+    if (rtc(w, w->rt.timer_init(1, &timer), "starting the timer")) return -1;
+    json_object_set_new(w->result, "timer", json_string(timer == KL_RT_TIMER_CUPTI ? "cupti" : "events"));
+    if (timer != KL_RT_TIMER_CUPTI) json_object_set_new(w->result, "timer_note", json_string(w->rt.error()));
+    kl_rt_ceilings c;
+    if (rtc(w, w->rt.ceilings_measure((unsigned)reps, &c), "measuring the ceilings")) return -1;
+    json_object_set_new(w->result, "ceilings",
+                        json_pack("{s:o, s:o, s:o, s:i, s:I, s:s, s:s, s:s}", "copy_gbs", jreal(c.copy_gbs), "fma_tflops",
+                                  jreal(c.fma_tflops), "tensor_tflops", jreal(c.tensor_tflops), "reps", (int)c.reps,
+                                  "copy_bytes", (json_int_t)c.copy_bytes, "copy",
+                                  "cudaMemcpyAsync device to device, bytes read + written", "fma",
+                                  "f32 FMA chains, 2 flops per FMA", "tensor",
+                                  "mma.sync.m16n8k16 bf16 x bf16 + f32 (not wgmma: a floor on the tensor peak)"));
+    json_object_set_new(w->result, "cublas", json_boolean(w->rt.cublas_available()));
+    return 0;
+}
+
+/* Everything of a gate job that is plain JSON, checked before CUDA is touched. */
+static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
+{
+    static const char *const keys[] = {"job", "runtime", "nvcc", "arch", "cache_dir", "device", "task_dir",
+                                       "candidate", "baseline", "baseline_builtin", "baseline_args", "shapes",
+                                       "seeds", "stages", "reference_max_flops", "ceilings", "ceiling_slack",
+                                       "timer", "stream_margin_us", NULL};
+    if (check_keys(w, w->job, "gate", keys)) return -1;
+    gate_opts o;
+    memset(&o, 0, sizeof o);
+    memset(gp, 0, sizeof *gp);
+    o.correct = o.determinism = o.integrity = o.stream = true;
+    o.profile = (profile_opts){true, "bench", 20, 200, 4, 3, 0.01, true};
+    o.reference_max_flops = -1;
+    o.slack_bytes = 1.25;
+    o.slack_flops = 2.0;
+    o.want_cupti = true;
+    o.stream_margin_us = 10;
+
+    const char *timer_s;
+    if (get_string(w, w->job, "task_dir", true, &gp->task_dir) || get_string(w, w->job, "candidate", true, &gp->cand_path) ||
+        get_string(w, w->job, "baseline", false, &gp->base_path) ||
+        get_string(w, w->job, "baseline_builtin", false, &gp->builtin) || get_string(w, w->job, "timer", false, &timer_s))
+        return -1;
+    if (gp->base_path && gp->builtin)
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: give \"baseline\" or \"baseline_builtin\", not both");
+    if (timer_s) {
+        if (!strcmp(timer_s, "events")) o.want_cupti = false;
+        else if (strcmp(timer_s, "cupti"))
+            return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"timer\" is cupti or events, not \"%s\"", timer_s);
+    }
+    json_t *stages = json_object_get(w->job, "stages");
+    if (stages && parse_stages(w, stages, &o)) return -1;
+    if (get_number(w, w->job, "", "reference_max_flops", 0, 1e30, &o.reference_max_flops) ||
+        get_number(w, w->job, "", "stream_margin_us", 0, 1e6, &o.stream_margin_us))
+        return -1;
+    json_t *ceil = json_object_get(w->job, "ceilings");
+    if (ceil) {
+        static const char *const ck[] = {"copy_gbs", "fma_tflops", "tensor_tflops", NULL};
+        if (!json_is_object(ceil)) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"ceilings\" must be an object");
+        if (check_keys(w, ceil, "ceilings", ck) || get_number(w, ceil, "ceilings.", "copy_gbs", 0, 1e9, &o.copy_gbs) ||
+            get_number(w, ceil, "ceilings.", "fma_tflops", 0, 1e9, &o.fma_tflops) ||
+            get_number(w, ceil, "ceilings.", "tensor_tflops", 0, 1e9, &o.tensor_tflops))
+            return -1;
+    }
+    json_t *slack = json_object_get(w->job, "ceiling_slack");
+    if (slack) {
+        static const char *const sk[] = {"bytes", "flops", NULL};
+        if (!json_is_object(slack)) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"ceiling_slack\" must be an object");
+        if (check_keys(w, slack, "ceiling_slack", sk) || get_number(w, slack, "ceiling_slack.", "bytes", 1, 100, &o.slack_bytes) ||
+            get_number(w, slack, "ceiling_slack.", "flops", 1, 100, &o.slack_flops))
+            return -1;
+    }
+
+    json_t *shapes = json_object_get(w->job, "shapes");
+    if (!json_is_array(shapes) || json_array_size(shapes) == 0)
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"shapes\" must be a non-empty array of shape labels");
+    gp->bmap = json_object_get(w->job, "baseline_args");
+    if (gp->bmap && !json_is_object(gp->bmap))
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"baseline_args\" must be an object");
+    *op = o;
+    return 0;
+}
+
+static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
+{
+    gate_opts o = *op;
+    const char *task_dir = gp->task_dir, *cand_path = gp->cand_path, *base_path = gp->base_path, *builtin = gp->builtin;
+    json_t *bmap = gp->bmap;
+    w->stage = "task";
+    kl_error err = {0};
+    if (kl_task_load(task_dir, &w->task, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    w->tol.rel_l2 = w->task->rel_l2;
+    w->tol.max_abs = w->task->max_abs;
+    w->tol.exact = w->task->exact;
+    if (parse_shapes(w, json_object_get(w->job, "shapes")) || parse_seeds(w, json_object_get(w->job, "seeds"))) return -1;
+
+    /* the harness first: timer (CUPTI's thread), stream, cuBLAS; then the snapshot */
+    w->stage = "init";
+    if (rtc(w, w->rt.timer_init(o.want_cupti, &w->timer), "starting the timer")) return -1;
+    if (o.want_cupti && w->timer != KL_RT_TIMER_CUPTI)
+        json_object_set_new(w->result, "timer_note", json_string(w->rt.error()));
+    if (rtc(w, w->rt.stream_create(&w->stream, 0), "creating the launch stream")) return -1;
+    w->cand.role = "candidate";
+    w->base.role = "baseline";
+    if (builtin && setup_builtin(w, &w->base, builtin, bmap)) return -1;
+    if (base_path) {
+        w->stage = "load";
+        if (kl_shim_object_load(base_path, &w->base.obj, &err) != KL_OK) {
+            kl_error_prefix(&err, "baseline");
+            return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+        }
+        w->base.present = true;
+    }
+    if (kl_threads_list(&w->threads0, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    kl_symbols_snapshot(&w->rt, &w->syms0);
+
+    w->stage = "load";
+    json_object_set_new(w->result, "hygiene", json_pack("{s:b, s:s}", "ok", 1, "detail", "pending"));
+    w->hygiene_ok = true;
+    if (kl_shim_object_load(cand_path, &w->cand.obj, &err) != KL_OK) {
+        json_object_set_new(w->result, "load", json_pack("{s:b, s:s}", "ok", 0, "detail", err.message));
+        json_object_del(w->result, "hygiene");
+        return 0;
+    }
+    w->cand.present = true;
+    json_object_set_new(w->result, "load", json_pack("{s:b, s:s}", "ok", 1, "detail", "the shim answered klineage-shim-1"));
+    if (hygiene_check(w, "when loaded")) return -1;
+    if (!w->hygiene_ok) return 0;
+
+    w->integrity_on = o.integrity;
+    w->integrity_ok = true;
+    bool ok = true;
+    if (o.correct) {
+        if (stage_correct(w, &o, &ok)) return -1;
+        if (hygiene_check(w, "while running")) return -1;
+        if (!w->hygiene_ok || !ok) goto integrity;
+    }
+    if (o.determinism) {
+        if (stage_determinism(w, &o, &ok)) return -1;
+        if (!ok) goto integrity;
+    }
+integrity:
+    if (o.integrity) {
+        json_object_set_new(w->result, "integrity",
+                            json_pack("{s:b, s:s, s:i}", "ok", w->integrity_ok, "detail",
+                                      w->integrity_ok ? "inputs unchanged and guard zones intact after every launch"
+                                                      : kl_strbuf_str(&w->integrity_detail),
+                                      "launches", (int)w->integrity_launches));
+        if (!w->integrity_ok) ok = false;
+    }
+    if (!ok || !w->hygiene_ok) return hygiene_check(w, "while running");
+    if (o.stream) {
+        const kl_shape *a, *b, *largest;
+        pick_shapes(w, &a, &b, &largest);
+        const kl_shape *sh = o.profile.on && kl_task_shape(w->task, o.profile.shape) ? kl_task_shape(w->task, o.profile.shape)
+                                                                                      : largest;
+        if (stage_stream(w, &o, sh, &ok)) return -1;
+        if (!ok) return hygiene_check(w, "while running");
+    }
+    if (o.profile.on && stage_profile(w, &o, &ok)) return -1;
+    w->stage = "finish";
+    if (rtc(w, w->rt.device_sync(), "the final device synchronize")) return -1;
+    if (rtc(w, w->rt.check(), "the final error check")) return -1;
+    return hygiene_check(w, "while running");
+}
+
+static int setup_runtime(worker *w)
+{
+    const char *rt_path, *nvcc, *arch, *cache;
+    if (get_string(w, w->job, "runtime", false, &rt_path) || get_string(w, w->job, "nvcc", false, &nvcc) ||
+        get_string(w, w->job, "arch", false, &arch) || get_string(w, w->job, "cache_dir", false, &cache))
+        return -1;
+    w->cache_dir = cache ? kl_strdup(cache) : kl_cache_dir();
+    if (!w->cache_dir) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    double dev = 0;
+    if (get_number(w, w->job, "", "device", 0, 1024, &dev)) return -1;
+    char *built = NULL;
+    kl_error err = {0};
+    if (!rt_path && (!nvcc || !arch))
+        return fail(w, KL_WORKER_EXIT_JOB, NULL, false,
+                    "job: give \"runtime\" (the device runtime's object), or \"nvcc\" and \"arch\" to build it");
+    w->stage = "init";
+    if (!rt_path) {
+        if (kl_runtime_build(nvcc, arch, w->cache_dir, &built, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+        rt_path = built;
+    }
+    kl_status st = kl_rt_api_load(rt_path, &w->rt, &err);
+    free(built);
+    if (st != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    int rc = w->rt.init((int)dev);
+    if (rc == KL_RT_ERR_NO_DEVICE) return fail(w, KL_WORKER_EXIT_NO_GPU, w->rt.error_name(), false, "no CUDA device: %s", w->rt.error());
+    if (rtc(w, rc, "initialising CUDA")) return -1;
+    w->rt_ready = true;
+    return device_doc(w);
+}
+
+int kl_worker_run(const char *job, size_t len, char **result)
+{
+    worker W;
+    worker *w = &W;
+    memset(w, 0, sizeof *w);
+    kl_strbuf_init(&w->integrity_detail, 1024);
+    kl_strbuf_init(&w->hygiene_detail, 1024);
+    w->result = json_object();
+    w->exit_code = KL_WORKER_EXIT_OK;
+    w->stage = "job";
+    json_error_t jerr;
+    w->job = json_loadb(job, len, JSON_REJECT_DUPLICATES, &jerr);
+    int rc = 0;
+    if (!w->job) {
+        rc = fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
+    } else if (!json_is_object(w->job)) {
+        rc = fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: expected a JSON object");
+    } else {
+        const char *kind = NULL;
+        rc = get_string(w, w->job, "job", true, &kind);
+        if (!rc && strcmp(kind, "gate") && strcmp(kind, "gpu-info"))
+            rc = fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"job\" is gate or gpu-info, not \"%s\"", kind);
+        bool gate = !rc && !strcmp(kind, "gate");
+        gate_opts o;
+        gate_paths gp;
+        double reps = 0;
+        if (!rc) {
+            json_object_set_new(w->result, "job", json_string(kind));
+            rc = gate ? parse_gate_job(w, &o, &gp) : parse_gpu_info_job(w, &reps);
+        }
+        if (!rc) rc = setup_runtime(w);
+        if (!rc) rc = gate ? job_gate(w, &o, &gp) : job_gpu_info(w, reps);
+    }
+    (void)rc;
+    json_object_set_new(w->result, "error", w->error ? w->error : json_null());
+    w->error = NULL;
+    *result = json_dumps(w->result, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
+
+    /* release: device memory first (a sticky context refuses, which is fine) */
+    refs_free(w);
+    if (w->stream && w->rt_ready && w->exit_code != KL_WORKER_EXIT_CUDA) w->rt.stream_destroy(w->stream);
+    kl_shim_object_unload(&w->cand.obj);
+    kl_shim_object_unload(&w->base.obj);
+    kl_reference_free(w->ref);
+    kl_task_free(w->task);
+    if (w->rt_ready && w->exit_code != KL_WORKER_EXIT_CUDA) w->rt.fini();
+    kl_rt_api_unload(&w->rt);
+    kl_threads_free(&w->threads0);
+    free(w->shapes);
+    free(w->seeds);
+    free(w->cache_dir);
+    kl_strbuf_release(&w->integrity_detail);
+    kl_strbuf_release(&w->hygiene_detail);
+    json_decref(w->job);
+    json_decref(w->result);
+    if (!*result) return KL_WORKER_EXIT_HARNESS;
+    return w->exit_code;
+}

@@ -1,0 +1,565 @@
+/*
+ * The backward walk. At each version: ask the rewriter for every simplification, keep only
+ * those that are simpler (fewer recognized optimizations) and pass the gate against the
+ * version they came from, move to the one that costs the least time, record everything.
+ * The document is saved after every step, so a walk resumes where it stopped.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/syntax.h"
+#include "lineage/lineage_int.h"
+
+typedef struct walk {
+    const kl_task *task;
+    const kl_lineage_options *opt;
+    json_t *doc;
+    char key[KL_HASH_HEX];
+    kl_error *err;
+} walk;
+
+static void progress(const walk *w, kl_walk_event ev, unsigned version, unsigned index, unsigned n,
+                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static void progress(const walk *w, kl_walk_event ev, unsigned version, unsigned index, unsigned n,
+                     const char *fmt, ...)
+{
+    if (!w->opt->progress) return;
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    w->opt->progress(w->opt->progress_user, ev, version, index, n, text);
+}
+
+static bool interrupted(const walk *w) { return w->opt->interrupt && *w->opt->interrupt; }
+
+void kl_lineage_key(const kl_task *task, const char *expert_text, const char *rewriter, char hex[KL_HASH_HEX])
+{
+    kl_hasher *h = kl_hasher_new();
+    kl_hasher_parts(h, KL_LINEAGE_FORMAT);
+    kl_hasher_parts(h, task->name);
+    kl_hasher_parts(h, expert_text);
+    kl_hasher_parts(h, rewriter);
+    kl_hasher_finish(h, hex);
+}
+
+/* A stable name for a version's text: the gate keys verdicts on it too. */
+static void version_name(const kl_task *task, const char *text, char *buf, size_t size)
+{
+    char hex[KL_HASH_HEX];
+    kl_hash_hex(text, strlen(text), hex);
+    kl_snprintf(buf, size, "%s/lineage-%.12s.cu", task->name, hex);
+}
+
+static kl_status save(walk *w)
+{
+    char stamp[32];
+    kl_utc_stamp(stamp, sizeof stamp);
+    json_object_set_new(w->doc, "updated", json_string(stamp));
+    char *text = json_dumps(w->doc, JSON_SORT_KEYS | JSON_COMPACT);
+    if (!text) return kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+    kl_status st = kl_store_put(w->opt->store, "lineage", w->key, text, w->err);
+    free(text);
+    return st;
+}
+
+static json_t *judgement_json(const kl_judgement *j)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "pass", json_boolean(j->pass));
+    if (!j->pass) {
+        json_object_set_new(o, "stage", json_string(j->stage));
+        json_object_set_new(o, "reason", json_string(j->reason));
+    }
+    json_object_set_new(o, "verdict", json_string(j->key));
+    if (j->speedup >= 0) json_object_set_new(o, "speedup", json_real(j->speedup));
+    if (j->cand_ms >= 0) json_object_set_new(o, "cand_ms", json_real(j->cand_ms));
+    if (j->base_ms >= 0) json_object_set_new(o, "base_ms", json_real(j->base_ms));
+    if (j->device[0]) json_object_set_new(o, "device", json_string(j->device));
+    if (j->date[0]) json_object_set_new(o, "date", json_string(j->date));
+    return o;
+}
+
+static kl_status judge(walk *w, const kl_task *task, const char *cand_text, const char *base_name,
+                       const char *base_text, bool profile, kl_judgement *j)
+{
+    char name[128];
+    version_name(w->task, cand_text, name, sizeof name);
+    memset(j, 0, sizeof *j);
+    j->speedup = j->cand_ms = j->base_ms = -1;
+    return w->opt->judge(w->opt->judge_user, task, name, cand_text, base_name, base_text, profile, j, w->err);
+}
+
+/* How many optimizations the rewriter recognizes in text (its simplification proposals). */
+static kl_status recognized(walk *w, const char *text, const char *name, unsigned *n, kl_candidates *keep)
+{
+    kl_rewrite_request req = {0};
+    req.kind = KL_REQ_SIMPLIFY;
+    req.source = text;
+    req.source_name = name;
+    req.task = w->task;
+    kl_candidates c;
+    kl_status st = kl_rewriter_propose(w->opt->rewriter, &req, &c, w->err);
+    if (st != KL_OK) return st;
+    *n = c.count;
+    if (keep)
+        *keep = c;
+    else
+        kl_candidates_free(&c);
+    return KL_OK;
+}
+
+static const char *doc_str(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+/* Order of preference among admitted proposals: least time lost (highest
+ * t_parent/t_child), then transform and site names, so ties break the same way always. */
+static bool better(const json_t *a, const json_t *b)
+{
+    double sa = json_number_value(json_object_get(a, "speedup"));
+    double sb = json_number_value(json_object_get(b, "speedup"));
+    if (!json_object_get(a, "speedup")) sa = 0;
+    if (!json_object_get(b, "speedup")) sb = 0;
+    if (sa != sb) return sa > sb;
+    int c = strcmp(doc_str(a, "transform"), doc_str(b, "transform"));
+    if (c) return c < 0;
+    return strcmp(doc_str(a, "site"), doc_str(b, "site")) < 0;
+}
+
+/* Gate the chosen step on the probe shapes: the optimized side (parent) against the
+ * simpler (child) as baseline, one derived task per shape. */
+static kl_status probe_step(walk *w, json_t *step, const char *parent, const char *child, unsigned version)
+{
+    json_t *shapes = kl_probe_shapes(w->task, w->opt->probes);
+    json_t *probes = json_array(), *passed = json_array(), *wrong = json_array(), *slower = json_array();
+    json_t *faster = json_array();
+    char *dir = NULL;
+    kl_status st = KL_OK;
+    if (w->opt->probe_dir) {
+        dir = kl_strdup(w->opt->probe_dir);
+    } else {
+        char *cache = kl_cache_dir();
+        dir = cache ? kl_path_join(cache, "probe") : NULL;
+        free(cache);
+    }
+    if (!dir) {
+        st = kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    char child_name[128];
+    version_name(w->task, child, child_name, sizeof child_name);
+    size_t i;
+    json_t *shape;
+    json_array_foreach(shapes, i, shape) {
+        if (interrupted(w)) {
+            st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted while probing");
+            goto cleanup;
+        }
+        char *tdir = NULL;
+        kl_task *pt = NULL;
+        st = kl_probe_task_dir(w->task, shape, dir, &tdir, w->err);
+        if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
+        free(tdir);
+        if (st != KL_OK) {
+            kl_task_free(pt);
+            goto cleanup;
+        }
+        char *shape_text = json_dumps(shape, JSON_SORT_KEYS | JSON_COMPACT);
+        progress(w, KL_WALK_PROBE, version, (unsigned)i + 1, (unsigned)json_array_size(shapes), "probe %s",
+                 shape_text ? shape_text : "?");
+        free(shape_text);
+        kl_judgement j;
+        st = judge(w, pt, parent, child_name, child, true, &j);
+        kl_task_free(pt);
+        if (st != KL_OK) goto cleanup;
+        if (j.unmeasured) {
+            st = kl_error_set(w->err, KL_ERR_UNMEASURED, "probe at a shape has no recorded verdict: %s", j.reason);
+            goto cleanup;
+        }
+        json_t *p = judgement_json(&j);
+        json_object_set(p, "shape", shape);
+        if (!j.pass) {
+            json_object_set_new(p, "broke", json_string(!strcmp(j.stage, "compile") ? "compile"
+                                                        : !strcmp(j.stage, "correct") ? "wrong"
+                                                                                       : "crash"));
+            json_array_append(wrong, shape);
+        } else {
+            json_array_append(passed, shape);
+            /* speedup here = t_child / t_parent: the optimization's gain at this shape */
+            if (j.speedup >= 0 && j.speedup < 0.95) {
+                json_object_set_new(p, "broke", json_string("slower"));
+                json_array_append(slower, shape);
+            } else if (j.speedup >= 0) {
+                json_array_append(faster, shape);
+            }
+        }
+        json_array_append_new(probes, p);
+    }
+    /* The task's own check shapes passed on both sides (the step was admitted). */
+    for (unsigned c = 0; c < w->task->nchecks; c++) {
+        json_t *s = json_object();
+        for (unsigned k = 0; k < w->task->nsizes; k++)
+            json_object_set_new(s, w->task->sizes[k], json_integer(w->task->checks[c].values[k]));
+        json_array_append_new(passed, s);
+    }
+    json_t *conds = kl_probe_conditions(w->task, passed, wrong, "wrong");
+    json_t *perf = kl_probe_conditions(w->task, faster, slower, "slower");
+    json_array_extend(conds, perf);
+    json_decref(perf);
+    json_object_set_new(step, "probes", probes);
+    probes = NULL;
+    json_object_set_new(step, "conditions", conds);
+cleanup:
+    free(dir);
+    json_decref(shapes);
+    json_decref(probes);
+    json_decref(passed);
+    json_decref(wrong);
+    json_decref(slower);
+    json_decref(faster);
+    return st;
+}
+
+/* One version: propose, judge, choose. *moved false when nothing could be admitted. */
+static kl_status walk_version(walk *w, unsigned version, bool *moved)
+{
+    *moved = false;
+    json_t *versions = json_object_get(w->doc, "versions");
+    json_t *cur = json_array_get(versions, version);
+    const char *text = doc_str(cur, "source");
+    char name[128];
+    version_name(w->task, text, name, sizeof name);
+
+    kl_candidates props = {0};
+    unsigned n_here = 0;
+    kl_status st = recognized(w, text, name, &n_here, &props);
+    if (st != KL_OK) return st;
+    json_object_set_new(cur, "recognized", json_integer(n_here));
+    progress(w, KL_WALK_PROPOSALS, version, 0, props.count, "%u simplifications proposed", props.count);
+
+    json_t *rejected = json_object_get(w->doc, "rejected");
+    for (unsigned r = 0; r < props.nrejected; r++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "version", json_integer(version));
+        json_object_set_new(o, "transform", json_string(props.rejected[r].transform));
+        json_object_set_new(o, "site", json_string(props.rejected[r].site));
+        json_object_set_new(o, "stage", json_string("rewrite"));
+        json_object_set_new(o, "reason", json_string(props.rejected[r].reason));
+        json_array_append_new(rejected, o);
+    }
+
+    json_t *admitted = json_array();
+    for (unsigned i = 0; i < props.count; i++) {
+        if (interrupted(w)) {
+            st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
+            goto cleanup;
+        }
+        const kl_candidate *c = &props.items[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "version", json_integer(version));
+        json_object_set_new(o, "transform", json_string(c->transform));
+        json_object_set_new(o, "site", json_string(c->site));
+        json_object_set_new(o, "note", json_string(c->note));
+        json_t *params = json_loads(c->params_json, 0, NULL);
+        json_object_set_new(o, "params", params ? params : json_object());
+        json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
+        if (feat) json_object_set_new(o, "features", feat);
+        unsigned n_child = 0;
+        st = recognized(w, c->source, name, &n_child, NULL);
+        if (st != KL_OK) {
+            json_decref(o);
+            goto cleanup;
+        }
+        if (n_child >= n_here) {
+            json_object_set_new(o, "stage", json_string("simpler"));
+            char why[160];
+            kl_snprintf(why, sizeof why, "not simpler: %u recognized optimizations after, %u before", n_child, n_here);
+            json_object_set_new(o, "reason", json_string(why));
+            json_array_append_new(rejected, o);
+            progress(w, KL_WALK_JUDGED, version, i + 1, props.count, "%s@%s rejected: %s", c->transform, c->site, why);
+            continue;
+        }
+        kl_judgement j;
+        st = judge(w, w->task, c->source, name, text, true, &j);
+        if (st != KL_OK) {
+            json_decref(o);
+            goto cleanup;
+        }
+        if (j.unmeasured) {
+            json_decref(o);
+            st = kl_error_set(w->err, KL_ERR_UNMEASURED, "%s@%s: no recorded verdict: %s", c->transform, c->site,
+                              j.reason);
+            goto cleanup;
+        }
+        json_t *jj = judgement_json(&j);
+        json_object_update(o, jj);
+        json_decref(jj);
+        json_object_set_new(o, "recognized", json_integer(n_child));
+        json_object_set_new(o, "source", json_string(c->source));
+        if (j.pass) {
+            json_array_append_new(admitted, o);
+            progress(w, KL_WALK_JUDGED, version, i + 1, props.count, "%s@%s admitted (parent/child time %.3f)",
+                     c->transform, c->site, j.speedup);
+        } else {
+            json_object_del(o, "source");
+            json_array_append_new(rejected, o);
+            progress(w, KL_WALK_JUDGED, version, i + 1, props.count, "%s@%s rejected at %s: %s", c->transform,
+                     c->site, j.stage, j.reason);
+        }
+    }
+
+    if (json_array_size(admitted) == 0) goto cleanup;
+    json_t *best = NULL;
+    size_t k;
+    json_t *a;
+    json_array_foreach(admitted, k, a) if (!best || better(a, best)) best = a;
+
+    const char *child = doc_str(best, "source");
+    json_t *step = json_object();
+    json_object_set_new(step, "from", json_integer(version));
+    json_object_set_new(step, "to", json_integer(version + 1));
+    const char *keys[] = {"transform", "site", "note", "params", "features", "verdict", "speedup", "cand_ms", "base_ms", "device", "date"};
+    for (unsigned q = 0; q < sizeof keys / sizeof keys[0]; q++)
+        if (json_object_get(best, keys[q])) json_object_set(step, keys[q], json_object_get(best, keys[q]));
+    char *hb = NULL, *ha = NULL;
+    unsigned line = 0;
+    kl_text_hunk(child, text, &hb, &ha, &line); /* before = simpler, after = optimized */
+    json_t *diff = json_object();
+    json_object_set_new(diff, "before", json_string(hb ? hb : ""));
+    json_object_set_new(diff, "after", json_string(ha ? ha : ""));
+    json_object_set_new(diff, "line", json_integer(line));
+    json_object_set_new(step, "diff", diff);
+    free(hb), free(ha);
+    json_object_set_new(step, "alternatives", json_integer((json_int_t)json_array_size(admitted) - 1));
+    /* Other admitted proposals are evidence too: kept, without their text. */
+    json_array_foreach(admitted, k, a) {
+        if (a == best) continue;
+        json_t *o = json_deep_copy(a);
+        json_object_del(o, "source");
+        json_object_set_new(o, "stage", json_string("chosen-other"));
+        json_object_set_new(o, "reason", json_string("admitted, but another simplification cost less time"));
+        json_array_append_new(rejected, o);
+    }
+
+    if (w->opt->probes) {
+        progress(w, KL_WALK_PROBE, version, 0, w->opt->probes, "probing %s", doc_str(step, "transform"));
+        st = probe_step(w, step, text, child, version);
+        if (st != KL_OK) {
+            json_decref(step);
+            goto cleanup;
+        }
+    }
+
+    json_t *v = json_object();
+    char hex[KL_HASH_HEX];
+    kl_hash_hex(child, strlen(child), hex);
+    json_object_set_new(v, "index", json_integer(version + 1));
+    json_object_set_new(v, "hash", json_string(hex));
+    json_object_set_new(v, "source", json_string(child));
+    json_object_set_new(v, "recognized", json_object_get(best, "recognized") ? json_deep_copy(json_object_get(best, "recognized")) : json_integer(0));
+    json_array_append_new(versions, v);
+    json_array_append_new(json_object_get(w->doc, "steps"), step);
+    progress(w, KL_WALK_STEP, version + 1, 0, 0, "step %u: removed %s at %s", version + 1,
+             doc_str(step, "transform"), doc_str(step, "site"));
+    *moved = true;
+cleanup:
+    json_decref(admitted);
+    kl_candidates_free(&props);
+    return st;
+}
+
+static kl_status load_or_start(walk *w, const char *expert_name, const char *expert_text)
+{
+    char *text = NULL;
+    kl_status st = KL_OK;
+    if (!w->opt->restart) {
+        st = kl_store_get(w->opt->store, "lineage", w->key, &text, w->err);
+        if (st == KL_OK) {
+            json_error_t je;
+            w->doc = json_loads(text, 0, &je);
+            free(text);
+            if (!w->doc || !json_is_array(json_object_get(w->doc, "versions")) ||
+                json_array_size(json_object_get(w->doc, "versions")) == 0)
+                return kl_error_set(w->err, KL_ERR_PARSE, "stored lineage %.12s is damaged: %s", w->key,
+                                    w->doc ? "no versions" : je.text);
+            return KL_OK;
+        }
+        if (st != KL_ERR_NOT_FOUND) return st;
+        kl_error_clear(w->err);
+    }
+    w->doc = json_object();
+    json_object_set_new(w->doc, "format", json_string(KL_LINEAGE_FORMAT));
+    json_object_set_new(w->doc, "key", json_string(w->key));
+    json_object_set_new(w->doc, "task", json_string(w->task->name));
+    json_object_set_new(w->doc, "task_dir", json_string(w->task->dir));
+    json_object_set_new(w->doc, "expert", json_string(expert_name));
+    json_object_set_new(w->doc, "rewriter", json_string(kl_rewriter_name(w->opt->rewriter)));
+    json_object_set_new(w->doc, "state", json_string("walking"));
+    json_t *bench = json_object();
+    for (unsigned k = 0; k < w->task->nsizes; k++)
+        json_object_set_new(bench, w->task->sizes[k], json_integer(w->task->bench.values[k]));
+    json_object_set_new(w->doc, "bench", bench);
+    char stamp[32];
+    kl_utc_stamp(stamp, sizeof stamp);
+    json_object_set_new(w->doc, "started", json_string(stamp));
+    json_t *v0 = json_object();
+    char hex[KL_HASH_HEX];
+    kl_hash_hex(expert_text, strlen(expert_text), hex);
+    json_object_set_new(v0, "index", json_integer(0));
+    json_object_set_new(v0, "hash", json_string(hex));
+    json_object_set_new(v0, "source", json_string(expert_text));
+    json_t *versions = json_array();
+    json_array_append_new(versions, v0);
+    json_object_set_new(w->doc, "versions", versions);
+    json_object_set_new(w->doc, "steps", json_array());
+    json_object_set_new(w->doc, "rejected", json_array());
+    return st;
+}
+
+/* The expert must pass the gate before anything is learned from it. */
+static kl_status judge_expert(walk *w, const char *naive_name, const char *naive_text)
+{
+    if (json_object_get(w->doc, "expert_verdict")) return KL_OK;
+    const char *text = doc_str(json_array_get(json_object_get(w->doc, "versions"), 0), "source");
+    kl_judgement j;
+    kl_status st = judge(w, w->task, text, naive_name, naive_text, true, &j);
+    if (st != KL_OK) return st;
+    if (j.unmeasured) return kl_error_set(w->err, KL_ERR_UNMEASURED, "the expert has no recorded verdict: %s", j.reason);
+    if (!j.pass)
+        return kl_error_set(w->err, KL_ERR_INVALID, "%s: the expert does not pass the gate (%s: %s)",
+                            doc_str(w->doc, "expert"), j.stage, j.reason);
+    json_object_set_new(w->doc, "expert_verdict", judgement_json(&j));
+    return save(w);
+}
+
+static kl_status finish(walk *w, const char *naive_name, const char *naive_text)
+{
+    json_t *versions = json_object_get(w->doc, "versions");
+    const char *root = doc_str(json_array_get(versions, json_array_size(versions) - 1), "source");
+    if (naive_text && !json_object_get(w->doc, "root_vs_naive")) {
+        kl_judgement j;
+        kl_status st = judge(w, w->task, root, naive_name, naive_text, true, &j);
+        if (st != KL_OK) return st;
+        if (j.unmeasured)
+            return kl_error_set(w->err, KL_ERR_UNMEASURED, "the root has no recorded verdict against naive: %s", j.reason);
+        json_object_set_new(w->doc, "root_vs_naive", judgement_json(&j));
+    }
+    json_object_set_new(w->doc, "state", json_string("done"));
+    return save(w);
+}
+
+kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, char **doc_json, kl_error *err)
+{
+    if (doc_json) *doc_json = NULL;
+    if (!opt || !opt->rewriter || !opt->store || !opt->judge)
+        return kl_error_set(err, KL_ERR_INVALID, "lineage: a rewriter, a store and a judge are required");
+    walk w = {task, opt, NULL, {0}, err};
+    char *expert_path = NULL, *expert_text = NULL, *naive_path = NULL, *naive_text = NULL;
+    kl_status st = KL_OK;
+    if (opt->expert_path) {
+        expert_path = kl_strdup(opt->expert_path);
+    } else if (task->expert) {
+        expert_path = kl_task_path(task, task->expert);
+    } else {
+        return kl_error_set(err, KL_ERR_INVALID, "%s/task.json: no \"expert\" kernel and no --expert given", task->dir);
+    }
+    KL_TRY(kl_file_read(expert_path, KL_SOURCE_MAX, &expert_text, NULL, err));
+    if (task->naive) {
+        naive_path = kl_task_path(task, task->naive);
+        KL_TRY(kl_file_read(naive_path, KL_SOURCE_MAX, &naive_text, NULL, err));
+    }
+    kl_lineage_key(task, expert_text, kl_rewriter_name(opt->rewriter), w.key);
+    KL_TRY(load_or_start(&w, expert_path, expert_text));
+    progress(&w, KL_WALK_START, 0, 0, 0, "walking %s from %s (%zu step(s) stored)", task->name, expert_path,
+             json_array_size(json_object_get(w.doc, "steps")));
+    KL_TRY(judge_expert(&w, naive_path, naive_text));
+
+    unsigned max_steps = opt->max_steps ? opt->max_steps : 64;
+    if (strcmp(doc_str(w.doc, "state"), "done") != 0) {
+        for (;;) {
+            json_t *versions = json_object_get(w.doc, "versions");
+            unsigned version = (unsigned)json_array_size(versions) - 1;
+            if (version >= max_steps) {
+                json_object_set_new(w.doc, "stop_reason", json_string("the step limit was reached"));
+                break;
+            }
+            bool moved = false;
+            st = walk_version(&w, version, &moved);
+            if (st != KL_OK) goto cleanup;
+            KL_TRY(save(&w));
+            if (!moved) {
+                json_object_set_new(w.doc, "stop_reason", json_string("nothing more can be removed"));
+                break;
+            }
+        }
+        KL_TRY(finish(&w, naive_path, naive_text));
+    }
+    progress(&w, KL_WALK_DONE, 0, 0, 0, "%zu step(s)", json_array_size(json_object_get(w.doc, "steps")));
+cleanup:
+    if (w.doc && doc_json) *doc_json = json_dumps(w.doc, JSON_SORT_KEYS | JSON_INDENT(2));
+    json_decref(w.doc);
+    free(expert_path), free(expert_text), free(naive_path), free(naive_text);
+    return st;
+}
+
+kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expert_path, const char *rewriter,
+                          char **doc_json, kl_error *err)
+{
+    char *path = expert_path ? kl_strdup(expert_path) : task->expert ? kl_task_path(task, task->expert) : NULL;
+    if (!path) return kl_error_set(err, KL_ERR_INVALID, "%s: no expert kernel", task->dir);
+    char *text = NULL;
+    kl_status st = kl_file_read(path, KL_SOURCE_MAX, &text, NULL, err);
+    free(path);
+    if (st != KL_OK) return st;
+    char key[KL_HASH_HEX];
+    kl_lineage_key(task, text, rewriter, key);
+    free(text);
+    return kl_store_get(store, "lineage", key, doc_json, err);
+}
+
+/* ---- the default judge: the gate ---------------------------------------------------------- */
+
+kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
+                                const char *base_name, const char *base_text, bool profile, kl_judgement *out,
+                                kl_error *err)
+{
+    kl_gate_source cand = {cand_name, cand_text};
+    kl_gate_source base = {base_name, base_text};
+    kl_judge_options jo = {0};
+    jo.no_profile = !profile;
+    kl_verdict *v = NULL;
+    kl_status st = kl_gate_judge(gate, task, &cand, base_text ? &base : NULL, &jo, &v, err);
+    memset(out, 0, sizeof *out);
+    out->speedup = out->cand_ms = out->base_ms = -1;
+    if (st == KL_ERR_UNMEASURED) {
+        out->unmeasured = true;
+        kl_snprintf(out->reason, sizeof out->reason, "%s", err ? err->message : "unmeasured");
+        if (v && v->key) kl_snprintf(out->key, sizeof out->key, "%s", v->key);
+        kl_verdict_free(v);
+        kl_error_clear(err);
+        return KL_OK;
+    }
+    if (st != KL_OK) {
+        kl_verdict_free(v);
+        return st;
+    }
+    out->pass = v->pass;
+    out->replayed = v->replayed;
+    if (v->failed_stage) kl_snprintf(out->stage, sizeof out->stage, "%s", v->failed_stage);
+    if (v->reason) kl_snprintf(out->reason, sizeof out->reason, "%s", v->reason);
+    if (v->key) kl_snprintf(out->key, sizeof out->key, "%s", v->key);
+    if (v->device) kl_snprintf(out->device, sizeof out->device, "%s", v->device);
+    if (v->date) kl_snprintf(out->date, sizeof out->date, "%s", v->date);
+    out->speedup = v->speedup;
+    out->cand_ms = v->median_ms;
+    if (v->speedup > 0 && v->median_ms > 0) out->base_ms = v->median_ms * v->speedup;
+    kl_verdict_free(v);
+    return KL_OK;
+}

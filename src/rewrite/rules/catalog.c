@@ -1,0 +1,629 @@
+/* The rules rewriter: the catalog of transforms and the `rules` backend (docs/rules.md). */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rewrite_int.h"
+#include "rewrite/rules/rules.h"
+#include "rewrite/rules/rules_b.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+/* The catalog, in a fixed order: this is the order of sites, candidates and listings.
+ * Transforms 9-16 are added here by their authors as they land (declared in rules_b.h). */
+const kl_rule *const kl_rules[] = {
+    &kl_rule_unroll, &kl_rule_launch_bounds, &kl_rule_fast_math, &kl_rule_smem_pad, &kl_rule_privatize,
+};
+const unsigned kl_rules_count = sizeof kl_rules / sizeof kl_rules[0];
+
+const kl_rule *kl_rule_find(const char *name)
+{
+    for (unsigned i = 0; i < kl_rules_count; i++)
+        if (!strcmp(kl_rules[i]->name, name)) return kl_rules[i];
+    return NULL;
+}
+
+/* ---- helpers for transforms --------------------------------------------------------------- */
+
+kl_status kl_rule_not_applicable(kl_error *err, const char *fmt, ...)
+{
+    char buf[KL_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "not applicable: %s", buf);
+}
+
+void kl_site_id(char *buf, size_t size, const char *kernel, TSNode at, const char *what)
+{
+    unsigned line = ts_node_start_point(at).row + 1;
+    if (what && *what)
+        kl_snprintf(buf, size, "%s:%u:%s", kernel ? kernel : "", line, what);
+    else
+        kl_snprintf(buf, size, "%s:%u", kernel ? kernel : "", line);
+}
+
+const kl_site *kl_sites_find(const kl_sites *s, const char *id, kl_site_dir dir)
+{
+    for (unsigned i = 0; i < s->count; i++)
+        if (s->items[i].dir == dir && !strcmp(s->items[i].id, id)) return &s->items[i];
+    return NULL;
+}
+
+static const kl_rule_param *rule_param(const kl_rule *rule, const char *name)
+{
+    for (unsigned i = 0; i < rule->nparams; i++)
+        if (rule->params[i].name && !strcmp(rule->params[i].name, name)) return &rule->params[i];
+    return NULL;
+}
+
+bool kl_rule_param_str(const kl_rule *rule, const json_t *params, const char *name, const char **out)
+{
+    const kl_rule_param *p = rule_param(rule, name);
+    if (!p) return false;
+    *out = p->deflt;
+    json_t *v = params ? json_object_get(params, name) : NULL;
+    if (json_is_string(v)) *out = json_string_value(v);
+    return true;
+}
+
+bool kl_rule_param_int(const kl_rule *rule, const json_t *params, const char *name, int64_t *out)
+{
+    const kl_rule_param *p = rule_param(rule, name);
+    if (!p) return false;
+    json_t *v = params ? json_object_get(params, name) : NULL;
+    const char *t = p->deflt;
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return true;
+    }
+    if (json_is_string(v)) t = json_string_value(v);
+    if (!t) return false;
+    char *end;
+    long long x = strtoll(t, &end, 10);
+    if (end == t || *end) return false;
+    *out = x;
+    return true;
+}
+
+static char *squeeze_ws(const char *t)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    for (const char *p = t; *p; p++)
+        if (!isspace((unsigned char)*p)) kl_strbuf_addc(&sb, *p);
+    char *r = kl_strbuf_detach(&sb, NULL);
+    return r ? r : kl_strdup("");
+}
+
+/* The extern "C" launch()'s parameter list, spaces removed (new string), or NULL. */
+static char *launch_signature(const kl_source *src)
+{
+    TSNode fn = kl_ast_function_named(src, "launch");
+    if (ts_node_is_null(fn)) return NULL;
+    TSNode ps = kl_ast_function_params(fn);
+    if (ts_node_is_null(ps)) return NULL;
+    char *t = kl_node_text(src, ps);
+    if (!t) return NULL;
+    char *s = squeeze_ws(t);
+    free(t);
+    return s;
+}
+
+kl_status kl_rules_check(const kl_source *orig, const char *result, size_t len, kl_error *err)
+{
+    kl_source *back = NULL;
+    kl_status st = kl_source_parse_text(kl_source_name(orig), result, len, &back, err);
+    if (st != KL_OK) return st;
+    char *want = NULL, *got = NULL;
+    unsigned before = kl_source_error_count(orig), after = kl_source_error_count(back);
+    if (after > before) {
+        kl_span where = {0};
+        char msg[128] = "";
+        /* name the first error that is new: the first one past the original's count */
+        for (unsigned i = 0; i < after && i < 64; i++) {
+            if (kl_source_error(back, i, &where, msg, sizeof msg)) break;
+        }
+        st = kl_error_set(err, KL_ERR_PARSE,
+                          "%s:%u:%u: the rewritten file does not parse back (%s; %u parse errors, the original had %u)",
+                          kl_source_name(orig), where.line, where.column, msg, after, before);
+        goto cleanup;
+    }
+    want = launch_signature(orig);
+    if (want) {
+        got = launch_signature(back);
+        if (!got) {
+            st = kl_error_set(err, KL_ERR_INVALID, "%s: the rewritten file lost extern \"C\" launch()",
+                              kl_source_name(orig));
+            goto cleanup;
+        }
+        if (strcmp(want, got)) {
+            st = kl_error_set(err, KL_ERR_INVALID, "%s: the rewritten launch() has parameters %s, expected %s",
+                              kl_source_name(orig), got, want);
+            goto cleanup;
+        }
+    }
+cleanup:
+    free(want);
+    free(got);
+    kl_source_free(back);
+    return st;
+}
+
+void kl_rules_indent(const kl_rule_ctx *ctx, uint32_t off, char *buf, size_t size)
+{
+    uint32_t a = kl_ast_line_start(ctx->text, off);
+    size_t n = 0;
+    while (a + n < ctx->len && (ctx->text[a + n] == ' ' || ctx->text[a + n] == '\t') && n + 1 < size) {
+        buf[n] = ctx->text[a + n];
+        n++;
+    }
+    buf[n] = '\0';
+}
+
+bool kl_rules_starts_line(const kl_rule_ctx *ctx, uint32_t off)
+{
+    uint32_t a = kl_ast_line_start(ctx->text, off);
+    for (uint32_t i = a; i < off; i++)
+        if (ctx->text[i] != ' ' && ctx->text[i] != '\t') return false;
+    return true;
+}
+
+void kl_rules_line_range(const kl_rule_ctx *ctx, TSNode n, const char *marker, uint32_t *start, uint32_t *end)
+{
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    *start = a;
+    *end = b;
+    if (!kl_rules_starts_line(ctx, a)) return;
+    uint32_t e = b;
+    while (e < ctx->len && (ctx->text[e] == ' ' || ctx->text[e] == '\t' || ctx->text[e] == '\r')) e++;
+    if (e < ctx->len && ctx->text[e] != '\n') return;
+    *start = kl_ast_line_start(ctx->text, a);
+    *end = e < ctx->len ? e + 1 : e;
+    if (!marker || *start == 0) return;
+    uint32_t pa = kl_ast_line_start(ctx->text, *start - 1);
+    uint32_t p = pa;
+    while (p < *start && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
+    char want[64];
+    kl_snprintf(want, sizeof want, "// %s", marker);
+    size_t wl = strlen(want);
+    if (p + wl <= *start && !memcmp(ctx->text + p, want, wl)) {
+        char after = ctx->text[p + wl];
+        if (after == '\n' || after == ':' || after == ' ' || after == '\r') *start = pa;
+    }
+}
+
+kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, kl_rules_fn_visit fn, void *user,
+                                 kl_error *err)
+{
+    TSNode fns[256];
+    unsigned n = kl_ast_functions(ctx->src, qualifier, fns, 256);
+    if (n > 256) n = 256;
+    kl_status st = KL_OK;
+    for (unsigned i = 0; i < n && st == KL_OK; i++) {
+        char *name = kl_ast_function_name(ctx->src, fns[i]);
+        if (!name) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        kl_affine_ctx *ax = NULL;
+        st = kl_affine_ctx_new(ctx->src, fns[i], &ax, err);
+        if (st == KL_ERR_INVALID) st = KL_OK; /* a declaration without a body: nothing to see */
+        else if (st == KL_OK) st = fn(ctx, name, fns[i], ax, user);
+        kl_affine_ctx_free(ax);
+        free(name);
+    }
+    return st;
+}
+
+/* ---- running one transform ---------------------------------------------------------------------- */
+
+/* Give sites of one rule and direction unique ids: a repeated id gets "#2", "#3" … */
+static kl_status unique_ids(kl_sites *s)
+{
+    for (unsigned i = 1; i < s->count; i++) {
+        unsigned same = 1;
+        for (unsigned k = 0; k < i; k++)
+            if (s->items[k].dir == s->items[i].dir && !strcmp(s->items[k].id, s->items[i].id)) same++;
+        if (same > 1) {
+            kl_strbuf sb = KL_STRBUF_INIT;
+            kl_strbuf_addf(&sb, "%s#%u", s->items[i].id, same);
+            char *n = kl_strbuf_detach(&sb, NULL);
+            if (!n) return KL_ERR_NOMEM;
+            free(s->items[i].id);
+            s->items[i].id = n;
+        }
+    }
+    return KL_OK;
+}
+
+static kl_status find_sites(const kl_rule *rule, const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    memset(out, 0, sizeof *out);
+    kl_status st = rule->find(ctx, out, err);
+    if (st == KL_OK) st = unique_ids(out);
+    if (st != KL_OK) {
+        kl_sites_release(out);
+        if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    }
+    return st;
+}
+
+/* Check every given parameter against the rule: a known name, one of the listed values. */
+static kl_status check_params(const kl_rule *rule, const json_t *params, kl_error *err)
+{
+    if (!params) return KL_OK;
+    if (!json_is_object(params)) return kl_error_set(err, KL_ERR_INVALID, "%s: parameters must be a JSON object", rule->name);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)params, key, v) {
+        const kl_rule_param *p = rule_param(rule, key);
+        if (!p) {
+            kl_strbuf sb = KL_STRBUF_INIT;
+            for (unsigned i = 0; i < rule->nparams; i++)
+                if (rule->params[i].name) kl_strbuf_addf(&sb, "%s%s", sb.len ? ", " : "", rule->params[i].name);
+            kl_status st = kl_error_set(err, KL_ERR_INVALID, "%s has no parameter '%s' (it takes: %s)", rule->name, key,
+                                        sb.len ? kl_strbuf_str(&sb) : "none");
+            kl_strbuf_release(&sb);
+            return st;
+        }
+        char val[64];
+        if (json_is_integer(v))
+            kl_snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+        else if (json_is_string(v))
+            kl_snprintf(val, sizeof val, "%s", json_string_value(v));
+        else
+            return kl_error_set(err, KL_ERR_INVALID, "%s: parameter '%s' must be a number or a string", rule->name, key);
+        if (!p->values) continue;
+        bool ok = false;
+        kl_strbuf sb = KL_STRBUF_INIT;
+        for (unsigned i = 0; p->values[i]; i++) {
+            if (!strcmp(p->values[i], val)) ok = true;
+            kl_strbuf_addf(&sb, "%s%s", i ? ", " : "", p->values[i]);
+        }
+        kl_status st = ok ? KL_OK
+                          : kl_error_set(err, KL_ERR_INVALID, "%s: parameter %s=%s is not one of %s", rule->name, key, val,
+                                         kl_strbuf_str(&sb));
+        kl_strbuf_release(&sb);
+        if (st != KL_OK) return st;
+    }
+    return KL_OK;
+}
+
+/* Turn a site into a new, checked source. */
+static kl_status run_site(const kl_rule *rule, const kl_rule_ctx *ctx, const kl_site *site, const json_t *params,
+                          char **out, kl_error *err)
+{
+    *out = NULL;
+    kl_edits ed = {0};
+    kl_status st = site->dir == KL_SITE_PRESENT ? rule->remove(ctx, site, &ed, err)
+                                                 : rule->apply(ctx, site, params, &ed, err);
+    if (st != KL_OK) goto cleanup;
+    if (ed.count == 0) {
+        st = kl_rule_not_applicable(err, "%s at %s changes nothing", rule->name, site->id);
+        goto cleanup;
+    }
+    KL_TRY(kl_edits_apply(&ed, ctx->text, ctx->len, out, err));
+    st = kl_rules_check(ctx->src, *out, strlen(*out), err);
+    if (st != KL_OK) {
+        kl_error_prefix(err, "%s at %s", rule->name, site->id);
+        free(*out);
+        *out = NULL;
+    }
+cleanup:
+    kl_edits_release(&ed);
+    return st;
+}
+
+static char *params_text(const kl_site *site, const json_t *given)
+{
+    const json_t *p = given ? given : site->params;
+    if (!p) return kl_strdup("{}");
+    return json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+/* ---- the public entry points ----------------------------------------------------------------- */
+
+kl_status kl_rules_catalog_json(char **json, kl_error *err)
+{
+    *json = NULL;
+    json_t *arr = json_array();
+    for (unsigned i = 0; arr && i < kl_rules_count; i++) {
+        const kl_rule *r = kl_rules[i];
+        json_t *ps = json_array();
+        for (unsigned k = 0; ps && k < r->nparams; k++) {
+            if (!r->params[k].name) continue;
+            json_t *vals = json_array();
+            for (unsigned v = 0; vals && r->params[k].values && r->params[k].values[v]; v++)
+                json_array_append_new(vals, json_string(r->params[k].values[v]));
+            json_array_append_new(ps, json_pack("{s:s, s:o, s:s?}", "name", r->params[k].name, "values", vals,
+                                                "default", r->params[k].deflt));
+        }
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "name", r->name, "intent", r->intent, "params", ps));
+    }
+    *json = arr ? json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(arr);
+    return *json ? KL_OK : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+}
+
+static kl_status parse_source(const char *name, const char *source, size_t len, kl_source **src, kl_error *err)
+{
+    kl_status st = kl_source_parse_text(name ? name : "<source>", source, len, src, err);
+    if (st != KL_OK) return st;
+    return KL_OK;
+}
+
+kl_status kl_rules_list(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
+                        char **json, kl_error *err)
+{
+    *json = NULL;
+    kl_source *src = NULL;
+    json_t *arr = NULL;
+    kl_status st = KL_OK;
+    if (transform && !kl_rule_find(transform)) {
+        st = kl_error_set(err, KL_ERR_NOT_FOUND, "no transform named '%s' (see docs/rules.md)", transform);
+        goto cleanup;
+    }
+    KL_TRY(parse_source(name, source, len, &src, err));
+    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), len, task};
+    arr = json_array();
+    if (!arr) goto oom;
+    for (unsigned i = 0; i < kl_rules_count; i++) {
+        const kl_rule *r = kl_rules[i];
+        if (transform && strcmp(transform, r->name)) continue;
+        kl_sites sites;
+        KL_TRY(find_sites(r, &ctx, &sites, err));
+        for (unsigned k = 0; k < sites.count; k++) {
+            const kl_site *s = &sites.items[k];
+            json_t *pv = s->params ? json_incref(s->params) : json_object();
+            json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O, s:o, s:s}", "transform", r->name, "site", s->id,
+                                  "direction", s->dir == KL_SITE_PRESENT ? "present" : "applicable", "kernel",
+                                  s->kernel, "line", (json_int_t)s->span.line, "column", (json_int_t)s->span.column,
+                                  "features", s->features, "params", pv, "note", s->note);
+            if (!o || json_array_append_new(arr, o)) {
+                kl_sites_release(&sites);
+                goto oom;
+            }
+        }
+        kl_sites_release(&sites);
+    }
+    *json = json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!*json) goto oom;
+    goto cleanup;
+oom:
+    st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+cleanup:
+    json_decref(arr);
+    kl_source_free(src);
+    return st;
+}
+
+kl_status kl_rules_rewrite(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
+                           const char *site_id, bool remove, const char *params_json, char **out, char **note,
+                           kl_error *err)
+{
+    *out = NULL;
+    if (note) *note = NULL;
+    const kl_rule *rule = kl_rule_find(transform);
+    if (!rule) return kl_error_set(err, KL_ERR_NOT_FOUND, "no transform named '%s' (see docs/rules.md)", transform);
+    kl_source *src = NULL;
+    json_t *params = NULL;
+    kl_sites sites = {0};
+    kl_status st = KL_OK;
+    if (params_json && *params_json) {
+        json_error_t je;
+        params = json_loads(params_json, 0, &je);
+        if (!params) {
+            st = kl_error_set(err, KL_ERR_INVALID, "parameters: %s (column %d)", je.text, je.column);
+            goto cleanup;
+        }
+    }
+    if (remove && params && json_object_size(params)) {
+        st = kl_error_set(err, KL_ERR_INVALID, "%s: removing takes no parameters", rule->name);
+        goto cleanup;
+    }
+    KL_TRY(check_params(rule, params, err));
+    KL_TRY(parse_source(name, source, len, &src, err));
+    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), len, task};
+    KL_TRY(find_sites(rule, &ctx, &sites, err));
+    kl_site_dir dir = remove ? KL_SITE_PRESENT : KL_SITE_APPLICABLE;
+    const kl_site *site = kl_sites_find(&sites, site_id, dir);
+    if (!site) {
+        kl_strbuf sb = KL_STRBUF_INIT;
+        for (unsigned i = 0; i < sites.count; i++)
+            if (sites.items[i].dir == dir) kl_strbuf_addf(&sb, "%s%s", sb.len ? ", " : "", sites.items[i].id);
+        const kl_site *other = kl_sites_find(&sites, site_id, remove ? KL_SITE_APPLICABLE : KL_SITE_PRESENT);
+        if (other)
+            st = kl_error_set(err, KL_ERR_NOT_APPLICABLE, "not applicable: %s at %s is a site to %s, not to %s",
+                              rule->name, site_id, remove ? "apply" : "remove", remove ? "remove" : "apply");
+        else
+            st = kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no site '%s' to %s in %s (sites: %s)", rule->name, site_id,
+                              remove ? "remove" : "apply", name ? name : "the source",
+                              sb.len ? kl_strbuf_str(&sb) : "none");
+        kl_strbuf_release(&sb);
+        goto cleanup;
+    }
+    KL_TRY(run_site(rule, &ctx, site, params, out, err));
+    if (note) {
+        kl_strbuf sb = KL_STRBUF_INIT;
+        kl_strbuf_addf(&sb, "%s %s at %s: %s", remove ? "removed" : "applied", rule->name, site->id, site->note);
+        *note = kl_strbuf_detach(&sb, NULL);
+    }
+cleanup:
+    kl_sites_release(&sites);
+    json_decref(params);
+    kl_source_free(src);
+    return st;
+}
+
+/* ---- the backend ------------------------------------------------------------------------------ */
+
+typedef struct rules_state {
+    unsigned max_per_site; /* APPLY without params: values of the first parameter tried per site */
+} rules_state;
+
+static kl_status rules_open(const char *config_json, void **state, kl_error *err)
+{
+    rules_state *s = calloc(1, sizeof *s);
+    if (!s) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    s->max_per_site = 0;
+    if (config_json && *config_json) {
+        json_error_t je;
+        json_t *c = json_loads(config_json, 0, &je);
+        if (!c || !json_is_object(c)) {
+            json_decref(c);
+            free(s);
+            return kl_error_set(err, KL_ERR_INVALID, "rules config: expected a JSON object (%s)", c ? "" : je.text);
+        }
+        json_t *m = json_object_get(c, "max_per_site");
+        if (json_is_integer(m) && json_integer_value(m) > 0) s->max_per_site = (unsigned)json_integer_value(m);
+        json_decref(c);
+    }
+    *state = s;
+    return KL_OK;
+}
+
+static void rules_close(void *state) { free(state); }
+
+/* Was (transform, site, params) already tried and rejected? */
+static bool was_rejected(const json_t *rejected, const char *transform, const char *site, const char *params)
+{
+    size_t i;
+    json_t *r;
+    if (!json_is_array(rejected)) return false;
+    json_array_foreach((json_t *)rejected, i, r) {
+        const char *t = json_string_value(json_object_get(r, "transform"));
+        const char *s = json_string_value(json_object_get(r, "site"));
+        if (!t || !s || strcmp(t, transform) || strcmp(s, site)) continue;
+        json_t *p = json_object_get(r, "params");
+        if (!p) return true;
+        char *pt = json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS);
+        bool same = pt && !strcmp(pt, params);
+        free(pt);
+        if (same) return true;
+    }
+    return false;
+}
+
+static kl_status add_candidate(kl_candidates *out, const char *text, const kl_rule *rule, const kl_site *site,
+                               const char *params, bool removing)
+{
+    kl_strbuf note = KL_STRBUF_INIT;
+    kl_strbuf_addf(&note, "%s %s at %s: %s", removing ? "removed" : "applied", rule->name, site->id, site->note);
+    kl_status st = note.failed ? KL_ERR_NOMEM
+                               : kl_candidates_add(out, text, rule->name, site->id, params, kl_strbuf_str(&note));
+    kl_strbuf_release(&note);
+    if (st == KL_OK && site->features) out->items[out->count - 1].features_json = json_dumps(site->features, JSON_COMPACT | JSON_SORT_KEYS);
+    return st;
+}
+
+static kl_status reject(kl_candidates *out, const kl_rule *rule, const kl_site *site, const kl_error *e)
+{
+    return kl_candidates_reject(out, rule->name, site->id, e->message[0] ? e->message : kl_strerror(e->status));
+}
+
+static bool full(const kl_rewrite_request *req, const kl_candidates *out)
+{
+    return req->max_candidates && out->count >= req->max_candidates;
+}
+
+static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_candidates *out, kl_error *err)
+{
+    rules_state *rs = state;
+    kl_source *src = NULL;
+    json_t *card = NULL, *rejected = NULL, *card_params = NULL;
+    const char *want = req->kind == KL_REQ_APPLY ? req->transform : NULL;
+    kl_status st = KL_OK;
+    if (!req->source) return kl_error_set(err, KL_ERR_INVALID, "rules: the request has no source");
+    const char *name = req->source_name ? req->source_name : "<source>";
+    if (req->kind == KL_REQ_APPLY && req->skill_json) {
+        json_error_t je;
+        card = json_loads(req->skill_json, 0, &je);
+        if (!card) {
+            st = kl_error_set(err, KL_ERR_PARSE, "skill card, line %d: %s", je.line, je.text);
+            goto cleanup;
+        }
+        const char *t = json_string_value(json_object_get(card, "transform"));
+        if (!t) {
+            st = kl_error_set(err, KL_ERR_INVALID, "skill card: no \"transform\" string (docs/skill-card.md)");
+            goto cleanup;
+        }
+        want = t;
+        card_params = json_object_get(card, "params");
+        if (card_params && !json_is_object(card_params)) card_params = NULL;
+    }
+    if (want && !kl_rule_find(want)) {
+        /* not ours: the card names a transform the catalog does not have */
+        st = kl_candidates_reject(out, want, "", "not applicable: the rules catalog has no transform of this name");
+        goto cleanup;
+    }
+    if (req->rejected_json) rejected = json_loads(req->rejected_json, 0, NULL);
+    size_t len = strlen(req->source);
+    KL_TRY(parse_source(name, req->source, len, &src, err));
+    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), len, req->task};
+    for (unsigned i = 0; i < kl_rules_count && !full(req, out); i++) {
+        const kl_rule *r = kl_rules[i];
+        if (want && strcmp(want, r->name)) continue;
+        kl_sites sites;
+        KL_TRY(find_sites(r, &ctx, &sites, err));
+        for (unsigned k = 0; k < sites.count && !full(req, out) && st == KL_OK; k++) {
+            const kl_site *s = &sites.items[k];
+            if (req->kind == KL_REQ_SIMPLIFY ? s->dir != KL_SITE_PRESENT : s->dir != KL_SITE_APPLICABLE) continue;
+            /* the parameter sets to try at this site */
+            json_t *tries = json_array();
+            if (!tries) {
+                st = KL_ERR_NOMEM;
+                break;
+            }
+            if (req->kind == KL_REQ_SIMPLIFY) {
+                json_array_append_new(tries, json_null());
+            } else if (card_params) {
+                json_array_append(tries, card_params);
+            } else if (r->nparams && r->params[0].name && r->params[0].values) {
+                for (unsigned v = 0; r->params[0].values[v]; v++) {
+                    if (rs->max_per_site && v >= rs->max_per_site) break;
+                    json_array_append_new(tries, json_pack("{s:s}", r->params[0].name, r->params[0].values[v]));
+                }
+            } else {
+                json_array_append_new(tries, json_null());
+            }
+            size_t ti;
+            json_t *p;
+            json_array_foreach(tries, ti, p) {
+                if (full(req, out)) break;
+                const json_t *given = json_is_null(p) ? NULL : p;
+                char *ptext = params_text(s, given);
+                if (!ptext) {
+                    st = KL_ERR_NOMEM;
+                    break;
+                }
+                if (was_rejected(rejected, r->name, s->id, ptext)) {
+                    free(ptext);
+                    continue;
+                }
+                kl_error e = {0};
+                char *text = NULL;
+                kl_status rst = check_params(r, given, &e);
+                if (rst == KL_OK) rst = run_site(r, &ctx, s, given, &text, &e);
+                if (rst == KL_OK)
+                    st = add_candidate(out, text, r, s, ptext, req->kind == KL_REQ_SIMPLIFY);
+                else if (rst == KL_ERR_NOMEM)
+                    st = KL_ERR_NOMEM;
+                else
+                    st = reject(out, r, s, &e);
+                free(text);
+                free(ptext);
+                if (st != KL_OK) break;
+            }
+            json_decref(tries);
+        }
+        kl_sites_release(&sites);
+        if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+        if (st != KL_OK) goto cleanup;
+    }
+cleanup:
+    json_decref(card);
+    json_decref(rejected);
+    kl_source_free(src);
+    return st;
+}
+
+const kl_rewriter_ops kl_rewriter_rules_ops = {"rules", rules_open, rules_close, rules_propose};

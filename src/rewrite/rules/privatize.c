@@ -1,0 +1,689 @@
+/*
+ * privatize — global atomics into a small table (`atomicAdd(&hist[v], 1)`) ↔ a per-block
+ * `__shared__` copy, zero-initialised, updated with shared-memory atomics and merged at the
+ * end with one global atomic per non-zero entry.
+ *
+ * Applicable: a pointer parameter P of a kernel whose every use is the address of an
+ * atomicAdd (`&P[i]` or `P + i`), with a table size proven at compile time: the task gives
+ * P a constant shape, every index is a byte (`x[i]` of a uint8_t/unsigned char array) or
+ * masked (`v & (C-1)`). Early returns in the kernel are kept working by running the
+ * original body in a local lambda so that every thread reaches the merge.
+ * Present: a 1-D `__shared__` array S updated by atomics and merged into a global
+ * pointer parameter G by `atomicAdd(&G[i], S[i])` in a statement of its own.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules_b.h"
+
+#define NAME "privatize"
+#define SMEM_LIMIT (48 * 1024)
+
+static const char *const atomic_names[] = {"atomicAdd", "atomicAdd_block", NULL};
+
+static bool is_atomic_add(const kl_rule_ctx *ctx, TSNode call)
+{
+    if (!rb_is(call, "call_expression")) return false;
+    TSNode fn = rb_field(call, "function");
+    for (int i = 0; atomic_names[i]; i++)
+        if (rb_text_is(ctx, fn, atomic_names[i])) return true;
+    return false;
+}
+
+/* The table pointer and index of an atomic's address: `&P[i]` or `P + i` / `i + P`. */
+static bool atomic_target(const kl_rule_ctx *ctx, TSNode call, TSNode *ptr, TSNode *index)
+{
+    TSNode args = rb_field(call, "arguments");
+    if (ts_node_named_child_count(args) != 2) return false;
+    TSNode addr = ts_node_named_child(args, 0);
+    while (rb_is(addr, "parenthesized_expression")) addr = ts_node_named_child(addr, 0);
+    if (rb_is(addr, "pointer_expression") && rb_text_is(ctx, rb_field(addr, "operator"), "&")) {
+        TSNode s = rb_field(addr, "argument");
+        if (!rb_is(s, "subscript_expression")) return false;
+        TSNode base = rb_field(s, "argument");
+        TSNode idx = rb_field(s, "indices");
+        if (!rb_is(base, "identifier") || ts_node_is_null(idx) || ts_node_named_child_count(idx) != 1) return false;
+        *ptr = base;
+        *index = ts_node_named_child(idx, 0);
+        return true;
+    }
+    if (rb_is(addr, "binary_expression") && rb_text_is(ctx, rb_field(addr, "operator"), "+")) {
+        TSNode l = rb_field(addr, "left"), r = rb_field(addr, "right");
+        if (rb_is(l, "identifier")) {
+            *ptr = l;
+            *index = r;
+            return true;
+        }
+        if (rb_is(r, "identifier")) {
+            *ptr = r;
+            *index = l;
+            return true;
+        }
+    }
+    return false;
+}
+
+typedef struct scan {
+    const kl_rule_ctx *ctx;
+    const char *name;        /* the table */
+    unsigned atomics;        /* uses that are atomic targets */
+    unsigned uses;           /* all identifier uses */
+    TSNode atomic_nodes[64];
+    TSNode index_nodes[64];
+    TSNode other_use;        /* first use that is not an atomic target */
+    unsigned returns;
+} scan;
+
+static bool scan_visit(TSNode n, void *user)
+{
+    scan *s = user;
+    if (rb_is(n, "return_statement")) s->returns++;
+    if (rb_is(n, "lambda_expression")) return true;
+    if (rb_is(n, "call_expression") && is_atomic_add(s->ctx, n)) {
+        TSNode p, i;
+        if (atomic_target(s->ctx, n, &p, &i) && rb_text_is(s->ctx, p, s->name)) {
+            if (s->atomics < 64) {
+                s->atomic_nodes[s->atomics] = p;
+                s->index_nodes[s->atomics] = i;
+            }
+            s->atomics++;
+            s->uses++;
+            /* the index and value may still use the name: count those as other uses */
+            TSNode args = rb_field(n, "arguments");
+            s->uses += rb_count_ident(s->ctx, i, s->name) + rb_count_ident(s->ctx, ts_node_named_child(args, 1), s->name);
+            TSNode val = ts_node_named_child(args, 1);
+            if (ts_node_is_null(s->other_use) && rb_count_ident(s->ctx, i, s->name)) s->other_use = i;
+            if (ts_node_is_null(s->other_use) && rb_count_ident(s->ctx, val, s->name)) s->other_use = val;
+            return false;
+        }
+    }
+    if (rb_is(n, "identifier") && rb_text_is(s->ctx, n, s->name)) {
+        s->uses++;
+        if (ts_node_is_null(s->other_use)) s->other_use = n;
+    }
+    return true;
+}
+
+typedef struct local_once {
+    const kl_rule_ctx *ctx;
+    const char *nm;
+    TSNode def;
+    unsigned defs, assigns;
+} local_once;
+
+static bool local_once_visit(TSNode n, void *user)
+{
+    local_once *lo = user;
+    if (rb_is(n, "init_declarator")) {
+        TSNode d = rb_field(n, "declarator");
+        if (rb_is(d, "identifier") && rb_text_is(lo->ctx, d, lo->nm)) {
+            lo->defs++;
+            lo->def = rb_field(n, "value");
+        }
+    } else if (rb_is(n, "assignment_expression")) {
+        TSNode l = rb_field(n, "left");
+        if (rb_is(l, "identifier") && rb_text_is(lo->ctx, l, lo->nm)) lo->assigns++;
+    } else if (rb_is(n, "update_expression")) {
+        TSNode l = rb_field(n, "argument");
+        if (rb_is(l, "identifier") && rb_text_is(lo->ctx, l, lo->nm)) lo->assigns++;
+    }
+    return true;
+}
+
+typedef struct uses_yz {
+    const kl_rule_ctx *ctx;
+    bool yes;
+} uses_yz;
+
+static bool uses_yz_visit(TSNode n, void *user)
+{
+    uses_yz *u = user;
+    if (rb_is_builtin(u->ctx, n, "threadIdx", 'y') || rb_is_builtin(u->ctx, n, "threadIdx", 'z')) u->yes = true;
+    return !u->yes;
+}
+
+/* Is an index provably in [0, bins)? Sets *bins when it proves a bound on its own. */
+static bool index_bound(const kl_rule_ctx *ctx, const rb_func *f, TSNode idx, long long *bins)
+{
+    while (rb_is(idx, "parenthesized_expression") || rb_is(idx, "cast_expression"))
+        idx = rb_is(idx, "cast_expression") ? rb_field(idx, "value") : ts_node_named_child(idx, 0);
+    if (rb_is(idx, "subscript_expression")) {
+        TSNode base = rb_field(idx, "argument");
+        char elem[64];
+        if (rb_is(base, "identifier")) {
+            char *nm = rb_text(ctx, base);
+            bool ptr = nm && rb_pointer_param(ctx, f, nm, elem, sizeof elem);
+            free(nm);
+            if (ptr && (strstr(elem, "uint8_t") || strstr(elem, "unsigned char"))) {
+                *bins = 256;
+                return true;
+            }
+        }
+        return false;
+    }
+    if (rb_is(idx, "binary_expression") && rb_text_is(ctx, rb_field(idx, "operator"), "&")) {
+        long long m;
+        if (rb_const_eval(ctx, f->body, rb_field(idx, "right"), &m) ||
+            rb_const_eval(ctx, f->body, rb_field(idx, "left"), &m)) {
+            if (m >= 0 && m < (1 << 20)) {
+                *bins = m + 1;
+                return true;
+            }
+        }
+    }
+    if (rb_is(idx, "identifier")) {
+        /* a local defined once, never reassigned, from a bounded expression */
+        char *nm = rb_text(ctx, idx);
+        if (!nm) return false;
+        local_once lo = {.ctx = ctx, .nm = nm};
+        rb_walk(f->body, local_once_visit, &lo);
+        free(nm);
+        if (lo.defs == 1 && !lo.assigns && !ts_node_is_null(lo.def)) return index_bound(ctx, f, lo.def, bins);
+    }
+    return false;
+}
+
+/* The table size from the task: the argument named `name` with a constant shape. */
+static bool task_bins(const kl_rule_ctx *ctx, const char *name, long long *bins)
+{
+    if (!ctx->task) return false;
+    for (unsigned i = 0; i < ctx->task->nargs; i++) {
+        const kl_arg *a = &ctx->task->args[i];
+        if (!a->name || strcmp(a->name, name) || !a->shape) continue;
+        char *end = NULL;
+        long long v = strtoll(a->shape, &end, 10);
+        while (end && *end == ' ') end++;
+        if (end && end != a->shape && !*end && v > 0) {
+            *bins = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+typedef struct table {
+    char name[64];
+    char elem[64];
+    long long bins;          /* 0: not proven */
+    const char *bins_from;   /* "task", "u8 index", "mask" */
+    unsigned atomics, returns;
+    TSNode first_atomic;
+    char why_not[256];       /* non-empty: apply is not applicable */
+} table;
+
+static void analyse_table(const kl_rule_ctx *ctx, const rb_func *f, const char *name, table *t)
+{
+    memset(t, 0, sizeof *t);
+    kl_snprintf(t->name, sizeof t->name, "%s", name);
+    rb_pointer_param(ctx, f, name, t->elem, sizeof t->elem);
+    scan s = {.ctx = ctx, .name = name};
+    rb_walk(f->body, scan_visit, &s);
+    t->atomics = s.atomics;
+    t->returns = s.returns;
+    if (s.atomics) t->first_atomic = s.atomic_nodes[0];
+    if (!ts_node_is_null(s.other_use)) {
+        kl_span sp = kl_node_span(s.other_use);
+        kl_snprintf(t->why_not, sizeof t->why_not,
+                    "%s:%u:%u: '%s' is used other than as the address of an atomicAdd; a private copy would "
+                    "not see that use",
+                    kl_source_name(ctx->src), sp.line, sp.column, name);
+        return;
+    }
+    if (s.atomics > 64) {
+        kl_snprintf(t->why_not, sizeof t->why_not, "%s: more than 64 atomics into '%s'", f->name, name);
+        return;
+    }
+    long long bins = 0;
+    if (task_bins(ctx, name, &bins)) t->bins_from = "task";
+    else {
+        for (unsigned i = 0; i < s.atomics; i++) {
+            long long b = 0;
+            if (!index_bound(ctx, f, s.index_nodes[i], &b)) {
+                kl_span sp = kl_node_span(s.index_nodes[i]);
+                kl_snprintf(t->why_not, sizeof t->why_not,
+                            "%s:%u:%u: cannot bound the index into '%s' by a compile-time constant (expected a "
+                            "byte, a mask `v & (C-1)`, or a task whose '%s' has a constant shape)",
+                            kl_source_name(ctx->src), sp.line, sp.column, name, name);
+                return;
+            }
+            if (b > bins) bins = b;
+        }
+        t->bins_from = "index";
+    }
+    t->bins = bins;
+    unsigned esz = rb_type_size(t->elem);
+    if (!esz) {
+        kl_snprintf(t->why_not, sizeof t->why_not, "%s: the element type '%s' of '%s' is not a known scalar",
+                    f->name, t->elem, name);
+        return;
+    }
+    if (bins * (long long)esz > SMEM_LIMIT) {
+        kl_snprintf(t->why_not, sizeof t->why_not,
+                    "%s: a private copy of '%s' needs %lld bytes of shared memory, more than %d", f->name, name,
+                    bins * (long long)esz, SMEM_LIMIT);
+        return;
+    }
+}
+
+/* ---- present sites ---------------------------------------------------------------------------- */
+
+typedef struct present {
+    TSNode decl;            /* __shared__ T S[N]; */
+    char shared[64];
+    char global[64];
+    TSNode init, init_sync; /* zero-fill statement and the barrier after it */
+    TSNode merge, merge_sync;
+    TSNode lambda_stmt;     /* `[&]() { ... }();` wrapping the body, or null */
+    TSNode block;           /* the compound statement holding decl/init/merge */
+} present;
+
+static bool is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
+{
+    if (!rb_is(d, "declaration")) return false;
+    uint32_t c = ts_node_named_child_count(d);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode ch = ts_node_named_child(d, i);
+        if (rb_is(ch, "type_qualifier") && rb_text_is(ctx, ch, "__shared__")) return true;
+    }
+    return false;
+}
+
+/* Does statement st only zero-fill S (`S[..] = 0` inside a for/if, or on its own)? */
+typedef struct zf {
+    const kl_rule_ctx *ctx;
+    const char *s;
+    unsigned zero_assigns, other;
+} zf;
+
+static bool zf_visit(TSNode n, void *user)
+{
+    zf *z = user;
+    if (rb_is(n, "assignment_expression")) {
+        TSNode l = rb_field(n, "left"), r = rb_field(n, "right");
+        if (rb_is(l, "subscript_expression") && rb_text_is(z->ctx, rb_field(l, "argument"), z->s)) {
+            long long v;
+            if (rb_text_is(z->ctx, rb_field(n, "operator"), "=") && rb_const_eval(z->ctx, (TSNode){0}, r, &v) && !v)
+                z->zero_assigns++;
+            else z->other++;
+            return false;
+        }
+    }
+    if (rb_is(n, "call_expression")) z->other++;
+    return true;
+}
+
+/* Is statement st a merge `atomicAdd(&G[i], S[i])` (possibly in a for/if)? Sets global. */
+typedef struct mg {
+    const kl_rule_ctx *ctx;
+    const rb_func *f;
+    const char *s;
+    char global[64];
+    unsigned merges, other_calls;
+} mg;
+
+static bool mg_visit(TSNode n, void *user)
+{
+    mg *m = user;
+    if (rb_is(n, "call_expression")) {
+        TSNode p, i;
+        if (is_atomic_add(m->ctx, n) && atomic_target(m->ctx, n, &p, &i)) {
+            TSNode val = ts_node_named_child(rb_field(n, "arguments"), 1);
+            char *g = rb_text(m->ctx, p);
+            /* the value is S[i] or a local read from it: the statement as a whole reads S */
+            (void)val;
+            if (g && rb_pointer_param(m->ctx, m->f, g, NULL, 0) && strcmp(g, m->s)) {
+                kl_snprintf(m->global, sizeof m->global, "%s", g);
+                m->merges++;
+            } else m->other_calls++;
+            free(g);
+            return false;
+        }
+        m->other_calls++;
+    }
+    return true;
+}
+
+static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, TSNode decl, present *p)
+{
+    memset(p, 0, sizeof *p);
+    TSNode d = rb_field(decl, "declarator");
+    if (!rb_is(d, "array_declarator") || rb_is(rb_field(d, "declarator"), "array_declarator")) return false;
+    TSNode id = rb_declarator_name(d);
+    if (ts_node_is_null(id)) return false;
+    uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
+    if (b - a >= sizeof p->shared) return false;
+    memcpy(p->shared, ctx->text + a, b - a);
+    p->shared[b - a] = '\0';
+    p->decl = decl;
+    p->block = ts_node_parent(decl);
+    uint32_t c = ts_node_named_child_count(p->block);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode st = ts_node_named_child(p->block, i);
+        if (ts_node_eq(st, decl) || rb_is(st, "comment")) continue;
+        if (!rb_count_ident(ctx, st, p->shared)) continue;
+        if (ts_node_is_null(p->init)) {
+            zf z = {.ctx = ctx, .s = p->shared};
+            rb_walk(st, zf_visit, &z);
+            if (z.zero_assigns && !z.other) {
+                p->init = st;
+                TSNode nx = rb_next_stmt(st);
+                if (rb_is_syncthreads(ctx, nx)) p->init_sync = nx;
+                continue;
+            }
+        }
+        mg m = {.ctx = ctx, .f = f, .s = p->shared};
+        rb_walk(st, mg_visit, &m);
+        if (m.merges && !m.other_calls && (rb_is(st, "for_statement") || rb_is(st, "if_statement") ||
+                                           rb_is(st, "expression_statement"))) {
+            p->merge = st;
+            kl_snprintf(p->global, sizeof p->global, "%s", m.global);
+            TSNode pv = rb_prev_stmt(st);
+            if (rb_is_syncthreads(ctx, pv)) p->merge_sync = pv;
+        }
+    }
+    if (ts_node_is_null(p->init) || ts_node_is_null(p->merge) || ts_node_is_null(p->init_sync) ||
+        ts_node_is_null(p->merge_sync))
+        return false;
+    /* the body between, when apply wrapped it in a lambda */
+    TSNode between = rb_next_stmt(p->init_sync);
+    if (rb_is(between, "expression_statement") && ts_node_eq(rb_next_stmt(between), p->merge_sync)) {
+        TSNode call = ts_node_named_child(between, 0);
+        if (rb_is(call, "call_expression") && rb_is(rb_field(call, "function"), "lambda_expression") &&
+            ts_node_named_child_count(rb_field(call, "arguments")) == 0)
+            p->lambda_stmt = between;
+    }
+    return true;
+}
+
+typedef struct decl_collect {
+    const kl_rule_ctx *ctx;
+    TSNode items[32];
+    unsigned n;
+} decl_collect;
+
+static bool decl_visit(TSNode n, void *user)
+{
+    decl_collect *dc = user;
+    if (is_shared_decl(dc->ctx, n) && dc->n < 32) dc->items[dc->n++] = n;
+    return true;
+}
+
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    rb_func fs[64];
+    unsigned nf = rb_functions(ctx, fs, 64);
+    kl_status st = KL_OK;
+    for (unsigned k = 0; k < nf; k++) {
+        const rb_func *f = &fs[k];
+        if (!f->global) continue;
+        /* present: shared tables merged into a global one */
+        decl_collect dc = {.ctx = ctx};
+        rb_walk(f->body, decl_visit, &dc);
+        for (unsigned i = 0; i < dc.n; i++) {
+            present p;
+            if (!find_present(ctx, f, dc.items[i], &p)) continue;
+            kl_span sp = kl_node_span(p.decl);
+            char id[256], note[256];
+            kl_snprintf(id, sizeof id, "%s:%u:%s", f->name, sp.line, p.shared);
+            kl_snprintf(note, sizeof note, "per-block copy '%s' of '%s', merged at the end", p.shared, p.global);
+            json_t *feat = json_pack("{s:s, s:s, s:b, s:b}", "shared", p.shared, "global", p.global, "wrapped_body",
+                                     !ts_node_is_null(p.lambda_stmt), "marker",
+                                     rb_has_marker(ctx, ts_node_start_byte(f->body), ts_node_end_byte(f->body), NAME));
+            KL_TRY(kl_sites_add(out, id, KL_SITE_PRESENT, sp, f->name, feat, json_object(), note));
+        }
+        /* applicable: pointer parameters used as atomicAdd targets */
+        uint32_t np = ts_node_is_null(f->params) ? 0 : ts_node_named_child_count(f->params);
+        for (uint32_t i = 0; i < np; i++) {
+            TSNode id = rb_declarator_name(rb_field(ts_node_named_child(f->params, i), "declarator"));
+            if (ts_node_is_null(id)) continue;
+            char *name = rb_text(ctx, id);
+            if (!name) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            table t;
+            if (rb_pointer_param(ctx, f, name, NULL, 0)) analyse_table(ctx, f, name, &t);
+            else t.atomics = 0;
+            free(name);
+            if (!t.atomics) continue;
+            kl_span sp = kl_node_span(t.first_atomic);
+            char sid[256], note[320];
+            kl_snprintf(sid, sizeof sid, "%s:%u:%s", f->name, sp.line, t.name);
+            if (t.why_not[0]) kl_snprintf(note, sizeof note, "not applicable: %s", t.why_not);
+            else kl_snprintf(note, sizeof note, "%u global atomic(s) into '%s' (%lld entries)", t.atomics, t.name, t.bins);
+            json_t *feat = json_pack("{s:s, s:s, s:I, s:s, s:i, s:b}", "table", t.name, "dtype", t.elem, "bins",
+                                     (json_int_t)t.bins, "bins_from", t.bins_from ? t.bins_from : "unknown",
+                                     "atomics", (int)t.atomics, "early_return", t.returns > 0);
+            KL_TRY(kl_sites_add(out, sid, KL_SITE_APPLICABLE, sp, f->name, feat, NULL, note));
+        }
+    }
+cleanup:
+    if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    return st;
+}
+
+static const rb_func *site_func(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, unsigned *nf)
+{
+    *nf = rb_functions(ctx, fs, 64);
+    return rb_function_named(fs, *nf, site->kernel);
+}
+
+/* The table name: the site id's last part. */
+static const char *site_what(const kl_site *site)
+{
+    const char *c = strrchr(site->id, ':');
+    return c ? c + 1 : site->id;
+}
+
+static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
+                       kl_error *err)
+{
+    rb_func fs[64];
+    unsigned nf;
+    const rb_func *f = site_func(ctx, site, fs, &nf);
+    if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
+    table t;
+    if (!rb_pointer_param(ctx, f, site_what(site), NULL, 0))
+        return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: kernel '%s' has no pointer parameter '%s'",
+                            kl_source_name(ctx->src), f->name, site_what(site));
+    analyse_table(ctx, f, site_what(site), &t);
+    if (!t.atomics)
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: '%s' in kernel '%s' is not an atomicAdd target",
+                            kl_source_name(ctx->src), t.name, f->name);
+    if (t.why_not[0]) return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s", t.why_not);
+    /* the private copy's name must be free */
+    char priv[96];
+    kl_snprintf(priv, sizeof priv, "%s_priv", t.name);
+    if (rb_count_ident(ctx, f->outer, priv))
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s' already uses the name '%s'",
+                            kl_source_name(ctx->src), f->name, priv);
+    /* blocks of more than one dimension need a linear thread index */
+    uses_yz yz = {ctx, false};
+    rb_walk(f->body, uses_yz_visit, &yz);
+    bool multi_dim = yz.yes;
+    const char *tid = multi_dim ? "threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)" : "threadIdx.x";
+    const char *nthreads = multi_dim ? "blockDim.x * blockDim.y * blockDim.z" : "blockDim.x";
+    /* the copy holds values: drop a const qualifier */
+    const char *elem = t.elem;
+    while (!strncmp(elem, "const ", 6)) elem += 6;
+    char ind[64];
+    TSNode first = ts_node_named_child(f->body, 0);
+    if (ts_node_is_null(first))
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s' is empty", kl_source_name(ctx->src), f->name);
+    rb_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
+    kl_status st = KL_OK;
+    uint32_t open = ts_node_start_byte(f->body) + 1;
+    uint32_t close = ts_node_end_byte(f->body) - 1;
+    uint32_t body_start = rb_line_end(ctx, open);
+    uint32_t body_end = rb_line_start(ctx, close);
+    if (body_end < body_start || !rb_line_blank_before(ctx, close))
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                            "%s: kernel '%s': expected its body's braces on lines of their own",
+                            kl_source_name(ctx->src), f->name);
+    KL_TRY(kl_edits_addf(out, body_start, body_start,
+                         "%s// privatize: a per-block copy of '%s' in shared memory, merged once per entry\n"
+                         "%s__shared__ %s %s[%lld];\n"
+                         "%sfor (int kl_i = %s; kl_i < %lld; kl_i += %s) %s[kl_i] = 0;\n"
+                         "%s__syncthreads();\n",
+                         ind, t.name, ind, elem, priv, t.bins, ind, tid, t.bins, nthreads, priv, ind));
+    if (t.returns) {
+        /* every thread must reach the merge: run the body in a lambda, where return leaves it */
+        /* the moved text with the atomic targets renamed, indented one level deeper */
+        scan s = {.ctx = ctx, .name = t.name};
+        rb_walk(f->body, scan_visit, &s);
+        kl_strbuf sb = KL_STRBUF_INIT;
+        uint32_t pos = body_start;
+        for (unsigned i = 0; i < s.atomics; i++) {
+            uint32_t a = ts_node_start_byte(s.atomic_nodes[i]), b = ts_node_end_byte(s.atomic_nodes[i]);
+            kl_strbuf_add(&sb, ctx->text + pos, a - pos);
+            kl_strbuf_adds(&sb, priv);
+            pos = b;
+        }
+        kl_strbuf_add(&sb, ctx->text + pos, body_end - pos);
+        char *moved = sb.failed ? NULL : rb_reindent(kl_strbuf_str(&sb), sb.len, 4);
+        kl_strbuf_release(&sb);
+        if (!moved) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        st = kl_edits_addf(out, body_start, body_end, "%s[&]() {\n%s%s}();\n", ind, moved, ind);
+        free(moved);
+        KL_TRY(st);
+    } else {
+        scan s = {.ctx = ctx, .name = t.name};
+        rb_walk(f->body, scan_visit, &s);
+        for (unsigned i = 0; i < s.atomics; i++)
+            KL_TRY(kl_edits_add(out, ts_node_start_byte(s.atomic_nodes[i]), ts_node_end_byte(s.atomic_nodes[i]), priv));
+    }
+    KL_TRY(kl_edits_addf(out, body_end, body_end,
+                         "%s__syncthreads();\n"
+                         "%sfor (int kl_i = %s; kl_i < %lld; kl_i += %s)\n"
+                         "%s    if (%s[kl_i] != 0) atomicAdd(&%s[kl_i], %s[kl_i]);\n",
+                         ind, ind, tid, t.bins, nthreads, ind, priv, t.name, priv));
+cleanup:
+    if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    (void)params;
+    return st;
+}
+
+typedef struct rename_collect {
+    const kl_rule_ctx *ctx;
+    const char *s;
+    kl_edits *out;
+    const char *g;
+    TSNode skip[4];
+    kl_status st;
+    TSNode other;
+} rename_collect;
+
+static bool rename_visit(TSNode n, void *user)
+{
+    rename_collect *r = user;
+    for (int i = 0; i < 4; i++)
+        if (!ts_node_is_null(r->skip[i]) && ts_node_eq(n, r->skip[i])) return false;
+    if (rb_is(n, "call_expression") && is_atomic_add(r->ctx, n)) {
+        TSNode p, i;
+        if (atomic_target(r->ctx, n, &p, &i) && rb_text_is(r->ctx, p, r->s)) {
+            if (r->st == KL_OK) r->st = kl_edits_add(r->out, ts_node_start_byte(p), ts_node_end_byte(p), r->g);
+            /* the index and the value are ordinary uses */
+            rb_walk(i, rename_visit, r);
+            rb_walk(ts_node_named_child(rb_field(n, "arguments"), 1), rename_visit, r);
+            return false;
+        }
+    }
+    if (rb_is(n, "identifier") && rb_text_is(r->ctx, n, r->s) && ts_node_is_null(r->other)) r->other = n;
+    return true;
+}
+
+static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    rb_func fs[64];
+    unsigned nf;
+    const rb_func *f = site_func(ctx, site, fs, &nf);
+    if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
+    decl_collect dc = {.ctx = ctx};
+    rb_walk(f->body, decl_visit, &dc);
+    present p;
+    bool found = false;
+    for (unsigned i = 0; i < dc.n && !found; i++)
+        if (find_present(ctx, f, dc.items[i], &p) && !strcmp(p.shared, site_what(site))) found = true;
+    if (!found)
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                            "%s: kernel '%s': no shared table '%s' zero-filled, synchronised and merged into a "
+                            "global one",
+                            kl_source_name(ctx->src), f->name, site_what(site));
+    kl_status st = KL_OK;
+    /* every other use of the shared table must be an atomicAdd target */
+    rename_collect r = {.ctx = ctx, .s = p.shared, .out = out, .g = p.global, .skip = {p.decl, p.init, p.merge}, .st = KL_OK};
+    rb_walk(f->body, rename_visit, &r);
+    if (r.st != KL_OK) return kl_error_set(err, r.st, "out of memory");
+    if (!ts_node_is_null(r.other)) {
+        kl_span sp = kl_node_span(r.other);
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                            "%s:%u:%u: '%s' is used other than as an atomicAdd target; dropping the private copy "
+                            "would change that use",
+                            kl_source_name(ctx->src), sp.line, sp.column, p.shared);
+    }
+    TSNode drop[4] = {p.decl, p.init, p.init_sync, p.merge_sync};
+    for (int i = 0; i < 4; i++) {
+        uint32_t a, b;
+        rb_stmt_range(ctx, drop[i], NAME, &a, &b);
+        KL_TRY(kl_edits_add(out, a, b, ""));
+    }
+    uint32_t a, b;
+    rb_stmt_range(ctx, p.merge, NULL, &a, &b);
+    KL_TRY(kl_edits_add(out, a, b, ""));
+    if (!ts_node_is_null(p.lambda_stmt)) {
+        /* unwrap `[&]() {` ... `}();`, moving the body back out by 4 columns */
+        TSNode call = ts_node_named_child(p.lambda_stmt, 0);
+        TSNode lam = rb_field(call, "function");
+        TSNode body = rb_field(lam, "body");
+        uint32_t s0, s1;
+        rb_stmt_range(ctx, p.lambda_stmt, NULL, &s0, &s1);
+        uint32_t in0 = rb_line_end(ctx, ts_node_start_byte(body));
+        uint32_t in1 = rb_line_start(ctx, ts_node_end_byte(body) - 1);
+        if (in1 < in0 || s0 == ts_node_start_byte(p.lambda_stmt))
+            return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s': the wrapped body is not laid out one statement a line",
+                                kl_source_name(ctx->src), f->name);
+        /* the renames inside the lambda were recorded as edits on the original text;
+         * rebuild the inner text with them, then dedent */
+        kl_strbuf sb = KL_STRBUF_INIT;
+        uint32_t pos = in0;
+        kl_edits keep = {0};
+        for (unsigned i = 0; i < out->count; i++) {
+            kl_edit *e = &out->items[i];
+            if (e->start >= in0 && e->end <= in1) {
+                kl_strbuf_add(&sb, ctx->text + pos, e->start - pos);
+                kl_strbuf_adds(&sb, e->text);
+                pos = e->end;
+            } else if (kl_edits_add(&keep, e->start, e->end, e->text) != KL_OK) {
+                kl_strbuf_release(&sb);
+                kl_edits_release(&keep);
+                return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            }
+        }
+        kl_strbuf_add(&sb, ctx->text + pos, in1 - pos);
+        char *inner = sb.failed ? NULL : rb_reindent(kl_strbuf_str(&sb), sb.len, -4);
+        kl_strbuf_release(&sb);
+        if (!inner) {
+            kl_edits_release(&keep);
+            return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                                "%s: kernel '%s': the wrapped body is not indented by 4 spaces", kl_source_name(ctx->src),
+                                f->name);
+        }
+        kl_edits_release(out);
+        *out = keep;
+        st = kl_edits_add(out, s0, s1, inner);
+        free(inner);
+        KL_TRY(st);
+    }
+cleanup:
+    if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    return st;
+}
+
+static const kl_rule_param privatize_params[] = {{NULL, NULL, NULL}};
+
+const kl_rule kl_rule_privatize = {
+    NAME,
+    "global atomics into a small table -> a per-block shared copy merged with one atomic per entry",
+    privatize_params,
+    0,
+    find,
+    remove_site,
+    apply,
+};

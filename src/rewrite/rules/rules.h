@@ -1,0 +1,149 @@
+/*
+ * The rules rewriter's catalog: one file per transform (src/rewrite/rules/<name>.c), each
+ * with both directions. A transform finds sites — where its optimization is PRESENT (the
+ * backward walk removes it) and where it COULD BE APPLIED (the optimizer adds it) — and
+ * turns a site into text edits, spliced at byte ranges so the rest of the file, comments
+ * included, is untouched. The result is always parsed back before it is returned.
+ */
+#ifndef KL_RULES_H
+#define KL_RULES_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "klineage/rewrite.h"
+#include "syntax/affine.h"
+#include "syntax/syntax_int.h"
+
+/* ---- edits ------------------------------------------------------------------------------ */
+
+typedef struct kl_edit {
+    uint32_t start, end;   /* byte range replaced in the ORIGINAL text */
+    char *text;            /* replacement (owned) */
+} kl_edit;
+
+typedef struct kl_edits {
+    kl_edit *items;
+    unsigned count, cap;
+} kl_edits;
+
+/* Add an edit replacing [start, end) with text (copied). Insertions: start == end. */
+kl_status kl_edits_add(kl_edits *e, uint32_t start, uint32_t end, const char *text);
+kl_status kl_edits_addf(kl_edits *e, uint32_t start, uint32_t end, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void kl_edits_release(kl_edits *e);
+/* Apply the edits to text (len bytes) into a new string (free()). Edits must not overlap
+ * (error naming both ranges); insertions at the same point keep their order. */
+kl_status kl_edits_apply(const kl_edits *e, const char *text, size_t len, char **out, kl_error *err);
+
+/* ---- sites and transforms ------------------------------------------------------------------ */
+
+typedef enum kl_site_dir {
+    KL_SITE_PRESENT = 0,   /* the optimization is here: remove() applies */
+    KL_SITE_APPLICABLE = 1 /* it could be added here: apply() applies */
+} kl_site_dir;
+
+typedef struct kl_site {
+    char *id;              /* stable within the file: "<kernel>:<line>" or "<kernel>:<line>:<what>" */
+    kl_site_dir dir;
+    kl_span span;          /* the construct the site is about */
+    char *kernel;          /* the enclosing __global__ (or launch) function, owned */
+    json_t *features;      /* static features describing the site (owned reference) */
+    json_t *params;        /* present sites: the parameters found (e.g. {"width":4}); owned, may be NULL */
+    char *note;            /* one line for people, owned */
+} kl_site;
+
+typedef struct kl_sites {
+    kl_site *items;
+    unsigned count, cap;
+} kl_sites;
+
+/* Add a site; strings are copied, json references are stolen (may be NULL). */
+kl_status kl_sites_add(kl_sites *s, const char *id, kl_site_dir dir, kl_span span, const char *kernel,
+                       json_t *features, json_t *params, const char *note);
+void kl_sites_release(kl_sites *s);
+
+/* What a transform sees. */
+typedef struct kl_rule_ctx {
+    const kl_source *src;
+    const char *text;
+    size_t len;
+    const kl_task *task;   /* may be NULL: then analyses needing the task say "not applicable" */
+} kl_rule_ctx;
+
+/* One parameter of a transform: its name, the values it may take (for the optimizer's
+ * search) and the default. */
+typedef struct kl_rule_param {
+    const char *name;
+    const char *const *values;  /* NULL-terminated, e.g. {"2","4","8",NULL} */
+    const char *deflt;
+} kl_rule_param;
+
+typedef struct kl_rule {
+    const char *name;           /* "vectorize" */
+    const char *intent;         /* one line */
+    const kl_rule_param *params;
+    unsigned nparams;
+    /* Find sites both ways. Never fails on an odd file: what it cannot analyse it skips. */
+    kl_status (*find)(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err);
+    /* Turn a PRESENT site into edits that remove the optimization. KL_ERR_NOT_APPLICABLE
+     * with a reason in err where the analysis cannot prove the rewrite safe. */
+    kl_status (*remove)(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err);
+    /* Turn an APPLICABLE site into edits that apply it with params (a JSON object; missing
+     * keys take defaults). KL_ERR_NOT_APPLICABLE with a reason where unsafe. */
+    kl_status (*apply)(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
+                       kl_error *err);
+} kl_rule;
+
+/* The catalog (catalog.c): every transform, in a fixed order. */
+extern const kl_rule *const kl_rules[];
+extern const unsigned kl_rules_count;
+const kl_rule *kl_rule_find(const char *name);
+
+/* ---- transforms 1-8 (their own files) -------------------------------------------------------- */
+extern const kl_rule kl_rule_unroll;        /* unroll.c */
+extern const kl_rule kl_rule_launch_bounds; /* launch_bounds.c */
+extern const kl_rule kl_rule_fast_math;     /* fast_math.c */
+/* Not written yet (docs/rules.md, "Status"): restrict, vectorize, grid-stride, block-size,
+ * warp-reduce. Each will be `extern const kl_rule kl_rule_<name>;` in <name>.c. */
+
+/* ---- helpers for transforms (catalog.c) --------------------------------------------------------- */
+
+/* The check every result passes before it is returned: `result` parses back with no more
+ * parse errors than `orig` (none if orig had none), and when orig defines extern "C"
+ * launch(), the result defines it with the same parameter list (spaces ignored).
+ * KL_ERR_PARSE / KL_ERR_INVALID with the reason (naming the line) otherwise. */
+kl_status kl_rules_check(const kl_source *orig, const char *result, size_t len, kl_error *err);
+
+/* A parameter's value from params (a JSON object) when it is a string there, else the rule's
+ * default (numbers: kl_rule_param_int): *out is a static or params-owned string, valid while
+ * params lives. False when the rule has no such parameter. */
+bool kl_rule_param_str(const kl_rule *rule, const json_t *params, const char *name, const char **out);
+/* The same as an integer (false when it is not one). */
+bool kl_rule_param_int(const kl_rule *rule, const json_t *params, const char *name, int64_t *out);
+
+/* Find a transform's site by id and direction (sites from rule->find). NULL when absent. */
+const kl_site *kl_sites_find(const kl_sites *s, const char *id, kl_site_dir dir);
+
+/* A site id: "<kernel>:<line>" or "<kernel>:<line>:<what>" (what may be NULL), into buf. */
+void kl_site_id(char *buf, size_t size, const char *kernel, TSNode at, const char *what);
+
+/* Set err to KL_ERR_NOT_APPLICABLE with "not applicable: <reason>" and return that status. */
+kl_status kl_rule_not_applicable(kl_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Text helpers. The indentation (spaces and tabs) of the line holding off, into buf. */
+void kl_rules_indent(const kl_rule_ctx *ctx, uint32_t off, char *buf, size_t size);
+/* True if only blanks precede off on its line. */
+bool kl_rules_starts_line(const kl_rule_ctx *ctx, uint32_t off);
+/* The range deleting node n: its whole lines when it is alone on them (line start to past the
+ * newline), else the node. A comment line just above starting "// <marker>" goes with it
+ * (marker may be NULL). */
+void kl_rules_line_range(const kl_rule_ctx *ctx, TSNode n, const char *marker, uint32_t *start, uint32_t *end);
+/* The enclosing functions with the given qualifier, with an analysis each: visit calls fn
+ * once per function (name, node, analysis); fn returns a status, KL_OK to go on. */
+typedef kl_status (*kl_rules_fn_visit)(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax,
+                                       void *user);
+kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, kl_rules_fn_visit fn, void *user,
+                                 kl_error *err);
+
+#endif

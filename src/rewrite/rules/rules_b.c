@@ -1,0 +1,1046 @@
+/* Helpers shared by transforms 9-16: tree navigation, constants, launches, index analysis. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules_b.h"
+
+/* ---- tree navigation ----------------------------------------------------------------------- */
+
+TSNode rb_field(TSNode n, const char *field)
+{
+    return ts_node_child_by_field_name(n, field, (uint32_t)strlen(field));
+}
+
+bool rb_is(TSNode n, const char *type) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), type); }
+
+TSNode rb_ancestor(TSNode n, const char *type)
+{
+    while (!ts_node_is_null(n) && !rb_is(n, type)) n = ts_node_parent(n);
+    return n;
+}
+
+void rb_walk(TSNode n, rb_visit_fn fn, void *user)
+{
+    if (ts_node_is_null(n)) return;
+    if (!fn(n, user)) return;
+    uint32_t c = ts_node_child_count(n);
+    for (uint32_t i = 0; i < c; i++) rb_walk(ts_node_child(n, i), fn, user);
+}
+
+char *rb_text(const kl_rule_ctx *ctx, TSNode n)
+{
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    if (b > ctx->len) b = (uint32_t)ctx->len;
+    if (a > b) a = b;
+    return kl_strndup(ctx->text + a, b - a);
+}
+
+bool rb_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
+{
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    size_t k = strlen(s);
+    return b - a == k && b <= ctx->len && !memcmp(ctx->text + a, s, k);
+}
+
+TSNode rb_declarator_name(TSNode d)
+{
+    while (!ts_node_is_null(d)) {
+        const char *t = ts_node_type(d);
+        if (!strcmp(t, "identifier") || !strcmp(t, "field_identifier")) return d;
+        TSNode inner = rb_field(d, "declarator");
+        if (ts_node_is_null(inner)) {
+            /* reference_declarator has no field: its last named child */
+            uint32_t k = ts_node_named_child_count(d);
+            if (!k) break;
+            inner = ts_node_named_child(d, k - 1);
+        }
+        d = inner;
+    }
+    return (TSNode){0};
+}
+
+bool rb_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c)
+{
+    if (!rb_is(n, "field_expression")) return false;
+    TSNode arg = rb_field(n, "argument"), fld = rb_field(n, "field");
+    if (!rb_is(arg, "identifier") || !rb_text_is(ctx, arg, b) || ts_node_is_null(fld)) return false;
+    if (!c) return true;
+    char s[2] = {c, 0};
+    return rb_text_is(ctx, fld, s);
+}
+
+typedef struct count_ident {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    unsigned n;
+} count_ident;
+
+static bool count_ident_visit(TSNode n, void *user)
+{
+    count_ident *c = user;
+    if (rb_is(n, "identifier") && rb_text_is(c->ctx, n, c->name)) c->n++;
+    return true;
+}
+
+unsigned rb_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name)
+{
+    count_ident c = {.ctx = ctx, .name = name};
+    rb_walk(n, count_ident_visit, &c);
+    return c.n;
+}
+
+uint32_t rb_line_start(const kl_rule_ctx *ctx, uint32_t off)
+{
+    while (off > 0 && ctx->text[off - 1] != '\n') off--;
+    return off;
+}
+
+uint32_t rb_line_end(const kl_rule_ctx *ctx, uint32_t off)
+{
+    while (off < ctx->len && ctx->text[off] != '\n') off++;
+    return off < ctx->len ? off + 1 : off;
+}
+
+void rb_indent_of(const kl_rule_ctx *ctx, uint32_t off, char *ind, size_t size)
+{
+    uint32_t s = rb_line_start(ctx, off);
+    size_t k = 0;
+    while (s + k < ctx->len && (ctx->text[s + k] == ' ' || ctx->text[s + k] == '\t') && k + 1 < size) {
+        ind[k] = ctx->text[s + k];
+        k++;
+    }
+    ind[k] = '\0';
+}
+
+bool rb_line_blank_before(const kl_rule_ctx *ctx, uint32_t off)
+{
+    for (uint32_t s = rb_line_start(ctx, off); s < off; s++)
+        if (ctx->text[s] != ' ' && ctx->text[s] != '\t') return false;
+    return true;
+}
+
+/* ---- functions ----------------------------------------------------------------------------- */
+
+static void func_from_def(const kl_rule_ctx *ctx, TSNode def, TSNode outer, rb_func *f)
+{
+    memset(f, 0, sizeof *f);
+    f->def = def;
+    f->outer = outer;
+    f->templated = !ts_node_eq(def, outer);
+    f->body = rb_field(def, "body");
+    TSNode d = rb_field(def, "declarator");
+    while (!ts_node_is_null(d) && !rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
+    if (!ts_node_is_null(d)) {
+        f->params = rb_field(d, "parameters");
+        TSNode nm = rb_field(d, "declarator");
+        if (!ts_node_is_null(nm)) {
+            uint32_t a = ts_node_start_byte(nm), b = ts_node_end_byte(nm);
+            size_t k = b - a < sizeof f->name - 1 ? b - a : sizeof f->name - 1;
+            memcpy(f->name, ctx->text + a, k);
+            f->name[k] = '\0';
+        }
+    }
+    /* qualifiers are anonymous children before the type */
+    uint32_t c = ts_node_child_count(def);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode ch = ts_node_child(def, i);
+        if (rb_is(ch, "__global__") || rb_text_is(ctx, ch, "__global__")) f->global = true;
+        if (rb_is(ch, "__device__") || rb_text_is(ctx, ch, "__device__")) f->device = true;
+    }
+}
+
+typedef struct func_collect {
+    const kl_rule_ctx *ctx;
+    rb_func *out;
+    unsigned n, max;
+} func_collect;
+
+static bool func_visit(TSNode n, void *user)
+{
+    func_collect *fc = user;
+    if (rb_is(n, "function_definition")) {
+        if (fc->n < fc->max) {
+            TSNode p = ts_node_parent(n);
+            func_from_def(fc->ctx, n, rb_is(p, "template_declaration") ? p : n, &fc->out[fc->n]);
+            if (fc->out[fc->n].name[0] && !ts_node_is_null(fc->out[fc->n].body)) fc->n++;
+        }
+        return false;
+    }
+    return true;
+}
+
+unsigned rb_functions(const kl_rule_ctx *ctx, rb_func *out, unsigned max)
+{
+    func_collect fc = {.ctx = ctx, .out = out, .max = max};
+    rb_walk(kl_source_root(ctx->src), func_visit, &fc);
+    return fc.n;
+}
+
+const rb_func *rb_function_named(const rb_func *fs, unsigned n, const char *name)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (!strcmp(fs[i].name, name)) return &fs[i];
+    return NULL;
+}
+
+TSNode rb_param(const kl_rule_ctx *ctx, const rb_func *f, const char *name)
+{
+    if (ts_node_is_null(f->params)) return (TSNode){0};
+    uint32_t c = ts_node_named_child_count(f->params);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode p = ts_node_named_child(f->params, i);
+        TSNode id = rb_declarator_name(rb_field(p, "declarator"));
+        if (!ts_node_is_null(id) && rb_text_is(ctx, id, name)) return p;
+    }
+    return (TSNode){0};
+}
+
+bool rb_pointer_param(const kl_rule_ctx *ctx, const rb_func *f, const char *name, char *elem, size_t size)
+{
+    TSNode p = rb_param(ctx, f, name);
+    if (ts_node_is_null(p)) return false;
+    TSNode d = rb_field(p, "declarator");
+    if (!rb_is(d, "pointer_declarator")) return false;
+    if (elem) {
+        TSNode t = rb_field(p, "type");
+        char *s = ts_node_is_null(t) ? NULL : rb_text(ctx, t);
+        kl_snprintf(elem, size, "%s", s ? s : "");
+        free(s);
+    }
+    return true;
+}
+
+bool rb_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const char *word)
+{
+    size_t k = strlen(word);
+    for (uint32_t i = start; i + 2 < end; i++) {
+        if (ctx->text[i] != '/' || (ctx->text[i + 1] != '/' && ctx->text[i + 1] != '*')) continue;
+        uint32_t e = i + 2;
+        while (e < end && ctx->text[e] != '\n') e++;
+        for (uint32_t j = i + 2; j + k <= e; j++)
+            if (!strncasecmp(ctx->text + j, word, k)) return true;
+        i = e;
+    }
+    return false;
+}
+
+/* ---- launches ------------------------------------------------------------------------------- */
+
+typedef struct launch_collect {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    rb_launch *out;
+    unsigned n, max;
+    const rb_func *host;
+} launch_collect;
+
+static bool launch_visit(TSNode n, void *user)
+{
+    launch_collect *lc = user;
+    if (!rb_is(n, "call_expression")) return true;
+    TSNode fn = rb_field(n, "function");
+    TSNode cfg = (TSNode){0};
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c; i++)
+        if (rb_is(ts_node_named_child(n, i), "kernel_call_syntax")) cfg = ts_node_named_child(n, i);
+    if (ts_node_is_null(cfg)) return true;
+    if (rb_is(fn, "template_function")) fn = rb_field(fn, "name");
+    if (!rb_text_is(lc->ctx, fn, lc->name) || lc->n >= lc->max) return true;
+    rb_launch *l = &lc->out[lc->n++];
+    memset(l, 0, sizeof *l);
+    l->call = n;
+    l->config = cfg;
+    l->args = rb_field(n, "arguments");
+    l->host = *lc->host;
+    uint32_t k = ts_node_named_child_count(cfg);
+    for (uint32_t i = 0; i < k && l->ncfg < 4; i++) l->cfg[l->ncfg++] = ts_node_named_child(cfg, i);
+    return true;
+}
+
+unsigned rb_launches(const kl_rule_ctx *ctx, const char *name, rb_launch *out, unsigned max)
+{
+    rb_func fs[64];
+    unsigned nf = rb_functions(ctx, fs, 64);
+    launch_collect lc = {.ctx = ctx, .name = name, .out = out, .max = max};
+    for (unsigned i = 0; i < nf; i++) {
+        lc.host = &fs[i];
+        rb_walk(fs[i].body, launch_visit, &lc);
+    }
+    return lc.n;
+}
+
+/* ---- constants ------------------------------------------------------------------------------ */
+
+unsigned rb_type_size(const char *t)
+{
+    static const struct {
+        const char *name;
+        unsigned size;
+    } types[] = {{"float", 4}, {"int", 4}, {"unsigned", 4}, {"unsigned int", 4}, {"int32_t", 4},
+                 {"uint32_t", 4}, {"double", 8}, {"long long", 8}, {"int64_t", 8}, {"uint64_t", 8},
+                 {"size_t", 8}, {"__half", 2}, {"half", 2}, {"__nv_bfloat16", 2}, {"nv_bfloat16", 2},
+                 {"short", 2}, {"char", 1}, {"unsigned char", 1}, {"uint8_t", 1}, {"int8_t", 1},
+                 {"float2", 8}, {"float4", 16}, {"unsigned long long", 8}};
+    if (!t) return 0;
+    while (!strncmp(t, "const ", 6)) t += 6;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(types[i].name, t)) return types[i].size;
+    return 0;
+}
+
+static bool parse_int_literal(const char *s, long long *v)
+{
+    char *end = NULL;
+    long long x = strtoll(s, &end, 0);
+    if (end == s) return false;
+    while (*end == 'u' || *end == 'U' || *end == 'l' || *end == 'L') end++;
+    if (*end) return false;
+    *v = x;
+    return true;
+}
+
+typedef struct find_const {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode value;
+    bool found;
+} find_const;
+
+static bool find_const_visit(TSNode n, void *user)
+{
+    find_const *fc = user;
+    if (fc->found) return false;
+    if (rb_is(n, "preproc_def")) {
+        TSNode nm = rb_field(n, "name"), val = rb_field(n, "value");
+        if (rb_text_is(fc->ctx, nm, fc->name) && !ts_node_is_null(val)) {
+            fc->value = val;
+            fc->found = true;
+        }
+        return false;
+    }
+    if (rb_is(n, "function_definition")) return false;
+    if (rb_is(n, "declaration")) {
+        bool is_const = false;
+        uint32_t c = ts_node_child_count(n);
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode ch = ts_node_child(n, i);
+            if (rb_is(ch, "type_qualifier") &&
+                (rb_text_is(fc->ctx, ch, "const") || rb_text_is(fc->ctx, ch, "constexpr")))
+                is_const = true;
+        }
+        if (!is_const) return false;
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode d = ts_node_child(n, i);
+            if (!rb_is(d, "init_declarator")) continue;
+            TSNode nm = rb_field(d, "declarator");
+            if (rb_is(nm, "identifier") && rb_text_is(fc->ctx, nm, fc->name)) {
+                fc->value = rb_field(d, "value");
+                fc->found = !ts_node_is_null(fc->value);
+            }
+        }
+        return false;
+    }
+    return true;
+}
+
+static bool const_eval_depth(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v, int depth);
+
+static bool const_name_depth(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v, int depth)
+{
+    if (depth > 16) return false;
+    find_const fc = {.ctx = ctx, .name = name};
+    if (!ts_node_is_null(scope)) {
+        /* declarations directly in the scope's body (and its nested blocks) */
+        uint32_t c = ts_node_named_child_count(scope);
+        for (uint32_t i = 0; i < c && !fc.found; i++) find_const_visit(ts_node_named_child(scope, i), &fc);
+    }
+    if (!fc.found) rb_walk(kl_source_root(ctx->src), find_const_visit, &fc);
+    if (!fc.found) return false;
+    if (rb_is(fc.value, "preproc_arg")) {
+        /* a macro's value is raw text: accept a plain literal, or a parenthesised one */
+        char *s = rb_text(ctx, fc.value);
+        if (!s) return false;
+        char *p = s;
+        while (isspace((unsigned char)*p) || *p == '(') p++;
+        char *q = p + strlen(p);
+        while (q > p && (isspace((unsigned char)q[-1]) || q[-1] == ')')) *--q = '\0';
+        bool ok = parse_int_literal(p, v);
+        if (!ok) {
+            /* a simple name: another constant */
+            bool ident = *p && !isdigit((unsigned char)*p);
+            for (char *r = p; *r && ident; r++) ident = isalnum((unsigned char)*r) || *r == '_';
+            if (ident) ok = const_name_depth(ctx, scope, p, v, depth + 1);
+        }
+        free(s);
+        return ok;
+    }
+    return const_eval_depth(ctx, scope, fc.value, v, depth + 1);
+}
+
+static bool const_eval_depth(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v, int depth)
+{
+    if (ts_node_is_null(e) || depth > 32) return false;
+    const char *t = ts_node_type(e);
+    if (!strcmp(t, "number_literal")) {
+        char *s = rb_text(ctx, e);
+        bool ok = s && parse_int_literal(s, v);
+        free(s);
+        return ok;
+    }
+    if (!strcmp(t, "identifier")) {
+        char *s = rb_text(ctx, e);
+        bool ok = s && const_name_depth(ctx, scope, s, v, depth + 1);
+        free(s);
+        return ok;
+    }
+    if (!strcmp(t, "parenthesized_expression")) return const_eval_depth(ctx, scope, ts_node_named_child(e, 0), v, depth + 1);
+    if (!strcmp(t, "cast_expression")) return const_eval_depth(ctx, scope, rb_field(e, "value"), v, depth + 1);
+    if (!strcmp(t, "unary_expression")) {
+        long long a;
+        if (!const_eval_depth(ctx, scope, rb_field(e, "argument"), &a, depth + 1)) return false;
+        TSNode op = rb_field(e, "operator");
+        if (rb_text_is(ctx, op, "-")) *v = -a;
+        else if (rb_text_is(ctx, op, "+")) *v = a;
+        else return false;
+        return true;
+    }
+    if (!strcmp(t, "sizeof_expression")) {
+        TSNode ty = rb_field(e, "type");
+        if (ts_node_is_null(ty)) return false;
+        char *s = rb_text(ctx, ty);
+        unsigned k = rb_type_size(s);
+        free(s);
+        *v = k;
+        return k != 0;
+    }
+    if (!strcmp(t, "binary_expression")) {
+        long long a, b;
+        if (!const_eval_depth(ctx, scope, rb_field(e, "left"), &a, depth + 1) ||
+            !const_eval_depth(ctx, scope, rb_field(e, "right"), &b, depth + 1))
+            return false;
+        TSNode op = rb_field(e, "operator");
+        char o[4] = {0};
+        uint32_t s0 = ts_node_start_byte(op), s1 = ts_node_end_byte(op);
+        if (s1 - s0 > 2) return false;
+        memcpy(o, ctx->text + s0, s1 - s0);
+        if (!strcmp(o, "+")) *v = a + b;
+        else if (!strcmp(o, "-")) *v = a - b;
+        else if (!strcmp(o, "*")) *v = a * b;
+        else if (!strcmp(o, "/") && b) *v = a / b;
+        else if (!strcmp(o, "%") && b) *v = a % b;
+        else if (!strcmp(o, "<<") && b >= 0 && b < 62) *v = a << b;
+        else if (!strcmp(o, ">>") && b >= 0 && b < 62) *v = a >> b;
+        else if (!strcmp(o, "&")) *v = a & b;
+        else if (!strcmp(o, "|")) *v = a | b;
+        else return false;
+        return true;
+    }
+    return false;
+}
+
+bool rb_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v)
+{
+    return const_eval_depth(ctx, scope, e, v, 0);
+}
+
+bool rb_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v)
+{
+    return const_name_depth(ctx, scope, name, v, 0);
+}
+
+/* ---- polynomials --------------------------------------------------------------------------- */
+
+static void poly_zero(rb_poly *p) { memset(p, 0, sizeof *p); }
+
+static void poly_const(rb_poly *p, long long c)
+{
+    poly_zero(p);
+    if (c) p->t[p->n++] = (rb_term){c, 0, {0}};
+}
+
+static void poly_sym(rb_poly *p, int s)
+{
+    poly_zero(p);
+    if (s < 0) {
+        p->opaque = true;
+        return;
+    }
+    p->t[p->n++] = (rb_term){1, 1, {(uint8_t)s}};
+    p->deps = (uint64_t)1 << s;
+}
+
+static void poly_opaque(rb_poly *p, uint64_t deps)
+{
+    poly_zero(p);
+    p->opaque = true;
+    p->deps = deps;
+}
+
+static bool same_mono(const rb_term *a, const rb_term *b)
+{
+    return a->deg == b->deg && !memcmp(a->sym, b->sym, a->deg);
+}
+
+static void poly_add_term(rb_poly *p, const rb_term *t)
+{
+    if (p->opaque || !t->coef) return;
+    for (unsigned i = 0; i < p->n; i++)
+        if (same_mono(&p->t[i], t)) {
+            p->t[i].coef += t->coef;
+            if (!p->t[i].coef) p->t[i] = p->t[--p->n];
+            return;
+        }
+    if (p->n == RB_MAXTERM) {
+        p->opaque = true;
+        return;
+    }
+    p->t[p->n++] = *t;
+    for (unsigned k = 0; k < t->deg; k++) p->deps |= (uint64_t)1 << t->sym[k];
+}
+
+static void poly_add(rb_poly *r, const rb_poly *a, const rb_poly *b, long long sign)
+{
+    rb_poly out;
+    poly_zero(&out);
+    out.deps = a->deps | b->deps;
+    if (a->opaque || b->opaque) {
+        poly_opaque(r, out.deps);
+        return;
+    }
+    for (unsigned i = 0; i < a->n; i++) poly_add_term(&out, &a->t[i]);
+    for (unsigned i = 0; i < b->n; i++) {
+        rb_term t = b->t[i];
+        t.coef *= sign;
+        poly_add_term(&out, &t);
+    }
+    if (out.opaque) out.n = 0;
+    *r = out;
+}
+
+static void poly_mul(rb_poly *r, const rb_poly *a, const rb_poly *b)
+{
+    rb_poly out;
+    poly_zero(&out);
+    out.deps = a->deps | b->deps;
+    if (a->opaque || b->opaque) {
+        /* zero times anything is still zero */
+        if ((!a->opaque && a->n == 0) || (!b->opaque && b->n == 0)) {
+            poly_zero(r);
+            return;
+        }
+        poly_opaque(r, out.deps);
+        return;
+    }
+    for (unsigned i = 0; i < a->n && !out.opaque; i++)
+        for (unsigned j = 0; j < b->n && !out.opaque; j++) {
+            const rb_term *x = &a->t[i], *y = &b->t[j];
+            if (x->deg + y->deg > RB_MAXDEG) {
+                out.opaque = true;
+                break;
+            }
+            rb_term t = {x->coef * y->coef, (uint8_t)(x->deg + y->deg), {0}};
+            /* merge the sorted symbol lists */
+            unsigned p = 0, q = 0, k = 0;
+            while (p < x->deg || q < y->deg) {
+                if (q >= y->deg || (p < x->deg && x->sym[p] <= y->sym[q])) t.sym[k++] = x->sym[p++];
+                else t.sym[k++] = y->sym[q++];
+            }
+            poly_add_term(&out, &t);
+        }
+    if (out.opaque) {
+        poly_opaque(r, out.deps);
+        return;
+    }
+    *r = out;
+}
+
+int rb_poly_stride(const rb_poly *p, int sym, long long *k)
+{
+    if (sym < 0 || !(p->deps & ((uint64_t)1 << sym))) return 0;
+    if (p->opaque) return -1;
+    long long c = 0;
+    bool symbolic = false, found = false;
+    for (unsigned i = 0; i < p->n; i++) {
+        const rb_term *t = &p->t[i];
+        unsigned cnt = 0;
+        for (unsigned j = 0; j < t->deg; j++) cnt += t->sym[j] == sym;
+        if (!cnt) continue;
+        if (cnt > 1) return -1;
+        found = true;
+        if (t->deg == 1) c += t->coef;
+        else symbolic = true;
+    }
+    if (!found) return 0;
+    if (symbolic) return 3;
+    if (k) *k = c;
+    if (c == 1) return 1;
+    return c == 0 ? 0 : 2;
+}
+
+bool rb_poly_depends(const rb_poly *p, int sym) { return sym >= 0 && (p->deps & ((uint64_t)1 << sym)); }
+
+bool rb_poly_thread_dependent(const rb_poly *p)
+{
+    return rb_poly_depends(p, RB_TX) || rb_poly_depends(p, RB_TY) || rb_poly_depends(p, RB_TZ);
+}
+
+/* ---- the analysis ---------------------------------------------------------------------------- */
+
+typedef struct binding {
+    const char *name;
+    const rb_poly *poly;
+} binding;
+
+typedef struct env {
+    const char *text;      /* the text nodes index into */
+    const binding *b;
+    unsigned nb;
+    int depth;
+} env;
+
+#define MAX_MACROS 16
+
+struct rb_affine {
+    const kl_rule_ctx *ctx;
+    rb_func f;
+    char *names[RB_MAXSYM];
+    unsigned nsym;
+    kl_source *macro_src[MAX_MACROS];
+    char *macro_name[MAX_MACROS];
+    unsigned nmacro;
+};
+
+static const char *const builtin_names[RB_NBUILTIN] = {
+    "threadIdx.x", "threadIdx.y", "threadIdx.z", "blockIdx.x", "blockIdx.y", "blockIdx.z",
+    "blockDim.x", "blockDim.y", "blockDim.z", "gridDim.x", "gridDim.y", "gridDim.z"};
+
+rb_affine *rb_affine_new(const kl_rule_ctx *ctx, const rb_func *f)
+{
+    rb_affine *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->ctx = ctx;
+    a->f = *f;
+    for (unsigned i = 0; i < RB_NBUILTIN; i++) {
+        a->names[i] = kl_strdup(builtin_names[i]);
+        if (!a->names[i]) {
+            rb_affine_free(a);
+            return NULL;
+        }
+        a->nsym++;
+    }
+    return a;
+}
+
+void rb_affine_free(rb_affine *a)
+{
+    if (!a) return;
+    for (unsigned i = 0; i < a->nsym; i++) free(a->names[i]);
+    for (unsigned i = 0; i < a->nmacro; i++) {
+        kl_source_free(a->macro_src[i]);
+        free(a->macro_name[i]);
+    }
+    free(a);
+}
+
+int rb_affine_sym(rb_affine *a, const char *name)
+{
+    for (unsigned i = 0; i < a->nsym; i++)
+        if (!strcmp(a->names[i], name)) return (int)i;
+    if (a->nsym == RB_MAXSYM) return -1;
+    a->names[a->nsym] = kl_strdup(name);
+    if (!a->names[a->nsym]) return -1;
+    return (int)a->nsym++;
+}
+
+const char *rb_affine_symname(const rb_affine *a, int sym)
+{
+    return sym >= 0 && (unsigned)sym < a->nsym ? a->names[sym] : "?";
+}
+
+static bool node_is(const env *E, TSNode n, const char *s)
+{
+    uint32_t x = ts_node_start_byte(n), y = ts_node_end_byte(n);
+    size_t k = strlen(s);
+    return y - x == k && !memcmp(E->text + x, s, k);
+}
+
+static void node_copy(const env *E, TSNode n, char *buf, size_t size)
+{
+    uint32_t x = ts_node_start_byte(n), y = ts_node_end_byte(n);
+    size_t k = y - x < size - 1 ? y - x : size - 1;
+    memcpy(buf, E->text + x, k);
+    buf[k] = '\0';
+}
+
+static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out);
+
+/* A local's single definition in the function, when it has one and is never reassigned. */
+typedef struct local_def {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode value;
+    unsigned decls, assigns;
+    bool loop_var;
+} local_def;
+
+static bool local_visit(TSNode n, void *user)
+{
+    local_def *d = user;
+    const kl_rule_ctx *ctx = d->ctx;
+    if (rb_is(n, "init_declarator") || rb_is(n, "array_declarator")) {
+        TSNode nm = rb_declarator_name(n);
+        if (!ts_node_is_null(nm) && rb_text_is(ctx, nm, d->name)) {
+            d->decls++;
+            d->value = rb_field(n, "value");
+            TSNode p = ts_node_parent(n);
+            if (rb_is(p, "declaration") && rb_is(ts_node_parent(p), "for_statement")) d->loop_var = true;
+        }
+    } else if (rb_is(n, "assignment_expression")) {
+        TSNode l = rb_field(n, "left");
+        if (rb_is(l, "identifier") && rb_text_is(ctx, l, d->name)) d->assigns++;
+    } else if (rb_is(n, "update_expression")) {
+        TSNode l = rb_field(n, "argument");
+        if (rb_is(l, "identifier") && rb_text_is(ctx, l, d->name)) d->assigns++;
+    }
+    return true;
+}
+
+/* A macro's body parsed as an expression: "int __kl_m = (BODY);" */
+static TSNode macro_expr(rb_affine *a, const char *name, TSNode *params, const char **mtext)
+{
+    const kl_rule_ctx *ctx = a->ctx;
+    TSNode root = kl_source_root(ctx->src);
+    uint32_t c = ts_node_named_child_count(root);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode m = ts_node_named_child(root, i);
+        if (!rb_is(m, "preproc_function_def") && !rb_is(m, "preproc_def")) continue;
+        if (!rb_text_is(ctx, rb_field(m, "name"), name)) continue;
+        TSNode val = rb_field(m, "value");
+        if (ts_node_is_null(val)) return (TSNode){0};
+        *params = rb_field(m, "parameters");
+        kl_source *ms = NULL;
+        for (unsigned k = 0; k < a->nmacro; k++)
+            if (!strcmp(a->macro_name[k], name)) ms = a->macro_src[k];
+        if (!ms) {
+            if (a->nmacro == MAX_MACROS) return (TSNode){0};
+            char *body = rb_text(ctx, val);
+            kl_strbuf sb = KL_STRBUF_INIT;
+            kl_strbuf_addf(&sb, "int __kl_m = (%s);\n", body ? body : "0");
+            free(body);
+            kl_error err = {0};
+            if (sb.failed || kl_source_parse_text(name, kl_strbuf_str(&sb), sb.len, &ms, &err) != KL_OK) {
+                kl_strbuf_release(&sb);
+                return (TSNode){0};
+            }
+            kl_strbuf_release(&sb);
+            a->macro_src[a->nmacro] = ms;
+            a->macro_name[a->nmacro] = kl_strdup(name);
+            if (!a->macro_name[a->nmacro]) {
+                kl_source_free(ms);
+                return (TSNode){0};
+            }
+            a->nmacro++;
+        }
+        if (kl_source_partial(ms)) return (TSNode){0};
+        *mtext = kl_source_text(ms, NULL);
+        TSNode decl = ts_node_named_child(kl_source_root(ms), 0);
+        TSNode init = ts_node_is_null(decl) ? decl : rb_field(decl, "declarator");
+        return ts_node_is_null(init) ? init : rb_field(init, "value");
+    }
+    return (TSNode){0};
+}
+
+static void eval_ident(rb_affine *a, const env *E, TSNode e, rb_poly *out)
+{
+    char name[128];
+    node_copy(E, e, name, sizeof name);
+    for (unsigned i = E->nb; i-- > 0;)
+        if (!strcmp(E->b[i].name, name)) {
+            *out = *E->b[i].poly;
+            return;
+        }
+    long long v;
+    if (rb_const_name(a->ctx, a->f.body, name, &v)) {
+        poly_const(out, v);
+        return;
+    }
+    if (E->text == a->ctx->text && E->depth < 12) {
+        local_def d = {.ctx = a->ctx, .name = name};
+        rb_walk(a->f.body, local_visit, &d);
+        if (d.decls == 1 && d.assigns == 0 && !d.loop_var && !ts_node_is_null(d.value)) {
+            env E2 = *E;
+            E2.depth++;
+            eval(a, &E2, d.value, out);
+            return;
+        }
+        if (d.decls == 0) {
+            /* an object-like macro that expands to an expression */
+            TSNode params = {0};
+            const char *mt = NULL;
+            TSNode me = macro_expr(a, name, &params, &mt);
+            if (!ts_node_is_null(me) && ts_node_is_null(params)) {
+                env E2 = {mt, NULL, 0, E->depth + 1};
+                eval(a, &E2, me, out);
+                return;
+            }
+        }
+    }
+    poly_sym(out, rb_affine_sym(a, name));
+}
+
+static void eval_call(rb_affine *a, const env *E, TSNode e, rb_poly *out)
+{
+    TSNode fn = rb_field(e, "function"), args = rb_field(e, "arguments");
+    uint32_t na = ts_node_is_null(args) ? 0 : ts_node_named_child_count(args);
+    rb_poly argp[8];
+    uint64_t deps = 0;
+    bool argok = na <= 8;
+    for (uint32_t i = 0; i < na && i < 8; i++) {
+        eval(a, E, ts_node_named_child(args, i), &argp[i]);
+        deps |= argp[i].deps;
+    }
+    if (!argok || !rb_is(fn, "identifier") || E->depth >= 12) {
+        poly_opaque(out, deps);
+        return;
+    }
+    char name[128];
+    node_copy(E, fn, name, sizeof name);
+    /* min/max/casts keep dependence only */
+    /* a function-like macro */
+    TSNode params = {0};
+    const char *mt = NULL;
+    TSNode me = macro_expr(a, name, &params, &mt);
+    if (!ts_node_is_null(me) && !ts_node_is_null(params) && ts_node_named_child_count(params) == na) {
+        binding b[8];
+        char pn[8][64];
+        env E2 = {mt, b, na, E->depth + 1};
+        for (uint32_t i = 0; i < na; i++) {
+            TSNode p = ts_node_named_child(params, i);
+            uint32_t x = ts_node_start_byte(p), y = ts_node_end_byte(p);
+            size_t k = y - x < 63 ? y - x : 63;
+            memcpy(pn[i], a->ctx->text + x, k);
+            pn[i][k] = '\0';
+            b[i] = (binding){pn[i], &argp[i]};
+        }
+        eval(a, &E2, me, out);
+        return;
+    }
+    /* a __device__ helper whose body is one return statement */
+    rb_func fs[64];
+    unsigned nf = rb_functions(a->ctx, fs, 64);
+    const rb_func *h = rb_function_named(fs, nf, name);
+    if (h && !h->global && ts_node_named_child_count(h->body) == 1 &&
+        rb_is(ts_node_named_child(h->body, 0), "return_statement") && !ts_node_is_null(h->params) &&
+        ts_node_named_child_count(h->params) == na) {
+        binding b[8];
+        char pn[8][64];
+        for (uint32_t i = 0; i < na; i++) {
+            TSNode id = rb_declarator_name(rb_field(ts_node_named_child(h->params, i), "declarator"));
+            if (ts_node_is_null(id)) {
+                poly_opaque(out, deps);
+                return;
+            }
+            uint32_t x = ts_node_start_byte(id), y = ts_node_end_byte(id);
+            size_t k = y - x < 63 ? y - x : 63;
+            memcpy(pn[i], a->ctx->text + x, k);
+            pn[i][k] = '\0';
+            b[i] = (binding){pn[i], &argp[i]};
+        }
+        env E2 = {a->ctx->text, b, na, E->depth + 1};
+        eval(a, &E2, ts_node_named_child(ts_node_named_child(h->body, 0), 0), out);
+        return;
+    }
+    poly_opaque(out, deps);
+}
+
+static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out)
+{
+    poly_zero(out);
+    if (ts_node_is_null(e)) {
+        out->opaque = true;
+        return;
+    }
+    const char *t = ts_node_type(e);
+    if (!strcmp(t, "number_literal")) {
+        char s[64];
+        node_copy(E, e, s, sizeof s);
+        long long v;
+        if (parse_int_literal(s, &v)) poly_const(out, v);
+        else out->opaque = true;
+        return;
+    }
+    if (!strcmp(t, "identifier")) {
+        eval_ident(a, E, e, out);
+        return;
+    }
+    if (!strcmp(t, "field_expression")) {
+        TSNode arg = rb_field(e, "argument"), fld = rb_field(e, "field");
+        char s[160];
+        node_copy(E, e, s, sizeof s);
+        if (rb_is(arg, "identifier") && !ts_node_is_null(fld)) {
+            for (int i = 0; i < RB_NBUILTIN; i++)
+                if (!strcmp(s, builtin_names[i])) {
+                    poly_sym(out, i);
+                    return;
+                }
+        }
+        poly_sym(out, rb_affine_sym(a, s));
+        return;
+    }
+    if (!strcmp(t, "parenthesized_expression")) {
+        eval(a, E, ts_node_named_child(e, 0), out);
+        return;
+    }
+    if (!strcmp(t, "cast_expression")) {
+        eval(a, E, rb_field(e, "value"), out);
+        return;
+    }
+    if (!strcmp(t, "unary_expression")) {
+        rb_poly x, zero;
+        eval(a, E, rb_field(e, "argument"), &x);
+        TSNode op = rb_field(e, "operator");
+        poly_zero(&zero);
+        if (node_is(E, op, "-")) poly_add(out, &zero, &x, -1);
+        else if (node_is(E, op, "+")) *out = x;
+        else poly_opaque(out, x.deps);
+        return;
+    }
+    if (!strcmp(t, "binary_expression")) {
+        rb_poly x, y;
+        eval(a, E, rb_field(e, "left"), &x);
+        eval(a, E, rb_field(e, "right"), &y);
+        TSNode op = rb_field(e, "operator");
+        if (node_is(E, op, "+")) poly_add(out, &x, &y, 1);
+        else if (node_is(E, op, "-")) poly_add(out, &x, &y, -1);
+        else if (node_is(E, op, "*")) poly_mul(out, &x, &y);
+        else if (node_is(E, op, "<<") && !y.opaque && y.n == 1 && y.t[0].deg == 0 && y.t[0].coef >= 0 &&
+                 y.t[0].coef < 31) {
+            rb_poly k;
+            poly_const(&k, 1LL << y.t[0].coef);
+            poly_mul(out, &x, &k);
+        } else poly_opaque(out, x.deps | y.deps);
+        return;
+    }
+    if (!strcmp(t, "call_expression")) {
+        eval_call(a, E, e, out);
+        return;
+    }
+    if (!strcmp(t, "conditional_expression")) {
+        rb_poly c, x, y;
+        eval(a, E, rb_field(e, "condition"), &c);
+        eval(a, E, rb_field(e, "consequence"), &x);
+        eval(a, E, rb_field(e, "alternative"), &y);
+        poly_opaque(out, c.deps | x.deps | y.deps);
+        return;
+    }
+    if (!strcmp(t, "subscript_expression")) {
+        rb_poly x, y;
+        eval(a, E, rb_field(e, "argument"), &x);
+        TSNode idx = rb_field(e, "indices");
+        if (!ts_node_is_null(idx) && ts_node_named_child_count(idx)) idx = ts_node_named_child(idx, 0);
+        else idx = rb_field(e, "index");
+        eval(a, E, idx, &y);
+        poly_opaque(out, x.deps | y.deps);
+        return;
+    }
+    /* anything else: keep what it depends on */
+    uint64_t deps = 0;
+    uint32_t c = ts_node_named_child_count(e);
+    for (uint32_t i = 0; i < c; i++) {
+        rb_poly x;
+        eval(a, E, ts_node_named_child(e, i), &x);
+        deps |= x.deps;
+    }
+    poly_opaque(out, deps);
+}
+
+void rb_affine_eval(rb_affine *a, TSNode e, rb_poly *out)
+{
+    env E = {a->ctx->text, NULL, 0, 0};
+    eval(a, &E, e, out);
+}
+
+/* ---- statements ----------------------------------------------------------------------------- */
+
+void rb_stmt_range(const kl_rule_ctx *ctx, TSNode stmt, const char *marker, uint32_t *start, uint32_t *end)
+{
+    uint32_t a = ts_node_start_byte(stmt), b = ts_node_end_byte(stmt);
+    uint32_t le = rb_line_end(ctx, b);
+    bool after_blank = true;
+    for (uint32_t k = b; k < le; k++)
+        if (ctx->text[k] != ' ' && ctx->text[k] != '\t' && ctx->text[k] != '\n' && ctx->text[k] != '\r')
+            after_blank = false;
+    if (!rb_line_blank_before(ctx, a) || !after_blank) {
+        *start = a;
+        *end = b;
+        return;
+    }
+    a = rb_line_start(ctx, a);
+    b = le;
+    if (marker) {
+        TSNode prev = ts_node_prev_named_sibling(stmt);
+        if (rb_is(prev, "comment") && rb_line_blank_before(ctx, ts_node_start_byte(prev)) &&
+            rb_line_end(ctx, ts_node_end_byte(prev)) == a &&
+            rb_has_marker(ctx, ts_node_start_byte(prev), ts_node_end_byte(prev), marker))
+            a = rb_line_start(ctx, ts_node_start_byte(prev));
+    }
+    *start = a;
+    *end = b;
+}
+
+char *rb_reindent(const char *text, size_t len, int delta)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    size_t i = 0;
+    while (i < len) {
+        size_t e = i;
+        while (e < len && text[e] != '\n') e++;
+        bool blank = true;
+        for (size_t k = i; k < e; k++)
+            if (text[k] != ' ' && text[k] != '\t' && text[k] != '\r') blank = false;
+        if (blank) {
+            /* keep blank lines empty */
+        } else if (delta >= 0) {
+            for (int k = 0; k < delta; k++) kl_strbuf_addc(&sb, ' ');
+            kl_strbuf_add(&sb, text + i, e - i);
+        } else {
+            size_t drop = (size_t)-delta;
+            for (size_t k = 0; k < drop; k++)
+                if (i + k >= e || text[i + k] != ' ') {
+                    kl_strbuf_release(&sb);
+                    return NULL;
+                }
+            kl_strbuf_add(&sb, text + i + drop, e - i - drop);
+        }
+        if (e < len) kl_strbuf_addc(&sb, '\n');
+        i = e + 1;
+    }
+    if (sb.failed) {
+        kl_strbuf_release(&sb);
+        return NULL;
+    }
+    if (!sb.buf) return kl_strdup("");
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+bool rb_is_syncthreads(const kl_rule_ctx *ctx, TSNode stmt)
+{
+    if (!rb_is(stmt, "expression_statement")) return false;
+    TSNode c = ts_node_named_child(stmt, 0);
+    return rb_is(c, "call_expression") && rb_text_is(ctx, rb_field(c, "function"), "__syncthreads");
+}
+
+TSNode rb_next_stmt(TSNode n)
+{
+    do n = ts_node_next_named_sibling(n);
+    while (rb_is(n, "comment"));
+    return n;
+}
+
+TSNode rb_prev_stmt(TSNode n)
+{
+    do n = ts_node_prev_named_sibling(n);
+    while (rb_is(n, "comment"));
+    return n;
+}

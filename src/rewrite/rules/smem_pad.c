@@ -1,0 +1,360 @@
+/*
+ * smem-pad — a 2-D (or higher) `__shared__` array read or written along a column
+ * (`tile[threadIdx.x][k]`: the lanes of a warp step by a whole row, so they hit the same bank)
+ * ↔ the same array with its last dimension padded (`[N][M + 1]`), which turns the row stride
+ * into an odd number of banks.
+ *
+ * Applicable: every use of the array is a full subscript (`t[i][j]`, nothing takes its
+ * address or its size, so the row length is not visible), some access has its outer index
+ * moving with threadIdx.x and its inner one not, and the row length (a compile-time
+ * constant) makes that access conflict (gcd(row words, 32) > 1).
+ * Present: the last dimension is `E + k` (k a constant 1..8) where another dimension is E,
+ * or a literal one more than another dimension's, or marked by a `smem-pad` comment.
+ * Parameter: pad (elements added to each row).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules_b.h"
+
+#define NAME "smem-pad"
+
+static const char *const pad_values[] = {"1", "2", "4", NULL};
+static const kl_rule_param pad_params[] = {{"pad", pad_values, "1"}};
+
+typedef struct shared_array {
+    TSNode decl;            /* the declaration */
+    TSNode dims[4];         /* size expressions, outermost first */
+    unsigned ndims;
+    char name[64];
+    char elem[64];
+} shared_array;
+
+static bool is_shared(const kl_rule_ctx *ctx, TSNode d)
+{
+    if (!rb_is(d, "declaration")) return false;
+    uint32_t c = ts_node_named_child_count(d);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode ch = ts_node_named_child(d, i);
+        if (rb_is(ch, "type_qualifier") && rb_text_is(ctx, ch, "__shared__")) return true;
+    }
+    return false;
+}
+
+static bool shared_array_of(const kl_rule_ctx *ctx, TSNode decl, shared_array *a)
+{
+    memset(a, 0, sizeof *a);
+    TSNode d = rb_field(decl, "declarator");
+    TSNode chain[4];
+    unsigned n = 0;
+    while (rb_is(d, "array_declarator") && n < 4) {
+        chain[n++] = d;
+        d = rb_field(d, "declarator");
+    }
+    if (!rb_is(d, "identifier") || n < 2 || rb_is(d, "array_declarator")) return false;
+    for (unsigned i = 0; i < n; i++) {
+        a->dims[i] = rb_field(chain[n - 1 - i], "size");
+        if (ts_node_is_null(a->dims[i])) return false;
+    }
+    a->ndims = n;
+    a->decl = decl;
+    uint32_t s = ts_node_start_byte(d), e = ts_node_end_byte(d);
+    if (e - s >= sizeof a->name) return false;
+    memcpy(a->name, ctx->text + s, e - s);
+    a->name[e - s] = '\0';
+    TSNode ty = rb_field(decl, "type");
+    char *t = ts_node_is_null(ty) ? NULL : rb_text(ctx, ty);
+    kl_snprintf(a->elem, sizeof a->elem, "%s", t ? t : "");
+    free(t);
+    return true;
+}
+
+typedef struct uses {
+    const kl_rule_ctx *ctx;
+    const shared_array *arr;
+    TSNode bad;             /* first use that is not a full subscript */
+    TSNode accesses[64];    /* the full subscripts (outermost subscript_expression) */
+    unsigned n;
+} uses;
+
+static bool uses_visit(TSNode n, void *user)
+{
+    uses *u = user;
+    if (ts_node_eq(n, u->arr->decl)) return false;
+    if (!rb_is(n, "identifier") || !rb_text_is(u->ctx, n, u->arr->name)) return true;
+    TSNode p = n;
+    unsigned depth = 0;
+    while (rb_is(ts_node_parent(p), "subscript_expression") &&
+           ts_node_eq(rb_field(ts_node_parent(p), "argument"), p)) {
+        p = ts_node_parent(p);
+        depth++;
+    }
+    bool addr = rb_is(ts_node_parent(p), "pointer_expression") &&
+                rb_text_is(u->ctx, rb_field(ts_node_parent(p), "operator"), "&");
+    if (depth != u->arr->ndims || addr) {
+        if (ts_node_is_null(u->bad)) u->bad = n;
+    } else if (u->n < 64) u->accesses[u->n++] = p;
+    return true;
+}
+
+/* The subscript index expressions of a full access, outermost first. */
+static unsigned access_indices(TSNode acc, TSNode *idx, unsigned max)
+{
+    unsigned n = 0;
+    TSNode chain[4];
+    while (rb_is(acc, "subscript_expression") && n < 4) {
+        chain[n++] = acc;
+        acc = rb_field(acc, "argument");
+    }
+    for (unsigned i = 0; i < n && i < max; i++) {
+        TSNode ind = rb_field(chain[n - 1 - i], "indices");
+        idx[i] = ts_node_named_child(ind, 0);
+    }
+    return n;
+}
+
+/* The padding present: the last dimension as `E + k` or a literal, against the others. */
+static bool padding_present(const kl_rule_ctx *ctx, const shared_array *a, TSNode scope, long long *k,
+                            TSNode *base)
+{
+    TSNode last = a->dims[a->ndims - 1];
+    *base = (TSNode){0};
+    if (rb_is(last, "binary_expression") && rb_text_is(ctx, rb_field(last, "operator"), "+") &&
+        rb_const_eval(ctx, scope, rb_field(last, "right"), k) && *k >= 1 && *k <= 8) {
+        TSNode e = rb_field(last, "left");
+        char *et = rb_text(ctx, e);
+        bool match = false;
+        for (unsigned i = 0; i + 1 < a->ndims && et; i++) match |= rb_text_is(ctx, a->dims[i], et);
+        free(et);
+        long long lv, dv;
+        if (!match && rb_const_eval(ctx, scope, e, &lv))
+            for (unsigned i = 0; i + 1 < a->ndims; i++)
+                match |= rb_const_eval(ctx, scope, a->dims[i], &dv) && dv == lv;
+        /* or a `smem-pad` comment on the declaration's line or the line above */
+        uint32_t ls = rb_line_start(ctx, ts_node_start_byte(a->decl));
+        uint32_t from = ls > 0 ? rb_line_start(ctx, ls - 1) : 0;
+        if (match || rb_has_marker(ctx, from, rb_line_end(ctx, ts_node_end_byte(a->decl)), NAME)) {
+            *base = e;
+            return true;
+        }
+        return false;
+    }
+    if (rb_is(last, "number_literal")) {
+        long long lv, dv;
+        if (!rb_const_eval(ctx, scope, last, &lv)) return false;
+        for (unsigned i = 0; i + 1 < a->ndims; i++)
+            if (rb_const_eval(ctx, scope, a->dims[i], &dv) && lv - dv >= 1 && lv - dv <= 8 && (dv % 8) == 0) {
+                *k = lv - dv;
+                return true;
+            }
+    }
+    return false;
+}
+
+static unsigned gcd(unsigned a, unsigned b)
+{
+    while (b) {
+        unsigned t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+typedef struct decls {
+    const kl_rule_ctx *ctx;
+    TSNode items[32];
+    unsigned n;
+} decls;
+
+static bool decls_visit(TSNode n, void *user)
+{
+    decls *d = user;
+    if (is_shared(d->ctx, n) && d->n < 32) d->items[d->n++] = n;
+    return true;
+}
+
+/* Why an access pattern conflicts: the first access with its outer index moving across
+ * threadIdx.x and its last index not; *degree receives the conflict degree. */
+static TSNode column_access(const kl_rule_ctx *ctx, rb_affine *af, const shared_array *a, const uses *u,
+                            unsigned row_words, unsigned *degree)
+{
+    for (unsigned i = 0; i < u->n; i++) {
+        TSNode idx[4];
+        unsigned n = access_indices(u->accesses[i], idx, 4);
+        if (n != a->ndims) continue;
+        rb_poly outer, inner;
+        rb_affine_eval(af, idx[n - 2], &outer);
+        rb_affine_eval(af, idx[n - 1], &inner);
+        long long k = 0;
+        int so = rb_poly_stride(&outer, RB_TX, &k);
+        int si = rb_poly_stride(&inner, RB_TX, NULL);
+        if ((so == 1 || so == 2) && si == 0) {
+            unsigned step = (unsigned)(row_words * (k < 0 ? -k : k)) % 32;
+            /* lanes l and l' collide when (l-l')*step = 0 mod 32: gcd(step,32) lanes share a bank */
+            unsigned deg = gcd(step ? step : 32, 32);
+            if (deg > 1) {
+                *degree = deg;
+                return u->accesses[i];
+            }
+        }
+    }
+    (void)ctx;
+    return (TSNode){0};
+}
+
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    rb_func fs[64];
+    unsigned nf = rb_functions(ctx, fs, 64);
+    kl_status st = KL_OK;
+    for (unsigned f = 0; f < nf; f++) {
+        if (!fs[f].global && !fs[f].device) continue;
+        decls d = {.ctx = ctx};
+        rb_walk(fs[f].body, decls_visit, &d);
+        for (unsigned i = 0; i < d.n; i++) {
+            shared_array a;
+            if (!shared_array_of(ctx, d.items[i], &a)) continue;
+            kl_span sp = kl_node_span(a.decl);
+            char id[256];
+            kl_snprintf(id, sizeof id, "%s:%u:%s", fs[f].name, sp.line, a.name);
+            long long k;
+            TSNode base;
+            unsigned esz = rb_type_size(a.elem);
+            if (padding_present(ctx, &a, fs[f].body, &k, &base)) {
+                json_t *feat = json_pack("{s:s, s:s, s:i, s:I}", "array", a.name, "dtype", a.elem, "dims",
+                                         (int)a.ndims, "elem_bytes", (json_int_t)esz);
+                json_t *params = json_pack("{s:I}", "pad", (json_int_t)k);
+                char note[160];
+                kl_snprintf(note, sizeof note, "'%s' rows padded by %lld element(s)", a.name, k);
+                KL_TRY(kl_sites_add(out, id, KL_SITE_PRESENT, sp, fs[f].name, feat, params, note));
+                continue;
+            }
+            long long row;
+            if (!esz || !rb_const_eval(ctx, fs[f].body, a.dims[a.ndims - 1], &row) || row <= 0) continue;
+            if ((row * esz) % 4) continue;
+            uses u = {.ctx = ctx, .arr = &a};
+            rb_walk(fs[f].body, uses_visit, &u);
+            rb_affine *af = rb_affine_new(ctx, &fs[f]);
+            if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            unsigned degree = 0;
+            TSNode acc = column_access(ctx, af, &a, &u, (unsigned)(row * esz / 4), &degree);
+            rb_affine_free(af);
+            if (ts_node_is_null(acc)) continue;
+            kl_span asp = kl_node_span(acc);
+            json_t *feat = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:i, s:b}", "array", a.name, "dtype", a.elem,
+                                     "dims", (int)a.ndims, "elem_bytes", (json_int_t)esz, "row", (json_int_t)row,
+                                     "conflict_ways", (int)degree, "column_access_line", (int)asp.line,
+                                     "address_taken", !ts_node_is_null(u.bad));
+            char note[200];
+            kl_snprintf(note, sizeof note, "'%s' read along a column at line %u: %u-way bank conflict", a.name,
+                        asp.line, degree);
+            KL_TRY(kl_sites_add(out, id, KL_SITE_APPLICABLE, sp, fs[f].name, feat, NULL, note));
+        }
+    }
+cleanup:
+    if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    return st;
+}
+
+/* The array a site is about: by kernel and name (the id's last part). */
+static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, const rb_func **f,
+                            shared_array *a, uses *u, kl_error *err)
+{
+    unsigned nf = rb_functions(ctx, fs, 64);
+    *f = rb_function_named(fs, nf, site->kernel);
+    if (!*f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
+    const char *want = strrchr(site->id, ':');
+    want = want ? want + 1 : site->id;
+    decls d = {.ctx = ctx};
+    rb_walk((*f)->body, decls_visit, &d);
+    for (unsigned i = 0; i < d.n; i++)
+        if (shared_array_of(ctx, d.items[i], a) && !strcmp(a->name, want)) {
+            *u = (uses){.ctx = ctx, .arr = a};
+            rb_walk((*f)->body, uses_visit, u);
+            if (!ts_node_is_null(u->bad)) {
+                kl_span sp = kl_node_span(u->bad);
+                return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                                    "%s:%u:%u: '%s' is used other than as a full subscript (its address or size is "
+                                    "taken), so its row length is visible and cannot change",
+                                    kl_source_name(ctx->src), sp.line, sp.column, a->name);
+            }
+            return KL_OK;
+        }
+    return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: kernel '%s' has no 2-D shared array '%s'",
+                        kl_source_name(ctx->src), site->kernel, want);
+}
+
+static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    rb_func fs[64];
+    const rb_func *f;
+    shared_array a;
+    uses u;
+    kl_status st = site_array(ctx, site, fs, &f, &a, &u, err);
+    if (st != KL_OK) return st;
+    long long k;
+    TSNode base;
+    if (!padding_present(ctx, &a, f->body, &k, &base))
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: the rows of '%s' are not padded",
+                            kl_source_name(ctx->src), a.name);
+    TSNode last = a.dims[a.ndims - 1];
+    if (!ts_node_is_null(base)) {
+        char *bt = rb_text(ctx, base);
+        if (!bt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        st = kl_edits_add(out, ts_node_start_byte(last), ts_node_end_byte(last), bt);
+        free(bt);
+    } else {
+        long long lv;
+        rb_const_eval(ctx, f->body, last, &lv);
+        st = kl_edits_addf(out, ts_node_start_byte(last), ts_node_end_byte(last), "%lld", lv - k);
+    }
+    if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    return KL_OK;
+}
+
+static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
+                       kl_error *err)
+{
+    rb_func fs[64];
+    const rb_func *f;
+    shared_array a;
+    uses u;
+    kl_status st = site_array(ctx, site, fs, &f, &a, &u, err);
+    if (st != KL_OK) return st;
+    long long pad = 1;
+    json_t *p = params ? json_object_get(params, "pad") : NULL;
+    if (p && json_is_integer(p)) pad = json_integer_value(p);
+    else if (p && json_is_string(p)) pad = strtoll(json_string_value(p), NULL, 10);
+    if (pad < 1 || pad > 8)
+        return kl_error_set(err, KL_ERR_INVALID, "smem-pad: pad must be 1..8 elements, got %lld", pad);
+    long long k;
+    TSNode base;
+    if (padding_present(ctx, &a, f->body, &k, &base))
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: the rows of '%s' are already padded",
+                            kl_source_name(ctx->src), a.name);
+    long long row;
+    if (!rb_const_eval(ctx, f->body, a.dims[a.ndims - 1], &row))
+        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                            "%s: the row length of '%s' is not a compile-time constant",
+                            kl_source_name(ctx->src), a.name);
+    TSNode last = a.dims[a.ndims - 1];
+    char *lt = rb_text(ctx, last);
+    if (!lt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    bool simple = rb_is(last, "number_literal") || rb_is(last, "identifier") || rb_is(last, "parenthesized_expression");
+    st = kl_edits_addf(out, ts_node_start_byte(last), ts_node_end_byte(last), simple ? "%s + %lld" : "(%s) + %lld",
+                       lt, pad);
+    free(lt);
+    if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    return KL_OK;
+}
+
+const kl_rule kl_rule_smem_pad = {
+    NAME,
+    "2-D shared arrays read along columns -> rows padded against bank conflicts",
+    pad_params,
+    1,
+    find,
+    remove_site,
+    apply,
+};

@@ -1,0 +1,182 @@
+/* The library in the store (kind "skill", key the id): get by id or unique prefix, list in
+ * order, import a file. kl_skill_put (the merge on the way in) is in merge.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "skills/skills_int.h"
+
+/* Collects (key, document) pairs from kl_store_each, up to max (0: all). */
+typedef struct collect {
+    json_t *keys, *docs;
+    unsigned max;
+} collect;
+
+static bool collect_one(const char *key, const char *json, void *user)
+{
+    collect *c = user;
+    json_array_append_new(c->keys, json_string(key));
+    json_array_append_new(c->docs, json_string(json));
+    return c->max == 0 || json_array_size(c->keys) < c->max;
+}
+
+static kl_status parse_stored(const char *key, const char *json, kl_skill **out, kl_error *err)
+{
+    char origin[200];
+    kl_snprintf(origin, sizeof origin, "stored skill %s", key);
+    return kl_skill_parse(json, origin, out, err);
+}
+
+kl_status kl_skill_get(kl_store *store, const char *id_or_prefix, kl_skill **out, kl_error *err)
+{
+    *out = NULL;
+    if (!id_or_prefix || !*id_or_prefix) return kl_error_set(err, KL_ERR_INVALID, "a skill id is needed");
+    char *json = NULL;
+    kl_status st = kl_store_get(store, "skill", id_or_prefix, &json, err);
+    if (st == KL_OK) {
+        st = parse_stored(id_or_prefix, json, out, err);
+        free(json);
+        return st;
+    }
+    if (st != KL_ERR_NOT_FOUND) return st;
+    kl_error_clear(err);
+    /* a prefix: at most a few matches are needed to tell unique from ambiguous */
+    collect c = {json_array(), json_array(), 6};
+    st = kl_store_each(store, "skill", id_or_prefix, collect_one, &c, err);
+    if (st == KL_OK) {
+        size_t n = json_array_size(c.keys);
+        if (n == 1) {
+            st = parse_stored(json_string_value(json_array_get(c.keys, 0)), json_string_value(json_array_get(c.docs, 0)),
+                              out, err);
+        } else if (n == 0) {
+            st = kl_error_set(err, KL_ERR_NOT_FOUND, "no skill \"%s\" in the store (klineage skills list shows them)",
+                              id_or_prefix);
+        } else {
+            kl_strbuf sb = KL_STRBUF_INIT;
+            for (size_t i = 0; i < n && i < 5; i++)
+                kl_strbuf_addf(&sb, "%s%s", i ? ", " : "", json_string_value(json_array_get(c.keys, i)));
+            st = kl_error_set(err, KL_ERR_INVALID, "skill \"%s\" is ambiguous: it begins %s%s", id_or_prefix,
+                              kl_strbuf_str(&sb), n > 5 ? ", …" : "");
+            kl_strbuf_release(&sb);
+        }
+    }
+    json_decref(c.keys);
+    json_decref(c.docs);
+    return st;
+}
+
+static int by_transform_then_id(const void *a, const void *b)
+{
+    const kl_skill *x = *(kl_skill *const *)a, *y = *(kl_skill *const *)b;
+    int d = strcmp(x->transform, y->transform);
+    return d ? d : strcmp(x->id, y->id);
+}
+
+kl_status kl_skill_list_load(kl_store *store, kl_skill_list *out, kl_error *err)
+{
+    out->items = NULL;
+    out->count = 0;
+    collect c = {json_array(), json_array(), 0};
+    kl_status st = KL_OK;
+    KL_TRY(kl_store_each(store, "skill", NULL, collect_one, &c, err));
+    size_t n = json_array_size(c.keys);
+    out->items = calloc(n ? n : 1, sizeof *out->items);
+    if (!out->items) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < n; i++) {
+        KL_TRY(parse_stored(json_string_value(json_array_get(c.keys, i)), json_string_value(json_array_get(c.docs, i)),
+                            &out->items[out->count], err));
+        out->count++;
+    }
+    qsort(out->items, out->count, sizeof *out->items, by_transform_then_id);
+cleanup:
+    if (st != KL_OK) kl_skill_list_release(out);
+    json_decref(c.keys);
+    json_decref(c.docs);
+    return st;
+}
+
+void kl_skill_list_release(kl_skill_list *list)
+{
+    if (!list) return;
+    for (unsigned i = 0; i < list->count; i++) kl_skill_free(list->items[i]);
+    free(list->items);
+    list->items = NULL;
+    list->count = 0;
+}
+
+kl_status kl_skill_import(kl_store *store, const char *path, unsigned *count, unsigned *merged, kl_error *err)
+{
+    *count = 0;
+    if (merged) *merged = 0;
+    char *text = NULL;
+    json_t *doc = NULL, *cards = NULL;
+    kl_status st = KL_OK;
+    bool in_tx = false;
+    KL_TRY(kl_file_read(path, 0, &text, NULL, err));
+    json_error_t je;
+    doc = json_loads(text, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    if (!doc) {
+        st = kl_error_set(err, KL_ERR_PARSE, "%s:%d:%d: %s", path, je.line, je.column, je.text);
+        goto cleanup;
+    }
+    if (json_is_array(doc)) {
+        cards = json_incref(doc);
+    } else if (json_is_object(doc)) {
+        cards = json_array();
+        json_array_append(cards, doc);
+    } else {
+        st = kl_error_set(err, KL_ERR_INVALID, "%s: expected a card (an object) or an array of cards", path);
+        goto cleanup;
+    }
+    /* validate every card before storing any */
+    size_t i;
+    json_t *c;
+    json_array_foreach(cards, i, c) {
+        char prefix[32] = "";
+        if (json_is_array(doc)) kl_snprintf(prefix, sizeof prefix, "[%zu]", i);
+        kl_skill *card = NULL;
+        KL_TRY(kl_sk_from_json_at(c, path, prefix, &card, err));
+        kl_skill_free(card);
+    }
+    KL_TRY(kl_store_begin(store, err));
+    in_tx = true;
+    json_array_foreach(cards, i, c) {
+        char *old = NULL;
+        const char *id = kl_sk_str(c, "id");
+        kl_status g = kl_store_get(store, "skill", id, &old, err);
+        free(old);
+        if (g != KL_OK && g != KL_ERR_NOT_FOUND) {
+            st = g;
+            goto cleanup;
+        }
+        kl_error_clear(err);
+        char *one = json_dumps(c, JSON_COMPACT);
+        if (!one) {
+            st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        st = kl_skill_put(store, one, err);
+        free(one);
+        if (st != KL_OK) {
+            kl_error_prefix(err, "%s: %s", path, id);
+            goto cleanup;
+        }
+        (*count)++;
+        if (g == KL_OK && merged) (*merged)++;
+    }
+    st = kl_store_commit(store, err);
+    in_tx = false;
+cleanup:
+    if (in_tx) kl_store_rollback(store);
+    if (st != KL_OK) {
+        *count = 0;
+        if (merged) *merged = 0;
+    }
+    free(text);
+    json_decref(doc);
+    json_decref(cards);
+    return st;
+}

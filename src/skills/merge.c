@@ -1,0 +1,219 @@
+/* Merging cards of the same skill learned from different lineages. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "skills/skills_int.h"
+
+/* Append to dst every element of src not already in dst (json_equal). */
+static void union_into(json_t *dst, const json_t *src)
+{
+    size_t i, j;
+    json_t *a, *b;
+    json_array_foreach(src, i, a) {
+        bool seen = false;
+        json_array_foreach(dst, j, b) if (json_equal(a, b)) seen = true;
+        if (!seen) json_array_append(dst, a);
+    }
+}
+
+/* Append item (stolen) unless an equal one is there. */
+static void add_unique(json_t *dst, json_t *item)
+{
+    size_t j;
+    json_t *b;
+    json_array_foreach(dst, j, b) if (json_equal(item, b)) {
+        json_decref(item);
+        return;
+    }
+    json_array_append_new(dst, item);
+}
+
+static json_t *array_or_new(json_t *o, const char *key)
+{
+    json_t *a = json_object_get(o, key);
+    if (!json_is_array(a)) {
+        a = json_array();
+        json_object_set_new(o, key, a);
+    }
+    return a;
+}
+
+static const char *lineages_of(const json_t *card)
+{
+    json_t *l = json_object_get(json_object_get(card, "evidence"), "lineages");
+    return json_string_value(json_array_get(l, 0));
+}
+
+/* A contradiction: predicate held in one side's lineages and was not found in the other's. */
+static json_t *contradiction(const char *predicate, const char *held, const char *dflt_held, const char *missing,
+                             const char *dflt_missing)
+{
+    json_t *c = json_object();
+    json_object_set_new(c, "predicate", json_string(predicate));
+    json_object_set_new(c, "held_in", json_string(held ? held : dflt_held));
+    json_object_set_new(c, "not_found_in", json_string(missing ? missing : dflt_missing));
+    return c;
+}
+
+static json_t *find_pre(const json_t *pres, const char *predicate)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(pres, i, p) {
+        const char *q = json_string_value(json_object_get(p, "predicate"));
+        if (q && !strcmp(q, predicate)) return p;
+    }
+    return NULL;
+}
+
+kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_error *err)
+{
+    *out = NULL;
+    json_error_t je;
+    json_t *a = json_loads(a_json, 0, &je);
+    if (!a) return kl_error_set(err, KL_ERR_PARSE, "skill card: line %d: %s", je.line, je.text);
+    json_t *b = json_loads(b_json, 0, &je);
+    if (!b) {
+        json_decref(a);
+        return kl_error_set(err, KL_ERR_PARSE, "skill card: line %d: %s", je.line, je.text);
+    }
+    kl_status st = KL_OK;
+    const char *ida = json_string_value(json_object_get(a, "id")), *idb = json_string_value(json_object_get(b, "id"));
+    if (!ida || !idb || strcmp(ida, idb) != 0) {
+        st = kl_error_set(err, KL_ERR_INVALID, "cannot merge skill cards with different ids (%s, %s)", ida ? ida : "?",
+                          idb ? idb : "?");
+        goto cleanup;
+    }
+    json_t *m = json_deep_copy(a);
+    /* evidence, effects, risks: add up */
+    json_t *ev = json_object_get(m, "evidence");
+    if (!json_is_object(ev)) {
+        ev = json_object();
+        json_object_set_new(m, "evidence", ev);
+    }
+    json_t *evb = json_object_get(b, "evidence");
+    union_into(array_or_new(ev, "lineages"), json_object_get(evb, "lineages"));
+    union_into(array_or_new(ev, "verdicts"), json_object_get(evb, "verdicts"));
+    union_into(array_or_new(m, "effect"), json_object_get(b, "effect"));
+    union_into(array_or_new(m, "risks"), json_object_get(b, "risks"));
+    union_into(array_or_new(m, "requires"), json_object_get(b, "requires"));
+    json_t *pa = json_object_get(m, "probes"), *pb = json_object_get(b, "probes");
+    if (json_is_object(pa) && json_is_object(pb)) {
+        json_object_set_new(pa, "count", json_integer(json_integer_value(json_object_get(pa, "count")) +
+                                                      json_integer_value(json_object_get(pb, "count"))));
+        json_object_set_new(pa, "failures", json_integer(json_integer_value(json_object_get(pa, "failures")) +
+                                                         json_integer_value(json_object_get(pb, "failures"))));
+        union_into(array_or_new(pa, "shapes"), json_object_get(pb, "shapes"));
+        /* the note speaks of the sum now */
+        json_int_t count = json_integer_value(json_object_get(pa, "count"));
+        if (json_integer_value(json_object_get(pa, "failures")) == 0) {
+            char note[160];
+            kl_snprintf(note, sizeof note, "probed on %lld shape(s); no failure found", (long long)count);
+            json_object_set_new(pa, "note", json_string(note));
+        } else {
+            json_object_del(pa, "note");
+        }
+    } else if (json_is_object(pb)) {
+        json_object_set_new(m, "probes", json_deep_copy(pb));
+    }
+    /* preconditions: keep where both agree; the rest are contradictions, shown not hidden */
+    json_t *pre_a = json_object_get(a, "preconditions"), *pre_b = json_object_get(b, "preconditions");
+    json_t *kept = json_array(), *contra = array_or_new(m, "contradictions");
+    union_into(contra, json_object_get(b, "contradictions"));
+    char *la = kl_sk_lineages_text(a), *lb = kl_sk_lineages_text(b);
+    size_t i;
+    json_t *p;
+    json_array_foreach(pre_a, i, p) {
+        const char *q = json_string_value(json_object_get(p, "predicate"));
+        if (!q) {
+            /* failures no predicate explains stay: they are evidence, not a condition */
+            add_unique(kept, json_deep_copy(p));
+            continue;
+        }
+        json_t *other = find_pre(pre_b, q);
+        if (other) {
+            json_t *k = json_deep_copy(p);
+            union_into(array_or_new(k, "evidence"), json_object_get(other, "evidence"));
+            /* verified only where both verified it */
+            if (json_is_false(json_object_get(other, "verified"))) json_object_set_new(k, "verified", json_false());
+            json_array_append_new(kept, k);
+        } else {
+            add_unique(contra, contradiction(q, la, "first card", lb, "second card"));
+        }
+    }
+    json_array_foreach(pre_b, i, p) {
+        const char *q = json_string_value(json_object_get(p, "predicate"));
+        if (!q) {
+            add_unique(kept, json_deep_copy(p));
+            continue;
+        }
+        if (find_pre(pre_a, q)) continue;
+        add_unique(contra, contradiction(q, lb, "second card", la, "first card"));
+    }
+    free(la);
+    free(lb);
+    json_object_set_new(m, "preconditions", kept);
+    *out = json_dumps(m, JSON_SORT_KEYS | JSON_INDENT(2));
+    json_decref(m);
+    if (!*out) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+cleanup:
+    json_decref(a);
+    json_decref(b);
+    return st;
+}
+
+/* Validate a card's text and return it in the fixed key order (*out: free()). */
+static kl_status canonical(const char *card_json, const char *origin, char **out, kl_error *err)
+{
+    *out = NULL;
+    kl_skill *card = NULL;
+    kl_status st = kl_skill_parse(card_json, origin, &card, err);
+    if (st != KL_OK) return st;
+    *out = kl_skill_to_json(card);
+    kl_skill_free(card);
+    return *out ? KL_OK : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+}
+
+kl_status kl_skill_put(kl_store *store, const char *card_json, kl_error *err)
+{
+    char *text = NULL, *old = NULL, *merged = NULL, *merged_text = NULL;
+    json_t *card = NULL;
+    kl_status st = KL_OK;
+    KL_TRY(canonical(card_json, "skill card", &text, err));
+    card = json_loads(text, 0, NULL);
+    if (!card) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    const char *id = json_string_value(json_object_get(card, "id"));
+    st = kl_store_get(store, "skill", id, &old, err);
+    if (st == KL_OK) {
+        /* The same lineage stored again replaces its own card instead of adding to it. */
+        json_t *o = json_loads(old, 0, NULL);
+        const char *lo = o ? lineages_of(o) : NULL, *ln = lineages_of(card);
+        bool same = lo && ln && !strcmp(lo, ln) &&
+                    json_array_size(json_object_get(json_object_get(o, "evidence"), "lineages")) == 1;
+        json_decref(o);
+        if (same) {
+            st = kl_store_put(store, "skill", id, text, err);
+        } else {
+            KL_TRY(kl_skill_merge(old, text, &merged, err));
+            char origin[200];
+            kl_snprintf(origin, sizeof origin, "skill %s merged with the stored card", id);
+            KL_TRY(canonical(merged, origin, &merged_text, err));
+            st = kl_store_put(store, "skill", id, merged_text, err);
+        }
+    } else if (st == KL_ERR_NOT_FOUND) {
+        kl_error_clear(err);
+        st = kl_store_put(store, "skill", id, text, err);
+    }
+cleanup:
+    free(text);
+    free(old);
+    free(merged);
+    free(merged_text);
+    json_decref(card);
+    return st;
+}

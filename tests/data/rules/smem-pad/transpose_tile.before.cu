@@ -1,0 +1,14 @@
+// Tiled transpose: rows are written into shared memory and read back along columns.
+__global__ void transpose_tiled(const float *in, float *out, int rows, int cols)
+{
+    __shared__ float tile[32][32];
+    int x = blockIdx.x * 32 + threadIdx.x;
+    int y = blockIdx.y * 32 + threadIdx.y;
+    if (x < cols && y < rows)
+        tile[threadIdx.y][threadIdx.x] = in[y * cols + x];
+    __syncthreads();
+    x = blockIdx.y * 32 + threadIdx.x;
+    y = blockIdx.x * 32 + threadIdx.y;
+    if (x < rows && y < cols)
+        out[y * rows + x] = tile[threadIdx.x][threadIdx.y];
+}

@@ -1,0 +1,15 @@
+// vadd, naive: one thread per element.
+#include <cuda_runtime.h>
+
+__global__ void vadd_kernel(const float *a, const float *b, float *c, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+
+extern "C" void launch(const float *a, const float *b, float *c, int n, cudaStream_t stream)
+{
+    int threads = 256;
+    int blocks = (n + threads - 1) / threads;
+    vadd_kernel<<<blocks, threads, 0, stream>>>(a, b, c, n);
+}

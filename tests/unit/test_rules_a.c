@@ -1,0 +1,387 @@
+/* The rules catalog, part 1: the index analysis (src/syntax/affine.c), the catalog and the
+ * backend (catalog.c), and the golden tests of unroll, launch-bounds and fast-math
+ * (tests/data/rules/<transform>/<case>.before.cu; KL_UPDATE_GOLDEN=1 rewrites the .after.cu). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+static const char *const golden_dirs[] = {"unroll", "launch-bounds", "fast-math"};
+
+/* ---- the analysis ------------------------------------------------------------------------- */
+
+static const char *kernel_text =
+    "#define IDX(r, c, ld) ((r) * (ld) + (c))\n"
+    "#define TILE 16\n"
+    "__device__ __forceinline__ size_t at(size_t r, size_t c, size_t ld) { return r * ld + c; }\n"
+    "__global__ void gemm(const float *A, const float *B, float *C, int M, int N, int K) {\n"
+    "  int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    "  int col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (row >= M || col >= N) return;\n"
+    "  float acc = 0.f;\n"
+    "  for (int k = 0; k < K; ++k) acc += A[IDX(row, k, K)] * B[at(k, col, N)];\n"
+    "  C[row * N + col] = acc;\n"
+    "  size_t j = threadIdx.x;\n"
+    "  while (j < N) { C[j] = C[j % M]; j += blockDim.x; }\n"
+    "  __shared__ float sh[TILE][TILE + 1];\n"
+    "  sh[threadIdx.y][threadIdx.x] = 0.f;\n"
+    "  for (int s = 128; s > 0; s >>= 1) sh[0][s] += 1;\n"
+    "}\n";
+
+static const kl_ax_access *access_of(kl_affine_ctx *ax, const char *array, unsigned nth)
+{
+    for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
+        const kl_ax_access *a = kl_affine_access(ax, i);
+        if (!strcmp(a->array, array) && nth-- == 0) return a;
+    }
+    return NULL;
+}
+
+static void affine_sees_through_macros_helpers_locals(void **state)
+{
+    (void)state;
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("t.cu", kernel_text, strlen(kernel_text), &src, &err), KL_OK);
+    TSNode k[4];
+    assert_int_equal(kl_ast_functions(src, "__global__", k, 4), 1);
+    kl_affine_ctx *ax = NULL;
+    assert_int_equal(kl_affine_ctx_new(src, k[0], &ax, &err), KL_OK);
+
+    /* A[IDX(row, k, K)]: macro + once-assigned local; varies with k, threadIdx.x absent */
+    const kl_ax_access *a = access_of(ax, "A", 0);
+    assert_non_null(a);
+    assert_true(a->flat.ok);
+    assert_string_equal(kl_affine_coef(&a->flat, "k"), "1");
+    assert_string_equal(kl_affine_coef(&a->flat, "threadIdx.y"), "K");
+    assert_string_equal(kl_affine_coef(&a->flat, "blockIdx.y"), "K*blockDim.y");
+    assert_null(kl_affine_coef(&a->flat, "threadIdx.x"));
+    assert_true(a->tx_known);
+    assert_int_equal(a->tx_stride, 0); /* a broadcast across the warp */
+    assert_true(a->varies_mask & 1u);
+
+    /* B[at(k, col, N)]: a __device__ helper; coalesced across threadIdx.x */
+    const kl_ax_access *b = access_of(ax, "B", 0);
+    assert_true(b->flat.ok);
+    assert_string_equal(kl_affine_coef(&b->flat, "k"), "N");
+    assert_true(b->tx_known);
+    assert_int_equal(b->tx_stride, 1);
+
+    /* C[j] in a while loop: j is the loop's variable, starting at threadIdx.x */
+    const kl_ax_access *cj = access_of(ax, "C", 1);
+    assert_true(cj->flat.ok);
+    assert_string_equal(kl_affine_coef(&cj->flat, "j"), "1");
+    assert_int_equal(cj->tx_stride, 1);
+    /* C[j % M]: not affine, and says why */
+    const kl_ax_access *cm = access_of(ax, "C", 2);
+    assert_false(cm->flat.ok);
+    assert_non_null(strstr(cm->flat.why, "%"));
+
+    /* sh[threadIdx.y][threadIdx.x] of a [16][17] array: linearised with the padded row */
+    const kl_ax_access *s = access_of(ax, "sh", 0);
+    assert_true(s->flat.ok);
+    assert_string_equal(kl_affine_coef(&s->flat, "threadIdx.y"), "17");
+
+    /* loops: k (runtime bound), j (while), s (shift, 8 trips) */
+    assert_int_equal(kl_affine_loop_count(ax), 3);
+    const kl_ax_loop *L0 = kl_affine_loop(ax, 0), *L1 = kl_affine_loop(ax, 1), *L2 = kl_affine_loop(ax, 2);
+    assert_string_equal(L0->var, "k");
+    assert_false(L0->trip_known);
+    assert_string_equal(L1->var, "j");
+    assert_int_equal(L1->kind, KL_LOOP_WHILE);
+    assert_string_equal(L2->var, "s");
+    assert_true(L2->trip_known);
+    assert_int_equal(L2->trip, 8);
+    kl_affine_ctx_free(ax);
+    kl_source_free(src);
+}
+
+static void const_eval_reads_macros_and_dim3(void **state)
+{
+    (void)state;
+    const char *t = "#define B 32\nconstexpr int W = B * 4;\n"
+                    "void launch(void) { dim3 blk(B, 8); int th = W / 2; k<<<1, blk>>>(); k<<<1, th>>>(); }\n";
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("c.cu", t, strlen(t), &src, &err), KL_OK);
+    kl_launch_sites ls;
+    assert_int_equal(kl_ast_launches(src, &ls, &err), KL_OK);
+    assert_int_equal(ls.count, 2);
+    int64_t v = 0;
+    char why[128];
+    /* blk is a dim3 local: its initializer is the argument list */
+    TSNode fn = ls.items[0].host_fn;
+    assert_true(kl_const_eval(src, fn, ls.items[1].block, true, &v, why, sizeof why));
+    assert_int_equal(v, 64);
+    assert_false(kl_const_eval(src, fn, ls.items[0].grid, false, &v, why, sizeof why) && v != 1);
+    kl_launch_sites_release(&ls);
+    kl_source_free(src);
+}
+
+/* ---- golden files --------------------------------------------------------------------------- */
+
+typedef struct op {
+    bool remove;
+    char name[64], site[128], params[256];
+} op;
+
+/* "apply unroll@k:9 factor=4" */
+static bool parse_op(const char *s, op *o)
+{
+    memset(o, 0, sizeof *o);
+    while (*s == ' ') s++;
+    if (kl_str_starts(s, "apply ")) s += 6;
+    else if (kl_str_starts(s, "remove ")) s += 7, o->remove = true;
+    else return false;
+    const char *at = strchr(s, '@');
+    if (!at || (size_t)(at - s) >= sizeof o->name) return false;
+    memcpy(o->name, s, (size_t)(at - s));
+    s = at + 1;
+    size_t n = strcspn(s, " |\n");
+    if (n >= sizeof o->site) return false;
+    memcpy(o->site, s, n);
+    s += n;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addc(&sb, '{');
+    while (*s == ' ') {
+        while (*s == ' ') s++;
+        if (!*s || *s == '|' || *s == '\n') break;
+        size_t m = strcspn(s, " |\n");
+        const char *eq = memchr(s, '=', m);
+        if (!eq) break;
+        kl_strbuf_addf(&sb, "%s\"%.*s\":\"%.*s\"", sb.len > 1 ? "," : "", (int)(eq - s), s, (int)(m - (size_t)(eq - s) - 1),
+                       eq + 1);
+        s += m;
+    }
+    kl_strbuf_addc(&sb, '}');
+    kl_snprintf(o->params, sizeof o->params, "%s", kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return true;
+}
+
+static char *rewrite(const char *name, const char *text, const op *o, kl_error *err)
+{
+    char *out = NULL, *note = NULL;
+    kl_status st = kl_rules_rewrite(name, text, strlen(text), NULL, o->name, o->site, o->remove, o->remove ? NULL : o->params,
+                                    &out, &note, err);
+    free(note);
+    return st == KL_OK ? out : NULL;
+}
+
+static bool nvcc_present(void)
+{
+    return kl_file_exists("/usr/local/cuda/bin/nvcc") || system("command -v nvcc >/dev/null 2>&1") == 0;
+}
+
+static void nvcc_compiles(const char *path)
+{
+    const char *nvcc = kl_file_exists("/usr/local/cuda/bin/nvcc") ? "/usr/local/cuda/bin/nvcc" : "nvcc";
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-a", &dir, &err), KL_OK);
+    char *obj = kl_path_join(dir, "k.o");
+    const char *argv[] = {nvcc, "-arch=sm_90", "-c", "-x", "cu", path, "-o", obj, NULL};
+    kl_child c;
+    kl_child_init(&c);
+    c.argv = argv;
+    c.timeout_s = 120;
+    c.merge_stderr = true;
+    assert_int_equal(kl_child_run(&c, &err), KL_OK);
+    if (c.exit_code != 0) fail_msg("nvcc rejected %s:\n%s", path, kl_strbuf_str(&c.out));
+    kl_child_release(&c);
+    kl_remove_tree(dir, NULL);
+    free(obj);
+    free(dir);
+}
+
+static void golden_transform(const char *transform)
+{
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char dirpath[1024];
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
+    DIR *d = opendir(dirpath);
+    assert_non_null(d);
+    bool update = getenv("KL_UPDATE_GOLDEN") && !strcmp(getenv("KL_UPDATE_GOLDEN"), "1");
+    bool nvcc = nvcc_present();
+    if (!nvcc) fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
+    unsigned cases = 0;
+    struct dirent *e;
+    char **names = NULL;
+    unsigned nn = 0;
+    while ((e = readdir(d))) {
+        if (!kl_str_ends(e->d_name, ".before.cu")) continue;
+        names = realloc(names, (nn + 1) * sizeof *names);
+        names[nn++] = kl_strdup(e->d_name);
+    }
+    closedir(d);
+    for (unsigned ci = 0; ci < nn; ci++) {
+        char before[1200], after[1200];
+        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
+        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
+        char *btext = NULL;
+        size_t blen;
+        kl_error err = {0};
+        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
+        const char *hdr = strstr(btext, "// test: ");
+        if (!hdr) fail_msg("%s: no '// test: ' line", before);
+        op fwd, back;
+        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
+        const char *bar = strchr(hdr, '|');
+        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        char *got = rewrite(before, btext, &fwd, &err);
+        if (!got) fail_msg("%s: %s", before, err.message);
+        if (update) {
+            assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
+        } else {
+            char *want = NULL;
+            size_t wlen;
+            if (kl_file_read(after, 0, &want, &wlen, &err) != KL_OK) fail_msg("%s: %s", after, err.message);
+            if (strcmp(want, got)) fail_msg("%s: the result differs from %s:\n%s", before, after, got);
+            free(want);
+        }
+        /* round trip: the reverse operation gives back the original */
+        if (has_back) {
+            char *again = rewrite(after, got, &back, &err);
+            if (!again) fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply",
+                                 back.name, back.site, err.message);
+            if (strcmp(again, btext)) {
+                /* not byte-exact (an expert's marker comment or pragma column): the reverse must
+                 * at least bring the site back the other way */
+                char *json = NULL;
+                assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
+                char want_dir[64];
+                kl_snprintf(want_dir, sizeof want_dir, "\"direction\": \"%s\"", fwd.remove ? "present" : "applicable");
+                if (!strstr(json, want_dir))
+                    fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
+                             fwd.remove ? "present" : "applicable", again);
+                free(json);
+            }
+            free(again);
+        }
+        if (nvcc) nvcc_compiles(after);
+        free(got);
+        free(btext);
+        free(names[ci]);
+        cases++;
+    }
+    free(names);
+    if (cases < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, cases);
+}
+
+static void golden_unroll(void **state) { (void)state; golden_transform(golden_dirs[0]); }
+static void golden_launch_bounds(void **state) { (void)state; golden_transform(golden_dirs[1]); }
+static void golden_fast_math(void **state) { (void)state; golden_transform(golden_dirs[2]); }
+
+/* ---- the catalog and the backend ------------------------------------------------------------ */
+
+static const char *saxpy =
+    "#define BLOCK 256\n"
+    "__global__ void saxpy(const float *x, float *y, float a, int n) {\n"
+    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n) y[i] = a * expf(x[i]) + y[i];\n"
+    "}\n"
+    "extern \"C\" void launch(const float *x, float *y, float a, int n, cudaStream_t stream) {\n"
+    "    saxpy<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, stream>>>(x, y, a, n);\n"
+    "}\n";
+
+static void backend_simplify_and_apply(void **state)
+{
+    (void)state;
+    kl_rewriter *rw = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rewriter_open("rules", NULL, &rw, &err), KL_OK);
+    kl_rewrite_request req = {0};
+    req.kind = KL_REQ_APPLY;
+    req.source = saxpy;
+    req.source_name = "saxpy.cu";
+    req.transform = "launch-bounds";
+    kl_candidates c;
+    assert_int_equal(kl_rewriter_propose(rw, &req, &c, &err), KL_OK);
+    assert_true(c.count >= 1);
+    assert_string_equal(c.items[0].transform, "launch-bounds");
+    assert_non_null(strstr(c.items[0].source, "__launch_bounds__(BLOCK)"));
+    /* backward from the result: the bounds come out again, giving back the original */
+    kl_rewrite_request back = {0};
+    back.kind = KL_REQ_SIMPLIFY;
+    back.source = c.items[0].source;
+    back.source_name = "saxpy.cu";
+    kl_candidates s;
+    assert_int_equal(kl_rewriter_propose(rw, &back, &s, &err), KL_OK);
+    bool found = false;
+    for (unsigned i = 0; i < s.count; i++)
+        if (!strcmp(s.items[i].transform, "launch-bounds") && !strcmp(s.items[i].source, saxpy)) found = true;
+    assert_true(found);
+    kl_candidates_free(&s);
+    kl_candidates_free(&c);
+
+    /* a skill card names the transform and its params */
+    req.transform = NULL;
+    req.skill_json = "{\"transform\": \"launch-bounds\", \"params\": {\"min_blocks\": \"2\"}}";
+    assert_int_equal(kl_rewriter_propose(rw, &req, &c, &err), KL_OK);
+    assert_int_equal(c.count, 1);
+    assert_non_null(strstr(c.items[0].source, "__launch_bounds__(BLOCK, 2)"));
+    kl_candidates_free(&c);
+    kl_rewriter_free(rw);
+}
+
+static void rewrite_errors_name_the_problem(void **state)
+{
+    (void)state;
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    size_t n = strlen(saxpy);
+    assert_int_equal(kl_rules_rewrite("s.cu", saxpy, n, NULL, "no-such", "x:1", false, NULL, &out, &note, &err),
+                     KL_ERR_NOT_FOUND);
+    assert_int_equal(kl_rules_rewrite("s.cu", saxpy, n, NULL, "unroll", "saxpy:99", false, NULL, &out, &note, &err),
+                     KL_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.message, "saxpy:99"));
+    assert_int_equal(kl_rules_rewrite("s.cu", saxpy, n, NULL, "launch-bounds", "saxpy:2", false,
+                                      "{\"min_blocks\": \"3\"}", &out, &note, &err),
+                     KL_ERR_INVALID);
+    assert_non_null(strstr(err.message, "min_blocks=3"));
+    assert_int_equal(kl_rules_rewrite("s.cu", saxpy, n, NULL, "launch-bounds", "saxpy:2", true, NULL, &out, &note, &err),
+                     KL_ERR_NOT_APPLICABLE);
+    assert_null(out);
+}
+
+static void check_refuses_broken_results(void **state)
+{
+    (void)state;
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("s.cu", saxpy, strlen(saxpy), &src, &err), KL_OK);
+    const char *broken = "__global__ void saxpy(const float *x) { if (x { }\n";
+    assert_int_not_equal(kl_rules_check(src, broken, strlen(broken), &err), KL_OK);
+    const char *lost = "__global__ void saxpy(const float *x) { }\n";
+    assert_int_equal(kl_rules_check(src, lost, strlen(lost), &err), KL_ERR_INVALID);
+    assert_non_null(strstr(err.message, "launch"));
+    assert_int_equal(kl_rules_check(src, saxpy, strlen(saxpy), &err), KL_OK);
+    kl_source_free(src);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(affine_sees_through_macros_helpers_locals),
+        cmocka_unit_test(const_eval_reads_macros_and_dim3),
+        cmocka_unit_test(backend_simplify_and_apply),
+        cmocka_unit_test(rewrite_errors_name_the_problem),
+        cmocka_unit_test(check_refuses_broken_results),
+        cmocka_unit_test(golden_unroll),
+        cmocka_unit_test(golden_launch_bounds),
+        cmocka_unit_test(golden_fast_math),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,483 @@
+/* src/rewrite/rules: transforms 9-16 (row-parallel, smem-tile, register-tile, smem-pad,
+ * double-buffer, tensor-core, privatize, coalesce).
+ *
+ * Golden tests: tests/data/rules/<transform>/<case>.before.cu is rewritten (apply, or remove
+ * for cases named remove-*) and compared with <case>.after.cu; KL_UPDATE_GOLDEN=1 rewrites the
+ * .after.cu files instead. Every golden case is also run the other way (round trip), and
+ * every file involved is compiled with nvcc -arch=sm_90 -c when nvcc is present. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rewrite/rules/rules_b.h"
+#include "util/util.h"
+
+/* ---- the driver ------------------------------------------------------------------------------ */
+
+typedef enum { ROUND_EXACT, ROUND_INVARIANT, ROUND_NONE } round_kind;
+
+typedef struct golden {
+    const kl_rule *rule;
+    const char *dir;          /* tests/data/rules/<dir> */
+    const char *name;         /* <name>.before.cu / <name>.after.cu */
+    kl_site_dir way;          /* APPLICABLE: apply; PRESENT: remove */
+    const char *site;         /* a substring of the site id to pick; NULL: the first site that way */
+    const char *params;       /* JSON object for apply, NULL: {} */
+    round_kind round;         /* the other way back: exact text, or only "parses and has the site" */
+} golden;
+
+static char *data_path(const char *dir, const char *name, const char *suffix)
+{
+    const char *root = getenv("KL_TEST_DATA");
+    assert_non_null(root);
+    char *p = NULL;
+    assert_true(asprintf(&p, "%s/rules/%s/%s%s", root, dir, name, suffix) > 0);
+    return p;
+}
+
+static char *slurp(const char *path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    kl_error err = {0};
+    if (kl_file_read(path, 0, &text, &len, &err) != KL_OK) {
+        print_error("cannot read %s: %s\n", path, err.message);
+        fail();
+    }
+    return text;
+}
+
+/* Find a site of `rule` in text going `way`, whose id contains `want` (or the first). */
+static bool pick_site(const kl_rule *rule, const kl_rule_ctx *ctx, kl_site_dir way, const char *want, kl_sites *sites,
+                      const kl_site **out)
+{
+    kl_error err = {0};
+    assert_int_equal(rule->find(ctx, sites, &err), KL_OK);
+    for (unsigned i = 0; i < sites->count; i++) {
+        const kl_site *s = &sites->items[i];
+        if (s->dir == way && (!want || strstr(s->id, want))) {
+            *out = s;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Rewrite `text` one way at one site; returns the new text (free()) or NULL with err set. */
+static char *rewrite(const kl_rule *rule, const char *name, const char *text, kl_site_dir way, const char *want,
+                     const char *params_json, kl_status *status, kl_error *err)
+{
+    kl_source *src = NULL;
+    char *result = NULL;
+    assert_int_equal(kl_source_parse_text(name, text, strlen(text), &src, err), KL_OK);
+    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), strlen(text), NULL};
+    kl_sites sites = {0};
+    const kl_site *site = NULL;
+    kl_edits edits = {0};
+    if (!pick_site(rule, &ctx, way, want, &sites, &site)) {
+        *status = KL_ERR_NOT_FOUND;
+        kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no %s site%s%s of %s", name,
+                     way == KL_SITE_APPLICABLE ? "applicable" : "present", want ? " matching " : "", want ? want : "",
+                     rule->name);
+        goto done;
+    }
+    json_t *params = json_loads(params_json ? params_json : "{}", 0, NULL);
+    assert_non_null(params);
+    *status = way == KL_SITE_APPLICABLE ? rule->apply(&ctx, site, params, &edits, err)
+                                        : rule->remove(&ctx, site, &edits, err);
+    json_decref(params);
+    if (*status == KL_OK) *status = kl_edits_apply(&edits, ctx.text, ctx.len, &result, err);
+done:
+    kl_edits_release(&edits);
+    kl_sites_release(&sites);
+    kl_source_free(src);
+    return result;
+}
+
+static unsigned parse_errors(const char *text)
+{
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("x.cu", text, strlen(text), &src, &err), KL_OK);
+    unsigned n = kl_source_error_count(src);
+    kl_source_free(src);
+    return n;
+}
+
+/* The text parses back with no more errors than `allowed` (the input's own: tree-sitter-cuda
+ * misreads `a.x < b` as a template, which nvcc does not). */
+static void assert_parses(const char *name, const char *text, unsigned allowed)
+{
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text(name, text, strlen(text), &src, &err), KL_OK);
+    if (kl_source_error_count(src) > allowed) {
+        kl_span sp;
+        char msg[128];
+        kl_source_error(src, 0, &sp, msg, sizeof msg);
+        print_error("%s does not parse back: %u:%u: %s\n%s\n", name, sp.line, sp.column, msg, text);
+        kl_source_free(src);
+        fail();
+    }
+    kl_source_free(src);
+}
+
+/* Compiled files, gathered by the golden tests and compiled at the end two at a time. */
+static char *to_compile[256];
+static unsigned ncompile;
+
+static void queue_compile(const char *path)
+{
+    for (unsigned i = 0; i < ncompile; i++)
+        if (!strcmp(to_compile[i], path)) return;
+    if (ncompile < 256) to_compile[ncompile++] = kl_strdup(path);
+}
+
+static void run_golden(const golden *g)
+{
+    char *before_p = data_path(g->dir, g->name, ".before.cu");
+    char *after_p = data_path(g->dir, g->name, ".after.cu");
+    char *before = slurp(before_p);
+    kl_error err = {0};
+    kl_status st = KL_OK;
+    char *got = rewrite(g->rule, before_p, before, g->way, g->site, g->params, &st, &err);
+    if (st != KL_OK) {
+        print_error("%s/%s: %s failed: %s\n", g->dir, g->name, g->way == KL_SITE_APPLICABLE ? "apply" : "remove",
+                    err.message);
+        fail();
+    }
+    unsigned allowed = parse_errors(before);
+    assert_parses(after_p, got, allowed);
+    const char *update = getenv("KL_UPDATE_GOLDEN");
+    if (update && *update == '1') {
+        assert_int_equal(kl_file_write(after_p, got, strlen(got), &err), KL_OK);
+    } else {
+        char *want = slurp(after_p);
+        if (strcmp(want, got)) {
+            print_error("%s/%s: the rewrite differs from %s; got:\n%s\n", g->dir, g->name, after_p, got);
+            fail();
+        }
+        free(want);
+    }
+    /* the way back */
+    if (g->round != ROUND_NONE) {
+        kl_site_dir back = g->way == KL_SITE_APPLICABLE ? KL_SITE_PRESENT : KL_SITE_APPLICABLE;
+        char *again = rewrite(g->rule, after_p, got, back, g->site, g->params, &st, &err);
+        if (st != KL_OK) {
+            print_error("%s/%s: the way back failed: %s\n", g->dir, g->name, err.message);
+            fail();
+        }
+        assert_parses(before_p, again, allowed);
+        if (g->round == ROUND_EXACT && strcmp(again, before)) {
+            print_error("%s/%s: the round trip does not give back the input; got:\n%s\n", g->dir, g->name, again);
+            fail();
+        }
+        free(again);
+    }
+    queue_compile(before_p);
+    queue_compile(after_p);
+    free(got);
+    free(before);
+    free(before_p);
+    free(after_p);
+}
+
+/* Apply must refuse with KL_ERR_NOT_APPLICABLE and a reason containing `why`. */
+static void expect_not_applicable(const kl_rule *rule, const char *text, kl_site_dir way, const char *want,
+                                  const char *params, const char *why)
+{
+    kl_error err = {0};
+    kl_status st = KL_OK;
+    char *got = rewrite(rule, "case.cu", text, way, want, params, &st, &err);
+    if (st != KL_ERR_NOT_APPLICABLE || !strstr(err.message, why)) {
+        print_error("expected 'not applicable: …%s…', got status %d: %s\n%s\n", why, st, err.message,
+                    got ? got : "");
+        fail();
+    }
+    free(got);
+}
+
+/* Count the sites of rule in text going `way`. */
+static unsigned count_sites(const kl_rule *rule, const char *text, kl_site_dir way)
+{
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("case.cu", text, strlen(text), &src, &err), KL_OK);
+    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), strlen(text), NULL};
+    kl_sites sites = {0};
+    assert_int_equal(rule->find(&ctx, &sites, &err), KL_OK);
+    unsigned n = 0;
+    for (unsigned i = 0; i < sites.count; i++) n += sites.items[i].dir == way;
+    kl_sites_release(&sites);
+    kl_source_free(src);
+    return n;
+}
+
+/* ---- privatize ------------------------------------------------------------------------------- */
+
+static const golden privatize_cases[] = {
+    {&kl_rule_privatize, "privatize", "hist_u8", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_privatize, "privatize", "early_return", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_privatize, "privatize", "mask_2d_block", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_privatize, "privatize", "template_stride_loop", KL_SITE_APPLICABLE, "counts", NULL, ROUND_EXACT},
+    {&kl_rule_privatize, "privatize", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+    {&kl_rule_privatize, "privatize", "remove_expert_if_init", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+};
+
+static void privatize_golden(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof privatize_cases / sizeof privatize_cases[0]; i++) run_golden(&privatize_cases[i]);
+}
+
+static void privatize_refuses(void **state)
+{
+    (void)state;
+    /* the index is a float bucket computed at run time: no bound */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const float *x, int *bins, int n, int nb) {\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&bins[(int)(x[i] * nb)], 1);\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "cannot bound the index");
+    /* the table is also read */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const unsigned char *x, int *bins, int n) {\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&bins[x[i]], bins[0]);\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "used other than");
+    /* too large for shared memory */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const int *x, int *bins, int n) {\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&bins[x[i] & 65535], 1);\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "shared memory");
+    /* present: the shared table is read besides the atomics */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const unsigned char *x, int *bins, int n) {\n"
+                          "    __shared__ int s[256];\n"
+                          "    for (int i = threadIdx.x; i < 256; i += blockDim.x) s[i] = 0;\n"
+                          "    __syncthreads();\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&s[x[i]], s[0] + 1);\n"
+                          "    __syncthreads();\n"
+                          "    for (int i = threadIdx.x; i < 256; i += blockDim.x) atomicAdd(&bins[i], s[i]);\n"
+                          "}\n",
+                          KL_SITE_PRESENT, NULL, NULL, "used other than");
+    /* no atomics: no site at all */
+    assert_int_equal(count_sites(&kl_rule_privatize,
+                                 "__global__ void k(float *y) { y[threadIdx.x] = 1.0f; }\n", KL_SITE_APPLICABLE),
+                     0);
+}
+
+/* ---- smem-pad -------------------------------------------------------------------------------- */
+
+static const golden smem_pad_cases[] = {
+    {&kl_rule_smem_pad, "smem-pad", "transpose_tile", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_smem_pad, "smem-pad", "double_gemm_macro", KL_SITE_APPLICABLE, "Bt", NULL, ROUND_EXACT},
+    {&kl_rule_smem_pad, "smem-pad", "helper_index", KL_SITE_APPLICABLE, "stage", "{\"pad\": 1}", ROUND_EXACT},
+    {&kl_rule_smem_pad, "smem-pad", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_smem_pad, "smem-pad", "remove_literal_3d", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+};
+
+static void smem_pad_golden(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof smem_pad_cases / sizeof smem_pad_cases[0]; i++) run_golden(&smem_pad_cases[i]);
+}
+
+static void smem_pad_refuses(void **state)
+{
+    (void)state;
+    /* the tile's address is taken: its row length is visible */
+    expect_not_applicable(&kl_rule_smem_pad,
+                          "__global__ void k(float *o) {\n"
+                          "    __shared__ float t[32][32];\n"
+                          "    t[threadIdx.y][threadIdx.x] = 1.0f;\n"
+                          "    float *p = &t[0][0];\n"
+                          "    __syncthreads();\n"
+                          "    o[threadIdx.x] = t[threadIdx.x][0] + p[33];\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "full subscript");
+    /* only rows are read: no bank conflict, no site */
+    assert_int_equal(count_sites(&kl_rule_smem_pad,
+                                 "__global__ void k(float *o) {\n"
+                                 "    __shared__ float t[32][32];\n"
+                                 "    t[threadIdx.y][threadIdx.x] = 1.0f;\n"
+                                 "    __syncthreads();\n"
+                                 "    o[threadIdx.x] = t[threadIdx.y][threadIdx.x];\n"
+                                 "}\n",
+                                 KL_SITE_APPLICABLE),
+                     0);
+    /* a row of 33 floats already conflicts with nothing */
+    assert_int_equal(count_sites(&kl_rule_smem_pad,
+                                 "__global__ void k(float *o) {\n"
+                                 "    __shared__ float t[32][33];\n"
+                                 "    o[threadIdx.x] = t[threadIdx.x][0];\n"
+                                 "}\n",
+                                 KL_SITE_APPLICABLE),
+                     0);
+    /* a stencil halo is not padding */
+    assert_int_equal(count_sites(&kl_rule_smem_pad,
+                                 "#define B 16\n"
+                                 "__global__ void k(float *o) {\n"
+                                 "    __shared__ float t[B + 2][B + 2];\n"
+                                 "    o[threadIdx.x] = t[threadIdx.y + 1][threadIdx.x + 1];\n"
+                                 "}\n",
+                                 KL_SITE_PRESENT),
+                     0);
+}
+
+/* ---- coalesce -------------------------------------------------------------------------------- */
+
+static const golden coalesce_cases[] = {
+    {&kl_rule_coalesce, "coalesce", "gemm_rows_on_x", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_coalesce, "coalesce", "template_size_t", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_coalesce, "coalesce", "macro_helper", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_coalesce, "coalesce", "while_loop", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_coalesce, "coalesce", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+};
+
+static void coalesce_golden(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof coalesce_cases / sizeof coalesce_cases[0]; i++) run_golden(&coalesce_cases[i]);
+}
+
+static void coalesce_refuses(void **state)
+{
+    (void)state;
+    /* a transpose: reads and writes disagree */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C) {\n"
+                          "    int c = blockIdx.x * 16 + threadIdx.x;\n"
+                          "    int r = blockIdx.y * 16 + threadIdx.y;\n"
+                          "    if (r < R && c < C) y[c * R + r] = x[r * C + c];\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 16, R / 16), dim3(16, 16)>>>(x, y, R, C); }\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "staged exchange");
+    /* warp-synchronous code */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void k(const float *x, float *y, int C) {\n"
+                          "    int r = blockIdx.x * 32 + threadIdx.x;\n"
+                          "    int c = threadIdx.y;\n"
+                          "    float v = x[r * C + c];\n"
+                          "    v += __shfl_down_sync(0xffffffffu, v, 1);\n"
+                          "    y[r * C + c] = v;\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int C) { k<<<dim3(4, 1), dim3(32, 8)>>>(x, y, C); }\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "warp-synchronous");
+    /* the launch is elsewhere */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void k(const float *x, float *y, int C) {\n"
+                          "    int r = blockIdx.x * 32 + threadIdx.x;\n"
+                          "    int c = blockIdx.y * 8 + threadIdx.y;\n"
+                          "    y[r * C + c] = x[r * C + c];\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "not launched in this file");
+    /* the block is shared with another launch */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void k(const float *x, float *y, int C) {\n"
+                          "    int r = blockIdx.x * 32 + threadIdx.x;\n"
+                          "    int c = blockIdx.y * 8 + threadIdx.y;\n"
+                          "    y[r * C + c] = x[r * C + c];\n"
+                          "}\n"
+                          "__global__ void other(float *y) { y[threadIdx.x] = 0; }\n"
+                          "void go(const float *x, float *y, int C) {\n"
+                          "    dim3 b(32, 8);\n"
+                          "    k<<<dim3(4, 4), b>>>(x, y, C);\n"
+                          "    other<<<dim3(1, 1), b>>>(y);\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "other launches");
+    /* already coalesced: no site */
+    assert_int_equal(count_sites(&kl_rule_coalesce,
+                                 "__global__ void k(const float *x, float *y, int C) {\n"
+                                 "    int c = blockIdx.x * 32 + threadIdx.x;\n"
+                                 "    int r = blockIdx.y * 8 + threadIdx.y;\n"
+                                 "    y[r * C + c] = x[r * C + c];\n"
+                                 "}\n",
+                                 KL_SITE_APPLICABLE),
+                     0);
+}
+
+/* ---- nvcc -------------------------------------------------------------------------------------- */
+
+static const char *find_nvcc(void)
+{
+    static const char *const cands[] = {"/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc", NULL};
+    const char *env = getenv("NVCC");
+    if (env && access(env, X_OK) == 0) return env;
+    for (int i = 0; cands[i]; i++)
+        if (access(cands[i], X_OK) == 0) return cands[i];
+    return NULL;
+}
+
+static void everything_compiles(void **state)
+{
+    (void)state;
+    const char *nvcc = find_nvcc();
+    if (!nvcc) {
+        for (unsigned i = 0; i < ncompile; i++) free(to_compile[i]);
+        ncompile = 0;
+        skip();
+    }
+    assert_true(ncompile > 0);
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-b", &dir, &err), KL_OK);
+    unsigned failures = 0;
+    /* two at a time: a child compiles two files in parallel and waits for both */
+    for (unsigned i = 0; i < ncompile; i += 2) {
+        char script[8192];
+        char o1[600], o2[600];
+        kl_snprintf(o1, sizeof o1, "%s/a%u.o", dir, i);
+        kl_snprintf(o2, sizeof o2, "%s/b%u.o", dir, i);
+        if (i + 1 < ncompile)
+            kl_snprintf(script, sizeof script,
+                        "\"$0\" -arch=sm_90 -c \"$1\" -o \"$3\" & p=$!; \"$0\" -arch=sm_90 -c \"$2\" -o \"$4\" || r=1; "
+                        "wait $p || r=1; exit ${r:-0}");
+        else kl_snprintf(script, sizeof script, "\"$0\" -arch=sm_90 -c \"$1\" -o \"$3\"");
+        const char *argv[] = {"sh", "-c", script, nvcc, to_compile[i], i + 1 < ncompile ? to_compile[i + 1] : "",
+                              o1, o2, NULL};
+        kl_child c;
+        kl_child_init(&c);
+        c.argv = argv;
+        c.timeout_s = 300;
+        c.merge_stderr = true;
+        assert_int_equal(kl_child_run(&c, &err), KL_OK);
+        if (c.exit_code != 0) {
+            print_error("nvcc failed on %s%s%s:\n%s\n", to_compile[i], i + 1 < ncompile ? " or " : "",
+                        i + 1 < ncompile ? to_compile[i + 1] : "", kl_strbuf_str(&c.out));
+            failures++;
+        }
+        kl_child_release(&c);
+    }
+    kl_remove_tree(dir, &err);
+    free(dir);
+    for (unsigned i = 0; i < ncompile; i++) free(to_compile[i]);
+    ncompile = 0;
+    assert_int_equal(failures, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(privatize_golden),
+        cmocka_unit_test(privatize_refuses),
+        cmocka_unit_test(smem_pad_golden),
+        cmocka_unit_test(smem_pad_refuses),
+        cmocka_unit_test(coalesce_golden),
+        cmocka_unit_test(coalesce_refuses),
+        cmocka_unit_test(everything_compiles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

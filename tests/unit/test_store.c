@@ -1,0 +1,425 @@
+/* src/store: documents, transactions, the archive, concurrent handles, files that are not stores. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "klineage/store.h"
+#include "util/util.h"
+
+typedef struct fixture {
+    char *dir;
+    char *db;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    kl_error err = {0};
+    if (kl_tempdir("test-store", &f->dir, &err) != KL_OK) return -1;
+    f->db = kl_path_join(f->dir, "k.db");
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    kl_remove_tree(f->dir, NULL);
+    free(f->dir);
+    free(f->db);
+    free(f);
+    return 0;
+}
+
+static kl_store *open_ok(const char *path)
+{
+    kl_store *s = NULL;
+    kl_error err = {0};
+    if (kl_store_open(path, &s, &err) != KL_OK) fail_msg("%s", err.message);
+    return s;
+}
+
+static void put_ok(kl_store *s, const char *kind, const char *key, const char *json)
+{
+    kl_error err = {0};
+    if (kl_store_put(s, kind, key, json, &err) != KL_OK) fail_msg("%s", err.message);
+}
+
+/* The document as compact JSON with sorted keys (for comparisons that ignore spacing). */
+static char *canonical(const char *json)
+{
+    json_t *j = json_loads(json, JSON_DECODE_ANY, NULL);
+    assert_non_null(j);
+    char *t = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    json_decref(j);
+    return t;
+}
+
+static bool has_doc(kl_store *s, const char *kind, const char *key)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    kl_status st = kl_store_get(s, kind, key, &json, &err);
+    free(json);
+    if (st != KL_OK && st != KL_ERR_NOT_FOUND) fail_msg("%s", err.message);
+    return st == KL_OK;
+}
+
+static void put_get_replace_delete(void **state)
+{
+    fixture *f = *state;
+    kl_store *s = open_ok(f->db);
+    kl_error err = {0};
+    char *json = NULL;
+    put_ok(s, "verdict", "abc", "{\"ok\": true, \"n\": 1}");
+    assert_int_equal(kl_store_get(s, "verdict", "abc", &json, &err), KL_OK);
+    assert_string_equal(json, "{\"ok\": true, \"n\": 1}");
+    free(json);
+    put_ok(s, "verdict", "abc", "{\"ok\": false}");
+    assert_int_equal(kl_store_get(s, "verdict", "abc", &json, &err), KL_OK);
+    assert_string_equal(json, "{\"ok\": false}");
+    free(json);
+    /* kinds are separate namespaces */
+    assert_int_equal(kl_store_get(s, "skill", "abc", &json, &err), KL_ERR_NOT_FOUND);
+    assert_null(json);
+    assert_non_null(strstr(err.message, "skill"));
+    /* any JSON value, not only objects */
+    put_ok(s, "gpu", "list", "[1, 2.5, \"x\"]");
+    assert_int_equal(kl_store_delete(s, "verdict", "abc", &err), KL_OK);
+    assert_false(has_doc(s, "verdict", "abc"));
+    assert_int_equal(kl_store_delete(s, "verdict", "abc", &err), KL_ERR_NOT_FOUND);
+    /* invalid documents and names are refused, and nothing is written */
+    assert_int_equal(kl_store_put(s, "verdict", "bad", "{\"ok\": tru}", &err), KL_ERR_PARSE);
+    assert_non_null(strstr(err.message, "verdict/bad"));
+    assert_non_null(strstr(err.message, "column"));
+    assert_false(has_doc(s, "verdict", "bad"));
+    assert_int_equal(kl_store_put(s, "verdict", "bad", "{} trailing", &err), KL_ERR_PARSE);
+    assert_int_equal(kl_store_put(s, "", "k", "{}", &err), KL_ERR_INVALID);
+    assert_int_equal(kl_store_put(s, "Verdict", "k", "{}", &err), KL_ERR_INVALID);
+    assert_int_equal(kl_store_put(s, "verdict", "", "{}", &err), KL_ERR_INVALID);
+    assert_int_equal(kl_store_put(s, "verdict", "a\nb", "{}", &err), KL_ERR_INVALID);
+    kl_store_close(s);
+    kl_store_close(NULL);
+    /* it persists */
+    s = open_ok(f->db);
+    assert_true(has_doc(s, "gpu", "list"));
+    kl_store_close(s);
+}
+
+typedef struct visit {
+    char keys[16][16];
+    unsigned n, stop_after;
+} visit;
+
+static bool collect(const char *key, const char *json, void *user)
+{
+    visit *v = user;
+    (void)json;
+    kl_snprintf(v->keys[v->n++], sizeof v->keys[0], "%s", key);
+    return v->n < v->stop_after;
+}
+
+static void each_in_key_order_with_prefix(void **state)
+{
+    (void)state;
+    kl_store *s = open_ok(":memory:");
+    const char *keys[] = {"b2", "a1", "b10", "c", "b1", "ba"};
+    for (size_t i = 0; i < 6; i++) put_ok(s, "skill", keys[i], "{}");
+    put_ok(s, "verdict", "b0", "{}");
+    kl_error err = {0};
+    visit v = {.stop_after = 100};
+    assert_int_equal(kl_store_each(s, "skill", NULL, collect, &v, &err), KL_OK);
+    assert_int_equal(v.n, 6);
+    for (unsigned i = 1; i < v.n; i++) assert_true(strcmp(v.keys[i - 1], v.keys[i]) < 0);
+    memset(&v, 0, sizeof v);
+    v.stop_after = 100;
+    assert_int_equal(kl_store_each(s, "skill", "b", collect, &v, &err), KL_OK);
+    assert_int_equal(v.n, 4); /* b1 b10 b2 ba, not b0 of another kind */
+    assert_string_equal(v.keys[0], "b1");
+    assert_string_equal(v.keys[3], "ba");
+    memset(&v, 0, sizeof v);
+    v.stop_after = 2;
+    assert_int_equal(kl_store_each(s, "skill", "", collect, &v, &err), KL_OK);
+    assert_int_equal(v.n, 2);
+    kl_store_close(s);
+}
+
+static void transactions_nest_by_count(void **state)
+{
+    fixture *f = *state;
+    kl_store *s = open_ok(f->db);
+    kl_error err = {0};
+    /* rolled back: gone */
+    assert_int_equal(kl_store_begin(s, &err), KL_OK);
+    put_ok(s, "lineage", "x", "{}");
+    assert_int_equal(kl_store_rollback(s), KL_OK);
+    assert_false(has_doc(s, "lineage", "x"));
+    /* nested: the inner rollback undoes only the inner puts */
+    assert_int_equal(kl_store_begin(s, &err), KL_OK);
+    put_ok(s, "lineage", "outer", "{}");
+    assert_int_equal(kl_store_begin(s, &err), KL_OK);
+    put_ok(s, "lineage", "inner", "{}");
+    assert_int_equal(kl_store_rollback(s), KL_OK);
+    assert_int_equal(kl_store_begin(s, &err), KL_OK);
+    put_ok(s, "lineage", "inner2", "{}");
+    assert_int_equal(kl_store_commit(s, &err), KL_OK);
+    /* not visible to another handle before the outer commit */
+    kl_store *other = open_ok(f->db);
+    assert_false(has_doc(other, "lineage", "outer"));
+    assert_int_equal(kl_store_commit(s, &err), KL_OK);
+    assert_true(has_doc(other, "lineage", "outer"));
+    assert_true(has_doc(other, "lineage", "inner2"));
+    assert_false(has_doc(other, "lineage", "inner"));
+    /* unbalanced */
+    assert_int_equal(kl_store_commit(s, &err), KL_ERR_INVALID);
+    assert_int_equal(kl_store_rollback(s), KL_ERR_INVALID);
+    /* closing with an open transaction rolls it back */
+    assert_int_equal(kl_store_begin(s, &err), KL_OK);
+    put_ok(s, "lineage", "dropped", "{}");
+    kl_store_close(s);
+    assert_false(has_doc(other, "lineage", "dropped"));
+    kl_store_close(other);
+}
+
+static void two_handles_and_two_processes(void **state)
+{
+    fixture *f = *state;
+    kl_store *a = open_ok(f->db), *b = open_ok(f->db);
+    for (int i = 0; i < 50; i++) {
+        char key[16];
+        kl_snprintf(key, sizeof key, "k%02d", i);
+        put_ok(i % 2 ? a : b, "verdict", key, "{\"i\": 1}");
+    }
+    visit v = {.stop_after = 1000};
+    kl_error err = {0};
+    /* both handles see everything: k00 … k09 */
+    assert_int_equal(kl_store_each(a, "verdict", "k0", collect, &v, &err), KL_OK);
+    assert_int_equal(v.n, 10);
+    memset(&v, 0, sizeof v);
+    v.stop_after = 1000;
+    assert_int_equal(kl_store_each(b, "verdict", "k4", collect, &v, &err), KL_OK);
+    assert_int_equal(v.n, 10);
+    /* a writer's open transaction does not block a reader (WAL) */
+    assert_int_equal(kl_store_begin(a, &err), KL_OK);
+    put_ok(a, "verdict", "pending", "{}");
+    assert_true(has_doc(b, "verdict", "k00"));
+    assert_false(has_doc(b, "verdict", "pending"));
+    assert_int_equal(kl_store_commit(a, &err), KL_OK);
+    assert_true(has_doc(b, "verdict", "pending"));
+    kl_store_close(a);
+    kl_store_close(b);
+    /* two processes writing at once: every document lands (busy timeout, no lost writes) */
+    pid_t pids[2];
+    for (int p = 0; p < 2; p++) {
+        pids[p] = fork();
+        assert_true(pids[p] >= 0);
+        if (pids[p] == 0) {
+            kl_store *s = NULL;
+            if (kl_store_open(f->db, &s, NULL) != KL_OK) _exit(1);
+            for (int i = 0; i < 100; i++) {
+                char key[16];
+                kl_snprintf(key, sizeof key, "p%d-%03d", p, i);
+                if (kl_store_begin(s, NULL) != KL_OK || kl_store_put(s, "run", key, "{}", NULL) != KL_OK ||
+                    kl_store_commit(s, NULL) != KL_OK)
+                    _exit(2);
+            }
+            kl_store_close(s);
+            _exit(0);
+        }
+    }
+    for (int p = 0; p < 2; p++) {
+        int status = 0;
+        assert_int_equal(waitpid(pids[p], &status, 0), pids[p]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    kl_store *s = open_ok(f->db);
+    unsigned count = 0;
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < 100; i++) {
+            char key[16];
+            kl_snprintf(key, sizeof key, "p%d-%03d", p, i);
+            count += has_doc(s, "run", key);
+        }
+    assert_int_equal(count, 200);
+    kl_store_close(s);
+}
+
+static void export_import_round_trip(void **state)
+{
+    fixture *f = *state;
+    kl_store *s = open_ok(f->db);
+    put_ok(s, "verdict", "zz", "{\"b\": 1, \"a\": {\"d\": [3, 2], \"c\": null}}");
+    put_ok(s, "verdict", "aa", "{\"x\":   0.1}");
+    put_ok(s, "skill", "vectorize", "{\"id\": \"vectorize\", \"intent\": \"wider loads\\n\\\"quoted\\\"\"}");
+    put_ok(s, "llm", "cache1", "\"just a string\"");
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    kl_error err = {0};
+    const char *kinds[] = {"verdict", "skill", NULL};
+    assert_int_equal(kl_store_export(s, kinds, archive, &err), KL_OK);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(kl_file_read(archive, 0, &text, &len, &err), KL_OK);
+    /* one line per document, sorted by (kind, key), keys of each doc sorted, compact */
+    const char *want_order[][2] = {{"skill", "vectorize"}, {"verdict", "aa"}, {"verdict", "zz"}};
+    char *save = NULL;
+    unsigned lines = 0;
+    char *copy = kl_strdup(text);
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save), lines++) {
+        assert_true(lines < 3);
+        assert_true(kl_str_starts(line, "{\"kind\":"));
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        assert_string_equal(json_string_value(json_object_get(j, "kind")), want_order[lines][0]);
+        assert_string_equal(json_string_value(json_object_get(j, "key")), want_order[lines][1]);
+        char *stored = NULL;
+        assert_int_equal(kl_store_get(s, want_order[lines][0], want_order[lines][1], &stored, &err), KL_OK);
+        char *want_doc = canonical(stored);
+        assert_non_null(strstr(line, want_doc)); /* compact, sorted: exactly the canonical text */
+        free(want_doc);
+        free(stored);
+        json_decref(j);
+    }
+    assert_int_equal(lines, 3);
+    free(copy);
+    /* stable: the same store exports the same bytes */
+    char *archive2 = kl_path_join(f->dir, "archive2.jsonl");
+    assert_int_equal(kl_store_export(s, kinds, archive2, &err), KL_OK);
+    char *text2 = NULL;
+    assert_int_equal(kl_file_read(archive2, 0, &text2, NULL, &err), KL_OK);
+    assert_string_equal(text, text2);
+    /* import into a fresh store: the same documents */
+    kl_store *t = open_ok(":memory:");
+    unsigned count = 0;
+    assert_int_equal(kl_store_import(t, archive, &count, &err), KL_OK);
+    assert_int_equal(count, 3);
+    for (unsigned i = 0; i < 3; i++) {
+        char *x = NULL, *y = NULL;
+        assert_int_equal(kl_store_get(s, want_order[i][0], want_order[i][1], &x, &err), KL_OK);
+        assert_int_equal(kl_store_get(t, want_order[i][0], want_order[i][1], &y, &err), KL_OK);
+        char *cx = canonical(x), *cy = canonical(y);
+        assert_string_equal(cx, cy);
+        free(cx);
+        free(cy);
+        free(x);
+        free(y);
+    }
+    assert_false(has_doc(t, "llm", "cache1"));
+    /* and its export is byte-identical to the first */
+    assert_int_equal(kl_store_export(t, kinds, archive2, &err), KL_OK);
+    free(text2);
+    assert_int_equal(kl_file_read(archive2, 0, &text2, NULL, &err), KL_OK);
+    assert_string_equal(text, text2);
+    /* NULL kinds: everything */
+    assert_int_equal(kl_store_export(s, NULL, archive2, &err), KL_OK);
+    free(text2);
+    assert_int_equal(kl_file_read(archive2, 0, &text2, NULL, &err), KL_OK);
+    assert_non_null(strstr(text2, "\"kind\":\"llm\""));
+    kl_store_close(t);
+    kl_store_close(s);
+    free(text);
+    free(text2);
+    free(archive);
+    free(archive2);
+}
+
+static void import_is_all_or_nothing(void **state)
+{
+    fixture *f = *state;
+    char *archive = kl_path_join(f->dir, "bad.jsonl");
+    kl_error err = {0};
+    const char *bad_lines[] = {
+        "{\"kind\":\"verdict\",\"key\":\"a\",\"doc\":{}}\n\n{\"kind\":\"verdict\",\"key\":\"b\",\"doc\":{}}\n"
+        "{\"kind\":\"verdict\",\"key\":\"c\",\"doc\":{\n",
+        "{\"kind\":\"verdict\",\"key\":\"a\",\"doc\":{}}\n{\"kind\":\"verdict\",\"key\":\"b\",\"doc\":{}}\n"
+        "{\"kind\":\"verdict\",\"key\":\"c\"}\n",
+        "{\"kind\":\"verdict\",\"key\":\"a\",\"doc\":{}}\n{\"kind\":\"verdict\",\"key\":\"b\",\"doc\":{}}\n"
+        "{\"kind\":\"BAD KIND\",\"key\":\"c\",\"doc\":{}}\n",
+    };
+    const char *want_line[] = {":4", ":3", ":3"};
+    kl_store *s = open_ok(f->db);
+    put_ok(s, "verdict", "a", "{\"old\": true}");
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(kl_file_write(archive, bad_lines[i], strlen(bad_lines[i]), &err), KL_OK);
+        unsigned count = 99;
+        kl_status st = kl_store_import(s, archive, &count, &err);
+        assert_true(st == KL_ERR_PARSE || st == KL_ERR_INVALID);
+        assert_int_equal(count, 0);
+        char want[512];
+        kl_snprintf(want, sizeof want, "%s%s", archive, want_line[i]);
+        if (!strstr(err.message, want)) fail_msg("case %zu: '%s' does not name %s", i, err.message, want);
+        /* nothing half-imported: b is absent, a is still the old one */
+        assert_false(has_doc(s, "verdict", "b"));
+        char *json = NULL;
+        assert_int_equal(kl_store_get(s, "verdict", "a", &json, &err), KL_OK);
+        assert_string_equal(json, "{\"old\": true}");
+        free(json);
+    }
+    /* a missing archive */
+    char *missing = kl_path_join(f->dir, "none.jsonl");
+    assert_int_equal(kl_store_import(s, missing, NULL, &err), KL_ERR_NOT_FOUND);
+    kl_store_close(s);
+    free(missing);
+    free(archive);
+}
+
+static void files_that_are_not_stores_are_left_alone(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    kl_store *s = NULL;
+    /* text */
+    const char *text = "this is not a database\n";
+    assert_int_equal(kl_file_write(f->db, text, strlen(text), &err), KL_OK);
+    assert_int_equal(kl_store_open(f->db, &s, &err), KL_ERR_STORE);
+    assert_null(s);
+    assert_non_null(strstr(err.message, f->db));
+    assert_non_null(strstr(err.message, "not a SQLite database"));
+    char *back = NULL;
+    size_t len = 0;
+    assert_int_equal(kl_file_read(f->db, 0, &back, &len, &err), KL_OK);
+    assert_string_equal(back, text);
+    free(back);
+    /* SQLite's magic followed by garbage */
+    char junk[8192];
+    memcpy(junk, "SQLite format 3", 16);
+    for (size_t i = 16; i < sizeof junk; i++) junk[i] = (char)(i * 131 + 7);
+    assert_int_equal(kl_file_write(f->db, junk, sizeof junk, &err), KL_OK);
+    assert_int_equal(kl_store_open(f->db, &s, &err), KL_ERR_STORE);
+    assert_null(s);
+    assert_non_null(strstr(err.message, f->db));
+    assert_int_equal(kl_file_read(f->db, 0, &back, &len, &err), KL_OK);
+    assert_int_equal(len, sizeof junk);
+    assert_memory_equal(back, junk, sizeof junk);
+    free(back);
+    /* a folder, a path in a missing folder */
+    assert_int_equal(kl_store_open(f->dir, &s, &err), KL_ERR_INVALID);
+    char *deep = kl_path_join(f->dir, "no/such/dir/k.db");
+    assert_int_equal(kl_store_open(deep, &s, &err), KL_ERR_STORE);
+    assert_non_null(strstr(err.message, deep));
+    free(deep);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(put_get_replace_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(each_in_key_order_with_prefix, setup, teardown),
+        cmocka_unit_test_setup_teardown(transactions_nest_by_count, setup, teardown),
+        cmocka_unit_test_setup_teardown(two_handles_and_two_processes, setup, teardown),
+        cmocka_unit_test_setup_teardown(export_import_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(import_is_all_or_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(files_that_are_not_stores_are_left_alone, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

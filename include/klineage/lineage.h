@@ -42,6 +42,13 @@ typedef kl_status (*kl_judge_fn)(void *user, const kl_task *task, const char *ca
                                  const char *base_name, const char *base_text, bool profile, kl_judgement *out,
                                  kl_error *err);
 
+/* Optional: before the proposals of a version are judged one by one, get them ready at
+ * once (the gate compiles them in parallel; later judgements find the objects cached). */
+typedef kl_status (*kl_prepare_fn)(void *user, const kl_task *task, unsigned n, const char *const *names,
+                                   const char *const *texts, kl_error *err);
+kl_status kl_lineage_gate_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
+                                  const char *const *texts, kl_error *err);
+
 /* A judge over kl_gate_judge; user is the kl_gate*. */
 kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
                                 const char *base_name, const char *base_text, bool profile, kl_judgement *out,
@@ -64,6 +71,7 @@ typedef struct kl_lineage_options {
     kl_store *store;              /* borrowed; required */
     kl_judge_fn judge;            /* required (kl_lineage_gate_judge with the gate as user) */
     void *judge_user;
+    kl_prepare_fn prepare;        /* optional (live runs: kl_lineage_gate_prepare, same user) */
     unsigned max_steps;           /* 0: 64 */
     unsigned probes;              /* extra shapes per step for condition probing; 0: none */
     const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */

@@ -40,7 +40,7 @@ typedef struct kl_skill kl_skill;
 /* Parse and validate a card from JSON text. `origin` names where it came from in messages
  * (a file name, "skill vectorize-3fa2c1"; NULL: "skill card"). Errors name the key and what
  * was expected: "cards.json: preconditions[1].predicate: expected a string",
- * "…: preconditions[0].predicate: \"cols % 4 = 0\": column 9: expected an operator (…)".
+ * "…: preconditions[0].predicate: \"cols % 4 = 0\": column 10: expected an operator (…)".
  * Unknown keys are errors, except those starting with "x-" (kept as they are) and inside
  * `params`, `anchor.pattern.site_features` and shapes, which are free. On KL_OK *out is
  * owned by the caller (kl_skill_free). KL_ERR_PARSE for text that is not JSON,
@@ -64,12 +64,13 @@ typedef struct kl_skill_summary {
     unsigned nprobed;         /* of those, learned by probing (kind probed or probed-perf) */
     unsigned nrisks, nlineages, ncontradictions, nrequires;
     unsigned probes;          /* probes.count (0 when absent) */
+    unsigned probe_failures;  /* probes.failures (0 when absent) */
     double best_gain;         /* the highest effect speedup; < 0 when none was measured */
 } kl_skill_summary;
 void kl_skill_summarize(const kl_skill *card, kl_skill_summary *out);
 
-/* The card as JSON text in the fixed key order of docs/skill-card.md, indented by two, with
- * a final newline. New string (free()); NULL when out of memory. */
+/* The card as JSON text in the fixed key order of docs/skill-card.md, indented by two, reals
+ * with 15 significant digits, with a final newline. New string (free()); NULL when out of memory. */
 char *kl_skill_to_json(const kl_skill *card);
 
 /* The card as Markdown for a kernel engineer: a heading (at `heading_level`, 1–4) with the id
@@ -119,7 +120,7 @@ typedef struct kl_predicate {
  * OP one of == != < <= > >=, VALUE a decimal integer, a "quoted string" (\" and \\ escape)
  * or true/false. Strings and booleans take only == and !=; a modulus needs an integer VALUE.
  * KL_ERR_INVALID with the column and what was expected:
- * "\"cols % 4 = 0\": column 9: expected an operator (== != < <= > >=)". */
+ * "\"cols % 4 = 0\": column 10: expected an operator (== != < <= > >=)". */
 kl_status kl_predicate_parse(const char *text, kl_predicate *out, kl_error *err);
 
 /* Evaluate a predicate in an environment: a JSON object whose members are named values

@@ -274,14 +274,15 @@ char *kl_bench_markdown(const char *rows_json)
         else
             kl_strbuf_adds(&sb, " – |");
         json_t *gb = json_object_get(r, "gbps"), *tf = json_object_get(r, "tflops");
-        if (json_is_number(tf) && json_number_value(tf) > 1)
+        json_t *t = json_object_get(r, "target");
+        const char *kind = json_string_value(json_object_get(t, "kind"));
+        /* the figure the task is judged by: the rate for matrix work, the bandwidth otherwise */
+        if (kind && !strcmp(kind, "vendor") && json_is_number(tf))
             kl_strbuf_addf(&sb, " %.1f TFLOP/s |", json_number_value(tf));
         else if (json_is_number(gb))
             kl_strbuf_addf(&sb, " %.0f GB/s |", json_number_value(gb));
         else
             kl_strbuf_adds(&sb, " – |");
-        json_t *t = json_object_get(r, "target");
-        const char *kind = json_string_value(json_object_get(t, "kind"));
         if (kind && !strcmp(kind, "gbps"))
             kl_strbuf_addf(&sb, " ≥ %.0f GB/s |", json_number_value(json_object_get(t, "value")));
         else if (kind && !strcmp(kind, "copy"))
@@ -293,7 +294,7 @@ char *kl_bench_markdown(const char *rows_json)
         json_t *met = json_object_get(r, "target_met");
         json_t *got = json_object_get(r, "target_got");
         if (json_is_boolean(met))
-            kl_strbuf_addf(&sb, " %s (%.2f) |\n", json_is_true(met) ? "yes" : "no", json_number_value(got));
+            kl_strbuf_addf(&sb, " %s (%.3g) |\n", json_is_true(met) ? "yes" : "no", json_number_value(got));
         else
             kl_strbuf_adds(&sb, " – |\n");
     }

@@ -69,7 +69,8 @@ KL_CMD(skills);    /* cmd_skills.c: the skill library (list, show, export, impor
 
 struct kl_task;
 /* cmd_gate.c, for `task check`: gate the task's naive and expert kernels when a GPU (or
- * replay) is available; a note and KL_EXIT_OK when neither is. Returns an exit code. */
+ * replay) is available, one line each; nothing and KL_EXIT_OK when neither is (the caller
+ * says so). Returns an exit code. */
 int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const struct kl_task *task);
 
 #endif

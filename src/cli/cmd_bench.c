@@ -52,6 +52,7 @@ KL_CMD(bench)
         return cli_usage_error(cli, "say what to benchmark: --expert (the suite's naive and expert kernels)");
     only[nonly] = NULL;
     if (!suite) suite = "tasks";
+    cli_measure_auto(cli);
 
     int rc = cli_measure_open(cli, &m, suite);
     if (rc != KL_EXIT_OK) return rc;

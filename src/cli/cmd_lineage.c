@@ -95,6 +95,7 @@ KL_CMD(lineage)
         }
     }
     if (!task_dir) return cli_usage_error(cli, "which task? give its folder");
+    cli_measure_auto(cli);
 
     int rc = KL_EXIT_FAILED;
     kl_error err = {0};
@@ -114,7 +115,21 @@ KL_CMD(lineage)
         cli_measure_error(&m, "%s", err.message);
         goto cleanup;
     }
-    if (kl_rewriter_open(backend, rw_config, &rw, &err) != KL_OK) {
+    /* In replay, a rewriter that caches (llm) must serve recorded answers only. */
+    char *cfg = NULL;
+    if (m.replay && !strcmp(backend, "llm")) {
+        json_t *c = rw_config ? json_loads(rw_config, 0, NULL) : json_object();
+        if (!c) {
+            cli_measure_error(&m, "--rewriter-config: not a JSON object");
+            goto cleanup;
+        }
+        json_object_set_new(c, "replay", json_true());
+        cfg = json_dumps(c, JSON_COMPACT);
+        json_decref(c);
+    }
+    kl_status ost = kl_rewriter_open_ex(backend, cfg ? cfg : rw_config, m.store, &rw, &err);
+    free(cfg);
+    if (ost != KL_OK) {
         cli_measure_error(&m, "rewriter %s: %s", backend, err.message);
         goto cleanup;
     }
@@ -126,6 +141,7 @@ KL_CMD(lineage)
     lo.store = m.store;
     lo.judge = kl_lineage_gate_judge;
     lo.judge_user = gate;
+    if (!m.replay) lo.prepare = kl_lineage_gate_prepare; /* compile each version's proposals in parallel */
     lo.max_steps = max_steps;
     lo.probes = probes;
     lo.restart = restart;
@@ -141,6 +157,8 @@ KL_CMD(lineage)
 
     if (st == KL_ERR_INTERRUPTED) {
         cli_measure_error(&m, "%s; the walk is stored: run the same command to resume", err.message);
+        /* what was measured before the interruption is kept in the archive too */
+        cli_measure_finish(cli, &m);
         rc = KL_EXIT_INTERRUPTED;
         goto cleanup;
     }

@@ -91,7 +91,7 @@ static int cmd_list(int argc, char **argv, kl_cli *cli)
                                   (json_int_t)s.probes);
             json_array_append_new(a, o);
         }
-        char *t = json_dumps(a, JSON_INDENT(2));
+        char *t = json_dumps(a, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
         json_decref(a);
         rc = t ? write_stdout(t) : cli_error("out of memory");
         if (t) rc = write_stdout("\n");

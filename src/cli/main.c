@@ -107,6 +107,7 @@ static void print_overview(FILE *f)
 
 KL_CMD(help)
 {
+    if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     if (argc < 2) {
         print_overview(stdout);
         return KL_EXIT_OK;

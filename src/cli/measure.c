@@ -76,6 +76,16 @@ static char *find_archive(const cli_measure *m, const char *task_dir)
     return p;
 }
 
+void cli_measure_auto(kl_cli *cli)
+{
+    if (cli->measure_given) return;
+    bool gpu = access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
+    if (gpu) return;
+    cli->measure = KL_MEASURE_REPLAY;
+    cli_note(cli, "%sno GPU on this machine: replaying recorded measurements (as --measure replay; "
+                  "--measure live to refuse)\n", REPLAY_PREFIX);
+}
+
 int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
 {
     kl_error err = {0};
@@ -124,7 +134,9 @@ int cli_measure_finish(const kl_cli *cli, cli_measure *m)
         mkdir(dir, 0755); /* archive/ in the repository, on the first record */
     }
     free(dir);
-    static const char *const kinds[] = {"verdict", "gpu", NULL};
+    /* everything a machine without a GPU needs to replay: verdicts, the device, the vendor
+     * timings, the walks and the cards they gave */
+    static const char *const kinds[] = {"verdict", "gpu", "vendor", "lineage", "skill", NULL};
     if (kl_store_export(m->store, kinds, m->archive, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
     cli_note(cli, "recorded to %s\n", m->archive);
     return KL_EXIT_OK;

@@ -33,6 +33,10 @@ typedef struct cli_measure {
  * error. */
 int cli_measure_option(const kl_cli *cli, int argc, char **argv, int *i, cli_measure *m);
 
+/* For the main jobs (lineage, bench): with no --measure given, replay where this machine
+ * has no GPU, saying so, and run live where it has one. */
+void cli_measure_auto(kl_cli *cli);
+
 /* Open the store and, in replay or record, find (and import) the archive. task_dir may be
  * NULL. Returns KL_EXIT_OK, or an exit code after printing the error. */
 int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir);

@@ -562,6 +562,8 @@ static kl_status save_report(const char *json_path, const kl_compiled *c, kl_err
     return st;
 }
 
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static kl_status compile_one(kl_gate *gate, const kl_task *task, const kl_gate_source *src, const char *arch,
                              kl_compiled **out, kl_error *err)
 {
@@ -671,12 +673,16 @@ static kl_status compile_one(kl_gate *gate, const kl_task *task, const kl_gate_s
     }
     KL_TRY(kl_ptxas_parse(c->log, &c->kernels, &c->nkernels, err));
     kl_kernel_reports_demangle(c->kernels, c->nkernels);
+    /* the same file twice in one batch: the two threads finish the same cache entry in turn */
+    pthread_mutex_lock(&cache_lock);
     if (rename(tmp, obj) != 0) {
         st = kl_error_set(err, KL_ERR_IO, "%s: cannot move the object into the cache: %s", obj, strerror(errno));
         unlink(tmp);
-        goto cleanup;
+    } else {
+        st = save_report(report, c, err);
     }
-    KL_TRY(save_report(report, c, err));
+    pthread_mutex_unlock(&cache_lock);
+    if (st != KL_OK) goto cleanup;
     c->ok = true;
     c->object = obj;
     obj = NULL;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gate/gate_int.h"
+#include "gate/worker.h" /* the worker's exit codes */
 
 #define WORKER_OUT_MAX ((size_t)64 << 20)
 #define WORKER_ERR_MAX ((size_t)1 << 20)
@@ -111,7 +112,8 @@ char *kl_gate_cuda_reason(const json_t *error)
     kl_strbuf sb = KL_STRBUF_INIT;
     if (cuda && *cuda) {
         kl_strbuf_addf(&sb, "CUDA error: %s", cuda);
-        if (cuda_sticky(cuda) || cuda_sticky(detail)) kl_strbuf_adds(&sb, " (sticky CUDA error: the context is lost)");
+        if (json_is_true(json_object_get(error, "sticky")) || cuda_sticky(cuda) || cuda_sticky(detail))
+            kl_strbuf_adds(&sb, " (sticky CUDA error: the context is lost)");
     } else {
         kl_strbuf_adds(&sb, "worker error");
     }
@@ -160,16 +162,16 @@ static kl_status run_worker(kl_gate *gate, const char *job, double timeout_s, kl
     kl_child_init(c);
     kl_status st = kl_gate_worker(gate, err);
     if (st != KL_OK) return st;
-    static const char *argv[2];
-    argv[0] = gate->worker;
-    argv[1] = NULL;
+    const char *argv[] = {gate->worker, NULL};
     c->argv = argv;
     c->stdin_data = job;
     c->stdin_len = strlen(job);
     c->timeout_s = timeout_s;
     c->out_max = WORKER_OUT_MAX;
     c->err_max = WORKER_ERR_MAX;
-    return kl_child_run(c, err);
+    st = kl_child_run(c, err);
+    c->argv = NULL; /* argv lives on this frame */
+    return st;
 }
 
 static const char *last_line(const char *text, char *buf, size_t size)
@@ -299,8 +301,8 @@ static kl_status measure_gpu(kl_gate *gate, const char *key, kl_error *err)
         char how[128], line[512];
         kl_gate_child_reason(&c, how, sizeof how);
         const char *why = json_string_value(json_object_get(json_object_get(res, "error"), "detail"));
-        bool nodev = (why && strstr(why, "no CUDA")) || strstr(kl_strbuf_str(&c.err), "no CUDA") ||
-                     strstr(kl_strbuf_str(&c.err), "no device");
+        bool nodev = (!c.timed_out && !c.term_signal && c.exit_code == KL_WORKER_EXIT_NO_GPU) ||
+                     (why && strstr(why, "no CUDA"));
         st = kl_error_set(err, nodev ? KL_ERR_NO_GPU : KL_ERR_CHILD, "gpu-info: the worker ended with %s: %s", how,
                           why ? why : last_line(kl_strbuf_str(&c.err), line, sizeof line));
         goto cleanup;
@@ -516,6 +518,7 @@ typedef struct judge_ctx {
     const char *cand_name, *base_name;
     char *cand_text, *base_text, *base_path;
     char *task_json, *reference;
+    const char *builtin;      /* a vendor baseline built into the worker ("cublas-sgemm"), or NULL */
     char *arch;
     char toolchain[256];
     char key[KL_HASH_HEX];
@@ -537,7 +540,13 @@ static kl_status judge_inputs(judge_ctx *j, const kl_gate_source *cand, const kl
     j->cand_name = cand->name;
     if (cand->text) j->cand_text = kl_strdup(cand->text);
     else KL_TRY(read_text(cand->name, &j->cand_text, err));
-    if (base && base->name) {
+    if (j->opt->baseline_builtin) {
+        if (strcmp(j->opt->baseline_builtin, "cublas-sgemm") && strcmp(j->opt->baseline_builtin, "cublas-bf16gemm"))
+            return kl_error_set(err, KL_ERR_INVALID, "unknown built-in baseline '%s' (cublas-sgemm, cublas-bf16gemm)",
+                                j->opt->baseline_builtin);
+        j->builtin = j->opt->baseline_builtin;
+        j->base_name = j->builtin;
+    } else if (base && base->name) {
         j->base_name = base->name;
         if (base->text) j->base_text = kl_strdup(base->text);
         else KL_TRY(read_text(base->name, &j->base_text, err));
@@ -563,7 +572,7 @@ static kl_status judge_inputs(judge_ctx *j, const kl_gate_source *cand, const kl
     kl_strbuf_adds(&j->stages, "correct,determinism,integrity,stream");
     if (!j->opt->no_profile) kl_strbuf_adds(&j->stages, ",profile");
     if (j->opt->sanitize) kl_strbuf_adds(&j->stages, ",sanitize");
-    if (!j->cand_text || (j->base_name && !j->base_text) || j->shapes.failed || j->stages.failed)
+    if (!j->cand_text || (j->base_name && !j->builtin && !j->base_text) || j->shapes.failed || j->stages.failed)
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 cleanup:
     return st;
@@ -583,7 +592,10 @@ static void judge_release(judge_ctx *j)
 
 static void judge_key(judge_ctx *j)
 {
-    kl_verdict_key_parts p = {j->cand_text, j->base_text, j->task_json, j->reference, kl_strbuf_str(&j->shapes),
+    char builtin[96] = "";
+    if (j->builtin) kl_snprintf(builtin, sizeof builtin, "builtin:%s", j->builtin);
+    kl_verdict_key_parts p = {j->cand_text, j->builtin ? builtin : j->base_text, j->task_json, j->reference,
+                              kl_strbuf_str(&j->shapes),
                               kl_strbuf_str(&j->stages), j->gate->gpu_key, j->toolchain};
     kl_verdict_key(&p, j->key);
 }
@@ -721,6 +733,13 @@ static json_t *profile_stage(const judge_ctx *j, json_t *w)
         json_object_set_new(frac, "compute_ceiling", json_string(low_precision ? "bf16 tensor" : "f32 FMA"));
     }
     json_object_set_new(s, "fraction", frac);
+    if (json_is_false(json_object_get(s, "ok"))) { /* the worker's own verdict on the timing */
+        if (!json_object_get(s, "reason")) {
+            const char *d = json_string_value(json_object_get(s, "detail"));
+            json_object_set_new(s, "reason", json_string(d && *d ? d : "the worker rejected the timing"));
+        }
+        return s;
+    }
     json_object_set_new(s, "ok", json_true());
     char why[512];
     if (gbps > 0 && c.copy_gbps > 0 && gbps > CEILING_SLACK * c.copy_gbps) {
@@ -760,6 +779,23 @@ static void worker_stages(judge_ctx *j, const kl_child *c, json_t *res, json_t *
             if ((s = simple_stage(json_object_get(res, simple[i]))) != NULL) json_object_set_new(stages, simple[i], s);
         if (!j->opt->no_profile && (s = profile_stage(j, json_object_get(res, "profile"))) != NULL)
             json_object_set_new(stages, "profile", s);
+        /* the worker's hygiene check (threads started, harness symbols interposed) is part of
+         * integrity: a failure there fails integrity with its detail */
+        json_t *hyg = json_object_get(res, "hygiene");
+        if (json_is_object(hyg)) {
+            json_t *integ = json_object_get(stages, "integrity");
+            if (!integ) {
+                integ = json_object();
+                json_object_set_new(integ, "ok", json_true());
+                json_object_set_new(stages, "integrity", integ);
+            }
+            json_object_set(integ, "hygiene", hyg);
+            if (json_is_false(json_object_get(hyg, "ok")) && json_is_true(json_object_get(integ, "ok"))) {
+                const char *d = json_string_value(json_object_get(hyg, "detail"));
+                json_object_set_new(integ, "ok", json_false());
+                json_object_set_new(integ, "reason", json_string(d && *d ? d : "the candidate broke the harness's hygiene"));
+            }
+        }
     }
     /* A worker error: a CUDA failure named by stage. */
     json_t *error = json_object_get(res, "error");
@@ -780,9 +816,18 @@ static void worker_stages(judge_ctx *j, const kl_child *c, json_t *res, json_t *
         const char *where = NULL;
         for (unsigned i = 1; st && i < kl_gate_stage_count; i++)
             if (!strcmp(st, kl_gate_stage_names[i])) where = kl_gate_stage_names[i];
-        if (!where) where = first_missing ? first_missing : "correct";
+        /* an error outside the stages (the final synchronize): work the candidate left behind */
+        if (!where) where = first_missing ? first_missing : "stream";
         json_t *old = json_object_get(stages, where);
-        if (old && !json_is_true(json_object_get(old, "ok"))) {
+        if (old) { /* keep what the stage reported; the CUDA error is the reason, named first */
+            const char *was = json_is_true(json_object_get(old, "ok")) ? NULL
+                                                                        : json_string_value(json_object_get(old, "reason"));
+            kl_strbuf r = KL_STRBUF_INIT;
+            kl_strbuf_adds(&r, reason ? reason : "CUDA error");
+            if (was && *was) kl_strbuf_addf(&r, "; %s", was);
+            json_object_set_new(old, "ok", json_false());
+            json_object_set_new(old, "reason", json_string(kl_strbuf_str(&r)));
+            kl_strbuf_release(&r);
             json_object_set(old, "error", error);
         } else {
             json_t *f = stage_fail(reason);
@@ -864,10 +909,19 @@ static json_t *worker_job(const judge_ctx *j, const kl_compiled *cand, const kl_
         stages = json_pack("{s:b, s:b, s:b, s:b, s:o}", "correct", 1, "determinism", 1, "integrity", 1, "stream", 1,
                            "profile", prof);
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:o, s:o, s:o}", "job", "gate", "runtime", j->gate->runtime,
+    json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:o, s:o, s:o}", "job", "gate", "runtime", j->gate->runtime,
                      "task_dir", t->dir, "cache_dir", j->gate->cache_dir, "candidate", cand->object, "baseline",
-                     (!sanitize_run && base && !j->opt->no_profile) ? base->object : NULL, "shapes", shapes, "seeds",
-                     seeds, "stages", stages);
+                     (!sanitize_run && base && (!j->opt->no_profile || t->reference_max_flops > 0)) ? base->object : NULL,
+                     "shapes", shapes, "seeds", seeds, "stages", stages);
+    if (job && j->builtin && !sanitize_run) json_object_set_new(job, "baseline_builtin", json_string(j->builtin));
+    if (job && t->reference_max_flops > 0)
+        json_object_set_new(job, "reference_max_flops", json_real(t->reference_max_flops));
+    /* the measured ceilings, so the worker can refuse timings past them as well */
+    ceilings c = device_ceilings(j->gate->gpu);
+    if (job && !sanitize_run && c.copy_gbps > 0 && c.fma_tflops > 0 && c.tensor_tflops > 0)
+        json_object_set_new(job, "ceilings", json_pack("{s:f, s:f, s:f}", "copy_gbs", c.copy_gbps, "fma_tflops",
+                                                       c.fma_tflops, "tensor_tflops", c.tensor_tflops));
+    return job;
 }
 
 static void finish_doc(judge_ctx *j, json_t *doc, json_t *stages)
@@ -897,10 +951,13 @@ static void finish_doc(judge_ctx *j, json_t *doc, json_t *stages)
 
 static json_t *new_doc(judge_ctx *j)
 {
-    char stamp[32], ch[KL_HASH_HEX], bh[KL_HASH_HEX];
+    char stamp[32], ch[KL_HASH_HEX], bh[KL_HASH_HEX] = "";
     kl_utc_stamp(stamp, sizeof stamp);
     kl_hash_hex(j->cand_text, strlen(j->cand_text), ch);
-    if (j->base_text) kl_hash_hex(j->base_text, strlen(j->base_text), bh);
+    if (j->builtin)
+        kl_snprintf(bh, sizeof bh, "builtin:%s", j->builtin);
+    else if (j->base_text)
+        kl_hash_hex(j->base_text, strlen(j->base_text), bh);
     json_t *dev = json_deep_copy(json_object_get(j->gate->gpu, "device"));
     if (!json_is_object(dev)) {
         json_decref(dev);
@@ -919,17 +976,53 @@ static json_t *new_doc(judge_ctx *j)
                      shapes, "stages_asked", kl_strbuf_str(&j->stages), "stages");
 }
 
+/* The run stages of `doc` from how the worker ended and what it wrote (c->out). An error,
+ * and no verdict, when the worker's end is not the candidate's doing. */
+static kl_status run_stages(judge_ctx *j, const kl_child *c, json_t *doc, kl_error *err)
+{
+    json_t *stages = json_object_get(doc, "stages");
+    json_t *res = NULL;
+    kl_status st = KL_OK;
+    json_error_t je;
+    res = json_loads(kl_strbuf_str(&c->out), 0, &je);
+    if (res && !json_is_object(res)) json_decref(res), res = NULL;
+    if (!c->timed_out && !c->term_signal &&
+        (c->exit_code == KL_WORKER_EXIT_JOB || c->exit_code == KL_WORKER_EXIT_NO_GPU || c->exit_code == KL_WORKER_EXIT_HARNESS)) {
+        /* not the candidate's doing: no verdict */
+        char line[512];
+        const char *why = json_string_value(json_object_get(json_object_get(res, "error"), "detail"));
+        st = kl_error_set(err, c->exit_code == KL_WORKER_EXIT_NO_GPU ? KL_ERR_NO_GPU : KL_ERR_CHILD, "the worker %s: %s",
+                          c->exit_code == KL_WORKER_EXIT_JOB      ? "rejected the gate's job"
+                          : c->exit_code == KL_WORKER_EXIT_NO_GPU ? "found no GPU"
+                                                                 : "failed in its harness (not the candidate)",
+                          why ? why : last_line(kl_strbuf_str(&c->err), line, sizeof line));
+        goto cleanup;
+    }
+    worker_stages(j, c, res, stages);
+    char how[128];
+    kl_gate_child_reason(c, how, sizeof how);
+    const char *elog = kl_strbuf_str(&c->err);
+    size_t elen = strlen(elog);
+    json_object_set_new(doc, "run", json_pack("{s:s, s:f, s:s}", "worker", how, "seconds", c->wall_s, "log",
+                                              elen > LOG_KEEP ? elog + elen - LOG_KEEP : elog));
+    if (json_is_object(json_object_get(res, "device")))
+        json_object_update_missing(json_object_get(doc, "device"), json_object_get(res, "device"));
+cleanup:
+    json_decref(res);
+    return st;
+}
+
 static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
 {
     kl_gate *gate = j->gate;
     kl_status st = KL_OK;
     kl_compiled *objs[2] = {NULL, NULL};
-    json_t *doc = NULL, *res = NULL;
+    json_t *doc = NULL;
     char *job_text = NULL;
     kl_child c;
     kl_child_init(&c);
     kl_gate_source srcs[2] = {{j->cand_name, j->cand_text}, {j->base_name, j->base_text}};
-    KL_TRY(kl_gate_compile_many(gate, j->task, j->base_text ? 2 : 1, srcs, objs, err));
+    KL_TRY(kl_gate_compile_many(gate, j->task, j->base_text && !j->builtin ? 2 : 1, srcs, objs, err));
     if (objs[1] && !objs[1]->ok) {
         st = kl_error_set(err, KL_ERR_COMPILE, "the baseline does not compile: %s",
                           objs[1]->error ? objs[1]->error : "nvcc failed");
@@ -967,17 +1060,7 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
     }
     double timeout = j->opt->timeout_s > 0 ? j->opt->timeout_s : gate->run_timeout_s;
     KL_TRY(run_worker(gate, job_text, timeout, &c, err));
-    json_error_t je;
-    res = json_loads(kl_strbuf_str(&c.out), 0, &je);
-    if (res && !json_is_object(res)) json_decref(res), res = NULL;
-    worker_stages(j, &c, res, stages);
-    char how[128];
-    kl_gate_child_reason(&c, how, sizeof how);
-    const char *elog = kl_strbuf_str(&c.err);
-    size_t elen = strlen(elog);
-    json_object_set_new(doc, "run", json_pack("{s:s, s:f, s:s}", "worker", how, "seconds", c.wall_s, "log",
-                                              elen > LOG_KEEP ? elog + elen - LOG_KEEP : elog));
-    if (json_is_object(json_object_get(res, "device"))) json_object_update_missing(json_object_get(doc, "device"), json_object_get(res, "device"));
+    KL_TRY(run_stages(j, &c, doc, err));
     bool passed = true;
     for (unsigned i = 0; i < kl_gate_stage_count; i++) {
         json_t *s = json_object_get(stages, kl_gate_stage_names[i]);
@@ -1016,7 +1099,6 @@ finish:
 cleanup:
     kl_child_release(&c);
     json_decref(doc);
-    json_decref(res);
     free(job_text);
     kl_compiled_free(objs[0]);
     kl_compiled_free(objs[1]);
@@ -1105,6 +1187,42 @@ kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source
     }
     st = live_judge(&j, out, err);
 cleanup:
+    judge_release(&j);
+    return st;
+}
+
+kl_status kl_gate_verdict_of_run(kl_gate *gate, const kl_task *task, const kl_gate_source *candidate,
+                                 const kl_judge_options *opt, const kl_child *worker, kl_verdict **out, kl_error *err)
+{
+    *out = NULL;
+    kl_judge_options defaults = {0};
+    judge_ctx j = {0};
+    j.gate = gate;
+    j.task = task;
+    j.opt = opt ? opt : &defaults;
+    json_t *doc = NULL;
+    kl_status st = judge_inputs(&j, candidate, NULL, err);
+    if (st != KL_OK) goto cleanup;
+    if (!gate->gpu || !gate->gpu_key || !gate->nvcc_version) {
+        st = kl_error_set(err, KL_ERR_INVALID, "the gate has no device document or toolchain yet");
+        goto cleanup;
+    }
+    KL_TRY(kl_gate_arch(gate, &j.arch, err));
+    toolchain_text(gate->nvcc_version, j.arch, j.toolchain, sizeof j.toolchain);
+    judge_key(&j);
+    doc = new_doc(&j);
+    if (!doc) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    json_t *stages = json_object_get(doc, "stages");
+    json_object_set_new(stages, "compile", json_pack("{s:b, s:[]}", "ok", 1, "kernels"));
+    KL_TRY(run_stages(&j, worker, doc, err));
+    finish_doc(&j, doc, stages);
+    st = kl_verdict_from_json(doc, out, err);
+    doc = NULL;
+cleanup:
+    json_decref(doc);
     judge_release(&j);
     return st;
 }

@@ -115,6 +115,12 @@ void kl_gate_child_reason(const kl_child *c, char *buf, size_t size);
 char *kl_gate_cuda_reason(const json_t *error);
 /* The device document, loaded (replay: recorded; live: stored, else measured). */
 kl_status kl_gate_device(kl_gate *gate, kl_error *err);
+/* The verdict for a worker run that already ended (`worker`: its end and its stdout in
+ * worker->out), the candidate taken as compiled: what live judging does after the run,
+ * without a GPU (tests feed it synthetic ends and results). Needs gate->gpu, gpu_key and
+ * nvcc_version. Errors, and no verdict, for ends that are not the candidate's doing. */
+kl_status kl_gate_verdict_of_run(kl_gate *gate, const kl_task *task, const kl_gate_source *candidate,
+                                 const kl_judge_options *opt, const kl_child *worker, kl_verdict **out, kl_error *err);
 /* The worker's binary. */
 kl_status kl_gate_worker(kl_gate *gate, kl_error *err);
 

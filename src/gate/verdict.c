@@ -223,9 +223,10 @@ kl_status kl_verdict_from_json(json_t *doc, kl_verdict **out, kl_error *err)
     v->baseline = str(json_object_get(doc, "baseline"), "name");
     v->date = str(doc, "date");
     if (!v->key || (!v->pass && !v->reason)) {
+        bool passed = v->pass;
         kl_verdict_free(v);
         return kl_error_set(err, KL_ERR_INVALID, "a verdict document needs \"key\"%s",
-                            v->pass ? "" : " and, when it did not pass, \"reason\"");
+                            passed ? "" : " and, when it did not pass, \"reason\"");
     }
     json_t *stages = json_object_get(doc, "stages");
     json_t *prof = json_object_get(stages, "profile");

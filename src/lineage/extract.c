@@ -184,7 +184,11 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
     json_object_set_new(c, "format", json_integer(1));
     json_object_set_new(c, "transform", json_string(transform));
     json_object_set_new(c, "intent", json_string(str(s, "note")));
-    json_object_set(c, "params", json_object_get(s, "params") ? json_object_get(s, "params") : json_object());
+    json_t *params = json_object_get(s, "params");
+    if (params)
+        json_object_set(c, "params", params);
+    else
+        json_object_set_new(c, "params", json_object());
     json_t *anchor = json_object();
     const char *site = str(s, "site");
     const char *colon = strchr(site, ':');
@@ -198,7 +202,7 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
 
     char where[256];
     kl_snprintf(where, sizeof where, "site feature at %s in %s", site, str(doc, "expert"));
-    json_t *pre = static_preconditions(features ? features : json_object(), where);
+    json_t *pre = features ? static_preconditions(features, where) : json_array();
     json_t *conds = json_object_get(s, "conditions");
     size_t i;
     json_t *cond;
@@ -302,7 +306,7 @@ kl_status kl_lineage_extract_skills(kl_store *store, const char *doc_json, unsig
     json_t *steps = json_object_get(doc, "steps");
     for (size_t k = 0; k < json_array_size(steps); k++) {
         json_t *card = card_of_step(doc, steps, k, bench);
-        char *text = json_dumps(card, JSON_SORT_KEYS | JSON_INDENT(2));
+        char *text = json_dumps(card, JSON_INDENT(2)); /* kl_skill_put orders the keys */
         json_decref(card);
         if (!text) {
             st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");

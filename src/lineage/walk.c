@@ -255,6 +255,22 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         json_array_append_new(rejected, o);
     }
 
+    if (w->opt->prepare && props.count) {
+        const char **names = calloc(props.count, sizeof *names), **texts = calloc(props.count, sizeof *texts);
+        char (*buf)[128] = calloc(props.count, sizeof *buf);
+        if (names && texts && buf) {
+            for (unsigned i = 0; i < props.count; i++) {
+                version_name(w->task, props.items[i].source, buf[i], sizeof buf[i]);
+                names[i] = buf[i];
+                texts[i] = props.items[i].source;
+            }
+            kl_error perr = {0};
+            /* a failure here is not the walk's: each judgement reports its own compile */
+            (void)w->opt->prepare(w->opt->judge_user, w->task, props.count, names, texts, &perr);
+        }
+        free(names), free(texts), free(buf);
+    }
+
     json_t *admitted = json_array();
     for (unsigned i = 0; i < props.count; i++) {
         if (interrupted(w)) {
@@ -420,7 +436,7 @@ static kl_status load_or_start(walk *w, const char *expert_name, const char *exp
     json_object_set_new(w->doc, "versions", versions);
     json_object_set_new(w->doc, "steps", json_array());
     json_object_set_new(w->doc, "rejected", json_array());
-    return st;
+    return KL_OK;
 }
 
 /* The expert must pass the gate before anything is learned from it. */
@@ -525,6 +541,25 @@ kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expe
 }
 
 /* ---- the default judge: the gate ---------------------------------------------------------- */
+
+kl_status kl_lineage_gate_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
+                                  const char *const *texts, kl_error *err)
+{
+    kl_gate_source *srcs = calloc(n, sizeof *srcs);
+    kl_compiled **outs = calloc(n, sizeof *outs);
+    kl_status st = KL_OK;
+    if (!srcs || !outs) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    for (unsigned i = 0; i < n; i++) srcs[i] = (kl_gate_source){names[i], texts[i]};
+    st = kl_gate_compile_many(gate, task, n, srcs, outs, err);
+    for (unsigned i = 0; i < n; i++) kl_compiled_free(outs[i]);
+cleanup:
+    free(srcs);
+    free(outs);
+    return st;
+}
 
 kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
                                 const char *base_name, const char *base_text, bool profile, kl_judgement *out,

@@ -417,6 +417,7 @@ void kl_skill_summarize(const kl_skill *card, kl_skill_summary *out)
     out->ncontradictions = (unsigned)json_array_size(json_object_get(c, "contradictions"));
     out->nrequires = (unsigned)json_array_size(json_object_get(c, "requires"));
     out->probes = (unsigned)json_integer_value(json_object_get(json_object_get(c, "probes"), "count"));
+    out->probe_failures = (unsigned)json_integer_value(json_object_get(json_object_get(c, "probes"), "failures"));
     out->best_gain = -1;
     json_array_foreach(json_object_get(c, "effect"), i, e) {
         double s = kl_sk_num(e, "speedup", -1);
@@ -461,7 +462,7 @@ json_t *kl_sk_ordered(const kl_skill *card) { return ordered(card->doc, &s_card)
 char *kl_skill_to_json(const kl_skill *card)
 {
     json_t *o = ordered(card->doc, &s_card);
-    char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) : NULL;
     json_decref(o);
     if (!text) return NULL;
     size_t n = strlen(text);

@@ -57,6 +57,19 @@ static json_t *contradiction(const char *predicate, const char *held, const char
     return c;
 }
 
+/* Whether a ", "-separated list holds item. */
+static bool list_has(const char *list, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = list; p && *p;) {
+        const char *e = strstr(p, ", ");
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, item, n)) return true;
+        p = e ? e + 2 : NULL;
+    }
+    return false;
+}
+
 static json_t *find_pre(const json_t *pres, const char *predicate)
 {
     size_t i;
@@ -96,6 +109,18 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
     json_t *evb = json_object_get(b, "evidence");
     union_into(array_or_new(ev, "lineages"), json_object_get(evb, "lineages"));
     union_into(array_or_new(ev, "verdicts"), json_object_get(evb, "verdicts"));
+    /* the tasks behind the card: "softmax, layernorm" */
+    const char *ta = json_string_value(json_object_get(ev, "task")), *tb = json_string_value(json_object_get(evb, "task"));
+    if (tb && *tb) {
+        if (!ta || !*ta) {
+            json_object_set_new(ev, "task", json_string(tb));
+        } else if (!list_has(ta, tb)) {
+            kl_strbuf sb = KL_STRBUF_INIT;
+            kl_strbuf_addf(&sb, "%s, %s", ta, tb);
+            json_object_set_new(ev, "task", json_string(kl_strbuf_str(&sb)));
+            kl_strbuf_release(&sb);
+        }
+    }
     union_into(array_or_new(m, "effect"), json_object_get(b, "effect"));
     union_into(array_or_new(m, "risks"), json_object_get(b, "risks"));
     union_into(array_or_new(m, "requires"), json_object_get(b, "requires"));
@@ -155,7 +180,7 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
     free(la);
     free(lb);
     json_object_set_new(m, "preconditions", kept);
-    *out = json_dumps(m, JSON_SORT_KEYS | JSON_INDENT(2));
+    *out = json_dumps(m, JSON_INDENT(2) | JSON_REAL_PRECISION(15)); /* members keep their order: shapes list sizes as the task does */
     json_decref(m);
     if (!*out) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 cleanup:

@@ -24,6 +24,16 @@ static void add_line(kl_strbuf *sb, const char *s)
     for (; *s; s++) kl_strbuf_addc(sb, (*s == '\n' || *s == '\r') ? ' ' : *s);
 }
 
+/* Text on one line, its first letter in upper case (an ASCII letter). */
+static void add_sentence_start(kl_strbuf *sb, const char *s)
+{
+    if (*s >= 'a' && *s <= 'z') {
+        kl_strbuf_addc(sb, (char)(*s - 'a' + 'A'));
+        s++;
+    }
+    add_line(sb, s);
+}
+
 /* Inline code: a fence of backticks one longer than any run inside. */
 static void add_code(kl_strbuf *sb, const char *s)
 {
@@ -89,8 +99,8 @@ static bool is_probed(const json_t *pre) { return kl_str_starts(kl_sk_str(pre, "
 static const char *kind_words(const char *kind)
 {
     if (!strcmp(kind, "static")) return "static: a feature of the site it was learned at";
-    if (!strcmp(kind, "probed")) return "probed: correctness, from gating both sides on extra shapes";
-    if (!strcmp(kind, "probed-perf")) return "probed: speed, from timing both sides on extra shapes";
+    if (!strcmp(kind, "probed")) return "probed for correctness";
+    if (!strcmp(kind, "probed-perf")) return "probed for speed";
     return kind;
 }
 
@@ -98,21 +108,14 @@ static const char *kind_words(const char *kind)
 static void probes_sentence(kl_strbuf *sb, const json_t *c)
 {
     json_t *pr = json_object_get(c, "probes");
-    if (!pr) {
+    if (!pr || json_integer_value(json_object_get(pr, "count")) == 0) {
         kl_strbuf_adds(sb, "Not probed: no shape other than those it was learned on was tried.");
         return;
     }
     json_int_t n = json_integer_value(json_object_get(pr, "count"));
     json_int_t f = json_integer_value(json_object_get(pr, "failures"));
     if (f == 0) {
-        if (*kl_sk_str(pr, "note")) {
-            const char *note = kl_sk_str(pr, "note");
-            kl_strbuf_addc(sb, (char)(note[0] >= 'a' && note[0] <= 'z' ? note[0] - 'a' + 'A' : note[0]));
-            add_line(sb, note + 1);
-            kl_strbuf_adds(sb, ".");
-        } else {
-            kl_strbuf_addf(sb, "Probed on %lld %s; no failure found.", (long long)n, plural((size_t)n, "shape", "shapes"));
-        }
+        kl_strbuf_addf(sb, "Probed on %lld %s; no failure found.", (long long)n, plural((size_t)n, "shape", "shapes"));
     } else {
         kl_strbuf_addf(sb, "Probed on %lld %s; %lld failed.", (long long)n, plural((size_t)n, "shape", "shapes"),
                        (long long)f);
@@ -281,7 +284,7 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
     size_t nl = json_array_size(json_object_get(ev, "lineages")), nv = json_array_size(json_object_get(ev, "verdicts"));
     kl_strbuf_addf(&sb, "; learned from %zu %s", nl, plural(nl, "lineage", "lineages"));
     if (*kl_sk_str(ev, "task")) {
-        kl_strbuf_adds(&sb, " (task ");
+        kl_strbuf_adds(&sb, strchr(kl_sk_str(ev, "task"), ',') ? " (tasks " : " (task ");
         add_line(&sb, kl_sk_str(ev, "task"));
         kl_strbuf_adds(&sb, ")");
     }
@@ -312,7 +315,7 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
         }
         if (json_is_false(json_object_get(e, "verified"))) kl_strbuf_adds(&sb, " (not verified)");
         if (*kl_sk_str(e, "because")) {
-            kl_strbuf_adds(&sb, ". ");
+            kl_strbuf_adds(&sb, json_is_string(json_object_get(e, "predicate")) ? ": " : ". ");
             add_line(&sb, kl_sk_str(e, "because"));
         }
         kl_strbuf_addc(&sb, '\n');
@@ -334,13 +337,13 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
     if (json_array_size(json_object_get(c, "risks"))) {
         risk_items(&sb, c, "");
         kl_strbuf_addc(&sb, '\n');
-    } else if (json_object_get(c, "probes")) {
-        kl_strbuf_addf(&sb, "Nothing broke on the %lld %s probed.\n\n",
-                       (long long)json_integer_value(json_object_get(json_object_get(c, "probes"), "count")),
-                       plural((size_t)json_integer_value(json_object_get(json_object_get(c, "probes"), "count")),
-                              "shape", "shapes"));
     } else {
-        kl_strbuf_adds(&sb, "No failure recorded.\n\n");
+        json_int_t np = json_integer_value(json_object_get(json_object_get(c, "probes"), "count"));
+        if (np > 0)
+            kl_strbuf_addf(&sb, "Nothing broke on the %lld %s probed.\n\n", (long long)np,
+                           plural((size_t)np, "shape", "shapes"));
+        else
+            kl_strbuf_adds(&sb, "No failure recorded (it was not probed).\n\n");
     }
 
     /* Requires */
@@ -417,7 +420,7 @@ static char *description(const kl_skill *card)
     const json_t *c = card->doc;
     kl_strbuf sb = KL_STRBUF_INIT;
     if (*card->intent) {
-        add_line(&sb, card->intent);
+        add_sentence_start(&sb, card->intent);
         while (sb.len && (sb.buf[sb.len - 1] == '.' || sb.buf[sb.len - 1] == ' ')) sb.buf[--sb.len] = '\0';
     } else {
         kl_strbuf_addf(&sb, "Apply the %s optimization to a CUDA kernel", card->transform);
@@ -480,7 +483,7 @@ char *kl_skill_agent_markdown(const kl_skill *card)
 
     kl_strbuf_addf(&sb, "# %s\n\n", name);
     if (*card->intent) {
-        add_line(&sb, card->intent);
+        add_sentence_start(&sb, card->intent);
         kl_strbuf_adds(&sb, "\n\n");
     }
     kl_strbuf_adds(&sb, "This skill was learned by klineage from an expert CUDA kernel: the optimization was removed "
@@ -632,7 +635,8 @@ static char *library_markdown(const kl_skill *const *cards, unsigned n)
         add_cell(&sb, s.intent);
         kl_strbuf_addf(&sb, " | %u", s.npreconditions);
         if (s.nprobed) kl_strbuf_addf(&sb, " (%u probed)", s.nprobed);
-        else if (s.probes) kl_strbuf_addf(&sb, " (none failed in %u probes)", s.probes);
+        else if (s.probes && !s.probe_failures) kl_strbuf_addf(&sb, " (no failure in %u probes)", s.probes);
+        else if (s.probes) kl_strbuf_addf(&sb, " (%u of %u probes failed)", s.probe_failures, s.probes);
         if (s.ncontradictions) kl_strbuf_addf(&sb, ", %u contradicted", s.ncontradictions);
         if (s.best_gain > 0) kl_strbuf_addf(&sb, " | %.2fx", s.best_gain);
         else kl_strbuf_adds(&sb, " | –");
@@ -667,7 +671,7 @@ kl_status kl_skills_render(const kl_skill *const *cards, unsigned n, kl_skill_fo
     } else if (format == KL_SKILL_FORMAT_JSON) {
         json_t *a = json_array();
         for (unsigned k = 0; k < n && a; k++) json_array_append_new(a, kl_sk_ordered(cards[k]));
-        char *t = a ? json_dumps(a, JSON_INDENT(2)) : NULL;
+        char *t = a ? json_dumps(a, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) : NULL;
         json_decref(a);
         if (t) {
             size_t len = strlen(t);

@@ -1360,14 +1360,16 @@ static void find_pragmas(builder *b)
                     end--;
                 pg->text.text = str_n(b, b->text + hash, end - hash);
                 pg->text.span = (kl_span){(uint32_t)hash, (uint32_t)end, line, (uint32_t)(hash - i) + 1};
-                /* name and argument: the words after "pragma" */
-                const char *s = strstr(pg->text.text, "pragma") + 6;
-                while (*s == ' ' || *s == '\t') s++;
+                /* name and argument: the words after "pragma" (kl_pragma_line_end found it) */
+                const char *s = b->text + hash + 1, *stop = b->text + end;
+                while (s < stop && (*s == ' ' || *s == '\t')) s++;
+                s = s + 6 <= stop ? s + 6 : stop;
+                while (s < stop && (*s == ' ' || *s == '\t')) s++;
                 const char *w = s;
-                while (*w && *w != ' ' && *w != '\t' && *w != '(' && *w != '\\') w++;
+                while (w < stop && *w != ' ' && *w != '\t' && *w != '(' && *w != '\\') w++;
                 pg->name = str_n(b, s, (size_t)(w - s));
                 pg->arg = NULL;
-                const char *rest = collapsed(b, (uint32_t)(hash + (size_t)(w - pg->text.text)), (uint32_t)end, 0, 0);
+                const char *rest = collapsed(b, (uint32_t)(w - b->text), (uint32_t)end, 0, 0);
                 if (*rest) pg->arg = rest;
                 pg->loop = -1;
                 pg->function = function_containing(m, hash);

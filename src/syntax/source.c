@@ -73,10 +73,12 @@ static void collect_errors(kl_source *src)
 /* ---- what the grammar does not know ------------------------------------------------------
  * tree-sitter-cuda has no rule for a #pragma between a loop header and an unbraced body
  * ("for (…)\n #pragma unroll\n for (…)" loses the outer body), nor for a few CUDA
- * attributes (__align__(16) becomes a declarator), and it reads a comparison of a member,
+ * attributes (__align__(16) becomes a declarator) and calling-convention macros (CUPTIAPI),
+ * takes only a name as an asm output operand ("=r"(r[0]) is an error), and it reads a comparison of a member,
  * "threadIdx.x < n)", as a template method "x<n" missing its '>'. The tree is therefore
  * built from a copy of the text in which pragmas and those attributes are replaced by
- * spaces, and such a '<' by '>' (a comparison of the same shape). Every byte keeps its
+ * spaces, an asm output operand by its first name ("r   "), and such a '<' by '>' (a
+ * comparison of the same shape). Every byte keeps its
  * offset, so spans still index the original text; the pragmas are recovered by the model
  * (model.c). */
 
@@ -115,7 +117,92 @@ static const struct {
     bool takes_args;
 } unknown_attrs[] = {
     {"__align__", true}, {"__cluster_dims__", true}, {"__maxnreg__", true}, {"__grid_constant__", false},
+    /* calling conventions of the CUDA headers, macros the grammar cannot know */
+    {"CUDARTAPI", false}, {"CUDAAPI", false}, {"CUPTIAPI", false}, {"CUDART_CB", false}, {"CUDA_CB", false},
+    {"NVRTC_API", false}, {"CUBLASAPI", false}, {"__stdcall", false}, {"__cdecl", false},
 };
+
+/* Skip a string or character literal starting at buf[i] (a quote); returns the index after it. */
+static size_t skip_literal(const char *buf, size_t len, size_t i)
+{
+    char q = buf[i++];
+    while (i < len && buf[i] != q && buf[i] != '\n') i += (buf[i] == '\\' && i + 1 < len) ? 2 : 1;
+    return i < len ? i + 1 : len;
+}
+
+/* In "asm(… : "=r"(r[0]), "+f"(acc.x) : …)" the grammar takes only a name for an output
+ * operand: keep the operand's first name, blank the rest ("r[0]" -> "r   "). */
+static void fix_asm_outputs(char *buf, size_t len, size_t open)
+{
+    int depth = 0, section = 0;
+    for (size_t i = open; i < len; i++) {
+        char c = buf[i];
+        if (c == '"' || c == '\'') {
+            i = skip_literal(buf, len, i) - 1;
+            continue;
+        }
+        if (c == '(') {
+            depth++;
+            if (depth == 2 && section == 1) {
+                /* an operand's expression: find its close, keep the first identifier */
+                size_t e = i + 1;
+                int d = 1;
+                for (; e < len && d > 0; e++) {
+                    if (buf[e] == '"' || buf[e] == '\'') {
+                        e = skip_literal(buf, len, e) - 1;
+                        continue;
+                    }
+                    if (buf[e] == '(') d++;
+                    else if (buf[e] == ')') d--;
+                    else if (buf[e] == ';' || buf[e] == '{' || buf[e] == '}') return;
+                }
+                if (d != 0) return;
+                size_t close = e - 1, k = i + 1;
+                while (k < close && !(is_ident_char((unsigned char)buf[k]) && !(buf[k] >= '0' && buf[k] <= '9'))) k++;
+                size_t name_end = k;
+                while (name_end < close && is_ident_char((unsigned char)buf[name_end])) name_end++;
+                if (k < close) {
+                    blank(buf, i + 1, k);
+                    blank(buf, name_end, close);
+                }
+                i = close;
+                depth--;
+            }
+        } else if (c == ')') {
+            if (--depth == 0) return;
+        } else if (c == ':' && depth == 1) {
+            if (i + 1 < len && buf[i + 1] == ':') {
+                i++;
+                continue;
+            }
+            section++;
+        } else if (c == ';' || c == '{' || c == '}') {
+            return;
+        }
+    }
+}
+
+static void fix_asm(char *buf, size_t len)
+{
+    for (size_t i = 0; i + 3 < len; i++) {
+        if ((i > 0 && is_ident_char((unsigned char)buf[i - 1])) || (buf[i] != 'a' && buf[i] != '_')) continue;
+        size_t n = 0;
+        if (!memcmp(buf + i, "asm", 3)) n = 3;
+        else if (len - i >= 7 && !memcmp(buf + i, "__asm__", 7)) n = 7;
+        else if (len - i >= 5 && !memcmp(buf + i, "__asm", 5)) n = 5;
+        if (!n || (i + n < len && is_ident_char((unsigned char)buf[i + n]))) continue;
+        size_t k = i + n;
+        for (;;) { /* blanks and qualifiers */
+            while (k < len && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\n' || buf[k] == '\r')) k++;
+            size_t w = k;
+            while (w < len && is_ident_char((unsigned char)buf[w])) w++;
+            if (w == k) break;
+            k = w;
+        }
+        if (k < len && buf[k] == '(') fix_asm_outputs(buf, len, k);
+        i += n - 1;
+    }
+}
 
 /* buf[i] is '<' after "name" of ".name" or "->name": is it a comparison rather than the
  * start of template arguments? Template arguments close with a '>' followed by '(' or "::"
@@ -178,8 +265,9 @@ static void blank_for_grammar(char *buf, size_t len)
         if (!nl) break;
         i = (size_t)(nl - buf) + 1;
     }
-    for (size_t i = 0; i + 2 < len; i++) {
-        if (buf[i] != '_' || buf[i + 1] != '_' || (i > 0 && is_ident_char((unsigned char)buf[i - 1]))) continue;
+    for (size_t i = 0; i < len; i++) {
+        if (!is_ident_char((unsigned char)buf[i]) || (i > 0 && is_ident_char((unsigned char)buf[i - 1]))) continue;
+        if (buf[i] != '_' && buf[i] != 'C' && buf[i] != 'N') continue; /* the first letters of unknown_attrs */
         for (size_t a = 0; a < sizeof unknown_attrs / sizeof unknown_attrs[0]; a++) {
             size_t n = strlen(unknown_attrs[a].name);
             if (len - i < n || memcmp(buf + i, unknown_attrs[a].name, n) != 0) continue;
@@ -206,6 +294,7 @@ static void blank_for_grammar(char *buf, size_t len)
             break;
         }
     }
+    fix_asm(buf, len);
     fix_member_comparisons(buf, len);
 }
 

@@ -10,14 +10,16 @@ const TSLanguage *tree_sitter_cuda(void);
 
 /* The tree of a parsed source (owned by src).
  *
- * The tree is built from a copy of the text in which every "#pragma" line and the CUDA
- * attributes the grammar lacks (__align__(…), __cluster_dims__(…), __maxnreg__(…),
- * __grid_constant__) are replaced by spaces, byte for byte: offsets and line:column are
- * those of the original text (kl_source_text), but pragmas are NOT nodes of the tree —
- * find them with kl_model_pragmas. And a '<' comparing a member ("threadIdx.x < n", which
- * the grammar would take for template arguments) is given to the grammar as '>': the node
- * is a binary_expression whose operator token has type ">" — read an operator from the
- * text (kl_node_text), never from ts_node_type. */
+ * The tree is built from a copy of the text adjusted, byte for byte, where the grammar
+ * falls short: every "#pragma" line, the CUDA attributes it lacks (__align__(…),
+ * __cluster_dims__(…), __maxnreg__(…), __grid_constant__) and the headers' calling-convention
+ * macros (CUDARTAPI, CUPTIAPI, …) become spaces; an asm output operand keeps only its first
+ * name ("=r"(r[0]) is seen as "=r"(r   )); and a '<' comparing a member ("threadIdx.x < n",
+ * which the grammar would take for template arguments) is seen as '>'. Offsets and
+ * line:column are those of the original text (kl_source_text), so:
+ *  - pragmas are NOT nodes of the tree: use kl_model_pragmas;
+ *  - read an operator from the text (kl_node_text), never from ts_node_type;
+ *  - subscripts inside asm output operands are not in the tree (nor in kl_model_accesses). */
 const TSTree *kl_source_tree(const kl_source *src);
 TSNode kl_source_root(const kl_source *src);
 

@@ -18,7 +18,7 @@ cases=(
   "vadd;cands/vadd/partial.cu;;reject;correct;unwritten"
   "vadd;cands/vadd/skips_work.cu;;reject;correct;unwritten"
   "vadd;cands/vadd/oob_far.cu;;reject;correct|determinism|integrity|stream;illegal (memory access|address)"
-  "vadd;cands/vadd/oob_by_one.cu;--sanitize;reject;correct|integrity|sanitize;memcheck|out of bounds|invalid .*write|guard|canary"
+  "vadd;cands/vadd/oob_by_one.cu;--sanitize;reject;correct|integrity|sanitize;memcheck|out of bounds|invalid .*write|guard|canary|past the end"
   "vadd;cands/vadd/infinite_loop.cu;--timeout 20;reject;correct|determinism|integrity|stream|profile;timed out after 20"
   "vadd;cands/vadd/trap.cu;;reject;correct|determinism|integrity|stream;CUDA error.*sticky"
   "vadd;cands/vadd/other_stream.cu;;reject;stream|correct;stream|unwritten|not complete|pending"

@@ -127,7 +127,7 @@ job() { # candidate [extra json]
  "shapes": ["check[0]", "check[1]", "check[2]", "check[3]", "bench"], "seeds": [11, 22],
  "ceilings": $ceil,
  "stages": {"correct": true, "determinism": true, "integrity": true, "stream": true,
-            "profile": {"shape": "bench", "min_reps": 20, "max_reps": 100, "max_seconds": 3, "warmup": 2, "flush_l2": true}}$2}
+            "profile": {"shape": "bench", "min_reps": 20, "max_reps": 100, "max_seconds": 3, "warmup": 2, "flush_l2": true}}${2:-}}
 J
 }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "gate/gate_int.h"
+#include "gate/worker.h"
 #include "klineage/store.h"
 
 /* ---- fixtures ------------------------------------------------------------------------------ */
@@ -816,6 +818,197 @@ static void replay_serves_recorded_verdicts_and_never_invents(void **state)
     remove_tree(dir);
 }
 
+
+/* ---- verdicts from worker ends ------------------------------------------------------------ */
+
+typedef struct run_fixture {
+    char *dir;
+    fake_task f;
+    kl_gate *gate;
+    kl_gate_source cand;
+    char *cand_path;
+} run_fixture;
+
+static const double copy_ceiling_gbs = 1000.0;
+
+static void run_fixture_init(run_fixture *r)
+{
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("run", &r->dir, &err), KL_OK);
+    char *tj = kl_path_join(r->dir, "task.json"), *rc = kl_path_join(r->dir, "reference.c");
+    r->cand_path = kl_path_join(r->dir, "c.cu");
+    assert_int_equal(kl_file_write(tj, "{}", 2, &err), KL_OK);
+    assert_int_equal(kl_file_write(rc, "/* ref */", 9, &err), KL_OK);
+    assert_int_equal(kl_file_write(r->cand_path, "// candidate\n", 13, &err), KL_OK);
+    free(tj);
+    free(rc);
+    fake_task_init(&r->f, r->dir);
+    fake_arg(&r->f, "x", KL_DTYPE_F32, KL_ROLE_IN);
+    fake_arg(&r->f, "y", KL_DTYPE_F32, KL_ROLE_OUT);
+    fake_arg(&r->f, "n", KL_DTYPE_NONE, KL_ROLE_IN);
+    r->f.t.cost_bytes = "8*n";
+    r->cand = (kl_gate_source){r->cand_path, NULL};
+    assert_int_equal(kl_gate_open(NULL, &r->gate, &err), KL_OK);
+    r->gate->gpu = json_pack("{s:{s:s, s:s}, s:{s:f, s:f, s:f}}", "device", "name", "Dev", "cc", "9.0", "ceilings",
+                             "copy_gbs", copy_ceiling_gbs, "fma_tflops", 50.0, "tensor_tflops", 500.0);
+    r->gate->gpu_key = kl_strdup("Dev");
+    r->gate->nvcc_version = kl_strdup("13.0.88");
+}
+
+static void run_fixture_release(run_fixture *r)
+{
+    kl_gate_close(r->gate);
+    free(r->cand_path);
+    remove_tree(r->dir);
+}
+
+/* A worker end: exit code or signal or timeout, and its stdout. */
+static kl_verdict *verdict_of(run_fixture *r, int exit_code, int sig, double timeout, const char *out, kl_status want)
+{
+    kl_child c;
+    kl_child_init(&c);
+    kl_strbuf_init(&c.out, 0);
+    kl_strbuf_init(&c.err, 0);
+    c.exit_code = sig ? 128 + sig : exit_code;
+    c.term_signal = sig;
+    c.timed_out = timeout > 0;
+    c.timeout_s = timeout;
+    kl_strbuf_adds(&c.out, out);
+    kl_strbuf_adds(&c.err, "the worker's last words\n");
+    kl_verdict *v = NULL;
+    kl_error err = {0};
+    kl_status st = kl_gate_verdict_of_run(r->gate, &r->f.t, &r->cand, NULL, &c, &v, &err);
+    if (st != want) print_message("status %d: %s\n", st, err.message);
+    assert_int_equal(st, want);
+    kl_child_release(&c);
+    return v;
+}
+
+#define OK_TRIAL "{\"shape\":\"check[0]\",\"seed\":11,\"ok\":true,\"outputs\":[{\"arg\":\"y\",\"ok\":true,\"rel_l2\":0,\"max_abs\":0,\"first_bad\":-1,\"nan\":0,\"inf\":0,\"unwritten\":0,\"count\":7}]}"
+#define OK_SIMPLE "{\"ok\":true,\"detail\":\"fine\"}"
+
+static char *result_json(const char *correct, const char *hygiene, double cand_ms, double base_ms, bool with_stream)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addf(&sb, "{\"device\":{\"name\":\"Dev\",\"sms\":132},\"correct\":[%s],\"determinism\":%s,\"integrity\":%s,", correct,
+                   OK_SIMPLE, OK_SIMPLE);
+    if (with_stream) kl_strbuf_addf(&sb, "\"stream\":%s,", OK_SIMPLE);
+    kl_strbuf_addf(&sb, "\"profile\":{\"ok\":true,\"timer\":\"cupti\",\"shape\":\"bench\",\"reps\":40,"
+                        "\"candidate\":{\"median_ms\":%.17g,\"q1_ms\":%.17g,\"q3_ms\":%.17g},"
+                        "\"baseline\":{\"median_ms\":%.17g,\"q1_ms\":%.17g,\"q3_ms\":%.17g}},"
+                        "\"hygiene\":%s,\"error\":null}",
+                   cand_ms, cand_ms, cand_ms, base_ms, base_ms, base_ms, hygiene);
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+static const kl_verdict_stage *stage_of(const kl_verdict *v, const char *name)
+{
+    for (unsigned i = 0; i < v->nstages; i++)
+        if (!strcmp(v->stages[i].name, name)) return &v->stages[i];
+    fail_msg("no stage %s", name);
+    return NULL;
+}
+
+static void verdicts_from_worker_ends(void **state)
+{
+    (void)state;
+    run_fixture r;
+    run_fixture_init(&r);
+    const double cand_ms = 0.5, base_ms = 2.0;
+
+    /* a clean run passes, with the figures computed from the task's cost */
+    char *res = result_json(OK_TRIAL, OK_SIMPLE, cand_ms, base_ms, true);
+    kl_verdict *v = verdict_of(&r, 0, 0, 0, res, KL_OK);
+    assert_true(v->pass);
+    assert_null(v->failed_stage);
+    assert_true(v->speedup == base_ms / cand_ms);
+    double bytes = 8.0 * (double)r.f.bench_values[0];
+    assert_true(fabs(v->gbps - bytes / (cand_ms * 1e-3) / 1e9) < 1e-9 * v->gbps);
+    assert_int_equal(stage_of(v, "sanitize")->state, KL_STAGE_SKIPPED);
+    assert_int_equal(stage_of(v, "profile")->state, KL_STAGE_PASSED);
+    json_t *frac = json_object_get(json_object_get(json_object_get(kl_verdict_document(v), "stages"), "profile"), "fraction");
+    assert_true(fabs(json_number_value(json_object_get(frac, "bandwidth")) - v->gbps / copy_ceiling_gbs) < 1e-12);
+    kl_verdict_free(v);
+    free(res);
+
+    /* wrong output: rejected at correct, naming the shape, its sizes, the seed and the counts */
+    res = result_json("{\"shape\":\"check[0]\",\"seed\":11,\"ok\":false,\"outputs\":[{\"arg\":\"y\",\"ok\":false,\"rel_l2\":0.5,"
+                      "\"max_abs\":1,\"first_bad\":4,\"nan\":0,\"inf\":0,\"unwritten\":3,\"count\":7,\"detail\":\"3 unwritten\"}]}",
+                      OK_SIMPLE, cand_ms, base_ms, true);
+    v = verdict_of(&r, 0, 0, 0, res, KL_OK);
+    assert_false(v->pass);
+    assert_string_equal(v->failed_stage, "correct");
+    char want[128];
+    kl_snprintf(want, sizeof want, "wrong at check[0] (n=%lld), seed 11: y:", (long long)r.f.check_values[0]);
+    assert_non_null(strstr(v->reason, want));
+    assert_non_null(strstr(v->reason, "first bad index 4"));
+    assert_non_null(strstr(v->reason, "3 unwritten of 7"));
+    kl_verdict_free(v);
+    free(res);
+
+    /* a hang: the first stage is charged, the limit named */
+    v = verdict_of(&r, 0, 9, 20, "", KL_OK);
+    assert_string_equal(v->failed_stage, "correct");
+    assert_non_null(strstr(v->reason, "timed out after 20 s"));
+    assert_int_equal(stage_of(v, "profile")->state, KL_STAGE_SKIPPED);
+    kl_verdict_free(v);
+
+    /* a crash */
+    v = verdict_of(&r, 0, 11, 0, "", KL_OK);
+    assert_string_equal(v->failed_stage, "correct");
+    assert_non_null(strstr(v->reason, "killed by SIGSEGV"));
+    assert_non_null(strstr(v->reason, "the worker's last words"));
+    kl_verdict_free(v);
+
+    /* a sticky CUDA error in determinism, after correct passed */
+    v = verdict_of(&r, KL_WORKER_EXIT_CUDA, 0, 0,
+                   "{\"correct\":[" OK_TRIAL "],\"error\":{\"stage\":\"determinism\",\"cuda\":\"cudaErrorIllegalAddress\","
+                   "\"detail\":\"an illegal memory access was encountered\",\"sticky\":true}}",
+                   KL_OK);
+    assert_string_equal(v->failed_stage, "determinism");
+    assert_non_null(strstr(v->reason, "CUDA error: cudaErrorIllegalAddress (sticky"));
+    assert_int_equal(stage_of(v, "correct")->state, KL_STAGE_PASSED);
+    kl_verdict_free(v);
+
+    /* threads started: integrity fails with the worker's words */
+    res = result_json(OK_TRIAL, "{\"ok\":false,\"detail\":\"the candidate started 1 thread while running\"}", cand_ms,
+                      base_ms, true);
+    v = verdict_of(&r, 0, 0, 0, res, KL_OK);
+    assert_string_equal(v->failed_stage, "integrity");
+    assert_non_null(strstr(v->reason, "started 1 thread"));
+    kl_verdict_free(v);
+    free(res);
+
+    /* faster than the copy ceiling allows */
+    double too_fast_ms = bytes / (2.0 * copy_ceiling_gbs * 1e9) * 1e3;
+    res = result_json(OK_TRIAL, OK_SIMPLE, too_fast_ms, base_ms, true);
+    v = verdict_of(&r, 0, 0, 0, res, KL_OK);
+    assert_string_equal(v->failed_stage, "profile");
+    assert_non_null(strstr(v->reason, "faster than the device allows"));
+    kl_verdict_free(v);
+    free(res);
+
+    /* a stage asked for and not reported */
+    res = result_json(OK_TRIAL, OK_SIMPLE, cand_ms, base_ms, false);
+    v = verdict_of(&r, 0, 0, 0, res, KL_OK);
+    assert_string_equal(v->failed_stage, "stream");
+    assert_non_null(strstr(v->reason, "did not report"));
+    kl_verdict_free(v);
+    free(res);
+
+    /* stdout that is not JSON (a kernel that prints) */
+    v = verdict_of(&r, 0, 0, 0, "hello from launch()\n", KL_OK);
+    assert_string_equal(v->failed_stage, "correct");
+    assert_non_null(strstr(v->reason, "not JSON"));
+    kl_verdict_free(v);
+
+    /* not the candidate's doing: no verdict */
+    assert_null(verdict_of(&r, KL_WORKER_EXIT_JOB, 0, 0, "{\"error\":{\"stage\":\"init\",\"detail\":\"job: bad\"}}", KL_ERR_CHILD));
+    assert_null(verdict_of(&r, KL_WORKER_EXIT_HARNESS, 0, 0, "{}", KL_ERR_CHILD));
+    assert_null(verdict_of(&r, KL_WORKER_EXIT_NO_GPU, 0, 0, "{}", KL_ERR_NO_GPU));
+    run_fixture_release(&r);
+}
+
 static void live_without_a_gpu_says_so(void **state)
 {
     (void)state;
@@ -856,6 +1049,7 @@ int main(void)
         cmocka_unit_test(sanitizer_counts),
         cmocka_unit_test(verdict_documents_read_back),
         cmocka_unit_test(replay_serves_recorded_verdicts_and_never_invents),
+        cmocka_unit_test(verdicts_from_worker_ends),
         cmocka_unit_test(live_without_a_gpu_says_so),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

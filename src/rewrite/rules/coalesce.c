@@ -279,7 +279,7 @@ static kl_status swap_launches(const kl_rule_ctx *ctx, const rb_func *f, kl_edit
     rb_launch ls[16];
     unsigned n = rb_launches(ctx, f->name, ls, 16);
     if (!n)
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+        return kl_rule_not_applicable(err,
                             "%s: kernel '%s' is not launched in this file: its grid must change with the mapping",
                             kl_source_name(ctx->src), f->name);
     for (unsigned i = 0; i < n; i++) {
@@ -289,7 +289,7 @@ static kl_status swap_launches(const kl_rule_ctx *ctx, const rb_func *f, kl_edit
             TSNode list = dim3_list(ctx, &ls[i], ls[i].cfg[k], why, sizeof why);
             if (ts_node_is_null(list)) {
                 kl_span sp = kl_node_span(ls[i].cfg[k]);
-                return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                return kl_rule_not_applicable(err,
                                     "%s:%u:%u: the %s of this launch of '%s' cannot be swapped: %s",
                                     kl_source_name(ctx->src), sp.line, sp.column, k ? "block" : "grid", f->name, why);
             }
@@ -389,12 +389,12 @@ static kl_status check_swappable(const kl_rule_ctx *ctx, const rb_func *fs, unsi
     rb_walk(f->body, hazard_visit, &h);
     if (!ts_node_is_null(h.at)) {
         kl_span sp = kl_node_span(h.at);
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s:%u:%u: %s", kl_source_name(ctx->src), sp.line, sp.column,
+        return kl_rule_not_applicable(err, "%s:%u:%u: %s", kl_source_name(ctx->src), sp.line, sp.column,
                             h.what);
     }
     char which[128];
     if (macro_reads_builtins(ctx, f, which, sizeof which))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+        return kl_rule_not_applicable(err,
                             "%s: kernel '%s' uses the macro '%s', which reads thread or block indices and would not "
                             "be relabelled",
                             kl_source_name(ctx->src), f->name, which);
@@ -419,7 +419,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     json_t *ns = site->features ? json_object_get(site->features, "needs_staging") : NULL;
     if (ns && json_is_true(ns))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+        return kl_rule_not_applicable(err,
                             "%s: kernel '%s': its reads and writes are contiguous along different thread dimensions; "
                             "swapping x and y would only move the strided access (a staged exchange through shared "
                             "memory is needed, which this rule does not write)",
@@ -434,7 +434,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     if (!ts_node_is_null(first)) rb_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
     uint32_t at = rb_line_end(ctx, ts_node_start_byte(f->body));
     if (!rb_line_blank_before(ctx, ts_node_end_byte(f->body) - 1) || at > ts_node_end_byte(f->body))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s': expected its body's braces on lines of their own",
+        return kl_rule_not_applicable(err, "%s: kernel '%s': expected its body's braces on lines of their own",
                             kl_source_name(ctx->src), f->name);
     if ((st = kl_edits_addf(out, at, at, "%s%s\n", ind, MARKER)) != KL_OK) return kl_error_set(err, st, "out of memory");
     return KL_OK;
@@ -447,7 +447,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     const rb_func *f = rb_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     if (!has_marker(ctx, f))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s' carries no `// coalesce:` marker",
+        return kl_rule_not_applicable(err, "%s: kernel '%s' carries no `// coalesce:` marker",
                             kl_source_name(ctx->src), f->name);
     kl_status st = check_swappable(ctx, fs, nf, f, err);
     if (st != KL_OK) return st;

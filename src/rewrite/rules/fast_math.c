@@ -102,16 +102,6 @@ static void edit(fm_scan *s, uint32_t a, uint32_t b, const char *text)
     if (s->edits && s->st == KL_OK) s->st = kl_edits_add(s->edits, a, b, text);
 }
 
-static char *operand_text(const kl_source *src, TSNode n, bool wrap)
-{
-    char *t = kl_node_text(src, n);
-    if (!t || !wrap || atomic_expr(n)) return t;
-    kl_strbuf sb = KL_STRBUF_INIT;
-    kl_strbuf_addf(&sb, "(%s)", t);
-    free(t);
-    return kl_strbuf_detach(&sb, NULL);
-}
-
 static bool needs_parens(TSNode n)
 {
     TSNode p = ts_node_parent(n);
@@ -138,27 +128,25 @@ static bool scan(TSNode n, void *user)
         }
         if (s->present && kl_node_text_is(src, fnode, "__fdividef") && ts_node_named_child_count(args) == 2) {
             count_op(s, "__fdividef");
-            char *a = operand_text(src, ts_node_named_child(args, 0), true);
-            char *b = operand_text(src, ts_node_named_child(args, 1), true);
-            kl_strbuf sb = KL_STRBUF_INIT;
-            bool wrap = needs_parens(n);
-            kl_strbuf_addf(&sb, "%s%s / %s%s", wrap ? "(" : "", a ? a : "", b ? b : "", wrap ? ")" : "");
-            edit(s, ts_node_start_byte(n), ts_node_end_byte(n), kl_strbuf_str(&sb));
-            kl_strbuf_release(&sb);
-            free(a);
-            free(b);
-            return false;
+            /* piecewise, so calls inside the operands are rewritten too */
+            TSNode a = ts_node_named_child(args, 0), b = ts_node_named_child(args, 1);
+            bool wrap = needs_parens(n), pa = !atomic_expr(a), pb = !atomic_expr(b);
+            char t[16];
+            kl_snprintf(t, sizeof t, "%s%s", wrap ? "(" : "", pa ? "(" : "");
+            edit(s, ts_node_start_byte(n), ts_node_start_byte(a), t);
+            kl_snprintf(t, sizeof t, "%s / %s", pa ? ")" : "", pb ? "(" : "");
+            edit(s, ts_node_end_byte(a), ts_node_start_byte(b), t);
+            kl_snprintf(t, sizeof t, "%s%s", pb ? ")" : "", wrap ? ")" : "");
+            edit(s, ts_node_end_byte(b), ts_node_end_byte(n), t);
+            return true;
         }
         if (s->present && kl_node_text_is(src, fnode, "rsqrtf") && ts_node_named_child_count(args) == 1) {
             count_op(s, "rsqrtf");
-            char *a = kl_node_text(src, ts_node_named_child(args, 0));
-            kl_strbuf sb = KL_STRBUF_INIT;
+            TSNode a = ts_node_named_child(args, 0);
             bool wrap = needs_parens(n);
-            kl_strbuf_addf(&sb, "%s1.0f / sqrtf(%s)%s", wrap ? "(" : "", a ? a : "", wrap ? ")" : "");
-            edit(s, ts_node_start_byte(n), ts_node_end_byte(n), kl_strbuf_str(&sb));
-            kl_strbuf_release(&sb);
-            free(a);
-            return false;
+            edit(s, ts_node_start_byte(n), ts_node_start_byte(a), wrap ? "(1.0f / sqrtf(" : "1.0f / sqrtf(");
+            edit(s, ts_node_end_byte(a), ts_node_end_byte(n), wrap ? "))" : ")");
+            return true;
         }
         return true;
     }
@@ -173,26 +161,19 @@ static bool scan(TSNode n, void *user)
             TSNode args = ts_node_child_by_field_name(r, "arguments", 9);
             if (ts_node_named_child_count(args) == 1) {
                 count_op(s, "1/sqrtf");
-                char *a = kl_node_text(src, ts_node_named_child(args, 0));
-                kl_strbuf sb = KL_STRBUF_INIT;
-                kl_strbuf_addf(&sb, "rsqrtf(%s)", a ? a : "");
-                edit(s, ts_node_start_byte(n), ts_node_end_byte(n), kl_strbuf_str(&sb));
-                kl_strbuf_release(&sb);
-                free(a);
-                return false;
+                TSNode a = ts_node_named_child(args, 0);
+                edit(s, ts_node_start_byte(n), ts_node_start_byte(a), "rsqrtf(");
+                edit(s, ts_node_end_byte(a), ts_node_end_byte(n), ")");
+                return true;
             }
         }
         /* x / y with both sides float -> __fdividef(x, y) */
         if (is_float_expr(s, l) && is_float_expr(s, r)) {
             count_op(s, "/");
-            char *a = kl_node_text(src, l), *b = kl_node_text(src, r);
-            kl_strbuf sb = KL_STRBUF_INIT;
-            kl_strbuf_addf(&sb, "__fdividef(%s, %s)", a ? a : "", b ? b : "");
-            edit(s, ts_node_start_byte(n), ts_node_end_byte(n), kl_strbuf_str(&sb));
-            kl_strbuf_release(&sb);
-            free(a);
-            free(b);
-            return false;
+            edit(s, ts_node_start_byte(n), ts_node_start_byte(l), "__fdividef(");
+            edit(s, ts_node_end_byte(l), ts_node_start_byte(r), ", ");
+            edit(s, ts_node_end_byte(r), ts_node_end_byte(n), ")");
+            return true;
         }
     }
     return true;

@@ -485,14 +485,14 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
                             kl_source_name(ctx->src), f->name, site_what(site));
     analyse_table(ctx, f, site_what(site), &t);
     if (!t.atomics)
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: '%s' in kernel '%s' is not an atomicAdd target",
+        return kl_rule_not_applicable(err, "%s: '%s' in kernel '%s' is not an atomicAdd target",
                             kl_source_name(ctx->src), t.name, f->name);
-    if (t.why_not[0]) return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s", t.why_not);
+    if (t.why_not[0]) return kl_rule_not_applicable(err, "%s", t.why_not);
     /* the private copy's name must be free */
     char priv[96];
     kl_snprintf(priv, sizeof priv, "%s_priv", t.name);
     if (rb_count_ident(ctx, f->outer, priv))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s' already uses the name '%s'",
+        return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the name '%s'",
                             kl_source_name(ctx->src), f->name, priv);
     /* blocks of more than one dimension need a linear thread index */
     uses_yz yz = {ctx, false};
@@ -506,7 +506,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     char ind[64];
     TSNode first = ts_node_named_child(f->body, 0);
     if (ts_node_is_null(first))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s' is empty", kl_source_name(ctx->src), f->name);
+        return kl_rule_not_applicable(err, "%s: kernel '%s' is empty", kl_source_name(ctx->src), f->name);
     rb_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
     kl_status st = KL_OK;
     uint32_t open = ts_node_start_byte(f->body) + 1;
@@ -514,7 +514,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     uint32_t body_start = rb_line_end(ctx, open);
     uint32_t body_end = rb_line_start(ctx, close);
     if (body_end < body_start || !rb_line_blank_before(ctx, close))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+        return kl_rule_not_applicable(err,
                             "%s: kernel '%s': expected its body's braces on lines of their own",
                             kl_source_name(ctx->src), f->name);
     KL_TRY(kl_edits_addf(out, body_start, body_start,
@@ -602,7 +602,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     for (unsigned i = 0; i < dc.n && !found; i++)
         if (find_present(ctx, f, dc.items[i], &p) && !strcmp(p.shared, site_what(site))) found = true;
     if (!found)
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+        return kl_rule_not_applicable(err,
                             "%s: kernel '%s': no shared table '%s' zero-filled, synchronised and merged into a "
                             "global one",
                             kl_source_name(ctx->src), f->name, site_what(site));
@@ -613,7 +613,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     if (r.st != KL_OK) return kl_error_set(err, r.st, "out of memory");
     if (!ts_node_is_null(r.other)) {
         kl_span sp = kl_node_span(r.other);
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+        return kl_rule_not_applicable(err,
                             "%s:%u:%u: '%s' is used other than as an atomicAdd target; dropping the private copy "
                             "would change that use",
                             kl_source_name(ctx->src), sp.line, sp.column, p.shared);
@@ -637,7 +637,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         uint32_t in0 = rb_line_end(ctx, ts_node_start_byte(body));
         uint32_t in1 = rb_line_start(ctx, ts_node_end_byte(body) - 1);
         if (in1 < in0 || s0 == ts_node_start_byte(p.lambda_stmt))
-            return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: kernel '%s': the wrapped body is not laid out one statement a line",
+            return kl_rule_not_applicable(err, "%s: kernel '%s': the wrapped body is not laid out one statement a line",
                                 kl_source_name(ctx->src), f->name);
         /* the renames inside the lambda were recorded as edits on the original text;
          * rebuild the inner text with them, then dedent */
@@ -661,7 +661,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         kl_strbuf_release(&sb);
         if (!inner) {
             kl_edits_release(&keep);
-            return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+            return kl_rule_not_applicable(err,
                                 "%s: kernel '%s': the wrapped body is not indented by 4 spaces", kl_source_name(ctx->src),
                                 f->name);
         }

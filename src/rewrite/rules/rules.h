@@ -104,8 +104,12 @@ const kl_rule *kl_rule_find(const char *name);
 extern const kl_rule kl_rule_unroll;        /* unroll.c */
 extern const kl_rule kl_rule_launch_bounds; /* launch_bounds.c */
 extern const kl_rule kl_rule_fast_math;     /* fast_math.c */
-/* Not written yet (docs/rules.md, "Status"): restrict, vectorize, grid-stride, block-size,
- * warp-reduce. Each will be `extern const kl_rule kl_rule_<name>;` in <name>.c. */
+extern const kl_rule kl_rule_restrict;      /* restrict.c */
+extern const kl_rule kl_rule_grid_stride;   /* grid_stride.c */
+extern const kl_rule kl_rule_block_size;    /* block_size.c */
+extern const kl_rule kl_rule_vectorize;     /* vectorize.c */
+extern const kl_rule kl_rule_warp_reduce;   /* warp_reduce.c */
+/* Each is `extern const kl_rule kl_rule_<name>;` in <name>.c (docs/rules.md, "Status"). */
 
 /* ---- helpers for transforms (catalog.c) --------------------------------------------------------- */
 

@@ -274,7 +274,7 @@ static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rb_func
             rb_walk((*f)->body, uses_visit, u);
             if (!ts_node_is_null(u->bad)) {
                 kl_span sp = kl_node_span(u->bad);
-                return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+                return kl_rule_not_applicable(err,
                                     "%s:%u:%u: '%s' is used other than as a full subscript (its address or size is "
                                     "taken), so its row length is visible and cannot change",
                                     kl_source_name(ctx->src), sp.line, sp.column, a->name);
@@ -296,7 +296,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     long long k;
     TSNode base;
     if (!padding_present(ctx, &a, f->body, &k, &base))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: the rows of '%s' are not padded",
+        return kl_rule_not_applicable(err, "%s: the rows of '%s' are not padded",
                             kl_source_name(ctx->src), a.name);
     TSNode last = a.dims[a.ndims - 1];
     if (!ts_node_is_null(base)) {
@@ -310,6 +310,15 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         st = kl_edits_addf(out, ts_node_start_byte(last), ts_node_end_byte(last), "%lld", lv - k);
     }
     if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    /* an expert's `// smem-pad: ...` comment right above the declaration goes with the padding */
+    TSNode prev = ts_node_prev_named_sibling(a.decl);
+    if (rb_is(prev, "comment") && rb_has_marker(ctx, ts_node_start_byte(prev), ts_node_end_byte(prev), NAME) &&
+        rb_line_blank_before(ctx, ts_node_start_byte(prev)) &&
+        rb_line_end(ctx, ts_node_end_byte(prev)) == rb_line_start(ctx, ts_node_start_byte(a.decl))) {
+        uint32_t s0, s1;
+        rb_stmt_range(ctx, prev, NULL, &s0, &s1);
+        if ((st = kl_edits_add(out, s0, s1, "")) != KL_OK) return kl_error_set(err, st, "out of memory");
+    }
     return KL_OK;
 }
 
@@ -331,11 +340,11 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     long long k;
     TSNode base;
     if (padding_present(ctx, &a, f->body, &k, &base))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "%s: the rows of '%s' are already padded",
+        return kl_rule_not_applicable(err, "%s: the rows of '%s' are already padded",
                             kl_source_name(ctx->src), a.name);
     long long row;
     if (!rb_const_eval(ctx, f->body, a.dims[a.ndims - 1], &row))
-        return kl_error_set(err, KL_ERR_NOT_APPLICABLE,
+        return kl_rule_not_applicable(err,
                             "%s: the row length of '%s' is not a compile-time constant",
                             kl_source_name(ctx->src), a.name);
     TSNode last = a.dims[a.ndims - 1];

@@ -1,7 +1,7 @@
-// A stand-in expert for the walk's tests: each "OPT:name:factor[:flag]" line is one
-// removable optimization; the test's judge reads the markers (factor: how much slower the
-// kernel gets without it; flag "bad": removing it breaks the kernel; "mod4": the kernel
-// with it is wrong where n % 4 != 0).
+// A stand-in expert for the walk's tests: each line marked with the word OPT, a colon, a
+// name, a factor and maybe a flag is one removable optimization; the test's judge reads
+// the marks (factor: how much slower the kernel gets without it; flag "bad": removing it
+// breaks the kernel; "mod4": the kernel with it is wrong where n % 4 != 0).
 #include <cuda_runtime.h>
 
 __global__ void scale_kernel(const float *x, float *y, int n)

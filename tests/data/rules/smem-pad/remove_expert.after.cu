@@ -5,7 +5,6 @@
 
 __global__ void transpose_expert(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
 {
-    // smem-pad: one extra column so that column reads hit 32 different banks
     __shared__ float tile[TILE_DIM][TILE_DIM];
     int c = blockIdx.x * TILE_DIM + threadIdx.x;
     int r = blockIdx.y * TILE_DIM + threadIdx.y;

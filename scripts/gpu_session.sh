@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What one session runs on the GPU machine, in one call per phase. The binaries are built
+# on the development machine (tree-sitter linked statically) and carried in .carry/bin;
+# nvcc on the GPU machine compiles the candidates and the device runtime.
+#   scripts/gpu_session.sh check      build check, gpu info, tests/gpu, the gate's figures
+#   scripts/gpu_session.sh suite      vendor timings and the suite table (record)
+#   scripts/gpu_session.sh lineage T… the backward walks of tasks T… (record)
+# Results (the archive, logs, tables) go to $OUT when it is set.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+bin=${KL_BIN:-$here/.carry/bin}
+out=${OUT:-$here/out}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+export KLINEAGE="$bin/klineage" KLINEAGE_WORKER="$bin/klineage-worker" KL_SOURCE_DIR="$here"
+export KLINEAGE_CACHE=${KLINEAGE_CACHE:-/tmp/klineage-cache}
+db=${KL_DB:-/tmp/klineage-session.db}
+kl() { "$KLINEAGE" --db "$db" --measure record "$@"; }
+log() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+phase=${1:-check}
+shift || true
+
+case "$phase" in
+check)
+    log "machine"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    nvcc --version | tail -1
+    "$KLINEAGE" --version && ldd "$KLINEAGE" | grep -E 'not found|jansson|sqlite|curl|crypto' || true
+    "$KLINEAGE" parse tasks/softmax/expert.cu | head -5
+    log "gpu info"
+    kl gpu info 2>&1 | tee "$out/gpu-info.txt"
+    for t in tests/gpu/test_*.sh; do
+        log "$t"
+        timeout 330 bash "$t" 2>&1 | tee "$out/$(basename "$t" .sh).txt"
+    done
+    if [ -f tests/gpu/bench_gate.sh ]; then
+        log "gate figures"
+        bash tests/gpu/bench_gate.sh 2>&1 | tee "$out/bench_gate.txt"
+    fi
+    ;;
+suite)
+    log "vendor"
+    python3 scripts/vendor_baselines.py >"$out/vendor.json" 2>"$out/vendor.err" || cat "$out/vendor.err"
+    cat "$out/vendor.json"
+    log "suite"
+    kl bench --expert --vendor "$out/vendor.json" -o "$out/suite-table.md" 2>&1 | tee "$out/suite.txt"
+    ;;
+lineage)
+    for t in "$@"; do
+        log "lineage $t"
+        kl lineage "tasks/$t" --probes "${KL_PROBES:-3}" 2>&1 | tee "$out/lineage-$t.txt"
+    done
+    ;;
+all)
+    # one call: the suite first (what the docs need most), then the gate's own checks
+    log "smoke"; timeout 120 bash tests/gpu/test_worker_smoke.sh 2>&1 | tee "$out/test_worker_smoke.txt" | tail -15
+    log "vendor"
+    timeout 150 python3 scripts/vendor_baselines.py >"$out/vendor.json" 2>"$out/vendor.err" || tail -5 "$out/vendor.err"
+    cat "$out/vendor.json"
+    log "suite"
+    timeout 330 "$KLINEAGE" --db "$db" --measure record bench --expert --vendor "$out/vendor.json" -o "$out/suite-table.md" 2>&1 | tee "$out/suite.txt" | grep -v '^\[' | tail -30
+    cat "$out/suite-table.md"
+    log "corpus"; timeout 200 bash tests/gpu/test_gate_corpus.sh 2>&1 | tee "$out/test_gate_corpus.txt" | grep -vE '^    \|' 
+    log "gate figures"; timeout 150 bash tests/gpu/bench_gate.sh 2>&1 | tee "$out/bench_gate.txt"
+    ;;
+*)
+    echo "usage: $0 check|suite|lineage TASK…" >&2
+    exit 2
+    ;;
+esac
+cp -f archive/verdicts.jsonl "$out/" 2>/dev/null || true
+log "done"

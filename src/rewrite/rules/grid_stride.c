@@ -1,0 +1,829 @@
+/* grid-stride: one element per thread (`i = blockIdx.x*blockDim.x + threadIdx.x; if (i < n) …`) <->
+ * a grid-stride loop over the elements, with the grid at the launch capped at a few waves of the
+ * GPU's multiprocessors. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+static const char *const waves_values[] = {"4", "8", "16", "32", NULL};
+static const kl_rule_param gs_params[] = {{"waves", waves_values, "8"}};
+
+static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
+static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
+
+static TSNode strip(TSNode n)
+{
+    for (;;) {
+        if (is_type(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
+        else if (is_type(n, "cast_expression")) n = ts_node_child_by_field_name(n, "value", 5);
+        else return n;
+    }
+}
+
+/* ---- the kernel side ------------------------------------------------------------------------ */
+
+/* What one kernel holds: the index, its bound, the body, and where they are. */
+typedef struct gs_kernel {
+    bool found;             /* a recognised shape (either direction) */
+    bool present;           /* a grid-stride loop (else: one element per thread) */
+    bool early_return;      /* applicable shape: `if (i >= n) return;` then the rest */
+    TSNode decl;            /* the declaration of i (applicable) or the for's initializer (present) */
+    TSNode stmt;            /* the if_statement / for_statement */
+    TSNode body;            /* the if's consequence / the for's body */
+    TSNode last;            /* early return: the last statement of the function */
+    char *var, *init, *cond, *stride, *bound, *type;
+    int64_t coef;           /* the index's block coefficient when a constant (0: blockDim.x) */
+    char why[300];          /* not empty: the shape is there but cannot be rewritten */
+} gs_kernel;
+
+static void gs_kernel_release(gs_kernel *k)
+{
+    free(k->var);
+    free(k->init);
+    free(k->cond);
+    free(k->stride);
+    free(k->bound);
+    free(k->type);
+}
+
+typedef struct body_scan {
+    const kl_source *src;
+    const char *var;
+    char **outer;           /* names declared before the loop, at the function's top level */
+    unsigned nouter;
+    char why[300];
+    int loops;              /* depth of loops (and switches) around the node being visited */
+} body_scan;
+
+static bool scan_body(TSNode n, void *user)
+{
+    body_scan *b = user;
+    if (b->why[0]) return false;
+    const char *t = ts_node_type(n);
+    if (!strcmp(t, "return_statement")) {
+        kl_snprintf(b->why, sizeof b->why, "a return at line %u inside the body", line_of(n));
+        return false;
+    }
+    if ((!strcmp(t, "break_statement") || !strcmp(t, "continue_statement"))) {
+        /* only ones inside an inner loop are harmless */
+        bool inner = false;
+        for (TSNode p = ts_node_parent(n); !ts_node_is_null(p) && !inner; p = ts_node_parent(p)) {
+            const char *pt = ts_node_type(p);
+            if (!strcmp(pt, "function_definition")) break;
+            if (!strcmp(pt, "for_statement") || !strcmp(pt, "while_statement") || !strcmp(pt, "do_statement") ||
+                (!strcmp(pt, "switch_statement") && !strcmp(t, "break_statement")))
+                inner = true;
+        }
+        if (!inner)
+            kl_snprintf(b->why, sizeof b->why, "a %s at line %u leaves the loop body", t, line_of(n));
+        return true;
+    }
+    if (!strcmp(t, "call_expression")) {
+        TSNode f = ts_node_child_by_field_name(n, "function", 8);
+        char *name = kl_node_text(b->src, f);
+        if (name && (kl_str_starts(name, "__syncthreads") || kl_str_starts(name, "__syncwarp") ||
+                     strstr(name, "shfl") || kl_str_starts(name, "__ballot") || kl_str_starts(name, "__any") ||
+                     kl_str_starts(name, "__all") || strstr(name, "sync")))
+            kl_snprintf(b->why, sizeof b->why, "%s() at line %u: the body relies on every thread of the block", name,
+                        line_of(n));
+        free(name);
+        return true;
+    }
+    if (!strcmp(t, "declaration")) {
+        char *d = kl_node_text(b->src, n);
+        if (d && strstr(d, "__shared__"))
+            kl_snprintf(b->why, sizeof b->why, "a __shared__ declaration at line %u inside the body", line_of(n));
+        free(d);
+        return true;
+    }
+    if (!strcmp(t, "assignment_expression") || !strcmp(t, "update_expression")) {
+        TSNode l = ts_node_child_by_field_name(n, !strcmp(t, "assignment_expression") ? "left" : "argument",
+                                               !strcmp(t, "assignment_expression") ? 4 : 8);
+        l = strip(l);
+        if (is_type(l, "identifier")) {
+            if (kl_node_text_is(b->src, l, b->var)) {
+                kl_snprintf(b->why, sizeof b->why, "the body assigns the index %s at line %u", b->var, line_of(n));
+                return false;
+            }
+            for (unsigned k = 0; k < b->nouter; k++)
+                if (kl_node_text_is(b->src, l, b->outer[k])) {
+                    kl_snprintf(b->why, sizeof b->why,
+                                "the body updates %s (line %u), declared before it: it would carry over between elements",
+                                b->outer[k], line_of(n));
+                    return false;
+                }
+        }
+    }
+    return true;
+}
+
+/* Names declared at the top level of the function body before `stmt`. */
+static unsigned outer_names(const kl_source *src, TSNode fbody, TSNode stmt, char **names, unsigned max)
+{
+    unsigned n = 0;
+    uint32_t c = ts_node_named_child_count(fbody);
+    for (uint32_t i = 0; i < c && n < max; i++) {
+        TSNode s = ts_node_named_child(fbody, i);
+        if (ts_node_start_byte(s) >= ts_node_start_byte(stmt)) break;
+        if (!is_type(s, "declaration")) continue;
+        uint32_t dc = ts_node_named_child_count(s);
+        for (uint32_t k = 0; k < dc && n < max; k++) {
+            TSNode nm = kl_ast_declarator_name(ts_node_named_child(s, k));
+            if (!ts_node_is_null(nm) && is_type(nm, "identifier")) names[n++] = kl_node_text(src, nm);
+        }
+    }
+    return n;
+}
+
+static void check_body(const kl_source *src, TSNode fbody, TSNode stmt, TSNode from, TSNode to, const char *var,
+                       char *why, size_t size)
+{
+    body_scan b = {src, var, NULL, 0, "", 0};
+    char *names[64] = {0};
+    b.nouter = outer_names(src, fbody, stmt, names, 64);
+    b.outer = names;
+    for (TSNode s = from; !ts_node_is_null(s); s = ts_node_next_named_sibling(s)) {
+        kl_ast_walk(s, scan_body, &b);
+        if (ts_node_eq(s, to) || b.why[0]) break;
+    }
+    for (unsigned k = 0; k < b.nouter; k++) free(names[k]);
+    if (b.why[0] && !why[0]) kl_snprintf(why, size, "%s", b.why);
+}
+
+/* The stride of an index `C*blockIdx.x + threadIdx.x`: "blockDim.x * gridDim.x" or "C * gridDim.x". */
+static bool find_block_coef(const kl_source *src, TSNode n, TSNode *coef)
+{
+    n = strip(n);
+    if (!is_type(n, "binary_expression")) return false;
+    char *op = kl_node_text(src, ts_node_child_by_field_name(n, "operator", 8));
+    bool mul = op && !strcmp(op, "*"), add = op && !strcmp(op, "+");
+    free(op);
+    TSNode l = ts_node_child_by_field_name(n, "left", 4), r = ts_node_child_by_field_name(n, "right", 5);
+    if (mul) {
+        if (kl_node_text_is(src, strip(l), "blockIdx.x")) {
+            *coef = r;
+            return true;
+        }
+        if (kl_node_text_is(src, strip(r), "blockIdx.x")) {
+            *coef = l;
+            return true;
+        }
+        return false;
+    }
+    return add && (find_block_coef(src, l, coef) || find_block_coef(src, r, coef));
+}
+
+/* Is init the global thread index (1-D)? Fills the stride text and, when the block coefficient is
+ * not blockDim.x, its compile-time value (*coef, 0 when it is blockDim.x). */
+static bool index_form(const kl_source *src, kl_affine_ctx *ax, TSNode init, char **stride, int64_t *coef, char *why,
+                       size_t size)
+{
+    kl_affine a = {0};
+    *coef = 0;
+    if (kl_affine_of(ax, init, &a) != KL_OK) return false;
+    bool ok = a.ok;
+    int64_t tx = 0;
+    if (!ok) {
+        kl_snprintf(why, size, "the index at line %u is not affine: %s", line_of(init), a.why ? a.why : "");
+    } else if (!kl_affine_coef_int(&a, "threadIdx.x", &tx) || tx != 1 || !kl_affine_coef(&a, "blockIdx.x") ||
+               a.nterms != 2 || !a.const_is_int || a.const_int != 0) {
+        kl_snprintf(why, size, "the index at line %u is not blockIdx.x * blockDim.x + threadIdx.x (1-D, no offset)",
+                    line_of(init));
+        ok = false;
+    }
+    if (ok) {
+        const char *c = kl_affine_coef(&a, "blockIdx.x");
+        TSNode cn = {0};
+        kl_strbuf sb = KL_STRBUF_INIT;
+        char w[200];
+        if (!strcmp(c, "blockDim.x")) {
+            kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
+        } else if (find_block_coef(src, init, &cn) &&
+                   kl_const_eval(src, kl_affine_ctx_function(ax), cn, false, coef, w, sizeof w)) {
+            /* the constant, written as it is in the index, so that a block-size change follows */
+            char *t = kl_node_text(src, cn);
+            bool simple = is_type(cn, "identifier") || is_type(cn, "number_literal") || is_type(cn, "parenthesized_expression");
+            kl_strbuf_addf(&sb, simple ? "%s * gridDim.x" : "(%s) * gridDim.x", t ? t : "");
+            free(t);
+        } else if (kl_affine_coef_int(&a, "blockIdx.x", coef) && *coef > 0) {
+            /* a constant behind a macro or helper: the launch's block size, checked equal to it */
+            kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
+        } else {
+            kl_snprintf(why, size, "the block coefficient %s of the index at line %u is neither blockDim.x nor a constant",
+                        c, line_of(init));
+            ok = false;
+        }
+        *stride = ok ? kl_strbuf_detach(&sb, NULL) : NULL;
+        kl_strbuf_release(&sb);
+    }
+    kl_affine_release(&a);
+    return ok;
+}
+
+/* `var < bound` with bound invariant: the bound's text. */
+static bool bound_of(const kl_source *src, kl_affine_ctx *ax, TSNode cond, const char *var, const char *op_want,
+                     char **bound)
+{
+    if (is_type(cond, "condition_clause")) cond = ts_node_named_child(cond, 0);
+    while (is_type(cond, "parenthesized_expression")) cond = ts_node_named_child(cond, 0);
+    if (!is_type(cond, "binary_expression")) return false;
+    TSNode l = ts_node_child_by_field_name(cond, "left", 4), r = ts_node_child_by_field_name(cond, "right", 5);
+    if (!is_type(l, "identifier") || !kl_node_text_is(src, l, var)) return false;
+    /* the operator from the text: the tree may hold '>' for a '<' */
+    uint32_t a = ts_node_end_byte(l), b = ts_node_start_byte(r);
+    const char *t = kl_source_text(src, NULL);
+    char op[4] = "";
+    unsigned k = 0;
+    for (uint32_t i = a; i < b && k < 3; i++)
+        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\n') op[k++] = t[i];
+    op[k] = '\0';
+    if (strcmp(op, op_want)) return false;
+    kl_affine f = {0};
+    if (kl_affine_of(ax, r, &f) != KL_OK) return false;
+    bool inv = f.ok && !kl_affine_varies(&f);
+    kl_affine_release(&f);
+    if (!inv) return false;
+    *bound = kl_node_text(src, r);
+    return *bound != NULL;
+}
+
+static char *decl_type(const kl_source *src, TSNode decl)
+{
+    /* the declaration's text up to its declarator, without `const` */
+    TSNode d = ts_node_child_by_field_name(decl, "declarator", 10);
+    const char *t = kl_source_text(src, NULL);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    uint32_t a = ts_node_start_byte(decl), b = ts_node_start_byte(d);
+    if (b - a >= 6 && !memcmp(t + a, "const ", 6)) a += 6;
+    while (b > a && (t[b - 1] == ' ' || t[b - 1] == '\t' || t[b - 1] == '\n')) b--;
+    kl_strbuf_add(&sb, t + a, b - a);
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+static bool has_text(const kl_source *src, TSNode n, const char *needle)
+{
+    char *t = kl_node_text(src, n);
+    bool yes = t && strstr(t, needle);
+    free(t);
+    return yes;
+}
+
+static void analyse_kernel(const kl_source *src, TSNode fn, kl_affine_ctx *ax, gs_kernel *k)
+{
+    memset(k, 0, sizeof *k);
+    TSNode body = kl_ast_function_body(fn);
+    uint32_t c = ts_node_named_child_count(body);
+    unsigned nloops = 0;
+    /* present: a for whose update steps by gridDim.x */
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode s = ts_node_named_child(body, i);
+        if (!is_type(s, "for_statement")) continue;
+        TSNode upd = ts_node_child_by_field_name(s, "update", 6);
+        if (ts_node_is_null(upd)) continue;
+        bool stride = has_text(src, upd, "gridDim.x");
+        if (!stride) {
+            /* a step through a local: `i += stride` with `stride = gridDim.x * …` */
+            TSNode r = is_type(upd, "assignment_expression") ? ts_node_child_by_field_name(upd, "right", 5) : upd;
+            char *rt = kl_node_text(src, r);
+            if (rt) {
+                for (uint32_t j = 0; j < i && !stride; j++) {
+                    TSNode d = ts_node_named_child(body, j);
+                    if (!is_type(d, "declaration") || !has_text(src, d, "gridDim.x")) continue;
+                    TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
+                    char *name = ts_node_is_null(nm) ? NULL : kl_node_text(src, nm);
+                    if (name && strstr(rt, name)) stride = true;
+                    free(name);
+                }
+                free(rt);
+            }
+        }
+        if (!stride) continue;
+        nloops++;
+        if (k->found) continue;
+        k->found = k->present = true;
+        k->stmt = s;
+        k->body = ts_node_child_by_field_name(s, "body", 4);
+        TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
+        TSNode cond = ts_node_child_by_field_name(s, "condition", 9);
+        if (!is_type(init, "declaration") ||
+            !is_type(ts_node_child_by_field_name(init, "declarator", 10), "init_declarator")) {
+            kl_snprintf(k->why, sizeof k->why, "the grid-stride loop at line %u does not declare its index", line_of(s));
+            continue;
+        }
+        TSNode idecl = ts_node_child_by_field_name(init, "declarator", 10);
+        TSNode nm = ts_node_child_by_field_name(idecl, "declarator", 10);
+        TSNode val = ts_node_child_by_field_name(idecl, "value", 5);
+        k->decl = init;
+        k->var = kl_node_text(src, nm);
+        k->init = kl_node_text(src, val);
+        k->type = decl_type(src, init);
+        k->cond = kl_node_text(src, cond);
+        char *stride_want = NULL;
+        if (!index_form(src, ax, val, &stride_want, &k->coef, k->why, sizeof k->why)) continue;
+        k->stride = stride_want;
+        char *upd_t = kl_node_text(src, upd);
+        char alt[256] = "", want[256] = "";
+        kl_snprintf(want, sizeof want, "%s += %s", k->var, stride_want);
+        if (!strcmp(stride_want, "blockDim.x * gridDim.x")) kl_snprintf(alt, sizeof alt, "%s += gridDim.x * blockDim.x", k->var);
+        if (!upd_t || (strcmp(upd_t, want) && strcmp(upd_t, alt)))
+            kl_snprintf(k->why, sizeof k->why, "the loop at line %u steps by %s, not %s (several elements per step?)",
+                        line_of(s), upd_t ? upd_t : "?", want);
+        free(upd_t);
+        if (!k->why[0] && !bound_of(src, ax, cond, k->var, "<", &k->bound))
+            kl_snprintf(k->why, sizeof k->why, "the loop condition at line %u is not %s < <an invariant bound>",
+                        line_of(s), k->var);
+        if (!k->why[0]) check_body(src, body, s, k->body, k->body, k->var, k->why, sizeof k->why);
+        if (!k->why[0]) {
+            /* the index must not be used outside the loop: it would be declared in the function's scope */
+            for (uint32_t j = 0; j < c && !k->why[0]; j++) {
+                TSNode o = ts_node_named_child(body, j);
+                if (ts_node_eq(o, s)) continue;
+                char *ot = kl_node_text(src, o);
+                size_t vl = strlen(k->var);
+                for (char *p = ot ? strstr(ot, k->var) : NULL; p && !k->why[0]; p = strstr(p + 1, k->var)) {
+                    char a = p == ot ? ' ' : p[-1], b = p[vl];
+                    bool wa = a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9');
+                    bool wb = b == '_' || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9');
+                    if (!wa && !wb)
+                        kl_snprintf(k->why, sizeof k->why, "%s is also used outside the loop (line %u)", k->var,
+                                    line_of(o));
+                }
+                free(ot);
+            }
+        }
+    }
+    if (nloops > 1 && k->found && !k->why[0])
+        kl_snprintf(k->why, sizeof k->why, "%u grid-stride loops in the kernel: they share the grid", nloops);
+    if (k->found) return;
+    /* applicable: `T i = <global index>; [declarations] if (i < n) body` as the last statement, or
+     * `if (i >= n) return;` followed by the rest */
+    for (uint32_t i = 0; i < c && !k->found; i++) {
+        TSNode d = ts_node_named_child(body, i);
+        if (!is_type(d, "declaration")) continue;
+        TSNode idecl = ts_node_child_by_field_name(d, "declarator", 10);
+        if (!is_type(idecl, "init_declarator") || ts_node_named_child_count(d) > 2 + (has_text(src, d, "const") ? 1 : 0))
+            continue;
+        TSNode nm = ts_node_child_by_field_name(idecl, "declarator", 10);
+        TSNode val = ts_node_child_by_field_name(idecl, "value", 5);
+        if (!is_type(nm, "identifier") || !has_text(src, val, "threadIdx.x") || !has_text(src, val, "blockIdx.x"))
+            continue;
+        char *var = kl_node_text(src, nm);
+        if (!var) return;
+        /* the if that guards it: the next statements that are not declarations free of var */
+        TSNode s = ts_node_next_named_sibling(d);
+        while (is_type(s, "declaration") || is_type(s, "comment")) {
+            if (is_type(s, "declaration")) {
+                char *t = kl_node_text(src, s);
+                size_t vl = strlen(var);
+                bool uses = false;
+                for (char *p = t ? strstr(t, var) : NULL; p && !uses; p = strstr(p + 1, var)) {
+                    char a = p == t ? ' ' : p[-1], b = p[vl];
+                    uses = !(a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9')) &&
+                           !(b == '_' || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9'));
+                }
+                free(t);
+                if (uses) break;
+            }
+            s = ts_node_next_named_sibling(s);
+        }
+        if (!is_type(s, "if_statement") || !ts_node_is_null(ts_node_child_by_field_name(s, "alternative", 11))) {
+            free(var);
+            continue;
+        }
+        TSNode cond = ts_node_child_by_field_name(s, "condition", 9);
+        TSNode cons = ts_node_child_by_field_name(s, "consequence", 11);
+        char *bound = NULL;
+        bool early = false;
+        if (bound_of(src, ax, cond, var, "<", &bound)) {
+            early = false;
+        } else if (is_type(cons, "return_statement") && ts_node_named_child_count(cons) == 0 &&
+                   bound_of(src, ax, cond, var, ">=", &bound)) {
+            early = true;
+        } else {
+            free(var);
+            continue;
+        }
+        k->found = true;
+        k->early_return = early;
+        k->decl = d;
+        k->stmt = s;
+        k->body = early ? ts_node_next_named_sibling(s) : cons;
+        k->var = var;
+        k->bound = bound;
+        k->init = kl_node_text(src, val);
+        k->type = decl_type(src, d);
+        k->cond = NULL;
+        TSNode last = s;
+        for (TSNode o = ts_node_next_named_sibling(s); !ts_node_is_null(o); o = ts_node_next_named_sibling(o))
+            if (!is_type(o, "comment")) last = o;
+        k->last = last;
+        if (!index_form(src, ax, val, &k->stride, &k->coef, k->why, sizeof k->why)) return;
+        if (!early && !ts_node_eq(last, s))
+            kl_snprintf(k->why, sizeof k->why, "statements follow the guarded body at line %u", line_of(s));
+        else if (early && ts_node_is_null(k->body))
+            kl_snprintf(k->why, sizeof k->why, "nothing follows the early return at line %u", line_of(s));
+        if (!k->why[0]) check_body(src, body, s, k->body, early ? last : k->body, var, k->why, sizeof k->why);
+    }
+}
+
+/* ---- the launch side ------------------------------------------------------------------------ */
+
+/* The launches of a kernel, checked: 1-D grid, a statement of its own in a block. */
+static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const char *kernel, unsigned *n, char *why,
+                        size_t size)
+{
+    *n = 0;
+    for (unsigned i = 0; i < ls->count; i++) {
+        const kl_launch_site *l = &ls->items[i];
+        if (strcmp(l->kernel, kernel)) continue;
+        (*n)++;
+        TSNode g = strip(l->grid);
+        if (is_type(g, "call_expression") && kl_node_text_is(ctx->src, ts_node_child_by_field_name(g, "function", 8), "dim3") &&
+            ts_node_named_child_count(ts_node_child_by_field_name(g, "arguments", 9)) > 1) {
+            kl_snprintf(why, size, "the grid at line %u is not 1-D", line_of(l->call));
+            return false;
+        }
+        if (is_type(g, "identifier")) {
+            char *t = kl_node_text(ctx->src, g);
+            char pat[160];
+            kl_snprintf(pat, sizeof pat, "dim3 %s", t ? t : "");
+            if (has_text(ctx->src, l->host_fn, pat)) {
+                kl_snprintf(why, size, "the grid at line %u is a dim3", line_of(l->call));
+                free(t);
+                return false;
+            }
+            free(t);
+        }
+        TSNode st = ts_node_parent(l->call);
+        if (!is_type(st, "expression_statement") || !is_type(ts_node_parent(st), "compound_statement")) {
+            kl_snprintf(why, size, "the launch at line %u is not a statement of its own in a block", line_of(l->call));
+            return false;
+        }
+    }
+    if (*n == 0) kl_snprintf(why, size, "the file never launches %s", kernel);
+    return *n > 0;
+}
+
+/* The cap `kl_sms * W` of a capped grid `(G < X ? G : X)` or `min(G, X)`: G's node, and W when found. */
+static bool capped_grid(const kl_source *src, TSNode g, TSNode *first, int64_t *waves)
+{
+    while (is_type(g, "parenthesized_expression")) g = ts_node_named_child(g, 0);
+    *waves = 0;
+    TSNode cap = {0};
+    if (is_type(g, "conditional_expression")) {
+        TSNode c = ts_node_child_by_field_name(g, "condition", 9);
+        TSNode a = ts_node_child_by_field_name(g, "consequence", 11);
+        TSNode b = ts_node_child_by_field_name(g, "alternative", 11);
+        if (!is_type(c, "binary_expression")) return false;
+        char *ct = kl_node_text(src, ts_node_child_by_field_name(c, "left", 4));
+        char *at = kl_node_text(src, a);
+        bool ok = ct && at && !strcmp(ct, at);
+        free(ct);
+        free(at);
+        if (!ok) return false;
+        *first = a;
+        cap = b;
+    } else if (is_type(g, "call_expression")) {
+        TSNode f = ts_node_child_by_field_name(g, "function", 8);
+        TSNode args = ts_node_child_by_field_name(g, "arguments", 9);
+        if (!(kl_node_text_is(src, f, "min") || kl_node_text_is(src, f, "std::min")) ||
+            ts_node_named_child_count(args) != 2)
+            return false;
+        *first = ts_node_named_child(args, 0);
+        cap = ts_node_named_child(args, 1);
+    } else {
+        return false;
+    }
+    char *t = kl_node_text(src, cap);
+    if (t && kl_str_starts(t, "kl_sms * ")) *waves = strtoll(t + 9, NULL, 10);
+    free(t);
+    return true;
+}
+
+static const char sm_query[] = "int kl_dev = 0, kl_sms = 0;";
+
+/* ---- find ------------------------------------------------------------------------------------------ */
+
+static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+{
+    kl_sites *out = user;
+    gs_kernel k;
+    analyse_kernel(ctx->src, fn, ax, &k);
+    kl_status st = KL_OK;
+    if (!k.found) goto done;
+    kl_launch_sites ls;
+    if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) {
+        st = KL_ERR_NOMEM;
+        goto done;
+    }
+    unsigned nl = 0;
+    char why[300] = "";
+    bool lok = launches_ok(ctx, &ls, name, &nl, why, sizeof why);
+    int64_t waves = 0;
+    if (k.present) {
+        for (unsigned i = 0; i < ls.count; i++) {
+            TSNode first;
+            int64_t w;
+            if (!strcmp(ls.items[i].kernel, name) && capped_grid(ctx->src, ls.items[i].grid, &first, &w)) waves = w;
+        }
+    }
+    kl_launch_sites_release(&ls);
+    if (nl == 0) goto done; /* never launched here: the grid cannot follow */
+    const char *reason = k.why[0] ? k.why : lok ? NULL : why;
+    json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:I, s:b}", "index", k.var ? k.var : "", "index_type",
+                          k.type ? k.type : "", "bound", k.bound ? k.bound : "", "stride", k.stride ? k.stride : "",
+                          "launches", (json_int_t)nl, "early_return", k.early_return);
+    if (!f) {
+        st = KL_ERR_NOMEM;
+        goto done;
+    }
+    if (reason) json_object_set_new(f, "why_not", json_string(reason));
+    json_t *params = NULL;
+    if (k.present && waves > 0) {
+        char w[32];
+        kl_snprintf(w, sizeof w, "%lld", (long long)waves);
+        params = json_pack("{s:s}", "waves", w);
+    }
+    char id[256], note[400];
+    /* an applicable site is named by the index's declaration: where the loop will start */
+    TSNode at = k.present ? k.stmt : k.decl;
+    kl_site_id(id, sizeof id, name, at, NULL);
+    if (reason)
+        kl_snprintf(note, sizeof note, "%s", reason);
+    else if (k.present)
+        kl_snprintf(note, sizeof note, "a grid-stride loop over %s < %s", k.var, k.bound);
+    else
+        kl_snprintf(note, sizeof note, "one element per thread: %s < %s%s", k.var, k.bound,
+                    k.early_return ? " (early return)" : "");
+    st = kl_sites_add(out, id, k.present ? KL_SITE_PRESENT : KL_SITE_APPLICABLE, kl_node_span(at), name, f, params, note);
+done:
+    gs_kernel_release(&k);
+    return st;
+}
+
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    return kl_rules_each_function(ctx, "__global__", visit, out, err);
+}
+
+/* ---- the rewrites --------------------------------------------------------------------------------- */
+
+typedef struct gs_run {
+    const kl_site *site;
+    bool remove;
+    int64_t waves;
+    kl_edits *out;
+    kl_error *err;
+    bool found;
+} gs_run;
+
+static kl_status oom(kl_error *err) { return kl_error_set(err, KL_ERR_NOMEM, "out of memory"); }
+
+/* Add one indent unit to every line of [a, b) that starts inside it. */
+static kl_status indent_lines(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const char *unit, kl_edits *out)
+{
+    uint32_t p = kl_ast_line_start(ctx->text, a);
+    while (p < b) {
+        if (p >= a || p == kl_ast_line_start(ctx->text, a)) {
+            if (ctx->text[p] != '\n' && ctx->text[p] != '#') {
+                kl_status st = kl_edits_add(out, p, p, unit);
+                if (st != KL_OK) return st;
+            }
+        }
+        const char *nl = memchr(ctx->text + p, '\n', b - p);
+        if (!nl) break;
+        p = (uint32_t)(nl - ctx->text) + 1;
+    }
+    return KL_OK;
+}
+
+static kl_status apply_kernel(const kl_rule_ctx *ctx, gs_kernel *k, kl_edits *out)
+{
+    char ind[64];
+    kl_rules_indent(ctx, ts_node_start_byte(k->stmt), ind, sizeof ind);
+    kl_strbuf head = KL_STRBUF_INIT;
+    kl_strbuf_addf(&head, "for (%s %s = %s; %s < %s; %s += %s) ", k->type, k->var, k->init, k->var, k->bound, k->var,
+                   k->stride);
+    if (head.failed) return KL_ERR_NOMEM;
+    /* the declaration goes (its whole line when alone on it) */
+    uint32_t da, db;
+    kl_rules_line_range(ctx, k->decl, NULL, &da, &db);
+    kl_status st = kl_edits_add(out, da, db, "");
+    if (st == KL_OK && !k->early_return) {
+        /* `if (cond) ` -> `for (…) ` */
+        st = kl_edits_add(out, ts_node_start_byte(k->stmt), ts_node_start_byte(k->body), kl_strbuf_str(&head));
+    } else if (st == KL_OK) {
+        /* `if (i >= n) return;` -> `for (…) {`, the rest indented, `}` after it */
+        kl_strbuf_adds(&head, "{");
+        st = kl_edits_add(out, ts_node_start_byte(k->stmt), ts_node_end_byte(k->stmt), kl_strbuf_str(&head));
+        const char *unit = strlen(ind) ? ind : "    ";
+        if (st == KL_OK) st = indent_lines(ctx, ts_node_start_byte(k->body), ts_node_end_byte(k->last), unit, out);
+        if (st == KL_OK) st = kl_edits_addf(out, ts_node_end_byte(k->last), ts_node_end_byte(k->last), "\n%s}", ind);
+    }
+    kl_strbuf_release(&head);
+    return st;
+}
+
+static kl_status remove_kernel(const kl_rule_ctx *ctx, gs_kernel *k, kl_edits *out)
+{
+    char ind[64];
+    kl_rules_indent(ctx, ts_node_start_byte(k->stmt), ind, sizeof ind);
+    kl_strbuf head = KL_STRBUF_INIT;
+    bool own_line = kl_rules_starts_line(ctx, ts_node_start_byte(k->stmt));
+    kl_strbuf_addf(&head, "%s %s = %s;%s%s", k->type, k->var, k->init, own_line ? "\n" : " ", own_line ? ind : "");
+    kl_strbuf_addf(&head, "if (%s) ", k->cond);
+    if (head.failed) return KL_ERR_NOMEM;
+    kl_status st = kl_edits_add(out, ts_node_start_byte(k->stmt), ts_node_start_byte(k->body), kl_strbuf_str(&head));
+    kl_strbuf_release(&head);
+    return st;
+}
+
+static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const gs_kernel *k, const char *kernel)
+{
+    kl_launch_sites ls;
+    kl_status st = kl_ast_launches(ctx->src, &ls, r->err);
+    if (st != KL_OK) return st;
+    char why[300] = "";
+    unsigned nl = 0;
+    if (!launches_ok(ctx, &ls, kernel, &nl, why, sizeof why)) {
+        st = kl_rule_not_applicable(r->err, "%s", why);
+        goto cleanup;
+    }
+    TSNode queried[16];
+    unsigned nq = 0, removed_caps = 0;
+    for (unsigned i = 0; i < ls.count && st == KL_OK; i++) {
+        const kl_launch_site *l = &ls.items[i];
+        if (strcmp(l->kernel, kernel)) continue;
+        char *gt = kl_node_text(ctx->src, l->grid);
+        if (!gt) {
+            st = oom(r->err);
+            break;
+        }
+        if (!r->remove) {
+            /* a constant block coefficient in the index must be the launch's block size */
+            if (k->coef) {
+                int64_t bv = 0;
+                char w[200];
+                if (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, true, &bv, w, sizeof w) ||
+                    bv != k->coef) {
+                    st = kl_rule_not_applicable(r->err,
+                                                "the index steps blocks by %lld, which is not the block size at line %u",
+                                                (long long)k->coef, line_of(l->call));
+                    free(gt);
+                    break;
+                }
+            }
+            bool have = false;
+            for (unsigned q = 0; q < nq; q++)
+                if (ts_node_eq(queried[q], l->host_fn)) have = true;
+            if (!have && has_text(ctx->src, l->host_fn, sm_query)) have = true;
+            if (!have) {
+                /* before the launch; at the top of the host function when launches of the kernel
+                 * there sit in different blocks (the query must be in scope for each) */
+                TSNode stmt = ts_node_parent(l->call);
+                for (unsigned o = i + 1; o < ls.count; o++) {
+                    const kl_launch_site *m = &ls.items[o];
+                    if (!strcmp(m->kernel, kernel) && ts_node_eq(m->host_fn, l->host_fn) &&
+                        !ts_node_eq(ts_node_parent(ts_node_parent(m->call)), ts_node_parent(stmt)))
+                        stmt = ts_node_named_child(kl_ast_function_body(l->host_fn), 0);
+                }
+                if (ts_node_is_null(stmt) || !kl_rules_starts_line(ctx, ts_node_start_byte(stmt))) {
+                    st = kl_rule_not_applicable(r->err, "the launch at line %u does not start its own line",
+                                                line_of(l->call));
+                    free(gt);
+                    break;
+                }
+                uint32_t at = kl_ast_line_start(ctx->text, ts_node_start_byte(stmt));
+                char ind[64];
+                kl_rules_indent(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
+                st = kl_edits_addf(r->out, at, at,
+                                   "%s%s\n%scudaGetDevice(&kl_dev);\n"
+                                   "%scudaDeviceGetAttribute(&kl_sms, cudaDevAttrMultiProcessorCount, kl_dev);\n",
+                                   ind, sm_query, ind, ind);
+                if (nq < 16) queried[nq++] = l->host_fn;
+            }
+            if (st == KL_OK)
+                st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                   "(%s < kl_sms * %lld ? %s : kl_sms * %lld)", gt, (long long)r->waves, gt,
+                                   (long long)r->waves);
+        } else {
+            TSNode first;
+            int64_t w;
+            if (capped_grid(ctx->src, l->grid, &first, &w)) {
+                char *ft = kl_node_text(ctx->src, first);
+                st = ft ? kl_edits_add(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid), ft) : KL_ERR_NOMEM;
+                free(ft);
+                if (w > 0) removed_caps++;
+                bool listed = false;
+                for (unsigned q = 0; q < nq; q++)
+                    if (ts_node_eq(queried[q], l->host_fn)) listed = true;
+                if (w > 0 && !listed && nq < 16) queried[nq++] = l->host_fn;
+            } else {
+                /* recompute the ceil-div from the loop bound when it is a parameter passed here */
+                TSNode kern = kl_ast_function_named(ctx->src, kernel);
+                TSNode ps = kl_ast_function_params(kern);
+                int idx = -1;
+                for (uint32_t p = 0; p < ts_node_named_child_count(ps); p++) {
+                    TSNode nm = kl_ast_declarator_name(
+                        ts_node_child_by_field_name(ts_node_named_child(ps, p), "declarator", 10));
+                    if (!ts_node_is_null(nm) && kl_node_text_is(ctx->src, nm, k->bound)) idx = (int)p;
+                }
+                TSNode b = l->block;
+                int64_t bv;
+                char w2[200];
+                if (idx < 0 || idx >= (int)ts_node_named_child_count(l->args) || ts_node_is_null(b) ||
+                    !kl_const_eval(ctx->src, l->host_fn, b, false, &bv, w2, sizeof w2)) {
+                    st = kl_rule_not_applicable(r->err,
+                                                "the grid at line %u is neither a capped ceil-div nor recomputable from "
+                                                "the bound %s and a constant 1-D block size",
+                                                line_of(l->call), k->bound);
+                } else {
+                    char *at = kl_node_text(ctx->src, ts_node_named_child(l->args, (uint32_t)idx));
+                    char *bt = kl_node_text(ctx->src, b);
+                    st = (at && bt) ? kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                                    "(%s + %s - 1) / %s", at, bt, bt)
+                                    : KL_ERR_NOMEM;
+                    free(at);
+                    free(bt);
+                }
+            }
+        }
+        free(gt);
+    }
+    /* our SM query goes when no cap is left using it */
+    for (unsigned q = 0; r->remove && st == KL_OK && q < nq; q++) {
+        char *ht = kl_node_text(ctx->src, queried[q]);
+        unsigned uses = 0;
+        for (char *p = ht ? strstr(ht, "kl_sms") : NULL; p; p = strstr(p + 1, "kl_sms")) uses++;
+        free(ht);
+        if (uses != 2 + 2 * removed_caps) continue;
+        const char *h = strstr(ctx->text + ts_node_start_byte(queried[q]), sm_query);
+        if (!h || (uint32_t)(h - ctx->text) > ts_node_end_byte(queried[q])) continue;
+        uint32_t a = kl_ast_line_start(ctx->text, (uint32_t)(h - ctx->text));
+        uint32_t e = a;
+        for (int line = 0; line < 3; line++) e = kl_ast_line_end(ctx->text, ctx->len, e);
+        const char *block = ctx->text + a;
+        if (strstr(block, "cudaDeviceGetAttribute(&kl_sms") && (uint32_t)(strstr(block, "cudaDeviceGetAttribute(&kl_sms") - ctx->text) < e)
+            st = kl_edits_add(r->out, a, e, "");
+    }
+    if (st == KL_ERR_NOMEM) st = oom(r->err);
+cleanup:
+    kl_launch_sites_release(&ls);
+    return st;
+}
+
+static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+{
+    gs_run *r = user;
+    if (strcmp(name, r->site->kernel)) return KL_OK;
+    gs_kernel k;
+    analyse_kernel(ctx->src, fn, ax, &k);
+    kl_status st = KL_OK;
+    if (!k.found || k.present != r->remove ||
+        ts_node_start_byte(k.present ? k.stmt : k.decl) != r->site->span.start)
+        goto done;
+    r->found = true;
+    if (k.why[0]) {
+        st = kl_rule_not_applicable(r->err, "%s", k.why);
+        goto done;
+    }
+    st = r->remove ? remove_kernel(ctx, &k, r->out) : apply_kernel(ctx, &k, r->out);
+    if (st != KL_OK) {
+        st = oom(r->err);
+        goto done;
+    }
+    st = launch_edits(ctx, r, &k, name);
+done:
+    gs_kernel_release(&k);
+    return st;
+}
+
+static kl_status run_site(const kl_rule_ctx *ctx, const kl_site *site, bool remove, int64_t waves, kl_edits *out,
+                          kl_error *err)
+{
+    gs_run r = {site, remove, waves, out, err, false};
+    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
+    if (st == KL_OK && !r.found) return kl_rule_not_applicable(err, "no grid-stride site at %s", site->id);
+    return st;
+}
+
+static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    return run_site(ctx, site, true, 0, out, err);
+}
+
+static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
+{
+    int64_t w = 0;
+    if (!kl_rule_param_int(&kl_rule_grid_stride, params, "waves", &w) || w < 1)
+        return kl_error_set(err, KL_ERR_INVALID, "grid-stride: waves must be 4, 8, 16 or 32");
+    return run_site(ctx, site, false, w, out, err);
+}
+
+const kl_rule kl_rule_grid_stride = {
+    "grid-stride", "one element per thread <-> a grid-stride loop, with the grid capped at a few waves of the SMs",
+    gs_params, 1, find, remove_site, apply,
+};

@@ -1,0 +1,879 @@
+/* vectorize: scalar accesses to contiguous f32 elements <-> float4 / float2 accesses, the tail
+ * handled by a scalar loop.
+ *
+ * applicable: `for (j = S; j < N; j++) body` whose body reads (and at most one statement writes)
+ *   f32 arrays at indices with coefficient 1 on j, every access to those arrays at the same index,
+ *   unconditionally, no inner loops, no break/continue/return. Apply keeps j, runs a vector loop
+ *   `for (; j + W-1 < N; j += W)` under a run-time alignment guard of every such address at j = S,
+ *   the body written once per lane (in order, so reductions into scalars add in the same order),
+ *   and the original loop as the tail `for (; j < N; j++)`.
+ * present: (1) `if (guard) { … float4 … } else { scalar }`: remove keeps the else branch, which
+ *   computes the same range alone; (2) a vector loop (or an if holding only vector loops) over j
+ *   followed by a scalar tail loop `for (; j …)` continuing j: remove deletes the vector part, so the
+ *   tail starts where the vector loop did; (3) vector loops over `i` from S to a bound B (float4
+ *   units) followed by a tail `for (… j = B * W + S; …)`: remove deletes the vector loops and
+ *   starts the tail at S. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules.h"
+#include "rewrite/rules/rules_b.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+static const char *const width_values[] = {"4", "2", NULL};
+static const kl_rule_param vec_params[] = {{"width", width_values, "4"}};
+
+/* rb_text_is / rb_text that accept a null node (false / NULL). */
+static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
+static char *text_of(const kl_rule_ctx *ctx, TSNode n) { return ts_node_is_null(n) ? NULL : rb_text(ctx, n); }
+
+static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
+
+static bool node_in(TSNode n, TSNode outer)
+{
+    return ts_node_start_byte(n) >= ts_node_start_byte(outer) && ts_node_end_byte(n) <= ts_node_end_byte(outer);
+}
+
+/* ---- vector text --------------------------------------------------------------------------------- */
+
+typedef struct vec_scan {
+    const kl_rule_ctx *ctx;
+    TSNode fn;
+    int width;           /* 4, 2; 0 none seen */
+} vec_scan;
+
+/* The f32 vector width a type names: float4 4, float2 2, else 0. */
+static int vec_type_width(const char *t)
+{
+    if (strstr(t, "float4")) return 4;
+    if (strstr(t, "float2")) return 2;
+    return 0;
+}
+
+static bool vec_visit(TSNode n, void *user)
+{
+    vec_scan *v = user;
+    if (v->width) return false;
+    if (rb_is(n, "type_identifier")) {
+        char t[64];
+        uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+        kl_snprintf(t, sizeof t, "%.*s", (int)(b - a), v->ctx->text + a);
+        v->width = vec_type_width(t);
+    }
+    return !v->width;
+}
+
+/* The vector width the subtree uses (its float4/float2 types, or locals declared with one), 0 none. */
+static int vec_width(const kl_rule_ctx *ctx, TSNode fn, TSNode n)
+{
+    vec_scan v = {ctx, fn, 0};
+    rb_walk(n, vec_visit, &v);
+    if (v.width) return v.width;
+    /* identifiers of the subtree declared in fn with a vector type (x4 = reinterpret_cast<…>) */
+    TSNode body = kl_ast_function_body(fn);
+    uint32_t c = ts_node_named_child_count(body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(body, i);
+        if (!rb_is(d, "declaration")) continue;
+        char *t = text_of(ctx, rb_field(d, "type"));
+        int w = t ? vec_type_width(t) : 0;
+        free(t);
+        if (!w) continue;
+        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+            TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
+            if (rb_is(nm, "identifier") && !node_in(nm, n)) {
+                char *name = text_of(ctx, nm);
+                bool used = name && rb_count_ident(ctx, n, name) > 0;
+                free(name);
+                if (used) return w;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- present sites --------------------------------------------------------------------------------- */
+
+typedef struct vp {
+    char kind;           /* 'E' else branch, 'T' tail continues j, 'S' tail start rewritten */
+    TSNode node;         /* the if / the first vector loop */
+    TSNode del[4];       /* statements deleted (T, S) */
+    unsigned ndel;
+    TSNode tail_init;    /* S: the tail's start expression, replaced by start */
+    char start[128];     /* S: the vector loop's start */
+    int width;
+    char why[300];
+} vp;
+
+/* The loop variable a for statement updates, into buf; false when none. */
+static bool for_var(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode loop, char *buf, size_t size)
+{
+    int li = kl_affine_loop_index(ax, loop);
+    if (li < 0) return false;
+    const kl_ax_loop *L = kl_affine_loop(ax, (unsigned)li);
+    (void)ctx;
+    if (!L->var) return false;
+    kl_snprintf(buf, size, "%s", L->var);
+    return true;
+}
+
+static bool empty_init(TSNode loop) { return ts_node_is_null(rb_field(loop, "initializer")); }
+
+/* The value a local is declared with in fn's body (top level), as text; false when not found. */
+static bool local_init(const kl_rule_ctx *ctx, TSNode fn, const char *name, char *buf, size_t size)
+{
+    TSNode body = kl_ast_function_body(fn);
+    uint32_t c = ts_node_named_child_count(body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(body, i);
+        if (!rb_is(d, "declaration")) continue;
+        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+            TSNode id = ts_node_named_child(d, k);
+            if (!rb_is(id, "init_declarator")) continue;
+            TSNode nm = kl_ast_declarator_name(id);
+            if (!text_is(ctx, nm, name)) continue;
+            TSNode v = rb_field(id, "value");
+            if (ts_node_is_null(v)) return false;
+            char *t = text_of(ctx, v);
+            kl_snprintf(buf, size, "%s", t ? t : "");
+            free(t);
+            return t != NULL;
+        }
+    }
+    return false;
+}
+
+static void squeeze_text(const char *s, char *out, size_t size)
+{
+    size_t k = 0;
+    for (; *s && k + 1 < size; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\n') out[k++] = *s;
+    out[k] = '\0';
+}
+
+/* A vector part at st: a for loop using vector types, or an if (no else) holding only such loops.
+ * On true, the variable of the (last) loop. */
+static bool vector_part(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode st, char *var, size_t size,
+                        int *width)
+{
+    if (rb_is(st, "for_statement")) {
+        *width = vec_width(ctx, fn, st);
+        return *width && for_var(ctx, ax, st, var, size);
+    }
+    if (rb_is(st, "if_statement") && ts_node_is_null(rb_field(st, "alternative"))) {
+        TSNode b = rb_field(st, "consequence");
+        if (!rb_is(b, "compound_statement")) return vector_part(ctx, ax, fn, b, var, size, width);
+        unsigned loops = 0;
+        for (uint32_t i = 0; i < ts_node_named_child_count(b); i++) {
+            TSNode k = ts_node_named_child(b, i);
+            if (rb_is(k, "comment")) continue;
+            if (!vector_part(ctx, ax, fn, k, var, size, width) || !rb_is(k, "for_statement")) return false;
+            loops++;
+        }
+        return loops > 0;
+    }
+    return false;
+}
+
+/* Analyse st as a present site; false when it is none. */
+static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode st, vp *p)
+{
+    memset(p, 0, sizeof *p);
+    p->node = st;
+    /* (1) if (guard) { vector } else { scalar } */
+    if (rb_is(st, "if_statement") && !ts_node_is_null(rb_field(st, "alternative"))) {
+        TSNode alt = rb_field(st, "alternative");
+        if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+        int w = vec_width(ctx, fn, rb_field(st, "consequence"));
+        if (!w) return false;
+        p->width = w;
+        p->kind = 'E';
+        if (vec_width(ctx, fn, alt))
+            kl_snprintf(p->why, sizeof p->why, "the else branch at line %u uses vector types too: no scalar path to keep",
+                        line_of(alt));
+        else if (rb_is(alt, "if_statement"))
+            kl_snprintf(p->why, sizeof p->why, "the else branch at line %u is another if: not a plain scalar path",
+                        line_of(alt));
+        return true;
+    }
+    char var[64];
+    int w = 0;
+    if (!vector_part(ctx, ax, fn, st, var, sizeof var, &w)) return false;
+    /* the enclosing if with an else is form (1): not a site of its own */
+    TSNode par = ts_node_parent(st);
+    if (rb_is(par, "compound_statement")) par = ts_node_parent(par);
+    if (rb_is(par, "if_statement") && !ts_node_is_null(rb_field(par, "alternative"))) return false;
+    /* only the first of consecutive vector parts is the site */
+    char pv[64];
+    int pw;
+    TSNode prev = rb_prev_stmt(st);
+    if (!ts_node_is_null(prev) && vector_part(ctx, ax, fn, prev, pv, sizeof pv, &pw) && !strcmp(pv, var)) return false;
+    p->width = w;
+    p->del[p->ndel++] = st;
+    TSNode nx = rb_next_stmt(st);
+    char nv[64];
+    int nw;
+    while (!ts_node_is_null(nx) && p->ndel < 4 && vector_part(ctx, ax, fn, nx, nv, sizeof nv, &nw) && !strcmp(nv, var)) {
+        p->del[p->ndel++] = nx;
+        nx = rb_next_stmt(nx);
+    }
+    char tv[64];
+    if (!rb_is(nx, "for_statement") || vec_width(ctx, fn, nx) || !for_var(ctx, ax, nx, tv, sizeof tv))
+        return false; /* no scalar tail: vector accesses with no scalar form beside them (shared tiles …) */
+    if (!strcmp(tv, var) && empty_init(nx)) {
+        p->kind = 'T'; /* the tail continues the vector loop's variable */
+        return true;
+    }
+    /* (3) the tail starts at B * W + S */
+    p->kind = 'S';
+    int li = kl_affine_loop_index(ax, p->del[p->ndel - 1]);
+    const kl_ax_loop *L = li >= 0 ? kl_affine_loop(ax, (unsigned)li) : NULL;
+    TSNode init = rb_field(nx, "initializer");
+    TSNode iv = {{0}, 0, 0};
+    if (rb_is(init, "declaration")) iv = rb_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
+    else if (rb_is(init, "assignment_expression")) iv = rb_field(init, "right");
+    char s0[128] = "", it[256], want[400], want2[400];
+    bool started = L && (L->start ? (kl_snprintf(s0, sizeof s0, "%s", L->start), true)
+                                  : local_init(ctx, fn, var, s0, sizeof s0));
+    char *ivt = ts_node_is_null(iv) ? NULL : text_of(ctx, iv);
+    bool ok = false;
+    if (started && ivt && L && L->bound) {
+        squeeze_text(ivt, it, sizeof it);
+        char sq[128], b[128];
+        squeeze_text(s0, sq, sizeof sq);
+        squeeze_text(L->bound, b, sizeof b);
+        /* B*W+S with W a literal or a name whose value is the width */
+        const char *star = strchr(it, '*'), *plus = strrchr(it, '+');
+        if (star && plus && plus > star && !strncmp(it, b, strlen(b)) && it + strlen(b) == star && !strcmp(plus + 1, sq)) {
+            char wtext[64];
+            kl_snprintf(wtext, sizeof wtext, "%.*s", (int)(plus - star - 1), star + 1);
+            long long wv = 0;
+            ok = atoll(wtext) == w || (rb_const_name(ctx, fn, wtext, &wv) && wv == w);
+        }
+        kl_snprintf(want, sizeof want, "%s*%d+%s", b, w, sq);
+        (void)want2;
+    }
+    if (ok) {
+        p->tail_init = iv;
+        kl_snprintf(p->start, sizeof p->start, "%s", s0);
+    } else {
+        kl_snprintf(p->why, sizeof p->why,
+                    "the scalar tail at line %u starts at `%s`, not at the vector loop's end `%s * %d + %s`: it is not "
+                    "proven to cover the whole range alone",
+                    line_of(nx), ivt ? ivt : "?", L && L->bound ? L->bound : "?", w, s0[0] ? s0 : "?");
+    }
+    free(ivt);
+    return true;
+}
+
+/* ---- applicable sites ------------------------------------------------------------------------------- */
+
+typedef struct va_arr {
+    char name[64];
+    char index[256];     /* the index text (as written) */
+    bool read, write;
+    TSNode first;        /* an access node at that index */
+} va_arr;
+
+typedef struct va {
+    const kl_ax_loop *L;
+    char type[64];       /* the loop variable's declared type ("int", "size_t"), "" when declared outside */
+    va_arr arr[8];
+    unsigned narr;
+    TSNode store;        /* the statement writing (null when none) */
+    char why[300];
+} va;
+
+typedef struct body_check {
+    const kl_rule_ctx *ctx;
+    const char *why;
+    unsigned line;
+} body_check;
+
+static bool body_visit(TSNode n, void *user)
+{
+    body_check *b = user;
+    if (b->why) return false;
+    if (rb_is(n, "break_statement") || rb_is(n, "continue_statement") || rb_is(n, "return_statement") ||
+        rb_is(n, "goto_statement"))
+        b->why = "a break, continue, return or goto", b->line = line_of(n);
+    else if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement"))
+        b->why = "an inner loop", b->line = line_of(n);
+    return b->why == NULL;
+}
+
+/* Is n under an if / ?: / switch inside the loop (the body itself included)? */
+static bool conditional(TSNode n, TSNode body)
+{
+    for (TSNode p = ts_node_parent(n); !ts_node_is_null(p) && !ts_node_eq(p, body); p = ts_node_parent(p))
+        if (rb_is(p, "if_statement") || rb_is(p, "conditional_expression") || rb_is(p, "switch_statement")) return true;
+    return false;
+}
+
+typedef struct ptr_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    int found;            /* 0 not yet, 1 a pointer, -1 declared but not a pointer */
+    char type[64];
+    char base[64];        /* the first identifier of its initializer (`x + row * cols`: x) */
+} ptr_find;
+
+
+
+static bool ptr_visit(TSNode n, void *user)
+{
+    ptr_find *f = user;
+    if (f->found) return false;
+    if (!rb_is(n, "declaration")) return true;
+    for (uint32_t k = 0; k < ts_node_named_child_count(n); k++) {
+        TSNode dc = ts_node_named_child(n, k);
+        TSNode nm = kl_ast_declarator_name(dc);
+        if (!text_is(f->ctx, nm, f->name)) continue;
+        TSNode inner = rb_is(dc, "init_declarator") ? rb_field(dc, "declarator") : dc;
+        f->found = rb_is(inner, "pointer_declarator") ? 1 : -1;
+        TSNode v = rb_is(dc, "init_declarator") ? rb_field(dc, "value") : (TSNode){{0}, 0, 0};
+        while (!ts_node_is_null(v) && !rb_is(v, "identifier") && ts_node_named_child_count(v) > 0)
+            v = ts_node_named_child(v, 0);
+        if (rb_is(v, "identifier")) {
+            char *b = text_of(f->ctx, v);
+            kl_snprintf(f->base, sizeof f->base, "%s", b ? b : "");
+            free(b);
+        }
+        char *t = text_of(f->ctx, rb_field(n, "type"));
+        kl_snprintf(f->type, sizeof f->type, "%s", t ? t : "");
+        free(t);
+        return false;
+    }
+    return true;
+}
+
+/* Is the pointer name __restrict__: a parameter declared so, or a local pointer initialised
+ * from one (`const float* xr = x + row * cols;`)? */
+static bool is_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name)
+{
+    int pi = kl_affine_param_index(ax, name);
+    if (pi >= 0) return kl_affine_param(ax, (unsigned)pi)->is_restrict;
+    ptr_find f = {ctx, name, 0, "", ""};
+    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    if (f.found != 1 || !f.base[0]) return false;
+    pi = kl_affine_param_index(ax, f.base);
+    return pi >= 0 && kl_affine_param(ax, (unsigned)pi)->is_restrict;
+}
+
+/* Is name a pointer (a parameter, or a local declared `T* p`)? Its element type into buf. */
+static bool elem_type(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size)
+{
+    int pi = kl_affine_param_index(ax, name);
+    if (pi >= 0) {
+        const kl_param_info *p = kl_affine_param(ax, (unsigned)pi);
+        kl_snprintf(buf, size, "%s", p->pointer ? p->elem : "");
+        return p->pointer;
+    }
+    ptr_find f = {ctx, name, 0, "", ""};
+    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    kl_snprintf(buf, size, "%s", f.type);
+    return f.found == 1;
+}
+
+static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L, va *v)
+{
+    memset(v, 0, sizeof *v);
+    v->L = L;
+    if (L->kind != KL_LOOP_FOR || !L->var || !L->cmp || !L->bound || !L->step_is_int) return false;
+    if (L->step_int != 1 || strcmp(L->cmp, "<")) return false;
+    TSNode body = rb_field(L->node, "body");
+    /* the accesses of the body with coefficient 1 on the loop variable */
+    unsigned contiguous = 0;
+    for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
+        const kl_ax_access *a = kl_affine_access(ax, i);
+        int64_t c = 0;
+        char et[64];
+        if (node_in(a->node, body) && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 &&
+            !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et))
+            contiguous++;
+    }
+    if (!contiguous) return false; /* nothing contiguous along the loop: not a site */
+    body_check bc = {ctx, NULL, 0};
+    rb_walk(body, body_visit, &bc);
+    if (bc.why) {
+        kl_snprintf(v->why, sizeof v->why, "the loop body has %s (line %u)", bc.why, bc.line);
+        return true;
+    }
+    TSNode init = rb_field(L->node, "initializer");
+    if (rb_is(init, "declaration")) {
+        char *t = text_of(ctx, rb_field(init, "type"));
+        kl_snprintf(v->type, sizeof v->type, "%s", t ? t : "int");
+        free(t);
+    }
+    char other_type[200] = "";
+    for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
+        const kl_ax_access *a = kl_affine_access(ax, i);
+        if (!node_in(a->node, body)) continue;
+        int64_t c = 0;
+        char et0[64] = "";
+        bool pointer = !a->is_shared && elem_type(ctx, ax, fn, a->array, et0, sizeof et0);
+        bool contig = pointer && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 && a->ndims == 1;
+        if (contig && strcmp(et0, "float")) {
+            /* contiguous but not f32: read as it is, lane by lane; never written */
+            if (!other_type[0])
+                kl_snprintf(other_type, sizeof other_type, "the elements of %s are %s, not f32", a->array,
+                            et0[0] ? et0 : "unknown");
+            if (a->write) {
+                kl_snprintf(v->why, sizeof v->why, "%s", other_type);
+                return true;
+            }
+            contig = false;
+        }
+        va_arr *x = NULL;
+        for (unsigned k = 0; k < v->narr; k++)
+            if (!strcmp(v->arr[k].name, a->array)) x = &v->arr[k];
+        char *idx = NULL;
+        if (rb_is(a->node, "subscript_expression")) {
+            TSNode ix = rb_field(a->node, "index");
+            if (ts_node_is_null(ix)) ix = ts_node_named_child(a->node, 1);
+            if (rb_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
+            if (!ts_node_is_null(ix)) idx = text_of(ctx, ix);
+        }
+        if (!contig) {
+            if (x) {
+                kl_snprintf(v->why, sizeof v->why, "%s is read at line %u at an index other than %s", a->array,
+                            line_of(a->node), x->index);
+                free(idx);
+                return true;
+            }
+            if (a->write && pointer) {
+                kl_snprintf(v->why, sizeof v->why, "the body writes %s at line %u, an index not contiguous in %s",
+                            a->array, line_of(a->node), L->var);
+                free(idx);
+                return true;
+            }
+            free(idx);
+            continue;
+        }
+        if (!rb_is(a->node, "subscript_expression") || !idx) {
+            kl_snprintf(v->why, sizeof v->why, "the access to %s at line %u is not a subscript", a->array, line_of(a->node));
+            free(idx);
+            return true;
+        }
+        char sq1[256], sq2[256];
+        squeeze_text(idx, sq1, sizeof sq1);
+        if (x) {
+            squeeze_text(x->index, sq2, sizeof sq2);
+            if (strcmp(sq1, sq2)) {
+                kl_snprintf(v->why, sizeof v->why, "%s is accessed at %s and at %s: more than one index", a->array,
+                            x->index, idx);
+                free(idx);
+                return true;
+            }
+        } else {
+            if (v->narr == 8) {
+                free(idx);
+                kl_snprintf(v->why, sizeof v->why, "more than 8 contiguous arrays in the loop");
+                return true;
+            }
+            x = &v->arr[v->narr++];
+            kl_snprintf(x->name, sizeof x->name, "%s", a->array);
+            kl_snprintf(x->index, sizeof x->index, "%s", idx);
+            x->first = a->node;
+        }
+        free(idx);
+        x->read |= a->read;
+        x->write |= a->write;
+        if (conditional(a->node, L->node)) {
+            kl_snprintf(v->why, sizeof v->why, "the access to %s at line %u is conditional: a vector access would touch "
+                        "elements the loop may not", a->array, line_of(a->node));
+            return true;
+        }
+        if (a->write) {
+            /* the store: a statement of the body itself, `p[i] = e;` */
+            TSNode asg = ts_node_parent(a->node);
+            TSNode stmt = ts_node_parent(asg);
+            bool top = rb_is(asg, "assignment_expression") && rb_is(stmt, "expression_statement") &&
+                       (ts_node_eq(stmt, body) || ts_node_eq(ts_node_parent(stmt), body));
+            if (!top) {
+                kl_snprintf(v->why, sizeof v->why, "the store to %s at line %u is not a statement of the loop body",
+                            a->array, line_of(a->node));
+                return true;
+            }
+            if (!ts_node_is_null(v->store) && !ts_node_eq(v->store, stmt)) {
+                kl_snprintf(v->why, sizeof v->why, "more than one store in the loop body (lines %u and %u)",
+                            line_of(v->store), line_of(stmt));
+                return true;
+            }
+            v->store = stmt;
+        }
+    }
+    if (v->narr == 0) {
+        kl_snprintf(v->why, sizeof v->why, "%s", other_type[0] ? other_type : "no f32 array is contiguous in the loop");
+        return true;
+    }
+    /* loads of the other arrays are hoisted above the store of lane 0: the stored array must not
+     * alias them (__restrict__ on one side, or a task whose buffers are distinct) */
+    for (unsigned k = 0; k < v->narr && !ts_node_is_null(v->store); k++) {
+        va_arr *w = &v->arr[k];
+        if (!w->write) continue;
+        for (unsigned m = 0; m < v->narr; m++) {
+            if (m == k || !v->arr[m].read) continue;
+            bool restrict_ = is_restrict(ctx, ax, fn, w->name) || is_restrict(ctx, ax, fn, v->arr[m].name);
+            if (!restrict_ && !ctx->task) {
+                kl_snprintf(v->why, sizeof v->why,
+                            "%s may alias %s (neither is __restrict__ and no task says the buffers are distinct): "
+                            "loading four elements ahead of the store could read stale values",
+                            w->name, v->arr[m].name);
+                return true;
+            }
+        }
+    }
+    return true;
+}
+
+/* ---- find ---------------------------------------------------------------------------------------------- */
+
+typedef struct vfind {
+    const kl_rule_ctx *ctx;
+    kl_affine_ctx *ax;
+    TSNode fn;
+    const char *name;
+    kl_sites *out;
+    kl_status st;
+} vfind;
+
+static bool find_present_visit(TSNode n, void *user)
+{
+    vfind *f = user;
+    if (f->st != KL_OK) return false;
+    if (!rb_is(n, "if_statement") && !rb_is(n, "for_statement")) return true;
+    vp p;
+    if (!present_at(f->ctx, f->ax, f->fn, n, &p)) return true;
+    json_t *feat = json_pack("{s:s, s:i, s:s}", "dtype", "f32", "width", p.width, "scalar_path",
+                             p.kind == 'E' ? "the guard's else branch" : p.kind == 'T' ? "the tail loop continuing the vector loop"
+                                                                                      : "the tail loop, started at the vector loop's start");
+    if (!feat) {
+        f->st = KL_ERR_NOMEM;
+        return false;
+    }
+    if (p.why[0]) json_object_set_new(feat, "why_not", json_string(p.why));
+    char id[256], note[200];
+    kl_site_id(id, sizeof id, f->name, n, NULL);
+    kl_snprintf(note, sizeof note, "%d-wide vector accesses (%s)", p.width,
+                p.kind == 'E' ? "under a guard with a scalar else path" : "with a scalar tail");
+    char wv[8];
+    kl_snprintf(wv, sizeof wv, "%d", p.width);
+    f->st = kl_sites_add(f->out, id, KL_SITE_PRESENT, kl_node_span(n), f->name, feat, json_pack("{s:s}", "width", wv), note);
+    return false; /* what is inside belongs to this site */
+}
+
+static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+{
+    kl_sites *out = user;
+    vfind f = {ctx, ax, fn, name, out, KL_OK};
+    rb_walk(kl_ast_function_body(fn), find_present_visit, &f);
+    if (f.st != KL_OK) return f.st;
+    for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
+        const kl_ax_loop *L = kl_affine_loop(ax, i);
+        va v;
+        if (!analyse_apply(ctx, ax, fn, L, &v)) continue;
+        if (vec_width(ctx, fn, L->node)) continue;
+        json_t *arrs = json_array();
+        for (unsigned k = 0; k < v.narr; k++)
+            json_array_append_new(arrs, json_pack("{s:s, s:s, s:b, s:b}", "array", v.arr[k].name, "index", v.arr[k].index,
+                                                  "read", v.arr[k].read, "write", v.arr[k].write));
+        json_t *feat = json_pack("{s:s, s:s, s:o, s:s}", "dtype", v.narr ? "f32" : "not f32", "contiguous_in", L->var, "arrays", arrs,
+                                 "alignment_guard", "run time, at the loop start");
+        if (!feat) return KL_ERR_NOMEM;
+        if (v.why[0]) json_object_set_new(feat, "why_not", json_string(v.why));
+        char id[256], note[200];
+        kl_site_id(id, sizeof id, name, L->node, NULL);
+        kl_snprintf(note, sizeof note, "a unit-stride loop over %s reading/writing %u f32 array%s contiguously", L->var,
+                    v.narr, v.narr == 1 ? "" : "s");
+        kl_status st = kl_sites_add(out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL, note);
+        if (st != KL_OK) return st;
+    }
+    return KL_OK;
+}
+
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    kl_status st = kl_rules_each_function(ctx, "__global__", visit, out, err);
+    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, out, err);
+    return st;
+}
+
+/* ---- remove ---------------------------------------------------------------------------------------------- */
+
+/* The range of a statement, with a #pragma line right above it and a "// vectorize" marker. */
+static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uint32_t *a, uint32_t *b)
+{
+    rb_stmt_range(ctx, st, NULL, a, b);
+    if (*a == ts_node_start_byte(st)) return;
+    int li = kl_affine_loop_index(ax, st);
+    if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
+        *a = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
+    if (*a == 0) return;
+    uint32_t pa = kl_ast_line_start(ctx->text, *a - 1), p = pa;
+    while (p < *a && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
+    if (p + 12 <= *a && !memcmp(ctx->text + p, "// vectorize", 12)) *a = pa;
+}
+
+static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const vp *p, kl_edits *out, kl_error *err)
+{
+    if (p->why[0]) return kl_rule_not_applicable(err, "%s", p->why);
+    kl_status st = KL_OK;
+    if (p->kind == 'E') {
+        TSNode alt = rb_field(p->node, "alternative");
+        if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+        uint32_t a = ts_node_start_byte(p->node), b = ts_node_end_byte(p->node);
+        uint32_t aa = ts_node_start_byte(alt), ab = ts_node_end_byte(alt);
+        kl_strbuf sb = KL_STRBUF_INIT;
+        kl_strbuf_add(&sb, ctx->text + aa, ab - aa);
+        if (!rb_is(alt, "compound_statement")) {
+            kl_strbuf_release(&sb);
+            kl_strbuf_adds(&sb, "{ ");
+            kl_strbuf_add(&sb, ctx->text + aa, ab - aa);
+            kl_strbuf_adds(&sb, " }");
+        }
+        st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, a, b, kl_strbuf_str(&sb));
+        kl_strbuf_release(&sb);
+    } else {
+        for (unsigned i = 0; i < p->ndel && st == KL_OK; i++) {
+            uint32_t a, b;
+            stmt_range(ctx, ax, p->del[i], &a, &b);
+            st = kl_edits_add(out, a, b, "");
+        }
+        if (st == KL_OK && p->kind == 'S')
+            st = kl_edits_add(out, ts_node_start_byte(p->tail_init), ts_node_end_byte(p->tail_init), p->start);
+    }
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+/* ---- apply ------------------------------------------------------------------------------------------------ */
+
+typedef struct lane_edit {
+    uint32_t a, b;
+    char text[160];
+} lane_edit;
+
+typedef struct lane_scan {
+    const kl_rule_ctx *ctx;
+    const va *v;
+    lane_edit *e;
+    unsigned n, cap;
+    int lane;
+    const char *const *comp;
+    const char *var;
+} lane_scan;
+
+static void lane_add(lane_scan *s, TSNode n, const char *text)
+{
+    if (s->n == s->cap) return;
+    s->e[s->n].a = ts_node_start_byte(n);
+    s->e[s->n].b = ts_node_end_byte(n);
+    kl_snprintf(s->e[s->n].text, sizeof s->e[s->n].text, "%s", text);
+    s->n++;
+}
+
+static bool lane_visit(TSNode n, void *user)
+{
+    lane_scan *s = user;
+    if (rb_is(n, "subscript_expression")) {
+        TSNode arr = rb_field(n, "argument");
+        for (unsigned k = 0; k < s->v->narr; k++)
+            if (text_is(s->ctx, arr, s->v->arr[k].name)) {
+                char t[160];
+                kl_snprintf(t, sizeof t, "kl_%s.%s", s->v->arr[k].name, s->comp[s->lane]);
+                lane_add(s, n, t);
+                return false;
+            }
+    }
+    if (rb_is(n, "identifier") && text_is(s->ctx, n, s->var)) {
+        char t[160];
+        kl_snprintf(t, sizeof t, "(%s + %d)", s->var, s->lane);
+        lane_add(s, n, t);
+    }
+    return true;
+}
+
+/* The body's text for one lane (new string): contiguous accesses become kl_<array>.<c>, other uses
+ * of the loop variable j become (j + lane). */
+static char *lane_text(const kl_rule_ctx *ctx, const va *v, TSNode body, int lane, const char *const *comp)
+{
+    lane_edit e[64];
+    lane_scan s = {ctx, v, e, 0, 64, lane, comp, v->L->var};
+    rb_walk(body, lane_visit, &s);
+    if (s.n == s.cap) return NULL;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    uint32_t pos = ts_node_start_byte(body), end = ts_node_end_byte(body);
+    for (unsigned i = 0; i < s.n; i++) {
+        kl_strbuf_add(&sb, ctx->text + pos, e[i].a - pos);
+        kl_strbuf_adds(&sb, e[i].text);
+        pos = e[i].b;
+    }
+    kl_strbuf_add(&sb, ctx->text + pos, end - pos);
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va *v, int width, kl_edits *out,
+                            kl_error *err)
+{
+    if (v->why[0]) return kl_rule_not_applicable(err, "%s", v->why);
+    static const char *const comp[] = {"x", "y", "z", "w"};
+    const kl_ax_loop *L = v->L;
+    const char *vt = width == 4 ? "float4" : "float2";
+    TSNode loop = L->node, body = rb_field(loop, "body");
+    char ind[64];
+    kl_rules_indent(ctx, ts_node_start_byte(loop), ind, sizeof ind);
+    if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
+        return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", line_of(loop));
+    kl_strbuf sb = KL_STRBUF_INIT;
+    TSNode init = rb_field(loop, "initializer");
+    if (!ts_node_is_null(init) && !L->start)
+        return kl_rule_not_applicable(err, "the start of the loop over %s at line %u is not read", L->var, line_of(loop));
+    kl_strbuf_addf(&sb, "{\n");
+    /* the loop's start, kept in the variable the vector loop advances (none: it goes on from its value) */
+    if (ts_node_is_null(init)) {
+    } else if (v->type[0]) {
+        kl_strbuf_addf(&sb, "%s    %s %s = %s;\n", ind, v->type, L->var, L->start);
+    } else {
+        kl_strbuf_addf(&sb, "%s    %s = %s;\n", ind, L->var, L->start);
+    }
+    kl_strbuf_addf(&sb, "%s    if (", ind);
+    for (unsigned k = 0; k < v->narr; k++)
+        kl_strbuf_addf(&sb, "%s((uintptr_t)&%s[%s] & %d) == 0", k ? " && " : "", v->arr[k].name, v->arr[k].index,
+                       width * 4 - 1);
+    kl_strbuf_addf(&sb, ") {\n");
+    kl_strbuf_addf(&sb, "%s        for (; %s + %d < %s; %s += %d) {\n", ind, L->var, width - 1, L->bound, L->var, width);
+    for (unsigned k = 0; k < v->narr; k++) {
+        const va_arr *x = &v->arr[k];
+        if (x->read)
+            kl_strbuf_addf(&sb, "%s            %s%s kl_%s = *reinterpret_cast<%s%s*>(&%s[%s]);\n", ind,
+                           x->write ? "" : "const ", vt, x->name, x->write ? "" : "const ", vt, x->name, x->index);
+        else
+            kl_strbuf_addf(&sb, "%s            %s kl_%s;\n", ind, vt, x->name);
+    }
+    bool braces = rb_is(body, "compound_statement");
+    for (int lane = 0; lane < width; lane++) {
+        char *lt = lane_text(ctx, v, body, lane, comp);
+        if (!lt) {
+            kl_strbuf_release(&sb);
+            return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", line_of(body));
+        }
+        /* the body, one level deeper */
+        kl_strbuf_addf(&sb, "%s            %s", ind, braces ? "" : "{ ");
+        for (const char *p = lt; *p; p++) {
+            kl_strbuf_addc(&sb, *p);
+            if (*p == '\n' && p[1]) kl_strbuf_adds(&sb, "            ");
+        }
+        kl_strbuf_addf(&sb, "%s\n", braces ? "" : " }");
+        free(lt);
+    }
+    for (unsigned k = 0; k < v->narr; k++)
+        if (v->arr[k].write)
+            kl_strbuf_addf(&sb, "%s            *reinterpret_cast<%s*>(&%s[%s]) = kl_%s;\n", ind, vt, v->arr[k].name,
+                           v->arr[k].index, v->arr[k].name);
+    kl_strbuf_addf(&sb, "%s        }\n%s    }\n", ind, ind);
+    /* the tail: the original loop without its initializer, one level deeper */
+    uint32_t la = ts_node_start_byte(loop), lb = ts_node_end_byte(loop);
+    kl_strbuf_addf(&sb, "%s    ", ind);
+    kl_strbuf tail = KL_STRBUF_INIT;
+    if (ts_node_is_null(init)) {
+        kl_strbuf_add(&tail, ctx->text + la, lb - la);
+    } else {
+        uint32_t ia = ts_node_start_byte(init), ib = ts_node_end_byte(init);
+        kl_strbuf_add(&tail, ctx->text + la, ia - la);
+        if (rb_is(init, "declaration")) kl_strbuf_adds(&tail, ";"); /* the declaration held the ';' */
+        kl_strbuf_add(&tail, ctx->text + ib, lb - ib);
+    }
+    const char *tt = kl_strbuf_str(&tail);
+    for (const char *p = tt; *p; p++) {
+        kl_strbuf_addc(&sb, *p);
+        if (*p == '\n' && p[1]) kl_strbuf_adds(&sb, "    ");
+    }
+    kl_strbuf_release(&tail);
+    kl_strbuf_addf(&sb, "\n%s}", ind);
+    kl_status st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, la, lb, kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    /* uintptr_t: <stdint.h>, unless the file includes it already */
+    if (st == KL_OK && !strstr(ctx->text, "<stdint.h>") && !strstr(ctx->text, "<cstdint>"))
+        st = kl_edits_add(out, 0, 0, "#include <stdint.h>\n");
+    (void)ax;
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+/* ---- running a site ---------------------------------------------------------------------------------------- */
+
+typedef struct vrun {
+    const kl_site *site;
+    int width;
+    kl_edits *out;
+    kl_error *err;
+    bool done;
+    kl_status st;
+    const kl_rule_ctx *ctx;
+    kl_affine_ctx *ax;
+    TSNode fn;
+} vrun;
+
+static bool run_present_visit(TSNode n, void *user)
+{
+    vrun *r = user;
+    if (r->done) return false;
+    if (ts_node_start_byte(n) != r->site->span.start || ts_node_end_byte(n) != r->site->span.end) return true;
+    vp p;
+    if (!present_at(r->ctx, r->ax, r->fn, n, &p)) return true;
+    r->st = remove_present(r->ctx, r->ax, &p, r->out, r->err);
+    r->done = true;
+    return false;
+}
+
+static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+{
+    vrun *r = user;
+    if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
+    r->ctx = ctx, r->ax = ax, r->fn = fn;
+    if (r->site->dir == KL_SITE_PRESENT) {
+        rb_walk(kl_ast_function_body(fn), run_present_visit, r);
+        return KL_OK;
+    }
+    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->done; i++) {
+        const kl_ax_loop *L = kl_affine_loop(ax, i);
+        if (ts_node_start_byte(L->node) != r->site->span.start) continue;
+        va v;
+        if (!analyse_apply(ctx, ax, fn, L, &v)) continue;
+        r->st = apply_loop(ctx, ax, &v, r->width, r->out, r->err);
+        r->done = true;
+    }
+    return KL_OK;
+}
+
+static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_edits *out, kl_error *err)
+{
+    vrun r;
+    memset(&r, 0, sizeof r);
+    r.site = site, r.width = width, r.out = out, r.err = err, r.st = KL_OK;
+    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
+    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", run_visit, &r, err);
+    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
+    if (!r.done) return kl_rule_not_applicable(err, "nothing to %s at %s", site->dir == KL_SITE_PRESENT ? "remove" : "vectorize", site->id);
+    return r.st;
+}
+
+static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    return run(ctx, site, 0, out, err);
+}
+
+static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
+{
+    const char *why = json_string_value(json_object_get(site->features, "why_not"));
+    if (why) return kl_rule_not_applicable(err, "%s", why);
+    int64_t w = 4;
+    if (!kl_rule_param_int(&kl_rule_vectorize, params, "width", &w) || (w != 2 && w != 4))
+        return kl_error_set(err, KL_ERR_INVALID, "vectorize: width must be 2 or 4");
+    return run(ctx, site, (int)w, out, err);
+}
+
+const kl_rule kl_rule_vectorize = {
+    "vectorize", "load and store contiguous f32 elements as float4 / float2, with a scalar tail",
+    vec_params, 1, find, remove_site, apply,
+};

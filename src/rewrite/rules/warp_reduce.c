@@ -1,0 +1,1057 @@
+/* warp-reduce: shared-memory tree reductions <-> warp shuffles with one shared stage between warps.
+ *
+ * present: a shuffle loop over the offsets 16..1 (`v += __shfl_xor_sync(m, v, o)`,
+ *   `v = fmaxf(v, __shfl_down_sync(m, v, o))`, or a struct value shuffled field by field and
+ *   merged), or `v = warp_sum(v);` calling a __device__ helper that is such a loop, followed by
+ *   the shared stage between warps: `if (lane == 0) P[warp] = v; __syncthreads();` and either a
+ *   loop over the partials (every thread reads them) or a second warp step in the first warp.
+ *   Remove writes a shared-memory tree over the block in its place.
+ * applicable: `for (s = blockDim.x / 2; s > 0; s >>= 1) { if (tid < s) sh[tid] OP= sh[tid + s];
+ *   __syncthreads(); }`. Apply writes warp shuffles, one shared array of blockDim/32 partials,
+ *   and the first warp's reduction of them, leaving the result in sh[0] as the tree did. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules.h"
+#include "rewrite/rules/rules_b.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+static const char *const shuffle_values[] = {"xor", "down", NULL};
+static const kl_rule_param wr_params[] = {{"shuffle", shuffle_values, "xor"}};
+
+#define WR_MARKER "warp-reduce"
+
+/* rb_text_is that accepts a null node (false). */
+static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
+
+/* ---- small tree helpers ------------------------------------------------------------------------ */
+
+static TSNode unwrap1(TSNode n)
+{
+    while (rb_is(n, "compound_statement") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
+    return n;
+}
+
+static TSNode strip_parens(TSNode n)
+{
+    while (rb_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
+    return n;
+}
+
+/* The assignment of an expression statement, or a null node. */
+static TSNode stmt_assign(TSNode st)
+{
+    TSNode none = {0};
+    if (!rb_is(st, "expression_statement")) return none;
+    TSNode a = ts_node_named_child(st, 0);
+    return rb_is(a, "assignment_expression") ? a : none;
+}
+
+static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op)
+{
+    return text_is(ctx, rb_field(n, "operator"), op);
+}
+
+/* Text with the blanks removed, into buf. */
+static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
+{
+    size_t k = 0;
+    for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
+        if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r')
+            buf[k++] = ctx->text[i];
+    buf[k] = '\0';
+}
+
+static void node_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
+{
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    kl_snprintf(buf, size, "%.*s", (int)(b - a), ctx->text + a);
+}
+
+static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
+
+typedef struct decl_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode decl;
+} decl_find;
+
+static bool decl_visit(TSNode n, void *user)
+{
+    decl_find *d = user;
+    if (!ts_node_is_null(d->decl)) return false;
+    if (rb_is(n, "parameter_declaration") || rb_is(n, "declaration")) {
+        uint32_t c = ts_node_named_child_count(n);
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode k = ts_node_named_child(n, i);
+            if (!rb_is(k, "init_declarator") && !rb_is(k, "identifier") && !rb_is(k, "pointer_declarator") &&
+                !rb_is(k, "array_declarator") && !rb_is(k, "reference_declarator"))
+                continue;
+            TSNode nm = rb_is(k, "identifier") ? k : kl_ast_declarator_name(k);
+            if (!ts_node_is_null(nm) && text_is(d->ctx, nm, d->name)) {
+                d->decl = n;
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* The declaration (or parameter) of `name` in fn, with its type text, qualifiers such as const,
+ * static, __shared__ and volatile left out. False when not found. */
+static bool decl_type(const kl_rule_ctx *ctx, TSNode fn, const char *name, TSNode *decl, char *type, size_t size)
+{
+    decl_find d = {ctx, name, {{0}, 0, 0}};
+    rb_walk(fn, decl_visit, &d);
+    if (ts_node_is_null(d.decl)) return false;
+    if (decl) *decl = d.decl;
+    TSNode t = rb_field(d.decl, "type");
+    if (ts_node_is_null(t)) return false;
+    node_copy(ctx, t, type, size);
+    return type[0] != '\0';
+}
+
+static const char *dtype_of(const char *type)
+{
+    if (!strcmp(type, "float")) return "f32";
+    if (!strcmp(type, "double")) return "f64";
+    if (!strcmp(type, "int")) return "i32";
+    if (!strcmp(type, "unsigned") || !strcmp(type, "unsigned int")) return "u32";
+    return type;
+}
+
+/* The range deleting a statement: its whole lines with a #pragma line right above it (a loop's
+ * unroll) and a "// warp-reduce" marker comment line above that. */
+static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uint32_t *a, uint32_t *b)
+{
+    rb_stmt_range(ctx, st, NULL, a, b);
+    if (*a != ts_node_start_byte(st) || *a == 0) {
+        int li = ax ? kl_affine_loop_index(ax, st) : -1;
+        if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
+            *a = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
+        if (*a == 0) return;
+        uint32_t pa = kl_ast_line_start(ctx->text, *a - 1), p = pa;
+        while (p < *a && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
+        size_t ml = strlen("// " WR_MARKER);
+        if (p + ml <= *a && !memcmp(ctx->text + p, "// " WR_MARKER, ml)) *a = pa;
+    }
+}
+
+/* ---- the block size ------------------------------------------------------------------------ */
+
+static bool kernel_block(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
+{
+    TSNode lb = kl_ast_child_of_type(fn, "launch_bounds");
+    char w[200] = "";
+    if (!ts_node_is_null(lb) && ts_node_named_child_count(lb) >= 1 &&
+        kl_const_eval(ctx->src, fn, ts_node_named_child(lb, 0), false, bs, w, sizeof w))
+        return true;
+    kl_launch_sites ls;
+    if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) {
+        kl_snprintf(why, wn, "out of memory");
+        return false;
+    }
+    bool ok = true;
+    unsigned n = 0;
+    for (unsigned i = 0; i < ls.count && ok; i++) {
+        const kl_launch_site *l = &ls.items[i];
+        if (strcmp(l->kernel, name)) continue;
+        int64_t v;
+        if (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &v, w, sizeof w)) {
+            kl_snprintf(why, wn, "the block size of %s at line %u is not a 1-D compile-time constant (%s)", name,
+                        line_of(l->call), ts_node_is_null(l->block) ? "absent" : w);
+            ok = false;
+        } else if (n++ && v != *bs) {
+            kl_snprintf(why, wn, "launches of %s use different block sizes (%lld and %lld)", name, (long long)*bs,
+                        (long long)v);
+            ok = false;
+        } else {
+            *bs = v;
+        }
+    }
+    kl_launch_sites_release(&ls);
+    if (ok && n == 0) {
+        kl_snprintf(why, wn, "%s has no __launch_bounds__ and the file never launches it: the block size is unknown",
+                    name);
+        ok = false;
+    }
+    return ok;
+}
+
+typedef struct caller_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    unsigned calls;
+} caller_find;
+
+static bool caller_visit(TSNode n, void *user)
+{
+    caller_find *c = user;
+    if (rb_is(n, "call_expression")) {
+        TSNode f = rb_field(n, "function");
+        if (rb_is(f, "template_function")) f = rb_field(f, "name");
+        if (text_is(c->ctx, f, c->name)) c->calls++;
+    }
+    return true;
+}
+
+static bool pow2_block(int64_t bs, const char *where, char *why, size_t wn)
+{
+    if (bs < 32 || bs > 1024 || (bs & (bs - 1))) {
+        kl_snprintf(why, wn, "the block size of %s is %lld, not a power of two from 32 to 1024", where, (long long)bs);
+        return false;
+    }
+    return true;
+}
+
+/* The block size fn runs with: its own (a kernel), or the largest of the kernels calling it (a
+ * __device__ helper: every caller must be a kernel with a known power-of-two block). */
+static bool block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
+{
+    if (kl_ast_function_has(ctx->src, fn, "__global__"))
+        return kernel_block(ctx, fn, name, bs, why, wn) && pow2_block(*bs, name, why, wn);
+    TSNode fs[256];
+    unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
+    for (unsigned i = 0; i < n && i < 256; i++) {
+        caller_find c = {ctx, name, 0};
+        rb_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
+        if (c.calls && !ts_node_eq(fs[i], fn)) {
+            char *cn = kl_ast_function_name(ctx->src, fs[i]);
+            kl_snprintf(why, wn, "%s is called from the __device__ function %s (only calls from kernels are followed)",
+                        name, cn ? cn : "?");
+            free(cn);
+            return false;
+        }
+    }
+    n = kl_ast_functions(ctx->src, "__global__", fs, 256);
+    unsigned callers = 0;
+    *bs = 0;
+    for (unsigned i = 0; i < n && i < 256; i++) {
+        caller_find c = {ctx, name, 0};
+        rb_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
+        if (!c.calls) continue;
+        char *kn = kl_ast_function_name(ctx->src, fs[i]);
+        int64_t v = 0;
+        bool ok = kn && kernel_block(ctx, fs[i], kn, &v, why, wn) && pow2_block(v, kn, why, wn);
+        free(kn);
+        if (!ok) return false;
+        if (v > *bs) *bs = v;
+        callers++;
+    }
+    if (!callers) {
+        kl_snprintf(why, wn, "no kernel in the file calls %s: the block size is unknown", name);
+        return false;
+    }
+    return true;
+}
+
+/* ---- the present side: warp steps and the shared stage ---------------------------------------- */
+
+typedef struct wr_step {
+    char val[64];      /* the reduced variable */
+    char op[64];       /* "+" or the combining function (fmaxf, merge, ...) */
+    bool xor_;         /* __shfl_xor_sync (else __shfl_down_sync) */
+    char helper[128];  /* `v = helper(v);`: the helper's name */
+} wr_step;
+
+/* `__shfl_{xor,down}_sync(m, <val>[.f], var)`: true with *xor_ set. arg_val receives the text
+ * of the second argument. */
+static bool shfl_call(const kl_rule_ctx *ctx, TSNode n, const char *var, bool *xor_, char *arg_val, size_t size)
+{
+    n = strip_parens(n);
+    if (!rb_is(n, "call_expression")) return false;
+    TSNode f = rb_field(n, "function"), args = rb_field(n, "arguments");
+    bool x = text_is(ctx, f, "__shfl_xor_sync"), d = text_is(ctx, f, "__shfl_down_sync");
+    if (!x && !d) return false;
+    uint32_t c = ts_node_named_child_count(args);
+    if (c < 3 || c > 4) return false;
+    if (!text_is(ctx, ts_node_named_child(args, 2), var)) return false;
+    *xor_ = x;
+    squeeze(ctx, ts_node_named_child(args, 1), arg_val, size);
+    return true;
+}
+
+/* `X OP= shfl(m, X, o)`, `X = X + shfl(...)`, `X = F(X, shfl(...))` (either order), or a block
+ * `{ T y; y.f = shfl(m, X.f, o); ...; X = F(X, y); }`. */
+static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, wr_step *s)
+{
+    body = unwrap1(body);
+    char av[128];
+    if (rb_is(body, "expression_statement")) {
+        TSNode a = stmt_assign(body);
+        if (ts_node_is_null(a) || !rb_is(rb_field(a, "left"), "identifier")) return false;
+        node_copy(ctx, rb_field(a, "left"), s->val, sizeof s->val);
+        TSNode r = strip_parens(rb_field(a, "right"));
+        if (op_is(ctx, a, "+=")) {
+            if (!shfl_call(ctx, r, var, &s->xor_, av, sizeof av) || strcmp(av, s->val)) return false;
+            kl_snprintf(s->op, sizeof s->op, "+");
+            return true;
+        }
+        if (!op_is(ctx, a, "=")) return false;
+        TSNode x, y;
+        if (rb_is(r, "binary_expression") && op_is(ctx, r, "+")) {
+            x = rb_field(r, "left"), y = rb_field(r, "right");
+            kl_snprintf(s->op, sizeof s->op, "+");
+        } else if (rb_is(r, "call_expression") && rb_is(rb_field(r, "function"), "identifier") &&
+                   ts_node_named_child_count(rb_field(r, "arguments")) == 2) {
+            x = ts_node_named_child(rb_field(r, "arguments"), 0), y = ts_node_named_child(rb_field(r, "arguments"), 1);
+            node_copy(ctx, rb_field(r, "function"), s->op, sizeof s->op);
+        } else {
+            return false;
+        }
+        if (text_is(ctx, x, s->val) && shfl_call(ctx, y, var, &s->xor_, av, sizeof av) && !strcmp(av, s->val))
+            return true;
+        if (text_is(ctx, y, s->val) && shfl_call(ctx, x, var, &s->xor_, av, sizeof av) && !strcmp(av, s->val))
+            return true;
+        return false;
+    }
+    if (!rb_is(body, "compound_statement")) return false;
+    uint32_t c = ts_node_named_child_count(body);
+    TSNode last = {{0}, 0, 0};
+    for (uint32_t i = c; i-- > 0;) {
+        TSNode k = ts_node_named_child(body, i);
+        if (!rb_is(k, "comment")) {
+            last = k;
+            break;
+        }
+    }
+    TSNode la = stmt_assign(last);
+    if (ts_node_is_null(la) || !op_is(ctx, la, "=") || !rb_is(rb_field(la, "left"), "identifier")) return false;
+    TSNode r = strip_parens(rb_field(la, "right"));
+    if (!rb_is(r, "call_expression") || !rb_is(rb_field(r, "function"), "identifier") ||
+        ts_node_named_child_count(rb_field(r, "arguments")) != 2)
+        return false;
+    node_copy(ctx, rb_field(la, "left"), s->val, sizeof s->val);
+    node_copy(ctx, rb_field(r, "function"), s->op, sizeof s->op);
+    TSNode a0 = ts_node_named_child(rb_field(r, "arguments"), 0), a1 = ts_node_named_child(rb_field(r, "arguments"), 1);
+    TSNode none = {{0}, 0, 0};
+    TSNode other = text_is(ctx, a0, s->val) ? a1 : text_is(ctx, a1, s->val) ? a0 : none;
+    if (!rb_is(other, "identifier")) return false;
+    char y[64];
+    node_copy(ctx, other, y, sizeof y);
+    unsigned shuffles = 0;
+    size_t vl = strlen(s->val), yl = strlen(y);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode k = ts_node_named_child(body, i);
+        if (ts_node_eq(k, last) || rb_is(k, "comment") || rb_is(k, "declaration")) continue;
+        TSNode a = stmt_assign(k);
+        if (ts_node_is_null(a) || !op_is(ctx, a, "=")) return false;
+        char lt[128];
+        squeeze(ctx, rb_field(a, "left"), lt, sizeof lt);
+        bool xr;
+        if (strncmp(lt, y, yl) || (lt[yl] && lt[yl] != '.')) return false;
+        if (!shfl_call(ctx, rb_field(a, "right"), var, &xr, av, sizeof av)) return false;
+        if (strncmp(av, s->val, vl) || (av[vl] && av[vl] != '.') || strcmp(av + vl, lt + yl)) return false;
+        if (shuffles++ && xr != s->xor_) return false;
+        s->xor_ = xr;
+    }
+    return shuffles > 0;
+}
+
+/* A loop over the offsets 16, 8, 4, 2, 1 (or 1 .. 16; not first: from a smaller power of two)
+ * whose body is a shuffle step. */
+static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool first, wr_step *s)
+{
+    int li = kl_affine_loop_index(ax, st);
+    if (li < 0) return false;
+    const kl_ax_loop *L = kl_affine_loop(ax, (unsigned)li);
+    /* the first step covers the 32 lanes (5 offsets); the one over the partials may cover fewer */
+    if (L->kind != KL_LOOP_FOR || !L->var || !L->step || !L->trip_known) return false;
+    if (first ? L->trip != 5 : (L->trip < 1 || L->trip > 5)) return false;
+    if (strcmp(L->step, ">>1") && strcmp(L->step, "/2") && strcmp(L->step, "<<1") && strcmp(L->step, "*2"))
+        return false;
+    memset(s, 0, sizeof *s);
+    return shuffle_body(ctx, rb_field(st, "body"), L->var, s);
+}
+
+/* A __device__ helper whose body is a shuffle loop over its first parameter, then `return` it. */
+static bool warp_helper(const kl_rule_ctx *ctx, const char *name, wr_step *s)
+{
+    TSNode fn = kl_ast_function_named(ctx->src, name);
+    if (ts_node_is_null(fn) || !kl_ast_function_has(ctx->src, fn, "__device__")) return false;
+    TSNode body = kl_ast_function_body(fn);
+    TSNode ps = kl_ast_function_params(fn);
+    if (ts_node_is_null(body) || ts_node_named_child_count(ps) < 1) return false;
+    TSNode p0 = kl_ast_declarator_name(rb_field(ts_node_named_child(ps, 0), "declarator"));
+    TSNode loop = {{0}, 0, 0}, ret = {{0}, 0, 0};
+    uint32_t c = ts_node_named_child_count(body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode k = ts_node_named_child(body, i);
+        if (rb_is(k, "comment")) continue;
+        if (ts_node_is_null(loop)) loop = k;
+        else if (ts_node_is_null(ret)) ret = k;
+        else return false;
+    }
+    if (!rb_is(ret, "return_statement") || ts_node_named_child_count(ret) != 1 || ts_node_is_null(p0)) return false;
+    kl_affine_ctx *hax = NULL;
+    if (kl_affine_ctx_new(ctx->src, fn, &hax, NULL) != KL_OK) return false;
+    bool ok = shuffle_loop(ctx, hax, loop, true, s) && text_is(ctx, p0, s->val) &&
+              text_is(ctx, ts_node_named_child(ret, 0), s->val);
+    kl_affine_ctx_free(hax);
+    return ok;
+}
+
+/* A warp step: a shuffle loop, or `X = helper(X);` with a warp_helper. */
+static bool warp_step(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool first, wr_step *s)
+{
+    if (rb_is(st, "for_statement")) return shuffle_loop(ctx, ax, st, first, s);
+    TSNode a = stmt_assign(st);
+    if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rb_is(rb_field(a, "left"), "identifier")) return false;
+    TSNode r = strip_parens(rb_field(a, "right"));
+    if (!rb_is(r, "call_expression") || !rb_is(rb_field(r, "function"), "identifier")) return false;
+    TSNode args = rb_field(r, "arguments");
+    if (ts_node_named_child_count(args) != 1) return false;
+    char x[64], fname[128];
+    node_copy(ctx, rb_field(a, "left"), x, sizeof x);
+    if (!text_is(ctx, ts_node_named_child(args, 0), x)) return false;
+    node_copy(ctx, rb_field(r, "function"), fname, sizeof fname);
+    if (!warp_helper(ctx, fname, s)) return false;
+    kl_snprintf(s->val, sizeof s->val, "%s", x);
+    kl_snprintf(s->helper, sizeof s->helper, "%s", fname);
+    return true;
+}
+
+/* A present site, analysed. */
+typedef struct wr_present {
+    TSNode step;             /* the first warp step */
+    wr_step s;
+    char type[128];          /* the reduced value's type */
+    bool staged;             /* the shared stage between warps was recognised */
+    char why[400];           /* else: why not */
+    TSNode decls[8];         /* declarations between the step and the lane-0 store */
+    unsigned ndecls;
+    TSNode store, sync;      /* `if (lane == 0) P[warp] = v;`, `__syncthreads();` */
+    char part[64];           /* P */
+    char final_kind;         /* 'A': a loop over the partials; 'B': a second warp step */
+    TSNode a_init, a_loop;   /* A: `T r = ...;` (or `r = ...;`) and the loop */
+    char a_res[64], a_type[128];
+    bool a_declared;
+    TSNode b_load, b_step, b_if; /* B: the load of the partials, the warp step, the if holding them */
+    bool b_rest;             /* B: the if holds other statements too (kept) */
+} wr_present;
+
+static bool expr_uses(const kl_rule_ctx *ctx, TSNode n, const char *name) { return rb_count_ident(ctx, n, name) > 0; }
+
+/* `X = <expr reading P>;` */
+static bool partial_load(const kl_rule_ctx *ctx, TSNode st, const char *x, const char *part)
+{
+    TSNode a = stmt_assign(st);
+    return !ts_node_is_null(a) && op_is(ctx, a, "=") && text_is(ctx, rb_field(a, "left"), x) &&
+           expr_uses(ctx, rb_field(a, "right"), part);
+}
+
+/* The final stage, kind A: `[T] R = init;` then `for (...) R += P[w];` / `R = F(R, P[w]);`. */
+static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
+{
+    TSNode init_val = {{0}, 0, 0};
+    if (rb_is(st, "declaration")) {
+        TSNode d = ts_node_named_child(st, ts_node_named_child_count(st) - 1);
+        if (!rb_is(d, "init_declarator") || ts_node_named_child_count(st) < 2) return false;
+        TSNode nm = kl_ast_declarator_name(d);
+        if (!rb_is(nm, "identifier")) return false;
+        node_copy(ctx, nm, p->a_res, sizeof p->a_res);
+        TSNode t = rb_field(st, "type");
+        node_copy(ctx, t, p->a_type, sizeof p->a_type);
+        p->a_declared = true;
+        init_val = rb_field(d, "value");
+    } else {
+        TSNode a = stmt_assign(st);
+        if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rb_is(rb_field(a, "left"), "identifier")) return false;
+        node_copy(ctx, rb_field(a, "left"), p->a_res, sizeof p->a_res);
+        init_val = rb_field(a, "right");
+    }
+    if (!strcmp(p->a_res, p->s.val)) return false;
+    if (!ts_node_is_null(init_val) && (expr_uses(ctx, init_val, p->s.val))) return false;
+    TSNode loop = rb_next_stmt(st);
+    if (!rb_is(loop, "for_statement")) return false;
+    TSNode b = unwrap1(rb_field(loop, "body"));
+    TSNode a = stmt_assign(b);
+    if (ts_node_is_null(a) || !text_is(ctx, rb_field(a, "left"), p->a_res)) return false;
+    TSNode r = rb_field(a, "right");
+    if (!expr_uses(ctx, r, p->part)) return false;
+    if (op_is(ctx, a, "+=")) {
+        if (strcmp(p->s.op, "+")) return false;
+    } else if (op_is(ctx, a, "=")) {
+        r = strip_parens(r);
+        TSNode f = rb_field(r, "function");
+        bool plus = rb_is(r, "binary_expression") && op_is(ctx, r, "+") && !strcmp(p->s.op, "+");
+        bool call = rb_is(r, "call_expression") && text_is(ctx, f, p->s.op);
+        if (!plus && !call) return false;
+    } else {
+        return false;
+    }
+    p->a_init = st;
+    p->a_loop = loop;
+    p->final_kind = 'A';
+    return true;
+}
+
+static bool same_op(const wr_step *a, const wr_step *b)
+{
+    return !strcmp(a->val, b->val) && !strcmp(a->op, b->op);
+}
+
+/* The final stage, kind B: the partials loaded into X and reduced by a second warp step, either
+ * inside `if (first warp) { X = ..P..; step; rest }` or as `X = ..P..;` then `[if (c)] step`. */
+static bool final_b(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, wr_present *p)
+{
+    wr_step s2;
+    if (rb_is(st, "if_statement") && ts_node_is_null(rb_field(st, "alternative"))) {
+        TSNode body = rb_field(st, "consequence");
+        if (!rb_is(body, "compound_statement")) return false;
+        TSNode first = ts_node_named_child(body, 0);
+        while (rb_is(first, "comment")) first = ts_node_next_named_sibling(first);
+        TSNode second = rb_next_stmt(first);
+        if (!partial_load(ctx, first, p->s.val, p->part) || ts_node_is_null(second)) return false;
+        if (!warp_step(ctx, ax, second, false, &s2) || !same_op(&s2, &p->s)) return false;
+        p->b_load = first;
+        p->b_step = second;
+        p->b_if = st;
+        p->b_rest = !ts_node_is_null(rb_next_stmt(second));
+        p->final_kind = 'B';
+        return true;
+    }
+    if (!partial_load(ctx, st, p->s.val, p->part)) return false;
+    TSNode nx = rb_next_stmt(st);
+    TSNode inner = nx;
+    if (rb_is(nx, "if_statement") && ts_node_is_null(rb_field(nx, "alternative")))
+        inner = unwrap1(rb_field(nx, "consequence"));
+    if (!warp_step(ctx, ax, inner, false, &s2) || !same_op(&s2, &p->s)) return false;
+    p->b_load = st;
+    p->b_step = nx;
+    p->final_kind = 'B';
+    return true;
+}
+
+static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode step, wr_present *p)
+{
+    p->step = step;
+    if (!decl_type(ctx, fn, p->s.val, NULL, p->type, sizeof p->type)) kl_snprintf(p->type, sizeof p->type, "float");
+    TSNode st = rb_next_stmt(step);
+    while (rb_is(st, "declaration") && p->ndecls < 8) {
+        p->decls[p->ndecls++] = st;
+        st = rb_next_stmt(st);
+    }
+    /* the lane-0 store */
+    TSNode cons = unwrap1(rb_field(st, "consequence"));
+    TSNode a = stmt_assign(cons);
+    char ct[128] = "";
+    if (rb_is(st, "if_statement")) squeeze(ctx, rb_field(st, "condition"), ct, sizeof ct);
+    if (!rb_is(st, "if_statement") || !ts_node_is_null(rb_field(st, "alternative")) || ts_node_is_null(a) ||
+        !op_is(ctx, a, "=") || !rb_is(rb_field(a, "left"), "subscript_expression") ||
+        !text_is(ctx, rb_field(a, "right"), p->s.val) || !strstr(ct, "==0")) {
+        kl_snprintf(p->why, sizeof p->why,
+                    "a warp-level reduction of %s: no shared stage between warps follows (line %u: expected "
+                    "`if (lane == 0) part[warp] = %s;`)",
+                    p->s.val, ts_node_is_null(st) ? line_of(step) : line_of(st), p->s.val);
+        return;
+    }
+    TSNode arr = rb_field(rb_field(a, "left"), "argument");
+    node_copy(ctx, arr, p->part, sizeof p->part);
+    p->store = st;
+    p->sync = rb_next_stmt(st);
+    if (!rb_is_syncthreads(ctx, p->sync)) {
+        kl_snprintf(p->why, sizeof p->why,
+                    "a warp-level reduction of %s: its result is stored per warp at line %u with no __syncthreads() "
+                    "and no stage between warps after it",
+                    p->s.val, line_of(st));
+        return;
+    }
+    TSNode f = rb_next_stmt(p->sync);
+    if (final_a(ctx, f, p) || final_b(ctx, ax, f, p)) {
+        p->staged = true;
+        return;
+    }
+    kl_snprintf(p->why, sizeof p->why,
+                "line %u: the partials in %s are not combined by a loop over them nor by a second warp step of the "
+                "same operation",
+                ts_node_is_null(f) ? line_of(p->sync) : line_of(f), p->part);
+}
+
+/* ---- the applicable side: the shared-memory tree ------------------------------------------------- */
+
+typedef struct wr_tree {
+    TSNode loop;
+    char sh[64], tid[128], op[64], type[128];
+    char start[128];
+} wr_tree;
+
+static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L, wr_tree *t)
+{
+    memset(t, 0, sizeof *t);
+    if (L->kind != KL_LOOP_FOR || !L->var || !L->step || !L->cmp || !L->bound || !L->start) return false;
+    if (strcmp(L->step, ">>1") && strcmp(L->step, "/2")) return false;
+    if (!(!strcmp(L->cmp, ">") && !strcmp(L->bound, "0")) && !(!strcmp(L->cmp, ">=") && !strcmp(L->bound, "1")) &&
+        !(!strcmp(L->cmp, "!=") && !strcmp(L->bound, "0")))
+        return false;
+    TSNode body = rb_field(L->node, "body");
+    if (!rb_is(body, "compound_statement")) return false;
+    TSNode ifs = ts_node_named_child(body, 0);
+    while (rb_is(ifs, "comment")) ifs = ts_node_next_named_sibling(ifs);
+    TSNode sync = rb_next_stmt(ifs);
+    if (!rb_is(ifs, "if_statement") || !ts_node_is_null(rb_field(ifs, "alternative")) ||
+        !rb_is_syncthreads(ctx, sync) || !ts_node_is_null(rb_next_stmt(sync)))
+        return false;
+    /* if (tid < s) */
+    TSNode c = strip_parens(rb_field(ifs, "condition"));
+    if (rb_is(c, "condition_clause")) c = strip_parens(ts_node_named_child(c, 0));
+    TSNode tid = {{0}, 0, 0};
+    char *lt = NULL;
+    TSNode rhs;
+    if (rb_is(c, "binary_expression") && op_is(ctx, c, "<") && text_is(ctx, rb_field(c, "right"), L->var)) {
+        tid = rb_field(c, "left");
+    } else if (kl_ast_less_misparse(ctx->src, c, &lt, &rhs) && text_is(ctx, rhs, L->var)) {
+        free(lt);
+        return false; /* a field compared through the misparse: not a plain index */
+    }
+    free(lt);
+    if (ts_node_is_null(tid)) return false;
+    kl_affine af = {0};
+    if (kl_affine_of(ax, tid, &af) != KL_OK) return false;
+    int64_t k = 0;
+    bool tid_ok = af.ok && af.nterms == 1 && kl_affine_coef_int(&af, "threadIdx.x", &k) && k == 1 &&
+                  af.const_is_int && af.const_int == 0;
+    kl_affine_release(&af);
+    if (!tid_ok) return false;
+    squeeze(ctx, tid, t->tid, sizeof t->tid);
+    /* sh[tid] OP= sh[tid + s] */
+    TSNode a = stmt_assign(unwrap1(rb_field(ifs, "consequence")));
+    if (ts_node_is_null(a)) return false;
+    TSNode l = rb_field(a, "left");
+    if (!rb_is(l, "subscript_expression")) return false;
+    char lidx[128], want1[300], want2[300];
+    TSNode arr = rb_field(l, "argument");
+    if (!rb_is(arr, "identifier")) return false;
+    node_copy(ctx, arr, t->sh, sizeof t->sh);
+    squeeze(ctx, l, lidx, sizeof lidx);
+    kl_snprintf(want1, sizeof want1, "%s[%s+%s]", t->sh, t->tid, L->var);
+    kl_snprintf(want2, sizeof want2, "%s[%s+%s]", t->sh, L->var, t->tid);
+    char self[300];
+    kl_snprintf(self, sizeof self, "%s[%s]", t->sh, t->tid);
+    if (strcmp(lidx, self)) return false;
+    TSNode r = strip_parens(rb_field(a, "right"));
+    char rt[300], x[300], y[300];
+    if (op_is(ctx, a, "+=")) {
+        squeeze(ctx, r, rt, sizeof rt);
+        if (strcmp(rt, want1) && strcmp(rt, want2)) return false;
+        kl_snprintf(t->op, sizeof t->op, "+");
+    } else if (op_is(ctx, a, "=")) {
+        TSNode xn, yn;
+        if (rb_is(r, "binary_expression") && op_is(ctx, r, "+")) {
+            xn = rb_field(r, "left"), yn = rb_field(r, "right");
+            kl_snprintf(t->op, sizeof t->op, "+");
+        } else if (rb_is(r, "call_expression") && ts_node_named_child_count(rb_field(r, "arguments")) == 2) {
+            /* fmaxf, max, … or the file's own combining function (the tree already relies on
+             * it being associative) */
+            if (!rb_is(rb_field(r, "function"), "identifier")) return false;
+            node_copy(ctx, rb_field(r, "function"), t->op, sizeof t->op);
+            xn = ts_node_named_child(rb_field(r, "arguments"), 0), yn = ts_node_named_child(rb_field(r, "arguments"), 1);
+        } else {
+            return false;
+        }
+        squeeze(ctx, xn, x, sizeof x);
+        squeeze(ctx, yn, y, sizeof y);
+        bool ok = (!strcmp(x, self) && (!strcmp(y, want1) || !strcmp(y, want2))) ||
+                  (!strcmp(y, self) && (!strcmp(x, want1) || !strcmp(x, want2)));
+        if (!ok) return false;
+    } else {
+        return false;
+    }
+    TSNode decl;
+    if (!decl_type(ctx, fn, t->sh, &decl, t->type, sizeof t->type)) return false;
+    char dt[64];
+    node_copy(ctx, decl, dt, sizeof dt);
+    if (!strstr(dt, "__shared__")) return false;
+    kl_snprintf(t->start, sizeof t->start, "%s", L->start);
+    t->loop = L->node;
+    return true;
+}
+
+/* ---- find ----------------------------------------------------------------------------------------- */
+
+typedef struct wr_find {
+    kl_sites *out;
+} wr_find;
+
+static kl_status add_present(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, TSNode st,
+                             const wr_step *s, kl_sites *out)
+{
+    wr_present p;
+    memset(&p, 0, sizeof p);
+    p.s = *s;
+    analyse_present(ctx, ax, fn, st, &p);
+    int64_t bs = 0;
+    char why[300] = "";
+    bool bs_ok = block_size(ctx, fn, name, &bs, why, sizeof why);
+    json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(p.type), "op", p.s.op, "shuffle",
+                          p.s.xor_ ? "xor" : "down", "value", p.s.val);
+    if (!f) return KL_ERR_NOMEM;
+    if (p.s.helper[0]) json_object_set_new(f, "warp_helper", json_string(p.s.helper));
+    if (!kl_ast_function_has(ctx->src, fn, "__global__")) json_object_set_new(f, "device_helper", json_true());
+    if (p.staged) {
+        json_object_set_new(f, "shared_stage", json_string(p.final_kind == 'A' ? "every thread reads the partials"
+                                                                               : "the first warp reduces the partials"));
+        json_object_set_new(f, "partials", json_string(p.part));
+    }
+    if (bs_ok) json_object_set_new(f, "block", json_integer(bs));
+    const char *why_not = !p.staged ? p.why : !bs_ok ? why : NULL;
+    if (why_not) json_object_set_new(f, "why_not", json_string(why_not));
+    char id[256], note[300];
+    kl_site_id(id, sizeof id, name, st, NULL);
+    kl_snprintf(note, sizeof note, "a warp-shuffle reduction (%s) of %s%s", p.s.op, p.s.val,
+                p.staged ? " with a shared stage between warps" : " within a warp");
+    return kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(st), name, f, json_pack("{s:s}", "shuffle", p.s.xor_ ? "xor" : "down"),
+                        note);
+}
+
+typedef struct stmt_scan {
+    const kl_rule_ctx *ctx;
+    kl_affine_ctx *ax;
+    TSNode fn;
+    const char *name;
+    kl_sites *out;
+    kl_status st;
+    TSNode skip[16];          /* second warp steps of a recognised stage: not sites of their own */
+    unsigned nskip;
+} stmt_scan;
+
+static bool scan_visit(TSNode n, void *user)
+{
+    stmt_scan *sc = user;
+    if (sc->st != KL_OK) return false;
+    if (!rb_is(n, "for_statement") && !rb_is(n, "expression_statement")) return true;
+    for (unsigned i = 0; i < sc->nskip; i++)
+        if (ts_node_eq(sc->skip[i], n)) return false;
+    wr_step s;
+    memset(&s, 0, sizeof s);
+    if (!warp_step(sc->ctx, sc->ax, n, true, &s)) return true;
+    /* a shuffle loop that is a helper's whole body: listed in the helper (not applicable: warp-level) */
+    wr_present p;
+    memset(&p, 0, sizeof p);
+    p.s = s;
+    analyse_present(sc->ctx, sc->ax, sc->fn, n, &p);
+    if (p.staged && p.final_kind == 'B' && sc->nskip < 16) {
+        TSNode inner = p.b_step;
+        if (rb_is(inner, "if_statement")) inner = unwrap1(rb_field(inner, "consequence"));
+        sc->skip[sc->nskip++] = inner;
+    }
+    sc->st = add_present(sc->ctx, sc->name, sc->fn, sc->ax, n, &s, sc->out);
+    return false;
+}
+
+static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+{
+    wr_find *wf = user;
+    stmt_scan sc;
+    memset(&sc, 0, sizeof sc);
+    sc.ctx = ctx, sc.ax = ax, sc.fn = fn, sc.name = name, sc.out = wf->out, sc.st = KL_OK;
+    rb_walk(kl_ast_function_body(fn), scan_visit, &sc);
+    if (sc.st != KL_OK) return sc.st;
+    for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
+        wr_tree t;
+        if (!tree_loop(ctx, ax, fn, kl_affine_loop(ax, i), &t)) continue;
+        int64_t bs = 0;
+        char why[300] = "";
+        bool ok = block_size(ctx, fn, name, &bs, why, sizeof why);
+        json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(t.type), "op", t.op, "shared", t.sh, "start",
+                              t.start);
+        if (!f) return KL_ERR_NOMEM;
+        if (ok) json_object_set_new(f, "block", json_integer(bs));
+        else json_object_set_new(f, "why_not", json_string(why));
+        if (!kl_ast_function_has(ctx->src, fn, "__global__")) json_object_set_new(f, "device_helper", json_true());
+        char id[256], note[300];
+        kl_site_id(id, sizeof id, name, t.loop, NULL);
+        kl_snprintf(note, sizeof note, "a shared-memory tree reduction (%s) over %s", t.op, t.sh);
+        kl_status st = kl_sites_add(wf->out, id, KL_SITE_APPLICABLE, kl_node_span(t.loop), name, f, NULL, note);
+        if (st != KL_OK) return st;
+    }
+    return KL_OK;
+}
+
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    wr_find wf = {out};
+    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &wf, err);
+    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, &wf, err);
+    return st;
+}
+
+/* ---- remove and apply ------------------------------------------------------------------------------ */
+
+typedef struct wr_run {
+    const kl_site *site;
+    const json_t *params;
+    kl_edits *out;
+    kl_error *err;
+    bool done;
+    kl_status st;
+} wr_run;
+
+/* A name not used in fn: base, base2, base3 … */
+static void fresh_name(const kl_rule_ctx *ctx, TSNode fn, const char *base, char *buf, size_t size)
+{
+    for (unsigned k = 1; k < 100; k++) {
+        if (k == 1) kl_snprintf(buf, size, "%s", base);
+        else kl_snprintf(buf, size, "%s%u", base, k);
+        if (!rb_count_ident(ctx, fn, buf)) return;
+    }
+}
+
+static void combine(char *buf, size_t size, const char *op, const char *a, const char *b)
+{
+    if (!strcmp(op, "+")) kl_snprintf(buf, size, "%s + %s", a, b);
+    else kl_snprintf(buf, size, "%s(%s, %s)", op, a, b);
+}
+
+static kl_status edit_delete(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, kl_edits *out)
+{
+    uint32_t a, b;
+    stmt_range(ctx, ax, st, &a, &b);
+    return kl_edits_add(out, a, b, "");
+}
+
+static bool call_visit(TSNode n, void *user)
+{
+    if (rb_is(n, "call_expression")) *(bool *)user = true;
+    return !*(bool *)user;
+}
+
+static bool has_call(TSNode n)
+{
+    bool found = false;
+    rb_walk(n, call_visit, &found);
+    return found;
+}
+
+/* Uses of name in fn outside the nodes in skip[]. */
+static unsigned uses_outside(const kl_rule_ctx *ctx, TSNode fn, const char *name, const TSNode *skip, unsigned n)
+{
+    unsigned u = rb_count_ident(ctx, fn, name);
+    for (unsigned i = 0; i < n; i++) {
+        unsigned k = rb_count_ident(ctx, skip[i], name);
+        u = k > u ? 0 : u - k;
+    }
+    return u;
+}
+
+static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name,
+                                const wr_present *p, kl_edits *out, kl_error *err)
+{
+    if (!p->staged) return kl_rule_not_applicable(err, "%s", p->why);
+    int64_t bs = 0;
+    char why[300];
+    if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    char ind[64], red[32], comb[200], elem[96], elem_s[96];
+    uint32_t a, b;
+    stmt_range(ctx, ax, p->step, &a, &b);
+    kl_rules_indent(ctx, ts_node_start_byte(p->step), ind, sizeof ind);
+    fresh_name(ctx, fn, "kl_red", red, sizeof red);
+    kl_snprintf(elem, sizeof elem, "%s[threadIdx.x]", red);
+    kl_snprintf(elem_s, sizeof elem_s, "%s[threadIdx.x + s]", red);
+    combine(comb, sizeof comb, p->s.op, elem, elem_s);
+    kl_status st = kl_edits_addf(out, a, b,
+                                 "%s__shared__ %s %s[%lld];\n"
+                                 "%s%s[threadIdx.x] = %s;\n"
+                                 "%s__syncthreads();\n"
+                                 "%sfor (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+                                 "%s    if (threadIdx.x < s) %s[threadIdx.x] = %s;\n"
+                                 "%s    __syncthreads();\n"
+                                 "%s}\n"
+                                 "%s%s = %s[0];\n"
+                                 "%s__syncthreads();\n",
+                                 ind, p->type, red, (long long)bs, ind, red, p->s.val, ind, ind, ind, red, comb, ind, ind,
+                                 ind, p->s.val, red, ind);
+    /* the statements of the shared stage */
+    TSNode gone[16];
+    unsigned ng = 0;
+    gone[ng++] = p->step;
+    gone[ng++] = p->store;
+    gone[ng++] = p->sync;
+    if (st == KL_OK) st = edit_delete(ctx, ax, p->store, out);
+    if (st == KL_OK) st = edit_delete(ctx, ax, p->sync, out);
+    if (p->final_kind == 'A') {
+        uint32_t a1, b1, a2, b2;
+        stmt_range(ctx, ax, p->a_init, &a1, &b1);
+        stmt_range(ctx, ax, p->a_loop, &a2, &b2);
+        char ind2[64];
+        kl_rules_indent(ctx, ts_node_start_byte(p->a_init), ind2, sizeof ind2);
+        if (st == KL_OK)
+            st = p->a_declared ? kl_edits_addf(out, a1, b2, "%s%s %s = %s;\n", ind2, p->a_type, p->a_res, p->s.val)
+                               : kl_edits_addf(out, a1, b2, "%s%s = %s;\n", ind2, p->a_res, p->s.val);
+        gone[ng++] = p->a_loop;
+        (void)a2, (void)b1;
+    } else {
+        if (ts_node_is_null(p->b_if) || !p->b_rest) {
+            if (st == KL_OK) st = edit_delete(ctx, ax, !ts_node_is_null(p->b_if) ? p->b_if : p->b_load, out);
+            if (st == KL_OK && ts_node_is_null(p->b_if)) st = edit_delete(ctx, ax, p->b_step, out);
+            gone[ng++] = !ts_node_is_null(p->b_if) ? p->b_if : p->b_load;
+            if (ts_node_is_null(p->b_if)) gone[ng++] = p->b_step;
+        } else {
+            if (st == KL_OK) st = edit_delete(ctx, ax, p->b_load, out);
+            if (st == KL_OK) st = edit_delete(ctx, ax, p->b_step, out);
+            gone[ng++] = p->b_load;
+            gone[ng++] = p->b_step;
+        }
+    }
+    /* declarations that only served the stage (lane, warp, the partials' array): those between
+     * the step and the store, those just before the step, and the partials' own, when nothing
+     * else uses what they declare and they call nothing */
+    TSNode cand[16];
+    unsigned nc = 0;
+    for (unsigned i = 0; i < p->ndecls; i++) cand[nc++] = p->decls[i];
+    for (TSNode d = rb_prev_stmt(p->step); rb_is(d, "declaration") && nc < 12; d = rb_prev_stmt(d)) cand[nc++] = d;
+    TSNode pdecl;
+    char ptype[128];
+    if (decl_type(ctx, fn, p->part, &pdecl, ptype, sizeof ptype) && rb_is(pdecl, "declaration")) {
+        bool seen = false;
+        for (unsigned i = 0; i < nc; i++) seen |= ts_node_eq(cand[i], pdecl);
+        if (!seen) cand[nc++] = pdecl;
+    }
+    for (unsigned i = 0; i < nc && st == KL_OK; i++) {
+        TSNode d = cand[i];
+        bool used = has_call(d);
+        uint32_t c = ts_node_named_child_count(d);
+        for (uint32_t k = 0; k < c; k++) {
+            TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
+            if (ts_node_is_null(nm) || !rb_is(nm, "identifier")) continue;
+            char nmt[64];
+            node_copy(ctx, nm, nmt, sizeof nmt);
+            TSNode skip[17];
+            memcpy(skip, gone, ng * sizeof *skip);
+            skip[ng] = d;
+            if (uses_outside(ctx, fn, nmt, skip, ng + 1)) used = true;
+        }
+        if (!used) st = edit_delete(ctx, ax, d, out);
+    }
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const wr_tree *t,
+                            const json_t *params, kl_edits *out, kl_error *err)
+{
+    int64_t bs = 0;
+    char why[300];
+    if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    int64_t start = 0;
+    TSNode init = rb_field(t->loop, "initializer");
+    TSNode sv = {{0}, 0, 0};
+    if (rb_is(init, "declaration")) sv = rb_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
+    else if (rb_is(init, "assignment_expression")) sv = rb_field(init, "right");
+    if (!ts_node_is_null(sv) && kl_const_eval(ctx->src, fn, sv, false, &start, NULL, 0) && start * 2 != bs)
+        return kl_rule_not_applicable(err, "the tree starts at %s = %lld, which is not half the block size %lld",
+                                      t->start, (long long)start, (long long)bs);
+    const char *shuffle = "xor";
+    kl_rule_param_str(&kl_rule_warp_reduce, params, "shuffle", &shuffle);
+    const char *sh_fn = strcmp(shuffle, "down") ? "__shfl_xor_sync" : "__shfl_down_sync";
+    char v[32], warp[32], step[300], load[300], shfl[200];
+    fresh_name(ctx, fn, "kl_v", v, sizeof v);
+    fresh_name(ctx, fn, "kl_warp", warp, sizeof warp);
+    kl_snprintf(shfl, sizeof shfl, "%s(0xffffffff, %s, o)", sh_fn, v);
+    if (!strcmp(t->op, "+")) kl_snprintf(step, sizeof step, "%s += %s", v, shfl);
+    else kl_snprintf(step, sizeof step, "%s = %s(%s, %s)", v, t->op, v, shfl);
+    long long nw = (long long)(bs / 32);
+    if (nw < 2)
+        return kl_rule_not_applicable(err, "the block of %s is %lld threads, one warp: there is nothing to stage between warps",
+                                      name, (long long)bs);
+    /* the first warp reduces the nw partials: lanes past them read the first one, and the
+     * offsets below nw keep every lane under nw among the partials (any operation, no identity) */
+    kl_snprintf(load, sizeof load, "%s = %s[threadIdx.x < %lld ? threadIdx.x : 0]", v, warp, nw);
+    char ind[64];
+    uint32_t a, b;
+    stmt_range(ctx, ax, t->loop, &a, &b);
+    kl_rules_indent(ctx, ts_node_start_byte(t->loop), ind, sizeof ind);
+    kl_status st = kl_edits_addf(out, a, b,
+                                 "%s{\n"
+                                 "%s    %s %s = %s[%s];\n"
+                                 "%s    for (int o = 16; o > 0; o >>= 1) %s;\n"
+                                 "%s    __shared__ %s %s[%lld];\n"
+                                 "%s    if (threadIdx.x %% 32 == 0) %s[threadIdx.x / 32] = %s;\n"
+                                 "%s    __syncthreads();\n"
+                                 "%s    if (threadIdx.x < 32) {\n"
+                                 "%s        %s;\n"
+                                 "%s        for (int o = %lld; o > 0; o >>= 1) %s;\n"
+                                 "%s        if (threadIdx.x == 0) %s[0] = %s;\n"
+                                 "%s    }\n"
+                                 "%s    __syncthreads();\n"
+                                 "%s}\n",
+                                 ind, ind, t->type, v, t->sh, t->tid, ind, step, ind, t->type, warp, nw, ind, warp, v,
+                                 ind, ind, ind, load, ind, nw / 2, step, ind, t->sh, v, ind, ind, ind);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+typedef struct run_scan {
+    wr_run *r;
+    const kl_rule_ctx *ctx;
+    kl_affine_ctx *ax;
+    TSNode fn;
+    const char *name;
+} run_scan;
+
+static bool run_present_visit(TSNode n, void *user)
+{
+    run_scan *rs = user;
+    wr_run *r = rs->r;
+    if (r->done) return false;
+    if (ts_node_start_byte(n) != r->site->span.start || ts_node_end_byte(n) != r->site->span.end) return true;
+    wr_step s;
+    memset(&s, 0, sizeof s);
+    if (!warp_step(rs->ctx, rs->ax, n, true, &s)) return true;
+    wr_present p;
+    memset(&p, 0, sizeof p);
+    p.s = s;
+    analyse_present(rs->ctx, rs->ax, rs->fn, n, &p);
+    r->st = remove_present(rs->ctx, rs->ax, rs->fn, rs->name, &p, r->out, r->err);
+    r->done = true;
+    return false;
+}
+
+static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+{
+    wr_run *r = user;
+    if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
+    if (r->site->dir == KL_SITE_PRESENT) {
+        run_scan rs = {r, ctx, ax, fn, name};
+        rb_walk(kl_ast_function_body(fn), run_present_visit, &rs);
+        return KL_OK;
+    }
+    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->done; i++) {
+        const kl_ax_loop *L = kl_affine_loop(ax, i);
+        if (ts_node_start_byte(L->node) != r->site->span.start) continue;
+        wr_tree t;
+        if (!tree_loop(ctx, ax, fn, L, &t)) continue;
+        r->st = apply_tree(ctx, ax, fn, name, &t, r->params, r->out, r->err);
+        r->done = true;
+    }
+    return KL_OK;
+}
+
+static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
+{
+    wr_run r = {site, params, out, err, false, KL_OK};
+    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
+    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", run_visit, &r, err);
+    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
+    if (!r.done)
+        return kl_rule_not_applicable(err, "no %s at %s", site->dir == KL_SITE_PRESENT ? "shuffle reduction" : "tree reduction",
+                                      site->id);
+    return r.st;
+}
+
+static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    return run(ctx, site, NULL, out, err);
+}
+
+static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
+{
+    const char *why = json_string_value(json_object_get(site->features, "why_not"));
+    if (why) return kl_rule_not_applicable(err, "%s", why);
+    return run(ctx, site, params, out, err);
+}
+
+const kl_rule kl_rule_warp_reduce = {
+    "warp-reduce",
+    "reduce across the block with warp shuffles and one shared stage between warps instead of a shared-memory tree",
+    wr_params, 1, find, remove_site, apply,
+};

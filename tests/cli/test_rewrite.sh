@@ -1,0 +1,41 @@
+#!/bin/bash
+# klineage rewrite: list, apply, remove, and the exit codes (docs/cli/rewrite.md).
+set -u
+K="$KLINEAGE"
+D="$KL_SOURCE_DIR/tests/data/rules"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# --list finds both directions, with features; --json is an array
+out=$("$K" rewrite "$D/unroll/fixed_trip.before.cu" --list) || fail "--list exit $?"
+echo "$out" | grep -q "applicable unroll@conv1d:9" || fail "no unroll site: $out"
+echo "$out" | grep -q '"trip":8' || fail "no trip count feature: $out"
+"$K" rewrite "$D/launch-bounds/two_args.before.cu" --list --json | grep -q '"direction": "present"' || fail "--json"
+"$K" rewrite "$D/unroll/fixed_trip.before.cu" --list --transform fast-math | grep -q "no sites" || fail "--transform"
+
+# --apply prints the file; -o writes it; --remove takes it back out
+"$K" -q rewrite "$D/unroll/fixed_trip.before.cu" --apply unroll@conv1d:9 --param factor=4 > "$T/a.cu" || fail "apply"
+cmp -s "$T/a.cu" "$D/unroll/fixed_trip.after.cu" || fail "apply differs from the golden file"
+"$K" -q rewrite "$T/a.cu" --remove unroll@conv1d:10 -o "$T/b.cu" || fail "remove"
+cmp -s "$T/b.cu" "$D/unroll/fixed_trip.before.cu" || fail "remove did not give back the original"
+
+# not applicable / unknown site: exit 1 with the reason
+"$K" rewrite "$D/unroll/fixed_trip.before.cu" --remove unroll@conv1d:9 2> "$T/err"; rc=$?
+[ $rc -eq 1 ] || fail "remove at an applicable site: exit $rc"
+grep -q "not applicable" "$T/err" || fail "no reason: $(cat "$T/err")"
+"$K" rewrite "$D/unroll/fixed_trip.before.cu" --apply unroll@conv1d:99 2> "$T/err"; rc=$?
+[ $rc -eq 1 ] || fail "unknown site: exit $rc"
+grep -q "conv1d:9" "$T/err" || fail "the error does not list the sites: $(cat "$T/err")"
+"$K" rewrite "$T/missing.cu" --list 2>/dev/null; [ $? -eq 1 ] || fail "missing file"
+
+# usage errors: exit 2
+"$K" rewrite "$D/unroll/fixed_trip.before.cu" 2>/dev/null; [ $? -eq 2 ] || fail "no action"
+"$K" rewrite "$D/unroll/fixed_trip.before.cu" --apply unroll 2>/dev/null; [ $? -eq 2 ] || fail "no @SITE"
+"$K" rewrite "$D/unroll/fixed_trip.before.cu" --apply unroll@conv1d:9 --param factor=3 2>/dev/null; rc=$?
+[ $rc -eq 2 ] || fail "bad parameter value: exit $rc"
+"$K" rewrite "$D/unroll/fixed_trip.before.cu" --list --bogus 2>/dev/null; [ $? -eq 2 ] || fail "unknown option"
+
+# --help is the doc page's help block
+"$K" rewrite --help | grep -q "usage: klineage rewrite FILE.cu --list" || fail "--help"
+echo ok

@@ -1,0 +1,487 @@
+/* The rules catalog, part 3: restrict, block-size and grid-stride (src/rewrite/rules/restrict.c,
+ * block_size.c, grid_stride.c). Golden cases tests/data/rules/<transform>/<case>.before.cu whose
+ * first line says what to do (`// test: apply restrict@k:4 ldg=1 | remove restrict@k:4`): the
+ * result must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the reverse
+ * must give back the original (or, where not exactly invertible, bring the site back the other
+ * way), and every rewritten file is compiled with nvcc -arch=sm_90 -c, two at a time, at the end.
+ * Then the reasons for "not applicable", and the built-in tasks: the marked sites of the experts
+ * are found and removable, the naive kernels have places to apply. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "util/util.h"
+
+/* ---- helpers ------------------------------------------------------------------------------------ */
+
+typedef struct op {
+    bool remove;
+    char name[64], site[128], params[256];
+} op;
+
+/* "apply restrict@k:9 ldg=1" */
+static bool parse_op(const char *s, op *o)
+{
+    memset(o, 0, sizeof *o);
+    while (*s == ' ') s++;
+    if (kl_str_starts(s, "apply ")) s += 6;
+    else if (kl_str_starts(s, "remove ")) s += 7, o->remove = true;
+    else return false;
+    const char *at = strchr(s, '@');
+    if (!at || (size_t)(at - s) >= sizeof o->name) return false;
+    memcpy(o->name, s, (size_t)(at - s));
+    s = at + 1;
+    size_t n = strcspn(s, " |\n");
+    if (n >= sizeof o->site) return false;
+    memcpy(o->site, s, n);
+    s += n;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addc(&sb, '{');
+    while (*s == ' ') {
+        while (*s == ' ') s++;
+        if (!*s || *s == '|' || *s == '\n') break;
+        size_t m = strcspn(s, " |\n");
+        const char *eq = memchr(s, '=', m);
+        if (!eq) break;
+        kl_strbuf_addf(&sb, "%s\"%.*s\":\"%.*s\"", sb.len > 1 ? "," : "", (int)(eq - s), s,
+                       (int)(m - (size_t)(eq - s) - 1), eq + 1);
+        s += m;
+    }
+    kl_strbuf_addc(&sb, '}');
+    kl_snprintf(o->params, sizeof o->params, "%s", kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return true;
+}
+
+static char *rewrite_op(const char *name, const char *text, const op *o, kl_error *err)
+{
+    char *out = NULL, *note = NULL;
+    kl_status st = kl_rules_rewrite(name, text, strlen(text), NULL, o->name, o->site, o->remove,
+                                    o->remove ? NULL : o->params, &out, &note, err);
+    free(note);
+    return st == KL_OK ? out : NULL;
+}
+
+static kl_status rewrite_src(const char *text, const char *transform, const char *site, bool remove,
+                             const char *params, char **out, kl_error *err)
+{
+    char *note = NULL;
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, transform, site, remove, params, out, &note, err);
+    free(note);
+    return st;
+}
+
+/* ---- nvcc, two at a time -------------------------------------------------------------------------- */
+
+static char *to_compile[64];
+static unsigned ncompile;
+static char *scratch;
+
+static const char *nvcc_path(void)
+{
+    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+    if (system("command -v nvcc >/dev/null 2>&1") == 0) return "nvcc";
+    return NULL;
+}
+
+static void queue_compile(const char *path)
+{
+    if (ncompile < 64) to_compile[ncompile++] = kl_strdup(path);
+}
+
+/* A rewritten text that is not a golden file: written to the scratch folder, then queued. */
+static void queue_text(const char *tag, const char *text)
+{
+    kl_error err = {0};
+    if (!scratch) assert_int_equal(kl_tempdir("rules-c", &scratch, &err), KL_OK);
+    char name[64];
+    kl_snprintf(name, sizeof name, "%s-%u.cu", tag, ncompile);
+    char *p = kl_path_join(scratch, name);
+    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
+    queue_compile(p);
+    free(p);
+}
+
+static void compile_all(void **state)
+{
+    (void)state;
+    const char *nvcc = nvcc_path();
+    if (!nvcc) {
+        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
+    }
+    kl_error err = {0};
+    char *dir = NULL;
+    assert_int_equal(kl_tempdir("rules-c-obj", &dir, &err), KL_OK);
+    const char *script = "\"$0\" -arch=sm_90 -c -x cu \"$1\" -o \"$3/a.o\" & a=$!; "
+                         "if [ -n \"$2\" ]; then \"$0\" -arch=sm_90 -c -x cu \"$2\" -o \"$3/b.o\" || exit 1; fi; "
+                         "wait $a";
+    for (unsigned i = 0; nvcc && i < ncompile; i += 2) {
+        const char *argv[] = {"sh", "-c", script, nvcc, to_compile[i], i + 1 < ncompile ? to_compile[i + 1] : "",
+                              dir, NULL};
+        kl_child c;
+        kl_child_init(&c);
+        c.argv = argv;
+        c.timeout_s = 180;
+        c.merge_stderr = true;
+        assert_int_equal(kl_child_run(&c, &err), KL_OK);
+        if (c.exit_code != 0)
+            fail_msg("nvcc rejected %s%s%s:\n%s", to_compile[i], i + 1 < ncompile ? " or " : "",
+                     i + 1 < ncompile ? to_compile[i + 1] : "", kl_strbuf_str(&c.out));
+        kl_child_release(&c);
+    }
+    assert_true(ncompile >= 15);
+    for (unsigned i = 0; i < ncompile; i++) free(to_compile[i]);
+    ncompile = 0;
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    if (scratch) kl_remove_tree(scratch, NULL);
+    free(scratch);
+    scratch = NULL;
+}
+
+/* ---- golden files ------------------------------------------------------------------------------- */
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void golden_transform(const char *transform)
+{
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char dirpath[1024];
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
+    DIR *d = opendir(dirpath);
+    assert_non_null(d);
+    bool update = getenv("KL_UPDATE_GOLDEN") && !strcmp(getenv("KL_UPDATE_GOLDEN"), "1");
+    struct dirent *e;
+    char **names = NULL;
+    unsigned nn = 0;
+    while ((e = readdir(d))) {
+        if (!kl_str_ends(e->d_name, ".before.cu")) continue;
+        names = realloc(names, (nn + 1) * sizeof *names);
+        names[nn++] = kl_strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, nn, sizeof *names, cmp_names);
+    for (unsigned ci = 0; ci < nn; ci++) {
+        char before[1200], after[1200];
+        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
+        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
+        char *btext = NULL;
+        size_t blen;
+        kl_error err = {0};
+        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
+        const char *hdr = strstr(btext, "// test: ");
+        if (!hdr) fail_msg("%s: no '// test: ' line", before);
+        op fwd, back;
+        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
+        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s", before, fwd.name);
+        const char *bar = strchr(hdr, '|');
+        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        if (!has_back) fail_msg("%s: no reverse operation after '|'", before);
+        char *got = rewrite_op(before, btext, &fwd, &err);
+        if (!got) fail_msg("%s: %s", before, err.message);
+        if (!strcmp(got, btext)) fail_msg("%s: the rewrite changed nothing", before);
+        if (update) {
+            assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
+        } else {
+            char *want = NULL;
+            size_t wlen;
+            if (kl_file_read(after, 0, &want, &wlen, &err) != KL_OK) fail_msg("%s: %s", after, err.message);
+            if (strcmp(want, got)) fail_msg("%s: the result differs from %s:\n%s", before, after, got);
+            free(want);
+        }
+        queue_compile(after);
+        /* round trip */
+        char *again = rewrite_op(after, got, &back, &err);
+        if (!again)
+            fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
+                     back.site, err.message);
+        if (strcmp(again, btext)) {
+            char *json = NULL;
+            assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
+            char want_site[256];
+            kl_snprintf(want_site, sizeof want_site, "\"site\": \"%s\",\n    \"direction\": \"%s\"", fwd.site,
+                        fwd.remove ? "present" : "applicable");
+            if (!strstr(json, want_site))
+                fail_msg("%s: the round trip neither restores the text nor the %s site %s:\n%s\n%s", before,
+                         fwd.remove ? "present" : "applicable", fwd.site, again, json);
+            free(json);
+            queue_text(transform, again);
+        }
+        free(again);
+        free(got);
+        free(btext);
+        free(names[ci]);
+    }
+    free(names);
+    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
+}
+
+static void golden_restrict(void **state) { (void)state; golden_transform("restrict"); }
+static void golden_block_size(void **state) { (void)state; golden_transform("block-size"); }
+static void golden_grid_stride(void **state) { (void)state; golden_transform("grid-stride"); }
+
+/* ---- not applicable, with the reason ------------------------------------------------------------- */
+
+static void expect_not_applicable(const char *text, const char *transform, const char *site, bool remove,
+                                  const char *params, const char *reason)
+{
+    char *out = NULL;
+    kl_error err = {0};
+    kl_status st = rewrite_src(text, transform, site, remove, params, &out, &err);
+    if (st != KL_ERR_NOT_APPLICABLE)
+        fail_msg("%s@%s: expected not applicable (%s), got %d: %s\n%s", transform, site, reason, (int)st, err.message,
+                 out ? out : "");
+    if (!strstr(err.message, reason)) fail_msg("%s@%s: the reason '%s' lacks '%s'", transform, site, err.message, reason);
+    assert_null(out);
+}
+
+static void restrict_refuses(void **state)
+{
+    (void)state;
+    /* the same tensor passed twice: not distinct */
+    const char *twice = "__global__ void add(const float *a, const float *b, float *c, int n) {\n"
+                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                        "  if (i < n) c[i] = a[i] + b[i];\n}\n"
+                        "extern \"C\" void launch(const float *a, float *c, int n, cudaStream_t s) {\n"
+                        "  add<<<(n + 255) / 256, 256, 0, s>>>(a, a + 0, c, n);\n}\n";
+    expect_not_applicable(twice, "restrict", "add:1", false, NULL, "passes a to two pointer parameters");
+    /* a pointer handed to a function the file does not define */
+    const char *escape = "extern __device__ void sink(float *p, int i);\n"
+                         "__global__ void k(const float *x, float *y, int n) {\n"
+                         "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                         "  if (i < n) { y[i] = x[i]; sink(y, i); }\n}\n"
+                         "extern \"C\" void launch(const float *x, float *y, int n, cudaStream_t s) {\n"
+                         "  k<<<(n + 255) / 256, 256, 0, s>>>(x, y, n);\n}\n";
+    expect_not_applicable(escape, "restrict", "k:2", false, NULL, "y escapes to sink()");
+    /* ldg=1 on a kernel whose only loads are of a template type */
+    const char *tmpl = "template <typename T> __global__ void cp(const T *x, T *y, int n) {\n"
+                       "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "  if (i < n) y[i] = x[i];\n}\n"
+                       "extern \"C\" void launch(const float *x, float *y, int n, cudaStream_t s) {\n"
+                       "  cp<float><<<(n + 255) / 256, 256, 0, s>>>(x, y, n);\n}\n";
+    expect_not_applicable(tmpl, "restrict", "cp:1", false, "{\"ldg\": \"1\"}", "no read-only load of a type __ldg");
+    /* without ldg the template kernel takes __restrict__, and a written pointer stays non-const */
+    char *out = NULL;
+    kl_error err = {0};
+    assert_int_equal(rewrite_src(tmpl, "restrict", "cp:1", false, NULL, &out, &err), KL_OK);
+    assert_non_null(strstr(out, "const T *__restrict__ x, T *__restrict__ y"));
+    free(out);
+    /* removing from a kernel without it: no such site */
+    assert_int_equal(rewrite_src(tmpl, "restrict", "cp:1", true, NULL, &out, &err), KL_ERR_NOT_APPLICABLE);
+}
+
+static void block_size_refuses(void **state)
+{
+    (void)state;
+    const char *lit = "#define BLOCK 256\n"
+                      "__global__ void k(const float *x, float *y, int n) {\n"
+                      "  __shared__ float s[256];\n"
+                      "  int i = blockIdx.x * BLOCK + threadIdx.x;\n"
+                      "  s[threadIdx.x] = i < n ? x[i] : 0.f;\n  __syncthreads();\n"
+                      "  if (i < n) y[i] = s[255 - threadIdx.x];\n}\n"
+                      "extern \"C\" void launch(const float *x, float *y, int n, cudaStream_t s) {\n"
+                      "  k<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, s>>>(x, y, n);\n}\n";
+    expect_not_applicable(lit, "block-size", "k:1:BLOCK", false, "{\"threads\": \"512\"}", "hard-codes 256 at line 3");
+    const char *two_d = "__global__ void k(float *y, int n) { y[threadIdx.y * 32 + threadIdx.x] = 0.f; }\n"
+                        "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n"
+                        "  dim3 b(32, 8);\n  k<<<1, b, 0, s>>>(y, n);\n}\n";
+    expect_not_applicable(two_d, "block-size", "k:4", false, "{\"threads\": \"128\"}", "2-D");
+    const char *runtime = "__global__ void k(float *y, int n) { y[threadIdx.x] = 0.f; }\n"
+                          "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n"
+                          "  k<<<1, n, 0, s>>>(y, n);\n}\n";
+    expect_not_applicable(runtime, "block-size", "k:3", false, "{\"threads\": \"128\"}", "not a compile-time constant");
+    const char *derived = "#define TM 4\nconstexpr int THREADS = 64 * TM;\n"
+                          "__global__ void k(float *y) { y[blockIdx.x * THREADS + threadIdx.x] = 0.f; }\n"
+                          "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n"
+                          "  k<<<n / THREADS, THREADS, 0, s>>>(y);\n}\n";
+    expect_not_applicable(derived, "block-size", "k:2:THREADS", false, "{\"threads\": \"128\"}", "derived from other");
+    /* the same size: nothing to change */
+    const char *same = "#define B 256\n__global__ void k(float *y) { y[blockIdx.x * B + threadIdx.x] = 0.f; }\n"
+                       "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<n / B, B, 0, s>>>(y);\n}\n";
+    expect_not_applicable(same, "block-size", "k:1:B", false, "{\"threads\": \"256\"}", "already 256");
+    char *out = NULL;
+    kl_error err = {0};
+    assert_int_equal(rewrite_src(same, "block-size", "k:1:B", false, "{\"threads\": \"1024\"}", &out, &err), KL_OK);
+    assert_non_null(strstr(out, "#define B 1024\n"));
+    free(out);
+}
+
+static void grid_stride_refuses(void **state)
+{
+    (void)state;
+    const char *sync = "__global__ void k(float *y, int n) {\n"
+                       "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "  if (i < n) { y[i] = 1.f; __syncthreads(); }\n}\n"
+                       "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<(n + 255) / 256, 256, 0, s>>>(y, n);\n}\n";
+    expect_not_applicable(sync, "grid-stride", "k:2", false, NULL, "__syncthreads() at line 3");
+    const char *ret = "__global__ void k(float *y, int n) {\n"
+                      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                      "  if (i < n) { if (y[i] < 0.f) return; y[i] = 1.f; }\n}\n"
+                      "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<(n + 255) / 256, 256, 0, s>>>(y, n);\n}\n";
+    expect_not_applicable(ret, "grid-stride", "k:2", false, NULL, "a return at line 3");
+    const char *carry = "__global__ void k(float *y, int n) {\n"
+                        "  float acc = 0.f;\n"
+                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                        "  if (i < n) { acc += y[i]; y[i] = acc; }\n}\n"
+                        "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<(n + 255) / 256, 256, 0, s>>>(y, n);\n}\n";
+    expect_not_applicable(carry, "grid-stride", "k:3", false, NULL, "updates acc");
+    const char *mismatch = "#define B 128\n__global__ void k(float *y, int n) {\n"
+                           "  int i = blockIdx.x * B + threadIdx.x;\n"
+                           "  if (i < n) y[i] = 1.f;\n}\n"
+                           "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<(n + 255) / 256, 256, 0, s>>>(y, n);\n}\n";
+    expect_not_applicable(mismatch, "grid-stride", "k:3", false, NULL, "not the block size at line 7");
+    /* a 2-D index is no site at all */
+    const char *two_d = "__global__ void k(float *y, int w, int h) {\n"
+                        "  int x = blockIdx.x * blockDim.x + threadIdx.x;\n  int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                        "  int i = r * w + x;\n  if (i < w * h) y[i] = 1.f;\n}\n"
+                        "extern \"C\" void launch(float *y, int w, int h, cudaStream_t s) {\n"
+                        "  k<<<dim3(w / 16, h / 16), dim3(16, 16), 0, s>>>(y, w, h);\n}\n";
+    char *json = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_list("t.cu", two_d, strlen(two_d), NULL, "grid-stride", &json, &err), KL_OK);
+    json_t *arr = json_loads(json, 0, NULL);
+    assert_non_null(arr);
+    assert_int_equal(json_array_size(arr), 0);
+    json_decref(arr);
+    free(json);
+    /* a loop that steps several elements at a time is found, but not removed */
+    const char *unrolled = "__global__ void k(float *y, int n) {\n"
+                           "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += 2 * blockDim.x * gridDim.x) y[i] = 1.f;\n}\n"
+                           "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<64, 256, 0, s>>>(y, n);\n}\n";
+    expect_not_applicable(unrolled, "grid-stride", "k:2", true, NULL, "steps by i += 2 * blockDim.x * gridDim.x");
+}
+
+/* ---- the built-in tasks ---------------------------------------------------------------------------- */
+
+static bool has_marker(const char *text, const char *marker)
+{
+    char want[64];
+    kl_snprintf(want, sizeof want, "// %s", marker);
+    for (const char *p = strstr(text, want); p; p = strstr(p + 1, want)) {
+        char c = p[strlen(want)];
+        if (c == '\n' || c == ':' || c == ' ' || c == '\r') return true;
+    }
+    return false;
+}
+
+static void tasks_sites(void **state)
+{
+    (void)state;
+    const char *root = getenv("KL_SOURCE_DIR");
+    assert_non_null(root);
+    char tdir[1024];
+    kl_snprintf(tdir, sizeof tdir, "%s/tasks", root);
+    DIR *d = opendir(tdir);
+    assert_non_null(d);
+    static const char *const mine[] = {"restrict", "block-size", "grid-stride"};
+    unsigned experts = 0, removed = 0, naive_sites[3] = {0};
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        for (int which = 0; which < 2; which++) {
+            char path[1400];
+            kl_snprintf(path, sizeof path, "%s/%s/%s", tdir, e->d_name, which ? "expert.cu" : "naive.cu");
+            if (!kl_file_exists(path)) continue;
+            char *text = NULL;
+            size_t len;
+            kl_error err = {0};
+            assert_int_equal(kl_file_read(path, 0, &text, &len, &err), KL_OK);
+            if (which) experts++;
+            for (int t = 0; t < 3; t++) {
+                char *json = NULL;
+                assert_int_equal(kl_rules_list(path, text, len, NULL, mine[t], &json, &err), KL_OK);
+                json_t *arr = json_loads(json, 0, NULL);
+                assert_non_null(arr);
+                size_t i;
+                json_t *s;
+                bool present = false;
+                json_array_foreach(arr, i, s) {
+                    const char *dir = json_string_value(json_object_get(s, "direction"));
+                    bool why = json_object_get(json_object_get(s, "features"), "why_not") != NULL;
+                    if (!strcmp(dir, "present")) present = true;
+                    if (!which && !strcmp(dir, "applicable") && !why) naive_sites[t]++;
+                    if (which && !strcmp(dir, "present") && !why) {
+                        /* removing it gives a file that parses back (the catalog checks) */
+                        char *out = NULL;
+                        kl_status st = rewrite_src(text, mine[t], json_string_value(json_object_get(s, "site")), true,
+                                                   NULL, &out, &err);
+                        if (st != KL_OK) fail_msg("%s: removing %s@%s: %s", path, mine[t],
+                                                  json_string_value(json_object_get(s, "site")), err.message);
+                        free(out);
+                        removed++;
+                    }
+                }
+                if (which && has_marker(text, mine[t]) && !present)
+                    fail_msg("%s is marked '// %s' but no present site was found:\n%s", path, mine[t], json);
+                json_decref(arr);
+                free(json);
+            }
+            free(text);
+        }
+    }
+    closedir(d);
+    assert_true(experts >= 8);
+    assert_true(removed >= 10);
+    /* every naive kernel takes restrict; the 1-D ones take block-size and grid-stride */
+    assert_true(naive_sites[0] >= 8);
+    assert_true(naive_sites[1] >= 4);
+    assert_true(naive_sites[2] >= 4);
+}
+
+/* The backend: simplifying an expert proposes the removals of all three. */
+static void backend_proposes(void **state)
+{
+    (void)state;
+    const char *root = getenv("KL_SOURCE_DIR");
+    char path[1024];
+    kl_snprintf(path, sizeof path, "%s/tasks/reduce_sum/expert.cu", root);
+    char *text = NULL;
+    size_t len;
+    kl_error err = {0};
+    assert_int_equal(kl_file_read(path, 0, &text, &len, &err), KL_OK);
+    kl_rewriter *rw = NULL;
+    assert_int_equal(kl_rewriter_open("rules", NULL, &rw, &err), KL_OK);
+    kl_rewrite_request req = {0};
+    req.kind = KL_REQ_SIMPLIFY;
+    req.source = text;
+    req.source_name = "expert.cu";
+    kl_candidates c;
+    assert_int_equal(kl_rewriter_propose(rw, &req, &c, &err), KL_OK);
+    bool restrict_seen = false, block_seen = false;
+    for (unsigned i = 0; i < c.count; i++) {
+        if (!strcmp(c.items[i].transform, "restrict")) restrict_seen = !strstr(c.items[i].source, "__restrict__");
+        if (!strcmp(c.items[i].transform, "block-size"))
+            block_seen = strstr(c.items[i].source, "constexpr int THREADS = 256;") != NULL;
+    }
+    assert_true(restrict_seen);
+    assert_true(block_seen);
+    kl_candidates_free(&c);
+    kl_rewriter_free(rw);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(golden_restrict),
+        cmocka_unit_test(golden_block_size),
+        cmocka_unit_test(golden_grid_stride),
+        cmocka_unit_test(compile_all),
+        cmocka_unit_test(restrict_refuses),
+        cmocka_unit_test(block_size_refuses),
+        cmocka_unit_test(grid_stride_refuses),
+        cmocka_unit_test(tasks_sites),
+        cmocka_unit_test(backend_proposes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

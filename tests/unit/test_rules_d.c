@@ -1,0 +1,515 @@
+/* The rules catalog, part d: warp-reduce and vectorize (src/rewrite/rules/warp_reduce.c,
+ * vectorize.c). Golden cases in tests/data/rules/<transform>/<case>.before.cu, whose first line
+ * says what to do (`// test: remove warp-reduce@block_sum:14 | apply warp-reduce@block_sum:15`):
+ * the result must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the
+ * reverse must give back the original or at least bring the site back the other way, and every
+ * .after.cu must compile with `nvcc -arch=sm_90 -c` (skipped with a note without nvcc). Also: the
+ * built-in experts' sites, and the reasons given where the transforms do not apply. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "util/util.h"
+
+/* ---- running operations ------------------------------------------------------------------------ */
+
+typedef struct op {
+    bool remove;
+    char name[64], site[128], params[256];
+} op;
+
+/* "apply warp-reduce@k:9 shuffle=down" */
+static bool parse_op(const char *s, op *o)
+{
+    memset(o, 0, sizeof *o);
+    while (*s == ' ') s++;
+    if (kl_str_starts(s, "apply ")) s += 6;
+    else if (kl_str_starts(s, "remove ")) s += 7, o->remove = true;
+    else return false;
+    const char *at = strchr(s, '@');
+    if (!at || (size_t)(at - s) >= sizeof o->name) return false;
+    memcpy(o->name, s, (size_t)(at - s));
+    s = at + 1;
+    size_t n = strcspn(s, " |\n");
+    if (n >= sizeof o->site) return false;
+    memcpy(o->site, s, n);
+    s += n;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addc(&sb, '{');
+    while (*s == ' ') {
+        while (*s == ' ') s++;
+        if (!*s || *s == '|' || *s == '\n') break;
+        size_t m = strcspn(s, " |\n");
+        const char *eq = memchr(s, '=', m);
+        if (!eq) break;
+        kl_strbuf_addf(&sb, "%s\"%.*s\":\"%.*s\"", sb.len > 1 ? "," : "", (int)(eq - s), s,
+                       (int)(m - (size_t)(eq - s) - 1), eq + 1);
+        s += m;
+    }
+    kl_strbuf_addc(&sb, '}');
+    kl_snprintf(o->params, sizeof o->params, "%s", kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return true;
+}
+
+static char *rewrite(const char *name, const char *text, const op *o, kl_error *err)
+{
+    char *out = NULL, *note = NULL;
+    kl_status st = kl_rules_rewrite(name, text, strlen(text), NULL, o->name, o->site, o->remove,
+                                    o->remove ? NULL : o->params, &out, &note, err);
+    free(note);
+    return st == KL_OK ? out : NULL;
+}
+
+static const char *nvcc_path(void)
+{
+    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+    return system("command -v nvcc >/dev/null 2>&1") == 0 ? "nvcc" : NULL;
+}
+
+/* Compile the files with nvcc -arch=sm_90 -c, two at a time; fail naming the first rejected. */
+static void nvcc_compile_all(char *const *paths, unsigned n)
+{
+    const char *nvcc = nvcc_path();
+    if (!nvcc) {
+        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
+        return;
+    }
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-d", &dir, &err), KL_OK);
+    for (unsigned i = 0; i < n; i += 2) {
+        /* two at a time: the second runs in the background of a shell, both waited for */
+        kl_strbuf cmd = KL_STRBUF_INIT;
+        for (unsigned k = i; k < n && k < i + 2; k++)
+            kl_strbuf_addf(&cmd, "( '%s' -arch=sm_90 -c -x cu '%s' -o '%s/k%u.o' > '%s/log%u' 2>&1; echo $? > '%s/rc%u' ) & ",
+                           nvcc, paths[k], dir, k, dir, k, dir, k);
+        kl_strbuf_adds(&cmd, "wait");
+        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
+        kl_child c;
+        kl_child_init(&c);
+        c.argv = argv;
+        c.timeout_s = 240;
+        c.merge_stderr = true;
+        assert_int_equal(kl_child_run(&c, &err), KL_OK);
+        kl_child_release(&c);
+        kl_strbuf_release(&cmd);
+        for (unsigned k = i; k < n && k < i + 2; k++) {
+            char p[1200];
+            char *rc = NULL, *log = NULL;
+            size_t len;
+            kl_snprintf(p, sizeof p, "%s/rc%u", dir, k);
+            assert_int_equal(kl_file_read(p, 0, &rc, &len, &err), KL_OK);
+            if (atoi(rc) != 0) {
+                kl_snprintf(p, sizeof p, "%s/log%u", dir, k);
+                kl_file_read(p, 0, &log, &len, &err);
+                fail_msg("nvcc rejected %s:\n%s", paths[k], log ? log : "");
+            }
+            free(rc);
+        }
+    }
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+/* ---- golden files -------------------------------------------------------------------------------- */
+
+static void golden_transform(const char *transform)
+{
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char dirpath[1024];
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
+    DIR *d = opendir(dirpath);
+    assert_non_null(d);
+    bool update = getenv("KL_UPDATE_GOLDEN") && !strcmp(getenv("KL_UPDATE_GOLDEN"), "1");
+    struct dirent *e;
+    char **names = NULL, **afters = NULL;
+    unsigned nn = 0, trips = 0;
+    while ((e = readdir(d))) {
+        if (!kl_str_ends(e->d_name, ".before.cu")) continue;
+        names = realloc(names, (nn + 1) * sizeof *names);
+        names[nn++] = kl_strdup(e->d_name);
+    }
+    closedir(d);
+    afters = calloc(nn ? nn : 1, sizeof *afters);
+    for (unsigned ci = 0; ci < nn; ci++) {
+        char before[1200], after[1200];
+        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
+        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
+        afters[ci] = kl_strdup(after);
+        char *btext = NULL;
+        size_t blen;
+        kl_error err = {0};
+        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
+        const char *hdr = strstr(btext, "// test: ");
+        if (!hdr) fail_msg("%s: no '// test: ' line", before);
+        op fwd, back;
+        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
+        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, transform);
+        const char *bar = strchr(hdr, '|');
+        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        char *got = rewrite(before, btext, &fwd, &err);
+        if (!got) fail_msg("%s: %s", before, err.message);
+        if (update) {
+            assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
+        } else {
+            char *want = NULL;
+            size_t wlen;
+            if (kl_file_read(after, 0, &want, &wlen, &err) != KL_OK) fail_msg("%s: %s", after, err.message);
+            if (strcmp(want, got)) fail_msg("%s: the result differs from %s:\n%s", before, after, got);
+            free(want);
+        }
+        /* the round trip: the reverse gives back the original, or at least the site the other way */
+        if (!has_back) {
+            free(got);
+            free(btext);
+            continue;
+        }
+        trips++;
+        char *again = rewrite(after, got, &back, &err);
+        if (!again)
+            fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
+                     back.site, err.message);
+        if (strcmp(again, btext)) {
+            char *json = NULL;
+            assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
+            char want_dir[64];
+            kl_snprintf(want_dir, sizeof want_dir, "\"direction\": \"%s\"", fwd.remove ? "present" : "applicable");
+            if (!strstr(json, want_dir))
+                fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
+                         fwd.remove ? "present" : "applicable", again);
+            free(json);
+        }
+        free(again);
+        free(got);
+        free(btext);
+    }
+    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
+    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", transform, trips);
+    nvcc_compile_all(afters, nn);
+    for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
+    free(names);
+    free(afters);
+}
+
+static void golden_warp_reduce(void **state)
+{
+    (void)state;
+    golden_transform("warp-reduce");
+}
+
+static void golden_vectorize(void **state)
+{
+    (void)state;
+    golden_transform("vectorize");
+}
+
+/* ---- helpers for the other tests ------------------------------------------------------------------- */
+
+static char *read_task_file(const char *task, const char *file)
+{
+    const char *root = getenv("KL_SOURCE_DIR");
+    assert_non_null(root);
+    char p[1024];
+    kl_snprintf(p, sizeof p, "%s/tasks/%s/%s", root, task, file);
+    char *t = NULL;
+    size_t n;
+    kl_error err = {0};
+    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
+    return t;
+}
+
+/* The sites of one transform in text, as a JSON array (owned). */
+static json_t *sites_of(const char *text, const char *transform)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    if (kl_rules_list("t.cu", text, strlen(text), NULL, transform, &json, &err) != KL_OK) fail_msg("%s", err.message);
+    json_t *a = json_loads(json, 0, NULL);
+    free(json);
+    assert_non_null(a);
+    return a;
+}
+
+/* The first site in the given direction whose features have no why_not (ok) or have one (!ok). */
+static const char *site_where(json_t *sites, const char *dir, bool ok)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(sites, i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "direction")), dir)) continue;
+        bool has_why = json_object_get(json_object_get(s, "features"), "why_not") != NULL;
+        if (has_why != ok) return json_string_value(json_object_get(s, "site"));
+    }
+    return NULL;
+}
+
+static char *write_temp(const char *dir, const char *name, const char *text)
+{
+    char *p = kl_path_join(dir, name);
+    kl_error err = {0};
+    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
+    return p;
+}
+
+/* Expect the operation to fail as not applicable, with `want` in the reason. */
+static void expect_not_applicable(const char *text, const char *transform, const char *site, bool remove,
+                                  const char *want)
+{
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, transform, site, remove, NULL, &out, &note, &err);
+    if (st != KL_ERR_NOT_APPLICABLE) fail_msg("%s@%s: expected not applicable, got status %d (%s)", transform, site, st, err.message);
+    if (!strstr(err.message, want)) fail_msg("%s@%s: the reason '%s' does not say '%s'", transform, site, err.message, want);
+    assert_null(out);
+}
+
+/* ---- warp-reduce ------------------------------------------------------------------------------------- */
+
+/* softmax, layernorm and reduce_sum reduce with shuffles in a __device__ helper: each site is
+ * found, removable, and the result compiles. */
+static void warp_reduce_removes_from_experts(void **state)
+{
+    (void)state;
+    static const char *const tasks[] = {"softmax", "layernorm", "reduce_sum"};
+    static const char *const ops[] = {"merge", "+", "+"};
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-d-wr", &dir, &err), KL_OK);
+    char *paths[3];
+    for (int t = 0; t < 3; t++) {
+        char *text = read_task_file(tasks[t], "expert.cu");
+        json_t *sites = sites_of(text, "warp-reduce");
+        const char *id = site_where(sites, "present", true);
+        if (!id) fail_msg("%s/expert.cu: no removable warp-reduce site", tasks[t]);
+        size_t i;
+        json_t *s;
+        json_array_foreach(sites, i, s) if (!strcmp(json_string_value(json_object_get(s, "site")), id))
+            assert_string_equal(json_string_value(json_object_get(json_object_get(s, "features"), "op")), ops[t]);
+        op o = {.remove = true};
+        kl_snprintf(o.name, sizeof o.name, "warp-reduce");
+        kl_snprintf(o.site, sizeof o.site, "%s", id);
+        char *got = rewrite("expert.cu", text, &o, &err);
+        if (!got) fail_msg("%s: %s", tasks[t], err.message);
+        assert_null(strstr(got, "__shfl_xor_sync"));
+        assert_non_null(strstr(got, "for (int s = blockDim.x / 2; s > 0; s >>= 1)"));
+        /* removed, the tree is a site to apply the shuffles again */
+        json_t *back = sites_of(got, "warp-reduce");
+        assert_non_null(site_where(back, "applicable", true));
+        json_decref(back);
+        char name[64];
+        kl_snprintf(name, sizeof name, "%s.cu", tasks[t]);
+        paths[t] = write_temp(dir, name, got);
+        free(got);
+        json_decref(sites);
+        free(text);
+    }
+    nvcc_compile_all(paths, 3);
+    for (int t = 0; t < 3; t++) free(paths[t]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+static const char *warp_per_row =
+    "__global__ void row_sum(const float* x, float* y, int cols) {\n"
+    "    const int row = blockIdx.x * 4 + threadIdx.x / 32, lane = threadIdx.x % 32;\n"
+    "    float v = 0.0f;\n"
+    "    for (int c = lane; c < cols; c += 32) v += x[(size_t)row * cols + c];\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);\n"
+    "    if (lane == 0) y[row] = v;\n"
+    "}\n"
+    "extern \"C\" void launch(const float* x, float* y, int rows, int cols, cudaStream_t s) {\n"
+    "    row_sum<<<rows / 4, 128, 0, s>>>(x, y, cols);\n"
+    "}\n";
+
+/* A tree whose block size is only known at run time, or is not a power of two. */
+#define TREE_FMT \
+    "__global__ void block_sum(const float* x, float* y) {\n" \
+    "    __shared__ float sh[1024];\n" \
+    "    sh[threadIdx.x] = x[blockIdx.x * blockDim.x + threadIdx.x];\n" \
+    "    __syncthreads();\n" \
+    "    for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n" \
+    "        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];\n" \
+    "        __syncthreads();\n" \
+    "    }\n" \
+    "    if (threadIdx.x == 0) y[blockIdx.x] = sh[0];\n" \
+    "}\n" \
+    "extern \"C\" void launch(const float* x, float* y, int n, int threads, cudaStream_t s) {\n" \
+    "    block_sum<<<n / %s, %s, 0, s>>>(x, y);\n" \
+    "}\n"
+
+static void warp_reduce_says_why_not(void **state)
+{
+    (void)state;
+    /* a warp per row: the shuffles reduce within a warp, there is no block reduction to undo */
+    json_t *s = sites_of(warp_per_row, "warp-reduce");
+    const char *id = site_where(s, "present", false);
+    assert_non_null(id);
+    expect_not_applicable(warp_per_row, "warp-reduce", id, true, "warp-level reduction");
+    json_decref(s);
+
+    char text[2048];
+    /* the block size is a run-time value */
+    kl_snprintf(text, sizeof text, TREE_FMT, "threads", "threads");
+    s = sites_of(text, "warp-reduce");
+    id = site_where(s, "applicable", false);
+    assert_non_null(id);
+    expect_not_applicable(text, "warp-reduce", id, false, "not a 1-D compile-time constant");
+    json_decref(s);
+    /* 96 threads: the tree would need a power of two */
+    kl_snprintf(text, sizeof text, TREE_FMT, "96", "96");
+    s = sites_of(text, "warp-reduce");
+    id = site_where(s, "applicable", false);
+    assert_non_null(id);
+    expect_not_applicable(text, "warp-reduce", id, false, "not a power of two");
+    json_decref(s);
+    /* 256 threads: applicable, and the shuffles come out with the shared stage of 8 partials */
+    kl_snprintf(text, sizeof text, TREE_FMT, "256", "256");
+    s = sites_of(text, "warp-reduce");
+    id = site_where(s, "applicable", true);
+    assert_non_null(id);
+    op o = {.remove = false};
+    kl_snprintf(o.name, sizeof o.name, "warp-reduce");
+    kl_snprintf(o.site, sizeof o.site, "%s", id);
+    kl_snprintf(o.params, sizeof o.params, "{\"shuffle\":\"down\"}");
+    kl_error err = {0};
+    char *got = rewrite("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_non_null(strstr(got, "__shfl_down_sync(0xffffffff, kl_v, o)"));
+    assert_non_null(strstr(got, "__shared__ float kl_warp[8];"));
+    assert_non_null(strstr(got, "if (threadIdx.x == 0) sh[0] = kl_v;"));
+    free(got);
+    /* an unknown shuffle kind is refused before anything runs */
+    kl_snprintf(o.params, sizeof o.params, "{\"shuffle\":\"up\"}");
+    char *out = NULL, *note = NULL;
+    assert_int_equal(kl_rules_rewrite("t.cu", text, strlen(text), NULL, "warp-reduce", id, false, o.params, &out, &note, &err),
+                     KL_ERR_INVALID);
+    json_decref(s);
+}
+
+/* ---- vectorize ------------------------------------------------------------------------------------------ */
+
+/* Every float4 site of the f32 experts is removable and the result compiles; the naive row loops
+ * of softmax and layernorm are sites to apply, and the result compiles. */
+static void vectorize_experts_and_naives(void **state)
+{
+    (void)state;
+    static const char *const experts[] = {"softmax", "layernorm", "reduce_sum", "sgemm"};
+    static const char *const naives[] = {"softmax", "layernorm", "sgemm"};
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-d-vec", &dir, &err), KL_OK);
+    char *paths[32];
+    unsigned np = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        unsigned nt = pass == 0 ? 4 : 3;
+        for (unsigned t = 0; t < nt; t++) {
+            const char *task = pass == 0 ? experts[t] : naives[t];
+            char *text = read_task_file(task, pass == 0 ? "expert.cu" : "naive.cu");
+            json_t *sites = sites_of(text, "vectorize");
+            size_t i;
+            json_t *s;
+            unsigned found = 0;
+            json_array_foreach(sites, i, s) {
+                const char *dir_s = json_string_value(json_object_get(s, "direction"));
+                if (strcmp(dir_s, pass == 0 ? "present" : "applicable")) continue;
+                if (json_object_get(json_object_get(s, "features"), "why_not")) continue;
+                op o = {.remove = pass == 0};
+                kl_snprintf(o.name, sizeof o.name, "vectorize");
+                kl_snprintf(o.site, sizeof o.site, "%s", json_string_value(json_object_get(s, "site")));
+                kl_snprintf(o.params, sizeof o.params, "{}");
+                char *got = rewrite(task, text, &o, &err);
+                if (!got) fail_msg("%s %s: %s", task, o.site, err.message);
+                if (pass == 1) assert_non_null(strstr(got, "reinterpret_cast<const float4*>"));
+                char name[128];
+                kl_snprintf(name, sizeof name, "%s_%s_%u.cu", pass == 0 ? "expert" : "naive", task, found);
+                if (np < 32) paths[np++] = write_temp(dir, name, got);
+                free(got);
+                found++;
+            }
+            if (!found) fail_msg("%s/%s: no %s vectorize site", task, pass == 0 ? "expert.cu" : "naive.cu",
+                                 pass == 0 ? "removable" : "applicable");
+            json_decref(sites);
+            free(text);
+        }
+    }
+    nvcc_compile_all(paths, np);
+    for (unsigned i = 0; i < np; i++) free(paths[i]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+static const char *vec_reasons =
+    "template <typename T>\n"
+    "__global__ void scale(const T* x, T* y, int n) {\n"
+    "    for (int i = 0; i < n; i++) y[i] = x[i] * (T)2;\n"
+    "}\n"
+    "__global__ void shifted(const float* x, float* y, int n) {\n"
+    "    for (int i = 0; i < n - 1; i++) y[i] = x[i + 1] - x[i];\n"
+    "}\n"
+    "__global__ void early(const float* __restrict__ x, float* __restrict__ y, int n) {\n"
+    "    for (int i = 0; i < n; i++) { if (x[i] < 0.0f) break; y[i] = x[i]; }\n"
+    "}\n"
+    "__global__ void alias(const float* x, float* y, int n) {\n"
+    "    for (int i = 0; i < n; i++) y[i] = x[i] + 1.0f;\n"
+    "}\n"
+    "__global__ void masked(const float* __restrict__ x, float* __restrict__ y, const int* m, int n) {\n"
+    "    float s = 0.0f;\n"
+    "    for (int i = 0; i < n; i++) if (m[i]) s += x[i];\n"
+    "    y[0] = s;\n"
+    "}\n";
+
+static void vectorize_says_why_not(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *site, *why;
+    } cases[] = {
+        {"scale:3", "not f32"},
+        {"shifted:6", "more than one index"},
+        {"early:9", "break"},
+        {"alias:12", "may alias"},
+        {"masked:16", "conditional"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        expect_not_applicable(vec_reasons, "vectorize", cases[i].site, false, cases[i].why);
+    /* width 8 is not a value of the parameter */
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    const char *ok = "__global__ void k(const float* __restrict__ x, float* __restrict__ y, int n) {\n"
+                     "    for (int i = 0; i < n; i++) y[i] = x[i];\n}\n";
+    assert_int_equal(kl_rules_rewrite("t.cu", ok, strlen(ok), NULL, "vectorize", "k:2", false, "{\"width\":\"8\"}", &out,
+                                      &note, &err),
+                     KL_ERR_INVALID);
+    assert_int_equal(kl_rules_rewrite("t.cu", ok, strlen(ok), NULL, "vectorize", "k:2", false, "{\"width\":\"2\"}", &out,
+                                      &note, &err),
+                     KL_OK);
+    assert_non_null(strstr(out, "for (; i + 1 < n; i += 2)"));
+    assert_non_null(strstr(out, "((uintptr_t)&x[i] & 7) == 0"));
+    assert_non_null(strstr(out, "for (; i < n; i++) y[i] = x[i];"));
+    free(out);
+    free(note);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(warp_reduce_says_why_not),
+        cmocka_unit_test(warp_reduce_removes_from_experts),
+        cmocka_unit_test(golden_warp_reduce),
+        cmocka_unit_test(vectorize_says_why_not),
+        cmocka_unit_test(vectorize_experts_and_naives),
+        cmocka_unit_test(golden_vectorize),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -3,11 +3,16 @@
 # Idempotent: installs only what is missing; says clearly what it cannot install.
 set -u
 
-packages=(cmake make gcc pkg-config npm libtree-sitter-dev libjansson-dev libsqlite3-dev
-          libcurl4-openssl-dev libssl-dev libcmocka-dev)
+# Tools: whatever provides the command will do (npm may come with a Node.js that is not
+# Debian's). Libraries: Debian's -dev packages.
+tools=(cmake:cmake make:make gcc:gcc pkg-config:pkg-config npm:npm)
+libraries=(libtree-sitter-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev libcmocka-dev)
 
 missing=()
-for p in "${packages[@]}"; do
+for t in "${tools[@]}"; do
+  command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
+done
+for p in "${libraries[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 

@@ -64,6 +64,22 @@ all)
     log "corpus"; timeout 200 bash tests/gpu/test_gate_corpus.sh 2>&1 | tee "$out/test_gate_corpus.txt" | grep -vE '^    \|' 
     log "gate figures"; timeout 150 bash tests/gpu/bench_gate.sh 2>&1 | tee "$out/bench_gate.txt"
     ;;
+final)
+    # the suite recorded (vendor timings from an earlier call of this session), then walks
+    log "suite"
+    timeout 330 "$KLINEAGE" --db "$db" --measure record bench --expert --vendor "${KL_VENDOR:-$here/.carry/vendor.json}" \
+        -o "$out/suite-table.md" >"$out/suite.txt" 2>&1
+    cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    cat "$out/suite-table.md"
+    for t in "$@"; do
+        log "lineage $t"
+        timeout -s INT "${KL_LINEAGE_S:-200}" "$KLINEAGE" --db "$db" --measure record lineage "tasks/$t" \
+            --probes "${KL_PROBES:-2}" >"$out/lineage-$t.txt" 2>&1
+        echo "exit $?"
+        grep -v '^\[' "$out/lineage-$t.txt" | tail -5; tail -25 "$out/lineage-$t.txt"
+        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    done
+    ;;
 *)
     echo "usage: $0 check|suite|lineage TASK…" >&2
     exit 2

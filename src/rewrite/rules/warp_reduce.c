@@ -142,11 +142,10 @@ static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uin
 
 static bool kernel_block(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
 {
+    /* the launches of the file first (they give the block exactly, and show a 2-D one); the
+     * __launch_bounds__ only when the file never launches the kernel (it is an upper bound) */
     TSNode lb = kl_ast_child_of_type(fn, "launch_bounds");
     char w[200] = "";
-    if (!ts_node_is_null(lb) && ts_node_named_child_count(lb) >= 1 &&
-        kl_const_eval(ctx->src, fn, ts_node_named_child(lb, 0), false, bs, w, sizeof w))
-        return true;
     kl_launch_sites ls;
     if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) {
         kl_snprintf(why, wn, "out of memory");
@@ -172,6 +171,9 @@ static bool kernel_block(const kl_rule_ctx *ctx, TSNode fn, const char *name, in
     }
     kl_launch_sites_release(&ls);
     if (ok && n == 0) {
+        if (!ts_node_is_null(lb) && ts_node_named_child_count(lb) >= 1 &&
+            kl_const_eval(ctx->src, fn, ts_node_named_child(lb, 0), false, bs, w, sizeof w))
+            return true;
         kl_snprintf(why, wn, "%s has no __launch_bounds__ and the file never launches it: the block size is unknown",
                     name);
         ok = false;

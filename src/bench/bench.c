@@ -294,7 +294,8 @@ char *kl_bench_markdown(const char *rows_json)
         json_t *met = json_object_get(r, "target_met");
         json_t *got = json_object_get(r, "target_got");
         if (json_is_boolean(met))
-            kl_strbuf_addf(&sb, " %s (%.3g) |\n", json_is_true(met) ? "yes" : "no", json_number_value(got));
+            kl_strbuf_addf(&sb, kind && !strcmp(kind, "gbps") ? " %s (%.0f GB/s) |\n" : " %s (%.3f) |\n",
+                           json_is_true(met) ? "yes" : "no", json_number_value(got));
         else
             kl_strbuf_adds(&sb, " – |\n");
     }

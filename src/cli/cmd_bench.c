@@ -30,7 +30,10 @@ KL_CMD(bench)
     for (int i = 1; i < argc; i++) {
         int r = cli_measure_option(cli, argc, argv, &i, &m);
         if (r < 0) return KL_EXIT_USAGE;
-        if (r > 0) continue;
+        if (r > 0) { /* it moved i past its option; the loop's i++ must not skip one more */
+            i--;
+            continue;
+        }
         const char *a = argv[i];
         if (!strcmp(a, "--expert")) {
             expert = true;

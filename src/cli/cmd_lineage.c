@@ -71,7 +71,10 @@ KL_CMD(lineage)
         const char *v;
         int r = cli_measure_option(cli, argc, argv, &i, &m);
         if (r < 0) return KL_EXIT_USAGE;
-        if (r > 0) continue;
+        if (r > 0) { /* it moved i past its option; the loop's i++ must not skip one more */
+            i--;
+            continue;
+        }
         if ((v = value_of(argc, argv, &i, "--expert"))) {
             expert = v;
         } else if ((v = value_of(argc, argv, &i, "--rewriter"))) {

@@ -728,7 +728,7 @@ extern "C" int kl_rt_ceilings_measure(unsigned reps, kl_rt_ceilings *out)
         out->tensor_tflops = m > 0 ? flops / ((double)m * 1e-3) / 1e12 : 0;
     }
     out->reps = reps;
-done:
+done:; /* an empty statement: a label directly before a directive is not C++ before C++23 */
 #undef CKC
     if (s) cudaStreamDestroy(s);
     cudaFree(a);

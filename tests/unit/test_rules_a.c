@@ -16,6 +16,7 @@
 #include "rewrite/rules/rules.h"
 #include "syntax/affine.h"
 #include "util/util.h"
+#include "rules_golden.h"
 
 static const char *const golden_dirs[] = {"unroll", "launch-bounds", "fast-math"};
 
@@ -131,53 +132,6 @@ static void const_eval_reads_macros_and_dim3(void **state)
 
 /* ---- golden files --------------------------------------------------------------------------- */
 
-typedef struct op {
-    bool remove;
-    char name[64], site[128], params[256];
-} op;
-
-/* "apply unroll@k:9 factor=4" */
-static bool parse_op(const char *s, op *o)
-{
-    memset(o, 0, sizeof *o);
-    while (*s == ' ') s++;
-    if (kl_str_starts(s, "apply ")) s += 6;
-    else if (kl_str_starts(s, "remove ")) s += 7, o->remove = true;
-    else return false;
-    const char *at = strchr(s, '@');
-    if (!at || (size_t)(at - s) >= sizeof o->name) return false;
-    memcpy(o->name, s, (size_t)(at - s));
-    s = at + 1;
-    size_t n = strcspn(s, " |\n");
-    if (n >= sizeof o->site) return false;
-    memcpy(o->site, s, n);
-    s += n;
-    kl_strbuf sb = KL_STRBUF_INIT;
-    kl_strbuf_addc(&sb, '{');
-    while (*s == ' ') {
-        while (*s == ' ') s++;
-        if (!*s || *s == '|' || *s == '\n') break;
-        size_t m = strcspn(s, " |\n");
-        const char *eq = memchr(s, '=', m);
-        if (!eq) break;
-        kl_strbuf_addf(&sb, "%s\"%.*s\":\"%.*s\"", sb.len > 1 ? "," : "", (int)(eq - s), s, (int)(m - (size_t)(eq - s) - 1),
-                       eq + 1);
-        s += m;
-    }
-    kl_strbuf_addc(&sb, '}');
-    kl_snprintf(o->params, sizeof o->params, "%s", kl_strbuf_str(&sb));
-    kl_strbuf_release(&sb);
-    return true;
-}
-
-static char *rewrite(const char *name, const char *text, const op *o, kl_error *err)
-{
-    char *out = NULL, *note = NULL;
-    kl_status st = kl_rules_rewrite(name, text, strlen(text), NULL, o->name, o->site, o->remove, o->remove ? NULL : o->params,
-                                    &out, &note, err);
-    free(note);
-    return st == KL_OK ? out : NULL;
-}
 
 static bool nvcc_present(void)
 {
@@ -240,7 +194,7 @@ static void golden_transform(const char *transform)
         if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
         const char *bar = strchr(hdr, '|');
         bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        char *got = rewrite(before, btext, &fwd, &err);
+        char *got = rewrite_op(before, btext, &fwd, &err);
         if (!got) fail_msg("%s: %s", before, err.message);
         if (update) {
             assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
@@ -253,7 +207,7 @@ static void golden_transform(const char *transform)
         }
         /* round trip: the reverse operation gives back the original */
         if (has_back) {
-            char *again = rewrite(after, got, &back, &err);
+            char *again = rewrite_op(after, got, &back, &err);
             if (!again) fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply",
                                  back.name, back.site, err.message);
             if (strcmp(again, btext)) {

@@ -19,56 +19,10 @@
 #include "klineage/rewrite.h"
 #include "rewrite/rules/rules.h"
 #include "util/util.h"
+#include "rules_golden.h"
 
 /* ---- running operations ------------------------------------------------------------------------ */
 
-typedef struct op {
-    bool remove;
-    char name[64], site[128], params[256];
-} op;
-
-/* "apply warp-reduce@k:9 shuffle=down" */
-static bool parse_op(const char *s, op *o)
-{
-    memset(o, 0, sizeof *o);
-    while (*s == ' ') s++;
-    if (kl_str_starts(s, "apply ")) s += 6;
-    else if (kl_str_starts(s, "remove ")) s += 7, o->remove = true;
-    else return false;
-    const char *at = strchr(s, '@');
-    if (!at || (size_t)(at - s) >= sizeof o->name) return false;
-    memcpy(o->name, s, (size_t)(at - s));
-    s = at + 1;
-    size_t n = strcspn(s, " |\n");
-    if (n >= sizeof o->site) return false;
-    memcpy(o->site, s, n);
-    s += n;
-    kl_strbuf sb = KL_STRBUF_INIT;
-    kl_strbuf_addc(&sb, '{');
-    while (*s == ' ') {
-        while (*s == ' ') s++;
-        if (!*s || *s == '|' || *s == '\n') break;
-        size_t m = strcspn(s, " |\n");
-        const char *eq = memchr(s, '=', m);
-        if (!eq) break;
-        kl_strbuf_addf(&sb, "%s\"%.*s\":\"%.*s\"", sb.len > 1 ? "," : "", (int)(eq - s), s,
-                       (int)(m - (size_t)(eq - s) - 1), eq + 1);
-        s += m;
-    }
-    kl_strbuf_addc(&sb, '}');
-    kl_snprintf(o->params, sizeof o->params, "%s", kl_strbuf_str(&sb));
-    kl_strbuf_release(&sb);
-    return true;
-}
-
-static char *rewrite(const char *name, const char *text, const op *o, kl_error *err)
-{
-    char *out = NULL, *note = NULL;
-    kl_status st = kl_rules_rewrite(name, text, strlen(text), NULL, o->name, o->site, o->remove,
-                                    o->remove ? NULL : o->params, &out, &note, err);
-    free(note);
-    return st == KL_OK ? out : NULL;
-}
 
 static const char *nvcc_path(void)
 {
@@ -158,7 +112,7 @@ static void golden_transform(const char *transform)
         if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, transform);
         const char *bar = strchr(hdr, '|');
         bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        char *got = rewrite(before, btext, &fwd, &err);
+        char *got = rewrite_op(before, btext, &fwd, &err);
         if (!got) fail_msg("%s: %s", before, err.message);
         if (update) {
             assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
@@ -176,7 +130,7 @@ static void golden_transform(const char *transform)
             continue;
         }
         trips++;
-        char *again = rewrite(after, got, &back, &err);
+        char *again = rewrite_op(after, got, &back, &err);
         if (!again)
             fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
                      back.site, err.message);
@@ -299,7 +253,7 @@ static void warp_reduce_removes_from_experts(void **state)
         op o = {.remove = true};
         kl_snprintf(o.name, sizeof o.name, "warp-reduce");
         kl_snprintf(o.site, sizeof o.site, "%s", id);
-        char *got = rewrite("expert.cu", text, &o, &err);
+        char *got = rewrite_op("expert.cu", text, &o, &err);
         if (!got) fail_msg("%s: %s", tasks[t], err.message);
         assert_null(strstr(got, "__shfl_xor_sync"));
         assert_non_null(strstr(got, "for (int s = blockDim.x / 2; s > 0; s >>= 1)"));
@@ -390,7 +344,7 @@ static void warp_reduce_says_why_not(void **state)
     kl_snprintf(o.site, sizeof o.site, "%s", id);
     kl_snprintf(o.params, sizeof o.params, "{\"shuffle\":\"down\"}");
     kl_error err = {0};
-    char *got = rewrite("t.cu", text, &o, &err);
+    char *got = rewrite_op("t.cu", text, &o, &err);
     if (!got) fail_msg("%s", err.message);
     assert_non_null(strstr(got, "__shfl_down_sync(0xffffffff, kl_v, o)"));
     assert_non_null(strstr(got, "__shared__ float kl_warp[8];"));
@@ -435,7 +389,7 @@ static void vectorize_experts_and_naives(void **state)
                 kl_snprintf(o.name, sizeof o.name, "vectorize");
                 kl_snprintf(o.site, sizeof o.site, "%s", json_string_value(json_object_get(s, "site")));
                 kl_snprintf(o.params, sizeof o.params, "{}");
-                char *got = rewrite(task, text, &o, &err);
+                char *got = rewrite_op(task, text, &o, &err);
                 if (!got) fail_msg("%s %s: %s", task, o.site, err.message);
                 if (pass == 1) assert_non_null(strstr(got, "reinterpret_cast<const float4*>"));
                 char name[128];

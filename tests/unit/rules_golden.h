@@ -1,0 +1,63 @@
+/* The golden-file tests of the rules catalog share this: an operation line
+ * ("apply vectorize@k:9 width=2", "remove unroll@k:12") and running it through
+ * kl_rules_rewrite. Header-only: each test is one executable. */
+#ifndef KL_TEST_RULES_GOLDEN_H
+#define KL_TEST_RULES_GOLDEN_H
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "util/util.h"
+
+typedef struct op {
+    bool remove;
+    char name[64], site[128], params[256];
+} op;
+
+/* "apply restrict@k:9 ldg=1": an operation and its parameters (as a JSON object of strings) */
+static inline bool parse_op(const char *s, op *o)
+{
+    memset(o, 0, sizeof *o);
+    while (*s == ' ') s++;
+    if (kl_str_starts(s, "apply ")) s += 6;
+    else if (kl_str_starts(s, "remove ")) s += 7, o->remove = true;
+    else return false;
+    const char *at = strchr(s, '@');
+    if (!at || (size_t)(at - s) >= sizeof o->name) return false;
+    memcpy(o->name, s, (size_t)(at - s));
+    s = at + 1;
+    size_t n = strcspn(s, " |\n");
+    if (n >= sizeof o->site) return false;
+    memcpy(o->site, s, n);
+    s += n;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addc(&sb, '{');
+    while (*s == ' ') {
+        while (*s == ' ') s++;
+        if (!*s || *s == '|' || *s == '\n') break;
+        size_t m = strcspn(s, " |\n");
+        const char *eq = memchr(s, '=', m);
+        if (!eq) break;
+        kl_strbuf_addf(&sb, "%s\"%.*s\":\"%.*s\"", sb.len > 1 ? "," : "", (int)(eq - s), s,
+                       (int)(m - (size_t)(eq - s) - 1), eq + 1);
+        s += m;
+    }
+    kl_strbuf_addc(&sb, '}');
+    kl_snprintf(o->params, sizeof o->params, "%s", kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return true;
+}
+
+static inline char *rewrite_op(const char *name, const char *text, const op *o, kl_error *err)
+{
+    char *out = NULL, *note = NULL;
+    kl_status st = kl_rules_rewrite(name, text, strlen(text), NULL, o->name, o->site, o->remove,
+                                    o->remove ? NULL : o->params, &out, &note, err);
+    free(note);
+    return st == KL_OK ? out : NULL;
+}
+
+#endif

@@ -74,6 +74,9 @@ typedef struct kl_lineage_options {
     kl_prepare_fn prepare;        /* optional (live runs: kl_lineage_gate_prepare, same user) */
     unsigned max_steps;           /* 0: 64 */
     unsigned probes;              /* extra shapes per step for condition probing; 0: none */
+    double probe_min_gain;        /* probe only steps whose gain (t(simpler)/t(optimized)) is at
+                                     least this; 0: probe every step. A step within noise pays
+                                     nothing, and each probe is a full gate call. */
     const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */
     bool restart;                 /* forget a stored walk of the same expert and start again */
     volatile sig_atomic_t *interrupt; /* set (e.g. by SIGINT) to stop between judgements */

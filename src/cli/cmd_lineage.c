@@ -65,6 +65,7 @@ KL_CMD(lineage)
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
     unsigned probes = 4, max_steps = 0;
+    double probe_min_gain = 1.02;
     bool restart = false, no_skills = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
@@ -83,6 +84,11 @@ KL_CMD(lineage)
             rw_config = v;
         } else if ((v = value_of(argc, argv, &i, "--probes"))) {
             if (!parse_uint(v, &probes)) return cli_usage_error(cli, "--probes takes a count, not '%s'", v);
+        } else if ((v = value_of(argc, argv, &i, "--probe-min-gain"))) {
+            char *end;
+            probe_min_gain = strtod(v, &end);
+            if (*v == '\0' || *end || probe_min_gain < 0 || probe_min_gain > 100)
+                return cli_usage_error(cli, "--probe-min-gain takes a ratio such as 1.02, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
             if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
         } else if (!strcmp(argv[i], "--restart")) {
@@ -147,6 +153,7 @@ KL_CMD(lineage)
     if (!m.replay) lo.prepare = kl_lineage_gate_prepare; /* compile each version's proposals in parallel */
     lo.max_steps = max_steps;
     lo.probes = probes;
+    lo.probe_min_gain = probe_min_gain;
     lo.restart = restart;
     lo.interrupt = &stop_requested;
     lo.progress = on_progress;

@@ -278,7 +278,10 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
     json_object_set_new(pr, "count", json_integer((json_int_t)json_array_size(probes)));
     json_object_set_new(pr, "failures", json_integer(failures));
     json_object_set_new(pr, "shapes", pshapes);
-    if (failures == 0) {
+    const char *skipped = json_string_value(json_object_get(s, "probe_skipped"));
+    if (skipped) {
+        json_object_set_new(pr, "note", json_string(skipped));
+    } else if (failures == 0) {
         char note[160];
         kl_snprintf(note, sizeof note, "probed on %zu shape(s); no failure found", json_array_size(probes));
         json_object_set_new(pr, "note", json_string(note));

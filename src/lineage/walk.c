@@ -364,7 +364,14 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         json_array_append_new(rejected, o);
     }
 
-    if (w->opt->probes) {
+    double sp = json_number_value(json_object_get(step, "speedup"));
+    double gain = sp > 0 ? 1.0 / sp : 0; /* t(child) / t(parent): what the optimization gives */
+    if (w->opt->probes && w->opt->probe_min_gain > 0 && gain < w->opt->probe_min_gain) {
+        char why[160];
+        kl_snprintf(why, sizeof why, "not probed: the gain (%.3fx) is below %.2fx", gain, w->opt->probe_min_gain);
+        json_object_set_new(step, "probe_skipped", json_string(why));
+        progress(w, KL_WALK_PROBE, version, 0, 0, "%s: %s", doc_str(step, "transform"), why);
+    } else if (w->opt->probes) {
         progress(w, KL_WALK_PROBE, version, 0, w->opt->probes, "probing %s", doc_str(step, "transform"));
         st = probe_step(w, step, text, child, version);
         if (st != KL_OK) {

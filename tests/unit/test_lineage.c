@@ -349,6 +349,32 @@ static void probing_learns_divisibility_and_cards_carry_it(void **state)
     free(doc);
 }
 
+/* Steps that gain less than --probe-min-gain are not probed, and say so; the others are. */
+static void probing_skips_steps_within_the_gain_floor(void **state)
+{
+    fixture *f = *state;
+    fake_judge fj = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = options(f, &fj, &flag);
+    o.restart = true;
+    o.probes = 2;
+    o.probe_min_gain = 1.6; /* beta gains 1.5: skipped; alpha 2.0 and delta 3.0: probed */
+    char *doc = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_lineage_walk(f->task, &o, &doc, &err), KL_OK);
+    json_t *d = json_loads(doc, 0, NULL);
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(d, "steps"), i, s) {
+        const char *t = json_string_value(json_object_get(s, "transform"));
+        bool skipped = json_object_get(s, "probe_skipped") != NULL;
+        assert_int_equal(skipped, !strcmp(t, "beta"));
+        assert_int_equal(json_array_size(json_object_get(s, "probes")), skipped ? 0 : 2);
+    }
+    json_decref(d);
+    free(doc);
+}
+
 static void merge_keeps_agreement_and_shows_contradictions(void **state)
 {
     (void)state;
@@ -404,6 +430,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(walk_is_deterministic, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_resumes_after_interruption_at_every_point, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_learns_divisibility_and_cards_carry_it, setup, teardown),
+        cmocka_unit_test_setup_teardown(probing_skips_steps_within_the_gain_floor, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

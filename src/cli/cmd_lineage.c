@@ -193,6 +193,15 @@ KL_CMD(lineage)
     }
     rc = cli_measure_finish(cli, &m);
 cleanup:
+    if (rw && !cli->quiet) { /* what the rewriter spent (requests and tokens for llm) */
+        kl_rewriter_usage u;
+        kl_rewriter_usage_get(rw, &u);
+        cli_measure_printf(&m, stderr,
+                           "rewriter %s: %u proposal request(s), %u endpoint/program call(s), %u from the cache, "
+                           "%llu tokens in, %llu out, %.1f s\n",
+                           kl_rewriter_name(rw), u.proposals, u.requests, u.cached, (unsigned long long)u.tokens_in,
+                           (unsigned long long)u.tokens_out, u.wall_s);
+    }
     free(doc);
     kl_rewriter_free(rw);
     kl_gate_close(gate);

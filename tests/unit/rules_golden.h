@@ -4,6 +4,7 @@
 #ifndef KL_TEST_RULES_GOLDEN_H
 #define KL_TEST_RULES_GOLDEN_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,42 @@ static inline char *rewrite_op(const char *name, const char *text, const op *o, 
                                     o->remove ? NULL : o->params, &out, &note, err);
     free(note);
     return st == KL_OK ? out : NULL;
+}
+
+static int golden_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The golden cases in dir: every NAME.before.cu, sorted. Free each name and the array. */
+static inline char **golden_names(const char *dir, unsigned *n)
+{
+    DIR *d = opendir(dir);
+    if (!d) fail_msg("%s: cannot open the golden folder", dir);
+    char **names = NULL;
+    struct dirent *e;
+    *n = 0;
+    while ((e = readdir(d))) {
+        if (!kl_str_ends(e->d_name, ".before.cu")) continue;
+        names = realloc(names, (*n + 1) * sizeof *names);
+        names[(*n)++] = kl_strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, *n, sizeof *names, golden_cmp);
+    return names;
+}
+
+/* The rewrite of `before` gave `got`: write it as the golden `after` (KL_UPDATE_GOLDEN=1), or
+ * fail unless it is byte for byte the golden. */
+static inline void golden_expect(const char *before, const char *after, const char *got)
+{
+    kl_error err = {0};
+    if (getenv("KL_UPDATE_GOLDEN") && !strcmp(getenv("KL_UPDATE_GOLDEN"), "1")) {
+        assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
+        return;
+    }
+    char *want = NULL;
+    size_t wlen;
+    if (kl_file_read(after, 0, &want, &wlen, &err) != KL_OK) fail_msg("%s: %s", after, err.message);
+    if (strcmp(want, got)) fail_msg("%s: the result differs from %s:\n%s", before, after, got);
+    free(want);
 }
 
 #endif

@@ -104,7 +104,6 @@ static void compile_all(void **state)
 
 /* ---- golden files ------------------------------------------------------------------------------- */
 
-static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void golden_transform(const char *transform)
 {
@@ -112,19 +111,8 @@ static void golden_transform(const char *transform)
     assert_non_null(data);
     char dirpath[1024];
     kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
-    DIR *d = opendir(dirpath);
-    assert_non_null(d);
-    bool update = getenv("KL_UPDATE_GOLDEN") && !strcmp(getenv("KL_UPDATE_GOLDEN"), "1");
-    struct dirent *e;
-    char **names = NULL;
     unsigned nn = 0;
-    while ((e = readdir(d))) {
-        if (!kl_str_ends(e->d_name, ".before.cu")) continue;
-        names = realloc(names, (nn + 1) * sizeof *names);
-        names[nn++] = kl_strdup(e->d_name);
-    }
-    closedir(d);
-    qsort(names, nn, sizeof *names, cmp_names);
+    char **names = golden_names(dirpath, &nn);
     for (unsigned ci = 0; ci < nn; ci++) {
         char before[1200], after[1200];
         kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
@@ -144,15 +132,7 @@ static void golden_transform(const char *transform)
         char *got = rewrite_op(before, btext, &fwd, &err);
         if (!got) fail_msg("%s: %s", before, err.message);
         if (!strcmp(got, btext)) fail_msg("%s: the rewrite changed nothing", before);
-        if (update) {
-            assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
-        } else {
-            char *want = NULL;
-            size_t wlen;
-            if (kl_file_read(after, 0, &want, &wlen, &err) != KL_OK) fail_msg("%s: %s", after, err.message);
-            if (strcmp(want, got)) fail_msg("%s: the result differs from %s:\n%s", before, after, got);
-            free(want);
-        }
+        golden_expect(before, after, got);
         queue_compile(after);
         /* round trip */
         char *again = rewrite_op(after, got, &back, &err);

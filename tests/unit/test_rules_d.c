@@ -83,18 +83,8 @@ static void golden_transform(const char *transform)
     assert_non_null(data);
     char dirpath[1024];
     kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
-    DIR *d = opendir(dirpath);
-    assert_non_null(d);
-    bool update = getenv("KL_UPDATE_GOLDEN") && !strcmp(getenv("KL_UPDATE_GOLDEN"), "1");
-    struct dirent *e;
-    char **names = NULL, **afters = NULL;
     unsigned nn = 0, trips = 0;
-    while ((e = readdir(d))) {
-        if (!kl_str_ends(e->d_name, ".before.cu")) continue;
-        names = realloc(names, (nn + 1) * sizeof *names);
-        names[nn++] = kl_strdup(e->d_name);
-    }
-    closedir(d);
+    char **names = golden_names(dirpath, &nn), **afters = NULL;
     afters = calloc(nn ? nn : 1, sizeof *afters);
     for (unsigned ci = 0; ci < nn; ci++) {
         char before[1200], after[1200];
@@ -114,15 +104,7 @@ static void golden_transform(const char *transform)
         bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
         char *got = rewrite_op(before, btext, &fwd, &err);
         if (!got) fail_msg("%s: %s", before, err.message);
-        if (update) {
-            assert_int_equal(kl_file_write(after, got, strlen(got), &err), KL_OK);
-        } else {
-            char *want = NULL;
-            size_t wlen;
-            if (kl_file_read(after, 0, &want, &wlen, &err) != KL_OK) fail_msg("%s: %s", after, err.message);
-            if (strcmp(want, got)) fail_msg("%s: the result differs from %s:\n%s", before, after, got);
-            free(want);
-        }
+        golden_expect(before, after, got);
         /* the round trip: the reverse gives back the original, or at least the site the other way */
         if (!has_back) {
             free(got);

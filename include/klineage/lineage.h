@@ -79,6 +79,8 @@ typedef struct kl_lineage_options {
                                      nothing, and each probe is a full gate call. */
     const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */
     bool restart;                 /* forget a stored walk of the same expert and start again */
+    bool full;                    /* strategy "full": judge every proposal at every version;
+                                     false: "lazy" (docs/lineage.md, "Strategy") */
     volatile sig_atomic_t *interrupt; /* set (e.g. by SIGINT) to stop between judgements */
     kl_walk_progress_fn progress;
     void *progress_user;
@@ -90,7 +92,7 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
 
 /* The stored lineage of a task's expert (kind "lineage"), new string, or KL_ERR_NOT_FOUND. */
 kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expert_path, const char *rewriter,
-                          char **doc_json, kl_error *err);
+                          bool full, char **doc_json, kl_error *err);
 
 /* Render a lineage document as a Markdown table, root to expert, with the gain of each step
  * (new string, free()). */

@@ -66,7 +66,7 @@ KL_CMD(lineage)
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
     unsigned probes = 4, max_steps = 0;
     double probe_min_gain = 1.02;
-    bool restart = false, no_skills = false;
+    bool restart = false, no_skills = false, full = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -91,6 +91,10 @@ KL_CMD(lineage)
                 return cli_usage_error(cli, "--probe-min-gain takes a ratio such as 1.02, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
             if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
+        } else if ((v = value_of(argc, argv, &i, "--strategy"))) {
+            if (strcmp(v, "lazy") && strcmp(v, "full"))
+                return cli_usage_error(cli, "--strategy is lazy or full, not '%s'", v);
+            full = !strcmp(v, "full");
         } else if (!strcmp(argv[i], "--restart")) {
             restart = true;
         } else if (!strcmp(argv[i], "--no-skills")) {
@@ -154,6 +158,7 @@ KL_CMD(lineage)
     lo.max_steps = max_steps;
     lo.probes = probes;
     lo.probe_min_gain = probe_min_gain;
+    lo.full = full;
     lo.restart = restart;
     lo.interrupt = &stop_requested;
     lo.progress = on_progress;

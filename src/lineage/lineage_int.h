@@ -10,7 +10,8 @@
 #define KL_LINEAGE_FORMAT "klineage-lineage-1"
 
 /* The store key of a walk: task name, expert text, rewriter. hex: 64 + NUL. */
-void kl_lineage_key(const kl_task *task, const char *expert_text, const char *rewriter, char hex[KL_HASH_HEX]);
+void kl_lineage_key(const kl_task *task, const char *expert_text, const char *rewriter, bool full,
+                    char hex[KL_HASH_HEX]);
 
 /* Probing (probe.c). The probe shapes for a task: sizes not divisible by vector widths or
  * tiles, tiny, fewer rows than SMs, rows shorter than a warp — at most max, each within

@@ -37,13 +37,15 @@ static void progress(const walk *w, kl_walk_event ev, unsigned version, unsigned
 
 static bool interrupted(const walk *w) { return w->opt->interrupt && *w->opt->interrupt; }
 
-void kl_lineage_key(const kl_task *task, const char *expert_text, const char *rewriter, char hex[KL_HASH_HEX])
+void kl_lineage_key(const kl_task *task, const char *expert_text, const char *rewriter, bool full,
+                    char hex[KL_HASH_HEX])
 {
     kl_hasher *h = kl_hasher_new();
     kl_hasher_parts(h, KL_LINEAGE_FORMAT);
     kl_hasher_parts(h, task->name);
     kl_hasher_parts(h, expert_text);
     kl_hasher_parts(h, rewriter);
+    if (full) kl_hasher_parts(h, "strategy=full"); /* lazy walks keep the key they always had */
     kl_hasher_finish(h, hex);
 }
 
@@ -227,7 +229,156 @@ cleanup:
     return st;
 }
 
-/* One version: propose, judge, choose. *moved false when nothing could be admitted. */
+/* A proposal's identity: its transform, where its edit starts in the version's text and a
+ * hash of what it removes and inserts (the edit is the span between the longest common
+ * prefix and suffix of parent and child). Site ids carry line numbers and sites may look
+ * alike (every `#pragma unroll`), so neither alone identifies a proposal across versions;
+ * when a step is taken, every other estimate's offset is moved by that step's edit
+ * (shift_estimates), and estimates whose edit overlaps it are dropped. */
+static void edit_span(const char *parent, const char *child, size_t *start, size_t *pend, size_t *cend)
+{
+    size_t pl = strlen(parent), cl = strlen(child), p = 0, s = 0;
+    while (p < pl && p < cl && parent[p] == child[p]) p++;
+    while (s < pl - p && s < cl - p && parent[pl - 1 - s] == child[cl - 1 - s]) s++;
+    *start = p, *pend = pl - s, *cend = cl - s;
+}
+
+static void proposal_id_at(const char *transform, size_t start, const char *removed, size_t rlen,
+                           const char *inserted, size_t ilen, char *buf, size_t size)
+{
+    kl_hasher *h = kl_hasher_new();
+    kl_hasher_parts(h, transform);
+    char *x = kl_strndup(removed, rlen), *y = kl_strndup(inserted, ilen);
+    kl_hasher_parts(h, x ? x : "");
+    kl_hasher_parts(h, y ? y : "");
+    free(x), free(y);
+    char hex[KL_HASH_HEX];
+    kl_hasher_finish(h, hex);
+    kl_snprintf(buf, size, "%s@%zu:%.16s", transform, start, hex);
+}
+
+static void proposal_id(const char *transform, const char *parent, const char *child, char *buf, size_t size)
+{
+    size_t a, pe, ce;
+    edit_span(parent, child, &a, &pe, &ce);
+    proposal_id_at(transform, a, parent + a, pe - a, child + a, ce - a, buf, size);
+}
+
+/* After the step parent -> child: keep the estimates whose edits lie wholly before or after
+ * the step's edit, their offsets moved to the child's text. */
+static void shift_estimates(walk *w, const char *parent, const char *child)
+{
+    json_t *est = json_object_get(w->doc, "estimates");
+    if (!est) return;
+    size_t a, pe, ce;
+    edit_span(parent, child, &a, &pe, &ce);
+    json_int_t delta = (json_int_t)ce - (json_int_t)pe;
+    json_t *moved = json_object();
+    const char *key;
+    json_t *e;
+    json_object_foreach(est, key, e) {
+        json_int_t s0 = json_integer_value(json_object_get(e, "start"));
+        json_int_t s1 = json_integer_value(json_object_get(e, "end"));
+        if (s1 <= (json_int_t)a) {
+            json_object_set(moved, key, e);
+        } else if (s0 >= (json_int_t)pe) {
+            json_t *c = json_deep_copy(e);
+            json_object_set_new(c, "start", json_integer(s0 + delta));
+            json_object_set_new(c, "end", json_integer(s1 + delta));
+            const char *at = strchr(key, '@'), *colon = at ? strchr(at, ':') : NULL;
+            char nk[256];
+            if (at && colon)
+                kl_snprintf(nk, sizeof nk, "%.*s@%lld%s", (int)(at - key), key, (long long)(s0 + delta), colon);
+            else
+                kl_snprintf(nk, sizeof nk, "%s", key);
+            json_object_set_new(moved, nk, c);
+        }
+    }
+    json_object_set_new(w->doc, "estimates", moved);
+}
+
+/* One proposal of a version while it is being decided. */
+typedef struct prop {
+    const kl_candidate *c;
+    char id[160];
+    size_t start, end;      /* the edit's span in the version's text */
+    unsigned n_child;
+    json_t *fresh;      /* judged at this version (owned), or NULL */
+    const json_t *est;  /* the latest judgement from an earlier version (borrowed), or NULL */
+} prop;
+
+/* Judge proposal c against the version text; o receives the record (pass, verdict, speedup …). */
+static kl_status judge_prop(walk *w, unsigned version, const char *text, const char *name, prop *pp,
+                            unsigned index, unsigned n)
+{
+    const kl_candidate *c = pp->c;
+    json_t *o = json_object();
+    json_object_set_new(o, "version", json_integer(version));
+    json_object_set_new(o, "transform", json_string(c->transform));
+    json_object_set_new(o, "site", json_string(c->site));
+    json_object_set_new(o, "note", json_string(c->note));
+    json_t *params = json_loads(c->params_json, 0, NULL);
+    json_object_set_new(o, "params", params ? params : json_object());
+    json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
+    if (feat) json_object_set_new(o, "features", feat);
+    kl_judgement j;
+    kl_status st = judge(w, w->task, c->source, name, text, true, &j);
+    if (st != KL_OK) {
+        json_decref(o);
+        return st;
+    }
+    if (j.unmeasured) {
+        json_decref(o);
+        return kl_error_set(w->err, KL_ERR_UNMEASURED, "%s@%s: no recorded verdict: %s", c->transform, c->site,
+                            j.reason);
+    }
+    json_t *jj = judgement_json(&j);
+    json_object_update(o, jj);
+    json_decref(jj);
+    json_object_set_new(o, "recognized", json_integer(pp->n_child));
+    json_object_set_new(o, "id", json_string(pp->id));
+    if (j.pass)
+        progress(w, KL_WALK_JUDGED, version, index, n, "%s@%s admitted (parent/child time %.3f)", c->transform,
+                 c->site, j.speedup);
+    else
+        progress(w, KL_WALK_JUDGED, version, index, n, "%s@%s rejected at %s: %s", c->transform, c->site, j.stage,
+                 j.reason);
+    /* the latest judgement of this proposal, for later versions (lazy strategy) */
+    json_t *est = json_object_get(w->doc, "estimates");
+    if (!est) {
+        est = json_object();
+        json_object_set_new(w->doc, "estimates", est);
+    }
+    json_t *e = json_object();
+    json_object_set_new(e, "version", json_integer(version));
+    json_object_set_new(e, "pass", json_boolean(j.pass));
+    if (j.speedup >= 0) json_object_set_new(e, "speedup", json_real(j.speedup));
+    json_object_set_new(e, "transform", json_string(c->transform));
+    json_object_set_new(e, "site", json_string(c->site));
+    json_object_set_new(e, "start", json_integer((json_int_t)pp->start));
+    json_object_set_new(e, "end", json_integer((json_int_t)pp->end));
+    json_object_set(est, pp->id, e);
+    json_decref(e);
+    pp->fresh = o;
+    return KL_OK;
+}
+
+/* The judgement that ranks a proposal now: fresh, else the estimate. */
+static const json_t *prop_view(const prop *p) { return p->fresh ? p->fresh : p->est; }
+static bool prop_pass(const prop *p)
+{
+    const json_t *v = prop_view(p);
+    return v && json_is_true(json_object_get(v, "pass"));
+}
+
+/* One version: propose, judge, choose. *moved false when nothing could be admitted.
+ *
+ * Strategy "full" judges every proposal at every version. Strategy "lazy" (the default)
+ * judges every proposal it has never judged; a proposal judged at an earlier version keeps
+ * that judgement as an estimate and is judged again, against this version, only when it
+ * becomes the best candidate (lazy greedy: the admitted step is always a fresh judgement
+ * and the best of all fresh judgements and estimates). Proposals rejected earlier are judged
+ * again before the walk concludes that nothing more can be removed. */
 static kl_status walk_version(walk *w, unsigned version, bool *moved)
 {
     *moved = false;
@@ -255,45 +406,25 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         json_array_append_new(rejected, o);
     }
 
-    if (w->opt->prepare && props.count) {
-        const char **names = calloc(props.count, sizeof *names), **texts = calloc(props.count, sizeof *texts);
-        char (*buf)[128] = calloc(props.count, sizeof *buf);
-        if (names && texts && buf) {
-            for (unsigned i = 0; i < props.count; i++) {
-                version_name(w->task, props.items[i].source, buf[i], sizeof buf[i]);
-                names[i] = buf[i];
-                texts[i] = props.items[i].source;
-            }
-            kl_error perr = {0};
-            /* a failure here is not the walk's: each judgement reports its own compile */
-            (void)w->opt->prepare(w->opt->judge_user, w->task, props.count, names, texts, &perr);
-        }
-        free(names), free(texts), free(buf);
-    }
-
     json_t *admitted = json_array();
+    prop *pp = calloc(props.count ? props.count : 1, sizeof *pp);
+    unsigned np = 0;
+    if (!pp) {
+        st = kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    /* simpler? (one recognized optimization fewer) */
+    json_t *estimates = json_object_get(w->doc, "estimates");
     for (unsigned i = 0; i < props.count; i++) {
-        if (interrupted(w)) {
-            st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
-            goto cleanup;
-        }
         const kl_candidate *c = &props.items[i];
-        json_t *o = json_object();
-        json_object_set_new(o, "version", json_integer(version));
-        json_object_set_new(o, "transform", json_string(c->transform));
-        json_object_set_new(o, "site", json_string(c->site));
-        json_object_set_new(o, "note", json_string(c->note));
-        json_t *params = json_loads(c->params_json, 0, NULL);
-        json_object_set_new(o, "params", params ? params : json_object());
-        json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
-        if (feat) json_object_set_new(o, "features", feat);
         unsigned n_child = 0;
         st = recognized(w, c->source, name, &n_child, NULL);
-        if (st != KL_OK) {
-            json_decref(o);
-            goto cleanup;
-        }
+        if (st != KL_OK) goto cleanup;
         if (n_child >= n_here) {
+            json_t *o = json_object();
+            json_object_set_new(o, "version", json_integer(version));
+            json_object_set_new(o, "transform", json_string(c->transform));
+            json_object_set_new(o, "site", json_string(c->site));
             json_object_set_new(o, "stage", json_string("simpler"));
             char why[160];
             kl_snprintf(why, sizeof why, "not simpler: %u recognized optimizations after, %u before", n_child, n_here);
@@ -302,34 +433,114 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
             progress(w, KL_WALK_JUDGED, version, i + 1, props.count, "%s@%s rejected: %s", c->transform, c->site, why);
             continue;
         }
-        kl_judgement j;
-        st = judge(w, w->task, c->source, name, text, true, &j);
-        if (st != KL_OK) {
-            json_decref(o);
-            goto cleanup;
-        }
-        if (j.unmeasured) {
-            json_decref(o);
-            st = kl_error_set(w->err, KL_ERR_UNMEASURED, "%s@%s: no recorded verdict: %s", c->transform, c->site,
-                              j.reason);
-            goto cleanup;
-        }
-        json_t *jj = judgement_json(&j);
-        json_object_update(o, jj);
-        json_decref(jj);
-        json_object_set_new(o, "recognized", json_integer(n_child));
-        json_object_set_new(o, "source", json_string(c->source));
-        if (j.pass) {
-            json_array_append_new(admitted, o);
-            progress(w, KL_WALK_JUDGED, version, i + 1, props.count, "%s@%s admitted (parent/child time %.3f)",
-                     c->transform, c->site, j.speedup);
-        } else {
-            json_object_del(o, "source");
-            json_array_append_new(rejected, o);
-            progress(w, KL_WALK_JUDGED, version, i + 1, props.count, "%s@%s rejected at %s: %s", c->transform,
-                     c->site, j.stage, j.reason);
+        prop *p = &pp[np++];
+        p->c = c;
+        p->n_child = n_child;
+        proposal_id(c->transform, text, c->source, p->id, sizeof p->id);
+        size_t pe_, ce_;
+        edit_span(text, c->source, &p->start, &pe_, &ce_);
+        p->end = pe_;
+        if (!w->opt->full && estimates) {
+            const json_t *e = json_object_get(estimates, p->id);
+            /* only judgements from earlier versions are estimates; one from this version
+             * (a resumed walk) is simply judged again and found in the verdict cache */
+            if (e && json_integer_value(json_object_get(e, "version")) < (json_int_t)version) p->est = e;
         }
     }
+
+    /* compile what will be judged now, in parallel */
+    if (w->opt->prepare && np) {
+        const char **names = calloc(np, sizeof *names), **texts = calloc(np, sizeof *texts);
+        char (*buf)[128] = calloc(np, sizeof *buf);
+        unsigned m = 0;
+        if (names && texts && buf) {
+            for (unsigned i = 0; i < np; i++) {
+                if (pp[i].est) continue;
+                version_name(w->task, pp[i].c->source, buf[m], sizeof buf[m]);
+                names[m] = buf[m];
+                texts[m] = pp[i].c->source;
+                m++;
+            }
+            kl_error perr = {0};
+            /* a failure here is not the walk's: each judgement reports its own compile */
+            if (m) (void)w->opt->prepare(w->opt->judge_user, w->task, m, names, texts, &perr);
+        }
+        free(names), free(texts), free(buf);
+    }
+
+    unsigned judged = 0, reused = 0;
+    for (unsigned i = 0; i < np; i++) {
+        if (pp[i].est) continue;
+        if (interrupted(w)) {
+            st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
+            goto cleanup;
+        }
+        st = judge_prop(w, version, text, name, &pp[i], i + 1, np);
+        if (st != KL_OK) goto cleanup;
+        judged++;
+    }
+    /* lazy: judge the best candidate again until the best is a fresh judgement */
+    for (;;) {
+        prop *best = NULL;
+        for (unsigned i = 0; i < np; i++)
+            if (prop_pass(&pp[i]) && (!best || better(prop_view(&pp[i]), prop_view(best)))) best = &pp[i];
+        if (!best) {
+            /* nothing passes as far as we know: judge again what was rejected earlier */
+            bool any = false;
+            for (unsigned i = 0; i < np; i++) {
+                if (pp[i].fresh) continue;
+                if (interrupted(w)) {
+                    st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
+                    goto cleanup;
+                }
+                st = judge_prop(w, version, text, name, &pp[i], i + 1, np);
+                if (st != KL_OK) goto cleanup;
+                judged++, any = true;
+            }
+            if (!any) break;
+            continue;
+        }
+        if (best->fresh) break;
+        if (interrupted(w)) {
+            st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
+            goto cleanup;
+        }
+        st = judge_prop(w, version, text, name, best, (unsigned)(best - pp) + 1, np);
+        if (st != KL_OK) goto cleanup;
+        judged++;
+    }
+    json_t *not_judged = json_array();
+    for (unsigned i = 0; i < np; i++) {
+        if (pp[i].fresh) {
+            json_t *o = pp[i].fresh;
+            pp[i].fresh = NULL;
+            if (json_is_true(json_object_get(o, "pass"))) {
+                json_object_set_new(o, "source", json_string(pp[i].c->source));
+                json_array_append_new(admitted, o);
+            } else {
+                json_array_append_new(rejected, o);
+            }
+        } else if (pp[i].est) {
+            json_t *o = json_object();
+            json_object_set_new(o, "transform", json_string(pp[i].c->transform));
+            json_object_set_new(o, "site", json_string(pp[i].c->site));
+            json_object_set_new(o, "estimate_from", json_object_get(pp[i].est, "version")
+                                                        ? json_deep_copy(json_object_get(pp[i].est, "version"))
+                                                        : json_null());
+            if (json_object_get(pp[i].est, "speedup"))
+                json_object_set_new(o, "speedup", json_deep_copy(json_object_get(pp[i].est, "speedup")));
+            json_object_set_new(o, "pass", json_deep_copy(json_object_get(pp[i].est, "pass")));
+            json_array_append_new(not_judged, o);
+            reused++;
+        }
+    }
+    json_object_set_new(cur, "judged", json_integer(judged));
+    if (json_array_size(not_judged))
+        json_object_set_new(cur, "estimated", not_judged);
+    else
+        json_decref(not_judged);
+    if (reused)
+        progress(w, KL_WALK_PROPOSALS, version, 0, np, "%u judged, %u ranked by earlier judgements", judged, reused);
 
     if (json_array_size(admitted) == 0) goto cleanup;
     json_t *best = NULL;
@@ -380,6 +591,7 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         }
     }
 
+    shift_estimates(w, text, child);
     json_t *v = json_object();
     char hex[KL_HASH_HEX];
     kl_hash_hex(child, strlen(child), hex);
@@ -393,6 +605,9 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
              doc_str(step, "transform"), doc_str(step, "site"));
     *moved = true;
 cleanup:
+    if (pp)
+        for (unsigned i = 0; i < np; i++) json_decref(pp[i].fresh);
+    free(pp);
     json_decref(admitted);
     kl_candidates_free(&props);
     return st;
@@ -424,6 +639,7 @@ static kl_status load_or_start(walk *w, const char *expert_name, const char *exp
     json_object_set_new(w->doc, "task_dir", json_string(w->task->dir));
     json_object_set_new(w->doc, "expert", json_string(expert_name));
     json_object_set_new(w->doc, "rewriter", json_string(kl_rewriter_name(w->opt->rewriter)));
+    json_object_set_new(w->doc, "strategy", json_string(w->opt->full ? "full" : "lazy"));
     json_object_set_new(w->doc, "state", json_string("walking"));
     json_t *bench = json_object();
     for (unsigned k = 0; k < w->task->nsizes; k++)
@@ -498,7 +714,7 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
         naive_path = kl_task_path(task, task->naive);
         KL_TRY(kl_file_read(naive_path, KL_SOURCE_MAX, &naive_text, NULL, err));
     }
-    kl_lineage_key(task, expert_text, kl_rewriter_name(opt->rewriter), w.key);
+    kl_lineage_key(task, expert_text, kl_rewriter_name(opt->rewriter), opt->full, w.key);
     KL_TRY(load_or_start(&w, expert_path, expert_text));
     progress(&w, KL_WALK_START, 0, 0, 0, "walking %s from %s (%zu step(s) stored)", task->name, expert_path,
              json_array_size(json_object_get(w.doc, "steps")));
@@ -533,7 +749,7 @@ cleanup:
 }
 
 kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expert_path, const char *rewriter,
-                          char **doc_json, kl_error *err)
+                          bool full, char **doc_json, kl_error *err)
 {
     char *path = expert_path ? kl_strdup(expert_path) : task->expert ? kl_task_path(task, task->expert) : NULL;
     if (!path) return kl_error_set(err, KL_ERR_INVALID, "%s: no expert kernel", task->dir);
@@ -542,7 +758,7 @@ kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expe
     free(path);
     if (st != KL_OK) return st;
     char key[KL_HASH_HEX];
-    kl_lineage_key(task, text, rewriter, key);
+    kl_lineage_key(task, text, rewriter, full, key);
     free(text);
     return kl_store_get(store, "lineage", key, doc_json, err);
 }

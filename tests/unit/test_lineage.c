@@ -171,6 +171,7 @@ static void walk_removes_cheapest_first_and_keeps_rejections(void **state)
     fake_judge fj = {0};
     volatile sig_atomic_t flag = 0;
     kl_lineage_options o = options(f, &fj, &flag);
+    o.full = true; /* every proposal at every version */
     char *doc = NULL;
     kl_error err = {0};
     kl_status st = kl_lineage_walk(f->task, &o, &doc, &err);
@@ -216,6 +217,51 @@ static void walk_removes_cheapest_first_and_keeps_rejections(void **state)
     assert_non_null(strstr(md, "3.00x"));
     free(md);
     free(doc);
+}
+
+/* Lazy (the default): the same lineage as full, with fewer judgements; a proposal judged at
+ * an earlier version is ranked by that judgement and judged again only when it ranks best;
+ * one rejected earlier is judged again before the walk gives up. */
+static void lazy_walk_takes_the_same_steps_with_fewer_judgements(void **state)
+{
+    fixture *f = *state;
+    fake_judge full = {0}, lazy = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = options(f, &full, &flag);
+    o.full = true;
+    char *d_full = NULL, *d_lazy = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_lineage_walk(f->task, &o, &d_full, &err), KL_OK);
+    o = options(f, &lazy, &flag);
+    assert_int_equal(kl_lineage_walk(f->task, &o, &d_lazy, &err), KL_OK);
+    char a[256], b[256];
+    step_names(d_full, a, sizeof a);
+    step_names(d_lazy, b, sizeof b);
+    assert_string_equal(a, b);
+    /* full: 4 + 3 + 2 + 1 proposals; lazy: 4 at the expert, then one per version
+     * (alpha, delta: each judged again when it ranks best; gamma at the root, where it
+     * is all that is left) */
+    assert_int_equal(full.calls - lazy.calls, 3);
+    json_t *d = json_loads(d_lazy, 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(d, "strategy")), "lazy");
+    json_t *v1 = json_array_get(json_object_get(d, "versions"), 1);
+    assert_int_equal(json_integer_value(json_object_get(v1, "judged")), 1);
+    /* at version 1, delta and gamma were ranked by their judgements at version 0 */
+    json_t *est = json_object_get(v1, "estimated");
+    assert_int_equal(json_array_size(est), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(est, 0), "estimate_from")), 0);
+    unsigned gamma = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(d, "rejected"), i, r)
+        if (!strcmp(json_string_value(json_object_get(r, "transform")), "gamma")) gamma++;
+    assert_int_equal(gamma, 2); /* at the expert, and again at the root before giving up */
+    json_decref(d);
+    /* the two walks are stored under different keys: both are there */
+    char *again = NULL;
+    assert_int_equal(kl_lineage_load(f->store, f->task, NULL, "command", true, &again, &err), KL_OK);
+    free(again);
+    free(d_full), free(d_lazy);
 }
 
 static void walk_is_deterministic(void **state)
@@ -427,6 +473,7 @@ int main(void)
         cmocka_unit_test(hunk_shows_the_changed_lines_with_context),
         cmocka_unit_test(merge_keeps_agreement_and_shows_contradictions),
         cmocka_unit_test_setup_teardown(walk_removes_cheapest_first_and_keeps_rejections, setup, teardown),
+        cmocka_unit_test_setup_teardown(lazy_walk_takes_the_same_steps_with_fewer_judgements, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_is_deterministic, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_resumes_after_interruption_at_every_point, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_learns_divisibility_and_cards_carry_it, setup, teardown),

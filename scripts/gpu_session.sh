@@ -80,8 +80,48 @@ final)
         cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
     done
     ;;
+variants)
+    # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
+    # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
+    summary() {
+        python3 - "$@" <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    try:
+        d = json.load(open(f))
+    except Exception as e:
+        print(f"{f}: unreadable ({e})"); continue
+    p = d.get("stages", {}).get("profile", {}) or {}
+    c = p.get("candidate", {}) or {}
+    fr = p.get("fraction", {}) or {}
+    ok = d.get("pass", d.get("ok"))
+    why = "" if ok else (d.get("reason") or d.get("summary") or "")
+    print(f"{f.split('/')[-1]:<34} pass={ok} median_ms={c.get('median_ms')} gbps={p.get('gbps')} "
+          f"tflops={p.get('tflops')} bw={fr.get('bandwidth')} compute={fr.get('compute')} x_naive={p.get('speedup')} {why}")
+PY
+    }
+    for t in ${*:-blur histogram sgemm}; do
+        log "variants $t"
+        files=("tasks/$t/expert.cu" tasks/$t/variants/*.cu)
+        timeout 240 "$KLINEAGE" --db "$db" --measure record gate "tasks/$t" "${files[@]}" --json \
+            >"$out/variants-$t.json" 2>"$out/variants-$t.err"
+        echo "exit $?"; tail -3 "$out/variants-$t.err"
+        python3 -c "
+import json,sys
+t=open('$out/variants-$t.json').read()
+dec=json.JSONDecoder(); i=0; n=0
+while i < len(t):
+    while i < len(t) and t[i].isspace(): i+=1
+    if i>=len(t): break
+    o,j=dec.raw_decode(t,i); i=j; n+=1
+    json.dump(o,open('$out/v-$t-%02d.json'%n,'w'))
+"
+        summary "$out"/v-$t-*.json
+        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    done
+    ;;
 *)
-    echo "usage: $0 check|suite|lineage TASK…" >&2
+    echo "usage: $0 check|suite|lineage|variants TASK…" >&2
     exit 2
     ;;
 esac

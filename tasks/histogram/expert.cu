@@ -1,8 +1,10 @@
 // histogram, expert: 256-bin histogram of n u8 values.
 //
 // Optimizations (each marked where it sits):
-//  - privatize: per-block shared histogram, incremented with shared-memory atomics and
-//    merged into the global bins with one atomicAdd per non-empty bin per block
+//  - privatize: per-block shared histogram with one copy of every bin per lane of a warp,
+//    interleaved (bin b of lane l at hist[b * 32 + l]): a warp's 32 atomics always fall in
+//    32 different banks, whatever the values; the copies are summed and merged into the
+//    global bins with one atomicAdd per non-empty bin per block
 //  - vectorize: 16-byte loads (uint4 = 16 values), with a scalar tail (and a scalar
 //    path if x is not 16-byte aligned)
 //  - grid-stride: a grid sized to fill the GPU once, so the merge cost is paid by few blocks
@@ -13,6 +15,7 @@
 #include <stdint.h>
 
 constexpr int BINS = 256;
+constexpr int LANES = 32;                    // copies of each bin: one per lane of a warp
 // block-size
 constexpr int THREADS = 512;                 // threads per block
 constexpr int VEC = 16;                      // u8 values per 16-byte load
@@ -22,20 +25,21 @@ constexpr int BLOCKS_PER_SM = 4;             // 4 x 512 threads fill an SM
 // Count the four bytes of one 32-bit word.
 __device__ __forceinline__ void count_word(unsigned w, int* hist)
 {
-    atomicAdd(&hist[w & 0xffu], 1);
-    atomicAdd(&hist[(w >> 8) & 0xffu], 1);
-    atomicAdd(&hist[(w >> 16) & 0xffu], 1);
-    atomicAdd(&hist[(w >> 24) & 0xffu], 1);
+    atomicAdd(&hist[(w & 0xffu) * LANES], 1);
+    atomicAdd(&hist[((w >> 8) & 0xffu) * LANES], 1);
+    atomicAdd(&hist[((w >> 16) & 0xffu) * LANES], 1);
+    atomicAdd(&hist[((w >> 24) & 0xffu) * LANES], 1);
 }
 
 // launch-bounds
 __global__ void __launch_bounds__(THREADS)
 histogram_kernel(const uint8_t* __restrict__ x, int32_t* __restrict__ bins, int n, bool aligned)  // restrict
 {
-    // privatize: per-block shared histogram
-    __shared__ int hist[BINS];
-    for (int b = threadIdx.x; b < BINS; b += THREADS) hist[b] = 0;
+    // privatize: per-block shared histogram, a copy per lane, interleaved
+    __shared__ int hists[BINS * LANES];
+    for (int b = threadIdx.x; b < BINS * LANES; b += THREADS) hists[b] = 0;
     __syncthreads();
+    int* hist = hists + threadIdx.x % LANES;
 
     const size_t stride = (size_t)gridDim.x * THREADS;
     const size_t gtid = (size_t)blockIdx.x * THREADS + threadIdx.x;
@@ -65,12 +69,15 @@ histogram_kernel(const uint8_t* __restrict__ x, int32_t* __restrict__ bins, int 
         count_word(q.w, hist);
     }
     // Scalar tail: the last n % VEC values, or everything when x is not aligned.
-    for (size_t j = n16 * VEC + gtid; j < (size_t)n; j += stride) atomicAdd(&hist[x[j]], 1);
+    for (size_t j = n16 * VEC + gtid; j < (size_t)n; j += stride) atomicAdd(&hist[x[j] * LANES], 1);
     __syncthreads();
 
     // Merge: one global atomic per non-empty bin of this block.
+    // Thread b sums bin b's copies starting at lane b % 32, so a warp's reads hit 32 banks.
     for (int b = threadIdx.x; b < BINS; b += THREADS) {
-        const int count = hist[b];
+        int count = 0;
+#pragma unroll 8
+        for (int l = 0; l < LANES; l++) count += hists[b * LANES + (l + b) % LANES];
         if (count != 0) atomicAdd(&bins[b], count);
     }
 }

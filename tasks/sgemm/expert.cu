@@ -13,6 +13,8 @@
 //    while the current one is multiplied, one barrier per k-tile
 //  - smem-pad: +4 columns in the transposed A tile against bank conflicts on its stores
 //    (4, not 1, keeps the float4 reads aligned)
+//  - swizzle: blocks grouped 8 block-rows at a time, so the blocks in flight together share
+//    A and B tiles in L2 (float4 path)
 //  - unroll, launch-bounds, restrict
 // Edges: loads outside A or B give zeros, stores outside C are skipped, so any M, N, K works.
 #include <cuda_runtime.h>
@@ -27,6 +29,7 @@ constexpr int THREADS = (BM / TM) * (BN / TN);  // 256
 constexpr int VEC = 4;                       // floats per 16-byte access
 constexpr int PAD_A = 4;                     // extra columns of the transposed A tile
 constexpr int MIN_BLOCKS = 2;                // blocks per SM the register budget must allow
+constexpr int GROUP = 8;                     // block-rows per swizzle group
 
 static_assert(BM * BK == THREADS * VEC, "one float4 of A per thread per tile");
 static_assert(BK * BN == THREADS * VEC, "one float4 of B per thread per tile");
@@ -47,7 +50,16 @@ sgemm_tiled(const float* __restrict__ A, const float* __restrict__ B, float* __r
     const int tid = threadIdx.x;
     const int tx = tid % (BN / TN);          // 0..15: column quadrant index
     const int ty = tid / (BN / TN);          // 0..15: row quadrant index
-    const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    if (VECTOR) {
+        // swizzle: blocks launched close in time share rows of A and columns of B in L2
+        // (GROUP block-rows per group, walked column by column; the scalar path, for
+        // shapes that are not multiples of 4, keeps the plain order: no register to spare)
+        const unsigned pid = blockIdx.y * gridDim.x + blockIdx.x, width = GROUP * gridDim.x;
+        const unsigned first_m = pid / width * GROUP, gsize = min(gridDim.y - first_m, (unsigned)GROUP);
+        m0 = (int)(first_m + pid % width % gsize) * BM;
+        n0 = (int)(pid % width / gsize) * BN;
+    }
 
     // Which float4 of each tile this thread fetches.
     const int a_row = tid / (BK / VEC), a_k = (tid % (BK / VEC)) * VEC;

@@ -80,6 +80,31 @@ final)
         cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
     done
     ;;
+record)
+    # One call that records what the docs need, with at most 8 files back: the archive,
+    # one log, the tables, and a tarball of the per-task logs.
+    #   KL_SUITE_S, KL_RULES_S, KL_LINEAGE_S (seconds per walk) bound each part.
+    log "suite" | tee -a "$out/record.log"
+    timeout "${KL_SUITE_S:-150}" "$KLINEAGE" --db "$db" --measure record bench --expert \
+        --vendor "${KL_VENDOR:-$here/.carry/vendor.json}" -o "$out/suite-table.md" >"$out/suite.txt" 2>&1
+    echo "exit $?" | tee -a "$out/record.log"
+    cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    log "rules sequences" | tee -a "$out/record.log"
+    timeout "${KL_RULES_S:-90}" python3 scripts/rules_sequences.py --klineage "$KLINEAGE" --measure record \
+        --out /tmp/rules-seq >>"$out/record.log" 2>&1
+    cp -f /tmp/rules-seq/table.md "$out/rules-table.md" 2>/dev/null
+    cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    mkdir -p /tmp/walks
+    for t in "$@"; do
+        log "lineage $t" | tee -a "$out/record.log"
+        timeout -s INT "${KL_LINEAGE_S:-120}" "$KLINEAGE" --db "$db" --measure record lineage "tasks/$t" \
+            --probes "${KL_PROBES:-2}" >"/tmp/walks/lineage-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -30 >>"$out/record.log"
+        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    done
+    tar czf "$out/walks.tgz" -C /tmp walks rules-seq 2>/dev/null
+    ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
     # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
@@ -103,7 +128,7 @@ PY
     for t in ${*:-blur histogram sgemm}; do
         log "variants $t"
         files=("tasks/$t/expert.cu" tasks/$t/variants/*.cu)
-        timeout 240 "$KLINEAGE" --db "$db" --measure record gate "tasks/$t" "${files[@]}" --json \
+        timeout ${KL_VARIANT_S:-240} "$KLINEAGE" --db "$db" --measure record gate "tasks/$t" "${files[@]}" --json \
             >"$out/variants-$t.json" 2>"$out/variants-$t.err"
         echo "exit $?"; tail -3 "$out/variants-$t.err"
         python3 -c "
@@ -116,7 +141,8 @@ while i < len(t):
     o,j=dec.raw_decode(t,i); i=j; n+=1
     json.dump(o,open('$out/v-$t-%02d.json'%n,'w'))
 "
-        summary "$out"/v-$t-*.json
+        summary "$out"/v-$t-*.json | tee -a "$out/variants.txt"
+        rm -f "$out"/v-$t-*.json "$out/variants-$t.json"
         cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
     done
     ;;

@@ -904,7 +904,7 @@ static json_t *worker_job(const judge_ctx *j, const kl_compiled *cand, const kl_
         json_array_append_new(shapes, json_string(t->bench.label));
         json_t *prof = j->opt->no_profile ? json_false()
                                           : json_pack("{s:s, s:i, s:i, s:f, s:i, s:b}", "shape", t->bench.label,
-                                                      "min_reps", 20, "max_reps", 200, "max_seconds", 4.0, "warmup",
+                                                      "min_reps", 20, "max_reps", 200, "max_seconds", 1.5, "warmup",
                                                       3, "flush_l2", 1);
         stages = json_pack("{s:b, s:b, s:b, s:b, s:o}", "correct", 1, "determinism", 1, "integrity", 1, "stream", 1,
                            "profile", prof);
@@ -1003,8 +1003,12 @@ static kl_status run_stages(judge_ctx *j, const kl_child *c, json_t *doc, kl_err
     kl_gate_child_reason(c, how, sizeof how);
     const char *elog = kl_strbuf_str(&c->err);
     size_t elen = strlen(elog);
-    json_object_set_new(doc, "run", json_pack("{s:s, s:f, s:s}", "worker", how, "seconds", c->wall_s, "log",
-                                              elen > LOG_KEEP ? elog + elen - LOG_KEEP : elog));
+    json_t *run = json_pack("{s:s, s:f, s:s}", "worker", how, "seconds", c->wall_s, "log",
+                            elen > LOG_KEEP ? elog + elen - LOG_KEEP : elog);
+    /* where the worker's time went (its own clock; the rest of seconds is its start and exit) */
+    json_t *timings = json_object_get(res, "timings");
+    if (run && json_is_object(timings)) json_object_set(run, "timings", timings);
+    json_object_set_new(doc, "run", run);
     if (json_is_object(json_object_get(res, "device")))
         json_object_update_missing(json_object_get(doc, "device"), json_object_get(res, "device"));
 cleanup:
@@ -1022,7 +1026,9 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
     kl_child c;
     kl_child_init(&c);
     kl_gate_source srcs[2] = {{j->cand_name, j->cand_text}, {j->base_name, j->base_text}};
+    double t_start = kl_now(), t_compile = 0, t_check = 0, t_runtime = 0;
     KL_TRY(kl_gate_compile_many(gate, j->task, j->base_text && !j->builtin ? 2 : 1, srcs, objs, err));
+    t_compile = kl_now() - t_start;
     if (objs[1] && !objs[1]->ok) {
         st = kl_error_set(err, KL_ERR_COMPILE, "the baseline does not compile: %s",
                           objs[1]->error ? objs[1]->error : "nvcc failed");
@@ -1045,12 +1051,17 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
         goto finish;
     }
     kl_error oerr = {0};
-    if (kl_object_check(objs[0]->object, &oerr) != KL_OK) {
+    double t = kl_now();
+    kl_status ost = kl_object_check(objs[0]->object, &oerr);
+    t_check = kl_now() - t;
+    if (ost != KL_OK) {
         json_object_set_new(cj, "ok", json_false());
         json_object_set_new(cj, "reason", json_string(oerr.message));
         goto finish;
     }
+    t = kl_now();
     KL_TRY(ensure_runtime(gate, j->arch, err));
+    t_runtime = kl_now() - t;
     json_t *job = worker_job(j, objs[0], objs[1], false);
     job_text = job ? json_dumps(job, JSON_COMPACT) : NULL;
     json_decref(job);
@@ -1059,8 +1070,16 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
         goto cleanup;
     }
     double timeout = j->opt->timeout_s > 0 ? j->opt->timeout_s : gate->run_timeout_s;
+    t = kl_now();
     KL_TRY(run_worker(gate, job_text, timeout, &c, err));
+    double t_worker = kl_now() - t;
     KL_TRY(run_stages(j, &c, doc, err));
+    json_t *run = json_object_get(doc, "run");
+    if (json_is_object(run))
+        json_object_set_new(run, "parent",
+                            json_pack("{s:f, s:f, s:f, s:f, s:f}", "compile", t_compile, "object_check", t_check,
+                                      "runtime", t_runtime, "worker", t_worker, "until_worker_done",
+                                      kl_now() - t_start));
     bool passed = true;
     for (unsigned i = 0; i < kl_gate_stage_count; i++) {
         json_t *s = json_object_get(stages, kl_gate_stage_names[i]);

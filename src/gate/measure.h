@@ -86,4 +86,37 @@ double kl_quantile_sorted(const double *sorted, unsigned n, double p);
  */
 bool kl_stats_settled(const double *x, unsigned n, unsigned min_n, double rel_tol);
 
+/*
+ * The median's estimated standard error relative to the median: 1.2533 * sigma / sqrt(n) /
+ * median, with sigma estimated robustly as IQR / 1.349 (exact for a normal distribution;
+ * outliers past the quartiles do not inflate it). INFINITY when n < 2 or the median is not
+ * positive; 0 when the middle half of the samples are equal.
+ */
+double kl_stats_median_rse(const kl_stats *st);
+
+/* The profile loop's stopping rule (docs/gate-worker.md, profile). */
+typedef enum kl_profile_stop {
+    KL_PROFILE_GO_ON = 0,
+    KL_PROFILE_SETTLED,      /* n >= min_reps and every series' median_rse <= settle_rel */
+    KL_PROFILE_MAX_REPS,     /* n >= max_reps */
+    KL_PROFILE_MAX_SECONDS   /* elapsed >= max_seconds and n >= KL_PROFILE_FLOOR_REPS */
+} kl_profile_stop;
+
+#define KL_PROFILE_FLOOR_REPS 3 /* the fewest repetitions a time limit may leave */
+
+typedef struct kl_profile_rule {
+    unsigned min_reps, max_reps;
+    double max_seconds, settle_rel;
+} kl_profile_rule;
+
+/*
+ * Whether to stop after n repetitions of each of nseries series (series[k][0..n)), elapsed
+ * seconds into the timed loop. Settled is checked first, then max_reps, then max_seconds.
+ * *worst_rse (may be NULL) receives the largest median_rse of the series (INFINITY when
+ * one cannot be computed). Pure: no clock, no allocation beyond a sorted copy.
+ */
+kl_profile_stop kl_profile_should_stop(const kl_profile_rule *rule, const double *const *series, unsigned nseries,
+                                       unsigned n, double elapsed, double *worst_rse);
+const char *kl_profile_stop_name(kl_profile_stop s); /* "settled", "max_reps", "max_seconds", "" */
+
 #endif

@@ -77,6 +77,14 @@ static struct rt_state {
 
     char err[1024];
     char err_name[96];
+
+    /* batched windows (kl_rt_batch_*) */
+    unsigned batch_max, batch_n;
+    int batch_on, window_on;
+    uint64_t *win_begin, *win_end; /* CUPTI timestamps of each window */
+    unsigned win_cap;
+    cudaEvent_t *bev;              /* events: 2 per window, created on demand and kept */
+    unsigned bev_n;
 } g = {0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, KL_RT_TIMER_NONE, 0, PTHREAD_MUTEX_INITIALIZER,
        NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0}, {0}};
 
@@ -246,6 +254,7 @@ extern "C" void kl_rt_fini(void)
     }
     cublas_unload();
     if (g.inited) {
+        for (unsigned i = 0; i < g.bev_n; i++) cudaEventDestroy(g.bev[i]);
         cudaFree(g.flush_buf);
         cudaEventDestroy(g.ev0);
         cudaEventDestroy(g.ev1);
@@ -257,6 +266,13 @@ extern "C" void kl_rt_fini(void)
     g.recs = NULL;
     g.nrecs = g.caprecs = 0;
     pthread_mutex_unlock(&g.mu);
+    free(g.bev);
+    free(g.win_begin);
+    free(g.win_end);
+    g.bev = NULL;
+    g.win_begin = g.win_end = NULL;
+    g.bev_n = g.win_cap = g.batch_max = g.batch_n = 0;
+    g.batch_on = g.window_on = 0;
     g.inited = 0;
     g.timer = KL_RT_TIMER_NONE;
 }
@@ -577,6 +593,39 @@ static int cmp_rec(const void *a, const void *b)
     return (x->start > y->start) - (x->start < y->start);
 }
 
+/* The union of the intervals of r[0..n) (sorted by start), their plain sum, the last ends. */
+static void measure_records(const rt_record *r, size_t n, kl_rt_timing *out)
+{
+    uint64_t busy = 0, sum = 0, cur_s = 0, cur_e = 0;
+    for (size_t i = 0; i < n; i++) {
+        const rt_record *x = &r[i];
+        sum += x->end - x->start;
+        if (i == 0 || x->start > cur_e) {
+            busy += cur_e - cur_s;
+            cur_s = x->start;
+            cur_e = x->end;
+        } else if (x->end > cur_e) {
+            cur_e = x->end;
+        }
+        if (x->end > out->last_end_ns) out->last_end_ns = x->end;
+        if (x->is_kernel && x->end > out->last_kernel_end_ns) out->last_kernel_end_ns = x->end;
+    }
+    busy += cur_e - cur_s;
+    out->records = (unsigned)n;
+    out->first_start_ns = n ? r[0].start : 0;
+    out->ms = (double)busy * 1e-6;
+    out->sum_ms = (double)sum * 1e-6;
+}
+
+/* With g.mu held: KL_RT_OK, or an error when CUPTI dropped records (the time would be short). */
+static int records_lost(void)
+{
+    if (!g.dropped && !g.rec_oom) return KL_RT_OK;
+    set_err("", "CUPTI lost %zu activity records%s; the time would be too short", g.dropped,
+            g.rec_oom ? " (out of host memory)" : "");
+    return KL_RT_ERR_CUDA;
+}
+
 extern "C" int kl_rt_timer_end(kl_rt_timing *out)
 {
     NEED_INIT();
@@ -599,32 +648,141 @@ extern "C" int kl_rt_timer_end(kl_rt_timing *out)
     CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
     pthread_mutex_lock(&g.mu);
-    int rc = KL_RT_OK;
-    if (g.dropped || g.rec_oom) {
-        set_err("", "CUPTI lost %zu activity records%s; the time would be too short", g.dropped,
-                g.rec_oom ? " (out of host memory)" : "");
-        rc = KL_RT_ERR_CUDA;
-    } else {
+    int rc = records_lost();
+    if (rc == KL_RT_OK) {
         qsort(g.recs, g.nrecs, sizeof *g.recs, cmp_rec);
-        uint64_t busy = 0, sum = 0, cur_s = 0, cur_e = 0;
-        for (size_t i = 0; i < g.nrecs; i++) {
-            const rt_record *x = &g.recs[i];
-            sum += x->end - x->start;
-            if (i == 0 || x->start > cur_e) {
-                busy += cur_e - cur_s;
-                cur_s = x->start;
-                cur_e = x->end;
-            } else if (x->end > cur_e) {
-                cur_e = x->end;
-            }
-            if (x->end > out->last_end_ns) out->last_end_ns = x->end;
-            if (x->is_kernel && x->end > out->last_kernel_end_ns) out->last_kernel_end_ns = x->end;
+        measure_records(g.recs, g.nrecs, out);
+    }
+    pthread_mutex_unlock(&g.mu);
+    return rc;
+}
+
+/* ---- batched windows ------------------------------------------------------------------------- */
+
+extern "C" int kl_rt_batch_begin(unsigned max_windows)
+{
+    NEED_INIT();
+    if (g.timer == KL_RT_TIMER_NONE) {
+        set_err("", "kl_rt_batch_begin before kl_rt_timer_init");
+        return KL_RT_ERR_INVALID;
+    }
+    if (max_windows == 0) {
+        set_err("", "kl_rt_batch_begin: a batch needs room for at least one window");
+        return KL_RT_ERR_INVALID;
+    }
+    if (max_windows > g.win_cap) {
+        uint64_t *b = (uint64_t *)realloc(g.win_begin, max_windows * sizeof *b);
+        if (b) g.win_begin = b;
+        uint64_t *e = b ? (uint64_t *)realloc(g.win_end, max_windows * sizeof *e) : NULL;
+        if (e) g.win_end = e;
+        if (!b || !e) {
+            set_err("", "out of host memory for %u timing windows", max_windows);
+            return KL_RT_ERR_NOMEM;
         }
-        busy += cur_e - cur_s;
-        out->records = (unsigned)g.nrecs;
-        out->first_start_ns = g.nrecs ? g.recs[0].start : 0;
-        out->ms = (double)busy * 1e-6;
-        out->sum_ms = (double)sum * 1e-6;
+        g.win_cap = max_windows;
+    }
+    if (g.timer == KL_RT_TIMER_EVENTS && 2 * max_windows > g.bev_n) {
+        cudaEvent_t *ev = (cudaEvent_t *)realloc(g.bev, 2 * (size_t)max_windows * sizeof *ev);
+        if (!ev) {
+            set_err("", "out of host memory for %u timing windows", max_windows);
+            return KL_RT_ERR_NOMEM;
+        }
+        g.bev = ev;
+        while (g.bev_n < 2 * max_windows) {
+            CK(cudaEventCreate(&g.bev[g.bev_n]), "cudaEventCreate (timing window)");
+            g.bev_n++;
+        }
+    }
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (batch start)");
+    if (g.timer == KL_RT_TIMER_CUPTI) {
+        CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
+        pthread_mutex_lock(&g.mu);
+        g.nrecs = 0;
+        g.dropped = g.incomplete = 0;
+        g.rec_oom = 0;
+        g.window_start = kl_rt_now_ns();
+        pthread_mutex_unlock(&g.mu);
+    }
+    g.batch_max = max_windows;
+    g.batch_n = 0;
+    g.batch_on = 1;
+    g.window_on = 0;
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_batch_open(void)
+{
+    NEED_INIT();
+    if (!g.batch_on || g.window_on || g.batch_n >= g.batch_max) {
+        set_err("", "kl_rt_batch_open: %s", !g.batch_on ? "no batch was begun" : g.window_on ? "a window is already open"
+                                                                                           : "the batch is full");
+        return KL_RT_ERR_INVALID;
+    }
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (window start)");
+    if (g.timer == KL_RT_TIMER_CUPTI) g.win_begin[g.batch_n] = kl_rt_now_ns();
+    else CK(cudaEventRecord(g.bev[2 * g.batch_n], 0), "cudaEventRecord (window start)");
+    g.window_on = 1;
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_batch_close(void)
+{
+    NEED_INIT();
+    if (!g.batch_on || !g.window_on) {
+        set_err("", "kl_rt_batch_close: no window is open");
+        return KL_RT_ERR_INVALID;
+    }
+    if (g.timer == KL_RT_TIMER_EVENTS) CK(cudaEventRecord(g.bev[2 * g.batch_n + 1], 0), "cudaEventRecord (window end)");
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (window end)");
+    if (g.timer == KL_RT_TIMER_CUPTI) g.win_end[g.batch_n] = kl_rt_now_ns();
+    g.window_on = 0;
+    g.batch_n++;
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_batch_end(kl_rt_timing *out, unsigned *n)
+{
+    NEED_INIT();
+    *n = 0;
+    if (!g.batch_on || g.window_on) {
+        set_err("", "kl_rt_batch_end: %s", !g.batch_on ? "no batch was begun" : "a window is still open");
+        return KL_RT_ERR_INVALID;
+    }
+    g.batch_on = 0;
+    unsigned nw = g.batch_n;
+    for (unsigned i = 0; i < nw; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].timer = g.timer;
+    }
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (batch end)");
+    if (g.timer == KL_RT_TIMER_EVENTS) {
+        for (unsigned i = 0; i < nw; i++) {
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, g.bev[2 * i], g.bev[2 * i + 1]), "cudaEventElapsedTime");
+            out[i].ms = ms;
+            out[i].sum_ms = ms;
+        }
+        *n = nw;
+        return KL_RT_OK;
+    }
+    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
+    pthread_mutex_lock(&g.mu);
+    int rc = records_lost();
+    if (rc == KL_RT_OK) {
+        qsort(g.recs, g.nrecs, sizeof *g.recs, cmp_rec);
+        /* the windows are in time order and disjoint; a record belongs to the window it
+         * started in (every window is opened and closed on an idle device) */
+        size_t j = 0;
+        for (unsigned i = 0; i < nw; i++) {
+            while (j < g.nrecs && g.recs[j].start < g.win_begin[i]) j++;
+            size_t k = j;
+            while (k < g.nrecs && g.recs[k].start <= g.win_end[i]) k++;
+            measure_records(g.recs + j, k - j, &out[i]);
+            j = k;
+        }
+        *n = nw;
     }
     pthread_mutex_unlock(&g.mu);
     return rc;

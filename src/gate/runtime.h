@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KL_RT_ABI 1 /* kl_rt_abi() returns this; bump on any change below */
+#define KL_RT_ABI 2 /* kl_rt_abi() returns this; bump on any change below */
 
 enum {
     KL_RT_OK = 0,
@@ -122,6 +122,20 @@ int kl_rt_timer_init(int want_cupti, int *timer);
 int kl_rt_timer_begin(void);
 /* Close it: synchronize the device, collect the records, measure. */
 int kl_rt_timer_end(kl_rt_timing *out);
+/*
+ * Batched windows, for many repetitions: CUPTI's buffers are flushed once per batch, not
+ * twice per window (a forced flush costs far more than a short kernel).
+ * kl_rt_batch_begin(max): synchronize the device, flush and drop what was collected, room for
+ * `max` windows. Then, up to `max` times: kl_rt_batch_open() (synchronize the device, mark
+ * the start: a CUPTI timestamp, or an event on the legacy stream), the work, kl_rt_batch_close()
+ * (synchronize the device, mark the end). kl_rt_batch_end(out, &n): flush once and measure each
+ * window as kl_rt_timer_end would (CUPTI: the union of the records that started inside it;
+ * work between windows — restores, L2 flushes — belongs to none). out has room for `max`.
+ */
+int kl_rt_batch_begin(unsigned max_windows);
+int kl_rt_batch_open(void);
+int kl_rt_batch_close(void);
+int kl_rt_batch_end(kl_rt_timing *out, unsigned *n);
 /* A timestamp in the timer's clock (CUPTI's, else CLOCK_MONOTONIC), ns. */
 uint64_t kl_rt_now_ns(void);
 /* Write a buffer of at least twice the L2 size (asynchronously, legacy stream). */

@@ -72,3 +72,42 @@ bool kl_stats_settled(const double *x, unsigned n, unsigned min_n, double rel_to
     free(s);
     return ok;
 }
+
+double kl_stats_median_rse(const kl_stats *st)
+{
+    if (!st || st->n < 2 || !(st->median > 0)) return INFINITY;
+    double sigma = st->iqr / 1.349;
+    return 1.2533 * sigma / sqrt((double)st->n) / st->median;
+}
+
+kl_profile_stop kl_profile_should_stop(const kl_profile_rule *rule, const double *const *series, unsigned nseries,
+                                       unsigned n, double elapsed, double *worst_rse)
+{
+    double worst = 0;
+    if (n < 2 || nseries == 0) worst = INFINITY;
+    for (unsigned k = 0; k < nseries && isfinite(worst); k++) {
+        kl_stats st;
+        if (kl_stats_compute(series[k], n, &st, NULL) != KL_OK) {
+            worst = INFINITY;
+            break;
+        }
+        double r = kl_stats_median_rse(&st);
+        if (!(r <= worst)) worst = r;
+    }
+    if (worst_rse) *worst_rse = worst;
+    if (n >= rule->min_reps && worst <= rule->settle_rel) return KL_PROFILE_SETTLED;
+    if (n >= rule->max_reps) return KL_PROFILE_MAX_REPS;
+    if (elapsed >= rule->max_seconds && n >= KL_PROFILE_FLOOR_REPS) return KL_PROFILE_MAX_SECONDS;
+    return KL_PROFILE_GO_ON;
+}
+
+const char *kl_profile_stop_name(kl_profile_stop s)
+{
+    switch (s) {
+    case KL_PROFILE_SETTLED: return "settled";
+    case KL_PROFILE_MAX_REPS: return "max_reps";
+    case KL_PROFILE_MAX_SECONDS: return "max_seconds";
+    case KL_PROFILE_GO_ON: break;
+    }
+    return "";
+}

@@ -5,6 +5,7 @@
  * reached only through the device runtime (runtime.h), loaded with dlopen.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ typedef struct argset {
     size_t shift;              /* bytes of guard before each tensor (a multiple of 256) */
     int64_t *counts;
     size_t *bytes;
-    void **host;               /* inputs as filled (in, inout); NULL for out */
+    void **host;               /* inputs as filled (in, inout; the input cache's, not owned); NULL for out */
     void **got;                /* outputs as read back (out, inout) */
     void **scratch;            /* inputs as read back for the integrity check */
     dbuf *dev;
@@ -52,12 +53,40 @@ typedef struct argset {
     bool filled;
 } argset;
 
-typedef struct ref_entry {
+/* The inputs of one (shape, seed), filled once per job on the pool, and the reference's
+ * outputs for them (computed once, on the pool, one reference at a time). Guarded by the
+ * worker's cache_mu until `filled` / `ref_done`; read-only afterwards. */
+typedef struct input_entry {
+    struct worker *w;
     const kl_shape *shape;
     uint64_t seed;
-    double **outs;
-    struct ref_entry *next;
-} ref_entry;
+    void **inputs;             /* per argument: host data (in, inout), NULL otherwise */
+    int64_t *counts;
+    unsigned fills_left;       /* tensors still being filled */
+    bool filled, want_ref, ref_queued, ref_done;
+    kl_status fill_st, ref_st;
+    kl_error fill_err, ref_err;
+    double **ref;              /* the reference's outputs (out, inout), once ref_done */
+    struct input_entry *next;
+} input_entry;
+
+/* Where the worker's time goes (seconds; the result's "timings"). */
+typedef struct worker_times {
+    double start;
+    double parse, inputs_start, runtime_load, cuda_init, device_info, cupti_init, stream_create, cublas_init,
+        baseline_load, snapshot, candidate_load, hygiene;
+    double correct, determinism, stream, profile, finish;
+    /* inside the stages */
+    double alloc, release, upload, launch, readback, integrity, compare;
+    double wait_inputs, wait_reference; /* the main thread waiting on the pool */
+    /* the profile stage */
+    double profile_setup, profile_warmup, profile_timed, profile_rse;
+    unsigned profile_reps, profile_batches;
+    const char *profile_stopped;
+    /* on the pool (summed over its threads) */
+    double reference_load, reference_cpu;
+    unsigned fills, references;
+} worker_times;
 
 typedef struct shape_req {
     const kl_shape *shape;
@@ -79,8 +108,20 @@ typedef struct worker {
     unsigned nseeds;
     kl_tolerance tol;
     int timer;
-    ref_entry *refs;
     const char *stage;         /* the stage running, for errors */
+
+    /* host work on the pool: input fills and references (input_entry) */
+    kl_pool *pool;
+    pthread_mutex_t cache_mu;  /* guards the entries' progress fields and times.reference_* */
+    pthread_cond_t cache_cv;   /* an entry was filled or its reference computed */
+    pthread_mutex_t ref_mu;    /* one reference at a time (the task format does not promise a reentrant one) */
+    input_entry *entries;
+    bool ref_load_tried;
+    kl_status ref_load_st;
+    kl_error ref_load_err;
+    bool task_prepared;        /* the task, shapes and seeds were read before CUDA started */
+    bool cancel;               /* the job is over: queued references are skipped (cache_mu) */
+    worker_times tm;
 
     bool integrity_on;
     unsigned integrity_launches;
@@ -400,8 +441,8 @@ static int launch(worker *w, launcher *L, argset *set)
 static void argset_release(worker *w, argset *s)
 {
     unsigned n = w->task ? w->task->nargs : 0;
+    double t0 = kl_now();
     for (unsigned i = 0; i < n; i++) {
-        if (s->host) free(s->host[i]);
         if (s->got) free(s->got[i]);
         if (s->scratch) free(s->scratch[i]);
         if (s->dev && s->dev[i].base && w->rt_ready) w->rt.free(s->dev[i].base);
@@ -415,6 +456,7 @@ static void argset_release(worker *w, argset *s)
     free(s->scalars);
     free(s->args);
     memset(s, 0, sizeof *s);
+    w->tm.release += kl_now() - t0;
 }
 
 /* Allocate host and device buffers for `shape`, each tensor `shift` bytes into its
@@ -424,6 +466,7 @@ static int argset_init(worker *w, argset *s, const kl_shape *shape, size_t shift
     const kl_task *t = w->task;
     unsigned n = t->nargs;
     kl_error err = {0};
+    double t0 = kl_now();
     memset(s, 0, sizeof *s);
     s->shape = shape;
     s->shift = shift;
@@ -453,9 +496,8 @@ static int argset_init(worker *w, argset *s, const kl_shape *shape, size_t shift
         s->bytes[i] = bytes;
         size_t hb = bytes ? bytes : 1;
         if (a->role != KL_ROLE_OUT) {
-            s->host[i] = malloc(hb);
             s->scratch[i] = malloc(hb);
-            if (!s->host[i] || !s->scratch[i])
+            if (!s->scratch[i])
                 return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s at %s: out of host memory for %zu bytes", a->name,
                             shape->label, bytes);
         }
@@ -475,18 +517,22 @@ static int argset_init(worker *w, argset *s, const kl_shape *shape, size_t shift
         d->ptr = (char *)d->base + shift;
         s->args[i] = d->ptr;
     }
+    w->tm.alloc += kl_now() - t0;
     return 0;
 }
 
-/* Fill the inputs from the task's distributions (host only). */
+static int inputs_get(worker *w, const kl_shape *shape, uint64_t seed, input_entry **out);
+
+/* The inputs from the task's distributions (host only): the input cache's buffers for
+ * (shape, seed), filled once per job. */
 static int argset_fill(worker *w, argset *s, uint64_t seed)
 {
-    kl_error err = {0};
+    input_entry *e;
+    if (inputs_get(w, s->shape, seed, &e)) return -1;
     for (unsigned i = 0; i < w->task->nargs; i++) {
         const kl_arg *a = &w->task->args[i];
         if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_OUT) continue;
-        if (kl_task_fill(w->task, s->shape, i, seed, s->host[i], s->counts[i], &err) != KL_OK)
-            return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+        s->host[i] = e->inputs[i];
     }
     s->seed = seed;
     s->filled = true;
@@ -496,6 +542,7 @@ static int argset_fill(worker *w, argset *s, uint64_t seed)
 /* Device buffers: guards, inputs as filled, outputs poisoned with pass's byte. */
 static int argset_upload(worker *w, argset *s, int pass)
 {
+    double t0 = kl_now();
     for (unsigned i = 0; i < w->task->nargs; i++) {
         const kl_arg *a = &w->task->args[i];
         if (a->dtype == KL_DTYPE_NONE) continue;
@@ -507,17 +554,20 @@ static int argset_upload(worker *w, argset *s, int pass)
             if (rtc(w, w->rt.h2d(d->ptr, s->host[i], d->bytes), "copying an input to the device")) return -1;
         }
     }
+    w->tm.upload += kl_now() - t0;
     return 0;
 }
 
 /* Read the outputs back (after a stream-only synchronize: the readback stream waits for nothing). */
 static int argset_read(worker *w, argset *s)
 {
+    double t0 = kl_now();
     for (unsigned i = 0; i < w->task->nargs; i++) {
         const kl_arg *a = &w->task->args[i];
         if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_IN || !s->bytes[i]) continue;
         if (rtc(w, w->rt.d2h(s->got[i], s->dev[i].ptr, s->bytes[i]), "reading an output back")) return -1;
     }
+    w->tm.readback += kl_now() - t0;
     return 0;
 }
 
@@ -536,6 +586,7 @@ static void integrity_note(worker *w, const char *fmt, ...)
 static int argset_integrity(worker *w, argset *s, const char *who)
 {
     if (!w->integrity_on) return 0;
+    double t0 = kl_now();
     w->integrity_launches++;
     unsigned char guard[2 * GUARD_BYTES + 512];
     for (unsigned i = 0; i < w->task->nargs; i++) {
@@ -566,76 +617,248 @@ static int argset_integrity(worker *w, argset *s, const char *who)
             }
         }
     }
+    w->tm.integrity += kl_now() - t0;
     return 0;
 }
 
 /* Run L on s (already uploaded): launch, synchronize only the worker's stream, read back. */
 static int run_once(worker *w, launcher *L, argset *s)
 {
+    double t0 = kl_now();
     if (rtc(w, w->rt.device_sync(), "synchronizing before the launch")) return -1;
     if (launch(w, L, s)) return -1;
     if (rtc(w, w->rt.stream_sync(w->stream), "synchronizing the launch stream")) return -1;
+    w->tm.launch += kl_now() - t0;
     if (argset_read(w, s)) return -1;
     if (rtc(w, w->rt.device_sync(), "synchronizing the device after the launch")) return -1;
     if (L == &w->cand && argset_integrity(w, s, "candidate")) return -1;
     return 0;
 }
 
-/* ---- the reference ----------------------------------------------------------------------------- */
+/* ---- the input cache: fills and references on the pool --------------------------------------- */
 
-static void refs_free(worker *w)
+static void entry_free(worker *w, input_entry *e)
 {
-    while (w->refs) {
-        ref_entry *e = w->refs;
-        w->refs = e->next;
-        for (unsigned i = 0; i < w->task->nargs; i++) free(e->outs[i]);
-        free(e->outs);
-        free(e);
+    for (unsigned i = 0; i < w->task->nargs; i++) {
+        if (e->inputs) free(e->inputs[i]);
+        if (e->ref) free(e->ref[i]);
     }
+    free(e->inputs);
+    free(e->counts);
+    free(e->ref);
+    free(e);
+}
+
+/* After every pool task has finished (kl_pool_stop). */
+static void inputs_free(worker *w)
+{
+    while (w->entries) {
+        input_entry *e = w->entries;
+        w->entries = e->next;
+        entry_free(w, e);
+    }
+}
+
+/* Build (or find in the cache) and load the task's reference, once; a failure is kept and
+ * reported by the first stage that needs a reference. With ref_mu held, or before the pool
+ * runs anything. */
+static void reference_load(worker *w)
+{
+    double t0 = kl_now();
+    w->ref_load_tried = true;
+    w->ref_load_st = kl_reference_load(w->task, w->cache_dir, &w->ref, &w->ref_load_err);
+    pthread_mutex_lock(&w->cache_mu);
+    w->tm.reference_load += kl_now() - t0;
+    pthread_mutex_unlock(&w->cache_mu);
+}
+
+/* On the pool: the reference at (e->shape, e->seed), one at a time. */
+static void reference_task(void *arg)
+{
+    input_entry *e = arg;
+    worker *w = e->w;
+    double **outs = calloc(w->task->nargs, sizeof *outs);
+    kl_error err = {0};
+    kl_status st;
+    pthread_mutex_lock(&w->cache_mu);
+    bool cancelled = w->cancel;
+    pthread_mutex_unlock(&w->cache_mu);
+    pthread_mutex_lock(&w->ref_mu);
+    if (!w->ref_load_tried && !cancelled) reference_load(w); /* normally done before CUDA started */
+    double t0 = kl_now();
+    if (cancelled) {
+        st = kl_error_set(&err, KL_ERR_INVALID, "the job ended before the reference at %s was needed", e->shape->label);
+    } else if (!outs) {
+        st = kl_error_set(&err, KL_ERR_NOMEM, "out of memory");
+    } else if (w->ref_load_st != KL_OK) {
+        st = w->ref_load_st;
+        err = w->ref_load_err;
+    } else {
+        /* inputs as filled; outputs are poisoned by the reference's own shim */
+        st = kl_reference_run(w->ref, w->task, e->shape, e->inputs, outs, &err);
+        if (st != KL_OK) kl_error_prefix(&err, "the reference at %s", e->shape->label);
+    }
+    double dt = kl_now() - t0;
+    pthread_mutex_unlock(&w->ref_mu);
+    kl_log(KL_LOG_DEBUG, "worker: reference at %s seed %llu: %.3f s", e->shape->label, (unsigned long long)e->seed, dt);
+    pthread_mutex_lock(&w->cache_mu);
+    e->ref_st = st;
+    if (st == KL_OK) {
+        e->ref = outs;
+        outs = NULL;
+    } else {
+        e->ref_err = err;
+    }
+    e->ref_done = true;
+    w->tm.reference_cpu += dt;
+    w->tm.references++;
+    pthread_cond_broadcast(&w->cache_cv);
+    pthread_mutex_unlock(&w->cache_mu);
+    free(outs);
+}
+
+/* With cache_mu held: queue e's reference once it is filled and wanted. The reference runs
+ * on the pool when there is one, else here (the caller then must not hold cache_mu: see
+ * entry_want_ref). */
+static bool entry_ref_due(input_entry *e) { return e->filled && e->fill_st == KL_OK && e->want_ref && !e->ref_queued; }
+
+static void entry_queue_ref(worker *w, input_entry *e)
+{
+    kl_error ignore;
+    if (w->pool && kl_pool_submit(w->pool, reference_task, e, &ignore) == KL_OK) return;
+    reference_task(e);
+}
+
+/* Called once per tensor when its fill is complete (on the pool thread that finished it). */
+static void entry_tensor_done(void *ctx, kl_status st, const kl_error *err)
+{
+    input_entry *e = ctx;
+    worker *w = e->w;
+    pthread_mutex_lock(&w->cache_mu);
+    if (st != KL_OK && e->fill_st == KL_OK) {
+        e->fill_st = st;
+        e->fill_err = *err;
+    }
+    bool queue = false;
+    if (--e->fills_left == 0) {
+        e->filled = true;
+        w->tm.fills++;
+        if (entry_ref_due(e)) e->ref_queued = queue = true;
+        pthread_cond_broadcast(&w->cache_cv);
+    }
+    pthread_mutex_unlock(&w->cache_mu);
+    if (queue) entry_queue_ref(w, e);
+}
+
+/* Find the entry of (shape, seed), or create it and queue its fills (and its reference when
+ * want_ref). Never waits. -1 (w->error set) on a harness failure. */
+static int inputs_schedule(worker *w, const kl_shape *shape, uint64_t seed, bool want_ref, input_entry **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&w->cache_mu);
+    for (input_entry *e = w->entries; e; e = e->next)
+        if (e->shape == shape && e->seed == seed) {
+            *out = e;
+            break;
+        }
+    bool queue = false;
+    if (*out && want_ref && !(*out)->want_ref) {
+        (*out)->want_ref = true;
+        if (entry_ref_due(*out)) (*out)->ref_queued = queue = true;
+    }
+    pthread_mutex_unlock(&w->cache_mu);
+    if (queue) entry_queue_ref(w, *out);
+    if (*out) return 0;
+
+    const kl_task *t = w->task;
+    input_entry *e = calloc(1, sizeof *e);
+    if (e) {
+        e->inputs = calloc(t->nargs, sizeof *e->inputs);
+        e->counts = calloc(t->nargs, sizeof *e->counts);
+    }
+    if (!e || !e->inputs || !e->counts) {
+        if (e) free(e->inputs), free(e->counts);
+        free(e);
+        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    }
+    e->w = w;
+    e->shape = shape;
+    e->seed = seed;
+    e->want_ref = want_ref;
+    e->fill_st = e->ref_st = KL_OK;
+    kl_error err = {0};
+    unsigned tensors = 0;
+    for (unsigned i = 0; i < t->nargs; i++) {
+        const kl_arg *a = &t->args[i];
+        if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_OUT) continue;
+        if (kl_task_arg_count(t, shape, i, &e->counts[i], &err) != KL_OK) {
+            entry_free(w, e);
+            return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+        }
+        size_t es = kl_dtype_size(a->dtype);
+        if (e->counts[i] < 0 || (uint64_t)e->counts[i] > (SIZE_MAX / 2) / es) {
+            entry_free(w, e);
+            return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s at %s: %lld elements do not fit in memory", a->name,
+                        shape->label, (long long)e->counts[i]);
+        }
+        size_t bytes = (size_t)e->counts[i] * es;
+        e->inputs[i] = malloc(bytes ? bytes : 1);
+        if (!e->inputs[i]) {
+            entry_free(w, e);
+            return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "%s at %s: out of host memory for %zu bytes", a->name,
+                        shape->label, bytes);
+        }
+        tensors++;
+    }
+    /* one count for the scheduling itself, so that no fill completes the entry early */
+    e->fills_left = tensors + 1;
+    pthread_mutex_lock(&w->cache_mu);
+    e->next = w->entries;
+    w->entries = e;
+    pthread_mutex_unlock(&w->cache_mu);
+    for (unsigned i = 0; i < t->nargs; i++) {
+        if (!e->inputs[i]) continue;
+        kl_error ferr = {0};
+        if (kl_fill_submit(w->pool, t, shape, i, seed, e->inputs[i], e->counts[i], entry_tensor_done, e, &ferr) != KL_OK)
+            entry_tensor_done(e, ferr.status ? ferr.status : KL_ERR_NOMEM, &ferr);
+    }
+    kl_error none = {0};
+    entry_tensor_done(e, KL_OK, &none);
+    *out = e;
+    return 0;
+}
+
+/* The inputs of (shape, seed), waiting for their fill. */
+static int inputs_get(worker *w, const kl_shape *shape, uint64_t seed, input_entry **out)
+{
+    input_entry *e;
+    if (inputs_schedule(w, shape, seed, false, &e)) return -1;
+    double t0 = kl_now();
+    pthread_mutex_lock(&w->cache_mu);
+    while (!e->filled) pthread_cond_wait(&w->cache_cv, &w->cache_mu);
+    kl_status st = e->fill_st;
+    kl_error err = e->fill_err;
+    pthread_mutex_unlock(&w->cache_mu);
+    w->tm.wait_inputs += kl_now() - t0;
+    if (st != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    *out = e;
+    return 0;
 }
 
 /* The reference's outputs for (s->shape, s->seed), computed once per job. */
 static int reference_get(worker *w, argset *s, double ***outs)
 {
-    for (ref_entry *e = w->refs; e; e = e->next)
-        if (e->shape == s->shape && e->seed == s->seed) {
-            *outs = e->outs;
-            return 0;
-        }
-    kl_error err = {0};
-    if (!w->ref) {
-        if (kl_reference_load(w->task, w->cache_dir, &w->ref, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
-    }
-    ref_entry *e = calloc(1, sizeof *e);
-    if (e) e->outs = calloc(w->task->nargs, sizeof *e->outs);
-    if (!e || !e->outs) {
-        free(e);
-        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
-    }
-    /* inputs as filled; outputs are ignored by the reference */
-    void **args = calloc(w->task->nargs, sizeof *args);
-    if (!args) {
-        free(e->outs);
-        free(e);
-        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
-    }
-    for (unsigned i = 0; i < w->task->nargs; i++) args[i] = s->host[i] ? s->host[i] : s->got[i];
+    input_entry *e;
+    if (inputs_schedule(w, s->shape, s->seed, true, &e)) return -1;
     double t0 = kl_now();
-    kl_status st = kl_reference_run(w->ref, w->task, s->shape, args, e->outs, &err);
-    free(args);
-    if (st != KL_OK) {
-        free(e->outs);
-        free(e);
-        kl_error_prefix(&err, "the reference at %s", s->shape->label);
-        return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
-    }
-    kl_log(KL_LOG_DEBUG, "worker: reference at %s seed %llu: %.3f s", s->shape->label, (unsigned long long)s->seed,
-           kl_now() - t0);
-    e->shape = s->shape;
-    e->seed = s->seed;
-    e->next = w->refs;
-    w->refs = e;
-    *outs = e->outs;
+    pthread_mutex_lock(&w->cache_mu);
+    while (!e->ref_done && !(e->filled && e->fill_st != KL_OK)) pthread_cond_wait(&w->cache_cv, &w->cache_mu);
+    kl_status st = e->fill_st != KL_OK ? e->fill_st : e->ref_st;
+    kl_error err = e->fill_st != KL_OK ? e->fill_err : e->ref_err;
+    pthread_mutex_unlock(&w->cache_mu);
+    w->tm.wait_reference += kl_now() - t0;
+    if (st != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    *outs = e->ref;
     return 0;
 }
 
@@ -645,6 +868,7 @@ static int compare_outputs(worker *w, argset *s, argset *against, int pass, json
 {
     double **ref = NULL;
     if (!against && reference_get(w, s, &ref)) return -1;
+    double t0 = kl_now();
     *ok = true;
     kl_error err = {0};
     for (unsigned i = 0; i < w->task->nargs; i++) {
@@ -673,6 +897,7 @@ static int compare_outputs(worker *w, argset *s, argset *against, int pass, json
         if (outputs_json && o) json_array_append_new(outputs_json, o);
         else json_decref(o);
     }
+    w->tm.compare += kl_now() - t0;
     return 0;
 }
 
@@ -693,6 +918,16 @@ static int64_t shape_elements(worker *w, const kl_shape *shape)
     return total;
 }
 
+/* Shapes whose cost.flops is past reference_max_flops are checked against the baseline. */
+static void apply_reference_limit(worker *w, const gate_opts *o)
+{
+    if (o->reference_max_flops < 0) return;
+    for (unsigned k = 0; k < w->nshapes; k++) {
+        double f = shape_cost(w, w->shapes[k].shape, w->task->cost_flops);
+        if (f > o->reference_max_flops) w->shapes[k].reference = false;
+    }
+}
+
 /* ---- stage: correct --------------------------------------------------------------------------- */
 
 static int stage_correct(worker *w, const gate_opts *o, bool *passed)
@@ -702,13 +937,8 @@ static int stage_correct(worker *w, const gate_opts *o, bool *passed)
     json_object_set_new(w->result, "correct", entries);
     *passed = true;
     bool need_baseline = false;
-    for (unsigned k = 0; k < w->nshapes; k++) {
-        if (o->reference_max_flops >= 0) {
-            double f = shape_cost(w, w->shapes[k].shape, w->task->cost_flops);
-            if (f > o->reference_max_flops) w->shapes[k].reference = false;
-        }
+    for (unsigned k = 0; k < w->nshapes; k++)
         if (!w->shapes[k].reference) need_baseline = true;
-    }
     /* a baseline that stands in for the reference is validated against it first */
     bool baseline_valid = false;
     if (need_baseline && w->base.present) {
@@ -1037,26 +1267,56 @@ static json_t *times_doc(const double *x, unsigned n, bool with_times, kl_stats 
     return d;
 }
 
-/* One timed repetition: inout buffers restored, L2 flushed, a window around one launch. */
-static int timed_rep(worker *w, const profile_opts *p, launcher *L, argset *s, dbuf *pristine, double *ms,
-                     unsigned *records)
+/* One timed repetition inside a batch: inout buffers restored, L2 flushed, a window around
+ * one launch. */
+static int timed_rep(worker *w, const profile_opts *p, launcher *L, argset *s, dbuf *pristine)
 {
     for (unsigned i = 0; i < w->task->nargs; i++)
         if (pristine[i].base && rtc(w, w->rt.d2d(s->dev[i].ptr, pristine[i].base, s->bytes[i]), "restoring an inout buffer"))
             return -1;
     if (p->flush_l2 && rtc(w, w->rt.l2_flush(), "flushing L2")) return -1;
-    if (rtc(w, w->rt.timer_begin(), "starting the timer")) return -1;
+    if (rtc(w, w->rt.batch_open(), "starting the timer")) return -1;
     if (launch(w, L, s)) return -1;
-    kl_rt_timing t;
-    if (rtc(w, w->rt.timer_end(&t), "stopping the timer")) return -1;
-    *ms = t.ms;
-    *records = t.records;
+    return rtc(w, w->rt.batch_close(), "stopping the timer");
+}
+
+/* Up to `rounds` rounds of the nl launchers in turn (candidate, baseline, candidate, …) in one
+ * batch: CUPTI is flushed once for all of them. The times go to times[l][first + r] (NULL:
+ * warm-up, dropped); a round is not started once `deadline` (kl_now) has passed and at least
+ * KL_PROFILE_FLOOR_REPS rounds are in. *done: the rounds measured. */
+static int profile_batch(worker *w, const profile_opts *p, launcher **Ls, unsigned nl, argset *sets, dbuf **pristine,
+                         unsigned rounds, double **times, unsigned first, double deadline, kl_rt_timing *tbuf,
+                         unsigned *zero_records, unsigned *done)
+{
+    *done = 0;
+    if (rtc(w, w->rt.batch_begin(rounds * nl), "starting a batch of timed windows")) return -1;
+    unsigned r = 0;
+    for (; r < rounds; r++) {
+        if (times && first + r >= KL_PROFILE_FLOOR_REPS && kl_now() >= deadline) break;
+        for (unsigned l = 0; l < nl; l++)
+            if (timed_rep(w, p, Ls[l], &sets[l], pristine[l])) return -1;
+    }
+    unsigned nw = 0;
+    if (rtc(w, w->rt.batch_end(tbuf, &nw), "reading the timer")) return -1;
+    if (nw != r * nl) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "the timer returned %u windows for %u", nw, r * nl);
+    w->tm.profile_batches++;
+    for (unsigned k = 0; times && k < r; k++)
+        for (unsigned l = 0; l < nl; l++) {
+            const kl_rt_timing *t = &tbuf[k * nl + l];
+            times[l][first + k] = t->ms;
+            if (l == 0 && w->timer == KL_RT_TIMER_CUPTI && t->records == 0) (*zero_records)++;
+        }
+    *done = r;
     return 0;
 }
+
+/* Rounds per batch once min_reps are in: the stopping rule is looked at between batches. */
+#define PROFILE_BATCH_ROUNDS 10
 
 static int stage_profile(worker *w, const gate_opts *o, bool *passed)
 {
     w->stage = "profile";
+    double t_setup = kl_now();
     const profile_opts *p = &o->profile;
     const kl_shape *shape = kl_task_shape(w->task, p->shape);
     if (!shape) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: stages.profile.shape: no shape \"%s\"", p->shape);
@@ -1074,7 +1334,10 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
     double *times[2] = {NULL, NULL};
     memset(sets, 0, sizeof sets);
     unsigned cap = (unsigned)p->max_reps, n = 0, zero_records = 0;
-    int rc = 0;
+    unsigned batch_max = (unsigned)p->min_reps > PROFILE_BATCH_ROUNDS ? (unsigned)p->min_reps : PROFILE_BATCH_ROUNDS;
+    if ((unsigned)p->warmup > batch_max) batch_max = (unsigned)p->warmup;
+    kl_rt_timing *tbuf = calloc((size_t)batch_max * 2, sizeof *tbuf);
+    int rc = tbuf ? 0 : fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
     for (unsigned l = 0; !rc && l < nl; l++) {
         rc = argset_init(w, &sets[l], shape, GUARD_BYTES);
         if (!rc) rc = argset_fill(w, &sets[l], w->seeds[0]);
@@ -1090,41 +1353,45 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
             if (!rc) rc = rtc(w, w->rt.d2d(pristine[l][i].base, sets[l].dev[i].ptr, sets[l].bytes[i]), "copying an inout buffer");
         }
     }
+    /* the pool is idle by now (every reference was waited for); make sure nothing of it runs
+     * beside the timed launches */
+    kl_pool_wait_idle(w->pool);
+    w->tm.profile_setup = kl_now() - t_setup;
     /* warm-up */
-    for (unsigned r = 0; !rc && r < (unsigned)p->warmup; r++)
-        for (unsigned l = 0; !rc && l < nl; l++) {
-            double ms;
-            unsigned recs;
-            rc = timed_rep(w, p, Ls[l], &sets[l], pristine[l], &ms, &recs);
-        }
-    /* interleaved: candidate, baseline, candidate, baseline … */
-    double t0 = kl_now();
-    const char *stopped = "max_reps";
-    bool settled = false;
-    while (!rc && n < cap) {
-        for (unsigned l = 0; !rc && l < nl; l++) {
-            unsigned recs = 0;
-            rc = timed_rep(w, p, Ls[l], &sets[l], pristine[l], &times[l][n], &recs);
-            if (!rc && l == 0 && w->timer == KL_RT_TIMER_CUPTI && recs == 0) zero_records++;
-        }
+    double t_warm = kl_now();
+    unsigned got = 0;
+    if (!rc && p->warmup >= 1)
+        rc = profile_batch(w, p, Ls, nl, sets, pristine, (unsigned)p->warmup, NULL, 0, 0, tbuf, &zero_records, &got);
+    w->tm.profile_warmup = kl_now() - t_warm;
+    /* interleaved: candidate, baseline, candidate, baseline …, in batches; the stopping rule
+     * between batches: at least min_reps, then until both medians have settled */
+    double t0 = kl_now(), deadline = t0 + p->max_seconds;
+    kl_profile_rule rule = {(unsigned)p->min_reps, cap, p->max_seconds, p->settle_rel};
+    kl_profile_stop stop = KL_PROFILE_GO_ON;
+    double rse = INFINITY;
+    while (!rc && stop == KL_PROFILE_GO_ON) {
+        unsigned want = n < rule.min_reps ? rule.min_reps - n : PROFILE_BATCH_ROUNDS;
+        if (want > cap - n) want = cap - n;
+        if (want > batch_max) want = batch_max;
+        rc = profile_batch(w, p, Ls, nl, sets, pristine, want, times, n, deadline, tbuf, &zero_records, &got);
         if (rc) break;
-        n++;
-        settled = kl_stats_settled(times[0], n, (unsigned)p->min_reps, p->settle_rel) &&
-                  (nl < 2 || kl_stats_settled(times[1], n, (unsigned)p->min_reps, p->settle_rel));
-        if (settled) {
-            stopped = "settled";
-            break;
-        }
-        if (kl_now() - t0 >= p->max_seconds && n >= 3) {
-            stopped = "max_seconds";
-            break;
-        }
+        n += got;
+        const double *series[2] = {times[0], times[1]};
+        stop = kl_profile_should_stop(&rule, series, nl, n, kl_now() - t0, &rse);
+        if (stop == KL_PROFILE_GO_ON && got < want) stop = KL_PROFILE_MAX_SECONDS; /* cut by the deadline */
     }
+    w->tm.profile_timed = kl_now() - t0;
+    w->tm.profile_reps = n;
+    w->tm.profile_rse = rse;
+    const char *stopped = kl_profile_stop_name(stop);
+    w->tm.profile_stopped = stopped;
+    bool settled = stop == KL_PROFILE_SETTLED;
     if (!rc) {
         kl_stats sc, sb;
         json_object_set_new(doc, "reps", json_integer(n));
         json_object_set_new(doc, "stopped", json_string(stopped));
         json_object_set_new(doc, "settled", json_boolean(settled));
+        json_object_set_new(doc, "median_rse", jreal(rse));
         json_object_set_new(doc, "candidate", times_doc(times[0], n, true, &sc));
         if (nl == 2) {
             json_object_set_new(doc, "baseline", times_doc(times[1], n, true, &sb));
@@ -1175,6 +1442,7 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
         free(times[l]);
         argset_release(w, &sets[l]);
     }
+    free(tbuf);
     return rc;
 }
 
@@ -1268,7 +1536,7 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
     memset(&o, 0, sizeof o);
     memset(gp, 0, sizeof *gp);
     o.correct = o.determinism = o.integrity = o.stream = true;
-    o.profile = (profile_opts){true, "bench", 20, 200, 4, 3, 0.01, true};
+    o.profile = (profile_opts){true, "bench", 20, 200, 1.5, 3, 0.01, true};
     o.reference_max_flops = -1;
     o.slack_bytes = 1.25;
     o.slack_flops = 2.0;
@@ -1320,6 +1588,40 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
     return 0;
 }
 
+/* Before CUDA starts: the task, the shapes and seeds, the reference object, the pool, and
+ * every (shape, seed) the correct stage will use queued for filling and for the reference,
+ * so that the host work overlaps the CUDA context's start and the GPU stages. A task that
+ * does not load is left to job_gate to report (after the device was looked for). */
+static int gate_prepare(worker *w, const gate_opts *o, const gate_paths *gp)
+{
+    double t0 = kl_now();
+    kl_error err = {0};
+    if (kl_task_load(gp->task_dir, &w->task, &err) != KL_OK) {
+        w->task = NULL;
+        return 0;
+    }
+    w->stage = "job";
+    if (parse_shapes(w, json_object_get(w->job, "shapes")) || parse_seeds(w, json_object_get(w->job, "seeds"))) return -1;
+    apply_reference_limit(w, o);
+    w->stage = "init";
+    bool any_ref = false;
+    for (unsigned k = 0; k < w->nshapes; k++) any_ref |= w->shapes[k].reference;
+    if (any_ref && o->correct) reference_load(w);
+    if (kl_pool_start(0, &w->pool, &err) != KL_OK) {
+        kl_log(KL_LOG_WARN, "%s; filling inputs on one thread", err.message);
+        w->pool = NULL;
+    }
+    w->task_prepared = true;
+    if (o->correct)
+        for (unsigned k = 0; k < w->nshapes; k++)
+            for (unsigned si = 0; si < w->nseeds; si++) {
+                input_entry *e;
+                if (inputs_schedule(w, w->shapes[k].shape, w->seeds[si], w->shapes[k].reference, &e)) return -1;
+            }
+    w->tm.inputs_start = kl_now() - t0;
+    return 0;
+}
+
 static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
 {
     gate_opts o = *op;
@@ -1327,41 +1629,59 @@ static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
     json_t *bmap = gp->bmap;
     w->stage = "task";
     kl_error err = {0};
-    if (kl_task_load(task_dir, &w->task, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    if (!w->task_prepared) {
+        if (kl_task_load(task_dir, &w->task, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+        if (parse_shapes(w, json_object_get(w->job, "shapes")) || parse_seeds(w, json_object_get(w->job, "seeds")))
+            return -1;
+        apply_reference_limit(w, &o);
+    }
     w->tol.rel_l2 = w->task->rel_l2;
     w->tol.max_abs = w->task->max_abs;
     w->tol.exact = w->task->exact;
-    if (parse_shapes(w, json_object_get(w->job, "shapes")) || parse_seeds(w, json_object_get(w->job, "seeds"))) return -1;
 
-    /* the harness first: timer (CUPTI's thread), stream, cuBLAS; then the snapshot */
+    /* the harness first: timer (CUPTI's thread), stream, cuBLAS (only for a builtin baseline);
+     * then the snapshot. The pool's threads were started before it (prepare), so they are
+     * the harness's too. */
     w->stage = "init";
+    double t = kl_now();
     if (rtc(w, w->rt.timer_init(o.want_cupti, &w->timer), "starting the timer")) return -1;
     if (o.want_cupti && w->timer != KL_RT_TIMER_CUPTI)
         json_object_set_new(w->result, "timer_note", json_string(w->rt.error()));
+    w->tm.cupti_init = kl_now() - t;
+    t = kl_now();
     if (rtc(w, w->rt.stream_create(&w->stream, 0), "creating the launch stream")) return -1;
+    w->tm.stream_create = kl_now() - t;
     w->cand.role = "candidate";
     w->base.role = "baseline";
+    t = kl_now();
     if (builtin && setup_builtin(w, &w->base, builtin, bmap)) return -1;
+    w->tm.cublas_init = kl_now() - t;
     if (base_path) {
         w->stage = "load";
+        t = kl_now();
         if (kl_shim_object_load(base_path, &w->base.obj, &err) != KL_OK) {
             kl_error_prefix(&err, "baseline");
             return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
         }
         w->base.present = true;
+        w->tm.baseline_load = kl_now() - t;
     }
+    t = kl_now();
     if (kl_threads_list(&w->threads0, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
     kl_symbols_snapshot(&w->rt, &w->syms0);
+    w->tm.snapshot = kl_now() - t;
 
     w->stage = "load";
     json_object_set_new(w->result, "hygiene", json_pack("{s:b, s:s}", "ok", 1, "detail", "pending"));
     w->hygiene_ok = true;
+    t = kl_now();
     if (kl_shim_object_load(cand_path, &w->cand.obj, &err) != KL_OK) {
         json_object_set_new(w->result, "load", json_pack("{s:b, s:s}", "ok", 0, "detail", err.message));
         json_object_del(w->result, "hygiene");
         return 0;
     }
     w->cand.present = true;
+    w->tm.candidate_load = kl_now() - t;
     json_object_set_new(w->result, "load", json_pack("{s:b, s:s}", "ok", 1, "detail", "the shim answered klineage-shim-1"));
     if (hygiene_check(w, "when loaded")) return -1;
     if (!w->hygiene_ok) return 0;
@@ -1370,12 +1690,18 @@ static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
     w->integrity_ok = true;
     bool ok = true;
     if (o.correct) {
-        if (stage_correct(w, &o, &ok)) return -1;
+        t = kl_now();
+        int rc = stage_correct(w, &o, &ok);
+        w->tm.correct = kl_now() - t;
+        if (rc) return -1;
         if (hygiene_check(w, "while running")) return -1;
         if (!w->hygiene_ok || !ok) goto integrity;
     }
     if (o.determinism) {
-        if (stage_determinism(w, &o, &ok)) return -1;
+        t = kl_now();
+        int rc = stage_determinism(w, &o, &ok);
+        w->tm.determinism = kl_now() - t;
+        if (rc) return -1;
         if (!ok) goto integrity;
     }
 integrity:
@@ -1393,24 +1719,42 @@ integrity:
         pick_shapes(w, &a, &b, &largest);
         const kl_shape *sh = o.profile.on && kl_task_shape(w->task, o.profile.shape) ? kl_task_shape(w->task, o.profile.shape)
                                                                                       : largest;
-        if (stage_stream(w, &o, sh, &ok)) return -1;
+        t = kl_now();
+        int rc = stage_stream(w, &o, sh, &ok);
+        w->tm.stream = kl_now() - t;
+        if (rc) return -1;
         if (!ok) return hygiene_check(w, "while running");
     }
-    if (o.profile.on && stage_profile(w, &o, &ok)) return -1;
+    if (o.profile.on) {
+        t = kl_now();
+        int rc = stage_profile(w, &o, &ok);
+        w->tm.profile = kl_now() - t;
+        if (rc) return -1;
+    }
     w->stage = "finish";
+    t = kl_now();
     if (rtc(w, w->rt.device_sync(), "the final device synchronize")) return -1;
     if (rtc(w, w->rt.check(), "the final error check")) return -1;
-    return hygiene_check(w, "while running");
+    int rc = hygiene_check(w, "while running");
+    w->tm.finish = kl_now() - t;
+    return rc;
+}
+
+static int setup_cache_dir(worker *w)
+{
+    const char *cache;
+    if (get_string(w, w->job, "cache_dir", false, &cache)) return -1;
+    w->cache_dir = cache ? kl_strdup(cache) : kl_cache_dir();
+    if (!w->cache_dir) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+    return 0;
 }
 
 static int setup_runtime(worker *w)
 {
-    const char *rt_path, *nvcc, *arch, *cache;
+    const char *rt_path, *nvcc, *arch;
     if (get_string(w, w->job, "runtime", false, &rt_path) || get_string(w, w->job, "nvcc", false, &nvcc) ||
-        get_string(w, w->job, "arch", false, &arch) || get_string(w, w->job, "cache_dir", false, &cache))
+        get_string(w, w->job, "arch", false, &arch))
         return -1;
-    w->cache_dir = cache ? kl_strdup(cache) : kl_cache_dir();
-    if (!w->cache_dir) return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
     double dev = 0;
     if (get_number(w, w->job, "", "device", 0, 1024, &dev)) return -1;
     char *built = NULL;
@@ -1419,18 +1763,82 @@ static int setup_runtime(worker *w)
         return fail(w, KL_WORKER_EXIT_JOB, NULL, false,
                     "job: give \"runtime\" (the device runtime's object), or \"nvcc\" and \"arch\" to build it");
     w->stage = "init";
+    double t = kl_now();
     if (!rt_path) {
         if (kl_runtime_build(nvcc, arch, w->cache_dir, &built, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
         rt_path = built;
     }
     kl_status st = kl_rt_api_load(rt_path, &w->rt, &err);
     free(built);
+    w->tm.runtime_load = kl_now() - t;
     if (st != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
+    t = kl_now();
     int rc = w->rt.init((int)dev);
+    w->tm.cuda_init = kl_now() - t;
     if (rc == KL_RT_ERR_NO_DEVICE) return fail(w, KL_WORKER_EXIT_NO_GPU, w->rt.error_name(), false, "no CUDA device: %s", w->rt.error());
     if (rtc(w, rc, "initialising CUDA")) return -1;
     w->rt_ready = true;
-    return device_doc(w);
+    t = kl_now();
+    rc = device_doc(w);
+    w->tm.device_info = kl_now() - t;
+    return rc;
+}
+
+/* The result's "timings": where the worker's time went, in seconds (docs/gate-worker.md). */
+static json_t *timings_doc(worker *w)
+{
+    const worker_times *t = &w->tm;
+    json_t *d = json_object();
+#define TSET(key, v) json_object_set_new(d, key, json_real(round((v) * 1e6) / 1e6))
+    TSET("total", kl_now() - t->start);
+    TSET("parse", t->parse);
+    TSET("inputs_start", t->inputs_start);
+    TSET("runtime_load", t->runtime_load);
+    TSET("cuda_init", t->cuda_init);
+    TSET("device_info", t->device_info);
+    TSET("cupti_init", t->cupti_init);
+    TSET("stream_create", t->stream_create);
+    TSET("cublas_init", t->cublas_init);
+    TSET("baseline_load", t->baseline_load);
+    TSET("snapshot", t->snapshot);
+    TSET("candidate_load", t->candidate_load);
+    TSET("correct", t->correct);
+    TSET("determinism", t->determinism);
+    TSET("stream", t->stream);
+    TSET("profile", t->profile);
+    TSET("finish", t->finish);
+    /* inside the stages above */
+    TSET("alloc", t->alloc);
+    TSET("release", t->release);
+    TSET("upload", t->upload);
+    TSET("launch", t->launch);
+    TSET("readback", t->readback);
+    TSET("integrity", t->integrity);
+    TSET("compare", t->compare);
+    TSET("wait_inputs", t->wait_inputs);
+    TSET("wait_reference", t->wait_reference);
+    /* on the pool, summed over its threads */
+    pthread_mutex_lock(&w->cache_mu);
+    double ref_cpu = t->reference_cpu, ref_load = t->reference_load;
+    unsigned fills = t->fills, refs = t->references;
+    pthread_mutex_unlock(&w->cache_mu);
+    double busy = kl_pool_busy_seconds(w->pool);
+    TSET("reference_load", ref_load);
+    TSET("references_cpu", ref_cpu);
+    json_object_set_new(d, "references", json_integer(refs));
+    TSET("fills_cpu", busy > ref_cpu ? busy - ref_cpu : 0);
+    json_object_set_new(d, "fills", json_integer(fills));
+    json_object_set_new(d, "pool_threads", json_integer(kl_pool_threads(w->pool)));
+    /* the profile stage */
+    TSET("profile_setup", t->profile_setup);
+    TSET("profile_warmup", t->profile_warmup);
+    TSET("profile_timed", t->profile_timed);
+    json_object_set_new(d, "profile_reps", json_integer(t->profile_reps));
+    json_object_set_new(d, "profile_batches", json_integer(t->profile_batches));
+    json_object_set_new(d, "profile_stopped", json_string(t->profile_stopped ? t->profile_stopped : ""));
+    json_object_set_new(d, "profile_median_rse", jreal(t->profile_rse));
+#undef TSET
+    return d;
 }
 
 int kl_worker_run(const char *job, size_t len, char **result)
@@ -1438,6 +1846,11 @@ int kl_worker_run(const char *job, size_t len, char **result)
     worker W;
     worker *w = &W;
     memset(w, 0, sizeof *w);
+    w->tm.start = kl_now();
+    pthread_mutex_init(&w->cache_mu, NULL);
+    pthread_cond_init(&w->cache_cv, NULL);
+    pthread_mutex_init(&w->ref_mu, NULL);
+    w->ref_load_st = KL_OK;
     kl_strbuf_init(&w->integrity_detail, 1024);
     kl_strbuf_init(&w->hygiene_detail, 1024);
     w->result = json_object();
@@ -1463,16 +1876,26 @@ int kl_worker_run(const char *job, size_t len, char **result)
             json_object_set_new(w->result, "job", json_string(kind));
             rc = gate ? parse_gate_job(w, &o, &gp) : parse_gpu_info_job(w, &reps);
         }
+        if (!rc) rc = setup_cache_dir(w);
+        w->tm.parse = kl_now() - w->tm.start;
+        if (!rc && gate) rc = gate_prepare(w, &o, &gp);
         if (!rc) rc = setup_runtime(w);
         if (!rc) rc = gate ? job_gate(w, &o, &gp) : job_gpu_info(w, reps);
     }
     (void)rc;
+    json_object_set_new(w->result, "timings", timings_doc(w));
     json_object_set_new(w->result, "error", w->error ? w->error : json_null());
     w->error = NULL;
     *result = json_dumps(w->result, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
 
-    /* release: device memory first (a sticky context refuses, which is fine) */
-    refs_free(w);
+    /* release: the pool first (it may still be filling), then device memory (a sticky
+     * context refuses, which is fine) */
+    pthread_mutex_lock(&w->cache_mu);
+    w->cancel = true; /* references still queued are not computed */
+    pthread_mutex_unlock(&w->cache_mu);
+    kl_pool_stop(w->pool);
+    w->pool = NULL;
+    if (w->task) inputs_free(w);
     if (w->stream && w->rt_ready && w->exit_code != KL_WORKER_EXIT_CUDA) w->rt.stream_destroy(w->stream);
     kl_shim_object_unload(&w->cand.obj);
     kl_shim_object_unload(&w->base.obj);
@@ -1486,6 +1909,9 @@ int kl_worker_run(const char *job, size_t len, char **result)
     free(w->cache_dir);
     kl_strbuf_release(&w->integrity_detail);
     kl_strbuf_release(&w->hygiene_detail);
+    pthread_mutex_destroy(&w->ref_mu);
+    pthread_cond_destroy(&w->cache_cv);
+    pthread_mutex_destroy(&w->cache_mu);
     json_decref(w->job);
     json_decref(w->result);
     if (!*result) return KL_WORKER_EXIT_HARNESS;

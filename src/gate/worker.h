@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "gate/runtime.h"
+#include "klineage/task.h"
 #include "util/util.h"
 
 /* The worker's exit codes (docs/gate-worker.md). */
@@ -56,6 +57,10 @@ typedef struct kl_rt_api {
     int (*timer_init)(int, int *);
     int (*timer_begin)(void);
     int (*timer_end)(kl_rt_timing *);
+    int (*batch_begin)(unsigned);
+    int (*batch_open)(void);
+    int (*batch_close)(void);
+    int (*batch_end)(kl_rt_timing *, unsigned *);
     uint64_t (*now_ns)(void);
     int (*l2_flush)(void);
     int (*ceilings_measure)(unsigned, kl_rt_ceilings *);
@@ -110,5 +115,39 @@ void kl_symbols_snapshot(const kl_rt_api *api, kl_symbol_snapshot *snap);
  * sb when a symbol is defined by the object or resolves elsewhere than before. */
 bool kl_symbols_check(const kl_rt_api *api, const kl_symbol_snapshot *before, const kl_shim_object *obj,
                       kl_strbuf *sb);
+
+/* ---- pool.c: a small pool of threads for the worker's host work ------------------------------
+ * Started before the hygiene snapshot (its threads are the harness's, never the candidate's)
+ * and stopped at the end of the job. Tasks run in submission order on any thread. */
+typedef struct kl_pool kl_pool;
+/* nthreads 0: one per online CPU, at most KL_POOL_MAX_THREADS. */
+#define KL_POOL_MAX_THREADS 8
+kl_status kl_pool_start(unsigned nthreads, kl_pool **out, kl_error *err);
+unsigned kl_pool_threads(const kl_pool *p);
+/* Seconds spent running tasks so far, summed over the threads. */
+double kl_pool_busy_seconds(kl_pool *p);
+/* Queue fn(arg); KL_ERR_NOMEM when the task cannot be queued. */
+kl_status kl_pool_submit(kl_pool *p, void (*fn)(void *), void *arg, kl_error *err);
+/* Wait until every queued task has finished. */
+void kl_pool_wait_idle(kl_pool *p);
+/* Finish what is queued, join the threads, free. NULL is fine. */
+void kl_pool_stop(kl_pool *p);
+
+/* Elements per fill chunk: a tensor larger than this is filled on several threads. */
+#define KL_FILL_CHUNK ((int64_t)1 << 20)
+/* Fill tensor argument `arg` at shape under seed into buf (count elements) on the pool's
+ * threads (or on this one when p is NULL), in chunks of KL_FILL_CHUNK elements: the same
+ * bits as kl_task_fill. Waits for the chunks; the first failing chunk's error. Not from a
+ * pool thread (it would wait on its own queue). */
+kl_status kl_fill_parallel(kl_pool *p, const kl_task *task, const kl_shape *shape, unsigned arg, uint64_t seed, void *buf,
+                           int64_t count, kl_error *err);
+
+/* The same without waiting: queue the chunks (run here when p is NULL); done(ctx, status,
+ * err) is called exactly once, on the thread that finished the last chunk, after every chunk
+ * (err: the first failing chunk's). Must not be waited on from a pool thread. An error
+ * returned here means nothing was queued and done is not called. */
+kl_status kl_fill_submit(kl_pool *p, const kl_task *task, const kl_shape *shape, unsigned arg, uint64_t seed, void *buf,
+                         int64_t count, void (*done)(void *ctx, kl_status st, const kl_error *err), void *ctx,
+                         kl_error *err);
 
 #endif

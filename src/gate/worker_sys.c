@@ -55,6 +55,10 @@ kl_status kl_rt_api_load(const char *path, kl_rt_api *api, kl_error *err)
     RT_SYM(timer_init);
     RT_SYM(timer_begin);
     RT_SYM(timer_end);
+    RT_SYM(batch_begin);
+    RT_SYM(batch_open);
+    RT_SYM(batch_close);
+    RT_SYM(batch_end);
     RT_SYM(now_ns);
     RT_SYM(l2_flush);
     RT_SYM(ceilings_measure);
@@ -253,7 +257,8 @@ static void libc_bind(void)
 static const char *const rt_names[] = {
     "kl_rt_init", "kl_rt_malloc", "kl_rt_free", "kl_rt_memset", "kl_rt_h2d", "kl_rt_d2h", "kl_rt_d2d",
     "kl_rt_stream_sync", "kl_rt_device_sync", "kl_rt_device_idle", "kl_rt_check", "kl_rt_timer_begin",
-    "kl_rt_timer_end", "kl_rt_now_ns", "kl_rt_l2_flush", "kl_rt_cublas_sgemm", "kl_rt_cublas_bf16gemm",
+    "kl_rt_timer_end", "kl_rt_batch_begin", "kl_rt_batch_open", "kl_rt_batch_close", "kl_rt_batch_end",
+    "kl_rt_now_ns", "kl_rt_l2_flush", "kl_rt_cublas_sgemm", "kl_rt_cublas_bf16gemm",
 };
 
 /* CUDA runtime entry points the harness's measurements go through. */

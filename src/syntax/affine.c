@@ -1298,13 +1298,21 @@ static bool decl_is_const(const kl_source *s, TSNode decl)
     return false;
 }
 
-/* The initializer of `name` in declaration decl, or null. */
+/* The initializer of `name` in declaration decl, or null. A `dim3 name(A, B)` whose arguments
+ * are all names reads as a function declaration (`dim3 name(A, B)` declaring a function taking
+ * types A and B): its parameter_list is the initializer then (kl_const_eval evaluates it). */
 static TSNode decl_init_of(const kl_source *s, TSNode decl, const char *name)
 {
     TSNode none = {0};
     uint32_t c = ts_node_named_child_count(decl);
     for (uint32_t i = 0; i < c; i++) {
         TSNode k = ts_node_named_child(decl, i);
+        if (type_is(k, "function_declarator") && kl_node_text_is(s, ts_node_child_by_field_name(decl, "type", 4), "dim3")) {
+            TSNode nm = ts_node_child_by_field_name(k, "declarator", 10);
+            if (type_is(nm, "identifier") && kl_node_text_is(s, nm, name))
+                return ts_node_child_by_field_name(k, "parameters", 10);
+            continue;
+        }
         if (!type_is(k, "init_declarator")) continue;
         TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(k, "declarator", 10));
         if (!ts_node_is_null(nm) && kl_node_text_is(s, nm, name)) {
@@ -1354,6 +1362,8 @@ static bool scan_local(TSNode n, void *user)
         }
     } else if (type_is(n, "assignment_expression")) {
         TSNode l = ts_node_child_by_field_name(n, "left", 4);
+        /* `block.x = 64` changes a dim3 as much as `block = …` does */
+        if (type_is(l, "field_expression")) l = ts_node_child_by_field_name(l, "argument", 8);
         if (type_is(l, "identifier") && kl_node_text_is(ls->src, l, ls->name)) ls->assigns++;
     } else if (type_is(n, "update_expression")) {
         TSNode a = ts_node_child_by_field_name(n, "argument", 8);
@@ -1486,7 +1496,13 @@ static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out)
         int64_t k;
         ok = ce(c, s, ts_node_child_by_field_name(n, "condition", 9), &k) &&
              ce(c, s, ts_node_child_by_field_name(n, k ? "consequence" : "alternative", k ? 11 : 11), out);
-    } else if (!strcmp(t, "call_expression") || !strcmp(t, "argument_list") || !strcmp(t, "initializer_list")) {
+    } else if (!strcmp(t, "parameter_declaration")) {
+        /* an argument of `dim3 block(BLOCK, BLOCK)`, read as a parameter type (decl_init_of) */
+        if (!ts_node_is_null(ts_node_child_by_field_name(n, "declarator", 10)) || ts_node_named_child_count(n) != 1)
+            ok = cfail(c, n, "a parameter declaration");
+        else ok = ce(c, s, ts_node_child_by_field_name(n, "type", 4), out);
+    } else if (!strcmp(t, "call_expression") || !strcmp(t, "argument_list") || !strcmp(t, "initializer_list") ||
+               !strcmp(t, "parameter_list")) {
         TSNode args = n;
         bool isdim3 = true;
         if (!strcmp(t, "call_expression")) {
@@ -1508,7 +1524,8 @@ static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out)
             }
             *out = p;
         }
-    } else if (!strcmp(t, "identifier")) {
+    } else if (!strcmp(t, "identifier") || !strcmp(t, "type_identifier")) {
+        /* (a type_identifier only where a dim3's arguments were read as parameter types) */
         char *name = kl_node_text(s, n);
         ok = false;
         if (name) {

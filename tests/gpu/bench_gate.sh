@@ -39,8 +39,74 @@ import sys
 run, wall, nvcc, worker, kern = sys.argv[1], *map(float, sys.argv[2:])
 print(f"   run {run:<30} {wall:8.3f} {nvcc:8.3f} {worker:8.3f} {kern:8.3f} {wall-worker-nvcc:8.3f} {wall-nvcc-kern:9.3f}")
 PY
+    cp "$tmp/v.json" "$tmp/v$run.json"
 done
 echo "   goal: overhead_s < 1.5 (overhead = wall - nvcc - kernel time; parent_s = wall - worker - nvcc)"
+# where the time went: the worker's own clock (run.timings) and the parent's (run.parent), per run
+python3 - "$tmp"/v1.json "$tmp"/v2.json "$tmp"/v3.json <<'PY'
+import json, sys
+docs = []
+for f in sys.argv[1:]:
+    try:
+        docs.append(json.load(open(f)))
+    except Exception as e:
+        print(f"   (no verdict in {f}: {e})")
+if not docs:
+    sys.exit(0)
+def get(d, *path):
+    for p in path:
+        d = d.get(p, {}) if isinstance(d, dict) else {}
+    return d if not isinstance(d, dict) else None
+rows = [
+    ("worker wall (parent's clock)", ("run", "seconds")),
+    ("  worker total (its own clock)", ("run", "timings", "total")),
+    ("  parse job", ("run", "timings", "parse")),
+    ("  task, pool, queue inputs", ("run", "timings", "inputs_start")),
+    ("  runtime load (dlopen)", ("run", "timings", "runtime_load")),
+    ("  CUDA init (context)", ("run", "timings", "cuda_init")),
+    ("  device info", ("run", "timings", "device_info")),
+    ("  CUPTI init", ("run", "timings", "cupti_init")),
+    ("  cuBLAS init", ("run", "timings", "cublas_init")),
+    ("  baseline load", ("run", "timings", "baseline_load")),
+    ("  snapshot", ("run", "timings", "snapshot")),
+    ("  candidate load", ("run", "timings", "candidate_load")),
+    ("  stage correct", ("run", "timings", "correct")),
+    ("  stage determinism", ("run", "timings", "determinism")),
+    ("  stage stream", ("run", "timings", "stream")),
+    ("  stage profile", ("run", "timings", "profile")),
+    ("    profile setup", ("run", "timings", "profile_setup")),
+    ("    profile warm-up", ("run", "timings", "profile_warmup")),
+    ("    profile timed loop", ("run", "timings", "profile_timed")),
+    ("    profile reps", ("run", "timings", "profile_reps")),
+    ("    profile batches", ("run", "timings", "profile_batches")),
+    ("    profile stopped", ("run", "timings", "profile_stopped")),
+    ("    profile median rse", ("run", "timings", "profile_median_rse")),
+    ("  final sync + hygiene", ("run", "timings", "finish")),
+    ("  in stages: alloc", ("run", "timings", "alloc")),
+    ("  in stages: release", ("run", "timings", "release")),
+    ("  in stages: upload", ("run", "timings", "upload")),
+    ("  in stages: launch+sync", ("run", "timings", "launch")),
+    ("  in stages: readback", ("run", "timings", "readback")),
+    ("  in stages: integrity", ("run", "timings", "integrity")),
+    ("  in stages: compare", ("run", "timings", "compare")),
+    ("  waiting for inputs", ("run", "timings", "wait_inputs")),
+    ("  waiting for references", ("run", "timings", "wait_reference")),
+    ("  pool: fills (cpu s)", ("run", "timings", "fills_cpu")),
+    ("  pool: references (cpu s)", ("run", "timings", "references_cpu")),
+    ("  pool: reference load", ("run", "timings", "reference_load")),
+    ("  pool: threads", ("run", "timings", "pool_threads")),
+    ("parent: compile (cache)", ("run", "parent", "compile")),
+    ("parent: object check", ("run", "parent", "object_check")),
+    ("parent: runtime check", ("run", "parent", "runtime")),
+    ("parent: worker", ("run", "parent", "worker")),
+    ("parent: judge until worker done", ("run", "parent", "until_worker_done")),
+]
+print("   breakdown (seconds)" + "".join(f"{'run ' + str(i + 1):>12}" for i in range(len(docs))))
+for name, path in rows:
+    vals = [get(d, *path) for d in docs]
+    cells = "".join(f"{v:12.4f}" if isinstance(v, float) else f"{str(v) if v is not None else '-':>12}" for v in vals)
+    print(f"   {name:<33}{cells}")
+PY
 echo
 
 # ---- 2. parallel compiles -------------------------------------------------------------------

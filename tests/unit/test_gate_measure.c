@@ -291,6 +291,100 @@ static void stats_settled(void **state)
     assert_true(kl_stats_settled(x, 60, 20, 0.01));
 }
 
+/* A deterministic pseudo-normal series: median m, standard deviation sd (sum of 12 uniforms). */
+static void normal_series(double *x, unsigned n, double m, double sd, uint64_t seed)
+{
+    for (unsigned i = 0; i < n; i++) {
+        double z = -6;
+        for (int k = 0; k < 12; k++) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            z += (double)(seed >> 11) * 0x1.0p-53;
+        }
+        x[i] = m + sd * z;
+    }
+}
+
+static void stats_median_rse(void **state)
+{
+    (void)state;
+    kl_stats st;
+    double x[400];
+    /* IQR 1.349 (sigma 1) around a median of 100 at n = 100: 1.2533 / 10 / 100 */
+    for (unsigned i = 0; i < 100; i++) x[i] = 100 + (i < 25 ? -2.0 : i < 50 ? -0.6745 : i < 75 ? 0.6745 : 2.0);
+    assert_int_equal(kl_stats_compute(x, 100, &st, NULL), KL_OK);
+    double want = 1.2533 * (st.iqr / 1.349) / 10.0 / st.median;
+    assert_true(fabs(kl_stats_median_rse(&st) - want) < 1e-12);
+    /* all equal: zero spread, zero error */
+    for (unsigned i = 0; i < 30; i++) x[i] = 0.25;
+    kl_stats_compute(x, 30, &st, NULL);
+    assert_true(kl_stats_median_rse(&st) == 0.0);
+    /* one sample, or no positive median: cannot be estimated */
+    kl_stats_compute(x, 1, &st, NULL);
+    assert_true(isinf(kl_stats_median_rse(&st)));
+    for (unsigned i = 0; i < 30; i++) x[i] = -1.0 + 0.01 * i;
+    kl_stats_compute(x, 30, &st, NULL);
+    assert_true(isinf(kl_stats_median_rse(&st)));
+    assert_true(isinf(kl_stats_median_rse(NULL)));
+    /* outliers beyond the quartiles do not move it much */
+    normal_series(x, 200, 1.0, 0.02, 7);
+    kl_stats_compute(x, 200, &st, NULL);
+    double clean = kl_stats_median_rse(&st);
+    x[10] = 50;
+    x[20] = 80;
+    kl_stats_compute(x, 200, &st, NULL);
+    assert_true(fabs(kl_stats_median_rse(&st) - clean) < 0.1 * clean);
+}
+
+static void profile_stopping_rule(void **state)
+{
+    (void)state;
+    enum { M = 400 };
+    double a[M], b[M];
+    const double *series[2] = {a, b};
+    kl_profile_rule rule = {20, 200, 1.5, 0.01};
+    double rse;
+
+    /* a tiny kernel with 5% spread: not settled at the minimum (1.2533*0.05/sqrt(20) = 1.4%), settled
+     * once n is large enough (about 40), far below max_reps and with no time spent */
+    normal_series(a, M, 0.010, 0.0005, 1);
+    normal_series(b, M, 0.030, 0.0003, 2);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 10, 0.01, &rse), KL_PROFILE_GO_ON);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 20, 0.01, &rse), KL_PROFILE_GO_ON);
+    assert_true(rse > 0.01 && rse < 0.03);
+    unsigned settled_at = 0;
+    for (unsigned n = 20; n <= 200 && !settled_at; n += 10)
+        if (kl_profile_should_stop(&rule, series, 2, n, 0.01, NULL) == KL_PROFILE_SETTLED) settled_at = n;
+    assert_true(settled_at >= 30 && settled_at <= 80);
+    /* the old rule (the 95% interval of the median within 1%) would still be running there */
+    assert_false(kl_stats_settled(a, settled_at, 20, 0.01));
+
+    /* a quiet kernel: settled at exactly min_reps, whatever the baseline does as long as it is quiet too */
+    normal_series(a, M, 1.0, 0.001, 3);
+    normal_series(b, M, 2.0, 0.002, 4);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 19, 0.01, NULL), KL_PROFILE_GO_ON);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 20, 0.01, &rse), KL_PROFILE_SETTLED);
+    assert_true(rse < 0.001);
+    /* every series must settle: a noisy baseline holds it back */
+    normal_series(b, M, 2.0, 0.5, 5);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 20, 0.01, NULL), KL_PROFILE_GO_ON);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 1, 20, 0.01, NULL), KL_PROFILE_SETTLED);
+    /* ... until max_reps, or the time limit (which needs KL_PROFILE_FLOOR_REPS) */
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 200, 0.5, NULL), KL_PROFILE_MAX_REPS);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 50, 1.5, NULL), KL_PROFILE_MAX_SECONDS);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 2, 9.0, NULL), KL_PROFILE_GO_ON);
+    assert_int_equal(kl_profile_should_stop(&rule, series, 2, 3, 9.0, NULL), KL_PROFILE_MAX_SECONDS);
+    /* settled wins over the limits when both hold */
+    assert_int_equal(kl_profile_should_stop(&rule, series, 1, 200, 9.0, NULL), KL_PROFILE_SETTLED);
+    /* a bad sample (not finite) never settles */
+    a[5] = NAN;
+    assert_int_equal(kl_profile_should_stop(&rule, series, 1, 20, 0.0, &rse), KL_PROFILE_GO_ON);
+    assert_true(isinf(rse));
+    assert_string_equal(kl_profile_stop_name(KL_PROFILE_SETTLED), "settled");
+    assert_string_equal(kl_profile_stop_name(KL_PROFILE_MAX_REPS), "max_reps");
+    assert_string_equal(kl_profile_stop_name(KL_PROFILE_MAX_SECONDS), "max_seconds");
+    assert_string_equal(kl_profile_stop_name(KL_PROFILE_GO_ON), "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -305,6 +399,8 @@ int main(void)
         cmocka_unit_test(bad_arguments),
         cmocka_unit_test(stats_quartiles),
         cmocka_unit_test(stats_settled),
+        cmocka_unit_test(stats_median_rse),
+        cmocka_unit_test(profile_stopping_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -130,6 +130,46 @@ static void const_eval_reads_macros_and_dim3(void **state)
     kl_source_free(src);
 }
 
+/* `dim3 b(BLOCK, BLOCK)` reads as a function declaration (its arguments look like types); a
+ * local dim3 of constants is a compile-time block size unless it is changed before the launch. */
+static void const_eval_dim3_locals(void **state)
+{
+    (void)state;
+    const char *t = "#define BLOCK 16\nconstexpr int ROWS = 4;\n"
+                    "void launch(int n) {\n"
+                    "  dim3 a(BLOCK, BLOCK); k<<<1, a>>>();\n"
+                    "  const dim3 b = dim3(BLOCK, ROWS, 2); k<<<1, b>>>();\n"
+                    "  dim3 c{32, ROWS}; k<<<1, c>>>();\n"
+                    "  dim3 d(BLOCK, BLOCK); d.x = 64; k<<<1, d>>>();\n"
+                    "  dim3 e(n, BLOCK); k<<<1, e>>>();\n"
+                    "}\n";
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("d.cu", t, strlen(t), &src, &err), KL_OK);
+    kl_launch_sites ls;
+    assert_int_equal(kl_ast_launches(src, &ls, &err), KL_OK);
+    assert_int_equal(ls.count, 5);
+    TSNode fn = ls.items[0].host_fn;
+    int64_t v = 0;
+    char why[200];
+    assert_true(kl_const_eval(src, fn, ls.items[0].block, true, &v, why, sizeof why));
+    assert_int_equal(v, 256);
+    assert_true(kl_const_eval(src, fn, ls.items[1].block, true, &v, why, sizeof why));
+    assert_int_equal(v, 128);
+    assert_true(kl_const_eval(src, fn, ls.items[2].block, true, &v, why, sizeof why));
+    assert_int_equal(v, 128);
+    /* a dim3 is not a number */
+    assert_false(kl_const_eval(src, fn, ls.items[0].block, false, &v, why, sizeof why));
+    /* changed by `d.x = 64` */
+    assert_false(kl_const_eval(src, fn, ls.items[3].block, true, &v, why, sizeof why));
+    assert_non_null(strstr(why, "assigned more than once"));
+    /* a run-time extent */
+    assert_false(kl_const_eval(src, fn, ls.items[4].block, true, &v, why, sizeof why));
+    assert_non_null(strstr(why, "'n'"));
+    kl_launch_sites_release(&ls);
+    kl_source_free(src);
+}
+
 /* ---- golden files --------------------------------------------------------------------------- */
 
 
@@ -316,6 +356,7 @@ int main(void)
         cmocka_unit_test(rewrite_errors_name_the_problem),
         cmocka_unit_test(check_refuses_broken_results),
         cmocka_unit_test(golden_unroll),
+        cmocka_unit_test(const_eval_dim3_locals),
         cmocka_unit_test(golden_launch_bounds),
         cmocka_unit_test(golden_fast_math),
     };

@@ -346,6 +346,15 @@ static const golden coalesce_cases[] = {
     {&kl_rule_coalesce, "coalesce", "macro_helper", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
     {&kl_rule_coalesce, "coalesce", "while_loop", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
     {&kl_rule_coalesce, "coalesce", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+    /* the staged exchange through a shared tile (a transpose) */
+    {&kl_rule_coalesce, "coalesce", "staged_transpose", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_coalesce, "coalesce", "staged_batched_size_t", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_coalesce, "coalesce", "staged_template_return", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    {&kl_rule_coalesce, "coalesce", "staged_scale_brace", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    /* an expert's staged forms back to one read and one write per element (no way back: the
+     * loop over rows a thread reads is not this rule's form) */
+    {&kl_rule_coalesce, "coalesce", "remove_staged_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_NONE},
+    {&kl_rule_coalesce, "coalesce", "remove_staged_square", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
 };
 
 static void coalesce_golden(void **state)
@@ -357,15 +366,55 @@ static void coalesce_golden(void **state)
 static void coalesce_refuses(void **state)
 {
     (void)state;
-    /* a transpose: reads and writes disagree */
+    /* a transpose (staged): the block must be square, so that a thread's partner is in it */
     expect_not_applicable(&kl_rule_coalesce,
-                          "__global__ void t(const float *x, float *y, int R, int C) {\n"
-                          "    int c = blockIdx.x * 16 + threadIdx.x;\n"
-                          "    int r = blockIdx.y * 16 + threadIdx.y;\n"
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    int c = blockIdx.x * 32 + threadIdx.x;\n"
+                          "    int r = blockIdx.y * 8 + threadIdx.y;\n"
                           "    if (r < R && c < C) y[c * R + r] = x[r * C + c];\n"
                           "}\n"
+                          "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 32, R / 8), dim3(32, 8)>>>(x, y, R, C); }\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "not square");
+    /* … a compile-time block */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                          "    if (r < R && c < C) y[c * R + r] = x[r * C + c];\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int R, int C, int b) { t<<<dim3(C / b, R / b), dim3(b, b)>>>(x, y, R, C); }\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "compile-time constants");
+    /* … one write, not in a loop */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    int c = blockIdx.x * 16 + threadIdx.x;\n"
+                          "    int r = blockIdx.y * 16 + threadIdx.y;\n"
+                          "    for (int k = 0; k < 2; k++) y[k * R * C + c * R + r] = x[k * R * C + r * C + c];\n"
+                          "}\n"
                           "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 16, R / 16), dim3(16, 16)>>>(x, y, R, C); }\n",
-                          KL_SITE_APPLICABLE, NULL, NULL, "staged exchange");
+                          KL_SITE_APPLICABLE, NULL, NULL, "inside a loop");
+    /* … and no shared memory or barrier of its own (the phases would run them twice) */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    __shared__ float s[16];\n"
+                          "    int c = blockIdx.x * 16 + threadIdx.x;\n"
+                          "    int r = blockIdx.y * 16 + threadIdx.y;\n"
+                          "    if (r < R && c < C) y[c * R + r] = x[r * C + c] + s[0];\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 16, R / 16), dim3(16, 16)>>>(x, y, R, C); }\n",
+                          KL_SITE_APPLICABLE, NULL, NULL, "shared memory already");
+    /* remove: the write after the barrier reads a thread index the store's side cannot map */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    __shared__ float tl[16][16];\n"
+                          "    int c = blockIdx.x * 16 + threadIdx.x, r = blockIdx.y * 16 + threadIdx.y;\n"
+                          "    if (r < R && c < C) tl[threadIdx.y][threadIdx.x] = x[r * C + c];\n"
+                          "    __syncthreads();\n"
+                          "    int k = threadIdx.z;\n"
+                          "    for (int i = 0; i < 2; i++) y[(blockIdx.x * 16 + i) * R + blockIdx.y * 16 + threadIdx.x] = tl[threadIdx.x][threadIdx.y];\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 16, R / 16), dim3(16, 16)>>>(x, y, R, C); }\n",
+                          KL_SITE_PRESENT, NULL, NULL, "depends on 'i'");
     /* warp-synchronous code */
     expect_not_applicable(&kl_rule_coalesce,
                           "__global__ void k(const float *x, float *y, int C) {\n"

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -371,6 +372,315 @@ static void worker_binary(void **state)
     free(worker);
 }
 
+/* Fills on the pool's threads equal one whole single-threaded fill, bit for bit, for every
+ * distribution and dtype, at sizes that are and are not a multiple of the chunk. */
+static void parallel_fill_is_bit_identical(void **state)
+{
+    (void)state;
+    char *dir = kl_path_join(tmp_root, "filltask");
+    kl_error err = {0};
+    assert_int_equal(kl_mkdirs(dir, &err), KL_OK);
+    const char *json =
+        "{\"name\": \"fills\", \"sizes\": [\"n\"], \"args\": ["
+        "{\"name\": \"a\", \"type\": \"f32*\", \"shape\": \"n\", \"role\": \"in\", "
+        "\"init\": {\"dist\": \"normal\", \"mean\": 1, \"std\": 3}},"
+        "{\"name\": \"b\", \"type\": \"bf16*\", \"shape\": \"n\", \"role\": \"in\", "
+        "\"init\": {\"dist\": \"uniform\", \"lo\": -2, \"hi\": 5}},"
+        "{\"name\": \"c\", \"type\": \"i32*\", \"shape\": \"n\", \"role\": \"inout\", "
+        "\"init\": {\"dist\": \"int_uniform\", \"lo\": -7, \"hi\": \"n\"}},"
+        "{\"name\": \"d\", \"type\": \"f16*\", \"shape\": \"n\", \"role\": \"in\", "
+        "\"init\": {\"dist\": \"normal\", \"mean\": 0, \"std\": 1}},"
+        "{\"name\": \"y\", \"type\": \"f32*\", \"shape\": \"n\", \"role\": \"out\"},"
+        "{\"name\": \"n\", \"type\": \"int\", \"value\": \"n\"}],"
+        "\"shapes\": {\"bench\": {\"n\": 3145729}, \"check\": [{\"n\": 1}, {\"n\": 2097152}, {\"n\": 1000}]},"
+        "\"tolerance\": {\"rel_l2\": 1e-6}}";
+    char *tj = kl_path_join(dir, "task.json"), *rc = kl_path_join(dir, "reference.c");
+    assert_int_equal(kl_file_write(tj, json, strlen(json), &err), KL_OK);
+    const char *ref = "#include <stdint.h>\nvoid reference(const double *a, const double *b, int32_t *c, const double *d, "
+                      "double *y, int n) { for (int i = 0; i < n; i++) y[i] = a[i] + b[i] + c[i] + d[i]; }\n";
+    assert_int_equal(kl_file_write(rc, ref, strlen(ref), &err), KL_OK);
+    kl_task *t = NULL;
+    if (kl_task_load(dir, &t, &err) != KL_OK) fail_msg("%s", err.message);
+    kl_pool *pool = NULL;
+    assert_int_equal(kl_pool_start(4, &pool, &err), KL_OK);
+    assert_int_equal(kl_pool_threads(pool), 4);
+    const kl_shape *shapes[] = {&t->bench, &t->checks[0], &t->checks[1], &t->checks[2]};
+    for (unsigned k = 0; k < 4; k++) {
+        const kl_shape *sh = shapes[k];
+        for (unsigned arg = 0; arg < 4; arg++) {
+            int64_t n;
+            assert_int_equal(kl_task_arg_count(t, sh, arg, &n, &err), KL_OK);
+            size_t bytes = (size_t)n * kl_dtype_size(t->args[arg].dtype);
+            unsigned char *one = malloc(bytes), *many = malloc(bytes), *here = malloc(bytes);
+            assert_non_null(one);
+            assert_non_null(many);
+            assert_non_null(here);
+            memset(many, 0x5A, bytes);
+            memset(here, 0xA5, bytes);
+            assert_int_equal(kl_task_fill(t, sh, arg, 99, one, n, &err), KL_OK);
+            assert_int_equal(kl_fill_parallel(pool, t, sh, arg, 99, many, n, &err), KL_OK);
+            assert_int_equal(kl_fill_parallel(NULL, t, sh, arg, 99, here, n, &err), KL_OK);
+            assert_memory_equal(one, many, bytes);
+            assert_memory_equal(one, here, bytes);
+            free(one);
+            free(many);
+            free(here);
+        }
+    }
+    /* a wrong count is refused before anything is queued */
+    float small[4];
+    assert_int_equal(kl_fill_parallel(pool, t, &t->bench, 0, 1, small, 4, &err), KL_ERR_INVALID);
+    assert_non_null(strstr(err.message, "buffer holds 4 elements"));
+    /* the pool counted its work, and is idle afterwards */
+    kl_pool_wait_idle(pool);
+    assert_true(kl_pool_busy_seconds(pool) > 0);
+    kl_pool_stop(pool);
+    kl_task_free(t);
+    free(tj);
+    free(rc);
+    free(dir);
+}
+
+static void count_task(void *arg)
+{
+    int *n = arg;
+    __atomic_add_fetch(n, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The pool's threads are started before the hygiene snapshot: work on them afterwards is the
+ * harness's and never counted against a candidate. A library the harness loads after the
+ * snapshot (RTLD_LOCAL, as the runtime loads cuBLAS) moves no binding of the harness. */
+static void harness_threads_and_late_libraries_are_not_blamed(void **state)
+{
+    (void)state;
+    kl_error err = {0};
+    kl_pool *pool = NULL;
+    assert_int_equal(kl_pool_start(3, &pool, &err), KL_OK);
+    kl_thread_set before, after;
+    assert_int_equal(kl_threads_list(&before, &err), KL_OK);
+    kl_symbol_snapshot snap;
+    kl_symbols_snapshot(NULL, &snap);
+    int n = 0;
+    for (int i = 0; i < 100; i++) assert_int_equal(kl_pool_submit(pool, count_task, &n, &err), KL_OK);
+    kl_pool_wait_idle(pool);
+    assert_int_equal(__atomic_load_n(&n, __ATOMIC_SEQ_CST), 100);
+    assert_int_equal(kl_threads_list(&after, &err), KL_OK);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    assert_int_equal(kl_threads_new(&before, &after, true, &sb), 0);
+    kl_threads_free(&after);
+
+    /* a library loaded late, defining memcmp and malloc of its own */
+    char *lib = build_object("late", "#include <stddef.h>\n"
+                                     "int memcmp(const void *a, const void *b, size_t n) { (void)a; (void)b; (void)n; return 0; }\n"
+                                     "int late_answer(void) { return 42; }\n");
+    if (lib) {
+        void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+        assert_non_null(h);
+        kl_strbuf_reset(&sb);
+        assert_true(kl_symbols_check(NULL, &snap, NULL, &sb));
+        assert_int_equal(sb.len, 0);
+        dlclose(h);
+        free(lib);
+    } else {
+        printf("note: no host C compiler; the late library was not tried\n");
+    }
+    kl_pool_stop(pool);
+    /* the pool's threads are gone once it is stopped */
+    assert_int_equal(kl_threads_list(&after, &err), KL_OK);
+    assert_true(after.n <= before.n - 3);
+    kl_strbuf_release(&sb);
+    kl_threads_free(&before);
+    kl_threads_free(&after);
+}
+
+/* Every result carries "timings", also a job that was refused. */
+static void timings_always_reported(void **state)
+{
+    (void)state;
+    json_t *doc;
+    int code = run_job("{\"job\": \"gate\", \"runtime\": \"x.so\", \"task_dir\": \"t\", \"candidate\": \"c.so\", "
+                       "\"shapes\": [\"bench\"], \"stages\": {\"profile\": {\"settle_rel\": 2}}}",
+                       &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_JOB);
+    assert_non_null(strstr(err_field(doc, "detail"), "\"settle_rel\" is 2"));
+    json_t *t = json_object_get(doc, "timings");
+    assert_true(json_is_object(t));
+    assert_true(json_is_real(json_object_get(t, "total")));
+    assert_true(json_real_value(json_object_get(t, "total")) >= 0);
+    static const char *const keys[] = {"parse", "runtime_load", "cuda_init", "cupti_init", "cublas_init",
+                                       "candidate_load", "correct", "determinism", "integrity", "stream",
+                                       "profile", "fills_cpu", "references_cpu", "wait_inputs",
+                                       "wait_reference", "profile_reps", "profile_stopped", NULL};
+    for (const char *const *k = keys; *k; k++) {
+        if (!json_object_get(t, *k)) fprintf(stderr, "timings.%s is missing\n", *k);
+        assert_non_null(json_object_get(t, *k));
+    }
+    json_decref(doc);
+}
+
+/* A device runtime over host memory: every kl_rt_* entry point, so that the worker's whole
+ * gate job (fills and references on the pool, correct, determinism, integrity, stream, the
+ * batched profile loop) runs without a GPU. "Device" pointers are host pointers. */
+static const char FAKE_RUNTIME[] =
+    "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
+    "typedef struct { char name[256]; int ordinal, cc_major, cc_minor, sms, l2_bytes; uint64_t mem_bytes;\n"
+    "  int clock_khz, mem_clock_khz, mem_bus_bits, driver_version, runtime_version, smem_per_block_optin, regs_per_sm; } dev;\n"
+    "typedef struct { double ms; int timer; unsigned records; uint64_t a, b, c; double sum_ms; } timing;\n"
+    "typedef struct { double copy_gbs, fma_tflops, tensor_tflops; unsigned reps; uint64_t copy_bytes; } ceil_t;\n"
+    "static unsigned wins, maxw, tick; static int open_, stream_obj;\n"
+    "int kl_rt_abi(void) { return 2; }\n"
+    "int kl_rt_init(int o) { (void)o; return 0; }\n"
+    "void kl_rt_fini(void) {}\n"
+    "const char *kl_rt_error(void) { return \"\"; }\n"
+    "const char *kl_rt_error_name(void) { return \"\"; }\n"
+    "int kl_rt_device_info(dev *d) { memset(d, 0, sizeof *d); strcpy(d->name, \"Fake Host\"); d->cc_major = 9; d->sms = 1;\n"
+    "  d->l2_bytes = 1 << 20; return 0; }\n"
+    "int kl_rt_malloc(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? 0 : 6; }\n"
+    "int kl_rt_free(void *p) { free(p); return 0; }\n"
+    "int kl_rt_memset(void *p, int b, size_t n) { memset(p, b, n); return 0; }\n"
+    "int kl_rt_h2d(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }\n"
+    "int kl_rt_d2h(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }\n"
+    "int kl_rt_d2d(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }\n"
+    "int kl_rt_stream_create(void **s, int nb) { (void)nb; *s = &stream_obj; return 0; }\n"
+    "int kl_rt_stream_destroy(void *s) { (void)s; return 0; }\n"
+    "int kl_rt_stream_sync(void *s) { (void)s; return 0; }\n"
+    "int kl_rt_stream_idle(void *s, int *idle) { (void)s; *idle = 1; return 0; }\n"
+    "int kl_rt_device_sync(void) { return 0; }\n"
+    "int kl_rt_device_idle(int us, int *idle) { (void)us; *idle = 1; return 0; }\n"
+    "int kl_rt_check(void) { return 0; }\n"
+    "int kl_rt_timer_init(int want, int *t) { (void)want; *t = 2; return 0; }\n"
+    "int kl_rt_timer_begin(void) { return 0; }\n"
+    "int kl_rt_timer_end(timing *t) { memset(t, 0, sizeof *t); t->timer = 2; t->ms = 1.0; t->sum_ms = 1.0; return 0; }\n"
+    "int kl_rt_batch_begin(unsigned m) { if (!m || open_) return 5; maxw = m; wins = 0; return 0; }\n"
+    "int kl_rt_batch_open(void) { if (open_ || wins >= maxw) return 5; open_ = 1; return 0; }\n"
+    "int kl_rt_batch_close(void) { if (!open_) return 5; open_ = 0; wins++; return 0; }\n"
+    "int kl_rt_batch_end(timing *out, unsigned *n) { if (open_) return 5;\n"
+    "  for (unsigned i = 0; i < wins; i++) { memset(&out[i], 0, sizeof out[i]); out[i].timer = 2;\n"
+    "    out[i].ms = (i % 2 ? 2.0 : 1.0) * (1.0 + 0.001 * (double)(tick++ % 7)); out[i].sum_ms = out[i].ms; }\n"
+    "  *n = wins; wins = 0; return 0; }\n"
+    "uint64_t kl_rt_now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);\n"
+    "  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }\n"
+    "int kl_rt_l2_flush(void) { return 0; }\n"
+    "int kl_rt_ceilings_measure(unsigned r, ceil_t *c) { memset(c, 0, sizeof *c); c->reps = r; return 0; }\n"
+    "int kl_rt_cublas_available(void) { return 0; }\n"
+    "int kl_rt_cublas_sgemm(const void *a, const void *b, void *c, int m, int n, int k, void *s)\n"
+    "{ (void)a; (void)b; (void)c; (void)m; (void)n; (void)k; (void)s; return 4; }\n"
+    "int kl_rt_cublas_bf16gemm(const void *a, const void *b, void *c, int f, int m, int n, int k, void *s)\n"
+    "{ (void)a; (void)b; (void)c; (void)f; (void)m; (void)n; (void)k; (void)s; return 4; }\n";
+
+/* rowsum on the host, through the typed shim's signature */
+#define ROWSUM_SHIM(BODY)                                                                          \
+    "const char *kl_shim_abi(void) { return \"klineage-shim-1\"; }\n"                                 \
+    "int kl_shim_launch(void *const *args, void *stream) { (void)stream;\n"                          \
+    "  const float *x = args[0]; float *y = args[1]; int rows = *(const int *)args[2], cols = *(const int *)args[3];\n" \
+    "  " BODY "\n  return 0; }\n"
+
+static void write_in(const char *dir, const char *name, const char *text)
+{
+    char *path = kl_path_join(dir, name);
+    kl_error err = {0};
+    assert_int_equal(kl_file_write(path, text, strlen(text), &err), KL_OK);
+    free(path);
+}
+
+/* The whole gate job on the host runtime: a right kernel passes every stage with the inputs
+ * filled on the pool and the references computed there; a kernel that writes nothing fails
+ * correct; the profile loop runs in batches and stops settled. */
+static void gate_job_on_a_host_runtime(void **state)
+{
+    (void)state;
+    char *rt = build_object("fake_rt", FAKE_RUNTIME);
+    if (!rt) {
+        printf("skipped: no host C compiler\n");
+        skip();
+    }
+    char *good = build_object("rowsum_good", ROWSUM_SHIM(
+        "for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = (float)s; }"));
+    char *lazy = build_object("rowsum_lazy", ROWSUM_SHIM("(void)x; (void)y; (void)rows; (void)cols;"));
+    assert_non_null(good);
+    assert_non_null(lazy);
+    char *dir = kl_path_join(tmp_root, "rowsum");
+    kl_error err = {0};
+    assert_int_equal(kl_mkdirs(dir, &err), KL_OK);
+    write_in(dir, "task.json",
+             "{\"name\": \"rowsum\", \"sizes\": [\"rows\", \"cols\"], \"args\": ["
+             "{\"name\": \"x\", \"type\": \"f32*\", \"shape\": \"rows*cols\", \"role\": \"in\", "
+             "\"init\": {\"dist\": \"normal\", \"mean\": 0, \"std\": 1}},"
+             "{\"name\": \"y\", \"type\": \"f32*\", \"shape\": \"rows\", \"role\": \"out\"},"
+             "{\"name\": \"rows\", \"type\": \"int\", \"value\": \"rows\"},"
+             "{\"name\": \"cols\", \"type\": \"int\", \"value\": \"cols\"}],"
+             "\"shapes\": {\"bench\": {\"rows\": 640, \"cols\": 4097}, \"check\": [{\"rows\": 1, \"cols\": 1}, "
+             "{\"rows\": 3, \"cols\": 1023}, {\"rows\": 257, \"cols\": 33}]},"
+             "\"tolerance\": {\"rel_l2\": 1e-5}, \"cost\": {\"flops\": \"rows*cols\", \"bytes\": \"4*rows*cols\"}}");
+    write_in(dir, "reference.c",
+             "void reference(const double *x, double *y, int rows, int cols)\n"
+             "{ for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = s; } }\n");
+    char *cache = kl_path_join(tmp_root, "fake-cache");
+    char job[4096];
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"baseline\": \"%s\", \"timer\": \"events\", "
+                "\"shapes\": [\"check[0]\", \"check[1]\", \"check[2]\", \"bench\"], \"seeds\": [11, 12]}",
+                rt, cache, dir, good, good);
+    json_t *doc;
+    int code = run_job(job, &doc);
+    if (code != 0) {
+        char *text = json_dumps(doc, JSON_INDENT(1));
+        fprintf(stderr, "%s\n", text);
+        free(text);
+    }
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    assert_true(json_is_null(json_object_get(doc, "error")));
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "hygiene"), "ok")));
+    json_t *correct = json_object_get(doc, "correct");
+    assert_int_equal(json_array_size(correct), 4 * 2 * 2); /* shapes x seeds x poisons */
+    size_t i;
+    json_t *e;
+    json_array_foreach(correct, i, e) assert_true(json_is_true(json_object_get(e, "ok")));
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "determinism"), "ok")));
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "integrity"), "ok")));
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "stream"), "ok")));
+    json_t *prof = json_object_get(doc, "profile");
+    assert_true(json_is_true(json_object_get(prof, "ok")));
+    assert_string_equal(json_string_value(json_object_get(prof, "stopped")), "settled");
+    assert_int_equal(json_integer_value(json_object_get(prof, "reps")), 20);
+    /* candidate windows are the even ones (1 ms), baseline the odd ones (2 ms) */
+    double cm = json_real_value(json_object_get(json_object_get(prof, "candidate"), "median_ms"));
+    double bm = json_real_value(json_object_get(json_object_get(prof, "baseline"), "median_ms"));
+    assert_true(cm >= 1.0 && cm < 1.01);
+    assert_true(bm >= 2.0 && bm < 2.02);
+    json_t *t = json_object_get(doc, "timings");
+    assert_int_equal(json_integer_value(json_object_get(t, "profile_reps")), 20);
+    assert_int_equal(json_integer_value(json_object_get(t, "profile_batches")), 2); /* warm-up + 20 */
+    assert_string_equal(json_string_value(json_object_get(t, "profile_stopped")), "settled");
+    /* every (shape, seed) filled once and referenced once, on the pool */
+    assert_int_equal(json_integer_value(json_object_get(t, "fills")), 8);
+    assert_int_equal(json_integer_value(json_object_get(t, "references")), 8);
+    assert_true(json_integer_value(json_object_get(t, "pool_threads")) >= 1);
+    json_decref(doc);
+
+    /* a kernel that writes nothing is still rejected, at the first shape */
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"timer\": \"events\", \"shapes\": [\"check[0]\", \"check[1]\", \"bench\"], \"seeds\": [11, 12]}",
+                rt, cache, dir, lazy);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    correct = json_object_get(doc, "correct");
+    json_t *first = json_array_get(correct, 0);
+    assert_false(json_is_true(json_object_get(first, "ok")));
+    json_t *out0 = json_array_get(json_object_get(first, "outputs"), 0);
+    assert_int_equal(json_integer_value(json_object_get(out0, "unwritten")), 1);
+    assert_null(json_object_get(doc, "profile"));
+    assert_null(json_object_get(doc, "determinism"));
+    json_decref(doc);
+    free(rt);
+    free(good);
+    free(lazy);
+    free(dir);
+    free(cache);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -380,6 +690,10 @@ int main(void)
         cmocka_unit_test(shim_objects_checked),
         cmocka_unit_test(threads_are_counted),
         cmocka_unit_test(worker_binary),
+        cmocka_unit_test(parallel_fill_is_bit_identical),
+        cmocka_unit_test(harness_threads_and_late_libraries_are_not_blamed),
+        cmocka_unit_test(timings_always_reported),
+        cmocka_unit_test(gate_job_on_a_host_runtime),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -15,8 +15,12 @@
  * __syncwarp: lanes would be regrouped) and no helper or macro that reads the thread indices
  * (it would not be relabelled).
  * Present: a kernel marked `// coalesce: ...` (the experts' and this rule's marker) whose
- * launches can be swapped the same way. When reads and writes disagree (a transpose), the
- * staged exchange through shared memory is not produced here: the site says so.
+ * launches can be swapped the same way.
+ *
+ * When reads and writes disagree (a transpose), swapping would only move the strided access:
+ * the site is listed with `needs_staging` and apply writes the staged exchange through a shared
+ * tile instead; remove undoes a staged exchange (this rule's or an expert's) wherever it finds
+ * one. See "the staged exchange" below and docs/rules.md.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -310,6 +314,915 @@ static kl_status swap_launches(const kl_rule_ctx *ctx, const rb_func *f, kl_edit
     return KL_OK;
 }
 
+static kl_status check_swappable(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f,
+                                 kl_error *err)
+{
+    hazards h = {.ctx = ctx, .fs = fs, .nf = nf};
+    rb_walk(f->body, hazard_visit, &h);
+    if (!ts_node_is_null(h.at)) {
+        kl_span sp = kl_node_span(h.at);
+        return kl_rule_not_applicable(err, "%s:%u:%u: %s", kl_source_name(ctx->src), sp.line, sp.column,
+                            h.what);
+    }
+    char which[128];
+    if (macro_reads_builtins(ctx, f, which, sizeof which))
+        return kl_rule_not_applicable(err,
+                            "%s: kernel '%s' uses the macro '%s', which reads thread or block indices and would not "
+                            "be relabelled",
+                            kl_source_name(ctx->src), f->name, which);
+    return KL_OK;
+}
+
+/* ---- the staged exchange (a transpose) ------------------------------------------------------------
+ *
+ * Apply, on a kernel whose one global write is contiguous along threadIdx.y while its reads are
+ * contiguous along threadIdx.x (`y[c * rows + r] = x[r * cols + c]`), launched with a square
+ * compile-time block B x B: the body P runs twice around a barrier, through a B x B __shared__
+ * tile:
+ *   phase 1 — P with the write's destination replaced by tile[threadIdx.y][threadIdx.x]: each
+ *             thread computes its value exactly as before (the read stays along threadIdx.x);
+ *   phase 2 — P with threadIdx.x and threadIdx.y exchanged and the write's value replaced by
+ *             tile[threadIdx.x][threadIdx.y]: thread (a, b) plays thread (b, a) of the same block,
+ *             so it writes where (b, a) wrote, the value (b, a) stored; its writes now move along
+ *             threadIdx.x.
+ * The guards of P guard both phases the same way (an edge thread that stored nothing writes
+ * nothing). Each phase is a block of its own (`{ … }`), or a lambda run in place
+ * (`[&]() { … }();`) when P returns early, so that every thread reaches the barrier. The tile is
+ * the block (no launch changes) and is not padded (that is smem-pad's job).
+ *
+ * Remove, on any kernel with one top-level __syncthreads() between a store into a 2-D __shared__
+ * tile `T[i1][j1] = v` and one global write `y[w] = T[i2][j2]` after it: the statements after the
+ * barrier, the barrier and the tile go; the store becomes `y[w'] = v`, where w' is w seen from the
+ * storing thread: i2 and j2 (variables, or threadIdx.x/y) replaced by i1 and j1, locals depending
+ * on them inlined, and an inlined local written by the name of a local of the store's side with
+ * the same definition (`yr = col0 + r` becomes `c` where `c = col0 + tx`). Each element is then
+ * written by the thread that read it: the kernel is one read and one write per element again,
+ * the write strided (like a naive transpose). When the statements before the barrier are one
+ * block or lambda (this rule's own form), it is unwrapped.
+ */
+
+#define STAGED_MARKER "// coalesce: staged through a shared tile, so that the read and the write both move along threadIdx.x"
+
+/* A replacement inside the text: [start, end) -> text (owned). */
+typedef struct span_edit {
+    uint32_t start, end;
+    char *text;
+} span_edit;
+
+typedef struct span_edits {
+    span_edit *items;
+    unsigned count, cap;
+    bool failed;
+} span_edits;
+
+static void se_add(span_edits *e, uint32_t start, uint32_t end, const char *text)
+{
+    if (e->failed) return;
+    if (e->count == e->cap) {
+        unsigned cap = e->cap ? e->cap * 2 : 16;
+        span_edit *n = realloc(e->items, cap * sizeof *n);
+        if (!n) {
+            e->failed = true;
+            return;
+        }
+        e->items = n;
+        e->cap = cap;
+    }
+    char *t = kl_strdup(text);
+    if (!t) {
+        e->failed = true;
+        return;
+    }
+    e->items[e->count++] = (span_edit){start, end, t};
+}
+
+static void se_release(span_edits *e)
+{
+    for (unsigned i = 0; i < e->count; i++) free(e->items[i].text);
+    free(e->items);
+    memset(e, 0, sizeof *e);
+}
+
+static int se_cmp(const void *a, const void *b)
+{
+    const span_edit *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* The text [a, b) with the edits inside it applied (edits must not overlap); NULL on overlap or
+ * when memory runs out. */
+static char *se_splice(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, span_edits *e)
+{
+    if (e->failed) return NULL;
+    if (e->count) qsort(e->items, e->count, sizeof *e->items, se_cmp);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    uint32_t at = a;
+    for (unsigned i = 0; i < e->count; i++) {
+        const span_edit *x = &e->items[i];
+        if (x->start < at || x->end > b || x->end < x->start) {
+            kl_strbuf_release(&sb);
+            return NULL;
+        }
+        kl_strbuf_add(&sb, ctx->text + at, x->start - at);
+        kl_strbuf_adds(&sb, x->text);
+        at = x->end;
+    }
+    kl_strbuf_add(&sb, ctx->text + at, b - at);
+    if (sb.failed) {
+        kl_strbuf_release(&sb);
+        return NULL;
+    }
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+/* Text without blanks (for comparing definitions). */
+static char *squeeze(const char *s)
+{
+    char *o = malloc(strlen(s) + 1), *p = o;
+    if (!o) return NULL;
+    for (; *s; s++)
+        if (*s != ' ' && *s != '\t' && *s != '\n' && *s != '\r') *p++ = *s;
+    *p = '\0';
+    return o;
+}
+
+static bool is_loop(TSNode n)
+{
+    return rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement") ||
+           rb_is(n, "for_range_loop");
+}
+
+/* Is threadIdx.<c> (c 'x' or 'y') at n? */
+static bool is_thread_letter(const kl_rule_ctx *ctx, TSNode n, char c)
+{
+    TSNode l = builtin_letter(ctx, n);
+    if (ts_node_is_null(l) || !rb_text_is(ctx, rb_field(n, "argument"), "threadIdx")) return false;
+    char s[2] = {c, 0};
+    return rb_text_is(ctx, l, s);
+}
+
+/* What the kernel does that the two phases could not repeat or regroup. */
+typedef struct staged_scan {
+    const kl_rule_ctx *ctx;
+    TSNode write;          /* the one memory write */
+    unsigned writes;
+    TSNode bad;            /* a construct that forbids the staging */
+    char why[200];
+    bool has_return;
+} staged_scan;
+
+static bool staged_visit(TSNode n, void *user)
+{
+    staged_scan *s = user;
+    if (!ts_node_is_null(s->bad)) return false;
+    if (rb_is(n, "return_statement")) s->has_return = true;
+    if (rb_is(n, "lambda_expression")) {
+        s->bad = n;
+        kl_snprintf(s->why, sizeof s->why, "a lambda (the phases would run it twice)");
+        return false;
+    }
+    if (rb_is(n, "type_qualifier") && rb_text_is(s->ctx, n, "__shared__")) {
+        s->bad = n;
+        kl_snprintf(s->why, sizeof s->why, "shared memory already (the phases would share it)");
+        return false;
+    }
+    if (rb_is(n, "call_expression")) {
+        TSNode fn = rb_field(n, "function");
+        char *name = rb_is(fn, "identifier") ? rb_text(s->ctx, fn) : NULL;
+        if (name && (!strncmp(name, "atomic", 6) || !strncmp(name, "__syncthreads", 13) || !strcmp(name, "__threadfence"))) {
+            s->bad = n;
+            kl_snprintf(s->why, sizeof s->why, "'%s' (the phases would run it twice or out of order)", name);
+        }
+        free(name);
+    }
+    if (rb_is(n, "assignment_expression")) {
+        TSNode l = rb_field(n, "left");
+        if (!rb_is(l, "identifier")) {
+            s->writes++;
+            s->write = n;
+        }
+    } else if (rb_is(n, "update_expression")) {
+        TSNode a = rb_field(n, "argument");
+        if (!rb_is(a, "identifier")) {
+            s->bad = n;
+            kl_snprintf(s->why, sizeof s->why, "an increment of memory");
+        }
+    }
+    return true;
+}
+
+/* The x, y, z extents of a launch's block (a literal dim3(…), a local dim3 or a number). */
+static TSNode block_list(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg)
+{
+    if (rb_is(cfg, "call_expression") && rb_text_is(ctx, rb_field(cfg, "function"), "dim3"))
+        return rb_field(cfg, "arguments");
+    if (!rb_is(cfg, "identifier")) return (TSNode){0};
+    TSNode found = {0};
+    uint32_t c = ts_node_named_child_count(l->host.body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(l->host.body, i);
+        if (!rb_is(d, "declaration") || !rb_text_is(ctx, rb_field(d, "type"), "dim3")) continue;
+        TSNode dd = rb_field(d, "declarator");
+        TSNode id = rb_is(dd, "function_declarator") ? rb_field(dd, "declarator") : rb_declarator_name(dd);
+        char *a = rb_text(ctx, id), *b = rb_text(ctx, cfg);
+        bool same = a && b && !strcmp(a, b);
+        free(a);
+        free(b);
+        if (!same) continue;
+        if (rb_is(dd, "function_declarator")) found = rb_field(dd, "parameters");
+        else if (rb_is(dd, "init_declarator")) {
+            TSNode v = rb_field(dd, "value");
+            if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) found = v;
+            else if (rb_is(v, "call_expression") && rb_text_is(ctx, rb_field(v, "function"), "dim3"))
+                found = rb_field(v, "arguments");
+        }
+    }
+    return found;
+}
+
+/* An extent of a dim3 list: the expression (a parameter_declaration holds it as its type). */
+static TSNode extent(TSNode list, uint32_t i)
+{
+    TSNode a = ts_node_named_child(list, i);
+    if (rb_is(a, "parameter_declaration")) a = rb_field(a, "type");
+    return a;
+}
+
+/* The square block B of every launch of f, with the text naming it (a file-level constant
+ * when both extents name the same one, else the number). */
+static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long long *edge, char *text, size_t size,
+                              kl_error *err)
+{
+    rb_launch ls[16];
+    unsigned n = rb_launches(ctx, f->name, ls, 16);
+    if (!n)
+        return kl_rule_not_applicable(err, "%s: kernel '%s' is not launched in this file: the tile is its block",
+                                      kl_source_name(ctx->src), f->name);
+    *edge = 0;
+    for (unsigned i = 0; i < n; i++) {
+        kl_span sp = kl_node_span(ls[i].call);
+        if (ls[i].ncfg < 2)
+            return kl_rule_not_applicable(err, "%s:%u: a launch of '%s' without a block", kl_source_name(ctx->src),
+                                          sp.line, f->name);
+        TSNode list = block_list(ctx, &ls[i], ls[i].cfg[1]);
+        uint32_t k = ts_node_is_null(list) ? 0 : ts_node_named_child_count(list);
+        int64_t v[3] = {1, 1, 1};
+        bool ok = k >= 2 && k <= 3;
+        for (uint32_t j = 0; ok && j < k; j++) ok = kl_const_eval(ctx->src, ls[i].host.def, extent(list, j), false, &v[j], NULL, 0);
+        if (!ok)
+            return kl_rule_not_applicable(err,
+                                          "%s:%u: the block of this launch of '%s' is not a 2-D dim3 of compile-time "
+                                          "constants (the tile is the block)",
+                                          kl_source_name(ctx->src), sp.line, f->name);
+        if (v[0] != v[1] || v[2] != 1 || v[0] < 2 || v[0] > 32)
+            return kl_rule_not_applicable(err,
+                                          "%s:%u: the block of this launch of '%s' is %lld x %lld x %lld, not square: "
+                                          "a thread must find its transposed partner in its block",
+                                          kl_source_name(ctx->src), sp.line, f->name, (long long)v[0],
+                                          (long long)v[1], (long long)v[2]);
+        if (*edge && *edge != v[0])
+            return kl_rule_not_applicable(err, "%s:%u: launches of '%s' use different blocks (%lld and %lld)",
+                                          kl_source_name(ctx->src), sp.line, f->name, *edge, (long long)v[0]);
+        *edge = v[0];
+        /* a name both extents share, when it is a file-level constant */
+        char *a = rb_text(ctx, extent(list, 0)), *b = rb_text(ctx, extent(list, 1));
+        int64_t w;
+        TSNode e0 = extent(list, 0);
+        bool named = a && b && !strcmp(a, b) && (rb_is(e0, "identifier") || rb_is(e0, "type_identifier")) &&
+                     kl_const_eval(ctx->src, (TSNode){0}, e0, false, &w, NULL, 0);
+        if (i == 0) {
+            if (named) kl_snprintf(text, size, "%s", a);
+            else kl_snprintf(text, size, "%lld", (long long)v[0]);
+        } else if (!named || strcmp(text, a)) kl_snprintf(text, size, "%lld", (long long)v[0]);
+        free(a);
+        free(b);
+    }
+    return KL_OK;
+}
+
+/* Swap threadIdx.x and threadIdx.y inside [a, b), outside [skip_a, skip_b). */
+typedef struct tswap {
+    const kl_rule_ctx *ctx;
+    span_edits *e;
+    uint32_t skip_a, skip_b;
+} tswap;
+
+static bool tswap_visit(TSNode n, void *user)
+{
+    tswap *t = user;
+    if (ts_node_start_byte(n) >= t->skip_a && ts_node_end_byte(n) <= t->skip_b) return false;
+    TSNode l = builtin_letter(t->ctx, n);
+    if (!ts_node_is_null(l) && rb_text_is(t->ctx, rb_field(n, "argument"), "threadIdx"))
+        se_add(t->e, ts_node_start_byte(l), ts_node_end_byte(l), rb_text_is(t->ctx, l, "x") ? "y" : "x");
+    return true;
+}
+
+static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f, kl_edits *out,
+                              kl_error *err)
+{
+    const char *file = kl_source_name(ctx->src);
+    kl_status st = check_swappable(ctx, fs, nf, f, err);
+    if (st != KL_OK) return st;
+    staged_scan sc = {.ctx = ctx};
+    rb_walk(f->body, staged_visit, &sc);
+    if (!ts_node_is_null(sc.bad)) {
+        kl_span sp = kl_node_span(sc.bad);
+        return kl_rule_not_applicable(err, "%s:%u: kernel '%s' uses %s", file, sp.line, f->name, sc.why);
+    }
+    if (sc.writes != 1)
+        return kl_rule_not_applicable(err, "%s: kernel '%s' writes memory at %u places; the staged exchange moves one write",
+                                      file, f->name, sc.writes);
+    TSNode w = sc.write, lhs = rb_field(w, "left"), rhs = rb_field(w, "right");
+    kl_span wsp = kl_node_span(w);
+    if (!rb_text_is(ctx, rb_field(w, "operator"), "=") || !rb_is(ts_node_parent(w), "expression_statement"))
+        return kl_rule_not_applicable(err, "%s:%u: the write is not a plain `dst[i] = value;` statement", file, wsp.line);
+    TSNode base = rb_field(lhs, "argument");
+    char elem[128] = "";
+    char *bname = rb_is(lhs, "subscript_expression") && rb_is(base, "identifier") ? rb_text(ctx, base) : NULL;
+    bool param = bname && rb_pointer_param(ctx, f, bname, elem, sizeof elem) && elem[0];
+    free(bname);
+    if (!param)
+        return kl_rule_not_applicable(err, "%s:%u: the write is not a subscript of a pointer parameter", file, wsp.line);
+    for (TSNode a = ts_node_parent(w); !ts_node_is_null(a) && !ts_node_eq(a, f->body); a = ts_node_parent(a))
+        if (is_loop(a))
+            return kl_rule_not_applicable(err, "%s:%u: the write is inside a loop: a thread writes more than the one element "
+                                          "the tile holds for it", file, wsp.line);
+    rb_affine *af = rb_affine_new(ctx, f);
+    if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    rb_poly p;
+    rb_affine_eval(af, ts_node_named_child(rb_field(lhs, "indices"), 0), &p);
+    int sx = rb_poly_stride(&p, RB_TX, NULL), sy = rb_poly_stride(&p, RB_TY, NULL);
+    rb_affine_free(af);
+    if (sy != 1 || sx == 1)
+        return kl_rule_not_applicable(err, "%s:%u: the write is not contiguous along threadIdx.y (and strided along .x)",
+                                      file, wsp.line);
+    long long edge = 0;
+    char btext[128];
+    if ((st = square_block(ctx, f, &edge, btext, sizeof btext, err)) != KL_OK) return st;
+    const char *tile = rb_count_ident(ctx, f->def, "tile") ? "coalesce_tile" : "tile";
+    if (rb_count_ident(ctx, f->def, tile))
+        return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'tile' and 'coalesce_tile'", file, f->name);
+    /* the body between its braces, which must sit on lines of their own */
+    uint32_t bs = ts_node_start_byte(f->body), be = ts_node_end_byte(f->body);
+    uint32_t a = rb_line_end(ctx, bs), b = rb_line_start(ctx, be - 1);
+    bool braces_ok = a <= b && rb_line_blank_before(ctx, be - 1);
+    for (uint32_t i = bs + 1; braces_ok && i + 1 < a; i++)
+        if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r') braces_ok = false;
+    if (!braces_ok || !ts_node_named_child_count(f->body))
+        return kl_rule_not_applicable(err, "%s: kernel '%s': expected its body's braces on lines of their own", file, f->name);
+    char ind[64] = "    ";
+    rb_indent_of(ctx, ts_node_start_byte(ts_node_named_child(f->body, 0)), ind, sizeof ind);
+    /* phase 1: the write goes into the tile; phase 2: the roles exchanged, the value from the tile */
+    char store[192], load[192];
+    kl_snprintf(store, sizeof store, "%s[threadIdx.y][threadIdx.x]", tile);
+    kl_snprintf(load, sizeof load, "%s[threadIdx.x][threadIdx.y]", tile);
+    span_edits e1 = {0}, e2 = {0};
+    se_add(&e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), store);
+    se_add(&e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), load);
+    tswap ts = {ctx, &e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs)};
+    rb_walk(f->body, tswap_visit, &ts);
+    char *p1 = se_splice(ctx, a, b, &e1), *p2 = se_splice(ctx, a, b, &e2);
+    char *r1 = p1 ? rb_reindent(p1, strlen(p1), 4) : NULL, *r2 = p2 ? rb_reindent(p2, strlen(p2), 4) : NULL;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    const char *open = sc.has_return ? "[&]() {" : "{", *close = sc.has_return ? "}();" : "}";
+    if (r1 && r2) {
+        kl_strbuf_addf(&sb, "%s%s\n%s__shared__ %s %s[%s][%s];\n", ind, STAGED_MARKER, ind, elem, tile, btext, btext);
+        kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n%s__syncthreads();\n", ind, open, r1, ind, close, ind);
+        kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n", ind, open, r2, ind, close);
+    }
+    st = (!r1 || !r2 || sb.failed) ? KL_ERR_NOMEM : kl_edits_add(out, a, b, kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    free(p1);
+    free(p2);
+    free(r1);
+    free(r2);
+    se_release(&e1);
+    se_release(&e2);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+/* ---- removing a staged exchange ------------------------------------------------------------------ */
+
+typedef struct staged_form {
+    TSNode decl;           /* the tile's declaration (top level) */
+    char tile[128];
+    TSNode barrier;        /* the one top-level __syncthreads(); */
+    TSNode store;          /* T[i1][j1], left of `= v` before the barrier */
+    TSNode write;          /* `y[w] = T[i2][j2]` after it */
+    TSNode i1, j1, i2, j2;
+} staged_form;
+
+static bool is_atom(const kl_rule_ctx *ctx, TSNode n)
+{
+    return rb_is(n, "identifier") || is_thread_letter(ctx, n, 'x') || is_thread_letter(ctx, n, 'y');
+}
+
+/* The outer T[a][b] of a use of identifier T, or a null node. */
+static TSNode tile_access(TSNode use)
+{
+    TSNode in = ts_node_parent(use);
+    if (!rb_is(in, "subscript_expression") || !ts_node_eq(rb_field(in, "argument"), use)) return (TSNode){0};
+    TSNode out = ts_node_parent(in);
+    if (!rb_is(out, "subscript_expression") || !ts_node_eq(rb_field(out, "argument"), in)) return (TSNode){0};
+    if (rb_is(ts_node_parent(out), "subscript_expression")) return (TSNode){0}; /* 3-D */
+    return out;
+}
+
+static TSNode sub_index(TSNode s) { return ts_node_named_child(rb_field(s, "indices"), 0); }
+
+typedef struct uses {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode skip;
+    TSNode items[8];
+    unsigned n;
+} uses;
+
+static bool uses_visit(TSNode n, void *user)
+{
+    uses *u = user;
+    if (ts_node_eq(n, u->skip)) return false;
+    if (rb_is(n, "identifier") && rb_text_is(u->ctx, n, u->name)) {
+        if (u->n < 8) u->items[u->n] = n;
+        u->n++;
+    }
+    return true;
+}
+
+/* Memory side effects after the barrier other than the write itself. */
+typedef struct after_scan {
+    const kl_rule_ctx *ctx;
+    TSNode write;
+    TSNode bad;
+} after_scan;
+
+static bool after_visit(TSNode n, void *user)
+{
+    after_scan *s = user;
+    if (!ts_node_is_null(s->bad)) return false;
+    if (rb_is(n, "assignment_expression") && !ts_node_eq(n, s->write) && !rb_is(rb_field(n, "left"), "identifier"))
+        s->bad = n;
+    else if (rb_is(n, "update_expression") && !rb_is(rb_field(n, "argument"), "identifier")) s->bad = n;
+    else if (rb_is(n, "call_expression")) {
+        TSNode fn = rb_field(n, "function");
+        char *name = rb_is(fn, "identifier") ? rb_text(s->ctx, fn) : NULL;
+        if (name && (!strncmp(name, "atomic", 6) || !strncmp(name, "__sync", 6))) s->bad = n;
+        free(name);
+    }
+    return true;
+}
+
+/* 1: f holds the staged form; 0: it holds none (no top-level barrier after a 2-D __shared__
+ * tile); -1: it looks staged but cannot be undone here (why says why). */
+static int find_staged(const kl_rule_ctx *ctx, const rb_func *f, staged_form *sf, char *why, size_t size)
+{
+    memset(sf, 0, sizeof *sf);
+    uint32_t c = ts_node_named_child_count(f->body);
+    unsigned barriers = 0;
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode s = ts_node_named_child(f->body, i);
+        if (rb_is_syncthreads(ctx, s)) {
+            if (!barriers++) sf->barrier = s;
+            continue;
+        }
+        if (barriers || !rb_is(s, "declaration")) continue;
+        bool shared = false;
+        uint32_t k = ts_node_child_count(s);
+        for (uint32_t j = 0; j < k; j++) {
+            TSNode q = ts_node_child(s, j);
+            if (rb_is(q, "type_qualifier") && rb_text_is(ctx, q, "__shared__")) shared = true;
+        }
+        TSNode d = rb_field(s, "declarator");
+        if (!shared || !rb_is(d, "array_declarator") || !rb_is(rb_field(d, "declarator"), "array_declarator") ||
+            !rb_is(rb_field(rb_field(d, "declarator"), "declarator"), "identifier"))
+            continue;
+        if (!ts_node_is_null(sf->decl)) {
+            kl_snprintf(why, size, "more than one 2-D __shared__ array before the barrier");
+            return -1;
+        }
+        sf->decl = s;
+        char *name = rb_text(ctx, rb_declarator_name(d));
+        kl_snprintf(sf->tile, sizeof sf->tile, "%s", name ? name : "");
+        free(name);
+    }
+    if (ts_node_is_null(sf->decl) || !barriers) return 0;
+    if (barriers > 1) {
+        kl_snprintf(why, size, "%u barriers at the top of the body; the staged exchange has one", barriers);
+        return -1;
+    }
+    uses u = {.ctx = ctx, .name = sf->tile, .skip = sf->decl};
+    rb_walk(f->body, uses_visit, &u);
+    uint32_t bar = ts_node_start_byte(sf->barrier);
+    TSNode load = {0};
+    for (unsigned i = 0; i < u.n && i < 8; i++) {
+        TSNode acc = tile_access(u.items[i]);
+        TSNode par = ts_node_is_null(acc) ? acc : ts_node_parent(acc);
+        bool asg = rb_is(par, "assignment_expression") && rb_text_is(ctx, rb_field(par, "operator"), "=") &&
+                   rb_is(ts_node_parent(par), "expression_statement");
+        if (asg && ts_node_eq(rb_field(par, "left"), acc) && ts_node_start_byte(acc) < bar && ts_node_is_null(sf->store))
+            sf->store = acc;
+        else if (asg && ts_node_eq(rb_field(par, "right"), acc) && ts_node_start_byte(acc) > bar &&
+                 ts_node_is_null(sf->write) && rb_is(rb_field(par, "left"), "subscript_expression")) {
+            sf->write = par;
+            load = acc;
+        } else {
+            kl_span sp = kl_node_span(u.items[i]);
+            kl_snprintf(why, size,
+                        "'%s' is used at line %u other than by one store before the barrier and one global write "
+                        "after it",
+                        sf->tile, sp.line);
+            return -1;
+        }
+    }
+    if (u.n > 8 || ts_node_is_null(sf->store) || ts_node_is_null(sf->write)) {
+        kl_snprintf(why, size, "'%s' is not stored once before the barrier and written out once after it", sf->tile);
+        return -1;
+    }
+    sf->i1 = sub_index(rb_field(sf->store, "argument"));
+    sf->j1 = sub_index(sf->store);
+    sf->i2 = sub_index(rb_field(load, "argument"));
+    sf->j2 = sub_index(load);
+    char *t[4] = {rb_text(ctx, sf->i1), rb_text(ctx, sf->j1), rb_text(ctx, sf->i2), rb_text(ctx, sf->j2)};
+    bool ok = t[0] && t[1] && t[2] && t[3] && strcmp(t[0], t[1]) && strcmp(t[2], t[3]) && is_atom(ctx, sf->i1) &&
+              is_atom(ctx, sf->j1) && is_atom(ctx, sf->i2) && is_atom(ctx, sf->j2);
+    for (int i = 0; i < 4; i++) free(t[i]);
+    if (!ok) {
+        kl_snprintf(why, size, "the subscripts of '%s' are not two distinct variables on each side", sf->tile);
+        return -1;
+    }
+    after_scan as = {.ctx = ctx, .write = sf->write};
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode s = ts_node_named_child(f->body, i);
+        if (ts_node_start_byte(s) > bar) rb_walk(s, after_visit, &as);
+    }
+    if (!ts_node_is_null(as.bad)) {
+        kl_span sp = kl_node_span(as.bad);
+        kl_snprintf(why, size, "line %u, after the barrier, has an effect besides the write (it would be lost)", sp.line);
+        return -1;
+    }
+    return 1;
+}
+
+/* ---- names, seen from a place in the kernel ---- */
+
+typedef enum { NM_OTHER, NM_LOCAL, NM_VARYING } nm_kind;
+
+typedef struct assign_count {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    unsigned n;
+} assign_count;
+
+static bool assign_visit(TSNode n, void *user)
+{
+    assign_count *a = user;
+    TSNode t = {0};
+    if (rb_is(n, "assignment_expression")) t = rb_field(n, "left");
+    else if (rb_is(n, "update_expression")) t = rb_field(n, "argument");
+    if (rb_is(t, "identifier") && rb_text_is(a->ctx, t, a->name)) a->n++;
+    return true;
+}
+
+static unsigned assigned_count(const kl_rule_ctx *ctx, TSNode body, const char *name)
+{
+    assign_count a = {ctx, name, 0};
+    rb_walk(body, assign_visit, &a);
+    return a.n;
+}
+
+/* A declaration's declarator for name: its value (init) or a null node (no initializer). */
+static bool decl_declares(const kl_rule_ctx *ctx, TSNode decl, const char *name, TSNode *value)
+{
+    uint32_t k = ts_node_named_child_count(decl);
+    for (uint32_t i = 0; i < k; i++) {
+        TSNode d = ts_node_named_child(decl, i);
+        if (!rb_is(d, "init_declarator") && !rb_is(d, "identifier") && !rb_is(d, "pointer_declarator") &&
+            !rb_is(d, "array_declarator"))
+            continue;
+        TSNode id = rb_declarator_name(d);
+        if (ts_node_is_null(id) || !rb_text_is(ctx, id, name)) continue;
+        *value = rb_is(d, "init_declarator") ? rb_field(d, "value") : (TSNode){0};
+        return true;
+    }
+    return false;
+}
+
+/* What `name` is at `at` inside body: a local with one definition (its value), something that
+ * varies (a loop variable, a local assigned again or without initializer), or other (a
+ * parameter, a file-level name). */
+static nm_kind lookup(const kl_rule_ctx *ctx, TSNode body, TSNode at, const char *name, TSNode *value)
+{
+    TSNode child = at;
+    for (TSNode a = ts_node_parent(at); !ts_node_is_null(a); child = a, a = ts_node_parent(a)) {
+        if (rb_is(a, "compound_statement")) {
+            TSNode v = {0};
+            bool any = false;
+            uint32_t k = ts_node_named_child_count(a);
+            for (uint32_t i = 0; i < k; i++) {
+                TSNode s = ts_node_named_child(a, i);
+                if (ts_node_start_byte(s) >= ts_node_start_byte(child)) break;
+                TSNode val = {0};
+                if (rb_is(s, "declaration") && decl_declares(ctx, s, name, &val)) {
+                    v = val;
+                    any = true;
+                }
+            }
+            if (any) {
+                if (ts_node_is_null(v) || rb_is(v, "initializer_list") || rb_is(v, "argument_list") ||
+                    assigned_count(ctx, body, name))
+                    return NM_VARYING;
+                *value = v;
+                return NM_LOCAL;
+            }
+        } else if (rb_is(a, "for_statement")) {
+            TSNode init = rb_field(a, "initializer"), val;
+            if (rb_is(init, "declaration") && !ts_node_eq(child, init) && decl_declares(ctx, init, name, &val))
+                return NM_VARYING;
+        }
+        if (ts_node_eq(a, body)) break;
+    }
+    return NM_OTHER;
+}
+
+/* ---- the write's destination, seen from the store ---- */
+
+typedef struct xlate {
+    const kl_rule_ctx *ctx;
+    TSNode body;
+    TSNode from_atoms[2];  /* i2, j2: replaced by … */
+    TSNode to_atoms[2];    /* … i1, j1 */
+    TSNode store;          /* the store's place (names visible there) */
+    char why[200];
+    bool failed;
+} xlate;
+
+static bool atom_is(const kl_rule_ctx *ctx, TSNode n, TSNode atom)
+{
+    char *a = rb_text(ctx, n), *b = rb_text(ctx, atom);
+    bool eq = a && b && !strcmp(a, b);
+    free(a);
+    free(b);
+    return eq;
+}
+
+/* Does expression n (at its place) depend on atoms[0..1], or on something that varies? */
+static bool depends(xlate *x, TSNode n, const TSNode *atoms, int depth)
+{
+    if (depth > 32) return true;
+    if ((rb_is(n, "identifier") || rb_is(n, "field_expression")) &&
+        (atom_is(x->ctx, n, atoms[0]) || atom_is(x->ctx, n, atoms[1])))
+        return true;
+    if (is_thread_letter(x->ctx, n, 'x') || is_thread_letter(x->ctx, n, 'y')) return true;
+    if (rb_is(n, "identifier")) {
+        char *name = rb_text(x->ctx, n);
+        TSNode v = {0};
+        nm_kind k = name ? lookup(x->ctx, x->body, n, name, &v) : NM_VARYING;
+        free(name);
+        if (k == NM_VARYING) return true;
+        return k == NM_LOCAL && depends(x, v, atoms, depth + 1);
+    }
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c; i++)
+        if (depends(x, ts_node_named_child(n, i), atoms, depth + 1)) return true;
+    return false;
+}
+
+/* The same local (by its value node) is visible from the store. */
+static bool visible_at_store(xlate *x, const char *name, TSNode value)
+{
+    TSNode v = {0};
+    return lookup(x->ctx, x->body, x->store, name, &v) == NM_LOCAL && ts_node_eq(v, value);
+}
+
+static void emit(xlate *x, TSNode n, kl_strbuf *sb, bool subst, bool match, int depth);
+
+/* A local of the store's side whose definition, expanded, is `want`: its name into name. */
+static void match_local(xlate *x, const char *want, char *name, size_t size, bool *found)
+{
+    *found = false;
+    TSNode child = x->store;
+    for (TSNode a = ts_node_parent(x->store); !ts_node_is_null(a) && !*found; child = a, a = ts_node_parent(a)) {
+        if (rb_is(a, "compound_statement")) {
+            uint32_t k = ts_node_named_child_count(a);
+            for (uint32_t i = 0; i < k && !*found; i++) {
+                TSNode s = ts_node_named_child(a, i);
+                if (ts_node_start_byte(s) >= ts_node_start_byte(child)) break;
+                if (!rb_is(s, "declaration")) continue;
+                uint32_t m = ts_node_named_child_count(s);
+                for (uint32_t j = 0; j < m && !*found; j++) {
+                    TSNode d = ts_node_named_child(s, j);
+                    if (!rb_is(d, "init_declarator")) continue;
+                    TSNode id = rb_declarator_name(d), v = rb_field(d, "value");
+                    char *nm = rb_text(x->ctx, id);
+                    TSNode v2 = {0};
+                    if (nm && lookup(x->ctx, x->body, x->store, nm, &v2) == NM_LOCAL && ts_node_eq(v2, v)) {
+                        kl_strbuf e = KL_STRBUF_INIT;
+                        xlate y = *x; /* a definition that does not expand is no candidate, not a failure */
+                        emit(&y, v, &e, false, false, 0);
+                        char *a1 = e.failed || y.failed ? NULL : squeeze(kl_strbuf_str(&e));
+                        if (a1 && !strcmp(a1, want)) {
+                            kl_snprintf(name, size, "%s", nm);
+                            *found = true;
+                        }
+                        free(a1);
+                        kl_strbuf_release(&e);
+                    }
+                    free(nm);
+                }
+            }
+        }
+        if (ts_node_eq(a, x->body)) break;
+    }
+}
+
+/* Write expression n: with subst, i2/j2 become i1/j1 and locals depending on them are inlined
+ * (or named by an equal local of the store's side when match); without, locals depending on
+ * the store's own i1/j1 are inlined (the form definitions are compared in). */
+static void emit(xlate *x, TSNode n, kl_strbuf *sb, bool subst, bool match, int depth)
+{
+    if (x->failed) return;
+    if (depth > 32) {
+        x->failed = true;
+        kl_snprintf(x->why, sizeof x->why, "its definitions nest too deeply");
+        return;
+    }
+    const TSNode *atoms = subst ? x->from_atoms : x->to_atoms;
+    if (rb_is(n, "identifier") || rb_is(n, "field_expression")) {
+        for (int k = 0; k < 2; k++)
+            if (atom_is(x->ctx, n, atoms[k])) {
+                char *t = rb_text(x->ctx, subst ? x->to_atoms[k] : n);
+                if (t) kl_strbuf_adds(sb, t);
+                free(t);
+                return;
+            }
+    }
+    if (is_thread_letter(x->ctx, n, 'x') || is_thread_letter(x->ctx, n, 'y')) {
+        x->failed = true;
+        kl_span sp = kl_node_span(n);
+        kl_snprintf(x->why, sizeof x->why, "the write's index reads threadIdx at line %u besides the tile's subscripts",
+                    sp.line);
+        return;
+    }
+    if (rb_is(n, "identifier")) {
+        char *name = rb_text(x->ctx, n);
+        if (!name) {
+            x->failed = true;
+            return;
+        }
+        TSNode v = {0};
+        nm_kind k = lookup(x->ctx, x->body, n, name, &v);
+        if (k == NM_VARYING) {
+            x->failed = true;
+            kl_span sp = kl_node_span(n);
+            kl_snprintf(x->why, sizeof x->why, "the write's index depends on '%s' (line %u), which the store's side lacks",
+                        name, sp.line);
+        } else if (k == NM_OTHER || (!depends(x, v, atoms, 0) && (!subst || visible_at_store(x, name, v)))) {
+            kl_strbuf_adds(sb, name);
+        } else {
+            bool found = false;
+            char other[128];
+            if (match) {
+                kl_strbuf raw = KL_STRBUF_INIT;
+                emit(x, v, &raw, subst, false, depth + 1);
+                char *want = raw.failed ? NULL : squeeze(kl_strbuf_str(&raw));
+                if (want && !x->failed) match_local(x, want, other, sizeof other, &found);
+                free(want);
+                kl_strbuf_release(&raw);
+            }
+            if (found) kl_strbuf_adds(sb, other);
+            else {
+                kl_strbuf_addc(sb, '(');
+                emit(x, v, sb, subst, match, depth + 1);
+                kl_strbuf_addc(sb, ')');
+            }
+        }
+        free(name);
+        return;
+    }
+    /* copy the node, writing its named children through emit */
+    uint32_t at = ts_node_start_byte(n);
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c && !x->failed; i++) {
+        TSNode ch = ts_node_named_child(n, i);
+        kl_strbuf_add(sb, x->ctx->text + at, ts_node_start_byte(ch) - at);
+        emit(x, ch, sb, subst, match, depth + 1);
+        at = ts_node_end_byte(ch);
+    }
+    kl_strbuf_add(sb, x->ctx->text + at, ts_node_end_byte(n) - at);
+}
+
+/* The range deleting a top-level statement with the comment lines right above it. */
+static void stmt_with_comments(const kl_rule_ctx *ctx, TSNode s, uint32_t *a, uint32_t *b)
+{
+    rb_stmt_range(ctx, s, NULL, a, b);
+    /* a comment after it on its line goes with it */
+    TSNode next = ts_node_next_named_sibling(s);
+    if (rb_is(next, "comment") && ts_node_start_point(next).row == ts_node_end_point(s).row &&
+        rb_line_blank_before(ctx, ts_node_start_byte(s))) {
+        uint32_t e = rb_line_end(ctx, ts_node_end_byte(next) - 1);
+        bool alone = true;
+        for (uint32_t i = ts_node_end_byte(next); i < e; i++)
+            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
+        if (alone) {
+            *a = rb_line_start(ctx, ts_node_start_byte(s));
+            *b = e;
+        }
+    }
+    if (*a != rb_line_start(ctx, ts_node_start_byte(s))) return;
+    for (TSNode p = ts_node_prev_named_sibling(s); rb_is(p, "comment"); p = ts_node_prev_named_sibling(p)) {
+        uint32_t pa = ts_node_start_byte(p);
+        if (!rb_line_blank_before(ctx, pa) || rb_line_end(ctx, ts_node_end_byte(p) - 1) != *a) break;
+        *a = rb_line_start(ctx, pa);
+    }
+}
+
+/* The block (or run-in-place lambda) statement s: its compound_statement, or a null node. */
+static TSNode wrapper_block(const kl_rule_ctx *ctx, TSNode s)
+{
+    (void)ctx;
+    if (rb_is(s, "compound_statement")) return s;
+    if (!rb_is(s, "expression_statement")) return (TSNode){0};
+    TSNode call = ts_node_named_child(s, 0);
+    if (!rb_is(call, "call_expression") || ts_node_named_child_count(rb_field(call, "arguments"))) return (TSNode){0};
+    TSNode lam = rb_field(call, "function");
+    if (!rb_is(lam, "lambda_expression")) return (TSNode){0};
+    return rb_field(lam, "body");
+}
+
+static kl_status remove_staged(const kl_rule_ctx *ctx, const rb_func *f, const staged_form *sf, kl_edits *out,
+                               kl_error *err)
+{
+    const char *file = kl_source_name(ctx->src);
+    xlate x = {.ctx = ctx, .body = f->body, .from_atoms = {sf->i2, sf->j2}, .to_atoms = {sf->i1, sf->j1},
+               .store = sf->store};
+    kl_strbuf dst = KL_STRBUF_INIT;
+    emit(&x, rb_field(sf->write, "left"), &dst, true, true, 0);
+    if (x.failed || dst.failed) {
+        kl_status st = dst.failed ? KL_ERR_NOMEM : KL_ERR_NOT_APPLICABLE;
+        kl_strbuf_release(&dst);
+        if (st == KL_ERR_NOMEM) return kl_error_set(err, st, "out of memory");
+        kl_span sp = kl_node_span(sf->write);
+        return kl_rule_not_applicable(err, "%s:%u: the write cannot be moved to the store: %s", file, sp.line, x.why);
+    }
+    kl_status st = KL_OK;
+    uint32_t be = ts_node_end_byte(f->body);
+    uint32_t da, db, ba = rb_line_start(ctx, ts_node_start_byte(sf->barrier)), bb = rb_line_start(ctx, be - 1);
+    if (!rb_line_blank_before(ctx, be - 1)) bb = be - 1;
+    stmt_with_comments(ctx, sf->decl, &da, &db);
+    /* the statements before the barrier: one block or lambda (this rule's form) is unwrapped */
+    TSNode only = {0};
+    unsigned stmts = 0;
+    uint32_t c = ts_node_named_child_count(f->body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode s = ts_node_named_child(f->body, i);
+        if (ts_node_start_byte(s) >= ts_node_start_byte(sf->barrier)) break;
+        if (ts_node_eq(s, sf->decl) || rb_is(s, "comment")) continue;
+        stmts++;
+        only = s;
+    }
+    TSNode blk = stmts == 1 ? wrapper_block(ctx, only) : (TSNode){0};
+    char *unwrapped = NULL;
+    uint32_t ua = 0, ub = 0;
+    if (!ts_node_is_null(blk) && ts_node_start_byte(sf->store) > ts_node_start_byte(blk) &&
+        ts_node_end_byte(sf->store) < ts_node_end_byte(blk) && rb_line_blank_before(ctx, ts_node_start_byte(only)) &&
+        rb_line_blank_before(ctx, ts_node_end_byte(blk) - 1)) {
+        uint32_t ia = rb_line_end(ctx, ts_node_start_byte(blk)), ib = rb_line_start(ctx, ts_node_end_byte(blk) - 1);
+        ua = rb_line_start(ctx, ts_node_start_byte(only));
+        ub = rb_line_end(ctx, ts_node_end_byte(only) - 1);
+        bool alone = ia <= ib && ub <= ba;
+        for (uint32_t i = ts_node_end_byte(only); alone && i < ub; i++)
+            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
+        for (uint32_t i = ts_node_start_byte(blk) + 1; alone && i < ia; i++)
+            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
+        if (alone) {
+            span_edits e = {0};
+            se_add(&e, ts_node_start_byte(sf->store), ts_node_end_byte(sf->store), kl_strbuf_str(&dst));
+            char *inner = se_splice(ctx, ia, ib, &e);
+            se_release(&e);
+            unwrapped = inner ? rb_reindent(inner, strlen(inner), -4) : NULL;
+            free(inner);
+        }
+    }
+    if (unwrapped) st = kl_edits_add(out, ua, ub, unwrapped);
+    else st = kl_edits_add(out, ts_node_start_byte(sf->store), ts_node_end_byte(sf->store), kl_strbuf_str(&dst));
+    free(unwrapped);
+    kl_strbuf_release(&dst);
+    if (st == KL_OK) st = kl_edits_add(out, da, db, "");
+    if (st == KL_OK) st = kl_edits_add(out, ba, bb, "");
+    /* marker comments left before the barrier */
+    for (uint32_t i = 0; i < c && st == KL_OK; i++) {
+        TSNode n = ts_node_named_child(f->body, i);
+        if (ts_node_start_byte(n) >= ba) break;
+        if (!rb_is(n, "comment") || !rb_has_marker(ctx, ts_node_start_byte(n), ts_node_end_byte(n), "coalesce:")) continue;
+        uint32_t a, b;
+        rb_stmt_range(ctx, n, NULL, &a, &b);
+        if (a >= da && b <= db) continue;
+        if (ua < ub && a >= ua && b <= ub) continue;
+        st = kl_edits_add(out, a, b, "");
+    }
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
 /* ---- find / apply / remove ---------------------------------------------------------------------- */
 
 static bool uses_letter(const kl_rule_ctx *ctx, TSNode body, const char *b, char c)
@@ -360,9 +1273,19 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         json_t *feat = json_pack("{s:i, s:i, s:i, s:i, s:i}", "coalesced_x", (int)t.x_unit, "coalesced_y",
                                  (int)t.y_unit, "strided", (int)t.strided, "reads_along_y", (int)t.reads_y,
                                  "writes_along_y", (int)t.writes_y);
-        if (has_marker(ctx, f)) {
+        staged_form sf;
+        char why[300] = "";
+        int staged = find_staged(ctx, f, &sf, why, sizeof why);
+        if (staged) {
+            json_object_set_new(feat, "staged", json_true());
+            json_object_set_new(feat, "tile", json_string(sf.tile));
+            if (staged < 0) json_object_set_new(feat, "why_not", json_string(why));
+        }
+        if (staged || has_marker(ctx, f)) {
             KL_TRY(kl_sites_add(out, id, KL_SITE_PRESENT, sp, f->name, feat, json_object(),
-                                "threadIdx.x on the contiguous dimension (marked)"));
+                                staged ? "a staged exchange through a shared tile (the read and the write both along "
+                                         "threadIdx.x)"
+                                       : "threadIdx.x on the contiguous dimension (marked)"));
             continue;
         }
         if (t.y_unit > t.x_unit) {
@@ -382,25 +1305,6 @@ cleanup:
     return st;
 }
 
-static kl_status check_swappable(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f,
-                                 kl_error *err)
-{
-    hazards h = {.ctx = ctx, .fs = fs, .nf = nf};
-    rb_walk(f->body, hazard_visit, &h);
-    if (!ts_node_is_null(h.at)) {
-        kl_span sp = kl_node_span(h.at);
-        return kl_rule_not_applicable(err, "%s:%u:%u: %s", kl_source_name(ctx->src), sp.line, sp.column,
-                            h.what);
-    }
-    char which[128];
-    if (macro_reads_builtins(ctx, f, which, sizeof which))
-        return kl_rule_not_applicable(err,
-                            "%s: kernel '%s' uses the macro '%s', which reads thread or block indices and would not "
-                            "be relabelled",
-                            kl_source_name(ctx->src), f->name, which);
-    return KL_OK;
-}
-
 static kl_status swap_kernel(const kl_rule_ctx *ctx, const rb_func *f, kl_edits *out, kl_error *err)
 {
     swap_collect s = {.ctx = ctx, .out = out, .st = KL_OK};
@@ -418,12 +1322,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     const rb_func *f = rb_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     json_t *ns = site->features ? json_object_get(site->features, "needs_staging") : NULL;
-    if (ns && json_is_true(ns))
-        return kl_rule_not_applicable(err,
-                            "%s: kernel '%s': its reads and writes are contiguous along different thread dimensions; "
-                            "swapping x and y would only move the strided access (a staged exchange through shared "
-                            "memory is needed, which this rule does not write)",
-                            kl_source_name(ctx->src), f->name);
+    if (ns && json_is_true(ns)) return apply_staged(ctx, fs, nf, f, out, err);
     kl_status st = check_swappable(ctx, fs, nf, f, err);
     if (st != KL_OK) return st;
     if ((st = swap_launches(ctx, f, out, err)) != KL_OK) return st;
@@ -446,6 +1345,13 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     unsigned nf = rb_functions(ctx, fs, 64);
     const rb_func *f = rb_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
+    staged_form sf;
+    char why[300] = "";
+    int staged = find_staged(ctx, f, &sf, why, sizeof why);
+    if (staged > 0) return remove_staged(ctx, f, &sf, out, err);
+    if (staged < 0)
+        return kl_rule_not_applicable(err, "%s: kernel '%s': the staged exchange cannot be undone: %s",
+                                      kl_source_name(ctx->src), f->name, why);
     if (!has_marker(ctx, f))
         return kl_rule_not_applicable(err, "%s: kernel '%s' carries no `// coalesce:` marker",
                             kl_source_name(ctx->src), f->name);

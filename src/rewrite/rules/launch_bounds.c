@@ -9,6 +9,71 @@
 static const char *const min_values[] = {"0", "1", "2", "4", NULL};
 static const kl_rule_param lb_params[] = {{"min_blocks", min_values, "0"}};
 
+typedef struct dim3_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode list;          /* the extents of `dim3 name(…)` / `= dim3(…)` / `{…}`, when found */
+} dim3_find;
+
+static bool find_dim3(TSNode n, void *user)
+{
+    dim3_find *d = user;
+    if (!ts_node_is_null(d->list)) return false;
+    if (strcmp(ts_node_type(n), "declaration")) return true;
+    if (!kl_node_text_is(d->ctx->src, ts_node_child_by_field_name(n, "type", 4), "dim3")) return false;
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode k = ts_node_named_child(n, i), nm = {0}, v = {0};
+        if (!strcmp(ts_node_type(k), "function_declarator")) {
+            nm = ts_node_child_by_field_name(k, "declarator", 10);
+            v = ts_node_child_by_field_name(k, "parameters", 10);
+        } else if (!strcmp(ts_node_type(k), "init_declarator")) {
+            nm = ts_node_child_by_field_name(k, "declarator", 10);
+            v = ts_node_child_by_field_name(k, "value", 5);
+            if (!ts_node_is_null(v) && !strcmp(ts_node_type(v), "call_expression") &&
+                kl_node_text_is(d->ctx->src, ts_node_child_by_field_name(v, "function", 8), "dim3"))
+                v = ts_node_child_by_field_name(v, "arguments", 9);
+        }
+        if (ts_node_is_null(nm) || ts_node_is_null(v) || !kl_node_text_is(d->ctx->src, nm, d->name)) continue;
+        const char *t = ts_node_type(v);
+        if (!strcmp(t, "parameter_list") || !strcmp(t, "argument_list") || !strcmp(t, "initializer_list")) d->list = v;
+    }
+    return false;
+}
+
+/* A local `dim3 block(BLOCK, BLOCK)` of the host whose extents are file-level constants or
+ * literals, at least one of them named: "BLOCK * BLOCK" into text (extents of 1 left out), so
+ * that the bounds follow a later change of the constants. False otherwise. */
+static bool dim3_named_product(const kl_rule_ctx *ctx, TSNode host, const char *name, char *text, size_t size)
+{
+    dim3_find d = {.ctx = ctx, .name = name};
+    kl_ast_walk(kl_ast_function_body(host), find_dim3, &d);
+    if (ts_node_is_null(d.list)) return false;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    bool named = false, ok = true;
+    uint32_t c = ts_node_named_child_count(d.list);
+    for (uint32_t i = 0; i < c && ok; i++) {
+        TSNode a = ts_node_named_child(d.list, i);
+        if (!strcmp(ts_node_type(a), "parameter_declaration")) a = ts_node_child_by_field_name(a, "type", 4);
+        const char *t = ts_node_type(a);
+        int64_t v;
+        /* evaluated without the host as scope: only file-level names count */
+        if (strcmp(t, "number_literal") && strcmp(t, "identifier") && strcmp(t, "type_identifier")) ok = false;
+        else if (!kl_const_eval(ctx->src, (TSNode){0}, a, false, &v, NULL, 0)) ok = false;
+        else if (strcmp(t, "number_literal") || v != 1) {
+            char *at = kl_node_text(ctx->src, a);
+            if (!at) ok = false;
+            else kl_strbuf_addf(&sb, "%s%s", sb.len ? " * " : "", at);
+            free(at);
+            named |= strcmp(t, "number_literal") != 0;
+        }
+    }
+    ok = ok && named && !sb.failed && sb.len > 0 && sb.len < size;
+    if (ok) kl_snprintf(text, size, "%s", kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return ok;
+}
+
 /* The block size every launch of `kernel` uses: its value and the text to write (a named
  * constant when the launch names one of the file, else the number). */
 static bool launch_threads(const kl_rule_ctx *ctx, const char *kernel, int64_t *threads, char *text, size_t size,
@@ -45,14 +110,18 @@ static bool launch_threads(const kl_rule_ctx *ctx, const char *kernel, int64_t *
                 /* only if it is not a local of the host function */
                 TSNode body = kl_ast_function_body(l->host_fn);
                 char *bodyt = kl_node_text(ctx->src, body);
-                char decl1[160], decl2[160];
+                char decl1[160], decl2[160], decl3[160];
                 kl_snprintf(decl1, sizeof decl1, " %s =", bt);
                 kl_snprintf(decl2, sizeof decl2, " %s(", bt);
-                if (bodyt && (strstr(bodyt, decl1) || strstr(bodyt, decl2))) named = false;
+                kl_snprintf(decl3, sizeof decl3, " %s{", bt);
+                if (bodyt && (strstr(bodyt, decl1) || strstr(bodyt, decl2) || strstr(bodyt, decl3))) named = false;
                 free(bodyt);
             }
             if (named)
                 kl_snprintf(text, size, "%s", bt);
+            else if (bt && !strcmp(ts_node_type(l->block), "identifier") &&
+                     dim3_named_product(ctx, l->host_fn, bt, text, size))
+                ; /* `dim3 block(BLOCK, BLOCK)`: "BLOCK * BLOCK" */
             else
                 kl_snprintf(text, size, "%lld", (long long)v);
             free(bt);

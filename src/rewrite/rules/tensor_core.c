@@ -1,0 +1,1215 @@
+/*
+ * tensor-core — a bf16/f16 GEMM with f32 accumulation, one output per thread (a scalar
+ * multiply-add loop over k) ↔ the same kernel on the tensor cores with nvcuda::wmma fragments.
+ *
+ * Applicable (site `kernel:line` of the k loop): a __global__ kernel of the form
+ *     <prologue: declarations independent of the thread, e.g. a batch from blockIdx.z>
+ *     T row = <blockIdx.y / threadIdx.y …>;  T col = <blockIdx.x / threadIdx.x …>;
+ *     if (row < M && col < N) { float acc = 0; for (k = 0; k < K; k++) acc += f(A[..]) * f(B[..]); store; }
+ * (or `if (row >= M || col >= N) return;` followed by the three statements), where f converts
+ * a 16-bit element to float, A's subscript depends only on row, k and invariants, B's only on
+ * k, col and invariants, and the store only on row, col, acc and invariants. Those texts are
+ * kept verbatim: apply rebinds row, col and k and evaluates them per element of a shared tile.
+ * Apply writes: zero-filled, guarded tile loads of A (BM x 16) and B (16 x BN) into padded
+ * shared tiles, wmma load/mma over them, the accumulators stored to a padded f32 staging tile,
+ * and the original store run per element of the block's tile under the original guard. Each
+ * launch of the kernel gets a 1-D block of 32 * warps_m * warps_n threads and a grid of
+ * ceil(N / BN) x ceil(M / BM) (x the original grid's z).
+ * Present: a kernel using wmma::mma_sync or mma.sync. The form apply writes (its marker
+ * comment and structure) is removable: remove writes the canonical scalar kernel back
+ * (docs/rules.md, "tensor-core"). Other tensor-core kernels (the hgemm expert's mma.sync fed by
+ * ldmatrix from a cp.async pipeline) are sites with the reason they cannot be removed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules.h"
+#include "rewrite/rules/rules_b.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+#define MARKER "// tensor-core: wmma"
+#define SMEM_LIMIT (48 * 1024)
+
+static const char *const warp_values[] = {"2", "1", "4", NULL};
+static const char *const frag_values[] = {"1", "2", NULL};
+static const char *const api_values[] = {"wmma", NULL};
+static const kl_rule_param tc_params[] = {
+    {"warps_m", warp_values, "2"},
+    {"warps_n", warp_values, "2"},
+    {"frags_m", frag_values, "1"},
+    {"frags_n", frag_values, "1"},
+    {"api", api_values, "wmma"},
+};
+
+static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
+
+/* The text of n into buf (truncated); "" for a null node. */
+static void text_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
+{
+    if (ts_node_is_null(n)) {
+        buf[0] = '\0';
+        return;
+    }
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    kl_snprintf(buf, size, "%.*s", (int)(b - a), ctx->text + a);
+}
+
+static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
+
+static TSNode unparen(TSNode n)
+{
+    while (rb_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
+    return n;
+}
+
+/* The statements of a compound statement (comments skipped), at most max. */
+static unsigned stmts_of(TSNode block, TSNode *out, unsigned max)
+{
+    unsigned n = 0;
+    if (!rb_is(block, "compound_statement")) {
+        if (max) out[0] = block;
+        return 1;
+    }
+    for (uint32_t i = 0; i < ts_node_named_child_count(block); i++) {
+        TSNode c = ts_node_named_child(block, i);
+        if (rb_is(c, "comment")) continue;
+        if (n < max) out[n] = c;
+        n++;
+    }
+    return n;
+}
+
+/* A type text without a leading `const ` (and without trailing blanks). */
+static void strip_const(const char *t, char *out, size_t size)
+{
+    while (!strncmp(t, "const ", 6)) t += 6;
+    kl_snprintf(out, size, "%s", t);
+    size_t n = strlen(out);
+    while (n && (out[n - 1] == ' ' || out[n - 1] == '*')) out[--n] = '\0';
+}
+
+/* The condition of an if statement (the value inside the parentheses). */
+static TSNode if_cond(TSNode ifs)
+{
+    TSNode c = rb_field(ifs, "condition");
+    if (rb_is(c, "condition_clause")) {
+        TSNode v = rb_field(c, "value");
+        c = ts_node_is_null(v) ? ts_node_named_child(c, 0) : v;
+    }
+    return unparen(c);
+}
+
+static bool is_16bit(const char *t) { return !strcmp(t, "__nv_bfloat16") || !strcmp(t, "nv_bfloat16") || !strcmp(t, "__half") || !strcmp(t, "half"); }
+static const char *dtype_of(const char *t)
+{
+    if (strstr(t, "bfloat16")) return "bf16";
+    if (!strcmp(t, "__half") || !strcmp(t, "half")) return "f16";
+    return "template";
+}
+
+/* ---- the scalar form ------------------------------------------------------------------------------- */
+
+#define MAXPRO 16
+
+typedef struct tc_naive {
+    TSNode fn, body, loop, accdecl, store, guard;
+    bool early;                          /* if (row >= M || col >= N) return; */
+    TSNode rdecl, cdecl;                 /* the declarations of row and col (may be one) */
+    TSNode prologue[MAXPRO];
+    unsigned npro;
+    TSNode aacc, bacc;                   /* A's and B's subscript expressions */
+    char row[64], col[64], rtype[64], ctype[64];
+    char acc[64], k[64], ktype[64], K[128], M[128], N[128];
+    char elem[64];                       /* the 16-bit element type (or the template's T) */
+    char why[400];
+} tc_naive;
+
+/* The element access inside a conversion to float: __bfloat162float(x), __half2float(x),
+ * float(x), (float)x, static_cast<float>(x); a null node otherwise. */
+static TSNode converted(const kl_rule_ctx *ctx, TSNode e)
+{
+    TSNode null = {{0}, 0, 0};
+    e = unparen(e);
+    TSNode inner = null;
+    if (rb_is(e, "call_expression")) {
+        TSNode f = rb_field(e, "function");
+        char ft[64];
+        text_to(ctx, f, ft, sizeof ft);
+        char sq[64];
+        size_t k = 0;
+        for (const char *p = ft; *p && k + 1 < sizeof sq; p++)
+            if (*p != ' ') sq[k++] = *p;
+        sq[k] = '\0';
+        TSNode args = rb_field(e, "arguments");
+        if ((!strcmp(sq, "__bfloat162float") || !strcmp(sq, "__half2float") || !strcmp(sq, "float") ||
+             !strcmp(sq, "static_cast<float>")) &&
+            ts_node_named_child_count(args) == 1)
+            inner = ts_node_named_child(args, 0);
+    } else if (rb_is(e, "cast_expression")) {
+        char tt[32];
+        text_to(ctx, rb_field(e, "type"), tt, sizeof tt);
+        if (!strcmp(tt, "float")) inner = rb_field(e, "value");
+    }
+    inner = unparen(inner);
+    return rb_is(inner, "subscript_expression") && rb_is(rb_field(inner, "argument"), "identifier") ? inner : null;
+}
+
+/* Does the statement read `acc += X * Y` / `acc = acc + X * Y`? X and Y into *x, *y. */
+static bool mac_stmt(const kl_rule_ctx *ctx, TSNode st, char *acc, size_t size, TSNode *x, TSNode *y)
+{
+    if (!rb_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return false;
+    TSNode e = ts_node_named_child(st, 0);
+    if (!rb_is(e, "assignment_expression")) return false;
+    TSNode l = rb_field(e, "left"), r = unparen(rb_field(e, "right"));
+    char op[8];
+    text_to(ctx, rb_field(e, "operator"), op, sizeof op);
+    if (!rb_is(l, "identifier")) return false;
+    text_to(ctx, l, acc, size);
+    if (!strcmp(op, "=")) {
+        if (!rb_is(r, "binary_expression") || !text_is(ctx, rb_field(r, "operator"), "+") ||
+            !text_is(ctx, rb_field(r, "left"), acc))
+            return false;
+        r = unparen(rb_field(r, "right"));
+    } else if (strcmp(op, "+=")) {
+        return false;
+    }
+    if (!rb_is(r, "binary_expression") || !text_is(ctx, rb_field(r, "operator"), "*")) return false;
+    *x = converted(ctx, rb_field(r, "left"));
+    *y = converted(ctx, rb_field(r, "right"));
+    return !ts_node_is_null(*x) && !ts_node_is_null(*y);
+}
+
+/* The declaration (top level of body) declaring name, or a null node. */
+static TSNode top_decl(const kl_rule_ctx *ctx, TSNode body, const char *name, TSNode *value)
+{
+    TSNode null = {{0}, 0, 0};
+    for (uint32_t i = 0; i < ts_node_named_child_count(body); i++) {
+        TSNode d = ts_node_named_child(body, i);
+        if (!rb_is(d, "declaration")) continue;
+        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+            TSNode dc = ts_node_named_child(d, k);
+            if (!text_is(ctx, kl_ast_declarator_name(dc), name)) continue;
+            if (value) *value = rb_is(dc, "init_declarator") ? rb_field(dc, "value") : null;
+            return d;
+        }
+    }
+    return null;
+}
+
+/* The element type of the array an access reads: a pointer parameter, or a pointer declared in
+ * the kernel body; "" when unknown. */
+static void elem_of(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode body, TSNode access, char *buf, size_t size)
+{
+    char name[64];
+    text_to(ctx, rb_field(access, "argument"), name, sizeof name);
+    buf[0] = '\0';
+    int pi = kl_affine_param_index(ax, name);
+    if (pi >= 0) {
+        const kl_param_info *p = kl_affine_param(ax, (unsigned)pi);
+        if (p->pointer) strip_const(p->elem, buf, size);
+        return;
+    }
+    TSNode d = top_decl(ctx, body, name, NULL);
+    if (ts_node_is_null(d)) return;
+    char t[64];
+    text_to(ctx, rb_field(d, "type"), t, sizeof t);
+    strip_const(t, buf, size);
+}
+
+/* Is T a type parameter of the (templated) kernel? */
+static bool template_type(const kl_rule_ctx *ctx, TSNode fn, const char *t)
+{
+    TSNode outer = kl_ast_function_outer(fn);
+    if (!rb_is(outer, "template_declaration")) return false;
+    char ps[256], a[80], b[80];
+    text_to(ctx, rb_field(outer, "parameters"), ps, sizeof ps);
+    kl_snprintf(a, sizeof a, "typename %s", t);
+    kl_snprintf(b, sizeof b, "class %s", t);
+    return strstr(ps, a) || strstr(ps, b);
+}
+
+/* ---- what an expression may depend on ---------------------------------------------------------------- */
+
+typedef struct deps {
+    const kl_rule_ctx *ctx;
+    kl_affine_ctx *ax;
+    const tc_naive *g;
+    const char *allowed[4];
+    char why[300];
+} deps;
+
+static bool in_prologue(const kl_rule_ctx *ctx, const tc_naive *g, const char *name)
+{
+    for (unsigned i = 0; i < g->npro; i++)
+        if (rb_is(g->prologue[i], "declaration"))
+            for (uint32_t k = 0; k < ts_node_named_child_count(g->prologue[i]); k++)
+                if (text_is(ctx, kl_ast_declarator_name(ts_node_named_child(g->prologue[i], k)), name)) return true;
+    return false;
+}
+
+typedef struct local_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    bool found;
+} local_find;
+
+static bool local_visit(TSNode n, void *user)
+{
+    local_find *f = user;
+    if (f->found) return false;
+    if (rb_is(n, "declaration") || rb_is(n, "parameter_declaration"))
+        for (uint32_t k = 0; k < ts_node_named_child_count(n); k++)
+            if (text_is(f->ctx, kl_ast_declarator_name(ts_node_named_child(n, k)), f->name)) f->found = true;
+    return !f->found;
+}
+
+static bool builtin_source(const char *t)
+{
+    return strstr(t, "threadIdx") || strstr(t, "blockIdx") || strstr(t, "blockDim") || strstr(t, "gridDim");
+}
+
+/* A function-like macro or helper of the file named name reads thread or block indices. */
+static bool callee_reads_builtins(const kl_rule_ctx *ctx, const char *name)
+{
+    TSNode f = kl_ast_function_named(ctx->src, name);
+    if (!ts_node_is_null(f)) {
+        char *t = rb_text(ctx, f);
+        bool b = t && builtin_source(t);
+        free(t);
+        return b;
+    }
+    TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
+    for (uint32_t i = 0; i < ts_node_named_child_count(root); i++) {
+        TSNode d = ts_node_named_child(root, i);
+        if ((rb_is(d, "preproc_function_def") || rb_is(d, "preproc_def")) && text_is(ctx, rb_field(d, "name"), name)) {
+            char *t = rb_text(ctx, d);
+            bool b = t && builtin_source(t);
+            free(t);
+            return b;
+        }
+    }
+    return false;
+}
+
+static bool deps_visit(TSNode n, void *user)
+{
+    deps *d = user;
+    if (d->why[0]) return false;
+    if (!rb_is(n, "identifier")) return true;
+    char name[64];
+    text_to(d->ctx, n, name, sizeof name);
+    TSNode par = ts_node_parent(n);
+    if (rb_is(par, "field_expression") && ts_node_eq(rb_field(par, "argument"), n)) {
+        char f[16];
+        text_to(d->ctx, rb_field(par, "field"), f, sizeof f);
+        bool bad = !strcmp(name, "threadIdx") || !strcmp(name, "blockDim") ||
+                   ((!strcmp(name, "blockIdx") || !strcmp(name, "gridDim")) && strcmp(f, "z"));
+        if (bad)
+            kl_snprintf(d->why, sizeof d->why, "`%s.%s` at line %u: only blockIdx.z / gridDim.z keep their meaning in the "
+                        "tiled kernel", name, f, line_of(n));
+        return false;
+    }
+    if (rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n)) {
+        if (callee_reads_builtins(d->ctx, name))
+            kl_snprintf(d->why, sizeof d->why, "`%s` (line %u) reads thread or block indices", name, line_of(n));
+        return false;
+    }
+    for (unsigned i = 0; i < 4; i++)
+        if (d->allowed[i] && !strcmp(d->allowed[i], name)) return false;
+    int pi = kl_affine_param_index(d->ax, name);
+    if (pi >= 0) {
+        if (kl_affine_assign_count(d->ax, name) > 0)
+            kl_snprintf(d->why, sizeof d->why, "the parameter %s is assigned in the kernel (line %u)", name, line_of(n));
+        return false;
+    }
+    if (in_prologue(d->ctx, d->g, name)) return false;
+    local_find f = {d->ctx, name, false};
+    rb_walk(d->g->body, local_visit, &f);
+    if (f.found)
+        kl_snprintf(d->why, sizeof d->why, "`%s` at line %u is a local of the kernel that the tiled form cannot rebind", name,
+                    line_of(n));
+    return false;
+}
+
+/* Does n depend only on the allowed names, parameters, prologue locals and file-level names? */
+static bool deps_ok(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, TSNode n, const char *a0,
+                    const char *a1, const char *a2, char *why, size_t size, const char *what)
+{
+    deps d = {ctx, ax, g, {a0, a1, a2, NULL}, ""};
+    rb_walk(n, deps_visit, &d);
+    if (d.why[0]) kl_snprintf(why, size, "%s depends on %s", what, d.why);
+    return !d.why[0];
+}
+
+/* The guard `X < M && Y < N` (early: `X >= M || Y >= N`): the two names and bounds. */
+static bool guard_parts(const kl_rule_ctx *ctx, TSNode c, bool early, char *x, char *m, char *y, char *n, size_t size)
+{
+    c = unparen(c);
+    if (!rb_is(c, "binary_expression") || !text_is(ctx, rb_field(c, "operator"), early ? "||" : "&&")) return false;
+    TSNode s[2] = {unparen(rb_field(c, "left")), unparen(rb_field(c, "right"))};
+    char *names[2] = {x, y}, *bounds[2] = {m, n};
+    for (int i = 0; i < 2; i++) {
+        if (!rb_is(s[i], "binary_expression") || !text_is(ctx, rb_field(s[i], "operator"), early ? ">=" : "<") ||
+            !rb_is(rb_field(s[i], "left"), "identifier"))
+            return false;
+        text_to(ctx, rb_field(s[i], "left"), names[i], size);
+        text_to(ctx, rb_field(s[i], "right"), bounds[i], size);
+    }
+    return true;
+}
+
+/* The thread axis of an index: 'y' for blockIdx.y/threadIdx.y, 'x' for x; 0 when it is not one
+ * output coordinate per thread along one axis. */
+static char index_axis(kl_affine_ctx *ax, TSNode value)
+{
+    kl_affine a;
+    memset(&a, 0, sizeof a);
+    if (ts_node_is_null(value) || kl_affine_of(ax, value, &a) != KL_OK || !a.ok) {
+        kl_affine_release(&a);
+        return 0;
+    }
+    char axis = 0;
+    int64_t tx = 0, ty = 0;
+    bool okx = kl_affine_coef_int(&a, "threadIdx.x", &tx), oky = kl_affine_coef_int(&a, "threadIdx.y", &ty);
+    bool other = kl_affine_coef(&a, "threadIdx.z") != NULL;
+    for (unsigned i = 0; i < a.nterms; i++)
+        if (strncmp(a.terms[i].var, "threadIdx.", 10) && strncmp(a.terms[i].var, "blockIdx.", 9)) other = true;
+    if (okx && oky && tx == 1 && ty == 0 && kl_affine_coef(&a, "blockIdx.x") && !kl_affine_coef(&a, "blockIdx.y")) axis = 'x';
+    if (okx && oky && ty == 1 && tx == 0 && kl_affine_coef(&a, "blockIdx.y") && !kl_affine_coef(&a, "blockIdx.x")) axis = 'y';
+    if (kl_affine_coef(&a, "blockIdx.z") || other) axis = 0;
+    kl_affine_release(&a);
+    return axis;
+}
+
+/* Find the multiply-add loop of fn: true when there is one (a site), with g->why set where the
+ * rest of the kernel does not fit. */
+static bool analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L, tc_naive *g)
+{
+    memset(g, 0, sizeof *g);
+    g->fn = fn;
+    g->body = kl_ast_function_body(fn);
+    g->loop = L->node;
+    if (L->kind != KL_LOOP_FOR || !L->var) return false;
+    TSNode one[2];
+    if (stmts_of(rb_field(L->node, "body"), one, 2) != 1) return false;
+    TSNode x, y;
+    if (!mac_stmt(ctx, one[0], g->acc, sizeof g->acc, &x, &y)) return false;
+    kl_snprintf(g->k, sizeof g->k, "%s", L->var);
+    char ex[64], ey[64];
+    elem_of(ctx, ax, g->body, x, ex, sizeof ex);
+    elem_of(ctx, ax, g->body, y, ey, sizeof ey);
+    bool tmpl = ex[0] && template_type(ctx, fn, ex);
+    if (!(is_16bit(ex) || tmpl) || strcmp(ex, ey)) return false; /* not a 16-bit GEMM loop: no site */
+    kl_snprintf(g->elem, sizeof g->elem, "%s", ex);
+#define WHY(...) (kl_snprintf(g->why, sizeof g->why, __VA_ARGS__), true)
+    if (!L->start || strcmp(L->start, "0") || !L->cmp || strcmp(L->cmp, "<") || !L->step_is_int || L->step_int != 1)
+        return WHY("the loop over %s at line %u is not `for (%s = 0; %s < K; %s++)`", L->var, line_of(L->node), L->var,
+                   L->var, L->var);
+    kl_snprintf(g->K, sizeof g->K, "%s", L->bound ? L->bound : "");
+    TSNode init = rb_field(L->node, "initializer");
+    if (!rb_is(init, "declaration"))
+        return WHY("the loop at line %u does not declare %s", line_of(L->node), L->var);
+    char kt[64];
+    text_to(ctx, rb_field(init, "type"), kt, sizeof kt);
+    strip_const(kt, g->ktype, sizeof g->ktype);
+    /* float acc = 0; loop; store — the whole of an if's block, or the end of the kernel */
+    TSNode block = ts_node_parent(L->node);
+    TSNode st[8];
+    unsigned ns = stmts_of(block, st, 8), at = 0;
+    if (!rb_is(block, "compound_statement") || ns > 8) return WHY("the loop at line %u is not in a plain block", line_of(L->node));
+    while (at < ns && !ts_node_eq(st[at], L->node)) at++;
+    if (at == 0 || at + 2 != ns)
+        return WHY("the loop at line %u is not preceded by `float %s = 0.0f;` and followed by the store alone", line_of(L->node),
+                   g->acc);
+    g->accdecl = st[at - 1];
+    g->store = st[at + 1];
+    TSNode av;
+    char at_t[32], av_t[32];
+    if (!ts_node_eq(top_decl(ctx, block, g->acc, &av), g->accdecl) || ts_node_named_child_count(g->accdecl) != 2)
+        return WHY("%s is not declared right before the loop at line %u", g->acc, line_of(L->node));
+    text_to(ctx, rb_field(g->accdecl, "type"), at_t, sizeof at_t);
+    text_to(ctx, av, av_t, sizeof av_t);
+    if (strcmp(at_t, "float") || (strcmp(av_t, "0") && strcmp(av_t, "0.0f") && strcmp(av_t, "0.f") && strcmp(av_t, "0.0")))
+        return WHY("the accumulator %s (line %u) is not a float starting at 0: f32 accumulation is what the fragments do",
+                   g->acc, line_of(g->accdecl));
+    if (!rb_is(g->store, "expression_statement") || rb_count_ident(ctx, g->store, g->acc) == 0)
+        return WHY("the statement after the loop (line %u) does not store %s", line_of(g->store), g->acc);
+    /* the guard */
+    char gx[64], gy[64];
+    if (ts_node_eq(block, g->body)) {
+        g->early = true;
+        if (at < 2 || !rb_is(st[at - 2], "if_statement") || !ts_node_is_null(rb_field(st[at - 2], "alternative")))
+            return WHY("no `if (row >= M || col >= N) return;` before the accumulator (line %u)", line_of(g->accdecl));
+        g->guard = st[at - 2];
+        TSNode ret[2];
+        if (stmts_of(rb_field(g->guard, "consequence"), ret, 2) != 1 || !rb_is(ret[0], "return_statement"))
+            return WHY("the guard at line %u does not just return", line_of(g->guard));
+    } else {
+        g->guard = ts_node_parent(block);
+        TSNode top = ts_node_parent(g->guard);
+        if (!rb_is(g->guard, "if_statement") || !ts_node_is_null(rb_field(g->guard, "alternative")) || !ts_node_eq(top, g->body))
+            return WHY("the loop at line %u is not under an `if (row < M && col < N)` of the kernel's body", line_of(L->node));
+    }
+    if (!guard_parts(ctx, if_cond(g->guard), g->early, gx, g->M, gy, g->N, sizeof gx))
+        return WHY("the guard at line %u is not `row %s M %s col %s N`", line_of(g->guard), g->early ? ">=" : "<",
+                   g->early ? "||" : "&&", g->early ? ">=" : "<");
+    /* row and col: declared at the top, one output per thread along different axes; the row is
+     * the one along y (the staging tile is then stored along x, the col) */
+    TSNode xv, yv;
+    TSNode xd = top_decl(ctx, g->body, gx, &xv), yd = top_decl(ctx, g->body, gy, &yv);
+    if (ts_node_is_null(xd) || ts_node_is_null(yd)) return WHY("%s and %s are not declared at the top of the kernel", gx, gy);
+    char xa = index_axis(ax, xv), ya = index_axis(ax, yv);
+    if (!xa || !ya || xa == ya)
+        return WHY("%s and %s (lines %u, %u) are not one output per thread on a 2-D grid (blockIdx * B + threadIdx along two "
+                   "different axes)",
+                   gx, gy, line_of(xd), line_of(yd));
+    bool swap = xa == 'x';
+    kl_snprintf(g->row, sizeof g->row, "%s", swap ? gy : gx);
+    kl_snprintf(g->col, sizeof g->col, "%s", swap ? gx : gy);
+    if (swap) {
+        char tb[128];
+        kl_snprintf(tb, sizeof tb, "%s", g->M), kl_snprintf(g->M, sizeof g->M, "%s", g->N), kl_snprintf(g->N, sizeof g->N, "%s", tb);
+    }
+    g->rdecl = swap ? yd : xd;
+    g->cdecl = swap ? xd : yd;
+    /* A: the operand that uses the row and not the col; B: the other way round */
+#define USES(n, a, b) (rb_count_ident(ctx, n, a) > 0 && rb_count_ident(ctx, n, b) == 0)
+    if (USES(x, g->row, g->col) && USES(y, g->col, g->row)) g->aacc = x, g->bacc = y;
+    else if (USES(y, g->row, g->col) && USES(x, g->col, g->row)) g->aacc = y, g->bacc = x;
+    else
+        return WHY("the operands at line %u do not split into one that uses %s (not %s) and one that uses %s (not %s)",
+                   line_of(one[0]), g->row, g->col, g->col, g->row);
+#undef USES
+    unsigned ndecl = ts_node_eq(g->rdecl, g->cdecl) ? 2 : 1;
+    if (ts_node_named_child_count(g->rdecl) != ndecl + 1 || ts_node_named_child_count(g->cdecl) != ndecl + 1)
+        return WHY("the declaration at line %u declares other names too", line_of(g->rdecl));
+    char t[64];
+    text_to(ctx, rb_field(g->rdecl, "type"), t, sizeof t);
+    strip_const(t, g->rtype, sizeof g->rtype);
+    text_to(ctx, rb_field(g->cdecl, "type"), t, sizeof t);
+    strip_const(t, g->ctype, sizeof g->ctype);
+    /* the rest of the body is the prologue: declarations that do not depend on the thread */
+    TSNode top[MAXPRO + 8];
+    unsigned nt = stmts_of(g->body, top, MAXPRO + 8);
+    if (nt > MAXPRO + 8) return WHY("the kernel has too many statements");
+    for (unsigned i = 0; i < nt; i++) {
+        if (ts_node_eq(top[i], g->rdecl) || ts_node_eq(top[i], g->cdecl)) continue;
+        if (ts_node_eq(top[i], g->guard)) {
+            if (!g->early && i + 1 != nt)
+                return WHY("statements follow the guarded block (line %u)", line_of(top[i + 1]));
+            if (g->early && i + 4 != nt)
+                return WHY("statements other than the accumulator, the loop and the store follow the guard (line %u)",
+                           line_of(g->guard));
+            break;
+        }
+        if (!rb_is(top[i], "declaration"))
+            return WHY("the statement at line %u is not a declaration the tiled form can keep", line_of(top[i]));
+        if (g->npro == MAXPRO) return WHY("too many declarations in the kernel");
+        g->prologue[g->npro++] = top[i];
+    }
+    for (unsigned i = 0; i < g->npro; i++) {
+        char w[64];
+        kl_snprintf(w, sizeof w, "the declaration at line %u", line_of(g->prologue[i]));
+        if (!deps_ok(ctx, ax, g, g->prologue[i], NULL, NULL, NULL, g->why, sizeof g->why, w)) return true;
+        if (rb_count_ident(ctx, g->prologue[i], g->row) || rb_count_ident(ctx, g->prologue[i], g->col))
+            return WHY("the declaration at line %u uses %s or %s", line_of(g->prologue[i]), g->row, g->col);
+    }
+    /* what each piece may depend on */
+    char wa[80], wb[80];
+    kl_snprintf(wa, sizeof wa, "A's element at line %u", line_of(g->aacc));
+    kl_snprintf(wb, sizeof wb, "B's element at line %u", line_of(g->bacc));
+    if (!deps_ok(ctx, ax, g, g->aacc, g->row, g->k, NULL, g->why, sizeof g->why, wa) ||
+        !deps_ok(ctx, ax, g, g->bacc, g->k, g->col, NULL, g->why, sizeof g->why, wb) ||
+        !deps_ok(ctx, ax, g, g->store, g->row, g->col, g->acc, g->why, sizeof g->why, "the store") ||
+        !deps_ok(ctx, ax, g, if_cond(g->guard), g->row, g->col, NULL, g->why, sizeof g->why, "the guard"))
+        return true;
+    TSNode cond = rb_field(L->node, "condition");
+    if (!ts_node_is_null(cond) && !deps_ok(ctx, ax, g, rb_field(unparen(cond), "right"), NULL, NULL, NULL, g->why,
+                                           sizeof g->why, "the loop bound"))
+        return true;
+    /* A and B must not be what the store writes */
+    char ab[64], bb[64];
+    text_to(ctx, rb_field(g->aacc, "argument"), ab, sizeof ab);
+    text_to(ctx, rb_field(g->bacc, "argument"), bb, sizeof bb);
+    if (rb_count_ident(ctx, g->store, ab) || rb_count_ident(ctx, g->store, bb))
+        return WHY("the store at line %u touches %s or %s, which the loop reads", line_of(g->store), ab, bb);
+#undef WHY
+    return true;
+}
+
+/* ---- launches ------------------------------------------------------------------------------------------- */
+
+/* A dim3 configuration: a local `dim3 g(...)` used only by this launch (decl set), or the
+ * expression in the <<< >>>. Its arguments' texts. */
+typedef struct cfg {
+    TSNode expr;             /* the expression in the launch */
+    TSNode decl;             /* the local's declaration, or null */
+    TSNode name;             /* the local's name */
+    char args[3][160];
+    unsigned nargs;
+} cfg;
+
+static void cfg_args(const kl_rule_ctx *ctx, TSNode v, cfg *c)
+{
+    TSNode args = v;
+    if (rb_is(v, "call_expression") && text_is(ctx, rb_field(v, "function"), "dim3")) args = rb_field(v, "arguments");
+    if (rb_is(args, "argument_list") || rb_is(args, "initializer_list") || rb_is(args, "parameter_list")) {
+        c->nargs = 0;
+        for (uint32_t i = 0; i < ts_node_named_child_count(args) && c->nargs < 3; i++)
+            text_to(ctx, ts_node_named_child(args, i), c->args[c->nargs++], sizeof c->args[0]);
+        return;
+    }
+    c->nargs = 1;
+    text_to(ctx, v, c->args[0], sizeof c->args[0]);
+}
+
+static void cfg_read(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode e, cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    c->expr = e;
+    if (rb_is(e, "identifier")) {
+        char name[64];
+        text_to(ctx, e, name, sizeof name);
+        TSNode body = kl_ast_function_body(l->host_fn);
+        TSNode v = {{0}, 0, 0};
+        TSNode d = top_decl(ctx, body, name, &v);
+        TSNode dc = {{0}, 0, 0};
+        if (!ts_node_is_null(d))
+            for (uint32_t k = 0; k < ts_node_named_child_count(d); k++)
+                if (text_is(ctx, kl_ast_declarator_name(ts_node_named_child(d, k)), name)) dc = ts_node_named_child(d, k);
+        /* `dim3 block(BLOCK, BLOCK);` reads as a function declarator: its "parameters" are the arguments */
+        if (rb_is(dc, "function_declarator") && ts_node_is_null(v)) v = rb_field(dc, "parameters");
+        if (!ts_node_is_null(dc) && rb_count_ident(ctx, body, name) == 2 && ts_node_named_child_count(d) == 2 &&
+            !ts_node_is_null(v)) {
+            c->decl = d;
+            c->name = kl_ast_declarator_name(dc);
+            cfg_args(ctx, v, c);
+            return;
+        }
+    }
+    cfg_args(ctx, e, c);
+}
+
+/* Replace a configuration with dim3(args). */
+static kl_status cfg_write(const kl_rule_ctx *ctx, const cfg *c, const char *args, bool plain, kl_edits *out)
+{
+    if (!ts_node_is_null(c->decl)) {
+        char name[64];
+        text_to(ctx, c->name, name, sizeof name);
+        uint32_t a = ts_node_start_byte(c->decl), b = ts_node_start_byte(c->name);
+        return kl_edits_addf(out, a, ts_node_end_byte(c->decl), "%.*s%s(%s);", (int)(b - a), ctx->text + a, name, args);
+    }
+    if (plain) return kl_edits_addf(out, ts_node_start_byte(c->expr), ts_node_end_byte(c->expr), "%s", args);
+    return kl_edits_addf(out, ts_node_start_byte(c->expr), ts_node_end_byte(c->expr), "dim3(%s)", args);
+}
+
+/* A kernel-side bound (a parameter name or a constant) in the launch's terms, into buf. */
+static bool host_bound(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_launch_site *l, const char *b,
+                       char *buf, size_t size)
+{
+    int pi = kl_affine_param_index(ax, b);
+    if (pi >= 0) {
+        if ((uint32_t)pi >= ts_node_named_child_count(l->args)) return false;
+        TSNode a = ts_node_named_child(l->args, (uint32_t)pi);
+        char t[150];
+        text_to(ctx, a, t, sizeof t);
+        bool simple = rb_is(a, "identifier") || rb_is(a, "number_literal") || rb_is(a, "field_expression");
+        kl_snprintf(buf, size, simple ? "%s" : "(%s)", t);
+        return true;
+    }
+    for (const char *p = b; *p; p++)
+        if (!(*p == '_' || (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9'))) return false;
+    /* a name the host sees too: a macro or a file-level constant */
+    TSNode fb = kl_ast_function_body(fn);
+    local_find f = {ctx, b, false};
+    rb_walk(fb, local_visit, &f);
+    if (f.found) return false;
+    kl_snprintf(buf, size, "%s", b);
+    return true;
+}
+
+typedef struct launch_plan {
+    kl_launch_site *l;
+    cfg grid, block;
+    char m[160], n[160];
+} launch_plan;
+
+/* The launches of the kernel, with the host-side M and N: false with why when one cannot be
+ * rewritten. */
+static bool plan_launches(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *kernel, const char *M,
+                          const char *N, kl_launch_sites *ls, launch_plan *plans, unsigned max, unsigned *np, char *why,
+                          size_t size)
+{
+    *np = 0;
+    for (unsigned i = 0; i < ls->count; i++) {
+        kl_launch_site *l = &ls->items[i];
+        if (strcmp(l->kernel, kernel)) continue;
+        if (*np == max) {
+            kl_snprintf(why, size, "more than %u launches of %s", max, kernel);
+            return false;
+        }
+        launch_plan *p = &plans[(*np)++];
+        memset(p, 0, sizeof *p);
+        p->l = l;
+        if (ts_node_is_null(l->grid) || ts_node_is_null(l->block)) {
+            kl_snprintf(why, size, "the launch at line %u has no grid and block", line_of(l->call));
+            return false;
+        }
+        cfg_read(ctx, l, l->grid, &p->grid);
+        cfg_read(ctx, l, l->block, &p->block);
+        if (!host_bound(ctx, ax, fn, l, M, p->m, sizeof p->m) || !host_bound(ctx, ax, fn, l, N, p->n, sizeof p->n)) {
+            kl_snprintf(why, size, "the bounds %s and %s are not parameters or file-level constants that the launch at line %u "
+                        "can use", M, N, line_of(l->call));
+            return false;
+        }
+    }
+    if (*np == 0) {
+        kl_snprintf(why, size, "%s is not launched in the file: its grid could not follow the new tiles", kernel);
+        return false;
+    }
+    return true;
+}
+
+/* The edits of every launch: grid (n + BN-1) / BN x (m + BM-1) / BM (x z), block as given. */
+static kl_status write_launches(const kl_rule_ctx *ctx, launch_plan *plans, unsigned np, int bm, int bn, const char *block,
+                                bool plain_block, kl_edits *out)
+{
+    for (unsigned i = 0; i < np; i++) {
+        launch_plan *p = &plans[i];
+        char g[600];
+        kl_snprintf(g, sizeof g, "(%s + %d) / %d, (%s + %d) / %d%s%s", p->n, bn - 1, bn, p->m, bm - 1, bm,
+                    p->grid.nargs == 3 ? ", " : "", p->grid.nargs == 3 ? p->grid.args[2] : "");
+        kl_status st = cfg_write(ctx, &p->grid, g, false, out);
+        if (st == KL_OK) st = cfg_write(ctx, &p->block, block, plain_block, out);
+        if (st != KL_OK) return st;
+    }
+    return KL_OK;
+}
+
+/* ---- apply ------------------------------------------------------------------------------------------------- */
+
+static void add_stmt_text(const kl_rule_ctx *ctx, kl_strbuf *sb, TSNode n, const char *ind)
+{
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    kl_strbuf_addf(sb, "%s%.*s\n", ind, (int)(b - a), ctx->text + a);
+}
+
+/* The #include line position for <mma.h>: after the last top-level #include, else 0. */
+static uint32_t include_at(const kl_rule_ctx *ctx)
+{
+    TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
+    uint32_t at = 0;
+    for (uint32_t i = 0; i < ts_node_named_child_count(root); i++) {
+        TSNode d = ts_node_named_child(root, i);
+        if (rb_is(d, "preproc_include")) at = ts_node_end_byte(d);
+    }
+    if (at && ctx->text[at - 1] != '\n') at = rb_line_end(ctx, at);
+    return at;
+}
+
+static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
+                             int wn, int fm, int fn_, kl_edits *out, kl_error *err)
+{
+    if (g->why[0]) return kl_rule_not_applicable(err, "%s", g->why);
+    const int bm = 16 * wm * fm, bn = 16 * wn * fn_, threads = 32 * wm * wn;
+    const size_t smem = (size_t)bm * (16 + 8) * 2 + (size_t)16 * (bn + 8) * 2 + (size_t)bm * (bn + 4) * 4;
+    if (smem > SMEM_LIMIT)
+        return kl_rule_not_applicable(err, "a %d x %d block tile needs %zu bytes of shared memory, over 48 KiB", bm, bn, smem);
+    kl_launch_sites ls = {0};
+    kl_status st = kl_ast_launches(ctx->src, &ls, err);
+    if (st != KL_OK) return st;
+    launch_plan plans[8];
+    unsigned np = 0;
+    char why[300];
+    if (!plan_launches(ctx, ax, g->fn, kernel, g->M, g->N, &ls, plans, 8, &np, why, sizeof why)) {
+        kl_launch_sites_release(&ls);
+        return kl_rule_not_applicable(err, "%s", why);
+    }
+    char in[16] = "    ", in2[24], in3[32], in4[40];
+    TSNode first = ts_node_named_child(g->body, 0);
+    if (!ts_node_is_null(first)) {
+        rb_indent_of(ctx, ts_node_start_byte(first), in, sizeof in);
+        if (!in[0] || !kl_rules_starts_line(ctx, ts_node_start_byte(first))) kl_snprintf(in, sizeof in, "    ");
+    }
+    kl_snprintf(in2, sizeof in2, "%s%s", in, in);
+    kl_snprintf(in3, sizeof in3, "%s%s", in2, in);
+    kl_snprintf(in4, sizeof in4, "%s%s", in3, in);
+    const char *E = g->elem;
+    char a_text[512], b_text[512], guard[400], fnind[16];
+    text_to(ctx, g->aacc, a_text, sizeof a_text);
+    text_to(ctx, g->bacc, b_text, sizeof b_text);
+    text_to(ctx, if_cond(g->guard), guard, sizeof guard);
+    rb_indent_of(ctx, ts_node_start_byte(g->fn), fnind, sizeof fnind);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addf(&sb, "{\n%s%s %dx16x16 fragments of %s, f32 accumulators: %d x %d warps, each %d x %d fragments\n", in,
+                   MARKER, 16, dtype_of(E), wm, wn, fm, fn_);
+    for (unsigned i = 0; i < g->npro; i++) add_stmt_text(ctx, &sb, g->prologue[i], in);
+    kl_strbuf_addf(&sb, "%sconstexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;\n", in, fm, fn_, wm, wn);
+    kl_strbuf_addf(&sb, "%sconstexpr int KL_BM = %d, KL_BN = %d, KL_BK = 16, KL_THREADS = %d;\n", in, bm, bn, threads);
+    kl_strbuf_addf(&sb, "%sstatic_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, \"a warp per %d x %d piece of C\");\n", in,
+                   16 * fm, 16 * fn_);
+    kl_strbuf_addf(&sb, "%s__shared__ __align__(32) %s kl_as[KL_BM][KL_BK + 8];\n", in, E);
+    kl_strbuf_addf(&sb, "%s__shared__ __align__(32) %s kl_bs[KL_BK][KL_BN + 8];\n", in, E);
+    kl_strbuf_addf(&sb, "%s__shared__ __align__(32) float kl_cs[KL_BM][KL_BN + 4];\n", in);
+    kl_strbuf_addf(&sb, "%sconst int kl_warp = threadIdx.x / 32;\n", in);
+    kl_strbuf_addf(&sb, "%sconst int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp %% KL_WARPS_N * 16 * KL_FN;\n", in);
+    kl_strbuf_addf(&sb, "%sconst %s kl_m0 = (%s)blockIdx.y * KL_BM;\n", in, g->rtype, g->rtype);
+    kl_strbuf_addf(&sb, "%sconst %s kl_n0 = (%s)blockIdx.x * KL_BN;\n", in, g->ctype, g->ctype);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> kl_acc[KL_FM][KL_FN];\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
+    kl_strbuf_addf(&sb, "%sfor (%s kl_k0 = 0; kl_k0 < %s; kl_k0 += KL_BK) {\n", in, g->ktype, g->K);
+    kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BK; kl_e += KL_THREADS) {\n", in2);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_e / KL_BK;\n", in3, g->rtype, g->row);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_k0 + kl_e %% KL_BK;\n", in3, g->ktype, g->k);
+    kl_strbuf_addf(&sb, "%skl_as[kl_e / KL_BK][kl_e %% KL_BK] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, g->row, g->M,
+                   g->k, g->K, a_text, E);
+    kl_strbuf_addf(&sb, "%s}\n", in2);
+    kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BK * KL_BN; kl_e += KL_THREADS) {\n", in2);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_k0 + kl_e / KL_BN;\n", in3, g->ktype, g->k);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_e %% KL_BN;\n", in3, g->ctype, g->col);
+    kl_strbuf_addf(&sb, "%skl_bs[kl_e / KL_BN][kl_e %% KL_BN] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, g->k, g->K,
+                   g->col, g->N, b_text, E);
+    kl_strbuf_addf(&sb, "%s}\n", in2);
+    kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fa[KL_FM];\n",
+                   in2, E);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fb[KL_FN];\n",
+                   in2, E);
+    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][0], KL_BK + 8);\n", in3);
+    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in2);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[0][kl_wn + 16 * kl_j], KL_BN + 8);\n", in3);
+    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
+    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n", in4);
+    kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
+    kl_strbuf_addf(&sb, "%s}\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in2);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::store_matrix_sync(&kl_cs[kl_wm + 16 * kl_i][kl_wn + 16 * kl_j], kl_acc[kl_i][kl_j], "
+                   "KL_BN + 4, nvcuda::wmma::mem_row_major);\n", in3);
+    kl_strbuf_addf(&sb, "%s__syncthreads();\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BN; kl_e += KL_THREADS) {\n", in);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_e / KL_BN;\n", in2, g->rtype, g->row);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_e %% KL_BN;\n", in2, g->ctype, g->col);
+    if (g->early) {
+        kl_strbuf_addf(&sb, "%sif (%s) continue;\n", in2, guard);
+        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_e / KL_BN][kl_e %% KL_BN];\n", in2, g->acc);
+        add_stmt_text(ctx, &sb, g->store, in2);
+    } else {
+        kl_strbuf_addf(&sb, "%sif (%s) {\n", in2, guard);
+        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_e / KL_BN][kl_e %% KL_BN];\n", in3, g->acc);
+        add_stmt_text(ctx, &sb, g->store, in3);
+        kl_strbuf_addf(&sb, "%s}\n", in2);
+    }
+    kl_strbuf_addf(&sb, "%s}\n%s}", in, fnind);
+    st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(g->body), ts_node_end_byte(g->body), kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    char block[32];
+    kl_snprintf(block, sizeof block, "%d", threads);
+    if (st == KL_OK) st = write_launches(ctx, plans, np, bm, bn, block, true, out);
+    if (st == KL_OK && !strstr(ctx->text, "<mma.h>")) {
+        uint32_t at = include_at(ctx);
+        st = kl_edits_add(out, at, at, "#include <mma.h>\n");
+    }
+    kl_launch_sites_release(&ls);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+/* ---- the tensor-core form ---------------------------------------------------------------------------------- */
+
+typedef struct tc_wmma {
+    TSNode fn, body, marker, consts, k0loop, eloop;
+    TSNode prologue[MAXPRO];
+    unsigned npro;
+    int wm, wn, fm, fn_;
+    char row[64], col[64], rtype[64], ctype[64], k[64], ktype[64], K[128], M[128], N[128];
+    char a_text[512], b_text[512], guard[400], acc[64], elem[64];
+    TSNode store[4];
+    unsigned nstore;
+    bool early;
+    TSNode mma;              /* a node using the tensor cores (for the site) */
+    char why[500];
+} tc_wmma;
+
+typedef struct mma_scan {
+    const kl_rule_ctx *ctx;
+    TSNode hit;
+    char what[64];
+} mma_scan;
+
+/* A __device__ function of the file whose body holds mma.sync PTX. */
+static bool calls_mma_helper(const kl_rule_ctx *ctx, const char *name)
+{
+    TSNode f = kl_ast_function_named(ctx->src, name);
+    if (ts_node_is_null(f) || !kl_ast_function_has(ctx->src, f, "__device__")) return false;
+    char *t = rb_text(ctx, f);
+    bool b = t && strstr(t, "mma.sync");
+    free(t);
+    return b;
+}
+
+static bool mma_visit(TSNode n, void *user)
+{
+    mma_scan *m = user;
+    if (!ts_node_is_null(m->hit)) return false;
+    if (rb_is(n, "call_expression")) {
+        char f[128];
+        text_to(m->ctx, rb_field(n, "function"), f, sizeof f);
+        const char *base = strrchr(f, ':');
+        base = base ? base + 1 : f;
+        if (!strcmp(base, "mma_sync") || (rb_is(rb_field(n, "function"), "identifier") && calls_mma_helper(m->ctx, f))) {
+            m->hit = n;
+            kl_snprintf(m->what, sizeof m->what, "%s", f);
+            return false;
+        }
+    }
+    if (rb_is(n, "gnu_asm_expression") || rb_is(n, "asm_statement")) {
+        char *t = rb_text(m->ctx, n);
+        if (t && strstr(t, "mma.sync")) m->hit = n, kl_snprintf(m->what, sizeof m->what, "mma.sync PTX");
+        free(t);
+    }
+    return ts_node_is_null(m->hit);
+}
+
+/* Read the declaration `const T name = …;` into type and name. */
+static bool decl_name(const kl_rule_ctx *ctx, TSNode d, char *type, char *name, size_t size)
+{
+    if (!rb_is(d, "declaration") || ts_node_named_child_count(d) < 2) return false;
+    char t[64];
+    text_to(ctx, rb_field(d, "type"), t, sizeof t);
+    strip_const(t, type, size);
+    TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, ts_node_named_child_count(d) - 1));
+    text_to(ctx, nm, name, size);
+    return name[0] != '\0';
+}
+
+/* A tile load: `const R r = …; const K k = …; kl_xs[…] = (r < M && k < K) ? ACCESS : zero;`.
+ * The names, the bound of the first and second comparisons, and the access text. */
+static bool tile_load(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n1, char *t2, char *n2, char *b1, char *b2,
+                      char *access, size_t asize, char *zero)
+{
+    TSNode s[4];
+    if (!rb_is(loop, "for_statement") || stmts_of(rb_field(loop, "body"), s, 4) != 3) return false;
+    if (!decl_name(ctx, s[0], t1, n1, 64) || !decl_name(ctx, s[1], t2, n2, 64)) return false;
+    if (!rb_is(s[2], "expression_statement")) return false;
+    TSNode asg = ts_node_named_child(s[2], 0);
+    if (!rb_is(asg, "assignment_expression")) return false;
+    TSNode c = rb_field(asg, "right");
+    if (!rb_is(c, "conditional_expression")) return false;
+    char x[64], y[64];
+    if (!guard_parts(ctx, rb_field(c, "condition"), false, x, b1, y, b2, 128) || strcmp(x, n1) || strcmp(y, n2)) return false;
+    text_to(ctx, rb_field(c, "consequence"), access, asize);
+    text_to(ctx, rb_field(c, "alternative"), zero, 64);
+    return true;
+}
+
+/* Recognise the form apply writes; false when fn is not it (why says what differs). */
+static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
+{
+    TSNode body = kl_ast_function_body(fn);
+    w->fn = fn;
+    w->body = body;
+#define WHY(...) (kl_snprintf(w->why, sizeof w->why, __VA_ARGS__), false)
+    uint32_t n = ts_node_named_child_count(body);
+    uint32_t i = 0;
+    for (; i < n; i++) {
+        TSNode c = ts_node_named_child(body, i);
+        char t[32];
+        text_to(ctx, c, t, sizeof t);
+        if (rb_is(c, "comment") && !strncmp(t, MARKER, strlen(MARKER))) {
+            w->marker = c;
+            break;
+        }
+    }
+    if (ts_node_is_null(w->marker)) return false;
+    for (i++; i < n; i++) {
+        TSNode c = ts_node_named_child(body, i);
+        if (rb_is(c, "comment")) continue;
+        char t[200];
+        text_to(ctx, c, t, sizeof t);
+        if (!strncmp(t, "constexpr int KL_FM", 19)) {
+            w->consts = c;
+            if (sscanf(t, "constexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;", &w->fm, &w->fn_, &w->wm,
+                       &w->wn) != 4)
+                return WHY("the tile constants at line %u are not the ones apply writes", line_of(c));
+            break;
+        }
+        if (!rb_is(c, "declaration") || w->npro == MAXPRO) return WHY("the statement at line %u is not a declaration", line_of(c));
+        w->prologue[w->npro++] = c;
+    }
+    for (; i < n; i++) {
+        TSNode c = ts_node_named_child(body, i);
+        if (!rb_is(c, "for_statement")) continue;
+        char t[64];
+        text_to(ctx, rb_field(c, "initializer"), t, sizeof t);
+        if (strstr(t, "kl_k0 = 0")) w->k0loop = c;
+        if (strstr(t, "kl_e = threadIdx.x")) w->eloop = c;
+    }
+    if (ts_node_is_null(w->consts) || ts_node_is_null(w->k0loop) || ts_node_is_null(w->eloop))
+        return WHY("the kernel is not the wmma form apply writes (tile constants, k0 loop, store loop)");
+    TSNode kd = rb_field(w->k0loop, "initializer");
+    char t[64];
+    text_to(ctx, rb_field(kd, "type"), t, sizeof t);
+    strip_const(t, w->ktype, sizeof w->ktype);
+    text_to(ctx, rb_field(unparen(rb_field(w->k0loop, "condition")), "right"), w->K, sizeof w->K);
+    TSNode loads[2];
+    unsigned nl = 0;
+    for (uint32_t k = 0; k < ts_node_named_child_count(rb_field(w->k0loop, "body")) && nl < 2; k++) {
+        TSNode c = ts_node_named_child(rb_field(w->k0loop, "body"), k);
+        if (rb_is(c, "for_statement")) loads[nl++] = c;
+    }
+    char t1[64], t2[64], k1[64], k2[64], kb1[128], kb2[128], zero[64];
+    if (nl != 2 ||
+        !tile_load(ctx, loads[0], w->rtype, w->row, t1, w->k, w->M, kb1, w->a_text, sizeof w->a_text, zero) ||
+        !tile_load(ctx, loads[1], t2, k2, w->ctype, w->col, kb2, w->N, w->b_text, sizeof w->b_text, zero))
+        return WHY("the tile loads of the k loop at line %u are not the ones apply writes", line_of(w->k0loop));
+    (void)k1;
+    /* the element type: from the zero, `T(0.0f)` */
+    const char *paren = strchr(zero, '(');
+    kl_snprintf(w->elem, sizeof w->elem, "%.*s", paren ? (int)(paren - zero) : 0, zero);
+    if (!w->elem[0] || strcmp(k2, w->k)) return WHY("the tile loads at line %u disagree", line_of(w->k0loop));
+    /* the store loop: row, col, then `if (g) { float acc = …; store }` or `if (g) continue; float acc = …; store` */
+    TSNode s[8];
+    unsigned ns = stmts_of(rb_field(w->eloop, "body"), s, 8);
+    if (ns < 3 || ns > 8 || !rb_is(s[2], "if_statement"))
+        return WHY("the store loop at line %u is not the one apply writes", line_of(w->eloop));
+    text_to(ctx, if_cond(s[2]), w->guard, sizeof w->guard);
+    TSNode cons = rb_field(s[2], "consequence");
+    TSNode rest[8];
+    unsigned nr;
+    if (rb_is(cons, "continue_statement")) {
+        w->early = true;
+        nr = ns - 3;
+        for (unsigned k = 0; k < nr; k++) rest[k] = s[3 + k];
+    } else {
+        if (ns != 3) return WHY("the store loop at line %u has statements after its guard", line_of(w->eloop));
+        nr = stmts_of(cons, rest, 8);
+    }
+    char at[64];
+    if (nr < 2 || nr > 5 || !decl_name(ctx, rest[0], at, w->acc, sizeof w->acc) || strcmp(at, "float"))
+        return WHY("the store loop at line %u does not read the accumulator back", line_of(w->eloop));
+    for (unsigned k = 1; k < nr; k++) w->store[w->nstore++] = rest[k];
+#undef WHY
+    return true;
+}
+
+static const char *to_float(const char *elem)
+{
+    if (strstr(elem, "bfloat16")) return "__bfloat162float";
+    if (!strcmp(elem, "__half") || !strcmp(elem, "half")) return "__half2float";
+    return "static_cast<float>";
+}
+
+static kl_status remove_wmma(const kl_rule_ctx *ctx, const tc_wmma *w, const char *kernel, kl_edits *out, kl_error *err)
+{
+    if (w->why[0]) return kl_rule_not_applicable(err, "%s", w->why);
+    kl_affine_ctx *ax = NULL;
+    kl_status st = kl_affine_ctx_new(ctx->src, w->fn, &ax, err);
+    if (st != KL_OK) return st;
+    kl_launch_sites ls = {0};
+    st = kl_ast_launches(ctx->src, &ls, err);
+    if (st != KL_OK) {
+        kl_affine_ctx_free(ax);
+        return st;
+    }
+    launch_plan plans[8];
+    unsigned np = 0;
+    char why[300];
+    if (!plan_launches(ctx, ax, w->fn, kernel, w->M, w->N, &ls, plans, 8, &np, why, sizeof why)) {
+        kl_launch_sites_release(&ls);
+        kl_affine_ctx_free(ax);
+        return kl_rule_not_applicable(err, "%s", why);
+    }
+    char in[16] = "    ", in2[24], in3[32], fnind[16];
+    rb_indent_of(ctx, ts_node_start_byte(w->marker), in, sizeof in);
+    if (!in[0]) kl_snprintf(in, sizeof in, "    ");
+    kl_snprintf(in2, sizeof in2, "%s%s", in, in);
+    kl_snprintf(in3, sizeof in3, "%s%s", in2, in);
+    rb_indent_of(ctx, ts_node_start_byte(w->fn), fnind, sizeof fnind);
+    const char *cv = to_float(w->elem);
+    const char *sind = w->early ? in : in2;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_adds(&sb, "{\n");
+    for (unsigned i = 0; i < w->npro; i++) add_stmt_text(ctx, &sb, w->prologue[i], in);
+    kl_strbuf_addf(&sb, "%s%s %s = blockIdx.y * blockDim.y + threadIdx.y;\n", in, w->rtype, w->row);
+    kl_strbuf_addf(&sb, "%s%s %s = blockIdx.x * blockDim.x + threadIdx.x;\n", in, w->ctype, w->col);
+    if (w->early) kl_strbuf_addf(&sb, "%sif (%s) return;\n", in, w->guard);
+    else kl_strbuf_addf(&sb, "%sif (%s) {\n", in, w->guard);
+    kl_strbuf_addf(&sb, "%sfloat %s = 0.0f;\n", sind, w->acc);
+    kl_strbuf_addf(&sb, "%sfor (%s %s = 0; %s < %s; %s++) {\n", sind, w->ktype, w->k, w->k, w->K, w->k);
+    kl_strbuf_addf(&sb, "%s%s%s += %s(%s) * %s(%s);\n", sind, in, w->acc, cv, w->a_text, cv, w->b_text);
+    kl_strbuf_addf(&sb, "%s}\n", sind);
+    for (unsigned i = 0; i < w->nstore; i++) add_stmt_text(ctx, &sb, w->store[i], sind);
+    if (!w->early) kl_strbuf_addf(&sb, "%s}\n", in);
+    kl_strbuf_addf(&sb, "%s}", fnind);
+    (void)in3;
+    st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(w->body), ts_node_end_byte(w->body), kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    if (st == KL_OK) st = write_launches(ctx, plans, np, 16, 16, "16, 16", false, out);
+    /* <mma.h> goes when no other kernel uses wmma */
+    if (st == KL_OK) {
+        const char *inc = strstr(ctx->text, "#include <mma.h>\n");
+        unsigned uses = 0;
+        for (const char *p = ctx->text; (p = strstr(p, "nvcuda::")); p++) uses++;
+        unsigned here = 0;
+        uint32_t a = ts_node_start_byte(w->body), b = ts_node_end_byte(w->body);
+        for (const char *p = ctx->text + a; (p = strstr(p, "nvcuda::")) && p < ctx->text + b; p++) here++;
+        if (inc && uses == here && (inc == ctx->text || inc[-1] == '\n')) {
+            uint32_t ia = (uint32_t)(inc - ctx->text);
+            st = kl_edits_add(out, ia, ia + (uint32_t)strlen("#include <mma.h>\n"), "");
+        }
+    }
+    kl_launch_sites_release(&ls);
+    kl_affine_ctx_free(ax);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+/* Why a tensor-core kernel that is not apply's form cannot be taken back to a scalar loop. */
+static void foreign_why(const kl_rule_ctx *ctx, TSNode fn, const mma_scan *m, char *why, size_t size)
+{
+    char *t = rb_text(ctx, fn);
+    const char *body = t ? t : "";
+    bool ldm = strstr(body, "ldmatrix") != NULL, cpa = strstr(body, "cp_async") || strstr(body, "cp.async");
+    bool ptx = !strstr(m->what, "mma_sync");
+    (void)ldm;
+    if (ptx)
+        kl_snprintf(why, size,
+                    "the tensor-core step at line %u (%s) is mma.sync PTX whose operands are register fragments "
+                    "(%s%s): a scalar loop needs each accumulator's (row, col) in the m16n8k16 layout and the shared tiles "
+                    "the fragments came from, which the analysis does not derive from PTX; remove %sthe register tile first, "
+                    "or bring the kernel to the wmma form",
+                    line_of(m->hit), m->what,
+                    strstr(body, "ldmatrix") ? "loaded by ldmatrix from shared memory" : "loaded from registers",
+                    cpa ? ", filled by a cp.async pipeline" : "", cpa ? "the cp.async pipeline and " : "");
+    else
+        kl_snprintf(why, size,
+                    "the wmma code at line %u is not the form apply writes (a `" MARKER "` block with guarded tile loads "
+                    "and a staged store): its fragments' sources and layout are not analysed",
+                    line_of(m->hit));
+    free(t);
+}
+
+/* ---- find and run -------------------------------------------------------------------------------------------- */
+
+typedef struct tc_job {
+    const kl_site *site;     /* run: the site to rewrite; NULL: find */
+    const json_t *params;
+    kl_sites *out;
+    kl_edits *edits;
+    kl_error *err;
+    kl_status st;
+    bool done;
+} tc_job;
+
+static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+{
+    tc_job *j = user;
+    if (j->done) return KL_OK;
+    if (j->site && strcmp(j->site->kernel, name)) return KL_OK;
+    mma_scan m = {ctx, {{0}, 0, 0}, ""};
+    rb_walk(kl_ast_function_body(fn), mma_visit, &m);
+    if (!ts_node_is_null(m.hit)) {
+        tc_wmma w;
+        memset(&w, 0, sizeof w);
+        bool ours = analyse_wmma(ctx, fn, &w);
+        if (!ours && !w.why[0]) foreign_why(ctx, fn, &m, w.why, sizeof w.why);
+        TSNode at = ours ? w.k0loop : m.hit;
+        char id[256];
+        kl_site_id(id, sizeof id, name, at, NULL);
+        if (j->site) {
+            if (j->site->dir != KL_SITE_PRESENT || strcmp(j->site->id, id)) return KL_OK;
+            j->done = true;
+            j->st = ours ? remove_wmma(ctx, &w, name, j->edits, j->err) : kl_rule_not_applicable(j->err, "%s", w.why);
+            return KL_OK;
+        }
+        json_t *feat = json_pack("{s:s, s:s}", "api", strstr(m.what, "mma_sync") ? "wmma" : "mma.sync", "dtype",
+                                 ours ? dtype_of(w.elem) : "bf16/f16");
+        if (!feat) return KL_ERR_NOMEM;
+        json_t *params = NULL;
+        if (ours) {
+            json_object_set_new(feat, "block_tile", json_pack("[i, i]", 16 * w.wm * w.fm, 16 * w.wn * w.fn_));
+            char a[8], b[8], c[8], d[8];
+            kl_snprintf(a, sizeof a, "%d", w.wm), kl_snprintf(b, sizeof b, "%d", w.wn);
+            kl_snprintf(c, sizeof c, "%d", w.fm), kl_snprintf(d, sizeof d, "%d", w.fn_);
+            params = json_pack("{s:s, s:s, s:s, s:s, s:s}", "warps_m", a, "warps_n", b, "frags_m", c, "frags_n", d, "api", "wmma");
+        } else {
+            json_object_set_new(feat, "why_not", json_string(w.why));
+        }
+        return kl_sites_add(j->out, id, KL_SITE_PRESENT, kl_node_span(at), name, feat, params,
+                            ours ? "wmma fragments over shared tiles (the form apply writes)" : "tensor-core instructions");
+    }
+    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !j->done; i++) {
+        const kl_ax_loop *L = kl_affine_loop(ax, i);
+        tc_naive g;
+        if (!analyse_naive(ctx, ax, fn, L, &g)) continue;
+        char id[256];
+        kl_site_id(id, sizeof id, name, L->node, NULL);
+        /* the launches must be rewritable too */
+        if (!g.why[0]) {
+            kl_launch_sites ls = {0};
+            kl_error e2 = {0};
+            if (kl_ast_launches(ctx->src, &ls, &e2) == KL_OK) {
+                launch_plan plans[8];
+                unsigned np;
+                plan_launches(ctx, ax, fn, name, g.M, g.N, &ls, plans, 8, &np, g.why, sizeof g.why);
+                kl_launch_sites_release(&ls);
+            }
+        }
+        if (j->site) {
+            if (j->site->dir != KL_SITE_APPLICABLE || strcmp(j->site->id, id)) continue;
+            j->done = true;
+            int64_t wm = 2, wn = 2, fm = 1, fn_ = 1;
+            kl_rule_param_int(&kl_rule_tensor_core, j->params, "warps_m", &wm);
+            kl_rule_param_int(&kl_rule_tensor_core, j->params, "warps_n", &wn);
+            kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_m", &fm);
+            kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_n", &fn_);
+            j->st = apply_naive(ctx, ax, &g, name, (int)wm, (int)wn, (int)fm, (int)fn_, j->edits, j->err);
+            return KL_OK;
+        }
+        json_t *feat = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "dtype", dtype_of(g.elem), "accumulate", "f32",
+                                 "form", "one output per thread", "k", g.k, "M", g.M, "N", g.N, "K", g.K, "early_return", g.early);
+        if (!feat) return KL_ERR_NOMEM;
+        if (g.why[0]) json_object_set_new(feat, "why_not", json_string(g.why));
+        char note[200];
+        kl_snprintf(note, sizeof note, "a %s GEMM loop over %s with f32 accumulation (one output per thread)", dtype_of(g.elem), g.k);
+        kl_status st = kl_sites_add(j->out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL, note);
+        if (st != KL_OK) return st;
+    }
+    return KL_OK;
+}
+
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    tc_job j = {NULL, NULL, out, NULL, err, KL_OK, false};
+    return kl_rules_each_function(ctx, "__global__", visit, &j, err);
+}
+
+static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
+{
+    tc_job j = {site, params, NULL, out, err, KL_OK, false};
+    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &j, err);
+    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
+    if (!j.done) return kl_rule_not_applicable(err, "nothing to %s at %s", site->dir == KL_SITE_PRESENT ? "remove" : "apply", site->id);
+    return j.st;
+}
+
+static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    return run(ctx, site, NULL, out, err);
+}
+
+static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
+{
+    const char *why = json_string_value(json_object_get(site->features, "why_not"));
+    if (why) return kl_rule_not_applicable(err, "%s", why);
+    return run(ctx, site, params, out, err);
+}
+
+const kl_rule kl_rule_tensor_core = {
+    "tensor-core", "compute a bf16/f16 GEMM's k loop on the tensor cores with wmma fragments over shared tiles",
+    tc_params, 5, find, remove_site, apply,
+};

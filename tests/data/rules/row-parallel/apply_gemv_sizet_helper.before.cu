@@ -1,0 +1,28 @@
+// test: apply row-parallel@gemv_batched:14 | remove row-parallel@gemv_batched:15
+// A batched GEMV y[b][r] = A[b][r][:] . v[:] with size_t indices, an index helper, a 2-D grid
+// (the batch on y), an early return, and the per-row result stored after the loop.
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#define THREADS 128
+#define AT(r, c, n) ((size_t)(r) * (n) + (c))
+
+__device__ size_t global_row() { return (size_t)blockIdx.x * THREADS + threadIdx.x; }
+
+__global__ void gemv_batched(const float* A, const float* v, float* y, size_t rows, size_t cols)
+{
+    size_t row = global_row();
+    if (row >= rows) return;
+    const float* Ab = A + (size_t)blockIdx.y * rows * cols;
+    float acc = 0.0f;
+    for (size_t c = 0; c < cols; c++) {
+        acc += Ab[AT(row, c, cols)] * v[c];
+    }
+    y[(size_t)blockIdx.y * rows + row] = acc;
+}
+
+extern "C" void launch(const float* A, const float* v, float* y, int batch, int rows, int cols, cudaStream_t stream)
+{
+    dim3 block(THREADS);
+    gemv_batched<<<dim3((rows + THREADS - 1) / THREADS, batch), block, 0, stream>>>(A, v, y, rows, cols);
+}

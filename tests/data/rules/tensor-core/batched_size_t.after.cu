@@ -1,0 +1,69 @@
+// test: apply tensor-core@bgemm:15 frags_m=2 frags_n=2 | remove tensor-core@bgemm:26
+// Batched bf16 GEMM: the batch comes from blockIdx.z, indices are size_t, B is K x N column-major.
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+
+__global__ void bgemm(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K)
+{
+    // tensor-core: wmma 16x16x16 fragments of bf16, f32 accumulators: 2 x 2 warps, each 2 x 2 fragments
+    const size_t batch = blockIdx.z;
+    const __nv_bfloat16* Ab = A + batch * M * K;
+    const __nv_bfloat16* Bb = B + batch * K * N;
+    constexpr int KL_FM = 2, KL_FN = 2, KL_WARPS_M = 2, KL_WARPS_N = 2;
+    constexpr int KL_BM = 64, KL_BN = 64, KL_BK = 16, KL_THREADS = 128;
+    static_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, "a warp per 32 x 32 piece of C");
+    __shared__ __align__(32) __nv_bfloat16 kl_as[KL_BM][KL_BK + 8];
+    __shared__ __align__(32) __nv_bfloat16 kl_bs[KL_BK][KL_BN + 8];
+    __shared__ __align__(32) float kl_cs[KL_BM][KL_BN + 4];
+    const int kl_warp = threadIdx.x / 32;
+    const int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp % KL_WARPS_N * 16 * KL_FN;
+    const size_t kl_m0 = (size_t)blockIdx.y * KL_BM;
+    const size_t kl_n0 = (size_t)blockIdx.x * KL_BN;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> kl_acc[KL_FM][KL_FN];
+    for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+        for (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);
+    for (size_t kl_k0 = 0; kl_k0 < K; kl_k0 += KL_BK) {
+        for (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BK; kl_e += KL_THREADS) {
+            const size_t row = kl_m0 + kl_e / KL_BK;
+            const size_t k = kl_k0 + kl_e % KL_BK;
+            kl_as[kl_e / KL_BK][kl_e % KL_BK] = (row < M && k < K) ? Ab[row * K + k] : __nv_bfloat16(0.0f);
+        }
+        for (int kl_e = threadIdx.x; kl_e < KL_BK * KL_BN; kl_e += KL_THREADS) {
+            const size_t k = kl_k0 + kl_e / KL_BN;
+            const size_t col = kl_n0 + kl_e % KL_BN;
+            kl_bs[kl_e / KL_BN][kl_e % KL_BN] = (k < K && col < N) ? Bb[col * K + k] : __nv_bfloat16(0.0f);
+        }
+        __syncthreads();
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> kl_fa[KL_FM];
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __nv_bfloat16, nvcuda::wmma::row_major> kl_fb[KL_FN];
+        for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+            nvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][0], KL_BK + 8);
+        for (int kl_j = 0; kl_j < KL_FN; kl_j++)
+            nvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[0][kl_wn + 16 * kl_j], KL_BN + 8);
+        for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+            for (int kl_j = 0; kl_j < KL_FN; kl_j++)
+                nvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);
+        __syncthreads();
+    }
+    for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+        for (int kl_j = 0; kl_j < KL_FN; kl_j++)
+            nvcuda::wmma::store_matrix_sync(&kl_cs[kl_wm + 16 * kl_i][kl_wn + 16 * kl_j], kl_acc[kl_i][kl_j], KL_BN + 4, nvcuda::wmma::mem_row_major);
+    __syncthreads();
+    for (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BN; kl_e += KL_THREADS) {
+        const size_t row = kl_m0 + kl_e / KL_BN;
+        const size_t col = kl_n0 + kl_e % KL_BN;
+        if (row < M && col < N) {
+            float acc = kl_cs[kl_e / KL_BN][kl_e % KL_BN];
+            C[batch * M * N + row * N + col] = __float2bfloat16(acc);
+        }
+    }
+}
+
+extern "C" void launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
+                       int batches, cudaStream_t stream)
+{
+    dim3 block(128);
+    dim3 grid((N + 63) / 64, (M + 63) / 64, batches);
+    bgemm<<<grid, block, 0, stream>>>(A, B, C, M, N, K);
+}

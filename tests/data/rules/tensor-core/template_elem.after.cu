@@ -1,0 +1,67 @@
+// test: apply tensor-core@tgemm:13 warps_n=4 | remove tensor-core@tgemm:24
+// A template on the element type, instantiated with bf16 at the launch.
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+
+template <typename T>
+__global__ void tgemm(const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K)
+{
+    // tensor-core: wmma 16x16x16 fragments of template, f32 accumulators: 2 x 4 warps, each 1 x 1 fragments
+    constexpr int KL_FM = 1, KL_FN = 1, KL_WARPS_M = 2, KL_WARPS_N = 4;
+    constexpr int KL_BM = 32, KL_BN = 64, KL_BK = 16, KL_THREADS = 256;
+    static_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, "a warp per 16 x 16 piece of C");
+    __shared__ __align__(32) T kl_as[KL_BM][KL_BK + 8];
+    __shared__ __align__(32) T kl_bs[KL_BK][KL_BN + 8];
+    __shared__ __align__(32) float kl_cs[KL_BM][KL_BN + 4];
+    const int kl_warp = threadIdx.x / 32;
+    const int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp % KL_WARPS_N * 16 * KL_FN;
+    const int kl_m0 = (int)blockIdx.y * KL_BM;
+    const int kl_n0 = (int)blockIdx.x * KL_BN;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> kl_acc[KL_FM][KL_FN];
+    for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+        for (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);
+    for (int kl_k0 = 0; kl_k0 < K; kl_k0 += KL_BK) {
+        for (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BK; kl_e += KL_THREADS) {
+            const int row = kl_m0 + kl_e / KL_BK;
+            const int k = kl_k0 + kl_e % KL_BK;
+            kl_as[kl_e / KL_BK][kl_e % KL_BK] = (row < M && k < K) ? A[row * K + k] : T(0.0f);
+        }
+        for (int kl_e = threadIdx.x; kl_e < KL_BK * KL_BN; kl_e += KL_THREADS) {
+            const int k = kl_k0 + kl_e / KL_BN;
+            const int col = kl_n0 + kl_e % KL_BN;
+            kl_bs[kl_e / KL_BN][kl_e % KL_BN] = (k < K && col < N) ? B[k * N + col] : T(0.0f);
+        }
+        __syncthreads();
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> kl_fa[KL_FM];
+        nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major> kl_fb[KL_FN];
+        for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+            nvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][0], KL_BK + 8);
+        for (int kl_j = 0; kl_j < KL_FN; kl_j++)
+            nvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[0][kl_wn + 16 * kl_j], KL_BN + 8);
+        for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+            for (int kl_j = 0; kl_j < KL_FN; kl_j++)
+                nvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);
+        __syncthreads();
+    }
+    for (int kl_i = 0; kl_i < KL_FM; kl_i++)
+        for (int kl_j = 0; kl_j < KL_FN; kl_j++)
+            nvcuda::wmma::store_matrix_sync(&kl_cs[kl_wm + 16 * kl_i][kl_wn + 16 * kl_j], kl_acc[kl_i][kl_j], KL_BN + 4, nvcuda::wmma::mem_row_major);
+    __syncthreads();
+    for (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BN; kl_e += KL_THREADS) {
+        const int row = kl_m0 + kl_e / KL_BN;
+        const int col = kl_n0 + kl_e % KL_BN;
+        if (row < M && col < N) {
+            float acc = kl_cs[kl_e / KL_BN][kl_e % KL_BN];
+            C[row * N + col] = static_cast<T>(acc);
+        }
+    }
+}
+
+extern "C" void launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,
+                       cudaStream_t stream)
+{
+    dim3 block(256);
+    dim3 grid((N + 63) / 64, (M + 31) / 32);
+    tgemm<__nv_bfloat16><<<grid, block, 0, stream>>>(A, B, C, M, N, K);
+}

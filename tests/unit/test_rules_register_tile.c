@@ -1,0 +1,219 @@
+/* The rules catalog: register-tile (src/rewrite/rules/register_tile.c). Golden cases in
+ * tests/data/rules/register-tile/<case>.before.cu (first line: `// test: apply …@… | remove …@…`):
+ * the result must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the
+ * reverse must give back the original exactly, and every .after.cu must compile with nvcc. Also:
+ * the reasons where it does not apply, and the built-in sgemm kernels. */
+#include "rules_tile_test.h"
+
+static void golden_register_tile(void **state)
+{
+    (void)state;
+    tile_golden("register-tile");
+}
+
+/* The one-output tiled GEMM the reasons are shown on: %s pieces replace parts of it. */
+#define TILED_FMT \
+    "#define TILE %d\n" \
+    "%s" \
+    "__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {\n" \
+    "    __shared__ float As[TILE][TILE];\n" \
+    "    __shared__ float Bs[TILE][TILE];\n" \
+    "    int row = blockIdx.y * TILE + threadIdx.y;\n" \
+    "    int col = blockIdx.x * TILE + %s;\n" \
+    "    float acc = 0.0f;\n" \
+    "%s" \
+    "    for (int k0 = 0; k0 < K; k0 += TILE) {\n" \
+    "        As[threadIdx.y][threadIdx.x] = (row < M && k0 + threadIdx.x < K) ? A[row * K + k0 + threadIdx.x] : 0.0f;\n" \
+    "        Bs[threadIdx.y][threadIdx.x] = (k0 + threadIdx.y < K && col < N) ? B[(k0 + threadIdx.y) * N + col] : 0.0f;\n" \
+    "        __syncthreads();\n" \
+    "        for (int kk = 0; kk < TILE; kk++) {\n" \
+    "            acc += As[threadIdx.y][kk] * Bs[kk][threadIdx.x];\n" \
+    "        }\n" \
+    "        __syncthreads();\n" \
+    "    }\n" \
+    "    if (row < M && col < N) C[row * N + col] = acc;\n" \
+    "}\n" \
+    "extern \"C\" void launch(const float* A, const float* B, float* C, int M, int N, int K, cudaStream_t s) {\n" \
+    "    dim3 grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);\n" \
+    "    mm<<<grid, %s, 0, s>>>(A, B, C, M, N, K);\n" \
+    "}\n"
+
+static void register_tile_says_why_not(void **state)
+{
+    (void)state;
+    char text[4096];
+    /* the plain form applies (the base of the variations below) */
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "", "dim3(TILE, TILE)");
+    json_t *s = tile_sites(text, "register-tile");
+    const char *why = NULL;
+    assert_non_null(tile_site(s, "applicable", &why));
+    assert_null(why);
+    json_decref(s);
+    /* an early return: threads would skip the barriers of the outputs they now hold */
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "    if (row >= M) return;\n", "dim3(TILE, TILE)");
+    tile_expect_not_applicable(text, "register-tile", false, NULL, "uses return");
+    /* the column through a macro reading threadIdx.x: a substitution would miss it */
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "#define TX threadIdx.x\n", "TX", "", "dim3(TILE, TILE)");
+    tile_expect_not_applicable(text, "register-tile", false, NULL, "the macro TX");
+    /* a linear thread index mixes both thread indices */
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "    int tid = threadIdx.y * TILE + threadIdx.x;\n",
+                "dim3(TILE, TILE)");
+    tile_expect_not_applicable(text, "register-tile", false, NULL, "the local tid");
+    /* a 1-D block at the launch */
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "", "TILE * TILE");
+    tile_expect_not_applicable(text, "register-tile", false, NULL, "no 2-D dim3 grid and block");
+    /* a block that is not the tile's shape */
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "", "dim3(TILE, 8)");
+    tile_expect_not_applicable(text, "register-tile", false, NULL, "is not the tile's shape");
+    /* 32 x 32 tiles grown 8 x 8 do not fit in 48 KiB */
+    kl_snprintf(text, sizeof text, TILED_FMT, 32, "", "threadIdx.x", "", "dim3(TILE, TILE)");
+    tile_expect_not_applicable(text, "register-tile", false, "{\"TM\":\"8\",\"TN\":\"8\"}", "65536 bytes of shared memory");
+    /* but 4 x 4 does, and a parameter outside 2, 4, 8 is refused before anything runs */
+    kl_error err = {0};
+    s = tile_sites(text, "register-tile");
+    const char *id = tile_site(s, "applicable", NULL);
+    char *out = tile_rewrite(text, "register-tile", id, false, "{\"TM\":\"4\",\"TN\":\"4\"}", &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "__shared__ float As[4 * TILE][TILE];"));
+    assert_non_null(strstr(out, "dim3 grid(((N + TILE - 1) / TILE + 3) / 4, ((M + TILE - 1) / TILE + 3) / 4);"));
+    free(out);
+    assert_null(tile_rewrite(text, "register-tile", id, false, "{\"TM\":\"3\"}", &err));
+    assert_int_equal(err.status, KL_ERR_INVALID);
+    json_decref(s);
+}
+
+/* tasks/sgemm: the naive kernel has no shared tiles (smem-tile first), so no site; the expert's
+ * 8x8 tile is not this transform's form (two float4 quadrants, a 1-D block of 256 threads, the
+ * stage dimension): no site either, rather than a wrong one. */
+static void register_tile_on_sgemm(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"naive.cu", "expert.cu"};
+    for (unsigned i = 0; i < 2; i++) {
+        char *text = tile_read_task("sgemm", files[i]);
+        json_t *s = tile_sites(text, "register-tile");
+        assert_int_equal(json_array_size(s), 0);
+        json_decref(s);
+        free(text);
+    }
+}
+
+/* Applied at every TM x TN, the result is again a site to remove, whose removal gives the
+ * original back, and compiles. */
+static void register_tile_all_params(void **state)
+{
+    (void)state;
+    char text[4096];
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "", "dim3(TILE, TILE)");
+    static const char *const v[] = {"2", "4", "8"};
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-rt", &dir, &err), KL_OK);
+    char *paths[9];
+    unsigned np = 0;
+    json_t *s = tile_sites(text, "register-tile");
+    const char *id = tile_site(s, "applicable", NULL);
+    for (unsigned a = 0; a < 3; a++)
+        for (unsigned b = 0; b < 3; b++) {
+            char params[64], name[32];
+            kl_snprintf(params, sizeof params, "{\"TM\":\"%s\",\"TN\":\"%s\"}", v[a], v[b]);
+            char *out = tile_rewrite(text, "register-tile", id, false, params, &err);
+            if (!out) fail_msg("%s: %s", params, err.message);
+            json_t *back = tile_sites(out, "register-tile");
+            const char *pid = tile_site(back, "present", NULL);
+            assert_non_null(pid);
+            char *again = tile_rewrite(out, "register-tile", pid, true, NULL, &err);
+            if (!again) fail_msg("%s remove: %s", params, err.message);
+            assert_string_equal(again, text);
+            kl_snprintf(name, sizeof name, "rt_%s%s.cu", v[a], v[b]);
+            paths[np++] = tile_write_temp(dir, name, out);
+            free(again);
+            free(out);
+            json_decref(back);
+        }
+    json_decref(s);
+    tile_compile_all(paths, np);
+    for (unsigned i = 0; i < np; i++) free(paths[i]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+/* An unbraced product loop comes back braced, on lines of its own (docs/rules.md). */
+static void register_tile_braces_the_product(void **state)
+{
+    (void)state;
+    char text[4096], want[4096];
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "", "dim3(TILE, TILE)");
+    kl_snprintf(want, sizeof want, "%s", text);
+    static const char braced[] = "for (int kk = 0; kk < TILE; kk++) {\n"
+                                 "            acc += As[threadIdx.y][kk] * Bs[kk][threadIdx.x];\n"
+                                 "        }";
+    char *at = strstr(text, braced);
+    assert_non_null(at);
+    static const char flat[] = "for (int kk = 0; kk < TILE; kk++) acc += As[threadIdx.y][kk]*Bs[kk][threadIdx.x];";
+    memmove(at + strlen(flat), at + strlen(braced), strlen(at + strlen(braced)) + 1);
+    memcpy(at, flat, strlen(flat));
+    kl_error err = {0};
+    json_t *s = tile_sites(text, "register-tile");
+    char *out = tile_rewrite(text, "register-tile", tile_site(s, "applicable", NULL), false, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    json_t *back = tile_sites(out, "register-tile");
+    char *again = tile_rewrite(out, "register-tile", tile_site(back, "present", NULL), true, NULL, &err);
+    if (!again) fail_msg("%s", err.message);
+    /* the product loses its spacing: `a*b` comes back as `a * b` */
+    assert_string_equal(again, want);
+    free(again);
+    free(out);
+    json_decref(back);
+    json_decref(s);
+}
+
+/* tasks/sgemm/naive.cu through smem-tile (another transform of the catalog) is this
+ * transform's form: register-tile and then double-buffer apply to it and the result compiles.
+ * Skipped with a note when smem-tile is absent or does not apply. */
+static void register_tile_after_smem_tile(void **state)
+{
+    (void)state;
+    char *text = tile_read_task("sgemm", "naive.cu");
+    kl_error err = {0};
+    json_t *s0 = kl_rule_find("smem-tile") ? tile_sites(text, "smem-tile") : NULL;
+    const char *id0 = s0 ? tile_site(s0, "applicable", NULL) : NULL;
+    char *tiled = id0 ? tile_rewrite(text, "smem-tile", id0, false, NULL, &err) : NULL;
+    if (!tiled) {
+        fprintf(stderr, "note: smem-tile does not give the tiled sgemm here: skipped\n");
+        json_decref(s0);
+        free(text);
+        return;
+    }
+    json_t *s1 = tile_sites(tiled, "register-tile");
+    const char *why = NULL;
+    const char *id1 = tile_site(s1, "applicable", &why);
+    if (!id1 || why) fail_msg("no register-tile site on smem-tile's result (%s):\n%s", why ? why : "none", tiled);
+    char *r1 = tile_rewrite(tiled, "register-tile", id1, false, "{\"TM\":\"8\",\"TN\":\"8\"}", &err);
+    if (!r1) fail_msg("%s", err.message);
+    json_t *s2 = tile_sites(r1, "double-buffer");
+    char *r2 = tile_rewrite(r1, "double-buffer", tile_site(s2, "applicable", NULL), false, NULL, &err);
+    if (!r2) fail_msg("%s", err.message);
+    char *dir = NULL;
+    assert_int_equal(kl_tempdir("rules-rt-chain", &dir, &err), KL_OK);
+    char *paths[2] = {tile_write_temp(dir, "naive_rt.cu", r1), tile_write_temp(dir, "naive_rt_db.cu", r2)};
+    tile_compile_all(paths, 2);
+    free(paths[0]), free(paths[1]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(r1), free(r2), free(tiled), free(text);
+    json_decref(s0), json_decref(s1), json_decref(s2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(golden_register_tile),
+        cmocka_unit_test(register_tile_says_why_not),
+        cmocka_unit_test(register_tile_on_sgemm),
+        cmocka_unit_test(register_tile_all_params),
+        cmocka_unit_test(register_tile_braces_the_product),
+        cmocka_unit_test(register_tile_after_smem_tile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

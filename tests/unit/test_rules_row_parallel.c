@@ -1,0 +1,386 @@
+/* The rules catalog: row-parallel (src/rewrite/rules/row_parallel.c). Golden cases in
+ * tests/data/rules/row-parallel/<case>.before.cu, whose first line says what to do
+ * (`// test: apply row-parallel@k:9 unit=block threads=256 | remove row-parallel@k:10`): the result
+ * must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the reverse must give
+ * back the original or at least bring the site back the other way, and every .after.cu must compile
+ * with `nvcc -arch=sm_90 -c` (skipped with a note without nvcc). Also: the naive softmax and
+ * layernorm are spread over warps, the experts' long-row kernels lose their block per row, and the
+ * reasons given where the transform does not apply. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "util/util.h"
+#include "rules_golden.h"
+
+/* ---- running operations ------------------------------------------------------------------------ */
+
+static const char *nvcc_path(void)
+{
+    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+    return system("command -v nvcc >/dev/null 2>&1") == 0 ? "nvcc" : NULL;
+}
+
+/* Compile the files with nvcc -arch=sm_90 -c, two at a time; fail naming the first rejected. */
+static void nvcc_compile_all(char *const *paths, unsigned n)
+{
+    const char *nvcc = nvcc_path();
+    if (!nvcc) {
+        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
+        return;
+    }
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-rp", &dir, &err), KL_OK);
+    for (unsigned i = 0; i < n; i += 2) {
+        /* two at a time: the second runs in the background of a shell, both waited for */
+        kl_strbuf cmd = KL_STRBUF_INIT;
+        for (unsigned k = i; k < n && k < i + 2; k++)
+            kl_strbuf_addf(&cmd, "( '%s' -arch=sm_90 -c -x cu '%s' -o '%s/k%u.o' > '%s/log%u' 2>&1; echo $? > '%s/rc%u' ) & ",
+                           nvcc, paths[k], dir, k, dir, k, dir, k);
+        kl_strbuf_adds(&cmd, "wait");
+        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
+        kl_child c;
+        kl_child_init(&c);
+        c.argv = argv;
+        c.timeout_s = 240;
+        c.merge_stderr = true;
+        assert_int_equal(kl_child_run(&c, &err), KL_OK);
+        kl_child_release(&c);
+        kl_strbuf_release(&cmd);
+        for (unsigned k = i; k < n && k < i + 2; k++) {
+            char p[1200];
+            char *rc = NULL, *log = NULL;
+            size_t len;
+            kl_snprintf(p, sizeof p, "%s/rc%u", dir, k);
+            assert_int_equal(kl_file_read(p, 0, &rc, &len, &err), KL_OK);
+            if (atoi(rc) != 0) {
+                kl_snprintf(p, sizeof p, "%s/log%u", dir, k);
+                kl_file_read(p, 0, &log, &len, &err);
+                fail_msg("nvcc rejected %s:\n%s", paths[k], log ? log : "");
+            }
+            free(rc);
+        }
+    }
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+/* ---- golden files -------------------------------------------------------------------------------- */
+
+static void golden_transform(const char *transform)
+{
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char dirpath[1024];
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
+    unsigned nn = 0, trips = 0;
+    char **names = golden_names(dirpath, &nn), **afters = NULL;
+    afters = calloc(nn ? nn : 1, sizeof *afters);
+    for (unsigned ci = 0; ci < nn; ci++) {
+        char before[1200], after[1200];
+        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
+        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
+        afters[ci] = kl_strdup(after);
+        char *btext = NULL;
+        size_t blen;
+        kl_error err = {0};
+        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
+        const char *hdr = strstr(btext, "// test: ");
+        if (!hdr) fail_msg("%s: no '// test: ' line", before);
+        op fwd, back;
+        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
+        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, transform);
+        const char *bar = strchr(hdr, '|');
+        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        char *got = rewrite_op(before, btext, &fwd, &err);
+        if (!got) fail_msg("%s: %s", before, err.message);
+        golden_expect(before, after, got);
+        /* the round trip: the reverse gives back the original, or at least the site the other way */
+        if (!has_back) {
+            free(got);
+            free(btext);
+            continue;
+        }
+        trips++;
+        char *again = rewrite_op(after, got, &back, &err);
+        if (!again)
+            fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
+                     back.site, err.message);
+        if (strcmp(again, btext)) {
+            char *json = NULL;
+            assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
+            char want_dir[64];
+            kl_snprintf(want_dir, sizeof want_dir, "\"direction\": \"%s\"", fwd.remove ? "present" : "applicable");
+            if (!strstr(json, want_dir))
+                fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
+                         fwd.remove ? "present" : "applicable", again);
+            free(json);
+        }
+        free(again);
+        free(got);
+        free(btext);
+    }
+    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
+    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", transform, trips);
+    nvcc_compile_all(afters, nn);
+    for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
+    free(names);
+    free(afters);
+}
+
+/* ---- helpers for the other tests ------------------------------------------------------------------- */
+
+static char *read_task_file(const char *task, const char *file)
+{
+    const char *root = getenv("KL_SOURCE_DIR");
+    assert_non_null(root);
+    char p[1024];
+    kl_snprintf(p, sizeof p, "%s/tasks/%s/%s", root, task, file);
+    char *t = NULL;
+    size_t n;
+    kl_error err = {0};
+    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
+    return t;
+}
+
+/* The sites of one transform in text, as a JSON array (owned). */
+static json_t *sites_of(const char *text, const char *transform)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    if (kl_rules_list("t.cu", text, strlen(text), NULL, transform, &json, &err) != KL_OK) fail_msg("%s", err.message);
+    json_t *a = json_loads(json, 0, NULL);
+    free(json);
+    assert_non_null(a);
+    return a;
+}
+
+/* The first site in the given direction whose features have no why_not (ok) or have one (!ok). */
+static const char *site_where(json_t *sites, const char *dir, bool ok)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(sites, i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "direction")), dir)) continue;
+        bool has_why = json_object_get(json_object_get(s, "features"), "why_not") != NULL;
+        if (has_why != ok) return json_string_value(json_object_get(s, "site"));
+    }
+    return NULL;
+}
+
+static char *write_temp(const char *dir, const char *name, const char *text)
+{
+    char *p = kl_path_join(dir, name);
+    kl_error err = {0};
+    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
+    return p;
+}
+
+/* Expect the operation to fail as not applicable, with `want` in the reason. */
+static void expect_not_applicable(const char *text, const char *transform, const char *site, bool remove,
+                                  const char *want)
+{
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, transform, site, remove, NULL, &out, &note, &err);
+    if (st != KL_ERR_NOT_APPLICABLE) fail_msg("%s@%s: expected not applicable, got status %d (%s)", transform, site, st, err.message);
+    if (!strstr(err.message, want)) fail_msg("%s@%s: the reason '%s' does not say '%s'", transform, site, err.message, want);
+    assert_null(out);
+}
+
+/* ---- row-parallel ---------------------------------------------------------------------------------- */
+
+static void golden_row_parallel(void **state)
+{
+    (void)state;
+    golden_transform("row-parallel");
+}
+
+static char *run_op(const char *text, bool remove, const char *site, const char *params)
+{
+    op o = {.remove = remove};
+    kl_snprintf(o.name, sizeof o.name, "row-parallel");
+    kl_snprintf(o.site, sizeof o.site, "%s", site);
+    kl_snprintf(o.params, sizeof o.params, "%s", params ? params : "{}");
+    kl_error err = {0};
+    char *got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("row-parallel %s@%s: %s", remove ? "remove" : "apply", site, err.message);
+    return got;
+}
+
+/* The naive softmax and layernorm: a warp per row (and a block per row), back again exactly. */
+static void row_parallel_naives(void **state)
+{
+    (void)state;
+    static const char *const tasks[] = {"softmax", "layernorm"};
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-rp-naive", &dir, &err), KL_OK);
+    char *paths[4];
+    unsigned np = 0;
+    for (int t = 0; t < 2; t++) {
+        char *text = read_task_file(tasks[t], "naive.cu");
+        json_t *sites = sites_of(text, "row-parallel");
+        const char *id = site_where(sites, "applicable", true);
+        if (!id) fail_msg("%s/naive.cu: no applicable row-parallel site", tasks[t]);
+        for (int unit = 0; unit < 2; unit++) {
+            char *got = run_op(text, false, id, unit ? "{\"unit\":\"block\",\"threads\":\"256\"}" : NULL);
+            if (unit == 0) {
+                assert_non_null(strstr(got, "__shfl_xor_sync(0xffffffff, sum, kl_o)"));
+                assert_non_null(strstr(got, "for (int c = kl_lane; c < cols; c += 32)"));
+                assert_non_null(strstr(got, "<<<grid * 32, BLOCK"));
+            } else {
+                assert_non_null(strstr(got, "__shared__ float kl_part[8];"));
+                assert_non_null(strstr(got, "c += 256)"));
+                assert_non_null(strstr(got, "<<<grid * BLOCK, 256"));
+            }
+            /* back: the present site removes to the original text */
+            json_t *back = sites_of(got, "row-parallel");
+            const char *pid = site_where(back, "present", true);
+            assert_non_null(pid);
+            char *again = run_op(got, true, pid, NULL);
+            assert_string_equal(again, text);
+            free(again);
+            json_decref(back);
+            char name[64];
+            kl_snprintf(name, sizeof name, "%s_%d.cu", tasks[t], unit);
+            paths[np++] = write_temp(dir, name, got);
+            free(got);
+        }
+        json_decref(sites);
+        free(text);
+    }
+    nvcc_compile_all(paths, np);
+    for (unsigned i = 0; i < np; i++) free(paths[i]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+/* The experts' long-row kernels (a block per row, block_sum / block_reduce helpers) become a thread
+ * per row; the register-resident kernels are no site (no lane-strided loop). */
+static void row_parallel_experts(void **state)
+{
+    (void)state;
+    static const char *const tasks[] = {"softmax", "layernorm"};
+    static const char *const kernels[] = {"softmax_rows_long", "layernorm_rows_long"};
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-rp-expert", &dir, &err), KL_OK);
+    char *paths[2];
+    for (int t = 0; t < 2; t++) {
+        char *text = read_task_file(tasks[t], "expert.cu");
+        json_t *sites = sites_of(text, "row-parallel");
+        const char *id = site_where(sites, "present", true);
+        if (!id) fail_msg("%s/expert.cu: no removable row-parallel site", tasks[t]);
+        assert_true(kl_str_starts(id, kernels[t]));
+        char *got = run_op(text, true, id, NULL);
+        assert_non_null(strstr(got, "if (kl_row >= kl_rows) return;"));
+        assert_non_null(strstr(got, "for (int c = 0; c < cols; c++)"));
+        assert_non_null(strstr(got, "(rows + THREADS - 1) / THREADS, THREADS, 0, stream>>>"));
+        assert_non_null(strstr(got, ", cols, rows);"));
+        /* nothing of the block per row is left in that kernel: it is a site to apply again */
+        json_t *back = sites_of(got, "row-parallel");
+        /* layernorm's sums can be spread again; softmax's online (max, sum) update is no reduction
+         * the transform recognises, and it says so */
+        assert_non_null(site_where(back, "applicable", t == 1));
+        json_decref(back);
+        char name[64];
+        kl_snprintf(name, sizeof name, "%s.cu", tasks[t]);
+        paths[t] = write_temp(dir, name, got);
+        free(got);
+        json_decref(sites);
+        free(text);
+    }
+    nvcc_compile_all(paths, 2);
+    for (int t = 0; t < 2; t++) free(paths[t]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+#define ROW_FMT \
+    "__global__ void k(const float* x, float* y, int rows, int cols) {\n" \
+    "    int row = blockIdx.x * 128 + threadIdx.x;\n" \
+    "    if (row < rows) {\n" \
+    "        %s\n" \
+    "    }\n" \
+    "}\n" \
+    "extern \"C\" void launch(const float* x, float* y, int rows, int cols, cudaStream_t s) {\n" \
+    "    k<<<(rows + 127) / 128, 128, 0, s>>>(x, y, rows, cols);\n" \
+    "}\n"
+
+static void row_parallel_says_why_not(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body, *why;
+    } cases[] = {
+        /* a prefix sum: the running value is stored per element */
+        {"float a = 0.0f; for (int c = 0; c < cols; c++) { a += x[row * cols + c]; y[row * cols + c] = a; }",
+         "loop-carried dependence"},
+        {"float m = 0.0f; for (int c = 0; c < cols; c++) { if (x[c] < 0.0f) break; m += x[c]; } y[row] = m;",
+         "break"},
+        {"float s = x[row]; for (int c = 1; c < cols; c++) s += x[row * cols + c]; y[row] = s;", "does not start at 0"},
+        {"float p = 1.0f; for (int c = 0; c < cols; c++) p *= x[row * cols + c]; y[row] = p;", "not a reduction"},
+        {"for (int c = 0; c < cols; c++) y[row * cols + c] = x[c]; "
+         "for (int c = 1; c < cols; c++) y[row * cols + c] += y[row * cols + c - 1];",
+         "another lane may read"},
+        {"for (int c = 0; c < cols; c++) y[row] = x[row * cols + c];", "does not move with c"},
+        {"if (cols > 4) { float s = 0.0f; for (int c = 0; c < cols; c++) s += x[c]; y[row] = s; }", "inside a condition"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[2048];
+        kl_snprintf(text, sizeof text, ROW_FMT, cases[i].body);
+        json_t *s = sites_of(text, "row-parallel");
+        const char *id = site_where(s, "applicable", false);
+        if (!id) fail_msg("case %u: no applicable site with a reason:\n%s", i, text);
+        expect_not_applicable(text, "row-parallel", id, false, cases[i].why);
+        json_decref(s);
+    }
+    /* a block that is not a multiple of 32: warps would straddle rows */
+    const char *odd = "__global__ void k(const float* x, float* y, int rows, int cols) {\n"
+                      "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                      "    if (row >= rows) return;\n"
+                      "    float s = 0.0f;\n"
+                      "    for (int c = 0; c < cols; c++) s += x[row * cols + c];\n"
+                      "    y[row] = s;\n"
+                      "}\n"
+                      "extern \"C\" void launch(const float* x, float* y, int rows, int cols, cudaStream_t s) {\n"
+                      "    k<<<(rows + 99) / 100, 100, 0, s>>>(x, y, rows, cols);\n"
+                      "}\n";
+    expect_not_applicable(odd, "row-parallel", "k:2", false, "not a multiple of 32");
+    /* threads belongs to unit=block */
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_rewrite("t.cu", odd, strlen(odd), NULL, "row-parallel", "k:2", false,
+                                      "{\"unit\":\"block\",\"threads\":\"96\"}", &out, &note, &err),
+                     KL_ERR_INVALID);
+    /* the reduce_sum expert is a grid-wide reduction, not rows: it says why */
+    char *rs = read_task_file("reduce_sum", "expert.cu");
+    json_t *s = sites_of(rs, "row-parallel");
+    const char *id = site_where(s, "present", false);
+    assert_non_null(id);
+    expect_not_applicable(rs, "row-parallel", id, true, "threadIdx");
+    json_decref(s);
+    free(rs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(row_parallel_says_why_not),
+        cmocka_unit_test(row_parallel_naives),
+        cmocka_unit_test(row_parallel_experts),
+        cmocka_unit_test(golden_row_parallel),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

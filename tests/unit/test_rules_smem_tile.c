@@ -1,0 +1,559 @@
+/* The rules catalog: smem-tile (src/rewrite/rules/smem_tile.c). Golden cases in
+ * tests/data/rules/smem-tile/<case>.before.cu, whose first line says what to do
+ * (`// test: apply smem-tile@matmul:14 | remove smem-tile@matmul:16`): the result must equal
+ * <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the reverse must give back the
+ * original or at least bring the site back the other way, and every .after.cu must compile with
+ * `nvcc -arch=sm_90 -c` (skipped with a note without nvcc). Also: the built-in naive GEMMs and the
+ * blur expert, and the reasons given where the transform does not apply. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "util/util.h"
+#include "rules_golden.h"
+
+/* ---- running operations ------------------------------------------------------------------------ */
+
+
+static const char *nvcc_path(void)
+{
+    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+    return system("command -v nvcc >/dev/null 2>&1") == 0 ? "nvcc" : NULL;
+}
+
+/* Compile the files with nvcc -arch=sm_90 -c, two at a time; fail naming the first rejected. */
+static void nvcc_compile_all(char *const *paths, unsigned n)
+{
+    const char *nvcc = nvcc_path();
+    if (!nvcc) {
+        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
+        return;
+    }
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-st", &dir, &err), KL_OK);
+    for (unsigned i = 0; i < n; i += 2) {
+        /* two at a time: the second runs in the background of a shell, both waited for */
+        kl_strbuf cmd = KL_STRBUF_INIT;
+        for (unsigned k = i; k < n && k < i + 2; k++)
+            kl_strbuf_addf(&cmd, "( '%s' -arch=sm_90 -c -x cu '%s' -o '%s/k%u.o' > '%s/log%u' 2>&1; echo $? > '%s/rc%u' ) & ",
+                           nvcc, paths[k], dir, k, dir, k, dir, k);
+        kl_strbuf_adds(&cmd, "wait");
+        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
+        kl_child c;
+        kl_child_init(&c);
+        c.argv = argv;
+        c.timeout_s = 240;
+        c.merge_stderr = true;
+        assert_int_equal(kl_child_run(&c, &err), KL_OK);
+        kl_child_release(&c);
+        kl_strbuf_release(&cmd);
+        for (unsigned k = i; k < n && k < i + 2; k++) {
+            char p[1200];
+            char *rc = NULL, *log = NULL;
+            size_t len;
+            kl_snprintf(p, sizeof p, "%s/rc%u", dir, k);
+            assert_int_equal(kl_file_read(p, 0, &rc, &len, &err), KL_OK);
+            if (atoi(rc) != 0) {
+                kl_snprintf(p, sizeof p, "%s/log%u", dir, k);
+                kl_file_read(p, 0, &log, &len, &err);
+                fail_msg("nvcc rejected %s:\n%s", paths[k], log ? log : "");
+            }
+            free(rc);
+        }
+    }
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+/* ---- golden files -------------------------------------------------------------------------------- */
+
+static void golden_transform(const char *transform)
+{
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char dirpath[1024];
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
+    unsigned nn = 0, trips = 0;
+    char **names = golden_names(dirpath, &nn), **afters = NULL;
+    afters = calloc(nn ? nn : 1, sizeof *afters);
+    for (unsigned ci = 0; ci < nn; ci++) {
+        char before[1200], after[1200];
+        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
+        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
+        afters[ci] = kl_strdup(after);
+        char *btext = NULL;
+        size_t blen;
+        kl_error err = {0};
+        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
+        const char *hdr = strstr(btext, "// test: ");
+        if (!hdr) fail_msg("%s: no '// test: ' line", before);
+        op fwd, back;
+        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
+        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, transform);
+        const char *bar = strchr(hdr, '|');
+        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        char *got = rewrite_op(before, btext, &fwd, &err);
+        if (!got) fail_msg("%s: %s", before, err.message);
+        golden_expect(before, after, got);
+        /* the round trip: the reverse gives back the original, or at least the site the other way */
+        if (!has_back) {
+            free(got);
+            free(btext);
+            continue;
+        }
+        trips++;
+        char *again = rewrite_op(after, got, &back, &err);
+        if (!again)
+            fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
+                     back.site, err.message);
+        if (strcmp(again, btext)) {
+            char *json = NULL;
+            assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
+            char want_dir[64];
+            kl_snprintf(want_dir, sizeof want_dir, "\"direction\": \"%s\"", fwd.remove ? "present" : "applicable");
+            if (!strstr(json, want_dir))
+                fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
+                         fwd.remove ? "present" : "applicable", again);
+            free(json);
+        }
+        free(again);
+        free(got);
+        free(btext);
+    }
+    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
+    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", transform, trips);
+    nvcc_compile_all(afters, nn);
+    for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
+    free(names);
+    free(afters);
+}
+
+/* ---- helpers for the other tests ------------------------------------------------------------------- */
+
+static char *read_task_file(const char *task, const char *file)
+{
+    const char *root = getenv("KL_SOURCE_DIR");
+    assert_non_null(root);
+    char p[1024];
+    kl_snprintf(p, sizeof p, "%s/tasks/%s/%s", root, task, file);
+    char *t = NULL;
+    size_t n;
+    kl_error err = {0};
+    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
+    return t;
+}
+
+/* The sites of one transform in text, as a JSON array (owned). */
+static json_t *sites_of(const char *text, const char *transform)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    if (kl_rules_list("t.cu", text, strlen(text), NULL, transform, &json, &err) != KL_OK) fail_msg("%s", err.message);
+    json_t *a = json_loads(json, 0, NULL);
+    free(json);
+    assert_non_null(a);
+    return a;
+}
+
+/* The first site in the given direction whose features have no why_not (ok) or have one (!ok). */
+static const char *site_where(json_t *sites, const char *dir, bool ok)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(sites, i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "direction")), dir)) continue;
+        bool has_why = json_object_get(json_object_get(s, "features"), "why_not") != NULL;
+        if (has_why != ok) return json_string_value(json_object_get(s, "site"));
+    }
+    return NULL;
+}
+
+static char *write_temp(const char *dir, const char *name, const char *text)
+{
+    char *p = kl_path_join(dir, name);
+    kl_error err = {0};
+    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
+    return p;
+}
+
+/* Expect the operation to fail as not applicable, with `want` in the reason. */
+static void expect_not_applicable(const char *text, const char *transform, const char *site, bool remove,
+                                  const char *want)
+{
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, transform, site, remove, NULL, &out, &note, &err);
+    if (st != KL_ERR_NOT_APPLICABLE) fail_msg("%s@%s: expected not applicable, got status %d (%s)", transform, site, st, err.message);
+    if (!strstr(err.message, want)) fail_msg("%s@%s: the reason '%s' does not say '%s'", transform, site, err.message, want);
+    assert_null(out);
+}
+
+/* ---- smem-tile ------------------------------------------------------------------------------------ */
+
+static void golden_smem_tile(void **state)
+{
+    (void)state;
+    golden_transform("smem-tile");
+}
+
+static char *run_op(const char *text, const char *site, bool remove, const char *params)
+{
+    op o = {.remove = remove};
+    kl_snprintf(o.name, sizeof o.name, "smem-tile");
+    kl_snprintf(o.site, sizeof o.site, "%s", site);
+    kl_snprintf(o.params, sizeof o.params, "%s", params ? params : "{}");
+    kl_error err = {0};
+    char *got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("smem-tile %s@%s: %s", remove ? "remove" : "apply", site, err.message);
+    return got;
+}
+
+/* The naive sgemm and hgemm tile (and come back exactly), the blur expert's staged tile is read
+ * through from global memory; every result compiles. */
+static void smem_tile_builtin_tasks(void **state)
+{
+    (void)state;
+    static const char *const naives[] = {"sgemm", "hgemm"};
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-st-tasks", &dir, &err), KL_OK);
+    char *paths[3];
+    for (int t = 0; t < 2; t++) {
+        char *text = read_task_file(naives[t], "naive.cu");
+        json_t *sites = sites_of(text, "smem-tile");
+        const char *id = site_where(sites, "applicable", true);
+        if (!id) fail_msg("%s/naive.cu: no applicable smem-tile site", naives[t]);
+        char *got = run_op(text, id, false, NULL);
+        assert_non_null(strstr(got, "__shared__"));
+        assert_non_null(strstr(got, "As[BLOCK][BLOCK]"));
+        assert_non_null(strstr(got, "k0 += BLOCK"));
+        /* the barriers are outside every guard: the guard comes after the tile loop */
+        char *g = strstr(got, "if (row < M && col < N)");
+        char *b = strstr(got, "__syncthreads();");
+        assert_non_null(g);
+        assert_non_null(b);
+        assert_true(b < g);
+        json_t *back = sites_of(got, "smem-tile");
+        const char *pid = site_where(back, "present", true);
+        assert_non_null(pid);
+        char *again = run_op(got, pid, true, NULL);
+        assert_string_equal(again, text);
+        free(again);
+        json_decref(back);
+        char name[64];
+        kl_snprintf(name, sizeof name, "%s.cu", naives[t]);
+        paths[t] = write_temp(dir, name, got);
+        free(got);
+        json_decref(sites);
+        free(text);
+    }
+    /* a tile of 32 on the 16 x 16 block is refused, naming the block */
+    char *text = read_task_file("sgemm", "naive.cu");
+    json_t *sites = sites_of(text, "smem-tile");
+    const char *id = site_where(sites, "applicable", true);
+    char *out = NULL, *note = NULL;
+    assert_int_equal(kl_rules_rewrite("t.cu", text, strlen(text), NULL, "smem-tile", id, false, "{\"tile\":\"32\"}", &out,
+                                      &note, &err),
+                     KL_ERR_NOT_APPLICABLE);
+    assert_non_null(strstr(err.message, "differs from the 16x16 block"));
+    json_decref(sites);
+    free(text);
+    /* blur: the staged tile with halo becomes a lambda reading global memory */
+    text = read_task_file("blur", "expert.cu");
+    sites = sites_of(text, "smem-tile");
+    id = site_where(sites, "present", true);
+    if (!id) fail_msg("blur/expert.cu: no removable smem-tile site");
+    char *got = run_op(text, id, true, NULL);
+    assert_null(strstr(got, "__shared__"));
+    assert_non_null(strstr(got, "auto tile = [&](int sy, int sx) -> float {"));
+    assert_non_null(strstr(got, "tile(oy0 + ir, "));
+    assert_null(strstr(got, "tile["));
+    paths[2] = write_temp(dir, "blur.cu", got);
+    free(got);
+    json_decref(sites);
+    free(text);
+    nvcc_compile_all(paths, 3);
+    for (int t = 0; t < 3; t++) free(paths[t]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+#define GEMM_FMT \
+    "#define BLOCK 16\n" \
+    "__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {\n" \
+    "    int row = %s;\n" \
+    "    int col = %s;\n" \
+    "    if (row < M && col < N) {\n" \
+    "        float acc = 0.0f;\n" \
+    "        for (int k = 0; k < K; k++) {\n" \
+    "            %s\n" \
+    "        }\n" \
+    "        C[row * N + col] = acc;\n" \
+    "    }\n" \
+    "}\n" \
+    "extern \"C\" void launch(const float* A, const float* B, float* C, int M, int N, int K, cudaStream_t s) {\n" \
+    "    mm<<<dim3((N + 15) / 16, (M + 15) / 16), %s, 0, s>>>(A, B, C, M, N, K);\n" \
+    "}\n"
+
+static void gemm_expect(const char *row, const char *col, const char *stmt, const char *block, const char *want)
+{
+    char text[4096];
+    kl_snprintf(text, sizeof text, GEMM_FMT, row, col, stmt, block);
+    json_t *s = sites_of(text, "smem-tile");
+    const char *id = site_where(s, "applicable", want == NULL);
+    if (!id) fail_msg("no applicable site %s a reason in:\n%s", want ? "with" : "without", text);
+    if (want) expect_not_applicable(text, "smem-tile", id, false, want);
+    else free(run_op(text, id, false, NULL));
+    json_decref(s);
+}
+
+#define TILED_FMT \
+    "#define TILE 16\n" \
+    "__global__ void mm(const float* A, const float* B, float* C, int M, int N, int K) {\n" \
+    "    __shared__ float As[TILE][TILE], Bs[TILE][TILE];\n" \
+    "    int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;\n" \
+    "    float acc = 0.0f;\n" \
+    "    for (int k0 = 0; k0 < K; k0 += TILE) {\n" \
+    "        As[threadIdx.y][threadIdx.x] = row < M && k0 + threadIdx.x < K ? A[row * K + k0 + threadIdx.x] : 0.0f;\n" \
+    "        Bs[threadIdx.y][threadIdx.x] = k0 + threadIdx.y < K && col < N ? B[(k0 + threadIdx.y) * N + col] : 0.0f;\n" \
+    "        __syncthreads();\n" \
+    "        for (int kk = 0; kk < TILE; kk++) acc += As[threadIdx.y][kk] * Bs[kk][threadIdx.x];\n" \
+    "        __syncthreads();\n" \
+    "    }\n" \
+    "%s" \
+    "    if (%s) C[row * N + col] = acc;\n" \
+    "}\n"
+
+static void smem_tile_says_why_not(void **state)
+{
+    (void)state;
+    const char *row = "blockIdx.y * BLOCK + threadIdx.y", *col = "blockIdx.x * BLOCK + threadIdx.x";
+    const char *dot = "acc += A[row * K + k] * B[k * N + col];";
+    /* the plain form applies */
+    gemm_expect(row, col, dot, "dim3(BLOCK, BLOCK)", NULL);
+    /* a 1-D grid with div/mod: a row of C spans threads with different threadIdx.x */
+    gemm_expect("(blockIdx.x * 256 + threadIdx.x) / N", "(blockIdx.x * 256 + threadIdx.x) % N", dot, "256",
+                "not affine");
+    /* not a product: the zero padding would change a max */
+    gemm_expect(row, col, "acc += fmaxf(A[row * K + k], B[k * N + col]);", "dim3(BLOCK, BLOCK)", "not a product");
+    /* the loop variable used outside the operands */
+    gemm_expect(row, col, "acc += A[row * K + k] * B[k * N + col] * k;", "dim3(BLOCK, BLOCK)", "outside the operands");
+    /* a block that is not square */
+    gemm_expect(row, col, dot, "dim3(32, 8)", "32x8x1 block");
+    /* one operand shared by no tile: both thread indices */
+    gemm_expect(row, col, "acc += A[row * K + k] * B[k * N + col + row];", "dim3(BLOCK, BLOCK)",
+                "depends on both threadIdx.x and threadIdx.y");
+    /* remove: a tile written outside its cooperative load; loads guarded by what the store guard lacks */
+    char text[4096];
+    kl_snprintf(text, sizeof text, TILED_FMT, "    As[0][0] = acc;\n", "row < M && col < N");
+    json_t *s = sites_of(text, "smem-tile");
+    const char *id = site_where(s, "present", false);
+    assert_non_null(id);
+    expect_not_applicable(text, "smem-tile", id, true, "used other than by the loads");
+    json_decref(s);
+    kl_snprintf(text, sizeof text, TILED_FMT, "", "row < M");
+    s = sites_of(text, "smem-tile");
+    id = site_where(s, "present", false);
+    assert_non_null(id);
+    expect_not_applicable(text, "smem-tile", id, true, "is not part of the guard");
+    json_decref(s);
+    /* and the plain form removes */
+    kl_snprintf(text, sizeof text, TILED_FMT, "", "row < M && col < N");
+    s = sites_of(text, "smem-tile");
+    id = site_where(s, "present", true);
+    assert_non_null(id);
+    char *got = run_op(text, id, true, NULL);
+    assert_non_null(strstr(got, "for (int k = 0; k < K; k++) acc += A[row * K + k] * B[k * N + col];"));
+    free(got);
+    json_decref(s);
+    /* the staged tile: a value that depends on the thread is not a tile of the input */
+    static const char *thread_tile =
+        "__global__ void k(const float* x, float* y, int n) {\n"
+        "    __shared__ float t[8][40];\n"
+        "    for (int i = threadIdx.x; i < 320; i += blockDim.x) {\n"
+        "        const int sy = i / 40, sx = i % 40;\n"
+        "        t[sy][sx] = x[sy * n + sx] + threadIdx.x;\n"
+        "    }\n"
+        "    __syncthreads();\n"
+        "    y[threadIdx.x] = t[0][threadIdx.x];\n"
+        "}\n";
+    s = sites_of(thread_tile, "smem-tile");
+    id = site_where(s, "present", false);
+    assert_non_null(id);
+    expect_not_applicable(thread_tile, "smem-tile", id, true, "depends on the thread");
+    json_decref(s);
+}
+
+#define STENCIL_FMT \
+    "#define BLOCK 16\n" \
+    "__global__ void st(const float* img, const float* f, float* out, int h, int w, int k) {\n" \
+    "    int x = blockIdx.x * BLOCK + threadIdx.x;\n" \
+    "    int y = blockIdx.y * BLOCK + threadIdx.y;\n" \
+    "    if (y < h && x < w) {\n" \
+    "        float acc = 0.0f;\n" \
+    "        for (int i = 0; i < k; i++) {\n" \
+    "            for (int j = 0; j < k; j++) {\n" \
+    "                int yy = y + i - k / 2, xx = x + j - k / 2;\n" \
+    "                %s\n" \
+    "            }\n" \
+    "        }\n" \
+    "        out[y * w + x] = acc;\n" \
+    "    }\n" \
+    "}\n" \
+    "extern \"C\" void launch(const float* img, const float* f, float* out, int h, int w, int k, cudaStream_t s) {\n" \
+    "    st<<<dim3((w + 15) / 16, (h + 15) / 16), %s, 0, s>>>(img, f, out, h, w, k);\n" \
+    "}\n"
+
+/* The stencil loop of STENCIL_FMT (line 7) is a stencil site; it applies (want NULL) or says why. */
+static void stencil_expect(const char *stmt, const char *block, const char *want)
+{
+    char text[4096];
+    kl_snprintf(text, sizeof text, STENCIL_FMT, stmt, block);
+    json_t *s = sites_of(text, "smem-tile");
+    size_t i;
+    json_t *site;
+    bool seen = false;
+    json_array_foreach(s, i, site) {
+        if (strcmp(json_string_value(json_object_get(site, "site")), "st:7")) continue;
+        json_t *feat = json_object_get(site, "features");
+        assert_string_equal(json_string_value(json_object_get(feat, "shape")), "stencil");
+        seen = true;
+    }
+    if (!seen) fail_msg("no stencil site st:7 in:\n%s", text);
+    if (want) expect_not_applicable(text, "smem-tile", "st:7", false, want);
+    else {
+        char *got = run_op(text, "st:7", false, NULL);
+        assert_non_null(strstr(got, "__shared__ float img_s[BLOCK + 2 * 4][BLOCK + 2 * 4];"));
+        free(got);
+    }
+    json_decref(s);
+}
+
+/* Stencils: blur's naive (a run-time k) and the expert's generic kernel get a halo tile, the
+ * original loop kept for k beyond max_radius, and come back exactly; the reasons otherwise. */
+static void smem_tile_stencil(void **state)
+{
+    (void)state;
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-st-stencil", &dir, &err), KL_OK);
+    char *paths[3];
+    char *text = read_task_file("blur", "naive.cu");
+    json_t *sites = sites_of(text, "smem-tile");
+    const char *id = site_where(sites, "applicable", true);
+    if (!id) fail_msg("blur/naive.cu: no applicable smem-tile site");
+    char *got = run_op(text, id, false, NULL);
+    assert_non_null(strstr(got, "__shared__ float img_s[BLOCK + 2 * 4][BLOCK + 2 * 4];"));
+    assert_non_null(strstr(got, "img_s[sy][sx] = yy >= 0 && yy < h && xx >= 0 && xx < w ? img[yy * w + xx] : 0.0f;"));
+    assert_non_null(strstr(got, "img_s[threadIdx.y + i][threadIdx.x + j]"));
+    /* the barrier comes before the output guard, the fast path under the radius test, the
+     * original loop (still reading img) after `else` */
+    char *b = strstr(got, "__syncthreads();"), *g = strstr(got, "if (y < h && x < w)");
+    assert_non_null(b);
+    assert_non_null(g);
+    assert_true(b < g);
+    assert_non_null(strstr(g, "if (k <= 2 * 4 + 1) {"));
+    char *e = strstr(g, "} else {");
+    assert_non_null(e);
+    assert_non_null(strstr(e, "acc += filt[i * k + j] * img[yy * w + xx];"));
+    json_t *back = sites_of(got, "smem-tile");
+    const char *pid = site_where(back, "present", true);
+    assert_non_null(pid);
+    char *again = run_op(got, pid, true, NULL);
+    assert_string_equal(again, text);
+    free(again);
+    json_decref(back);
+    paths[0] = write_temp(dir, "blur_naive.cu", got);
+    free(got);
+    /* max_radius: the tile and the test follow it; a value not offered is refused */
+    got = run_op(text, id, false, "{\"max_radius\":\"3\"}");
+    assert_non_null(strstr(got, "img_s[BLOCK + 2 * 3][BLOCK + 2 * 3]"));
+    assert_non_null(strstr(got, "if (k <= 2 * 3 + 1) {"));
+    paths[1] = write_temp(dir, "blur_naive_r3.cu", got);
+    free(got);
+    char *out = NULL, *note = NULL;
+    assert_int_equal(kl_rules_rewrite("t.cu", text, strlen(text), NULL, "smem-tile", id, false, "{\"max_radius\":\"0\"}",
+                                      &out, &note, &err),
+                     KL_ERR_INVALID);
+    assert_non_null(strstr(err.message, "max_radius=0 is not one of"));
+    json_decref(sites);
+    free(text);
+    /* the expert's generic kernel: `continue` on rows outside, an early return, a 32 x 8 block */
+    text = read_task_file("blur", "expert.cu");
+    sites = sites_of(text, "smem-tile");
+    id = NULL;
+    size_t i;
+    json_t *site;
+    json_array_foreach(sites, i, site) {
+        const char *sid = json_string_value(json_object_get(site, "site"));
+        if (!strncmp(sid, "blur_generic:", 13) && !json_object_get(json_object_get(site, "features"), "why_not")) id = sid;
+    }
+    if (!id) fail_msg("blur/expert.cu: no applicable stencil site in blur_generic");
+    got = run_op(text, id, false, NULL);
+    assert_non_null(strstr(got, "__shared__ float img_s[GY + 2 * 4][GX + 2 * 4];"));
+    assert_non_null(strstr(got, "img_s[sy][sx] = yy >= 0 && yy < h && xx >= 0 && xx < w ? img[(size_t)yy * w + xx] : 0.0f;"));
+    b = strstr(got, "        __syncthreads();\n    }\n    if (x >= w || y >= h) return;");
+    assert_non_null(b);
+    back = sites_of(got, "smem-tile");
+    pid = NULL;
+    json_array_foreach(back, i, site) {
+        const char *sid = json_string_value(json_object_get(site, "site"));
+        if (!strncmp(sid, "blur_generic:", 13) && !strcmp(json_string_value(json_object_get(site, "direction")), "present"))
+            pid = sid;
+    }
+    assert_non_null(pid);
+    again = run_op(got, pid, true, NULL);
+    assert_string_equal(again, text);
+    free(again);
+    json_decref(back);
+    paths[2] = write_temp(dir, "blur_expert.cu", got);
+    free(got);
+    json_decref(sites);
+    free(text);
+    nvcc_compile_all(paths, 3);
+    for (int t = 0; t < 3; t++) free(paths[t]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+
+    const char *guard = "if (yy >= 0 && yy < h && xx >= 0 && xx < w) ";
+    char stmt[512];
+    kl_snprintf(stmt, sizeof stmt, "%sacc += f[i * k + j] * img[yy * w + xx];", guard);
+    stencil_expect(stmt, "dim3(BLOCK, BLOCK)", NULL);
+    /* no bounds: the halo would load outside the image */
+    stencil_expect("acc += f[i * k + j] * img[yy * w + xx];", "dim3(BLOCK, BLOCK)", "not guarded on both sides");
+    stencil_expect("if (yy >= 0 && xx >= 0 && xx < w) acc += f[i * k + j] * img[yy * w + xx];", "dim3(BLOCK, BLOCK)",
+                   "not guarded on both sides along y");
+    /* a guard that depends on the thread itself, not on the tile position */
+    stencil_expect("if (yy >= 0 && yy < h && xx >= 0 && xx < w && x > 0) acc += f[i * k + j] * img[yy * w + xx];",
+                   "dim3(BLOCK, BLOCK)", "not a function of the tile position");
+    /* two reads of the image */
+    kl_snprintf(stmt, sizeof stmt, "%sacc += img[yy * w + xx] * img[yy * w + xx];", guard);
+    stencil_expect(stmt, "dim3(BLOCK, BLOCK)", "two reads");
+    /* a 3-D block */
+    kl_snprintf(stmt, sizeof stmt, "%sacc += f[i * k + j] * img[yy * w + xx];", guard);
+    stencil_expect(stmt, "dim3(BLOCK, BLOCK, 2)", "16x16x2 block");
+    /* a declaration the load would have to repeat reads memory */
+    kl_snprintf(stmt, sizeof stmt, "float c = f[0]; if (yy >= 0 && yy < h && xx >= 0 && xx < w + c) acc += img[yy * w + xx];");
+    stencil_expect(stmt, "dim3(BLOCK, BLOCK)", "not affine");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(smem_tile_says_why_not),
+        cmocka_unit_test(smem_tile_builtin_tasks),
+        cmocka_unit_test(smem_tile_stencil),
+        cmocka_unit_test(golden_smem_tile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,360 @@
+/* The rules catalog: tensor-core (src/rewrite/rules/tensor_core.c). Golden cases in
+ * tests/data/rules/tensor-core/<case>.before.cu, whose first line says what to do
+ * (`// test: apply tensor-core@gemm:12 | remove tensor-core@gemm:23`): the result must equal
+ * <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the reverse must give back the
+ * original or at least bring the site back the other way, and every .after.cu must compile with
+ * `nvcc -arch=sm_90 -c` (skipped with a note without nvcc). Also: the hgemm naive kernel is a site
+ * to apply and its result compiles, the hgemm expert's mma.sync is a present site with the reason
+ * it cannot be removed, and the reasons given where the transform does not apply. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "util/util.h"
+#include "rules_golden.h"
+
+#define TC "tensor-core"
+
+static const char *nvcc_path(void)
+{
+    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+    return system("command -v nvcc >/dev/null 2>&1") == 0 ? "nvcc" : NULL;
+}
+
+/* Compile the files with nvcc -arch=sm_90 -c, two at a time; fail naming the first rejected. */
+static void nvcc_compile_all(char *const *paths, unsigned n)
+{
+    const char *nvcc = nvcc_path();
+    if (!nvcc) {
+        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
+        return;
+    }
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-tc", &dir, &err), KL_OK);
+    for (unsigned i = 0; i < n; i += 2) {
+        kl_strbuf cmd = KL_STRBUF_INIT;
+        for (unsigned k = i; k < n && k < i + 2; k++)
+            kl_strbuf_addf(&cmd, "( '%s' -arch=sm_90 -c -x cu '%s' -o '%s/k%u.o' > '%s/log%u' 2>&1; echo $? > '%s/rc%u' ) & ",
+                           nvcc, paths[k], dir, k, dir, k, dir, k);
+        kl_strbuf_adds(&cmd, "wait");
+        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
+        kl_child c;
+        kl_child_init(&c);
+        c.argv = argv;
+        c.timeout_s = 240;
+        c.merge_stderr = true;
+        assert_int_equal(kl_child_run(&c, &err), KL_OK);
+        kl_child_release(&c);
+        kl_strbuf_release(&cmd);
+        for (unsigned k = i; k < n && k < i + 2; k++) {
+            char p[1200];
+            char *rc = NULL, *log = NULL;
+            size_t len;
+            kl_snprintf(p, sizeof p, "%s/rc%u", dir, k);
+            assert_int_equal(kl_file_read(p, 0, &rc, &len, &err), KL_OK);
+            if (atoi(rc) != 0) {
+                kl_snprintf(p, sizeof p, "%s/log%u", dir, k);
+                kl_file_read(p, 0, &log, &len, &err);
+                fail_msg("nvcc rejected %s:\n%s", paths[k], log ? log : "");
+            }
+            free(rc);
+        }
+    }
+    kl_remove_tree(dir, NULL);
+    free(dir);
+}
+
+/* The sites of the transform in text, as a JSON array (owned). */
+static json_t *sites_of(const char *text)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    if (kl_rules_list("t.cu", text, strlen(text), NULL, TC, &json, &err) != KL_OK) fail_msg("%s", err.message);
+    json_t *a = json_loads(json, 0, NULL);
+    free(json);
+    assert_non_null(a);
+    return a;
+}
+
+/* The first site in the given direction, with (why != NULL: *why receives it) or without a why_not. */
+static const char *site_in(json_t *sites, const char *dir, const char **why)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(sites, i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "direction")), dir)) continue;
+        json_t *w = json_object_get(json_object_get(s, "features"), "why_not");
+        if (why) *why = json_string_value(w);
+        return json_string_value(json_object_get(s, "site"));
+    }
+    return NULL;
+}
+
+/* ---- golden files ------------------------------------------------------------------------------- */
+
+static void golden_tensor_core(void **state)
+{
+    (void)state;
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char dirpath[1024];
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, TC);
+    unsigned nn = 0, trips = 0, exact = 0;
+    char **names = golden_names(dirpath, &nn);
+    char **afters = calloc(nn ? nn : 1, sizeof *afters);
+    for (unsigned ci = 0; ci < nn; ci++) {
+        char before[1200], after[1200];
+        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
+        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
+        afters[ci] = kl_strdup(after);
+        char *btext = NULL;
+        size_t blen;
+        kl_error err = {0};
+        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
+        const char *hdr = strstr(btext, "// test: ");
+        if (!hdr) fail_msg("%s: no '// test: ' line", before);
+        op fwd, back;
+        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
+        if (strcmp(fwd.name, TC)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, TC);
+        const char *bar = strchr(hdr, '|');
+        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        char *got = rewrite_op(before, btext, &fwd, &err);
+        if (!got) fail_msg("%s: %s", before, err.message);
+        golden_expect(before, after, got);
+        if (has_back) {
+            trips++;
+            char *again = rewrite_op(after, got, &back, &err);
+            if (!again)
+                fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
+                         back.site, err.message);
+            if (!strcmp(again, btext)) {
+                exact++;
+            } else {
+                /* not the same text: the site must be back the other way, without a reason against it */
+                json_t *s = sites_of(again);
+                const char *why = NULL;
+                if (!site_in(s, fwd.remove ? "present" : "applicable", &why) || why)
+                    fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
+                             fwd.remove ? "present" : "applicable", again);
+                json_decref(s);
+            }
+            free(again);
+        }
+        free(got);
+        free(btext);
+    }
+    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", TC, nn);
+    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", TC, trips);
+    if (exact < 4) fail_msg("%s: %u round trips restore the text exactly, at least 4 wanted", TC, exact);
+    nvcc_compile_all(afters, nn);
+    for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
+    free(names);
+    free(afters);
+}
+
+/* ---- the hgemm task ------------------------------------------------------------------------------ */
+
+static char *read_task_file(const char *task, const char *file)
+{
+    const char *root = getenv("KL_SOURCE_DIR");
+    assert_non_null(root);
+    char p[1024];
+    kl_snprintf(p, sizeof p, "%s/tasks/%s/%s", root, task, file);
+    char *t = NULL;
+    size_t n;
+    kl_error err = {0};
+    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
+    return t;
+}
+
+static char *rewrite(const char *text, const char *site, bool remove, const char *params, kl_error *err)
+{
+    char *out = NULL, *note = NULL;
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, TC, site, remove, params, &out, &note, err);
+    free(note);
+    return st == KL_OK ? out : NULL;
+}
+
+/* The naive hgemm goes to wmma with every parameter choice the search may make; the default
+ * result compiles, is a present site, and comes back to a scalar kernel that is a site again. */
+static void hgemm_naive_both_ways(void **state)
+{
+    (void)state;
+    char *text = read_task_file("hgemm", "naive.cu");
+    json_t *s = sites_of(text);
+    const char *why = NULL;
+    const char *id = site_in(s, "applicable", &why);
+    if (!id || why) fail_msg("hgemm/naive.cu: no applicable tensor-core site (%s)", why ? why : "none");
+    kl_error err = {0};
+    static const char *const params[] = {"{}", "{\"warps_m\":\"4\",\"warps_n\":\"1\"}", "{\"frags_m\":\"2\",\"frags_n\":\"2\"}",
+                                         "{\"warps_m\":\"4\",\"warps_n\":\"4\",\"frags_m\":\"1\",\"frags_n\":\"2\"}"};
+    char *first = NULL;
+    for (unsigned i = 0; i < sizeof params / sizeof params[0]; i++) {
+        char *got = rewrite(text, id, false, params[i], &err);
+        if (!got) fail_msg("hgemm naive %s: %s", params[i], err.message);
+        assert_non_null(strstr(got, "nvcuda::wmma::mma_sync"));
+        assert_non_null(strstr(got, "#include <mma.h>"));
+        assert_non_null(strstr(got, "C[row * N + col] = __float2bfloat16(acc);"));
+        if (i == 0) {
+            assert_non_null(strstr(got, "dim3 block(128);"));
+            assert_non_null(strstr(got, "dim3 grid((N + 31) / 32, (M + 31) / 32);"));
+            first = got;
+        } else {
+            free(got);
+        }
+    }
+    /* 2 x 2 fragments on 4 x 4 warps: a 128 x 128 staging tile is over 48 KiB */
+    char *big = rewrite(text, id, false, "{\"warps_m\":\"4\",\"warps_n\":\"4\",\"frags_m\":\"2\",\"frags_n\":\"2\"}", &err);
+    assert_null(big);
+    assert_non_null(strstr(err.message, "over 48 KiB"));
+    /* an api the transform does not write */
+    char *out = NULL, *note = NULL;
+    assert_int_equal(kl_rules_rewrite("t.cu", text, strlen(text), NULL, TC, id, false, "{\"api\":\"mma\"}", &out, &note, &err),
+                     KL_ERR_INVALID);
+    json_t *back = sites_of(first);
+    const char *pid = site_in(back, "present", &why);
+    assert_non_null(pid);
+    assert_null(why);
+    char *scalar = rewrite(first, pid, true, NULL, &err);
+    if (!scalar) fail_msg("remove: %s", err.message);
+    assert_null(strstr(scalar, "wmma"));
+    assert_null(strstr(scalar, "<mma.h>"));
+    assert_non_null(strstr(scalar, "acc += __bfloat162float(A[row * K + k]) * __bfloat162float(B[k * N + col]);"));
+    assert_non_null(strstr(scalar, "dim3 block(16, 16);"));
+    json_t *again = sites_of(scalar);
+    assert_non_null(site_in(again, "applicable", &why));
+    assert_null(why);
+    char *dir = NULL;
+    assert_int_equal(kl_tempdir("rules-tc-hgemm", &dir, &err), KL_OK);
+    char *paths[2] = {kl_path_join(dir, "wmma.cu"), kl_path_join(dir, "scalar.cu")};
+    assert_int_equal(kl_file_write(paths[0], first, strlen(first), &err), KL_OK);
+    assert_int_equal(kl_file_write(paths[1], scalar, strlen(scalar), &err), KL_OK);
+    nvcc_compile_all(paths, 2);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(paths[0]), free(paths[1]);
+    json_decref(again);
+    json_decref(back);
+    free(scalar);
+    free(first);
+    json_decref(s);
+    free(text);
+}
+
+/* The expert's mma.sync (PTX, fed by ldmatrix from a cp.async pipeline) is found, and removing
+ * it says what is missing. */
+static void hgemm_expert_says_why(void **state)
+{
+    (void)state;
+    char *text = read_task_file("hgemm", "expert.cu");
+    json_t *s = sites_of(text);
+    const char *why = NULL;
+    const char *id = site_in(s, "present", &why);
+    assert_non_null(id);
+    assert_non_null(why);
+    assert_null(site_in(s, "applicable", NULL));
+    kl_error err = {0};
+    char *got = rewrite(text, id, true, NULL, &err);
+    assert_null(got);
+    assert_int_equal(err.status, KL_ERR_NOT_APPLICABLE);
+    assert_non_null(strstr(err.message, "not applicable: "));
+    assert_non_null(strstr(err.message, "mma.sync PTX"));
+    assert_non_null(strstr(err.message, "ldmatrix"));
+    assert_non_null(strstr(err.message, "cp.async"));
+    json_decref(s);
+    free(text);
+}
+
+/* ---- reasons -------------------------------------------------------------------------------------- */
+
+#define KERNEL_FMT \
+    "#include <cuda_bf16.h>\n" \
+    "__global__ void g(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K) {\n" \
+    "    int row = blockIdx.y * blockDim.y + threadIdx.y;\n" \
+    "    int col = blockIdx.x * blockDim.x + threadIdx.x;\n" \
+    "    %s\n" \
+    "    if (row < M && col < N) {\n" \
+    "        %s acc = 0.0f;\n" \
+    "        for (int k = 0; k < K; k++) acc += __bfloat162float(A[%s]) * __bfloat162float(B[k * N + col]);\n" \
+    "        C[row * N + col] = __float2bfloat16(acc);\n" \
+    "    }\n" \
+    "}\n" \
+    "%s"
+
+static const char *launch_text =
+    "extern \"C\" void launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int M, int N, int K,\n"
+    "                       cudaStream_t s) {\n"
+    "    g<<<dim3((N + 15) / 16, (M + 15) / 16), dim3(16, 16), 0, s>>>(A, B, C, M, N, K);\n"
+    "}\n";
+
+static void expect_reason(const char *pre, const char *acc_type, const char *aidx, const char *launch, const char *want)
+{
+    char text[4096];
+    kl_snprintf(text, sizeof text, KERNEL_FMT, pre, acc_type, aidx, launch);
+    json_t *s = sites_of(text);
+    const char *why = NULL;
+    const char *id = site_in(s, "applicable", &why);
+    if (!id) fail_msg("no applicable site in:\n%s", text);
+    if (!why || !strstr(why, want)) fail_msg("the reason '%s' does not say '%s'", why ? why : "(none)", want);
+    kl_error err = {0};
+    char *got = rewrite(text, id, false, NULL, &err);
+    assert_null(got);
+    assert_int_equal(err.status, KL_ERR_NOT_APPLICABLE);
+    if (!strstr(err.message, want)) fail_msg("the error '%s' does not say '%s'", err.message, want);
+    json_decref(s);
+}
+
+static void reasons(void **state)
+{
+    (void)state;
+    /* the same kernel, applicable: the control */
+    char text[4096];
+    kl_snprintf(text, sizeof text, KERNEL_FMT, "", "float", "row * K + k", launch_text);
+    json_t *s = sites_of(text);
+    const char *why = NULL;
+    assert_non_null(site_in(s, "applicable", &why));
+    assert_null(why);
+    json_decref(s);
+    /* a double accumulator: the fragments accumulate in f32 */
+    expect_reason("", "double", "row * K + k", launch_text, "not a float");
+    /* A read at a column of the thread */
+    expect_reason("", "float", "row * K + k + col", launch_text, "do not split");
+    /* A indexed by the thread directly */
+    expect_reason("", "float", "row * K + k + threadIdx.x * 0", launch_text, "threadIdx.x");
+    /* a local that depends on the thread */
+    expect_reason("int off = threadIdx.x;", "float", "row * K + k + off", launch_text, "threadIdx.x");
+    /* never launched: the grid could not follow */
+    expect_reason("", "float", "row * K + k", "", "not launched");
+    /* an f32 GEMM is no site at all */
+    const char *f32 = "__global__ void f(const float* A, const float* B, float* C, int M, int N, int K) {\n"
+                      "    int row = blockIdx.y * blockDim.y + threadIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                      "    if (row < M && col < N) {\n"
+                      "        float acc = 0.0f;\n"
+                      "        for (int k = 0; k < K; k++) acc += A[row * K + k] * B[k * N + col];\n"
+                      "        C[row * N + col] = acc;\n"
+                      "    }\n"
+                      "}\n";
+    s = sites_of(f32);
+    assert_int_equal(json_array_size(s), 0);
+    json_decref(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reasons),
+        cmocka_unit_test(hgemm_expert_says_why),
+        cmocka_unit_test(hgemm_naive_both_ways),
+        cmocka_unit_test(golden_tensor_core),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -83,7 +83,8 @@ final)
 record)
     # One call that records what the docs need, with at most 8 files back: the archive,
     # one log, the tables, and a tarball of the per-task logs.
-    #   KL_SUITE_S, KL_RULES_S, KL_LINEAGE_S (seconds per walk) bound each part.
+    #   KL_SUITE_S, KL_RULES_S, KL_LINEAGE_S (seconds per walk; KL_LINEAGE_S_<task> for one
+    #   task) bound each part; an interrupted walk is stored and resumes on the next call.
     log "suite" | tee -a "$out/record.log"
     timeout "${KL_SUITE_S:-150}" "$KLINEAGE" --db "$db" --measure record bench --expert \
         --vendor "${KL_VENDOR:-$here/.carry/vendor.json}" -o "$out/suite-table.md" >"$out/suite.txt" 2>&1
@@ -97,8 +98,10 @@ record)
     mkdir -p /tmp/walks
     for t in "$@"; do
         log "lineage $t" | tee -a "$out/record.log"
-        timeout -s INT "${KL_LINEAGE_S:-120}" "$KLINEAGE" --db "$db" --measure record lineage "tasks/$t" \
-            --probes "${KL_PROBES:-2}" >"/tmp/walks/lineage-$t.txt" 2>&1
+        lim_var="KL_LINEAGE_S_$t"
+        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
+            "tasks/$t" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            >"/tmp/walks/lineage-$t.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
         grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -30 >>"$out/record.log"
         cp -f archive/verdicts.jsonl "$out/" 2>/dev/null

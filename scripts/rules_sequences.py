@@ -21,10 +21,10 @@ SEQUENCES = {
     "layernorm": ["row-parallel unit=block threads=256", "vectorize width=4", "fast-math", "restrict",
                   "launch-bounds"],
     "reduce_sum": ["privatize", "grid-stride", "vectorize width=4", "warp-reduce", "restrict", "launch-bounds"],
-    "histogram": ["privatize", "grid-stride", "restrict", "launch-bounds"],
+    "histogram": ["grid-stride", "privatize", "restrict", "launch-bounds"],
     "transpose": ["coalesce", "smem-pad", "restrict", "launch-bounds"],
     "blur": ["smem-tile", "restrict", "launch-bounds", "unroll"],
-    "sgemm": ["smem-tile", "register-tile TM=4 TN=4", "double-buffer", "restrict", "launch-bounds", "unroll"],
+    "sgemm": ["smem-tile", "register-tile TM=8 TN=8", "restrict", "launch-bounds", "unroll"],
     "hgemm": ["tensor-core warps_m=2 warps_n=2 frags_m=2 frags_n=2", "restrict", "launch-bounds"],
 }
 

@@ -230,6 +230,10 @@ static const golden privatize_cases[] = {
     {&kl_rule_privatize, "privatize", "template_stride_loop", KL_SITE_APPLICABLE, "counts", NULL, ROUND_EXACT},
     {&kl_rule_privatize, "privatize", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
     {&kl_rule_privatize, "privatize", "remove_expert_if_init", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+    /* interleaved lane copies (R = 32), through an alias; the way back puts one copy back */
+    {&kl_rule_privatize, "privatize", "remove_lanes", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+    /* the alias passed to a __device__ helper: apply cannot see through the helper, no way back */
+    {&kl_rule_privatize, "privatize", "remove_lanes_helper", KL_SITE_PRESENT, NULL, NULL, ROUND_NONE},
 };
 
 static void privatize_golden(void **state)
@@ -274,6 +278,54 @@ static void privatize_refuses(void **state)
                           "    for (int i = threadIdx.x; i < 256; i += blockDim.x) atomicAdd(&bins[i], s[i]);\n"
                           "}\n",
                           KL_SITE_PRESENT, NULL, NULL, "used other than");
+    /* interleaved copies: a copy read other than by the merge */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const unsigned char *x, int *bins, int *peek, int n) {\n"
+                          "    __shared__ int s[256 * 32];\n"
+                          "    for (int b = threadIdx.x; b < 256 * 32; b += blockDim.x) s[b] = 0;\n"
+                          "    __syncthreads();\n"
+                          "    int *mine = s + threadIdx.x % 32;\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&mine[x[i] * 32], 1);\n"
+                          "    if (i < n) peek[i] = mine[0];\n"
+                          "    __syncthreads();\n"
+                          "    for (int b = threadIdx.x; b < 256; b += blockDim.x) {\n"
+                          "        int c = 0;\n"
+                          "        for (int l = 0; l < 32; l++) c += s[b * 32 + l];\n"
+                          "        atomicAdd(&bins[b], c);\n"
+                          "    }\n"
+                          "}\n",
+                          KL_SITE_PRESENT, NULL, NULL, "8:26: 'mine' is used other than as an atomicAdd target");
+    /* interleaved copies: the atomics step by 16, not by the 32 copies */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const unsigned char *x, int *bins, int n) {\n"
+                          "    __shared__ int s[256 * 32];\n"
+                          "    for (int b = threadIdx.x; b < 256 * 32; b += blockDim.x) s[b] = 0;\n"
+                          "    __syncthreads();\n"
+                          "    int *mine = s + threadIdx.x % 32;\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&mine[x[i] * 16], 1);\n"
+                          "    __syncthreads();\n"
+                          "    for (int b = threadIdx.x; b < 256; b += blockDim.x) {\n"
+                          "        int c = 0;\n"
+                          "        for (int l = 0; l < 32; l++) c += s[b * 32 + l];\n"
+                          "        atomicAdd(&bins[b], c);\n"
+                          "    }\n"
+                          "}\n",
+                          KL_SITE_PRESENT, NULL, NULL, "7:32: 'mine' is used other than");
+    /* interleaved copies: the merge reads only the first copy of each entry */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const unsigned char *x, int *bins, int n) {\n"
+                          "    __shared__ int s[256 * 32];\n"
+                          "    for (int b = threadIdx.x; b < 256 * 32; b += blockDim.x) s[b] = 0;\n"
+                          "    __syncthreads();\n"
+                          "    int *mine = s + threadIdx.x % 32;\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&mine[x[i] * 32], 1);\n"
+                          "    __syncthreads();\n"
+                          "    for (int b = threadIdx.x; b < 256; b += blockDim.x) atomicAdd(&bins[b], s[b * 32]);\n"
+                          "}\n",
+                          KL_SITE_PRESENT, NULL, NULL, "the merge does not sum the 32 copies");
     /* no atomics: no site at all */
     assert_int_equal(count_sites(&kl_rule_privatize,
                                  "__global__ void k(float *y) { y[threadIdx.x] = 1.0f; }\n", KL_SITE_APPLICABLE),

@@ -168,6 +168,33 @@ static void register_tile_braces_the_product(void **state)
     json_decref(s);
 }
 
+/* An accumulator starting at a per-output value (a bias by column) starts each output at its own. */
+static void register_tile_moves_the_initial_value(void **state)
+{
+    (void)state;
+    char text[4096];
+    kl_snprintf(text, sizeof text, TILED_FMT, 16, "", "threadIdx.x", "", "dim3(TILE, TILE)");
+    static const char from[] = "float acc = 0.0f;";
+    static const char to[] = "float acc = C[col];";
+    char *at = strstr(text, from);
+    assert_non_null(at);
+    memmove(at + strlen(to), at + strlen(from), strlen(at + strlen(from)) + 1);
+    memcpy(at, to, strlen(to));
+    kl_error err = {0};
+    json_t *s = tile_sites(text, "register-tile");
+    char *out = tile_rewrite(text, "register-tile", tile_site(s, "applicable", NULL), false, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "acc[kl_i][kl_j] = C[(col + kl_j * TILE)];"));
+    json_t *back = tile_sites(out, "register-tile");
+    char *again = tile_rewrite(out, "register-tile", tile_site(back, "present", NULL), true, NULL, &err);
+    if (!again) fail_msg("%s", err.message);
+    assert_string_equal(again, text);
+    free(again);
+    free(out);
+    json_decref(back);
+    json_decref(s);
+}
+
 /* tasks/sgemm/naive.cu through smem-tile (another transform of the catalog) is this
  * transform's form: register-tile and then double-buffer apply to it and the result compiles.
  * Skipped with a note when smem-tile is absent or does not apply. */
@@ -213,6 +240,7 @@ int main(void)
         cmocka_unit_test(register_tile_on_sgemm),
         cmocka_unit_test(register_tile_all_params),
         cmocka_unit_test(register_tile_braces_the_product),
+        cmocka_unit_test(register_tile_moves_the_initial_value),
         cmocka_unit_test(register_tile_after_smem_tile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1276,6 +1276,9 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         staged_form sf;
         char why[300] = "";
         int staged = find_staged(ctx, f, &sf, why, sizeof why);
+        /* a tile and a barrier that are not the exchange (a stencil's halo…) are no site
+         * unless the kernel says it is coalesced that way */
+        if (staged < 0 && !has_marker(ctx, f)) staged = 0;
         if (staged) {
             json_object_set_new(feat, "staged", json_true());
             json_object_set_new(feat, "tile", json_string(sf.tile));

@@ -904,13 +904,11 @@ static kl_status remove_expert(const kl_rule_ctx *ctx, const rb_func *f, const d
     TSNode upd = tt_field(p->loop, "update");
     char step[64] = "1";
     if (rb_is(upd, "assignment_expression")) copy_text(ctx, tt_field(upd, "right"), step, sizeof step);
-    char nx1[160], nx2[160];
-    kl_snprintf(nx1, sizeof nx1, "(%s + %s)", p->var, step);
+    char nx2[160];
     kl_snprintf(nx2, sizeof nx2, "%s + %s", p->var, step);
     TSNode pb = tt_field(pre, "consequence");
     /* `(kt + 1)` only as a parenthesized expression: `load(kt + 1)` keeps its call parentheses */
     tt_pair np[1] = {{nx2, p->var}};
-    (void)nx1;
     char *loads = tt_subst(ctx->text, ts_node_start_byte(pb), ts_node_end_byte(pb), np, 1);
     TSNode sb = tt_field(post, "consequence");
     tt_pair sp[1] = {{curx, "0"}};

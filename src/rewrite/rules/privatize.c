@@ -395,6 +395,315 @@ static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, TSNode decl, 
     return true;
 }
 
+/* ---- interleaved replicas: `__shared__ T S[N * R]`, a lane's copy through an alias
+ * `T* A = S + threadIdx.x % R`, atomics `&A[e * R]` (here or in a __device__ helper the
+ * alias is passed to), merged by summing the R copies of each entry ---------------------------- */
+
+typedef struct replicas {
+    TSNode alias;            /* the declaration `T* A = S + lane;` */
+    char name[64];           /* A */
+    long long copies;        /* R */
+} replicas;
+
+/* Is e the lane expression `threadIdx.x % R` / `threadIdx.x & (R-1)`? Sets *r. */
+static bool lane_expr(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *r)
+{
+    while (rb_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
+    if (!rb_is(e, "binary_expression")) return false;
+    TSNode l = rb_field(e, "left"), rt = rb_field(e, "right");
+    while (rb_is(l, "parenthesized_expression")) l = ts_node_named_child(l, 0);
+    if (!rb_is_builtin(ctx, l, "threadIdx", 'x')) return false;
+    long long v;
+    if (!rb_const_eval(ctx, scope, rt, &v)) return false;
+    if (rb_text_is(ctx, rb_field(e, "operator"), "%") && v >= 2) {
+        *r = v;
+        return true;
+    }
+    if (rb_text_is(ctx, rb_field(e, "operator"), "&") && v >= 1 && ((v + 1) & v) == 0) {
+        *r = v + 1;
+        return true;
+    }
+    return false;
+}
+
+/* The alias of shared table s in the kernel body: `T* A = s + lane;` or `T* A = &s[lane];`. */
+static bool find_replicas(const kl_rule_ctx *ctx, const rb_func *f, const present *p, replicas *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    uint32_t c = ts_node_named_child_count(p->block);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode st = ts_node_named_child(p->block, i);
+        if (!rb_is(st, "declaration") || ts_node_named_child_count(st) < 2) continue;
+        TSNode d = rb_field(st, "declarator");
+        if (!rb_is(d, "init_declarator") || !rb_is(rb_field(d, "declarator"), "pointer_declarator")) continue;
+        TSNode v = rb_field(d, "value");
+        while (rb_is(v, "parenthesized_expression")) v = ts_node_named_child(v, 0);
+        TSNode lane = {0};
+        if (rb_is(v, "binary_expression") && rb_text_is(ctx, rb_field(v, "operator"), "+")) {
+            if (rb_text_is(ctx, rb_field(v, "left"), p->shared)) lane = rb_field(v, "right");
+            else if (rb_text_is(ctx, rb_field(v, "right"), p->shared)) lane = rb_field(v, "left");
+        } else if (rb_is(v, "pointer_expression") && rb_text_is(ctx, rb_field(v, "operator"), "&")) {
+            TSNode s = rb_field(v, "argument");
+            TSNode idx = rb_field(s, "indices");
+            if (rb_is(s, "subscript_expression") && rb_text_is(ctx, rb_field(s, "argument"), p->shared) &&
+                !ts_node_is_null(idx) && ts_node_named_child_count(idx) == 1)
+                lane = ts_node_named_child(idx, 0);
+        }
+        if (ts_node_is_null(lane) || !lane_expr(ctx, f->body, lane, &rep->copies)) continue;
+        TSNode id = rb_declarator_name(d);
+        uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
+        if (ts_node_is_null(id) || b - a >= sizeof rep->name) continue;
+        memcpy(rep->name, ctx->text + a, b - a);
+        rep->name[b - a] = '\0';
+        rep->alias = st;
+        return true;
+    }
+    return false;
+}
+
+/* Is idx `e * R` / `R * e`? *e receives e. */
+static bool times_copies(const kl_rule_ctx *ctx, TSNode scope, TSNode idx, long long r, TSNode *e)
+{
+    while (rb_is(idx, "parenthesized_expression")) idx = ts_node_named_child(idx, 0);
+    if (!rb_is(idx, "binary_expression") || !rb_text_is(ctx, rb_field(idx, "operator"), "*")) return false;
+    long long v;
+    if (rb_const_eval(ctx, scope, rb_field(idx, "right"), &v) && v == r) {
+        *e = rb_field(idx, "left");
+        return true;
+    }
+    if (rb_const_eval(ctx, scope, rb_field(idx, "left"), &v) && v == r) {
+        *e = rb_field(idx, "right");
+        return true;
+    }
+    return false;
+}
+
+typedef struct rep_walk {
+    const kl_rule_ctx *ctx;
+    const rb_func *fs;
+    unsigned nf;
+    TSNode scope;            /* for constants */
+    const char *ptr;         /* the name whose uses are checked (the alias or a helper's parameter) */
+    const char *to;          /* its replacement in an atomic target (NULL: keep the name) */
+    long long copies;
+    TSNode skip;             /* the alias declaration */
+    kl_edits *out;
+    kl_status st;
+    TSNode bad;              /* first use that is neither an atomic target `&ptr[e * R]` nor a helper argument */
+    const rb_func *helpers[8];
+    unsigned helper_arg[8], nhelpers, calls;
+} rep_walk;
+
+static bool rep_visit(TSNode n, void *user)
+{
+    rep_walk *w = user;
+    if (!ts_node_is_null(w->bad) || w->st != KL_OK) return false;
+    if (!ts_node_is_null(w->skip) && ts_node_eq(n, w->skip)) return false;
+    if (rb_is(n, "call_expression") && is_atomic_add(w->ctx, n)) {
+        TSNode args = rb_field(n, "arguments");
+        TSNode addr = ts_node_named_child(args, 0);
+        while (rb_is(addr, "parenthesized_expression")) addr = ts_node_named_child(addr, 0);
+        TSNode p, i, e;
+        if (atomic_target(w->ctx, n, &p, &i) && rb_text_is(w->ctx, p, w->ptr) && rb_is(addr, "pointer_expression")) {
+            if (!times_copies(w->ctx, w->scope, i, w->copies, &e)) {
+                w->bad = i;
+                return false;
+            }
+            char *et = rb_text(w->ctx, e);
+            if (!et) {
+                w->st = KL_ERR_NOMEM;
+                return false;
+            }
+            w->st = kl_edits_addf(w->out, ts_node_start_byte(addr), ts_node_end_byte(addr), "&%s[%s]",
+                                  w->to ? w->to : w->ptr, et);
+            free(et);
+            if (rb_count_ident(w->ctx, e, w->ptr) || rb_count_ident(w->ctx, ts_node_named_child(args, 1), w->ptr))
+                w->bad = e;
+            return false;
+        }
+    }
+    if (rb_is(n, "call_expression") && w->to) {
+        /* the alias passed whole to a __device__ helper */
+        TSNode fn = rb_field(n, "function");
+        TSNode args = rb_field(n, "arguments");
+        char *nm = rb_is(fn, "identifier") ? rb_text(w->ctx, fn) : NULL;
+        const rb_func *h = nm ? rb_function_named(w->fs, w->nf, nm) : NULL;
+        free(nm);
+        uint32_t na = ts_node_named_child_count(args);
+        for (uint32_t k = 0; h && h->device && !h->global && k < na; k++) {
+            TSNode a = ts_node_named_child(args, k);
+            if (!rb_text_is(w->ctx, a, w->ptr)) continue;
+            unsigned j = 0;
+            while (j < w->nhelpers && !(w->helpers[j] == h && w->helper_arg[j] == k)) j++;
+            if (j == w->nhelpers && j < 8) {
+                w->helpers[j] = h;
+                w->helper_arg[j] = k;
+                w->nhelpers++;
+            }
+            w->calls++;
+            w->st = kl_edits_add(w->out, ts_node_start_byte(a), ts_node_end_byte(a), w->to);
+            /* the other arguments must not use the alias */
+            for (uint32_t o = 0; o < na; o++)
+                if (o != k) rb_walk(ts_node_named_child(args, o), rep_visit, w);
+            return false;
+        }
+    }
+    if (rb_is(n, "identifier") && rb_text_is(w->ctx, n, w->ptr)) w->bad = n;
+    return true;
+}
+
+/* The merge sums the R copies: every read of s is `s[b * R + x]`, inside a loop of R steps. */
+typedef struct merge_check {
+    const kl_rule_ctx *ctx;
+    TSNode scope;
+    const char *s;
+    long long copies;
+    unsigned reads, good;
+} merge_check;
+
+static bool merge_visit(TSNode n, void *user)
+{
+    merge_check *m = user;
+    if (!rb_is(n, "subscript_expression") || !rb_text_is(m->ctx, rb_field(n, "argument"), m->s)) return true;
+    m->reads++;
+    TSNode idx = rb_field(n, "indices");
+    if (ts_node_is_null(idx) || ts_node_named_child_count(idx) != 1) return false;
+    TSNode e = ts_node_named_child(idx, 0), base;
+    if (!rb_is(e, "binary_expression") || !rb_text_is(m->ctx, rb_field(e, "operator"), "+")) return false;
+    if (!times_copies(m->ctx, m->scope, rb_field(e, "left"), m->copies, &base) &&
+        !times_copies(m->ctx, m->scope, rb_field(e, "right"), m->copies, &base))
+        return false;
+    /* inside a `for (... l = 0; l < R; l++)` */
+    for (TSNode p = ts_node_parent(n); !ts_node_is_null(p); p = ts_node_parent(p)) {
+        if (!rb_is(p, "for_statement")) continue;
+        TSNode cond = rb_field(p, "condition");
+        long long v;
+        if (rb_is(cond, "binary_expression") && rb_text_is(m->ctx, rb_field(cond, "operator"), "<") &&
+            rb_const_eval(m->ctx, m->scope, rb_field(cond, "right"), &v) && v == m->copies) {
+            m->good++;
+            break;
+        }
+    }
+    return false;
+}
+
+static const char *norm_type(const char *t)
+{
+    while (!strncmp(t, "const ", 6)) t += 6;
+    if (!strcmp(t, "int32_t")) return "int";
+    if (!strcmp(t, "uint32_t") || !strcmp(t, "unsigned")) return "unsigned int";
+    if (!strcmp(t, "unsigned long long int")) return "unsigned long long";
+    return t;
+}
+
+typedef struct count_other {
+    const kl_rule_ctx *ctx;
+    const char *s;
+    TSNode skip[4];
+    TSNode first;
+} count_other;
+
+static bool count_other_visit(TSNode n, void *user)
+{
+    count_other *c = user;
+    for (int i = 0; i < 4; i++)
+        if (!ts_node_is_null(c->skip[i]) && ts_node_eq(n, c->skip[i])) return false;
+    if (rb_is(n, "identifier") && rb_text_is(c->ctx, n, c->s) && ts_node_is_null(c->first)) c->first = n;
+    return ts_node_is_null(c->first);
+}
+
+/* Remove R interleaved replicas: atomics go to the global table directly, the alias, the
+ * table, its fill and the merge go. */
+static kl_status remove_replicas(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f,
+                                 const present *p, const replicas *rep, kl_edits *out, kl_error *err)
+{
+    const char *file = kl_source_name(ctx->src);
+    count_other co = {.ctx = ctx, .s = p->shared, .skip = {p->decl, p->init, p->merge, rep->alias}};
+    rb_walk(f->body, count_other_visit, &co);
+    if (!ts_node_is_null(co.first)) {
+        kl_span sp = kl_node_span(co.first);
+        return kl_rule_not_applicable(err,
+                                      "%s:%u:%u: '%s' is used other than through its lane copy '%s'; dropping the "
+                                      "copies would change that use",
+                                      file, sp.line, sp.column, p->shared, rep->name);
+    }
+    merge_check mc = {.ctx = ctx, .scope = f->body, .s = p->shared, .copies = rep->copies};
+    rb_walk(p->merge, merge_visit, &mc);
+    if (!mc.reads || mc.good != mc.reads) {
+        kl_span sp = kl_node_span(p->merge);
+        return kl_rule_not_applicable(err,
+                                      "%s:%u: the merge does not sum the %lld copies of an entry (expected reads "
+                                      "%s[b * %lld + ...] in a loop of %lld steps)",
+                                      file, sp.line, rep->copies, p->shared, rep->copies, rep->copies);
+    }
+    char gelem[64] = "";
+    rb_pointer_param(ctx, f, p->global, gelem, sizeof gelem);
+    rep_walk w = {.ctx = ctx, .fs = fs, .nf = nf, .scope = f->body, .ptr = rep->name, .to = p->global,
+                  .copies = rep->copies, .skip = rep->alias, .out = out, .st = KL_OK};
+    rb_walk(f->body, rep_visit, &w);
+    if (w.st != KL_OK) return kl_error_set(err, w.st, "out of memory");
+    if (!ts_node_is_null(w.bad)) {
+        kl_span sp = kl_node_span(w.bad);
+        return kl_rule_not_applicable(err,
+                                      "%s:%u:%u: '%s' is used other than as an atomicAdd target `&%s[e * %lld]` or "
+                                      "an argument of a __device__ helper",
+                                      file, sp.line, sp.column, rep->name, rep->name, rep->copies);
+    }
+    TSNode root = f->outer;
+    while (!ts_node_is_null(ts_node_parent(root))) root = ts_node_parent(root);
+    for (unsigned j = 0; j < w.nhelpers; j++) {
+        const rb_func *h = w.helpers[j];
+        for (unsigned o = 0; o < w.nhelpers; o++)
+            if (o != j && w.helpers[o] == h)
+                return kl_rule_not_applicable(err, "%s: '%s' is passed to %s in more than one place", file, rep->name,
+                                              h->name);
+        /* every call of the helper passes the alias: changing it changes no other caller */
+        unsigned mentions = rb_count_ident(ctx, root, h->name);
+        if (w.nhelpers != 1 || mentions != w.calls + 1)
+            return kl_rule_not_applicable(err, "%s: %s is also called other than with '%s'", file, h->name,
+                                          rep->name);
+        TSNode prm = ts_node_named_child(h->params, w.helper_arg[j]);
+        TSNode pid = rb_declarator_name(rb_field(prm, "declarator"));
+        char *pn = ts_node_is_null(pid) ? NULL : rb_text(ctx, pid);
+        char pelem[64] = "";
+        if (!pn || !rb_pointer_param(ctx, h, pn, pelem, sizeof pelem)) {
+            free(pn);
+            return kl_rule_not_applicable(err, "%s: parameter %u of %s is not a pointer", file, w.helper_arg[j] + 1,
+                                          h->name);
+        }
+        if (strcmp(norm_type(pelem), norm_type(gelem))) {
+            free(pn);
+            return kl_rule_not_applicable(err, "%s: %s takes '%s *', '%s' holds '%s'", file, h->name, pelem,
+                                          p->global, gelem);
+        }
+        rep_walk hw = {.ctx = ctx, .fs = fs, .nf = nf, .scope = h->body, .ptr = pn, .to = NULL,
+                       .copies = rep->copies, .out = out, .st = KL_OK};
+        rb_walk(h->body, rep_visit, &hw);
+        free(pn);
+        if (hw.st != KL_OK) return kl_error_set(err, hw.st, "out of memory");
+        if (!ts_node_is_null(hw.bad)) {
+            kl_span sp = kl_node_span(hw.bad);
+            return kl_rule_not_applicable(err,
+                                          "%s:%u:%u: in %s, the table is used other than as an atomicAdd target "
+                                          "`&p[e * %lld]`",
+                                          file, sp.line, sp.column, h->name, rep->copies);
+        }
+    }
+    kl_status st = KL_OK;
+    TSNode drop[5] = {p->decl, p->init, p->init_sync, rep->alias, p->merge_sync};
+    for (int i = 0; i < 5; i++) {
+        uint32_t a, b;
+        rb_stmt_range(ctx, drop[i], NAME, &a, &b);
+        KL_TRY(kl_edits_add(out, a, b, ""));
+    }
+    uint32_t a, b;
+    rb_stmt_range(ctx, p->merge, "Merge", &a, &b);
+    KL_TRY(kl_edits_add(out, a, b, ""));
+cleanup:
+    if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    return st;
+}
+
 typedef struct decl_collect {
     const kl_rule_ctx *ctx;
     TSNode items[32];
@@ -425,11 +734,17 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
             kl_span sp = kl_node_span(p.decl);
             char id[256], note[256];
             kl_snprintf(id, sizeof id, "%s:%u:%s", f->name, sp.line, p.shared);
-            kl_snprintf(note, sizeof note, "per-block copy '%s' of '%s', merged at the end", p.shared, p.global);
-            json_t *feat = json_pack("{s:s, s:s, s:b, s:b}", "shared", p.shared, "global", p.global, "wrapped_body",
+            replicas rep;
+            long long copies = find_replicas(ctx, f, &p, &rep) ? rep.copies : 1;
+            if (copies > 1)
+                kl_snprintf(note, sizeof note, "per-block copy '%s' of '%s', %lld interleaved copies through '%s', merged at the end",
+                            p.shared, p.global, copies, rep.name);
+            else kl_snprintf(note, sizeof note, "per-block copy '%s' of '%s', merged at the end", p.shared, p.global);
+            json_t *feat = json_pack("{s:s, s:s, s:b, s:b, s:I}", "shared", p.shared, "global", p.global, "wrapped_body",
                                      !ts_node_is_null(p.lambda_stmt), "marker",
-                                     rb_has_marker(ctx, ts_node_start_byte(f->body), ts_node_end_byte(f->body), NAME));
-            KL_TRY(kl_sites_add(out, id, KL_SITE_PRESENT, sp, f->name, feat, json_object(), note));
+                                     rb_has_marker(ctx, ts_node_start_byte(f->body), ts_node_end_byte(f->body), NAME),
+                                     "copies", (json_int_t)copies);
+            KL_TRY(kl_sites_add(out, id, KL_SITE_PRESENT, sp, f->name, feat, json_pack("{s:I}", "copies", (json_int_t)copies), note));
         }
         /* applicable: pointer parameters used as atomicAdd targets */
         uint32_t np = ts_node_is_null(f->params) ? 0 : ts_node_named_child_count(f->params);
@@ -606,6 +921,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
                             "%s: kernel '%s': no shared table '%s' zero-filled, synchronised and merged into a "
                             "global one",
                             kl_source_name(ctx->src), f->name, site_what(site));
+    replicas rep;
+    if (find_replicas(ctx, f, &p, &rep)) return remove_replicas(ctx, fs, nf, f, &p, &rep, out, err);
     kl_status st = KL_OK;
     /* every other use of the shared table must be an atomicAdd target */
     rename_collect r = {.ctx = ctx, .s = p.shared, .out = out, .g = p.global, .skip = {p.decl, p.init, p.merge}, .st = KL_OK};

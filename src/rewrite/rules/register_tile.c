@@ -356,7 +356,6 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
     if (!have_loop || a->ntiles != 2 || nshared != 2) return 0;
     /* present already: an accumulator array with kl_i loops */
     if (tt_uses(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), "kl_i")) return 0;
-    unsigned kline = ts_node_start_point(a->kloop).row + 1;
     uint32_t bs = ts_node_start_byte(f->body), be = ts_node_end_byte(f->body);
     static const char *const banned[] = {"return", "gridDim", "threadIdx.z", "goto"};
     for (unsigned i = 0; i < 4; i++)
@@ -560,7 +559,6 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
             goto done;
         }
     }
-    (void)kline;
     rc = 1;
 done:
     kl_affine_ctx_free(ax);
@@ -778,7 +776,10 @@ static kl_status rt_apply_edits(const rt *a, long long tm, long long tn, kl_edit
         const rt_local *acc = &a->locals[a->acc];
         char ind[64];
         rb_indent_of(ctx, ts_node_start_byte(acc->decl), ind, sizeof ind);
-        char *v = rb_text(ctx, acc->value);
+        /* the initial value per output (a bias read at [row][col] moves with them) */
+        subs sv;
+        make_subs(a, true, true, false, tm, tn, &sv);
+        char *v = tt_subst(ctx->text, ts_node_start_byte(acc->value), ts_node_end_byte(acc->value), sv.pairs, sv.n);
         kl_strbuf stmt = KL_STRBUF_INIT, sb = KL_STRBUF_INIT;
         kl_strbuf_addf(&stmt, "%s[kl_i][kl_j] = %s;", acc->name, v ? v : "");
         kl_strbuf_addf(&sb, "%s %s[%lld][%lld];\n%s", a->acc_type, acc->name, tm, tn, ind);
@@ -985,7 +986,8 @@ static kl_status rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const
     {
         char type[64];
         copy_text(ctx, tt_field(pr->decl, "type"), type, sizeof type);
-        char *v = rb_text(ctx, tt_field(as, "right"));
+        TSNode rv = tt_field(as, "right");
+        char *v = unsubst(ctx->text, ts_node_start_byte(rv), ts_node_end_byte(rv), pr);
         st = v ? kl_edits_addf(out, ts_node_start_byte(pr->decl), ts_node_end_byte(pr->init), "%s %s = %s;", type,
                                pr->acc, v)
                : KL_ERR_NOMEM;

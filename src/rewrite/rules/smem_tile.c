@@ -15,6 +15,17 @@
  * the tiles, a barrier; the guard (or the early return) follows the loop, so every thread
  * reaches both barriers.
  *
+ * applicable, stencil (site `kernel:line` of the outer offset loop): one or two loops
+ * `for (T v = S; v < B; v++)` around one read G[idx] of a pointer parameter whose index moves with
+ * each loop variable exactly as with threadIdx.x / threadIdx.y (blur: img[(y+i-r)*w + (x+j-r)]),
+ * under a guard (enclosing ifs, `if (c) continue;` before it) bounding each axis on both sides,
+ * every leaf of which is, like idx, a function of threadIdx + offset only. Apply writes a
+ * __shared__ tile of (BY + count - 1) x (BX + count - 1) (with a run-time count: BY + 2*max_radius,
+ * and the original loop kept under `else` for counts beyond it), loaded by loops over the tile that
+ * repeat the naive's locals with `v = s - threadIdx` (so each element is the value the reading
+ * thread would have read, or 0 outside the guard), a barrier, and the loop with the read replaced
+ * by S[threadIdx.y + i][threadIdx.x + j]; the output guard / early return moves after the barrier.
+ *
  * present (site `kernel:line` of the tile loop), two shapes:
  *  - GEMM tiles: a loop over k-tiles whose body is guarded loads `S[ti][tj] = cond ? G[e] : 0`
  *    (or `if (cond) S[..] = G[e]; else S[..] = 0;`) of two 2-D __shared__ arrays at thread
@@ -27,6 +38,9 @@
  *    block-uniform values only, then a barrier, then only reads. Remove turns the load into a
  *    lambda of the same name computing that value from global memory, and every read
  *    `S[a][b]` into `S(a, b)`.
+ *  - a stencil halo tile as stencil apply writes it (site `kernel:line:S` of the load): remove
+ *    keeps the fallback loop, or writes each tile read back as the global read the load stores,
+ *    and puts the hoisted statements / the early return back.
  */
 #include <ctype.h>
 #include <stdlib.h>
@@ -2013,6 +2027,7 @@ static bool tile_expressible(const kl_rule_ctx *ctx, kl_affine_ctx *ax, sa *s, T
 {
     const char *src = kl_source_name(ctx->src);
     e = strip(e);
+    if (ts_node_is_null(e) || ts_node_has_error(e)) return SWHY("%s: the read's guard or index does not parse", src);
     char b[8];
     binop(ctx, e, b, sizeof b);
     if (b[0] && cmp_op(b))
@@ -2223,6 +2238,7 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     s->outer = outer;
     const char *src = kl_source_name(ctx->src);
     unsigned ln = line_of(outer);
+    if (ts_node_has_error(outer)) return SWHY("%s:%u: the loop does not parse", src, ln);
     /* the read: one subscript of a pointer parameter moving with a loop offset as with a thread index */
     const kl_ax_access *rd = NULL;
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
@@ -2281,6 +2297,8 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         if (!L->var || !L->start || !L->bound || !L->cmp || (strcmp(L->cmp, "<") && strcmp(L->cmp, "<=")) ||
             !L->step_is_int || L->step_int != 1)
             return SWHY("%s:%u: the loop is not `for (T v = S; v < B; v++)` (or `v <= B`)", src, line_of(D->loop));
+        if (strlen(L->bound) > 160 || strlen(L->start) > 60 || strlen(L->var) > 48)
+            return SWHY("%s:%u: the loop's bounds are too long to rewrite", src, line_of(D->loop));
         TSNode init = rb_field(D->loop, "initializer");
         if (!rb_is(init, "declaration")) return SWHY("%s:%u: the loop does not declare its variable", src, line_of(D->loop));
         TSNode ty = rb_field(init, "type");
@@ -2784,7 +2802,7 @@ static bool analyse_stencil_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, T
         for (unsigned k = 0; k < p->nd; k++, ch = rb_field(ch, "argument")) {
             char sub[256];
             squeezed(ctx, ts_node_named_child(rb_field(ch, "indices"), 0), sub, sizeof sub);
-            if (strncmp(sub, "threadIdx.", 10) || sub[11] != '+') return false;
+            if (strlen(sub) < 13 || strncmp(sub, "threadIdx.", 10) || sub[11] != '+') return false;
         }
         TSNode par = ts_node_parent(p->reads[r]);
         if (rb_is(par, "update_expression") || (rb_is(par, "pointer_expression") && text_is(ctx, rb_field(par, "operator"), "&"))) return false;
@@ -2876,7 +2894,11 @@ static kl_status remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         sa s;
         memset(&s, 0, sizeof s);
         char want[1024] = "";
-        if (!ts_node_is_null(p->cond)) squeezed(ctx, p->cond, want, sizeof want);
+        if (!ts_node_is_null(p->cond)) {
+            if (ts_node_end_byte(p->cond) - ts_node_start_byte(p->cond) >= sizeof want - 1)
+                return kl_rule_not_applicable(err, "%s:%u: the load's guard is too long", src, line_of(p->cond));
+            squeezed(ctx, p->cond, want, sizeof want);
+        }
         for (unsigned r = 0; r < p->nreads; r++) {
             s.read = p->reads[r];
             s.outer = p->compute;
@@ -2891,6 +2913,10 @@ static kl_status remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
             }
             char *have = kl_strbuf_detach(&cb, NULL);
             if (!have) goto oom;
+            if (strlen(have) >= 1000) {
+                free(have);
+                return kl_rule_not_applicable(err, "%s:%u: the tile read's guard is too long", src, line_of(p->reads[r]));
+            }
             char hs[1024];
             squeeze_str(have, hs, sizeof hs);
             free(have);
@@ -3254,7 +3280,8 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
 
 const kl_rule kl_rule_smem_tile = {
     NAME,
-    "operands re-read from global memory in a dot-product loop -> cooperative shared-memory tiles with barriers",
+    "operands re-read from global memory in a loop (dot products, stencils with halos) -> cooperative "
+    "shared-memory tiles with barriers",
     st_params,
     2,
     find,

@@ -68,27 +68,6 @@ typedef struct db {
     char var[64], vtype[64], start[64], step[64];
 } db;
 
-static void copy_text(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    uint32_t s = ts_node_start_byte(n), e = ts_node_end_byte(n);
-    if (e - s >= size) e = s + (uint32_t)size - 1;
-    memcpy(buf, ctx->text + s, e - s);
-    buf[e - s] = '\0';
-}
-
-static bool is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
-{
-    if (!rb_is(d, "declaration")) return false;
-    uint32_t c = tt_child_count(d);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode ch = tt_child(d, i);
-        if ((rb_is(ch, "type_qualifier") || rb_is(ch, "storage_class_specifier")) &&
-            rb_text_is(ctx, ch, "__shared__"))
-            return true;
-    }
-    return false;
-}
-
 /* The shared arrays declared at the top level of the kernel. */
 static void shared_arrays(const kl_rule_ctx *ctx, TSNode body, db_array *arrs, unsigned *n)
 {
@@ -96,7 +75,7 @@ static void shared_arrays(const kl_rule_ctx *ctx, TSNode body, db_array *arrs, u
     unsigned k = tt_stmts(body, st, MAXSTMT);
     *n = 0;
     for (unsigned i = 0; i < k && i < MAXSTMT && *n < 8; i++) {
-        if (!is_shared_decl(ctx, st[i])) continue;
+        if (!tt_is_shared_decl(ctx, st[i])) continue;
         TSNode d = tt_field(st[i], "declarator");
         if (!rb_is(d, "array_declarator")) continue;
         TSNode first = d;
@@ -107,8 +86,8 @@ static void shared_arrays(const kl_rule_ctx *ctx, TSNode body, db_array *arrs, u
         a->decl = st[i];
         a->ident = id;
         a->first = tt_field(first, "size");
-        copy_text(ctx, id, a->name, sizeof a->name);
-        copy_text(ctx, tt_field(st[i], "type"), a->elem, sizeof a->elem);
+        tt_copy_text(ctx, id, a->name, sizeof a->name);
+        tt_copy_text(ctx, tt_field(st[i], "type"), a->elem, sizeof a->elem);
     }
 }
 
@@ -129,7 +108,7 @@ static bool const_loop(const kl_rule_ctx *ctx, TSNode scope, TSNode f, char *var
     if (!rb_is(d, "init_declarator") || !rb_is(tt_field(d, "declarator"), "identifier")) return false;
     long long s;
     if (!rb_const_eval(ctx, scope, tt_field(d, "value"), &s) || s != 0) return false;
-    copy_text(ctx, tt_field(d, "declarator"), var, size);
+    tt_copy_text(ctx, tt_field(d, "declarator"), var, size);
     if (!rb_is(cond, "binary_expression") || !rb_text_is(ctx, tt_field(cond, "operator"), "<") ||
         !rb_text_is(ctx, tt_field(cond, "left"), var) || !rb_const_eval(ctx, scope, tt_field(cond, "right"), trip))
         return false;
@@ -167,7 +146,7 @@ static bool parse_load(db *d, TSNode s, db_load *L)
     while (rb_is(l, "subscript_expression")) l = tt_field(l, "argument");
     if (!rb_is(l, "identifier") || !rb_is(tt_field(as, "left"), "subscript_expression")) return false;
     char name[64];
-    copy_text(ctx, l, name, sizeof name);
+    tt_copy_text(ctx, l, name, sizeof name);
     L->arr = array_index(d, name);
     L->inner = s;
     L->assign = as;
@@ -233,9 +212,9 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
         kl_snprintf(why, size, "the tile loop at line %u does not declare its variable starting at 0", line);
         return -1;
     }
-    copy_text(ctx, id, d->var, sizeof d->var);
-    copy_text(ctx, tt_field(init, "type"), d->vtype, sizeof d->vtype);
-    copy_text(ctx, tt_field(tt_field(init, "declarator"), "value"), d->start, sizeof d->start);
+    tt_copy_text(ctx, id, d->var, sizeof d->var);
+    tt_copy_text(ctx, tt_field(init, "type"), d->vtype, sizeof d->vtype);
+    tt_copy_text(ctx, tt_field(tt_field(init, "declarator"), "value"), d->start, sizeof d->start);
     if (!rb_is(cond, "binary_expression") || !rb_text_is(ctx, tt_field(cond, "operator"), "<") ||
         !rb_text_is(ctx, tt_field(cond, "left"), d->var)) {
         kl_snprintf(why, size, "the condition of the tile loop at line %u is not `%s < bound`", line, d->var);
@@ -248,7 +227,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
     } else if (rb_is(upd, "assignment_expression") && rb_text_is(ctx, tt_field(upd, "operator"), "+=") &&
                rb_text_is(ctx, tt_field(upd, "left"), d->var) && rb_const_eval(ctx, f->def, tt_field(upd, "right"), &sv) &&
                sv > 0) {
-        copy_text(ctx, tt_field(upd, "right"), d->step, sizeof d->step);
+        tt_copy_text(ctx, tt_field(upd, "right"), d->step, sizeof d->step);
     } else {
         kl_snprintf(why, size, "the tile loop at line %u does not step by a compile-time constant", line);
         return -1;
@@ -429,7 +408,7 @@ static bool cp_async_ok(const db *d, const db_load *L, char *why, size_t size)
     if (rb_is(r, "conditional_expression")) {
         TSNode z = tt_field(r, "alternative");
         char zt[32];
-        copy_text(ctx, z, zt, sizeof zt);
+        tt_copy_text(ctx, z, zt, sizeof zt);
         if (!rb_is(z, "number_literal") || (strcmp(zt, "0") && strcmp(zt, "0.0f") && strcmp(zt, "0.f") &&
                                             strcmp(zt, "0.0"))) {
             kl_snprintf(why, size, "cp.async: the load at line %u does not fall back to zero", line);
@@ -440,7 +419,7 @@ static bool cp_async_ok(const db *d, const db_load *L, char *why, size_t size)
     TSNode base = tt_field(src, "argument");
     char elem[64] = "";
     char name[64];
-    if (rb_is(base, "identifier")) copy_text(ctx, base, name, sizeof name);
+    if (rb_is(base, "identifier")) tt_copy_text(ctx, base, name, sizeof name);
     if (!rb_is(src, "subscript_expression") || !rb_is(base, "identifier") ||
         !rb_pointer_param(ctx, &d->f, name, elem, sizeof elem) || strcmp(elem, "float")) {
         kl_snprintf(why, size, "cp.async: the load at line %u is not an element of an f32 pointer parameter", line);
@@ -608,7 +587,7 @@ static bool decl_named(const kl_rule_ctx *ctx, TSNode s, char *name, size_t size
     TSNode d = tt_field(s, "declarator");
     if (!rb_is(s, "declaration") || !rb_is(d, "init_declarator") || !rb_is(tt_field(d, "declarator"), "identifier"))
         return false;
-    copy_text(ctx, tt_field(d, "declarator"), name, size);
+    tt_copy_text(ctx, tt_field(d, "declarator"), name, size);
     *value = tt_field(d, "value");
     return true;
 }
@@ -633,7 +612,7 @@ static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, db_present *p
         if (p->n < 3 || p->n > MAXSTMT) continue;
         TSNode id = tt_field(tt_field(tt_field(st[i], "initializer"), "declarator"), "declarator");
         if (!rb_is(id, "identifier")) continue;
-        copy_text(ctx, id, p->var, sizeof p->var);
+        tt_copy_text(ctx, id, p->var, sizeof p->var);
         TSNode v;
         p->loop = st[i];
         p->body = body;
@@ -871,7 +850,7 @@ static unsigned called_names(const kl_rule_ctx *ctx, TSNode s, char names[][64],
     for (unsigned i = 0; i < k && i < 8 && n < max; i++) {
         TSNode c = tt_child(st[i], 0);
         if (rb_is(st[i], "expression_statement") && rb_is(c, "call_expression"))
-            copy_text(ctx, tt_field(c, "function"), names[n++], 64);
+            tt_copy_text(ctx, tt_field(c, "function"), names[n++], 64);
     }
     return n;
 }
@@ -903,7 +882,7 @@ static kl_status remove_expert(const kl_rule_ctx *ctx, const rb_func *f, const d
     /* the next tile's expression in the prefetch: `var + 1` or `var + step` */
     TSNode upd = tt_field(p->loop, "update");
     char step[64] = "1";
-    if (rb_is(upd, "assignment_expression")) copy_text(ctx, tt_field(upd, "right"), step, sizeof step);
+    if (rb_is(upd, "assignment_expression")) tt_copy_text(ctx, tt_field(upd, "right"), step, sizeof step);
     char nx2[160];
     kl_snprintf(nx2, sizeof nx2, "%s + %s", p->var, step);
     TSNode pb = tt_field(pre, "consequence");

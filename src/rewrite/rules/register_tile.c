@@ -79,27 +79,6 @@ typedef struct rt {
     char acc_type[64];
 } rt;
 
-static void copy_text(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    uint32_t s = ts_node_start_byte(n), e = ts_node_end_byte(n);
-    if (e - s >= size) e = s + (uint32_t)size - 1;
-    memcpy(buf, ctx->text + s, e - s);
-    buf[e - s] = '\0';
-}
-
-static bool is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
-{
-    if (!rb_is(d, "declaration")) return false;
-    uint32_t c = tt_child_count(d);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode ch = tt_child(d, i);
-        if ((rb_is(ch, "type_qualifier") || rb_is(ch, "storage_class_specifier")) &&
-            rb_text_is(ctx, ch, "__shared__"))
-            return true;
-    }
-    return false;
-}
-
 static bool uses_any(const kl_rule_ctx *ctx, TSNode n, const char *const *names, unsigned count)
 {
     for (unsigned i = 0; i < count; i++)
@@ -307,7 +286,7 @@ static bool find_update(rt *a, char *why, size_t size)
     a->e1 = tt_field(r, "left");
     a->e2 = tt_field(r, "right");
     char name[64];
-    copy_text(ctx, tt_field(as, "left"), name, sizeof name);
+    tt_copy_text(ctx, tt_field(as, "left"), name, sizeof name);
     a->acc = local_index(a, name);
     if (a->acc < 0 || ts_node_is_null(a->locals[a->acc].value)) {
         kl_snprintf(why, size, "the accumulator %s is not a local with an initial value", name);
@@ -333,7 +312,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
     unsigned nshared = 0;
     for (unsigned i = 0; i < n; i++) {
         TSNode s = a->stmts[i];
-        if (is_shared_decl(ctx, s)) {
+        if (tt_is_shared_decl(ctx, s)) {
             nshared++;
             TSNode d = tt_field(s, "declarator");
             if (a->ntiles < 2 && rb_is(d, "array_declarator") && rb_is(tt_field(d, "declarator"), "array_declarator") &&
@@ -342,8 +321,8 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
                 t->decl = s;
                 t->dims[1] = tt_field(d, "size");
                 t->dims[0] = tt_field(tt_field(d, "declarator"), "size");
-                copy_text(ctx, tt_field(tt_field(d, "declarator"), "declarator"), t->name, sizeof t->name);
-                copy_text(ctx, tt_field(s, "type"), t->elem, sizeof t->elem);
+                tt_copy_text(ctx, tt_field(tt_field(d, "declarator"), "declarator"), t->name, sizeof t->name);
+                tt_copy_text(ctx, tt_field(s, "type"), t->elem, sizeof t->elem);
             }
         } else if (rb_is(s, "for_statement") &&
                    tt_uses(ctx->text, ts_node_start_byte(s), ts_node_end_byte(s), "__syncthreads")) {
@@ -375,7 +354,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
     /* the locals declared at the top level */
     for (unsigned i = 0; i < n; i++) {
         TSNode s = a->stmts[i];
-        if (!rb_is(s, "declaration") || is_shared_decl(ctx, s)) continue;
+        if (!rb_is(s, "declaration") || tt_is_shared_decl(ctx, s)) continue;
         if (i > a->kidx) continue;
         uint32_t c = tt_child_count(s);
         for (uint32_t k = 0; k < c; k++) {
@@ -384,7 +363,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
             if (!rb_is(id, "identifier") || a->nlocals >= MAXLOCAL) continue;
             rt_local *L = &a->locals[a->nlocals++];
             memset(L, 0, sizeof *L);
-            copy_text(ctx, id, L->name, sizeof L->name);
+            tt_copy_text(ctx, id, L->name, sizeof L->name);
             L->decl = s;
             if (rb_is(d, "init_declarator")) L->value = tt_field(d, "value");
         }
@@ -425,7 +404,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
             goto done;
         }
         TSNode g = t->dims[t->grow];
-        if (rb_is(g, "identifier") || rb_is(g, "number_literal")) copy_text(ctx, g, t->stride, sizeof t->stride);
+        if (rb_is(g, "identifier") || rb_is(g, "number_literal")) tt_copy_text(ctx, g, t->stride, sizeof t->stride);
         else kl_snprintf(t->stride, sizeof t->stride, "%lld", t->grow_val);
     }
     if (a->p == a->q) {
@@ -493,7 +472,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rt *a, char *why, s
                         ts_node_start_point(d).row + 1);
             goto done;
         }
-        copy_text(ctx, tt_field(d, "type"), a->acc_type, sizeof a->acc_type);
+        tt_copy_text(ctx, tt_field(d, "type"), a->acc_type, sizeof a->acc_type);
         if (tt_count(ctx->text, ts_node_start_byte(a->kloop), ts_node_end_byte(a->kloop), acc->name) != 1 ||
             kl_affine_assign_count(ax, acc->name) != 2) {
             kl_snprintf(why, size, "the accumulator %s is used in the tile loop other than by the update", acc->name);
@@ -572,7 +551,7 @@ static bool cfg_arg_value(const kl_rule_ctx *ctx, TSNode scope, TSNode arg, long
     if (rb_is(arg, "parameter_declaration")) {
         TSNode ty = tt_field(arg, "type");
         char name[64];
-        copy_text(ctx, ty, name, sizeof name);
+        tt_copy_text(ctx, ty, name, sizeof name);
         return rb_const_name(ctx, scope, name, v);
     }
     return rb_const_eval(ctx, scope, arg, v);
@@ -889,11 +868,11 @@ static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, rt_present *p
     unsigned n = tt_stmts(f->body, st, MAXSTMT);
     for (unsigned i = 0; i + 1 < n && i + 1 < MAXSTMT; i++) {
         TSNode d = tt_field(st[i], "declarator");
-        if (!rb_is(st[i], "declaration") || is_shared_decl(ctx, st[i]) || !rb_is(d, "array_declarator")) continue;
+        if (!rb_is(st[i], "declaration") || tt_is_shared_decl(ctx, st[i]) || !rb_is(d, "array_declarator")) continue;
         TSNode in = tt_field(d, "declarator");
         if (!rb_is(in, "array_declarator") || !rb_is(tt_field(in, "declarator"), "identifier")) continue;
         if (!is_kl_loop(ctx, st[i + 1], "kl_i")) continue;
-        copy_text(ctx, tt_field(in, "declarator"), pr->acc, sizeof pr->acc);
+        tt_copy_text(ctx, tt_field(in, "declarator"), pr->acc, sizeof pr->acc);
         if (!rb_const_eval(ctx, f->def, tt_field(in, "size"), &pr->tm) ||
             !rb_const_eval(ctx, f->def, tt_field(d, "size"), &pr->tn))
             continue;
@@ -985,7 +964,7 @@ static kl_status rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const
                                       line);
     {
         char type[64];
-        copy_text(ctx, tt_field(pr->decl, "type"), type, sizeof type);
+        tt_copy_text(ctx, tt_field(pr->decl, "type"), type, sizeof type);
         TSNode rv = tt_field(as, "right");
         char *v = unsubst(ctx->text, ts_node_start_byte(rv), ts_node_end_byte(rv), pr);
         st = v ? kl_edits_addf(out, ts_node_start_byte(pr->decl), ts_node_end_byte(pr->init), "%s %s = %s;", type,
@@ -1067,7 +1046,7 @@ static kl_status rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const
     unsigned n = tt_stmts(f->body, st2, MAXSTMT);
     unsigned shrunk = 0;
     for (unsigned i = 0; i < n && i < MAXSTMT; i++) {
-        if (!is_shared_decl(ctx, st2[i])) continue;
+        if (!tt_is_shared_decl(ctx, st2[i])) continue;
         TSNode d = tt_field(st2[i], "declarator");
         while (rb_is(d, "array_declarator")) {
             TSNode sz = tt_field(d, "size");

@@ -448,6 +448,75 @@ static bool hoistable(const kl_rule_ctx *ctx, TSNode d)
     return np == 0;
 }
 
+/* Where a loop that is to get barriers sits: at the kernel's top level ('N'), after an early
+ * `if (…) return;` ('R', guard = that if), or as the only body of the output guard
+ * `if (…) { … }` ('I', guard = that if); the statements before it that move with the guard
+ * (hoistable ones only) into pre. Every thread must reach the barriers, so no other return
+ * may come before the loop. False with the reason in why. */
+typedef struct placement {
+    char form;
+    TSNode guard;
+    TSNode pre[32];
+    unsigned npre;
+} placement;
+
+static bool loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode fn, TSNode loop, placement *pl,
+                           char *why, size_t wsize)
+{
+#define PWHY(...) (kl_snprintf(why, wsize, __VA_ARGS__), false)
+    unsigned ln = line_of(loop);
+    TSNode fbody = kl_ast_function_body(fn);
+    TSNode par = ts_node_parent(loop);
+    memset(pl, 0, sizeof *pl);
+    if (ts_node_eq(par, fbody)) {
+        pl->form = 'N';
+        for (TSNode q = rb_prev_stmt(loop); !ts_node_is_null(q); q = rb_prev_stmt(q)) {
+            if (early_return(q)) {
+                if (pl->form == 'R') return PWHY("%s:%u: two early returns before the loop", src, line_of(q));
+                pl->form = 'R';
+                pl->guard = q;
+            } else if (count_type(q, "return_statement", NULL) || count_type(q, "goto_statement", NULL))
+                return PWHY("%s:%u: a return before the loop would skip the barriers", src, line_of(q));
+        }
+        if (pl->form == 'R')
+            for (TSNode q = rb_next_stmt(pl->guard); !ts_node_eq(q, loop); q = rb_next_stmt(q)) {
+                if (!hoistable(ctx, q))
+                    return PWHY("%s:%u: the statement between the early return and the loop reads memory or calls "
+                                "a function: it cannot run in the threads that returned", src, line_of(q));
+                if (pl->npre < 32) pl->pre[pl->npre++] = q;
+            }
+    } else if (rb_is(par, "compound_statement") && rb_is(ts_node_parent(par), "if_statement") &&
+               ts_node_eq(ts_node_parent(ts_node_parent(par)), fbody) &&
+               ts_node_is_null(rb_field(ts_node_parent(par), "alternative"))) {
+        pl->form = 'I';
+        pl->guard = ts_node_parent(par);
+        for (TSNode q = rb_prev_stmt(pl->guard); !ts_node_is_null(q); q = rb_prev_stmt(q))
+            if (count_type(q, "return_statement", NULL) || count_type(q, "goto_statement", NULL))
+                return PWHY("%s:%u: a return before the loop would skip the barriers", src, line_of(q));
+        for (uint32_t i = 0; i < ts_node_named_child_count(par); i++) {
+            TSNode q = ts_node_named_child(par, i);
+            if (ts_node_eq(q, loop)) break;
+            if (rb_is(q, "comment")) continue;
+            if (!hoistable(ctx, q))
+                return PWHY("%s:%u: the statement before the loop reads memory or calls a function: it cannot move "
+                            "out of the guard", src, line_of(q));
+            if (pl->npre < 32) pl->pre[pl->npre++] = q;
+        }
+        if (rb_line_end(ctx, ts_node_start_byte(par)) > ts_node_start_byte(ts_node_named_child(par, 0)) ||
+            !rb_line_blank_before(ctx, ts_node_end_byte(par) - 1))
+            return PWHY("%s:%u: the guard and the loop are not laid out one statement a line", src, ln);
+    } else
+        return PWHY("%s:%u: the loop is not at the kernel's top level nor directly inside its output guard (a "
+                    "barrier would sit in divergent control flow)", src, ln);
+    if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
+        return PWHY("%s:%u: the loop does not start its line", src, ln);
+    for (unsigned i = 0; i < pl->npre; i++)
+        if (!kl_rules_starts_line(ctx, ts_node_start_byte(pl->pre[i])))
+            return PWHY("%s:%u: the statements are not one a line", src, line_of(pl->pre[i]));
+    return true;
+#undef PWHY
+}
+
 typedef struct sub_scan {
     const kl_rule_ctx *ctx;
     TSNode subs[16];
@@ -579,56 +648,10 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
             return WHY("%s:%u: the element type of '%s' is unknown", src, line_of(g->op[i]), g->arr[i]);
     }
     /* the structure: top level, inside an if guard, or after an early return */
-    TSNode fbody = kl_ast_function_body(fn);
-    TSNode par = ts_node_parent(loop);
-    TSNode rets[4];
-    (void)rets;
-    if (ts_node_eq(par, fbody)) {
-        g->form = 'N';
-        for (TSNode s = rb_prev_stmt(loop); !ts_node_is_null(s); s = rb_prev_stmt(s)) {
-            if (early_return(s)) {
-                if (g->form == 'R') return WHY("%s:%u: two early returns before the loop", src, line_of(s));
-                g->form = 'R';
-                g->guard = s;
-            } else if (count_type(s, "return_statement", NULL) || count_type(s, "goto_statement", NULL))
-                return WHY("%s:%u: a return before the loop would skip the barriers", src, line_of(s));
-        }
-        if (g->form == 'R')
-            for (TSNode s = rb_next_stmt(g->guard); !ts_node_eq(s, loop); s = rb_next_stmt(s)) {
-                if (!hoistable(ctx, s))
-                    return WHY("%s:%u: the statement between the early return and the loop reads memory or calls a "
-                               "function: it cannot run in the threads that returned", src, line_of(s));
-                if (g->npre < 32) g->pre[g->npre++] = s;
-            }
-    } else if (rb_is(par, "compound_statement") && rb_is(ts_node_parent(par), "if_statement") &&
-               ts_node_eq(ts_node_parent(ts_node_parent(par)), fbody) &&
-               ts_node_is_null(rb_field(ts_node_parent(par), "alternative"))) {
-        g->form = 'I';
-        g->guard = ts_node_parent(par);
-        for (TSNode s = rb_prev_stmt(g->guard); !ts_node_is_null(s); s = rb_prev_stmt(s))
-            if (count_type(s, "return_statement", NULL) || count_type(s, "goto_statement", NULL))
-                return WHY("%s:%u: a return before the loop would skip the barriers", src, line_of(s));
-        for (uint32_t i = 0; i < ts_node_named_child_count(par); i++) {
-            TSNode s = ts_node_named_child(par, i);
-            if (ts_node_eq(s, loop)) break;
-            if (rb_is(s, "comment")) continue;
-            if (!hoistable(ctx, s))
-                return WHY("%s:%u: the statement before the loop reads memory or calls a function: it cannot move out "
-                           "of the guard", src, line_of(s));
-            if (g->npre < 32) g->pre[g->npre++] = s;
-        }
-        if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)) ||
-            rb_line_end(ctx, ts_node_start_byte(par)) > ts_node_start_byte(ts_node_named_child(par, 0)) ||
-            !rb_line_blank_before(ctx, ts_node_end_byte(par) - 1))
-            return WHY("%s:%u: the guard and the loop are not laid out one statement a line", src, ln);
-    } else
-        return WHY("%s:%u: the loop is not at the kernel's top level nor directly inside its output guard (a barrier "
-                   "would sit in divergent control flow)", src, ln);
-    if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
-        return WHY("%s:%u: the loop does not start its line", src, ln);
-    for (unsigned i = 0; i < g->npre; i++)
-        if (!kl_rules_starts_line(ctx, ts_node_start_byte(g->pre[i])))
-            return WHY("%s:%u: the statements are not one a line", src, line_of(g->pre[i]));
+    placement pl;
+    if (!loop_placement(ctx, src, fn, loop, &pl, g->why, sizeof g->why)) return false;
+    g->form = pl.form, g->guard = pl.guard, g->npre = pl.npre;
+    memcpy(g->pre, pl.pre, sizeof pl.pre);
     /* the load guards from the output guard */
     kl_strbuf gs[2] = {KL_STRBUF_INIT, KL_STRBUF_INIT};
     if (g->form != 'N') {
@@ -2335,52 +2358,10 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                         "outside the image", src, line_of(s->read), s->arr, s->d[d].axis == 'x' ? "x" : "y", s->d[d].L->var);
     if (!stencil_decls(ctx, ax, s)) return false;
     /* where the loop sits: the barrier must be reached by every thread */
-    TSNode fbody = kl_ast_function_body(fn);
-    TSNode par = ts_node_parent(outer);
-    if (ts_node_eq(par, fbody)) {
-        s->form = 'N';
-        for (TSNode q = rb_prev_stmt(outer); !ts_node_is_null(q); q = rb_prev_stmt(q)) {
-            if (early_return(q)) {
-                if (s->form == 'R') return SWHY("%s:%u: two early returns before the loop", src, line_of(q));
-                s->form = 'R';
-                s->guard = q;
-            } else if (count_type(q, "return_statement", NULL) || count_type(q, "goto_statement", NULL))
-                return SWHY("%s:%u: a return before the loop would skip the barrier", src, line_of(q));
-        }
-        if (s->form == 'R')
-            for (TSNode q = rb_next_stmt(s->guard); !ts_node_eq(q, outer); q = rb_next_stmt(q)) {
-                if (!hoistable(ctx, q))
-                    return SWHY("%s:%u: the statement between the early return and the loop reads memory or calls a "
-                                "function: it cannot run in the threads that returned", src, line_of(q));
-                if (s->npre < 32) s->pre[s->npre++] = q;
-            }
-    } else if (rb_is(par, "compound_statement") && rb_is(ts_node_parent(par), "if_statement") &&
-               ts_node_eq(ts_node_parent(ts_node_parent(par)), fbody) &&
-               ts_node_is_null(rb_field(ts_node_parent(par), "alternative"))) {
-        s->form = 'I';
-        s->guard = ts_node_parent(par);
-        for (TSNode q = rb_prev_stmt(s->guard); !ts_node_is_null(q); q = rb_prev_stmt(q))
-            if (count_type(q, "return_statement", NULL) || count_type(q, "goto_statement", NULL))
-                return SWHY("%s:%u: a return before the loop would skip the barrier", src, line_of(q));
-        for (uint32_t i = 0; i < ts_node_named_child_count(par); i++) {
-            TSNode q = ts_node_named_child(par, i);
-            if (ts_node_eq(q, outer)) break;
-            if (rb_is(q, "comment")) continue;
-            if (!hoistable(ctx, q))
-                return SWHY("%s:%u: the statement before the loop reads memory or calls a function: it cannot move out "
-                            "of the guard", src, line_of(q));
-            if (s->npre < 32) s->pre[s->npre++] = q;
-        }
-        if (rb_line_end(ctx, ts_node_start_byte(par)) > ts_node_start_byte(ts_node_named_child(par, 0)) ||
-            !rb_line_blank_before(ctx, ts_node_end_byte(par) - 1))
-            return SWHY("%s:%u: the guard and the loop are not laid out one statement a line", src, ln);
-    } else
-        return SWHY("%s:%u: the loop is not at the kernel's top level nor directly inside its output guard (a barrier "
-                    "would sit in divergent control flow)", src, ln);
-    if (!kl_rules_starts_line(ctx, ts_node_start_byte(outer))) return SWHY("%s:%u: the loop does not start its line", src, ln);
-    for (unsigned i = 0; i < s->npre; i++)
-        if (!kl_rules_starts_line(ctx, ts_node_start_byte(s->pre[i])))
-            return SWHY("%s:%u: the statements are not one a line", src, line_of(s->pre[i]));
+    placement pl;
+    if (!loop_placement(ctx, src, fn, outer, &pl, s->why, sizeof s->why)) return false;
+    s->form = pl.form, s->guard = pl.guard, s->npre = pl.npre;
+    memcpy(s->pre, pl.pre, sizeof pl.pre);
     char bwhy[300];
     if (!launch_block(ctx, kname, s->dim, s->btext, bwhy, sizeof bwhy)) return SWHY("%s: %s", src, bwhy);
     if (s->dim[2] != 1 || (nl == 1 && s->dim[1] != 1))

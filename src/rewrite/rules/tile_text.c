@@ -386,3 +386,24 @@ unsigned tt_find(const char *text, uint32_t s, uint32_t e, const char *from, uin
     free(pt.v);
     return c;
 }
+
+void tt_copy_text(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
+{
+    uint32_t s = ts_node_start_byte(n), e = ts_node_end_byte(n);
+    if (e - s >= size) e = s + (uint32_t)size - 1;
+    memcpy(buf, ctx->text + s, e - s);
+    buf[e - s] = '\0';
+}
+
+bool tt_is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
+{
+    if (!rb_is(d, "declaration")) return false;
+    uint32_t c = tt_child_count(d);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode ch = tt_child(d, i);
+        if ((rb_is(ch, "type_qualifier") || rb_is(ch, "storage_class_specifier")) &&
+            rb_text_is(ctx, ch, "__shared__"))
+            return true;
+    }
+    return false;
+}

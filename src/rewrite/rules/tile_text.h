@@ -40,6 +40,10 @@ TSNode tt_field(TSNode n, const char *field);
 TSNode tt_child(TSNode n, uint32_t i);
 uint32_t tt_child_count(TSNode n);
 TSNode tt_parent(TSNode n);
+/* The text of node n into buf (cut to size - 1 bytes, always terminated). */
+void tt_copy_text(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);
+/* Is d a declaration with the __shared__ qualifier? */
+bool tt_is_shared_decl(const kl_rule_ctx *ctx, TSNode d);
 /* The statements (named children that are not comments) of a compound statement, at most max. */
 unsigned tt_stmts(TSNode compound, TSNode *out, unsigned max);
 /* The `#pragma unroll` line right above byte `off` (only blanks before off on its line): the

@@ -1,0 +1,57 @@
+// test: remove grid-stride@hist:26
+// The histogram expert's loops: an unrolled uint4 main loop, its remainder, a scalar tail.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+constexpr int THREADS = 256;
+constexpr int VEC = 16;
+constexpr int UNROLL = 2;
+
+__device__ __forceinline__ void count4(unsigned w, int* bins)
+{
+    atomicAdd(&bins[w & 0xffu], 1);
+    atomicAdd(&bins[(w >> 8) & 0xffu], 1);
+    atomicAdd(&bins[(w >> 16) & 0xffu], 1);
+    atomicAdd(&bins[(w >> 24) & 0xffu], 1);
+}
+
+__global__ void hist(const uint8_t* x, int32_t* bins, int n, bool aligned)
+{
+    const size_t stride = (size_t)gridDim.x * THREADS;
+    const size_t gtid = (size_t)blockIdx.x * THREADS + threadIdx.x;
+    const size_t n16 = aligned ? (size_t)n / VEC : 0;
+    const uint4* x16 = reinterpret_cast<const uint4*>(x);
+    size_t i = gtid;
+    // grid-stride
+    for (; i + (UNROLL - 1) * stride < n16; i += UNROLL * stride) {
+        uint4 q[UNROLL];
+        for (int u = 0; u < UNROLL; u++) q[u] = x16[i + u * stride];
+        for (int u = 0; u < UNROLL; u++) {
+            count4(q[u].x, bins);
+            count4(q[u].y, bins);
+            count4(q[u].z, bins);
+            count4(q[u].w, bins);
+        }
+    }
+    for (; i < n16; i += stride) {
+        const uint4 q = x16[i];
+        count4(q.x, bins);
+        count4(q.y, bins);
+        count4(q.z, bins);
+        count4(q.w, bins);
+    }
+    for (size_t j = n16 * VEC + gtid; j < (size_t)n; j += stride) atomicAdd(&bins[x[j]], 1);
+}
+
+extern "C" void launch(const uint8_t* x, int32_t* bins, int n, cudaStream_t stream)
+{
+    cudaMemsetAsync(bins, 0, 256 * sizeof(int32_t), stream);
+    if (n <= 0) return;
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    const bool aligned = (uintptr_t)x % 16 == 0;
+    long long grid = ((long long)n + THREADS * VEC * UNROLL - 1) / (THREADS * VEC * UNROLL);
+    if (grid > sms * 4LL) grid = sms * 4LL;
+    if (grid < 1) grid = 1;
+    hist<<<(int)grid, THREADS, 0, stream>>>(x, bins, n, aligned);
+}

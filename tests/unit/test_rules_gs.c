@@ -1,0 +1,372 @@
+/* grid-stride over several loops (src/rewrite/rules/grid_stride.c, analyse_group) and block-reduce
+ * (src/rewrite/rules/block_reduce.c). Golden cases: tests/data/rules/grid-stride/multi/ (remove only:
+ * the apply direction writes one loop) and tests/data/rules/block-reduce/ (both ways). A case's first
+ * line says what to do (`// test: remove X@S [| apply X@S2]`); the result must equal <case>.after.cu
+ * (KL_UPDATE_GOLDEN=1 rewrites them); the reverse, when given, must give back the original or bring
+ * a site of the first direction back; every rewritten file is compiled with nvcc -arch=sm_90 -c.
+ * Then the reasons for "not applicable", and the reduce_sum/histogram experts walked down. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klineage/rewrite.h"
+#include "rewrite/rules/rules.h"
+#include "util/util.h"
+#include "rules_golden.h"
+
+/* ---- nvcc ----------------------------------------------------------------------------------------- */
+
+static char *scratch;
+static unsigned nscratch;
+
+static const char *nvcc_path(void)
+{
+    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
+    if (system("command -v nvcc >/dev/null 2>&1") == 0) return "nvcc";
+    return NULL;
+}
+
+/* Compile a text with nvcc (skipped, with a note, when nvcc is absent). */
+static void compile_text(const char *tag, const char *text)
+{
+    const char *nvcc = nvcc_path();
+    if (!nvcc) {
+        fprintf(stderr, "note: nvcc is absent: %s is not compiled\n", tag);
+        return;
+    }
+    kl_error err = {0};
+    if (!scratch) assert_int_equal(kl_tempdir("rules-gs", &scratch, &err), KL_OK);
+    char name[64];
+    kl_snprintf(name, sizeof name, "c%u.cu", nscratch++);
+    char *p = kl_path_join(scratch, name);
+    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
+    char *o = kl_path_join(scratch, "c.o");
+    const char *argv[] = {nvcc, "-arch=sm_90", "-c", "-x", "cu", p, "-o", o, NULL};
+    kl_child c;
+    kl_child_init(&c);
+    c.argv = argv;
+    c.timeout_s = 180;
+    c.merge_stderr = true;
+    assert_int_equal(kl_child_run(&c, &err), KL_OK);
+    if (c.exit_code != 0) fail_msg("nvcc rejected %s:\n%s\n%s", tag, kl_strbuf_str(&c.out), text);
+    kl_child_release(&c);
+    free(p);
+    free(o);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (scratch) kl_remove_tree(scratch, NULL);
+    free(scratch);
+    scratch = NULL;
+    return 0;
+}
+
+/* ---- golden files ----------------------------------------------------------------------------------- */
+
+static bool has_site(const char *name, const char *text, const char *transform, const char *dir)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_list(name, text, strlen(text), NULL, transform, &json, &err), KL_OK);
+    char want[128];
+    kl_snprintf(want, sizeof want, "\"direction\": \"%s\"", dir);
+    bool yes = strstr(json, want) != NULL;
+    free(json);
+    return yes;
+}
+
+static void golden_dir(const char *transform, const char *sub, unsigned want_cases, unsigned want_trips)
+{
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char dirpath[1024];
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, sub);
+    unsigned nn = 0, trips = 0;
+    char **names = golden_names(dirpath, &nn);
+    for (unsigned ci = 0; ci < nn; ci++) {
+        char before[1200], after[1200];
+        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
+        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
+        char *btext = NULL;
+        size_t blen;
+        kl_error err = {0};
+        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
+        const char *hdr = strstr(btext, "// test: ");
+        if (!hdr) fail_msg("%s: no '// test: ' line", before);
+        op fwd, back;
+        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
+        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s", before, fwd.name);
+        const char *bar = strchr(hdr, '|');
+        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        char *got = rewrite_op(before, btext, &fwd, &err);
+        if (!got) fail_msg("%s: %s", before, err.message);
+        if (!strcmp(got, btext)) fail_msg("%s: the rewrite changed nothing", before);
+        golden_expect(before, after, got);
+        compile_text(after, got);
+        if (has_back) {
+            char *again = rewrite_op(after, got, &back, &err);
+            if (!again)
+                fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
+                         back.site, err.message);
+            if (strcmp(again, btext)) {
+                if (!has_site(before, again, transform, fwd.remove ? "present" : "applicable"))
+                    fail_msg("%s: the round trip neither restores the text nor brings a %s site back:\n%s", before,
+                             fwd.remove ? "present" : "applicable", again);
+                compile_text(before, again);
+            }
+            trips++;
+            free(again);
+        }
+        free(got);
+        free(btext);
+        free(names[ci]);
+    }
+    free(names);
+    if (nn < want_cases) fail_msg("%s: %u golden cases, at least %u wanted", sub, nn, want_cases);
+    if (trips < want_trips) fail_msg("%s: %u round trips, at least %u wanted", sub, trips, want_trips);
+}
+
+static void golden_grid_stride_multi(void **state)
+{
+    (void)state;
+    golden_dir("grid-stride", "grid-stride/multi", 3, 0);
+}
+
+static void golden_block_reduce(void **state)
+{
+    (void)state;
+    golden_dir("block-reduce", "block-reduce", 4, 4);
+}
+
+/* ---- not applicable, with the reason --------------------------------------------------------------- */
+
+static void expect_not_applicable(const char *text, const char *transform, const char *site, bool remove,
+                                  const char *reason)
+{
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, transform, site, remove, remove ? NULL : "{}",
+                                    &out, &note, &err);
+    if (st != KL_ERR_NOT_APPLICABLE) fail_msg("%s@%s: status %d, wanted not applicable:\n%s", transform, site, st, out ? out : err.message);
+    if (!strstr(err.message, reason)) fail_msg("%s@%s: the reason '%s' lacks '%s'", transform, site, err.message, reason);
+    assert_true(kl_str_starts(err.message, "not applicable: "));
+    free(out);
+    free(note);
+}
+
+#define LAUNCH1 "extern \"C\" void launch(float *y, float *p, int n, cudaStream_t s) {\n  k<<<64, 256, 0, s>>>(y, p, n);\n}\n"
+
+static void grid_stride_group_refuses(void **state)
+{
+    (void)state;
+    /* the grid's size matters after the loop: one partial per block */
+    const char *partials = "__global__ void k(float *y, float *p, int n) {\n"
+                           "  float s = 0.f;\n"
+                           "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) y[i] = 1.f;\n"
+                           "  if (threadIdx.x == 0) p[blockIdx.x] = s;\n}\n" LAUNCH1;
+    expect_not_applicable(partials, "grid-stride", "k:3", true, "line 4 uses blockIdx outside the grid-stride loops");
+    /* an unrolled loop without its remainder */
+    const char *no_rem = "__global__ void k(float *y, float *p, int n) {\n"
+                         "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                         "  const int g = blockDim.x * gridDim.x;\n"
+                         "  for (; i + g < n; i += 2 * g) { y[i] = 1.f; y[i + g] = 1.f; }\n}\n" LAUNCH1;
+    expect_not_applicable(no_rem, "grid-stride", "k:4", true, "not followed by its remainder over i < n");
+    /* a bound that no size parameter dominates */
+    const char *loaded = "__global__ void k(float *y, float *p, int n) {\n"
+                         "  const int m = (int)p[0];\n"
+                         "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += blockDim.x * gridDim.x) y[i] = 1.f;\n"
+                         "  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += blockDim.x * gridDim.x) y[j] = 2.f;\n}\n" LAUNCH1;
+    expect_not_applicable(loaded, "grid-stride", "k:3", true, "cannot show that the loops from line 3 cover at most");
+    /* a remainder over another bound */
+    const char *other = "__global__ void k(float *y, float *p, int n) {\n"
+                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                        "  const int g = blockDim.x * gridDim.x;\n"
+                        "  for (; i + g < n; i += 2 * g) { y[i] = 1.f; y[i + g] = 1.f; }\n"
+                        "  for (; i < n - 1; i += g) y[i] = 1.f;\n}\n" LAUNCH1;
+    expect_not_applicable(other, "grid-stride", "k:4", true, "not followed by its remainder");
+    /* the body carries a value between elements */
+    const char *carry = "__global__ void k(float *y, float *p, int n) {\n"
+                        "  float acc = 0.f;\n"
+                        "  const int g = blockDim.x * gridDim.x;\n"
+                        "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += g) { acc += y[i]; y[i] = acc; }\n}\n" LAUNCH1;
+    expect_not_applicable(carry, "grid-stride", "k:4", true, "updates acc");
+    /* a grid sized from n by 256-thread blocks would not cover n with a stride of 128 per block */
+    const char *mism = "#define B 128\n__global__ void k(float *y, float *p, int n) {\n"
+                       "  for (int i = blockIdx.x * B + threadIdx.x; i < n; i += B * gridDim.x) y[i] = 1.f;\n}\n" LAUNCH1;
+    expect_not_applicable(mism, "grid-stride", "k:3", true, "steps blocks by 128, which is not the block size at line 6");
+}
+
+static void block_reduce_refuses(void **state)
+{
+    (void)state;
+    static const char helper[] =
+        "__device__ float bsum(float v) {\n  __shared__ float t[256];\n  t[threadIdx.x] = v;\n  __syncthreads();\n"
+        "  for (int s = 128; s > 0; s >>= 1) { if (threadIdx.x < s) t[threadIdx.x] += t[threadIdx.x + s]; __syncthreads(); }\n"
+        "  float r = t[0];\n  __syncthreads();\n  return r;\n}\n";
+    char text[2048];
+    /* the partial is also stored per thread */
+    kl_snprintf(text, sizeof text,
+                "%s__global__ void k(float *y, float *p, int n) {\n"
+                "  float s = 0.f;\n"
+                "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) s += y[i];\n"
+                "  y[threadIdx.x] = s;\n"
+                "  const float t = bsum(s);\n"
+                "  if (threadIdx.x == 0) atomicAdd(p, t);\n}\n" LAUNCH1,
+                helper);
+    expect_not_applicable(text, "block-reduce", "k:14", true, "line 13 uses the partial s otherwise");
+    /* a partial of another type than the output */
+    kl_snprintf(text, sizeof text,
+                "%s__global__ void k(float *y, double *p, int n) {\n"
+                "  float s = 0.f;\n"
+                "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) s += y[i];\n"
+                "  const float t = bsum(s);\n"
+                "  if (threadIdx.x == 0) atomicAdd(p, t);\n}\n"
+                "extern \"C\" void launch(float *y, double *p, int n, cudaStream_t s) {\n  k<<<64, 256, 0, s>>>(y, p, n);\n}\n",
+                helper);
+    /* (atomicAdd(double*, float) picks the double overload: not a block sum of this output) */
+    char *json = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_list("t.cu", text, strlen(text), NULL, "block-reduce", &json, &err), KL_OK);
+    assert_non_null(strstr(json, "the partial s is float, the output p holds double"));
+    free(json);
+    /* apply: an early return would leave threads out of the block sum */
+    const char *ret = "__global__ void k(float *y, float *p, int n) {\n"
+                      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                      "  if (i >= n) return;\n"
+                      "  atomicAdd(p, y[i]);\n}\n" LAUNCH1;
+    expect_not_applicable(ret, "block-reduce", "k:4:p", false, "a return at line 3");
+    /* apply: the atomic's old value is used */
+    const char *used = "__global__ void k(float *y, float *p, int n) {\n"
+                       "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "  if (i < n) y[i] = atomicAdd(p, y[i]);\n}\n" LAUNCH1;
+    expect_not_applicable(used, "block-reduce", "k:3:p", false, "is not a statement of its own");
+    /* apply: a 2-D block */
+    const char *twod = "__global__ void k(float *y, float *p, int n) {\n"
+                       "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "  if (i < n) atomicAdd(p, y[i]);\n}\n"
+                       "extern \"C\" void launch(float *y, float *p, int n, cudaStream_t s) {\n  k<<<64, dim3(32, 8), 0, s>>>(y, p, n);\n}\n";
+    expect_not_applicable(twod, "block-reduce", "k:3:p", false, "the block at line 6 is not 1-D");
+}
+
+/* ---- the experts, walked down ------------------------------------------------------------------------ */
+
+/* The present site of a transform in text whose features have no why_not (NULL when none); fails when
+ * want_why is set and the site's why_not lacks it. */
+static char *present_site(const char *text, const char *transform, const char *want_why)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_list("expert.cu", text, strlen(text), NULL, transform, &json, &err), KL_OK);
+    json_t *arr = json_loads(json, 0, NULL);
+    assert_non_null(arr);
+    char *site = NULL;
+    size_t i;
+    json_t *s;
+    json_array_foreach(arr, i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "direction")), "present")) continue;
+        const char *why = json_string_value(json_object_get(json_object_get(s, "features"), "why_not"));
+        if (want_why) {
+            if (!why || !strstr(why, want_why)) fail_msg("%s: the why_not '%s' lacks '%s'", transform, why ? why : "", want_why);
+            continue;
+        }
+        if (!why && !site) site = kl_strdup(json_string_value(json_object_get(s, "site")));
+    }
+    json_decref(arr);
+    free(json);
+    return site;
+}
+
+static char *remove_at(const char *text, const char *transform, const char *site)
+{
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("expert.cu", text, strlen(text), NULL, transform, site, true, NULL, &out, &note, &err);
+    if (st != KL_OK) fail_msg("removing %s@%s: %s", transform, site, err.message);
+    free(note);
+    return out;
+}
+
+static char *read_task(const char *task, const char *file)
+{
+    const char *root = getenv("KL_SOURCE_DIR");
+    assert_non_null(root);
+    char path[1024];
+    kl_snprintf(path, sizeof path, "%s/tasks/%s/%s", root, task, file);
+    char *text = NULL;
+    size_t len;
+    kl_error err = {0};
+    assert_int_equal(kl_file_read(path, 0, &text, &len, &err), KL_OK);
+    return text;
+}
+
+static void reduce_sum_expert(void **state)
+{
+    (void)state;
+    char *text = read_task("reduce_sum", "expert.cu");
+    /* the ticket needs the grid: grid-stride says so, block-reduce goes first */
+    char *none = present_site(text, "grid-stride", "uses blockIdx outside the grid-stride loops");
+    assert_null(none);
+    char *site = present_site(text, "block-reduce", NULL);
+    assert_non_null(site);
+    char *v1 = remove_at(text, "block-reduce", site);
+    free(site);
+    assert_null(strstr(v1, "g_partials"));
+    assert_null(strstr(v1, "block_sum(mine"));
+    assert_non_null(strstr(v1, "cudaMemsetAsync(out, 0, sizeof(float), stream);"));
+    assert_non_null(strstr(v1, "atomicAdd(out, x[j]);"));
+    /* now the unrolled float4 loop, its remainder and the tail go to one element each */
+    site = present_site(v1, "grid-stride", NULL);
+    assert_non_null(site);
+    char *v2 = remove_at(v1, "grid-stride", site);
+    free(site);
+    assert_null(strstr(v2, "i += UNROLL * stride"));
+    assert_non_null(strstr(v2, "if (i < n4) {"));
+    assert_non_null(strstr(v2, "if (j < (size_t)n) atomicAdd(out, x[j]);"));
+    assert_non_null(strstr(v2, "<<<(n + THREADS - 1) / THREADS, THREADS, 0, stream>>>"));
+    compile_text("reduce_sum v1", v1);
+    compile_text("reduce_sum v2", v2);
+    free(v1);
+    free(v2);
+    free(text);
+}
+
+static void histogram_expert(void **state)
+{
+    (void)state;
+    char *text = read_task("histogram", "expert.cu");
+    char *site = present_site(text, "grid-stride", NULL);
+    assert_non_null(site);
+    char *v1 = remove_at(text, "grid-stride", site);
+    free(site);
+    assert_null(strstr(v1, "UNROLL * stride"));
+    assert_null(strstr(v1, "const size_t stride"));
+    assert_non_null(strstr(v1, "if (i < n16) {"));
+    assert_non_null(strstr(v1, "size_t j = n16 * VEC + gtid;"));
+    assert_non_null(strstr(v1, "histogram_kernel<<<(n + THREADS - 1) / THREADS, THREADS, 0, stream>>>"));
+    /* the privatized table still merges per block: nothing there depends on the grid */
+    assert_non_null(strstr(v1, "atomicAdd(&bins[b], count)"));
+    compile_text("histogram v1", v1);
+    free(v1);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(golden_grid_stride_multi),
+        cmocka_unit_test(golden_block_reduce),
+        cmocka_unit_test(grid_stride_group_refuses),
+        cmocka_unit_test(block_reduce_refuses),
+        cmocka_unit_test(reduce_sum_expert),
+        cmocka_unit_test(histogram_expert),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown);
+}

@@ -20,7 +20,7 @@ SEQUENCES = {
                 "launch-bounds"],
     "layernorm": ["row-parallel unit=block threads=256", "vectorize width=4", "fast-math", "restrict",
                   "launch-bounds"],
-    "reduce_sum": ["privatize", "grid-stride", "vectorize width=4", "warp-reduce", "restrict", "launch-bounds"],
+    "reduce_sum": ["grid-stride", "block-reduce", "vectorize width=4", "warp-reduce", "restrict", "launch-bounds"],
     "histogram": ["grid-stride", "privatize", "restrict", "launch-bounds"],
     "transpose": ["coalesce", "smem-pad", "restrict", "launch-bounds"],
     "blur": ["smem-tile", "restrict", "launch-bounds", "unroll"],

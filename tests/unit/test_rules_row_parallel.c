@@ -24,119 +24,10 @@
 
 /* ---- running operations ------------------------------------------------------------------------ */
 
-static const char *nvcc_path(void)
-{
-    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
-    return system("command -v nvcc >/dev/null 2>&1") == 0 ? "nvcc" : NULL;
-}
 
-/* Compile the files with nvcc -arch=sm_90 -c, two at a time; fail naming the first rejected. */
-static void nvcc_compile_all(char *const *paths, unsigned n)
-{
-    const char *nvcc = nvcc_path();
-    if (!nvcc) {
-        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
-        return;
-    }
-    char *dir = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_tempdir("rules-rp", &dir, &err), KL_OK);
-    for (unsigned i = 0; i < n; i += 2) {
-        /* two at a time: the second runs in the background of a shell, both waited for */
-        kl_strbuf cmd = KL_STRBUF_INIT;
-        for (unsigned k = i; k < n && k < i + 2; k++)
-            kl_strbuf_addf(&cmd, "( '%s' -arch=sm_90 -c -x cu '%s' -o '%s/k%u.o' > '%s/log%u' 2>&1; echo $? > '%s/rc%u' ) & ",
-                           nvcc, paths[k], dir, k, dir, k, dir, k);
-        kl_strbuf_adds(&cmd, "wait");
-        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
-        kl_child c;
-        kl_child_init(&c);
-        c.argv = argv;
-        c.timeout_s = 240;
-        c.merge_stderr = true;
-        assert_int_equal(kl_child_run(&c, &err), KL_OK);
-        kl_child_release(&c);
-        kl_strbuf_release(&cmd);
-        for (unsigned k = i; k < n && k < i + 2; k++) {
-            char p[1200];
-            char *rc = NULL, *log = NULL;
-            size_t len;
-            kl_snprintf(p, sizeof p, "%s/rc%u", dir, k);
-            assert_int_equal(kl_file_read(p, 0, &rc, &len, &err), KL_OK);
-            if (atoi(rc) != 0) {
-                kl_snprintf(p, sizeof p, "%s/log%u", dir, k);
-                kl_file_read(p, 0, &log, &len, &err);
-                fail_msg("nvcc rejected %s:\n%s", paths[k], log ? log : "");
-            }
-            free(rc);
-        }
-    }
-    kl_remove_tree(dir, NULL);
-    free(dir);
-}
 
 /* ---- golden files -------------------------------------------------------------------------------- */
 
-static void golden_transform(const char *transform)
-{
-    const char *data = getenv("KL_TEST_DATA");
-    assert_non_null(data);
-    char dirpath[1024];
-    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
-    unsigned nn = 0, trips = 0;
-    char **names = golden_names(dirpath, &nn), **afters = NULL;
-    afters = calloc(nn ? nn : 1, sizeof *afters);
-    for (unsigned ci = 0; ci < nn; ci++) {
-        char before[1200], after[1200];
-        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
-        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
-        afters[ci] = kl_strdup(after);
-        char *btext = NULL;
-        size_t blen;
-        kl_error err = {0};
-        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
-        const char *hdr = strstr(btext, "// test: ");
-        if (!hdr) fail_msg("%s: no '// test: ' line", before);
-        op fwd, back;
-        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
-        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, transform);
-        const char *bar = strchr(hdr, '|');
-        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        char *got = rewrite_op(before, btext, &fwd, &err);
-        if (!got) fail_msg("%s: %s", before, err.message);
-        golden_expect(before, after, got);
-        /* the round trip: the reverse gives back the original, or at least the site the other way */
-        if (!has_back) {
-            free(got);
-            free(btext);
-            continue;
-        }
-        trips++;
-        char *again = rewrite_op(after, got, &back, &err);
-        if (!again)
-            fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
-                     back.site, err.message);
-        if (strcmp(again, btext)) {
-            char *json = NULL;
-            assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
-            char want_dir[64];
-            kl_snprintf(want_dir, sizeof want_dir, "\"direction\": \"%s\"", fwd.remove ? "present" : "applicable");
-            if (!strstr(json, want_dir))
-                fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
-                         fwd.remove ? "present" : "applicable", again);
-            free(json);
-        }
-        free(again);
-        free(got);
-        free(btext);
-    }
-    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
-    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", transform, trips);
-    nvcc_compile_all(afters, nn);
-    for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
-    free(names);
-    free(afters);
-}
 
 /* ---- helpers for the other tests ------------------------------------------------------------------- */
 
@@ -203,7 +94,7 @@ static void expect_not_applicable(const char *text, const char *transform, const
 static void golden_row_parallel(void **state)
 {
     (void)state;
-    golden_transform("row-parallel");
+    golden_run("row-parallel");
 }
 
 static char *run_op(const char *text, bool remove, const char *site, const char *params)
@@ -260,7 +151,7 @@ static void row_parallel_naives(void **state)
         json_decref(sites);
         free(text);
     }
-    nvcc_compile_all(paths, np);
+    golden_nvcc_compile_all(paths, np);
     for (unsigned i = 0; i < np; i++) free(paths[i]);
     kl_remove_tree(dir, NULL);
     free(dir);
@@ -301,7 +192,7 @@ static void row_parallel_experts(void **state)
         json_decref(sites);
         free(text);
     }
-    nvcc_compile_all(paths, 2);
+    golden_nvcc_compile_all(paths, 2);
     for (int t = 0; t < 2; t++) free(paths[t]);
     kl_remove_tree(dir, NULL);
     free(dir);

@@ -23,55 +23,7 @@
 
 #define TC "tensor-core"
 
-static const char *nvcc_path(void)
-{
-    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
-    return system("command -v nvcc >/dev/null 2>&1") == 0 ? "nvcc" : NULL;
-}
 
-/* Compile the files with nvcc -arch=sm_90 -c, two at a time; fail naming the first rejected. */
-static void nvcc_compile_all(char *const *paths, unsigned n)
-{
-    const char *nvcc = nvcc_path();
-    if (!nvcc) {
-        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
-        return;
-    }
-    char *dir = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_tempdir("rules-tc", &dir, &err), KL_OK);
-    for (unsigned i = 0; i < n; i += 2) {
-        kl_strbuf cmd = KL_STRBUF_INIT;
-        for (unsigned k = i; k < n && k < i + 2; k++)
-            kl_strbuf_addf(&cmd, "( '%s' -arch=sm_90 -c -x cu '%s' -o '%s/k%u.o' > '%s/log%u' 2>&1; echo $? > '%s/rc%u' ) & ",
-                           nvcc, paths[k], dir, k, dir, k, dir, k);
-        kl_strbuf_adds(&cmd, "wait");
-        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
-        kl_child c;
-        kl_child_init(&c);
-        c.argv = argv;
-        c.timeout_s = 240;
-        c.merge_stderr = true;
-        assert_int_equal(kl_child_run(&c, &err), KL_OK);
-        kl_child_release(&c);
-        kl_strbuf_release(&cmd);
-        for (unsigned k = i; k < n && k < i + 2; k++) {
-            char p[1200];
-            char *rc = NULL, *log = NULL;
-            size_t len;
-            kl_snprintf(p, sizeof p, "%s/rc%u", dir, k);
-            assert_int_equal(kl_file_read(p, 0, &rc, &len, &err), KL_OK);
-            if (atoi(rc) != 0) {
-                kl_snprintf(p, sizeof p, "%s/log%u", dir, k);
-                kl_file_read(p, 0, &log, &len, &err);
-                fail_msg("nvcc rejected %s:\n%s", paths[k], log ? log : "");
-            }
-            free(rc);
-        }
-    }
-    kl_remove_tree(dir, NULL);
-    free(dir);
-}
 
 /* The sites of the transform in text, as a JSON array (owned). */
 static json_t *sites_of(const char *text)
@@ -155,7 +107,7 @@ static void golden_tensor_core(void **state)
     if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", TC, nn);
     if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", TC, trips);
     if (exact < 4) fail_msg("%s: %u round trips restore the text exactly, at least 4 wanted", TC, exact);
-    nvcc_compile_all(afters, nn);
+    golden_nvcc_compile_all(afters, nn);
     for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
     free(names);
     free(afters);
@@ -238,7 +190,7 @@ static void hgemm_naive_both_ways(void **state)
     char *paths[2] = {kl_path_join(dir, "wmma.cu"), kl_path_join(dir, "scalar.cu")};
     assert_int_equal(kl_file_write(paths[0], first, strlen(first), &err), KL_OK);
     assert_int_equal(kl_file_write(paths[1], scalar, strlen(scalar), &err), KL_OK);
-    nvcc_compile_all(paths, 2);
+    golden_nvcc_compile_all(paths, 2);
     kl_remove_tree(dir, NULL);
     free(dir);
     free(paths[0]), free(paths[1]);

@@ -5,6 +5,8 @@
 #   scripts/gpu_session.sh check      build check, gpu info, tests/gpu, the gate's figures
 #   scripts/gpu_session.sh suite      vendor timings and the suite table (record)
 #   scripts/gpu_session.sh lineage T… the backward walks of tasks T… (record)
+#   scripts/gpu_session.sh record T…  suite, rules sequences, walks; at most 8 files to $OUT
+#   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -99,14 +101,43 @@ record)
     for t in "$@"; do
         log "lineage $t" | tee -a "$out/record.log"
         lim_var="KL_LINEAGE_S_$t"
+        restart=()
+        case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
         timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
-            "tasks/$t" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
             >"/tmp/walks/lineage-$t.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
         grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -30 >>"$out/record.log"
         cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
     done
     tar czf "$out/walks.tgz" -C /tmp walks rules-seq 2>/dev/null
+    ;;
+walks)
+    # The worker's own checks (KL_CHECK_S seconds; 0: skip), then the walks of tasks T… only.
+    # KL_RESTART="t1 t2": those walks start again (a stored walk otherwise resumes).
+    if [ "${KL_CHECK_S:-0}" != 0 ]; then
+        log "smoke" | tee -a "$out/record.log"
+        timeout "$KL_CHECK_S" bash tests/gpu/test_worker_smoke.sh >"$out/smoke.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"; tail -5 "$out/smoke.txt" >>"$out/record.log"
+        log "corpus" | tee -a "$out/record.log"
+        timeout "$KL_CHECK_S" bash tests/gpu/test_gate_corpus.sh >"$out/corpus.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"; grep -vE '^    \|' "$out/corpus.txt" | tail -25 >>"$out/record.log"
+    fi
+    mkdir -p /tmp/walks
+    for t in "$@"; do
+        log "lineage $t" | tee -a "$out/record.log"
+        lim_var="KL_LINEAGE_S_$t"
+        restart=()
+        case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
+        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
+            "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            >"/tmp/walks/lineage-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -40 >>"$out/record.log"
+        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    done
+    python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
+    tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
     ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;

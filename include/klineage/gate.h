@@ -139,6 +139,10 @@ typedef struct kl_judge_options {
     double timeout_s;         /* the worker's wall-clock limit; <= 0: the gate's */
     const char *baseline_builtin; /* a vendor kernel built into the gate ("cublas-sgemm",
                                      "cublas-bf16gemm") as the baseline, instead of a file */
+    bool bench_against_baseline;  /* check the bench shape against the baseline's outputs (with
+                                     twice the tolerance; one seed) instead of the float64
+                                     reference — for a baseline already verified there, as a
+                                     walk's parent is. Part of the verdict key. Needs a baseline. */
 } kl_judge_options;
 
 /* Judge `candidate` on `task`, against `baseline` (NULL: the task's naive kernel, or none

@@ -36,10 +36,17 @@ typedef struct kl_judgement {
     char date[32];            /* when ("" unknown) */
 } kl_judgement;
 
-/* The judge: by default the gate (kl_lineage_gate_judge); tests may give their own.
- * profile false: correctness only. */
+/* What a judgement asks for (flags, or-ed). */
+enum {
+    KL_JUDGE_PROFILE = 1u << 0,        /* time it against the baseline (else correctness only) */
+    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1 /* check the bench shape against the baseline's outputs
+                                           (a version the walk already verified there), not the
+                                           float64 reference: the check shapes still are */
+};
+
+/* The judge: by default the gate (kl_lineage_gate_judge); tests may give their own. */
 typedef kl_status (*kl_judge_fn)(void *user, const kl_task *task, const char *cand_name, const char *cand_text,
-                                 const char *base_name, const char *base_text, bool profile, kl_judgement *out,
+                                 const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
                                  kl_error *err);
 
 /* Optional: before the proposals of a version are judged one by one, get them ready at
@@ -51,7 +58,7 @@ kl_status kl_lineage_gate_prepare(void *gate, const kl_task *task, unsigned n, c
 
 /* A judge over kl_gate_judge; user is the kl_gate*. */
 kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
-                                const char *base_name, const char *base_text, bool profile, kl_judgement *out,
+                                const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
                                 kl_error *err);
 
 typedef enum kl_walk_event {

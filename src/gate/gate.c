@@ -572,6 +572,12 @@ static kl_status judge_inputs(judge_ctx *j, const kl_gate_source *cand, const kl
     kl_strbuf_adds(&j->stages, "correct,determinism,integrity,stream");
     if (!j->opt->no_profile) kl_strbuf_adds(&j->stages, ",profile");
     if (j->opt->sanitize) kl_strbuf_adds(&j->stages, ",sanitize");
+    if (j->opt->bench_against_baseline) {
+        if (!j->base_name)
+            return kl_error_set(err, KL_ERR_INVALID,
+                                "checking the bench shape against the baseline needs a baseline (the task has no naive kernel)");
+        kl_strbuf_adds(&j->stages, ",bench-against-baseline");
+    }
     if (!j->cand_text || (j->base_name && !j->builtin && !j->base_text) || j->shapes.failed || j->stages.failed)
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 cleanup:
@@ -901,7 +907,10 @@ static json_t *worker_job(const judge_ctx *j, const kl_compiled *cand, const kl_
                            "profile", 0);
     } else {
         for (unsigned s = 0; s < t->nchecks; s++) json_array_append_new(shapes, json_string(t->checks[s].label));
-        json_array_append_new(shapes, json_string(t->bench.label));
+        if (j->opt->bench_against_baseline)
+            json_array_append_new(shapes, json_pack("{s:s, s:b, s:i}", "label", t->bench.label, "reference", 0, "seeds", 1));
+        else
+            json_array_append_new(shapes, json_string(t->bench.label));
         json_t *prof = j->opt->no_profile ? json_false()
                                           : json_pack("{s:s, s:i, s:i, s:f, s:i, s:b}", "shape", t->bench.label,
                                                       "min_reps", 20, "max_reps", 200, "max_seconds", 1.5, "warmup",
@@ -911,7 +920,10 @@ static json_t *worker_job(const judge_ctx *j, const kl_compiled *cand, const kl_
     }
     json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s?, s:o, s:o, s:o}", "job", "gate", "runtime", j->gate->runtime,
                      "task_dir", t->dir, "cache_dir", j->gate->cache_dir, "candidate", cand->object, "baseline",
-                     (!sanitize_run && base && (!j->opt->no_profile || t->reference_max_flops > 0)) ? base->object : NULL,
+                     (!sanitize_run && base &&
+                      (!j->opt->no_profile || t->reference_max_flops > 0 || j->opt->bench_against_baseline))
+                         ? base->object
+                         : NULL,
                      "shapes", shapes, "seeds", seeds, "stages", stages);
     if (job && j->builtin && !sanitize_run) json_object_set_new(job, "baseline_builtin", json_string(j->builtin));
     if (job && t->reference_max_flops > 0)

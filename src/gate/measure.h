@@ -52,6 +52,24 @@ kl_status kl_compare(kl_dtype dtype, const void *got, const double *ref, int64_t
 kl_status kl_compare_typed(kl_dtype dtype, const void *got, const void *ref, int64_t count, const kl_tolerance *tol,
                            kl_compare_result *out, kl_error *err);
 
+/* Slices of work run at once: run(ctx, n, fn, arg) calls fn(arg, k) for every k < n, on any
+ * threads, and returns when all have returned. */
+typedef struct kl_parallel {
+    void (*run)(void *ctx, unsigned n, void (*fn)(void *arg, unsigned k), void *arg);
+    void *ctx;
+    unsigned slices;
+} kl_parallel;
+
+/* Below this many elements a comparison runs on the calling thread. */
+#define KL_COMPARE_PARALLEL_MIN ((int64_t)1 << 18)
+
+/* kl_compare (ref, float64) or kl_compare_typed (ref NULL, ref_typed in dtype), in par->slices
+ * slices through par (NULL: on this thread). The same verdict and counts either way (rel_l2
+ * may differ in its last bits: the partial sums are added in another grouping). */
+kl_status kl_compare_par(kl_dtype dtype, const void *got, const double *ref, const void *ref_typed, int64_t count,
+                         const kl_tolerance *tol, const void *poison, const kl_parallel *par, kl_compare_result *out,
+                         kl_error *err);
+
 /* Bitwise comparison of two buffers of count elements of dtype: number of elements that
  * differ and the first index (-1 when identical). */
 int64_t kl_compare_bits(kl_dtype dtype, const void *a, const void *b, int64_t count, int64_t *first_diff);

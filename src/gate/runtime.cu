@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,8 @@ static struct rt_state {
     unsigned win_cap;
     cudaEvent_t *bev;              /* events: 2 per window, created on demand and kept */
     unsigned bev_n;
+
+    unsigned long long *digest_sum; /* kl_rt_digest's accumulator, allocated on first use */
 } g = {0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, KL_RT_TIMER_NONE, 0, PTHREAD_MUTEX_INITIALIZER,
        NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0}, {0}};
 
@@ -152,6 +155,37 @@ extern "C" const char *kl_rt_error(void) { return g.err; }
 extern "C" const char *kl_rt_error_name(void) { return g.err_name; }
 
 /* ---- kernels ------------------------------------------------------------------------------- */
+
+/* splitmix64's finalizer: every input bit moves every output bit. */
+__device__ __forceinline__ unsigned long long kl_rt_mix(unsigned long long z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The digest of kl_rt_digest: word i (8 bytes, little-endian, the last one zero-padded)
+ * contributes mix(word ^ mix(i)); the sum is order-free, so blocks may finish in any order
+ * and the result is still exact. aligned: p is 8-byte aligned and whole words are loaded. */
+__global__ void kl_rt_digest_kernel(const unsigned char *p, size_t bytes, int aligned, unsigned long long *sum)
+{
+    const size_t words = (bytes + 7) / 8, full = bytes / 8;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    unsigned long long acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += stride) {
+        unsigned long long w = 0;
+        if (aligned && i < full) {
+            w = reinterpret_cast<const unsigned long long *>(p)[i];
+        } else {
+            const size_t end = (i + 1) * 8 < bytes ? (i + 1) * 8 : bytes;
+            for (size_t b = i * 8; b < end; b++) w |= (unsigned long long)p[b] << (8 * (b - i * 8));
+        }
+        acc += kl_rt_mix(w ^ kl_rt_mix(i));
+    }
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+    if ((threadIdx.x & 31) == 0) atomicAdd(sum, acc);
+}
 
 __global__ void kl_rt_flush_kernel(int4 *buf, size_t n, int v)
 {
@@ -256,6 +290,8 @@ extern "C" void kl_rt_fini(void)
     if (g.inited) {
         for (unsigned i = 0; i < g.bev_n; i++) cudaEventDestroy(g.bev[i]);
         cudaFree(g.flush_buf);
+        cudaFree(g.digest_sum);
+        g.digest_sum = NULL;
         cudaEventDestroy(g.ev0);
         cudaEventDestroy(g.ev1);
         cudaEventDestroy(g.ev_idle);
@@ -354,6 +390,47 @@ extern "C" int kl_rt_d2d(void *dst, const void *src, size_t bytes)
     NEED_INIT();
     CK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy device to device");
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize after a device copy");
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_digest(const void *dptr, size_t bytes, uint64_t *out)
+{
+    NEED_INIT();
+    *out = 0;
+    if (!g.digest_sum) CK(cudaMalloc((void **)&g.digest_sum, sizeof *g.digest_sum), "cudaMalloc(digest)");
+    CK(cudaMemset(g.digest_sum, 0, sizeof *g.digest_sum), "cudaMemset(digest)");
+    if (bytes) {
+        const size_t words = (bytes + 7) / 8;
+        size_t blocks = (words + 255) / 256;
+        if (blocks > 4096) blocks = 4096;
+        const int aligned = ((uintptr_t)dptr % 8) == 0;
+        kl_rt_digest_kernel<<<(unsigned)blocks, 256>>>((const unsigned char *)dptr, bytes, aligned, g.digest_sum);
+        CK(cudaGetLastError(), "launching the digest kernel");
+    }
+    unsigned long long sum = 0;
+    CK(cudaMemcpy(&sum, g.digest_sum, sizeof sum, cudaMemcpyDeviceToHost), "cudaMemcpy(digest)");
+    *out = (uint64_t)(sum ^ (0xA0761D6478BD642Full * (unsigned long long)bytes));
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_host_alloc(void **ptr, size_t bytes)
+{
+    NEED_INIT();
+    *ptr = NULL;
+    cudaError_t e = cudaMallocHost(ptr, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "cudaMallocHost(%zu bytes)", bytes);
+        return cuda_fail(e, what);
+    }
+    return KL_RT_OK;
+}
+
+extern "C" int kl_rt_host_free(void *ptr)
+{
+    NEED_INIT();
+    if (!ptr) return KL_RT_OK;
+    CK(cudaFreeHost(ptr), "cudaFreeHost");
     return KL_RT_OK;
 }
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KL_RT_ABI 2 /* kl_rt_abi() returns this; bump on any change below */
+#define KL_RT_ABI 3 /* kl_rt_abi() returns this; bump on any change below */
 
 enum {
     KL_RT_OK = 0,
@@ -96,6 +96,14 @@ int kl_rt_h2d(void *dst, const void *src, size_t bytes);            /* synchrono
  * but itself, so it reads what the device holds now (used after a stream-only sync). */
 int kl_rt_d2h(void *dst, const void *src, size_t bytes);
 int kl_rt_d2d(void *dst, const void *src, size_t bytes);            /* synchronous */
+/* A 64-bit digest of `bytes` bytes of device memory at dptr (any alignment), computed on the
+ * device (legacy stream, synchronous): a sum over 8-byte words of a mix of the word and its
+ * index, and the length. Equal contents give equal digests; a change anywhere changes it with
+ * probability 1 - 2^-64. What the integrity check compares instead of reading inputs back. */
+int kl_rt_digest(const void *dptr, size_t bytes, uint64_t *out);
+/* Page-locked host memory (cudaMallocHost): readbacks into it run at the bus's speed. */
+int kl_rt_host_alloc(void **ptr, size_t bytes);
+int kl_rt_host_free(void *ptr);                                     /* NULL is fine */
 
 /* ---- streams and synchronization --------------------------------------------------------- */
 /* A blocking stream (cudaStreamDefault), the kind a candidate is launched on; nonblocking

@@ -47,6 +47,9 @@ typedef struct kl_rt_api {
     int (*h2d)(void *, const void *, size_t);
     int (*d2h)(void *, const void *, size_t);
     int (*d2d)(void *, const void *, size_t);
+    int (*digest)(const void *, size_t, uint64_t *);
+    int (*host_alloc)(void **, size_t);
+    int (*host_free)(void *);
     int (*stream_create)(kl_rt_stream *, int);
     int (*stream_destroy)(kl_rt_stream);
     int (*stream_sync)(kl_rt_stream);
@@ -121,7 +124,7 @@ bool kl_symbols_check(const kl_rt_api *api, const kl_symbol_snapshot *before, co
  * and stopped at the end of the job. Tasks run in submission order on any thread. */
 typedef struct kl_pool kl_pool;
 /* nthreads 0: one per online CPU, at most KL_POOL_MAX_THREADS. */
-#define KL_POOL_MAX_THREADS 8
+#define KL_POOL_MAX_THREADS 16
 kl_status kl_pool_start(unsigned nthreads, kl_pool **out, kl_error *err);
 unsigned kl_pool_threads(const kl_pool *p);
 /* Seconds spent running tasks so far, summed over the threads. */

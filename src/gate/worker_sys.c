@@ -45,6 +45,9 @@ kl_status kl_rt_api_load(const char *path, kl_rt_api *api, kl_error *err)
     RT_SYM(h2d);
     RT_SYM(d2h);
     RT_SYM(d2d);
+    RT_SYM(digest);
+    RT_SYM(host_alloc);
+    RT_SYM(host_free);
     RT_SYM(stream_create);
     RT_SYM(stream_destroy);
     RT_SYM(stream_sync);
@@ -255,7 +258,7 @@ static void libc_bind(void)
 }
 
 static const char *const rt_names[] = {
-    "kl_rt_init", "kl_rt_malloc", "kl_rt_free", "kl_rt_memset", "kl_rt_h2d", "kl_rt_d2h", "kl_rt_d2d",
+    "kl_rt_init", "kl_rt_malloc", "kl_rt_free", "kl_rt_memset", "kl_rt_h2d", "kl_rt_d2h", "kl_rt_d2d", "kl_rt_digest",
     "kl_rt_stream_sync", "kl_rt_device_sync", "kl_rt_device_idle", "kl_rt_check", "kl_rt_timer_begin",
     "kl_rt_timer_end", "kl_rt_batch_begin", "kl_rt_batch_open", "kl_rt_batch_close", "kl_rt_batch_end",
     "kl_rt_now_ns", "kl_rt_l2_flush", "kl_rt_cublas_sgemm", "kl_rt_cublas_bf16gemm",

@@ -87,13 +87,13 @@ static json_t *judgement_json(const kl_judgement *j)
 }
 
 static kl_status judge(walk *w, const kl_task *task, const char *cand_text, const char *base_name,
-                       const char *base_text, bool profile, kl_judgement *j)
+                       const char *base_text, unsigned flags, kl_judgement *j)
 {
     char name[128];
     version_name(w->task, cand_text, name, sizeof name);
     memset(j, 0, sizeof *j);
     j->speedup = j->cand_ms = j->base_ms = -1;
-    return w->opt->judge(w->opt->judge_user, task, name, cand_text, base_name, base_text, profile, j, w->err);
+    return w->opt->judge(w->opt->judge_user, task, name, cand_text, base_name, base_text, flags, j, w->err);
 }
 
 /* How many optimizations the rewriter recognizes in text (its simplification proposals). */
@@ -178,7 +178,7 @@ static kl_status probe_step(walk *w, json_t *step, const char *parent, const cha
                  shape_text ? shape_text : "?");
         free(shape_text);
         kl_judgement j;
-        st = judge(w, pt, parent, child_name, child, true, &j);
+        st = judge(w, pt, parent, child_name, child, KL_JUDGE_PROFILE, &j);
         kl_task_free(pt);
         if (st != KL_OK) goto cleanup;
         if (j.unmeasured) {
@@ -322,7 +322,7 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
     json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
     if (feat) json_object_set_new(o, "features", feat);
     kl_judgement j;
-    kl_status st = judge(w, w->task, c->source, name, text, true, &j);
+    kl_status st = judge(w, w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, &j);
     if (st != KL_OK) {
         json_decref(o);
         return st;
@@ -668,7 +668,7 @@ static kl_status judge_expert(walk *w, const char *naive_name, const char *naive
     if (json_object_get(w->doc, "expert_verdict")) return KL_OK;
     const char *text = doc_str(json_array_get(json_object_get(w->doc, "versions"), 0), "source");
     kl_judgement j;
-    kl_status st = judge(w, w->task, text, naive_name, naive_text, true, &j);
+    kl_status st = judge(w, w->task, text, naive_name, naive_text, KL_JUDGE_PROFILE, &j);
     if (st != KL_OK) return st;
     if (j.unmeasured) return kl_error_set(w->err, KL_ERR_UNMEASURED, "the expert has no recorded verdict: %s", j.reason);
     if (!j.pass)
@@ -684,7 +684,7 @@ static kl_status finish(walk *w, const char *naive_name, const char *naive_text)
     const char *root = doc_str(json_array_get(versions, json_array_size(versions) - 1), "source");
     if (naive_text && !json_object_get(w->doc, "root_vs_naive")) {
         kl_judgement j;
-        kl_status st = judge(w, w->task, root, naive_name, naive_text, true, &j);
+        kl_status st = judge(w, w->task, root, naive_name, naive_text, KL_JUDGE_PROFILE, &j);
         if (st != KL_OK) return st;
         if (j.unmeasured)
             return kl_error_set(w->err, KL_ERR_UNMEASURED, "the root has no recorded verdict against naive: %s", j.reason);
@@ -785,13 +785,14 @@ cleanup:
 }
 
 kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
-                                const char *base_name, const char *base_text, bool profile, kl_judgement *out,
+                                const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
                                 kl_error *err)
 {
     kl_gate_source cand = {cand_name, cand_text};
     kl_gate_source base = {base_name, base_text};
     kl_judge_options jo = {0};
-    jo.no_profile = !profile;
+    jo.no_profile = !(flags & KL_JUDGE_PROFILE);
+    jo.bench_against_baseline = (flags & KL_JUDGE_BENCH_VS_BASELINE) != 0;
     kl_verdict *v = NULL;
     kl_status st = kl_gate_judge(gate, task, &cand, base_text ? &base : NULL, &jo, &v, err);
     memset(out, 0, sizeof *out);

@@ -786,6 +786,22 @@ static void replay_serves_recorded_verdicts_and_never_invents(void **state)
     char key[KL_HASH_HEX];
     memcpy(key, v->key, KL_HASH_HEX);
     kl_verdict_free(v);
+    /* checking the bench shape against the baseline is another verdict (another key), and
+     * needs a baseline */
+    kl_judge_options against = {0};
+    against.bench_against_baseline = true;
+    assert_int_equal(kl_gate_judge(g, &f.t, &cand, NULL, &against, &v, &err), KL_ERR_INVALID);
+    assert_non_null(strstr(err.message, "needs a baseline"));
+    assert_null(v);
+    kl_gate_source base = {"base.cu", "__global__ void k() {}\n"};
+    kl_judge_options plain = {0};
+    char key_plain[KL_HASH_HEX];
+    assert_int_equal(kl_gate_judge(g, &f.t, &cand, &base, &plain, &v, &err), KL_ERR_UNMEASURED);
+    memcpy(key_plain, v->key, KL_HASH_HEX);
+    kl_verdict_free(v);
+    assert_int_equal(kl_gate_judge(g, &f.t, &cand, &base, &against, &v, &err), KL_ERR_UNMEASURED);
+    assert_string_not_equal(v->key, key_plain);
+    kl_verdict_free(v);
 
     /* record one under that key: served, marked replayed, figures as recorded */
     json_t *doc = json_loads(sample_verdict, 0, NULL);

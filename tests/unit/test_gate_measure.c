@@ -241,6 +241,87 @@ static void bad_arguments(void **state)
 }
 
 /* Quartiles by linear interpolation, checked against the definition on shuffled input. */
+
+/* slices run last to first, one at a time: the merge must not depend on the order */
+static void run_reversed(void *ctx, unsigned n, void (*fn)(void *arg, unsigned k), void *arg)
+{
+    unsigned *calls = ctx;
+    for (unsigned k = n; k-- > 0;) {
+        fn(arg, k);
+        (*calls)++;
+    }
+}
+
+/* The sliced comparison gives the serial one's verdict, counts, first bad index and norms. */
+static void sliced_compare_matches_serial(void **state)
+{
+    (void)state;
+    const int64_t n = ((int64_t)1 << 19) + 4097;
+    float *got = malloc((size_t)n * sizeof *got);
+    double *ref = malloc((size_t)n * sizeof *ref);
+    assert_non_null(got);
+    assert_non_null(ref);
+    for (int64_t i = 0; i < n; i++) {
+        ref[i] = sin((double)i * 0.001) + 2.0;
+        got[i] = (float)ref[i];
+    }
+    kl_tolerance tol = {1e-5, -1, false};
+    unsigned calls = 0;
+    kl_parallel par = {run_reversed, &calls, 7};
+    kl_compare_result a, b;
+    kl_error err = {0};
+    /* all right */
+    assert_int_equal(kl_compare(KL_DTYPE_F32, got, ref, n, &tol, NULL, &a, &err), KL_OK);
+    assert_int_equal(kl_compare_par(KL_DTYPE_F32, got, ref, NULL, n, &tol, NULL, &par, &b, &err), KL_OK);
+    assert_int_equal(calls, 7);
+    assert_true(a.ok && b.ok);
+    assert_true(fabs(a.rel_l2 - b.rel_l2) <= 1e-12 * (a.rel_l2 + 1e-30));
+    /* faults in the third and last slices: the first one is reported, all are counted */
+    unsigned char poison[4];
+    memset(poison, kl_poison_byte(KL_DTYPE_F32, 0), sizeof poison);
+    int64_t bad1 = 2 * (n / 7) + 100, bad2 = n - 3;
+    memcpy(&got[bad1], poison, 4);
+    got[bad2] = NAN;
+    assert_int_equal(kl_compare(KL_DTYPE_F32, got, ref, n, &tol, poison, &a, &err), KL_OK);
+    assert_int_equal(kl_compare_par(KL_DTYPE_F32, got, ref, NULL, n, &tol, poison, &par, &b, &err), KL_OK);
+    assert_false(b.ok);
+    assert_int_equal(b.first_bad, bad1);
+    assert_int_equal(a.first_bad, b.first_bad);
+    assert_int_equal(b.unwritten, 1);
+    assert_int_equal(b.nan, 1);
+    assert_int_equal(a.unwritten, b.unwritten);
+    assert_int_equal(a.nan, b.nan);
+    assert_string_equal(a.detail, b.detail);
+    /* only the norm fails: the first large error is found after the merge */
+    got[bad1] = (float)ref[bad1];
+    got[bad2] = (float)ref[bad2];
+    for (int64_t i = n - 1000; i < n; i++) got[i] = (float)(ref[i] * 1.01);
+    assert_int_equal(kl_compare(KL_DTYPE_F32, got, ref, n, &tol, NULL, &a, &err), KL_OK);
+    assert_int_equal(kl_compare_par(KL_DTYPE_F32, got, ref, NULL, n, &tol, NULL, &par, &b, &err), KL_OK);
+    assert_false(b.ok);
+    assert_int_equal(b.first_bad, n - 1000);
+    assert_int_equal(a.first_bad, b.first_bad);
+    assert_true(fabs(a.rel_l2 - b.rel_l2) <= 1e-12 * a.rel_l2);
+    /* against another kernel's output, typed */
+    float *other = malloc((size_t)n * sizeof *other);
+    assert_non_null(other);
+    memcpy(other, got, (size_t)n * sizeof *other);
+    other[12345] += 1.0f;
+    kl_tolerance exact = {0, -1, true};
+    assert_int_equal(kl_compare_par(KL_DTYPE_F32, got, NULL, other, n, &exact, NULL, &par, &b, &err), KL_OK);
+    assert_false(b.ok);
+    assert_int_equal(b.mismatched, 1);
+    assert_int_equal(b.first_bad, 12345);
+    /* small counts run on the calling thread */
+    calls = 0;
+    assert_int_equal(kl_compare_par(KL_DTYPE_F32, got, ref, NULL, 1000, &tol, NULL, &par, &b, &err), KL_OK);
+    assert_int_equal(calls, 0);
+    assert_true(b.ok);
+    free(other);
+    free(got);
+    free(ref);
+}
+
 static void stats_quartiles(void **state)
 {
     (void)state;
@@ -397,6 +478,7 @@ int main(void)
         cmocka_unit_test(half_types_decode),
         cmocka_unit_test(typed_and_bitwise),
         cmocka_unit_test(bad_arguments),
+        cmocka_unit_test(sliced_compare_matches_serial),
         cmocka_unit_test(stats_quartiles),
         cmocka_unit_test(stats_settled),
         cmocka_unit_test(stats_median_rse),

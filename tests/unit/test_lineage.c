@@ -22,6 +22,7 @@
 
 typedef struct fake_judge {
     unsigned calls;
+    unsigned profiled, bench_vs_baseline; /* judgements asking for each flag */
     unsigned interrupt_after;         /* 0: never */
     volatile sig_atomic_t *interrupt;
 } fake_judge;
@@ -55,12 +56,14 @@ static bool has_flag(const char *text, const char *flag, char *name, size_t size
 }
 
 static kl_status judge_fn(void *user, const kl_task *task, const char *cand_name, const char *cand_text,
-                          const char *base_name, const char *base_text, bool profile, kl_judgement *out,
+                          const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
                           kl_error *err)
 {
-    (void)cand_name, (void)base_name, (void)profile, (void)err;
+    (void)cand_name, (void)base_name, (void)err;
     fake_judge *fj = user;
     fj->calls++;
+    if (flags & KL_JUDGE_PROFILE) fj->profiled++;
+    if (flags & KL_JUDGE_BENCH_VS_BASELINE) fj->bench_vs_baseline++;
     if (fj->interrupt_after && fj->calls >= fj->interrupt_after) *fj->interrupt = 1;
     out->pass = true;
     /* removing a ":bad" line breaks the kernel */
@@ -242,6 +245,12 @@ static void lazy_walk_takes_the_same_steps_with_fewer_judgements(void **state)
      * (alpha, delta: each judged again when it ranks best; gamma at the root, where it
      * is all that is left) */
     assert_int_equal(full.calls - lazy.calls, 3);
+    /* every judgement is timed; proposals are checked at the bench shape against their parent,
+     * the expert (against naive, at the start) and the root (against naive, at the end) against
+     * the reference */
+    assert_int_equal(full.profiled, full.calls);
+    assert_int_equal(full.bench_vs_baseline, 10);
+    assert_int_equal(full.calls - full.bench_vs_baseline, 2);
     json_t *d = json_loads(d_lazy, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(d, "strategy")), "lazy");
     json_t *v1 = json_array_get(json_object_get(d, "versions"), 1);

@@ -527,8 +527,8 @@ static const char FAKE_RUNTIME[] =
     "  int clock_khz, mem_clock_khz, mem_bus_bits, driver_version, runtime_version, smem_per_block_optin, regs_per_sm; } dev;\n"
     "typedef struct { double ms; int timer; unsigned records; uint64_t a, b, c; double sum_ms; } timing;\n"
     "typedef struct { double copy_gbs, fma_tflops, tensor_tflops; unsigned reps; uint64_t copy_bytes; } ceil_t;\n"
-    "static unsigned wins, maxw, tick; static int open_, stream_obj;\n"
-    "int kl_rt_abi(void) { return 2; }\n"
+    "static unsigned wins, maxw, tick, digests; static int open_, stream_obj, pinned;\n"
+    "int kl_rt_abi(void) { return 3; }\n"
     "int kl_rt_init(int o) { (void)o; return 0; }\n"
     "void kl_rt_fini(void) {}\n"
     "const char *kl_rt_error(void) { return \"\"; }\n"
@@ -541,6 +541,12 @@ static const char FAKE_RUNTIME[] =
     "int kl_rt_h2d(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }\n"
     "int kl_rt_d2h(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }\n"
     "int kl_rt_d2d(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }\n"
+    "int kl_rt_digest(const void *p, size_t n, uint64_t *out) { const unsigned char *b = p; uint64_t h = 1469598103934665603u;\n"
+    "  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211u; *out = h ^ n; digests++; return 0; }\n"
+    "unsigned kl_fake_digests(void) { return digests; }\n"
+    "int kl_rt_host_alloc(void **p, size_t n) { *p = malloc(n ? n : 1); pinned++; return *p ? 0 : 6; }\n"
+    "int kl_rt_host_free(void *p) { free(p); pinned--; return 0; }\n"
+    "int kl_fake_pinned_live(void) { return pinned; }\n"
     "int kl_rt_stream_create(void **s, int nb) { (void)nb; *s = &stream_obj; return 0; }\n"
     "int kl_rt_stream_destroy(void *s) { (void)s; return 0; }\n"
     "int kl_rt_stream_sync(void *s) { (void)s; return 0; }\n"
@@ -657,7 +663,79 @@ static void gate_job_on_a_host_runtime(void **state)
     assert_int_equal(json_integer_value(json_object_get(t, "fills")), 8);
     assert_int_equal(json_integer_value(json_object_get(t, "references")), 8);
     assert_true(json_integer_value(json_object_get(t, "pool_threads")) >= 1);
+    /* trial buffers are reused, not reallocated per trial */
+    assert_true(json_integer_value(json_object_get(t, "buffers_reused")) > 0);
+    assert_true(json_integer_value(json_object_get(t, "buffers_allocated")) > 0);
+    /* the repeat trials run at the largest checked shape, not the timed one */
+    json_t *trials = json_object_get(json_object_get(doc, "determinism"), "trials");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(trials, 0), "shape")), "check[2]");
     json_decref(doc);
+    /* inputs were checked through their digests on the "device" */
+    void *h = dlopen(rt, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(h);
+    unsigned (*digests)(void) = (unsigned (*)(void))dlsym(h, "kl_fake_digests");
+    assert_non_null(digests);
+    unsigned digests_before = digests();
+
+    /* a kernel that writes one element of its input is caught, and told where */
+    char *scribble = build_object("rowsum_scribble", ROWSUM_SHIM(
+        "for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = (float)s; }\n"
+        "  if (rows * cols > 5) ((float *)x)[5] += 1.0f;"));
+    assert_non_null(scribble);
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"timer\": \"events\", \"shapes\": [\"check[0]\", \"check[1]\", \"bench\"], \"seeds\": [11, 12]}",
+                rt, cache, dir, scribble);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    json_t *integ = json_object_get(doc, "integrity");
+    assert_false(json_is_true(json_object_get(integ, "ok")));
+    const char *why = json_string_value(json_object_get(integ, "detail"));
+    assert_non_null(strstr(why, "input 'x' changed by the candidate at check[1]"));
+    assert_non_null(strstr(why, "1 elements, first at 5"));
+    assert_true(digests() > digests_before);
+    json_decref(doc);
+    free(scribble);
+
+    /* the bench shape checked against the baseline, one seed: no reference computed there */
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"baseline\": \"%s\", \"timer\": \"events\", \"shapes\": [\"check[0]\", \"check[1]\", \"check[2]\", "
+                "{\"label\": \"bench\", \"reference\": false, \"seeds\": 1}], \"seeds\": [11, 12]}",
+                rt, cache, dir, good, good);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    correct = json_object_get(doc, "correct");
+    assert_int_equal(json_array_size(correct), 3 * 2 * 2 + 1 * 2);
+    json_array_foreach(correct, i, e) {
+        assert_true(json_is_true(json_object_get(e, "ok")));
+        bool bench = !strcmp(json_string_value(json_object_get(e, "shape")), "bench");
+        assert_string_equal(json_string_value(json_object_get(e, "checked_against")), bench ? "baseline" : "reference");
+    }
+    assert_int_equal(json_array_size(json_object_get(doc, "baseline_correct")), 3);
+    t = json_object_get(doc, "timings");
+    assert_int_equal(json_integer_value(json_object_get(t, "references")), 3 * 2);
+    assert_int_equal(json_integer_value(json_object_get(t, "fills")), 3 * 2 + 1);
+    json_decref(doc);
+    /* a wrong candidate is still caught at the bench shape against the baseline */
+    char *off = build_object("rowsum_off_at_bench", ROWSUM_SHIM(
+        "for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = (float)s; }\n"
+        "  if (rows >= 640) y[rows - 1] += 1.0f;"));
+    assert_non_null(off);
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"baseline\": \"%s\", \"timer\": \"events\", \"shapes\": [\"check[0]\", "
+                "{\"label\": \"bench\", \"reference\": false, \"seeds\": 1}], \"seeds\": [11, 12]}",
+                rt, cache, dir, off, good);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    correct = json_object_get(doc, "correct");
+    json_t *last = json_array_get(correct, json_array_size(correct) - 1);
+    assert_string_equal(json_string_value(json_object_get(last, "shape")), "bench");
+    assert_false(json_is_true(json_object_get(last, "ok")));
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(json_object_get(last, "outputs"), 0), "first_bad")), 639);
+    json_decref(doc);
+    free(off);
 
     /* a kernel that writes nothing is still rejected, at the first shape */
     kl_snprintf(job, sizeof job,
@@ -674,6 +752,7 @@ static void gate_job_on_a_host_runtime(void **state)
     assert_null(json_object_get(doc, "profile"));
     assert_null(json_object_get(doc, "determinism"));
     json_decref(doc);
+    dlclose(h);
     free(rt);
     free(good);
     free(lazy);

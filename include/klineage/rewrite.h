@@ -56,6 +56,10 @@ typedef struct kl_candidates {
     unsigned count;
     kl_rejection *rejected;
     unsigned nrejected;
+    /* simplify requests: the optimizations the rewriter recognizes in the source, removable
+     * or not (rules: every site found present); 0 when the rewriter does not say, and then
+     * the proposals are all it recognizes */
+    unsigned present;
     /* accounting (llm): tokens and time */
     uint64_t tokens_in, tokens_out;
     double wall_s;

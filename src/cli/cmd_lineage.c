@@ -182,7 +182,13 @@ KL_CMD(lineage)
         goto cleanup;
     }
     if (cli->json) {
-        cli_measure_printf(&m, stdout, "%s\n", doc);
+        /* JSON stays JSON in replay: the document says it was replayed instead of a prefix */
+        json_t *d = m.replay ? json_loads(doc, 0, NULL) : NULL;
+        if (d) json_object_set_new(d, "replayed", json_true());
+        char *text = d ? json_dumps(d, JSON_SORT_KEYS | JSON_INDENT(2)) : NULL;
+        printf("%s\n", text ? text : doc);
+        free(text);
+        json_decref(d);
     } else {
         char *md = kl_lineage_markdown(doc);
         cli_measure_printf(&m, stdout, "%s", md ? md : "");

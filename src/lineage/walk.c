@@ -107,7 +107,9 @@ static kl_status recognized(walk *w, const char *text, const char *name, unsigne
     kl_candidates c;
     kl_status st = kl_rewriter_propose(w->opt->rewriter, &req, &c, w->err);
     if (st != KL_OK) return st;
-    *n = c.count;
+    /* what it recognizes, removable or not: a removal that unblocks another (removing a
+     * block reduction lets the grid-stride loop go) is still one optimization fewer */
+    *n = c.present > c.count ? c.present : c.count;
     if (keep)
         *keep = c;
     else

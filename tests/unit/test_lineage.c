@@ -222,6 +222,55 @@ static void walk_removes_cheapest_first_and_keeps_rejections(void **state)
     free(doc);
 }
 
+
+/* "Simpler" counts every optimization the rewriter recognizes, removable or not: removing the
+ * block reduction (one recognized site fewer, though it makes the grid-stride loop removable)
+ * is a step, and the walk ends at one atomicAdd per element. */
+static void a_removal_that_unblocks_another_is_simpler(void **state)
+{
+    (void)state;
+    const char *src = getenv("KL_SOURCE_DIR");
+    const char *data = getenv("KL_TEST_DATA");
+    char *tdir = kl_path_join(src ? src : ".", "tasks/reduce_sum");
+    char *expert = kl_path_join(data ? data : "tests/data", "lineage/reduce_sum_root.cu");
+    kl_error err = {0};
+    kl_task *task = NULL;
+    assert_int_equal(kl_task_load(tdir, &task, &err), KL_OK);
+    kl_store *store = NULL;
+    assert_int_equal(kl_store_open(":memory:", &store, &err), KL_OK);
+    kl_rewriter *rules = NULL;
+    assert_int_equal(kl_rewriter_open("rules", NULL, &rules, &err), KL_OK);
+    fake_judge fj = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = {0};
+    o.rewriter = rules;
+    o.store = store;
+    o.judge = judge_fn;
+    o.judge_user = &fj;
+    o.interrupt = &flag;
+    o.expert_path = expert;
+    char *doc = NULL;
+    kl_status st = kl_lineage_walk(task, &o, &doc, &err);
+    if (st != KL_OK) fprintf(stderr, "walk: %s\n", err.message);
+    assert_int_equal(st, KL_OK);
+    char names[256];
+    step_names(doc, names, sizeof names);
+    assert_string_equal(names, "block-reduce,grid-stride");
+    json_t *d = json_loads(doc, 0, NULL);
+    json_t *versions = json_object_get(d, "versions");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(versions, 0), "recognized")), 3);
+    const char *root = json_string_value(json_object_get(json_array_get(versions, json_array_size(versions) - 1), "source"));
+    assert_non_null(strstr(root, "atomicAdd(out, x[j])"));
+    assert_null(strstr(root, "g_blocks_done"));
+    json_decref(d);
+    free(doc);
+    kl_rewriter_free(rules);
+    kl_store_close(store);
+    kl_task_free(task);
+    free(tdir);
+    free(expert);
+}
+
 /* Lazy (the default): the same lineage as full, with fewer judgements; a proposal judged at
  * an earlier version is ranked by that judgement and judged again only when it ranks best;
  * one rejected earlier is judged again before the walk gives up. */
@@ -483,6 +532,7 @@ int main(void)
         cmocka_unit_test(merge_keeps_agreement_and_shows_contradictions),
         cmocka_unit_test_setup_teardown(walk_removes_cheapest_first_and_keeps_rejections, setup, teardown),
         cmocka_unit_test_setup_teardown(lazy_walk_takes_the_same_steps_with_fewer_judgements, setup, teardown),
+        cmocka_unit_test(a_removal_that_unblocks_another_is_simpler),
         cmocka_unit_test_setup_teardown(walk_is_deterministic, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_resumes_after_interruption_at_every_point, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_learns_divisibility_and_cards_carry_it, setup, teardown),

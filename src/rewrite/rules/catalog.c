@@ -573,6 +573,7 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
         for (unsigned k = 0; k < sites.count && !full(req, out) && st == KL_OK; k++) {
             const kl_site *s = &sites.items[k];
             if (req->kind == KL_REQ_SIMPLIFY ? s->dir != KL_SITE_PRESENT : s->dir != KL_SITE_APPLICABLE) continue;
+            if (req->kind == KL_REQ_SIMPLIFY) out->present++;
             /* the parameter sets to try at this site */
             json_t *tries = json_array();
             if (!tries) {

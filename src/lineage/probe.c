@@ -176,7 +176,7 @@ static json_t *condition(const char *predicate, const char *because, const json_
     json_object_set_new(c, "because", json_string(because));
     json_t *ev = json_array();
     add_shapes(ev, what, failed, 4);
-    add_shapes(ev, !strcmp(what, "slower") ? "faster" : "passed", passed, 4);
+    add_shapes(ev, !strcmp(what, "slower") ? "not slower" : "passed", passed, 4);
     json_object_set_new(c, "evidence", ev);
     return c;
 }

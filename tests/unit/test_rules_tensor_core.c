@@ -4,8 +4,10 @@
  * <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the reverse must give back the
  * original or at least bring the site back the other way, and every .after.cu must compile with
  * `nvcc -arch=sm_90 -c` (skipped with a note without nvcc). Also: the hgemm naive kernel is a site
- * to apply and its result compiles, the hgemm expert's mma.sync is a present site with the reason
- * it cannot be removed, and the reasons given where the transform does not apply. */
+ * to apply and its result compiles; the hgemm expert's ldmatrix + mma.sync warp tile is removed to
+ * scalar FMAs (golden cases mma_*: the expert, the expert stripped of unroll/launch-bounds/restrict,
+ * an f16 variant with a swizzled tile; remove only: there is no mma.sync writer); and the reasons
+ * given where the transform does not apply. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -202,9 +204,10 @@ static void hgemm_naive_both_ways(void **state)
     free(text);
 }
 
-/* The expert's mma.sync (PTX, fed by ldmatrix from a cp.async pipeline) is found, and removing
- * it says what is missing. */
-static void hgemm_expert_says_why(void **state)
+/* The expert's mma.sync (PTX, fed by ldmatrix from a cp.async pipeline) is a removable site: the
+ * warp tile becomes scalar FMAs over the same shared tiles, each lane computing the accumulator
+ * elements it held, and the epilogue is left as it was. */
+static void hgemm_expert_removed(void **state)
 {
     (void)state;
     char *text = read_task_file("hgemm", "expert.cu");
@@ -212,17 +215,88 @@ static void hgemm_expert_says_why(void **state)
     const char *why = NULL;
     const char *id = site_in(s, "present", &why);
     assert_non_null(id);
-    assert_non_null(why);
+    if (why) fail_msg("the expert's mma.sync is not removable: %s", why);
     assert_null(site_in(s, "applicable", NULL));
+    kl_error err = {0};
+    char *got = rewrite(text, id, true, NULL, &err);
+    if (!got) fail_msg("remove %s: %s", id, err.message);
+    assert_null(strstr(got, "mma.sync.aligned"));
+    assert_null(strstr(got, "ldmatrix.sync"));
+    assert_null(strstr(got, "ldmatrix_x4("));
+    assert_null(strstr(got, "mma_bf16"));
+    assert_non_null(strstr(got, "const int kl_r = lane / 4 + 8 * (kl_e / 2), kl_c = 2 * (lane % 4) + kl_e % 2;"));
+    assert_non_null(strstr(got, "acc[mi][ni][kl_e] += __bfloat162float(as[(warp_m * WM + mi * MMA_M + kl_r) * A_LD + "
+                                "(kk * MMA_K + (kl_x / 8) * 8) + kl_x % 8]) *"));
+    assert_non_null(strstr(got, "__bfloat162float(bs[(kk * MMA_K + kl_x) * B_LD + (warp_n * WN + (ni / 2) * 2 * MMA_N + "
+                                "(ni % 2) * 8) + kl_c]);"));
+    /* what the step does not own stays: the pipeline, the epilogue's layout and its bf16x2 stores */
+    assert_non_null(strstr(got, "cp_async_wait<STAGES - 2>();"));
+    assert_non_null(strstr(got, "const float v0 = acc[mi][ni][2 * half], v1 = acc[mi][ni][2 * half + 1];"));
+    assert_non_null(strstr(got, "__floats2bfloat162_rn(v0, v1)"));
+    json_t *after = sites_of(got);
+    assert_null(site_in(after, "present", NULL));
+    json_decref(after);
+    free(got);
+    json_decref(s);
+    free(text);
+}
+
+/* text with the first occurrence of from replaced by to (new string) */
+static char *replaced(const char *text, const char *from, const char *to)
+{
+    const char *at = strstr(text, from);
+    if (!at) fail_msg("'%s' is not in the text", from);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_add(&sb, text, (size_t)(at - text));
+    kl_strbuf_adds(&sb, to);
+    kl_strbuf_adds(&sb, at + strlen(from));
+    char *out = kl_strdup(kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return out;
+}
+
+static void expect_ptx_reason(const char *text, const char *want)
+{
+    json_t *s = sites_of(text);
+    const char *why = NULL;
+    const char *id = site_in(s, "present", &why);
+    assert_non_null(id);
+    if (!why || !strstr(why, want)) fail_msg("the reason '%s' does not say '%s'", why ? why : "(none)", want);
     kl_error err = {0};
     char *got = rewrite(text, id, true, NULL, &err);
     assert_null(got);
     assert_int_equal(err.status, KL_ERR_NOT_APPLICABLE);
-    assert_non_null(strstr(err.message, "not applicable: "));
-    assert_non_null(strstr(err.message, "mma.sync PTX"));
-    assert_non_null(strstr(err.message, "ldmatrix"));
-    assert_non_null(strstr(err.message, "cp.async"));
+    if (!strstr(err.message, want)) fail_msg("the error '%s' does not say '%s'", err.message, want);
     json_decref(s);
+}
+
+/* Where the expert's form is changed so that the fragments' sources no longer follow from it, remove
+ * says what differs. */
+static void hgemm_expert_reasons(void **state)
+{
+    (void)state;
+    char *text = read_task_file("hgemm", "expert.cu");
+    static const char *const cases[][3] = {
+        /* the .trans registers in another order: b1 of n-tile 2j is not r[1] any more */
+        {"bf[2 * nj][1] = r[1];", "bf[2 * nj][1] = r[2];", "registers of ldmatrix.x4.trans"},
+        /* an address reading the thread index directly */
+        {"const int row = warp_m * WM + mi * MMA_M + lane % 16;", "const int row = warp_m * WM + mi * MMA_M + threadIdx.x % 16;",
+         "threadIdx other than through the lane"},
+        /* the mma's B operands swapped in the asm: not the instruction's operand order */
+        {"\"r\"(b0), \"r\"(b1)", "\"r\"(b1), \"r\"(b0)", "is not one mma.sync"},
+        /* half the B pairs loaded */
+        {"nj < FRAG_N / 2;", "nj < FRAG_N / 4;", "does not load FRAG_N / 2 pairs"},
+        /* a lane that is not threadIdx.x % 32 */
+        {"lane = threadIdx.x % 32;", "lane = threadIdx.x % 16;", "no `lane = threadIdx.x % 32`"},
+        /* a fragment read elsewhere than by the mma (here: in an address) */
+        {"ldmatrix_x4(af[mi], as + row * A_LD + col);", "ldmatrix_x4(af[mi], as + row * A_LD + col + 0 * af[0][0]);",
+         "used other than"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *t = replaced(text, cases[i][0], cases[i][1]);
+        expect_ptx_reason(t, cases[i][2]);
+        free(t);
+    }
     free(text);
 }
 
@@ -304,7 +378,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reasons),
-        cmocka_unit_test(hgemm_expert_says_why),
+        cmocka_unit_test(hgemm_expert_removed),
+        cmocka_unit_test(hgemm_expert_reasons),
         cmocka_unit_test(hgemm_naive_both_ways),
         cmocka_unit_test(golden_tensor_core),
     };

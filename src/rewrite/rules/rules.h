@@ -110,6 +110,7 @@ extern const kl_rule kl_rule_block_size;    /* block_size.c */
 extern const kl_rule kl_rule_vectorize;     /* vectorize.c */
 extern const kl_rule kl_rule_warp_reduce;   /* warp_reduce.c */
 extern const kl_rule kl_rule_row_parallel;  /* row_parallel.c */
+extern const kl_rule kl_rule_specialize;    /* specialize.c */
 extern const kl_rule kl_rule_tensor_core;   /* tensor_core.c */
 extern const kl_rule kl_rule_smem_tile;     /* smem_tile.c */
 extern const kl_rule kl_rule_register_tile; /* register_tile.c */

@@ -17,8 +17,10 @@
  * ceil(N / BN) x ceil(M / BM) (x the original grid's z).
  * Present: a kernel using wmma::mma_sync or mma.sync. The form apply writes (its marker
  * comment and structure) is removable: remove writes the canonical scalar kernel back
- * (docs/rules.md, "tensor-core"). Other tensor-core kernels (the hgemm expert's mma.sync fed by
- * ldmatrix from a cp.async pipeline) are sites with the reason they cannot be removed.
+ * (docs/rules.md, "tensor-core"). A warp tile of mma.sync.m16n8k16 PTX on ldmatrix fragments of
+ * shared tiles (the hgemm expert's) is removable too: each lane computes the accumulator elements it
+ * held with scalar FMAs over the same shared elements (section "the mma.sync form" below). Other
+ * tensor-core kernels are sites with the reason they cannot be removed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@
 
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/tile_text.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -1093,6 +1096,779 @@ static void foreign_why(const kl_rule_ctx *ctx, TSNode fn, const mma_scan *m, ch
     free(t);
 }
 
+/* ---- the mma.sync form: ldmatrix fragments from shared tiles, mma.sync.m16n8k16 ---------------------- */
+
+/*
+ * The hgemm expert's warp tile (and kernels written like it): inside one block
+ *     uint32_t AF[FM][4];  uint32_t BF[FN][2];
+ *     for (i = 0; i < FM; i++) { <locals>; LDM_X4(AF[i], PA); }
+ *     for (j = 0; j < FN / 2; j++) { <locals>; uint32_t R[4]; LDM_X4_TRANS(R, PB);
+ *                                    BF[2*j][0] = R[0]; BF[2*j][1] = R[1]; BF[2*j+1][0] = R[2]; BF[2*j+1][1] = R[3]; }
+ *     for (mi = 0; mi < FM; mi++) for (ni = 0; ni < FN; ni++) MMA(ACC[mi][ni], AF[mi], BF[ni][0], BF[ni][1]);
+ * with LDM_X4 / LDM_X4_TRANS `__device__` helpers holding ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16 and
+ * MMA one holding mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 with D = C.
+ *
+ * The PTX ISA fixes what each lane holds. ldmatrix .x4: lanes 8m..8m+7 give the row addresses of matrix m
+ * (8 contiguous 16-bit elements each), and lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1
+ * of every matrix (.trans: column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1). mma m16n8k16: A register q
+ * holds row l / 4 + 8 (q % 2), k 2 (l % 4) + 8 (q / 2); B register q holds k 2 (l % 4) + 8 q, column l / 4;
+ * accumulator e sits at row l / 4 + 8 (e / 2), column 2 (l % 4) + e % 2. So element (r, k) of the A tile of
+ * AF[i] is the element k % 8 after the address lane r + 16 (k / 8) gave, and element (k, n) of the B tile of
+ * n-tile ni is the element n after the address lane k + 16 (ni % 2) gave in iteration ni / 2. Remove
+ * writes, per accumulator element, the 16-term dot product over exactly those shared-memory elements,
+ * reading them through the kernel's own address expressions (padding or swizzles included) with the lane
+ * replaced by that virtual lane.
+ */
+
+#define PTX_MAXLOC 8
+
+typedef struct ptx_local {
+    char name[64];
+    TSNode value;
+} ptx_local;
+
+typedef struct tc_ptx {
+    TSNode fn, body, call, block, first, outer, inner, aloop, bloop, adecl, bdecl;
+    char lane[64], conv[32], dtype[8];
+    char acc[256];                       /* the D operand, e.g. acc[mi][ni] */
+    char v1[64], v2[64];                 /* the mma nest's loop variables */
+    char hdr1[256], hdr2[256];           /* their `for (…)` headers */
+    char helpers[3][64];                 /* the mma, ldmatrix and ldmatrix.trans helpers */
+    char *aread, *bread;                 /* the element reads (owned) */
+    char why[500];
+} tc_ptx;
+
+static void ptx_release(tc_ptx *p)
+{
+    free(p->aread);
+    free(p->bread);
+    p->aread = p->bread = NULL;
+}
+
+/* The text of n with blanks, quotes and `\n` escapes taken out: asm operands compare as one string. */
+static char *squeeze(const kl_rule_ctx *ctx, TSNode n)
+{
+    char *t = rb_text(ctx, n);
+    if (!t) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; t[i]; i++) {
+        if (t[i] == '\\' && t[i + 1] == 'n') {
+            i++;
+            continue;
+        }
+        if (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r' || t[i] == '"') continue;
+        t[k++] = t[i];
+    }
+    t[k] = '\0';
+    return t;
+}
+
+/* The names of fn's parameters, at most max; returns how many there are. */
+static unsigned param_names(const kl_rule_ctx *ctx, TSNode fn, char names[][64], unsigned max)
+{
+    TSNode ps = kl_ast_function_params(fn);
+    unsigned n = 0;
+    for (uint32_t i = 0; !ts_node_is_null(ps) && i < ts_node_named_child_count(ps); i++) {
+        TSNode p = ts_node_named_child(ps, i);
+        if (!rb_is(p, "parameter_declaration")) continue;
+        if (n < max) text_to(ctx, kl_ast_declarator_name(rb_field(p, "declarator")), names[n], 64);
+        n++;
+    }
+    return n;
+}
+
+static unsigned count_sub(const char *s, const char *sub)
+{
+    unsigned n = 0;
+    for (const char *p = s; (p = strstr(p, sub)); p += strlen(sub)) n++;
+    return n;
+}
+
+/* Is `name` a __device__ helper holding exactly one asm statement, the m16n8k16 mma with f32
+ * accumulators D = C, operands in parameter order (d[4], a[4], b0, b1)? dtype gets bf16 / f16. */
+static bool mma_helper(const kl_rule_ctx *ctx, const char *name, char *dtype)
+{
+    TSNode f = kl_ast_function_named(ctx->src, name);
+    if (ts_node_is_null(f) || !kl_ast_function_has(ctx->src, f, "__device__")) return false;
+    char ps[4][64];
+    if (param_names(ctx, f, ps, 4) != 4) return false;
+    char *t = squeeze(ctx, kl_ast_function_body(f));
+    if (!t) return false;
+    bool ok = false;
+    static const char *const types[] = {"bf16", "f16"};
+    for (int i = 0; i < 2 && !ok; i++) {
+        char want[400];
+        kl_snprintf(want, sizeof want,
+                    "mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32{%%0,%%1,%%2,%%3},{%%4,%%5,%%6,%%7},{%%8,%%9},{%%0,%%1,%%2,"
+                    "%%3};:+f(%s[0]),+f(%s[1]),+f(%s[2]),+f(%s[3]):r(%s[0]),r(%s[1]),r(%s[2]),r(%s[3]),r(%s),r(%s));",
+                    types[i], types[i], ps[0], ps[0], ps[0], ps[0], ps[1], ps[1], ps[1], ps[1], ps[2], ps[3]);
+        if (strstr(t, want)) ok = true, kl_snprintf(dtype, 8, "%s", types[i]);
+    }
+    ok = ok && count_sub(t, "asm") == 1;
+    free(t);
+    return ok;
+}
+
+/* Is `name` a __device__ helper holding exactly one ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16
+ * into its first parameter's four registers, in order, from the address of its second? */
+static bool ldmatrix_helper(const kl_rule_ctx *ctx, const char *name, bool trans)
+{
+    TSNode f = kl_ast_function_named(ctx->src, name);
+    if (ts_node_is_null(f) || !kl_ast_function_has(ctx->src, f, "__device__")) return false;
+    char ps[2][64];
+    if (param_names(ctx, f, ps, 2) != 2) return false;
+    char *t = squeeze(ctx, kl_ast_function_body(f));
+    if (!t) return false;
+    char want[300];
+    kl_snprintf(want, sizeof want,
+                "ldmatrix.sync.aligned.m8n8.x4%s.shared.b16{%%0,%%1,%%2,%%3},[%%4];:=r(%s[0]),=r(%s[1]),=r(%s[2]),=r(%s[3]):r(",
+                trans ? ".trans" : "", ps[0], ps[0], ps[0], ps[0]);
+    /* the address operand comes from the second parameter (directly, or through a local of the helper) */
+    bool ok = strstr(t, want) && rb_count_ident(ctx, kl_ast_function_body(f), ps[1]) > 0 && count_sub(t, "asm") == 1;
+    free(t);
+    return ok;
+}
+
+/* `for (T v = 0; v < B; v++)` (or ++v): v and B's text. */
+static bool plain_loop(const kl_rule_ctx *ctx, TSNode loop, char *v, char *bound, size_t bsize)
+{
+    if (!rb_is(loop, "for_statement")) return false;
+    TSNode init = rb_field(loop, "initializer"), cond = unparen(rb_field(loop, "condition")), upd = rb_field(loop, "update");
+    if (!rb_is(init, "declaration") || ts_node_named_child_count(init) != 2) return false;
+    TSNode d = ts_node_named_child(init, 1);
+    if (!rb_is(d, "init_declarator") || !text_is(ctx, rb_field(d, "value"), "0")) return false;
+    text_to(ctx, kl_ast_declarator_name(d), v, 64);
+    if (!rb_is(cond, "binary_expression") || !text_is(ctx, rb_field(cond, "operator"), "<") ||
+        !text_is(ctx, rb_field(cond, "left"), v))
+        return false;
+    text_to(ctx, rb_field(cond, "right"), bound, bsize);
+    char u[80], a[80], b[80];
+    text_to(ctx, upd, u, sizeof u);
+    kl_snprintf(a, sizeof a, "%s++", v);
+    kl_snprintf(b, sizeof b, "++%s", v);
+    return !strcmp(u, a) || !strcmp(u, b);
+}
+
+/* The header `for (…)` of a loop, on one line: false when it spans lines. */
+static bool for_header(const kl_rule_ctx *ctx, TSNode loop, char *buf, size_t size)
+{
+    uint32_t end = 0;
+    TSNode body = rb_field(loop, "body");
+    for (uint32_t i = 0; i < ts_node_child_count(loop); i++) {
+        TSNode c = ts_node_child(loop, i);
+        if (ts_node_eq(c, body)) break;
+        if (!strcmp(ts_node_type(c), ")")) end = ts_node_end_byte(c);
+    }
+    uint32_t s = ts_node_start_byte(loop);
+    if (!end || end - s + 1 > size || memchr(ctx->text + s, '\n', end - s)) return false;
+    kl_snprintf(buf, size, "%.*s", (int)(end - s), ctx->text + s);
+    return true;
+}
+
+/* The statements of a block or loop body, comments and preprocessor lines (#pragma) skipped. */
+static unsigned body_stmts(TSNode block, TSNode *out, unsigned max)
+{
+    if (!rb_is(block, "compound_statement")) {
+        if (max) out[0] = block;
+        return 1;
+    }
+    unsigned n = 0;
+    for (uint32_t i = 0; i < ts_node_named_child_count(block); i++) {
+        TSNode c = ts_node_named_child(block, i);
+        if (rb_is(c, "comment") || !strncmp(ts_node_type(c), "preproc_", 8)) continue;
+        if (n < max) out[n] = c;
+        n++;
+    }
+    return n;
+}
+
+/* A call statement `f(args)`: the callee's name and the arguments. */
+static bool call_stmt(const kl_rule_ctx *ctx, TSNode st, char *f, TSNode *args, unsigned max, unsigned *n)
+{
+    if (!rb_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return false;
+    TSNode c = ts_node_named_child(st, 0);
+    if (!rb_is(c, "call_expression") || !rb_is(rb_field(c, "function"), "identifier")) return false;
+    text_to(ctx, rb_field(c, "function"), f, 64);
+    TSNode a = rb_field(c, "arguments");
+    *n = ts_node_named_child_count(a);
+    for (unsigned i = 0; i < *n && i < max; i++) args[i] = ts_node_named_child(a, i);
+    return true;
+}
+
+/* Does the text of n, without blanks, read s? */
+static bool squeezed_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
+{
+    char *t = squeeze(ctx, n);
+    bool b = t && !strcmp(t, s);
+    free(t);
+    return b;
+}
+
+/* The one declarator of a declaration (`const int a = …;`), or a null node when it has several. */
+static TSNode single_declarator(TSNode d)
+{
+    TSNode none = {{0}, 0, 0}, found = none;
+    if (!rb_is(d, "declaration")) return none;
+    TSNode type = rb_field(d, "type");
+    for (uint32_t i = 0; i < ts_node_named_child_count(d); i++) {
+        TSNode c = ts_node_named_child(d, i);
+        const char *t = ts_node_type(c);
+        if (ts_node_eq(c, type) || !(strstr(t, "declarator") || !strcmp(t, "identifier"))) continue;
+        if (!ts_node_is_null(found)) return none;
+        found = c;
+    }
+    return found;
+}
+
+/* `const int a = …;` declarations (one name each) at the head of a loop body, into locals. */
+static bool loop_locals(const kl_rule_ctx *ctx, TSNode *st, unsigned n, ptx_local *loc, unsigned *nloc)
+{
+    *nloc = 0;
+    for (unsigned i = 0; i < n; i++) {
+        TSNode d = single_declarator(st[i]);
+        if (!rb_is(d, "init_declarator") || *nloc == PTX_MAXLOC) return false;
+        text_to(ctx, kl_ast_declarator_name(d), loc[*nloc].name, 64);
+        loc[*nloc].value = rb_field(d, "value");
+        (*nloc)++;
+    }
+    return true;
+}
+
+/* ---- rendering an address for one virtual lane ---- */
+
+typedef struct ptx_render {
+    const kl_rule_ctx *ctx;
+    TSNode body;                 /* the kernel's body (declarations of the names the address uses) */
+    const char *lane;
+    const char *mod16, *div16, *vlane;   /* lane % 16, lane / 16, lane */
+    const char *ivar, *ito;              /* the load loop's variable and what replaces it */
+    const ptx_local *loc;
+    unsigned nloc;
+    int depth;
+    char why[300];
+} ptx_render;
+
+static bool warp_uniform(const kl_rule_ctx *ctx, TSNode body, const char *name, int depth, char *why, size_t size);
+
+typedef struct uni_scan {
+    const kl_rule_ctx *ctx;
+    TSNode body;
+    int depth;
+    char *why;
+    size_t size;
+} uni_scan;
+
+/* threadIdx.x / 32 (or >> 5): the warp, the same in every lane */
+static bool is_warp_index(const kl_rule_ctx *ctx, TSNode field)
+{
+    TSNode p = ts_node_parent(field);
+    while (rb_is(p, "parenthesized_expression")) p = ts_node_parent(p);
+    if (!rb_is(p, "binary_expression") || !rb_is_builtin(ctx, field, "threadIdx", 'x')) return false;
+    TSNode l = unparen(rb_field(p, "left"));
+    if (!ts_node_eq(l, field)) return false;
+    return (text_is(ctx, rb_field(p, "operator"), "/") && text_is(ctx, rb_field(p, "right"), "32")) ||
+           (text_is(ctx, rb_field(p, "operator"), ">>") && text_is(ctx, rb_field(p, "right"), "5"));
+}
+
+static bool uni_visit(TSNode n, void *user)
+{
+    uni_scan *u = user;
+    if (u->why[0]) return false;
+    if (rb_is(n, "field_expression")) {
+        TSNode a = rb_field(n, "argument");
+        if (text_is(u->ctx, a, "threadIdx") && !is_warp_index(u->ctx, n))
+            kl_snprintf(u->why, u->size, "line %u reads threadIdx other than as the warp (threadIdx.x / 32)", line_of(n));
+        return false;
+    }
+    if (rb_is(n, "identifier")) {
+        char nm[64];
+        text_to(u->ctx, n, nm, sizeof nm);
+        TSNode par = ts_node_parent(n);
+        if (rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n)) {
+            if (callee_reads_builtins(u->ctx, nm))
+                kl_snprintf(u->why, u->size, "`%s` (line %u) reads thread or block indices", nm, line_of(n));
+            return false;
+        }
+        warp_uniform(u->ctx, u->body, nm, u->depth + 1, u->why, u->size);
+    }
+    return true;
+}
+
+typedef struct decl_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode decl, dc;
+    unsigned count;
+} decl_find;
+
+static bool decl_find_visit(TSNode n, void *user)
+{
+    decl_find *f = user;
+    if (rb_is(n, "declaration"))
+        for (uint32_t k = 0; k < ts_node_named_child_count(n); k++) {
+            TSNode dc = ts_node_named_child(n, k);
+            if (!text_is(f->ctx, kl_ast_declarator_name(dc), f->name)) continue;
+            if (!f->count) f->decl = n, f->dc = dc;
+            f->count++;
+        }
+    return true;
+}
+
+typedef struct assign_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    bool found;
+} assign_find;
+
+static bool assign_visit(TSNode n, void *user)
+{
+    assign_find *a = user;
+    if (a->found) return false;
+    TSNode target = {{0}, 0, 0};
+    if (rb_is(n, "assignment_expression")) target = rb_field(n, "left");
+    if (rb_is(n, "update_expression")) target = rb_field(n, "argument");
+    if (!ts_node_is_null(target) && text_is(a->ctx, unparen(target), a->name)) {
+        /* a loop's own update (`kk++`) keeps its value the same in every lane */
+        TSNode p = ts_node_parent(n);
+        if (!(rb_is(p, "for_statement") && ts_node_eq(rb_field(p, "update"), n))) a->found = true;
+    }
+    return !a->found;
+}
+
+/* Is the kernel-local `name` the same in every lane of a warp: declared once, never assigned (a loop's
+ * own update aside), from values that are (the warp index, parameters, constants, shared arrays)? A
+ * name that is not declared in the kernel is a parameter or a file-level name: uniform. */
+static bool warp_uniform(const kl_rule_ctx *ctx, TSNode body, const char *name, int depth, char *why, size_t size)
+{
+    if (why[0]) return false;
+    if (depth > 12) {
+        kl_snprintf(why, size, "`%s` is defined too deep for the analysis", name);
+        return false;
+    }
+    decl_find f = {ctx, name, {{0}, 0, 0}, {{0}, 0, 0}, 0};
+    rb_walk(body, decl_find_visit, &f);
+    if (!f.count) return true;
+    if (f.count > 1) {
+        kl_snprintf(why, size, "`%s` is declared %u times in the kernel", name, f.count);
+        return false;
+    }
+    assign_find a = {ctx, name, false};
+    rb_walk(body, assign_visit, &a);
+    if (a.found) {
+        kl_snprintf(why, size, "`%s` (line %u) is assigned after its declaration", name, line_of(f.decl));
+        return false;
+    }
+    TSNode v = rb_is(f.dc, "init_declarator") ? rb_field(f.dc, "value") : (TSNode){{0}, 0, 0};
+    if (ts_node_is_null(v)) {
+        if (tt_is_shared_decl(ctx, f.decl)) return true;
+        kl_snprintf(why, size, "`%s` (line %u) has no initial value", name, line_of(f.decl));
+        return false;
+    }
+    uni_scan u = {ctx, body, depth, why, size};
+    rb_walk(v, uni_visit, &u);
+    return !why[0];
+}
+
+static void render(ptx_render *r, TSNode n, kl_strbuf *sb);
+
+static void render_children(ptx_render *r, TSNode n, kl_strbuf *sb)
+{
+    uint32_t at = ts_node_start_byte(n), end = ts_node_end_byte(n);
+    for (uint32_t i = 0; i < ts_node_child_count(n); i++) {
+        TSNode c = ts_node_child(n, i);
+        uint32_t cs = ts_node_start_byte(c);
+        if (cs > at) kl_strbuf_add(sb, r->ctx->text + at, cs - at);
+        render(r, c, sb);
+        at = ts_node_end_byte(c);
+    }
+    if (end > at) kl_strbuf_add(sb, r->ctx->text + at, end - at);
+}
+
+/* `lane % 16` / `lane / 16` */
+static bool lane_op(const ptx_render *r, TSNode n, const char *op)
+{
+    return rb_is(n, "binary_expression") && text_is(r->ctx, rb_field(n, "operator"), op) &&
+           text_is(r->ctx, unparen(rb_field(n, "left")), r->lane) && text_is(r->ctx, rb_field(n, "right"), "16");
+}
+
+static void render_paren(kl_strbuf *sb, const char *s, bool paren)
+{
+    if (paren) kl_strbuf_addf(sb, "(%s)", s);
+    else kl_strbuf_adds(sb, s);
+}
+
+static bool simple_text(const char *s)
+{
+    for (const char *p = s; *p; p++)
+        if (!(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))) return false;
+    return *s != '\0';
+}
+
+static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
+{
+    if (r->why[0]) return;
+    bool in_paren = rb_is(ts_node_parent(n), "parenthesized_expression");
+    if (lane_op(r, n, "%")) {
+        render_paren(sb, r->mod16, !in_paren && !simple_text(r->mod16));
+        return;
+    }
+    if (lane_op(r, n, "/")) {
+        render_paren(sb, r->div16, !in_paren && !simple_text(r->div16));
+        return;
+    }
+    if (rb_is(n, "field_expression")) {
+        if (text_is(r->ctx, rb_field(n, "argument"), "threadIdx") && !is_warp_index(r->ctx, n)) {
+            kl_snprintf(r->why, sizeof r->why, "the ldmatrix address at line %u reads threadIdx other than through the lane `%s`",
+                        line_of(n), r->lane);
+            return;
+        }
+        render_children(r, n, sb);
+        return;
+    }
+    if (rb_is(n, "identifier")) {
+        char nm[64];
+        text_to(r->ctx, n, nm, sizeof nm);
+        TSNode par = ts_node_parent(n);
+        bool callee = rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n);
+        if (callee) {
+            if (callee_reads_builtins(r->ctx, nm))
+                kl_snprintf(r->why, sizeof r->why, "`%s` (line %u) in the ldmatrix address reads thread or block indices", nm,
+                            line_of(n));
+            kl_strbuf_adds(sb, nm);
+            return;
+        }
+        if (!strcmp(nm, r->lane)) {
+            render_paren(sb, r->vlane, !in_paren && !simple_text(r->vlane));
+            return;
+        }
+        if (r->ivar && !strcmp(nm, r->ivar)) {
+            render_paren(sb, r->ito, !in_paren && !simple_text(r->ito));
+            return;
+        }
+        for (unsigned i = 0; i < r->nloc; i++) {
+            if (strcmp(nm, r->loc[i].name)) continue;
+            if (r->depth > 8) {
+                kl_snprintf(r->why, sizeof r->why, "the locals of the ldmatrix address nest too deep");
+                return;
+            }
+            kl_strbuf inner = KL_STRBUF_INIT;
+            r->depth++;
+            render(r, unparen(r->loc[i].value), &inner);
+            r->depth--;
+            const char *s = kl_strbuf_str(&inner);
+            render_paren(sb, s, !in_paren && !simple_text(s));
+            kl_strbuf_release(&inner);
+            return;
+        }
+        char why[300] = "";
+        if (!warp_uniform(r->ctx, r->body, nm, 0, why, sizeof why)) {
+            kl_snprintf(r->why, sizeof r->why, "the ldmatrix address at line %u uses `%s`, which may differ between lanes: %s",
+                        line_of(n), nm, why);
+            return;
+        }
+        kl_strbuf_adds(sb, nm);
+        return;
+    }
+    if (ts_node_child_count(n) == 0) {
+        uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+        kl_strbuf_add(sb, r->ctx->text + a, b - a);
+        return;
+    }
+    render_children(r, n, sb);
+}
+
+/* The element `off` elements past the address ptr in lane vlane: `P[rest + off]` when ptr is
+ * `P + rest`, else `(ptr)[off]`. New string, or NULL with r->why set. */
+static char *element_read(ptx_render *r, TSNode ptr, const char *off)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    TSNode p = unparen(ptr);
+    TSNode leftmost = p;
+    while (rb_is(leftmost, "binary_expression") && text_is(r->ctx, rb_field(leftmost, "operator"), "+"))
+        leftmost = rb_field(leftmost, "left");
+    if (rb_is(p, "binary_expression") && text_is(r->ctx, rb_field(p, "operator"), "+") && rb_is(leftmost, "identifier")) {
+        /* P + a + b …: P[a + b … + off]; the rest is rendered from the text after `P +` */
+        TSNode first = ts_node_parent(leftmost); /* P + a */
+        kl_strbuf rest = KL_STRBUF_INIT;
+        render(r, leftmost, &sb);
+        TSNode right = rb_field(first, "right");
+        /* the text from the first operand after P to the end of the chain, rendered piecewise */
+        render(r, right, &rest);
+        for (TSNode q = ts_node_parent(first); !ts_node_is_null(q) && ts_node_start_byte(q) == ts_node_start_byte(p) &&
+                                               ts_node_end_byte(q) <= ts_node_end_byte(p);
+             q = ts_node_parent(q)) {
+            TSNode rr = rb_field(q, "right");
+            uint32_t gap = ts_node_end_byte(rb_field(q, "left"));
+            kl_strbuf_add(&rest, r->ctx->text + gap, ts_node_start_byte(rr) - gap);
+            render(r, rr, &rest);
+            if (ts_node_eq(q, p)) break;
+        }
+        kl_strbuf_addf(&sb, "[%s + %s]", kl_strbuf_str(&rest), off);
+        kl_strbuf_release(&rest);
+    } else {
+        kl_strbuf_adds(&sb, "(");
+        render(r, p, &sb);
+        kl_strbuf_addf(&sb, ")[%s]", off);
+    }
+    char *out = (r->why[0] || sb.failed) ? NULL : kl_strdup(kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return out;
+}
+
+/* The lane: a declaration at the top of the kernel `lane = threadIdx.x % 32` (or `& 31`), never assigned. */
+static bool find_lane(const kl_rule_ctx *ctx, TSNode body, char *lane)
+{
+    for (uint32_t i = 0; i < ts_node_named_child_count(body); i++) {
+        TSNode d = ts_node_named_child(body, i);
+        if (!rb_is(d, "declaration")) continue;
+        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+            TSNode dc = ts_node_named_child(d, k);
+            if (!rb_is(dc, "init_declarator")) continue;
+            TSNode v = unparen(rb_field(dc, "value"));
+            if (!squeezed_is(ctx, v, "threadIdx.x%32") && !squeezed_is(ctx, v, "threadIdx.x&31")) continue;
+            text_to(ctx, kl_ast_declarator_name(dc), lane, 64);
+            assign_find a = {ctx, lane, false};
+            rb_walk(body, assign_visit, &a);
+            if (!a.found) return true;
+        }
+    }
+    return false;
+}
+
+/* Recognise the form around the mma call (hit); false with p->why when it is not it. */
+static bool analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, tc_ptx *p)
+{
+    memset(p, 0, sizeof *p);
+    p->fn = fn;
+    p->body = kl_ast_function_body(fn);
+    p->call = hit;
+#define WHY(...) (kl_snprintf(p->why, sizeof p->why, __VA_ARGS__), false)
+    unsigned ln = line_of(hit);
+    if (!rb_is(hit, "call_expression") || !rb_is(rb_field(hit, "function"), "identifier"))
+        return WHY("the mma.sync at line %u is not a call of a __device__ helper", ln);
+    text_to(ctx, rb_field(hit, "function"), p->helpers[0], 64);
+    if (!mma_helper(ctx, p->helpers[0], p->dtype))
+        return WHY("%s (called at line %u) is not one mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32 with D = C and "
+                   "its operands in parameter order (d[4], a[4], b0, b1)", p->helpers[0], ln);
+    kl_snprintf(p->conv, sizeof p->conv, "%s", !strcmp(p->dtype, "bf16") ? "__bfloat162float" : "__half2float");
+    if (!find_lane(ctx, p->body, p->lane))
+        return WHY("no `lane = threadIdx.x %% 32` at the top of the kernel: the fragment layout is per lane");
+    /* the mma nest */
+    TSNode st = ts_node_parent(hit);
+    p->inner = ts_node_parent(st);
+    if (rb_is(p->inner, "compound_statement")) {
+        TSNode one[2];
+        if (body_stmts(p->inner, one, 2) != 1) return WHY("the mma call at line %u is not alone in its loop", ln);
+        p->inner = ts_node_parent(p->inner);
+    }
+    p->outer = ts_node_parent(p->inner);
+    if (rb_is(p->outer, "compound_statement")) {
+        TSNode one[2];
+        if (body_stmts(p->outer, one, 2) != 1) return WHY("the loop at line %u is not alone in its loop", line_of(p->inner));
+        p->outer = ts_node_parent(p->outer);
+    }
+    char b1[128], b2[128];
+    if (!rb_is(st, "expression_statement") || !plain_loop(ctx, p->inner, p->v2, b2, sizeof b2) ||
+        !plain_loop(ctx, p->outer, p->v1, b1, sizeof b1))
+        return WHY("the mma call at line %u is not in a nest `for (mi = 0; mi < FM; mi++) for (ni = 0; ni < FN; ni++)`", ln);
+    p->block = ts_node_parent(p->outer);
+    if (!rb_is(p->block, "compound_statement")) return WHY("the mma nest at line %u is not in a block", line_of(p->outer));
+    if (!for_header(ctx, p->outer, p->hdr1, sizeof p->hdr1) || !for_header(ctx, p->inner, p->hdr2, sizeof p->hdr2))
+        return WHY("the mma nest's loop headers (line %u) are not on one line each", line_of(p->outer));
+    /* the operands: ACC[mi][ni], AF[mi], BF[ni][0], BF[ni][1] */
+    TSNode args = rb_field(hit, "arguments");
+    if (ts_node_named_child_count(args) != 4) return WHY("the mma call at line %u does not take 4 operands", ln);
+    TSNode d = ts_node_named_child(args, 0), a = ts_node_named_child(args, 1);
+    TSNode b0 = ts_node_named_child(args, 2), bb1 = ts_node_named_child(args, 3);
+    text_to(ctx, d, p->acc, sizeof p->acc);
+    char af[64], bf[64], want[200];
+    if (!rb_is(a, "subscript_expression") || !rb_is(rb_field(a, "argument"), "identifier"))
+        return WHY("the A operand at line %u is not a fragment array `AF[%s]`", ln, p->v1);
+    text_to(ctx, rb_field(a, "argument"), af, sizeof af);
+    if (!rb_is(b0, "subscript_expression") || !rb_is(rb_field(b0, "argument"), "subscript_expression") ||
+        !rb_is(rb_field(rb_field(b0, "argument"), "argument"), "identifier"))
+        return WHY("the B operands at line %u are not `BF[%s][0], BF[%s][1]`", ln, p->v2, p->v2);
+    text_to(ctx, rb_field(rb_field(b0, "argument"), "argument"), bf, sizeof bf);
+    kl_snprintf(want, sizeof want, "%s[%s]", af, p->v1);
+    bool ok = squeezed_is(ctx, a, want);
+    kl_snprintf(want, sizeof want, "%s[%s][0]", bf, p->v2);
+    ok = ok && squeezed_is(ctx, b0, want);
+    kl_snprintf(want, sizeof want, "%s[%s][1]", bf, p->v2);
+    ok = ok && squeezed_is(ctx, bb1, want);
+    if (!ok) return WHY("the mma call at line %u does not read `%s[%s]`, `%s[%s][0]`, `%s[%s][1]`", ln, af, p->v1, bf, p->v2, bf, p->v2);
+    if (!rb_is(d, "subscript_expression") || rb_count_ident(ctx, d, p->v1) != 1 || rb_count_ident(ctx, d, p->v2) != 1)
+        return WHY("the accumulator operand `%s` at line %u is not indexed by %s and %s", p->acc, ln, p->v1, p->v2);
+    /* the four statements before the nest: the fragment arrays and their loads */
+    TSNode stmts[64];
+    unsigned ns = body_stmts(p->block, stmts, 64), at = 0;
+    if (ns > 64) return WHY("the block of the mma nest (line %u) is too long", line_of(p->block));
+    while (at < ns && !ts_node_eq(stmts[at], p->outer)) at++;
+    if (at < 4 || at + 1 != ns) return WHY("the mma nest at line %u is not the last of a block that loads its fragments", line_of(p->outer));
+    for (unsigned i = at - 4; i < at; i++) {
+        TSNode s = stmts[i];
+        if (rb_is(s, "declaration")) {
+            if (ts_node_is_null(single_declarator(s))) return WHY("the declaration at line %u declares more than one name", line_of(s));
+            char nm[64];
+            text_to(ctx, kl_ast_declarator_name(single_declarator(s)), nm, sizeof nm);
+            if (!strcmp(nm, af) && ts_node_is_null(p->adecl)) p->adecl = s;
+            else if (!strcmp(nm, bf) && ts_node_is_null(p->bdecl)) p->bdecl = s;
+            else return WHY("the declaration at line %u is not one of the fragments %s, %s", line_of(s), af, bf);
+        } else if (rb_is(s, "for_statement")) {
+            if (rb_count_ident(ctx, s, af) && ts_node_is_null(p->aloop)) p->aloop = s;
+            else if (rb_count_ident(ctx, s, bf) && ts_node_is_null(p->bloop)) p->bloop = s;
+            else return WHY("the loop at line %u loads neither %s nor %s", line_of(s), af, bf);
+        } else {
+            return WHY("the statement at line %u is neither a fragment declaration nor its load", line_of(s));
+        }
+    }
+    if (ts_node_is_null(p->adecl) || ts_node_is_null(p->bdecl) || ts_node_is_null(p->aloop) || ts_node_is_null(p->bloop))
+        return WHY("the four statements before the mma nest (line %u) are not %s, %s and their loads", line_of(p->outer), af, bf);
+    if (ts_node_start_byte(p->adecl) > ts_node_start_byte(p->aloop) || ts_node_start_byte(p->bdecl) > ts_node_start_byte(p->bloop))
+        return WHY("a fragment array is loaded before its declaration (line %u)", line_of(p->aloop));
+    p->first = stmts[at - 4];
+    if (!rb_line_blank_before(ctx, tt_pragma_above(ctx, ts_node_start_byte(p->first))) ||
+        rb_line_end(ctx, ts_node_end_byte(p->outer) - 1) != rb_line_end(ctx, ts_node_end_byte(p->outer)))
+        return WHY("the fragment code (lines %u-%u) does not sit on lines of its own", line_of(p->first), line_of(p->outer));
+    char t[96];
+    kl_snprintf(t, sizeof t, "uint32_t%s[%s][4];", af, b1);
+    char t2[96];
+    kl_snprintf(t2, sizeof t2, "uint32_t%s[%s][2];", bf, b2);
+    if (!squeezed_is(ctx, p->adecl, t) || !squeezed_is(ctx, p->bdecl, t2))
+        return WHY("the fragments are not declared `uint32_t %s[%s][4]; uint32_t %s[%s][2];` (lines %u, %u)", af, b1, bf, b2,
+                   line_of(p->adecl), line_of(p->bdecl));
+    if (rb_count_ident(ctx, p->block, af) != 3 || rb_count_ident(ctx, p->block, bf) != 7)
+        return WHY("the fragments %s, %s are used other than by their loads and the mma call", af, bf);
+    /* B's n-tiles come in pairs: FN must be even */
+    long long fnv = 0;
+    TSNode bnode = rb_field(unparen(rb_field(p->inner, "condition")), "right");
+    if (!rb_const_eval(ctx, p->body, bnode, &fnv) || fnv <= 0 || fnv % 2)
+        return WHY("the n-tile count %s (line %u) is not a known even number (B fragments come in pairs from ldmatrix.x4.trans)",
+                   b2, line_of(p->inner));
+    /* the A load: for (i = 0; i < FM; i++) { locals; LDM(AF[i], PTR); } */
+    char iv[64], ib[128], fname[64];
+    TSNode ls[PTX_MAXLOC + 8], cargs[3];
+    unsigned nls, nargs;
+    ptx_local aloc[PTX_MAXLOC], bloc[PTX_MAXLOC];
+    unsigned na = 0, nb = 0;
+    if (!plain_loop(ctx, p->aloop, iv, ib, sizeof ib) || strcmp(ib, b1))
+        return WHY("the A fragment loop at line %u is not `for (i = 0; i < %s; i++)`", line_of(p->aloop), b1);
+    nls = body_stmts(rb_field(p->aloop, "body"), ls, PTX_MAXLOC + 8);
+    kl_snprintf(want, sizeof want, "%s[%s]", af, iv);
+    if (nls < 1 || nls > PTX_MAXLOC + 1 || !call_stmt(ctx, ls[nls - 1], fname, cargs, 3, &nargs) || nargs != 2 ||
+        !squeezed_is(ctx, cargs[0], want) || !ldmatrix_helper(ctx, fname, false) || !loop_locals(ctx, ls, nls - 1, aloc, &na))
+        return WHY("the A fragment loop at line %u is not `const int` locals and one ldmatrix.x4 helper call into %s[%s]",
+                   line_of(p->aloop), af, iv);
+    kl_snprintf(p->helpers[1], 64, "%s", fname);
+    TSNode aptr = cargs[1];
+    /* the B load: for (j = 0; j < FN / 2; j++) { locals; uint32_t R[4]; LDMT(R, PTR); BF[2*j][0] = R[0]; … } */
+    char jv[64], jb[128];
+    if (!plain_loop(ctx, p->bloop, jv, jb, sizeof jb))
+        return WHY("the B fragment loop at line %u is not `for (j = 0; j < %s / 2; j++)`", line_of(p->bloop), b2);
+    long long jn = 0;
+    if (!rb_const_eval(ctx, p->body, rb_field(unparen(rb_field(p->bloop, "condition")), "right"), &jn) || jn * 2 != fnv)
+        return WHY("the B fragment loop at line %u does not load %s / 2 pairs of n-tiles", line_of(p->bloop), b2);
+    nls = body_stmts(rb_field(p->bloop, "body"), ls, PTX_MAXLOC + 8);
+    if (nls < 6 || nls > PTX_MAXLOC + 6)
+        return WHY("the B fragment loop at line %u is not locals, `uint32_t r[4];`, ldmatrix.x4.trans and four moves", line_of(p->bloop));
+    unsigned rd = nls - 6;
+    char rn[64];
+    if (ts_node_is_null(single_declarator(ls[rd])))
+        return WHY("the B fragment loop at line %u does not declare its four registers", line_of(p->bloop));
+    text_to(ctx, kl_ast_declarator_name(single_declarator(ls[rd])), rn, sizeof rn);
+    kl_snprintf(t, sizeof t, "uint32_t%s[4];", rn);
+    if (!squeezed_is(ctx, ls[rd], t) || !call_stmt(ctx, ls[rd + 1], fname, cargs, 3, &nargs) || nargs != 2 ||
+        !text_is(ctx, cargs[0], rn) || !ldmatrix_helper(ctx, fname, true) || !loop_locals(ctx, ls, rd, bloc, &nb))
+        return WHY("the B fragment loop at line %u is not `const int` locals, `uint32_t r[4];` and one ldmatrix.x4.trans helper "
+                   "call into r", line_of(p->bloop));
+    kl_snprintf(p->helpers[2], 64, "%s", fname);
+    TSNode bptr = cargs[1];
+    for (unsigned i = 0; i < 4; i++) {
+        kl_snprintf(want, sizeof want, "%s[2*%s%s][%u]=%s[%u];", bf, jv, i >= 2 ? "+1" : "", i % 2, rn, i);
+        if (!squeezed_is(ctx, ls[rd + 2 + i], want))
+            return WHY("line %u does not read `%s[2 * %s%s][%u] = %s[%u];`: the registers of ldmatrix.x4.trans are b0, b1 of "
+                       "n-tile 2j, then of 2j + 1", line_of(ls[rd + 2 + i]), bf, jv, i >= 2 ? " + 1" : "", i % 2, rn, i);
+    }
+    if (rb_count_ident(ctx, p->bloop, rn) != 6) return WHY("the registers %s of line %u are used elsewhere", rn, line_of(ls[rd]));
+    /* the element reads: A (r, k) from lane r + 16 (k / 8), element k % 8; B (k, n) of n-tile ni from lane k + 16 (ni % 2)
+     * in iteration ni / 2, element n */
+    char ito[80], jto[80];
+    kl_snprintf(ito, sizeof ito, "%s", p->v1);
+    kl_snprintf(jto, sizeof jto, "%s / 2", p->v2);
+    char bdiv[80], bvl[120];
+    kl_snprintf(bdiv, sizeof bdiv, "%s %% 2", p->v2);
+    kl_snprintf(bvl, sizeof bvl, "kl_x + 16 * (%s %% 2)", p->v2);
+    ptx_render ra = {ctx, p->body, p->lane, "kl_r", "kl_x / 8", "kl_r + 16 * (kl_x / 8)", iv, ito, aloc, na, 0, ""};
+    p->aread = element_read(&ra, aptr, "kl_x % 8");
+    if (!p->aread) return WHY("%s", ra.why[0] ? ra.why : "out of memory");
+    ptx_render rbb = {ctx, p->body, p->lane, "kl_x", bdiv, bvl, jv, jto, bloc, nb, 0, ""};
+    p->bread = element_read(&rbb, bptr, "kl_c");
+    if (!p->bread) return WHY("%s", rbb.why[0] ? rbb.why : "out of memory");
+    /* names the scalar loop introduces */
+    static const char *const mine[] = {"kl_e", "kl_r", "kl_c", "kl_x"};
+    for (unsigned i = 0; i < 4; i++)
+        if (rb_count_ident(ctx, p->body, mine[i])) return WHY("the kernel already uses the name %s", mine[i]);
+#undef WHY
+    return true;
+}
+
+/* A __device__ helper used only by the removed code goes, with a comment line right above it that
+ * names mma or ldmatrix. */
+static kl_status drop_helper(const kl_rule_ctx *ctx, const char *name, unsigned removed_uses, kl_edits *out)
+{
+    TSNode f = kl_ast_function_named(ctx->src, name);
+    if (ts_node_is_null(f)) return KL_OK;
+    TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
+    if (rb_count_ident(ctx, root, name) != 1 + removed_uses) return KL_OK;
+    TSNode outer = kl_ast_function_outer(f);
+    uint32_t s = rb_line_start(ctx, ts_node_start_byte(outer)), e = rb_line_end(ctx, ts_node_end_byte(outer) - 1);
+    if (!rb_line_blank_before(ctx, ts_node_start_byte(outer))) return KL_OK;
+    TSNode prev = ts_node_prev_sibling(outer);
+    if (rb_is(prev, "comment") && rb_line_end(ctx, ts_node_end_byte(prev) - 1) == s) {
+        char *c = rb_text(ctx, prev);
+        if (c && (strstr(c, "mma") || strstr(c, "ldmatrix")) && rb_line_blank_before(ctx, ts_node_start_byte(prev)))
+            s = rb_line_start(ctx, ts_node_start_byte(prev));
+        free(c);
+    }
+    /* one blank line of the two around it goes too */
+    if (s >= 2 && ctx->text[s - 1] == '\n' && ctx->text[s - 2] == '\n' && e < ctx->len && ctx->text[e] == '\n') e++;
+    return kl_edits_add(out, s, e, "");
+}
+
+static kl_status remove_ptx(const kl_rule_ctx *ctx, const tc_ptx *p, kl_edits *out, kl_error *err)
+{
+    char in[32] = "", in2[48], in3[64], in4[80], in5[96];
+    rb_indent_of(ctx, ts_node_start_byte(p->first), in, sizeof in);
+    kl_snprintf(in2, sizeof in2, "%s    ", in);
+    kl_snprintf(in3, sizeof in3, "%s    ", in2);
+    kl_snprintf(in4, sizeof in4, "%s    ", in3);
+    kl_snprintf(in5, sizeof in5, "%s    ", in4);
+    const char *L = p->lane;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addf(&sb, "%s// tensor-core removed: scalar f32 FMAs over the same shared tiles; each lane computes the m16n8k16\n", in);
+    kl_strbuf_addf(&sb, "%s// accumulator elements it held (element e: row %s / 4 + 8 * (e / 2), col 2 * (%s %% 4) + e %% 2 of the\n",
+                   in, L, L);
+    kl_strbuf_addf(&sb, "%s// 16 x 8 tile), reading A and B where its ldmatrix lanes read them\n", in);
+    kl_strbuf_addf(&sb, "#pragma unroll\n%s%s\n", in, p->hdr1);
+    kl_strbuf_addf(&sb, "#pragma unroll\n%s%s\n", in2, p->hdr2);
+    kl_strbuf_addf(&sb, "#pragma unroll\n%sfor (int kl_e = 0; kl_e < 4; kl_e++) {\n", in3);
+    kl_strbuf_addf(&sb, "%sconst int kl_r = %s / 4 + 8 * (kl_e / 2), kl_c = 2 * (%s %% 4) + kl_e %% 2;\n", in4, L, L);
+    kl_strbuf_addf(&sb, "#pragma unroll\n%sfor (int kl_x = 0; kl_x < 16; kl_x++)\n", in4);
+    kl_strbuf_addf(&sb, "%s%s[kl_e] += %s(%s) *\n%s    %s(%s);\n", in5, p->acc, p->conv, p->aread, in5, p->conv, p->bread);
+    kl_strbuf_addf(&sb, "%s}\n", in3);
+    kl_status st = KL_ERR_NOMEM;
+    if (!sb.failed) {
+        uint32_t s = tt_pragma_above(ctx, ts_node_start_byte(p->first));
+        s = rb_line_start(ctx, s);
+        uint32_t e = rb_line_end(ctx, ts_node_end_byte(p->outer) - 1);
+        st = kl_edits_add(out, s, e, kl_strbuf_str(&sb));
+    }
+    kl_strbuf_release(&sb);
+    if (st == KL_OK) st = drop_helper(ctx, p->helpers[0], 1, out);
+    if (st == KL_OK) st = drop_helper(ctx, p->helpers[1], 1, out);
+    if (st == KL_OK) st = drop_helper(ctx, p->helpers[2], 1, out);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
 /* ---- find and run -------------------------------------------------------------------------------------------- */
 
 typedef struct tc_job {
@@ -1116,19 +1892,46 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         tc_wmma w;
         memset(&w, 0, sizeof w);
         bool ours = analyse_wmma(ctx, fn, &w);
-        if (!ours && !w.why[0]) foreign_why(ctx, fn, &m, w.why, sizeof w.why);
+        /* PTX mma.sync fed by ldmatrix: removable when its fragments' sources are the recognised form */
+        tc_ptx px;
+        memset(&px, 0, sizeof px);
+        bool ptx = !ours && !w.why[0] && !strstr(m.what, "mma_sync") && analyse_ptx(ctx, fn, m.hit, &px);
+        if (!ours && !ptx && !w.why[0]) {
+            if (px.why[0] && !strstr(m.what, "mma_sync"))
+                kl_snprintf(w.why, sizeof w.why, "the mma.sync at line %u is not removable: %s", line_of(m.hit), px.why);
+            else
+                foreign_why(ctx, fn, &m, w.why, sizeof w.why);
+        }
         TSNode at = ours ? w.k0loop : m.hit;
         char id[256];
         kl_site_id(id, sizeof id, name, at, NULL);
         if (j->site) {
-            if (j->site->dir != KL_SITE_PRESENT || strcmp(j->site->id, id)) return KL_OK;
+            if (j->site->dir != KL_SITE_PRESENT || strcmp(j->site->id, id)) {
+                ptx_release(&px);
+                return KL_OK;
+            }
             j->done = true;
-            j->st = ours ? remove_wmma(ctx, &w, name, j->edits, j->err) : kl_rule_not_applicable(j->err, "%s", w.why);
+            j->st = ours  ? remove_wmma(ctx, &w, name, j->edits, j->err)
+                    : ptx ? remove_ptx(ctx, &px, j->edits, j->err)
+                          : kl_rule_not_applicable(j->err, "%s", w.why);
+            ptx_release(&px);
             return KL_OK;
         }
         json_t *feat = json_pack("{s:s, s:s}", "api", strstr(m.what, "mma_sync") ? "wmma" : "mma.sync", "dtype",
-                                 ours ? dtype_of(w.elem) : "bf16/f16");
-        if (!feat) return KL_ERR_NOMEM;
+                                 ours ? dtype_of(w.elem) : ptx ? px.dtype : "bf16/f16");
+        if (!feat) {
+            ptx_release(&px);
+            return KL_ERR_NOMEM;
+        }
+        if (ptx) {
+            json_object_set_new(feat, "form", json_string("ldmatrix + mma.sync.m16n8k16 warp tile"));
+            json_object_set_new(feat, "lane", json_string(px.lane));
+            json_object_set_new(feat, "fragments", json_pack("[s, s]", px.v1, px.v2));
+            ptx_release(&px);
+            return kl_sites_add(j->out, id, KL_SITE_PRESENT, kl_node_span(at), name, feat, NULL,
+                                "mma.sync m16n8k16 on ldmatrix fragments of shared tiles (removable to scalar FMAs)");
+        }
+        ptx_release(&px);
         json_t *params = NULL;
         if (ours) {
             json_object_set_new(feat, "block_tile", json_pack("[i, i]", 16 * w.wm * w.fm, 16 * w.wn * w.fn_));

@@ -1,0 +1,1532 @@
+/*
+ * specialize: a kernel specialized for the shapes that allow it (a compile-time size, a
+ * register-resident row, an aligned case …), chosen at the launch site, beside a general kernel
+ * that handles every shape.
+ *
+ * Present (remove): a host function whose launch of the general kernel G is reached under a
+ * condition on the sizes, the other branch reaching a different kernel S (directly or through host
+ * helpers of the file). Three forms: `if (C) { …G…; return; } rest` (the rest reaches S), an
+ * if / else-if / else chain, and a `switch` with a `default`. Remove keeps only the general path:
+ * the dispatch statement becomes the general branch's statements (its trailing `return;` /
+ * `break;` dropped), and every file-level item that only the removed path used (S, its host
+ * helpers, device helpers, constants, static_asserts, locals of the host function) is deleted with
+ * the comment lines just above it; the header's list entry describing the removed path goes too.
+ *
+ * Which branch is general: the branch taken under a condition that admits unbounded shapes
+ * (`n > B`, `n >= B`, `B < n`, `n != V`), else the else / fall-through when every condition is
+ * bounded (`n == V`, `n <= B`, `n < B`, conjunctions with one of these); a switch's `default`.
+ * Anything else is "not applicable: cannot tell which branch is general".
+ *
+ * Applicable (apply): a non-template kernel with an integer parameter P used as a loop bound
+ * (`for (…; j < P; …)`), never assigned, launched from host code: apply adds, after the kernel, a
+ * copy `template <int PU> __global__ void <kernel>_<PU>(same parameters)` whose body uses PU
+ * wherever it used P (a `#pragma unroll` on each loop bounded by it), and turns each launch into
+ * `if (P == V1) <kernel>_<PU><V1><<<…>>>(…); else if … else <kernel><<<…>>>(…);` for the values
+ * of the parameter `values` (e.g. values=5,7; required).
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules.h"
+#include "rewrite/rules/rules_b.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+static const kl_rule_param sp_params[] = {{"values", NULL, NULL}};
+
+#define SP_MAXFN 64
+#define SP_MAXITEM 256
+#define SP_MAXBR 32
+#define SP_MAXRANGE 64
+
+/* ---- identifier tokens (comments, strings and numbers skipped) ----------------------------- */
+
+typedef struct tok {
+    uint32_t start, end;
+} tok;
+
+typedef struct toks {
+    tok *items;
+    unsigned n, cap;
+} toks;
+
+static bool toks_push(toks *t, uint32_t a, uint32_t b)
+{
+    if (t->n == t->cap) {
+        unsigned nc = t->cap ? t->cap * 2 : 256;
+        tok *ni = realloc(t->items, nc * sizeof *ni);
+        if (!ni) return false;
+        t->items = ni;
+        t->cap = nc;
+    }
+    t->items[t->n++] = (tok){a, b};
+    return true;
+}
+
+static bool is_id0(char c) { return isalpha((unsigned char)c) || c == '_'; }
+static bool is_id(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+static bool tokenize(const char *s, size_t len, toks *out)
+{
+    size_t i = 0;
+    while (i < len) {
+        char c = s[i];
+        if (c == '/' && i + 1 < len && s[i + 1] == '/') {
+            while (i < len && s[i] != '\n') i++;
+        } else if (c == '/' && i + 1 < len && s[i + 1] == '*') {
+            i += 2;
+            while (i + 1 < len && !(s[i] == '*' && s[i + 1] == '/')) i++;
+            i += 2;
+        } else if (c == '"' || c == '\'') {
+            i++;
+            while (i < len && s[i] != c && s[i] != '\n') i += s[i] == '\\' ? 2 : 1;
+            i++;
+        } else if (isdigit((unsigned char)c)) {
+            while (i < len && (is_id(s[i]) || s[i] == '.')) i++;
+        } else if (is_id0(c)) {
+            size_t a = i;
+            while (i < len && is_id(s[i])) i++;
+            if (!toks_push(out, (uint32_t)a, (uint32_t)i)) return false;
+        } else {
+            i++;
+        }
+    }
+    return true;
+}
+
+static bool tok_is(const char *text, const tok *t, const char *name)
+{
+    size_t n = strlen(name);
+    return t->end - t->start == n && !memcmp(text + t->start, name, n);
+}
+
+/* ---- byte ranges --------------------------------------------------------------------------- */
+
+typedef struct ranges {
+    uint32_t a[SP_MAXRANGE], b[SP_MAXRANGE];
+    unsigned n;
+} ranges;
+
+static bool ranges_add(ranges *r, uint32_t a, uint32_t b)
+{
+    if (r->n == SP_MAXRANGE) return false;
+    r->a[r->n] = a;
+    r->b[r->n] = b;
+    r->n++;
+    return true;
+}
+
+static bool ranges_has(const ranges *r, uint32_t off)
+{
+    for (unsigned i = 0; i < r->n; i++)
+        if (off >= r->a[i] && off < r->b[i]) return true;
+    return false;
+}
+
+/* ---- text helpers ---------------------------------------------------------------------------- */
+
+static uint32_t line_start(const kl_rule_ctx *ctx, uint32_t off) { return kl_ast_line_start(ctx->text, off); }
+static uint32_t line_end(const kl_rule_ctx *ctx, uint32_t off) { return kl_ast_line_end(ctx->text, ctx->len, off); }
+
+/* Is the line starting at `ls` blank? */
+static bool line_blank(const kl_rule_ctx *ctx, uint32_t ls)
+{
+    for (uint32_t i = ls; i < ctx->len && ctx->text[i] != '\n'; i++)
+        if (!isspace((unsigned char)ctx->text[i])) return false;
+    return ls < ctx->len;
+}
+
+/* Does the line starting at `ls` hold only a `//` comment? */
+static bool line_comment(const kl_rule_ctx *ctx, uint32_t ls)
+{
+    uint32_t i = ls;
+    while (i < ctx->len && (ctx->text[i] == ' ' || ctx->text[i] == '\t')) i++;
+    return i + 1 < ctx->len && ctx->text[i] == '/' && ctx->text[i + 1] == '/';
+}
+
+/* The whole lines of [a, b) when only blanks surround it on its first and last line (the end
+ * may be followed by a `//` comment, which goes with it); false otherwise. */
+static bool whole_lines(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, uint32_t *ra, uint32_t *rb)
+{
+    if (!rb_line_blank_before(ctx, a)) return false;
+    uint32_t e = b;
+    while (e < ctx->len && (ctx->text[e] == ' ' || ctx->text[e] == '\t' || ctx->text[e] == '\r')) e++;
+    if (e + 1 < ctx->len && ctx->text[e] == '/' && ctx->text[e + 1] == '/')
+        while (e < ctx->len && ctx->text[e] != '\n') e++;
+    if (e < ctx->len && ctx->text[e] != '\n') return false;
+    *ra = line_start(ctx, a);
+    *rb = e < ctx->len ? e + 1 : e;
+    return true;
+}
+
+/* Move a line start up over the `//` comment lines just above it (not into the file's header:
+ * a comment block that reaches the first line stays). */
+static uint32_t comments_above(const kl_rule_ctx *ctx, uint32_t ls)
+{
+    uint32_t at = ls;
+    while (at > 0) {
+        uint32_t prev = line_start(ctx, at - 1);
+        if (!line_comment(ctx, prev)) break;
+        at = prev;
+    }
+    return at == 0 ? ls : at;
+}
+
+/* Write [a, b) (trimmed) re-indented: its least indented line at `indent`, the others kept
+ * relative to it; a first line that does not start its line counts from its column. */
+static void emit_block(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const char *indent, kl_strbuf *sb)
+{
+    while (a < b && isspace((unsigned char)ctx->text[a])) a++;
+    while (b > a && isspace((unsigned char)ctx->text[b - 1])) b--;
+    if (a >= b) return;
+    /* the least indentation of the non-blank lines */
+    unsigned m = a - line_start(ctx, a);
+    for (uint32_t i = a; i < b; i++) {
+        if (ctx->text[i] != '\n') continue;
+        uint32_t k = i + 1;
+        unsigned w = 0;
+        while (k < b && (ctx->text[k] == ' ' || ctx->text[k] == '\t')) k++, w++;
+        if (k < b && ctx->text[k] != '\n' && w < m) m = w;
+    }
+    unsigned first = a - line_start(ctx, a);
+    uint32_t i = a;
+    bool firstline = true;
+    while (i < b) {
+        uint32_t e = i;
+        while (e < b && ctx->text[e] != '\n') e++;
+        unsigned w = 0;
+        uint32_t k = i;
+        if (firstline) {
+            w = first;
+        } else {
+            while (k < e && (ctx->text[k] == ' ' || ctx->text[k] == '\t')) k++, w++;
+        }
+        if (k < e) {
+            kl_strbuf_adds(sb, indent);
+            for (unsigned x = m; x < w; x++) kl_strbuf_addc(sb, ' ');
+            kl_strbuf_add(sb, ctx->text + k, e - k);
+        }
+        kl_strbuf_addc(sb, '\n');
+        firstline = false;
+        i = e + 1;
+    }
+}
+
+/* The children of n in field `declarator` (a cursor: the field of each child is read reliably). */
+static unsigned declarators(TSNode n, TSNode *out, unsigned max)
+{
+    unsigned k = 0;
+    TSTreeCursor c = ts_tree_cursor_new(n);
+    if (ts_tree_cursor_goto_first_child(&c)) {
+        do {
+            const char *f = ts_tree_cursor_current_field_name(&c);
+            if (f && !strcmp(f, "declarator") && k < max) out[k++] = ts_tree_cursor_current_node(&c);
+        } while (ts_tree_cursor_goto_next_sibling(&c));
+    }
+    ts_tree_cursor_delete(&c);
+    return k;
+}
+
+/* ---- functions, kernels, reach ------------------------------------------------------------------- */
+
+typedef struct fileinfo {
+    rb_func fs[SP_MAXFN];
+    unsigned nf;
+    int kernel_of[SP_MAXFN];    /* bit index of a __global__ function, -1 otherwise */
+    uint64_t reach[SP_MAXFN];   /* host functions: the kernels they launch, through file helpers */
+} fileinfo;
+
+static bool is_host(const rb_func *f) { return !f->global && !f->device; }
+
+/* The name a call calls: `f(…)`, `f<…>(…)`, `k<<<…>>>(…)`. */
+static TSNode callee_name(TSNode call)
+{
+    TSNode f = rb_field(call, "function");
+    if (rb_is(f, "template_function")) f = rb_field(f, "name");
+    return rb_is(f, "identifier") ? f : (TSNode){0};
+}
+
+static bool is_launch(TSNode call) { return !ts_node_is_null(kl_ast_child_of_type(call, "kernel_call_syntax")); }
+
+static int func_index(const kl_rule_ctx *ctx, const fileinfo *fi, TSNode name)
+{
+    if (ts_node_is_null(name)) return -1;
+    for (unsigned i = 0; i < fi->nf; i++)
+        if (rb_text_is(ctx, name, fi->fs[i].name)) return (int)i;
+    return -1;
+}
+
+typedef struct reach_walk {
+    const kl_rule_ctx *ctx;
+    const fileinfo *fi;
+    uint64_t mask;
+    bool use_reach;   /* add the reach of called host functions */
+    uint64_t calls;   /* host functions called (bits by function index) */
+} reach_walk;
+
+static bool reach_visit(TSNode n, void *user)
+{
+    reach_walk *w = user;
+    if (!rb_is(n, "call_expression")) return true;
+    int f = func_index(w->ctx, w->fi, callee_name(n));
+    if (f < 0 || f >= 64) return true;
+    if (is_launch(n)) {
+        if (w->fi->kernel_of[f] >= 0) w->mask |= (uint64_t)1 << w->fi->kernel_of[f];
+    } else if (is_host(&w->fi->fs[f])) {
+        w->calls |= (uint64_t)1 << f;
+        if (w->use_reach) w->mask |= w->fi->reach[f];
+    }
+    return true;
+}
+
+static uint64_t reach_of(const kl_rule_ctx *ctx, const fileinfo *fi, TSNode n)
+{
+    reach_walk w = {ctx, fi, 0, true, 0};
+    if (!ts_node_is_null(n)) rb_walk(n, reach_visit, &w);
+    return w.mask;
+}
+
+static void file_info(const kl_rule_ctx *ctx, fileinfo *fi)
+{
+    memset(fi, 0, sizeof *fi);
+    fi->nf = rb_functions(ctx, fi->fs, SP_MAXFN);
+    int nk = 0;
+    for (unsigned i = 0; i < fi->nf; i++) fi->kernel_of[i] = fi->fs[i].global && nk < 64 ? nk++ : -1;
+    /* direct launches, then the helpers' reach until nothing changes */
+    uint64_t calls[SP_MAXFN];
+    for (unsigned i = 0; i < fi->nf; i++) {
+        reach_walk w = {ctx, fi, 0, false, 0};
+        if (is_host(&fi->fs[i])) rb_walk(fi->fs[i].body, reach_visit, &w);
+        fi->reach[i] = w.mask;
+        calls[i] = w.calls;
+    }
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (unsigned i = 0; i < fi->nf && i < 64; i++)
+            for (unsigned k = 0; k < fi->nf && k < 64; k++)
+                if ((calls[i] >> k & 1) && (fi->reach[i] | fi->reach[k]) != fi->reach[i]) {
+                    fi->reach[i] |= fi->reach[k];
+                    changed = true;
+                }
+    }
+}
+
+static const char *kernel_name(const fileinfo *fi, int bit)
+{
+    for (unsigned i = 0; i < fi->nf; i++)
+        if (fi->kernel_of[i] == bit) return fi->fs[i].name;
+    return "";
+}
+
+static const rb_func *kernel_func(const fileinfo *fi, int bit)
+{
+    for (unsigned i = 0; i < fi->nf; i++)
+        if (fi->kernel_of[i] == bit) return &fi->fs[i];
+    return NULL;
+}
+
+/* ---- conditions: which side admits the unbounded shapes ------------------------------------------- */
+
+static TSNode unparen(TSNode e)
+{
+    while (rb_is(e, "parenthesized_expression") || rb_is(e, "condition_clause")) {
+        TSNode in = rb_is(e, "condition_clause") ? rb_field(e, "value") : ts_node_named_child(e, 0);
+        if (ts_node_is_null(in)) break;
+        e = in;
+    }
+    return e;
+}
+
+static bool is_const(const kl_rule_ctx *ctx, TSNode scope, TSNode e)
+{
+    int64_t v;
+    return kl_const_eval(ctx->src, scope, e, false, &v, NULL, 0);
+}
+
+/* +1: the condition admits shapes without an upper bound (the general kernel's branch); -1: it
+ * bounds them (equality, an upper bound: the specialized branch); 0: cannot tell. */
+static int cond_class(const kl_rule_ctx *ctx, TSNode scope, TSNode e)
+{
+    e = unparen(e);
+    if (rb_is(e, "unary_expression")) {
+        char *op = rb_text(ctx, rb_field(e, "operator"));
+        int r = op && !strcmp(op, "!") ? -cond_class(ctx, scope, rb_field(e, "argument")) : 0;
+        free(op);
+        return r;
+    }
+    if (!rb_is(e, "binary_expression")) return 0;
+    TSNode l = rb_field(e, "left"), r = rb_field(e, "right");
+    char *op = rb_text(ctx, rb_field(e, "operator"));
+    if (!op) return 0;
+    int out = 0;
+    if (!strcmp(op, "||") || !strcmp(op, "&&")) {
+        int a = cond_class(ctx, scope, l), b = cond_class(ctx, scope, r);
+        bool conj = op[0] == '&';
+        if (conj) out = (a < 0 || b < 0) ? -1 : (a > 0 && b > 0) ? 1 : 0;
+        else out = (a > 0 || b > 0) ? 1 : (a < 0 && b < 0) ? -1 : 0;
+    } else if (!strcmp(op, "==")) {
+        out = -1;
+    } else if (!strcmp(op, "!=")) {
+        out = 1;
+    } else if (!strcmp(op, "<") || !strcmp(op, "<=") || !strcmp(op, ">") || !strcmp(op, ">=")) {
+        bool lc = is_const(ctx, scope, l), rc = is_const(ctx, scope, r);
+        bool less = op[0] == '<';
+        if (rc && !lc) out = less ? -1 : 1;
+        else if (lc && !rc) out = less ? 1 : -1;
+    }
+    free(op);
+    return out;
+}
+
+/* ---- the dispatch sites --------------------------------------------------------------------------- */
+
+typedef enum { FORM_RETURN, FORM_CHAIN, FORM_SWITCH } sp_form;
+
+typedef struct branch {
+    TSNode cond;     /* null for else / rest / default */
+    TSNode body;     /* the statement (a compound, a single statement, a case_statement); null: rest */
+    uint64_t mask;
+} branch;
+
+typedef struct dispatch {
+    sp_form form;
+    TSNode stmt;             /* the if / switch */
+    const rb_func *host;
+    branch br[SP_MAXBR];
+    unsigned nbr;
+    int general;             /* branch index, -1 when undecided */
+    char why[300];
+} dispatch;
+
+/* The statements after `stmt` in its compound, as one mask. */
+static uint64_t rest_mask(const kl_rule_ctx *ctx, const fileinfo *fi, TSNode stmt)
+{
+    uint64_t m = 0;
+    for (TSNode s = ts_node_next_named_sibling(stmt); !ts_node_is_null(s); s = ts_node_next_named_sibling(s))
+        m |= reach_of(ctx, fi, s);
+    return m;
+}
+
+/* The last named child that is not a comment. */
+static TSNode last_stmt(TSNode compound)
+{
+    uint32_t c = ts_node_named_child_count(compound);
+    for (uint32_t i = c; i-- > 0;) {
+        TSNode k = ts_node_named_child(compound, i);
+        if (!rb_is(k, "comment")) return k;
+    }
+    return (TSNode){0};
+}
+
+static bool ends_with_return(TSNode s)
+{
+    if (rb_is(s, "return_statement")) return ts_node_named_child_count(s) == 0;
+    if (!rb_is(s, "compound_statement")) return false;
+    TSNode l = last_stmt(s);
+    return rb_is(l, "return_statement") && ts_node_named_child_count(l) == 0;
+}
+
+/* Recognise a dispatch at statement s of host h. False: not one (kernels not different). */
+static bool dispatch_at(const kl_rule_ctx *ctx, const fileinfo *fi, const rb_func *h, TSNode s, dispatch *d)
+{
+    memset(d, 0, sizeof *d);
+    d->stmt = s;
+    d->host = h;
+    d->general = -1;
+    unsigned line = ts_node_start_point(s).row + 1;
+    if (rb_is(s, "if_statement")) {
+        TSNode alt = rb_field(s, "alternative");
+        if (ts_node_is_null(alt)) {
+            TSNode cons = rb_field(s, "consequence");
+            if (!ends_with_return(cons)) return false;
+            d->form = FORM_RETURN;
+            d->br[0] = (branch){rb_field(s, "condition"), cons, reach_of(ctx, fi, cons)};
+            d->br[1] = (branch){.mask = rest_mask(ctx, fi, s)};
+            d->nbr = 2;
+        } else {
+            d->form = FORM_CHAIN;
+            TSNode cur = s;
+            while (d->nbr < SP_MAXBR) {
+                TSNode cons = rb_field(cur, "consequence");
+                d->br[d->nbr++] = (branch){rb_field(cur, "condition"), cons, reach_of(ctx, fi, cons)};
+                TSNode a = rb_field(cur, "alternative");
+                if (ts_node_is_null(a)) break;
+                TSNode in = ts_node_named_child(a, 0);
+                while (rb_is(in, "comment")) in = ts_node_next_named_sibling(in);
+                if (rb_is(in, "if_statement")) {
+                    cur = in;
+                    continue;
+                }
+                if (d->nbr < SP_MAXBR) d->br[d->nbr++] = (branch){.body = in, .mask = reach_of(ctx, fi, in)};
+                break;
+            }
+        }
+    } else if (rb_is(s, "switch_statement")) {
+        d->form = FORM_SWITCH;
+        TSNode body = rb_field(s, "body");
+        uint32_t c = ts_node_named_child_count(body);
+        for (uint32_t i = 0; i < c && d->nbr < SP_MAXBR; i++) {
+            TSNode cs = ts_node_named_child(body, i);
+            if (!rb_is(cs, "case_statement")) continue;
+            d->br[d->nbr++] = (branch){rb_field(cs, "value"), cs, reach_of(ctx, fi, cs)};
+        }
+    } else {
+        return false;
+    }
+    /* kernels on at least two sides, not the same ones everywhere */
+    uint64_t all = 0;
+    unsigned with = 0;
+    for (unsigned i = 0; i < d->nbr; i++) {
+        if (d->br[i].mask) with++;
+        all |= d->br[i].mask;
+    }
+    if (with < 2 || !(all & (all - 1))) return false;
+
+    /* which branch is general */
+    if (d->form == FORM_SWITCH) {
+        for (unsigned i = 0; i < d->nbr; i++)
+            if (ts_node_is_null(d->br[i].cond)) d->general = (int)i;
+        if (d->general < 0)
+            kl_snprintf(d->why, sizeof d->why, "the switch at line %u has no default: no branch handles every value", line);
+    } else {
+        int unbounded = -1, nunb = 0;
+        bool all_bounded = true;
+        TSNode unknown = {0};
+        for (unsigned i = 0; i < d->nbr; i++) {
+            if (ts_node_is_null(d->br[i].cond)) continue;
+            int c = cond_class(ctx, h->def, d->br[i].cond);
+            if (c > 0) unbounded = (int)i, nunb++;
+            if (c <= 0 && c != -1) all_bounded = false;
+            if (c > 0) all_bounded = false;
+            if (c == 0 && ts_node_is_null(unknown)) unknown = d->br[i].cond;
+        }
+        bool has_else = ts_node_is_null(d->br[d->nbr - 1].cond);
+        if (all_bounded && has_else) {
+            d->general = (int)d->nbr - 1;
+        } else if (nunb == 1 && ts_node_is_null(unknown)) {
+            d->general = unbounded;
+        } else {
+            char *ct = rb_text(ctx, unparen(ts_node_is_null(unknown) ? d->br[0].cond : unknown));
+            kl_snprintf(d->why, sizeof d->why,
+                        "cannot tell which branch is general at line %u: the condition '%s' neither bounds the sizes "
+                        "(==, <, <=) nor admits unbounded ones (>, >=, !=)%s",
+                        line, ct ? ct : "?", has_else || d->form == FORM_RETURN ? "" : ", and there is no else");
+            free(ct);
+        }
+    }
+    if (d->general >= 0) {
+        /* the general kernel is launched on its branch only */
+        uint64_t others = 0;
+        for (unsigned i = 0; i < d->nbr; i++)
+            if ((int)i != d->general) others |= d->br[i].mask;
+        if ((others & d->br[d->general].mask) || !others) return false;
+    }
+    if (d->general >= 0 && !d->br[d->general].mask) {
+        kl_snprintf(d->why, sizeof d->why, "the general branch at line %u launches no kernel", line);
+        d->general = -1;
+    }
+    return true;
+}
+
+/* The condition as one line: the chain's conditions for the specialized branches. */
+static char *dispatch_condition(const kl_rule_ctx *ctx, const dispatch *d)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    if (d->form == FORM_SWITCH) {
+        char *v = rb_text(ctx, unparen(rb_field(d->stmt, "condition")));
+        for (unsigned i = 0; i < d->nbr; i++) {
+            if (ts_node_is_null(d->br[i].cond)) continue;
+            char *c = rb_text(ctx, d->br[i].cond);
+            kl_strbuf_addf(&sb, "%s%s == %s", sb.len ? " || " : "", v ? v : "?", c ? c : "?");
+            free(c);
+        }
+        free(v);
+    } else if (d->general >= 0 && !ts_node_is_null(d->br[d->general].cond)) {
+        char *c = rb_text(ctx, unparen(d->br[d->general].cond));
+        kl_strbuf_adds(&sb, c ? c : "?");
+        free(c);
+    } else {
+        /* the general branch is the else: the specialized branches' conditions */
+        for (unsigned i = 0; i < d->nbr; i++) {
+            if (ts_node_is_null(d->br[i].cond)) continue;
+            char *c = rb_text(ctx, unparen(d->br[i].cond));
+            kl_strbuf_addf(&sb, "%s%s", sb.len ? " || " : "", c ? c : "?");
+            free(c);
+        }
+    }
+    char *r = kl_strbuf_detach(&sb, NULL);
+    return r ? r : kl_strdup("");
+}
+
+static bool template_on_size(const kl_rule_ctx *ctx, const rb_func *f)
+{
+    if (!f || !f->templated) return false;
+    TSNode tl = rb_field(f->outer, "parameters");
+    uint32_t c = ts_node_named_child_count(tl);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode p = ts_node_named_child(tl, i);
+        if (!rb_is(p, "parameter_declaration") && !rb_is(p, "optional_parameter_declaration")) continue;
+        char *t = rb_text(ctx, rb_field(p, "type"));
+        bool sized = t && (!strcmp(t, "int") || !strcmp(t, "unsigned") || !strcmp(t, "size_t") ||
+                           !strcmp(t, "unsigned int") || !strcmp(t, "long"));
+        free(t);
+        if (sized) return true;
+    }
+    return false;
+}
+
+/* ---- find -------------------------------------------------------------------------------------------- */
+
+static kl_status add_present(const kl_rule_ctx *ctx, const fileinfo *fi, const dispatch *d, kl_sites *out)
+{
+    char id[256];
+    kl_site_id(id, sizeof id, d->host->name, d->stmt, NULL);
+    json_t *f = json_object(), *spec = json_array();
+    if (!f || !spec) {
+        json_decref(f);
+        json_decref(spec);
+        return KL_ERR_NOMEM;
+    }
+    char *cond = dispatch_condition(ctx, d);
+    static const char *const forms[] = {"if-return", "if-else", "switch"};
+    json_object_set_new(f, "form", json_string(forms[d->form]));
+    json_object_set_new(f, "condition", json_string(cond ? cond : ""));
+    json_object_set_new(f, "host", json_string(d->host->name));
+    bool tmpl = false;
+    uint64_t seen = 0;
+    kl_strbuf note = KL_STRBUF_INIT;
+    uint64_t gm = d->general >= 0 ? d->br[d->general].mask : 0;
+    for (int b = 0; b < 64; b++) {
+        uint64_t bit = (uint64_t)1 << b;
+        if (gm & bit) {
+            json_object_set_new(f, "general", json_string(kernel_name(fi, b)));
+            kl_strbuf_addf(&note, "%s", kernel_name(fi, b));
+        }
+    }
+    for (unsigned i = 0; i < d->nbr; i++) {
+        if ((int)i == d->general) continue;
+        for (int b = 0; b < 64; b++)
+            if ((d->br[i].mask >> b & 1) && !(seen >> b & 1)) {
+                seen |= (uint64_t)1 << b;
+                json_array_append_new(spec, json_string(kernel_name(fi, b)));
+                tmpl |= template_on_size(ctx, kernel_func(fi, b));
+            }
+    }
+    json_object_set_new(f, "specialized", spec);
+    json_object_set_new(f, "template_size", json_boolean(tmpl));
+    if (d->general < 0) json_object_set_new(f, "why_not", json_string(d->why));
+    kl_strbuf txt = KL_STRBUF_INIT;
+    if (d->general >= 0)
+        kl_strbuf_addf(&txt, "%s dispatches on %s: %s handles every shape", d->host->name, cond ? cond : "",
+                       kl_strbuf_str(&note));
+    else
+        kl_strbuf_adds(&txt, d->why);
+    free(cond);
+    kl_strbuf_release(&note);
+    kl_status st = txt.failed ? KL_ERR_NOMEM
+                              : kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(d->stmt), d->host->name, f, NULL,
+                                             kl_strbuf_str(&txt));
+    kl_strbuf_release(&txt);
+    return st;
+}
+
+/* An applicable site: kernel k with an int parameter used as a loop bound. */
+typedef struct loopbound {
+    char param[64];
+    int index;        /* among the kernel's parameters */
+    unsigned loops;
+} loopbound;
+
+static bool find_loop_bound(const kl_rule_ctx *ctx, const rb_func *k, loopbound *lb, char *why, size_t wsize)
+{
+    kl_affine_ctx *ax = NULL;
+    kl_error e = {0};
+    if (kl_affine_ctx_new(ctx->src, k->def, &ax, &e) != KL_OK) return false;
+    bool found = false;
+    unsigned nl = kl_affine_loop_count(ax);
+    for (unsigned i = 0; i < nl && !found; i++) {
+        const kl_ax_loop *l = kl_affine_loop(ax, i);
+        if (!l->var || !l->bound || !l->cmp || (strcmp(l->cmp, "<") && strcmp(l->cmp, "<="))) continue;
+        int pi = kl_affine_param_index(ax, l->bound);
+        if (pi < 0) continue;
+        const kl_param_info *p = kl_affine_param(ax, (unsigned)pi);
+        if (p->pointer || !p->elem || (strcmp(p->elem, "int") && strcmp(p->elem, "unsigned") &&
+                                       strcmp(p->elem, "unsigned int") && strcmp(p->elem, "size_t")))
+            continue;
+        if (kl_affine_assign_count(ax, l->bound) > 0) {
+            kl_snprintf(why, wsize, "%s assigns %s: it is no constant to specialize on", k->name, l->bound);
+            continue;
+        }
+        kl_snprintf(lb->param, sizeof lb->param, "%s", l->bound);
+        lb->index = pi;
+        found = true;
+    }
+    if (found) {
+        lb->loops = 0;
+        for (unsigned i = 0; i < nl; i++) {
+            const kl_ax_loop *l = kl_affine_loop(ax, i);
+            if (l->bound && !strcmp(l->bound, lb->param)) lb->loops++;
+        }
+    }
+    kl_affine_ctx_free(ax);
+    return found;
+}
+
+static void upper_name(const char *p, char *out, size_t size)
+{
+    size_t i = 0;
+    for (; p[i] && i + 1 < size; i++) out[i] = (char)toupper((unsigned char)p[i]);
+    out[i] = '\0';
+}
+
+/* Does the file define `name` at top level (a function, a declaration) or does text [a, b) use it? */
+static bool name_taken(const kl_rule_ctx *ctx, const fileinfo *fi, const char *name, uint32_t a, uint32_t b)
+{
+    for (unsigned i = 0; i < fi->nf; i++)
+        if (!strcmp(fi->fs[i].name, name)) return true;
+    toks t = {0};
+    bool taken = false;
+    if (!tokenize(ctx->text, ctx->len, &t)) return true;
+    for (unsigned i = 0; i < t.n && !taken; i++) {
+        if (!tok_is(ctx->text, &t.items[i], name)) continue;
+        /* inside the kernel, or at file level (a constant, a macro) */
+        if (t.items[i].start >= a && t.items[i].start < b) taken = true;
+        TSNode n = ts_node_descendant_for_byte_range(kl_source_root(ctx->src), t.items[i].start, t.items[i].end);
+        if (ts_node_is_null(kl_ast_enclosing_function(n)) && !rb_is(ts_node_parent(n), "template_parameter_list") &&
+            ts_node_is_null(rb_ancestor(n, "template_parameter_list")))
+            taken = true;
+    }
+    free(t.items);
+    return taken;
+}
+
+static kl_status add_applicable(const kl_rule_ctx *ctx, const fileinfo *fi, const rb_func *k, kl_sites *out)
+{
+    loopbound lb = {0};
+    char why[300] = "";
+    if (k->templated || !find_loop_bound(ctx, k, &lb, why, sizeof why)) return KL_OK;
+    rb_launch ls[16];
+    unsigned nl = rb_launches(ctx, k->name, ls, 16);
+    if (nl == 0) return KL_OK;
+    char up[64], tname[200];
+    upper_name(lb.param, up, sizeof up);
+    if (!strcmp(up, lb.param) || name_taken(ctx, fi, up, ts_node_start_byte(k->outer), ts_node_end_byte(k->outer))) {
+        char alt[80];
+        kl_snprintf(alt, sizeof alt, "KL_%s", up);
+        kl_snprintf(up, sizeof up, "%s", alt);
+    }
+    kl_snprintf(tname, sizeof tname, "%s_%s", k->name, up);
+    json_t *f = json_pack("{s:s, s:s, s:i, s:i, s:s, s:s}", "kernel", k->name, "param", lb.param, "loops", (int)lb.loops,
+                          "launches", (int)nl, "template_param", up, "template_kernel", tname);
+    if (!f) return KL_ERR_NOMEM;
+    if (name_taken(ctx, fi, tname, 0, 0)) {
+        kl_snprintf(why, sizeof why, "%s is already specialized: the file defines %s", k->name, tname);
+        json_object_set_new(f, "why_not", json_string(why));
+    }
+    for (unsigned i = 0; i < nl && !json_object_get(f, "why_not"); i++) {
+        TSNode stmt = ts_node_parent(ls[i].call);
+        unsigned line = ts_node_start_point(ls[i].call).row + 1;
+        if (!rb_is(stmt, "expression_statement") || !rb_is(ts_node_parent(stmt), "compound_statement")) {
+            kl_snprintf(why, sizeof why, "the launch of %s at line %u is not a statement of its own in a block",
+                        k->name, line);
+            json_object_set_new(f, "why_not", json_string(why));
+        } else if (!is_host(&ls[i].host)) {
+            kl_snprintf(why, sizeof why, "the launch of %s at line %u is in device code", k->name, line);
+            json_object_set_new(f, "why_not", json_string(why));
+        } else if (ts_node_is_null(ls[i].args) || ts_node_named_child_count(ls[i].args) <= (uint32_t)lb.index) {
+            kl_snprintf(why, sizeof why, "the launch of %s at line %u does not pass %s", k->name, line, lb.param);
+            json_object_set_new(f, "why_not", json_string(why));
+        } else {
+            TSNode arg = ts_node_named_child(ls[i].args, (uint32_t)lb.index);
+            bool pure = true;
+            char *at = rb_text(ctx, arg);
+            if (at && (strchr(at, '(') || strstr(at, "++") || strstr(at, "--") || strchr(at, '='))) pure = false;
+            free(at);
+            if (!pure) {
+                kl_snprintf(why, sizeof why, "the launch of %s at line %u passes %s as an expression with a call or a "
+                            "side effect", k->name, line, lb.param);
+                json_object_set_new(f, "why_not", json_string(why));
+            }
+        }
+    }
+    char id[256];
+    kl_site_id(id, sizeof id, k->name, k->def, lb.param);
+    char note[400];
+    const char *w = json_string_value(json_object_get(f, "why_not"));
+    if (w) kl_snprintf(note, sizeof note, "%s", w);
+    else
+        kl_snprintf(note, sizeof note, "%s bounds loops by its parameter %s: a copy with %s a template constant can "
+                    "be dispatched for typical values", k->name, lb.param, lb.param);
+    return kl_sites_add(out, id, KL_SITE_APPLICABLE, kl_node_span(k->def), k->name, f, NULL, note);
+}
+
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+{
+    (void)err;
+    fileinfo *fi = malloc(sizeof *fi);
+    if (!fi) return KL_ERR_NOMEM;
+    file_info(ctx, fi);
+    kl_status st = KL_OK;
+    for (unsigned i = 0; i < fi->nf && st == KL_OK; i++) {
+        const rb_func *h = &fi->fs[i];
+        if (!is_host(h)) continue;
+        uint32_t c = ts_node_named_child_count(h->body);
+        for (uint32_t k = 0; k < c && st == KL_OK; k++) {
+            TSNode s = ts_node_named_child(h->body, k);
+            dispatch d;
+            if (dispatch_at(ctx, fi, h, s, &d)) st = add_present(ctx, fi, &d, out);
+        }
+    }
+    for (unsigned i = 0; i < fi->nf && st == KL_OK; i++)
+        if (fi->fs[i].global) st = add_applicable(ctx, fi, &fi->fs[i], out);
+    free(fi);
+    return st;
+}
+
+/* ---- remove: the host's edits ------------------------------------------------------------------------ */
+
+typedef struct plan {
+    kl_edits *ed;
+    ranges removed;      /* text that goes */
+    ranges kept;         /* text inside `removed` that stays (the general branch) */
+    ranges deleted;      /* file-level deletions (whole lines), merged before they become edits */
+} plan;
+
+/* Names declared at the top level of a block (or by one statement). */
+static void declared_names(const kl_rule_ctx *ctx, TSNode n, char names[][64], unsigned *nn, unsigned max)
+{
+    uint32_t c = rb_is(n, "compound_statement") || rb_is(n, "case_statement") ? ts_node_named_child_count(n) : 1;
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode s = rb_is(n, "compound_statement") || rb_is(n, "case_statement") ? ts_node_named_child(n, i) : n;
+        if (!rb_is(s, "declaration")) continue;
+        TSNode ds[16];
+        unsigned k = declarators(s, ds, 16);
+        for (unsigned j = 0; j < k && *nn < max; j++) {
+            TSNode d = ds[j];
+            if (rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
+            TSNode id = rb_declarator_name(d);
+            if (ts_node_is_null(id)) continue;
+            uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
+            size_t L = b - a < 63 ? b - a : 63;
+            memcpy(names[*nn], ctx->text + a, L);
+            names[*nn][L] = '\0';
+            (*nn)++;
+        }
+    }
+}
+
+/* The kept range of the general branch and what to drop at its end: [*a, *b). */
+static bool general_range(const kl_rule_ctx *ctx, const dispatch *d, bool drop_return, uint32_t *a, uint32_t *b,
+                          TSNode *scope)
+{
+    TSNode body = d->br[d->general].body;
+    *scope = body;
+    if (rb_is(body, "case_statement")) {
+        /* the statements after `default:`; a trailing break goes; a lone block is unwrapped */
+        uint32_t c = ts_node_named_child_count(body);
+        TSNode first = {0}, last = {0};
+        unsigned nst = 0;
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode k = ts_node_named_child(body, i);
+            if (ts_node_is_null(first)) first = k;
+            last = k;
+            if (!rb_is(k, "comment")) nst++;
+        }
+        if (rb_is(last, "break_statement")) {
+            TSNode p = ts_node_prev_named_sibling(last);
+            nst--;
+            last = p;
+        }
+        if (ts_node_is_null(first) || ts_node_is_null(last) || nst == 0) return false;
+        if (nst == 1 && rb_is(first, "compound_statement") && ts_node_eq(first, last)) {
+            body = first;
+        } else {
+            *a = ts_node_start_byte(first);
+            *b = ts_node_end_byte(last);
+            return true;
+        }
+        *scope = body;
+    }
+    if (rb_is(body, "compound_statement")) {
+        uint32_t c = ts_node_named_child_count(body);
+        if (c == 0) return false;
+        TSNode first = ts_node_named_child(body, 0), last = ts_node_named_child(body, c - 1);
+        TSNode ls = last_stmt(body);
+        if (drop_return && rb_is(ls, "return_statement") && ts_node_named_child_count(ls) == 0) {
+            TSNode p = ts_node_prev_named_sibling(ls);
+            if (ts_node_is_null(p)) return false;
+            last = p;
+        } else if (rb_is(ls, "break_statement")) {
+            TSNode p = ts_node_prev_named_sibling(ls);
+            if (ts_node_is_null(p)) return false;
+            last = p;
+        }
+        *a = ts_node_start_byte(first);
+        *b = ts_node_end_byte(last);
+        return true;
+    }
+    *a = ts_node_start_byte(body);
+    *b = ts_node_end_byte(body);
+    return true;
+}
+
+typedef struct break_find {
+    bool found;
+} break_find;
+
+static bool break_visit(TSNode n, void *user)
+{
+    break_find *bf = user;
+    if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement") ||
+        rb_is(n, "switch_statement") || rb_is(n, "lambda_expression"))
+        return false;
+    if (rb_is(n, "break_statement") || rb_is(n, "continue_statement")) bf->found = true;
+    return !bf->found;
+}
+
+static kl_status host_edits(const kl_rule_ctx *ctx, const dispatch *d, plan *p, kl_error *err)
+{
+    unsigned line = ts_node_start_point(d->stmt).row + 1;
+    uint32_t sa, se;
+    if (!whole_lines(ctx, ts_node_start_byte(d->stmt), ts_node_end_byte(d->stmt), &sa, &se))
+        return kl_rule_not_applicable(err, "the dispatch at line %u shares its lines with other code", line);
+    TSNode hbody = d->host->body;
+    TSNode after = ts_node_next_named_sibling(d->stmt);
+    while (rb_is(after, "comment") && ts_node_start_point(after).row == ts_node_end_point(d->stmt).row)
+        after = ts_node_next_named_sibling(after);
+    bool last_in_host = ts_node_eq(ts_node_parent(d->stmt), hbody) && ts_node_is_null(after);
+    char ind[64];
+    kl_rules_indent(ctx, ts_node_start_byte(d->stmt), ind, sizeof ind);
+
+    if (d->form == FORM_RETURN && d->general == 1) {
+        /* the specialized path returns early: it goes, with its comment lines */
+        uint32_t ca = comments_above(ctx, sa);
+        if (ca < ts_node_start_byte(hbody)) ca = sa;
+        if (kl_edits_add(p->ed, ca, se, "") != KL_OK) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        ranges_add(&p->removed, ca, se);
+        return KL_OK;
+    }
+    bool drop_return = d->form == FORM_RETURN || last_in_host;
+    uint32_t ga, gb;
+    TSNode scope;
+    if (!general_range(ctx, d, drop_return, &ga, &gb, &scope))
+        return kl_rule_not_applicable(err, "the general branch at line %u is empty", line);
+    /* a break or continue of the switch left in the general path would change meaning */
+    break_find bf = {false};
+    if (d->form == FORM_SWITCH) {
+        TSNode body = d->br[d->general].body;
+        uint32_t c = ts_node_named_child_count(body);
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode k = ts_node_named_child(body, i);
+            if (ts_node_start_byte(k) >= ga && ts_node_end_byte(k) <= gb) rb_walk(k, break_visit, &bf);
+            else if (rb_is(k, "compound_statement")) {
+                uint32_t cc = ts_node_named_child_count(k);
+                for (uint32_t j = 0; j < cc; j++) {
+                    TSNode q = ts_node_named_child(k, j);
+                    if (ts_node_start_byte(q) >= ga && ts_node_end_byte(q) <= gb) rb_walk(q, break_visit, &bf);
+                }
+            }
+        }
+        if (bf.found)
+            return kl_rule_not_applicable(err, "the default branch at line %u breaks out of the switch early", line);
+    }
+    /* unwrap the block unless one of its names is declared beside it */
+    char mine[32][64], others[64][64];
+    unsigned nm = 0, no = 0;
+    declared_names(ctx, scope, mine, &nm, 32);
+    uint32_t hc = ts_node_named_child_count(hbody);
+    for (uint32_t i = 0; i < hc; i++) {
+        TSNode s = ts_node_named_child(hbody, i);
+        if (!ts_node_eq(s, d->stmt)) declared_names(ctx, s, others, &no, 64);
+    }
+    bool clash = false;
+    for (unsigned i = 0; i < nm; i++)
+        for (unsigned k = 0; k < no; k++)
+            if (!strcmp(mine[i], others[k])) clash = true;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    if (clash) {
+        char inner[80];
+        kl_snprintf(inner, sizeof inner, "%s    ", ind);
+        kl_strbuf_addf(&sb, "%s{\n", ind);
+        emit_block(ctx, ga, gb, inner, &sb);
+        kl_strbuf_addf(&sb, "%s}\n", ind);
+    } else {
+        emit_block(ctx, ga, gb, ind, &sb);
+    }
+    kl_status st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(p->ed, sa, se, kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    ranges_add(&p->removed, sa, se);
+    ranges_add(&p->kept, ga, gb);
+    if (d->form == FORM_RETURN) {
+        /* the rest of the host function was the other branch */
+        uint32_t ra = se, rb = line_start(ctx, ts_node_end_byte(hbody) - 1);
+        for (TSNode r = after; !ts_node_is_null(r); r = ts_node_next_named_sibling(r))
+            if (ts_node_start_byte(r) < ra || ts_node_end_byte(r) > rb)
+                return kl_rule_not_applicable(err, "the statements after the dispatch at line %u do not stand on lines "
+                                              "of their own before the function's closing brace", line);
+        if (rb > ra) {
+            if (kl_edits_add(p->ed, ra, rb, "") != KL_OK) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            ranges_add(&p->removed, ra, rb);
+        }
+    }
+    return KL_OK;
+}
+
+/* ---- remove: what only the removed path used ---------------------------------------------------------- */
+
+typedef struct item {
+    uint32_t start, end;     /* the node (template_declaration included) */
+    char names[8][64];
+    unsigned nnames;
+    bool root, is_assert, dead;
+} item;
+
+static void item_add_name(item *it, const kl_rule_ctx *ctx, TSNode id)
+{
+    if (ts_node_is_null(id) || it->nnames == 8) {
+        it->root = true;
+        return;
+    }
+    uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
+    size_t L = b - a < 63 ? b - a : 63;
+    memcpy(it->names[it->nnames], ctx->text + a, L);
+    it->names[it->nnames][L] = '\0';
+    it->nnames++;
+}
+
+static void item_of(const kl_rule_ctx *ctx, TSNode n, item *it)
+{
+    memset(it, 0, sizeof *it);
+    it->start = ts_node_start_byte(n);
+    it->end = ts_node_end_byte(n);
+    TSNode in = n;
+    if (rb_is(n, "template_declaration")) {
+        uint32_t c = ts_node_named_child_count(n);
+        in = (TSNode){0};
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode k = ts_node_named_child(n, i);
+            if (rb_is(k, "function_definition") || rb_is(k, "declaration") || rb_is(k, "struct_specifier") ||
+                rb_is(k, "class_specifier"))
+                in = k;
+        }
+        if (ts_node_is_null(in)) {
+            it->root = true;
+            return;
+        }
+    }
+    const char *t = ts_node_type(in);
+    if (!strcmp(t, "static_assert_declaration")) {
+        it->is_assert = true;
+    } else if (!strcmp(t, "function_definition")) {
+        TSNode d = rb_field(in, "declarator");
+        while (!ts_node_is_null(d) && !rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
+        TSNode nm = rb_field(d, "declarator");
+        item_add_name(it, ctx, rb_is(nm, "identifier") ? nm : (TSNode){0});
+    } else if (!strcmp(t, "declaration") || !strcmp(t, "type_definition")) {
+        TSNode ds[16];
+        unsigned k = declarators(in, ds, 16);
+        for (unsigned j = 0; j < k; j++) {
+            TSNode d = ds[j];
+            if (rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
+            item_add_name(it, ctx, rb_declarator_name(d));
+        }
+        if (it->nnames == 0) it->root = true;
+    } else if (!strcmp(t, "struct_specifier") || !strcmp(t, "class_specifier") || !strcmp(t, "preproc_def") ||
+               !strcmp(t, "preproc_function_def")) {
+        item_add_name(it, ctx, rb_field(in, "name"));
+    } else {
+        it->root = true;
+    }
+    for (unsigned i = 0; i < it->nnames; i++)
+        if (!strcmp(it->names[i], "launch")) it->root = true;
+}
+
+typedef struct deadctx {
+    const kl_rule_ctx *ctx;
+    const toks *tk;
+    item *items;
+    unsigned n;
+    const plan *p;
+} deadctx;
+
+static bool tok_live(const deadctx *dc, const tok *t)
+{
+    if (ranges_has(&dc->p->removed, t->start) && !ranges_has(&dc->p->kept, t->start)) return false;
+    for (unsigned i = 0; i < dc->n; i++) {
+        const item *it = &dc->items[i];
+        if (t->start >= it->start && t->start < it->end && (it->dead || it->is_assert)) return false;
+    }
+    return true;
+}
+
+/* Uses of `name` outside item `self`: in the original (*orig) and what stays (*live). */
+static void count_uses(const deadctx *dc, const item *self, const char *name, unsigned *orig, unsigned *live)
+{
+    *orig = *live = 0;
+    for (unsigned i = 0; i < dc->tk->n; i++) {
+        const tok *t = &dc->tk->items[i];
+        if (t->start >= self->start && t->start < self->end) continue;
+        if (!tok_is(dc->ctx->text, t, name)) continue;
+        bool in_assert = false;
+        for (unsigned k = 0; k < dc->n; k++)
+            if (dc->items[k].is_assert && t->start >= dc->items[k].start && t->start < dc->items[k].end)
+                in_assert = true;
+        if (in_assert) continue;
+        (*orig)++;
+        if (tok_live(dc, t)) (*live)++;
+    }
+}
+
+static void find_dead(deadctx *dc)
+{
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (unsigned i = 0; i < dc->n; i++) {
+            item *it = &dc->items[i];
+            if (it->root || it->dead || it->is_assert || it->nnames == 0) continue;
+            bool dead = true;
+            for (unsigned k = 0; k < it->nnames && dead; k++) {
+                unsigned o, l;
+                count_uses(dc, it, it->names[k], &o, &l);
+                if (o == 0 || l > 0) dead = false;
+            }
+            if (dead) it->dead = changed = true;
+        }
+    }
+    /* a static_assert goes when every file-level name it mentions went */
+    for (unsigned i = 0; i < dc->n; i++) {
+        item *it = &dc->items[i];
+        if (!it->is_assert) continue;
+        unsigned named = 0, gone = 0;
+        for (unsigned t = 0; t < dc->tk->n; t++) {
+            const tok *tk = &dc->tk->items[t];
+            if (tk->start < it->start || tk->start >= it->end) continue;
+            for (unsigned k = 0; k < dc->n; k++)
+                for (unsigned m = 0; m < dc->items[k].nnames; m++)
+                    if (tok_is(dc->ctx->text, tk, dc->items[k].names[m])) {
+                        named++;
+                        gone += dc->items[k].dead;
+                    }
+        }
+        if (named && named == gone) it->dead = true;
+    }
+}
+
+/* Locals of the host function that only the removed path used. */
+static kl_status dead_locals(const kl_rule_ctx *ctx, const toks *tk, const dispatch *d, plan *p, kl_error *err)
+{
+    TSNode body = d->host->body;
+    for (bool changed = true; changed;) {
+        changed = false;
+        uint32_t c = ts_node_named_child_count(body);
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode s = ts_node_named_child(body, i);
+            uint32_t a = ts_node_start_byte(s), b = ts_node_end_byte(s);
+            if (!rb_is(s, "declaration") || ranges_has(&p->removed, a)) continue;
+            char names[8][64];
+            unsigned nn = 0;
+            declared_names(ctx, s, names, &nn, 8);
+            if (nn == 0) continue;
+            /* only pure initializers: no calls but dim3/min/max */
+            char *txt = rb_text(ctx, s);
+            bool pure = txt != NULL;
+            for (const char *q = txt; pure && q && (q = strchr(q, '(')); q++) {
+                const char *e = q;
+                while (e > txt && e[-1] == ' ') e--;
+                const char *w = e;
+                while (w > txt && is_id(w[-1])) w--;
+                if (w < e && strncmp(w, "dim3", 4) && strncmp(w, "min", 3) && strncmp(w, "max", 3) &&
+                    strncmp(w, "sizeof", 6))
+                    pure = false;
+            }
+            free(txt);
+            if (!pure) continue;
+            bool used = false;
+            for (unsigned t = 0; t < tk->n && !used; t++) {
+                const tok *tt = &tk->items[t];
+                if (tt->start < ts_node_start_byte(body) || tt->start >= ts_node_end_byte(body)) continue;
+                if (tt->start >= a && tt->start < b) continue;
+                if (ranges_has(&p->removed, tt->start) && !ranges_has(&p->kept, tt->start)) continue;
+                for (unsigned k = 0; k < nn; k++)
+                    if (tok_is(ctx->text, tt, names[k])) used = true;
+            }
+            if (used) continue;
+            uint32_t la, lb;
+            if (!whole_lines(ctx, a, b, &la, &lb)) continue;
+            if (kl_edits_add(p->ed, la, lb, "") != KL_OK) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            ranges_add(&p->removed, la, lb);
+            changed = true;
+        }
+    }
+    return KL_OK;
+}
+
+/* The marker `// tag` (followed by a non-word character) in code lines of [a, b)? */
+static bool has_marker(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const char *tag, const ranges *skip, bool want_in)
+{
+    size_t tl = strlen(tag);
+    for (uint32_t i = a; i + 3 + tl <= b; i++) {
+        if (ctx->text[i] != '/' || ctx->text[i + 1] != '/' || ctx->text[i + 2] != ' ') continue;
+        if (memcmp(ctx->text + i + 3, tag, tl) || is_id(ctx->text[i + 3 + tl]) || ctx->text[i + 3 + tl] == '-')
+            continue;
+        if (ranges_has(skip, i) == want_in) return true;
+    }
+    return false;
+}
+
+static bool mentions_word(const char *s, size_t n, const char *w)
+{
+    size_t wl = strlen(w);
+    for (size_t i = 0; i + wl <= n; i++)
+        if (!memcmp(s + i, w, wl) && (i == 0 || !is_id(s[i - 1])) && (i + wl == n || !is_id(s[i + wl]))) return true;
+    return false;
+}
+
+/* The header's list of optimizations: drop the entries of the removed path (their marker
+ * comment only in what goes, or words of a specialization) and the paragraphs after the list
+ * that name what was deleted. */
+static kl_status header_edits(const kl_rule_ctx *ctx, const deadctx *dc, plan *p, kl_error *err)
+{
+    /* the header: the comment lines from the file's start */
+    uint32_t hend = 0;
+    while (hend < ctx->len && line_comment(ctx, hend)) hend = line_end(ctx, hend);
+    if (hend == 0) return KL_OK;
+    ranges gone = p->removed;
+    for (unsigned i = 0; i < dc->n; i++)
+        if (dc->items[i].dead) ranges_add(&gone, dc->items[i].start, dc->items[i].end);
+    bool in_list = false;
+    uint32_t ls = 0;
+    while (ls < hend) {
+        uint32_t le = line_end(ctx, ls);
+        const char *t = ctx->text + ls;
+        if (le - ls > 6 && !memcmp(t, "//  - ", 6)) {
+            in_list = true;
+            uint32_t ee = le;
+            while (ee < hend && ee + 6 < ctx->len && !memcmp(ctx->text + ee, "//    ", 6)) ee = line_end(ctx, ee);
+            /* the entry's tag: "smem-tile" of "- smem-tile: …" */
+            const char *s = t + 6, *nl = memchr(s, '\n', le - ls - 6);
+            const char *colon = memchr(s, ':', nl ? (size_t)(nl - s) : le - ls - 6);
+            bool drop = false;
+            if (colon && colon - s < 40 && !memchr(s, ',', (size_t)(colon - s))) {
+                char tag[48];
+                kl_snprintf(tag, sizeof tag, "%.*s", (int)(colon - s), s);
+                drop = has_marker(ctx, hend, (uint32_t)ctx->len, tag, &gone, true) &&
+                       !has_marker(ctx, hend, (uint32_t)ctx->len, tag, &gone, false);
+                /* a transform of the catalog: only when none of its sites is left */
+                const kl_rule *r = drop ? kl_rule_find(tag) : NULL;
+                if (r && r != &kl_rule_specialize) {
+                    kl_sites rs = {0};
+                    kl_error e2 = {0};
+                    if (r->find(ctx, &rs, &e2) != KL_OK) drop = false;
+                    for (unsigned q = 0; q < rs.count && drop; q++)
+                        if (rs.items[q].dir == KL_SITE_PRESENT && !ranges_has(&gone, rs.items[q].span.start))
+                            drop = false;
+                    kl_sites_release(&rs);
+                }
+            } else {
+                static const char *const words[] = {"template parameter", "compile-time size", "in registers",
+                                                    "into registers", "register-resident", "specializ"};
+                char *entry = kl_strndup(t, ee - ls);
+                for (size_t w = 0; entry && w < sizeof words / sizeof words[0]; w++)
+                    if (strstr(entry, words[w])) drop = true;
+                free(entry);
+            }
+            if (drop) {
+                if (kl_edits_add(p->ed, ls, ee, "") != KL_OK) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            }
+            ls = ee;
+            continue;
+        }
+        if (in_list && le - ls > 3 && t[2] == ' ' && t[3] != ' ') {
+            /* a paragraph after the list: up to a bare "//" line or the header's end */
+            uint32_t ee = le;
+            while (ee < hend && ee + 6 <= ctx->len && !(ctx->text[ee + 2] == '\n' || ctx->text[ee + 2] == '\r') &&
+                   memcmp(ctx->text + ee, "//  - ", 6))
+                ee = line_end(ctx, ee);
+            bool names_dead = false;
+            for (unsigned i = 0; i < dc->n && !names_dead; i++)
+                for (unsigned k = 0; k < dc->items[i].nnames && dc->items[i].dead; k++)
+                    if (mentions_word(ctx->text + ls, ee - ls, dc->items[i].names[k])) names_dead = true;
+            if (names_dead && kl_edits_add(p->ed, ls, ee, "") != KL_OK)
+                return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            ls = ee;
+            continue;
+        }
+        ls = le;
+    }
+    return KL_OK;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Dead items become whole-line deletions (with their comment lines just above); neighbours
+ * separated only by blank lines merge, and one blank line after a deletion that had one before
+ * goes with it. */
+static kl_status item_deletions(const kl_rule_ctx *ctx, const deadctx *dc, plan *p, kl_error *err)
+{
+    uint32_t pairs[SP_MAXITEM][2];
+    unsigned np = 0;
+    for (unsigned i = 0; i < dc->n && np < SP_MAXITEM; i++) {
+        const item *it = &dc->items[i];
+        if (!it->dead) continue;
+        uint32_t a, b;
+        if (!whole_lines(ctx, it->start, it->end, &a, &b)) {
+            a = it->start;
+            b = it->end;
+        } else {
+            a = comments_above(ctx, a);
+        }
+        /* no other item on those lines */
+        bool alone = true;
+        for (unsigned k = 0; k < dc->n; k++)
+            if (k != i && dc->items[k].start < b && dc->items[k].end > a) alone = false;
+        if (!alone) continue;
+        pairs[np][0] = a;
+        pairs[np][1] = b;
+        np++;
+    }
+    qsort(pairs, np, sizeof pairs[0], cmp_u32);
+    unsigned i = 0;
+    while (i < np) {
+        uint32_t a = pairs[i][0], b = pairs[i][1];
+        unsigned k = i + 1;
+        for (; k < np; k++) {
+            bool gap_blank = pairs[k][0] >= b;
+            for (uint32_t x = b; x < pairs[k][0] && gap_blank; x++)
+                if (!isspace((unsigned char)ctx->text[x])) gap_blank = false;
+            if (!gap_blank) break;
+            if (pairs[k][1] > b) b = pairs[k][1];
+        }
+        bool blank_before = a == 0 || line_blank(ctx, line_start(ctx, a - 1));
+        if (blank_before && b < ctx->len && line_blank(ctx, b)) b = line_end(ctx, b);
+        if (kl_edits_add(p->ed, a, b, "") != KL_OK) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        i = k;
+    }
+    return KL_OK;
+}
+
+static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    const char *why = json_string_value(json_object_get(site->features, "why_not"));
+    if (why) return kl_rule_not_applicable(err, "%s", why);
+    kl_status st = KL_OK;
+    fileinfo *fi = malloc(sizeof *fi);
+    item *items = calloc(SP_MAXITEM, sizeof *items);
+    plan *p = calloc(1, sizeof *p);
+    toks tk = {0};
+    if (!fi || !items || !p) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    file_info(ctx, fi);
+    /* the dispatch again, from the site's span */
+    TSNode s = {0};
+    if (!kl_source_node_at(ctx->src, site->span, &s) || ts_node_is_null(s)) {
+        st = kl_rule_not_applicable(err, "no dispatch at %s", site->id);
+        goto cleanup;
+    }
+    const rb_func *h = NULL;
+    for (unsigned i = 0; i < fi->nf; i++)
+        if (ts_node_eq(ts_node_parent(s), fi->fs[i].body)) h = &fi->fs[i];
+    dispatch d;
+    if (!h || !dispatch_at(ctx, fi, h, s, &d) || d.general < 0) {
+        st = kl_rule_not_applicable(err, "no dispatch with a general branch at %s", site->id);
+        goto cleanup;
+    }
+    p->ed = out;
+    KL_TRY(host_edits(ctx, &d, p, err));
+    if (!tokenize(ctx->text, ctx->len, &tk)) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    KL_TRY(dead_locals(ctx, &tk, &d, p, err));
+    unsigned n = 0;
+    TSNode root = kl_source_root(ctx->src);
+    uint32_t c = ts_node_named_child_count(root);
+    for (uint32_t i = 0; i < c && n < SP_MAXITEM; i++) {
+        TSNode k = ts_node_named_child(root, i);
+        if (rb_is(k, "comment")) continue;
+        item_of(ctx, k, &items[n++]);
+    }
+    deadctx dc = {ctx, &tk, items, n, p};
+    find_dead(&dc);
+    KL_TRY(item_deletions(ctx, &dc, p, err));
+    KL_TRY(header_edits(ctx, &dc, p, err));
+cleanup:
+    free(tk.items);
+    free(fi);
+    free(items);
+    free(p);
+    return st;
+}
+
+/* ---- apply ------------------------------------------------------------------------------------------------ */
+
+static bool parse_values(const char *s, long long *v, unsigned *n, unsigned max)
+{
+    *n = 0;
+    while (s && *s) {
+        while (*s == ' ') s++;
+        char *end;
+        long long x = strtoll(s, &end, 10);
+        if (end == s || *n == max) return false;
+        for (unsigned i = 0; i < *n; i++)
+            if (v[i] == x) return false;
+        v[(*n)++] = x;
+        s = end;
+        while (*s == ' ') s++;
+        if (*s == ',') s++;
+        else if (*s) return false;
+    }
+    return *n > 0;
+}
+
+typedef struct ident_walk {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    uint32_t base;
+    kl_edits *ed;
+    const char *repl;
+    bool failed;
+} ident_walk;
+
+static bool ident_visit(TSNode n, void *user)
+{
+    ident_walk *w = user;
+    if (rb_is(n, "identifier") && rb_text_is(w->ctx, n, w->name)) {
+        TSNode par = ts_node_parent(n);
+        if (rb_is(par, "field_expression") && ts_node_eq(rb_field(par, "field"), n)) return false;
+        if (kl_edits_add(w->ed, ts_node_start_byte(n) - w->base, ts_node_end_byte(n) - w->base, w->repl) != KL_OK)
+            w->failed = true;
+    }
+    return true;
+}
+
+static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
+{
+    const char *why = json_string_value(json_object_get(site->features, "why_not"));
+    if (why) return kl_rule_not_applicable(err, "%s", why);
+    const char *vs = NULL;
+    kl_rule_param_str(&kl_rule_specialize, params, "values", &vs);
+    if (!vs || !*vs)
+        return kl_rule_not_applicable(err, "%s needs values=… (the typical values of %s, e.g. values=5,7)", site->id,
+                                      json_string_value(json_object_get(site->features, "param")));
+    long long vals[16];
+    unsigned nv = 0;
+    if (!parse_values(vs, vals, &nv, 16))
+        return kl_error_set(err, KL_ERR_INVALID,
+                            "specialize: values=%s is not a comma-separated list of distinct integers (at most 16)", vs);
+    const char *param = json_string_value(json_object_get(site->features, "param"));
+    const char *tp = json_string_value(json_object_get(site->features, "template_param"));
+    const char *tk = json_string_value(json_object_get(site->features, "template_kernel"));
+    const char *kname = json_string_value(json_object_get(site->features, "kernel"));
+    if (!param || !tp || !tk || !kname) return kl_rule_not_applicable(err, "no kernel at %s", site->id);
+    kl_status st = KL_OK;
+    fileinfo *fi = malloc(sizeof *fi);
+    kl_edits local = {0};
+    char *copy = NULL;
+    if (!fi) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    file_info(ctx, fi);
+    const rb_func *k = rb_function_named(fi->fs, fi->nf, kname);
+    loopbound lb = {0};
+    char w[300];
+    if (!k || !find_loop_bound(ctx, k, &lb, w, sizeof w) || strcmp(lb.param, param)) {
+        st = kl_rule_not_applicable(err, "no loop bounded by %s in %s", param, kname);
+        goto cleanup;
+    }
+    /* the copy: renamed, the parameter replaced by the template constant, the loops unrolled */
+    uint32_t ka = ts_node_start_byte(k->def), kb = ts_node_end_byte(k->def);
+    TSNode d = rb_field(k->def, "declarator");
+    while (!ts_node_is_null(d) && !rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
+    TSNode nm = rb_field(d, "declarator");
+    if (ts_node_is_null(nm)) {
+        st = kl_rule_not_applicable(err, "the kernel at %s has no name", site->id);
+        goto cleanup;
+    }
+    KL_TRY(kl_edits_add(&local, ts_node_start_byte(nm) - ka, ts_node_end_byte(nm) - ka, tk));
+    ident_walk iw = {ctx, param, ka, &local, tp, false};
+    rb_walk(k->body, ident_visit, &iw);
+    if (iw.failed) {
+        st = KL_ERR_NOMEM;
+        goto cleanup;
+    }
+    kl_affine_ctx *ax = NULL;
+    KL_TRY(kl_affine_ctx_new(ctx->src, k->def, &ax, err));
+    for (unsigned i = 0; i < kl_affine_loop_count(ax) && st == KL_OK; i++) {
+        const kl_ax_loop *l = kl_affine_loop(ax, i);
+        if (!l->bound || strcmp(l->bound, param) || l->has_pragma_unroll) continue;
+        uint32_t at = ts_node_start_byte(l->node);
+        char ind[64];
+        kl_rules_indent(ctx, at, ind, sizeof ind);
+        if (kl_rules_starts_line(ctx, at)) st = kl_edits_addf(&local, line_start(ctx, at) - ka, line_start(ctx, at) - ka, "#pragma unroll\n");
+        else st = kl_edits_addf(&local, at - ka, at - ka, "\n#pragma unroll\n%s", ind);
+    }
+    kl_affine_ctx_free(ax);
+    if (st != KL_OK) goto cleanup;
+    KL_TRY(kl_edits_apply(&local, ctx->text + ka, kb - ka, &copy, err));
+    {
+        char vlist[256] = "";
+        for (unsigned i = 0; i < nv; i++) {
+            char one[32];
+            kl_snprintf(one, sizeof one, "%s%lld", i ? ", " : "", vals[i]);
+            strncat(vlist, one, sizeof vlist - strlen(vlist) - 1);
+        }
+        /* a blank line between the kernel and its copy when one follows the kernel (so that removing
+         * the copy gives the text back) */
+        uint32_t end = ts_node_end_byte(k->outer);
+        uint32_t le = line_end(ctx, end);
+        bool blank_after = le < ctx->len && line_blank(ctx, le);
+        KL_TRY(kl_edits_addf(out, end, end,
+                             "%s// specialize: %s with %s a compile-time constant (launched for %s = %s)\n"
+                             "template <int %s>\n%s",
+                             blank_after ? "\n\n" : "\n", kname, param, param, vlist, tp, copy));
+    }
+    /* the launches: a dispatch on the values, the original launch in the else */
+    rb_launch ls[16];
+    unsigned nl = rb_launches(ctx, kname, ls, 16);
+    for (unsigned i = 0; i < nl; i++) {
+        TSNode stmt = ts_node_parent(ls[i].call);
+        uint32_t a = ts_node_start_byte(stmt), b = ts_node_end_byte(stmt);
+        char ind[64], in2[80];
+        kl_rules_indent(ctx, a, ind, sizeof ind);
+        kl_snprintf(in2, sizeof in2, "%s    ", ind);
+        char *arg = rb_text(ctx, ts_node_named_child(ls[i].args, (uint32_t)lb.index));
+        char *fn = rb_text(ctx, rb_field(ls[i].call, "function"));
+        uint32_t after_fn = ts_node_end_byte(rb_field(ls[i].call, "function"));
+        bool simple = arg && (rb_is(ts_node_named_child(ls[i].args, (uint32_t)lb.index), "identifier") ||
+                              rb_is(ts_node_named_child(ls[i].args, (uint32_t)lb.index), "field_expression"));
+        kl_strbuf sb = KL_STRBUF_INIT;
+        for (unsigned v = 0; v < nv; v++) {
+            kl_strbuf_addf(&sb, "%sif (%s%s%s == %lld)\n%s%s<%lld>", v ? "else " : "", simple ? "" : "(", arg ? arg : "",
+                           simple ? "" : ")", vals[v], in2, tk, vals[v]);
+            kl_strbuf_add(&sb, ctx->text + after_fn, b - after_fn);
+            kl_strbuf_addf(&sb, "\n%s", ind);
+        }
+        kl_strbuf_addf(&sb, "else\n%s", in2);
+        kl_strbuf_add(&sb, ctx->text + a, b - a);
+        free(arg);
+        free(fn);
+        st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, a, b, kl_strbuf_str(&sb));
+        kl_strbuf_release(&sb);
+        if (st != KL_OK) goto cleanup;
+    }
+cleanup:
+    if (st == KL_ERR_NOMEM && !err->message[0]) kl_error_set(err, st, "out of memory");
+    free(copy);
+    kl_edits_release(&local);
+    free(fi);
+    return st;
+}
+
+const kl_rule kl_rule_specialize = {
+    "specialize",
+    "a kernel specialized for the shapes that allow it (a compile-time size, a register-resident row), chosen at "
+    "the launch site beside a general kernel that handles every shape",
+    sp_params, 1, find, remove_site, apply,
+};

@@ -340,6 +340,9 @@ static const golden smem_pad_cases[] = {
     {&kl_rule_smem_pad, "smem-pad", "helper_index", KL_SITE_APPLICABLE, "stage", "{\"pad\": 1}", ROUND_EXACT},
     {&kl_rule_smem_pad, "smem-pad", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
     {&kl_rule_smem_pad, "smem-pad", "remove_literal_3d", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
+    /* the sgemm expert after double-buffer: float4 reads from &As[kk][…] keep 16-byte alignment unpadded */
+    {&kl_rule_smem_pad, "smem-pad", "remove_sgemm_expert", KL_SITE_PRESENT, "As", NULL, ROUND_NONE},
+    {&kl_rule_smem_pad, "smem-pad", "remove_vec2_pairs", KL_SITE_PRESENT, "t", "{\"pad\": 2}", ROUND_EXACT},
 };
 
 static void smem_pad_golden(void **state)
@@ -361,6 +364,26 @@ static void smem_pad_refuses(void **state)
                           "    o[threadIdx.x] = t[threadIdx.x][0] + p[33];\n"
                           "}\n",
                           KL_SITE_APPLICABLE, NULL, NULL, "full subscript");
+    /* float4 reads from an element's address: a row of 30 floats unpadded would misalign them */
+    expect_not_applicable(&kl_rule_smem_pad,
+                          "__global__ void k(float *o) {\n"
+                          "    __shared__ __align__(16) float t[30][30 + 2];\n"
+                          "    t[threadIdx.x][threadIdx.y] = 1.0f;\n"
+                          "    __syncthreads();\n"
+                          "    float4 v = *reinterpret_cast<const float4 *>(&t[threadIdx.y][4 * threadIdx.x]);\n"
+                          "    o[threadIdx.x] = v.x + v.w;\n"
+                          "}\n",
+                          KL_SITE_PRESENT, NULL, NULL, "would not keep those accesses aligned");
+    /* and a pad of 1 under float4 reads is refused (rows of 33 floats misalign them) */
+    expect_not_applicable(&kl_rule_smem_pad,
+                          "__global__ void k(float *o) {\n"
+                          "    __shared__ __align__(16) float t[32][32];\n"
+                          "    t[threadIdx.x][threadIdx.y] = 1.0f;\n"
+                          "    __syncthreads();\n"
+                          "    float4 v = *reinterpret_cast<const float4 *>(&t[threadIdx.y][4 * threadIdx.x]);\n"
+                          "    o[threadIdx.x] = v.x + v.w;\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, "{\"pad\": 1}", "would misalign");
     /* only rows are read: no bank conflict, no site */
     assert_int_equal(count_sites(&kl_rule_smem_pad,
                                  "__global__ void k(float *o) {\n"

@@ -83,19 +83,142 @@ static void register_tile_says_why_not(void **state)
 }
 
 /* tasks/sgemm: the naive kernel has no shared tiles (smem-tile first), so no site; the expert's
- * 8x8 tile is not this transform's form (two float4 quadrants, a 1-D block of 256 threads, the
- * stage dimension): no site either, rather than a wrong one. */
+ * 8x8 float4-quadrant tile is a present site of the general form, refused while its operands are
+ * read as float4 (vectorize comes first; then double-buffer, whose stage dimension it refuses too). */
 static void register_tile_on_sgemm(void **state)
 {
     (void)state;
-    static const char *const files[] = {"naive.cu", "expert.cu"};
-    for (unsigned i = 0; i < 2; i++) {
-        char *text = tile_read_task("sgemm", files[i]);
-        json_t *s = tile_sites(text, "register-tile");
-        assert_int_equal(json_array_size(s), 0);
+    char *text = tile_read_task("sgemm", "naive.cu");
+    json_t *s = tile_sites(text, "register-tile");
+    assert_int_equal(json_array_size(s), 0);
+    json_decref(s);
+    free(text);
+    text = tile_read_task("sgemm", "expert.cu");
+    s = tile_sites(text, "register-tile");
+    const char *why = NULL;
+    assert_non_null(tile_site(s, "present", &why));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "remove vectorize first"));
+    json_decref(s);
+    free(text);
+}
+
+/* The general form's reasons: a scaled store, an unguarded operand, a vector load, a batch. */
+#define GENERAL_FMT \
+    "#define R 4\n" \
+    "__global__ void g(const float* A, const float* B, float* C, int M, int N, int K, float alpha) {\n" \
+    "    float c[R][R];\n" \
+    "    __shared__ float sa[64][16];\n" \
+    "    __shared__ float sb[16][64];\n" \
+    "    for (int i = 0; i < R; i++)\n" \
+    "        for (int j = 0; j < R; j++) c[i][j] = 0.0f;\n" \
+    "    const int bm = blockIdx.y * 64, bn = blockIdx.x * 64, t = threadIdx.y * 16 + threadIdx.x;\n" \
+    "    for (int k0 = 0; k0 < K; k0 += 16) {\n" \
+    "        for (int l = t; l < 1024; l += 256) {\n" \
+    "            const int r = l / 16, kk = l %% 16, kb = l / 64, cc = l %% 64;\n" \
+    "            sa[r][kk] = %s;\n" \
+    "            sb[kb][cc] = (k0 + kb < K && bn + cc < N) ? B[(k0 + kb) * N + bn + cc] : 0.0f;\n" \
+    "        }\n" \
+    "        __syncthreads();\n" \
+    "        for (int k = 0; k < 16; k++)\n" \
+    "            for (int i = 0; i < R; i++)\n" \
+    "                for (int j = 0; j < R; j++) c[i][j] += sa[threadIdx.y * R + i][k] * sb[k][threadIdx.x * R + j];\n" \
+    "        __syncthreads();\n" \
+    "    }\n" \
+    "    for (int i = 0; i < R; i++)\n" \
+    "        for (int j = 0; j < R; j++) {\n" \
+    "            const int row = bm + threadIdx.y * R + i, col = bn + threadIdx.x * R + j;\n" \
+    "            if (row < M && col < N) C[row * N + col] = %s;\n" \
+    "        }\n" \
+    "}\n" \
+    "extern \"C\" void launch(const float* A, const float* B, float* C, int M, int N, int K, cudaStream_t s) {\n" \
+    "    g<<<dim3((N + 63) / 64, (M + 63) / 64), dim3(16, 16), 0, s>>>(A, B, C, M, N, K, 1.0f);\n" \
+    "}\n"
+#define GOOD_A "(bm + r < M && k0 + kk < K) ? A[(bm + r) * K + k0 + kk] : 0.0f"
+
+static void register_tile_general_says_why_not(void **state)
+{
+    (void)state;
+    char text[8192];
+    /* the base form removes, and the result compiles as one output per thread */
+    kl_snprintf(text, sizeof text, GENERAL_FMT, GOOD_A, "c[i][j]");
+    json_t *s = tile_sites(text, "register-tile");
+    const char *id = tile_site(s, "present", NULL);
+    assert_non_null(id);
+    kl_error err = {0};
+    char *out = tile_rewrite(text, "register-tile", id, true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "A[row * K + (k0 + threadIdx.x)]"));
+    assert_non_null(strstr(out, "g<<<dim3((N + 15) / 16, (M + 15) / 16), dim3(16, 16), 0, s>>>"));
+    free(out);
+    json_decref(s);
+    /* a scaled store is not the product alone */
+    kl_snprintf(text, sizeof text, GENERAL_FMT, GOOD_A, "alpha * c[i][j]");
+    tile_expect_not_applicable(text, "register-tile", true, NULL, "is not an element of c");
+    /* an operand read without a guard on its row: the edges are not handled */
+    kl_snprintf(text, sizeof text, GENERAL_FMT, "(k0 + kk < K) ? A[(bm + r) * K + k0 + kk] : 0.0f", "c[i][j]");
+    tile_expect_not_applicable(text, "register-tile", true, NULL, "has no guard `bm+r < bound`");
+    /* a float4 read of an operand: vectorize comes first */
+    kl_snprintf(text, sizeof text, GENERAL_FMT,
+                "(bm + r < M && k0 + kk < K) ? reinterpret_cast<const float4*>(A)[0].x + A[(bm + r) * K + k0 + kk] : 0.0f",
+                "c[i][j]");
+    tile_expect_not_applicable(text, "register-tile", true, NULL, "remove vectorize first");
+    /* the bounds do not pair into M x K, K x N, M x N (A's row bounded by N) */
+    kl_snprintf(text, sizeof text, GENERAL_FMT, "(bm + r < N && k0 + kk < K) ? A[(bm + r) * K + k0 + kk] : 0.0f",
+                "c[i][j]");
+    tile_expect_not_applicable(text, "register-tile", true, NULL, "are not those of one product");
+}
+
+/* tasks/sgemm/expert.cu walked down greedily (the first present site that removes, every
+ * transform of the catalog): every step compiles, register-tile and smem-tile are among the
+ * steps, no present site is left, and the last kernel is the naive loop. */
+static void register_tile_sgemm_expert_walk(void **state)
+{
+    (void)state;
+    char *text = tile_read_task("sgemm", "expert.cu");
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-rt-walk", &dir, &err), KL_OK);
+    char *paths[40] = {0};
+    unsigned np = 0;
+    bool saw_rt = false, saw_st = false, saw_pad = false;
+    for (unsigned step = 0; step < 40; step++) {
+        json_t *s = tile_sites(text, NULL);
+        size_t i;
+        json_t *site;
+        char *next = NULL;
+        json_array_foreach(s, i, site) {
+            if (strcmp(json_string_value(json_object_get(site, "direction")), "present")) continue;
+            const char *tr = json_string_value(json_object_get(site, "transform"));
+            next = tile_rewrite(text, tr, json_string_value(json_object_get(site, "site")), true, NULL, &err);
+            if (!next) continue;
+            /* the stray vector "tail" (the k-tile loop then the store loop) is never a site */
+            if (!strcmp(tr, "vectorize"))
+                assert_null(strstr(json_string_value(json_object_get(site, "site")), ":88"));
+            saw_rt |= !strcmp(tr, "register-tile");
+            saw_st |= !strcmp(tr, "smem-tile");
+            saw_pad |= !strcmp(tr, "smem-pad");
+            break;
+        }
         json_decref(s);
+        if (!next) break;
         free(text);
+        text = next;
+        char name[32];
+        kl_snprintf(name, sizeof name, "step%02u.cu", step);
+        paths[np++] = tile_write_temp(dir, name, text);
     }
+    assert_true(saw_rt && saw_st && saw_pad);
+    json_t *s = tile_sites(text, NULL);
+    assert_null(tile_site(s, "present", NULL));
+    json_decref(s);
+    assert_non_null(strstr(text, "acc += A[(size_t)row * K + k] * B[(size_t)k * N + col];"));
+    assert_null(strstr(text, "__shared__"));
+    tile_compile_all(paths, np);
+    for (unsigned i = 0; i < np; i++) free(paths[i]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(text);
 }
 
 /* Applied at every TM x TN, the result is again a site to remove, whose removal gives the
@@ -238,6 +361,8 @@ int main(void)
         cmocka_unit_test(golden_register_tile),
         cmocka_unit_test(register_tile_says_why_not),
         cmocka_unit_test(register_tile_on_sgemm),
+        cmocka_unit_test(register_tile_general_says_why_not),
+        cmocka_unit_test(register_tile_sgemm_expert_walk),
         cmocka_unit_test(register_tile_all_params),
         cmocka_unit_test(register_tile_braces_the_product),
         cmocka_unit_test(register_tile_moves_the_initial_value),

@@ -75,7 +75,30 @@ typedef struct uses {
     TSNode bad;             /* first use that is not a full subscript */
     TSNode accesses[64];    /* the full subscripts (outermost subscript_expression) */
     unsigned n;
+    unsigned vec_bytes;     /* the widest vector access through an element's address (16: float4), 0 none */
+    TSNode vec_at;          /* the first such access */
 } uses;
+
+/* The bytes of the vector type a `reinterpret_cast<[const] V*>(&X[..][..])` around the address
+ * expression addr reads or writes (float4 / int4 16, float2 / int2 8), 0 when addr is not so used. */
+static unsigned vector_cast_bytes(const kl_rule_ctx *ctx, TSNode addr)
+{
+    TSNode args = ts_node_parent(addr);
+    if (!rb_is(args, "argument_list") || ts_node_named_child_count(args) != 1) return 0;
+    TSNode call = ts_node_parent(args);
+    if (!rb_is(call, "call_expression")) return 0;
+    char *fn = rb_text(ctx, rb_field(call, "function"));
+    unsigned bytes = 0;
+    if (fn && !strncmp(fn, "reinterpret_cast", 16) && strchr(fn, '*')) {
+        if (strstr(fn, "float4") || strstr(fn, "int4")) bytes = 16;
+        else if (strstr(fn, "float2") || strstr(fn, "int2")) bytes = 8;
+    }
+    free(fn);
+    /* the cast pointer is dereferenced at once: `*reinterpret_cast<…>(…)` */
+    TSNode d = ts_node_parent(call);
+    if (!rb_is(d, "pointer_expression") || !rb_text_is(ctx, rb_field(d, "operator"), "*")) return 0;
+    return bytes;
+}
 
 static bool uses_visit(TSNode n, void *user)
 {
@@ -91,7 +114,12 @@ static bool uses_visit(TSNode n, void *user)
     }
     bool addr = rb_is(ts_node_parent(p), "pointer_expression") &&
                 rb_text_is(u->ctx, rb_field(ts_node_parent(p), "operator"), "&");
-    if (depth != u->arr->ndims || addr) {
+    unsigned vb = addr && depth == u->arr->ndims ? vector_cast_bytes(u->ctx, ts_node_parent(p)) : 0;
+    if (vb) {
+        /* a vector access starting at one element of a row (float4 reads of a tile row) */
+        if (vb > u->vec_bytes) u->vec_bytes = vb;
+        if (ts_node_is_null(u->vec_at)) u->vec_at = n;
+    } else if (depth != u->arr->ndims || addr) {
         if (ts_node_is_null(u->bad)) u->bad = n;
     } else if (u->n < 64) u->accesses[u->n++] = p;
     return true;
@@ -299,6 +327,23 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         return kl_rule_not_applicable(err, "%s: the rows of '%s' are not padded",
                             kl_source_name(ctx->src), a.name);
     TSNode last = a.dims[a.ndims - 1];
+    if (u.vec_bytes) {
+        /* vector accesses stay aligned only if the unpadded row is a multiple of the vector */
+        long long lv, row = -1;
+        if (!ts_node_is_null(base)) {
+            if (!rb_const_eval(ctx, f->body, base, &row)) row = -1;
+        } else if (rb_const_eval(ctx, f->body, last, &lv)) {
+            row = lv - k;
+        }
+        unsigned eb = rb_type_size(a.elem);
+        if (row < 0 || !eb || (row * eb) % u.vec_bytes != 0) {
+            kl_span sp = kl_node_span(u.vec_at);
+            return kl_rule_not_applicable(err,
+                                          "%s:%u:%u: '%s' is read or written %u bytes at a time from an element's address, "
+                                          "and the unpadded row would not keep those accesses aligned",
+                                          kl_source_name(ctx->src), sp.line, sp.column, a.name, u.vec_bytes);
+        }
+    }
     if (!ts_node_is_null(base)) {
         char *bt = rb_text(ctx, base);
         if (!bt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -347,6 +392,14 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
         return kl_rule_not_applicable(err,
                             "%s: the row length of '%s' is not a compile-time constant",
                             kl_source_name(ctx->src), a.name);
+    unsigned eb = rb_type_size(a.elem);
+    if (u.vec_bytes && (!eb || ((row + pad) * eb) % u.vec_bytes != 0)) {
+        kl_span sp = kl_node_span(u.vec_at);
+        return kl_rule_not_applicable(err,
+                                      "%s:%u:%u: '%s' is read or written %u bytes at a time from an element's address: a "
+                                      "pad of %lld would misalign those accesses",
+                                      kl_source_name(ctx->src), sp.line, sp.column, a.name, u.vec_bytes, pad);
+    }
     TSNode last = a.dims[a.ndims - 1];
     char *lt = rb_text(ctx, last);
     if (!lt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");

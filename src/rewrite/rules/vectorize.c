@@ -176,6 +176,57 @@ static bool vector_part(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TS
     return false;
 }
 
+/* Does pointer parameter `param` of fn, or a top-level local of fn initialised from it (an alias
+ * `const float4* x4 = reinterpret_cast<...>(x)`), occur in n? */
+static bool uses_param_or_alias(const kl_rule_ctx *ctx, TSNode fn, const char *param, TSNode n)
+{
+    if (rb_count_ident(ctx, n, param) > 0) return true;
+    TSNode body = kl_ast_function_body(fn);
+    uint32_t c = ts_node_named_child_count(body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(body, i);
+        if (!rb_is(d, "declaration")) continue;
+        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+            TSNode id = ts_node_named_child(d, k);
+            if (!rb_is(id, "init_declarator") || rb_count_ident(ctx, rb_field(id, "value"), param) == 0) continue;
+            char *name = text_of(ctx, kl_ast_declarator_name(id));
+            bool used = name && rb_count_ident(ctx, n, name) > 0;
+            free(name);
+            if (used) return true;
+        }
+    }
+    return false;
+}
+
+/* Do the vector part (statements del[0..ndel)) and the tail loop touch a common global array
+ * (a pointer parameter, directly or through a top-level alias)? Without one, the loop after
+ * the vector part is no tail of it (the sgemm expert's k-tile loop, whose float4 are shared-tile
+ * reads, followed by its store loop). */
+static bool shares_array(const kl_rule_ctx *ctx, TSNode fn, const TSNode *del, unsigned ndel, TSNode tail)
+{
+    TSNode decl = rb_field(fn, "declarator");
+    TSNode params = {{0}, 0, 0};
+    for (TSNode d = decl; !ts_node_is_null(d); d = rb_field(d, "declarator"))
+        if (!ts_node_is_null(rb_field(d, "parameters"))) {
+            params = rb_field(d, "parameters");
+            break;
+        }
+    if (ts_node_is_null(params)) return false;
+    for (uint32_t i = 0; i < ts_node_named_child_count(params); i++) {
+        TSNode p = ts_node_named_child(params, i);
+        TSNode pd = rb_field(p, "declarator");
+        if (!rb_is(p, "parameter_declaration") || !rb_is(pd, "pointer_declarator")) continue;
+        char *name = text_of(ctx, kl_ast_declarator_name(pd));
+        if (!name) return false;
+        bool in_vec = false;
+        for (unsigned k = 0; k < ndel && !in_vec; k++) in_vec = uses_param_or_alias(ctx, fn, name, del[k]);
+        bool both = in_vec && uses_param_or_alias(ctx, fn, name, tail);
+        free(name);
+        if (both) return true;
+    }
+    return false;
+}
+
 /* Analyse st as a present site; false when it is none. */
 static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode st, vp *p)
 {
@@ -221,6 +272,7 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
     char tv[64];
     if (!rb_is(nx, "for_statement") || vec_width(ctx, fn, nx) || !for_var(ctx, ax, nx, tv, sizeof tv))
         return false; /* no scalar tail: vector accesses with no scalar form beside them (shared tiles …) */
+    if (!shares_array(ctx, fn, p->del, p->ndel, nx)) return false;
     if (!strcmp(tv, var) && empty_init(nx)) {
         p->kind = 'T'; /* the tail continues the vector loop's variable */
         return true;

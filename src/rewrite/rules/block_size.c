@@ -1,4 +1,6 @@
-/* block-size: the threads per block at a launch site, and the compile-time constant tied to it. */
+/* block-size: the threads per block at a launch site, and the compile-time constant tied to it.
+ * A 1-D block moves between 64 … 1024 threads (canonical 256); a 2-D block dim3(X, Y) moves both
+ * extents (canonical 16x16), under the rules of the "2-D blocks" section below (docs/rules.md). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,7 +9,12 @@
 #include "util/util.h"
 
 static const char *const threads_values[] = {"64", "128", "256", "512", "1024", NULL};
-static const kl_rule_param bs_params[] = {{"threads", threads_values, "256"}};
+static const char *const extent_values[] = {"8", "16", "32", "64", NULL};
+static const kl_rule_param bs_params[] = {
+    {"threads", threads_values, "256"}, /* a 1-D block */
+    {"bx", extent_values, "32"},        /* a 2-D block: threads across … */
+    {"by", extent_values, "8"},         /* … and down */
+};
 
 /* The canonical "simplest" block size the backward walk returns to. */
 #define BS_NAIVE 256
@@ -28,11 +35,34 @@ typedef struct bs_group {
     char why[300];         /* not empty: why it cannot change */
 } bs_group;
 
+/* One extent of a 2-D block: a named constant or a literal at the launch. */
+typedef struct bs_dim {
+    char name[128];        /* the constant's name; "" for a literal */
+    char text[128];        /* the extent as written at the launch */
+    int64_t value;
+    TSNode def;            /* the definition (declaration, preproc_def) or the literal */
+    uint32_t val_start, val_end;
+} bs_dim;
+
+/* One 2-D block shape: the launches whose block is dim3(X, Y) of the same two constants, or
+ * one launch's shape when an extent is a literal. */
+typedef struct bs_group2 {
+    char id[256];
+    char kernel[128];
+    bs_dim d[2];           /* x, y */
+    TSNode def;            /* what the site is about: the first constant's definition, or the launch */
+    unsigned launches[32];
+    unsigned nlaunch;
+    char why[300];
+} bs_group2;
+
 typedef struct bs_state {
     const kl_rule_ctx *ctx;
     kl_launch_sites ls;
     bs_group *groups;
     unsigned count;
+    bs_group2 *groups2;
+    unsigned count2;
 } bs_state;
 
 static void trim_range(const char *t, uint32_t *a, uint32_t *b)
@@ -141,19 +171,27 @@ static bool block_expr(const kl_source *src, const kl_launch_site *l, TSNode *ex
     return true;
 }
 
-static bool mentions(const kl_source *src, TSNode n, const char *name)
+/* Does the text name the identifier (a whole word)? */
+static bool text_mentions(const char *t, const char *name)
 {
-    char *t = kl_node_text(src, n);
-    if (!t) return false;
     size_t l = strlen(name);
     bool yes = false;
-    for (char *p = strstr(t, name); p && !yes; p = strstr(p + 1, name)) {
+    if (!l) return false;
+    for (const char *p = strstr(t, name); p && !yes; p = strstr(p + 1, name)) {
         bool lb = p == t || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
                               (p[-1] >= '0' && p[-1] <= '9'));
         char a = p[l];
         bool rb = !(a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9'));
         yes = lb && rb;
     }
+    return yes;
+}
+
+static bool mentions(const kl_source *src, TSNode n, const char *name)
+{
+    char *t = kl_node_text(src, n);
+    if (!t) return false;
+    bool yes = text_mentions(t, name);
     free(t);
     return yes;
 }
@@ -342,10 +380,786 @@ static bool block_value(bs_state *s, const kl_launch_site *l, TSNode e, int64_t 
     return ok;
 }
 
+/* ---- 2-D blocks ------------------------------------------------------------------------------------
+ * A launch whose block is dim3(X, Y) (Y not 1): one site per shape, changed where X and Y are defined.
+ * The soundness rules are those of the 1-D form plus the ones a 2-D mapping needs:
+ *  - loops stepping by a block extent (`for (r = ty; r < TILE; r += BLOCK_ROWS)`) must start at the
+ *    thread index of the same dimension, so that the block still covers the range with no gap and no
+ *    repeat; a compile-time bound that was a multiple of the step stays one (every thread runs the
+ *    loop equally often), and must be one where the loop holds __syncthreads();
+ *  - warp-level code (shuffles, votes, warpSize, `/ 32`, `% 32`, `& 31`, `>> 5`) keeps its warps only
+ *    when X is a multiple of 32 before and after;
+ *  - no register array, template argument or static_assert may depend on X or Y (or on a file
+ *    constant derived from them): those are widths that cannot follow. */
+
+#define BS2_NAIVE 16     /* the canonical simplest 2-D block: 16 x 16 */
+#define BS2_NAMES 64     /* file constants followed from X and Y */
+
+typedef struct bs_names {
+    char v[BS2_NAMES][128];
+    unsigned n;
+} bs_names;
+
+static bool names_has(const bs_names *ns, const char *name)
+{
+    for (unsigned i = 0; i < ns->n; i++)
+        if (!strcmp(ns->v[i], name)) return true;
+    return false;
+}
+
+static void names_add(bs_names *ns, const char *name)
+{
+    if (name[0] && ns->n < BS2_NAMES && !names_has(ns, name) && strlen(name) < sizeof ns->v[0])
+        kl_snprintf(ns->v[ns->n++], sizeof ns->v[0], "%s", name);
+}
+
+/* The first of the names the text mentions, or NULL. */
+static const char *names_in_text(const bs_names *ns, const char *t)
+{
+    for (unsigned i = 0; t && i < ns->n; i++)
+        if (text_mentions(t, ns->v[i])) return ns->v[i];
+    return NULL;
+}
+
+/* The same for a node: the name into buf ("" when none). */
+static bool names_in(const kl_source *src, const bs_names *ns, TSNode n, char *buf, size_t size)
+{
+    char *t = kl_node_text(src, n);
+    const char *hit = names_in_text(ns, t);
+    kl_snprintf(buf, size, "%s", hit ? hit : "");
+    free(t);
+    return hit != NULL;
+}
+
+/* Constants whose definitions mention a name of ns join it, until none does: the
+ * `const`/`constexpr` declarations and #defines directly under `scope`. */
+static void names_close(const kl_source *src, TSNode scope, bs_names *ns)
+{
+    for (int changed = 1, round = 0; changed && round < 16; round++) {
+        changed = 0;
+        uint32_t c = ts_node_named_child_count(scope);
+        for (uint32_t i = 0; i < c; i++) {
+            TSNode d = ts_node_named_child(scope, i);
+            char *name = NULL;
+            TSNode value = {0};
+            if (is_type(d, "preproc_def")) {
+                name = kl_node_text(src, ts_node_child_by_field_name(d, "name", 4));
+                value = ts_node_child_by_field_name(d, "value", 5);
+                if (name && !ts_node_is_null(value) && !names_has(ns, name)) {
+                    char buf[128];
+                    if (names_in(src, ns, value, buf, sizeof buf)) names_add(ns, name), changed = 1;
+                }
+                free(name);
+                continue;
+            }
+            if (!is_type(d, "declaration")) continue;
+            char *dt = kl_node_text(src, d);
+            bool konst = dt && (text_mentions(dt, "const") || text_mentions(dt, "constexpr"));
+            free(dt);
+            if (!konst) continue;
+            uint32_t dc = ts_node_named_child_count(d);
+            for (uint32_t k = 0; k < dc; k++) {
+                TSNode x = ts_node_named_child(d, k);
+                if (!is_type(x, "init_declarator")) continue;
+                TSNode nm = ts_node_child_by_field_name(x, "declarator", 10);
+                value = ts_node_child_by_field_name(x, "value", 5);
+                if (!is_type(nm, "identifier") || ts_node_is_null(value)) continue;
+                name = kl_node_text(src, nm);
+                char buf[128];
+                if (name && !names_has(ns, name) && names_in(src, ns, value, buf, sizeof buf)) {
+                    names_add(ns, name);
+                    changed = 1;
+                }
+                free(name);
+            }
+        }
+    }
+}
+
+static TSNode unparen(TSNode n)
+{
+    while (is_type(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
+    return n;
+}
+
+/* The extents list of a block value: dim3(…), {…}, or the (…) of `dim3 b(…)`. */
+static TSNode extent_list(const kl_source *src, TSNode b)
+{
+    b = unparen(b);
+    if (is_type(b, "call_expression") && kl_node_text_is(src, ts_node_child_by_field_name(b, "function", 8), "dim3"))
+        return ts_node_child_by_field_name(b, "arguments", 9);
+    if (is_type(b, "initializer_list") || is_type(b, "argument_list") || is_type(b, "parameter_list")) return b;
+    if (is_type(b, "compound_literal_expression")) {
+        TSNode v = ts_node_child_by_field_name(b, "value", 5);
+        if (is_type(v, "initializer_list")) return v;
+    }
+    return (TSNode){0};
+}
+
+/* The extents of a launch's block: `dim3(X, Y)`, `{X, Y}`, or a local `dim3 b(X, Y)` /
+ * `dim3 b = dim3(X, Y)` / `dim3 b{X, Y}` of the host. Null when it is none of these. */
+static TSNode block_extents(const kl_source *src, const kl_launch_site *l)
+{
+    TSNode b = unparen(l->block);
+    if (ts_node_is_null(b)) return b;
+    if (!is_type(b, "identifier")) return extent_list(src, b);
+    TSNode decl, value, dn, list = {0};
+    char *name = kl_node_text(src, b);
+    if (name && find_decl(src, kl_ast_function_body(l->host_fn), name, &decl, &value, &dn) &&
+        kl_node_text_is(src, ts_node_child_by_field_name(decl, "type", 4), "dim3") && !ts_node_is_null(value))
+        list = extent_list(src, value);
+    free(name);
+    return list;
+}
+
+static TSNode extent_at(TSNode list, uint32_t k)
+{
+    TSNode a = ts_node_named_child(list, k);
+    if (is_type(a, "parameter_declaration")) a = ts_node_child_by_field_name(a, "type", 4);
+    return a;
+}
+
+/* Is the launch's block 2-D: two or three extents, the second not 1, the third (if any) 1? */
+static bool is_2d(const kl_source *src, const kl_launch_site *l, TSNode *list)
+{
+    *list = block_extents(src, l);
+    if (ts_node_is_null(*list)) return false;
+    uint32_t n = ts_node_named_child_count(*list);
+    if (n < 2 || n > 3) return false;
+    if (kl_node_text_is(src, extent_at(*list, 1), "1")) return false;
+    return n == 2 || kl_node_text_is(src, extent_at(*list, 2), "1");
+}
+
+/* The value of a #define's body that is one integer. */
+static bool define_number(const kl_source *src, TSNode value, int64_t *v)
+{
+    char *t = kl_node_text(src, value), *end = NULL;
+    long long x = t ? strtoll(t, &end, 0) : 0;
+    while (end && (*end == ' ' || *end == '\t' || *end == '\r' || *end == '\n')) end++;
+    bool ok = end && end != t && *end == '\0';
+    if (ok) *v = x;
+    free(t);
+    return ok;
+}
+
+/* One extent: a literal, or a constant defined in the file by a number. False with why otherwise. */
+static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *d, char *why, size_t size)
+{
+    const kl_source *src = s->ctx->src;
+    d->def = a;
+    if (is_type(a, "number_literal")) {
+        d->val_start = ts_node_start_byte(a);
+        d->val_end = ts_node_end_byte(a);
+        if (number_value(src, a, &d->value)) return true;
+        kl_snprintf(why, size, "the block extent %s at line %u is not an integer", d->text, line_of(a));
+        return false;
+    }
+    if (!is_type(a, "identifier") && !is_type(a, "type_identifier")) {
+        kl_snprintf(why, size, "the block extent %s at line %u is an expression, not one constant", d->text,
+                    line_of(l->call));
+        return false;
+    }
+    kl_snprintf(d->name, sizeof d->name, "%s", d->text);
+    TSNode decl, value, dn;
+    char w[200] = "";
+    if (find_decl(src, kl_ast_function_body(l->host_fn), d->name, &decl, &value, &dn) ||
+        find_decl(src, kl_source_root(src), d->name, &decl, &value, &dn)) {
+        d->def = decl;
+        if (ts_node_is_null(value) || is_type(value, "argument_list") || is_type(value, "parameter_list") ||
+            is_type(value, "initializer_list")) {
+            kl_snprintf(why, size, "%s (line %u) has no initializer to change", d->name, line_of(decl));
+            return false;
+        }
+        d->val_start = ts_node_start_byte(value);
+        d->val_end = ts_node_end_byte(value);
+        if (!kl_const_eval(src, l->host_fn, value, false, &d->value, w, sizeof w)) {
+            kl_snprintf(why, size, "the block extent %s (line %u) is not a compile-time constant: %s", d->name,
+                        line_of(decl), w);
+            return false;
+        }
+    } else if (find_define(src, d->name, &decl, &value)) {
+        d->def = decl;
+        d->val_start = ts_node_start_byte(value);
+        d->val_end = ts_node_end_byte(value);
+        trim_range(s->ctx->text, &d->val_start, &d->val_end);
+        if (!define_number(src, value, &d->value)) {
+            kl_snprintf(why, size, "%s (line %u) is not a number", d->name, line_of(decl));
+            return false;
+        }
+    } else {
+        d->def = l->call;
+        kl_snprintf(why, size, "the definition of %s is not in this file", d->name);
+        return false;
+    }
+    if (derived(s->ctx->text, d->val_start, d->val_end)) {
+        kl_snprintf(why, size, "%s is derived from other constants (%.*s): the tiling that defines it would have to change",
+                    d->name, (int)(d->val_end - d->val_start), s->ctx->text + d->val_start);
+        return false;
+    }
+    return true;
+}
+
+static kl_status add_launch2(bs_state *s, unsigned i, TSNode list)
+{
+    const kl_source *src = s->ctx->src;
+    const kl_launch_site *l = &s->ls.items[i];
+    bs_group2 g;
+    memset(&g, 0, sizeof g);
+    kl_snprintf(g.kernel, sizeof g.kernel, "%s", l->kernel);
+    for (uint32_t k = 0; k < 2; k++) {
+        char *t = kl_node_text(src, extent_at(list, k));
+        if (!t) return KL_ERR_NOMEM;
+        kl_snprintf(g.d[k].text, sizeof g.d[k].text, "%s", t);
+        free(t);
+    }
+    for (uint32_t k = 0; k < 2 && !g.why[0]; k++) resolve_dim(s, l, extent_at(list, k), &g.d[k], g.why, sizeof g.why);
+    /* the launches naming the same two constants share one site */
+    if (!g.why[0] && g.d[0].name[0] && g.d[1].name[0])
+        for (unsigned k = 0; k < s->count2; k++) {
+            bs_group2 *o = &s->groups2[k];
+            if (!o->why[0] && !strcmp(o->d[0].name, g.d[0].name) && !strcmp(o->d[1].name, g.d[1].name) &&
+                o->nlaunch < 32) {
+                o->launches[o->nlaunch++] = i;
+                return KL_OK;
+            }
+        }
+    g.def = g.d[0].name[0] && !ts_node_is_null(g.d[0].def)   ? g.d[0].def
+            : g.d[1].name[0] && !ts_node_is_null(g.d[1].def) ? g.d[1].def
+                                                              : l->call;
+    char what[260];
+    size_t w = 0;
+    for (int k = 0; k < 2; k++) { /* the extents as written, blanks left out: "TILExBLOCK_ROWS", "32x8" */
+        for (const char *c = g.d[k].text; *c && w + 2 < sizeof what; c++)
+            if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') what[w++] = *c;
+        if (k == 0 && w + 2 < sizeof what) what[w++] = 'x';
+    }
+    what[w] = '\0';
+    kl_site_id(g.id, sizeof g.id, l->kernel, g.def, what);
+    if (!g.why[0] && (g.d[0].value <= 0 || g.d[1].value <= 0 || g.d[0].value * g.d[1].value > 1024))
+        kl_snprintf(g.why, sizeof g.why, "the block %lldx%lld is not 1 to 1024 threads", (long long)g.d[0].value,
+                    (long long)g.d[1].value);
+    g.launches[g.nlaunch++] = i;
+    bs_group2 *ng = realloc(s->groups2, (s->count2 + 1) * sizeof *ng);
+    if (!ng) return KL_ERR_NOMEM;
+    s->groups2 = ng;
+    s->groups2[s->count2++] = g;
+    return KL_OK;
+}
+
+/* ---- the 2-D checks ---- */
+
+typedef struct lit2_scan {
+    const kl_source *src;
+    int64_t vals[3];
+    unsigned n;
+    TSNode hit;
+} lit2_scan;
+
+static bool find_literal2(TSNode n, void *user)
+{
+    lit2_scan *s = user;
+    if (!ts_node_is_null(s->hit)) return false;
+    if (!is_type(n, "number_literal")) return true;
+    int64_t v;
+    if (!number_value(s->src, n, &v)) return true;
+    for (unsigned k = 0; k < s->n; k++)
+        if (v == s->vals[k]) s->hit = n;
+    return true;
+}
+
+typedef struct warp_scan {
+    const kl_source *src;
+    TSNode hit;
+} warp_scan;
+
+static bool find_warp(TSNode n, void *user)
+{
+    static const char *const prefixes[] = {"__shfl", "__ballot", "__any_sync", "__all_sync", "__syncwarp",
+                                           "__activemask", "__match_", "__reduce_", "tiled_partition", NULL};
+    warp_scan *w = user;
+    if (!ts_node_is_null(w->hit)) return false;
+    if (is_type(n, "identifier")) {
+        char *t = kl_node_text(w->src, n);
+        bool hit = t && !strcmp(t, "warpSize");
+        for (unsigned k = 0; t && !hit && prefixes[k]; k++) hit = kl_str_starts(t, prefixes[k]);
+        free(t);
+        if (hit) w->hit = n;
+    } else if (is_type(n, "binary_expression")) {
+        TSNode r = unparen(ts_node_child_by_field_name(n, "right", 5));
+        char *op = kl_node_text(w->src, ts_node_child_by_field_name(n, "operator", 8));
+        int64_t v;
+        if (op && is_type(r, "number_literal") && number_value(w->src, r, &v) &&
+            (((!strcmp(op, "/") || !strcmp(op, "%")) && v == 32) || (!strcmp(op, "&") && v == 31) ||
+             (!strcmp(op, ">>") && v == 5)))
+            w->hit = n;
+        free(op);
+    }
+    return true;
+}
+
+/* In a kernel: a register array sized by, or a template argument naming, a followed constant. */
+typedef struct width_scan {
+    const kl_source *src;
+    const bs_names *ns;
+    TSNode hit;
+    char name[128];
+    const char *what;
+} width_scan;
+
+static bool find_width(TSNode n, void *user)
+{
+    width_scan *w = user;
+    if (!ts_node_is_null(w->hit)) return false;
+    if (is_type(n, "declaration")) {
+        char *t = kl_node_text(w->src, n);
+        bool shared = t && strstr(t, "__shared__");
+        free(t);
+        return !shared; /* shared arrays follow the block: they are the tile */
+    }
+    if (is_type(n, "array_declarator")) {
+        TSNode size = ts_node_child_by_field_name(n, "size", 4);
+        if (!ts_node_is_null(size) && names_in(w->src, w->ns, size, w->name, sizeof w->name)) {
+            w->hit = n;
+            w->what = "sizes the register array";
+        }
+    } else if (is_type(n, "template_argument_list")) {
+        if (names_in(w->src, w->ns, n, w->name, sizeof w->name)) {
+            w->hit = n;
+            w->what = "is a template argument";
+        }
+        return false;
+    }
+    return true;
+}
+
+typedef struct assert_scan {
+    const kl_source *src;
+    const bs_names *ns;
+    TSNode hit;
+    char name[128];
+} assert_scan;
+
+static bool find_assert(TSNode n, void *user)
+{
+    assert_scan *a = user;
+    if (!ts_node_is_null(a->hit)) return false;
+    if (!is_type(n, "static_assert_declaration")) return true;
+    if (names_in(a->src, a->ns, n, a->name, sizeof a->name)) a->hit = n;
+    return false;
+}
+
+typedef struct node_list {
+    TSNode *v;
+    unsigned n, cap;
+    bool oom;
+} node_list;
+
+static bool collect_for(TSNode n, void *user)
+{
+    node_list *L = user;
+    if (!is_type(n, "for_statement")) return true;
+    if (L->n == L->cap) {
+        unsigned cap = L->cap ? 2 * L->cap : 16;
+        TSNode *nv = realloc(L->v, cap * sizeof *nv);
+        if (!nv) {
+            L->oom = true;
+            return false;
+        }
+        L->v = nv;
+        L->cap = cap;
+    }
+    L->v[L->n++] = n;
+    return true;
+}
+
+typedef struct decl_find {
+    const kl_source *src;
+    const char *name;
+    TSNode value;
+} decl_find;
+
+static bool find_local_init(TSNode n, void *user)
+{
+    decl_find *f = user;
+    if (!ts_node_is_null(f->value)) return false;
+    if (!is_type(n, "init_declarator")) return true;
+    TSNode nm = ts_node_child_by_field_name(n, "declarator", 10);
+    if (is_type(nm, "identifier") && kl_node_text_is(f->src, nm, f->name))
+        f->value = ts_node_child_by_field_name(n, "value", 5);
+    return true;
+}
+
+/* Which thread index an expression is: 0, 1, 2 for threadIdx.x/y/z (also through a local
+ * `const int ty = threadIdx.y`), -1 otherwise. */
+static int thread_dim(const kl_source *src, TSNode body, TSNode e, int depth)
+{
+    e = unparen(e);
+    if (is_type(e, "field_expression")) {
+        static const char *const idx[] = {"threadIdx.x", "threadIdx.y", "threadIdx.z"};
+        for (int k = 0; k < 3; k++)
+            if (kl_node_text_is(src, e, idx[k])) return k;
+        return -1;
+    }
+    if (!is_type(e, "identifier") || depth > 3) return -1;
+    char *name = kl_node_text(src, e);
+    if (!name) return -1;
+    decl_find f = {.src = src, .name = name};
+    kl_ast_walk(body, find_local_init, &f);
+    free(name);
+    return ts_node_is_null(f.value) ? -1 : thread_dim(src, body, f.value, depth + 1);
+}
+
+/* A loop's bound when its condition is `v < B` (also as the grammar's template misparse). */
+static TSNode loop_bound(const kl_source *src, TSNode loop, const char *var)
+{
+    TSNode c = unparen(ts_node_child_by_field_name(loop, "condition", 9));
+    if (is_type(c, "binary_expression")) {
+        char *op = kl_node_text(src, ts_node_child_by_field_name(c, "operator", 8));
+        bool lt = op && !strcmp(op, "<");
+        free(op);
+        if (lt && kl_node_text_is(src, ts_node_child_by_field_name(c, "left", 4), var))
+            return ts_node_child_by_field_name(c, "right", 5);
+        return (TSNode){0};
+    }
+    char *lhs = NULL;
+    TSNode rhs = {0};
+    if (!ts_node_is_null(c) && kl_ast_less_misparse(src, c, &lhs, &rhs)) {
+        bool same = lhs && !strcmp(lhs, var);
+        free(lhs);
+        if (same) return rhs;
+    }
+    return (TSNode){0};
+}
+
+/* The loop of the old kernel (with its twin in the changed file): a loop stepping by a block extent
+ * must still cover its range (see the rules above). why is set when it would not. */
+static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_source *nsrc, TSNode nfn, TSNode nloop,
+                       const bs_group2 *g, const int64_t ext_new[2], char *why, size_t size)
+{
+    TSNode up = unparen(ts_node_child_by_field_name(loop, "update", 6));
+    if (!is_type(up, "assignment_expression")) return;
+    if (!kl_node_text_is(src, ts_node_child_by_field_name(up, "operator", 8), "+=")) return;
+    TSNode step = unparen(ts_node_child_by_field_name(up, "right", 5));
+    int sdim = -1;
+    bool both = false;
+    if (is_type(step, "identifier")) {
+        for (int k = 1; k >= 0; k--)
+            if (g->d[k].name[0] && kl_node_text_is(src, step, g->d[k].name)) sdim = k;
+        both = sdim == 0 && !strcmp(g->d[0].name, g->d[1].name);
+    } else if (kl_node_text_is(src, step, "blockDim.x")) {
+        sdim = 0;
+    } else if (kl_node_text_is(src, step, "blockDim.y")) {
+        sdim = 1;
+    }
+    if (sdim < 0) return;
+    char *var = kl_node_text(src, ts_node_child_by_field_name(up, "left", 4));
+    char *st = kl_node_text(src, step);
+    if (!var || !st) goto done;
+    /* the start: `int v = S` or `v = S` */
+    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
+    if (is_type(init, "declaration")) {
+        TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
+        if (is_type(d, "init_declarator")) start = ts_node_child_by_field_name(d, "value", 5);
+    } else if (is_type(init, "assignment_expression")) {
+        start = ts_node_child_by_field_name(init, "right", 5);
+    }
+    TSNode body = kl_ast_function_body(fn);
+    int tdim = ts_node_is_null(start) ? -1 : thread_dim(src, body, start, 0);
+    char *stext = ts_node_is_null(start) ? NULL : kl_node_text(src, start);
+    if (tdim < 0 || tdim > 1) {
+        kl_snprintf(why, size,
+                    "the loop at line %u steps %s by %s from %s, not threadIdx.x or threadIdx.y: whether the block "
+                    "still covers its range cannot be checked",
+                    line_of(loop), var, st, stext ? stext : "an unknown start");
+        free(stext);
+        goto done;
+    }
+    free(stext);
+    if (both) sdim = tdim;
+    int64_t step_new = ext_new[sdim], step_old = g->d[sdim].value;
+    if (tdim != sdim) {
+        kl_snprintf(why, size,
+                    "the loop at line %u starts at threadIdx.%c but steps by %s, the block's %c extent: it covers its "
+                    "range only while the two extents agree",
+                    line_of(loop), "xy"[tdim], st, "xy"[sdim]);
+        goto done;
+    }
+    TSNode lb = loop_bound(src, loop, var), nlb = loop_bound(nsrc, nloop, var);
+    char *lbody = kl_node_text(src, ts_node_child_by_field_name(loop, "body", 4));
+    bool sync = lbody && strstr(lbody, "__syncthreads");
+    free(lbody);
+    int64_t bo = 0, bn = 0;
+    bool known = !ts_node_is_null(lb) && !ts_node_is_null(nlb) && kl_const_eval(src, fn, lb, false, &bo, NULL, 0) &&
+                 kl_const_eval(nsrc, nfn, nlb, false, &bn, NULL, 0);
+    char *bt = ts_node_is_null(lb) ? NULL : kl_node_text(src, lb);
+    if (known && step_old > 0 && step_new > 0) {
+        bool even_old = bo % step_old == 0, even_new = bn % step_new == 0;
+        if ((even_old || sync) && !even_new)
+            kl_snprintf(why, size,
+                        "the loop at line %u runs %s / %s times per thread (%lld / %lld); with a %lldx%lld block %lld "
+                        "is not a multiple of %lld and the threads would run it unequally often",
+                        line_of(loop), bt ? bt : "its bound", st, (long long)bo, (long long)step_old,
+                        (long long)ext_new[0], (long long)ext_new[1], (long long)bn, (long long)step_new);
+    } else if (sync) {
+        kl_snprintf(why, size,
+                    "the loop at line %u holds __syncthreads() and its bound (%s) is not a compile-time constant: "
+                    "every thread must run it equally often",
+                    line_of(loop), bt ? bt : "none");
+    }
+    free(bt);
+done:
+    free(var);
+    free(st);
+}
+
+/* The kernels named `kernel` in a file (templates included), up to max. */
+static unsigned kernels_named(const kl_source *src, const char *kernel, TSNode *out, unsigned max)
+{
+    TSNode fns[256];
+    unsigned nf = kl_ast_functions(src, "__global__", fns, 256), n = 0;
+    if (nf > 256) nf = 256;
+    for (unsigned f = 0; f < nf; f++) {
+        char *name = kl_ast_function_name(src, fns[f]);
+        if (name && !strcmp(name, kernel) && n < max) out[n++] = fns[f];
+        free(name);
+    }
+    return n;
+}
+
+/* After the change: the loops of each launched kernel, old against new. */
+static kl_status check_loops(bs_state *s, const bs_group2 *g, const kl_edits *e, const int64_t ext_new[2], char *why,
+                             size_t size)
+{
+    const kl_source *src = s->ctx->src;
+    char *text = NULL;
+    kl_error err = {0};
+    kl_status st = kl_edits_apply(e, s->ctx->text, s->ctx->len, &text, &err);
+    if (st != KL_OK) {
+        if (st != KL_ERR_NOMEM) kl_snprintf(why, size, "the change does not apply: %s", err.message);
+        return st == KL_ERR_NOMEM ? st : KL_OK;
+    }
+    kl_source *nsrc = NULL;
+    st = kl_source_parse_text("block-size", text, strlen(text), &nsrc, &err);
+    free(text);
+    if (st != KL_OK) {
+        if (st != KL_ERR_NOMEM) kl_snprintf(why, size, "the changed file does not parse: %s", err.message);
+        return st == KL_ERR_NOMEM ? st : KL_OK;
+    }
+    for (unsigned k = 0; k < g->nlaunch && !why[0]; k++) {
+        const char *kernel = s->ls.items[g->launches[k]].kernel;
+        bool seen = false;
+        for (unsigned j = 0; j < k; j++) seen |= !strcmp(s->ls.items[g->launches[j]].kernel, kernel);
+        if (seen) continue;
+        TSNode of[8], nf[8];
+        unsigned no = kernels_named(src, kernel, of, 8), nn = kernels_named(nsrc, kernel, nf, 8);
+        if (no != nn) {
+            kl_snprintf(why, size, "the changed file does not define %s as the original does", kernel);
+            break;
+        }
+        for (unsigned f = 0; f < no && !why[0]; f++) {
+            node_list lo = {0}, ln = {0};
+            kl_ast_walk(kl_ast_function_body(of[f]), collect_for, &lo);
+            kl_ast_walk(kl_ast_function_body(nf[f]), collect_for, &ln);
+            if (lo.oom || ln.oom) st = KL_ERR_NOMEM;
+            else if (lo.n != ln.n)
+                kl_snprintf(why, size, "the changed %s does not have the loops of the original", kernel);
+            for (unsigned i = 0; st == KL_OK && !why[0] && i < lo.n; i++)
+                check_loop(src, of[f], lo.v[i], nsrc, nf[f], ln.v[i], g, ext_new, why, size);
+            free(lo.v);
+            free(ln.v);
+        }
+    }
+    kl_source_free(nsrc);
+    return st;
+}
+
+/* The grid's extents list (dim3(gx, gy) or a local `dim3 grid(gx, gy)`), or null. */
+static TSNode grid_extents(const kl_source *src, const kl_launch_site *l)
+{
+    TSNode g = unparen(grid_expr(src, l));
+    TSNode list = extent_list(src, g);
+    return !ts_node_is_null(list) && ts_node_named_child_count(list) >= 2 ? list : (TSNode){0};
+}
+
+/* Rewrite literal divisors of the grid: per extent when the grid is 2-D, the thread count when not. */
+static kl_status grid_edits2(bs_state *s, const kl_launch_site *l, const bs_group2 *g, const int64_t ext_new[2],
+                             kl_edits *e, char *why, size_t size)
+{
+    const kl_source *src = s->ctx->src;
+    TSNode list = grid_extents(src, l);
+    if (ts_node_is_null(list)) {
+        int64_t b = g->d[0].value * g->d[1].value, nb = ext_new[0] * ext_new[1];
+        TSNode ge = grid_expr(src, l);
+        if (b == nb || ts_node_is_null(ge)) return KL_OK;
+        grid_scan gs = {src, b, nb, e, why, size, KL_OK};
+        kl_ast_walk(ge, grid_literal, &gs);
+        return gs.st;
+    }
+    for (uint32_t k = 0; k < 2 && !why[0]; k++) {
+        if (g->d[k].value == ext_new[k]) continue;
+        grid_scan gs = {src, g->d[k].value, ext_new[k], e, why, size, KL_OK};
+        kl_ast_walk(extent_at(list, k), grid_literal, &gs);
+        if (gs.st != KL_OK) return gs.st;
+    }
+    return KL_OK;
+}
+
+static bool in_group2(const bs_group2 *g, unsigned i)
+{
+    for (unsigned k = 0; k < g->nlaunch; k++)
+        if (g->launches[k] == i) return true;
+    return false;
+}
+
+/* Replace a constant's value, keeping a trailing comment in its column: a longer number takes
+ * the blanks after `;` (keeping one), a shorter one gives them back. */
+static kl_status value_edit(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, int64_t v, kl_edits *e)
+{
+    char num[32];
+    kl_snprintf(num, sizeof num, "%lld", (long long)v);
+    long grow = (long)strlen(num) - (long)(b - a);
+    uint32_t p = b;
+    if (p < ctx->len && (ctx->text[p] == ';' || ctx->text[p] == ',')) p++;
+    uint32_t q = p;
+    while (q < ctx->len && ctx->text[q] == ' ') q++;
+    bool comment = q + 1 < ctx->len && ctx->text[q] == '/' && ctx->text[q + 1] == '/';
+    if (!comment || grow == 0 || (grow > 0 && (long)(q - p) <= grow)) return kl_edits_add(e, a, b, num);
+    if (grow > 0) /* "64;   //" -> "128;  //" */
+        return kl_edits_addf(e, a, p + (uint32_t)grow, "%s%.*s", num, (int)(p - b), ctx->text + b);
+    return kl_edits_addf(e, a, p, "%s%.*s%*s", num, (int)(p - b), ctx->text + b, (int)-grow, "");
+}
+
+/* Check a 2-D group can move to nx x ny, and (out set) write the edits. */
+static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64_t ny, kl_edits *out, char *why,
+                              size_t size)
+{
+    const kl_source *src = s->ctx->src;
+    const int64_t ext_new[2] = {nx, ny};
+    why[0] = '\0';
+    if (g->why[0]) {
+        kl_snprintf(why, size, "%s", g->why);
+        return KL_OK;
+    }
+    if (g->d[0].name[0] && !strcmp(g->d[0].name, g->d[1].name) && nx != ny) {
+        kl_snprintf(why, size, "the block is %s x %s (line %u): one constant cannot give a %lldx%lld block",
+                    g->d[0].name, g->d[1].name, line_of(g->d[0].def), (long long)nx, (long long)ny);
+        return KL_OK;
+    }
+    if (nx <= 0 || ny <= 0 || nx * ny > 1024) {
+        kl_snprintf(why, size, "a %lldx%lld block is not 1 to 1024 threads", (long long)nx, (long long)ny);
+        return KL_OK;
+    }
+    /* the names that follow a change: X, Y and the file constants derived from them */
+    bs_names *ns = calloc(1, sizeof *ns);
+    if (!ns) return KL_ERR_NOMEM;
+    for (int k = 0; k < 2; k++) /* a local of the host is seen by no kernel */
+        if (ts_node_is_null(kl_ast_enclosing_function(g->d[k].def))) names_add(ns, g->d[k].name);
+    names_close(src, kl_source_root(src), ns);
+    kl_edits e = {0};
+    kl_status st = KL_OK;
+    const int64_t X = g->d[0].value, Y = g->d[1].value;
+    for (unsigned k = 0; k < g->nlaunch && !why[0] && st == KL_OK; k++) {
+        const kl_launch_site *l = &s->ls.items[g->launches[k]];
+        TSNode fns[8];
+        unsigned nf = kernels_named(src, l->kernel, fns, 8);
+        for (unsigned f = 0; f < nf && !why[0]; f++) {
+            TSNode body = kl_ast_function_body(fns[f]);
+            /* literals of the old extents (16 and up: smaller ones are vector widths and the like) */
+            lit2_scan ls = {.src = src};
+            if (X != nx && X >= 16) ls.vals[ls.n++] = X;
+            if (Y != ny && Y >= 16) ls.vals[ls.n++] = Y;
+            if (X * Y != nx * ny && X * Y >= 16) ls.vals[ls.n++] = X * Y;
+            TSNode lb = kl_ast_child_of_type(fns[f], "launch_bounds");
+            if (!ts_node_is_null(lb)) kl_ast_walk(lb, find_literal2, &ls);
+            kl_ast_walk(body, find_literal2, &ls);
+            if (!ts_node_is_null(ls.hit)) {
+                char *t = kl_node_text(src, ls.hit);
+                kl_snprintf(why, size, "%s hard-codes %s at line %u, an assumption about the %lldx%lld block",
+                            l->kernel, t ? t : "a literal", line_of(ls.hit), (long long)X, (long long)Y);
+                free(t);
+                break;
+            }
+            /* warps: rows of 32 threads before and after */
+            warp_scan ws = {.src = src};
+            kl_ast_walk(body, find_warp, &ws);
+            if (!ts_node_is_null(ws.hit) && (X % 32 || nx % 32)) {
+                char *t = kl_node_text(src, ws.hit);
+                kl_snprintf(why, size,
+                            "%s has warp-level code at line %u (%s): its warps are rows of the block only while "
+                            "blockDim.x is a multiple of 32 (%lld -> %lld)",
+                            l->kernel, line_of(ws.hit), t ? t : "", (long long)X, (long long)nx);
+                free(t);
+                break;
+            }
+            /* widths that cannot follow: register arrays, template arguments */
+            bs_names *local = malloc(sizeof *local);
+            if (!local) {
+                st = KL_ERR_NOMEM;
+                break;
+            }
+            *local = *ns;
+            names_close(src, body, local);
+            width_scan wd = {.src = src, .ns = local};
+            kl_ast_walk(body, find_width, &wd);
+            if (!ts_node_is_null(wd.hit))
+                kl_snprintf(why, size, "%s %s at line %u of %s: a width that cannot follow the block", wd.name,
+                            wd.what, line_of(wd.hit), l->kernel);
+            free(local);
+        }
+        if (!why[0] && st == KL_OK) st = grid_edits2(s, l, g, ext_new, &e, why, size);
+    }
+    /* every other kernel that uses the names is launched by this group only; no other launch uses them */
+    TSNode fns[256];
+    unsigned nf = kl_ast_functions(src, "__global__", fns, 256);
+    if (nf > 256) nf = 256;
+    for (unsigned f = 0; f < nf && !why[0] && st == KL_OK; f++) {
+        char name[128];
+        if (!names_in(src, ns, fns[f], name, sizeof name)) continue;
+        char *fname = kl_ast_function_name(src, fns[f]);
+        for (unsigned i = 0; fname && i < s->ls.count && !why[0]; i++)
+            if (!strcmp(s->ls.items[i].kernel, fname) && !in_group2(g, i))
+                kl_snprintf(why, size, "%s uses %s but its launch at line %u has another block", fname, name,
+                            line_of(s->ls.items[i].call));
+        free(fname);
+    }
+    for (unsigned i = 0; i < s->ls.count && !why[0] && st == KL_OK; i++) {
+        if (in_group2(g, i)) continue;
+        const kl_launch_site *l = &s->ls.items[i];
+        TSNode list = block_extents(src, l);
+        TSNode parts[3] = {ts_node_is_null(list) ? l->block : list, grid_expr(src, l), l->smem};
+        for (int p = 0; p < 3 && !why[0]; p++) {
+            char name[128];
+            if (!ts_node_is_null(parts[p]) && names_in(src, ns, parts[p], name, sizeof name))
+                kl_snprintf(why, size, "the launch of %s at line %u also uses %s", l->kernel, line_of(l->call), name);
+        }
+    }
+    if (!why[0] && st == KL_OK) {
+        assert_scan as = {.src = src, .ns = ns};
+        kl_ast_walk(kl_source_root(src), find_assert, &as);
+        if (!ts_node_is_null(as.hit))
+            kl_snprintf(why, size, "the static_assert at line %u tests %s, which the change would move",
+                        line_of(as.hit), as.name);
+    }
+    /* the values, once each */
+    for (int k = 0; k < 2 && !why[0] && st == KL_OK; k++) {
+        if (g->d[k].value == ext_new[k]) continue;
+        if (k == 1 && g->d[0].name[0] && !strcmp(g->d[0].name, g->d[1].name)) continue;
+        st = value_edit(s->ctx, g->d[k].val_start, g->d[k].val_end, ext_new[k], &e);
+    }
+    if (!why[0] && st == KL_OK) st = check_loops(s, g, &e, ext_new, why, size);
+    for (unsigned k = 0; out && !why[0] && st == KL_OK && k < e.count; k++)
+        st = kl_edits_add(out, e.items[k].start, e.items[k].end, e.items[k].text);
+    kl_edits_release(&e);
+    free(ns);
+    return st;
+}
+
 static kl_status add_launch(bs_state *s, unsigned i)
 {
     const kl_source *src = s->ctx->src;
     const kl_launch_site *l = &s->ls.items[i];
+    TSNode list;
+    if (is_2d(src, l, &list)) return add_launch2(s, i, list);
     bs_group g;
     memset(&g, 0, sizeof g);
     kl_snprintf(g.kernel, sizeof g.kernel, "%s", l->kernel);
@@ -434,7 +1248,49 @@ static kl_status state_open(const kl_rule_ctx *ctx, bs_state *s, kl_error *err)
 static void state_close(bs_state *s)
 {
     free(s->groups);
+    free(s->groups2);
     kl_launch_sites_release(&s->ls);
+}
+
+/* The sites of a 2-D block: present when it is not 16x16, applicable always (why_not: against
+ * 16x16 for the present site, against the default 32x8 — or 16x16 where it is 32x8, or 32x32
+ * when one constant gives both extents — for the other). */
+static kl_status find2(bs_state *s, const bs_group2 *g, kl_sites *out)
+{
+    const int64_t X = g->d[0].value, Y = g->d[1].value;
+    kl_status st = KL_OK;
+    for (int dir = 0; dir < 2 && st == KL_OK; dir++) {
+        if (dir == 0 && ((X == BS2_NAIVE && Y == BS2_NAIVE) || g->why[0])) continue;
+        int64_t nx = BS2_NAIVE, ny = BS2_NAIVE;
+        bool square = g->d[0].name[0] && !strcmp(g->d[0].name, g->d[1].name);
+        if (dir == 1 && square) nx = ny = X == 32 ? 8 : 32; /* one constant: a square block */
+        else if (dir == 1 && !(X == 32 && Y == 8)) nx = 32, ny = 8;
+        char why[300];
+        st = check_group2(s, g, nx, ny, NULL, why, sizeof why);
+        if (st != KL_OK) break;
+        json_t *f = json_pack("{s:I, s:I, s:I, s:I}", "bx", (json_int_t)X, "by", (json_int_t)Y, "threads",
+                              (json_int_t)(X * Y), "launches", (json_int_t)g->nlaunch);
+        if (!f) return KL_ERR_NOMEM;
+        json_object_set_new(f, "constant_x", g->d[0].name[0] ? json_string(g->d[0].name) : json_null());
+        json_object_set_new(f, "constant_y", g->d[1].name[0] ? json_string(g->d[1].name) : json_null());
+        if (why[0]) json_object_set_new(f, "why_not", json_string(why));
+        char note[400];
+        if (why[0])
+            kl_snprintf(note, sizeof note, "%s", why);
+        else
+            kl_snprintf(note, sizeof note, "a %lldx%lld block (%s x %s)%s", (long long)X, (long long)Y, g->d[0].text,
+                        g->d[1].text, g->d[0].name[0] || g->d[1].name[0] ? ", changed where defined" : ", literals at the launch");
+        json_t *params = NULL;
+        if (dir == 0) {
+            char bx[32], by[32];
+            kl_snprintf(bx, sizeof bx, "%lld", (long long)X);
+            kl_snprintf(by, sizeof by, "%lld", (long long)Y);
+            params = json_pack("{s:s, s:s}", "bx", bx, "by", by);
+        }
+        st = kl_sites_add(out, g->id, dir == 0 ? KL_SITE_PRESENT : KL_SITE_APPLICABLE, kl_node_span(g->def), g->kernel,
+                          f, params, note);
+    }
+    return st;
 }
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
@@ -467,25 +1323,43 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
                               g->kernel, f, params, note);
         }
     }
+    for (unsigned i = 0; st == KL_OK && i < s.count2; i++) st = find2(&s, &s.groups2[i], out);
     state_close(&s);
     return st;
 }
 
-static kl_status change(const kl_rule_ctx *ctx, const kl_site *site, int64_t nb, kl_edits *out, kl_error *err)
+/* Move the site's block: a 1-D site to nb threads, a 2-D one to nx x ny (dims: the caller named bx/by). */
+static kl_status change(const kl_rule_ctx *ctx, const kl_site *site, int64_t nb, int64_t nx, int64_t ny, bool dims,
+                        kl_edits *out, kl_error *err)
 {
     bs_state s;
     kl_status st = state_open(ctx, &s, err);
     if (st != KL_OK) return st;
+    bs_group2 *g2 = NULL;
+    for (unsigned i = 0; i < s.count2; i++)
+        if (!g2 && !strcmp(s.groups2[i].id, site->id)) g2 = &s.groups2[i];
     bs_group *g = NULL;
-    for (unsigned i = 0; i < s.count; i++)
+    for (unsigned i = 0; !g2 && i < s.count; i++)
         if (!g && ts_node_start_byte(s.groups[i].def) == site->span.start && !strcmp(s.groups[i].kernel, site->kernel))
             g = &s.groups[i];
-    if (!g) {
+    char why[300];
+    if (g2) {
+        if (g2->d[0].value == nx && g2->d[1].value == ny) {
+            st = kl_rule_not_applicable(err, "the block at %s is already %lldx%lld", site->id, (long long)nx,
+                                        (long long)ny);
+        } else {
+            st = check_group2(&s, g2, nx, ny, out, why, sizeof why);
+            if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+            else if (why[0]) st = kl_rule_not_applicable(err, "%s", why);
+        }
+    } else if (!g) {
         st = kl_rule_not_applicable(err, "no block size at %s", site->id);
+    } else if (dims) {
+        st = kl_error_set(err, KL_ERR_INVALID, "block-size: bx and by are for a 2-D block; the block at %s is 1-D (use threads)",
+                          site->id);
     } else if (g->value == nb) {
         st = kl_rule_not_applicable(err, "the block size at %s is already %lld", site->id, (long long)nb);
     } else {
-        char why[300];
         st = check_group(&s, g, nb, out, why, sizeof why);
         if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
         else if (why[0]) st = kl_rule_not_applicable(err, "%s", why);
@@ -496,18 +1370,31 @@ static kl_status change(const kl_rule_ctx *ctx, const kl_site *site, int64_t nb,
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    return change(ctx, site, BS_NAIVE, out, err);
+    return change(ctx, site, BS_NAIVE, BS2_NAIVE, BS2_NAIVE, false, out, err);
 }
 
+/* Parameters: `threads` for a 1-D block; `bx` and `by` for a 2-D one. A 2-D site given only
+ * threads takes the shape 8x8, 16x8, 32x8, 32x16, 32x32 for 64 … 1024. */
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    int64_t nb = 0;
+    int64_t nb = 0, nx = 0, ny = 0;
+    bool dims = json_object_get(params, "bx") != NULL || json_object_get(params, "by") != NULL;
     if (!kl_rule_param_int(&kl_rule_block_size, params, "threads", &nb) || nb < 32 || nb > 1024)
         return kl_error_set(err, KL_ERR_INVALID, "block-size: threads must be 64, 128, 256, 512 or 1024");
-    return change(ctx, site, nb, out, err);
+    if (!kl_rule_param_int(&kl_rule_block_size, params, "bx", &nx) ||
+        !kl_rule_param_int(&kl_rule_block_size, params, "by", &ny) || nx < 1 || ny < 1 || nx > 1024 || ny > 1024)
+        return kl_error_set(err, KL_ERR_INVALID, "block-size: bx and by must be 8, 16, 32 or 64");
+    if (nx * ny > 1024)
+        return kl_error_set(err, KL_ERR_INVALID, "block-size: bx x by = %lld x %lld is more than 1024 threads",
+                            (long long)nx, (long long)ny);
+    if (!dims && json_object_get(params, "threads")) {
+        nx = nb >= 256 ? 32 : nb / 8;
+        ny = nb / nx;
+    }
+    return change(ctx, site, nb, nx, ny, dims, out, err);
 }
 
 const kl_rule kl_rule_block_size = {
     "block-size", "choose the threads per block of a launch, changing the constant tied to it once where it is defined",
-    bs_params, 1, find, remove_site, apply,
+    bs_params, 3, find, remove_site, apply,
 };

@@ -12,6 +12,7 @@
  * or a literal one more than another dimension's, or marked by a `smem-pad` comment.
  * Parameter: pad (elements added to each row).
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,6 +155,14 @@ static bool padding_present(const kl_rule_ctx *ctx, const shared_array *a, TSNod
         bool match = false;
         for (unsigned i = 0; i + 1 < a->ndims && et; i++) match |= rb_text_is(ctx, a->dims[i], et);
         free(et);
+        /* or the added columns are named as padding (PAD, PAD_A, kPad …) */
+        TSNode right = rb_field(last, "right");
+        if (!match && rb_is(right, "identifier")) {
+            char *rt = rb_text(ctx, right);
+            for (char *c = rt; c && *c; c++) *c = (char)toupper((unsigned char)*c);
+            match = rt && strstr(rt, "PAD");
+            free(rt);
+        }
         long long lv, dv;
         if (!match && rb_const_eval(ctx, scope, e, &lv))
             for (unsigned i = 0; i + 1 < a->ndims; i++)

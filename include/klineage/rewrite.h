@@ -34,6 +34,9 @@ typedef struct kl_rewrite_request {
     const char *features_json; /* what the rules analysis recognizes in source: a JSON array (or
                                   object) of optimizations and their sites, or NULL. The llm and
                                   command backends show it to the model/program (docs/llm.md). */
+    bool count_only;           /* KL_REQ_SIMPLIFY: only `present` is wanted (the walk counting what
+                                  a proposal leaves); a backend that can count without rewriting
+                                  (rules) returns no candidates, others answer as usual */
 } kl_rewrite_request;
 
 /* One candidate answer. */

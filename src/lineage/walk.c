@@ -104,6 +104,7 @@ static kl_status recognized(walk *w, const char *text, const char *name, unsigne
     req.source = text;
     req.source_name = name;
     req.task = w->task;
+    req.count_only = keep == NULL; /* a proposal's child: only how many it leaves */
     kl_candidates c;
     kl_status st = kl_rewriter_propose(w->opt->rewriter, &req, &c, w->err);
     if (st != KL_OK) return st;

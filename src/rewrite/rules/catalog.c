@@ -575,6 +575,7 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
             const kl_site *s = &sites.items[k];
             if (req->kind == KL_REQ_SIMPLIFY ? s->dir != KL_SITE_PRESENT : s->dir != KL_SITE_APPLICABLE) continue;
             if (req->kind == KL_REQ_SIMPLIFY) out->present++;
+            if (req->kind == KL_REQ_SIMPLIFY && req->count_only) continue;
             /* the parameter sets to try at this site */
             json_t *tries = json_array();
             if (!tries) {

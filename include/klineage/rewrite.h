@@ -63,6 +63,7 @@ typedef struct kl_candidates {
      * or not (rules: every site found present); 0 when the rewriter does not say, and then
      * the proposals are all it recognizes */
     unsigned present;
+    char *present_by_transform; /* the same per transform, a JSON object {"unroll": 3, …}, or NULL */
     /* accounting (llm): tokens and time */
     uint64_t tokens_in, tokens_out;
     double wall_s;

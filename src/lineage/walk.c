@@ -4,6 +4,7 @@
  * version they came from, move to the one that costs the least time, record everything.
  * The document is saved after every step, so a walk resumes where it stopped.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,8 +97,19 @@ static kl_status judge(walk *w, const kl_task *task, const char *cand_text, cons
     return w->opt->judge(w->opt->judge_user, task, name, cand_text, base_name, base_text, flags, j, w->err);
 }
 
-/* How many optimizations the rewriter recognizes in text (its simplification proposals). */
-static kl_status recognized(walk *w, const char *text, const char *name, unsigned *n, kl_candidates *keep)
+/* How many optimizations the rewriter recognizes in text (its simplification proposals), and
+ * of those how many are of transform `of` (*n_of; UINT_MAX when the rewriter does not say). */
+static unsigned count_of(const kl_candidates *c, const char *of)
+{
+    if (!of || !c->present_by_transform) return UINT_MAX;
+    json_t *d = json_loads(c->present_by_transform, 0, NULL);
+    unsigned n = d ? (unsigned)json_integer_value(json_object_get(d, of)) : UINT_MAX;
+    json_decref(d);
+    return n;
+}
+
+static kl_status recognized(walk *w, const char *text, const char *name, unsigned *n, kl_candidates *keep,
+                            const char *of, unsigned *n_of)
 {
     kl_rewrite_request req = {0};
     req.kind = KL_REQ_SIMPLIFY;
@@ -111,6 +123,7 @@ static kl_status recognized(walk *w, const char *text, const char *name, unsigne
     /* what it recognizes, removable or not: a removal that unblocks another (removing a
      * block reduction lets the grid-stride loop go) is still one optimization fewer */
     *n = c.present > c.count ? c.present : c.count;
+    if (n_of) *n_of = count_of(&c, of);
     if (keep)
         *keep = c;
     else
@@ -393,7 +406,7 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
 
     kl_candidates props = {0};
     unsigned n_here = 0;
-    kl_status st = recognized(w, text, name, &n_here, &props);
+    kl_status st = recognized(w, text, name, &n_here, &props, NULL, NULL);
     if (st != KL_OK) return st;
     json_object_set_new(cur, "recognized", json_integer(n_here));
     progress(w, KL_WALK_PROPOSALS, version, 0, props.count, "%u simplifications proposed", props.count);
@@ -420,10 +433,14 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     json_t *estimates = json_object_get(w->doc, "estimates");
     for (unsigned i = 0; i < props.count; i++) {
         const kl_candidate *c = &props.items[i];
-        unsigned n_child = 0;
-        st = recognized(w, c->source, name, &n_child, NULL);
+        unsigned n_child = 0, of_child = UINT_MAX, of_here = count_of(&props, c->transform);
+        st = recognized(w, c->source, name, &n_child, NULL, c->transform, &of_child);
         if (st != KL_OK) goto cleanup;
-        if (n_child >= n_here) {
+        /* simpler: fewer optimizations recognized; or as many, when one of the removed kind is
+         * gone and the one that appeared was inside it (a register tile hides its shared tiles
+         * until it is taken apart) */
+        bool simpler = n_child < n_here || (n_child == n_here && of_here != UINT_MAX && of_child < of_here);
+        if (!simpler) {
             json_t *o = json_object();
             json_object_set_new(o, "version", json_integer(version));
             json_object_set_new(o, "transform", json_string(c->transform));

@@ -93,6 +93,7 @@ void kl_candidates_free(kl_candidates *c)
     }
     free(c->items);
     free(c->rejected);
+    free(c->present_by_transform);
     memset(c, 0, sizeof *c);
 }
 

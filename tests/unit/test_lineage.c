@@ -271,6 +271,55 @@ static void a_removal_that_unblocks_another_is_simpler(void **state)
     free(expert);
 }
 
+/* A removal that leaves as many optimizations as before is still simpler when one of its own
+ * kind is gone: the sgemm register tile hides the shared tiles it holds; removing it shows
+ * them, and the walk goes on to the naive loop. */
+static void removal_revealing_what_it_held_is_simpler(void **state)
+{
+    (void)state;
+    const char *src = getenv("KL_SOURCE_DIR");
+    const char *data = getenv("KL_TEST_DATA");
+    char *tdir = kl_path_join(src ? src : ".", "tasks/sgemm");
+    char *expert = kl_path_join(data ? data : "tests/data", "lineage/sgemm_root.cu");
+    kl_error err = {0};
+    kl_task *task = NULL;
+    assert_int_equal(kl_task_load(tdir, &task, &err), KL_OK);
+    kl_store *store = NULL;
+    assert_int_equal(kl_store_open(":memory:", &store, &err), KL_OK);
+    kl_rewriter *rules = NULL;
+    assert_int_equal(kl_rewriter_open("rules", NULL, &rules, &err), KL_OK);
+    fake_judge fj = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = {0};
+    o.rewriter = rules;
+    o.store = store;
+    o.judge = judge_fn;
+    o.judge_user = &fj;
+    o.interrupt = &flag;
+    o.expert_path = expert;
+    char *doc = NULL;
+    kl_status st = kl_lineage_walk(task, &o, &doc, &err);
+    if (st != KL_OK) fprintf(stderr, "walk: %s\n", err.message);
+    assert_int_equal(st, KL_OK);
+    char names[256];
+    step_names(doc, names, sizeof names);
+    assert_string_equal(names, "register-tile,smem-tile");
+    json_t *d = json_loads(doc, 0, NULL);
+    json_t *versions = json_object_get(d, "versions");
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(versions, 0), "recognized")), 1);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(versions, 1), "recognized")), 1);
+    const char *root = json_string_value(json_object_get(json_array_get(versions, json_array_size(versions) - 1), "source"));
+    assert_null(strstr(root, "__shared__"));
+    assert_non_null(strstr(root, "acc += A["));
+    json_decref(d);
+    free(doc);
+    kl_rewriter_free(rules);
+    kl_store_close(store);
+    kl_task_free(task);
+    free(tdir);
+    free(expert);
+}
+
 /* Lazy (the default): the same lineage as full, with fewer judgements; a proposal judged at
  * an earlier version is ranked by that judgement and judged again only when it ranks best;
  * one rejected earlier is judged again before the walk gives up. */
@@ -533,6 +582,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(walk_removes_cheapest_first_and_keeps_rejections, setup, teardown),
         cmocka_unit_test_setup_teardown(lazy_walk_takes_the_same_steps_with_fewer_judgements, setup, teardown),
         cmocka_unit_test(a_removal_that_unblocks_another_is_simpler),
+        cmocka_unit_test(removal_revealing_what_it_held_is_simpler),
         cmocka_unit_test_setup_teardown(walk_is_deterministic, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_resumes_after_interruption_at_every_point, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_learns_divisibility_and_cards_carry_it, setup, teardown),

@@ -221,6 +221,66 @@ static void register_tile_sgemm_expert_walk(void **state)
     free(text);
 }
 
+/* tasks/hgemm/expert.cu walked down greedily (first present site that removes): after
+ * tensor-core, the fragment tile is refused until double-buffer has taken the cp.async ring
+ * down to one stage; then register-tile writes the one-output-per-thread tiled kernel (bf16
+ * loads, f32 products, the bf16 store) and smem-tile leaves naive.cu's loop. The steps from
+ * tensor-core on compile. */
+static void register_tile_hgemm_expert_walk(void **state)
+{
+    (void)state;
+    char *text = tile_read_task("hgemm", "expert.cu");
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-rt-hgemm", &dir, &err), KL_OK);
+    char *paths[60] = {0};
+    unsigned np = 0;
+    const char *order[4] = {"tensor-core", "double-buffer", "register-tile", "smem-tile"};
+    unsigned seen = 0;
+    bool refused = false;
+    for (unsigned step = 0; step < 60; step++) {
+        json_t *s = tile_sites(text, NULL);
+        size_t i;
+        json_t *site;
+        char *next = NULL;
+        json_array_foreach(s, i, site) {
+            if (strcmp(json_string_value(json_object_get(site, "direction")), "present")) continue;
+            const char *tr = json_string_value(json_object_get(site, "transform"));
+            json_t *why = json_object_get(json_object_get(site, "features"), "why_not");
+            if (!strcmp(tr, "register-tile") && json_is_string(why) && strstr(json_string_value(why), "remove double-buffer first"))
+                refused = true;
+            next = tile_rewrite(text, tr, json_string_value(json_object_get(site, "site")), true, NULL, &err);
+            if (!next) continue;
+            if (seen < 4 && !strcmp(tr, order[seen])) seen++;
+            break;
+        }
+        json_decref(s);
+        if (!next) break;
+        free(text);
+        text = next;
+        if (seen) {
+            char name[32];
+            kl_snprintf(name, sizeof name, "step%02u.cu", step);
+            paths[np++] = tile_write_temp(dir, name, text);
+        }
+    }
+    assert_int_equal(seen, 4);
+    assert_true(refused);
+    json_t *s = tile_sites(text, NULL);
+    assert_null(tile_site(s, "present", NULL));
+    json_decref(s);
+    assert_non_null(
+        strstr(text, "acc += __bfloat162float(A[(size_t)row * K + k]) * __bfloat162float(B[(size_t)k * N + col]);"));
+    assert_non_null(strstr(text, "C[(size_t)row * N + col] = __float2bfloat16(acc);"));
+    assert_non_null(strstr(text, "<<<grid, dim3(16, 16), 0, stream>>>"));
+    assert_null(strstr(text, "__shared__"));
+    tile_compile_all(paths, np);
+    for (unsigned i = 0; i < np; i++) free(paths[i]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(text);
+}
+
 /* Applied at every TM x TN, the result is again a site to remove, whose removal gives the
  * original back, and compiles. */
 static void register_tile_all_params(void **state)
@@ -363,6 +423,7 @@ int main(void)
         cmocka_unit_test(register_tile_on_sgemm),
         cmocka_unit_test(register_tile_general_says_why_not),
         cmocka_unit_test(register_tile_sgemm_expert_walk),
+        cmocka_unit_test(register_tile_hgemm_expert_walk),
         cmocka_unit_test(register_tile_all_params),
         cmocka_unit_test(register_tile_braces_the_product),
         cmocka_unit_test(register_tile_moves_the_initial_value),

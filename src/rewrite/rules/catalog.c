@@ -536,7 +536,7 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
 {
     rules_state *rs = state;
     kl_source *src = NULL;
-    json_t *card = NULL, *rejected = NULL, *card_params = NULL;
+    json_t *card = NULL, *rejected = NULL, *card_params = NULL, *by_transform = NULL;
     const char *want = req->kind == KL_REQ_APPLY ? req->transform : NULL;
     kl_status st = KL_OK;
     if (!req->source) return kl_error_set(err, KL_ERR_INVALID, "rules: the request has no source");
@@ -574,7 +574,12 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
         for (unsigned k = 0; k < sites.count && !full(req, out) && st == KL_OK; k++) {
             const kl_site *s = &sites.items[k];
             if (req->kind == KL_REQ_SIMPLIFY ? s->dir != KL_SITE_PRESENT : s->dir != KL_SITE_APPLICABLE) continue;
-            if (req->kind == KL_REQ_SIMPLIFY) out->present++;
+            if (req->kind == KL_REQ_SIMPLIFY) {
+                out->present++;
+                if (!by_transform) by_transform = json_object();
+                json_int_t had = json_integer_value(json_object_get(by_transform, r->name));
+                json_object_set_new(by_transform, r->name, json_integer(had + 1));
+            }
             if (req->kind == KL_REQ_SIMPLIFY && req->count_only) continue;
             /* the parameter sets to try at this site */
             json_t *tries = json_array();
@@ -629,6 +634,11 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
         if (st != KL_OK) goto cleanup;
     }
 cleanup:
+    if (st == KL_OK && by_transform) {
+        out->present_by_transform = json_dumps(by_transform, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!out->present_by_transform) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    }
+    json_decref(by_transform);
     json_decref(card);
     json_decref(rejected);
     kl_source_free(src);

@@ -103,6 +103,7 @@ record)
         lim_var="KL_LINEAGE_S_$t"
         restart=()
         case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
+        case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
         timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
             "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
             >"/tmp/walks/lineage-$t.txt" 2>&1
@@ -114,7 +115,8 @@ record)
     ;;
 walks)
     # The worker's own checks (KL_CHECK_S seconds; 0: skip), then the walks of tasks T… only.
-    # KL_RESTART="t1 t2": those walks start again (a stored walk otherwise resumes).
+    # KL_RESTART="t1 t2": those walks start again (a stored walk otherwise resumes);
+    # KL_CONTINUE="t3": a finished walk goes on from its last version (lineage --continue).
     if [ "${KL_CHECK_S:-0}" != 0 ]; then
         log "smoke" | tee -a "$out/record.log"
         timeout "$KL_CHECK_S" bash tests/gpu/test_worker_smoke.sh >"$out/smoke.txt" 2>&1
@@ -129,6 +131,7 @@ walks)
         lim_var="KL_LINEAGE_S_$t"
         restart=()
         case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
+        case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
         timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
             "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
             >"/tmp/walks/lineage-$t.txt" 2>&1

@@ -86,6 +86,8 @@ typedef struct kl_lineage_options {
                                      nothing, and each probe is a full gate call. */
     const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */
     bool restart;                 /* forget a stored walk of the same expert and start again */
+    bool reopen;                  /* a stored walk that ended because nothing more could be removed
+                                     goes on from its last version (the rewriter may have grown) */
     bool full;                    /* strategy "full": judge every proposal at every version;
                                      false: "lazy" (docs/lineage.md, "Strategy") */
     volatile sig_atomic_t *interrupt; /* set (e.g. by SIGINT) to stop between judgements */

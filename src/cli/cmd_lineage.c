@@ -66,7 +66,7 @@ KL_CMD(lineage)
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
     unsigned probes = 4, max_steps = 0;
     double probe_min_gain = 1.02;
-    bool restart = false, no_skills = false, full = false;
+    bool restart = false, reopen = false, no_skills = false, full = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -97,6 +97,8 @@ KL_CMD(lineage)
             full = !strcmp(v, "full");
         } else if (!strcmp(argv[i], "--restart")) {
             restart = true;
+        } else if (!strcmp(argv[i], "--continue")) {
+            reopen = true;
         } else if (!strcmp(argv[i], "--no-skills")) {
             no_skills = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {
@@ -160,6 +162,7 @@ KL_CMD(lineage)
     lo.probe_min_gain = probe_min_gain;
     lo.full = full;
     lo.restart = restart;
+    lo.reopen = reopen;
     lo.interrupt = &stop_requested;
     lo.progress = on_progress;
     lo.progress_user = &pc;

@@ -739,6 +739,15 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
     progress(&w, KL_WALK_START, 0, 0, 0, "walking %s from %s (%zu step(s) stored)", task->name, expert_path,
              json_array_size(json_object_get(w.doc, "steps")));
     KL_TRY(judge_expert(&w, naive_path, naive_text));
+    /* a finished walk taken up again: the rewriter may see more to remove than when it ended */
+    if (opt->reopen && !strcmp(doc_str(w.doc, "state"), "done") &&
+        !strcmp(doc_str(w.doc, "stop_reason"), "nothing more can be removed")) {
+        json_object_set_new(w.doc, "state", json_string("walking"));
+        json_object_del(w.doc, "stop_reason");
+        json_object_del(w.doc, "root_vs_naive");
+        progress(&w, KL_WALK_START, 0, 0, 0, "taking the finished walk up again at version %zu",
+                 json_array_size(json_object_get(w.doc, "versions")) - 1);
+    }
 
     unsigned max_steps = opt->max_steps ? opt->max_steps : 64;
     if (strcmp(doc_str(w.doc, "state"), "done") != 0) {

@@ -392,6 +392,36 @@ static void walk_is_deterministic(void **state)
     free(d1), free(d2);
 }
 
+/* --continue: a walk that ended with nothing more to remove is taken up at its last version;
+ * with nothing new to remove it ends the same, judging only the root against naive again. */
+static void finished_walk_taken_up_again(void **state)
+{
+    fixture *f = *state;
+    fake_judge a = {0}, b = {0}, c = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = options(f, &a, &flag);
+    o.restart = true;
+    char *d1 = NULL, *d2 = NULL, *d3 = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_lineage_walk(f->task, &o, &d1, &err), KL_OK);
+    o.restart = false;
+    o.judge_user = &b;
+    assert_int_equal(kl_lineage_walk(f->task, &o, &d2, &err), KL_OK);
+    assert_int_equal(b.calls, 0); /* done: served as stored */
+    o.reopen = true;
+    o.judge_user = &c;
+    assert_int_equal(kl_lineage_walk(f->task, &o, &d3, &err), KL_OK);
+    json_t *j1 = json_loads(d1, 0, NULL), *j3 = json_loads(d3, 0, NULL);
+    assert_true(json_equal(json_object_get(j1, "steps"), json_object_get(j3, "steps")));
+    assert_string_equal(json_string_value(json_object_get(j3, "state")), "done");
+    assert_string_equal(json_string_value(json_object_get(j3, "stop_reason")), "nothing more can be removed");
+    assert_non_null(json_object_get(j3, "root_vs_naive"));
+    assert_true(c.calls >= 1);
+    assert_true(c.calls < a.calls);
+    json_decref(j1), json_decref(j3);
+    free(d1), free(d2), free(d3);
+}
+
 /* Interrupt after every possible judgement; each time, resume to the end: the same lineage
  * as an uninterrupted walk, and no step twice. */
 static void walk_resumes_after_interruption_at_every_point(void **state)
@@ -584,6 +614,7 @@ int main(void)
         cmocka_unit_test(a_removal_that_unblocks_another_is_simpler),
         cmocka_unit_test(removal_revealing_what_it_held_is_simpler),
         cmocka_unit_test_setup_teardown(walk_is_deterministic, setup, teardown),
+        cmocka_unit_test_setup_teardown(finished_walk_taken_up_again, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_resumes_after_interruption_at_every_point, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_learns_divisibility_and_cards_carry_it, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_skips_steps_within_the_gain_floor, setup, teardown),

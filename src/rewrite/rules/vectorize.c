@@ -8,7 +8,9 @@
  *   the body written once per lane (in order, so reductions into scalars add in the same order),
  *   and the original loop as the tail `for (; j < N; j++)`.
  * present: (1) `if (guard) { … float4 … } else { scalar }`: remove keeps the else branch, which
- *   computes the same range alone; (2) a vector loop (or an if holding only vector loops) over j
+ *   computes the same range alone — and the else branch of every other if of the function on the
+ *   same guard (the guard chooses a layout: a float4 load and its scalar else fill registers in
+ *   different orders, so what reads them back must switch too); one site, the first such if; (2) a vector loop (or an if holding only vector loops) over j
  *   followed by a scalar tail loop `for (; j …)` continuing j: remove deletes the vector part, so the
  *   tail starts where the vector loop did; (3) vector loops over `i` from S to a bound B (float4
  *   units) followed by a tail `for (… j = B * W + S; …)`: remove deletes the vector loops and
@@ -104,6 +106,9 @@ typedef struct vp {
     char start[128];     /* S: the vector loop's start */
     int width;
     char why[300];
+    TSNode same_guard[8]; /* E: the other guarded vector paths of the function on the same condition */
+    unsigned nsame;
+    bool covered;         /* E: an earlier if on the same condition is the site */
 } vp;
 
 /* The loop variable a for statement updates, into buf; false when none. */
@@ -227,6 +232,41 @@ static bool shares_array(const kl_rule_ctx *ctx, TSNode fn, const TSNode *del, u
     return false;
 }
 
+/* Form (1) ifs of fn on the same condition as st (with an else): they choose between two layouts
+ * of the same data (a float4 load fills registers in one order, its scalar else in another; the
+ * passes and the store that read them back are guarded the same way), so every branch on the
+ * guard goes to its else together, or none does. */
+typedef struct guard_walk {
+    const kl_rule_ctx *ctx;
+    TSNode fn, st;
+    char *cond;
+    vp *p;
+    bool before;          /* an equal if was met before st */
+    bool seen_st;
+} guard_walk;
+
+static bool guard_visit(TSNode n, void *user)
+{
+    guard_walk *g = user;
+    if (ts_node_eq(n, g->st)) {
+        g->seen_st = true;
+        return false;
+    }
+    if (!rb_is(n, "if_statement") || ts_node_is_null(rb_field(n, "alternative"))) return true;
+    char *c = text_of(g->ctx, rb_field(n, "condition"));
+    bool same = c && g->cond && !strcmp(c, g->cond);
+    free(c);
+    /* every branch on the guard, vector types or not: the guard chooses the layout of the data,
+     * and a branch without float4 may still read it in the vector path's order */
+    if (!same) return true;
+    /* the site is the first if on the guard that has vector accesses */
+    if (!g->seen_st && vec_width(g->ctx, g->fn, rb_field(n, "consequence"))) g->before = true;
+    if (g->p->nsame < sizeof g->p->same_guard / sizeof g->p->same_guard[0]) g->p->same_guard[g->p->nsame++] = n;
+    else kl_snprintf(g->p->why, sizeof g->p->why, "more than %zu vector paths on the guard at line %u",
+                     sizeof g->p->same_guard / sizeof g->p->same_guard[0], line_of(g->st));
+    return false;
+}
+
 /* Analyse st as a present site; false when it is none. */
 static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode st, vp *p)
 {
@@ -246,6 +286,18 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
         else if (rb_is(alt, "if_statement"))
             kl_snprintf(p->why, sizeof p->why, "the else branch at line %u is another if: not a plain scalar path",
                         line_of(alt));
+        guard_walk g = {ctx, fn, st, text_of(ctx, rb_field(st, "condition")), p, false, false};
+        rb_walk(kl_ast_function_body(fn), guard_visit, &g);
+        free(g.cond);
+        p->covered = g.before;
+        for (unsigned i = 0; i < p->nsame && !p->why[0]; i++) {
+            TSNode a2 = rb_field(p->same_guard[i], "alternative");
+            if (rb_is(a2, "else_clause")) a2 = ts_node_named_child(a2, 0);
+            if (vec_width(ctx, fn, a2) || rb_is(a2, "if_statement"))
+                kl_snprintf(p->why, sizeof p->why,
+                            "the vector path at line %u shares its guard but has no plain scalar else path",
+                            line_of(p->same_guard[i]));
+        }
         return true;
     }
     char var[64];
@@ -598,6 +650,7 @@ static bool find_present_visit(TSNode n, void *user)
     if (!rb_is(n, "if_statement") && !rb_is(n, "for_statement")) return true;
     vp p;
     if (!present_at(f->ctx, f->ax, f->fn, n, &p)) return true;
+    if (p.covered) return false; /* part of the site of the first if on this guard */
     json_t *feat = json_pack("{s:s, s:i, s:s}", "dtype", "f32", "width", p.width, "scalar_path",
                              p.kind == 'E' ? "the guard's else branch" : p.kind == 'T' ? "the tail loop continuing the vector loop"
                                                                                       : "the tail loop, started at the vector loop's start");
@@ -606,6 +659,7 @@ static bool find_present_visit(TSNode n, void *user)
         return false;
     }
     if (p.why[0]) json_object_set_new(feat, "why_not", json_string(p.why));
+    if (p.nsame) json_object_set_new(feat, "same_guard", json_integer(p.nsame + 1));
     char id[256], note[200];
     kl_site_id(id, sizeof id, f->name, n, NULL);
     kl_snprintf(note, sizeof note, "%d-wide vector accesses (%s)", p.width,
@@ -672,10 +726,11 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const
 {
     if (p->why[0]) return kl_rule_not_applicable(err, "%s", p->why);
     kl_status st = KL_OK;
-    if (p->kind == 'E') {
-        TSNode alt = rb_field(p->node, "alternative");
+    for (unsigned k = 0; p->kind == 'E' && k <= p->nsame && st == KL_OK; k++) {
+        TSNode node = k == 0 ? p->node : p->same_guard[k - 1];
+        TSNode alt = rb_field(node, "alternative");
         if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
-        uint32_t a = ts_node_start_byte(p->node), b = ts_node_end_byte(p->node);
+        uint32_t a = ts_node_start_byte(node), b = ts_node_end_byte(node);
         uint32_t aa = ts_node_start_byte(alt), ab = ts_node_end_byte(alt);
         kl_strbuf sb = KL_STRBUF_INIT;
         kl_strbuf_add(&sb, ctx->text + aa, ab - aa);
@@ -687,7 +742,8 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const
         }
         st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, a, b, kl_strbuf_str(&sb));
         kl_strbuf_release(&sb);
-    } else {
+    }
+    if (p->kind != 'E') {
         for (unsigned i = 0; i < p->ndel && st == KL_OK; i++) {
             uint32_t a, b;
             stmt_range(ctx, ax, p->del[i], &a, &b);

@@ -149,17 +149,127 @@ static inline void golden_nvcc_compile_all(char *const *paths, unsigned n)
     free(dir);
 }
 
-/* Every golden case of tests/data/rules/<transform>/: the rewrite named by its `// test: `
- * line gives the .after.cu file; with a reverse after '|', the round trip gives back the
- * original (or at least the site the other way); at least 5 cases and 5 round trips; every
- * result compiles with nvcc (where it is installed). */
-static inline void golden_run(const char *transform)
+/* Compiled files gathered across the tests of one binary, compiled together at its end by
+ * golden_batch_compile (two at a time, as golden_nvcc_compile_all does): golden files by path,
+ * rewritten texts that are no golden file written to a scratch folder first. */
+typedef struct golden_batch {
+    char **paths;
+    unsigned n, cap;
+    char *scratch; /* the folder of the texts (NULL until the first) */
+} golden_batch;
+
+/* Queue a file to compile (once: a path already queued is not queued again). */
+static inline void golden_batch_add(golden_batch *b, const char *path)
+{
+    for (unsigned i = 0; i < b->n; i++)
+        if (!strcmp(b->paths[i], path)) return;
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 32;
+        b->paths = realloc(b->paths, b->cap * sizeof *b->paths);
+        assert_non_null(b->paths);
+    }
+    b->paths[b->n++] = kl_strdup(path);
+}
+
+/* Queue a text to compile: written to the scratch folder as <n>-<tag>.cu (the tag's odd characters
+ * made '_'), so that a rejection names where the text came from. */
+static inline void golden_batch_text(golden_batch *b, const char *tag, const char *text)
+{
+    kl_error err = {0};
+    if (!b->scratch) assert_int_equal(kl_tempdir("rules-golden-text", &b->scratch, &err), KL_OK);
+    char name[96];
+    int at = snprintf(name, sizeof name, "%u-", b->n);
+    const char *base = strrchr(tag, '/') ? strrchr(tag, '/') + 1 : tag;
+    for (const char *p = base; *p && at < (int)sizeof name - 4; p++)
+        name[at++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                                    *p == '-' || *p == '_' || *p == '.'
+                                ? *p
+                                : '_');
+    kl_snprintf(name + at, sizeof name - (size_t)at, ".cu");
+    char *p = kl_path_join(b->scratch, name);
+    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
+    golden_batch_add(b, p);
+    free(p);
+}
+
+/* Forget the queue and remove the scratch folder (also what a group teardown calls). */
+static inline void golden_batch_release(golden_batch *b)
+{
+    for (unsigned i = 0; i < b->n; i++) free(b->paths[i]);
+    free(b->paths);
+    if (b->scratch) kl_remove_tree(b->scratch, NULL);
+    free(b->scratch);
+    memset(b, 0, sizeof *b);
+}
+
+/* Compile everything queued (fail naming the first file nvcc rejects), then release the queue. */
+static inline void golden_batch_compile(golden_batch *b)
+{
+    golden_nvcc_compile_all(b->paths, b->n);
+    golden_batch_release(b);
+}
+
+/* What a round trip (the reverse after '|') must give when it is not the original text. */
+typedef enum golden_trip {
+    GOLDEN_TRIP_SITE,      /* a site of the first direction is back (any site of the transform) */
+    GOLDEN_TRIP_SAME_SITE, /* the very site of the test line is back the other way */
+    GOLDEN_TRIP_FREE_SITE, /* the transform's first site that way is back, with no why_not */
+    GOLDEN_TRIP_EXACT,     /* nothing: the original text, byte for byte (self-inverse forms) */
+} golden_trip;
+
+/* The checks of a golden run beyond "the rewrite gives the .after.cu byte for byte". Every field is
+ * meant: a zero is a zero (no case wanted, no round trip wanted ...). */
+typedef struct golden_opts {
+    const char *sub;     /* the folder under rules/ (NULL: the transform's name), e.g. "grid-stride/multi" */
+    golden_trip trip;    /* the round trip's rule */
+    unsigned min_cases;  /* at least this many cases */
+    unsigned min_trips;  /* at least this many with a reverse */
+    unsigned min_exact;  /* at least this many round trips give back the text exactly */
+    bool every_trip;     /* every case must have a reverse after '|' */
+    bool must_change;    /* the rewrite must change the text */
+    bool compile_trips;  /* a round trip's text, when not the original, is compiled too */
+    golden_batch *batch; /* queue the compiles there (the caller compiles the batch at the end); NULL:
+                            compile the .after.cu files at the end of this run */
+} golden_opts;
+
+/* Does the transform's site list of text satisfy the round trip's rule `trip` for the forward op? */
+static inline bool golden_trip_site_back(const char *name, const char *text, const op *fwd, golden_trip trip)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    if (kl_rules_list(name, text, strlen(text), NULL, fwd->name, &json, &err) != KL_OK)
+        fail_msg("%s: listing the %s sites of the round trip: %s", name, fwd->name, err.message);
+    json_t *arr = json_loads(json, 0, NULL);
+    free(json);
+    assert_non_null(arr);
+    const char *want = fwd->remove ? "present" : "applicable";
+    bool ok = false, first = true;
+    size_t i;
+    json_t *s;
+    json_array_foreach(arr, i, s) {
+        if (strcmp(json_string_value(json_object_get(s, "direction")), want)) continue;
+        if (trip == GOLDEN_TRIP_SITE) ok = true;
+        else if (trip == GOLDEN_TRIP_SAME_SITE) ok = ok || !strcmp(json_string_value(json_object_get(s, "site")), fwd->site);
+        else if (trip == GOLDEN_TRIP_FREE_SITE && first)
+            ok = json_object_get(json_object_get(s, "features"), "why_not") == NULL;
+        first = false;
+    }
+    json_decref(arr);
+    return ok;
+}
+
+/* Every golden case of tests/data/rules/<opts->sub or transform>/: the rewrite named by its
+ * `// test: ` line (which must name the transform) gives the .after.cu file; with a reverse after
+ * '|', the round trip gives back the original or what opts->trip accepts; the counts of opts;
+ * every result compiles with nvcc (where it is installed). */
+static inline void golden_run_opts(const char *transform, const golden_opts *opts)
 {
     const char *data = getenv("KL_TEST_DATA");
     assert_non_null(data);
+    const char *sub = opts->sub ? opts->sub : transform;
     char dirpath[1024];
-    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
-    unsigned nn = 0, trips = 0;
+    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, sub);
+    unsigned nn = 0, trips = 0, exact = 0;
     char **names = golden_names(dirpath, &nn), **afters = NULL;
     afters = calloc(nn ? nn : 1, sizeof *afters);
     for (unsigned ci = 0; ci < nn; ci++) {
@@ -178,10 +288,12 @@ static inline void golden_run(const char *transform)
         if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, transform);
         const char *bar = strchr(hdr, '|');
         bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
+        if (!has_back && opts->every_trip) fail_msg("%s: no reverse operation after '|'", before);
         char *got = rewrite_op(before, btext, &fwd, &err);
         if (!got) fail_msg("%s: %s", before, err.message);
+        if (opts->must_change && !strcmp(got, btext)) fail_msg("%s: the rewrite changed nothing", before);
         golden_expect(before, after, got);
-        /* the round trip: the reverse gives back the original, or at least the site the other way */
+        if (opts->batch) golden_batch_add(opts->batch, after);
         if (!has_back) {
             free(got);
             free(btext);
@@ -192,26 +304,42 @@ static inline void golden_run(const char *transform)
         if (!again)
             fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
                      back.site, err.message);
-        if (strcmp(again, btext)) {
-            char *json = NULL;
-            assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
-            char want_dir[64];
-            kl_snprintf(want_dir, sizeof want_dir, "\"direction\": \"%s\"", fwd.remove ? "present" : "applicable");
-            if (!strstr(json, want_dir))
-                fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
-                         fwd.remove ? "present" : "applicable", again);
-            free(json);
+        if (!strcmp(again, btext)) {
+            exact++;
+        } else if (opts->trip == GOLDEN_TRIP_EXACT) {
+            fail_msg("%s: the round trip does not give back the original:\n%s", before, again);
+        } else {
+            if (!golden_trip_site_back(before, again, &fwd, opts->trip))
+                fail_msg("%s: the round trip neither restores the text nor brings the %s site%s%s back%s:\n%s", before,
+                         fwd.remove ? "present" : "applicable", opts->trip == GOLDEN_TRIP_SAME_SITE ? " " : "",
+                         opts->trip == GOLDEN_TRIP_SAME_SITE ? fwd.site : "",
+                         opts->trip == GOLDEN_TRIP_FREE_SITE ? " without a why_not" : "", again);
+            if (opts->compile_trips) {
+                if (opts->batch) golden_batch_text(opts->batch, before, again);
+                else fail_msg("%s: compile_trips wants a batch to compile the round trip in", transform);
+            }
         }
         free(again);
         free(got);
         free(btext);
     }
-    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
-    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", transform, trips);
-    golden_nvcc_compile_all(afters, nn);
+    if (nn < opts->min_cases) fail_msg("%s: %u golden cases, at least %u wanted", sub, nn, opts->min_cases);
+    if (trips < opts->min_trips)
+        fail_msg("%s: %u golden cases with a round trip, at least %u wanted", sub, trips, opts->min_trips);
+    if (exact < opts->min_exact)
+        fail_msg("%s: %u round trips restore the text exactly, at least %u wanted", sub, exact, opts->min_exact);
+    if (!opts->batch) golden_nvcc_compile_all(afters, nn);
     for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
     free(names);
     free(afters);
+}
+
+/* The common case: at least 5 cases and 5 round trips, a round trip gives back the original or at
+ * least a site the first way; the .after.cu files compiled at the end. */
+static inline void golden_run(const char *transform)
+{
+    const golden_opts o = {.trip = GOLDEN_TRIP_SITE, .min_cases = 5, .min_trips = 5};
+    golden_run_opts(transform, &o);
 }
 
 #endif

@@ -1,6 +1,7 @@
 /* What the register-tile and double-buffer tests share (test_rules_register_tile.c,
- * test_rules_double_buffer.c): the golden cases of one transform, compiling results with nvcc,
- * listing sites and expecting "not applicable" reasons. Header-only: each test is one executable. */
+ * test_rules_double_buffer.c): the golden cases of one transform (rules_golden.h's runner, with
+ * exact round trips), listing sites and expecting "not applicable" reasons; results are compiled
+ * with golden_nvcc_compile_all. Header-only: each test is one executable. */
 #ifndef KL_TEST_RULES_TILE_H
 #define KL_TEST_RULES_TILE_H
 
@@ -19,105 +20,13 @@
 #include "util/util.h"
 #include "rules_golden.h"
 
-static inline const char *tile_nvcc(void)
-{
-    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
-    return system("command -v nvcc >/dev/null 2>&1") == 0 ? "nvcc" : NULL;
-}
-
-/* Compile the files with nvcc -arch=sm_90 -c, two at a time; fail naming the first rejected. */
-static inline void tile_compile_all(char *const *paths, unsigned n)
-{
-    const char *nvcc = tile_nvcc();
-    if (!nvcc) {
-        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
-        return;
-    }
-    char *dir = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_tempdir("rules-tile", &dir, &err), KL_OK);
-    for (unsigned i = 0; i < n; i += 2) {
-        kl_strbuf cmd = KL_STRBUF_INIT;
-        for (unsigned k = i; k < n && k < i + 2; k++)
-            kl_strbuf_addf(&cmd, "( '%s' -arch=sm_90 -c -x cu '%s' -o '%s/k%u.o' > '%s/log%u' 2>&1; echo $? > '%s/rc%u' ) & ",
-                           nvcc, paths[k], dir, k, dir, k, dir, k);
-        kl_strbuf_adds(&cmd, "wait");
-        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
-        kl_child c;
-        kl_child_init(&c);
-        c.argv = argv;
-        c.timeout_s = 240;
-        c.merge_stderr = true;
-        assert_int_equal(kl_child_run(&c, &err), KL_OK);
-        kl_child_release(&c);
-        kl_strbuf_release(&cmd);
-        for (unsigned k = i; k < n && k < i + 2; k++) {
-            char p[1200];
-            char *rc = NULL, *log = NULL;
-            size_t len;
-            kl_snprintf(p, sizeof p, "%s/rc%u", dir, k);
-            assert_int_equal(kl_file_read(p, 0, &rc, &len, &err), KL_OK);
-            if (atoi(rc) != 0) {
-                kl_snprintf(p, sizeof p, "%s/log%u", dir, k);
-                kl_file_read(p, 0, &log, &len, &err);
-                fail_msg("nvcc rejected %s:\n%s", paths[k], log ? log : "");
-            }
-            free(rc);
-        }
-    }
-    kl_remove_tree(dir, NULL);
-    free(dir);
-}
-
 /* Every golden case of the transform: the result equals the .after.cu, the reverse gives back
- * the .before.cu exactly (these two transforms invert their own forms), every .after.cu
- * compiles. At least 5 cases with a round trip. */
+ * the .before.cu exactly (these transforms invert their own forms), every .after.cu compiles. At
+ * least 5 cases with a round trip. */
 static inline void tile_golden(const char *transform)
 {
-    const char *data = getenv("KL_TEST_DATA");
-    assert_non_null(data);
-    char dirpath[1024];
-    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
-    unsigned nn = 0, trips = 0;
-    char **names = golden_names(dirpath, &nn);
-    char **afters = calloc(nn ? nn : 1, sizeof *afters);
-    for (unsigned ci = 0; ci < nn; ci++) {
-        char before[1200], after[1200];
-        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
-        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
-        afters[ci] = kl_strdup(after);
-        char *btext = NULL;
-        size_t blen;
-        kl_error err = {0};
-        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
-        const char *hdr = strstr(btext, "// test: ");
-        if (!hdr) fail_msg("%s: no '// test: ' line", before);
-        op fwd, back;
-        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
-        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, transform);
-        const char *bar = strchr(hdr, '|');
-        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        char *got = rewrite_op(before, btext, &fwd, &err);
-        if (!got) fail_msg("%s: %s", before, err.message);
-        golden_expect(before, after, got);
-        if (has_back) {
-            trips++;
-            char *again = rewrite_op(after, got, &back, &err);
-            if (!again)
-                fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
-                         back.site, err.message);
-            if (strcmp(again, btext)) fail_msg("%s: the round trip does not give back the original:\n%s", before, again);
-            free(again);
-        }
-        free(got);
-        free(btext);
-    }
-    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
-    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", transform, trips);
-    tile_compile_all(afters, nn);
-    for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
-    free(names);
-    free(afters);
+    const golden_opts o = {.trip = GOLDEN_TRIP_EXACT, .min_cases = 5, .min_trips = 5};
+    golden_run_opts(transform, &o);
 }
 
 static inline char *tile_read_task(const char *task, const char *file)

@@ -172,93 +172,35 @@ static void const_eval_dim3_locals(void **state)
 
 /* ---- golden files --------------------------------------------------------------------------- */
 
+/* The .after.cu files of the three, compiled together by the last test. */
+static golden_batch compiles;
 
-static bool nvcc_present(void)
-{
-    return kl_file_exists("/usr/local/cuda/bin/nvcc") || system("command -v nvcc >/dev/null 2>&1") == 0;
-}
-
-static void nvcc_compiles(const char *path)
-{
-    const char *nvcc = kl_file_exists("/usr/local/cuda/bin/nvcc") ? "/usr/local/cuda/bin/nvcc" : "nvcc";
-    char *dir = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_tempdir("rules-a", &dir, &err), KL_OK);
-    char *obj = kl_path_join(dir, "k.o");
-    const char *argv[] = {nvcc, "-arch=sm_90", "-c", "-x", "cu", path, "-o", obj, NULL};
-    kl_child c;
-    kl_child_init(&c);
-    c.argv = argv;
-    c.timeout_s = 120;
-    c.merge_stderr = true;
-    assert_int_equal(kl_child_run(&c, &err), KL_OK);
-    if (c.exit_code != 0) fail_msg("nvcc rejected %s:\n%s", path, kl_strbuf_str(&c.out));
-    kl_child_release(&c);
-    kl_remove_tree(dir, NULL);
-    free(obj);
-    free(dir);
-}
-
+/* Every case's rewrite gives its .after.cu; a reverse, where given, gives back the original or at
+ * least the site the other way (an expert's marker comment or pragma column is not restored); at
+ * least 5 cases (round trips not counted); every .after.cu compiles (golden_compile). */
 static void golden_transform(const char *transform)
 {
-    const char *data = getenv("KL_TEST_DATA");
-    assert_non_null(data);
-    char dirpath[1024];
-    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
-    bool nvcc = nvcc_present();
-    if (!nvcc) fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
-    unsigned cases = 0;
-    unsigned nn = 0;
-    char **names = golden_names(dirpath, &nn);
-    for (unsigned ci = 0; ci < nn; ci++) {
-        char before[1200], after[1200];
-        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
-        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
-        char *btext = NULL;
-        size_t blen;
-        kl_error err = {0};
-        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
-        const char *hdr = strstr(btext, "// test: ");
-        if (!hdr) fail_msg("%s: no '// test: ' line", before);
-        op fwd, back;
-        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
-        const char *bar = strchr(hdr, '|');
-        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        char *got = rewrite_op(before, btext, &fwd, &err);
-        if (!got) fail_msg("%s: %s", before, err.message);
-        golden_expect(before, after, got);
-        /* round trip: the reverse operation gives back the original */
-        if (has_back) {
-            char *again = rewrite_op(after, got, &back, &err);
-            if (!again) fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply",
-                                 back.name, back.site, err.message);
-            if (strcmp(again, btext)) {
-                /* not byte-exact (an expert's marker comment or pragma column): the reverse must
-                 * at least bring the site back the other way */
-                char *json = NULL;
-                assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
-                char want_dir[64];
-                kl_snprintf(want_dir, sizeof want_dir, "\"direction\": \"%s\"", fwd.remove ? "present" : "applicable");
-                if (!strstr(json, want_dir))
-                    fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
-                             fwd.remove ? "present" : "applicable", again);
-                free(json);
-            }
-            free(again);
-        }
-        if (nvcc) nvcc_compiles(after);
-        free(got);
-        free(btext);
-        free(names[ci]);
-        cases++;
-    }
-    free(names);
-    if (cases < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, cases);
+    const golden_opts o = {.trip = GOLDEN_TRIP_SITE, .min_cases = 5, .min_trips = 0, .batch = &compiles};
+    golden_run_opts(transform, &o);
 }
 
 static void golden_unroll(void **state) { (void)state; golden_transform(golden_dirs[0]); }
 static void golden_launch_bounds(void **state) { (void)state; golden_transform(golden_dirs[1]); }
 static void golden_fast_math(void **state) { (void)state; golden_transform(golden_dirs[2]); }
+
+/* nvcc -arch=sm_90 -c on every .after.cu of the three, two at a time (a note without nvcc). */
+static void golden_compile(void **state)
+{
+    (void)state;
+    golden_batch_compile(&compiles);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    golden_batch_release(&compiles);
+    return 0;
+}
 
 /* ---- the catalog and the backend ------------------------------------------------------------ */
 
@@ -359,6 +301,7 @@ int main(void)
         cmocka_unit_test(const_eval_dim3_locals),
         cmocka_unit_test(golden_launch_bounds),
         cmocka_unit_test(golden_fast_math),
+        cmocka_unit_test(golden_compile),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, teardown);
 }

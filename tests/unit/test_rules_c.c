@@ -34,130 +34,39 @@ static kl_status rewrite_src(const char *text, const char *transform, const char
     return st;
 }
 
-/* ---- nvcc, two at a time -------------------------------------------------------------------------- */
+/* ---- golden files, compiled together at the end ---------------------------------------------------- */
 
-static char *to_compile[64];
-static unsigned ncompile;
-static char *scratch;
+/* The .after.cu files and the round trips that are not the original, compiled by compile_all. */
+static golden_batch compiles;
 
-static const char *nvcc_path(void)
+/* Every case names the transform and a reverse; the rewrite changes the text and gives the .after.cu;
+ * the reverse gives back the original or the very site of the test line the other way (that text is
+ * compiled too); at least 5 cases. */
+static void golden_transform(const char *transform)
 {
-    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
-    if (system("command -v nvcc >/dev/null 2>&1") == 0) return "nvcc";
-    return NULL;
+    const golden_opts o = {.trip = GOLDEN_TRIP_SAME_SITE,
+                           .min_cases = 5,
+                           .min_trips = 0,
+                           .every_trip = true,
+                           .must_change = true,
+                           .compile_trips = true,
+                           .batch = &compiles};
+    golden_run_opts(transform, &o);
 }
 
-static void queue_compile(const char *path)
-{
-    if (ncompile < 64) to_compile[ncompile++] = kl_strdup(path);
-}
-
-/* A rewritten text that is not a golden file: written to the scratch folder, then queued. */
-static void queue_text(const char *tag, const char *text)
-{
-    kl_error err = {0};
-    if (!scratch) assert_int_equal(kl_tempdir("rules-c", &scratch, &err), KL_OK);
-    char name[64];
-    kl_snprintf(name, sizeof name, "%s-%u.cu", tag, ncompile);
-    char *p = kl_path_join(scratch, name);
-    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
-    queue_compile(p);
-    free(p);
-}
-
+/* nvcc -arch=sm_90 -c on all of it, two at a time (a note without nvcc). */
 static void compile_all(void **state)
 {
     (void)state;
-    const char *nvcc = nvcc_path();
-    if (!nvcc) {
-        fprintf(stderr, "note: nvcc is absent: the compile checks are skipped\n");
-    }
-    kl_error err = {0};
-    char *dir = NULL;
-    assert_int_equal(kl_tempdir("rules-c-obj", &dir, &err), KL_OK);
-    const char *script = "\"$0\" -arch=sm_90 -c -x cu \"$1\" -o \"$3/a.o\" & a=$!; "
-                         "if [ -n \"$2\" ]; then \"$0\" -arch=sm_90 -c -x cu \"$2\" -o \"$3/b.o\" || exit 1; fi; "
-                         "wait $a";
-    for (unsigned i = 0; nvcc && i < ncompile; i += 2) {
-        const char *argv[] = {"sh", "-c", script, nvcc, to_compile[i], i + 1 < ncompile ? to_compile[i + 1] : "",
-                              dir, NULL};
-        kl_child c;
-        kl_child_init(&c);
-        c.argv = argv;
-        c.timeout_s = 180;
-        c.merge_stderr = true;
-        assert_int_equal(kl_child_run(&c, &err), KL_OK);
-        if (c.exit_code != 0)
-            fail_msg("nvcc rejected %s%s%s:\n%s", to_compile[i], i + 1 < ncompile ? " or " : "",
-                     i + 1 < ncompile ? to_compile[i + 1] : "", kl_strbuf_str(&c.out));
-        kl_child_release(&c);
-    }
-    assert_true(ncompile >= 15);
-    for (unsigned i = 0; i < ncompile; i++) free(to_compile[i]);
-    ncompile = 0;
-    kl_remove_tree(dir, NULL);
-    free(dir);
-    if (scratch) kl_remove_tree(scratch, NULL);
-    free(scratch);
-    scratch = NULL;
+    assert_true(compiles.n >= 15);
+    golden_batch_compile(&compiles);
 }
 
-/* ---- golden files ------------------------------------------------------------------------------- */
-
-
-static void golden_transform(const char *transform)
+static int teardown(void **state)
 {
-    const char *data = getenv("KL_TEST_DATA");
-    assert_non_null(data);
-    char dirpath[1024];
-    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, transform);
-    unsigned nn = 0;
-    char **names = golden_names(dirpath, &nn);
-    for (unsigned ci = 0; ci < nn; ci++) {
-        char before[1200], after[1200];
-        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
-        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
-        char *btext = NULL;
-        size_t blen;
-        kl_error err = {0};
-        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
-        const char *hdr = strstr(btext, "// test: ");
-        if (!hdr) fail_msg("%s: no '// test: ' line", before);
-        op fwd, back;
-        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
-        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s", before, fwd.name);
-        const char *bar = strchr(hdr, '|');
-        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        if (!has_back) fail_msg("%s: no reverse operation after '|'", before);
-        char *got = rewrite_op(before, btext, &fwd, &err);
-        if (!got) fail_msg("%s: %s", before, err.message);
-        if (!strcmp(got, btext)) fail_msg("%s: the rewrite changed nothing", before);
-        golden_expect(before, after, got);
-        queue_compile(after);
-        /* round trip */
-        char *again = rewrite_op(after, got, &back, &err);
-        if (!again)
-            fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
-                     back.site, err.message);
-        if (strcmp(again, btext)) {
-            char *json = NULL;
-            assert_int_equal(kl_rules_list(before, again, strlen(again), NULL, fwd.name, &json, &err), KL_OK);
-            char want_site[256];
-            kl_snprintf(want_site, sizeof want_site, "\"site\": \"%s\",\n    \"direction\": \"%s\"", fwd.site,
-                        fwd.remove ? "present" : "applicable");
-            if (!strstr(json, want_site))
-                fail_msg("%s: the round trip neither restores the text nor the %s site %s:\n%s\n%s", before,
-                         fwd.remove ? "present" : "applicable", fwd.site, again, json);
-            free(json);
-            queue_text(transform, again);
-        }
-        free(again);
-        free(got);
-        free(btext);
-        free(names[ci]);
-    }
-    free(names);
-    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", transform, nn);
+    (void)state;
+    golden_batch_release(&compiles);
+    return 0;
 }
 
 static void golden_restrict(void **state) { (void)state; golden_transform("restrict"); }
@@ -423,5 +332,5 @@ int main(void)
         cmocka_unit_test(tasks_sites),
         cmocka_unit_test(backend_proposes),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, NULL, teardown);
 }

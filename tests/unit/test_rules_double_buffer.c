@@ -42,7 +42,7 @@ static void double_buffer_removes_from_sgemm_expert(void **state)
     char *dir = NULL;
     assert_int_equal(kl_tempdir("rules-db", &dir, &err), KL_OK);
     char *p = tile_write_temp(dir, "expert_one_stage.cu", out);
-    tile_compile_all(&p, 1);
+    golden_nvcc_compile_all(&p, 1);
     free(p);
     kl_remove_tree(dir, NULL);
     free(dir);

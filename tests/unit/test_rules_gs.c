@@ -20,118 +20,32 @@
 #include "util/util.h"
 #include "rules_golden.h"
 
-/* ---- nvcc ----------------------------------------------------------------------------------------- */
+/* ---- golden files, everything compiled together at the end ------------------------------------------- */
 
-static char *scratch;
-static unsigned nscratch;
-
-static const char *nvcc_path(void)
-{
-    if (kl_file_exists("/usr/local/cuda/bin/nvcc")) return "/usr/local/cuda/bin/nvcc";
-    if (system("command -v nvcc >/dev/null 2>&1") == 0) return "nvcc";
-    return NULL;
-}
-
-/* Compile a text with nvcc (skipped, with a note, when nvcc is absent). */
-static void compile_text(const char *tag, const char *text)
-{
-    const char *nvcc = nvcc_path();
-    if (!nvcc) {
-        fprintf(stderr, "note: nvcc is absent: %s is not compiled\n", tag);
-        return;
-    }
-    kl_error err = {0};
-    if (!scratch) assert_int_equal(kl_tempdir("rules-gs", &scratch, &err), KL_OK);
-    char name[64];
-    kl_snprintf(name, sizeof name, "c%u.cu", nscratch++);
-    char *p = kl_path_join(scratch, name);
-    assert_int_equal(kl_file_write(p, text, strlen(text), &err), KL_OK);
-    char *o = kl_path_join(scratch, "c.o");
-    const char *argv[] = {nvcc, "-arch=sm_90", "-c", "-x", "cu", p, "-o", o, NULL};
-    kl_child c;
-    kl_child_init(&c);
-    c.argv = argv;
-    c.timeout_s = 180;
-    c.merge_stderr = true;
-    assert_int_equal(kl_child_run(&c, &err), KL_OK);
-    if (c.exit_code != 0) fail_msg("nvcc rejected %s:\n%s\n%s", tag, kl_strbuf_str(&c.out), text);
-    kl_child_release(&c);
-    free(p);
-    free(o);
-}
+/* The .after.cu files, the round trips that are not the original and the experts walked down,
+ * compiled by compile_all. */
+static golden_batch compiles;
 
 static int teardown(void **state)
 {
     (void)state;
-    if (scratch) kl_remove_tree(scratch, NULL);
-    free(scratch);
-    scratch = NULL;
+    golden_batch_release(&compiles);
     return 0;
 }
 
-/* ---- golden files ----------------------------------------------------------------------------------- */
-
-static bool has_site(const char *name, const char *text, const char *transform, const char *dir)
-{
-    char *json = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_rules_list(name, text, strlen(text), NULL, transform, &json, &err), KL_OK);
-    char want[128];
-    kl_snprintf(want, sizeof want, "\"direction\": \"%s\"", dir);
-    bool yes = strstr(json, want) != NULL;
-    free(json);
-    return yes;
-}
-
+/* Every case names the transform; the rewrite changes the text and gives the .after.cu; a reverse,
+ * when given, gives back the original or brings a site of the first direction back (that text is
+ * compiled too); at least want_cases cases and want_trips round trips. */
 static void golden_dir(const char *transform, const char *sub, unsigned want_cases, unsigned want_trips)
 {
-    const char *data = getenv("KL_TEST_DATA");
-    assert_non_null(data);
-    char dirpath[1024];
-    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, sub);
-    unsigned nn = 0, trips = 0;
-    char **names = golden_names(dirpath, &nn);
-    for (unsigned ci = 0; ci < nn; ci++) {
-        char before[1200], after[1200];
-        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
-        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
-        char *btext = NULL;
-        size_t blen;
-        kl_error err = {0};
-        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
-        const char *hdr = strstr(btext, "// test: ");
-        if (!hdr) fail_msg("%s: no '// test: ' line", before);
-        op fwd, back;
-        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
-        if (strcmp(fwd.name, transform)) fail_msg("%s: the test line names %s", before, fwd.name);
-        const char *bar = strchr(hdr, '|');
-        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        char *got = rewrite_op(before, btext, &fwd, &err);
-        if (!got) fail_msg("%s: %s", before, err.message);
-        if (!strcmp(got, btext)) fail_msg("%s: the rewrite changed nothing", before);
-        golden_expect(before, after, got);
-        compile_text(after, got);
-        if (has_back) {
-            char *again = rewrite_op(after, got, &back, &err);
-            if (!again)
-                fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
-                         back.site, err.message);
-            if (strcmp(again, btext)) {
-                if (!has_site(before, again, transform, fwd.remove ? "present" : "applicable"))
-                    fail_msg("%s: the round trip neither restores the text nor brings a %s site back:\n%s", before,
-                             fwd.remove ? "present" : "applicable", again);
-                compile_text(before, again);
-            }
-            trips++;
-            free(again);
-        }
-        free(got);
-        free(btext);
-        free(names[ci]);
-    }
-    free(names);
-    if (nn < want_cases) fail_msg("%s: %u golden cases, at least %u wanted", sub, nn, want_cases);
-    if (trips < want_trips) fail_msg("%s: %u round trips, at least %u wanted", sub, trips, want_trips);
+    const golden_opts o = {.sub = sub,
+                           .trip = GOLDEN_TRIP_SITE,
+                           .min_cases = want_cases,
+                           .min_trips = want_trips,
+                           .must_change = true,
+                           .compile_trips = true,
+                           .batch = &compiles};
+    golden_run_opts(transform, &o);
 }
 
 static void golden_grid_stride_multi(void **state)
@@ -331,8 +245,8 @@ static void reduce_sum_expert(void **state)
     assert_non_null(strstr(v2, "if (i < n4) {"));
     assert_non_null(strstr(v2, "if (j < (size_t)n) atomicAdd(out, x[j]);"));
     assert_non_null(strstr(v2, "<<<(n + THREADS - 1) / THREADS, THREADS, 0, stream>>>"));
-    compile_text("reduce_sum v1", v1);
-    compile_text("reduce_sum v2", v2);
+    golden_batch_text(&compiles, "reduce_sum-v1", v1);
+    golden_batch_text(&compiles, "reduce_sum-v2", v2);
     free(v1);
     free(v2);
     free(text);
@@ -353,9 +267,16 @@ static void histogram_expert(void **state)
     assert_non_null(strstr(v1, "histogram_kernel<<<(n + THREADS - 1) / THREADS, THREADS, 0, stream>>>"));
     /* the privatized table still merges per block: nothing there depends on the grid */
     assert_non_null(strstr(v1, "atomicAdd(&bins[b], count)"));
-    compile_text("histogram v1", v1);
+    golden_batch_text(&compiles, "histogram-v1", v1);
     free(v1);
     free(text);
+}
+
+/* nvcc -arch=sm_90 -c on all of it, two at a time (a note without nvcc). */
+static void compile_all(void **state)
+{
+    (void)state;
+    golden_batch_compile(&compiles);
 }
 
 int main(void)
@@ -367,6 +288,7 @@ int main(void)
         cmocka_unit_test(block_reduce_refuses),
         cmocka_unit_test(reduce_sum_expert),
         cmocka_unit_test(histogram_expert),
+        cmocka_unit_test(compile_all),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }

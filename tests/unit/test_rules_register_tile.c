@@ -214,7 +214,7 @@ static void register_tile_sgemm_expert_walk(void **state)
     json_decref(s);
     assert_non_null(strstr(text, "acc += A[(size_t)row * K + k] * B[(size_t)k * N + col];"));
     assert_null(strstr(text, "__shared__"));
-    tile_compile_all(paths, np);
+    golden_nvcc_compile_all(paths, np);
     for (unsigned i = 0; i < np; i++) free(paths[i]);
     kl_remove_tree(dir, NULL);
     free(dir);
@@ -274,7 +274,7 @@ static void register_tile_hgemm_expert_walk(void **state)
     assert_non_null(strstr(text, "C[(size_t)row * N + col] = __float2bfloat16(acc);"));
     assert_non_null(strstr(text, "<<<grid, dim3(16, 16), 0, stream>>>"));
     assert_null(strstr(text, "__shared__"));
-    tile_compile_all(paths, np);
+    golden_nvcc_compile_all(paths, np);
     for (unsigned i = 0; i < np; i++) free(paths[i]);
     kl_remove_tree(dir, NULL);
     free(dir);
@@ -315,7 +315,7 @@ static void register_tile_all_params(void **state)
             json_decref(back);
         }
     json_decref(s);
-    tile_compile_all(paths, np);
+    golden_nvcc_compile_all(paths, np);
     for (unsigned i = 0; i < np; i++) free(paths[i]);
     kl_remove_tree(dir, NULL);
     free(dir);
@@ -407,7 +407,7 @@ static void register_tile_after_smem_tile(void **state)
     char *dir = NULL;
     assert_int_equal(kl_tempdir("rules-rt-chain", &dir, &err), KL_OK);
     char *paths[2] = {tile_write_temp(dir, "naive_rt.cu", r1), tile_write_temp(dir, "naive_rt_db.cu", r2)};
-    tile_compile_all(paths, 2);
+    golden_nvcc_compile_all(paths, 2);
     free(paths[0]), free(paths[1]);
     kl_remove_tree(dir, NULL);
     free(dir);

@@ -55,64 +55,14 @@ static const char *site_in(json_t *sites, const char *dir, const char **why)
 
 /* ---- golden files ------------------------------------------------------------------------------- */
 
+/* Every case's rewrite gives its .after.cu; a reverse gives back the original or the first site the
+ * other way, with no reason against it; at least 5 cases, 5 round trips, 4 of them exact; every
+ * .after.cu compiles. */
 static void golden_tensor_core(void **state)
 {
     (void)state;
-    const char *data = getenv("KL_TEST_DATA");
-    assert_non_null(data);
-    char dirpath[1024];
-    kl_snprintf(dirpath, sizeof dirpath, "%s/rules/%s", data, TC);
-    unsigned nn = 0, trips = 0, exact = 0;
-    char **names = golden_names(dirpath, &nn);
-    char **afters = calloc(nn ? nn : 1, sizeof *afters);
-    for (unsigned ci = 0; ci < nn; ci++) {
-        char before[1200], after[1200];
-        kl_snprintf(before, sizeof before, "%s/%s", dirpath, names[ci]);
-        kl_snprintf(after, sizeof after, "%.*s.after.cu", (int)(strlen(before) - strlen(".before.cu")), before);
-        afters[ci] = kl_strdup(after);
-        char *btext = NULL;
-        size_t blen;
-        kl_error err = {0};
-        assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
-        const char *hdr = strstr(btext, "// test: ");
-        if (!hdr) fail_msg("%s: no '// test: ' line", before);
-        op fwd, back;
-        if (!parse_op(hdr + 9, &fwd)) fail_msg("%s: bad test line", before);
-        if (strcmp(fwd.name, TC)) fail_msg("%s: the test line names %s, not %s", before, fwd.name, TC);
-        const char *bar = strchr(hdr, '|');
-        bool has_back = bar && bar < strchr(hdr, '\n') && parse_op(bar + 1, &back);
-        char *got = rewrite_op(before, btext, &fwd, &err);
-        if (!got) fail_msg("%s: %s", before, err.message);
-        golden_expect(before, after, got);
-        if (has_back) {
-            trips++;
-            char *again = rewrite_op(after, got, &back, &err);
-            if (!again)
-                fail_msg("%s: the reverse (%s %s@%s) failed: %s", after, back.remove ? "remove" : "apply", back.name,
-                         back.site, err.message);
-            if (!strcmp(again, btext)) {
-                exact++;
-            } else {
-                /* not the same text: the site must be back the other way, without a reason against it */
-                json_t *s = sites_of(again);
-                const char *why = NULL;
-                if (!site_in(s, fwd.remove ? "present" : "applicable", &why) || why)
-                    fail_msg("%s: the round trip neither restores the text nor the %s site:\n%s", before,
-                             fwd.remove ? "present" : "applicable", again);
-                json_decref(s);
-            }
-            free(again);
-        }
-        free(got);
-        free(btext);
-    }
-    if (nn < 5) fail_msg("%s: %u golden cases, at least 5 wanted", TC, nn);
-    if (trips < 5) fail_msg("%s: %u golden cases with a round trip, at least 5 wanted", TC, trips);
-    if (exact < 4) fail_msg("%s: %u round trips restore the text exactly, at least 4 wanted", TC, exact);
-    golden_nvcc_compile_all(afters, nn);
-    for (unsigned i = 0; i < nn; i++) free(names[i]), free(afters[i]);
-    free(names);
-    free(afters);
+    const golden_opts o = {.trip = GOLDEN_TRIP_FREE_SITE, .min_cases = 5, .min_trips = 5, .min_exact = 4};
+    golden_run_opts(TC, &o);
 }
 
 /* ---- the hgemm task ------------------------------------------------------------------------------ */

@@ -223,16 +223,17 @@ static void walk_removes_cheapest_first_and_keeps_rejections(void **state)
 }
 
 
-/* "Simpler" counts every optimization the rewriter recognizes, removable or not: removing the
- * block reduction (one recognized site fewer, though it makes the grid-stride loop removable)
- * is a step, and the walk ends at one atomicAdd per element. */
-static void a_removal_that_unblocks_another_is_simpler(void **state)
+/* Walk a built-in task from a recorded intermediate version (tests/data/lineage/FILE) with the
+ * rules rewriter and the fake judge; returns the lineage document (json_decref). */
+static json_t *walk_rules_from(const char *task_name, const char *file)
 {
-    (void)state;
     const char *src = getenv("KL_SOURCE_DIR");
     const char *data = getenv("KL_TEST_DATA");
-    char *tdir = kl_path_join(src ? src : ".", "tasks/reduce_sum");
-    char *expert = kl_path_join(data ? data : "tests/data", "lineage/reduce_sum_root.cu");
+    char rel[128];
+    kl_snprintf(rel, sizeof rel, "tasks/%s", task_name);
+    char *tdir = kl_path_join(src ? src : ".", rel);
+    kl_snprintf(rel, sizeof rel, "lineage/%s", file);
+    char *expert = kl_path_join(data ? data : "tests/data", rel);
     kl_error err = {0};
     kl_task *task = NULL;
     assert_int_equal(kl_task_load(tdir, &task, &err), KL_OK);
@@ -253,22 +254,44 @@ static void a_removal_that_unblocks_another_is_simpler(void **state)
     kl_status st = kl_lineage_walk(task, &o, &doc, &err);
     if (st != KL_OK) fprintf(stderr, "walk: %s\n", err.message);
     assert_int_equal(st, KL_OK);
-    char names[256];
-    step_names(doc, names, sizeof names);
-    assert_string_equal(names, "block-reduce,grid-stride");
     json_t *d = json_loads(doc, 0, NULL);
-    json_t *versions = json_object_get(d, "versions");
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(versions, 0), "recognized")), 3);
-    const char *root = json_string_value(json_object_get(json_array_get(versions, json_array_size(versions) - 1), "source"));
-    assert_non_null(strstr(root, "atomicAdd(out, x[j])"));
-    assert_null(strstr(root, "g_blocks_done"));
-    json_decref(d);
+    assert_non_null(d);
     free(doc);
     kl_rewriter_free(rules);
     kl_store_close(store);
     kl_task_free(task);
     free(tdir);
     free(expert);
+    return d;
+}
+
+static const char *root_of(json_t *d)
+{
+    json_t *versions = json_object_get(d, "versions");
+    return json_string_value(json_object_get(json_array_get(versions, json_array_size(versions) - 1), "source"));
+}
+
+static json_int_t recognized_at(json_t *d, size_t version)
+{
+    return json_integer_value(json_object_get(json_array_get(json_object_get(d, "versions"), version), "recognized"));
+}
+
+/* "Simpler" counts every optimization the rewriter recognizes, removable or not: removing the
+ * block reduction (one recognized site fewer, though it makes the grid-stride loop removable)
+ * is a step, and the walk ends at one atomicAdd per element. */
+static void a_removal_that_unblocks_another_is_simpler(void **state)
+{
+    (void)state;
+    json_t *d = walk_rules_from("reduce_sum", "reduce_sum_root.cu");
+    char *text = json_dumps(d, 0);
+    char names[256];
+    step_names(text, names, sizeof names);
+    free(text);
+    assert_string_equal(names, "block-reduce,grid-stride");
+    assert_int_equal(recognized_at(d, 0), 3);
+    assert_non_null(strstr(root_of(d), "atomicAdd(out, x[j])"));
+    assert_null(strstr(root_of(d), "g_blocks_done"));
+    json_decref(d);
 }
 
 /* A removal that leaves as many optimizations as before is still simpler when one of its own
@@ -277,47 +300,17 @@ static void a_removal_that_unblocks_another_is_simpler(void **state)
 static void removal_revealing_what_it_held_is_simpler(void **state)
 {
     (void)state;
-    const char *src = getenv("KL_SOURCE_DIR");
-    const char *data = getenv("KL_TEST_DATA");
-    char *tdir = kl_path_join(src ? src : ".", "tasks/sgemm");
-    char *expert = kl_path_join(data ? data : "tests/data", "lineage/sgemm_root.cu");
-    kl_error err = {0};
-    kl_task *task = NULL;
-    assert_int_equal(kl_task_load(tdir, &task, &err), KL_OK);
-    kl_store *store = NULL;
-    assert_int_equal(kl_store_open(":memory:", &store, &err), KL_OK);
-    kl_rewriter *rules = NULL;
-    assert_int_equal(kl_rewriter_open("rules", NULL, &rules, &err), KL_OK);
-    fake_judge fj = {0};
-    volatile sig_atomic_t flag = 0;
-    kl_lineage_options o = {0};
-    o.rewriter = rules;
-    o.store = store;
-    o.judge = judge_fn;
-    o.judge_user = &fj;
-    o.interrupt = &flag;
-    o.expert_path = expert;
-    char *doc = NULL;
-    kl_status st = kl_lineage_walk(task, &o, &doc, &err);
-    if (st != KL_OK) fprintf(stderr, "walk: %s\n", err.message);
-    assert_int_equal(st, KL_OK);
+    json_t *d = walk_rules_from("sgemm", "sgemm_root.cu");
+    char *text = json_dumps(d, 0);
     char names[256];
-    step_names(doc, names, sizeof names);
+    step_names(text, names, sizeof names);
+    free(text);
     assert_string_equal(names, "register-tile,smem-tile");
-    json_t *d = json_loads(doc, 0, NULL);
-    json_t *versions = json_object_get(d, "versions");
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(versions, 0), "recognized")), 1);
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(versions, 1), "recognized")), 1);
-    const char *root = json_string_value(json_object_get(json_array_get(versions, json_array_size(versions) - 1), "source"));
-    assert_null(strstr(root, "__shared__"));
-    assert_non_null(strstr(root, "acc += A["));
+    assert_int_equal(recognized_at(d, 0), 1);
+    assert_int_equal(recognized_at(d, 1), 1);
+    assert_null(strstr(root_of(d), "__shared__"));
+    assert_non_null(strstr(root_of(d), "acc += A["));
     json_decref(d);
-    free(doc);
-    kl_rewriter_free(rules);
-    kl_store_close(store);
-    kl_task_free(task);
-    free(tdir);
-    free(expert);
 }
 
 /* Lazy (the default): the same lineage as full, with fewer judgements; a proposal judged at

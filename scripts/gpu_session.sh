@@ -20,6 +20,26 @@ export KLINEAGE_CACHE=${KLINEAGE_CACHE:-/tmp/klineage-cache}
 db=${KL_DB:-/tmp/klineage-session.db}
 kl() { "$KLINEAGE" --db "$db" --measure record "$@"; }
 log() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+# The walks of tasks T…, each under its own limit (KL_LINEAGE_S_<task>, else KL_LINEAGE_S;
+# SIGINT, then SIGKILL 20 s later — a killed walk loses what it did since its last export);
+# KL_RESTART / KL_CONTINUE: space-separated tasks walked with --restart / --continue.
+walk_tasks() {
+    mkdir -p /tmp/walks
+    local t lim_var restart
+    for t in "$@"; do
+        log "lineage $t" | tee -a "$out/record.log"
+        lim_var="KL_LINEAGE_S_$t"
+        restart=()
+        case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
+        case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
+        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
+            "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            >"/tmp/walks/lineage-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -40 >>"$out/record.log"
+        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    done
+}
 phase=${1:-check}
 shift || true
 
@@ -97,20 +117,7 @@ record)
         --out /tmp/rules-seq >>"$out/record.log" 2>&1
     cp -f /tmp/rules-seq/table.md "$out/rules-table.md" 2>/dev/null
     cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
-    mkdir -p /tmp/walks
-    for t in "$@"; do
-        log "lineage $t" | tee -a "$out/record.log"
-        lim_var="KL_LINEAGE_S_$t"
-        restart=()
-        case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
-        case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
-        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
-            "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
-            >"/tmp/walks/lineage-$t.txt" 2>&1
-        echo "exit $?" | tee -a "$out/record.log"
-        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -30 >>"$out/record.log"
-        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
-    done
+    walk_tasks "$@"
     tar czf "$out/walks.tgz" -C /tmp walks rules-seq 2>/dev/null
     ;;
 walks)
@@ -125,20 +132,7 @@ walks)
         timeout "$KL_CHECK_S" bash tests/gpu/test_gate_corpus.sh >"$out/corpus.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"; grep -vE '^    \|' "$out/corpus.txt" | tail -25 >>"$out/record.log"
     fi
-    mkdir -p /tmp/walks
-    for t in "$@"; do
-        log "lineage $t" | tee -a "$out/record.log"
-        lim_var="KL_LINEAGE_S_$t"
-        restart=()
-        case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
-        case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
-        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
-            "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
-            >"/tmp/walks/lineage-$t.txt" 2>&1
-        echo "exit $?" | tee -a "$out/record.log"
-        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -40 >>"$out/record.log"
-        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
-    done
+    walk_tasks "$@"
     python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
     tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
     ;;

@@ -97,8 +97,8 @@ static kl_status judge(walk *w, const kl_task *task, const char *cand_text, cons
     return w->opt->judge(w->opt->judge_user, task, name, cand_text, base_name, base_text, flags, j, w->err);
 }
 
-/* How many optimizations the rewriter recognizes in text (its simplification proposals), and
- * of those how many are of transform `of` (*n_of; UINT_MAX when the rewriter does not say). */
+/* How many of the optimizations the rewriter recognized are of transform `of` (UINT_MAX when
+ * it does not say). */
 static unsigned count_of(const kl_candidates *c, const char *of)
 {
     if (!of || !c->present_by_transform) return UINT_MAX;
@@ -108,6 +108,8 @@ static unsigned count_of(const kl_candidates *c, const char *of)
     return n;
 }
 
+/* How many optimizations the rewriter recognizes in text (*n), and of those how many are of
+ * transform `of` (*n_of). keep: the proposals themselves (else only counted). */
 static kl_status recognized(walk *w, const char *text, const char *name, unsigned *n, kl_candidates *keep,
                             const char *of, unsigned *n_of)
 {

@@ -700,6 +700,23 @@ static kl_status judge_expert(walk *w, const char *naive_name, const char *naive
     return save(w);
 }
 
+/* The verdicts against the naive kernel hold for the naive text they were judged with: the
+ * document keeps its hash, and a naive.cu edited since is judged again at both ends (a
+ * document from before the hash was kept counts as current). */
+static void forget_stale_naive(walk *w, const char *naive_text)
+{
+    if (!naive_text) return;
+    char hex[KL_HASH_HEX];
+    kl_hash_hex(naive_text, strlen(naive_text), hex);
+    const char *had = doc_str(w->doc, "naive_sha256");
+    if (*had && strcmp(had, hex) != 0) {
+        json_object_del(w->doc, "expert_verdict");
+        json_object_del(w->doc, "root_vs_naive");
+        progress(w, KL_WALK_START, 0, 0, 0, "the naive kernel changed since the walk judged it: judging again");
+    }
+    json_object_set_new(w->doc, "naive_sha256", json_string(hex));
+}
+
 static kl_status finish(walk *w, const char *naive_name, const char *naive_text)
 {
     json_t *versions = json_object_get(w->doc, "versions");
@@ -740,16 +757,19 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
     KL_TRY(load_or_start(&w, expert_path, expert_text));
     progress(&w, KL_WALK_START, 0, 0, 0, "walking %s from %s (%zu step(s) stored)", task->name, expert_path,
              json_array_size(json_object_get(w.doc, "steps")));
-    KL_TRY(judge_expert(&w, naive_path, naive_text));
-    /* a finished walk taken up again: the rewriter may see more to remove than when it ended */
+    forget_stale_naive(&w, naive_text);
+    /* a finished walk taken up again: the rewriter may see more to remove than when it ended;
+     * both ends are judged against the naive kernel again */
     if (opt->reopen && !strcmp(doc_str(w.doc, "state"), "done") &&
         !strcmp(doc_str(w.doc, "stop_reason"), "nothing more can be removed")) {
         json_object_set_new(w.doc, "state", json_string("walking"));
         json_object_del(w.doc, "stop_reason");
         json_object_del(w.doc, "root_vs_naive");
+        json_object_del(w.doc, "expert_verdict");
         progress(&w, KL_WALK_START, 0, 0, 0, "taking the finished walk up again at version %zu",
                  json_array_size(json_object_get(w.doc, "versions")) - 1);
     }
+    KL_TRY(judge_expert(&w, naive_path, naive_text));
 
     unsigned max_steps = opt->max_steps ? opt->max_steps : 64;
     if (strcmp(doc_str(w.doc, "state"), "done") != 0) {
@@ -770,6 +790,8 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
             }
         }
         KL_TRY(finish(&w, naive_path, naive_text));
+    } else if (naive_text && !json_object_get(w.doc, "root_vs_naive")) {
+        KL_TRY(finish(&w, naive_path, naive_text)); /* done, but the naive kernel changed since */
     }
     progress(&w, KL_WALK_DONE, 0, 0, 0, "%zu step(s)", json_array_size(json_object_get(w.doc, "steps")));
 cleanup:

@@ -2,7 +2,7 @@
 // (mean, variance around the mean, normalised write).
 #include <cuda_runtime.h>
 
-#define BLOCK 128
+#define BLOCK 256
 #define EPS 1e-5f
 
 __global__ void layernorm_naive(const float* x, const float* gamma, const float* beta, float* y, int rows, int cols)

@@ -36,6 +36,13 @@ grep -q "conv1d:9" "$T/err" || fail "the error does not list the sites: $(cat "$
 [ $rc -eq 2 ] || fail "bad parameter value: exit $rc"
 "$K" rewrite "$D/unroll/fixed_trip.before.cu" --list --bogus 2>/dev/null; [ $? -eq 2 ] || fail "unknown option"
 
+# every built-in naive kernel is where the backward walk ends: the catalog recognizes no
+# optimization in it (a block size other than the catalog's simplest counts as one)
+for n in "$KL_SOURCE_DIR"/tasks/*/naive.cu; do
+    "$K" -q rewrite "$n" --list --json --task "$(dirname "$n")" > "$T/n.json" || fail "$n: --list exit $?"
+    ! grep -q '"direction": "present"' "$T/n.json" || fail "$n: the catalog recognizes an optimization: $(grep -B2 -A6 '"present"' "$T/n.json" | head -20)"
+done
+
 # --help is the doc page's help block
 "$K" rewrite --help | grep -q "usage: klineage rewrite FILE.cu --list" || fail "--help"
 echo ok

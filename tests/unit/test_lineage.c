@@ -415,6 +415,60 @@ static void finished_walk_taken_up_again(void **state)
     free(d1), free(d2), free(d3);
 }
 
+/* A naive.cu edited after a walk finished: a plain run judges the expert and the root against
+ * it again (two judgements, nothing else), and the document keeps the new naive's hash. */
+static void changed_naive_is_judged_again(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    char *dir = NULL;
+    assert_int_equal(kl_tempdir("lineage-naive", &dir, &err), KL_OK);
+    static const char *const files[] = {"task.json", "expert.cu", "naive.cu", "reference.c"};
+    for (unsigned i = 0; i < 4; i++) {
+        char *from = kl_path_join(f->task->dir, files[i]), *to = kl_path_join(dir, files[i]), *text = NULL;
+        size_t len = 0;
+        assert_int_equal(kl_file_read(from, 1 << 20, &text, &len, &err), KL_OK);
+        assert_int_equal(kl_file_write(to, text, len, &err), KL_OK);
+        free(from), free(to), free(text);
+    }
+    kl_task *task = NULL;
+    assert_int_equal(kl_task_load(dir, &task, &err), KL_OK);
+    fake_judge a = {0}, b = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = options(f, &a, &flag);
+    o.restart = true;
+    char *d1 = NULL, *d2 = NULL;
+    assert_int_equal(kl_lineage_walk(task, &o, &d1, &err), KL_OK);
+
+    char *naive = kl_path_join(dir, "naive.cu");
+    static const char faster[] = "// OPT:naive:2 (the fake judge halves its time)\n";
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(kl_file_read(naive, 1 << 20, &text, &len, &err), KL_OK);
+    kl_strbuf sb;
+    kl_strbuf_init(&sb, 0);
+    kl_strbuf_adds(&sb, faster);
+    kl_strbuf_adds(&sb, text);
+    char *edited = kl_strbuf_detach(&sb, NULL);
+    assert_int_equal(kl_file_write(naive, edited, strlen(edited), &err), KL_OK);
+    o.restart = false;
+    o.judge_user = &b;
+    assert_int_equal(kl_lineage_walk(task, &o, &d2, &err), KL_OK);
+    assert_int_equal(b.calls, 2); /* the expert and the root, against the new naive */
+    json_t *j1 = json_loads(d1, 0, NULL), *j2 = json_loads(d2, 0, NULL);
+    assert_true(json_equal(json_object_get(j1, "steps"), json_object_get(j2, "steps")));
+    double r1 = json_number_value(json_object_get(json_object_get(j1, "root_vs_naive"), "speedup"));
+    double r2 = json_number_value(json_object_get(json_object_get(j2, "root_vs_naive"), "speedup"));
+    assert_true(fabs(r2 - r1 / 2) < 1e-9);
+    assert_string_not_equal(json_string_value(json_object_get(j1, "naive_sha256")),
+                            json_string_value(json_object_get(j2, "naive_sha256")));
+    json_decref(j1), json_decref(j2);
+    free(d1), free(d2), free(naive), free(text), free(edited);
+    kl_task_free(task);
+    kl_remove_tree(dir, &err);
+    free(dir);
+}
+
 /* Interrupt after every possible judgement; each time, resume to the end: the same lineage
  * as an uninterrupted walk, and no step twice. */
 static void walk_resumes_after_interruption_at_every_point(void **state)
@@ -608,6 +662,7 @@ int main(void)
         cmocka_unit_test(removal_revealing_what_it_held_is_simpler),
         cmocka_unit_test_setup_teardown(walk_is_deterministic, setup, teardown),
         cmocka_unit_test_setup_teardown(finished_walk_taken_up_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(changed_naive_is_judged_again, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_resumes_after_interruption_at_every_point, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_learns_divisibility_and_cards_carry_it, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_skips_steps_within_the_gain_floor, setup, teardown),

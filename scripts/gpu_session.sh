@@ -107,16 +107,22 @@ record)
     # one log, the tables, and a tarball of the per-task logs.
     #   KL_SUITE_S, KL_RULES_S, KL_LINEAGE_S (seconds per walk; KL_LINEAGE_S_<task> for one
     #   task) bound each part; an interrupted walk is stored and resumes on the next call.
-    log "suite" | tee -a "$out/record.log"
-    timeout "${KL_SUITE_S:-150}" "$KLINEAGE" --db "$db" --measure record bench --expert \
-        --vendor "${KL_VENDOR:-$here/.carry/vendor.json}" -o "$out/suite-table.md" >"$out/suite.txt" 2>&1
-    echo "exit $?" | tee -a "$out/record.log"
-    cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
-    log "rules sequences" | tee -a "$out/record.log"
-    timeout "${KL_RULES_S:-90}" python3 scripts/rules_sequences.py --klineage "$KLINEAGE" --measure record \
-        --out /tmp/rules-seq >>"$out/record.log" 2>&1
-    cp -f /tmp/rules-seq/table.md "$out/rules-table.md" 2>/dev/null
-    cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    #   KL_SUITE_S=0 / KL_RULES_S=0 leave that part out.
+    if [ "${KL_SUITE_S:-150}" != 0 ]; then
+        log "suite" | tee -a "$out/record.log"
+        timeout "${KL_SUITE_S:-150}" "$KLINEAGE" --db "$db" --measure record bench --expert \
+            --vendor "${KL_VENDOR:-$here/.carry/vendor.json}" -o "$out/suite-table.md" >"$out/suite.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    fi
+    if [ "${KL_RULES_S:-90}" != 0 ]; then
+        log "rules sequences" | tee -a "$out/record.log"
+        timeout "${KL_RULES_S:-90}" python3 scripts/rules_sequences.py --klineage "$KLINEAGE" --measure record \
+            --out /tmp/rules-seq >>"$out/record.log" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        cp -f /tmp/rules-seq/table.md "$out/rules-table.md" 2>/dev/null
+        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    fi
     walk_tasks "$@"
     tar czf "$out/walks.tgz" -C /tmp walks rules-seq 2>/dev/null
     ;;

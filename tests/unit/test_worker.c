@@ -554,15 +554,21 @@ static const char FAKE_RUNTIME[] =
     "int kl_rt_device_sync(void) { return 0; }\n"
     "int kl_rt_device_idle(int us, int *idle) { (void)us; *idle = 1; return 0; }\n"
     "int kl_rt_check(void) { return 0; }\n"
-    "int kl_rt_timer_init(int want, int *t) { (void)want; *t = 2; return 0; }\n"
+    "static int cupti; static unsigned empty_every, empty_batches; static int cand_empty;\n"
+    "void kl_fake_cupti(int on, unsigned every, unsigned batches, int cand) { cupti = on; empty_every = every;\n"
+    "  empty_batches = batches; cand_empty = cand; }\n"
+    "int kl_rt_timer_init(int want, int *t) { (void)want; *t = cupti ? 1 : 2; return 0; }\n"
     "int kl_rt_timer_begin(void) { return 0; }\n"
     "int kl_rt_timer_end(timing *t) { memset(t, 0, sizeof *t); t->timer = 2; t->ms = 1.0; t->sum_ms = 1.0; return 0; }\n"
     "int kl_rt_batch_begin(unsigned m) { if (!m || open_) return 5; maxw = m; wins = 0; return 0; }\n"
     "int kl_rt_batch_open(void) { if (open_ || wins >= maxw) return 5; open_ = 1; return 0; }\n"
     "int kl_rt_batch_close(void) { if (!open_) return 5; open_ = 0; wins++; return 0; }\n"
     "int kl_rt_batch_end(timing *out, unsigned *n) { if (open_) return 5;\n"
-    "  for (unsigned i = 0; i < wins; i++) { memset(&out[i], 0, sizeof out[i]); out[i].timer = 2;\n"
-    "    out[i].ms = (i % 2 ? 2.0 : 1.0) * (1.0 + 0.001 * (double)(tick++ % 7)); out[i].sum_ms = out[i].ms; }\n"
+    "  for (unsigned i = 0; i < wins; i++) { memset(&out[i], 0, sizeof out[i]); out[i].timer = cupti ? 1 : 2;\n"
+    "    out[i].ms = (i % 2 ? 2.0 : 1.0) * (1.0 + 0.001 * (double)(tick++ % 7)); out[i].sum_ms = out[i].ms;\n"
+    "    out[i].records = 1;\n"
+    "    if ((empty_batches && empty_every && i % empty_every == 1) || (cand_empty && i % 2 == 0)) out[i].records = 0, out[i].ms = 0; }\n"
+    "  if (empty_batches) empty_batches--;\n"
     "  *n = wins; wins = 0; return 0; }\n"
     "uint64_t kl_rt_now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);\n"
     "  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }\n"
@@ -752,6 +758,39 @@ static void gate_job_on_a_host_runtime(void **state)
     assert_null(json_object_get(doc, "profile"));
     assert_null(json_object_get(doc, "determinism"));
     json_decref(doc);
+
+    /* CUPTI windows without an activity record: the timer's fault when some are empty (the
+     * batch is measured again; a harness failure, not a verdict, when it keeps happening), the
+     * candidate's when all of its windows are and none of the baseline's */
+    void (*fake_cupti)(int, unsigned, unsigned, int) = (void (*)(int, unsigned, unsigned, int))dlsym(h, "kl_fake_cupti");
+    assert_non_null(fake_cupti);
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"baseline\": \"%s\", \"shapes\": [\"check[0]\", \"bench\"], \"seeds\": [11]}",
+                rt, cache, dir, good, good);
+    fake_cupti(1, 4, 2, 0); /* the warm-up batch and the first timed one lose records */
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "profile"), "ok")));
+    t = json_object_get(doc, "timings");
+    assert_int_equal(json_integer_value(json_object_get(t, "profile_retries")), 1);
+    cm = json_real_value(json_object_get(json_object_get(json_object_get(doc, "profile"), "candidate"), "median_ms"));
+    assert_true(cm >= 1.0); /* no empty window's zero among the times */
+    json_decref(doc);
+    fake_cupti(1, 4, 1000, 0); /* every batch */
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_HARNESS);
+    assert_non_null(strstr(err_field(doc, "detail"), "the timer saw no device work in"));
+    json_decref(doc);
+    fake_cupti(1, 0, 0, 1); /* the candidate's windows only, every time */
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    prof = json_object_get(doc, "profile");
+    assert_false(json_is_true(json_object_get(prof, "ok")));
+    assert_non_null(strstr(json_string_value(json_object_get(prof, "detail")), "no device work was seen"));
+    assert_null(json_object_get(json_object_get(doc, "timings"), "profile_retries"));
+    json_decref(doc);
+    fake_cupti(0, 0, 0, 0);
     dlclose(h);
     free(rt);
     free(good);

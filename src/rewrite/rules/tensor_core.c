@@ -1848,11 +1848,15 @@ static kl_status remove_ptx(const kl_rule_ctx *ctx, const tc_ptx *p, kl_edits *o
     kl_strbuf_addf(&sb, "%s// accumulator elements it held (element e: row %s / 4 + 8 * (e / 2), col 2 * (%s %% 4) + e %% 2 of the\n",
                    in, L, L);
     kl_strbuf_addf(&sb, "%s// 16 x 8 tile), reading A and B where its ldmatrix lanes read them\n", in);
-    kl_strbuf_addf(&sb, "#pragma unroll\n%s%s\n", in, p->hdr1);
-    kl_strbuf_addf(&sb, "#pragma unroll\n%s%s\n", in2, p->hdr2);
-    kl_strbuf_addf(&sb, "#pragma unroll\n%sfor (int kl_e = 0; kl_e < 4; kl_e++) {\n", in3);
+    /* the mma nest's loops keep the #pragma unroll they had; the loops this adds get none (a
+     * removal must not add what the catalog recognizes as an optimization: the walk counts them) */
+    bool u1 = tt_pragma_above(ctx, ts_node_start_byte(p->outer)) != ts_node_start_byte(p->outer);
+    bool u2 = tt_pragma_above(ctx, ts_node_start_byte(p->inner)) != ts_node_start_byte(p->inner);
+    kl_strbuf_addf(&sb, "%s%s%s\n", u1 ? "#pragma unroll\n" : "", in, p->hdr1);
+    kl_strbuf_addf(&sb, "%s%s%s\n", u2 ? "#pragma unroll\n" : "", in2, p->hdr2);
+    kl_strbuf_addf(&sb, "%sfor (int kl_e = 0; kl_e < 4; kl_e++) {\n", in3);
     kl_strbuf_addf(&sb, "%sconst int kl_r = %s / 4 + 8 * (kl_e / 2), kl_c = 2 * (%s %% 4) + kl_e %% 2;\n", in4, L, L);
-    kl_strbuf_addf(&sb, "#pragma unroll\n%sfor (int kl_x = 0; kl_x < 16; kl_x++)\n", in4);
+    kl_strbuf_addf(&sb, "%sfor (int kl_x = 0; kl_x < 16; kl_x++)\n", in4);
     kl_strbuf_addf(&sb, "%s%s[kl_e] += %s(%s) *\n%s    %s(%s);\n", in5, p->acc, p->conv, p->aread, in5, p->conv, p->bread);
     kl_strbuf_addf(&sb, "%s}\n", in3);
     kl_status st = KL_ERR_NOMEM;

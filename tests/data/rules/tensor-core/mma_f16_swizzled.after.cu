@@ -31,14 +31,10 @@ __global__ void gemm_f16(const __half* A, const __half* B, float* C, int M, int 
             // tensor-core removed: scalar f32 FMAs over the same shared tiles; each lane computes the m16n8k16
             // accumulator elements it held (element e: row lane / 4 + 8 * (e / 2), col 2 * (lane % 4) + e % 2 of the
             // 16 x 8 tile), reading A and B where its ldmatrix lanes read them
-#pragma unroll
             for (int i = 0; i < 1; ++i)
-#pragma unroll
                 for (int j = 0; j < 2; ++j)
-#pragma unroll
                     for (int kl_e = 0; kl_e < 4; kl_e++) {
                         const int kl_r = lane / 4 + 8 * (kl_e / 2), kl_c = 2 * (lane % 4) + kl_e % 2;
-#pragma unroll
                         for (int kl_x = 0; kl_x < 16; kl_x++)
                             acc[i][j][kl_e] += __half2float(As[(wid * 16 + i * 16 + kl_r) * 16 + ((kl_x / 8) ^ (((wid * 16 + i * 16 + kl_r) >> 2) & 1)) * 8 + kl_x % 8]) *
                                 __half2float((&Bs[kl_x * BS_LD + (j / 2) * 16 + (j % 2) * 8])[kl_c]);

@@ -177,10 +177,8 @@ hgemm_mma(const __nv_bfloat16* __restrict__ A, const __nv_bfloat16* __restrict__
             for (int mi = 0; mi < FRAG_M; mi++)
 #pragma unroll
                 for (int ni = 0; ni < FRAG_N; ni++)
-#pragma unroll
                     for (int kl_e = 0; kl_e < 4; kl_e++) {
                         const int kl_r = lane / 4 + 8 * (kl_e / 2), kl_c = 2 * (lane % 4) + kl_e % 2;
-#pragma unroll
                         for (int kl_x = 0; kl_x < 16; kl_x++)
                             acc[mi][ni][kl_e] += __bfloat162float(as[(warp_m * WM + mi * MMA_M + kl_r) * A_LD + (kk * MMA_K + (kl_x / 8) * 8) + kl_x % 8]) *
                                 __bfloat162float(bs[(kk * MMA_K + kl_x) * B_LD + (warp_n * WN + (ni / 2) * 2 * MMA_N + (ni % 2) * 8) + kl_c]);

@@ -162,14 +162,10 @@ __global__ void hgemm_mma(const __nv_bfloat16* A, const __nv_bfloat16* B,  // re
             // tensor-core removed: scalar f32 FMAs over the same shared tiles; each lane computes the m16n8k16
             // accumulator elements it held (element e: row lane / 4 + 8 * (e / 2), col 2 * (lane % 4) + e % 2 of the
             // 16 x 8 tile), reading A and B where its ldmatrix lanes read them
-#pragma unroll
             for (int mi = 0; mi < FRAG_M; mi++)
-#pragma unroll
                 for (int ni = 0; ni < FRAG_N; ni++)
-#pragma unroll
                     for (int kl_e = 0; kl_e < 4; kl_e++) {
                         const int kl_r = lane / 4 + 8 * (kl_e / 2), kl_c = 2 * (lane % 4) + kl_e % 2;
-#pragma unroll
                         for (int kl_x = 0; kl_x < 16; kl_x++)
                             acc[mi][ni][kl_e] += __bfloat162float(as[(warp_m * WM + mi * MMA_M + kl_r) * A_LD + (kk * MMA_K + (kl_x / 8) * 8) + kl_x % 8]) *
                                 __bfloat162float(bs[(kk * MMA_K + kl_x) * B_LD + (warp_n * WN + (ni / 2) * 2 * MMA_N + (ni % 2) * 8) + kl_c]);

@@ -1,4 +1,5 @@
 /* From a lineage document: the Markdown table, and one skill card per admitted step. */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,86 @@ char *kl_lineage_markdown(const char *doc_json)
 
 /* ---- cards ---------------------------------------------------------------------------- */
 
+/* Is s a whole word of text (an identifier the kernel uses)? */
+static bool word_in(const char *text, const char *s)
+{
+    size_t n = strlen(s);
+    if (!n || !text) return false;
+    for (const char *p = strstr(text, s); p; p = strstr(p + 1, s)) {
+        bool left = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        bool right = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+        if (left && right) return true;
+    }
+    return false;
+}
+
+/* text with its comments blanked out (string literals kept as they are); free() it */
+static char *without_comments(const char *text)
+{
+    char *out = kl_strdup(text ? text : "");
+    for (char *p = out; *p; p++) {
+        if (*p == '"' || *p == '\'') {
+            char q = *p;
+            for (p++; *p && *p != q; p++)
+                if (*p == '\\' && p[1]) p++;
+            if (!*p) break;
+        } else if (p[0] == '/' && p[1] == '/') {
+            while (*p && *p != '\n') *p++ = ' ';
+            if (!*p) break;
+        } else if (p[0] == '/' && p[1] == '*') {
+            char *e = strstr(p + 2, "*/");
+            char *end = e ? e + 2 : p + strlen(p);
+            for (; p < end; p++)
+                if (*p != '\n') *p = ' ';
+            p--;
+        }
+    }
+    return out;
+}
+
+/* A feature whose value is a name the kernel chose (a loop variable, an array, a helper, a
+ * constant) says where the site is, not when the step is valid: it stays in the anchor and is
+ * neither a condition nor part of the card's identity, so that the same step found under other
+ * names merges into one card. Type names and other keywords are not names. */
+static bool names_an_identifier(const json_t *v, const char *source)
+{
+    static const char *const keywords[] = {"float", "double", "int", "unsigned", "size_t", "half", "char", "if",
+                                           "for", "while", "bool", "void", "long", "short", NULL};
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) if (!names_an_identifier(e, source)) return false;
+        return json_array_size(v) > 0;
+    }
+    if (!json_is_string(v)) return false;
+    const char *s = json_string_value(v);
+    if (!*s || !(isalpha((unsigned char)*s) || *s == '_')) return false;
+    for (const char *p = s; *p; p++)
+        if (!(isalnum((unsigned char)*p) || *p == '_')) return false;
+    for (const char *const *k = keywords; *k; k++)
+        if (!strcmp(s, *k)) return false;
+    return word_in(source, s);
+}
+
+/* A list of per-item records (restrict's pointers, each with its type and loads): a description
+ * of this kernel's parameters, not a condition. */
+static bool is_record_list(const json_t *v)
+{
+    return json_is_array(v) && json_array_size(v) > 0 && json_is_object(json_array_get(v, 0));
+}
+
+/* The site features that describe when the step applies: every feature but the names and the
+ * per-item record lists. */
+static json_t *condition_features(const json_t *features, const char *source)
+{
+    json_t *out = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)features, k, v) if (!names_an_identifier(v, source) && !is_record_list(v))
+        json_object_set(out, k, v);
+    return out;
+}
+
 static json_t *static_preconditions(const json_t *features, const char *where)
 {
     json_t *out = json_array();
@@ -169,9 +250,12 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
     const json_t *s = json_array_get(steps, k);
     const char *transform = str(s, "transform");
     json_t *features = json_object_get(s, "features");
+    char *code = without_comments(str(json_array_get(json_object_get(doc, "versions"), 0), "source"));
+    json_t *conditional = features ? condition_features(features, code) : json_object();
+    free(code);
     json_t *pattern = json_object();
     json_object_set_new(pattern, "transform", json_string(transform));
-    json_object_set_new(pattern, "site_features", features ? json_deep_copy(features) : json_object());
+    json_object_set(pattern, "site_features", conditional);
     char *ptext = json_dumps(pattern, JSON_SORT_KEYS | JSON_COMPACT);
     char hex[KL_HASH_HEX];
     kl_hash_hex(ptext ? ptext : "", ptext ? strlen(ptext) : 0, hex);
@@ -183,7 +267,13 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
     json_object_set_new(c, "id", json_string(id));
     json_object_set_new(c, "format", json_integer(1));
     json_object_set_new(c, "transform", json_string(transform));
-    json_object_set_new(c, "intent", json_string(str(s, "note")));
+    /* the step's note says what was removed ("removed T at SITE: what it is"); the card is the
+     * step forward, so its intent is what the optimization is */
+    const char *intent = str(s, "note");
+    char removed[300];
+    kl_snprintf(removed, sizeof removed, "removed %s at %s: ", transform, str(s, "site"));
+    if (kl_str_starts(intent, removed)) intent += strlen(removed);
+    json_object_set_new(c, "intent", json_string(intent));
     json_t *params = json_object_get(s, "params");
     if (params)
         json_object_set(c, "params", params);
@@ -198,11 +288,13 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
     json_object_set_new(anchor, "before", json_string(str(diff, "before")));
     json_object_set_new(anchor, "after", json_string(str(diff, "after")));
     json_object_set_new(anchor, "pattern", pattern);
+    if (features) json_object_set(anchor, "features", features); /* all of them, names included */
     json_object_set_new(c, "anchor", anchor);
 
     char where[256];
     kl_snprintf(where, sizeof where, "site feature at %s in %s", site, str(doc, "expert"));
-    json_t *pre = features ? static_preconditions(features, where) : json_array();
+    json_t *pre = static_preconditions(conditional, where);
+    json_decref(conditional);
     json_t *conds = json_object_get(s, "conditions");
     size_t i;
     json_t *cond;
@@ -307,19 +399,39 @@ kl_status kl_lineage_extract_skills(kl_store *store, const char *doc_json, unsig
     if (!bench) bench = json_object();
     else json_incref(bench);
     json_t *steps = json_object_get(doc, "steps");
-    for (size_t k = 0; k < json_array_size(steps); k++) {
+    /* Steps of this lineage with the same id (the same step at several sites) are merged here
+     * into one card, which is then stored: storing a lineage's card again replaces it. */
+    size_t nsteps = json_array_size(steps), ncards = 0;
+    char **ids = calloc(nsteps + 1, sizeof *ids), **texts = calloc(nsteps + 1, sizeof *texts);
+    if (!ids || !texts) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; st == KL_OK && k < nsteps; k++) {
         json_t *card = card_of_step(doc, steps, k, bench);
         char *text = json_dumps(card, JSON_INDENT(2)); /* kl_skill_put orders the keys */
+        char *id = kl_strdup(json_string_value(json_object_get(card, "id")));
         json_decref(card);
-        if (!text) {
+        if (!text || !id) {
+            free(text), free(id);
             st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
             break;
         }
-        st = kl_skill_put(store, text, err);
-        free(text);
-        if (st != KL_OK) break;
+        size_t at = 0;
+        while (at < ncards && strcmp(ids[at], id) != 0) at++;
+        if (at == ncards) {
+            ids[ncards] = id;
+            texts[ncards++] = text;
+        } else {
+            char *merged = NULL;
+            st = kl_skill_merge(texts[at], text, &merged, err);
+            free(text), free(id);
+            if (st != KL_OK) break;
+            free(texts[at]);
+            texts[at] = merged;
+        }
         (*n_cards)++;
     }
+    for (size_t c = 0; st == KL_OK && c < ncards; c++) st = kl_skill_put(store, texts[c], err);
+    for (size_t c = 0; c < ncards; c++) free(ids[c]), free(texts[c]);
+    free(ids), free(texts);
     json_decref(bench);
     json_decref(doc);
     return st;

@@ -85,7 +85,7 @@ static const field f_pattern[] = {{"transform", F_STRING, NULL, false}, {"site_f
 static const schema s_pattern = SCHEMA(f_pattern);
 static const field f_anchor[] = {{"kernel", F_STRING, NULL, false}, {"site", F_STRING, NULL, false},
                                  {"before", F_STRING, NULL, false}, {"after", F_STRING, NULL, false},
-                                 {"pattern", F_OBJECT, &s_pattern, false}};
+                                 {"pattern", F_OBJECT, &s_pattern, false}, {"features", F_FREE, NULL, false}};
 static const schema s_anchor = SCHEMA(f_anchor);
 static const field f_pre[] = {{"predicate", F_PREDICATE, NULL, true}, {"kind", F_NAME, NULL, true},
                               {"verified", F_BOOL, NULL, false},      {"because", F_STRING, NULL, false},

@@ -133,7 +133,12 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
         union_into(array_or_new(pa, "shapes"), json_object_get(pb, "shapes"));
         /* the note speaks of the sum now */
         json_int_t count = json_integer_value(json_object_get(pa, "count"));
-        if (json_integer_value(json_object_get(pa, "failures")) == 0) {
+        const char *na = json_string_value(json_object_get(pa, "note"));
+        const char *nb = json_string_value(json_object_get(pb, "note"));
+        if (count == 0) {
+            /* neither side was probed: keep a reason why not (the first side's, else the other's) */
+            if (!(na && kl_str_starts(na, "not probed")) && nb) json_object_set_new(pa, "note", json_string(nb));
+        } else if (json_integer_value(json_object_get(pa, "failures")) == 0) {
             char note[160];
             kl_snprintf(note, sizeof note, "probed on %lld shape(s); no failure found", (long long)count);
             json_object_set_new(pa, "note", json_string(note));

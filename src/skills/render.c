@@ -109,7 +109,13 @@ static void probes_sentence(kl_strbuf *sb, const json_t *c)
 {
     json_t *pr = json_object_get(c, "probes");
     if (!pr || json_integer_value(json_object_get(pr, "count")) == 0) {
-        kl_strbuf_adds(sb, "Not probed: no shape other than those it was learned on was tried.");
+        const char *why = kl_sk_str(pr, "note");
+        if (kl_str_starts(why, "not probed: "))
+            kl_strbuf_addf(sb, "Not probed: %s (a step within measurement noise is not worth the gate calls that "
+                               "probing costs); no shape other than those it was learned on was tried.",
+                           why + strlen("not probed: "));
+        else
+            kl_strbuf_adds(sb, "Not probed: no shape other than those it was learned on was tried.");
         return;
     }
     json_int_t n = json_integer_value(json_object_get(pr, "count"));

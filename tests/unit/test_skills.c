@@ -663,6 +663,49 @@ static void extracted_cards_validate(void **state)
     kl_skill_list_release(&list);
 }
 
+/* The same step under other names is one card: a feature whose value is a name the kernel
+ * chose (a loop variable) is neither a condition nor part of the id; a word that appears only
+ * in a comment is not a name; the card says why a step was not probed. */
+static void names_are_not_conditions(void **state)
+{
+    fixture *f = *state;
+    const char *doc =
+        "{\"format\":\"klineage-lineage-1\",\"key\":\"k2\",\"task\":\"t\",\"expert\":\"expert.cu\",\"rewriter\":\"rules\","
+        "\"bench\":{\"n\":64},\"versions\":[{\"source\":\"// f32 values\\n__global__ void k(float *x) {\\n"
+        "  for (int i = 0; i < 4; i++) x[i] = 0;\\n  for (int j = 0; j < 4; j++) x[j] += 1;\\n"
+        "  for (int q = 0; q < 8; q++) x[q] *= 2;\\n}\\n\"}],\"steps\":["
+        "{\"transform\":\"unroll\",\"site\":\"k:3:3\",\"features\":{\"loop_var\":\"i\",\"trip\":4,\"dtype\":\"f32\"},"
+        " \"speedup\":1.0,\"verdict\":\"v1\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:4:3\",\"features\":{\"loop_var\":\"j\",\"trip\":4,\"dtype\":\"f32\"},"
+        " \"speedup\":1.0,\"verdict\":\"v2\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:5:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"dtype\":\"f32\"},"
+        " \"speedup\":1.0,\"verdict\":\"v3\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"}]}";
+    unsigned n = 0;
+    kl_error err = {0};
+    if (kl_lineage_extract_skills(f->store, doc, &n, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(n, 3);
+    kl_skill_list list = KL_SKILL_LIST_INIT;
+    if (kl_skill_list_load(f->store, &list, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(list.count, 2); /* trip 4 (i and j merged) and trip 8 */
+    bool saw_merged = false;
+    for (size_t c = 0; c < list.count; c++) {
+        char *text = kl_skill_to_json(list.items[c]);
+        assert_null(strstr(text, "loop_var ==")); /* names are not conditions */
+        assert_non_null(strstr(text, "dtype == \\\"f32\\\"")); /* a word of a comment is not a name */
+        assert_non_null(strstr(text, "\"loop_var\"")); /* the anchor keeps it */
+        if (strstr(text, "trip == 4")) {
+            saw_merged = true;
+            assert_non_null(strstr(text, "\"v1\"")), assert_non_null(strstr(text, "\"v2\""));
+        }
+        free(text);
+        char *md = kl_skill_markdown(list.items[c], 1);
+        assert_non_null(strstr(md, "Not probed: the gain (1.000x) is below 1.05x"));
+        free(md);
+    }
+    assert_true(saw_merged);
+    kl_skill_list_release(&list);
+}
+
 /* ---- renderings -------------------------------------------------------------------------------- */
 
 static kl_skill *merged_smem_pad(void)
@@ -827,6 +870,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(put_merges_cards_of_other_lineages, setup, teardown),
         cmocka_unit_test_setup_teardown(import_validates_every_card_first, setup, teardown),
         cmocka_unit_test_setup_teardown(extracted_cards_validate, setup, teardown),
+        cmocka_unit_test_setup_teardown(names_are_not_conditions, setup, teardown),
         cmocka_unit_test(renderings_match_goldens),
         cmocka_unit_test(library_renders_and_writes_agent_skills),
     };

@@ -14,7 +14,8 @@ import os
 import subprocess
 import sys
 
-# The sequences: what a kernel engineer would apply to each naive kernel, in order.
+# The sequences: what a kernel engineer would apply to each naive kernel, in order. A task may
+# have several (a list of lists): each is gated and reported on its own row.
 SEQUENCES = {
     "softmax": ["row-parallel unit=block threads=256", "vectorize width=4", "fast-math", "restrict",
                 "launch-bounds"],
@@ -22,10 +23,14 @@ SEQUENCES = {
                   "launch-bounds"],
     "reduce_sum": ["grid-stride", "block-reduce", "vectorize width=4", "warp-reduce", "restrict", "launch-bounds"],
     "histogram": ["grid-stride", "privatize", "restrict", "launch-bounds"],
-    "transpose": ["coalesce", "smem-pad", "restrict", "launch-bounds"],
-    "blur": ["smem-tile", "restrict", "launch-bounds", "unroll"],
+    "transpose": [["coalesce", "smem-pad", "restrict", "launch-bounds"],
+                  ["coalesce", "smem-pad", "block-size bx=32 by=32", "restrict", "launch-bounds"]],
+    "blur": [["smem-tile", "restrict", "launch-bounds", "unroll"],
+             ["smem-tile max_radius=3", "restrict", "launch-bounds", "specialize values=5,7"]],
     "sgemm": ["smem-tile", "register-tile TM=8 TN=8", "restrict", "launch-bounds", "unroll"],
-    "hgemm": ["tensor-core warps_m=2 warps_n=2 frags_m=2 frags_n=2", "restrict", "launch-bounds"],
+    "hgemm": [["tensor-core warps_m=2 warps_n=2 frags_m=2 frags_n=2", "restrict", "launch-bounds"],
+              ["tensor-core warps_m=4 warps_n=2 frags_m=2 frags_n=2", "restrict", "launch-bounds", "unroll",
+               "unroll"]],
 }
 
 
@@ -50,11 +55,13 @@ def main():
     tasks = tasks or list(SEQUENCES)
     os.makedirs(out, exist_ok=True)
     rows = []
-    for t in tasks:
+    for t, seq, final in ((t, seq, f"{out}/{t}.cu" if k == 0 else f"{out}/{t}-{k + 1}.cu")
+                          for t in tasks
+                          for k, seq in enumerate(SEQUENCES[t] if isinstance(SEQUENCES[t][0], list) else [SEQUENCES[t]])):
         tdir = f"tasks/{t}"
         src = open(f"{tdir}/naive.cu").read()
         applied, skipped = [], []
-        for step in SEQUENCES[t]:
+        for step in seq:
             name, *params = step.split()
             cur = f"{out}/{t}.step.cu"
             open(cur, "w").write(src)
@@ -77,7 +84,6 @@ def main():
                     break
             if not done:
                 skipped.append(f"{name} ({(r.stderr.strip().splitlines() or ['refused'])[-1]})")
-        final = f"{out}/{t}.cu"
         open(final, "w").write(src)
         r = run([kl, "--measure", measure, "gate", tdir, final, "--baseline", f"{tdir}/expert.cu", "--json"])
         frac, why = None, ""

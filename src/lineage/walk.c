@@ -153,13 +153,54 @@ static bool better(const json_t *a, const json_t *b)
     return strcmp(doc_str(a, "site"), doc_str(b, "site")) < 0;
 }
 
+static json_t *shape_json(const kl_task *task, const kl_shape *shape)
+{
+    json_t *s = json_object();
+    for (unsigned k = 0; k < task->nsizes; k++) json_object_set_new(s, task->sizes[k], json_integer(shape->values[k]));
+    return s;
+}
+
+/* A probed step's conditions, from its probes: where the optimized side was wrong (against
+ * every shape where it was right: the probes that passed and the task's own check shapes,
+ * which the admitted step passed), and where it was slower (against the probes that were not,
+ * and the bench shape, where the step was measured at its gain, at least the probing floor).
+ * Derived again whenever a walk is loaded, so stored walks follow the learner. */
+static void derive_conditions(const kl_task *task, json_t *step)
+{
+    json_t *probes = json_object_get(step, "probes");
+    if (!json_array_size(probes)) return;
+    json_t *passed = json_array(), *wrong = json_array(), *slower = json_array(), *faster = json_array();
+    size_t i;
+    json_t *p;
+    json_array_foreach(probes, i, p) {
+        json_t *shape = json_object_get(p, "shape");
+        const char *broke = doc_str(p, "broke");
+        if (!json_is_true(json_object_get(p, "pass"))) {
+            json_array_append(wrong, shape);
+            continue;
+        }
+        json_array_append(passed, shape);
+        if (!strcmp(broke, "slower"))
+            json_array_append(slower, shape);
+        else if (json_is_number(json_object_get(p, "speedup")))
+            json_array_append(faster, shape);
+    }
+    for (unsigned c = 0; c < task->nchecks; c++) json_array_append_new(passed, shape_json(task, &task->checks[c]));
+    json_array_append_new(faster, shape_json(task, &task->bench));
+    json_t *conds = kl_probe_conditions(task, passed, wrong, "wrong");
+    json_t *perf = kl_probe_conditions(task, faster, slower, "slower");
+    json_array_extend(conds, perf);
+    json_decref(perf);
+    json_object_set_new(step, "conditions", conds);
+    json_decref(passed), json_decref(wrong), json_decref(slower), json_decref(faster);
+}
+
 /* Gate the chosen step on the probe shapes: the optimized side (parent) against the
  * simpler (child) as baseline, one derived task per shape. */
 static kl_status probe_step(walk *w, json_t *step, const char *parent, const char *child, unsigned version)
 {
     json_t *shapes = kl_probe_shapes(w->task, w->opt->probes);
-    json_t *probes = json_array(), *passed = json_array(), *wrong = json_array(), *slower = json_array();
-    json_t *faster = json_array();
+    json_t *probes = json_array();
     char *dir = NULL;
     kl_status st = KL_OK;
     if (w->opt->probe_dir) {
@@ -205,45 +246,21 @@ static kl_status probe_step(walk *w, json_t *step, const char *parent, const cha
         }
         json_t *p = judgement_json(&j);
         json_object_set(p, "shape", shape);
-        if (!j.pass) {
+        if (!j.pass)
             json_object_set_new(p, "broke", json_string(!strcmp(j.stage, "compile") ? "compile"
                                                         : !strcmp(j.stage, "correct") ? "wrong"
                                                                                        : "crash"));
-            json_array_append(wrong, shape);
-        } else {
-            json_array_append(passed, shape);
-            /* speedup here = t_child / t_parent: the optimization's gain at this shape */
-            if (j.speedup >= 0 && j.speedup < 0.95) {
-                json_object_set_new(p, "broke", json_string("slower"));
-                json_array_append(slower, shape);
-            } else if (j.speedup >= 0) {
-                json_array_append(faster, shape);
-            }
-        }
+        else if (j.speedup >= 0 && j.speedup < 0.95) /* speedup here = t_child / t_parent: the gain */
+            json_object_set_new(p, "broke", json_string("slower"));
         json_array_append_new(probes, p);
     }
-    /* The task's own check shapes passed on both sides (the step was admitted). */
-    for (unsigned c = 0; c < w->task->nchecks; c++) {
-        json_t *s = json_object();
-        for (unsigned k = 0; k < w->task->nsizes; k++)
-            json_object_set_new(s, w->task->sizes[k], json_integer(w->task->checks[c].values[k]));
-        json_array_append_new(passed, s);
-    }
-    json_t *conds = kl_probe_conditions(w->task, passed, wrong, "wrong");
-    json_t *perf = kl_probe_conditions(w->task, faster, slower, "slower");
-    json_array_extend(conds, perf);
-    json_decref(perf);
     json_object_set_new(step, "probes", probes);
     probes = NULL;
-    json_object_set_new(step, "conditions", conds);
+    derive_conditions(w->task, step);
 cleanup:
     free(dir);
     json_decref(shapes);
     json_decref(probes);
-    json_decref(passed);
-    json_decref(wrong);
-    json_decref(slower);
-    json_decref(faster);
     return st;
 }
 
@@ -758,6 +775,11 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
     progress(&w, KL_WALK_START, 0, 0, 0, "walking %s from %s (%zu step(s) stored)", task->name, expert_path,
              json_array_size(json_object_get(w.doc, "steps")));
     forget_stale_naive(&w, naive_text);
+    {
+        size_t k;
+        json_t *step;
+        json_array_foreach(json_object_get(w.doc, "steps"), k, step) derive_conditions(task, step);
+    }
     /* a finished walk taken up again: the rewriter may see more to remove than when it ended;
      * both ends are judged against the naive kernel again */
     if (opt->reopen && !strcmp(doc_str(w.doc, "state"), "done") &&

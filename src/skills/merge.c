@@ -40,12 +40,6 @@ static json_t *array_or_new(json_t *o, const char *key)
     return a;
 }
 
-static const char *lineages_of(const json_t *card)
-{
-    json_t *l = json_object_get(json_object_get(card, "evidence"), "lineages");
-    return json_string_value(json_array_get(l, 0));
-}
-
 /* A contradiction: predicate held in one side's lineages and was not found in the other's. */
 static json_t *contradiction(const char *predicate, const char *held, const char *dflt_held, const char *missing,
                              const char *dflt_missing)
@@ -206,44 +200,121 @@ static kl_status canonical(const char *card_json, const char *origin, char **out
     return *out ? KL_OK : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 }
 
+/* The store keeps, beside each card (kind "skill"), the parts it was merged from (kind
+ * "skill-part", key "<id>/<hash of the part's lineages>"): one per lineage for cards a walk
+ * extracted, one per lineage set for cards imported already merged. Storing a card replaces the
+ * part of its lineages and merges the parts again, in key order, into the card: storing the same
+ * lineage twice (a replay, a walk taken up again) changes nothing, and the evidence of other
+ * lineages stays. A card stored before parts were kept becomes the part of its own lineages. */
+#define PART_KIND "skill-part"
+
+static kl_status part_key(const json_t *card, const char *id, char *key, size_t size, kl_error *err)
+{
+    char *lin = kl_sk_lineages_text(card);
+    char hex[KL_HASH_HEX];
+    kl_hash_hex(lin ? lin : "", lin ? strlen(lin) : 0, hex);
+    free(lin);
+    if ((size_t)kl_snprintf(key, size, "%s/%s", id, hex) >= size)
+        return kl_error_set(err, KL_ERR_INVALID, "skill %s: the id is too long for a part key", id);
+    return KL_OK;
+}
+
+typedef struct parts {
+    char **texts;
+    size_t n, cap;
+    bool oom;
+} parts;
+
+static bool collect_part(const char *key, const char *json, void *user)
+{
+    (void)key;
+    parts *p = user;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 8;
+        char **t = realloc(p->texts, cap * sizeof *t);
+        if (!t) {
+            p->oom = true;
+            return false;
+        }
+        p->texts = t;
+        p->cap = cap;
+    }
+    p->texts[p->n] = kl_strdup(json);
+    if (!p->texts[p->n]) {
+        p->oom = true;
+        return false;
+    }
+    p->n++;
+    return true;
+}
+
 kl_status kl_skill_put(kl_store *store, const char *card_json, kl_error *err)
 {
-    char *text = NULL, *old = NULL, *merged = NULL, *merged_text = NULL;
+    char *text = NULL, *old = NULL, *merged = NULL;
     json_t *card = NULL;
+    parts ps = {0};
     kl_status st = KL_OK;
-    KL_TRY(canonical(card_json, "skill card", &text, err));
+    if ((st = canonical(card_json, "skill card", &text, err)) != KL_OK) goto cleanup;
     card = json_loads(text, 0, NULL);
     if (!card) {
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
     const char *id = json_string_value(json_object_get(card, "id"));
-    st = kl_store_get(store, "skill", id, &old, err);
-    if (st == KL_OK) {
-        /* The same lineage stored again replaces its own card instead of adding to it. */
-        json_t *o = json_loads(old, 0, NULL);
-        const char *lo = o ? lineages_of(o) : NULL, *ln = lineages_of(card);
-        bool same = lo && ln && !strcmp(lo, ln) &&
-                    json_array_size(json_object_get(json_object_get(o, "evidence"), "lineages")) == 1;
-        json_decref(o);
-        if (same) {
-            st = kl_store_put(store, "skill", id, text, err);
-        } else {
-            KL_TRY(kl_skill_merge(old, text, &merged, err));
-            char origin[200];
-            kl_snprintf(origin, sizeof origin, "skill %s merged with the stored card", id);
-            KL_TRY(canonical(merged, origin, &merged_text, err));
-            st = kl_store_put(store, "skill", id, merged_text, err);
-        }
-    } else if (st == KL_ERR_NOT_FOUND) {
-        kl_error_clear(err);
-        st = kl_store_put(store, "skill", id, text, err);
+    char key[1024], prefix[256];
+    if ((st = part_key(card, id, key, sizeof key, err)) != KL_OK) goto cleanup;
+    kl_snprintf(prefix, sizeof prefix, "%s/", id);
+    if ((st = kl_store_each(store, PART_KIND, prefix, collect_part, &ps, err)) != KL_OK) goto cleanup;
+    if (ps.oom) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
     }
+    if (ps.n == 0) {
+        /* a card from before parts were kept: it becomes the part of its own lineages */
+        st = kl_store_get(store, "skill", id, &old, err);
+        if (st == KL_OK) {
+            json_t *o = json_loads(old, 0, NULL);
+            char okey[1024];
+            st = o ? part_key(o, id, okey, sizeof okey, err) : kl_error_set(err, KL_ERR_PARSE, "skill %s: stored card is not JSON", id);
+            json_decref(o);
+            if (st == KL_OK && strcmp(okey, key) != 0) st = kl_store_put(store, PART_KIND, okey, old, err);
+            if (st != KL_OK) goto cleanup;
+        } else if (st == KL_ERR_NOT_FOUND) {
+            kl_error_clear(err);
+            st = KL_OK;
+        } else {
+            goto cleanup;
+        }
+    }
+    if ((st = kl_store_put(store, PART_KIND, key, text, err)) != KL_OK) goto cleanup;
+    for (size_t i = 0; i < ps.n; i++) free(ps.texts[i]);
+    ps.n = 0;
+    if ((st = kl_store_each(store, PART_KIND, prefix, collect_part, &ps, err)) != KL_OK) goto cleanup;
+    if (ps.oom || ps.n == 0) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    merged = kl_strdup(ps.texts[0]);
+    for (size_t i = 1; merged && i < ps.n; i++) {
+        char *m = NULL, *c = NULL;
+        st = kl_skill_merge(merged, ps.texts[i], &m, err);
+        if (st == KL_OK) {
+            char origin[200];
+            kl_snprintf(origin, sizeof origin, "skill %s merged from its parts", id);
+            st = canonical(m, origin, &c, err);
+        }
+        free(m);
+        free(merged);
+        merged = c;
+        if (st != KL_OK) goto cleanup;
+    }
+    st = merged ? kl_store_put(store, "skill", id, merged, err) : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 cleanup:
+    for (size_t i = 0; i < ps.n; i++) free(ps.texts[i]);
+    free(ps.texts);
     free(text);
     free(old);
     free(merged);
-    free(merged_text);
     json_decref(card);
     return st;
 }

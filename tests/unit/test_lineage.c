@@ -521,6 +521,26 @@ static bool first_doc(const char *key, const char *json, void *user)
     return false;
 }
 
+/* Slower at the small probes, not at the bench shape (where the step was measured at its
+ * gain): a size threshold, and no modulus (any divisor of the bench size would "explain" it). */
+static void speed_conditions_are_thresholds_against_the_bench_shape(void **state)
+{
+    fixture *f = *state;
+    json_t *faster = json_pack("[{s:i}]", "n", 1048576);
+    json_t *slower = json_pack("[{s:i}, {s:i}]", "n", 100, "n", 1021);
+    json_t *c = kl_probe_conditions(f->task, faster, slower, "slower");
+    assert_int_equal(json_array_size(c), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(c, 0), "predicate")), "n >= 1048576");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(c, 0), "kind")), "probed-perf");
+    json_decref(c);
+    /* for correctness the modulus is still learned */
+    json_t *passed = json_pack("[{s:i}, {s:i}]", "n", 1024, "n", 4096), *wrong = json_pack("[{s:i}]", "n", 1021);
+    c = kl_probe_conditions(f->task, passed, wrong, "wrong");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(c, 0), "predicate")), "n % 256 == 0");
+    json_decref(c);
+    json_decref(faster), json_decref(slower), json_decref(passed), json_decref(wrong);
+}
+
 static void probing_learns_divisibility_and_cards_carry_it(void **state)
 {
     fixture *f = *state;
@@ -664,6 +684,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(finished_walk_taken_up_again, setup, teardown),
         cmocka_unit_test_setup_teardown(changed_naive_is_judged_again, setup, teardown),
         cmocka_unit_test_setup_teardown(walk_resumes_after_interruption_at_every_point, setup, teardown),
+        cmocka_unit_test_setup_teardown(speed_conditions_are_thresholds_against_the_bench_shape, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_learns_divisibility_and_cards_carry_it, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_skips_steps_within_the_gain_floor, setup, teardown),
     };

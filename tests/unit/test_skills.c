@@ -567,6 +567,40 @@ static void put_merges_cards_of_other_lineages(void **state)
     kl_skill_free(m);
 }
 
+/* Storing the cards of a lineage again (a replay, a walk taken up again) leaves a card merged
+ * from several lineages as it was: the evidence is not counted twice, in any order; a card
+ * stored before parts were kept keeps its evidence when another lineage's card arrives. */
+static void put_again_is_idempotent(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    put(f->store, "smem-pad-a.json");
+    put(f->store, "smem-pad-b.json");
+    char *once = NULL, *twice = NULL;
+    assert_int_equal(kl_store_get(f->store, "skill", "smem-pad-7c21e9", &once, &err), KL_OK);
+    put(f->store, "smem-pad-a.json");
+    put(f->store, "smem-pad-b.json");
+    put(f->store, "smem-pad-a.json");
+    assert_int_equal(kl_store_get(f->store, "skill", "smem-pad-7c21e9", &twice, &err), KL_OK);
+    assert_string_equal(once, twice);
+    free(twice);
+    /* a card from before parts were kept (stored as it is), then another lineage's */
+    kl_store *legacy = NULL;
+    assert_int_equal(kl_store_open(":memory:", &legacy, &err), KL_OK);
+    char *a = read_data("smem-pad-a.json"), *canon = NULL;
+    kl_skill *ca = NULL;
+    assert_int_equal(kl_skill_parse(a, "a", &ca, &err), KL_OK);
+    canon = kl_skill_to_json(ca);
+    assert_int_equal(kl_store_put(legacy, "skill", "smem-pad-7c21e9", canon, &err), KL_OK);
+    put(legacy, "smem-pad-b.json");
+    put(legacy, "smem-pad-b.json");
+    assert_int_equal(kl_store_get(legacy, "skill", "smem-pad-7c21e9", &twice, &err), KL_OK);
+    assert_string_equal(once, twice);
+    kl_skill_free(ca);
+    kl_store_close(legacy);
+    free(a), free(canon), free(once), free(twice);
+}
+
 static void import_validates_every_card_first(void **state)
 {
     fixture *f = *state;
@@ -868,6 +902,7 @@ int main(void)
         cmocka_unit_test(merge_keeps_agreement_adds_evidence_and_shows_contradictions),
         cmocka_unit_test_setup_teardown(store_round_trip_get_list_and_prefixes, setup, teardown),
         cmocka_unit_test_setup_teardown(put_merges_cards_of_other_lineages, setup, teardown),
+        cmocka_unit_test_setup_teardown(put_again_is_idempotent, setup, teardown),
         cmocka_unit_test_setup_teardown(import_validates_every_card_first, setup, teardown),
         cmocka_unit_test_setup_teardown(extracted_cards_validate, setup, teardown),
         cmocka_unit_test_setup_teardown(names_are_not_conditions, setup, teardown),

@@ -256,7 +256,17 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
     json_t *pattern = json_object();
     json_object_set_new(pattern, "transform", json_string(transform));
     json_object_set(pattern, "site_features", conditional);
-    char *ptext = json_dumps(pattern, JSON_SORT_KEYS | JSON_COMPACT);
+    /* The card's identity: its transform and the features that name a kind of site (strings and
+     * booleans: a form, a dtype, whether a trip count is known). Counts and sizes (numbers,
+     * objects of counts) are conditions, which a merge keeps where all evidence agrees, so the
+     * same transform at sites of one kind is one card across sites and lineages. */
+    json_t *kind = json_object();
+    json_object_set_new(kind, "transform", json_string(transform));
+    const char *fk;
+    json_t *fv;
+    json_object_foreach(conditional, fk, fv) if (json_is_string(fv) || json_is_boolean(fv)) json_object_set(kind, fk, fv);
+    char *ptext = json_dumps(kind, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(kind);
     char hex[KL_HASH_HEX];
     kl_hash_hex(ptext ? ptext : "", ptext ? strlen(ptext) : 0, hex);
     free(ptext);

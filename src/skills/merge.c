@@ -40,6 +40,20 @@ static json_t *array_or_new(json_t *o, const char *key)
     return a;
 }
 
+/* A condition learned by probing, and whether a card was probed at all: a probed condition of
+ * one card stays in the merge when the other card was never probed (its absence there is no
+ * evidence against it); a static one, or one the other card's probes did not find, does not. */
+static bool probed_kind(const json_t *pre)
+{
+    const char *k = json_string_value(json_object_get(pre, "kind"));
+    return k && (!strcmp(k, "probed") || !strcmp(k, "probed-perf"));
+}
+
+static bool was_probed(const json_t *card)
+{
+    return json_integer_value(json_object_get(json_object_get(card, "probes"), "count")) > 0;
+}
+
 /* A contradiction: predicate held in one side's lineages and was not found in the other's. */
 static json_t *contradiction(const char *predicate, const char *held, const char *dflt_held, const char *missing,
                              const char *dflt_missing)
@@ -163,6 +177,8 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
             /* verified only where both verified it */
             if (json_is_false(json_object_get(other, "verified"))) json_object_set_new(k, "verified", json_false());
             json_array_append_new(kept, k);
+        } else if (probed_kind(p) && !was_probed(b)) {
+            add_unique(kept, json_deep_copy(p)); /* nothing on the other side says otherwise */
         } else {
             add_unique(contra, contradiction(q, la, "first card", lb, "second card"));
         }
@@ -174,7 +190,10 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
             continue;
         }
         if (find_pre(pre_a, q)) continue;
-        add_unique(contra, contradiction(q, lb, "second card", la, "first card"));
+        if (probed_kind(p) && !was_probed(a))
+            add_unique(kept, json_deep_copy(p));
+        else
+            add_unique(contra, contradiction(q, lb, "second card", la, "first card"));
     }
     free(la);
     free(lb);

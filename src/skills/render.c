@@ -1,5 +1,6 @@
 /* Renderings of cards: Markdown for people, SKILL.md for coding agents, and the library as
  * one JSON array, one Markdown document or a folder of agent skills. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +205,24 @@ static void risk_items(kl_strbuf *sb, const json_t *c, const char *indent)
     }
 }
 
+/* A ", "-separated list of lineage keys, each SHA-256 key shortened to its first 8 hex digits
+ * (as verdicts are): `f0bbf603`, `f767a90a`. */
+static void add_lineages(kl_strbuf *sb, const char *list)
+{
+    for (const char *p = list; *p;) {
+        const char *e = strstr(p, ", ");
+        size_t len = e ? (size_t)(e - p) : strlen(p), hex = 0;
+        while (hex < len && isxdigit((unsigned char)p[hex])) hex++;
+        if (len >= 16 && hex == len)
+            kl_strbuf_addf(sb, "`%.8s`", p);
+        else
+            for (size_t i = 0; i < len; i++) kl_strbuf_addc(sb, (p[i] == '\n' || p[i] == '\r') ? ' ' : p[i]);
+        if (!e) break;
+        kl_strbuf_adds(sb, ", ");
+        p = e + 2;
+    }
+}
+
 static void contradiction_items(kl_strbuf *sb, const json_t *c)
 {
     size_t i;
@@ -212,9 +231,9 @@ static void contradiction_items(kl_strbuf *sb, const json_t *c)
         kl_strbuf_adds(sb, "- ");
         add_code(sb, kl_sk_str(x, "predicate"));
         kl_strbuf_adds(sb, " held in ");
-        add_line(sb, *kl_sk_str(x, "held_in") ? kl_sk_str(x, "held_in") : "one lineage");
+        add_lineages(sb, *kl_sk_str(x, "held_in") ? kl_sk_str(x, "held_in") : "one lineage");
         kl_strbuf_adds(sb, " but was not found in ");
-        add_line(sb, *kl_sk_str(x, "not_found_in") ? kl_sk_str(x, "not_found_in") : "another");
+        add_lineages(sb, *kl_sk_str(x, "not_found_in") ? kl_sk_str(x, "not_found_in") : "another");
         kl_strbuf_adds(sb, ", so it is not a condition of this card.\n");
     }
 }

@@ -601,6 +601,41 @@ static void put_again_is_idempotent(void **state)
     free(a), free(canon), free(once), free(twice);
 }
 
+/* A condition learned by probing one lineage stays when the other lineage's card was never
+ * probed; a static one both do not share, or a probed one the other's probes did not find,
+ * becomes a contradiction. */
+static void probed_conditions_survive_unprobed_evidence(void **state)
+{
+    (void)state;
+    const char *probed =
+        "{\"id\":\"x-1\",\"transform\":\"x\",\"preconditions\":[{\"predicate\":\"n >= 4096\",\"kind\":\"probed-perf\"},"
+        "{\"predicate\":\"w == 4\",\"kind\":\"static\"}],\"probes\":{\"count\":2,\"failures\":1},"
+        "\"evidence\":{\"lineages\":[\"L1\"]}}";
+    const char *unprobed = "{\"id\":\"x-1\",\"transform\":\"x\",\"preconditions\":[{\"predicate\":\"w == 8\",\"kind\":\"static\"}],"
+                           "\"probes\":{\"count\":0},\"evidence\":{\"lineages\":[\"L2\"]}}";
+    const char *probed_other = "{\"id\":\"x-1\",\"transform\":\"x\",\"preconditions\":[],"
+                               "\"probes\":{\"count\":2,\"failures\":0},\"evidence\":{\"lineages\":[\"L3\"]}}";
+    kl_error err = {0};
+    for (int order = 0; order < 2; order++) {
+        char *m = NULL;
+        assert_int_equal(kl_skill_merge(order ? unprobed : probed, order ? probed : unprobed, &m, &err), KL_OK);
+        assert_non_null(strstr(m, "\"n >= 4096\""));
+        json_t *d = json_loads(m, 0, NULL);
+        json_t *pre = json_object_get(d, "preconditions");
+        assert_int_equal(json_array_size(pre), 1); /* n >= 4096 kept; w == 4 / w == 8 disagree */
+        assert_string_equal(json_string_value(json_object_get(json_array_get(pre, 0), "predicate")), "n >= 4096");
+        assert_int_equal(json_array_size(json_object_get(d, "contradictions")), 2);
+        json_decref(d);
+        free(m);
+    }
+    char *m = NULL;
+    assert_int_equal(kl_skill_merge(probed, probed_other, &m, &err), KL_OK);
+    json_t *d = json_loads(m, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(d, "preconditions")), 0); /* probed elsewhere, not found */
+    json_decref(d);
+    free(m);
+}
+
 static void import_validates_every_card_first(void **state)
 {
     fixture *f = *state;
@@ -697,9 +732,11 @@ static void extracted_cards_validate(void **state)
     kl_skill_list_release(&list);
 }
 
-/* The same step under other names is one card: a feature whose value is a name the kernel
- * chose (a loop variable) is neither a condition nor part of the id; a word that appears only
- * in a comment is not a name; the card says why a step was not probed. */
+/* The same transform at sites of one kind is one card: a feature whose value is a name the
+ * kernel chose (a loop variable) is neither a condition nor part of the id; a number (a trip
+ * count) is a condition, kept only where all sites agree; a string (a dtype) is the kind of
+ * site, so another dtype is another card; a word that appears only in a comment is not a
+ * name; the card says why a step was not probed. */
 static void names_are_not_conditions(void **state)
 {
     fixture *f = *state;
@@ -708,28 +745,41 @@ static void names_are_not_conditions(void **state)
         "\"bench\":{\"n\":64},\"versions\":[{\"source\":\"// f32 values\\n__global__ void k(float *x) {\\n"
         "  for (int i = 0; i < 4; i++) x[i] = 0;\\n  for (int j = 0; j < 4; j++) x[j] += 1;\\n"
         "  for (int q = 0; q < 8; q++) x[q] *= 2;\\n}\\n\"}],\"steps\":["
-        "{\"transform\":\"unroll\",\"site\":\"k:3:3\",\"features\":{\"loop_var\":\"i\",\"trip\":4,\"dtype\":\"f32\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:3:3\",\"features\":{\"loop_var\":\"i\",\"trip\":4,\"depth\":1,\"dtype\":\"f32\"},"
         " \"speedup\":1.0,\"verdict\":\"v1\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
-        "{\"transform\":\"unroll\",\"site\":\"k:4:3\",\"features\":{\"loop_var\":\"j\",\"trip\":4,\"dtype\":\"f32\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:4:3\",\"features\":{\"loop_var\":\"j\",\"trip\":4,\"depth\":1,\"dtype\":\"f32\"},"
         " \"speedup\":1.0,\"verdict\":\"v2\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
-        "{\"transform\":\"unroll\",\"site\":\"k:5:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"dtype\":\"f32\"},"
-        " \"speedup\":1.0,\"verdict\":\"v3\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"}]}";
+        "{\"transform\":\"unroll\",\"site\":\"k:5:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"depth\":1,\"dtype\":\"f32\"},"
+        " \"speedup\":1.0,\"verdict\":\"v3\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:6:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"depth\":1,\"dtype\":\"bf16\"},"
+        " \"speedup\":1.0,\"verdict\":\"v4\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"}]}";
     unsigned n = 0;
     kl_error err = {0};
     if (kl_lineage_extract_skills(f->store, doc, &n, &err) != KL_OK) fail_msg("%s", err.message);
-    assert_int_equal(n, 3);
+    assert_int_equal(n, 4);
     kl_skill_list list = KL_SKILL_LIST_INIT;
     if (kl_skill_list_load(f->store, &list, &err) != KL_OK) fail_msg("%s", err.message);
-    assert_int_equal(list.count, 2); /* trip 4 (i and j merged) and trip 8 */
+    assert_int_equal(list.count, 2); /* f32 (three sites merged) and bf16 */
     bool saw_merged = false;
     for (size_t c = 0; c < list.count; c++) {
         char *text = kl_skill_to_json(list.items[c]);
         assert_null(strstr(text, "loop_var ==")); /* names are not conditions */
-        assert_non_null(strstr(text, "dtype == \\\"f32\\\"")); /* a word of a comment is not a name */
-        assert_non_null(strstr(text, "\"loop_var\"")); /* the anchor keeps it */
-        if (strstr(text, "trip == 4")) {
+        assert_non_null(strstr(text, "\"loop_var\"")); /* the anchor keeps them */
+        assert_non_null(strstr(text, "depth == 1")); /* agreed by every site */
+        if (strstr(text, "dtype == \\\"f32\\\"")) { /* a word of a comment is not a name */
             saw_merged = true;
             assert_non_null(strstr(text, "\"v1\"")), assert_non_null(strstr(text, "\"v2\""));
+            assert_non_null(strstr(text, "\"v3\""));
+            const json_t *d = kl_skill_doc(list.items[c]);
+            size_t i;
+            json_t *p;
+            json_array_foreach(json_object_get(d, "preconditions"), i, p) /* not agreed: no condition … */
+                assert_false(json_is_string(json_object_get(p, "predicate")) &&
+                             kl_str_starts(json_string_value(json_object_get(p, "predicate")), "trip =="));
+            assert_true(json_array_size(json_object_get(d, "contradictions")) >= 1); /* … but shown */
+        } else {
+            assert_non_null(strstr(text, "dtype == \\\"bf16\\\""));
+            assert_non_null(strstr(text, "trip == 8"));
         }
         free(text);
         char *md = kl_skill_markdown(list.items[c], 1);
@@ -903,6 +953,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(store_round_trip_get_list_and_prefixes, setup, teardown),
         cmocka_unit_test_setup_teardown(put_merges_cards_of_other_lineages, setup, teardown),
         cmocka_unit_test_setup_teardown(put_again_is_idempotent, setup, teardown),
+        cmocka_unit_test(probed_conditions_survive_unprobed_evidence),
         cmocka_unit_test_setup_teardown(import_validates_every_card_first, setup, teardown),
         cmocka_unit_test_setup_teardown(extracted_cards_validate, setup, teardown),
         cmocka_unit_test_setup_teardown(names_are_not_conditions, setup, teardown),

@@ -351,9 +351,9 @@ static bool const_name_depth(const kl_rule_ctx *ctx, TSNode scope, const char *n
     if (depth > 16) return false;
     find_const fc = {.ctx = ctx, .name = name};
     if (!ts_node_is_null(scope)) {
-        /* declarations directly in the scope's body (and its nested blocks) */
+        /* declarations in the scope's body and its nested blocks (a kernel's local constexpr) */
         uint32_t c = ts_node_named_child_count(scope);
-        for (uint32_t i = 0; i < c && !fc.found; i++) find_const_visit(ts_node_named_child(scope, i), &fc);
+        for (uint32_t i = 0; i < c && !fc.found; i++) rb_walk(ts_node_named_child(scope, i), find_const_visit, &fc);
     }
     if (!fc.found) rb_walk(kl_source_root(ctx->src), find_const_visit, &fc);
     if (!fc.found) return false;

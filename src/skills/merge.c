@@ -131,7 +131,16 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
     }
     union_into(array_or_new(m, "effect"), json_object_get(b, "effect"));
     union_into(array_or_new(m, "risks"), json_object_get(b, "risks"));
-    union_into(array_or_new(m, "requires"), json_object_get(b, "requires"));
+    /* requires: what every side's simpler version already had (a card says "apply these
+     * first"; a transform only one lineage had before the step is not needed for it) */
+    json_t *req = array_or_new(m, "requires"), *req_b = json_object_get(b, "requires");
+    for (size_t r = json_array_size(req); r-- > 0;) {
+        bool both = false;
+        size_t j;
+        json_t *e;
+        json_array_foreach(req_b, j, e) if (json_equal(e, json_array_get(req, r))) both = true;
+        if (!both) json_array_remove(req, r);
+    }
     json_t *pa = json_object_get(m, "probes"), *pb = json_object_get(b, "probes");
     if (json_is_object(pa) && json_is_object(pb)) {
         json_object_set_new(pa, "count", json_integer(json_integer_value(json_object_get(pa, "count")) +

@@ -375,7 +375,9 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
     heading(&sb, level + 1, "Requires");
     json_t *req = json_object_get(c, "requires");
     if (json_array_size(req)) {
-        kl_strbuf_adds(&sb, "These optimizations were already in the simpler version; apply them first:\n\n");
+        kl_strbuf_adds(&sb, nl > 1 ? "These optimizations were already in the simpler version in every lineage; apply them "
+                                  "first:\n\n"
+                                : "These optimizations were already in the simpler version; apply them first:\n\n");
         json_array_foreach(req, i, e) {
             kl_strbuf_adds(&sb, "- ");
             add_code(&sb, json_string_value(e));
@@ -383,7 +385,10 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
         }
         kl_strbuf_addc(&sb, '\n');
     } else {
-        kl_strbuf_adds(&sb, "Nothing: it was learned on a version with no other recognized optimization.\n\n");
+        if (nl > 1)
+            kl_strbuf_addf(&sb, "Nothing that the simpler versions of all %zu lineages had in common.\n\n", nl);
+        else
+            kl_strbuf_adds(&sb, "Nothing: it was learned on a version with no other recognized optimization.\n\n");
     }
 
     /* Contradictions */

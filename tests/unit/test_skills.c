@@ -414,13 +414,14 @@ static void merge_keeps_agreement_adds_evidence_and_shows_contradictions(void **
     assert_string_equal(json_string_value(json_object_get(c0, "predicate")), "cols >= 64");
     assert_string_equal(json_string_value(json_object_get(c0, "held_in")), "transpose@1a2b3c");
     assert_string_equal(json_string_value(json_object_get(c0, "not_found_in")), "matmul@9f8e7d");
-    /* evidence and effects add up; requires and risks are unioned */
+    /* evidence and effects add up; risks are unioned; requires keeps what both had */
     json_t *ev = json_object_get(j, "evidence");
     assert_int_equal(json_array_size(json_object_get(ev, "lineages")), 2);
     assert_int_equal(json_array_size(json_object_get(ev, "verdicts")), 3);
     assert_int_equal(json_array_size(json_object_get(j, "effect")), 2);
     assert_int_equal(json_array_size(json_object_get(j, "risks")), 1);
-    assert_int_equal(json_array_size(json_object_get(j, "requires")), 2);
+    assert_int_equal(json_array_size(json_object_get(j, "requires")), 1);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "requires"), 0)), "tile-smem");
     /* probes: counts add; the note no longer claims "no failure" */
     json_t *pr = json_object_get(j, "probes");
     assert_int_equal(json_integer_value(json_object_get(pr, "count")), 9);

@@ -131,6 +131,15 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
     }
     union_into(array_or_new(m, "effect"), json_object_get(b, "effect"));
     union_into(array_or_new(m, "risks"), json_object_get(b, "risks"));
+    /* the pattern that finds such sites: the features both sites had alike */
+    json_t *pf = json_object_get(json_object_get(json_object_get(m, "anchor"), "pattern"), "site_features");
+    const json_t *pfb = json_object_get(json_object_get(json_object_get(b, "anchor"), "pattern"), "site_features");
+    if (json_is_object(pf)) {
+        const char *fk;
+        json_t *fv;
+        void *tmp;
+        json_object_foreach_safe(pf, tmp, fk, fv) if (!json_equal(fv, json_object_get(pfb, fk))) json_object_del(pf, fk);
+    }
     /* requires: what every side's simpler version already had (a card says "apply these
      * first"; a transform only one lineage had before the step is not needed for it) */
     json_t *req = array_or_new(m, "requires"), *req_b = json_object_get(b, "requires");

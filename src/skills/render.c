@@ -129,11 +129,19 @@ static void probes_sentence(kl_strbuf *sb, const json_t *c)
     }
 }
 
+/* The evidence of a condition: the first EVIDENCE_SHOWN items, then how many more (the JSON
+ * rendering keeps them all). */
+#define EVIDENCE_SHOWN 4
 static void add_evidence_items(kl_strbuf *sb, const json_t *pre, const char *indent)
 {
     size_t i;
     json_t *e;
-    json_array_foreach(json_object_get(pre, "evidence"), i, e) {
+    const json_t *ev = json_object_get(pre, "evidence");
+    json_array_foreach(ev, i, e) {
+        if (i == EVIDENCE_SHOWN && json_array_size(ev) > EVIDENCE_SHOWN + 1) {
+            kl_strbuf_addf(sb, "%s- … and %zu more\n", indent, json_array_size(ev) - EVIDENCE_SHOWN);
+            break;
+        }
         kl_strbuf_addf(sb, "%s- ", indent);
         add_line(sb, json_string_value(e));
         kl_strbuf_addc(sb, '\n');

@@ -637,6 +637,25 @@ static void probed_conditions_survive_unprobed_evidence(void **state)
     free(m);
 }
 
+/* A condition with many sites of evidence shows the first four in Markdown, then a count. */
+static void long_evidence_is_cut_in_markdown(void **state)
+{
+    (void)state;
+    const char *card = "{\"id\":\"x-2\",\"transform\":\"x\",\"preconditions\":[{\"predicate\":\"w == 4\",\"kind\":\"static\","
+                       "\"evidence\":[\"s1\",\"s2\",\"s3\",\"s4\",\"s5\",\"s6\",\"s7\"]}]}";
+    kl_skill *c = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_skill_parse(card, "t", &c, &err), KL_OK);
+    char *md = kl_skill_markdown(c, 1);
+    assert_non_null(strstr(md, "  - s4\n  - … and 3 more\n"));
+    assert_null(strstr(md, "s5"));
+    free(md);
+    char *json = kl_skill_to_json(c);
+    assert_non_null(strstr(json, "\"s7\"")); /* the JSON keeps all */
+    free(json);
+    kl_skill_free(c);
+}
+
 static void import_validates_every_card_first(void **state)
 {
     fixture *f = *state;
@@ -778,6 +797,14 @@ static void names_are_not_conditions(void **state)
                 assert_false(json_is_string(json_object_get(p, "predicate")) &&
                              kl_str_starts(json_string_value(json_object_get(p, "predicate")), "trip =="));
             assert_true(json_array_size(json_object_get(d, "contradictions")) >= 1); /* … but shown */
+            /* the pattern that finds such sites keeps what the sites had alike */
+            json_t *pf = json_object_get(json_object_get(json_object_get(d, "anchor"), "pattern"), "site_features");
+            assert_non_null(json_object_get(pf, "depth"));
+            assert_null(json_object_get(pf, "trip"));
+            /* the Markdown shows the first four sites of a condition's evidence, then a count */
+            char *md3 = kl_skill_markdown(list.items[c], 1);
+            assert_null(strstr(md3, "more\n"));
+            free(md3);
         } else {
             assert_non_null(strstr(text, "dtype == \\\"bf16\\\""));
             assert_non_null(strstr(text, "trip == 8"));
@@ -955,6 +982,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(put_merges_cards_of_other_lineages, setup, teardown),
         cmocka_unit_test_setup_teardown(put_again_is_idempotent, setup, teardown),
         cmocka_unit_test(probed_conditions_survive_unprobed_evidence),
+        cmocka_unit_test(long_evidence_is_cut_in_markdown),
         cmocka_unit_test_setup_teardown(import_validates_every_card_first, setup, teardown),
         cmocka_unit_test_setup_teardown(extracted_cards_validate, setup, teardown),
         cmocka_unit_test_setup_teardown(names_are_not_conditions, setup, teardown),

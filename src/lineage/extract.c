@@ -245,14 +245,14 @@ static json_t *static_preconditions(const json_t *features, const char *where)
     return out;
 }
 
-static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, const json_t *task_bench)
+/* code: the expert's text with its comments blanked (without_comments), for telling names */
+static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, const json_t *task_bench,
+                            const char *code)
 {
     const json_t *s = json_array_get(steps, k);
     const char *transform = str(s, "transform");
     json_t *features = json_object_get(s, "features");
-    char *code = without_comments(str(json_array_get(json_object_get(doc, "versions"), 0), "source"));
     json_t *conditional = features ? condition_features(features, code) : json_object();
-    free(code);
     json_t *pattern = json_object();
     json_object_set_new(pattern, "transform", json_string(transform));
     json_object_set(pattern, "site_features", conditional);
@@ -413,9 +413,10 @@ kl_status kl_lineage_extract_skills(kl_store *store, const char *doc_json, unsig
      * into one card, which is then stored: storing a lineage's card again replaces it. */
     size_t nsteps = json_array_size(steps), ncards = 0;
     char **ids = calloc(nsteps + 1, sizeof *ids), **texts = calloc(nsteps + 1, sizeof *texts);
-    if (!ids || !texts) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    char *code = without_comments(str(json_array_get(json_object_get(doc, "versions"), 0), "source"));
+    if (!ids || !texts || !code) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     for (size_t k = 0; st == KL_OK && k < nsteps; k++) {
-        json_t *card = card_of_step(doc, steps, k, bench);
+        json_t *card = card_of_step(doc, steps, k, bench, code);
         char *text = json_dumps(card, JSON_INDENT(2)); /* kl_skill_put orders the keys */
         char *id = kl_strdup(json_string_value(json_object_get(card, "id")));
         json_decref(card);
@@ -441,7 +442,7 @@ kl_status kl_lineage_extract_skills(kl_store *store, const char *doc_json, unsig
     }
     for (size_t c = 0; st == KL_OK && c < ncards; c++) st = kl_skill_put(store, texts[c], err);
     for (size_t c = 0; c < ncards; c++) free(ids[c]), free(texts[c]);
-    free(ids), free(texts);
+    free(ids), free(texts), free(code);
     json_decref(bench);
     json_decref(doc);
     return st;

@@ -228,6 +228,10 @@ static const golden privatize_cases[] = {
     {&kl_rule_privatize, "privatize", "early_return", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
     {&kl_rule_privatize, "privatize", "mask_2d_block", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
     {&kl_rule_privatize, "privatize", "template_stride_loop", KL_SITE_APPLICABLE, "counts", NULL, ROUND_EXACT},
+    /* interleaved copies, one per lane (copies=32) or per group of lanes; the way back drops them all */
+    {&kl_rule_privatize, "privatize", "lanes_u8", KL_SITE_APPLICABLE, NULL, "{\"copies\": \"32\"}", ROUND_INVARIANT},
+    {&kl_rule_privatize, "privatize", "lanes_early_return", KL_SITE_APPLICABLE, NULL, "{\"copies\": \"8\"}",
+     ROUND_INVARIANT},
     {&kl_rule_privatize, "privatize", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
     {&kl_rule_privatize, "privatize", "remove_expert_if_init", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
     /* interleaved lane copies (R = 32), through an alias; the way back puts one copy back */
@@ -252,6 +256,13 @@ static void privatize_refuses(void **state)
                           "    if (i < n) atomicAdd(&bins[(int)(x[i] * nb)], 1);\n"
                           "}\n",
                           KL_SITE_APPLICABLE, NULL, NULL, "cannot bound the index");
+    /* 32 copies of 1024 ints do not fit in 48 KiB */
+    expect_not_applicable(&kl_rule_privatize,
+                          "__global__ void h(const unsigned *x, int *bins, int n) {\n"
+                          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    if (i < n) atomicAdd(&bins[x[i] & 1023u], 1);\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, "{\"copies\": \"32\"}", "over the 48 KiB");
     /* the table is also read */
     expect_not_applicable(&kl_rule_privatize,
                           "__global__ void h(const unsigned char *x, int *bins, int n) {\n"
@@ -426,6 +437,12 @@ static const golden coalesce_cases[] = {
     {&kl_rule_coalesce, "coalesce", "staged_batched_size_t", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
     {&kl_rule_coalesce, "coalesce", "staged_template_return", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
     {&kl_rule_coalesce, "coalesce", "staged_scale_brace", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
+    /* several rows of the tile per thread: the block becomes B x B/r; the way back keeps the
+     * rows loop (one read and one write per element, the write strided again) */
+    {&kl_rule_coalesce, "coalesce", "staged_rows_per_thread", KL_SITE_APPLICABLE, NULL, "{\"rows_per_thread\": \"4\"}",
+     ROUND_INVARIANT},
+    {&kl_rule_coalesce, "coalesce", "staged_rows_return", KL_SITE_APPLICABLE, NULL, "{\"rows_per_thread\": \"8\"}",
+     ROUND_INVARIANT},
     /* an expert's staged forms back to one read and one write per element (no way back: the
      * loop over rows a thread reads is not this rule's form) */
     {&kl_rule_coalesce, "coalesce", "remove_staged_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_NONE},
@@ -468,6 +485,37 @@ static void coalesce_refuses(void **state)
                           "}\n"
                           "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 16, R / 16), dim3(16, 16)>>>(x, y, R, C); }\n",
                           KL_SITE_APPLICABLE, NULL, NULL, "inside a loop");
+    /* … several rows per thread: the rows must split evenly, */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    int c = blockIdx.x * 4 + threadIdx.x;\n"
+                          "    int r = blockIdx.y * 4 + threadIdx.y;\n"
+                          "    if (r < R && c < C) y[c * R + r] = x[r * C + c];\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 4, R / 4), dim3(3, 3)>>>(x, y, R, C); }\n",
+                          KL_SITE_APPLICABLE, NULL, "{\"rows_per_thread\": \"2\"}", "no 2 equal parts");
+    /* … the kernel must not read blockDim (it would see the narrower block), */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                          "    if (r < R && c < C) y[c * R + r] = x[r * C + c];\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 16, R / 16), dim3(16, 16)>>>(x, y, R, C); }\n",
+                          KL_SITE_APPLICABLE, NULL, "{\"rows_per_thread\": \"4\"}", "reads blockDim");
+    /* … nor the host code the block's extents. */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "__global__ void t(const float *x, float *y, int R, int C)\n{\n"
+                          "    int c = blockIdx.x * 16 + threadIdx.x;\n"
+                          "    int r = blockIdx.y * 16 + threadIdx.y;\n"
+                          "    if (r < R && c < C) y[c * R + r] = x[r * C + c];\n"
+                          "}\n"
+                          "void go(const float *x, float *y, int R, int C) {\n"
+                          "    dim3 b(16, 16);\n"
+                          "    dim3 g((C + b.x - 1) / b.x, (R + b.y - 1) / b.y);\n"
+                          "    t<<<g, b>>>(x, y, R, C);\n"
+                          "}\n",
+                          KL_SITE_APPLICABLE, NULL, "{\"rows_per_thread\": \"2\"}", "used besides the launch");
     /* … and no shared memory or barrier of its own (the phases would run them twice) */
     expect_not_applicable(&kl_rule_coalesce,
                           "__global__ void t(const float *x, float *y, int R, int C)\n{\n"

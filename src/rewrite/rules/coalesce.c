@@ -32,6 +32,11 @@
 
 static const char *const builtins[] = {"threadIdx", "blockIdx", "blockDim", "gridDim", NULL};
 
+/* The staged exchange only: how many rows of the tile each thread moves (the block becomes
+ * B x B/rows_per_thread; 1 keeps the block). */
+static const char *const rpt_values[] = {"1", "2", "4", "8", NULL};
+static const kl_rule_param coalesce_params[] = {{"rows_per_thread", rpt_values, "1"}};
+
 /* The x/y letter node of a builtin field expression, or a null node. Sees through the
  * tree-sitter-cuda misparse of `threadIdx.x < n)` as a template method. */
 static TSNode builtin_letter(const kl_rule_ctx *ctx, TSNode n)
@@ -600,11 +605,68 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long lon
     return KL_OK;
 }
 
+/* Edits making the block of every launch of f B x B/r: its y extent `E` becomes `E / r` (or
+ * `(E) / r`). A local dim3 used by several launches is edited once; refused when host code
+ * reads the block's extents (`block.y`), which would see the smaller block. */
+static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rb_func *f, long long r, kl_edits *out, kl_error *err)
+{
+    rb_launch ls[16];
+    unsigned n = rb_launches(ctx, f->name, ls, 16);
+    uint32_t done[16];
+    unsigned ndone = 0;
+    for (unsigned i = 0; i < n; i++) {
+        TSNode cfg = ls[i].cfg[1];
+        if (rb_is(cfg, "identifier")) {
+            char *name = rb_text(ctx, cfg);
+            unsigned uses = name ? rb_count_ident(ctx, ls[i].host.body, name) : 0;
+            free(name);
+            unsigned launches_using = 0;
+            for (unsigned j = 0; j < n; j++)
+                if (ts_node_eq(ls[j].host.def, ls[i].host.def) && rb_is(ls[j].cfg[1], "identifier") &&
+                    ts_node_start_byte(ls[j].cfg[1]) != ts_node_start_byte(cfg)) {
+                    char *a = rb_text(ctx, ls[j].cfg[1]), *b = rb_text(ctx, cfg);
+                    if (a && b && !strcmp(a, b)) launches_using++;
+                    free(a);
+                    free(b);
+                }
+            /* its declaration, this launch and the other launches naming it: nothing else */
+            if (uses != 2 + launches_using)
+                return kl_rule_not_applicable(err,
+                                              "%s:%u: the block '%.*s' is used besides the launch: its y extent "
+                                              "cannot change (rows_per_thread=1 keeps it)",
+                                              kl_source_name(ctx->src), kl_node_span(cfg).line,
+                                              (int)(ts_node_end_byte(cfg) - ts_node_start_byte(cfg)),
+                                              ctx->text + ts_node_start_byte(cfg));
+        }
+        TSNode list = block_list(ctx, &ls[i], cfg), ey = extent(list, 1);
+        uint32_t a = ts_node_start_byte(ey), b = ts_node_end_byte(ey);
+        bool seen = false;
+        for (unsigned j = 0; j < ndone; j++) seen |= done[j] == a;
+        if (seen) continue;
+        done[ndone++] = a;
+        bool atom = rb_is(ey, "identifier") || rb_is(ey, "number_literal") || rb_is(ey, "type_identifier");
+        kl_status st = kl_edits_addf(out, a, b, atom ? "%.*s / %lld" : "(%.*s) / %lld", (int)(b - a), ctx->text + a, r);
+        if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    }
+    return KL_OK;
+}
+
+/* A name not used in the kernel: `want`, else `coalesce_<want>`, into buf (false: both used). */
+static bool free_name(const kl_rule_ctx *ctx, const rb_func *f, const char *want, char *buf, size_t size)
+{
+    kl_snprintf(buf, size, "%s", want);
+    if (!rb_count_ident(ctx, f->def, buf)) return true;
+    kl_snprintf(buf, size, "coalesce_%s", want);
+    return !rb_count_ident(ctx, f->def, buf);
+}
+
 /* Swap threadIdx.x and threadIdx.y inside [a, b), outside [skip_a, skip_b). */
 typedef struct tswap {
     const kl_rule_ctx *ctx;
     span_edits *e;
     uint32_t skip_a, skip_b;
+    bool swap;      /* exchange .x and .y */
+    const char *ty; /* non-NULL: the thread's row (threadIdx.y, after the exchange) is this name */
 } tswap;
 
 static bool tswap_visit(TSNode n, void *user)
@@ -612,13 +674,15 @@ static bool tswap_visit(TSNode n, void *user)
     tswap *t = user;
     if (ts_node_start_byte(n) >= t->skip_a && ts_node_end_byte(n) <= t->skip_b) return false;
     TSNode l = builtin_letter(t->ctx, n);
-    if (!ts_node_is_null(l) && rb_text_is(t->ctx, rb_field(n, "argument"), "threadIdx"))
-        se_add(t->e, ts_node_start_byte(l), ts_node_end_byte(l), rb_text_is(t->ctx, l, "x") ? "y" : "x");
+    if (ts_node_is_null(l) || !rb_text_is(t->ctx, rb_field(n, "argument"), "threadIdx")) return true;
+    char to = rb_text_is(t->ctx, l, "x") ? (t->swap ? 'y' : 'x') : rb_text_is(t->ctx, l, "y") ? (t->swap ? 'x' : 'y') : 'z';
+    if (to == 'y' && t->ty) se_add(t->e, ts_node_start_byte(n), ts_node_end_byte(l), t->ty);
+    else if (t->swap && to != 'z') se_add(t->e, ts_node_start_byte(l), ts_node_end_byte(l), to == 'x' ? "x" : "y");
     return true;
 }
 
-static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f, kl_edits *out,
-                              kl_error *err)
+static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f,
+                              const json_t *params, kl_edits *out, kl_error *err)
 {
     const char *file = kl_source_name(ctx->src);
     kl_status st = check_swappable(ctx, fs, nf, f, err);
@@ -659,9 +723,24 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
     long long edge = 0;
     char btext[128];
     if ((st = square_block(ctx, f, &edge, btext, sizeof btext, err)) != KL_OK) return st;
+    int64_t rpt = 1;
+    if (!kl_rule_param_int(&kl_rule_coalesce, params, "rows_per_thread", &rpt) || rpt < 1 || rpt > 8 || (rpt & (rpt - 1)))
+        return kl_error_set(err, KL_ERR_INVALID, "%s: rows_per_thread must be 1, 2, 4 or 8", file);
+    if (edge % rpt || edge / rpt < 1)
+        return kl_rule_not_applicable(err, "%s: the %lld x %lld tile has no %lld equal parts of rows", file, edge, edge,
+                                      (long long)rpt);
+    if (rpt > 1 && rb_count_ident(ctx, f->body, "blockDim"))
+        return kl_rule_not_applicable(err,
+                                      "%s: kernel '%s' reads blockDim, which a block of %lld x %lld would change "
+                                      "(rows_per_thread=1 keeps the block)",
+                                      file, f->name, edge, edge / rpt);
     const char *tile = rb_count_ident(ctx, f->def, "tile") ? "coalesce_tile" : "tile";
     if (rb_count_ident(ctx, f->def, tile))
         return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'tile' and 'coalesce_tile'", file, f->name);
+    char ty[32] = "", part[32] = "";
+    if (rpt > 1 && (!free_name(ctx, f, "ty", ty, sizeof ty) || !free_name(ctx, f, "part", part, sizeof part)))
+        return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'ty'/'part' and their coalesce_ forms",
+                                      file, f->name);
     /* the body between its braces, which must sit on lines of their own */
     uint32_t bs = ts_node_start_byte(f->body), be = ts_node_end_byte(f->body);
     uint32_t a = rb_line_end(ctx, bs), b = rb_line_start(ctx, be - 1);
@@ -672,23 +751,44 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
         return kl_rule_not_applicable(err, "%s: kernel '%s': expected its body's braces on lines of their own", file, f->name);
     char ind[64] = "    ";
     rb_indent_of(ctx, ts_node_start_byte(ts_node_named_child(f->body, 0)), ind, sizeof ind);
-    /* phase 1: the write goes into the tile; phase 2: the roles exchanged, the value from the tile */
+    /* phase 1: the write goes into the tile; phase 2: the roles exchanged, the value from the tile.
+     * With several rows per thread, the thread's row of the tile (threadIdx.y, after the
+     * exchange) is `ty`, one of its rows per pass of a loop. */
+    const char *row = rpt > 1 ? ty : "threadIdx.y";
     char store[192], load[192];
-    kl_snprintf(store, sizeof store, "%s[threadIdx.y][threadIdx.x]", tile);
-    kl_snprintf(load, sizeof load, "%s[threadIdx.x][threadIdx.y]", tile);
+    kl_snprintf(store, sizeof store, "%s[%s][threadIdx.x]", tile, row);
+    kl_snprintf(load, sizeof load, "%s[threadIdx.x][%s]", tile, row);
     span_edits e1 = {0}, e2 = {0};
     se_add(&e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), store);
     se_add(&e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), load);
-    tswap ts = {ctx, &e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs)};
-    rb_walk(f->body, tswap_visit, &ts);
+    if (rpt > 1) {
+        tswap t1 = {ctx, &e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), false, ty};
+        rb_walk(f->body, tswap_visit, &t1);
+    }
+    tswap t2 = {ctx, &e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), true, rpt > 1 ? ty : NULL};
+    rb_walk(f->body, tswap_visit, &t2);
+    int depth = rpt > 1 ? (sc.has_return ? 8 : 4) : 4;
     char *p1 = se_splice(ctx, a, b, &e1), *p2 = se_splice(ctx, a, b, &e2);
-    char *r1 = p1 ? rb_reindent(p1, strlen(p1), 4) : NULL, *r2 = p2 ? rb_reindent(p2, strlen(p2), 4) : NULL;
+    char *r1 = p1 ? rb_reindent(p1, strlen(p1), depth) : NULL, *r2 = p2 ? rb_reindent(p2, strlen(p2), depth) : NULL;
     kl_strbuf sb = KL_STRBUF_INIT;
     const char *open = sc.has_return ? "[&]() {" : "{", *close = sc.has_return ? "}();" : "}";
-    if (r1 && r2) {
+    if (r1 && r2 && rpt == 1) {
         kl_strbuf_addf(&sb, "%s%s\n%s__shared__ %s %s[%s][%s];\n", ind, STAGED_MARKER, ind, elem, tile, btext, btext);
         kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n%s__syncthreads();\n", ind, open, r1, ind, close, ind);
         kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n", ind, open, r2, ind, close);
+    } else if (r1 && r2) {
+        kl_strbuf_addf(&sb, "%s%s; each thread moves %lld rows of it\n%s__shared__ %s %s[%s][%s];\n", ind, STAGED_MARKER,
+                       (long long)rpt, ind, elem, tile, btext, btext);
+        for (int phase = 0; phase < 2; phase++) {
+            kl_strbuf_addf(&sb, "%sfor (int %s = 0; %s < %lld; %s++) {\n", ind, part, part, (long long)rpt, part);
+            kl_strbuf_addf(&sb, "%s    const unsigned int %s = threadIdx.y + %s * (%s / %lld);\n", ind, ty, part, btext,
+                           (long long)rpt);
+            if (sc.has_return) kl_strbuf_addf(&sb, "%s    %s\n", ind, open);
+            kl_strbuf_adds(&sb, phase ? r2 : r1);
+            if (sc.has_return) kl_strbuf_addf(&sb, "%s    %s\n", ind, close);
+            kl_strbuf_addf(&sb, "%s}\n", ind);
+            if (!phase) kl_strbuf_addf(&sb, "%s__syncthreads();\n", ind);
+        }
     }
     st = (!r1 || !r2 || sb.failed) ? KL_ERR_NOMEM : kl_edits_add(out, a, b, kl_strbuf_str(&sb));
     kl_strbuf_release(&sb);
@@ -698,7 +798,8 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
     free(r2);
     se_release(&e1);
     se_release(&e2);
-    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+    if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    return rpt > 1 ? narrow_blocks(ctx, f, rpt, out, err) : KL_OK;
 }
 
 /* ---- removing a staged exchange ------------------------------------------------------------------ */
@@ -1319,13 +1420,12 @@ static kl_status swap_kernel(const kl_rule_ctx *ctx, const rb_func *f, kl_edits 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                        kl_error *err)
 {
-    (void)params;
     rb_func fs[64];
     unsigned nf = rb_functions(ctx, fs, 64);
     const rb_func *f = rb_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     json_t *ns = site->features ? json_object_get(site->features, "needs_staging") : NULL;
-    if (ns && json_is_true(ns)) return apply_staged(ctx, fs, nf, f, out, err);
+    if (ns && json_is_true(ns)) return apply_staged(ctx, fs, nf, f, params, out, err);
     kl_status st = check_swappable(ctx, fs, nf, f, err);
     if (st != KL_OK) return st;
     if ((st = swap_launches(ctx, f, out, err)) != KL_OK) return st;
@@ -1378,8 +1478,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 const kl_rule kl_rule_coalesce = {
     NAME,
     "threadIdx.x on the non-contiguous dimension -> x and y roles swapped so that a warp reads contiguous memory",
-    NULL,
-    0,
+    coalesce_params,
+    sizeof coalesce_params / sizeof coalesce_params[0],
     find,
     remove_site,
     apply,

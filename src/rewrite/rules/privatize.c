@@ -787,6 +787,12 @@ static const char *site_what(const kl_site *site)
     return c ? c + 1 : site->id;
 }
 
+static int edit_cmp(const void *a, const void *b)
+{
+    const kl_edit *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                        kl_error *err)
 {
@@ -832,46 +838,103 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
         return kl_rule_not_applicable(err,
                             "%s: kernel '%s': expected its body's braces on lines of their own",
                             kl_source_name(ctx->src), f->name);
-    KL_TRY(kl_edits_addf(out, body_start, body_start,
-                         "%s// privatize: a per-block copy of '%s' in shared memory, merged once per entry\n"
-                         "%s__shared__ %s %s[%lld];\n"
-                         "%sfor (int kl_i = %s; kl_i < %lld; kl_i += %s) %s[kl_i] = 0;\n"
-                         "%s__syncthreads();\n",
-                         ind, t.name, ind, elem, priv, t.bins, ind, tid, t.bins, nthreads, priv, ind));
-    if (t.returns) {
-        /* every thread must reach the merge: run the body in a lambda, where return leaves it */
-        /* the moved text with the atomic targets renamed, indented one level deeper */
-        scan s = {.ctx = ctx, .name = t.name};
-        rb_walk(f->body, scan_visit, &s);
+    int64_t copies = 1;
+    if (!kl_rule_param_int(&kl_rule_privatize, params, "copies", &copies) || copies < 1 || copies > 32 ||
+        (copies & (copies - 1)))
+        return kl_error_set(err, KL_ERR_INVALID, "%s: copies must be 1, 4, 8, 16 or 32", kl_source_name(ctx->src));
+    char lane[96] = "";
+    if (copies > 1) {
+        /* the copies live in 48 KiB of static shared memory at most */
+        long long bytes = t.bins * copies * (long long)rb_type_size(elem);
+        if (!rb_type_size(elem) || bytes > 48 * 1024)
+            return kl_rule_not_applicable(err,
+                                          "%s: %lld copies of the %lld entries of '%s' (%s) take %lld bytes of shared "
+                                          "memory, over the 48 KiB a block can declare",
+                                          kl_source_name(ctx->src), (long long)copies, t.bins, t.name, elem, bytes);
+        kl_snprintf(lane, sizeof lane, "%s_lane", t.name);
+        if (rb_count_ident(ctx, f->outer, lane))
+            return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the name '%s'", kl_source_name(ctx->src),
+                                          f->name, lane);
+    }
+    char size[64];
+    if (copies > 1) kl_snprintf(size, sizeof size, "%lld * %lld", t.bins, (long long)copies);
+    else kl_snprintf(size, sizeof size, "%lld", t.bins);
+    if (copies > 1)
+        KL_TRY(kl_edits_addf(out, body_start, body_start,
+                             "%s// privatize: %lld per-block copies of '%s' in shared memory, interleaved (entry e of "
+                             "copy c at e * %lld + c; lane l of a warp uses copy l %% %lld), merged once per entry\n"
+                             "%s__shared__ %s %s[%s];\n"
+                             "%sfor (int kl_i = %s; kl_i < %s; kl_i += %s) %s[kl_i] = 0;\n"
+                             "%s__syncthreads();\n"
+                             "%s%s* %s = %s + threadIdx.x %% %lld;\n",
+                             ind, (long long)copies, t.name, (long long)copies, (long long)copies, ind, elem, priv, size,
+                             ind, tid, size, nthreads, priv, ind, ind, elem, lane, priv, (long long)copies));
+    else
+        KL_TRY(kl_edits_addf(out, body_start, body_start,
+                             "%s// privatize: a per-block copy of '%s' in shared memory, merged once per entry\n"
+                             "%s__shared__ %s %s[%s];\n"
+                             "%sfor (int kl_i = %s; kl_i < %s; kl_i += %s) %s[kl_i] = 0;\n"
+                             "%s__syncthreads();\n",
+                             ind, t.name, ind, elem, priv, size, ind, tid, size, nthreads, priv, ind));
+    /* the atomic targets: P -> the copy; with several copies, P[i] -> lane[(i) * C] */
+    scan s = {.ctx = ctx, .name = t.name};
+    rb_walk(f->body, scan_visit, &s);
+    if (s.atomics > 64)
+        return kl_rule_not_applicable(err, "%s: kernel '%s' has %u atomics into '%s', more than 64",
+                                      kl_source_name(ctx->src), f->name, s.atomics, t.name);
+    kl_edits targets = {0};
+    for (unsigned i = 0; i < s.atomics && st == KL_OK; i++) {
+        st = kl_edits_add(&targets, ts_node_start_byte(s.atomic_nodes[i]), ts_node_end_byte(s.atomic_nodes[i]),
+                          copies > 1 ? lane : priv);
+        if (st == KL_OK && copies > 1) {
+            TSNode ix = s.index_nodes[i];
+            uint32_t a = ts_node_start_byte(ix), b = ts_node_end_byte(ix);
+            bool atom = rb_is(ix, "identifier") || rb_is(ix, "number_literal") || rb_is(ix, "subscript_expression") ||
+                        rb_is(ix, "call_expression") || rb_is(ix, "parenthesized_expression");
+            st = kl_edits_addf(&targets, a, b, atom ? "%.*s * %lld" : "(%.*s) * %lld", (int)(b - a), ctx->text + a,
+                               (long long)copies);
+        }
+    }
+    if (st == KL_OK && t.returns) {
+        /* every thread must reach the merge: run the body in a lambda, where return leaves it;
+         * the moved text with the atomic targets rewritten, indented one level deeper */
+        qsort(targets.items, targets.count, sizeof targets.items[0], edit_cmp);
         kl_strbuf sb = KL_STRBUF_INIT;
         uint32_t pos = body_start;
-        for (unsigned i = 0; i < s.atomics; i++) {
-            uint32_t a = ts_node_start_byte(s.atomic_nodes[i]), b = ts_node_end_byte(s.atomic_nodes[i]);
-            kl_strbuf_add(&sb, ctx->text + pos, a - pos);
-            kl_strbuf_adds(&sb, priv);
-            pos = b;
+        for (unsigned i = 0; i < targets.count; i++) {
+            kl_strbuf_add(&sb, ctx->text + pos, targets.items[i].start - pos);
+            kl_strbuf_adds(&sb, targets.items[i].text);
+            pos = targets.items[i].end;
         }
         kl_strbuf_add(&sb, ctx->text + pos, body_end - pos);
         char *moved = sb.failed ? NULL : rb_reindent(kl_strbuf_str(&sb), sb.len, 4);
         kl_strbuf_release(&sb);
-        if (!moved) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        st = kl_edits_addf(out, body_start, body_end, "%s[&]() {\n%s%s}();\n", ind, moved, ind);
+        st = moved ? kl_edits_addf(out, body_start, body_end, "%s[&]() {\n%s%s}();\n", ind, moved, ind) : KL_ERR_NOMEM;
         free(moved);
-        KL_TRY(st);
-    } else {
-        scan s = {.ctx = ctx, .name = t.name};
-        rb_walk(f->body, scan_visit, &s);
-        for (unsigned i = 0; i < s.atomics; i++)
-            KL_TRY(kl_edits_add(out, ts_node_start_byte(s.atomic_nodes[i]), ts_node_end_byte(s.atomic_nodes[i]), priv));
-    }
-    KL_TRY(kl_edits_addf(out, body_end, body_end,
-                         "%s__syncthreads();\n"
-                         "%sfor (int kl_i = %s; kl_i < %lld; kl_i += %s)\n"
-                         "%s    if (%s[kl_i] != 0) atomicAdd(&%s[kl_i], %s[kl_i]);\n",
-                         ind, ind, tid, t.bins, nthreads, ind, priv, t.name, priv));
+    } else
+        for (unsigned i = 0; i < targets.count && st == KL_OK; i++)
+            st = kl_edits_add(out, targets.items[i].start, targets.items[i].end, targets.items[i].text);
+    kl_edits_release(&targets);
+    KL_TRY(st);
+    if (copies > 1)
+        /* thread e sums entry e's copies starting at copy e % C, so a warp's reads hit C banks */
+        KL_TRY(kl_edits_addf(out, body_end, body_end,
+                             "%s__syncthreads();\n"
+                             "%sfor (int kl_i = %s; kl_i < %lld; kl_i += %s) {\n"
+                             "%s    %s kl_sum = 0;\n"
+                             "%s    for (int kl_c = 0; kl_c < %lld; kl_c++) kl_sum += %s[kl_i * %lld + (kl_c + kl_i) %% %lld];\n"
+                             "%s    if (kl_sum != 0) atomicAdd(&%s[kl_i], kl_sum);\n"
+                             "%s}\n",
+                             ind, ind, tid, t.bins, nthreads, ind, elem, ind, (long long)copies, priv, (long long)copies,
+                             (long long)copies, ind, t.name, ind));
+    else
+        KL_TRY(kl_edits_addf(out, body_end, body_end,
+                             "%s__syncthreads();\n"
+                             "%sfor (int kl_i = %s; kl_i < %lld; kl_i += %s)\n"
+                             "%s    if (%s[kl_i] != 0) atomicAdd(&%s[kl_i], %s[kl_i]);\n",
+                             ind, ind, tid, t.bins, nthreads, ind, priv, t.name, priv));
 cleanup:
     if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
-    (void)params;
     return st;
 }
 
@@ -993,13 +1056,14 @@ cleanup:
     return st;
 }
 
-static const kl_rule_param privatize_params[] = {{NULL, NULL, NULL}};
+static const char *const copies_values[] = {"1", "4", "8", "16", "32", NULL};
+static const kl_rule_param privatize_params[] = {{"copies", copies_values, "1"}};
 
 const kl_rule kl_rule_privatize = {
     NAME,
     "global atomics into a small table -> a per-block shared copy merged with one atomic per entry",
     privatize_params,
-    0,
+    sizeof privatize_params / sizeof privatize_params[0],
     find,
     remove_site,
     apply,

@@ -237,6 +237,18 @@ static const char *vec_reasons =
     "    float s = 0.0f;\n"
     "    for (int i = 0; i < n; i++) if (m[i]) s += x[i];\n"
     "    y[0] = s;\n"
+    "}\n"
+    "__global__ void gs_write(const float* x, float* y, int n) {\n"
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) y[i] = x[i];\n"
+    "}\n"
+    "__global__ void gs_next(const float* x, float* y, int n) {\n"
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n - 1; i += blockDim.x * gridDim.x) atomicAdd(y, x[i + 1]);\n"
+    "}\n"
+    "__global__ void gs_bound(const float* x, float* y, int n) {\n"
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) { atomicAdd(y, x[i]); n--; }\n"
+    "}\n"
+    "__global__ void gs_half(const double* x, double* y, int n) {\n"
+    "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) atomicAdd(y, x[i]);\n"
     "}\n";
 
 static void vectorize_says_why_not(void **state)
@@ -250,15 +262,22 @@ static void vectorize_says_why_not(void **state)
         {"early:9", "break"},
         {"alias:12", "may alias"},
         {"masked:16", "conditional"},
+        /* grid-stride loops: only reads of const arrays at i, an invariant bound */
+        {"gs_write:20", "'y' is not a const pointer parameter"},
+        {"gs_next:23", "other than as the index"},
+        {"gs_bound:26", "assigns 'n'"},
     };
     for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++)
         expect_not_applicable(vec_reasons, "vectorize", cases[i].site, false, cases[i].why);
-    /* width 8 is not a value of the parameter */
+    /* width 8 is for bytes in grid-stride loops: a unit-stride f32 loop refuses it */
     char *out = NULL, *note = NULL;
     kl_error err = {0};
     const char *ok = "__global__ void k(const float* __restrict__ x, float* __restrict__ y, int n) {\n"
                      "    for (int i = 0; i < n; i++) y[i] = x[i];\n}\n";
     assert_int_equal(kl_rules_rewrite("t.cu", ok, strlen(ok), NULL, "vectorize", "k:2", false, "{\"width\":\"8\"}", &out,
+                                      &note, &err),
+                     KL_ERR_NOT_APPLICABLE);
+    assert_int_equal(kl_rules_rewrite("t.cu", ok, strlen(ok), NULL, "vectorize", "k:2", false, "{\"width\":\"3\"}", &out,
                                       &note, &err),
                      KL_ERR_INVALID);
     assert_int_equal(kl_rules_rewrite("t.cu", ok, strlen(ok), NULL, "vectorize", "k:2", false, "{\"width\":\"2\"}", &out,
@@ -267,6 +286,17 @@ static void vectorize_says_why_not(void **state)
     assert_non_null(strstr(out, "for (; i + 1 < n; i += 2)"));
     assert_non_null(strstr(out, "((uintptr_t)&x[i] & 7) == 0"));
     assert_non_null(strstr(out, "for (; i < n; i++) y[i] = x[i];"));
+    free(out);
+    free(note);
+    /* doubles come two to a vector */
+    assert_int_equal(kl_rules_rewrite("t.cu", vec_reasons, strlen(vec_reasons), NULL, "vectorize", "gs_half:29", false,
+                                      "{\"width\":\"4\"}", &out, &note, &err),
+                     KL_ERR_NOT_APPLICABLE);
+    assert_non_null(strstr(err.message, "no 4-element vector of 'double'"));
+    assert_int_equal(kl_rules_rewrite("t.cu", vec_reasons, strlen(vec_reasons), NULL, "vectorize", "gs_half:29", false,
+                                      "{\"width\":\"2\"}", &out, &note, &err),
+                     KL_OK);
+    assert_non_null(strstr(out, "const double2 x_v = reinterpret_cast<const double2*>(x)[v];"));
     free(out);
     free(note);
 }

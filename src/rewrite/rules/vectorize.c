@@ -20,10 +20,11 @@
 
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/vectorize_stride.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
-static const char *const width_values[] = {"4", "2", NULL};
+static const char *const width_values[] = {"4", "2", "8", "16", NULL}; /* 8, 16: bytes, grid-stride form */
 static const kl_rule_param vec_params[] = {{"width", width_values, "4"}};
 
 /* rb_text_is / rb_text that accept a null node (false / NULL). */
@@ -648,6 +649,7 @@ static bool find_present_visit(TSNode n, void *user)
     vfind *f = user;
     if (f->st != KL_OK) return false;
     if (!rb_is(n, "if_statement") && !rb_is(n, "for_statement")) return true;
+    if (kl_vs_present_loop(f->ctx, n)) return false; /* the grid-stride form's (vectorize_stride.c) */
     vp p;
     if (!present_at(f->ctx, f->ax, f->fn, n, &p)) return true;
     if (p.covered) return false; /* part of the site of the first if on this guard */
@@ -676,6 +678,8 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     vfind f = {ctx, ax, fn, name, out, KL_OK};
     rb_walk(kl_ast_function_body(fn), find_present_visit, &f);
     if (f.st != KL_OK) return f.st;
+    kl_status gs = kl_vs_find(ctx, name, fn, out);
+    if (gs != KL_OK) return gs;
     for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
         va v;
@@ -968,6 +972,7 @@ static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
+    if (kl_vs_is_site(site)) return kl_vs_remove(ctx, site, out, err);
     return run(ctx, site, 0, out, err);
 }
 
@@ -976,12 +981,14 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     const char *why = json_string_value(json_object_get(site->features, "why_not"));
     if (why) return kl_rule_not_applicable(err, "%s", why);
     int64_t w = 4;
-    if (!kl_rule_param_int(&kl_rule_vectorize, params, "width", &w) || (w != 2 && w != 4))
-        return kl_error_set(err, KL_ERR_INVALID, "vectorize: width must be 2 or 4");
+    if (!kl_rule_param_int(&kl_rule_vectorize, params, "width", &w) || (w != 2 && w != 4 && w != 8 && w != 16))
+        return kl_error_set(err, KL_ERR_INVALID, "vectorize: width must be 2, 4, 8 or 16");
+    if (kl_vs_is_site(site)) return kl_vs_apply(ctx, site, (int)w, out, err);
+    if (w > 4) return kl_rule_not_applicable(err, "%s: a unit-stride f32 loop takes width 2 or 4, not %d", site->id, (int)w);
     return run(ctx, site, (int)w, out, err);
 }
 
 const kl_rule kl_rule_vectorize = {
-    "vectorize", "load and store contiguous f32 elements as float4 / float2, with a scalar tail",
+    "vectorize", "load and store contiguous elements as 16-, 8- or 4-byte vectors (float4, uint4 …), with a scalar tail",
     vec_params, 1, find, remove_site, apply,
 };

@@ -1,0 +1,711 @@
+/* vectorize, the grid-stride form: see vectorize_stride.h.
+ *
+ * applicable: `for (T i = V; i < N; i += S) body` in a kernel where V is the global thread
+ *   index (C*blockIdx.x + threadIdx.x, or blockDim.x*blockIdx.x + threadIdx.x), S the grid's
+ *   thread count (C*gridDim.x, blockDim.x*gridDim.x), N invariant in the loop, and i used only
+ *   as the whole index of reads `p[i]` of const pointer parameters (at most 4 arrays) whose
+ *   element type has a W-wide vector (4-byte types: float2/4, int2/4, uint2/4; bytes: uchar4 /
+ *   char4, or 8 and 16 bytes packed in uint2 / uint4; double2); no return, break, continue,
+ *   lambda or barrier in the body.
+ * apply: thread t reads vectors t, t+S, … of every array (the grid covers vector indexes the way
+ *   it covered element indexes), and runs the body once per element of the vector, in element
+ *   order; the original loop, started at element kl_nv*W + V, does the rest. kl_nv is 0 when an
+ *   array's address is not W-element aligned (a run-time test), so every layout stays correct.
+ * present: `const T NV = …;` then `for (T v = V; v < NV; v += S) …` then a loop
+ *   `for (T i = V + NV * W; …)`: remove deletes the declaration and the vector loop (with the
+ *   marker comment above them) and starts the last loop at V again. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/vectorize_stride.h"
+#include "util/util.h"
+
+#define VS_MAXARR 4
+#define VS_MARKER "vectorize:"
+
+typedef struct vs_array {
+    char name[64];
+    char elem[64];           /* without const */
+    unsigned size;           /* bytes */
+} vs_array;
+
+typedef struct vs_loop {
+    TSNode loop, value, bound, stride, body;
+    char var[64], type[64];
+    vs_array arr[VS_MAXARR];
+    unsigned narr;
+    char why[256];
+} vs_loop;
+
+static bool text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
+{
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    if (ts_node_is_null(n) || b - a >= size) return false;
+    memcpy(buf, ctx->text + a, b - a);
+    buf[b - a] = '\0';
+    return true;
+}
+
+static TSNode unparen(TSNode n)
+{
+    while (rb_is(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
+    return n;
+}
+
+/* p is the global thread index (C*blockIdx.x + threadIdx.x, C a constant, blockDim.x or a
+ * symbol such as a template parameter): the grid's thread count C*gridDim.x into g. */
+static bool grid_index(const rb_poly *p, rb_poly *g)
+{
+    if (p->opaque || p->n != 2) return false;
+    bool tx = false, bx = false;
+    memset(g, 0, sizeof *g);
+    for (unsigned i = 0; i < 2; i++) {
+        const rb_term *t = &p->t[i];
+        if (t->deg == 1 && t->sym[0] == RB_TX && t->coef == 1) tx = true;
+        else if (t->deg == 1 && t->sym[0] == RB_BX && t->coef > 0) {
+            bx = true;
+            g->n = 1;
+            g->t[0] = (rb_term){t->coef, 1, {RB_GX}};
+        } else if (t->deg == 2 && t->sym[0] == RB_BX && t->coef > 0 &&
+                   (t->sym[1] == RB_DX || t->sym[1] >= RB_NBUILTIN)) {
+            /* blockDim.x * blockIdx.x, or a template parameter / kernel argument times blockIdx.x */
+            bx = true;
+            g->n = 1;
+            g->t[0] = (rb_term){t->coef, 2, {RB_GX, t->sym[1]}};
+            if (t->sym[1] < RB_GX) g->t[0].sym[0] = t->sym[1], g->t[0].sym[1] = RB_GX;
+        }
+    }
+    return tx && bx;
+}
+
+static bool same_poly(const rb_poly *a, const rb_poly *b)
+{
+    if (a->opaque || b->opaque || a->n != 1 || b->n != 1) return false;
+    return a->t[0].coef == b->t[0].coef && a->t[0].deg == b->t[0].deg && !memcmp(a->t[0].sym, b->t[0].sym, a->t[0].deg);
+}
+
+/* ---- the body --------------------------------------------------------------------------------- */
+
+typedef struct vs_scan {
+    const kl_rule_ctx *ctx;
+    const rb_func *f;
+    vs_loop *L;
+    TSNode bad;
+    char why[200];
+} vs_scan;
+
+/* Is the subscript s written (left of an assignment, ++/--, or its address taken)? */
+static bool written(TSNode s)
+{
+    TSNode p = ts_node_parent(s);
+    while (rb_is(p, "parenthesized_expression")) {
+        s = p;
+        p = ts_node_parent(p);
+    }
+    if (rb_is(p, "assignment_expression") && ts_node_eq(rb_field(p, "left"), s)) return true;
+    if (rb_is(p, "update_expression")) return true;
+    if (rb_is(p, "pointer_expression")) return true;
+    return false;
+}
+
+/* Is parameter `name` a pointer to const data (`const T *p`, `T const *p`)? */
+static bool const_data(const kl_rule_ctx *ctx, const rb_func *f, const char *name)
+{
+    TSNode p = rb_param(ctx, f, name);
+    uint32_t c = ts_node_is_null(p) ? 0 : ts_node_named_child_count(p);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode q = ts_node_named_child(p, i);
+        if (rb_is(q, "type_qualifier") && rb_text_is(ctx, q, "const")) return true;
+    }
+    return false;
+}
+
+static bool scan_visit(TSNode n, void *user)
+{
+    vs_scan *s = user;
+    if (!ts_node_is_null(s->bad)) return false;
+    const char *what = rb_is(n, "return_statement") ? "a return"
+                       : rb_is(n, "break_statement") ? "a break"
+                       : rb_is(n, "continue_statement") ? "a continue"
+                       : rb_is(n, "goto_statement") ? "a goto"
+                       : rb_is(n, "lambda_expression") ? "a lambda"
+                       : NULL;
+    if (!what && rb_is(n, "call_expression") && rb_text_is(s->ctx, rb_field(n, "function"), "__syncthreads"))
+        what = "a barrier";
+    if (what) {
+        s->bad = n;
+        kl_snprintf(s->why, sizeof s->why, "the loop body holds %s (written once per element it would repeat)", what);
+        return false;
+    }
+    if (!rb_is(n, "identifier") || !rb_text_is(s->ctx, n, s->L->var)) return true;
+    TSNode list = ts_node_parent(n), sub = ts_node_parent(list);
+    TSNode arr = rb_field(sub, "argument");
+    if (!rb_is(sub, "subscript_expression") || !ts_node_eq(rb_field(sub, "indices"), list) ||
+        ts_node_named_child_count(list) != 1 || !rb_is(arr, "identifier")) {
+        s->bad = n;
+        kl_snprintf(s->why, sizeof s->why, "'%s' is used other than as the index of an array, p[%s]", s->L->var, s->L->var);
+        return false;
+    }
+    char name[64], elem[64];
+    if (!text_copy(s->ctx, arr, name, sizeof name) || !rb_pointer_param(s->ctx, s->f, name, elem, sizeof elem)) {
+        s->bad = n;
+        kl_snprintf(s->why, sizeof s->why, "'%.60s[%s]' is not a read of a pointer parameter", name, s->L->var);
+        return false;
+    }
+    if (!const_data(s->ctx, s->f, name) || written(sub)) {
+        s->bad = n;
+        kl_snprintf(s->why, sizeof s->why,
+                    "'%s' is not a const pointer parameter read at %s (a vector load could miss its own writes)", name,
+                    s->L->var);
+        return false;
+    }
+    for (unsigned i = 0; i < s->L->narr; i++)
+        if (!strcmp(s->L->arr[i].name, name)) return false;
+    if (s->L->narr == VS_MAXARR) {
+        s->bad = n;
+        kl_snprintf(s->why, sizeof s->why, "more than %d arrays are read at %s", VS_MAXARR, s->L->var);
+        return false;
+    }
+    vs_array *a = &s->L->arr[s->L->narr++];
+    kl_snprintf(a->name, sizeof a->name, "%s", name);
+    const char *e = elem;
+    while (!strncmp(e, "const ", 6)) e += 6;
+    kl_snprintf(a->elem, sizeof a->elem, "%s", e);
+    a->size = rb_type_size(a->elem);
+    return false;
+}
+
+/* Is `name` assigned (=, op=, ++, --) inside n? */
+typedef struct assigned_scan {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    bool yes;
+} assigned_scan;
+
+static bool assigned_visit(TSNode n, void *user)
+{
+    assigned_scan *a = user;
+    if (a->yes) return false;
+    TSNode t = {0};
+    if (rb_is(n, "assignment_expression")) t = unparen(rb_field(n, "left"));
+    else if (rb_is(n, "update_expression")) t = unparen(rb_field(n, "argument"));
+    if (!ts_node_is_null(t) && rb_is(t, "identifier") && rb_text_is(a->ctx, t, a->name)) a->yes = true;
+    return !a->yes;
+}
+
+typedef struct bound_scan {
+    const kl_rule_ctx *ctx;
+    TSNode body;
+    char bad[64];
+} bound_scan;
+
+static bool bound_visit(TSNode n, void *user)
+{
+    bound_scan *b = user;
+    if (b->bad[0] || !rb_is(n, "identifier")) return !b->bad[0];
+    char name[64];
+    if (!text_copy(b->ctx, n, name, sizeof name)) return true;
+    assigned_scan a = {b->ctx, name, false};
+    rb_walk(b->body, assigned_visit, &a);
+    if (a.yes) kl_snprintf(b->bad, sizeof b->bad, "%s", name);
+    return true;
+}
+
+/* ---- the loop ---------------------------------------------------------------------------------- */
+
+/* 0: not this form; 1: the form (L->why says why it cannot be vectorized, or is empty). */
+static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rb_affine *ra, TSNode loop, vs_loop *L)
+{
+    memset(L, 0, sizeof *L);
+    L->loop = loop;
+    TSNode init = rb_field(loop, "initializer"), cond = unparen(rb_field(loop, "condition")),
+           upd = rb_field(loop, "update");
+    if (!rb_is(init, "declaration") || ts_node_named_child_count(init) != 2) return 0;
+    TSNode d = rb_field(init, "declarator");
+    if (!rb_is(d, "init_declarator") || !rb_is(rb_field(d, "declarator"), "identifier")) return 0;
+    L->value = rb_field(d, "value");
+    if (!text_copy(ctx, rb_field(d, "declarator"), L->var, sizeof L->var)) return 0;
+    char type[64];
+    uint32_t ta = ts_node_start_byte(init), tb = ts_node_start_byte(d);
+    if (tb - ta >= sizeof type) return 0;
+    kl_snprintf(type, sizeof type, "%.*s", (int)(tb - ta), ctx->text + ta);
+    size_t tl = strlen(type);
+    while (tl && (type[tl - 1] == ' ' || type[tl - 1] == '\t')) type[--tl] = '\0';
+    kl_snprintf(L->type, sizeof L->type, "%s", type);
+    rb_poly pv, ps, g;
+    rb_affine_eval(ra, L->value, &pv);
+    if (!grid_index(&pv, &g)) return 0;
+    /* i += S, S the grid's thread count */
+    if (!rb_is(upd, "assignment_expression") || !rb_text_is(ctx, rb_field(upd, "operator"), "+=") ||
+        !rb_text_is(ctx, unparen(rb_field(upd, "left")), L->var))
+        return 0;
+    L->stride = rb_field(upd, "right");
+    rb_affine_eval(ra, L->stride, &ps);
+    if (!same_poly(&ps, &g)) return 0;
+    /* i < N */
+    if (!rb_is(cond, "binary_expression") || !rb_text_is(ctx, rb_field(cond, "operator"), "<") ||
+        !rb_text_is(ctx, unparen(rb_field(cond, "left")), L->var))
+        return 0;
+    L->bound = rb_field(cond, "right");
+    L->body = rb_field(loop, "body");
+    rb_poly pb;
+    rb_affine_eval(ra, L->bound, &pb);
+    if (rb_count_ident(ctx, L->bound, L->var) || rb_poly_thread_dependent(&pb) || rb_poly_depends(&pb, RB_BX)) {
+        kl_snprintf(L->why, sizeof L->why, "the bound of '%s' is not the same for every thread and pass", L->var);
+        return 1;
+    }
+    bound_scan bs = {ctx, L->body, ""};
+    rb_walk(L->bound, bound_visit, &bs);
+    if (bs.bad[0]) {
+        kl_snprintf(L->why, sizeof L->why, "the loop body assigns '%s', which the bound reads", bs.bad);
+        return 1;
+    }
+    vs_scan s = {.ctx = ctx, .f = f, .L = L};
+    rb_walk(L->body, scan_visit, &s);
+    if (!ts_node_is_null(s.bad)) {
+        kl_snprintf(L->why, sizeof L->why, "%s (line %u)", s.why, kl_node_span(s.bad).line);
+        return 1;
+    }
+    if (!L->narr) {
+        kl_snprintf(L->why, sizeof L->why, "the loop reads no array at '%s'", L->var);
+        return 1;
+    }
+    return 1;
+}
+
+/* The vector type holding w elements of a (its text into vt), and whether elements are packed
+ * bytes of 32-bit words (uint2/uint4 of u8) rather than fields. False: no such vector. */
+static bool vec_type(const vs_array *a, int w, char *vt, size_t size, bool *packed)
+{
+    const char *e = a->elem;
+    *packed = false;
+    if (a->size == 4 && (w == 2 || w == 4)) {
+        const char *base = !strcmp(e, "float") ? "float"
+                           : (!strcmp(e, "int") || !strcmp(e, "int32_t")) ? "int"
+                           : (!strcmp(e, "unsigned") || !strcmp(e, "unsigned int") || !strcmp(e, "uint32_t")) ? "uint"
+                                                                                                              : NULL;
+        if (!base) return false;
+        kl_snprintf(vt, size, "%s%d", base, w);
+        return true;
+    }
+    if (a->size == 1) {
+        bool u = !strcmp(e, "uint8_t") || !strcmp(e, "unsigned char");
+        bool sgn = !strcmp(e, "int8_t") || !strcmp(e, "char") || !strcmp(e, "signed char");
+        if (!u && !sgn) return false;
+        if (w == 4) {
+            kl_snprintf(vt, size, "%s", u ? "uchar4" : "char4");
+            return true;
+        }
+        if (w == 8 || w == 16) {
+            kl_snprintf(vt, size, "%s", w == 8 ? "uint2" : "uint4");
+            *packed = true;
+            return true;
+        }
+        return false;
+    }
+    if (a->size == 8 && !strcmp(e, "double") && w == 2) {
+        kl_snprintf(vt, size, "double2");
+        return true;
+    }
+    return false;
+}
+
+/* ---- find ---------------------------------------------------------------------------------------- */
+
+typedef struct vs_present {
+    TSNode decl, vloop, tail, tail_value, start; /* start: the V of the tail's `NV * W + V` */
+    long long width;
+} vs_present;
+
+/* `V + NV * W` or `NV * W + V` with NV the name nv: W and V (written `V + NV * W`, a sum V parses
+ * as the left operand whole). */
+static bool tail_start(const kl_rule_ctx *ctx, TSNode value, const char *nv, long long *w, TSNode *v)
+{
+    value = unparen(value);
+    if (!rb_is(value, "binary_expression") || !rb_text_is(ctx, rb_field(value, "operator"), "+")) return false;
+    for (int side = 0; side < 2; side++) {
+        TSNode m = unparen(rb_field(value, side ? "right" : "left"));
+        if (!rb_is(m, "binary_expression") || !rb_text_is(ctx, rb_field(m, "operator"), "*")) continue;
+        if (!rb_text_is(ctx, unparen(rb_field(m, "left")), nv)) continue;
+        if (!rb_const_eval(ctx, (TSNode){0}, rb_field(m, "right"), w) || *w < 2) continue;
+        *v = rb_field(value, side ? "left" : "right");
+        return true;
+    }
+    return false;
+}
+
+static char *squeezed(const kl_rule_ctx *ctx, TSNode n)
+{
+    char *t = rb_text(ctx, n);
+    if (!t) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; t[i]; i++)
+        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\n' && t[i] != '\r') t[k++] = t[i];
+    t[k] = '\0';
+    return t;
+}
+
+static bool same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b)
+{
+    char *x = squeezed(ctx, a), *y = squeezed(ctx, b);
+    bool same = x && y && !strcmp(x, y);
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Is `decl` the start of this form's vector part: `const T NV = …;`, a loop `for (T v = V; v <
+ * NV; v += S)`, then a loop `for (T i = V + NV * W; …)`? */
+static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!rb_is(decl, "declaration") || ts_node_named_child_count(decl) < 2) return false;
+    TSNode d = rb_field(decl, "declarator");
+    if (!rb_is(d, "init_declarator")) return false;
+    char nv[64];
+    if (!text_copy(ctx, rb_declarator_name(d), nv, sizeof nv)) return false;
+    TSNode vl = rb_next_stmt(decl), tl = ts_node_is_null(vl) ? vl : rb_next_stmt(vl);
+    if (!rb_is(vl, "for_statement") || !rb_is(tl, "for_statement")) return false;
+    TSNode vc = unparen(rb_field(vl, "condition")), vi = rb_field(vl, "initializer");
+    if (!rb_is(vc, "binary_expression") || !rb_text_is(ctx, rb_field(vc, "operator"), "<") ||
+        !rb_text_is(ctx, unparen(rb_field(vc, "right")), nv) || !rb_is(vi, "declaration"))
+        return false;
+    TSNode ti = rb_field(tl, "initializer");
+    if (!rb_is(ti, "declaration")) return false;
+    TSNode vd = rb_field(vi, "declarator"), td = rb_field(ti, "declarator");
+    if (!rb_is(vd, "init_declarator") || !rb_is(td, "init_declarator")) return false;
+    TSNode start;
+    if (!tail_start(ctx, rb_field(td, "value"), nv, &p->width, &start)) return false;
+    if (!same_text(ctx, start, rb_field(vd, "value"))) return false;
+    if (!same_text(ctx, rb_field(vl, "update"), rb_field(tl, "update")) &&
+        !rb_text_is(ctx, rb_field(rb_field(vl, "update"), "operator"), "+="))
+        return false;
+    p->decl = decl, p->vloop = vl, p->tail = tl, p->tail_value = rb_field(td, "value"), p->start = start;
+    return true;
+}
+
+typedef struct vs_find_walk {
+    const kl_rule_ctx *ctx;
+    const rb_func *f;
+    rb_affine *ra;
+    const char *name;
+    kl_sites *out;
+    kl_status st;
+    uint32_t skip_a, skip_b; /* the vector loop of a present site: not a site of its own */
+} vs_find_walk;
+
+static bool find_visit(TSNode n, void *user)
+{
+    vs_find_walk *w = user;
+    if (w->st != KL_OK) return false;
+    if (ts_node_start_byte(n) >= w->skip_a && ts_node_end_byte(n) <= w->skip_b) return true;
+    vs_present p;
+    if (rb_is(n, "declaration") && present_at(w->ctx, n, &p)) {
+        char id[256], note[160], wv[16];
+        kl_site_id(id, sizeof id, w->name, p.vloop, NULL);
+        kl_snprintf(note, sizeof note, "a grid-stride loop over %lld-element vectors, then the scalar loop", p.width);
+        kl_snprintf(wv, sizeof wv, "%lld", p.width);
+        json_t *feat = json_pack("{s:s, s:I}", "form", "grid-stride", "width", (json_int_t)p.width);
+        w->st = feat ? kl_sites_add(w->out, id, KL_SITE_PRESENT, kl_node_span(p.vloop), w->name, feat,
+                                    json_pack("{s:s}", "width", wv), note)
+                     : KL_ERR_NOMEM;
+        w->skip_a = ts_node_start_byte(p.vloop), w->skip_b = ts_node_end_byte(p.tail);
+        return false;
+    }
+    if (!rb_is(n, "for_statement")) return true;
+    vs_loop L;
+    if (!analyse(w->ctx, w->f, w->ra, n, &L)) return true;
+    json_t *arrs = json_array();
+    for (unsigned k = 0; k < L.narr; k++)
+        json_array_append_new(arrs, json_pack("{s:s, s:s}", "array", L.arr[k].name, "dtype", L.arr[k].elem));
+    json_t *feat = json_pack("{s:s, s:s, s:o, s:s}", "form", "grid-stride", "contiguous_in", L.var, "arrays", arrs,
+                             "alignment_guard", "run time, before the loop");
+    if (!feat) {
+        w->st = KL_ERR_NOMEM;
+        return false;
+    }
+    if (L.why[0]) json_object_set_new(feat, "why_not", json_string(L.why));
+    char id[256], note[200];
+    kl_site_id(id, sizeof id, w->name, n, NULL);
+    kl_snprintf(note, sizeof note, "a grid-stride loop over %s reading %u const array%s at %s", L.var, L.narr,
+                L.narr == 1 ? "" : "s", L.var);
+    w->st = kl_sites_add(w->out, id, KL_SITE_APPLICABLE, kl_node_span(n), w->name, feat, NULL, note);
+    return true;
+}
+
+static const rb_func *func_of(const kl_rule_ctx *ctx, TSNode fn, rb_func *fs, unsigned max)
+{
+    unsigned nf = rb_functions(ctx, fs, max);
+    for (unsigned i = 0; i < nf; i++)
+        if (ts_node_eq(fs[i].def, fn)) return &fs[i];
+    return NULL;
+}
+
+kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_sites *out)
+{
+    rb_func fs[64];
+    const rb_func *f = func_of(ctx, fn, fs, 64);
+    if (!f) return KL_OK;
+    rb_affine *ra = rb_affine_new(ctx, f);
+    if (!ra) return KL_ERR_NOMEM;
+    vs_find_walk w = {ctx, f, ra, name, out, KL_OK, 0, 0};
+    rb_walk(f->body, find_visit, &w);
+    rb_affine_free(ra);
+    return w.st;
+}
+
+bool kl_vs_is_site(const kl_site *site)
+{
+    const char *form = site->features ? json_string_value(json_object_get(site->features, "form")) : NULL;
+    return form && !strcmp(form, "grid-stride");
+}
+
+/* ---- apply ---------------------------------------------------------------------------------------- */
+
+typedef struct lane_sub {
+    const kl_rule_ctx *ctx;
+    const vs_loop *L;
+    char (*vname)[72];
+    const bool *packed;
+    int lane;
+    kl_edits *e;
+    kl_status st;
+} lane_sub;
+
+static bool lane_visit(TSNode n, void *user)
+{
+    lane_sub *s = user;
+    if (s->st != KL_OK) return false;
+    if (!rb_is(n, "subscript_expression")) return true;
+    TSNode list = rb_field(n, "indices");
+    if (ts_node_named_child_count(list) != 1 || !rb_text_is(s->ctx, ts_node_named_child(list, 0), s->L->var)) return true;
+    for (unsigned k = 0; k < s->L->narr; k++) {
+        if (!rb_text_is(s->ctx, rb_field(n, "argument"), s->L->arr[k].name)) continue;
+        static const char comp[] = "xyzw";
+        uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+        if (s->packed[k]) {
+            int word = s->lane / 4, shift = 8 * (s->lane % 4);
+            if (shift)
+                s->st = kl_edits_addf(s->e, a, b, "(%s)(%s.%c >> %d)", s->L->arr[k].elem, s->vname[k], comp[word], shift);
+            else s->st = kl_edits_addf(s->e, a, b, "(%s)%s.%c", s->L->arr[k].elem, s->vname[k], comp[word]);
+        } else s->st = kl_edits_addf(s->e, a, b, "%s.%c", s->vname[k], comp[s->lane]);
+        return false;
+    }
+    return true;
+}
+
+/* The text [a, b) with edits (inside it, not overlapping) applied. */
+static char *splice(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const kl_edits *e)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    uint32_t pos = a;
+    /* edits were added in document order by the walk */
+    for (unsigned i = 0; i < e->count; i++) {
+        if (e->items[i].start < pos || e->items[i].end > b) {
+            kl_strbuf_release(&sb);
+            return NULL;
+        }
+        kl_strbuf_add(&sb, ctx->text + pos, e->items[i].start - pos);
+        kl_strbuf_adds(&sb, e->items[i].text);
+        pos = e->items[i].end;
+    }
+    kl_strbuf_add(&sb, ctx->text + pos, b - pos);
+    if (sb.failed) {
+        kl_strbuf_release(&sb);
+        return NULL;
+    }
+    char *s = kl_strdup(kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    return s;
+}
+
+/* Does the body declare anything at its top level (then each copy keeps its own braces)? */
+static bool declares(TSNode body)
+{
+    if (!rb_is(body, "compound_statement")) return rb_is(body, "declaration");
+    uint32_t c = ts_node_named_child_count(body);
+    for (uint32_t i = 0; i < c; i++)
+        if (rb_is(ts_node_named_child(body, i), "declaration")) return true;
+    return false;
+}
+
+static bool free_name(const kl_rule_ctx *ctx, const rb_func *f, const char *want, char *buf, size_t size)
+{
+    kl_snprintf(buf, size, "%s", want);
+    if (!rb_count_ident(ctx, f->outer, buf)) return true;
+    kl_snprintf(buf, size, "kl_%s", want);
+    return !rb_count_ident(ctx, f->outer, buf);
+}
+
+static kl_status site_loop(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, const rb_func **f, TSNode *loop,
+                           kl_error *err)
+{
+    unsigned nf = rb_functions(ctx, fs, 64);
+    *f = rb_function_named(fs, nf, site->kernel);
+    if (!*f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
+    TSNode n = ts_node_descendant_for_byte_range((*f)->body, site->span.start, site->span.start);
+    while (!ts_node_is_null(n) && !(rb_is(n, "for_statement") && ts_node_start_byte(n) == site->span.start))
+        n = ts_node_parent(n);
+    if (ts_node_is_null(n))
+        return kl_rule_not_applicable(err, "%s:%u: no loop at the site %s", kl_source_name(ctx->src), site->span.line,
+                                      site->id);
+    *loop = n;
+    return KL_OK;
+}
+
+kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_edits *out, kl_error *err)
+{
+    const char *file = kl_source_name(ctx->src);
+    rb_func fs[64];
+    const rb_func *f;
+    TSNode loop;
+    kl_status st = site_loop(ctx, site, fs, &f, &loop, err);
+    if (st != KL_OK) return st;
+    rb_affine *ra = rb_affine_new(ctx, f);
+    if (!ra) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    vs_loop L;
+    int form = analyse(ctx, f, ra, loop, &L);
+    rb_affine_free(ra);
+    if (!form) return kl_rule_not_applicable(err, "%s:%u: not a grid-stride loop", file, site->span.line);
+    if (L.why[0]) return kl_rule_not_applicable(err, "%s:%u: %s", file, site->span.line, L.why);
+    char vt[VS_MAXARR][32], vname[VS_MAXARR][72];
+    bool packed[VS_MAXARR];
+    for (unsigned k = 0; k < L.narr; k++) {
+        if (!vec_type(&L.arr[k], width, vt[k], sizeof vt[k], &packed[k]))
+            return kl_rule_not_applicable(err, "%s:%u: no %d-element vector of '%s' elements (%s)", file, site->span.line,
+                                          width, L.arr[k].elem, L.arr[k].name);
+        char want[72];
+        kl_snprintf(want, sizeof want, "%s_v", L.arr[k].name);
+        if (!free_name(ctx, f, want, vname[k], sizeof vname[k]))
+            return kl_rule_not_applicable(err, "%s: kernel '%s' already uses '%s' and 'kl_%s'", file, f->name, want, want);
+    }
+    char nv[32], v[32];
+    if (!free_name(ctx, f, "nv", nv, sizeof nv) || !free_name(ctx, f, "v", v, sizeof v))
+        return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names nv/v and kl_nv/kl_v", file, f->name);
+    if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
+        return kl_rule_not_applicable(err, "%s:%u: the loop does not start its own line", file, site->span.line);
+    char ind[64];
+    rb_indent_of(ctx, ts_node_start_byte(loop), ind, sizeof ind);
+    char *value = rb_text(ctx, L.value), *bound = rb_text(ctx, L.bound), *stride = rb_text(ctx, L.stride);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    /* the marker, the element count in whole vectors (0 when an array is misaligned) */
+    kl_strbuf_addf(&sb, "%s// vectorize: %d elements per load of", ind, width);
+    for (unsigned k = 0; k < L.narr; k++)
+        kl_strbuf_addf(&sb, "%s '%s' (%s)", k ? "," : "", L.arr[k].name, vt[k]);
+    kl_strbuf_addf(&sb, "; the loop below does the last %s %% %d, or all when an address is not aligned\n", bound, width);
+    kl_strbuf_addf(&sb, "%sconst %s %s = ", ind, L.type, nv);
+    for (unsigned k = 0; k < L.narr; k++)
+        kl_strbuf_addf(&sb, "%sreinterpret_cast<unsigned long long>(%s) %% %u == 0", k ? " && " : "(", L.arr[k].name,
+                       L.arr[k].size * (unsigned)width);
+    bool atom = rb_is(L.bound, "identifier") || rb_is(L.bound, "number_literal") || rb_is(L.bound, "field_expression");
+    kl_strbuf_addf(&sb, atom ? ") ? %s / %d : 0;\n" : ") ? (%s) / %d : 0;\n", bound, width);
+    kl_strbuf_addf(&sb, "%sfor (%s %s = %s; %s < %s; %s += %s) {\n", ind, L.type, v, value, v, nv, v, stride);
+    for (unsigned k = 0; k < L.narr; k++)
+        kl_strbuf_addf(&sb, "%s    const %s %s = reinterpret_cast<const %s*>(%s)[%s];\n", ind, vt[k], vname[k], vt[k],
+                       L.arr[k].name, v);
+    /* the body once per element: its statements (inside braces of their own when it declares) */
+    bool braces = declares(L.body);
+    uint32_t ba, bb;
+    if (rb_is(L.body, "compound_statement")) {
+        ba = rb_line_end(ctx, ts_node_start_byte(L.body));
+        bb = rb_line_start(ctx, ts_node_end_byte(L.body) - 1);
+        if (bb < ba || !rb_line_blank_before(ctx, ts_node_end_byte(L.body) - 1)) st = KL_ERR_INVALID;
+    } else {
+        ba = ts_node_start_byte(L.body);
+        bb = ts_node_end_byte(L.body);
+    }
+    for (int lane = 0; lane < width && st == KL_OK; lane++) {
+        kl_edits e = {0};
+        lane_sub ls = {ctx, &L, vname, packed, lane, &e, KL_OK};
+        rb_walk(L.body, lane_visit, &ls);
+        char *text = ls.st == KL_OK ? splice(ctx, ba, bb, &e) : NULL;
+        kl_edits_release(&e);
+        if (!text) {
+            st = KL_ERR_NOMEM;
+            break;
+        }
+        if (rb_is(L.body, "compound_statement")) {
+            /* its lines, moved from the body's indentation to the new loop's (+4, or +8 in braces) */
+            char bind[64];
+            rb_indent_of(ctx, ba, bind, sizeof bind);
+            int delta = (int)strlen(ind) + (braces ? 8 : 4) - (int)strlen(bind);
+            char *moved = rb_reindent(text, strlen(text), delta);
+            if (!moved) st = KL_ERR_INVALID;
+            else {
+                if (braces) kl_strbuf_addf(&sb, "%s    {\n", ind);
+                kl_strbuf_adds(&sb, moved);
+                if (braces) kl_strbuf_addf(&sb, "%s    }\n", ind);
+            }
+            free(moved);
+        } else if (braces) kl_strbuf_addf(&sb, "%s    {\n%s        %s\n%s    }\n", ind, ind, text, ind);
+        else kl_strbuf_addf(&sb, "%s    %s\n", ind, text);
+        free(text);
+    }
+    kl_strbuf_addf(&sb, "%s}\n%s", ind, ind);
+    if (st == KL_OK && sb.failed) st = KL_ERR_NOMEM;
+    if (st == KL_OK) st = kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(loop)), ts_node_start_byte(loop), kl_strbuf_str(&sb));
+    if (st == KL_OK)
+        st = kl_edits_addf(out, ts_node_start_byte(L.value), ts_node_end_byte(L.value), "%s + %s * %d", value, nv, width);
+    kl_strbuf_release(&sb);
+    free(value);
+    free(bound);
+    free(stride);
+    if (st == KL_ERR_INVALID)
+        return kl_rule_not_applicable(err, "%s:%u: expected the loop body's braces on lines of their own, indented", file,
+                                      site->span.line);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+/* ---- remove ---------------------------------------------------------------------------------------- */
+
+typedef struct present_walk {
+    const kl_rule_ctx *ctx;
+    uint32_t at;
+    vs_present p;
+    bool found;
+} present_walk;
+
+static bool present_visit(TSNode n, void *user)
+{
+    present_walk *w = user;
+    if (w->found) return false;
+    vs_present p;
+    if (rb_is(n, "declaration") && present_at(w->ctx, n, &p) && ts_node_start_byte(p.vloop) == w->at) {
+        w->p = p;
+        w->found = true;
+        return false;
+    }
+    return true;
+}
+
+kl_status kl_vs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
+{
+    rb_func fs[64];
+    unsigned nf = rb_functions(ctx, fs, 64);
+    const rb_func *f = rb_function_named(fs, nf, site->kernel);
+    if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
+    present_walk w = {.ctx = ctx, .at = site->span.start};
+    rb_walk(f->body, present_visit, &w);
+    if (!w.found)
+        return kl_rule_not_applicable(err, "%s:%u: no vector loop with its tail loop at the site %s",
+                                      kl_source_name(ctx->src), site->span.line, site->id);
+    uint32_t a, b, a2, b2;
+    rb_stmt_range(ctx, w.p.decl, VS_MARKER, &a, &b);
+    rb_stmt_range(ctx, w.p.vloop, NULL, &a2, &b2);
+    kl_status st = kl_edits_add(out, a, b2 > b ? b2 : b, "");
+    if (st == KL_OK) {
+        char *v = rb_text(ctx, w.p.start);
+        st = v ? kl_edits_add(out, ts_node_start_byte(w.p.tail_value), ts_node_end_byte(w.p.tail_value), v) : KL_ERR_NOMEM;
+        free(v);
+    }
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+bool kl_vs_present_loop(const kl_rule_ctx *ctx, TSNode loop)
+{
+    if (!rb_is(loop, "for_statement")) return false;
+    TSNode d = rb_prev_stmt(loop);
+    vs_present p;
+    return !ts_node_is_null(d) && present_at(ctx, d, &p) && ts_node_eq(p.vloop, loop);
+}

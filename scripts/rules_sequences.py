@@ -38,7 +38,11 @@ SEQUENCES = {
     "sgemm": ["smem-tile", "register-tile TM=8 TN=8", "restrict", "launch-bounds", "unroll"],
     "hgemm": [["tensor-core warps_m=2 warps_n=2 frags_m=2 frags_n=2", "restrict", "launch-bounds"],
               ["tensor-core warps_m=4 warps_n=2 frags_m=2 frags_n=2", "restrict", "launch-bounds", "unroll",
-               "unroll"]],
+               "unroll"],
+              ["tensor-core warps_m=4 warps_n=2 frags_m=2 frags_n=2 bk=32 vector_loads=1", "restrict",
+               "launch-bounds"],
+              ["tensor-core warps_m=4 warps_n=2 frags_m=2 frags_n=2 bk=64 vector_loads=1", "restrict",
+               "launch-bounds"]],
 }
 
 

@@ -310,6 +310,35 @@ static void reasons(void **state)
     expect_reason("int off = threadIdx.x;", "float", "row * K + k + off", launch_text, "threadIdx.x");
     /* never launched: the grid could not follow */
     expect_reason("", "float", "row * K + k", "", "not launched");
+    /* 16-byte tile loads need rows of A contiguous along k … */
+    kl_snprintf(text, sizeof text, KERNEL_FMT, "", "float", "k * M + row", launch_text);
+    s = sites_of(text);
+    const char *id = site_in(s, "applicable", &why);
+    assert_non_null(id);
+    kl_error err = {0};
+    char *got = rewrite(text, id, false, "{\"vector_loads\": \"1\"}", &err);
+    assert_null(got);
+    assert_int_equal(err.status, KL_ERR_NOT_APPLICABLE);
+    assert_non_null(strstr(err.message, "A's elements are not contiguous along 'k'"));
+    /* … which the plain loads do not */
+    got = rewrite(text, id, false, "{\"bk\": \"32\"}", &err);
+    assert_non_null(got);
+    assert_non_null(strstr(got, "for (int kl_kk = 0; kl_kk < KL_BK; kl_kk += 16)"));
+    free(got);
+    json_decref(s);
+    /* … and B's rows contiguous along col */
+    kl_snprintf(text, sizeof text, KERNEL_FMT, "", "float", "row * K + k", launch_text);
+    char colmajor[4096];
+    const char *at = strstr(text, "B[k * N + col]");
+    assert_non_null(at);
+    kl_snprintf(colmajor, sizeof colmajor, "%.*sB[col * K + k]%s", (int)(at - text), text, at + strlen("B[k * N + col]"));
+    s = sites_of(colmajor);
+    id = site_in(s, "applicable", &why);
+    assert_non_null(id);
+    got = rewrite(colmajor, id, false, "{\"vector_loads\": \"1\", \"bk\": \"64\"}", &err);
+    assert_null(got);
+    assert_non_null(strstr(err.message, "B's elements are not contiguous along 'col'"));
+    json_decref(s);
     /* an f32 GEMM is no site at all */
     const char *f32 = "__global__ void f(const float* A, const float* B, float* C, int M, int N, int K) {\n"
                       "    int row = blockIdx.y * blockDim.y + threadIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;\n"

@@ -38,12 +38,16 @@
 static const char *const warp_values[] = {"2", "1", "4", NULL};
 static const char *const frag_values[] = {"1", "2", NULL};
 static const char *const api_values[] = {"wmma", NULL};
+static const char *const bk_values[] = {"16", "32", "64", NULL};
+static const char *const vl_values[] = {"0", "1", NULL};
 static const kl_rule_param tc_params[] = {
     {"warps_m", warp_values, "2"},
     {"warps_n", warp_values, "2"},
     {"frags_m", frag_values, "1"},
     {"frags_n", frag_values, "1"},
     {"api", api_values, "wmma"},
+    {"bk", bk_values, "16"},           /* the k extent of the shared tiles (16 per mma step) */
+    {"vector_loads", vl_values, "0"},  /* 1: the tiles are loaded 16 bytes (8 elements) at a time */
 };
 
 static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
@@ -712,14 +716,85 @@ static uint32_t include_at(const kl_rule_ctx *ctx)
     return at;
 }
 
+/* Is the access (a subscript) contiguous along variable v: coefficient 1 on it? */
+static bool unit_stride(kl_affine_ctx *ax, TSNode access, const char *v)
+{
+    if (!rb_is(access, "subscript_expression")) return false;
+    TSNode idx = ts_node_named_child(rb_field(access, "indices"), 0);
+    kl_affine a;
+    memset(&a, 0, sizeof a);
+    int64_t c = 0;
+    bool ok = !ts_node_is_null(idx) && kl_affine_of(ax, idx, &a) == KL_OK && a.ok && kl_affine_coef_int(&a, v, &c) && c == 1;
+    kl_affine_release(&a);
+    return ok;
+}
+
+/* One tile's load, 8 elements (16 bytes) per thread and step where the 8 are in bounds and the
+ * address is 16-byte aligned, else element by element: `kl_xs[r][c..c+7]` from ACCESS with n1 = o1 + r
+ * and n2 = o2 + c (+ q, the contiguous one, in the scalar path). */
+/* Is B's access contiguous along col, a local of the thread index: the same coefficient (not 0) on
+ * threadIdx.x in the access and in col's definition? */
+static bool unit_stride_col(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g)
+{
+    if (!rb_is(g->bacc, "subscript_expression")) return false;
+    TSNode value = {0};
+    for (uint32_t i = 0; i < ts_node_named_child_count(g->cdecl); i++) {
+        TSNode d = ts_node_named_child(g->cdecl, i);
+        if (rb_is(d, "init_declarator") && rb_text_is(ctx, rb_field(d, "declarator"), g->col)) value = rb_field(d, "value");
+    }
+    if (ts_node_is_null(value)) return false;
+    TSNode idx = ts_node_named_child(rb_field(g->bacc, "indices"), 0);
+    kl_affine a, c;
+    memset(&a, 0, sizeof a);
+    memset(&c, 0, sizeof c);
+    int64_t ka = 0, kc = 0;
+    bool ok = !ts_node_is_null(idx) && kl_affine_of(ax, idx, &a) == KL_OK && a.ok && kl_affine_of(ax, value, &c) == KL_OK &&
+              c.ok && kl_affine_coef_int(&a, "threadIdx.x", &ka) && kl_affine_coef_int(&c, "threadIdx.x", &kc) && ka == kc &&
+              ka != 0;
+    kl_affine_release(&a);
+    kl_affine_release(&c);
+    return ok;
+}
+
+static void vector_tile_load(kl_strbuf *sb, const char *in2, const char *in3, const char *in4, const char *in5,
+                             const char *tile, const char *rows, const char *cols, const char *t1, const char *n1,
+                             const char *o1, const char *b1, const char *t2, const char *n2, const char *o2, const char *b2,
+                             const char *access, const char *E)
+{
+    kl_strbuf_addf(sb, "%sfor (int kl_e = threadIdx.x; kl_e < %s * %s / 8; kl_e += KL_THREADS) {\n", in2, rows, cols);
+    kl_strbuf_addf(sb, "%sconst int kl_r = kl_e / (%s / 8), kl_c = kl_e %% (%s / 8) * 8;\n", in3, cols, cols);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_r;\n", in3, t1, n1, o1);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c;\n", in3, t2, n2, o2);
+    kl_strbuf_addf(sb, "%sif (%s < %s && %s + 7 < %s && reinterpret_cast<unsigned long long>(&%s) %% 16 == 0) {\n", in3, n1,
+                   b1, n2, b2, access);
+    kl_strbuf_addf(sb, "%s*reinterpret_cast<uint4*>(&%s[kl_r][kl_c]) = *reinterpret_cast<const uint4*>(&%s);\n", in4, tile,
+                   access);
+    kl_strbuf_addf(sb, "%s} else {\n", in3);
+    kl_strbuf_addf(sb, "%sfor (int kl_q = 0; kl_q < 8; kl_q++) {\n", in4);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c + kl_q;\n", in5, t2, n2, o2);
+    kl_strbuf_addf(sb, "%s%s[kl_r][kl_c + kl_q] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in5, tile, n1, b1, n2, b2, access,
+                   E);
+    kl_strbuf_addf(sb, "%s}\n", in4);
+    kl_strbuf_addf(sb, "%s}\n", in3);
+    kl_strbuf_addf(sb, "%s}\n", in2);
+}
+
 static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
-                             int wn, int fm, int fn_, kl_edits *out, kl_error *err)
+                             int wn, int fm, int fn_, int bk, bool vec, kl_edits *out, kl_error *err)
 {
     if (g->why[0]) return kl_rule_not_applicable(err, "%s", g->why);
     const int bm = 16 * wm * fm, bn = 16 * wn * fn_, threads = 32 * wm * wn;
-    const size_t smem = (size_t)bm * (16 + 8) * 2 + (size_t)16 * (bn + 8) * 2 + (size_t)bm * (bn + 4) * 4;
-    if (smem > SMEM_LIMIT)
-        return kl_rule_not_applicable(err, "a %d x %d block tile needs %zu bytes of shared memory, over 48 KiB", bm, bn, smem);
+    /* the A and B tiles, and the f32 staging tile of C used after the k loop: one buffer for both
+     * when together they would not fit */
+    const size_t ab = (size_t)bm * (bk + 8) * 2 + (size_t)bk * (bn + 8) * 2, cs = (size_t)bm * (bn + 4) * 4;
+    const bool alias = ab + cs > SMEM_LIMIT;
+    if ((alias ? (ab > cs ? ab : cs) : ab + cs) > SMEM_LIMIT)
+        return kl_rule_not_applicable(err, "a %d x %d block tile (k tile %d) needs %zu bytes of shared memory, over 48 KiB",
+                                      bm, bn, bk, ab > cs ? ab : cs);
+    if (vec && !unit_stride(ax, g->aacc, g->k))
+        return kl_rule_not_applicable(err, "vector_loads: A's elements are not contiguous along '%s'", g->k);
+    if (vec && !unit_stride_col(ctx, ax, g))
+        return kl_rule_not_applicable(err, "vector_loads: B's elements are not contiguous along '%s'", g->col);
     kl_launch_sites ls = {0};
     kl_status st = kl_ast_launches(ctx->src, &ls, err);
     if (st != KL_OK) return st;
@@ -730,7 +805,7 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
         kl_launch_sites_release(&ls);
         return kl_rule_not_applicable(err, "%s", why);
     }
-    char in[16] = "    ", in2[24], in3[32], in4[40];
+    char in[16] = "    ", in2[24], in3[32], in4[40], in5[48];
     TSNode first = ts_node_named_child(g->body, 0);
     if (!ts_node_is_null(first)) {
         rb_indent_of(ctx, ts_node_start_byte(first), in, sizeof in);
@@ -739,6 +814,7 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
     kl_snprintf(in2, sizeof in2, "%s%s", in, in);
     kl_snprintf(in3, sizeof in3, "%s%s", in2, in);
     kl_snprintf(in4, sizeof in4, "%s%s", in3, in);
+    kl_snprintf(in5, sizeof in5, "%s%s", in4, in);
     const char *E = g->elem;
     char a_text[512], b_text[512], guard[400], fnind[16];
     text_to(ctx, g->aacc, a_text, sizeof a_text);
@@ -750,12 +826,23 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
                    MARKER, 16, dtype_of(E), wm, wn, fm, fn_);
     for (unsigned i = 0; i < g->npro; i++) add_stmt_text(ctx, &sb, g->prologue[i], in);
     kl_strbuf_addf(&sb, "%sconstexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;\n", in, fm, fn_, wm, wn);
-    kl_strbuf_addf(&sb, "%sconstexpr int KL_BM = %d, KL_BN = %d, KL_BK = 16, KL_THREADS = %d;\n", in, bm, bn, threads);
+    kl_strbuf_addf(&sb, "%sconstexpr int KL_BM = %d, KL_BN = %d, KL_BK = %d, KL_THREADS = %d;\n", in, bm, bn, bk, threads);
     kl_strbuf_addf(&sb, "%sstatic_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, \"a warp per %d x %d piece of C\");\n", in,
                    16 * fm, 16 * fn_);
-    kl_strbuf_addf(&sb, "%s__shared__ __align__(32) %s kl_as[KL_BM][KL_BK + 8];\n", in, E);
-    kl_strbuf_addf(&sb, "%s__shared__ __align__(32) %s kl_bs[KL_BK][KL_BN + 8];\n", in, E);
-    kl_strbuf_addf(&sb, "%s__shared__ __align__(32) float kl_cs[KL_BM][KL_BN + 4];\n", in);
+    if (alias) {
+        kl_strbuf_addf(&sb, "%s// the A and B tiles during the k loop, the f32 tile of C after it: one buffer\n", in);
+        kl_strbuf_addf(&sb, "%sconstexpr int KL_AB = (KL_BM * (KL_BK + 8) + KL_BK * (KL_BN + 8)) * %d, KL_CB = KL_BM * (KL_BN + 4) * 4;\n",
+                       in, (int)sizeof(uint16_t));
+        kl_strbuf_addf(&sb, "%s__shared__ __align__(128) unsigned char kl_smem[KL_AB > KL_CB ? KL_AB : KL_CB];\n", in);
+        kl_strbuf_addf(&sb, "%sauto kl_as = reinterpret_cast<%s (*)[KL_BK + 8]>(kl_smem);\n", in, E);
+        kl_strbuf_addf(&sb, "%sauto kl_bs = reinterpret_cast<%s (*)[KL_BN + 8]>(kl_smem + KL_BM * (KL_BK + 8) * %d);\n", in, E,
+                       (int)sizeof(uint16_t));
+        kl_strbuf_addf(&sb, "%sauto kl_cs = reinterpret_cast<float (*)[KL_BN + 4]>(kl_smem);\n", in);
+    } else {
+        kl_strbuf_addf(&sb, "%s__shared__ __align__(32) %s kl_as[KL_BM][KL_BK + 8];\n", in, E);
+        kl_strbuf_addf(&sb, "%s__shared__ __align__(32) %s kl_bs[KL_BK][KL_BN + 8];\n", in, E);
+        kl_strbuf_addf(&sb, "%s__shared__ __align__(32) float kl_cs[KL_BM][KL_BN + 4];\n", in);
+    }
     kl_strbuf_addf(&sb, "%sconst int kl_warp = threadIdx.x / 32;\n", in);
     kl_strbuf_addf(&sb, "%sconst int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp %% KL_WARPS_N * 16 * KL_FN;\n", in);
     kl_strbuf_addf(&sb, "%sconst %s kl_m0 = (%s)blockIdx.y * KL_BM;\n", in, g->rtype, g->rtype);
@@ -764,6 +851,15 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
     kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
     kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
     kl_strbuf_addf(&sb, "%sfor (%s kl_k0 = 0; kl_k0 < %s; kl_k0 += KL_BK) {\n", in, g->ktype, g->K);
+    if (vec) {
+        char o1[64], o2[64];
+        kl_snprintf(o1, sizeof o1, "kl_m0"), kl_snprintf(o2, sizeof o2, "kl_k0");
+        vector_tile_load(&sb, in2, in3, in4, in5, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, o1, g->M, g->ktype, g->k, o2,
+                         g->K, a_text, E);
+        kl_snprintf(o1, sizeof o1, "kl_k0"), kl_snprintf(o2, sizeof o2, "kl_n0");
+        vector_tile_load(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, o1, g->K, g->ctype, g->col, o2,
+                         g->N, b_text, E);
+    } else {
     kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BK; kl_e += KL_THREADS) {\n", in2);
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_e / KL_BK;\n", in3, g->rtype, g->row);
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_k0 + kl_e %% KL_BK;\n", in3, g->ktype, g->k);
@@ -776,18 +872,36 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
     kl_strbuf_addf(&sb, "%skl_bs[kl_e / KL_BN][kl_e %% KL_BN] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, g->k, g->K,
                    g->col, g->N, b_text, E);
     kl_strbuf_addf(&sb, "%s}\n", in2);
+    }
     kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
     kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fa[KL_FM];\n",
                    in2, E);
     kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fb[KL_FN];\n",
                    in2, E);
-    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][0], KL_BK + 8);\n", in3);
-    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in2);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[0][kl_wn + 16 * kl_j], KL_BN + 8);\n", in3);
-    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
-    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n", in4);
+    if (bk == 16) {
+        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
+        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][0], KL_BK + 8);\n", in3);
+        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in2);
+        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[0][kl_wn + 16 * kl_j], KL_BN + 8);\n", in3);
+        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
+        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3);
+        kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n",
+                       in4);
+    } else {
+        /* KL_BK / 16 mma steps over the tiles */
+        kl_strbuf_addf(&sb, "%sfor (int kl_kk = 0; kl_kk < KL_BK; kl_kk += 16) {\n", in2);
+        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3);
+        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][kl_kk], KL_BK + 8);\n",
+                       in4);
+        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3);
+        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[kl_kk][kl_wn + 16 * kl_j], KL_BN + 8);\n",
+                       in4);
+        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3);
+        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in4);
+        kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n",
+                       in5);
+        kl_strbuf_addf(&sb, "%s}\n", in2);
+    }
     kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
     kl_strbuf_addf(&sb, "%s}\n", in);
     kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
@@ -910,6 +1024,34 @@ static bool tile_load(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n1, c
     return true;
 }
 
+/* The same load, 8 elements at a time (vector_loads=1): `const int kl_r = …, kl_c = …; const R r = …;
+ * const K k = …; if (… aligned …) { 16-byte copy } else { for (kl_q …) { const K k = …; kl_xs[…] =
+ * (r < M && k < K) ? ACCESS : zero; } }`. */
+static bool tile_load_vec(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n1, char *t2, char *n2, char *b1, char *b2,
+                          char *access, size_t asize, char *zero)
+{
+    TSNode s[5], in[3];
+    if (!rb_is(loop, "for_statement") || stmts_of(rb_field(loop, "body"), s, 5) != 4) return false;
+    char tr[64], nr[64];
+    if (!decl_name(ctx, s[0], tr, nr, 64) || !decl_name(ctx, s[1], t1, n1, 64) || !decl_name(ctx, s[2], t2, n2, 64) ||
+        !rb_is(s[3], "if_statement"))
+        return false;
+    TSNode alt = rb_field(s[3], "alternative");
+    if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+    if (!rb_is(alt, "compound_statement") || stmts_of(alt, in, 3) != 1 || !rb_is(in[0], "for_statement")) return false;
+    TSNode q[3];
+    if (stmts_of(rb_field(in[0], "body"), q, 3) != 2 || !rb_is(q[1], "expression_statement")) return false;
+    TSNode asg = ts_node_named_child(q[1], 0);
+    if (!rb_is(asg, "assignment_expression")) return false;
+    TSNode c = rb_field(asg, "right");
+    if (!rb_is(c, "conditional_expression")) return false;
+    char x[64], y[64];
+    if (!guard_parts(ctx, rb_field(c, "condition"), false, x, b1, y, b2, 128) || strcmp(x, n1) || strcmp(y, n2)) return false;
+    text_to(ctx, rb_field(c, "consequence"), access, asize);
+    text_to(ctx, rb_field(c, "alternative"), zero, 64);
+    return true;
+}
+
 /* Recognise the form apply writes; false when fn is not it (why says what differs). */
 static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
 {
@@ -967,8 +1109,10 @@ static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
     }
     char t1[64], t2[64], k1[64], k2[64], kb1[128], kb2[128], zero[64];
     if (nl != 2 ||
-        !tile_load(ctx, loads[0], w->rtype, w->row, t1, w->k, w->M, kb1, w->a_text, sizeof w->a_text, zero) ||
-        !tile_load(ctx, loads[1], t2, k2, w->ctype, w->col, kb2, w->N, w->b_text, sizeof w->b_text, zero))
+        !(tile_load(ctx, loads[0], w->rtype, w->row, t1, w->k, w->M, kb1, w->a_text, sizeof w->a_text, zero) ||
+          tile_load_vec(ctx, loads[0], w->rtype, w->row, t1, w->k, w->M, kb1, w->a_text, sizeof w->a_text, zero)) ||
+        !(tile_load(ctx, loads[1], t2, k2, w->ctype, w->col, kb2, w->N, w->b_text, sizeof w->b_text, zero) ||
+          tile_load_vec(ctx, loads[1], t2, k2, w->ctype, w->col, kb2, w->N, w->b_text, sizeof w->b_text, zero)))
         return WHY("the tile loads of the k loop at line %u are not the ones apply writes", line_of(w->k0loop));
     (void)k1;
     /* the element type: from the zero, `T(0.0f)` */
@@ -1974,7 +2118,14 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "warps_n", &wn);
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_m", &fm);
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_n", &fn_);
-            j->st = apply_naive(ctx, ax, &g, name, (int)wm, (int)wn, (int)fm, (int)fn_, j->edits, j->err);
+            int64_t bk = 16, vl = 0;
+            kl_rule_param_int(&kl_rule_tensor_core, j->params, "bk", &bk);
+            kl_rule_param_int(&kl_rule_tensor_core, j->params, "vector_loads", &vl);
+            if (bk != 16 && bk != 32 && bk != 64) {
+                j->st = kl_error_set(j->err, KL_ERR_INVALID, "tensor-core: bk must be 16, 32 or 64");
+                return KL_OK;
+            }
+            j->st = apply_naive(ctx, ax, &g, name, (int)wm, (int)wn, (int)fm, (int)fn_, (int)bk, vl != 0, j->edits, j->err);
             return KL_OK;
         }
         json_t *feat = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "dtype", dtype_of(g.elem), "accumulate", "f32",
@@ -2018,5 +2169,5 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
 
 const kl_rule kl_rule_tensor_core = {
     "tensor-core", "compute a bf16/f16 GEMM's k loop on the tensor cores with wmma fragments over shared tiles",
-    tc_params, 5, find, remove_site, apply,
+    tc_params, sizeof tc_params / sizeof tc_params[0], find, remove_site, apply,
 };

@@ -263,6 +263,55 @@ static void stencil_expect(const char *stmt, const char *block, const char *want
     json_decref(s);
 }
 
+/* outputs_x: a register tile of outputs along x over the halo tile; what it needs, said where missing. */
+static void outputs_expect(const char *stmt, const char *want)
+{
+    char text[4096];
+    kl_snprintf(text, sizeof text, STENCIL_FMT, stmt, "dim3(16, 16)");
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, "smem-tile", "st:7", false,
+                                    "{\"outputs_x\": \"4\", \"max_radius\": \"2\"}", &out, &note, &err);
+    if (!want) {
+        if (st != KL_OK) fail_msg("outputs_x=4 refused: %s\n%s", err.message, text);
+        assert_non_null(strstr(out, "__shared__ __align__(16) float img_s[16 + 4][(16 - 1) * 4 + 8];"));
+        assert_non_null(strstr(out, "const float4 kl_v = *reinterpret_cast<const float4*>(&img_s[threadIdx.y + i][threadIdx.x * 4 + 4 * kl_c]);"));
+        assert_non_null(strstr(out, "kl_acc[kl_c] += kl_f * kl_row[kl_c + j];"));
+        assert_non_null(strstr(out, "int x = (blockIdx.x * 4) * BLOCK + (threadIdx.x * 4 + kl_c);"));
+        assert_non_null(strstr(out, "st<<<dim3(((w + 15) / 16 + 3) / 4, (h + 15) / 16)"));
+        /* counts beyond the radius: the original loop, per output */
+        char *e = strstr(out, "} else {");
+        assert_non_null(e);
+        assert_non_null(strstr(e, "img[yy * w + xx]"));
+    } else {
+        if (st != KL_ERR_NOT_APPLICABLE) fail_msg("expected not applicable (%s), got %d: %s", want, st, err.message);
+        if (!strstr(err.message, want)) fail_msg("the reason '%s' does not say '%s'", err.message, want);
+    }
+    free(out);
+    free(note);
+}
+
+static void smem_tile_stencil_outputs(void **state)
+{
+    (void)state;
+    outputs_expect("if (yy >= 0 && yy < h && xx >= 0 && xx < w) acc += f[i * k + j] * img[yy * w + xx];", NULL);
+    outputs_expect("if (yy >= 0 && yy < h && xx >= 0 && xx < w) acc = fmaxf(acc, img[yy * w + xx]);", "acc += e *");
+    outputs_expect("if (yy >= 0 && yy < h && xx >= 0 && xx < w) acc += f[(i * k + j + threadIdx.x) % 9] * img[yy * w + xx];",
+                   "depends on threadIdx.x");
+    outputs_expect("if (yy >= 0 && yy < h && xx >= 0 && xx < w) acc += f[xx & 7] * img[yy * w + xx];", "declared in the loops");
+    outputs_expect("if (yy >= 0 && yy < h && xx >= 0 && xx < w) { acc += f[i * k + j] * img[yy * w + xx]; out[0] = 1.0f; }",
+                   "more than accumulate");
+    /* a value of the parameter not offered */
+    char text[4096];
+    kl_snprintf(text, sizeof text, STENCIL_FMT, "if (yy >= 0 && yy < h && xx >= 0 && xx < w) acc += f[i] * img[yy * w + xx];",
+                "dim3(16, 16)");
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_rewrite("t.cu", text, strlen(text), NULL, "smem-tile", "st:7", false, "{\"outputs_x\": \"3\"}",
+                                      &out, &note, &err),
+                     KL_ERR_INVALID);
+}
+
 /* Stencils: blur's naive (a run-time k) and the expert's generic kernel get a halo tile, the
  * original loop kept for k beyond max_radius, and come back exactly; the reasons otherwise. */
 static void smem_tile_stencil(void **state)
@@ -378,6 +427,7 @@ int main(void)
         cmocka_unit_test(smem_tile_builtin_tasks),
         cmocka_unit_test(smem_tile_stencil),
         cmocka_unit_test(golden_smem_tile),
+        cmocka_unit_test(smem_tile_stencil_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

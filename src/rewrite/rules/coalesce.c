@@ -516,43 +516,6 @@ static bool staged_visit(TSNode n, void *user)
     return true;
 }
 
-/* The x, y, z extents of a launch's block (a literal dim3(…), a local dim3 or a number). */
-static TSNode block_list(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg)
-{
-    if (rb_is(cfg, "call_expression") && rb_text_is(ctx, rb_field(cfg, "function"), "dim3"))
-        return rb_field(cfg, "arguments");
-    if (!rb_is(cfg, "identifier")) return (TSNode){0};
-    TSNode found = {0};
-    uint32_t c = ts_node_named_child_count(l->host.body);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode d = ts_node_named_child(l->host.body, i);
-        if (!rb_is(d, "declaration") || !rb_text_is(ctx, rb_field(d, "type"), "dim3")) continue;
-        TSNode dd = rb_field(d, "declarator");
-        TSNode id = rb_is(dd, "function_declarator") ? rb_field(dd, "declarator") : rb_declarator_name(dd);
-        char *a = rb_text(ctx, id), *b = rb_text(ctx, cfg);
-        bool same = a && b && !strcmp(a, b);
-        free(a);
-        free(b);
-        if (!same) continue;
-        if (rb_is(dd, "function_declarator")) found = rb_field(dd, "parameters");
-        else if (rb_is(dd, "init_declarator")) {
-            TSNode v = rb_field(dd, "value");
-            if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) found = v;
-            else if (rb_is(v, "call_expression") && rb_text_is(ctx, rb_field(v, "function"), "dim3"))
-                found = rb_field(v, "arguments");
-        }
-    }
-    return found;
-}
-
-/* An extent of a dim3 list: the expression (a parameter_declaration holds it as its type). */
-static TSNode extent(TSNode list, uint32_t i)
-{
-    TSNode a = ts_node_named_child(list, i);
-    if (rb_is(a, "parameter_declaration")) a = rb_field(a, "type");
-    return a;
-}
-
 /* The square block B of every launch of f, with the text naming it (a file-level constant
  * when both extents name the same one, else the number). */
 static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long long *edge, char *text, size_t size,
@@ -569,11 +532,11 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long lon
         if (ls[i].ncfg < 2)
             return kl_rule_not_applicable(err, "%s:%u: a launch of '%s' without a block", kl_source_name(ctx->src),
                                           sp.line, f->name);
-        TSNode list = block_list(ctx, &ls[i], ls[i].cfg[1]);
+        TSNode list = rb_dim3_args(ctx, &ls[i], ls[i].cfg[1]);
         uint32_t k = ts_node_is_null(list) ? 0 : ts_node_named_child_count(list);
         int64_t v[3] = {1, 1, 1};
         bool ok = k >= 2 && k <= 3;
-        for (uint32_t j = 0; ok && j < k; j++) ok = kl_const_eval(ctx->src, ls[i].host.def, extent(list, j), false, &v[j], NULL, 0);
+        for (uint32_t j = 0; ok && j < k; j++) ok = kl_const_eval(ctx->src, ls[i].host.def, rb_dim3_extent(list, j), false, &v[j], NULL, 0);
         if (!ok)
             return kl_rule_not_applicable(err,
                                           "%s:%u: the block of this launch of '%s' is not a 2-D dim3 of compile-time "
@@ -590,9 +553,9 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long lon
                                           kl_source_name(ctx->src), sp.line, f->name, *edge, (long long)v[0]);
         *edge = v[0];
         /* a name both extents share, when it is a file-level constant */
-        char *a = rb_text(ctx, extent(list, 0)), *b = rb_text(ctx, extent(list, 1));
+        char *a = rb_text(ctx, rb_dim3_extent(list, 0)), *b = rb_text(ctx, rb_dim3_extent(list, 1));
         int64_t w;
-        TSNode e0 = extent(list, 0);
+        TSNode e0 = rb_dim3_extent(list, 0);
         bool named = a && b && !strcmp(a, b) && (rb_is(e0, "identifier") || rb_is(e0, "type_identifier")) &&
                      kl_const_eval(ctx->src, (TSNode){0}, e0, false, &w, NULL, 0);
         if (i == 0) {
@@ -638,7 +601,7 @@ static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rb_func *f, long lo
                                               (int)(ts_node_end_byte(cfg) - ts_node_start_byte(cfg)),
                                               ctx->text + ts_node_start_byte(cfg));
         }
-        TSNode list = block_list(ctx, &ls[i], cfg), ey = extent(list, 1);
+        TSNode list = rb_dim3_args(ctx, &ls[i], cfg), ey = rb_dim3_extent(list, 1);
         uint32_t a = ts_node_start_byte(ey), b = ts_node_end_byte(ey);
         bool seen = false;
         for (unsigned j = 0; j < ndone; j++) seen |= done[j] == a;

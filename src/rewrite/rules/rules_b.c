@@ -1044,3 +1044,41 @@ TSNode rb_prev_stmt(TSNode n)
     while (rb_is(n, "comment"));
     return n;
 }
+
+/* The x, y, z extents of a launch configuration expression (a literal dim3(…), or a local dim3 of
+ * the launching function): the list node holding them, or a null node. */
+TSNode rb_dim3_args(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg)
+{
+    if (rb_is(cfg, "call_expression") && rb_text_is(ctx, rb_field(cfg, "function"), "dim3"))
+        return rb_field(cfg, "arguments");
+    if (!rb_is(cfg, "identifier")) return (TSNode){0};
+    TSNode found = {0};
+    uint32_t c = ts_node_named_child_count(l->host.body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(l->host.body, i);
+        if (!rb_is(d, "declaration") || !rb_text_is(ctx, rb_field(d, "type"), "dim3")) continue;
+        TSNode dd = rb_field(d, "declarator");
+        TSNode id = rb_is(dd, "function_declarator") ? rb_field(dd, "declarator") : rb_declarator_name(dd);
+        char *a = rb_text(ctx, id), *b = rb_text(ctx, cfg);
+        bool same = a && b && !strcmp(a, b);
+        free(a);
+        free(b);
+        if (!same) continue;
+        if (rb_is(dd, "function_declarator")) found = rb_field(dd, "parameters");
+        else if (rb_is(dd, "init_declarator")) {
+            TSNode v = rb_field(dd, "value");
+            if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) found = v;
+            else if (rb_is(v, "call_expression") && rb_text_is(ctx, rb_field(v, "function"), "dim3"))
+                found = rb_field(v, "arguments");
+        }
+    }
+    return found;
+}
+
+/* An extent of a dim3 list: the expression (a parameter_declaration holds it as its type). */
+TSNode rb_dim3_extent(TSNode list, uint32_t i)
+{
+    TSNode a = ts_node_named_child(list, i);
+    if (rb_is(a, "parameter_declaration")) a = rb_field(a, "type");
+    return a;
+}

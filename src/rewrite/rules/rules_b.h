@@ -89,6 +89,11 @@ typedef struct rb_launch {
 } rb_launch;
 /* The launches of kernel `name`, at most max. */
 unsigned rb_launches(const kl_rule_ctx *ctx, const char *name, rb_launch *out, unsigned max);
+/* The extents of a launch's grid or block `cfg` (l->cfg[0] or [1]) when it is `dim3(a, b[, c])` or a
+ * local `dim3 g(a, b)` / `dim3 g = dim3(…)` / `dim3 g{…}` of the launching function: the list
+ * holding them (a null node otherwise); rb_dim3_extent gives extent i of it. */
+TSNode rb_dim3_args(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg);
+TSNode rb_dim3_extent(TSNode list, uint32_t i);
 
 /* ---- constants ------------------------------------------------------------------------------- */
 

@@ -54,7 +54,9 @@
 
 static const char *const tile_values[] = {"16", "32", NULL};
 static const char *const radius_values[] = {"1", "2", "3", "4", "8", NULL};
-static const kl_rule_param st_params[] = {{"tile", tile_values, "16"}, {"max_radius", radius_values, "4"}};
+static const char *const ox_values[] = {"1", "2", "4", NULL};
+static const kl_rule_param st_params[] = {
+    {"tile", tile_values, "16"}, {"max_radius", radius_values, "4"}, {"outputs_x", ox_values, "1"}};
 
 /* ---- small helpers ----------------------------------------------------------------------------- */
 
@@ -2630,6 +2632,469 @@ cleanup:
 }
 #undef SWHY
 
+/* ---- apply with several outputs per thread along x (a register tile) --------------------------------
+ *
+ * outputs_x = OX > 1, for a 2-D stencil (offset loops over y outside x) in the output guard
+ * `if (G) { pre; loop; post }`, whose read sits in `ACC += E * READ;` (or READ * E) with ACC declared
+ * in pre and E the same for every output of the thread (no threadIdx.x, nothing declared in the loops):
+ * each thread computes the OX adjacent outputs x0 .. x0+OX-1 of a block OX times as wide. The
+ * statements before the guard run with threadIdx.x -> threadIdx.x * OX and blockIdx.x -> blockIdx.x * OX
+ * (the thread's first column); the halo tile is (BX - 1) * OX + RN floats wide, RN = OX + count - 1
+ * rounded up to the vector width VW (OX, at most 4); for each offset row a thread reads its RN values
+ * once as VW-wide vectors and each E feeds OX accumulators. The outputs are stored by the statements
+ * before the guard run again per output (threadIdx.x -> threadIdx.x * OX + c), ACC = its accumulator, then
+ * `if (G) { post }`. The read's guard is left out: the tile holds 0 where it failed, so the product
+ * adds 0 — the same sum unless E is an infinity or NaN at an offset outside the image. With a run-time
+ * count the original loop stays, per output, for counts beyond max_radius. */
+
+typedef struct rt_text {
+    char *top;                /* the statements before the guard, the thread's first column */
+    char *top_c;              /* the same per output (kl_c) */
+    char *pre_c;              /* pre, per output (the original path) */
+} rt_text;
+
+/* The text [a,b) with threadIdx.x and blockIdx.x replaced (tx_by: the text for threadIdx.x). */
+typedef struct bx_sub {
+    const kl_rule_ctx *ctx;
+    rep reps[64];
+    unsigned n;
+    const char *tx, *bx;
+    bool grid;                /* gridDim.x seen */
+} bx_sub;
+
+static bool bx_visit(TSNode n, void *user)
+{
+    bx_sub *b = user;
+    if (!rb_is(n, "field_expression")) return true;
+    TSNode arg = rb_field(n, "argument"), fld = rb_field(n, "field");
+    if (rb_is(fld, "template_method")) fld = rb_field(fld, "name");
+    if (!rb_is(arg, "identifier") || !text_is(b->ctx, fld, "x")) return true;
+    const char *to = text_is(b->ctx, arg, "threadIdx") ? b->tx : text_is(b->ctx, arg, "blockIdx") ? b->bx : NULL;
+    if (text_is(b->ctx, arg, "gridDim")) b->grid = true;
+    if (to && b->n < 64) b->reps[b->n++] = (rep){ts_node_start_byte(n), ts_node_end_byte(fld), to};
+    return false;
+}
+
+static char *subst_x(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, TSNode scope, const char *tx, const char *bx,
+                     bool *grid)
+{
+    bx_sub s = {.ctx = ctx, .tx = tx, .bx = bx};
+    for (uint32_t i = 0; i < ts_node_named_child_count(scope); i++) {
+        TSNode c = ts_node_named_child(scope, i);
+        if (ts_node_start_byte(c) >= a && ts_node_end_byte(c) <= b) rb_walk(c, bx_visit, &s);
+    }
+    if (grid) *grid |= s.grid;
+    return s.n >= 64 ? NULL : splice(ctx, a, b, s.reps, s.n);
+}
+
+/* Are the statements of compound c only declarations, `if (…) continue;`, and `keep`? */
+static bool only_decls_and(TSNode c, TSNode keep)
+{
+    for (uint32_t i = 0; i < ts_node_named_child_count(c); i++) {
+        TSNode q = ts_node_named_child(c, i);
+        if (ts_node_eq(q, keep) || rb_is(q, "comment") || rb_is(q, "declaration") || is_continue_if(q)) continue;
+        return false;
+    }
+    return true;
+}
+
+/* Every launch of the kernel covers the same columns with blocks OX times as wide: the grid's x
+ * extent G becomes (G + OX - 1) / OX (ceil(ceil(w / B) / OX) = ceil(w / (B * OX))). */
+static kl_status widen_launches(const kl_rule_ctx *ctx, const sa *s, int ox, kl_edits *out, kl_error *err)
+{
+    const char *src = kl_source_name(ctx->src);
+    rb_func fs[64];
+    unsigned nf = rb_functions(ctx, fs, 64);
+    const rb_func *f = NULL;
+    for (unsigned i = 0; i < nf && !f; i++)
+        if (ts_node_eq(fs[i].def, s->fn)) f = &fs[i];
+    if (!f) return kl_rule_not_applicable(err, "%s: the kernel is not a function of the file", src);
+    rb_launch ls[16];
+    unsigned n = rb_launches(ctx, f->name, ls, 16);
+    if (!n) return kl_rule_not_applicable(err, "%s: kernel '%s' is not launched in this file", src, f->name);
+    uint32_t done[16];
+    unsigned nd = 0;
+    for (unsigned i = 0; i < n; i++) {
+        TSNode cfg = ls[i].cfg[0];
+        TSNode list = ls[i].ncfg ? rb_dim3_args(ctx, &ls[i], cfg) : (TSNode){0};
+        if (ts_node_is_null(list) || ts_node_named_child_count(list) < 2)
+            return kl_rule_not_applicable(err, "%s:%u: the grid of this launch is not a dim3 of the file", src,
+                                          kl_node_span(ls[i].call).line);
+        if (rb_is(cfg, "identifier")) {
+            char nm[64];
+            squeezed(ctx, cfg, nm, sizeof nm);
+            unsigned launches = 0;
+            for (unsigned j = 0; j < n; j++)
+                if (ts_node_eq(ls[j].host.def, ls[i].host.def) && rb_is(ls[j].cfg[0], "identifier") &&
+                    text_is(ctx, ls[j].cfg[0], nm))
+                    launches++;
+            if (uses_of(ctx, ls[i].host.body, nm) != 1 + launches)
+                return kl_rule_not_applicable(err, "%s:%u: the grid '%s' is used besides the launch", src,
+                                              kl_node_span(cfg).line, nm);
+        }
+        TSNode ex = rb_dim3_extent(list, 0);
+        uint32_t a = ts_node_start_byte(ex), b = ts_node_end_byte(ex);
+        bool seen = false;
+        for (unsigned j = 0; j < nd; j++) seen |= done[j] == a;
+        if (seen) continue;
+        if (nd < 16) done[nd++] = a;
+        kl_status st = kl_edits_addf(out, a, b, "(%.*s + %d) / %d", (int)(b - a), ctx->text + a, ox - 1, ox);
+        if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    }
+    return KL_OK;
+}
+
+static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, int ox, kl_edits *out, kl_error *err)
+{
+    const char *src = kl_source_name(ctx->src);
+    unsigned ln = line_of(s->outer);
+#define RWHY(...) kl_rule_not_applicable(err, __VA_ARGS__)
+    if (s->nd != 2 || s->d[0].axis != 'y' || s->d[1].axis != 'x')
+        return RWHY("%s:%u: outputs_x needs a 2-D stencil whose outer offset loop moves along y", src, ln);
+    if (s->form != 'I') return RWHY("%s:%u: outputs_x needs the loop inside the output guard `if (…) { … }`", src, ln);
+    if (strcmp(s->elem, "float")) return RWHY("%s:%u: outputs_x reads rows of float; '%s' holds %s", src, ln, s->arr, s->elem);
+    if (maxr < 1 || maxr > 32) return RWHY("%s:%u: max_radius %lld is outside 1..32", src, ln, (long long)maxr);
+    /* the accumulation: ACC += E * READ */
+    TSNode st = ts_node_parent(s->read);
+    while (rb_is(st, "parenthesized_expression")) st = ts_node_parent(st);
+    TSNode mul = st, asg = ts_node_parent(mul);
+    if (!rb_is(mul, "binary_expression") || !text_is(ctx, rb_field(mul, "operator"), "*") ||
+        !rb_is(asg, "assignment_expression") || !text_is(ctx, rb_field(asg, "operator"), "+=") ||
+        !ts_node_eq(rb_field(asg, "right"), mul) || !rb_is(ts_node_parent(asg), "expression_statement") ||
+        !rb_is(rb_field(asg, "left"), "identifier"))
+        return RWHY("%s:%u: the read is not in `acc += e * %s[…];`", src, line_of(s->read), s->arr);
+    TSNode accstmt = ts_node_parent(asg);
+    TSNode E = ts_node_eq(strip(rb_field(mul, "left")), s->read) ? rb_field(mul, "right") : rb_field(mul, "left");
+    char acc[64];
+    uint32_t aa = ts_node_start_byte(rb_field(asg, "left")), ab = ts_node_end_byte(rb_field(asg, "left"));
+    kl_snprintf(acc, sizeof acc, "%.*s", (int)(ab - aa), ctx->text + aa);
+    if (uses_of(ctx, s->outer, acc) != 1) return RWHY("%s:%u: '%s' is used in the loop besides the sum", src, ln, acc);
+    /* ACC: declared in pre with an initializer */
+    TSNode accinit = {0};
+    char acctype[64] = "";
+    for (unsigned i = 0; i < s->npre; i++) {
+        TSNode d = s->pre[i];
+        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+            TSNode dd = ts_node_named_child(d, k);
+            if (rb_is(dd, "init_declarator") && text_is(ctx, rb_field(dd, "declarator"), acc)) {
+                accinit = rb_field(dd, "value");
+                TSNode ty = rb_field(d, "type");
+                kl_snprintf(acctype, sizeof acctype, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
+                            ctx->text + ts_node_start_byte(ty));
+            }
+        }
+    }
+    if (ts_node_is_null(accinit)) return RWHY("%s:%u: '%s' is not declared with a value before the loop", src, ln, acc);
+    /* E: the same for the thread's outputs */
+    {
+        char et[512];
+        squeezed(ctx, E, et, sizeof et);
+        if (strstr(et, "threadIdx.x")) return RWHY("%s:%u: the factor `%s` depends on threadIdx.x", src, line_of(E), et);
+        char names[32][64];
+        ident_scan is = {.ctx = ctx, .names = names, .max = 32};
+        rb_walk(E, ident_visit, &is);
+        TSNode fbody = kl_ast_function_body(s->fn);
+        for (unsigned w = 0; w < is.n && w < 32; w++) {
+            decl_scan ds = {.ctx = ctx, .name = names[w]};
+            rb_walk(s->outer, decl_scan_visit, &ds);
+            if (!ts_node_is_null(ds.found) && !ts_node_eq(ds.found, rb_field(s->d[0].loop, "initializer")) &&
+                !ts_node_eq(ds.found, rb_field(s->d[1].loop, "initializer")))
+                return RWHY("%s:%u: the factor `%s` reads '%s', declared in the loops", src, line_of(E), et, names[w]);
+            for (uint32_t k = 0; k < ts_node_named_child_count(fbody); k++) {
+                TSNode q = ts_node_named_child(fbody, k);
+                if (ts_node_eq(q, s->guard)) break;
+                char qt[512];
+                squeezed(ctx, q, qt, sizeof qt);
+                if (declares(ctx, q, names[w]) && strstr(qt, "threadIdx.x"))
+                    return RWHY("%s:%u: the factor `%s` reads '%s', which depends on threadIdx.x", src, line_of(E), et,
+                                names[w]);
+            }
+        }
+    }
+    /* the loops hold only declarations, continues and the way to the sum */
+    for (TSNode c = accstmt; !ts_node_eq(c, s->outer); c = ts_node_parent(c)) {
+        TSNode p = ts_node_parent(c);
+        if (rb_is(p, "compound_statement") && !only_decls_and(p, c))
+            return RWHY("%s:%u: the loop does more than accumulate `%s`", src, line_of(p), acc);
+        if (rb_is(p, "if_statement") && !ts_node_is_null(rb_field(p, "alternative")))
+            return RWHY("%s:%u: the sum sits in an if with an else", src, line_of(p));
+    }
+    /* the statements before the guard: declarations, run per output too */
+    TSNode fbody = kl_ast_function_body(s->fn);
+    uint32_t ta = 0, tb = 0;
+    bool any = false;
+    for (uint32_t k = 0; k < ts_node_named_child_count(fbody); k++) {
+        TSNode q = ts_node_named_child(fbody, k);
+        if (ts_node_eq(q, s->guard)) break;
+        if (rb_is(q, "comment")) continue;
+        if (!hoistable(ctx, q)) return RWHY("%s:%u: the statement before the guard is not a plain declaration", src, line_of(q));
+        if (!any) ta = rb_line_start(ctx, ts_node_start_byte(q));
+        tb = rb_line_end(ctx, ts_node_end_byte(q) - 1);
+        any = true;
+    }
+    if (!any) return RWHY("%s:%u: no declaration of the thread's column before the guard", src, ln);
+    if (!ts_node_is_null(rb_next_stmt(s->guard))) return RWHY("%s:%u: statements follow the output guard", src, ln);
+    /* the guard's body: pre, the loop, post */
+    TSNode gbody = rb_field(s->guard, "consequence");
+    uint32_t pa = 0, pb = 0;
+    bool after = false, havepost = false;
+    for (uint32_t k = 0; k < ts_node_named_child_count(gbody); k++) {
+        TSNode q = ts_node_named_child(gbody, k);
+        if (ts_node_eq(q, s->outer)) {
+            after = true;
+            continue;
+        }
+        if (!after) continue;
+        if (!havepost) pa = rb_line_start(ctx, ts_node_start_byte(q));
+        pb = rb_line_end(ctx, ts_node_end_byte(q) - 1);
+        havepost = true;
+    }
+    if (!havepost) return RWHY("%s:%u: nothing after the loop stores the sum", src, ln);
+    bool runtime = !s->d[0].fixed || !s->d[1].fixed;
+    int vw = ox < 4 ? ox : 4;
+    int64_t extx = s->d[1].fixed ? s->d[1].ntrip : 2 * maxr + 1;
+    int64_t rn = (ox + extx - 1 + vw - 1) / vw * vw;
+    int64_t bx = s->dim[0], by = s->dim[1];
+    int64_t sw = (bx - 1) * ox + rn;
+    int64_t rows = s->d[0].fixed ? by + s->d[0].ntrip - 1 : by + 2 * maxr;
+    if (rows * sw * 4 > 48 * 1024)
+        return RWHY("%s:%u: the tile takes %lld bytes of shared memory, over 48 KiB", src, ln, (long long)(rows * sw * 4));
+    /* names */
+    char tname[96], base[80], cn[32], rown[32], accn[32], fn_[32];
+    kl_snprintf(base, sizeof base, "%s_s", s->arr);
+    fresh_name(ctx, s->fn, base, tname, sizeof tname);
+    fresh_name(ctx, s->fn, "kl_c", cn, sizeof cn);
+    fresh_name(ctx, s->fn, "kl_row", rown, sizeof rown);
+    fresh_name(ctx, s->fn, "kl_acc", accn, sizeof accn);
+    fresh_name(ctx, s->fn, "kl_f", fn_, sizeof fn_);
+    for (unsigned d = 0; d < 2; d++) {
+        kl_snprintf(base, sizeof base, "s%c", s->d[d].axis);
+        fresh_name(ctx, s->fn, base, s->d[d].svar, sizeof s->d[d].svar);
+    }
+    kl_status stt = KL_OK;
+    char *top = NULL, *top_c = NULL, *pre = NULL, *post = NULL, *value = NULL, *guardtxt = NULL, *ltext = NULL;
+    char *ctext = NULL, *etext = NULL, *hy = NULL, *hx = NULL;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    char txo[64], txc[96], bxo[64];
+    kl_snprintf(txo, sizeof txo, "(threadIdx.x * %d)", ox);
+    kl_snprintf(txc, sizeof txc, "(threadIdx.x * %d + %s)", ox, cn);
+    kl_snprintf(bxo, sizeof bxo, "(blockIdx.x * %d)", ox);
+    bool grid = false;
+    top = subst_x(ctx, ta, tb, fbody, txo, bxo, &grid);
+    top_c = subst_x(ctx, ta, tb, fbody, txc, bxo, &grid);
+    if (grid) {
+        stt = RWHY("%s:%u: the statements before the guard read gridDim.x, which a wider block changes", src, ln);
+        goto done;
+    }
+    char ind[64], unit[64], lind[64];
+    rb_indent_of(ctx, ts_node_start_byte(s->guard), ind, sizeof ind);
+    rb_indent_of(ctx, ts_node_start_byte(s->outer), lind, sizeof lind);
+    if (strlen(lind) <= strlen(ind)) {
+        stt = RWHY("%s:%u: the loop is not indented inside the guard", src, ln);
+        goto done;
+    }
+    kl_snprintf(unit, sizeof unit, "%s", lind + strlen(ind));
+    if (s->npre) {
+        uint32_t a = rb_line_start(ctx, ts_node_start_byte(s->pre[0]));
+        uint32_t b = rb_line_start(ctx, ts_node_start_byte(s->outer));
+        pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
+    } else pre = kl_strdup("");
+    post = havepost ? rb_reindent(ctx->text + pa, pb - pa, 0) : kl_strdup("");
+    guardtxt = rb_text(ctx, if_cond(s->guard));
+    etext = rb_text(ctx, E);
+    ltext = rb_text(ctx, s->outer);
+    if (!top || !top_c || !pre || !post || !guardtxt || !etext || !ltext) goto oom;
+    /* the run-time condition (counts within max_radius) */
+    {
+        kl_strbuf cb = KL_STRBUF_INIT;
+        for (unsigned d = 0; d < 2; d++) {
+            if (s->d[d].fixed) continue;
+            char t1[256], t0[256];
+            squeeze_str(s->d[d].trip, t1, sizeof t1);
+            squeeze_str(s->d[0].trip, t0, sizeof t0);
+            if (d == 1 && !s->d[0].fixed && !strcmp(t0, t1)) continue;
+            kl_strbuf_addf(&cb, "%s%s <= 2 * %lld + 1", cb.len ? " && " : "", s->d[d].trip, (long long)maxr);
+        }
+        ctext = kl_strbuf_detach(&cb, NULL);
+        if (!ctext) goto oom;
+    }
+    /* the stored value */
+    {
+        char zero[96];
+        zero_of(s->elem, zero, sizeof zero);
+        kl_strbuf vb = KL_STRBUF_INIT;
+        for (unsigned i = 0; i < s->nconj; i++) {
+            char *t = conj_text(ctx, s->conj[i], s->neg[i]);
+            if (!t) goto oom;
+            kl_strbuf_addf(&vb, "%s%s", i ? " && " : "", t);
+            free(t);
+        }
+        char *rt = rb_text(ctx, s->read);
+        if (!rt) goto oom;
+        kl_strbuf_addf(&vb, " ? %s : %s", rt, zero);
+        free(rt);
+        value = kl_strbuf_detach(&vb, NULL);
+        if (!value) goto oom;
+    }
+    /* the body, written whole */
+    uint32_t body_a = rb_line_end(ctx, ts_node_start_byte(fbody)), body_b = rb_line_start(ctx, ts_node_end_byte(fbody) - 1);
+    if (body_a > ta || !rb_line_blank_before(ctx, ts_node_end_byte(fbody) - 1)) {
+        stt = RWHY("%s: expected the kernel's braces on lines of their own", src);
+        goto done;
+    }
+    kl_strbuf_add(&sb, ctx->text + body_a, ta - body_a);  /* comments before the first statement */
+    kl_strbuf_adds(&sb, top);
+    kl_strbuf_addf(&sb, "%s// " NAME ": '%s' with its halo in shared memory, %d outputs per thread along x (a register "
+                        "tile)%s%s\n", ind, s->arr, ox, runtime ? "; the loop reads global memory unless " : "",
+                   runtime ? ctext : "");
+    kl_strbuf_addf(&sb, "%s__shared__ __align__(16) %s %s[%s + %lld][(%s - 1) * %d + %lld];\n", ind, s->elem, tname,
+                   s->btext[1], (long long)(rows - by), s->btext[0], ox, (long long)rn);
+    kl_strbuf_adds(&sb, pre);
+    char in1[80];
+    kl_snprintf(in1, sizeof in1, "%s%s", ind, runtime ? unit : "");
+    if (runtime) kl_strbuf_addf(&sb, "%sif (%s) {\n", ind, ctext);
+    /* the load: each element is what the thread at that offset would have read, or 0 */
+    {
+        const sdim *Y = &s->d[0], *X = &s->d[1];
+        char sty[256], stx[256];
+        squeeze_str(Y->L->start, sty, sizeof sty);
+        squeeze_str(X->L->start, stx, sizeof stx);
+        if (Y->fixed) kl_strbuf_addf(&sb, "%sfor (int %s = threadIdx.y; %s < %s + %lld; %s += %s) {\n", in1, Y->svar, Y->svar,
+                                     s->btext[1], (long long)(Y->ntrip - 1), Y->svar, s->btext[1]);
+        else kl_strbuf_addf(&sb, "%sfor (int %s = threadIdx.y; %s < %s + %s - 1; %s += %s) {\n", in1, Y->svar, Y->svar,
+                            s->btext[1], Y->trip, Y->svar, s->btext[1]);
+        if (!strcmp(sty, "0")) kl_strbuf_addf(&sb, "%s%s%s %s = %s - (int)threadIdx.y;\n", in1, unit, Y->type, Y->L->var, Y->svar);
+        else kl_strbuf_addf(&sb, "%s%s%s %s = (%s) + %s - (int)threadIdx.y;\n", in1, unit, Y->type, Y->L->var, Y->L->start, Y->svar);
+        for (unsigned q = 0; q < Y->ndecls; q++) {
+            char dind[64];
+            rb_indent_of(ctx, ts_node_start_byte(Y->decls[q]), dind, sizeof dind);
+            char *t = rb_text(ctx, Y->decls[q]);
+            char *r = t ? reindent_node_text(dind, t, (int)(strlen(in1) + strlen(unit)) - (int)strlen(dind)) : NULL;
+            free(t);
+            if (!r) goto oom;
+            kl_strbuf_addf(&sb, "%s%s%s\n", in1, unit, r);
+            free(r);
+        }
+        kl_strbuf_addf(&sb, "%s%sfor (int %s = threadIdx.x; %s < (%s - 1) * %d + %lld; %s += %s) {\n", in1, unit, X->svar,
+                       X->svar, s->btext[0], ox, (long long)rn, X->svar, s->btext[0]);
+        if (!strcmp(stx, "0"))
+            kl_strbuf_addf(&sb, "%s%s%s%s %s = %s - (int)(threadIdx.x * %d);\n", in1, unit, unit, X->type, X->L->var, X->svar, ox);
+        else
+            kl_strbuf_addf(&sb, "%s%s%s%s %s = (%s) + %s - (int)(threadIdx.x * %d);\n", in1, unit, unit, X->type, X->L->var,
+                           X->L->start, X->svar, ox);
+        for (unsigned q = 0; q < X->ndecls; q++) {
+            char dind[64];
+            rb_indent_of(ctx, ts_node_start_byte(X->decls[q]), dind, sizeof dind);
+            char *t = rb_text(ctx, X->decls[q]);
+            char *r = t ? reindent_node_text(dind, t, (int)(strlen(in1) + 2 * strlen(unit)) - (int)strlen(dind)) : NULL;
+            free(t);
+            if (!r) goto oom;
+            kl_strbuf_addf(&sb, "%s%s%s%s\n", in1, unit, unit, r);
+            free(r);
+        }
+        kl_strbuf_addf(&sb, "%s%s%s%s[%s][%s] = %s;\n", in1, unit, unit, tname, Y->svar, X->svar, value);
+        kl_strbuf_addf(&sb, "%s%s}\n%s}\n%s__syncthreads();\n", in1, unit, in1, in1);
+        /* the register tile: per offset row, the thread's values read once as vectors */
+        char yc[320], xo[256];
+        tile_coord(Y, yc, sizeof yc);
+        if (!strcmp(stx, "0")) kl_snprintf(xo, sizeof xo, "%s", X->L->var);
+        else kl_snprintf(xo, sizeof xo, "(%s - (%s))", X->L->var, X->L->start);
+        kl_strbuf_addf(&sb, "%s%s %s[%d];\n", in1, acctype, accn, ox);
+        kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int %s = 0; %s < %d; %s++) %s[%s] = ", in1, in1, cn, cn, ox, cn, accn, cn);
+        {
+            char *it = rb_text(ctx, accinit);
+            if (!it) goto oom;
+            kl_strbuf_addf(&sb, "%s;\n", it);
+            free(it);
+        }
+        uint32_t ya = ts_node_start_byte(Y->loop), yb = ts_node_start_byte(rb_field(Y->loop, "body"));
+        uint32_t xa = ts_node_start_byte(X->loop), xb = ts_node_start_byte(rb_field(X->loop, "body"));
+        kl_strbuf_addf(&sb, "%s%.*s{\n", in1, (int)(yb - ya), ctx->text + ya);
+        kl_strbuf_addf(&sb, "%s%s%s %s[%lld];\n", in1, unit, s->elem, rown, (long long)rn);
+        kl_strbuf_addf(&sb, "%s%s#pragma unroll\n%s%sfor (int %s = 0; %s < %lld; %s++) {\n", in1, unit, in1, unit, cn, cn,
+                       (long long)(rn / vw), cn);
+        if (vw == 1)
+            kl_strbuf_addf(&sb, "%s%s%s%s[%s] = %s[%s][threadIdx.x * %d + %s];\n", in1, unit, unit, rown, cn, tname, yc, ox, cn);
+        else {
+            kl_strbuf_addf(&sb, "%s%s%sconst float%d kl_v = *reinterpret_cast<const float%d*>(&%s[%s][threadIdx.x * %d + %d * %s]);\n",
+                           in1, unit, unit, vw, vw, tname, yc, ox, vw, cn);
+            static const char comp[] = "xyzw";
+            for (int m = 0; m < vw; m++)
+                kl_strbuf_addf(&sb, "%s%s%s%s[%d * %s + %d] = kl_v.%c;\n", in1, unit, unit, rown, vw, cn, m, comp[m]);
+        }
+        kl_strbuf_addf(&sb, "%s%s}\n", in1, unit);
+        kl_strbuf_addf(&sb, "%s%s%.*s{\n", in1, unit, (int)(xb - xa), ctx->text + xa);
+        kl_strbuf_addf(&sb, "%s%s%sconst %s %s = %s;\n", in1, unit, unit, acctype, fn_, etext);
+        kl_strbuf_addf(&sb, "%s%s%s#pragma unroll\n%s%s%sfor (int %s = 0; %s < %d; %s++) %s[%s] += %s * %s[%s + %s];\n", in1,
+                       unit, unit, in1, unit, unit, cn, cn, ox, cn, accn, cn, fn_, rown, cn, xo);
+        kl_strbuf_addf(&sb, "%s%s}\n%s}\n", in1, unit, in1);
+        /* the outputs */
+        kl_strbuf_addf(&sb, "%sfor (int %s = 0; %s < %d; %s++) {\n", in1, cn, cn, ox, cn);
+        char *t2 = rb_reindent(top_c, strlen(top_c), (int)(strlen(in1) + strlen(unit)) - (int)strlen(ind));
+        if (!t2) goto oom;
+        kl_strbuf_adds(&sb, t2);
+        free(t2);
+        kl_strbuf_addf(&sb, "%s%s%s = %s[%s];\n", in1, unit, acc, accn, cn);
+        kl_strbuf_addf(&sb, "%s%sif (%s) {\n", in1, unit, guardtxt);
+        char *p2 = rb_reindent(post, strlen(post), (int)(strlen(in1) + 2 * strlen(unit)) - (int)strlen(lind));
+        if (!p2) goto oom;
+        kl_strbuf_adds(&sb, p2);
+        free(p2);
+        kl_strbuf_addf(&sb, "%s%s}\n%s}\n", in1, unit, in1);
+    }
+    if (runtime) {
+        /* counts beyond max_radius: the original loop, per output */
+        kl_strbuf_addf(&sb, "%s} else {\n", ind);
+        kl_strbuf_addf(&sb, "%s%sfor (int %s = 0; %s < %d; %s++) {\n", ind, unit, cn, cn, ox, cn);
+        char *t2 = rb_reindent(top_c, strlen(top_c), 2 * (int)strlen(unit));
+        char *p2 = rb_reindent(pre, strlen(pre), 2 * (int)strlen(unit));
+        if (!t2 || !p2) {
+            free(t2);
+            free(p2);
+            goto oom;
+        }
+        kl_strbuf_adds(&sb, t2);
+        kl_strbuf_adds(&sb, p2);
+        free(t2);
+        free(p2);
+        kl_strbuf_addf(&sb, "%s%s%sif (%s) {\n", ind, unit, unit, guardtxt);
+        char *l2 = reindent_node_text(lind, ltext, (int)(strlen(ind) + 3 * strlen(unit)) - (int)strlen(lind));
+        char *p3 = rb_reindent(post, strlen(post), (int)(strlen(ind) + 3 * strlen(unit)) - (int)strlen(lind));
+        if (!l2 || !p3) {
+            free(l2);
+            free(p3);
+            goto oom;
+        }
+        kl_strbuf_addf(&sb, "%s%s%s%s%s\n", ind, unit, unit, unit, l2);
+        kl_strbuf_adds(&sb, p3);
+        free(l2);
+        free(p3);
+        kl_strbuf_addf(&sb, "%s%s%s}\n%s%s}\n%s}\n", ind, unit, unit, ind, unit, ind);
+    }
+    if (sb.failed) goto oom;
+    stt = kl_edits_add(out, body_a, body_b, kl_strbuf_str(&sb));
+    if (stt == KL_OK) stt = widen_launches(ctx, s, ox, out, err);
+    goto done;
+oom:
+    stt = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+done:
+    kl_strbuf_release(&sb);
+    free(top);
+    free(top_c);
+    free(pre);
+    free(post);
+    free(value);
+    free(guardtxt);
+    free(ltext);
+    free(ctext);
+    free(etext);
+    free(hy);
+    free(hx);
+    (void)accstmt;
+    return stt;
+#undef RWHY
+}
+
 /* The statements (not comments) of a compound statement, at most max; returns how many. */
 static unsigned stmts_of(TSNode compound, TSNode *out, unsigned max)
 {
@@ -3212,7 +3677,13 @@ static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn,
                 x->st = kl_rule_not_applicable(x->err, "%s: max_radius is not an integer", kl_source_name(ctx->src));
                 return KL_OK;
             }
-            x->st = apply_stencil(ctx, &s, maxr, x->out, x->err);
+            int64_t ox = 1;
+            if (x->params && json_object_get(x->params, "outputs_x") &&
+                (!kl_rule_param_int(&kl_rule_smem_tile, x->params, "outputs_x", &ox) || (ox != 1 && ox != 2 && ox != 4))) {
+                x->st = kl_error_set(x->err, KL_ERR_INVALID, "%s: outputs_x must be 1, 2 or 4", kl_source_name(ctx->src));
+                return KL_OK;
+            }
+            x->st = ox > 1 ? apply_stencil_rt(ctx, &s, maxr, (int)ox, x->out, x->err) : apply_stencil(ctx, &s, maxr, x->out, x->err);
             return KL_OK;
         }
         if (!apply_candidate(ctx, ax, li)) continue;
@@ -3264,7 +3735,7 @@ const kl_rule kl_rule_smem_tile = {
     "operands re-read from global memory in a loop (dot products, stencils with halos) -> cooperative "
     "shared-memory tiles with barriers",
     st_params,
-    2,
+    sizeof st_params / sizeof st_params[0],
     find,
     remove_site,
     apply,

@@ -2867,6 +2867,8 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
     fresh_name(ctx, s->fn, "kl_row", rown, sizeof rown);
     fresh_name(ctx, s->fn, "kl_acc", accn, sizeof accn);
     fresh_name(ctx, s->fn, "kl_f", fn_, sizeof fn_);
+    char fsn[32];
+    fresh_name(ctx, s->fn, "kl_f_s", fsn, sizeof fsn);
     for (unsigned d = 0; d < 2; d++) {
         kl_snprintf(base, sizeof base, "s%c", s->d[d].axis);
         fresh_name(ctx, s->fn, base, s->d[d].svar, sizeof s->d[d].svar);
@@ -2949,6 +2951,9 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
                    runtime ? ctext : "");
     kl_strbuf_addf(&sb, "%s__shared__ __align__(16) %s %s[%s + %lld][(%s - 1) * %d + %lld];\n", ind, s->elem, tname,
                    s->btext[1], (long long)(rows - by), s->btext[0], ox, (long long)rn);
+    kl_strbuf_addf(&sb, "%s__shared__ %s %s[%lld];  // the factor `%s` per offset pair\n", ind, acctype, fsn,
+                   (long long)((s->d[0].fixed ? s->d[0].ntrip : 2 * maxr + 1) * (s->d[1].fixed ? s->d[1].ntrip : 2 * maxr + 1)),
+                   etext);
     kl_strbuf_adds(&sb, pre);
     char in1[80];
     kl_snprintf(in1, sizeof in1, "%s%s", ind, runtime ? unit : "");
@@ -2993,7 +2998,23 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
             free(r);
         }
         kl_strbuf_addf(&sb, "%s%s%s%s[%s][%s] = %s;\n", in1, unit, unit, tname, Y->svar, X->svar, value);
-        kl_strbuf_addf(&sb, "%s%s}\n%s}\n%s__syncthreads();\n", in1, unit, in1, in1);
+        kl_strbuf_addf(&sb, "%s%s}\n%s}\n", in1, unit, in1);
+        /* the factor, once per offset pair, staged too: every output of every thread reads it */
+        char ty_[300], tx_[300];
+        if (Y->fixed) kl_snprintf(ty_, sizeof ty_, "%lld", (long long)Y->ntrip);
+        else kl_snprintf(ty_, sizeof ty_, "%s", simple_token(Y->trip) ? Y->trip : "");
+        if (X->fixed) kl_snprintf(tx_, sizeof tx_, "%lld", (long long)X->ntrip);
+        else kl_snprintf(tx_, sizeof tx_, "%s", simple_token(X->trip) ? X->trip : "");
+        if (!ty_[0]) kl_snprintf(ty_, sizeof ty_, "(%s)", Y->trip);
+        if (!tx_[0]) kl_snprintf(tx_, sizeof tx_, "(%s)", X->trip);
+        kl_strbuf_addf(&sb, "%sfor (int %s = threadIdx.y * %s + threadIdx.x; %s < %s * %s; %s += %s * %s) {\n", in1, cn,
+                       s->btext[0], cn, ty_, tx_, cn, s->btext[0], s->btext[1]);
+        if (!strcmp(sty, "0")) kl_strbuf_addf(&sb, "%s%s%s %s = %s / %s;\n", in1, unit, Y->type, Y->L->var, cn, tx_);
+        else kl_strbuf_addf(&sb, "%s%s%s %s = (%s) + %s / %s;\n", in1, unit, Y->type, Y->L->var, Y->L->start, cn, tx_);
+        if (!strcmp(stx, "0")) kl_strbuf_addf(&sb, "%s%s%s %s = %s %% %s;\n", in1, unit, X->type, X->L->var, cn, tx_);
+        else kl_strbuf_addf(&sb, "%s%s%s %s = (%s) + %s %% %s;\n", in1, unit, X->type, X->L->var, X->L->start, cn, tx_);
+        kl_strbuf_addf(&sb, "%s%s%s[%s] = %s;\n%s}\n", in1, unit, fsn, cn, etext, in1);
+        kl_strbuf_addf(&sb, "%s__syncthreads();\n", in1);
         /* the register tile: per offset row, the thread's values read once as vectors */
         char yc[320], xo[256];
         tile_coord(Y, yc, sizeof yc);
@@ -3024,7 +3045,12 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         }
         kl_strbuf_addf(&sb, "%s%s}\n", in1, unit);
         kl_strbuf_addf(&sb, "%s%s%.*s{\n", in1, unit, (int)(xb - xa), ctx->text + xa);
-        kl_strbuf_addf(&sb, "%s%s%sconst %s %s = %s;\n", in1, unit, unit, acctype, fn_, etext);
+        {
+            char yo[256];
+            if (!strcmp(sty, "0")) kl_snprintf(yo, sizeof yo, "%s", Y->L->var);
+            else kl_snprintf(yo, sizeof yo, "(%s - (%s))", Y->L->var, Y->L->start);
+            kl_strbuf_addf(&sb, "%s%s%sconst %s %s = %s[%s * %s + %s];\n", in1, unit, unit, acctype, fn_, fsn, yo, tx_, xo);
+        }
         kl_strbuf_addf(&sb, "%s%s%s#pragma unroll\n%s%s%sfor (int %s = 0; %s < %d; %s++) %s[%s] += %s * %s[%s + %s];\n", in1,
                        unit, unit, in1, unit, unit, cn, cn, ox, cn, accn, cn, fn_, rown, cn, xo);
         kl_strbuf_addf(&sb, "%s%s}\n%s}\n", in1, unit, in1);

@@ -12,6 +12,7 @@ __global__ void blur_naive(const float* img, const float* filt, float* out, int 
     int y = blockIdx.y * BLOCK + threadIdx.y;
     // smem-tile: 'img' with its halo in shared memory, 4 outputs per thread along x (a register tile); the loop reads global memory unless k <= 2 * 3 + 1
     __shared__ __align__(16) float img_s[BLOCK + 6][(BLOCK - 1) * 4 + 12];
+    __shared__ float kl_f_s[49];  // the factor `filt[i * k + j]` per offset pair
     int r = k / 2;
     float acc = 0.0f;
     if (k <= 2 * 3 + 1) {
@@ -23,6 +24,11 @@ __global__ void blur_naive(const float* img, const float* filt, float* out, int 
                 int xx = x + j - r;
                 img_s[sy][sx] = yy >= 0 && yy < h && xx >= 0 && xx < w ? img[yy * w + xx] : 0.0f;
             }
+        }
+        for (int kl_c = threadIdx.y * BLOCK + threadIdx.x; kl_c < k * k; kl_c += BLOCK * BLOCK) {
+            int i = kl_c / k;
+            int j = kl_c % k;
+            kl_f_s[kl_c] = filt[i * k + j];
         }
         __syncthreads();
         float kl_acc[4];
@@ -39,7 +45,7 @@ __global__ void blur_naive(const float* img, const float* filt, float* out, int 
                 kl_row[4 * kl_c + 3] = kl_v.w;
             }
             for (int j = 0; j < k; j++) {
-                const float kl_f = filt[i * k + j];
+                const float kl_f = kl_f_s[i * k + j];
                 #pragma unroll
                 for (int kl_c = 0; kl_c < 4; kl_c++) kl_acc[kl_c] += kl_f * kl_row[kl_c + j];
             }

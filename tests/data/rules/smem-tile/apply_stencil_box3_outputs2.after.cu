@@ -13,6 +13,7 @@ __global__ void box3f(const float* in, const float* wts, float* out, int h, int 
     int row = blockIdx.y * BY + threadIdx.y;
     // smem-tile: 'in' with its halo in shared memory, 2 outputs per thread along x (a register tile)
     __shared__ __align__(16) float in_s[BY + 2][(BX - 1) * 2 + 4];
+    __shared__ float kl_f_s[9];  // the factor `wts[dy * 3 + dx]` per offset pair
     float acc = 0.0f;
     for (int sy = threadIdx.y; sy < BY + 2; sy += BY) {
         int dy = sy - (int)threadIdx.y;
@@ -21,6 +22,11 @@ __global__ void box3f(const float* in, const float* wts, float* out, int h, int 
             int r = row + dy - 1, c = col + dx - 1;
             in_s[sy][sx] = r >= 0 && r < h && c >= 0 && c < w ? in[AT(r, c, w)] : 0.0f;
         }
+    }
+    for (int kl_c = threadIdx.y * BX + threadIdx.x; kl_c < 3 * 3; kl_c += BX * BY) {
+        int dy = kl_c / 3;
+        int dx = kl_c % 3;
+        kl_f_s[kl_c] = wts[dy * 3 + dx];
     }
     __syncthreads();
     float kl_acc[2];
@@ -35,7 +41,7 @@ __global__ void box3f(const float* in, const float* wts, float* out, int h, int 
             kl_row[2 * kl_c + 1] = kl_v.y;
         }
         for (int dx = 0; dx < 3; dx++) {
-            const float kl_f = wts[dy * 3 + dx];
+            const float kl_f = kl_f_s[dy * 3 + dx];
             #pragma unroll
             for (int kl_c = 0; kl_c < 2; kl_c++) kl_acc[kl_c] += kl_f * kl_row[kl_c + dx];
         }

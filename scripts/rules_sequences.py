@@ -44,7 +44,9 @@ SEQUENCES = {
               ["tensor-core warps_m=4 warps_n=2 frags_m=2 frags_n=2 bk=32 vector_loads=1", "restrict",
                "launch-bounds"],
               ["tensor-core warps_m=4 warps_n=2 frags_m=2 frags_n=2 bk=64 vector_loads=1", "restrict",
-               "launch-bounds"]],
+               "launch-bounds"],
+              ["restrict", "tensor-core warps_m=2 warps_n=2 frags_m=4 frags_n=4 bk=32 stages=3", "launch-bounds"],
+              ["restrict", "tensor-core warps_m=2 warps_n=2 frags_m=4 frags_n=4 bk=32 stages=4", "launch-bounds"]],
 }
 
 

@@ -36,7 +36,8 @@
 #define SMEM_LIMIT (48 * 1024)
 
 static const char *const warp_values[] = {"2", "1", "4", NULL};
-static const char *const frag_values[] = {"1", "2", NULL};
+static const char *const frag_values[] = {"1", "2", "4", NULL};
+static const char *const stage_values[] = {"1", "2", "3", "4", NULL};
 static const char *const api_values[] = {"wmma", NULL};
 static const char *const bk_values[] = {"16", "32", "64", NULL};
 static const char *const vl_values[] = {"0", "1", NULL};
@@ -48,6 +49,7 @@ static const kl_rule_param tc_params[] = {
     {"api", api_values, "wmma"},
     {"bk", bk_values, "16"},           /* the k extent of the shared tiles (16 per mma step) */
     {"vector_loads", vl_values, "0"},  /* 1: the tiles are loaded 16 bytes (8 elements) at a time */
+    {"stages", stage_values, "1"},     /* > 1: a ring of k tiles filled by cp.async, dynamic shared memory */
 };
 
 static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
@@ -779,10 +781,14 @@ static void vector_tile_load(kl_strbuf *sb, const char *in2, const char *in3, co
     kl_strbuf_addf(sb, "%s}\n", in2);
 }
 
+static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
+                                 int wn, int fm, int fn_, int bk, int stages, kl_edits *out, kl_error *err);
+
 static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
-                             int wn, int fm, int fn_, int bk, bool vec, kl_edits *out, kl_error *err)
+                             int wn, int fm, int fn_, int bk, bool vec, int stages, kl_edits *out, kl_error *err)
 {
     if (g->why[0]) return kl_rule_not_applicable(err, "%s", g->why);
+    if (stages > 1) return apply_pipelined(ctx, ax, g, kernel, wm, wn, fm, fn_, bk, stages, out, err);
     const int bm = 16 * wm * fm, bn = 16 * wn * fn_, threads = 32 * wm * wn;
     /* the A and B tiles, and the f32 staging tile of C used after the k loop: one buffer for both
      * when together they would not fit */
@@ -936,6 +942,231 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }
 
+/* ---- apply, pipelined (stages > 1) -----------------------------------------------------------------------------
+ *
+ * The k tiles go through a ring of `stages` buffers in dynamic shared memory, filled with 16-byte
+ * cp.async copies issued stages - 1 tiles ahead; one barrier per k tile (the copy into the buffer
+ * the previous tile used is issued after it). A block whose tile lies inside A and B, with every row
+ * of both 16-byte aligned (tested once: the index is affine, so two rows tell), copies without a
+ * test per copy; other blocks copy 16 bytes where the 8 elements are in bounds and aligned and
+ * element by element elsewhere, as vector_loads does. Each warp stores its accumulators through a
+ * 16 x 16 f32 staging tile of its own (the block's C tile would not fit beside the ring), running
+ * the original store per element under the original guard. Launches get the dynamic shared memory
+ * (cudaFuncSetAttribute before each, for more than 48 KiB). */
+
+static void cp_async_text(kl_strbuf *sb, const char *ind, const char *dst, const char *src)
+{
+    kl_strbuf_addf(sb, "%sasm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16;\\n\" :: \"r\"((unsigned)__cvta_generic_to_shared(%s)), \"l\"(%s));\n",
+                   ind, dst, src);
+}
+
+static void ring_tile_loads(kl_strbuf *sb, const char *in3, const char *in4, const char *in5, const char *in6,
+                            const char *tile, const char *rows, const char *cols, const char *t1, const char *n1,
+                            const char *o1, const char *b1, const char *t2, const char *n2, const char *o2, const char *b2,
+                            const char *access, const char *E, bool fast)
+{
+    char dst[96], src[600];
+    kl_snprintf(dst, sizeof dst, "&%s[kl_r][kl_c]", tile);
+    kl_snprintf(src, sizeof src, "&%s", access);
+    if (fast) kl_strbuf_addf(sb, "%s#pragma unroll\n", in3);
+    kl_strbuf_addf(sb, "%sfor (int kl_e = threadIdx.x; kl_e < %s * %s / 8; kl_e += KL_THREADS) {\n", in3, rows, cols);
+    kl_strbuf_addf(sb, "%sconst int kl_r = kl_e / (%s / 8), kl_c = kl_e %% (%s / 8) * 8;\n", in4, cols, cols);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_r;\n", in4, t1, n1, o1);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c;\n", in4, t2, n2, o2);
+    if (fast) cp_async_text(sb, in4, dst, src);
+    else {
+        kl_strbuf_addf(sb, "%sif (%s < %s && %s + 7 < %s && reinterpret_cast<unsigned long long>(&%s) %% 16 == 0) {\n", in4, n1,
+                       b1, n2, b2, access);
+        cp_async_text(sb, in5, dst, src);
+        kl_strbuf_addf(sb, "%s} else {\n", in4);
+        kl_strbuf_addf(sb, "%sfor (int kl_q = 0; kl_q < 8; kl_q++) {\n", in5);
+        kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c + kl_q;\n", in6, t2, n2, o2);
+        kl_strbuf_addf(sb, "%s%s[kl_r][kl_c + kl_q] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in6, tile, n1, b1, n2, b2,
+                       access, E);
+        kl_strbuf_addf(sb, "%s}\n", in5);
+        kl_strbuf_addf(sb, "%s}\n", in4);
+    }
+    kl_strbuf_addf(sb, "%s}\n", in3);
+}
+
+/* Each launch: the dynamic shared memory in its configuration, and cudaFuncSetAttribute before it. */
+static kl_status launch_smem(const kl_rule_ctx *ctx, launch_plan *plans, unsigned np, size_t bytes, kl_edits *out,
+                             kl_error *err)
+{
+    for (unsigned i = 0; i < np; i++) {
+        kl_launch_site *l = plans[i].l;
+        TSNode stmt = ts_node_parent(l->call);
+        if (!rb_is(stmt, "expression_statement") || !rb_is(ts_node_parent(stmt), "compound_statement") ||
+            !kl_rules_starts_line(ctx, ts_node_start_byte(stmt)))
+            return kl_rule_not_applicable(err, "%s:%u: the launch is not a statement of its own in a block: "
+                                          "cudaFuncSetAttribute cannot go before it", kl_source_name(ctx->src),
+                                          kl_node_span(l->call).line);
+        char ind[64];
+        rb_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
+        uint32_t fa = ts_node_start_byte(l->call), fb = ts_node_start_byte(l->config);
+        kl_status st = kl_edits_addf(out, ts_node_start_byte(stmt), ts_node_start_byte(stmt),
+                                     "cudaFuncSetAttribute(%.*s, cudaFuncAttributeMaxDynamicSharedMemorySize, %zu);\n%s",
+                                     (int)(fb - fa), ctx->text + fa, bytes, ind);
+        if (st == KL_OK) {
+            if (!ts_node_is_null(l->smem)) st = kl_edits_addf(out, ts_node_start_byte(l->smem), ts_node_end_byte(l->smem), "%zu", bytes);
+            else st = kl_edits_addf(out, ts_node_end_byte(l->block), ts_node_end_byte(l->block), ", %zu", bytes);
+        }
+        if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    }
+    return KL_OK;
+}
+
+static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
+                                 int wn, int fm, int fn_, int bk, int stages, kl_edits *out, kl_error *err)
+{
+    const int bm = 16 * wm * fm, bn = 16 * wn * fn_, threads = 32 * wm * wn;
+    const size_t ab = ((size_t)bm * (bk + 8) + (size_t)bk * (bn + 8)) * 2, cs = (size_t)wm * wn * 16 * 20 * 4;
+    const size_t smem = (size_t)stages * ab > cs ? (size_t)stages * ab : cs;
+    if (smem > 227 * 1024)
+        return kl_rule_not_applicable(err, "%d stages of a %d x %d block tile (k tile %d) need %zu bytes of shared memory, "
+                                      "over the 227 KiB a block can have", stages, bm, bn, bk, smem);
+    if (!unit_stride(ax, g->aacc, g->k))
+        return kl_rule_not_applicable(err, "stages: A's elements are not contiguous along '%s' (16-byte copies)", g->k);
+    if (!unit_stride_col(ctx, ax, g))
+        return kl_rule_not_applicable(err, "stages: B's elements are not contiguous along '%s' (16-byte copies)", g->col);
+    kl_launch_sites ls = {0};
+    kl_status st = kl_ast_launches(ctx->src, &ls, err);
+    if (st != KL_OK) return st;
+    launch_plan plans[8];
+    unsigned np = 0;
+    char why[300];
+    if (!plan_launches(ctx, ax, g->fn, kernel, g->M, g->N, &ls, plans, 8, &np, why, sizeof why)) {
+        kl_launch_sites_release(&ls);
+        return kl_rule_not_applicable(err, "%s", why);
+    }
+    char in[16] = "    ", in2[24], in3[32], in4[40], in5[48], in6[56];
+    TSNode first = ts_node_named_child(g->body, 0);
+    if (!ts_node_is_null(first)) {
+        rb_indent_of(ctx, ts_node_start_byte(first), in, sizeof in);
+        if (!in[0] || !kl_rules_starts_line(ctx, ts_node_start_byte(first))) kl_snprintf(in, sizeof in, "    ");
+    }
+    kl_snprintf(in2, sizeof in2, "%s%s", in, in);
+    kl_snprintf(in3, sizeof in3, "%s%s", in2, in);
+    kl_snprintf(in4, sizeof in4, "%s%s", in3, in);
+    kl_snprintf(in5, sizeof in5, "%s%s", in4, in);
+    kl_snprintf(in6, sizeof in6, "%s%s", in5, in);
+    const char *E = g->elem;
+    char a_text[512], b_text[512], guard[400], fnind[16];
+    text_to(ctx, g->aacc, a_text, sizeof a_text);
+    text_to(ctx, g->bacc, b_text, sizeof b_text);
+    text_to(ctx, if_cond(g->guard), guard, sizeof guard);
+    rb_indent_of(ctx, ts_node_start_byte(g->fn), fnind, sizeof fnind);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addf(&sb, "{\n%s%s %dx16x16 fragments of %s, f32 accumulators: %d x %d warps, each %d x %d fragments; a ring of %d "
+                        "k tiles filled by cp.async\n",
+                   in, MARKER, 16, dtype_of(E), wm, wn, fm, fn_, stages);
+    for (unsigned i = 0; i < g->npro; i++) add_stmt_text(ctx, &sb, g->prologue[i], in);
+    kl_strbuf_addf(&sb, "%sconstexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;\n", in, fm, fn_, wm, wn);
+    kl_strbuf_addf(&sb, "%sconstexpr int KL_BM = %d, KL_BN = %d, KL_BK = %d, KL_THREADS = %d, KL_STAGES = %d;\n", in, bm, bn, bk,
+                   threads, stages);
+    kl_strbuf_addf(&sb, "%sstatic_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, \"a warp per %d x %d piece of C\");\n", in,
+                   16 * fm, 16 * fn_);
+    kl_strbuf_addf(&sb, "%sconstexpr int KL_AB = (KL_BM * (KL_BK + 8) + KL_BK * (KL_BN + 8)) * %d;  // bytes of one stage\n", in,
+                   (int)sizeof(uint16_t));
+    kl_strbuf_addf(&sb, "%s// the ring of stages during the k loop, a 16 x 16 f32 tile per warp after it (%zu bytes, given at launch)\n",
+                   in, smem);
+    kl_strbuf_addf(&sb, "%sextern __shared__ __align__(128) unsigned char kl_smem[];\n", in);
+    kl_strbuf_addf(&sb, "%sauto kl_cs = reinterpret_cast<float (*)[16][20]>(kl_smem);\n", in);
+    kl_strbuf_addf(&sb, "%sconst int kl_warp = threadIdx.x / 32, kl_lane = threadIdx.x %% 32;\n", in);
+    kl_strbuf_addf(&sb, "%sconst int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp %% KL_WARPS_N * 16 * KL_FN;\n", in);
+    kl_strbuf_addf(&sb, "%sconst %s kl_m0 = (%s)blockIdx.y * KL_BM;\n", in, g->rtype, g->rtype);
+    kl_strbuf_addf(&sb, "%sconst %s kl_n0 = (%s)blockIdx.x * KL_BN;\n", in, g->ctype, g->ctype);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> kl_acc[KL_FM][KL_FN];\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
+    kl_strbuf_addf(&sb, "%s// every row of A and of B 16-byte aligned? (the indices are affine: two rows tell)\n", in);
+    kl_strbuf_addf(&sb, "%sauto kl_a_at = [&](%s %s, %s %s) { return reinterpret_cast<unsigned long long>(&%s); };\n", in, g->rtype,
+                   g->row, g->ktype, g->k, a_text);
+    kl_strbuf_addf(&sb, "%sauto kl_b_at = [&](%s %s, %s %s) { return reinterpret_cast<unsigned long long>(&%s); };\n", in, g->ktype,
+                   g->k, g->ctype, g->col, b_text);
+    kl_strbuf_addf(&sb, "%sconst bool kl_aligned = (kl_a_at(kl_m0, 0) | kl_a_at(kl_m0 + 1, 0) | kl_b_at(0, kl_n0) | "
+                        "kl_b_at(1, kl_n0)) %% 16 == 0;\n", in);
+    kl_strbuf_addf(&sb, "%sauto kl_load = [&](int kl_st, %s kl_k0) {\n", in, g->ktype);
+    kl_strbuf_addf(&sb, "%sauto kl_as = reinterpret_cast<%s (*)[KL_BK + 8]>(kl_smem + kl_st * KL_AB);\n", in2, E);
+    kl_strbuf_addf(&sb, "%sauto kl_bs = reinterpret_cast<%s (*)[KL_BN + 8]>(kl_smem + kl_st * KL_AB + KL_BM * (KL_BK + 8) * %d);\n",
+                   in2, E, (int)sizeof(uint16_t));
+    kl_strbuf_addf(&sb, "%sif (kl_aligned && kl_m0 + KL_BM <= %s && kl_n0 + KL_BN <= %s && kl_k0 + KL_BK <= %s) {\n", in2, g->M,
+                   g->N, g->K);
+    ring_tile_loads(&sb, in3, in4, in5, in6, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0",
+                    g->K, a_text, E, true);
+    ring_tile_loads(&sb, in3, in4, in5, in6, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0",
+                    g->N, b_text, E, true);
+    kl_strbuf_addf(&sb, "%sreturn;\n%s}\n", in3, in2);
+    ring_tile_loads(&sb, in2, in3, in4, in5, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0",
+                    g->K, a_text, E, false);
+    ring_tile_loads(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0",
+                    g->N, b_text, E, false);
+    kl_strbuf_addf(&sb, "%s};\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_s = 0; kl_s < KL_STAGES - 1; kl_s++) {\n", in);
+    kl_strbuf_addf(&sb, "%sif ((%s)kl_s * KL_BK < %s) kl_load(kl_s, (%s)kl_s * KL_BK);\n", in2, g->ktype, g->K, g->ktype);
+    kl_strbuf_addf(&sb, "%sasm volatile(\"cp.async.commit_group;\\n\");\n%s}\n", in2, in);
+    kl_strbuf_addf(&sb, "%sfor (%s kl_k0 = 0, kl_it = 0; kl_k0 < %s; kl_k0 += KL_BK, kl_it++) {\n", in, g->ktype, g->K);
+    kl_strbuf_addf(&sb, "%sasm volatile(\"cp.async.wait_group %%0;\\n\" :: \"n\"(KL_STAGES - 2));  // this tile's copies are done\n", in2);
+    kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
+    kl_strbuf_addf(&sb, "%sif (kl_k0 + (KL_STAGES - 1) * KL_BK < %s) kl_load((kl_it + KL_STAGES - 1) %% KL_STAGES, kl_k0 + (KL_STAGES - 1) * KL_BK);\n",
+                   in2, g->K);
+    kl_strbuf_addf(&sb, "%sasm volatile(\"cp.async.commit_group;\\n\");\n", in2);
+    kl_strbuf_addf(&sb, "%sauto kl_as = reinterpret_cast<%s (*)[KL_BK + 8]>(kl_smem + kl_it %% KL_STAGES * KL_AB);\n", in2, E);
+    kl_strbuf_addf(&sb, "%sauto kl_bs = reinterpret_cast<%s (*)[KL_BN + 8]>(kl_smem + kl_it %% KL_STAGES * KL_AB + KL_BM * (KL_BK + 8) * %d);\n",
+                   in2, E, (int)sizeof(uint16_t));
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fa[KL_FM];\n",
+                   in2, E);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fb[KL_FN];\n",
+                   in2, E);
+    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_kk = 0; kl_kk < KL_BK; kl_kk += 16) {\n", in2, in2);
+    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3, in3);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][kl_kk], KL_BK + 8);\n", in4);
+    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3, in3);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[kl_kk][kl_wn + 16 * kl_j], KL_BN + 8);\n", in4);
+    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3, in3);
+    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in4, in4);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n", in5);
+    kl_strbuf_addf(&sb, "%s}\n%s}\n", in2, in);
+    kl_strbuf_addf(&sb, "%sasm volatile(\"cp.async.wait_group 0;\\n\");\n%s__syncthreads();\n", in, in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
+    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) {\n", in2);
+    kl_strbuf_addf(&sb, "%snvcuda::wmma::store_matrix_sync(&kl_cs[kl_warp][0][0], kl_acc[kl_i][kl_j], 20, nvcuda::wmma::mem_row_major);\n",
+                   in3);
+    kl_strbuf_addf(&sb, "%s__syncwarp();\n", in3);
+    kl_strbuf_addf(&sb, "%sfor (int kl_e = kl_lane; kl_e < 256; kl_e += 32) {\n", in3);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_wm + 16 * kl_i + kl_e / 16;\n", in4, g->rtype, g->row);
+    kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_wn + 16 * kl_j + kl_e %% 16;\n", in4, g->ctype, g->col);
+    if (g->early) {
+        kl_strbuf_addf(&sb, "%sif (%s) continue;\n", in4, guard);
+        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_warp][kl_e / 16][kl_e %% 16];\n", in4, g->acc);
+        add_stmt_text(ctx, &sb, g->store, in4);
+    } else {
+        kl_strbuf_addf(&sb, "%sif (%s) {\n", in4, guard);
+        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_warp][kl_e / 16][kl_e %% 16];\n", in5, g->acc);
+        add_stmt_text(ctx, &sb, g->store, in5);
+        kl_strbuf_addf(&sb, "%s}\n", in4);
+    }
+    kl_strbuf_addf(&sb, "%s}\n%s__syncwarp();\n%s}\n%s}", in3, in3, in2, fnind);
+    st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(g->body), ts_node_end_byte(g->body), kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    char block[32];
+    kl_snprintf(block, sizeof block, "%d", threads);
+    if (st == KL_OK) st = write_launches(ctx, plans, np, bm, bn, block, true, out);
+    if (st == KL_OK) {
+        st = launch_smem(ctx, plans, np, smem, out, err);
+        if (st != KL_OK) {
+            kl_launch_sites_release(&ls);
+            return st;
+        }
+    }
+    if (st == KL_OK && !strstr(ctx->text, "<mma.h>")) {
+        uint32_t at = include_at(ctx);
+        st = kl_edits_add(out, at, at, "#include <mma.h>\n");
+    }
+    kl_launch_sites_release(&ls);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
 /* ---- the tensor-core form ---------------------------------------------------------------------------------- */
 
 typedef struct tc_wmma {
@@ -1052,6 +1283,26 @@ static bool tile_load_vec(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n
     return true;
 }
 
+typedef struct elane_scan {
+    const kl_rule_ctx *ctx;
+    TSNode found;
+} elane_scan;
+
+static bool elane_visit(TSNode n, void *user)
+{
+    elane_scan *e = user;
+    if (!ts_node_is_null(e->found)) return false;
+    if (rb_is(n, "for_statement")) {
+        char t[64];
+        text_to(e->ctx, rb_field(n, "initializer"), t, sizeof t);
+        if (strstr(t, "kl_e = kl_lane")) {
+            e->found = n;
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Recognise the form apply writes; false when fn is not it (why says what differs). */
 static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
 {
@@ -1086,13 +1337,25 @@ static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
         if (!rb_is(c, "declaration") || w->npro == MAXPRO) return WHY("the statement at line %u is not a declaration", line_of(c));
         w->prologue[w->npro++] = c;
     }
+    TSNode loader = {0};
     for (; i < n; i++) {
         TSNode c = ts_node_named_child(body, i);
+        if (rb_is(c, "declaration") && ts_node_named_child_count(c) >= 2) {
+            /* the pipelined form: the tile loads sit in `auto kl_load = [&](…) { … };` */
+            char nm[64], ty[64];
+            if (decl_name(ctx, c, ty, nm, sizeof nm) && !strcmp(nm, "kl_load")) loader = c;
+        }
         if (!rb_is(c, "for_statement")) continue;
         char t[64];
         text_to(ctx, rb_field(c, "initializer"), t, sizeof t);
         if (strstr(t, "kl_k0 = 0")) w->k0loop = c;
         if (strstr(t, "kl_e = threadIdx.x")) w->eloop = c;
+        if (ts_node_is_null(w->eloop) && !ts_node_is_null(w->k0loop) && !ts_node_eq(c, w->k0loop)) {
+            /* the pipelined form: each warp stores its fragments, `for (kl_e = kl_lane; …)` inside */
+            elane_scan es = {.ctx = ctx};
+            rb_walk(c, elane_visit, &es);
+            if (!ts_node_is_null(es.found)) w->eloop = es.found;
+        }
     }
     if (ts_node_is_null(w->consts) || ts_node_is_null(w->k0loop) || ts_node_is_null(w->eloop))
         return WHY("the kernel is not the wmma form apply writes (tile constants, k0 loop, store loop)");
@@ -1103,8 +1366,17 @@ static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
     text_to(ctx, rb_field(unparen(rb_field(w->k0loop, "condition")), "right"), w->K, sizeof w->K);
     TSNode loads[2];
     unsigned nl = 0;
-    for (uint32_t k = 0; k < ts_node_named_child_count(rb_field(w->k0loop, "body")) && nl < 2; k++) {
-        TSNode c = ts_node_named_child(rb_field(w->k0loop, "body"), k);
+    TSNode lbody = rb_field(w->k0loop, "body");
+    if (!ts_node_is_null(loader)) {
+        TSNode lam = {0};
+        for (uint32_t k = 0; k < ts_node_named_child_count(loader); k++) {
+            TSNode d = ts_node_named_child(loader, k);
+            if (rb_is(d, "init_declarator") && rb_is(rb_field(d, "value"), "lambda_expression")) lam = rb_field(d, "value");
+        }
+        if (!ts_node_is_null(lam)) lbody = rb_field(lam, "body");
+    }
+    for (uint32_t k = 0; k < ts_node_named_child_count(lbody) && nl < 2; k++) {
+        TSNode c = ts_node_named_child(lbody, k);
         if (rb_is(c, "for_statement")) loads[nl++] = c;
     }
     char t1[64], t2[64], k1[64], k2[64], kb1[128], kb2[128], zero[64];
@@ -1149,6 +1421,29 @@ static const char *to_float(const char *elem)
     if (strstr(elem, "bfloat16")) return "__bfloat162float";
     if (!strcmp(elem, "__half") || !strcmp(elem, "half")) return "__half2float";
     return "static_cast<float>";
+}
+
+/* Undo launch_smem: the `cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, n);` right
+ * before a launch goes, and its dynamic shared memory becomes 0. */
+static kl_status launch_unsmem(const kl_rule_ctx *ctx, launch_plan *plans, unsigned np, kl_edits *out)
+{
+    for (unsigned i = 0; i < np; i++) {
+        kl_launch_site *l = plans[i].l;
+        TSNode stmt = ts_node_parent(l->call);
+        TSNode prev = rb_is(stmt, "expression_statement") ? rb_prev_stmt(stmt) : (TSNode){0};
+        TSNode call = rb_is(prev, "expression_statement") ? ts_node_named_child(prev, 0) : (TSNode){0};
+        if (!rb_is(call, "call_expression") || !text_is(ctx, rb_field(call, "function"), "cudaFuncSetAttribute")) continue;
+        char *t = rb_text(ctx, call);
+        bool ours = t && strstr(t, "cudaFuncAttributeMaxDynamicSharedMemorySize");
+        free(t);
+        if (!ours) continue;
+        uint32_t a, b;
+        rb_stmt_range(ctx, prev, NULL, &a, &b);
+        kl_status st = kl_edits_add(out, a, b, "");
+        if (st == KL_OK && !ts_node_is_null(l->smem)) st = kl_edits_add(out, ts_node_start_byte(l->smem), ts_node_end_byte(l->smem), "0");
+        if (st != KL_OK) return st;
+    }
+    return KL_OK;
 }
 
 static kl_status remove_wmma(const kl_rule_ctx *ctx, const tc_wmma *w, const char *kernel, kl_edits *out, kl_error *err)
@@ -1197,6 +1492,7 @@ static kl_status remove_wmma(const kl_rule_ctx *ctx, const tc_wmma *w, const cha
     st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(w->body), ts_node_end_byte(w->body), kl_strbuf_str(&sb));
     kl_strbuf_release(&sb);
     if (st == KL_OK) st = write_launches(ctx, plans, np, 16, 16, "16, 16", false, out);
+    if (st == KL_OK) st = launch_unsmem(ctx, plans, np, out);
     /* <mma.h> goes when no other kernel uses wmma */
     if (st == KL_OK) {
         const char *inc = strstr(ctx->text, "#include <mma.h>\n");
@@ -2118,14 +2414,20 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "warps_n", &wn);
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_m", &fm);
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_n", &fn_);
-            int64_t bk = 16, vl = 0;
+            int64_t bk = 16, vl = 0, stages = 1;
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "bk", &bk);
             kl_rule_param_int(&kl_rule_tensor_core, j->params, "vector_loads", &vl);
+            kl_rule_param_int(&kl_rule_tensor_core, j->params, "stages", &stages);
+            if (stages < 1 || stages > 4) {
+                j->st = kl_error_set(j->err, KL_ERR_INVALID, "tensor-core: stages must be 1 to 4");
+                return KL_OK;
+            }
             if (bk != 16 && bk != 32 && bk != 64) {
                 j->st = kl_error_set(j->err, KL_ERR_INVALID, "tensor-core: bk must be 16, 32 or 64");
                 return KL_OK;
             }
-            j->st = apply_naive(ctx, ax, &g, name, (int)wm, (int)wn, (int)fm, (int)fn_, (int)bk, vl != 0, j->edits, j->err);
+            j->st = apply_naive(ctx, ax, &g, name, (int)wm, (int)wn, (int)fm, (int)fn_, (int)bk, vl != 0, (int)stages, j->edits,
+                                j->err);
             return KL_OK;
         }
         json_t *feat = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "dtype", dtype_of(g.elem), "accumulate", "f32",

@@ -2647,13 +2647,7 @@ cleanup:
  * adds 0 — the same sum unless E is an infinity or NaN at an offset outside the image. With a run-time
  * count the original loop stays, per output, for counts beyond max_radius. */
 
-typedef struct rt_text {
-    char *top;                /* the statements before the guard, the thread's first column */
-    char *top_c;              /* the same per output (kl_c) */
-    char *pre_c;              /* pre, per output (the original path) */
-} rt_text;
-
-/* The text [a,b) with threadIdx.x and blockIdx.x replaced (tx_by: the text for threadIdx.x). */
+/* The replacements of threadIdx.x and blockIdx.x (subst_x). */
 typedef struct bx_sub {
     const kl_rule_ctx *ctx;
     rep reps[64];
@@ -2675,6 +2669,8 @@ static bool bx_visit(TSNode n, void *user)
     return false;
 }
 
+/* The statements of scope inside [a,b) as text, with threadIdx.x and blockIdx.x replaced by tx and bx;
+ * *grid is set when gridDim.x is read (a wider block would change it). NULL with more than 64 uses. */
 static char *subst_x(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, TSNode scope, const char *tx, const char *bx,
                      bool *grid)
 {
@@ -2867,15 +2863,16 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
     fresh_name(ctx, s->fn, "kl_row", rown, sizeof rown);
     fresh_name(ctx, s->fn, "kl_acc", accn, sizeof accn);
     fresh_name(ctx, s->fn, "kl_f", fn_, sizeof fn_);
-    char fsn[32];
+    char fsn[32], vn[32];
     fresh_name(ctx, s->fn, "kl_f_s", fsn, sizeof fsn);
+    fresh_name(ctx, s->fn, "kl_v", vn, sizeof vn);
     for (unsigned d = 0; d < 2; d++) {
         kl_snprintf(base, sizeof base, "s%c", s->d[d].axis);
         fresh_name(ctx, s->fn, base, s->d[d].svar, sizeof s->d[d].svar);
     }
     kl_status stt = KL_OK;
     char *top = NULL, *top_c = NULL, *pre = NULL, *post = NULL, *value = NULL, *guardtxt = NULL, *ltext = NULL;
-    char *ctext = NULL, *etext = NULL, *hy = NULL, *hx = NULL;
+    char *ctext = NULL, *etext = NULL;
     kl_strbuf sb = KL_STRBUF_INIT;
     char txo[64], txc[96], bxo[64];
     kl_snprintf(txo, sizeof txo, "(threadIdx.x * %d)", ox);
@@ -3037,11 +3034,11 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         if (vw == 1)
             kl_strbuf_addf(&sb, "%s%s%s%s[%s] = %s[%s][threadIdx.x * %d + %s];\n", in1, unit, unit, rown, cn, tname, yc, ox, cn);
         else {
-            kl_strbuf_addf(&sb, "%s%s%sconst float%d kl_v = *reinterpret_cast<const float%d*>(&%s[%s][threadIdx.x * %d + %d * %s]);\n",
-                           in1, unit, unit, vw, vw, tname, yc, ox, vw, cn);
+            kl_strbuf_addf(&sb, "%s%s%sconst float%d %s = *reinterpret_cast<const float%d*>(&%s[%s][threadIdx.x * %d + %d * %s]);\n",
+                           in1, unit, unit, vw, vn, vw, tname, yc, ox, vw, cn);
             static const char comp[] = "xyzw";
             for (int m = 0; m < vw; m++)
-                kl_strbuf_addf(&sb, "%s%s%s%s[%d * %s + %d] = kl_v.%c;\n", in1, unit, unit, rown, vw, cn, m, comp[m]);
+                kl_strbuf_addf(&sb, "%s%s%s%s[%d * %s + %d] = %s.%c;\n", in1, unit, unit, rown, vw, cn, m, vn, comp[m]);
         }
         kl_strbuf_addf(&sb, "%s%s}\n", in1, unit);
         kl_strbuf_addf(&sb, "%s%s%.*s{\n", in1, unit, (int)(xb - xa), ctx->text + xa);
@@ -3114,9 +3111,6 @@ done:
     free(ltext);
     free(ctext);
     free(etext);
-    free(hy);
-    free(hx);
-    (void)accstmt;
     return stt;
 #undef RWHY
 }
@@ -3471,6 +3465,271 @@ cleanup:
     return st;
 }
 
+/* ---- present: the register-tiled stencil (outputs_x > 1) ------------------------------------------------
+ *
+ * Recognised by apply_stencil_rt's marker ("N outputs per thread along x (a register tile)") right
+ * above the halo tile, the factor tile after it. Remove writes the one-output-per-thread stencil
+ * back: the statements before the marker with `(threadIdx.x * N)` and `(blockIdx.x * N)` back to
+ * threadIdx.x and blockIdx.x, then `if (G) { pre; loop; post }` — with a run-time count the loop
+ * and post are the original ones kept under `else`; with a compile-time count the loop is rebuilt
+ * from the pieces the form keeps (the offset loops' headers, the load's locals, guard and read, the
+ * staged factor, the sum's name): `if (guard) acc += factor * read;` — and every launch's grid x
+ * extent `(G + N - 1) / N` is G again. */
+
+typedef struct rtp {
+    TSNode marker, decl, fdecl;
+    int ox;
+    uint32_t top_a, top_b;           /* the statements before the marker */
+    uint32_t pre_a, pre_b;           /* after the factor tile, before the load (or the `if (C)`) */
+    TSNode cond_if;                  /* run-time count: `if (C) { … } else { … }` */
+    TSNode orig_if;                  /* … the `if (G) { loop; post }` under else */
+    TSNode ly, lx, stage, yloop, epi; /* compile-time count: load loops, factor staging, compute, epilogue */
+    char why[300];
+} rtp;
+
+#define RT_MARKER "outputs per thread along x (a register tile)"
+
+static TSNode only_for(TSNode compound)
+{
+    TSNode st[4];
+    return stmts_of(compound, st, 4) == 1 && rb_is(st[0], "for_statement") ? st[0] : (TSNode){0};
+}
+
+static bool analyse_rt_present(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, rtp *p)
+{
+    memset(p, 0, sizeof *p);
+    TSNode c = ts_node_prev_named_sibling(decl);
+    if (!rb_is(c, "comment") || !rb_has_marker(ctx, ts_node_start_byte(c), ts_node_end_byte(c), RT_MARKER)) return false;
+    char *mt = rb_text(ctx, c);
+    const char *at = mt ? strstr(mt, " outputs per thread along x") : NULL;
+    while (at && at > mt && at[-1] >= '0' && at[-1] <= '9') at--;
+    p->ox = at ? atoi(at) : 0;
+    free(mt);
+    if (p->ox < 2) return false;
+    p->marker = c, p->decl = decl;
+    p->fdecl = rb_next_stmt(decl);
+#define RPWHY(...) (kl_snprintf(p->why, sizeof p->why, __VA_ARGS__), true)
+    const char *src = kl_source_name(ctx->src);
+    TSNode body = kl_ast_function_body(fn);
+    if (!ts_node_eq(ts_node_parent(decl), body) || !rb_is(p->fdecl, "declaration"))
+        return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, line_of(decl));
+    p->top_a = rb_line_end(ctx, ts_node_start_byte(body));
+    p->top_b = rb_line_start(ctx, ts_node_start_byte(c));
+    /* pre: up to the `if (C)` with an else, or the first loop */
+    TSNode q = rb_next_stmt(p->fdecl);
+    p->pre_a = p->pre_b = rb_line_end(ctx, ts_node_end_byte(p->fdecl) - 1);
+    while (!ts_node_is_null(q) && rb_is(q, "declaration")) {
+        p->pre_b = rb_line_end(ctx, ts_node_end_byte(q) - 1);
+        q = rb_next_stmt(q);
+    }
+    if (rb_is(q, "if_statement") && !ts_node_is_null(rb_field(q, "alternative"))) {
+        p->cond_if = q;
+        TSNode alt = rb_field(q, "alternative");
+        if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+        TSNode per = rb_is(alt, "compound_statement") ? only_for(alt) : (TSNode){0};
+        TSNode pb = ts_node_is_null(per) ? per : rb_field(per, "body");
+        TSNode st[40];
+        unsigned n = rb_is(pb, "compound_statement") ? stmts_of(pb, st, 40) : 0;
+        if (!n || n > 40 || !rb_is(st[n - 1], "if_statement") || !rb_is(rb_field(st[n - 1], "consequence"), "compound_statement"))
+            return RPWHY("%s:%u: the original loop under else is not as apply writes it", src, line_of(q));
+        p->orig_if = st[n - 1];
+        return true;
+    }
+    /* a compile-time count: load loops, factor staging, barrier, accumulators, compute, epilogue */
+    TSNode st[12];
+    unsigned n = 0;
+    for (; !ts_node_is_null(q) && n < 12; q = rb_next_stmt(q)) st[n++] = q;
+    if (n < 7 || !rb_is(st[0], "for_statement") || !rb_is(st[1], "for_statement") || !rb_is_syncthreads(ctx, st[2]) ||
+        !rb_is(st[n - 2], "for_statement") || !rb_is(st[n - 1], "for_statement"))
+        return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, line_of(decl));
+    p->ly = st[0], p->stage = st[1], p->yloop = st[n - 2], p->epi = st[n - 1];
+    p->lx = only_for(rb_field(p->ly, "body"));
+    if (ts_node_is_null(p->lx)) {
+        TSNode b = rb_field(p->ly, "body");
+        for (uint32_t k = 0; k < ts_node_named_child_count(b); k++)
+            if (rb_is(ts_node_named_child(b, k), "for_statement")) p->lx = ts_node_named_child(b, k);
+    }
+    if (ts_node_is_null(p->lx)) return RPWHY("%s:%u: the tile load is not as apply writes it", src, line_of(p->ly));
+    return true;
+#undef RPWHY
+}
+
+/* Text with every `(threadIdx.x * N)` / `(blockIdx.x * N)` back to threadIdx.x / blockIdx.x. */
+static char *unsubst(const char *t, int ox)
+{
+    char a[48], b[48];
+    kl_snprintf(a, sizeof a, "(threadIdx.x * %d)", ox);
+    kl_snprintf(b, sizeof b, "(blockIdx.x * %d)", ox);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    for (const char *s = t; *s;) {
+        if (!strncmp(s, a, strlen(a))) kl_strbuf_adds(&sb, "threadIdx.x"), s += strlen(a);
+        else if (!strncmp(s, b, strlen(b))) kl_strbuf_adds(&sb, "blockIdx.x"), s += strlen(b);
+        else kl_strbuf_add(&sb, s++, 1);
+    }
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+/* The statements of a loop body after its first (the offset declaration), each on its line. */
+static void body_decls_after_first(const kl_rule_ctx *ctx, TSNode loop, const char *ind, kl_strbuf *sb, TSNode stop)
+{
+    TSNode b = rb_field(loop, "body");
+    TSNode st[16];
+    unsigned n = stmts_of(b, st, 16);
+    for (unsigned k = 1; k < n && k < 16; k++) {
+        if (!ts_node_is_null(stop) && ts_node_eq(st[k], stop)) break;
+        if (!rb_is(st[k], "declaration")) continue;
+        char *t = rb_text(ctx, st[k]);
+        if (t) kl_strbuf_addf(sb, "%s%s\n", ind, t);
+        free(t);
+    }
+}
+
+static kl_status remove_rt(const kl_rule_ctx *ctx, TSNode fn, const rtp *p, kl_edits *out, kl_error *err)
+{
+    const char *src = kl_source_name(ctx->src);
+    if (p->why[0]) return kl_rule_not_applicable(err, "%s", p->why);
+    TSNode body = kl_ast_function_body(fn);
+    char ind[64], unit[64] = "    ";
+    rb_indent_of(ctx, ts_node_start_byte(p->decl), ind, sizeof ind);
+    if (!ind[0] || strchr(ind, '\t')) kl_snprintf(unit, sizeof unit, "    ");
+    else kl_snprintf(unit, sizeof unit, "%s", ind);
+    kl_status st = KL_OK;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    char *top = NULL, *pre = NULL, *inner = NULL, *guard = NULL;
+    top = kl_strndup(ctx->text + p->top_a, p->top_b - p->top_a);
+    char *top2 = top ? unsubst(top, p->ox) : NULL;
+    free(top);
+    top = top2;
+    pre = rb_reindent(ctx->text + p->pre_a, p->pre_b - p->pre_a, (int)strlen(unit));
+    if (!top || !pre) goto oom;
+    kl_strbuf_adds(&sb, top);
+    if (!ts_node_is_null(p->cond_if)) {
+        TSNode cons = rb_field(p->orig_if, "consequence");
+        uint32_t a = rb_line_end(ctx, ts_node_start_byte(cons)), b = rb_line_start(ctx, ts_node_end_byte(cons) - 1);
+        char cind[64];
+        rb_indent_of(ctx, a, cind, sizeof cind);
+        inner = b > a ? rb_reindent(ctx->text + a, b - a, (int)(strlen(ind) + strlen(unit)) - (int)strlen(cind)) : NULL;
+        guard = rb_text(ctx, if_cond(p->orig_if));
+        if (!inner || !guard) {
+            st = kl_rule_not_applicable(err, "%s:%u: the original loop under else cannot be moved back", src,
+                                        line_of(p->orig_if));
+            goto done;
+        }
+        kl_strbuf_addf(&sb, "%sif (%s) {\n%s%s%s}\n", ind, guard, pre, inner, ind);
+    } else {
+        /* rebuild: the load's offsets and locals, guard and read; the factor; the sum; the epilogue's guard and store */
+        TSNode lyb = rb_field(p->ly, "body"), lxb = rb_field(p->lx, "body");
+        TSNode ys[16], xs[16], ss[8], es[24];
+        unsigned ny = stmts_of(lyb, ys, 16), nx = stmts_of(lxb, xs, 16), ns = stmts_of(rb_field(p->stage, "body"), ss, 8);
+        unsigned ne = stmts_of(rb_field(p->epi, "body"), es, 24);
+        TSNode store = nx ? xs[nx - 1] : (TSNode){0};
+        TSNode asg = rb_is(store, "expression_statement") ? ts_node_named_child(store, 0) : (TSNode){0};
+        TSNode val = rb_is(asg, "assignment_expression") ? rb_field(asg, "right") : (TSNode){0};
+        TSNode fst = ns ? ss[ns - 1] : (TSNode){0};
+        TSNode fasg = rb_is(fst, "expression_statement") ? ts_node_named_child(fst, 0) : (TSNode){0};
+        TSNode eif = ne ? es[ne - 1] : (TSNode){0};
+        TSNode accasg = ne >= 2 && rb_is(es[ne - 2], "expression_statement") ? ts_node_named_child(es[ne - 2], 0) : (TSNode){0};
+        TSNode xin = rb_field(p->yloop, "body");
+        TSNode xloop = {0};
+        for (uint32_t k = 0; k < ts_node_named_child_count(xin); k++)
+            if (rb_is(ts_node_named_child(xin, k), "for_statement")) xloop = ts_node_named_child(xin, k);
+        if (!ny || !nx || !rb_is(val, "conditional_expression") || !rb_is(fasg, "assignment_expression") ||
+            !rb_is(eif, "if_statement") || !rb_is(accasg, "assignment_expression") || ts_node_is_null(xloop)) {
+            st = kl_rule_not_applicable(err, "%s:%u: the register tile is not laid out as apply writes it", src, line_of(p->decl));
+            goto done;
+        }
+        char *cond = rb_text(ctx, rb_field(val, "condition")), *read = rb_text(ctx, rb_field(val, "consequence"));
+        char *fac = rb_text(ctx, rb_field(fasg, "right")), *acc = rb_text(ctx, rb_field(accasg, "left"));
+        guard = rb_text(ctx, if_cond(eif));
+        TSNode econs = rb_field(eif, "consequence");
+        uint32_t ea = rb_line_end(ctx, ts_node_start_byte(econs)), eb = rb_line_start(ctx, ts_node_end_byte(econs) - 1);
+        char eind[64];
+        rb_indent_of(ctx, ea, eind, sizeof eind);
+        char *post = eb > ea ? rb_reindent(ctx->text + ea, eb - ea, (int)(strlen(ind) + strlen(unit)) - (int)strlen(eind)) : NULL;
+        if (cond && read && fac && acc && guard && post) {
+            char i1[160], i2[160], i3[160];
+            kl_snprintf(i1, sizeof i1, "%s%s", ind, unit);
+            kl_snprintf(i2, sizeof i2, "%s%s", i1, unit);
+            kl_snprintf(i3, sizeof i3, "%s%s", i2, unit);
+            uint32_t ya = ts_node_start_byte(p->yloop), yb = ts_node_start_byte(rb_field(p->yloop, "body"));
+            uint32_t xa = ts_node_start_byte(xloop), xb = ts_node_start_byte(rb_field(xloop, "body"));
+            kl_strbuf_addf(&sb, "%sif (%s) {\n%s", ind, guard, pre);
+            kl_strbuf_addf(&sb, "%s%.*s{\n", i1, (int)(yb - ya), ctx->text + ya);
+            body_decls_after_first(ctx, p->ly, i2, &sb, p->lx);
+            kl_strbuf_addf(&sb, "%s%.*s{\n", i2, (int)(xb - xa), ctx->text + xa);
+            body_decls_after_first(ctx, p->lx, i3, &sb, store);
+            kl_strbuf_addf(&sb, "%sif (%s) %s += %s * %s;\n%s}\n%s}\n%s%s}\n", i3, cond, acc, fac, read, i2, i1, post, ind);
+        } else st = KL_ERR_NOMEM;
+        free(cond);
+        free(read);
+        free(fac);
+        free(acc);
+        free(post);
+        if (st != KL_OK) goto oom;
+    }
+    if (sb.failed) goto oom;
+    st = kl_edits_add(out, p->top_a, rb_line_start(ctx, ts_node_end_byte(body) - 1), kl_strbuf_str(&sb));
+    /* the grids: (G + N - 1) / N -> G */
+    if (st == KL_OK) {
+        rb_func fs[64];
+        unsigned nf = rb_functions(ctx, fs, 64);
+        const rb_func *f = NULL;
+        for (unsigned i = 0; i < nf && !f; i++)
+            if (ts_node_eq(fs[i].def, fn)) f = &fs[i];
+        rb_launch ls[16];
+        unsigned nl = f ? rb_launches(ctx, f->name, ls, 16) : 0;
+        uint32_t done[16];
+        unsigned nd = 0;
+        for (unsigned i = 0; i < nl && st == KL_OK; i++) {
+            TSNode list = ls[i].ncfg ? rb_dim3_args(ctx, &ls[i], ls[i].cfg[0]) : (TSNode){0};
+            TSNode ex = ts_node_is_null(list) ? list : strip(rb_dim3_extent(list, 0));
+            TSNode num = rb_is(ex, "binary_expression") ? strip(rb_field(ex, "left")) : (TSNode){0};
+            long long d = 0, a1 = 0;
+            if (!rb_is(num, "binary_expression") || !text_is(ctx, rb_field(ex, "operator"), "/") ||
+                !rb_const_eval(ctx, (TSNode){0}, rb_field(ex, "right"), &d) || d != p->ox ||
+                !text_is(ctx, rb_field(num, "operator"), "+") ||
+                !rb_const_eval(ctx, (TSNode){0}, rb_field(num, "right"), &a1) || a1 != p->ox - 1) {
+                st = kl_rule_not_applicable(err, "%s:%u: the grid of this launch is not `(G + %d) / %d`", src,
+                                            kl_node_span(ls[i].call).line, p->ox - 1, p->ox);
+                break;
+            }
+            if (rb_is(ls[i].cfg[0], "identifier")) {
+                /* a grid local shared with other kernels' launches stays: they were widened with it */
+                char nm[64];
+                squeezed(ctx, ls[i].cfg[0], nm, sizeof nm);
+                unsigned mine = 0;
+                for (unsigned j = 0; j < nl; j++)
+                    if (ts_node_eq(ls[j].host.def, ls[i].host.def) && text_is(ctx, ls[j].cfg[0], nm)) mine++;
+                if (uses_of(ctx, ls[i].host.body, nm) != 1 + mine) {
+                    st = kl_rule_not_applicable(err, "%s:%u: the grid '%s' is used by other launches too", src,
+                                                kl_node_span(ls[i].cfg[0]).line, nm);
+                    break;
+                }
+            }
+            bool seen = false;
+            for (unsigned j = 0; j < nd; j++) seen |= done[j] == ts_node_start_byte(ex);
+            if (seen) continue;
+            if (nd < 16) done[nd++] = ts_node_start_byte(ex);
+            TSNode g = rb_field(num, "left");
+            char *gt = rb_text(ctx, g);
+            st = gt ? kl_edits_add(out, ts_node_start_byte(rb_dim3_extent(list, 0)), ts_node_end_byte(rb_dim3_extent(list, 0)), gt)
+                    : KL_ERR_NOMEM;
+            free(gt);
+        }
+    }
+    goto done;
+oom:
+    st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+done:
+    kl_strbuf_release(&sb);
+    free(top);
+    free(pre);
+    free(inner);
+    free(guard);
+    if (st == KL_ERR_NOMEM && err->status != KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    return st;
+}
+
 /* ---- find, and running a site ---------------------------------------------------------------------- */
 
 typedef struct shared_list {
@@ -3548,6 +3807,25 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     shared_list sl = {.ctx = ctx};
     rb_walk(kl_ast_function_body(fn), shared_visit, &sl);
     for (unsigned i = 0; i < sl.n; i++) {
+        rtp rp;
+        if (analyse_rt_present(ctx, fn, sl.items[i], &rp)) {
+            char arr[64];
+            TSNode dn = rb_declarator_name(rb_field(sl.items[i], "declarator"));
+            squeezed(ctx, dn, arr, sizeof arr);
+            kl_site_id(id, sizeof id, name, sl.items[i], arr);
+            json_t *feat = json_pack("{s:s, s:s, s:i, s:b}", "shape", "stencil", "tile", arr, "outputs_x", rp.ox, "fallback",
+                                     !ts_node_is_null(rp.cond_if));
+            if (rp.why[0]) json_object_set_new(feat, "why_not", json_string(rp.why));
+            kl_snprintf(note, sizeof note, "stencil tile '%s' with its halo, %d outputs per thread along x (a register tile)",
+                        arr, rp.ox);
+            char oxs[8];
+            kl_snprintf(oxs, sizeof oxs, "%d", rp.ox);
+            st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(sl.items[i]), name, feat,
+                              json_pack("{s:s}", "outputs_x", oxs), note);
+            if (st != KL_OK) return st;
+            i++; /* the factor tile after it belongs to the site */
+            continue;
+        }
         sp q;
         if (analyse_stencil_present(ctx, ax, fn, sl.items[i], &q)) {
             kl_site_id(id, sizeof id, name, q.load, q.arr);
@@ -3668,6 +3946,19 @@ static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn,
         shared_list sl = {.ctx = ctx};
         rb_walk(kl_ast_function_body(fn), shared_visit, &sl);
         for (unsigned i = 0; i < sl.n; i++) {
+            rtp rp;
+            if (analyse_rt_present(ctx, fn, sl.items[i], &rp)) {
+                char arr[64];
+                squeezed(ctx, rb_declarator_name(rb_field(sl.items[i], "declarator")), arr, sizeof arr);
+                kl_site_id(id, sizeof id, name, sl.items[i], arr);
+                if (strcmp(id, x->site->id)) {
+                    i++;
+                    continue;
+                }
+                x->done = true;
+                x->st = remove_rt(ctx, fn, &rp, x->out, x->err);
+                return KL_OK;
+            }
             sp q;
             if (analyse_stencil_present(ctx, ax, fn, sl.items[i], &q)) {
                 kl_site_id(id, sizeof id, name, q.load, q.arr);

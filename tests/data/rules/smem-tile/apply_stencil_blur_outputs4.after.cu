@@ -1,4 +1,4 @@
-// test: apply smem-tile@blur_naive:16 max_radius=3 outputs_x=4
+// test: apply smem-tile@blur_naive:16 max_radius=3 outputs_x=4 | remove smem-tile@blur_naive:14:img_s
 // The blur naive kernel with four outputs per thread along x: a register tile over rows of the halo tile read as float4.
 // blur, naive: one thread per output pixel, image and filter read from global memory,
 // pixels outside the image skipped (zero padding).

@@ -1,4 +1,4 @@
-// test: apply smem-tile@box3f:16 outputs_x=2
+// test: apply smem-tile@box3f:16 outputs_x=2 | remove smem-tile@box3f:15:in_s
 // A 3 x 3 float stencil of compile-time extent, macro indexing, a 32 x 8 block, the weight first in the
 // product: two outputs per thread along x, rows read as float2, the grid half as wide.
 #include <cuda_runtime.h>

@@ -405,29 +405,6 @@ static bool nonneg(const gs_prove *p, TSNode e, int depth)
     return false;
 }
 
-/* Is p exactly C*blockIdx.x + threadIdx.x (or blockDim.x*blockIdx.x + threadIdx.x)? The grid's
- * thread count C*gridDim.x as a polynomial into g. */
-static bool pure_index(const rb_poly *p, rb_poly *g)
-{
-    if (p->opaque || p->n != 2) return false;
-    bool tx = false, bx = false;
-    memset(g, 0, sizeof *g);
-    for (unsigned i = 0; i < p->n; i++) {
-        const rb_term *t = &p->t[i];
-        if (t->deg == 1 && t->sym[0] == RB_TX && t->coef == 1) tx = true;
-        else if (t->deg == 1 && t->sym[0] == RB_BX && t->coef > 0) {
-            bx = true;
-            g->n = 1;
-            g->t[0] = (rb_term){t->coef, 1, {RB_GX}};
-        } else if (t->deg == 2 && t->sym[0] == RB_BX && t->sym[1] == RB_DX && t->coef == 1) {
-            bx = true;
-            g->n = 1;
-            g->t[0] = (rb_term){1, 2, {RB_DX, RB_GX}};
-        }
-    }
-    return tx && bx;
-}
-
 /* p == u * g for a positive integer u (0 when not). */
 static long long multiple_of(const rb_poly *p, const rb_poly *g)
 {
@@ -497,7 +474,7 @@ static bool split_index(const kl_source *src, rb_affine *ra, TSNode value, rb_po
     for (unsigned u = 0; u < sum.n; u++)
         if (sum.t[u].coef) sum.t[k++] = sum.t[u];
     sum.n = k;
-    return pure_index(&sum, g);
+    return rb_grid_index(&sum, g, false);
 }
 
 /* The top-level declaration `T name = value;` before stmt in fbody (a null node when none). */

@@ -1082,3 +1082,28 @@ TSNode rb_dim3_extent(TSNode list, uint32_t i)
     if (rb_is(a, "parameter_declaration")) a = rb_field(a, "type");
     return a;
 }
+
+bool rb_grid_index(const rb_poly *p, rb_poly *g, bool any_symbol)
+{
+    if (p->opaque || p->n != 2) return false;
+    bool tx = false, bx = false;
+    memset(g, 0, sizeof *g);
+    for (unsigned i = 0; i < 2; i++) {
+        const rb_term *t = &p->t[i];
+        if (t->deg == 1 && t->sym[0] == RB_TX && t->coef == 1) tx = true;
+        else if (t->deg == 1 && t->sym[0] == RB_BX && t->coef > 0) {
+            bx = true;
+            g->n = 1;
+            g->t[0] = (rb_term){t->coef, 1, {RB_GX}};
+        } else if (t->deg == 2 && t->sym[0] == RB_BX && t->coef > 0 && (any_symbol || t->coef == 1) &&
+                   (t->sym[1] == RB_DX || (any_symbol && t->sym[1] >= RB_NBUILTIN))) {
+            /* blockDim.x * blockIdx.x, or a template parameter / kernel argument times blockIdx.x */
+            bx = true;
+            g->n = 1;
+            g->t[0] = (rb_term){t->coef, 2, {RB_GX, t->sym[1]}};
+            if (t->sym[1] < RB_GX) g->t[0].sym[0] = t->sym[1], g->t[0].sym[1] = RB_GX;
+        }
+    }
+    return tx && bx;
+}
+

@@ -150,6 +150,10 @@ const char *rb_affine_symname(const rb_affine *a, int sym);
  * (depends on it, not affinely). */
 int rb_poly_stride(const rb_poly *p, int sym, long long *k);
 bool rb_poly_depends(const rb_poly *p, int sym);
+/* Is p the global thread index `C*blockIdx.x + threadIdx.x` (C a constant, or blockDim.x; with
+ * any_symbol also another symbol, e.g. a template parameter)? The grid's thread count C*gridDim.x
+ * into g. */
+bool rb_grid_index(const rb_poly *p, rb_poly *g, bool any_symbol);
 /* Depends on any of threadIdx.{x,y,z}. */
 bool rb_poly_thread_dependent(const rb_poly *p);
 

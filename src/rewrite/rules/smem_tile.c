@@ -2403,6 +2403,31 @@ static void tile_coord(const sdim *D, char *buf, size_t size)
     else kl_snprintf(buf, size, "threadIdx.%c + (%s - (%s))", D->axis, D->L->var, D->L->start);
 }
 
+/* What the halo load stores: the read's guard ? the read : 0 (a new string, NULL when out of memory). */
+static char *stencil_value(const kl_rule_ctx *ctx, const sa *s)
+{
+    char zero[96];
+    zero_of(s->elem, zero, sizeof zero);
+    kl_strbuf vb = KL_STRBUF_INIT;
+    for (unsigned i = 0; i < s->nconj; i++) {
+        char *t = conj_text(ctx, s->conj[i], s->neg[i]);
+        if (!t) {
+            kl_strbuf_release(&vb);
+            return NULL;
+        }
+        kl_strbuf_addf(&vb, "%s%s", i ? " && " : "", t);
+        free(t);
+    }
+    char *rt = rb_text(ctx, s->read);
+    if (!rt) {
+        kl_strbuf_release(&vb);
+        return NULL;
+    }
+    kl_strbuf_addf(&vb, " ? %s : %s", rt, zero);
+    free(rt);
+    return kl_strbuf_detach(&vb, NULL);
+}
+
 static kl_status apply_stencil(const kl_rule_ctx *ctx, sa *s, int64_t maxr, kl_edits *out, kl_error *err)
 {
     const char *src = kl_source_name(ctx->src);
@@ -2459,23 +2484,8 @@ static kl_status apply_stencil(const kl_rule_ctx *ctx, sa *s, int64_t maxr, kl_e
     char *pre = NULL, *load = NULL, *guard_text = NULL, *compute = NULL, *copy = NULL, *orig = NULL, *value = NULL;
     kl_strbuf sb = KL_STRBUF_INIT;
     /* the stored value: the naive's guard ? the read : 0 */
-    {
-        char zero[96];
-        zero_of(s->elem, zero, sizeof zero);
-        kl_strbuf vb = KL_STRBUF_INIT;
-        for (unsigned i = 0; i < s->nconj; i++) {
-            char *t = conj_text(ctx, s->conj[i], s->neg[i]);
-            if (!t) goto oom;
-            kl_strbuf_addf(&vb, "%s%s", i ? " && " : "", t);
-            free(t);
-        }
-        char *rt = rb_text(ctx, s->read);
-        if (!rt) goto oom;
-        kl_strbuf_addf(&vb, " ? %s : %s", rt, zero);
-        free(rt);
-        value = kl_strbuf_detach(&vb, NULL);
-        if (!value) goto oom;
-    }
+    value = stencil_value(ctx, s);
+    if (!value) goto oom;
     /* the cooperative load: the loops over the tile, each repeating the offset and the locals it needs */
     {
         char bind[192];
@@ -2918,23 +2928,8 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         if (!ctext) goto oom;
     }
     /* the stored value */
-    {
-        char zero[96];
-        zero_of(s->elem, zero, sizeof zero);
-        kl_strbuf vb = KL_STRBUF_INIT;
-        for (unsigned i = 0; i < s->nconj; i++) {
-            char *t = conj_text(ctx, s->conj[i], s->neg[i]);
-            if (!t) goto oom;
-            kl_strbuf_addf(&vb, "%s%s", i ? " && " : "", t);
-            free(t);
-        }
-        char *rt = rb_text(ctx, s->read);
-        if (!rt) goto oom;
-        kl_strbuf_addf(&vb, " ? %s : %s", rt, zero);
-        free(rt);
-        value = kl_strbuf_detach(&vb, NULL);
-        if (!value) goto oom;
-    }
+    value = stencil_value(ctx, s);
+    if (!value) goto oom;
     /* the body, written whole */
     uint32_t body_a = rb_line_end(ctx, ts_node_start_byte(fbody)), body_b = rb_line_start(ctx, ts_node_end_byte(fbody) - 1);
     if (body_a > ta || !rb_line_blank_before(ctx, ts_node_end_byte(fbody) - 1)) {

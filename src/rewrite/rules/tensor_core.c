@@ -781,6 +781,29 @@ static void vector_tile_load(kl_strbuf *sb, const char *in2, const char *in3, co
     kl_strbuf_addf(sb, "%s}\n", in2);
 }
 
+/* The texts both apply forms write with: indentation levels (in[k]: k levels of the body's), the
+ * operands' subscripts, the store guard and the function's indentation. */
+typedef struct tc_text {
+    char in[7][96];
+    char a_text[512], b_text[512], guard[400], fnind[16];
+} tc_text;
+
+static void tc_text_of(const kl_rule_ctx *ctx, const tc_naive *g, tc_text *t)
+{
+    char unit[16] = "    ";
+    TSNode first = ts_node_named_child(g->body, 0);
+    if (!ts_node_is_null(first)) {
+        rb_indent_of(ctx, ts_node_start_byte(first), unit, sizeof unit);
+        if (!unit[0] || !kl_rules_starts_line(ctx, ts_node_start_byte(first))) kl_snprintf(unit, sizeof unit, "    ");
+    }
+    t->in[0][0] = '\0';
+    for (int k = 1; k < 7; k++) kl_snprintf(t->in[k], sizeof t->in[k], "%s%s", t->in[k - 1], unit);
+    text_to(ctx, g->aacc, t->a_text, sizeof t->a_text);
+    text_to(ctx, g->bacc, t->b_text, sizeof t->b_text);
+    text_to(ctx, if_cond(g->guard), t->guard, sizeof t->guard);
+    rb_indent_of(ctx, ts_node_start_byte(g->fn), t->fnind, sizeof t->fnind);
+}
+
 static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
                                  int wn, int fm, int fn_, int bk, int stages, kl_edits *out, kl_error *err);
 
@@ -811,22 +834,10 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
         kl_launch_sites_release(&ls);
         return kl_rule_not_applicable(err, "%s", why);
     }
-    char in[16] = "    ", in2[24], in3[32], in4[40], in5[48];
-    TSNode first = ts_node_named_child(g->body, 0);
-    if (!ts_node_is_null(first)) {
-        rb_indent_of(ctx, ts_node_start_byte(first), in, sizeof in);
-        if (!in[0] || !kl_rules_starts_line(ctx, ts_node_start_byte(first))) kl_snprintf(in, sizeof in, "    ");
-    }
-    kl_snprintf(in2, sizeof in2, "%s%s", in, in);
-    kl_snprintf(in3, sizeof in3, "%s%s", in2, in);
-    kl_snprintf(in4, sizeof in4, "%s%s", in3, in);
-    kl_snprintf(in5, sizeof in5, "%s%s", in4, in);
-    const char *E = g->elem;
-    char a_text[512], b_text[512], guard[400], fnind[16];
-    text_to(ctx, g->aacc, a_text, sizeof a_text);
-    text_to(ctx, g->bacc, b_text, sizeof b_text);
-    text_to(ctx, if_cond(g->guard), guard, sizeof guard);
-    rb_indent_of(ctx, ts_node_start_byte(g->fn), fnind, sizeof fnind);
+    tc_text T;
+    tc_text_of(ctx, g, &T);
+    const char *in = T.in[1], *in2 = T.in[2], *in3 = T.in[3], *in4 = T.in[4], *in5 = T.in[5];
+    const char *E = g->elem, *a_text = T.a_text, *b_text = T.b_text, *guard = T.guard, *fnind = T.fnind;
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_addf(&sb, "{\n%s%s %dx16x16 fragments of %s, f32 accumulators: %d x %d warps, each %d x %d fragments\n", in,
                    MARKER, 16, dtype_of(E), wm, wn, fm, fn_);
@@ -1039,23 +1050,10 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
         kl_launch_sites_release(&ls);
         return kl_rule_not_applicable(err, "%s", why);
     }
-    char in[16] = "    ", in2[24], in3[32], in4[40], in5[48], in6[56];
-    TSNode first = ts_node_named_child(g->body, 0);
-    if (!ts_node_is_null(first)) {
-        rb_indent_of(ctx, ts_node_start_byte(first), in, sizeof in);
-        if (!in[0] || !kl_rules_starts_line(ctx, ts_node_start_byte(first))) kl_snprintf(in, sizeof in, "    ");
-    }
-    kl_snprintf(in2, sizeof in2, "%s%s", in, in);
-    kl_snprintf(in3, sizeof in3, "%s%s", in2, in);
-    kl_snprintf(in4, sizeof in4, "%s%s", in3, in);
-    kl_snprintf(in5, sizeof in5, "%s%s", in4, in);
-    kl_snprintf(in6, sizeof in6, "%s%s", in5, in);
-    const char *E = g->elem;
-    char a_text[512], b_text[512], guard[400], fnind[16];
-    text_to(ctx, g->aacc, a_text, sizeof a_text);
-    text_to(ctx, g->bacc, b_text, sizeof b_text);
-    text_to(ctx, if_cond(g->guard), guard, sizeof guard);
-    rb_indent_of(ctx, ts_node_start_byte(g->fn), fnind, sizeof fnind);
+    tc_text T;
+    tc_text_of(ctx, g, &T);
+    const char *in = T.in[1], *in2 = T.in[2], *in3 = T.in[3], *in4 = T.in[4], *in5 = T.in[5], *in6 = T.in[6];
+    const char *E = g->elem, *a_text = T.a_text, *b_text = T.b_text, *guard = T.guard, *fnind = T.fnind;
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_addf(&sb, "{\n%s%s %dx16x16 fragments of %s, f32 accumulators: %d x %d warps, each %d x %d fragments; a ring of %d "
                         "k tiles filled by cp.async\n",

@@ -53,32 +53,6 @@ static TSNode unparen(TSNode n)
     return n;
 }
 
-/* p is the global thread index (C*blockIdx.x + threadIdx.x, C a constant, blockDim.x or a
- * symbol such as a template parameter): the grid's thread count C*gridDim.x into g. */
-static bool grid_index(const rb_poly *p, rb_poly *g)
-{
-    if (p->opaque || p->n != 2) return false;
-    bool tx = false, bx = false;
-    memset(g, 0, sizeof *g);
-    for (unsigned i = 0; i < 2; i++) {
-        const rb_term *t = &p->t[i];
-        if (t->deg == 1 && t->sym[0] == RB_TX && t->coef == 1) tx = true;
-        else if (t->deg == 1 && t->sym[0] == RB_BX && t->coef > 0) {
-            bx = true;
-            g->n = 1;
-            g->t[0] = (rb_term){t->coef, 1, {RB_GX}};
-        } else if (t->deg == 2 && t->sym[0] == RB_BX && t->coef > 0 &&
-                   (t->sym[1] == RB_DX || t->sym[1] >= RB_NBUILTIN)) {
-            /* blockDim.x * blockIdx.x, or a template parameter / kernel argument times blockIdx.x */
-            bx = true;
-            g->n = 1;
-            g->t[0] = (rb_term){t->coef, 2, {RB_GX, t->sym[1]}};
-            if (t->sym[1] < RB_GX) g->t[0].sym[0] = t->sym[1], g->t[0].sym[1] = RB_GX;
-        }
-    }
-    return tx && bx;
-}
-
 static bool same_poly(const rb_poly *a, const rb_poly *b)
 {
     if (a->opaque || b->opaque || a->n != 1 || b->n != 1) return false;
@@ -235,7 +209,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rb_affine *ra, TSNo
     kl_snprintf(L->type, sizeof L->type, "%s", type);
     rb_poly pv, ps, g;
     rb_affine_eval(ra, L->value, &pv);
-    if (!grid_index(&pv, &g)) return 0;
+    if (!rb_grid_index(&pv, &g, true)) return 0;
     /* i += S, S the grid's thread count */
     if (!rb_is(upd, "assignment_expression") || !rb_text_is(ctx, rb_field(upd, "operator"), "+=") ||
         !rb_text_is(ctx, unparen(rb_field(upd, "left")), L->var))

@@ -614,15 +614,6 @@ static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rb_func *f, long lo
     return KL_OK;
 }
 
-/* A name not used in the kernel: `want`, else `coalesce_<want>`, into buf (false: both used). */
-static bool free_name(const kl_rule_ctx *ctx, const rb_func *f, const char *want, char *buf, size_t size)
-{
-    kl_snprintf(buf, size, "%s", want);
-    if (!rb_count_ident(ctx, f->def, buf)) return true;
-    kl_snprintf(buf, size, "coalesce_%s", want);
-    return !rb_count_ident(ctx, f->def, buf);
-}
-
 /* Swap threadIdx.x and threadIdx.y inside [a, b), outside [skip_a, skip_b). */
 typedef struct tswap {
     const kl_rule_ctx *ctx;
@@ -701,9 +692,8 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
     if (rb_count_ident(ctx, f->def, tile))
         return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'tile' and 'coalesce_tile'", file, f->name);
     char ty[32] = "", part[32] = "";
-    if (rpt > 1 && (!free_name(ctx, f, "ty", ty, sizeof ty) || !free_name(ctx, f, "part", part, sizeof part)))
-        return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'ty'/'part' and their coalesce_ forms",
-                                      file, f->name);
+    rb_fresh_name(ctx, f->def, "ty", ty, sizeof ty);
+    rb_fresh_name(ctx, f->def, "part", part, sizeof part);
     /* the body between its braces, which must sit on lines of their own */
     uint32_t bs = ts_node_start_byte(f->body), be = ts_node_end_byte(f->body);
     uint32_t a = rb_line_end(ctx, bs), b = rb_line_start(ctx, be - 1);

@@ -51,7 +51,7 @@ static int by_start(const void *a, const void *b)
     return x < y ? -1 : (x > y);
 }
 
-kl_status kl_edits_apply(const kl_edits *e, const char *text, size_t len, char **out, kl_error *err)
+kl_status kl_edits_apply_range(const kl_edits *e, const char *text, size_t a, size_t b, char **out, kl_error *err)
 {
     *out = NULL;
     const kl_edit **order = calloc(e->count ? e->count : 1, sizeof *order);
@@ -59,13 +59,12 @@ kl_status kl_edits_apply(const kl_edits *e, const char *text, size_t len, char *
     for (unsigned i = 0; i < e->count; i++) order[i] = &e->items[i];
     qsort(order, e->count, sizeof *order, by_start);
     kl_strbuf sb = KL_STRBUF_INIT;
-    size_t pos = 0;
+    size_t pos = a;
     kl_status st = KL_OK;
     for (unsigned i = 0; i < e->count; i++) {
         const kl_edit *ed = order[i];
-        if (ed->end > len) {
-            st = kl_error_set(err, KL_ERR_INVALID, "edit [%u,%u) is past the end of the text (%zu bytes)", ed->start,
-                              ed->end, len);
+        if (ed->end > b || ed->start < a) {
+            st = kl_error_set(err, KL_ERR_INVALID, "edit [%u,%u) is outside the text [%zu,%zu)", ed->start, ed->end, a, b);
             goto cleanup;
         }
         if (ed->start < pos) {
@@ -77,7 +76,7 @@ kl_status kl_edits_apply(const kl_edits *e, const char *text, size_t len, char *
         kl_strbuf_adds(&sb, ed->text);
         pos = ed->end;
     }
-    kl_strbuf_add(&sb, text + pos, len - pos);
+    kl_strbuf_add(&sb, text + pos, b - pos);
     if (sb.failed) {
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
@@ -87,6 +86,11 @@ cleanup:
     kl_strbuf_release(&sb);
     free(order);
     return st;
+}
+
+kl_status kl_edits_apply(const kl_edits *e, const char *text, size_t len, char **out, kl_error *err)
+{
+    return kl_edits_apply_range(e, text, 0, len, out, err);
 }
 
 kl_status kl_sites_add(kl_sites *s, const char *id, kl_site_dir dir, kl_span span, const char *kernel,

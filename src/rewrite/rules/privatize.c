@@ -787,12 +787,6 @@ static const char *site_what(const kl_site *site)
     return c ? c + 1 : site->id;
 }
 
-static int edit_cmp(const void *a, const void *b)
-{
-    const kl_edit *x = a, *y = b;
-    return x->start < y->start ? -1 : x->start > y->start;
-}
-
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                        kl_error *err)
 {
@@ -898,18 +892,12 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     if (st == KL_OK && t.returns) {
         /* every thread must reach the merge: run the body in a lambda, where return leaves it;
          * the moved text with the atomic targets rewritten, indented one level deeper */
-        qsort(targets.items, targets.count, sizeof targets.items[0], edit_cmp);
-        kl_strbuf sb = KL_STRBUF_INIT;
-        uint32_t pos = body_start;
-        for (unsigned i = 0; i < targets.count; i++) {
-            kl_strbuf_add(&sb, ctx->text + pos, targets.items[i].start - pos);
-            kl_strbuf_adds(&sb, targets.items[i].text);
-            pos = targets.items[i].end;
-        }
-        kl_strbuf_add(&sb, ctx->text + pos, body_end - pos);
-        char *moved = sb.failed ? NULL : rb_reindent(kl_strbuf_str(&sb), sb.len, 4);
-        kl_strbuf_release(&sb);
-        st = moved ? kl_edits_addf(out, body_start, body_end, "%s[&]() {\n%s%s}();\n", ind, moved, ind) : KL_ERR_NOMEM;
+        char *text = NULL;
+        st = kl_edits_apply_range(&targets, ctx->text, body_start, body_end, &text, err);
+        char *moved = st == KL_OK ? rb_reindent(text, strlen(text), 4) : NULL;
+        free(text);
+        if (st == KL_OK)
+            st = moved ? kl_edits_addf(out, body_start, body_end, "%s[&]() {\n%s%s}();\n", ind, moved, ind) : KL_ERR_NOMEM;
         free(moved);
     } else
         for (unsigned i = 0; i < targets.count && st == KL_OK; i++)

@@ -137,16 +137,6 @@ static TSNode find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, TSN
     return d.decl;
 }
 
-/* A name not used in fn: base, base2, … */
-static void fresh_name(const kl_rule_ctx *ctx, TSNode fn, const char *base, char *buf, size_t size)
-{
-    for (unsigned k = 1; k < 100; k++) {
-        if (k == 1) kl_snprintf(buf, size, "%s", base);
-        else kl_snprintf(buf, size, "%s%u", base, k);
-        if (!rb_count_ident(ctx, fn, buf)) return;
-    }
-}
-
 /* The range deleting a statement: its whole lines when alone on them. */
 static kl_status delete_stmt(const kl_rule_ctx *ctx, TSNode st, kl_edits *out)
 {
@@ -1354,8 +1344,8 @@ static kl_status apply_row(const kl_rule_ctx *ctx, const kl_site *site, const rp
         return kl_rule_not_applicable(err, "the block of %s is %lld threads, not a multiple of 32: warps would straddle rows",
                                       site->kernel, (long long)r->block);
     char lane[32], o[32];
-    fresh_name(ctx, r->fn, "kl_lane", lane, sizeof lane);
-    fresh_name(ctx, r->fn, "kl_o", o, sizeof o);
+    rb_fresh_name(ctx, r->fn, "kl_lane", lane, sizeof lane);
+    rb_fresh_name(ctx, r->fn, "kl_o", o, sizeof o);
     long long G = warp ? 32 : threads;
     char ind[64];
     kl_rules_indent(ctx, ts_node_start_byte(r->decl), ind, sizeof ind);
@@ -1392,7 +1382,7 @@ static kl_status apply_row(const kl_rule_ctx *ctx, const kl_site *site, const rp
             if (!warp) {
                 char type[64], part[32], pstep[200], pw[64];
                 var_type(ctx, r->fn, rd->var, type, sizeof type);
-                fresh_name(ctx, r->fn, "kl_part", part, sizeof part);
+                rb_fresh_name(ctx, r->fn, "kl_part", part, sizeof part);
                 kl_snprintf(pw, sizeof pw, "%s[kl_w]", part);
                 combine_step(pstep, sizeof pstep, rd->op, rd->var, pw);
                 kl_strbuf_addf(&sb,
@@ -1554,7 +1544,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
     }
     /* a block per row launched with R blocks: a row count parameter, a thread per row, a guard */
     char rows[32], row[32], ind[64];
-    fresh_name(ctx, p->fn, "kl_rows", rows, sizeof rows);
+    rb_fresh_name(ctx, p->fn, "kl_rows", rows, sizeof rows);
     TSNode ps = kl_ast_function_params(p->fn);
     uint32_t close = ts_node_end_byte(ps) - 1;
     st = kl_edits_addf(out, close, close, "%sint %s", ts_node_named_child_count(ps) ? ", " : "", rows);
@@ -1571,7 +1561,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
         bx_scan bs = {ctx, out, name, p->row_decl, KL_OK};
         if (st == KL_OK) rb_walk(p->body, bx_visit, &bs), st = bs.st;
     } else if (st == KL_OK) {
-        fresh_name(ctx, p->fn, "kl_row", row, sizeof row);
+        rb_fresh_name(ctx, p->fn, "kl_row", row, sizeof row);
         uint32_t at = rb_line_start(ctx, ts_node_start_byte(first));
         st = kl_edits_addf(out, at, at, "%sconst int %s = blockIdx.x * blockDim.x + threadIdx.x;\n%sif (%s >= %s) return;\n",
                            ind, row, ind, row, rows);

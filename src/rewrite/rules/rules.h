@@ -35,6 +35,8 @@ void kl_edits_release(kl_edits *e);
 /* Apply the edits to text (len bytes) into a new string (free()). Edits must not overlap
  * (error naming both ranges); insertions at the same point keep their order. */
 kl_status kl_edits_apply(const kl_edits *e, const char *text, size_t len, char **out, kl_error *err);
+/* The same for the slice [a, b) of text, every edit inside it (offsets into the whole text). */
+kl_status kl_edits_apply_range(const kl_edits *e, const char *text, size_t a, size_t b, char **out, kl_error *err);
 
 /* ---- sites and transforms ------------------------------------------------------------------ */
 

@@ -1107,3 +1107,11 @@ bool rb_grid_index(const rb_poly *p, rb_poly *g, bool any_symbol)
     return tx && bx;
 }
 
+void rb_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char *buf, size_t size)
+{
+    for (unsigned k = 1; k < 100; k++) {
+        if (k == 1) kl_snprintf(buf, size, "%s", base);
+        else kl_snprintf(buf, size, "%s%u", base, k);
+        if (!rb_count_ident(ctx, scope, buf)) return;
+    }
+}

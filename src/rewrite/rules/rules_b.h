@@ -33,6 +33,8 @@ TSNode rb_declarator_name(TSNode decl);
 bool rb_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c);
 /* Does the subtree use identifier `name` (as an identifier node, not a field)? */
 unsigned rb_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name);
+/* A name not used in scope: base, base2, base3 … into buf. */
+void rb_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char *buf, size_t size);
 /* The start of the line holding byte `off`, and the indentation (spaces/tabs) of that line,
  * copied into ind (at most size-1 bytes). */
 uint32_t rb_line_start(const kl_rule_ctx *ctx, uint32_t off);

@@ -731,9 +731,51 @@ static bool unit_stride(kl_affine_ctx *ax, TSNode access, const char *v)
     return ok;
 }
 
-/* One tile's load, 8 elements (16 bytes) per thread and step where the 8 are in bounds and the
- * address is 16-byte aligned, else element by element: `kl_xs[r][c..c+7]` from ACCESS with n1 = o1 + r
- * and n2 = o2 + c (+ q, the contiguous one, in the scalar path). */
+static void cp_async_text(kl_strbuf *sb, const char *ind, const char *dst, const char *src)
+{
+    kl_strbuf_addf(sb, "%sasm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16;\\n\" :: \"r\"((unsigned)__cvta_generic_to_shared(%s)), \"l\"(%s));\n",
+                   ind, dst, src);
+}
+
+/* How a tile load moves its 16-byte pieces. */
+typedef enum { COPY_REGS, COPY_ASYNC, COPY_ASYNC_UNCHECKED } copy_kind;
+
+/* One tile's load, 8 elements (16 bytes) per thread and step: `kl_xs[r][c..c+7]` from ACCESS with
+ * n1 = o1 + r and n2 = o2 + c. Checked (COPY_REGS through registers, COPY_ASYNC by cp.async): 16 bytes
+ * where the 8 are in bounds and the address 16-byte aligned, else element by element (n2 + q, the
+ * contiguous one). COPY_ASYNC_UNCHECKED: cp.async always (the caller knows the tile is inside). The
+ * loop starts at indentation in3. */
+static void tile_copy_loop(kl_strbuf *sb, const char *in3, const char *in4, const char *in5, const char *in6,
+                           const char *tile, const char *rows, const char *cols, const char *t1, const char *n1,
+                           const char *o1, const char *b1, const char *t2, const char *n2, const char *o2, const char *b2,
+                           const char *access, const char *E, copy_kind kind)
+{
+    bool fast = kind == COPY_ASYNC_UNCHECKED;
+    char dst[96], src[600];
+    kl_snprintf(dst, sizeof dst, "&%s[kl_r][kl_c]", tile);
+    kl_snprintf(src, sizeof src, "&%s", access);
+    if (fast) kl_strbuf_addf(sb, "%s#pragma unroll\n", in3);
+    kl_strbuf_addf(sb, "%sfor (int kl_e = threadIdx.x; kl_e < %s * %s / 8; kl_e += KL_THREADS) {\n", in3, rows, cols);
+    kl_strbuf_addf(sb, "%sconst int kl_r = kl_e / (%s / 8), kl_c = kl_e %% (%s / 8) * 8;\n", in4, cols, cols);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_r;\n", in4, t1, n1, o1);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c;\n", in4, t2, n2, o2);
+    if (fast) cp_async_text(sb, in4, dst, src);
+    else {
+        kl_strbuf_addf(sb, "%sif (%s < %s && %s + 7 < %s && reinterpret_cast<unsigned long long>(&%s) %% 16 == 0) {\n", in4, n1,
+                       b1, n2, b2, access);
+        if (kind == COPY_ASYNC) cp_async_text(sb, in5, dst, src);
+        else kl_strbuf_addf(sb, "%s*reinterpret_cast<uint4*>(%s) = *reinterpret_cast<const uint4*>(%s);\n", in5, dst, src);
+        kl_strbuf_addf(sb, "%s} else {\n", in4);
+        kl_strbuf_addf(sb, "%sfor (int kl_q = 0; kl_q < 8; kl_q++) {\n", in5);
+        kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c + kl_q;\n", in6, t2, n2, o2);
+        kl_strbuf_addf(sb, "%s%s[kl_r][kl_c + kl_q] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in6, tile, n1, b1, n2, b2,
+                       access, E);
+        kl_strbuf_addf(sb, "%s}\n", in5);
+        kl_strbuf_addf(sb, "%s}\n", in4);
+    }
+    kl_strbuf_addf(sb, "%s}\n", in3);
+}
+
 /* Is B's access contiguous along col, a local of the thread index: the same coefficient (not 0) on
  * threadIdx.x in the access and in col's definition? */
 static bool unit_stride_col(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g)
@@ -758,28 +800,6 @@ static bool unit_stride_col(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_
     return ok;
 }
 
-static void vector_tile_load(kl_strbuf *sb, const char *in2, const char *in3, const char *in4, const char *in5,
-                             const char *tile, const char *rows, const char *cols, const char *t1, const char *n1,
-                             const char *o1, const char *b1, const char *t2, const char *n2, const char *o2, const char *b2,
-                             const char *access, const char *E)
-{
-    kl_strbuf_addf(sb, "%sfor (int kl_e = threadIdx.x; kl_e < %s * %s / 8; kl_e += KL_THREADS) {\n", in2, rows, cols);
-    kl_strbuf_addf(sb, "%sconst int kl_r = kl_e / (%s / 8), kl_c = kl_e %% (%s / 8) * 8;\n", in3, cols, cols);
-    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_r;\n", in3, t1, n1, o1);
-    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c;\n", in3, t2, n2, o2);
-    kl_strbuf_addf(sb, "%sif (%s < %s && %s + 7 < %s && reinterpret_cast<unsigned long long>(&%s) %% 16 == 0) {\n", in3, n1,
-                   b1, n2, b2, access);
-    kl_strbuf_addf(sb, "%s*reinterpret_cast<uint4*>(&%s[kl_r][kl_c]) = *reinterpret_cast<const uint4*>(&%s);\n", in4, tile,
-                   access);
-    kl_strbuf_addf(sb, "%s} else {\n", in3);
-    kl_strbuf_addf(sb, "%sfor (int kl_q = 0; kl_q < 8; kl_q++) {\n", in4);
-    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c + kl_q;\n", in5, t2, n2, o2);
-    kl_strbuf_addf(sb, "%s%s[kl_r][kl_c + kl_q] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in5, tile, n1, b1, n2, b2, access,
-                   E);
-    kl_strbuf_addf(sb, "%s}\n", in4);
-    kl_strbuf_addf(sb, "%s}\n", in3);
-    kl_strbuf_addf(sb, "%s}\n", in2);
-}
 
 /* The texts both apply forms write with: indentation levels (in[k]: k levels of the body's), the
  * operands' subscripts, the store guard and the function's indentation. */
@@ -869,13 +889,10 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
     kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
     kl_strbuf_addf(&sb, "%sfor (%s kl_k0 = 0; kl_k0 < %s; kl_k0 += KL_BK) {\n", in, g->ktype, g->K);
     if (vec) {
-        char o1[64], o2[64];
-        kl_snprintf(o1, sizeof o1, "kl_m0"), kl_snprintf(o2, sizeof o2, "kl_k0");
-        vector_tile_load(&sb, in2, in3, in4, in5, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, o1, g->M, g->ktype, g->k, o2,
-                         g->K, a_text, E);
-        kl_snprintf(o1, sizeof o1, "kl_k0"), kl_snprintf(o2, sizeof o2, "kl_n0");
-        vector_tile_load(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, o1, g->K, g->ctype, g->col, o2,
-                         g->N, b_text, E);
+        tile_copy_loop(&sb, in2, in3, in4, in5, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k,
+                       "kl_k0", g->K, a_text, E, COPY_REGS);
+        tile_copy_loop(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col,
+                       "kl_n0", g->N, b_text, E, COPY_REGS);
     } else {
     kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BK; kl_e += KL_THREADS) {\n", in2);
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_e / KL_BK;\n", in3, g->rtype, g->row);
@@ -964,41 +981,6 @@ static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc
  * 16 x 16 f32 staging tile of its own (the block's C tile would not fit beside the ring), running
  * the original store per element under the original guard. Launches get the dynamic shared memory
  * (cudaFuncSetAttribute before each, for more than 48 KiB). */
-
-static void cp_async_text(kl_strbuf *sb, const char *ind, const char *dst, const char *src)
-{
-    kl_strbuf_addf(sb, "%sasm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16;\\n\" :: \"r\"((unsigned)__cvta_generic_to_shared(%s)), \"l\"(%s));\n",
-                   ind, dst, src);
-}
-
-static void ring_tile_loads(kl_strbuf *sb, const char *in3, const char *in4, const char *in5, const char *in6,
-                            const char *tile, const char *rows, const char *cols, const char *t1, const char *n1,
-                            const char *o1, const char *b1, const char *t2, const char *n2, const char *o2, const char *b2,
-                            const char *access, const char *E, bool fast)
-{
-    char dst[96], src[600];
-    kl_snprintf(dst, sizeof dst, "&%s[kl_r][kl_c]", tile);
-    kl_snprintf(src, sizeof src, "&%s", access);
-    if (fast) kl_strbuf_addf(sb, "%s#pragma unroll\n", in3);
-    kl_strbuf_addf(sb, "%sfor (int kl_e = threadIdx.x; kl_e < %s * %s / 8; kl_e += KL_THREADS) {\n", in3, rows, cols);
-    kl_strbuf_addf(sb, "%sconst int kl_r = kl_e / (%s / 8), kl_c = kl_e %% (%s / 8) * 8;\n", in4, cols, cols);
-    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_r;\n", in4, t1, n1, o1);
-    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c;\n", in4, t2, n2, o2);
-    if (fast) cp_async_text(sb, in4, dst, src);
-    else {
-        kl_strbuf_addf(sb, "%sif (%s < %s && %s + 7 < %s && reinterpret_cast<unsigned long long>(&%s) %% 16 == 0) {\n", in4, n1,
-                       b1, n2, b2, access);
-        cp_async_text(sb, in5, dst, src);
-        kl_strbuf_addf(sb, "%s} else {\n", in4);
-        kl_strbuf_addf(sb, "%sfor (int kl_q = 0; kl_q < 8; kl_q++) {\n", in5);
-        kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_c + kl_q;\n", in6, t2, n2, o2);
-        kl_strbuf_addf(sb, "%s%s[kl_r][kl_c + kl_q] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in6, tile, n1, b1, n2, b2,
-                       access, E);
-        kl_strbuf_addf(sb, "%s}\n", in5);
-        kl_strbuf_addf(sb, "%s}\n", in4);
-    }
-    kl_strbuf_addf(sb, "%s}\n", in3);
-}
 
 /* Each launch: the dynamic shared memory in its configuration, and cudaFuncSetAttribute before it. */
 static kl_status launch_smem(const kl_rule_ctx *ctx, launch_plan *plans, unsigned np, size_t bytes, kl_edits *out,
@@ -1090,15 +1072,15 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
                    in2, E, (int)sizeof(uint16_t));
     kl_strbuf_addf(&sb, "%sif (kl_aligned && kl_m0 + KL_BM <= %s && kl_n0 + KL_BN <= %s && kl_k0 + KL_BK <= %s) {\n", in2, g->M,
                    g->N, g->K);
-    ring_tile_loads(&sb, in3, in4, in5, in6, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0",
-                    g->K, a_text, E, true);
-    ring_tile_loads(&sb, in3, in4, in5, in6, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0",
-                    g->N, b_text, E, true);
+    tile_copy_loop(&sb, in3, in4, in5, in6, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0",
+                    g->K, a_text, E, COPY_ASYNC_UNCHECKED);
+    tile_copy_loop(&sb, in3, in4, in5, in6, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0",
+                    g->N, b_text, E, COPY_ASYNC_UNCHECKED);
     kl_strbuf_addf(&sb, "%sreturn;\n%s}\n", in3, in2);
-    ring_tile_loads(&sb, in2, in3, in4, in5, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0",
-                    g->K, a_text, E, false);
-    ring_tile_loads(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0",
-                    g->N, b_text, E, false);
+    tile_copy_loop(&sb, in2, in3, in4, in5, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0",
+                    g->K, a_text, E, COPY_ASYNC);
+    tile_copy_loop(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0",
+                    g->N, b_text, E, COPY_ASYNC);
     kl_strbuf_addf(&sb, "%s};\n", in);
     kl_strbuf_addf(&sb, "%sfor (int kl_s = 0; kl_s < KL_STAGES - 1; kl_s++) {\n", in);
     kl_strbuf_addf(&sb, "%sif ((%s)kl_s * KL_BK < %s) kl_load(kl_s, (%s)kl_s * KL_BK);\n", in2, g->ktype, g->K, g->ktype);

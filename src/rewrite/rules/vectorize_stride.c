@@ -9,7 +9,7 @@
  *   lambda or barrier in the body.
  * apply: thread t reads vectors t, t+S, … of every array (the grid covers vector indexes the way
  *   it covered element indexes), and runs the body once per element of the vector, in element
- *   order; the original loop, started at element kl_nv*W + V, does the rest. kl_nv is 0 when an
+ *   order; the original loop, started at element nv*W + V, does the rest. nv is 0 when an
  *   array's address is not W-element aligned (a run-time test), so every layout stays correct.
  * present: `const T NV = …;` then `for (T v = V; v < NV; v += S) …` then a loop
  *   `for (T i = V + NV * W; …)`: remove deletes the declaration and the vector loop (with the
@@ -469,31 +469,6 @@ static bool lane_visit(TSNode n, void *user)
     return true;
 }
 
-/* The text [a, b) with edits (inside it, not overlapping) applied. */
-static char *splice(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const kl_edits *e)
-{
-    kl_strbuf sb = KL_STRBUF_INIT;
-    uint32_t pos = a;
-    /* edits were added in document order by the walk */
-    for (unsigned i = 0; i < e->count; i++) {
-        if (e->items[i].start < pos || e->items[i].end > b) {
-            kl_strbuf_release(&sb);
-            return NULL;
-        }
-        kl_strbuf_add(&sb, ctx->text + pos, e->items[i].start - pos);
-        kl_strbuf_adds(&sb, e->items[i].text);
-        pos = e->items[i].end;
-    }
-    kl_strbuf_add(&sb, ctx->text + pos, b - pos);
-    if (sb.failed) {
-        kl_strbuf_release(&sb);
-        return NULL;
-    }
-    char *s = kl_strdup(kl_strbuf_str(&sb));
-    kl_strbuf_release(&sb);
-    return s;
-}
-
 /* Does the body declare anything at its top level (then each copy keeps its own braces)? */
 static bool declares(TSNode body)
 {
@@ -502,14 +477,6 @@ static bool declares(TSNode body)
     for (uint32_t i = 0; i < c; i++)
         if (rb_is(ts_node_named_child(body, i), "declaration")) return true;
     return false;
-}
-
-static bool free_name(const kl_rule_ctx *ctx, const rb_func *f, const char *want, char *buf, size_t size)
-{
-    kl_snprintf(buf, size, "%s", want);
-    if (!rb_count_ident(ctx, f->outer, buf)) return true;
-    kl_snprintf(buf, size, "kl_%s", want);
-    return !rb_count_ident(ctx, f->outer, buf);
 }
 
 static kl_status site_loop(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, const rb_func **f, TSNode *loop,
@@ -551,12 +518,11 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
                                           width, L.arr[k].elem, L.arr[k].name);
         char want[72];
         kl_snprintf(want, sizeof want, "%s_v", L.arr[k].name);
-        if (!free_name(ctx, f, want, vname[k], sizeof vname[k]))
-            return kl_rule_not_applicable(err, "%s: kernel '%s' already uses '%s' and 'kl_%s'", file, f->name, want, want);
+        rb_fresh_name(ctx, f->outer, want, vname[k], sizeof vname[k]);
     }
     char nv[32], v[32];
-    if (!free_name(ctx, f, "nv", nv, sizeof nv) || !free_name(ctx, f, "v", v, sizeof v))
-        return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names nv/v and kl_nv/kl_v", file, f->name);
+    rb_fresh_name(ctx, f->outer, "nv", nv, sizeof nv);
+    rb_fresh_name(ctx, f->outer, "v", v, sizeof v);
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
         return kl_rule_not_applicable(err, "%s:%u: the loop does not start its own line", file, site->span.line);
     char ind[64];
@@ -579,33 +545,31 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
         kl_strbuf_addf(&sb, "%s    const %s %s = reinterpret_cast<const %s*>(%s)[%s];\n", ind, vt[k], vname[k], vt[k],
                        L.arr[k].name, v);
     /* the body once per element: its statements (inside braces of their own when it declares) */
-    bool braces = declares(L.body);
+    bool braces = declares(L.body), layout_ok = true;
     uint32_t ba, bb;
     if (rb_is(L.body, "compound_statement")) {
         ba = rb_line_end(ctx, ts_node_start_byte(L.body));
         bb = rb_line_start(ctx, ts_node_end_byte(L.body) - 1);
-        if (bb < ba || !rb_line_blank_before(ctx, ts_node_end_byte(L.body) - 1)) st = KL_ERR_INVALID;
+        layout_ok = bb >= ba && rb_line_blank_before(ctx, ts_node_end_byte(L.body) - 1);
     } else {
         ba = ts_node_start_byte(L.body);
         bb = ts_node_end_byte(L.body);
     }
-    for (int lane = 0; lane < width && st == KL_OK; lane++) {
+    for (int lane = 0; lane < width && st == KL_OK && layout_ok; lane++) {
         kl_edits e = {0};
         lane_sub ls = {ctx, &L, vname, packed, lane, &e, KL_OK};
         rb_walk(L.body, lane_visit, &ls);
-        char *text = ls.st == KL_OK ? splice(ctx, ba, bb, &e) : NULL;
+        char *text = NULL;
+        st = ls.st == KL_OK ? kl_edits_apply_range(&e, ctx->text, ba, bb, &text, err) : ls.st;
         kl_edits_release(&e);
-        if (!text) {
-            st = KL_ERR_NOMEM;
-            break;
-        }
+        if (st != KL_OK) break;
         if (rb_is(L.body, "compound_statement")) {
             /* its lines, moved from the body's indentation to the new loop's (+4, or +8 in braces) */
             char bind[64];
             rb_indent_of(ctx, ba, bind, sizeof bind);
             int delta = (int)strlen(ind) + (braces ? 8 : 4) - (int)strlen(bind);
             char *moved = rb_reindent(text, strlen(text), delta);
-            if (!moved) st = KL_ERR_INVALID;
+            if (!moved) layout_ok = false;
             else {
                 if (braces) kl_strbuf_addf(&sb, "%s    {\n", ind);
                 kl_strbuf_adds(&sb, moved);
@@ -618,17 +582,18 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     }
     kl_strbuf_addf(&sb, "%s}\n%s", ind, ind);
     if (st == KL_OK && sb.failed) st = KL_ERR_NOMEM;
-    if (st == KL_OK) st = kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(loop)), ts_node_start_byte(loop), kl_strbuf_str(&sb));
-    if (st == KL_OK)
+    if (st == KL_OK && layout_ok) st = kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(loop)), ts_node_start_byte(loop), kl_strbuf_str(&sb));
+    if (st == KL_OK && layout_ok)
         st = kl_edits_addf(out, ts_node_start_byte(L.value), ts_node_end_byte(L.value), "%s + %s * %d", value, nv, width);
     kl_strbuf_release(&sb);
     free(value);
     free(bound);
     free(stride);
-    if (st == KL_ERR_INVALID)
+    if (!layout_ok)
         return kl_rule_not_applicable(err, "%s:%u: expected the loop body's braces on lines of their own, indented", file,
                                       site->span.line);
-    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+    if (st != KL_OK && err->status != st) kl_error_set(err, st, "out of memory");
+    return st;
 }
 
 /* ---- remove ---------------------------------------------------------------------------------------- */

@@ -790,16 +790,6 @@ typedef struct wr_run {
     kl_status st;
 } wr_run;
 
-/* A name not used in fn: base, base2, base3 … */
-static void fresh_name(const kl_rule_ctx *ctx, TSNode fn, const char *base, char *buf, size_t size)
-{
-    for (unsigned k = 1; k < 100; k++) {
-        if (k == 1) kl_snprintf(buf, size, "%s", base);
-        else kl_snprintf(buf, size, "%s%u", base, k);
-        if (!rb_count_ident(ctx, fn, buf)) return;
-    }
-}
-
 static void combine(char *buf, size_t size, const char *op, const char *a, const char *b)
 {
     if (!strcmp(op, "+")) kl_snprintf(buf, size, "%s + %s", a, b);
@@ -848,7 +838,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     uint32_t a, b;
     stmt_range(ctx, ax, p->step, &a, &b);
     kl_rules_indent(ctx, ts_node_start_byte(p->step), ind, sizeof ind);
-    fresh_name(ctx, fn, "kl_red", red, sizeof red);
+    rb_fresh_name(ctx, fn, "kl_red", red, sizeof red);
     kl_snprintf(elem, sizeof elem, "%s[threadIdx.x]", red);
     kl_snprintf(elem_s, sizeof elem_s, "%s[threadIdx.x + s]", red);
     combine(comb, sizeof comb, p->s.op, elem, elem_s);
@@ -947,8 +937,8 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     kl_rule_param_str(&kl_rule_warp_reduce, params, "shuffle", &shuffle);
     const char *sh_fn = strcmp(shuffle, "down") ? "__shfl_xor_sync" : "__shfl_down_sync";
     char v[32], warp[32], step[300], load[300], shfl[200];
-    fresh_name(ctx, fn, "kl_v", v, sizeof v);
-    fresh_name(ctx, fn, "kl_warp", warp, sizeof warp);
+    rb_fresh_name(ctx, fn, "kl_v", v, sizeof v);
+    rb_fresh_name(ctx, fn, "kl_warp", warp, sizeof warp);
     kl_snprintf(shfl, sizeof shfl, "%s(0xffffffff, %s, o)", sh_fn, v);
     if (!strcmp(t->op, "+")) kl_snprintf(step, sizeof step, "%s += %s", v, shfl);
     else kl_snprintf(step, sizeof step, "%s = %s(%s, %s)", v, t->op, v, shfl);

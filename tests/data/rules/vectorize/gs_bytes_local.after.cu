@@ -6,8 +6,8 @@ __global__ void classify(const unsigned char* pixels, int* dark, int* bright, in
 {
     // vectorize: 4 elements per load of 'pixels' (uchar4); the loop below does the last count % 4, or all when an address is not aligned
     const int nv = (reinterpret_cast<unsigned long long>(pixels) % 4 == 0) ? count / 4 : 0;
-    for (int kl_v = BLOCK * blockIdx.x + threadIdx.x; kl_v < nv; kl_v += BLOCK * gridDim.x) {
-        const uchar4 pixels_v = reinterpret_cast<const uchar4*>(pixels)[kl_v];
+    for (int v2 = BLOCK * blockIdx.x + threadIdx.x; v2 < nv; v2 += BLOCK * gridDim.x) {
+        const uchar4 pixels_v = reinterpret_cast<const uchar4*>(pixels)[v2];
         {
             const int v = pixels_v.x;
             if (v < lo) atomicAdd(dark, 1);

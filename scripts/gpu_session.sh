@@ -20,7 +20,11 @@ export KLINEAGE_CACHE=${KLINEAGE_CACHE:-/tmp/klineage-cache}
 db=${KL_DB:-/tmp/klineage-session.db}
 kl() { "$KLINEAGE" --db "$db" --measure record "$@"; }
 log() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+# The archive back through $OUT, compressed: it grew past the 16 MiB a returned file may have.
+save_archive() { gzip -c archive/verdicts.jsonl >"$out/verdicts.jsonl.gz" 2>/dev/null || true; }
 # The walks of tasks T…, each under its own limit (KL_LINEAGE_S_<task>, else KL_LINEAGE_S;
+# the proposals of a version compile KL_JOBS at a time, 16 by default: one at a time, a blur walk
+# spent most of its 200 s in nvcc;
 # SIGINT, then SIGKILL 20 s later — a killed walk loses what it did since its last export);
 # KL_RESTART / KL_CONTINUE: space-separated tasks walked with --restart / --continue.
 walk_tasks() {
@@ -32,12 +36,12 @@ walk_tasks() {
         restart=()
         case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
         case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
-        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --measure record lineage \
+        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record lineage \
             "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
             >"/tmp/walks/lineage-$t.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
         grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -40 >>"$out/record.log"
-        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+        save_archive
     done
 }
 phase=${1:-check}
@@ -91,7 +95,7 @@ final)
     log "suite"
     timeout 330 "$KLINEAGE" --db "$db" --measure record bench --expert --vendor "${KL_VENDOR:-$here/.carry/vendor.json}" \
         -o "$out/suite-table.md" >"$out/suite.txt" 2>&1
-    cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+    save_archive
     cat "$out/suite-table.md"
     for t in "$@"; do
         log "lineage $t"
@@ -99,7 +103,7 @@ final)
             --probes "${KL_PROBES:-2}" >"$out/lineage-$t.txt" 2>&1
         echo "exit $?"
         grep -v '^\[' "$out/lineage-$t.txt" | tail -5; tail -25 "$out/lineage-$t.txt"
-        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+        save_archive
     done
     ;;
 record)
@@ -113,7 +117,7 @@ record)
         timeout "${KL_SUITE_S:-150}" "$KLINEAGE" --db "$db" --measure record bench --expert \
             --vendor "${KL_VENDOR:-$here/.carry/vendor.json}" -o "$out/suite-table.md" >"$out/suite.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
-        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+        save_archive
     fi
     if [ "${KL_RULES_S:-90}" != 0 ]; then
         log "rules sequences" | tee -a "$out/record.log"
@@ -121,7 +125,7 @@ record)
             --out /tmp/rules-seq >>"$out/record.log" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
         cp -f /tmp/rules-seq/table.md "$out/rules-table.md" 2>/dev/null
-        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+        save_archive
     fi
     walk_tasks "$@"
     tar czf "$out/walks.tgz" -C /tmp walks rules-seq 2>/dev/null
@@ -180,7 +184,7 @@ while i < len(t):
 "
         summary "$out"/v-$t-*.json | tee -a "$out/variants.txt"
         rm -f "$out"/v-$t-*.json "$out/variants-$t.json"
-        cp -f archive/verdicts.jsonl "$out/" 2>/dev/null
+        save_archive
     done
     ;;
 *)
@@ -188,5 +192,5 @@ while i < len(t):
     exit 2
     ;;
 esac
-cp -f archive/verdicts.jsonl "$out/" 2>/dev/null || true
+save_archive
 log "done"

@@ -111,9 +111,48 @@ unsigned kl_nvcc_flags(const char *arch, char *arch_buf, size_t size, const char
                                         "-Xptxas", "-v", "-lineinfo", "-O3"};
     unsigned n = 0;
     for (unsigned i = 0; i < sizeof fixed / sizeof fixed[0] && n < max; i++) flags[n++] = fixed[i];
-    kl_snprintf(arch_buf, size, "-arch=%s", arch);
+    size_t len = strlen(arch);
+    if (len > 3 && arch[len - 1] == 'a')
+        /* nvcc 13.0's -arch=sm_90a also runs a plain sm_90 pass, which rejects wgmma */
+        kl_snprintf(arch_buf, size, "-gencode=arch=compute_%.*s,code=%s", (int)(len - 3), arch + 3, arch);
+    else
+        kl_snprintf(arch_buf, size, "-arch=%s", arch);
     if (n < max) flags[n++] = arch_buf;
     return n;
+}
+
+/* Inline PTX only an arch-specific target assembles, as it appears in an asm string. */
+static const char *const arch_specific_ptx[] = {"wgmma.", "setmaxnreg.", NULL};
+
+bool kl_source_arch_specific(const char *text)
+{
+    for (const char *p = text; p && *p; p++) {
+        if (p[0] == '/' && p[1] == '/') {
+            p = strchr(p, '\n');
+            if (!p) break;
+            continue;
+        }
+        if (p[0] == '/' && p[1] == '*') {
+            const char *e = strstr(p + 2, "*/");
+            if (!e) break;
+            p = e + 1;
+            continue;
+        }
+        for (unsigned i = 0; arch_specific_ptx[i]; i++)
+            if (!strncmp(p, arch_specific_ptx[i], strlen(arch_specific_ptx[i]))) return true;
+    }
+    return false;
+}
+
+char *kl_source_arch(const char *arch, const char *text)
+{
+    size_t len = strlen(arch);
+    int cc = 0;
+    bool plain = len > 3 && arch[len - 1] != 'a' && sscanf(arch, "sm_%d", &cc) == 1 && cc >= 90;
+    if (!plain || !kl_source_arch_specific(text)) return kl_strdup(arch);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addf(&sb, "%sa", arch);
+    return kl_strbuf_detach(&sb, NULL);
 }
 
 /* ---- the shim --------------------------------------------------------------------------- */
@@ -570,9 +609,10 @@ static kl_status compile_one(kl_gate *gate, const kl_task *task, const kl_gate_s
     static unsigned long counter;
     kl_status st = KL_OK;
     char *text = NULL, *shim = NULL, *dir = NULL, *obj = NULL, *report = NULL, *cu = NULL, *tmp = NULL;
-    char arch_flag[64];
+    char arch_flag[96];
     const char *flags[MAX_FLAGS];
-    unsigned nflags = kl_nvcc_flags(arch, arch_flag, sizeof arch_flag, flags, MAX_FLAGS);
+    unsigned nflags = 0;
+    char *src_arch = NULL;
     char hex[KL_HASH_HEX];
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_child child;
@@ -581,6 +621,14 @@ static kl_status compile_one(kl_gate *gate, const kl_task *task, const kl_gate_s
     if (!c) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 
     KL_TRY(read_source(src, &text, err));
+    /* wgmma and setmaxnreg assemble only for the arch-specific target (sm_90 -> sm_90a) */
+    src_arch = kl_source_arch(arch, text);
+    if (!src_arch) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    arch = src_arch;
+    nflags = kl_nvcc_flags(arch, arch_flag, sizeof arch_flag, flags, MAX_FLAGS);
     KL_TRY(kl_shim_source(task, src->name, text, &shim, err));
     kl_compile_key(shim, flags, nflags, gate->nvcc_version, hex);
     for (unsigned i = 0; i < nflags; i++) kl_strbuf_addf(&sb, "%s%s", i ? " " : "", flags[i]);
@@ -690,6 +738,7 @@ cleanup:
     if (cu) unlink(cu);
     kl_child_release(&child);
     kl_strbuf_release(&sb);
+    free(src_arch);
     free(text);
     free(shim);
     free(dir);

@@ -48,8 +48,17 @@ kl_status kl_gate_arch(kl_gate *gate, char **arch, kl_error *err);
 kl_status kl_shim_source(const kl_task *task, const char *name, const char *text, char **out, kl_error *err);
 /* The C declaration the shim calls: extern "C" void launch(const float *x, …, cudaStream_t). */
 char *kl_shim_launch_decl(const kl_task *task);
-/* The nvcc flags for an arch, NULL-terminated, static strings except the -arch one (in buf). */
+/* The nvcc flags for an arch, static strings except the arch one (in buf): `-arch=sm_XY`, or
+ * `-gencode=arch=compute_XYa,code=sm_XYa` for an arch-specific target (nvcc 13.0's -arch=sm_90a
+ * also runs a plain sm_90 pass that rejects wgmma). Returns how many. */
 unsigned kl_nvcc_flags(const char *arch, char *arch_buf, size_t size, const char **flags, unsigned max);
+/* Does a kernel file use inline PTX that only an arch-specific target assembles (wgmma.*,
+ * setmaxnreg.*), outside comments? */
+bool kl_source_arch_specific(const char *text);
+/* The arch a kernel file compiles for: `arch`, or its arch-specific target (sm_90 -> sm_90a) when
+ * arch is sm_90 or later and the text needs it. The verdict key does not change: it covers the
+ * text and the device's arch, which decide this. New string (NULL: out of memory). */
+char *kl_source_arch(const char *arch, const char *text);
 /* The object's content hash: shim source, flags, nvcc version. */
 void kl_compile_key(const char *shim_source, const char *const *flags, unsigned nflags, const char *nvcc_version,
                     char hex[KL_HASH_HEX]);

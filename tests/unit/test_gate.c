@@ -498,6 +498,40 @@ static void ptxas_report_from_nvcc_now(void **state)
     remove_tree(dir);
 }
 
+/* ---- the target a kernel file compiles for ---------------------------------------------------- */
+
+/* wgmma and setmaxnreg in a file's asm send it to the arch-specific target, in the -gencode form
+ * (nvcc 13.0's -arch=sm_90a also runs a plain sm_90 pass that rejects them); a mention in a comment
+ * does not, nor does an arch before sm_90 or one already arch-specific. */
+static void arch_specific_sources(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *arch, *text, *want;
+    } cases[] = {
+        {"sm_90", "asm volatile(\"wgmma.fence.sync.aligned;\\n\");", "sm_90a"},
+        {"sm_90", "asm volatile(\"setmaxnreg.inc.sync.aligned.u32 232;\\n\");", "sm_90a"},
+        {"sm_100", "asm(\"wgmma.mma_async\");", "sm_100a"},
+        {"sm_90", "// tensor-core: wgmma.mma_async m64n256k16\n/* or setmaxnreg.dec */\nint x;", "sm_90"},
+        {"sm_90", "asm(\"mma.sync.aligned.m16n8k16\");", "sm_90"},
+        {"sm_80", "asm(\"wgmma.fence.sync.aligned;\");", "sm_80"},
+        {"sm_90a", "asm(\"wgmma.fence.sync.aligned;\");", "sm_90a"},
+        {"sm_90", "/* unterminated comment wgmma.fence", "sm_90"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *a = kl_source_arch(cases[i].arch, cases[i].text);
+        assert_non_null(a);
+        if (strcmp(a, cases[i].want)) fail_msg("case %u: %s for %s, expected %s", i, a, cases[i].arch, cases[i].want);
+        free(a);
+    }
+    char buf[96];
+    const char *flags[16];
+    unsigned n = kl_nvcc_flags("sm_90a", buf, sizeof buf, flags, 16);
+    assert_string_equal(flags[n - 1], "-gencode=arch=compute_90a,code=sm_90a");
+    n = kl_nvcc_flags("sm_90", buf, sizeof buf, flags, 16);
+    assert_string_equal(flags[n - 1], "-arch=sm_90");
+}
+
 /* ---- keys --------------------------------------------------------------------------------- */
 
 static void compile_key_changes_with_every_part(void **state)
@@ -1057,6 +1091,7 @@ int main(void)
         cmocka_unit_test(nvcc_first_error_forms),
         cmocka_unit_test(ptxas_report_from_captured_sample),
         cmocka_unit_test(ptxas_report_from_nvcc_now),
+        cmocka_unit_test(arch_specific_sources),
         cmocka_unit_test(compile_key_changes_with_every_part),
         cmocka_unit_test(verdict_key_changes_with_every_part),
         cmocka_unit_test(object_check_rejects_interposers_and_threads),

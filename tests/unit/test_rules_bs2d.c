@@ -261,7 +261,7 @@ static void tasks_2d(void **state)
     static const want2d want[] = {
         {"transpose", "transpose_tiled", "TILE", "BLOCK_ROWS",
          {"constexpr int TILE = 16; ", "constexpr int BLOCK_ROWS = 16; "}},
-        {"blur", "blur_tiled", "BX", "BY", {"constexpr int BX = 16; ", "constexpr int BY = 16; "}},
+        {"blur", "blur_reg", "BX", "BY", {"constexpr int BX = 16; ", "constexpr int BY = 16; "}},
         {"blur", "blur_generic", "GX", "GY", {"constexpr int GX = 16, GY = 16;", NULL}},
     };
     unsigned found = 0, naive2d = 0;

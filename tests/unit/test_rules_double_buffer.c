@@ -2,8 +2,8 @@
  * tests/data/rules/double-buffer/<case>.before.cu (first line: `// test: apply …@… | remove …@…`):
  * the result must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the
  * reverse must give back the original exactly, and every .after.cu must compile with nvcc. Also:
- * the expert sgemm's two stages removed, the composition with register-tile, and the reasons
- * where it does not apply. */
+ * the expert sgemm's two stages removed, the hgemm expert's ring held while wgmma reads it, the
+ * composition with register-tile, and the reasons where it does not apply. */
 #include "rules_tile_test.h"
 
 static void golden_double_buffer(void **state)
@@ -49,6 +49,24 @@ static void double_buffer_removes_from_sgemm_expert(void **state)
     json_decref(back);
     json_decref(s);
     free(out);
+    free(text);
+}
+
+/* tasks/hgemm/expert.cu: its ring (four stages, two tiles ahead, a proxy fence before the barrier)
+ * is recognized while wgmma reads it, and not removable then: a wgmma group still in flight after the
+ * compute would read the one stage while the next tile is copied into it. With the fence gone and no
+ * wgmma call in the compute (what `wgmma` leaves, golden remove_ring_ahead) it comes out. */
+static void double_buffer_waits_for_wgmma(void **state)
+{
+    (void)state;
+    char *text = tile_read_task("hgemm", "expert.cu");
+    json_t *s = tile_sites(text, "double-buffer");
+    const char *why = NULL;
+    const char *id = tile_site(s, "present", &why);
+    assert_non_null(id);
+    if (!why || !strstr(why, "remove wgmma first")) fail_msg("the ring's reason is '%s'", why ? why : "(none)");
+    json_decref(s);
+    tile_expect_not_applicable(text, "double-buffer", true, NULL, "read by wgmma, asynchronously across the barrier");
     free(text);
 }
 
@@ -164,6 +182,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(golden_double_buffer),
         cmocka_unit_test(double_buffer_removes_from_sgemm_expert),
+        cmocka_unit_test(double_buffer_waits_for_wgmma),
         cmocka_unit_test(double_buffer_composes_with_register_tile),
         cmocka_unit_test(double_buffer_says_why_not),
     };

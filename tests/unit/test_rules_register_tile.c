@@ -221,11 +221,11 @@ static void register_tile_sgemm_expert_walk(void **state)
     free(text);
 }
 
-/* tasks/hgemm/expert.cu walked down greedily (first present site that removes): after
- * tensor-core, the fragment tile is refused until double-buffer has taken the cp.async ring
- * down to one stage; then register-tile writes the one-output-per-thread tiled kernel (bf16
- * loads, f32 products, the bf16 store) and smem-tile leaves naive.cu's loop. The steps from
- * tensor-core on compile. */
+/* tasks/hgemm/expert.cu walked down greedily (first present site that removes): wgmma leaves the
+ * per-warp mma.sync warp tile, tensor-core its scalar FMAs; the fragment tile is refused until
+ * double-buffer has taken the cp.async ring (AHEAD = STAGES - 2 tiles ahead) down to one stage;
+ * then register-tile writes the one-output-per-thread tiled kernel (bf16 loads, f32 products, the
+ * bf16 store) and smem-tile leaves naive.cu's loop. The steps from wgmma on compile. */
 static void register_tile_hgemm_expert_walk(void **state)
 {
     (void)state;
@@ -235,7 +235,7 @@ static void register_tile_hgemm_expert_walk(void **state)
     assert_int_equal(kl_tempdir("rules-rt-hgemm", &dir, &err), KL_OK);
     char *paths[60] = {0};
     unsigned np = 0;
-    const char *order[4] = {"tensor-core", "double-buffer", "register-tile", "smem-tile"};
+    const char *order[5] = {"wgmma", "tensor-core", "double-buffer", "register-tile", "smem-tile"};
     unsigned seen = 0;
     bool refused = false;
     for (unsigned step = 0; step < 60; step++) {
@@ -251,7 +251,7 @@ static void register_tile_hgemm_expert_walk(void **state)
                 refused = true;
             next = tile_rewrite(text, tr, json_string_value(json_object_get(site, "site")), true, NULL, &err);
             if (!next) continue;
-            if (seen < 4 && !strcmp(tr, order[seen])) seen++;
+            if (seen < 5 && !strcmp(tr, order[seen])) seen++;
             break;
         }
         json_decref(s);
@@ -264,7 +264,7 @@ static void register_tile_hgemm_expert_walk(void **state)
             paths[np++] = tile_write_temp(dir, name, text);
         }
     }
-    assert_int_equal(seen, 4);
+    assert_int_equal(seen, 5);
     assert_true(refused);
     json_t *s = tile_sites(text, NULL);
     assert_null(tile_site(s, "present", NULL));

@@ -92,11 +92,12 @@ static void smem_tile_builtin_tasks(void **state)
     assert_non_null(strstr(err.message, "differs from the 16x16 block"));
     json_decref(sites);
     free(text);
-    /* blur: the staged tile with halo becomes a lambda reading global memory */
-    text = read_task_file("blur", "expert.cu");
+    /* the shared-tile blur expert (tasks/blur/expert.cu until 2026-12-01, now a golden case's input):
+     * the staged tile with halo becomes a lambda reading global memory */
+    text = read_data_file("rules/smem-tile/remove_blur_expert.before.cu");
     sites = sites_of(text, "smem-tile");
     id = site_where(sites, "present", true);
-    if (!id) fail_msg("blur/expert.cu: no removable smem-tile site");
+    if (!id) fail_msg("remove_blur_expert.before.cu: no removable smem-tile site");
     char *got = run_op(text, id, true, NULL);
     assert_null(strstr(got, "__shared__"));
     assert_non_null(strstr(got, "auto tile = [&](int sy, int sx) -> float {"));

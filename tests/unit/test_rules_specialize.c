@@ -108,7 +108,7 @@ static void specialize_experts(void **state)
          {"block_sum", "EPS", "fast-math: rsqrtf", NULL}},
         {"blur",
          "blur_generic",
-         {"blur_tiled", "launch_tiled", "c_filt", "round4", "static_assert", "smem-tile:"},
+         {"blur_reg", "launch_reg", "c_filt", "blur_rows", "static_assert", "register-tile:"},
          {"constexpr int GX = 32, GY = 8;", "const dim3 grid((w + GX - 1) / GX", NULL, NULL}},
     };
     char *dir = NULL;
@@ -176,7 +176,7 @@ static void specialize_features(void **state)
     assert_string_equal(json_string_value(json_object_get(f, "condition")), "k == 1 || k == 3 || k == 5 || k == 7");
     spec = json_object_get(f, "specialized");
     assert_int_equal(json_array_size(spec), 1);
-    assert_string_equal(json_string_value(json_array_get(spec, 0)), "blur_tiled");
+    assert_string_equal(json_string_value(json_array_get(spec, 0)), "blur_reg");
     json_decref(sites);
     free(blur);
 }

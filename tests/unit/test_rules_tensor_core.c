@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "klineage/rewrite.h"
+#include "gate/gate_int.h"
 #include "rewrite/rules/rules.h"
 #include "util/util.h"
 #include "rules_golden.h"
@@ -66,6 +67,22 @@ static void golden_tensor_core(void **state)
 }
 
 /* ---- the hgemm task ------------------------------------------------------------------------------ */
+
+/* tests/data/<rel>: the mma.sync hgemm expert (tasks/hgemm/expert.cu until 2026-12-01) is the input of
+ * the golden case mma_hgemm_expert, and what the mma.sync form's tests read. */
+static char *read_data_file(const char *rel)
+{
+    const char *root = getenv("KL_TEST_DATA");
+    assert_non_null(root);
+    char p[1024];
+    kl_snprintf(p, sizeof p, "%s/%s", root, rel);
+    char *t = NULL;
+    size_t n;
+    kl_error err = {0};
+    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
+    return t;
+}
+#define MMA_EXPERT "rules/tensor-core/mma_hgemm_expert.before.cu"
 
 static char *read_task_file(const char *task, const char *file)
 {
@@ -154,13 +171,13 @@ static void hgemm_naive_both_ways(void **state)
     free(text);
 }
 
-/* The expert's mma.sync (PTX, fed by ldmatrix from a cp.async pipeline) is a removable site: the
- * warp tile becomes scalar FMAs over the same shared tiles, each lane computing the accumulator
+/* The mma.sync expert's warp tile (PTX, fed by ldmatrix from a cp.async pipeline) is a removable
+ * site: it becomes scalar FMAs over the same shared tiles, each lane computing the accumulator
  * elements it held, and the epilogue is left as it was. */
 static void hgemm_expert_removed(void **state)
 {
     (void)state;
-    char *text = read_task_file("hgemm", "expert.cu");
+    char *text = read_data_file(MMA_EXPERT);
     json_t *s = sites_of(text);
     const char *why = NULL;
     const char *id = site_in(s, "present", &why);
@@ -225,7 +242,7 @@ static void expect_ptx_reason(const char *text, const char *want)
 static void hgemm_expert_reasons(void **state)
 {
     (void)state;
-    char *text = read_task_file("hgemm", "expert.cu");
+    char *text = read_data_file(MMA_EXPERT);
     static const char *const cases[][3] = {
         /* the .trans registers in another order: b1 of n-tile 2j is not r[1] any more */
         {"bf[2 * nj][1] = r[1];", "bf[2 * nj][1] = r[2];", "registers of ldmatrix.x4.trans"},
@@ -248,6 +265,150 @@ static void hgemm_expert_reasons(void **state)
         free(t);
     }
     free(text);
+}
+
+/* ---- wgmma (wgmma.c) ----------------------------------------------------------------------------- */
+
+static json_t *wgmma_sites(const char *text)
+{
+    char *json = NULL;
+    kl_error err = {0};
+    if (kl_rules_list("t.cu", text, strlen(text), NULL, "wgmma", &json, &err) != KL_OK) fail_msg("%s", err.message);
+    json_t *a = json_loads(json, 0, NULL);
+    free(json);
+    assert_non_null(a);
+    return a;
+}
+
+static char *remove_at(const char *text, const char *transform, const char *id, kl_error *err)
+{
+    char *out = NULL, *note = NULL;
+    kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, transform, id, true, NULL, &out, &note, err);
+    free(note);
+    return st == KL_OK ? out : NULL;
+}
+
+/* The expert's warpgroup tile: no tensor-core site (wgmma is its own transform), one removable
+ * wgmma site; removing it leaves the per-warp ldmatrix + mma.sync form over the same swizzled tiles
+ * and accumulators (fences, commits, waits and their helpers gone, the pipeline and the epilogue
+ * untouched), which tensor-core then takes to scalar FMAs; both results compile for sm_90. */
+static void hgemm_expert_wgmma(void **state)
+{
+    (void)state;
+    char *text = read_task_file("hgemm", "expert.cu");
+    json_t *tc = sites_of(text);
+    assert_null(site_in(tc, "present", NULL));
+    json_decref(tc);
+    json_t *s = wgmma_sites(text);
+    assert_int_equal(json_array_size(s), 1);
+    json_t *site = json_array_get(s, 0);
+    json_t *f = json_object_get(site, "features");
+    if (json_object_get(f, "why_not")) fail_msg("the expert's wgmma is not removable: %s", json_string_value(json_object_get(f, "why_not")));
+    assert_string_equal(json_string_value(json_object_get(f, "shape")), "m64n256k16");
+    assert_string_equal(json_string_value(json_object_get(f, "dtype")), "bf16");
+    kl_error err = {0};
+    char *got = remove_at(text, "wgmma", json_string_value(json_object_get(site, "site")), &err);
+    if (!got) fail_msg("remove: %s", err.message);
+    static const char *const gone[] = {"wgmma.mma_async.sync", "wgmma.fence.sync", "wgmma.commit_group", "wgmma.wait_group",
+                                       "fence.proxy.async", "wgmma_desc(", "wgmma_fence", "wgmma_wait", "fence_async_shared",
+                                       NULL};
+    for (int i = 0; gone[i]; i++)
+        if (strstr(got, gone[i])) fail_msg("'%s' is left after removing wgmma", gone[i]);
+    static const char *const want[] = {
+        "kl_ldmatrix_x4(kl_af[mi], kl_sw128(as + mi * MMA_M * ROW_BYTES + kk * MMA_K * 2, kl_ar / 8 * (ATOM) + kl_ar % 8 * 128 + kl_ak * 2));",
+        "kl_ldmatrix_x4_trans(kl_b, kl_sw128(bs + kk * MMA_K * ROW_BYTES, kl_bn / 64 * (BK * ROW_BYTES) + kl_bk / 8 * (ATOM) + kl_bk % 8 * 128 + kl_bn % 64 * 2));",
+        "for (int kl_ni = 0; kl_ni < FRAG_N; kl_ni++) kl_mma_bf16(acc[mi][kl_ni], kl_af[mi], kl_bf[kl_ni][0], kl_bf[kl_ni][1]);",
+        "const int kl_ar = 16 * (threadIdx.x / 32 % 4) + lane % 16;",
+        "return reinterpret_cast<const __nv_bfloat16*>(__cvta_shared_to_generic(a ^ (a >> 3 & 0x70)));",
+        "cp_async_wait<AHEAD - 1>();",            /* the pipeline stays */
+        "__floats2bfloat162_rn(v0, v1)",          /* and the epilogue */
+        NULL};
+    for (int i = 0; want[i]; i++)
+        if (!strstr(got, want[i])) fail_msg("'%s' is missing after removing wgmma", want[i]);
+    /* nothing left that needs the arch-specific target: the gate compiles it for sm_90 */
+    char *arch = kl_source_arch("sm_90", got);
+    assert_string_equal(arch, "sm_90");
+    free(arch);
+    json_t *after = wgmma_sites(got);
+    assert_int_equal(json_array_size(after), 0);
+    json_decref(after);
+    /* the mma.sync form it leaves is tensor-core's removable warp tile */
+    tc = sites_of(got);
+    const char *why = NULL;
+    const char *id = site_in(tc, "present", &why);
+    assert_non_null(id);
+    if (why) fail_msg("the mma.sync form wgmma leaves is not removable: %s", why);
+    char *scalar = remove_at(got, "tensor-core", id, &err);
+    if (!scalar) fail_msg("remove tensor-core: %s", err.message);
+    assert_null(strstr(scalar, "mma.sync.aligned"));
+    assert_non_null(strstr(scalar, "acc[mi][kl_ni][kl_e] += __bfloat162float((kl_sw128(as + mi * MMA_M * ROW_BYTES"));
+    json_decref(tc);
+    char *dir = NULL;
+    assert_int_equal(kl_tempdir("rules-wgmma", &dir, &err), KL_OK);
+    char *paths[2] = {kl_path_join(dir, "mma.cu"), kl_path_join(dir, "scalar.cu")};
+    assert_int_equal(kl_file_write(paths[0], got, strlen(got), &err), KL_OK);
+    assert_int_equal(kl_file_write(paths[1], scalar, strlen(scalar), &err), KL_OK);
+    golden_nvcc_compile_all(paths, 2);
+    free(paths[0]);
+    free(paths[1]);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(scalar);
+    free(got);
+    json_decref(s);
+    free(text);
+}
+
+static void expect_wgmma_reason(const char *text, const char *want)
+{
+    json_t *s = wgmma_sites(text);
+    assert_int_equal(json_array_size(s), 1);
+    json_t *site = json_array_get(s, 0);
+    const char *why = json_string_value(json_object_get(json_object_get(site, "features"), "why_not"));
+    if (!why || !strstr(why, want)) fail_msg("the reason '%s' does not say '%s'", why ? why : "(none)", want);
+    kl_error err = {0};
+    char *got = remove_at(text, "wgmma", json_string_value(json_object_get(site, "site")), &err);
+    assert_null(got);
+    assert_int_equal(err.status, KL_ERR_NOT_APPLICABLE);
+    if (!strstr(err.message, want)) fail_msg("the error '%s' does not say '%s'", err.message, want);
+    json_decref(s);
+}
+
+/* Where the expert's form is changed so that the tiles' layout no longer follows from it, remove
+ * says what differs. */
+static void hgemm_expert_wgmma_reasons(void **state)
+{
+    (void)state;
+    char *text = read_task_file("hgemm", "expert.cu");
+    static const char *const cases[][3] = {
+        /* B K-major: not the layout the ldmatrix.trans loads read */
+        {"p, 1, 1, 0, 1;", "p, 1, 1, 0, 0;", "reads B K-major"},
+        /* a 64-byte swizzle in the descriptor */
+        {"(uint64_t)1 << 62;", "(uint64_t)2 << 62;", "128-byte-swizzle descriptor"},
+        /* the B descriptor read twice */
+        {"kk * MMA_K * 2, 16, ATOM), db);", "kk * MMA_K * 2 + 0 * (uint32_t)db, 16, ATOM), db);", "used other than by the wgmma call"},
+        /* no lane */
+        {"lane = threadIdx.x % 32;", "lane = threadIdx.x % 16;", "no `lane = threadIdx.x % 32`"},
+        /* accumulators of another shape */
+        {"float acc[FRAG_M][FRAG_N][4];", "float acc[FRAG_M][FRAG_N * 2][4];", "are not declared once as"},
+        /* an operand not in the instruction's order */
+        {"\"l\"(desc_a), \"l\"(desc_b), \"r\"(1)", "\"l\"(desc_b), \"l\"(desc_a), \"r\"(1)", "is not the wgmma form read"},
+    };
+    for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *t = replaced(text, cases[i][0], cases[i][1]);
+        expect_wgmma_reason(t, cases[i][2]);
+        free(t);
+    }
+    free(text);
+}
+
+/* Golden cases of tests/data/rules/wgmma/ (remove only): the expert, and an f16 kernel of one
+ * warpgroup with two 64-row tiles, static shared tiles and the B descriptor inside the call. */
+static void golden_wgmma(void **state)
+{
+    (void)state;
+    const golden_opts o = {.min_cases = 2};
+    golden_run_opts("wgmma", &o);
 }
 
 /* ---- reasons -------------------------------------------------------------------------------------- */
@@ -358,6 +519,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reasons),
         cmocka_unit_test(hgemm_expert_removed),
+        cmocka_unit_test(hgemm_expert_wgmma),
+        cmocka_unit_test(hgemm_expert_wgmma_reasons),
+        cmocka_unit_test(golden_wgmma),
         cmocka_unit_test(hgemm_expert_reasons),
         cmocka_unit_test(hgemm_naive_both_ways),
         cmocka_unit_test(golden_tensor_core),

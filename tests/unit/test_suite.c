@@ -1,6 +1,7 @@
 /* tasks/: the built-in suite. Every task folder loads and validates with kl_task_load, its
  * reference.c compiles as plain C11, and (when nvcc is present) every naive.cu and expert.cu
- * compiles for sm_90 without warnings and without register spills. No GPU needed. */
+ * compiles for sm_90 (sm_90a where it uses wgmma, as the gate compiles it) without warnings and without
+ * register spills. No GPU needed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gate/gate_int.h"
 #include "klineage/task.h"
 #include "util/util.h"
 
@@ -191,8 +193,19 @@ static void every_kernel_compiles_for_sm90(void **state)
             char *dir = task_dir(suite[i]);
             char *src = kl_path_join(dir, files[f]);
             char *obj = kl_path_join(tmp, "kernel.o");
-            const char *argv[] = {nvcc, "-arch=sm_90", "-c", "-Xptxas", "-v", src, "-o", obj, NULL};
+            /* the gate's own choice of target: sm_90, or sm_90a for a file using wgmma (kl_source_arch) */
+            char *text = NULL;
+            size_t tlen;
+            assert_int_equal(kl_file_read(src, 0, &text, &tlen, &err), KL_OK);
+            char *arch = kl_source_arch("sm_90", text);
+            char archf[96];
+            assert_non_null(arch);
+            if (!strcmp(arch, "sm_90a")) kl_snprintf(archf, sizeof archf, "-gencode=arch=compute_90a,code=sm_90a");
+            else kl_snprintf(archf, sizeof archf, "-arch=%s", arch);
+            const char *argv[] = {nvcc, archf, "-c", "-Xptxas", "-v", src, "-o", obj, NULL};
             char *out = run_or_fail(argv, src);
+            free(arch);
+            free(text);
             if (strstr(out, "warning")) fail_msg("%s: compiler warnings\n%s", src, out);
             assert_non_null(strstr(out, "Used"));  /* the ptxas report came back */
             assert_no_spills(out, src);

@@ -18,6 +18,7 @@ const kl_rule *const kl_rules[] = {
     &kl_rule_row_parallel,
     &kl_rule_specialize,
     &kl_rule_tensor_core,
+    &kl_rule_wgmma,
     &kl_rule_smem_tile,
     &kl_rule_register_tile,
     &kl_rule_double_buffer,

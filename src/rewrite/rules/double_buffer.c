@@ -582,8 +582,9 @@ typedef struct db_present {
     char var[64], cur[64];
     /* the ring (DB_RING): the wait, the prefetch's call, the commit; the ring depth and the
      * local naming the tile the prefetch fetches */
-    TSNode wait, call, commit;
+    TSNode wait, call, commit, fence;
     unsigned icompute;
+    char why[240];   /* a ring recognized but not removable (its reader is asynchronous) */
     char depth[64], next[64];
     db_array arrs[8];
     unsigned narrs;
@@ -667,6 +668,61 @@ static int async_kind(const kl_rule_ctx *ctx, TSNode s)
     return 0;
 }
 
+/* The depth D of a prefetch `if (next < bound) load(… (next % D) …);` whose prologue fetches `ahead`
+ * tiles: D an identifier, ahead a compile-time constant with 0 < ahead < D. */
+static bool ring_depth_of(const kl_rule_ctx *ctx, const rb_func *f, TSNode pre, TSNode ahead, char *depth, size_t size)
+{
+    const char *t = ctx->text + ts_node_start_byte(pre);
+    size_t len = ts_node_end_byte(pre) - ts_node_start_byte(pre);
+    const char *pct = memchr(t, '%', len);
+    if (!pct) return false;
+    const char *q = pct + 1;
+    while (q < t + len && *q == ' ') q++;
+    size_t k = 0;
+    while (q + k < t + len && k + 1 < size && (q[k] == '_' || (q[k] >= 'a' && q[k] <= 'z') || (q[k] >= 'A' && q[k] <= 'Z') ||
+                                             (q[k] >= '0' && q[k] <= '9')))
+        k++;
+    if (!k || q + k >= t + len || q[k] != ')') return false;
+    kl_snprintf(depth, size, "%.*s", (int)k, q);
+    /* both constants: the depth an identifier of the file, ahead below it */
+    long long a = 0, d = 0;
+    TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
+    TSNode dn = ts_node_descendant_for_byte_range(root, (uint32_t)(q - ctx->text), (uint32_t)(q - ctx->text + k));
+    return rb_const_eval(ctx, f->def, ahead, &a) && rb_is(dn, "identifier") && rb_const_eval(ctx, f->def, dn, &d) && a > 0 &&
+           a < d;
+}
+
+/* A statement calling a helper of the file whose body holds a fence.proxy.async (what a wgmma or
+ * bulk-copy reader of shared memory needs after ordinary writes). */
+static bool proxy_fence_stmt(const kl_rule_ctx *ctx, TSNode s)
+{
+    char name[128];
+    if (!call_name(ctx, s, name, sizeof name)) return false;
+    rb_func fs[64];
+    unsigned nf = rb_functions(ctx, fs, 64);
+    const rb_func *h = rb_function_named(fs, nf < 64 ? nf : 64, name);
+    if (!h || ts_node_is_null(h->body) || h->global) return false;
+    const char *b = ctx->text + ts_node_start_byte(h->body);
+    return has_text(b, ts_node_end_byte(h->body) - ts_node_start_byte(h->body), "fence.proxy.async");
+}
+
+/* Does the compute of the ring call a helper of the file holding wgmma? */
+static bool computes_with_wgmma(const kl_rule_ctx *ctx, const db_present *p)
+{
+    if (p->icompute >= p->n) return false;
+    uint32_t cs = ts_node_start_byte(p->st[p->icompute]), ce = ts_node_end_byte(p->st[p->n - 1]);
+    rb_func fs[64];
+    unsigned nf = rb_functions(ctx, fs, 64);
+    for (unsigned i = 0; i < nf && i < 64; i++) {
+        if (ts_node_is_null(fs[i].body) || fs[i].global || !fs[i].name[0]) continue;
+        const char *b = ctx->text + ts_node_start_byte(fs[i].body);
+        if (has_text(b, ts_node_end_byte(fs[i].body) - ts_node_start_byte(fs[i].body), "wgmma.") &&
+            tt_uses(ctx->text, cs, ce, fs[i].name))
+            return true;
+    }
+    return false;
+}
+
 static bool find_ring(const kl_rule_ctx *ctx, const rb_func *f, TSNode *st, unsigned n, db_present *p)
 {
     for (unsigned i = 1; i < n && i < MAXSTMT; i++) {
@@ -678,30 +734,44 @@ static bool find_ring(const kl_rule_ctx *ctx, const rb_func *f, TSNode *st, unsi
         if (p->n < 5 || p->n > MAXSTMT) continue;
         TSNode id = tt_field(tt_field(tt_field(loop, "initializer"), "declarator"), "declarator");
         if (!rb_is(id, "identifier")) continue;
-        /* wait; __syncthreads(); [const int next = …;] if (next < bound) load(…); commit(); */
-        if (async_kind(ctx, p->st[0]) != 1 || !rb_is_syncthreads(ctx, p->st[1])) continue;
-        unsigned k = 2;
+        /* wait; [proxy fence;] __syncthreads(); [const int next = …;] if (next < bound) load(…); commit(); */
+        if (async_kind(ctx, p->st[0]) != 1) continue;
+        unsigned b = proxy_fence_stmt(ctx, p->st[1]) ? 2 : 1;
+        if (!rb_is_syncthreads(ctx, p->st[b])) continue;
+        unsigned k = b + 1;
         if (rb_is(p->st[k], "declaration")) k++;
         if (k + 1 >= p->n || !rb_is(p->st[k], "if_statement") || async_kind(ctx, p->st[k + 1]) != 2) continue;
-        /* the prologue: `for (s = 0; s < DEPTH - 1; s++)` */
+        /* the prologue: `for (s = 0; s < DEPTH - 1; s++)`, or `s < AHEAD` (a constant below the
+         * depth, which the prefetch's stage `(next % DEPTH)` names: a ring that keeps more stages than
+         * it fetches ahead, e.g. one whose readers finish a tile late) */
         TSNode pc = tt_field(pro, "condition"), pr = strip_parens(tt_field(pc, "right"));
-        if (!rb_is(pc, "binary_expression") || !rb_is(pr, "binary_expression") ||
-            !rb_text_is(ctx, tt_field(pr, "operator"), "-") || !rb_text_is(ctx, tt_field(pr, "right"), "1"))
-            continue;
+        if (!rb_is(pc, "binary_expression")) continue;
         memset(p->depth, 0, sizeof p->depth);
-        tt_copy_text(ctx, tt_field(pr, "left"), p->depth, sizeof p->depth);
+        if (rb_is(pr, "binary_expression") && rb_text_is(ctx, tt_field(pr, "operator"), "-") &&
+            rb_text_is(ctx, tt_field(pr, "right"), "1")) {
+            tt_copy_text(ctx, tt_field(pr, "left"), p->depth, sizeof p->depth);
+        } else if (!ring_depth_of(ctx, f, p->st[k], pr, p->depth, sizeof p->depth)) {
+            continue;
+        }
         tt_copy_text(ctx, id, p->var, sizeof p->var);
         p->loop = loop;
         p->body = body;
         p->pro = pro;
         p->wait = p->st[0];
-        p->sync = p->st[1];
+        p->fence = b == 2 ? p->st[1] : (TSNode){0};
+        p->sync = p->st[b];
         p->pre = p->st[k];
         p->commit = p->st[k + 1];
         p->icompute = k + 2;
-        p->curdecl = k == 3 ? p->st[2] : (TSNode){0};
+        p->curdecl = k == b + 2 ? p->st[b + 1] : (TSNode){0};
         p->form = DB_RING;
-        (void)f;
+        /* wgmma reads the stage asynchronously: a group still in flight after the compute would
+         * read the one stage while the next tile is copied into it */
+        if (!ts_node_is_null(p->fence) || computes_with_wgmma(ctx, p))
+            kl_snprintf(p->why, sizeof p->why,
+                        "the tiles of the ring at line %u are read by wgmma, asynchronously across the barrier: remove "
+                        "wgmma first",
+                        ts_node_start_point(loop).row + 1);
         return true;
     }
     return false;
@@ -1384,6 +1454,7 @@ static kl_status db_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
             const char *form = p->form == DB_EXPERT ? "expert" : p->form == DB_RING ? "ring" : "ours";
             json_t *feat = json_pack("{s:s, s:s, s:s}", "form", form, "stage_index", p->form == DB_RING ? p->depth : p->cur,
                                      "via", via);
+            if (p->why[0]) json_object_set_new(feat, "why_not", json_string(p->why));
             json_t *params = json_pack("{s:s, s:s}", "via", via, "stages", "2");
             st = kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(p->loop), fs[i].name, feat, params,
                               "two shared stages: the next tile is fetched while this one is used");
@@ -1438,6 +1509,7 @@ static kl_status db_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits
     kl_status st;
     if (!f || !find_present(ctx, f, p)) st = kl_rule_not_applicable(err, "no two-stage tile loop in %s", site->kernel);
     else if (p->form == DB_EXPERT) st = remove_expert(ctx, f, p, out, err);
+    else if (p->form == DB_RING && p->why[0]) st = kl_rule_not_applicable(err, "%s", p->why);
     else if (p->form == DB_RING) st = remove_ring(ctx, f, p, out, err);
     else st = remove_ours(ctx, f, p, out, err);
     free(p);

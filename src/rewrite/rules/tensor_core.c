@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
+#include "rewrite/rules/tensor_core.h"
 #include "rewrite/rules/rules_b.h"
 #include "rewrite/rules/tile_text.h"
 #include "syntax/affine.h"
@@ -1778,7 +1779,8 @@ typedef struct uni_scan {
     size_t size;
 } uni_scan;
 
-/* threadIdx.x / 32 (or >> 5): the warp, the same in every lane */
+/* threadIdx.x / C with C a multiple of 32 (the warp, or the warpgroup at 128), or >> S with S >= 5: the
+ * same in every lane of a warp */
 static bool is_warp_index(const kl_rule_ctx *ctx, TSNode field)
 {
     TSNode p = ts_node_parent(field);
@@ -1786,8 +1788,13 @@ static bool is_warp_index(const kl_rule_ctx *ctx, TSNode field)
     if (!rb_is(p, "binary_expression") || !rb_is_builtin(ctx, field, "threadIdx", 'x')) return false;
     TSNode l = unparen(rb_field(p, "left"));
     if (!ts_node_eq(l, field)) return false;
-    return (text_is(ctx, rb_field(p, "operator"), "/") && text_is(ctx, rb_field(p, "right"), "32")) ||
-           (text_is(ctx, rb_field(p, "operator"), ">>") && text_is(ctx, rb_field(p, "right"), "5"));
+    long long c = 0;
+    TSNode fn = p;
+    while (!ts_node_is_null(fn) && !rb_is(fn, "function_definition")) fn = ts_node_parent(fn);
+    TSNode body = ts_node_is_null(fn) ? fn : kl_ast_function_body(fn);
+    if (!rb_const_eval(ctx, body, rb_field(p, "right"), &c)) return false;
+    return (text_is(ctx, rb_field(p, "operator"), "/") && c > 0 && c % 32 == 0) ||
+           (text_is(ctx, rb_field(p, "operator"), ">>") && c >= 5 && c < 32);
 }
 
 static bool uni_visit(TSNode n, void *user)
@@ -2453,3 +2460,17 @@ const kl_rule kl_rule_tensor_core = {
     "tensor-core", "compute a bf16/f16 GEMM's k loop on the tensor cores with wmma fragments over shared tiles",
     tc_params, sizeof tc_params / sizeof tc_params[0], find, remove_site, apply,
 };
+
+/* ---- shared with wgmma.c (tensor_core.h) ----------------------------------------------------------------- */
+
+char *kl_tc_squeeze(const kl_rule_ctx *ctx, TSNode n) { return squeeze(ctx, n); }
+unsigned kl_tc_param_names(const kl_rule_ctx *ctx, TSNode fn, char names[][64], unsigned max)
+{
+    return param_names(ctx, fn, names, max);
+}
+bool kl_tc_plain_loop(const kl_rule_ctx *ctx, TSNode loop, char *v, char *bound, size_t bsize)
+{
+    return plain_loop(ctx, loop, v, bound, bsize);
+}
+unsigned kl_tc_body_stmts(TSNode block, TSNode *out, unsigned max) { return body_stmts(block, out, max); }
+bool kl_tc_find_lane(const kl_rule_ctx *ctx, TSNode body, char *lane) { return find_lane(ctx, body, lane); }

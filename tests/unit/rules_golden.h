@@ -14,6 +14,21 @@
 #include "rewrite/rules/rules.h"
 #include "util/util.h"
 
+/* tests/data/<rel> (KL_TEST_DATA), a new string: the inputs kept when a built-in expert moved on (the
+ * mma.sync hgemm expert and the shared-tile blur expert of 2026-11-30 are golden cases' inputs). */
+static inline char *read_data_file(const char *rel)
+{
+    const char *root = getenv("KL_TEST_DATA");
+    assert_non_null(root);
+    char p[1024];
+    kl_snprintf(p, sizeof p, "%s/%s", root, rel);
+    char *t = NULL;
+    size_t n;
+    kl_error err = {0};
+    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
+    return t;
+}
+
 typedef struct op {
     bool remove;
     char name[64], site[128], params[256];

@@ -26,21 +26,6 @@ static inline char *read_task_file(const char *task, const char *file)
     return t;
 }
 
-/* tests/data/<rel> (KL_TEST_DATA), a new string: the inputs kept when a built-in expert moved on (the
- * mma.sync hgemm expert and the shared-tile blur expert of 2026-11-30 are golden cases' inputs). */
-static inline char *read_data_file(const char *rel)
-{
-    const char *root = getenv("KL_TEST_DATA");
-    assert_non_null(root);
-    char p[1024];
-    kl_snprintf(p, sizeof p, "%s/%s", root, rel);
-    char *t = NULL;
-    size_t n;
-    kl_error err = {0};
-    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
-    return t;
-}
-
 /* The sites of one transform in text, as a JSON array (owned). */
 static inline json_t *sites_of(const char *text, const char *transform)
 {

@@ -68,20 +68,8 @@ static void golden_tensor_core(void **state)
 
 /* ---- the hgemm task ------------------------------------------------------------------------------ */
 
-/* tests/data/<rel>: the mma.sync hgemm expert (tasks/hgemm/expert.cu until 2026-12-01) is the input of
- * the golden case mma_hgemm_expert, and what the mma.sync form's tests read. */
-static char *read_data_file(const char *rel)
-{
-    const char *root = getenv("KL_TEST_DATA");
-    assert_non_null(root);
-    char p[1024];
-    kl_snprintf(p, sizeof p, "%s/%s", root, rel);
-    char *t = NULL;
-    size_t n;
-    kl_error err = {0};
-    if (kl_file_read(p, 0, &t, &n, &err) != KL_OK) fail_msg("%s: %s", p, err.message);
-    return t;
-}
+/* the mma.sync hgemm expert (tasks/hgemm/expert.cu until 2026-12-01): the input of the golden case
+ * mma_hgemm_expert, and what the mma.sync form's tests read */
 #define MMA_EXPERT "rules/tensor-core/mma_hgemm_expert.before.cu"
 
 static char *read_task_file(const char *task, const char *file)

@@ -199,10 +199,10 @@ static void every_kernel_compiles_for_sm90(void **state)
             assert_int_equal(kl_file_read(src, 0, &text, &tlen, &err), KL_OK);
             char *arch = kl_source_arch("sm_90", text);
             char archf[96];
+            const char *gate_flags[16];
             assert_non_null(arch);
-            if (!strcmp(arch, "sm_90a")) kl_snprintf(archf, sizeof archf, "-gencode=arch=compute_90a,code=sm_90a");
-            else kl_snprintf(archf, sizeof archf, "-arch=%s", arch);
-            const char *argv[] = {nvcc, archf, "-c", "-Xptxas", "-v", src, "-o", obj, NULL};
+            unsigned nf = kl_nvcc_flags(arch, archf, sizeof archf, gate_flags, 16);
+            const char *argv[] = {nvcc, gate_flags[nf - 1], "-c", "-Xptxas", "-v", src, "-o", obj, NULL};
             char *out = run_or_fail(argv, src);
             free(arch);
             free(text);

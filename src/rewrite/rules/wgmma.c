@@ -191,14 +191,15 @@ typedef struct wg_form {
     char why[500];
 } wg_form;
 
-/* `DESC(start, lead, stride)`: the three argument texts. */
+/* `DESC(start, lead, stride)`: the three argument texts, and the start's node (when snode). */
 static bool desc_call(const kl_rule_ctx *ctx, TSNode e, const char *dname, char *start, size_t ssize, char *lead,
-                      char *stride, size_t size)
+                      char *stride, size_t size, TSNode *snode)
 {
     e = unparen(e);
     if (!rb_is(e, "call_expression") || !rb_text_is(ctx, rb_field(e, "function"), dname)) return false;
     TSNode a = rb_field(e, "arguments");
     if (ts_node_named_child_count(a) != 3) return false;
+    if (snode) *snode = ts_node_named_child(a, 0);
     text_to(ctx, ts_node_named_child(a, 0), start, ssize);
     text_to(ctx, ts_node_named_child(a, 1), lead, size);
     text_to(ctx, ts_node_named_child(a, 2), stride, size);
@@ -299,13 +300,13 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
     if (rb_is(dac, "call_expression")) text_to(ctx, rb_field(dac, "function"), w->dname, sizeof w->dname);
     char alead[128];
     if (!w->dname[0] || !desc_helper(ctx, w->dname) ||
-        !desc_call(ctx, da, w->dname, w->astart, sizeof w->astart, alead, w->astride, sizeof w->astride))
+        !desc_call(ctx, da, w->dname, w->astart, sizeof w->astart, alead, w->astride, sizeof w->astride, NULL))
         return WHY("the A descriptor at line %u is not a call of a 128-byte-swizzle descriptor helper (start, lead, stride)",
                    ln);
     TSNode block = ts_node_parent(w->loop);
     if (!rb_is(block, "compound_statement")) return WHY("the wgmma loop at line %u is not in a block", line_of(w->loop));
     w->block = block;
-    TSNode bs[4];
+    TSNode bs[4], bnode = {{0}, 0, 0};
     unsigned nb = kl_tc_body_stmts(block, bs, 4);
     if (rb_is(unparen(db), "identifier")) {
         char dbn[64];
@@ -318,7 +319,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
         if (!rb_is(dc, "init_declarator") || !rb_text_is(ctx, kl_ast_declarator_name(dc), dbn) ||
             !ts_node_eq(bs[1], w->loop) ||
             !desc_call(ctx, rb_field(dc, "value"), w->dname, w->bstart, sizeof w->bstart, w->blead, w->bstride,
-                       sizeof w->bstride))
+                       sizeof w->bstride, &bnode))
             return WHY("the B descriptor %s (line %u) is not declared `const uint64_t %s = %s(…);` right before the wgmma "
                        "loop, alone with it in their block",
                        dbn, ln, dbn, w->dname);
@@ -326,22 +327,13 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
             return WHY("the B descriptor %s is used other than by the wgmma call", dbn);
         w->dbdecl = bs[0];
     } else {
-        if (nb != 1 || !desc_call(ctx, db, w->dname, w->bstart, sizeof w->bstart, w->blead, w->bstride, sizeof w->bstride))
+        if (nb != 1 ||
+            !desc_call(ctx, db, w->dname, w->bstart, sizeof w->bstart, w->blead, w->bstride, sizeof w->bstride, &bnode))
             return WHY("the B descriptor at line %u is not a %s(…) call or a local holding one, alone with the loop", ln,
                        w->dname);
     }
     /* B's fragments are loaded once for all mi: its start must not depend on mi */
-    {
-        const char *p = w->bstart;
-        size_t ml = strlen(w->mi);
-        for (; (p = strstr(p, w->mi)); p += ml) {
-            bool left = p == w->bstart || !(p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= 'A' && p[-1] <= 'Z') ||
-                                             (p[-1] >= '0' && p[-1] <= '9'));
-            char r = p[ml];
-            bool right = !(r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9'));
-            if (left && right) return WHY("the B descriptor's start (line %u) depends on %s", ln, w->mi);
-        }
-    }
+    if (rb_count_ident(ctx, bnode, w->mi)) return WHY("the B descriptor's start (line %u) depends on %s", ln, w->mi);
     /* the fences, commits and waits of the kernel; proxy fences stay where bulk copies remain */
     char *ft = rb_text(ctx, fn);
     sync_scan ss = {ctx, w, ft && strstr(ft, "cp.async.bulk")};
@@ -378,8 +370,7 @@ static void function_range(const kl_rule_ctx *ctx, TSNode f, uint32_t *s, uint32
 }
 
 /* Drop the __device__ helper `name` when the removed code held all its uses (removed_uses). */
-static kl_status drop_unused(const kl_rule_ctx *ctx, const char *name, unsigned removed_uses, kl_edits *out,
-                             uint32_t *dropped_s, uint32_t *dropped_e, unsigned *ndropped)
+static kl_status drop_unused(const kl_rule_ctx *ctx, const char *name, unsigned removed_uses, kl_edits *out)
 {
     TSNode f = kl_ast_function_named(ctx->src, name);
     if (ts_node_is_null(f)) return KL_OK;
@@ -387,24 +378,7 @@ static kl_status drop_unused(const kl_rule_ctx *ctx, const char *name, unsigned 
     if (rb_count_ident(ctx, root, name) != 1 + removed_uses) return KL_OK;
     uint32_t s, e;
     function_range(ctx, f, &s, &e);
-    for (unsigned i = 0; i < *ndropped; i++)
-        if (dropped_s[i] == s) return KL_OK;
-    dropped_s[*ndropped] = s, dropped_e[*ndropped] = e, (*ndropped)++;
     return kl_edits_add(out, s, e, "");
-}
-
-static unsigned count_in(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const char *name)
-{
-    unsigned n = 0;
-    size_t l = strlen(name);
-    for (uint32_t i = a; i + l <= b; i++) {
-        if (memcmp(ctx->text + i, name, l)) continue;
-        char p = i ? ctx->text[i - 1] : ' ', q = i + l < ctx->len ? ctx->text[i + l] : ' ';
-        bool wl = p == '_' || (p >= 'a' && p <= 'z') || (p >= 'A' && p <= 'Z') || (p >= '0' && p <= '9');
-        bool wr = q == '_' || (q >= 'a' && q <= 'z') || (q >= 'A' && q <= 'Z') || (q >= '0' && q <= '9');
-        if (!wl && !wr) n++;
-    }
-    return n;
 }
 
 static kl_status remove_form(const kl_rule_ctx *ctx, const wg_form *w, kl_edits *out, kl_error *err)
@@ -514,14 +488,13 @@ static kl_status remove_form(const kl_rule_ctx *ctx, const wg_form *w, kl_edits 
         if ((st = kl_edits_add(out, s, e, "")) != KL_OK) goto done;
     }
     /* helpers nothing uses any more */
-    uint32_t ds[WG_MAXSYNC + 2], de[WG_MAXSYNC + 2];
-    unsigned nd = 0;
-    if ((st = drop_unused(ctx, w->wname, count_in(ctx, bs, be, w->wname), out, ds, de, &nd)) != KL_OK) goto done;
-    if ((st = drop_unused(ctx, w->dname, count_in(ctx, bs, be, w->dname), out, ds, de, &nd)) != KL_OK) goto done;
+    if ((st = drop_unused(ctx, w->wname, tt_count(ctx->text, bs, be, w->wname), out)) != KL_OK) goto done;
+    if ((st = drop_unused(ctx, w->dname, tt_count(ctx->text, bs, be, w->dname), out)) != KL_OK) goto done;
     for (unsigned i = 0; i < w->nsync; i++) {
-        unsigned uses = 0;
-        for (unsigned k = 0; k < w->nsync; k++) uses += !strcmp(w->syncname[k], w->syncname[i]);
-        if ((st = drop_unused(ctx, w->syncname[i], uses, out, ds, de, &nd)) != KL_OK) goto done;
+        unsigned uses = 0, earlier = 0;
+        for (unsigned k = 0; k < w->nsync; k++)
+            if (!strcmp(w->syncname[k], w->syncname[i])) uses++, earlier += k < i;
+        if (!earlier && (st = drop_unused(ctx, w->syncname[i], uses, out)) != KL_OK) goto done;
     }
     return KL_OK;
 nomem:

@@ -163,6 +163,48 @@ char *kl_verdict_json(const kl_verdict *v, bool pretty);
 /* Parse a verdict document (as stored or archived). *out: kl_verdict_free. */
 kl_status kl_verdict_parse(const char *json, kl_verdict **out, kl_error *err);
 
+/* ---- the seam for the searches (the backward walk and the forward optimizer) ----------- */
+
+/* What a search needs of one judgement. */
+typedef struct kl_judgement {
+    bool pass;                /* compiled, correct at every shape, every check passed */
+    bool unmeasured;          /* replay had no record: the search stops, saying so */
+    bool replayed;
+    char stage[32];           /* first failing stage ("" when passed) */
+    char reason[512];         /* why ("" when passed) */
+    char key[65];             /* the verdict's content hash (64 hex + NUL) */
+    double speedup;           /* time(baseline) / time(candidate) at the bench shape; < 0 unknown */
+    double cand_ms, base_ms;  /* medians; < 0 unknown */
+    char device[96];          /* where it was measured ("" unknown) */
+    char date[32];            /* when ("" unknown) */
+} kl_judgement;
+
+/* What a judgement asks for (flags, or-ed). */
+enum {
+    KL_JUDGE_PROFILE = 1u << 0,        /* time it against the baseline (else correctness only) */
+    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1 /* check the bench shape against the baseline's outputs
+                                           (a version the search already verified there), not the
+                                           float64 reference: the check shapes still are */
+};
+
+/* The judge a search calls: by default the gate (kl_gate_search_judge); tests give their own. */
+typedef kl_status (*kl_judge_fn)(void *user, const kl_task *task, const char *cand_name, const char *cand_text,
+                                 const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
+                                 kl_error *err);
+
+/* Optional: before a batch of candidates is judged one by one, get them ready at once (the
+ * gate compiles them in parallel; later judgements find the objects cached). */
+typedef kl_status (*kl_prepare_fn)(void *user, const kl_task *task, unsigned n, const char *const *names,
+                                   const char *const *texts, kl_error *err);
+
+/* The gate as a search's judge and preparer; user is the kl_gate*. A replay miss is a
+ * judgement with `unmeasured` set (KL_OK), never an invented figure. */
+kl_status kl_gate_search_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
+                               const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
+                               kl_error *err);
+kl_status kl_gate_search_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
+                                 const char *const *texts, kl_error *err);
+
 /* ---- the device ---------------------------------------------------------------------- */
 
 /* Whether this machine has an NVIDIA driver and device node (a cheap check, no CUDA). */

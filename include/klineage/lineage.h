@@ -22,45 +22,6 @@
 extern "C" {
 #endif
 
-/* What the walk needs of one judgement. */
-typedef struct kl_judgement {
-    bool pass;                /* compiled, correct at every shape, every check passed */
-    bool unmeasured;          /* replay had no record: the walk stops, saying so */
-    bool replayed;
-    char stage[32];           /* first failing stage ("" when passed) */
-    char reason[512];         /* why ("" when passed) */
-    char key[65];             /* the verdict's content hash (64 hex + NUL) */
-    double speedup;           /* time(baseline) / time(candidate) at the bench shape; < 0 unknown */
-    double cand_ms, base_ms;  /* medians; < 0 unknown */
-    char device[96];          /* where it was measured ("" unknown) */
-    char date[32];            /* when ("" unknown) */
-} kl_judgement;
-
-/* What a judgement asks for (flags, or-ed). */
-enum {
-    KL_JUDGE_PROFILE = 1u << 0,        /* time it against the baseline (else correctness only) */
-    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1 /* check the bench shape against the baseline's outputs
-                                           (a version the walk already verified there), not the
-                                           float64 reference: the check shapes still are */
-};
-
-/* The judge: by default the gate (kl_lineage_gate_judge); tests may give their own. */
-typedef kl_status (*kl_judge_fn)(void *user, const kl_task *task, const char *cand_name, const char *cand_text,
-                                 const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
-                                 kl_error *err);
-
-/* Optional: before the proposals of a version are judged one by one, get them ready at
- * once (the gate compiles them in parallel; later judgements find the objects cached). */
-typedef kl_status (*kl_prepare_fn)(void *user, const kl_task *task, unsigned n, const char *const *names,
-                                   const char *const *texts, kl_error *err);
-kl_status kl_lineage_gate_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
-                                  const char *const *texts, kl_error *err);
-
-/* A judge over kl_gate_judge; user is the kl_gate*. */
-kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
-                                const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
-                                kl_error *err);
-
 typedef enum kl_walk_event {
     KL_WALK_START,            /* text: the expert */
     KL_WALK_PROPOSALS,        /* n proposals at version `version` */
@@ -76,9 +37,9 @@ typedef struct kl_lineage_options {
     const char *expert_path;      /* NULL: the task's expert */
     kl_rewriter *rewriter;        /* borrowed; required */
     kl_store *store;              /* borrowed; required */
-    kl_judge_fn judge;            /* required (kl_lineage_gate_judge with the gate as user) */
+    kl_judge_fn judge;            /* required (kl_gate_search_judge with the gate as user) */
     void *judge_user;
-    kl_prepare_fn prepare;        /* optional (live runs: kl_lineage_gate_prepare, same user) */
+    kl_prepare_fn prepare;        /* optional (live runs: kl_gate_search_prepare, same user) */
     unsigned max_steps;           /* 0: 64 */
     unsigned probes;              /* extra shapes per step for condition probing; 0: none */
     double probe_min_gain;        /* probe only steps whose gain (t(simpler)/t(optimized)) is at

@@ -154,9 +154,9 @@ KL_CMD(lineage)
     lo.expert_path = expert;
     lo.rewriter = rw;
     lo.store = m.store;
-    lo.judge = kl_lineage_gate_judge;
+    lo.judge = kl_gate_search_judge;
     lo.judge_user = gate;
-    if (!m.replay) lo.prepare = kl_lineage_gate_prepare; /* compile each version's proposals in parallel */
+    if (!m.replay) lo.prepare = kl_gate_search_prepare; /* compile each version's proposals in parallel */
     lo.max_steps = max_steps;
     lo.probes = probes;
     lo.probe_min_gain = probe_min_gain;

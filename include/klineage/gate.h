@@ -182,9 +182,11 @@ typedef struct kl_judgement {
 /* What a judgement asks for (flags, or-ed). */
 enum {
     KL_JUDGE_PROFILE = 1u << 0,        /* time it against the baseline (else correctness only) */
-    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1 /* check the bench shape against the baseline's outputs
+    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1, /* check the bench shape against the baseline's outputs
                                            (a version the search already verified there), not the
                                            float64 reference: the check shapes still are */
+    KL_JUDGE_SANITIZE = 1u << 2          /* run the compute-sanitizer stages too (memcheck, racecheck,
+                                           initcheck, synccheck): for what a search admits or returns */
 };
 
 /* The judge a search calls: by default the gate (kl_gate_search_judge); tests give their own. */

@@ -66,6 +66,7 @@ KL_CMD(lineage);   /* cmd_lineage.c: the backward walk */
 KL_CMD(bench);     /* cmd_bench.c: suite tables */
 KL_CMD(rewrite);   /* cmd_rewrite.c: the rules catalog by hand */
 KL_CMD(skills);    /* cmd_skills.c: the skill library (list, show, export, import, match) */
+KL_CMD(optimize);  /* cmd_optimize.c: the forward optimizer */
 
 struct kl_task;
 /* cmd_gate.c, for `task check`: gate the task's naive and expert kernels when a GPU (or

@@ -23,6 +23,7 @@ static const cli_command commands[] = {
     {"task", "validate a task: task check TASK_DIR", cmd_task},
     {"gate", "judge one kernel: compile, correct, profile", cmd_gate},
     {"gpu", "the device and its measured ceilings: gpu info", cmd_gpu},
+    {"optimize", "make a kernel faster with the skill cards, every step gated", cmd_optimize},
     {"lineage", "walk an expert kernel backward; extract skill cards", cmd_lineage},
     {"bench", "the suite's naive and expert kernels against the vendor", cmd_bench},
     {"rewrite", "list, apply or remove the rules catalog's transforms in a file", cmd_rewrite},

@@ -35,6 +35,7 @@ kl_status kl_gate_search_judge(void *gate, const kl_task *task, const char *cand
     kl_judge_options jo = {0};
     jo.no_profile = !(flags & KL_JUDGE_PROFILE);
     jo.bench_against_baseline = (flags & KL_JUDGE_BENCH_VS_BASELINE) != 0;
+    jo.sanitize = (flags & KL_JUDGE_SANITIZE) != 0;
     kl_verdict *v = NULL;
     kl_status st = kl_gate_judge(gate, task, &cand, base_text ? &base : NULL, &jo, &v, err);
     memset(out, 0, sizeof *out);

@@ -191,22 +191,57 @@ static kl_status ask(run *r, opt_version *v, const char *skill_json)
     return st;
 }
 
-/* The proposals of version v, scored by the policy. */
+/* The cards that speak for the most: sorted by their measured gain, at most max of them
+ * (for the rewriters that answer one card at a time and cost a request each). */
+static unsigned top_cards(const kl_skill_list *lib, unsigned max, const kl_skill **out)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < lib->count; i++) {
+        kl_skill_summary si;
+        kl_skill_summarize(lib->items[i], &si);
+        unsigned at = n < max ? n : max;
+        while (at > 0) {
+            kl_skill_summary so;
+            kl_skill_summarize(out[at - 1], &so);
+            if (so.best_gain >= si.best_gain) break;
+            at--;
+        }
+        if (at >= max) continue;
+        for (unsigned k = (n < max ? n : max - 1); k > at; k--) out[k] = out[k - 1];
+        out[at] = lib->items[i];
+        if (n < max) n++;
+    }
+    return n;
+}
+
+#define CARDS_PER_REQUEST_BACKEND 8
+
+/* The proposals of version v, scored by the policy.
+ * rules: every applicable site of every transform (the first parameter's values), and with
+ *   the skills policy also every card's own parameters at its transform's sites;
+ * llm / command: one open request (blind, memory); with the skills policy one request per
+ *   card, the cards that gained most first, at most CARDS_PER_REQUEST_BACKEND of them. */
 static kl_status expand(run *r, unsigned vi)
 {
     opt_version *v = &r->versions[vi];
     if (v->expanded) return KL_OK;
-    kl_status st = ask(r, v, NULL);
-    /* skills: the parameters of every card that can be placed here come first */
-    if (st == KL_OK && r->opt->policy == KL_POLICY_SKILLS && r->pc.library) {
+    bool rules = !strcmp(kl_rewriter_name(r->opt->rewriter), "rules");
+    bool skills = r->opt->policy == KL_POLICY_SKILLS && r->pc.library;
+    kl_status st = KL_OK;
+    if (rules || !skills) st = ask(r, v, NULL);
+    if (st == KL_OK && skills) {
         const kl_skill_list *lib = r->pc.library;
-        for (unsigned i = 0; i < lib->count && st == KL_OK; i++) {
-            const json_t *params = json_object_get(kl_skill_doc(lib->items[i]), "params");
-            if (!json_is_object(params) || json_object_size(params) == 0) continue;
-            char *card = kl_skill_to_json(lib->items[i]);
-            if (!card) return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
-            st = ask(r, &r->versions[vi], card);
-            free(card);
+        const kl_skill *chosen[CARDS_PER_REQUEST_BACKEND];
+        unsigned n = rules ? lib->count : top_cards(lib, CARDS_PER_REQUEST_BACKEND, chosen);
+        for (unsigned i = 0; i < n && st == KL_OK; i++) {
+            const kl_skill *card = rules ? lib->items[i] : chosen[i];
+            const json_t *params = json_object_get(kl_skill_doc(card), "params");
+            /* rules: a card adds proposals only through parameters the grid lacks */
+            if (rules && (!json_is_object(params) || json_object_size(params) == 0)) continue;
+            char *text = kl_skill_to_json(card);
+            if (!text) return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+            st = ask(r, &r->versions[vi], text);
+            free(text);
         }
     }
     if (st != KL_OK) return st;

@@ -514,6 +514,46 @@ static void test_broken_candidates_are_not_returned(void **state)
     json_decref(d);
 }
 
+/* ---- other rewriters ------------------------------------------------------------------------ */
+
+/* A `command` rewriter (the sample program) answers one card per request: the skills policy
+ * asks once per card, the best first; blind asks one open request per version. */
+static void test_command_rewriter_gets_one_card_per_request(void **state)
+{
+    fixture *f = *state;
+    const char *prog = getenv("KL_SAMPLE_REWRITER");
+    assert_non_null(prog);
+    char cfg[1024];
+    kl_snprintf(cfg, sizeof cfg, "{\"program\": \"%s\"}", prog);
+    kl_rewriter *cmd = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rewriter_open("command", cfg, &cmd, &err), KL_OK);
+    put_card(f, "restrict-t1", "restrict", 1.3, NULL, NULL);
+    put_card(f, "unroll-t1", "unroll", 1.1, NULL, NULL);
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 3);
+    o.rewriter = cmd;
+    json_t *d = run_doc(f, &o, KL_OK);
+    kl_rewriter_usage u;
+    kl_rewriter_usage_get(cmd, &u);
+    unsigned versions = (unsigned)json_array_size(json_object_get(d, "versions"));
+    /* two cards, one request each, for every version expanded (at most every version) */
+    assert_true(u.proposals >= 2 && u.proposals % 2 == 0 && u.proposals <= 2 * versions);
+    assert_string_equal(round_str(d, 0, "card"), "restrict-t1");
+    json_decref(d);
+    kl_rewriter_free(cmd);
+    /* blind: one open request per version expanded */
+    assert_int_equal(kl_rewriter_open("command", cfg, &cmd, &err), KL_OK);
+    stand_in s2 = {0};
+    kl_optimize_options b = options(f, &s2, KL_POLICY_BLIND, 3);
+    b.rewriter = cmd;
+    d = run_doc(f, &b, KL_OK);
+    kl_rewriter_usage_get(cmd, &u);
+    assert_true(u.proposals >= 1 && u.proposals <= json_array_size(json_object_get(d, "versions")));
+    json_decref(d);
+    kl_rewriter_free(cmd);
+}
+
 /* ---- bad input ---------------------------------------------------------------------------- */
 
 static void test_start_with_another_signature(void **state)
@@ -601,6 +641,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resume_after_every_judgement, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finished_run_is_served_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_candidates_are_not_returned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_command_rewriter_gets_one_card_per_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start_with_another_signature, setup, teardown),
         cmocka_unit_test_setup_teardown(test_task_without_naive, setup, teardown),
     };

@@ -7,6 +7,8 @@
 #   scripts/gpu_session.sh lineage T… the backward walks of tasks T… (record)
 #   scripts/gpu_session.sh record T…  suite, rules sequences, walks; at most 8 files to $OUT
 #   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only
+#   scripts/gpu_session.sh corpus [T…] the style corpus: every naive and expert kernel of corpus/
+#                                       gated (record), the experts' table (scripts/gpu_corpus.sh)
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -146,6 +148,12 @@ walks)
     python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
     tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
     ;;
+corpus)
+    # the style corpus (corpus/README.md): about 3 minutes; KL_CORPUS_S bounds the whole phase
+    timeout -k 20 "${KL_CORPUS_S:-300}" bash scripts/gpu_corpus.sh "$@" >"$out/style-corpus.txt" 2>&1
+    echo "exit $?"
+    tail -50 "$out/style-corpus.txt"
+    ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
     # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
@@ -188,7 +196,7 @@ while i < len(t):
     done
     ;;
 *)
-    echo "usage: $0 check|suite|lineage|variants TASK…" >&2
+    echo "usage: $0 check|suite|lineage|variants|corpus TASK…" >&2
     exit 2
     ;;
 esac

@@ -1071,6 +1071,64 @@ static void weak_references_are_caught(void **state)
     free(cache);
 }
 
+/* A reference that crashes, loops or calls exit() is an error naming it and the shape; the
+ * test process (the caller) lives on. */
+static void a_misbehaving_reference_is_an_error(void **state)
+{
+    fixture *f = *state;
+    static const struct {
+        const char *body, *want;
+        kl_status st;
+    } cases[] = {
+        {"{ (void)a; (void)b; (void)n; volatile double *p = 0; c[0] = *p; }", "crashed", KL_ERR_CHILD},
+        {"{ (void)a; (void)b; (void)c; (void)n; for (volatile int k = 0;; k++) {} }", "ran longer than 2 s",
+         KL_ERR_TIMEOUT},
+        {"{ (void)a; (void)b; (void)c; (void)n; exit(0); }", "ended its process (exit status 0)", KL_ERR_CHILD},
+        {"{ (void)a; (void)b; (void)c; (void)n; exit(3); }", "ended its process (exit status 3)", KL_ERR_CHILD},
+        {"{ (void)a; (void)b; (void)c; (void)n; abort(); }", "crashed", KL_ERR_CHILD},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[512];
+        kl_snprintf(text, sizeof text,
+                    "#include <stdlib.h>\nvoid reference(const double *a, const double *b, double *c, int n)\n%s\n",
+                    cases[k].body);
+        kl_task_faults faults = KL_TASK_FAULTS_INIT;
+        kl_task *t = NULL;
+        assert_int_equal(validate(f->dir, BASE_JSON, text, GOOD_CU, &t, &faults), KL_OK);
+        char *cache = kl_path_join(f->dir, "cache");
+        kl_reference *ref = NULL;
+        kl_error err = {0};
+        if (kl_reference_load(t, cache, &ref, &err) != KL_OK) fail_msg("%s", err.message);
+        kl_reference_set_timeout(ref, 2.0);
+        void *args[4] = {NULL, NULL, NULL, NULL};
+        int64_t n;
+        const kl_shape *sh = &t->checks[0];
+        assert_int_equal(kl_task_arg_count(t, sh, 0, &n, &err), KL_OK);
+        float *a = calloc((size_t)n, 4), *b = calloc((size_t)n, 4);
+        args[0] = a;
+        args[1] = b;
+        double *outs[4] = {NULL, NULL, NULL, NULL};
+        double t0 = kl_now();
+        kl_status st = kl_reference_run(ref, t, sh, args, outs, &err);
+        if (st != cases[k].st || !strstr(err.message, cases[k].want))
+            fail_msg("case %zu: status %d, \"%s\"; expected %d and \"%s\"", k, st, err.message, cases[k].st,
+                     cases[k].want);
+        assert_true(kl_now() - t0 < 30);
+        assert_non_null(strstr(err.message, "reference.c"));
+        assert_non_null(strstr(err.message, sh->label));
+        for (int i = 0; i < 4; i++) assert_null(outs[i]);
+        /* the probe says the same, as an error of its run */
+        assert_int_not_equal(kl_reference_probe(ref, t, 1, 2, &faults, &err), KL_OK);
+        assert_non_null(strstr(err.message, cases[k].want));
+        kl_reference_free(ref);
+        kl_task_faults_release(&faults);
+        kl_task_free(t);
+        free(a);
+        free(b);
+        free(cache);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1094,6 +1152,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(reference_with_integer_and_bf16_args, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(reference_compile_errors_name_the_line, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(weak_references_are_caught, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(a_misbehaving_reference_is_an_error, setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,6 +87,12 @@ typedef struct kl_task_faults {
     unsigned count, cap;
 } kl_task_faults;
 #define KL_TASK_FAULTS_INIT {NULL, 0, 0}
+
+/* Limits of task.json (docs/task-format.md, "Limits"): past them the key is one fault and is
+ * not read further. */
+#define KL_TASK_MAX_SIZES 64u
+#define KL_TASK_MAX_ARGS 256u
+#define KL_TASK_MAX_CHECKS 256u
 void kl_task_faults_release(kl_task_faults *faults); /* frees the items; accepts NULL */
 /* "FILE[:LINE[:COL]]: KEY: REASON" (the key part left out when empty), new string (free()). */
 char *kl_task_fault_text(const kl_task_fault *fault);

@@ -78,7 +78,8 @@ kl_status kl_file_write(const char *path, const void *data, size_t len, kl_error
 {
     kl_strbuf tmp = KL_STRBUF_INIT;
     kl_strbuf_addf(&tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(kl_strbuf_str(&tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a link planted under the temporary name is not followed out of the folder */
+    int fd = open(kl_strbuf_str(&tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
         kl_status st = kl_error_set(err, KL_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         kl_strbuf_release(&tmp);

@@ -1083,8 +1083,9 @@ static void a_misbehaving_reference_is_an_error(void **state)
         {"{ (void)a; (void)b; (void)n; volatile double *p = 0; c[0] = *p; }", "crashed", KL_ERR_CHILD},
         {"{ (void)a; (void)b; (void)c; (void)n; for (volatile int k = 0;; k++) {} }", "ran longer than 2 s",
          KL_ERR_TIMEOUT},
-        {"{ (void)a; (void)b; (void)c; (void)n; exit(0); }", "ended its process (exit status 0)", KL_ERR_CHILD},
-        {"{ (void)a; (void)b; (void)c; (void)n; exit(3); }", "ended its process (exit status 3)", KL_ERR_CHILD},
+        /* (the status itself is not checked: under LeakSanitizer exit() runs a leak check in the child) */
+        {"{ (void)a; (void)b; (void)c; (void)n; exit(0); }", "ended its process (exit status", KL_ERR_CHILD},
+        {"{ (void)a; (void)b; (void)c; (void)n; exit(3); }", "ended its process (exit status", KL_ERR_CHILD},
         {"{ (void)a; (void)b; (void)c; (void)n; abort(); }", "crashed", KL_ERR_CHILD},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

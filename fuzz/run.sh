@@ -2,7 +2,8 @@
 # Fuzz every target (or those named) with libFuzzer for a bounded time each (docs/fuzzing.md).
 #   fuzz/run.sh [BUILD_DIR] [TARGET…]      (default BUILD_DIR: build-fuzz)
 # Environment: KL_FUZZ_SECONDS (per target; default 20), KL_FUZZ_MAX_LEN (default: libFuzzer's),
-# KL_GRAMMAR_TARBALL (reuse a fetched grammar), KL_FUZZ_JOBS (build jobs; default nproc).
+# KL_GRAMMAR_TARBALL (reuse a fetched grammar), KL_FUZZ_JOBS (build jobs; default nproc),
+# KL_FUZZ_BUILD_DIR (a clang build to use instead of BUILD_DIR).
 # Builds a clang configuration (-DKL_FUZZ=ON, ASan + UBSan) in BUILD_DIR, runs each target on its
 # committed corpus (fuzz/corpus/T) and regressions (fuzz/regressions/T) first, then fuzzes it,
 # keeping what it finds in BUILD_DIR/corpus/T. Exit 1 when any target crashed, leaked or timed
@@ -12,6 +13,8 @@ set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-fuzz}
 [ $# -gt 0 ] && shift
+# KL_FUZZ_BUILD_DIR wins over the argument: reuse one clang build (e.g. for the test suite's run)
+build=${KL_FUZZ_BUILD_DIR:-$build}
 seconds=${KL_FUZZ_SECONDS:-20}
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(source task expr predicate skill answer archive)

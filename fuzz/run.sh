@@ -27,17 +27,18 @@ if ! command -v clang >/dev/null 2>&1; then
     exit 1
 fi
 
+mkdir -p "$build"
 extra=()
 [ -n "${KL_GRAMMAR_TARBALL:-}" ] && [ -f "$KL_GRAMMAR_TARBALL" ] && extra+=("-DKL_GRAMMAR_TARBALL=$KL_GRAMMAR_TARBALL")
 if ! cmake -S "$here" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKL_FUZZ=ON \
-    -DKL_SANITIZE=ON -DKL_TESTS=OFF "${extra[@]}" >"$build.configure.log" 2>&1; then
-    cat "$build.configure.log" >&2
+    -DKL_SANITIZE=ON -DKL_TESTS=OFF "${extra[@]}" >"$build/configure.log" 2>&1; then
+    cat "$build/configure.log" >&2
     exit 1
 fi
 names=()
 for t in "${targets[@]}"; do names+=("fuzz_$t"); done
-if ! cmake --build "$build" -j "${KL_FUZZ_JOBS:-$(nproc)}" --target "${names[@]}" >"$build.build.log" 2>&1; then
-    tail -40 "$build.build.log" >&2
+if ! cmake --build "$build" -j "${KL_FUZZ_JOBS:-$(nproc)}" --target "${names[@]}" >"$build/build.log" 2>&1; then
+    tail -40 "$build/build.log" >&2
     exit 1
 fi
 

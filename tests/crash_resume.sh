@@ -14,7 +14,8 @@
 # times: a fresh store, RUN killed with SIGKILL after a random delay in (0, T), the store checked
 # (SQLite's integrity_check, every document valid JSON), RUN again to completion, RESULT compared.
 # Environment: KL_CRASH_SEED (default 1), KL_CRASH_DIR (a folder to work in; default: a new one,
-# removed at the end). Needs python3 (its sqlite3 module reads the store). Exit 0 when every
+# removed at the end), KL_CRASH_BUDGET_S (stop starting kills after this many seconds, once three
+# are done; default: none). Needs python3 (its sqlite3 module reads the store). Exit 0 when every
 # resume gave the reference's result; prints one line per kill.
 #
 # A second case is a few lines: e.g. an optimization stored step by step,
@@ -82,7 +83,14 @@ echo "reference: ${T} s uninterrupted"
 
 failures=0
 mid=0
+done_kills=0
+t0=$(date +%s)
 for i in $(seq "$kills"); do
+    if [ -n "${KL_CRASH_BUDGET_S:-}" ] && [ "$done_kills" -ge 3 ] && [ $(($(date +%s) - t0)) -gt "$KL_CRASH_BUDGET_S" ]; then
+        echo "the budget of $KL_CRASH_BUDGET_S s is spent: $done_kills of $kills kills done"
+        break
+    fi
+    done_kills=$i
     export DB="$work/trial.db"
     fresh_store "$DB"
     # a delay in (0, T): 1/1000ths of T
@@ -111,5 +119,5 @@ for i in $(seq "$kills"); do
     printf 'kill %2d at %6.2f s (%s): %s\n' "$i" "$delay" "$landed" "$status"
     [ "$status" = ok ] || failures=$((failures + 1))
 done
-echo "$kills kills ($mid mid-run), $failures failure(s)"
+echo "$done_kills kills ($mid mid-run), $failures failure(s)"
 [ "$failures" -eq 0 ]

@@ -22,4 +22,7 @@ walk='"$KLINEAGE" --quiet --db "$DB" --measure replay lineage tasks/transpose --
 result='"$KLINEAGE" --db "$DB" --measure replay --json lineage tasks/transpose --archive "$ARCH" 2>/dev/null |
     python3 -c "import json,sys; d=json.load(sys.stdin); [d.pop(k, None) for k in (\"started\", \"updated\")]; print(json.dumps(d, sort_keys=True))" &&
     "$KLINEAGE" --db "$DB" skills export --format json'
-KL_CRASH_DIR="$TMP/work" bash "$KL_SOURCE_DIR/tests/crash_resume.sh" "${KL_CRASH_KILLS:-8}" "$walk" "$result"
+# at most 8 kills and about 10 minutes (ctest stops a test at 15): a sanitizer build on a busy
+# machine walks transpose in ~40 s
+KL_CRASH_DIR="$TMP/work" KL_CRASH_BUDGET_S=${KL_CRASH_BUDGET_S:-480} \
+    bash "$KL_SOURCE_DIR/tests/crash_resume.sh" "${KL_CRASH_KILLS:-8}" "$walk" "$result"

@@ -189,8 +189,13 @@ void kl_skill_list_release(kl_skill_list *list); /* accepts NULL */
  * any is stored (errors name the file and the element: "cards.json: [2].risks[0].broke: …"),
  * then each is put (kl_skill_put) in one transaction: all land or none. *count: cards
  * imported; *merged (may be NULL): of those, how many met a stored card of the same id (and
- * merged with it, or replaced it when both come from the same single lineage). */
+ * merged with it, or replaced it when both come from the same single lineage). A card whose id
+ * differs from another's (stored, or earlier in the file) only in case or punctuation, so that
+ * both would be the same agent-skill folder ("Vec-4" and "vec_4"), is refused, naming both. */
 kl_status kl_skill_import(kl_store *store, const char *path, unsigned *count, unsigned *merged, kl_error *err);
+/* Delete the card with exactly this id and the parts it was merged from, in one transaction.
+ * KL_ERR_NOT_FOUND when no card has that id. *parts (may be NULL): how many parts went with it. */
+kl_status kl_skill_delete(kl_store *store, const char *id, unsigned *parts, kl_error *err);
 
 /* ---- export -------------------------------------------------------------------------------- */
 

@@ -66,7 +66,7 @@ KL_CMD(lineage)
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
     unsigned probes = 4, max_steps = 0;
     double probe_min_gain = 1.02;
-    bool restart = false, reopen = false, no_skills = false, full = false;
+    bool restart = false, reopen = false, no_skills = false, full = false, probes_given = false, gain_given = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -84,11 +84,13 @@ KL_CMD(lineage)
             rw_config = v;
         } else if ((v = value_of(argc, argv, &i, "--probes"))) {
             if (!parse_uint(v, &probes)) return cli_usage_error(cli, "--probes takes a count, not '%s'", v);
+            probes_given = true;
         } else if ((v = value_of(argc, argv, &i, "--probe-min-gain"))) {
             char *end;
             probe_min_gain = strtod(v, &end);
             if (*v == '\0' || *end || probe_min_gain < 0 || probe_min_gain > 100)
                 return cli_usage_error(cli, "--probe-min-gain takes a ratio such as 1.02, not '%s'", v);
+            gain_given = true;
         } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
             if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--strategy"))) {
@@ -147,6 +149,24 @@ KL_CMD(lineage)
     if (ost != KL_OK) {
         cli_measure_error(&m, "rewriter %s: %s", backend, err.message);
         goto cleanup;
+    }
+
+    /* A stored walk keeps the probing options it was made with unless the command line gives
+     * others: resumed or recomputed from recorded verdicts, it then asks for the same shapes. */
+    if (!probes_given || !gain_given) {
+        char *stored = NULL;
+        kl_error ignore = {0};
+        if (kl_lineage_load(m.store, task, expert, kl_rewriter_name(rw), full, &stored, &ignore) == KL_OK) {
+            unsigned p = probes;
+            double g = probe_min_gain;
+            kl_lineage_recorded_options(stored, &p, &g);
+            if (!probes_given) probes = p;
+            if (!gain_given) probe_min_gain = g;
+            if (!cli->quiet)
+                cli_measure_printf(&m, stderr, "the stored walk's options: --probes %u --probe-min-gain %.2f\n", probes,
+                                   probe_min_gain);
+        }
+        free(stored);
     }
 
     progress_ctx pc = {cli, &m};

@@ -1,4 +1,4 @@
-/* klineage skills list | show | export | import | match: the skill library (docs/cli/skills.md). */
+/* klineage skills list | show | delete | export | import | match: the skill library (docs/cli/skills.md). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,8 +132,13 @@ static int cmd_list(int argc, char **argv, kl_cli *cli)
 static int cmd_show(int argc, char **argv, kl_cli *cli)
 {
     const char *id = NULL;
+    bool positional = false; /* after "--": an id that starts with '-' (a card stored before they were refused) */
     for (int i = 1; i < argc; i++) {
-        if (is_option(argv[i])) return cli_usage_error(cli, "unknown option '%s' for 'skills show'", argv[i]);
+        if (!positional && !strcmp(argv[i], "--")) {
+            positional = true;
+            continue;
+        }
+        if (!positional && is_option(argv[i])) return cli_usage_error(cli, "unknown option '%s' for 'skills show'", argv[i]);
         if (id) return cli_usage_error(cli, "'skills show' takes one ID");
         id = argv[i];
     }
@@ -153,6 +158,36 @@ static int cmd_show(int argc, char **argv, kl_cli *cli)
     rc = text ? write_stdout(text) : cli_error("out of memory");
     free(text);
     kl_skill_free(card);
+    return rc;
+}
+
+/* ---- delete --------------------------------------------------------------------------------- */
+
+static int cmd_delete(int argc, char **argv, kl_cli *cli)
+{
+    const char *id = NULL;
+    bool positional = false;
+    for (int i = 1; i < argc; i++) {
+        if (!positional && !strcmp(argv[i], "--")) {
+            positional = true;
+            continue;
+        }
+        if (!positional && is_option(argv[i]))
+            return cli_usage_error(cli, "unknown option '%s' for 'skills delete'", argv[i]);
+        if (id) return cli_usage_error(cli, "'skills delete' takes one ID");
+        id = argv[i];
+    }
+    if (!id) return cli_usage_error(cli, "'skills delete' needs the ID of a card (the whole id, not a prefix)");
+    kl_store *store = NULL;
+    int rc = open_store(cli, false, &store);
+    if (rc != KL_EXIT_OK) return rc;
+    if (!store) return cli_error("no skill \"%s\": %s does not exist", id, cli->db_path);
+    kl_error err = {0};
+    unsigned parts = 0;
+    if (kl_skill_delete(store, id, &parts, &err) != KL_OK) rc = cli_error("%s", err.message);
+    else cli_note(cli, "deleted skill %s (and the %u part%s it was merged from) from %s\n", id, parts,
+                  parts == 1 ? "" : "s", cli->db_path);
+    kl_store_close(store);
     return rc;
 }
 
@@ -562,12 +597,13 @@ cleanup:
 KL_CMD(skills)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
-    if (argc < 2) return cli_usage_error(cli, "'skills' needs an action: list, show, export, import or match");
+    if (argc < 2) return cli_usage_error(cli, "'skills' needs an action: list, show, delete, export, import or match");
     const char *action = argv[1];
     if (!strcmp(action, "list")) return cmd_list(argc - 1, argv + 1, cli);
     if (!strcmp(action, "show")) return cmd_show(argc - 1, argv + 1, cli);
+    if (!strcmp(action, "delete")) return cmd_delete(argc - 1, argv + 1, cli);
     if (!strcmp(action, "export")) return cmd_export(argc - 1, argv + 1, cli);
     if (!strcmp(action, "import")) return cmd_import(argc - 1, argv + 1, cli);
     if (!strcmp(action, "match")) return cmd_match(argc - 1, argv + 1, cli);
-    return cli_usage_error(cli, "unknown action '%s' for 'skills' (list, show, export, import, match)", action);
+    return cli_usage_error(cli, "unknown action '%s' for 'skills' (list, show, delete, export, import, match)", action);
 }

@@ -679,6 +679,11 @@ static kl_status load_or_start(walk *w, const char *expert_name, const char *exp
     json_object_set_new(w->doc, "expert", json_string(expert_name));
     json_object_set_new(w->doc, "rewriter", json_string(kl_rewriter_name(w->opt->rewriter)));
     json_object_set_new(w->doc, "strategy", json_string(w->opt->full ? "full" : "lazy"));
+    /* what decides which shapes are probed: a walk recomputed from recorded verdicts must ask
+     * for the same (kl_lineage_recorded_options) */
+    json_object_set_new(w->doc, "options",
+                        json_pack("{s:i, s:f}", "probes", (json_int_t)w->opt->probes, "probe_min_gain",
+                                  w->opt->probe_min_gain));
     json_object_set_new(w->doc, "state", json_string("walking"));
     json_t *bench = json_object();
     for (unsigned k = 0; k < w->task->nsizes; k++)
@@ -836,4 +841,39 @@ kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expe
     kl_lineage_key(task, text, rewriter, full, key);
     free(text);
     return kl_store_get(store, "lineage", key, doc_json, err);
+}
+
+void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double *probe_min_gain)
+{
+    json_t *doc = doc_json ? json_loads(doc_json, 0, NULL) : NULL;
+    json_t *o = json_object_get(doc, "options");
+    if (json_is_integer(json_object_get(o, "probes")) && json_is_number(json_object_get(o, "probe_min_gain"))) {
+        json_int_t n = json_integer_value(json_object_get(o, "probes"));
+        *probes = n < 0 ? 0 : n > 64 ? 64 : (unsigned)n;
+        *probe_min_gain = json_number_value(json_object_get(o, "probe_min_gain"));
+        json_decref(doc);
+        return;
+    }
+    /* A walk stored before its options were: the most probes a step holds, and the threshold a
+     * skipped step's note names ("not probed: the gain (1.005x) is below 1.05x", written above). */
+    size_t i;
+    json_t *step;
+    bool any = false;
+    unsigned most = 0;
+    json_array_foreach(json_object_get(doc, "steps"), i, step) {
+        json_t *pr = json_object_get(step, "probes");
+        if (json_is_array(pr)) {
+            any = true;
+            if (json_array_size(pr) > most) most = (unsigned)json_array_size(pr);
+        }
+        const char *skipped = json_string_value(json_object_get(step, "probe_skipped"));
+        const char *below = skipped ? strstr(skipped, " is below ") : NULL;
+        double g;
+        if (below && sscanf(below, " is below %lfx", &g) == 1 && g > 0) {
+            any = true;
+            *probe_min_gain = g;
+        }
+    }
+    if (any) *probes = most;
+    json_decref(doc);
 }

@@ -300,6 +300,7 @@ static kl_status check_meaning(vctx *v, const json_t *c)
 {
     const char *id = kl_sk_str(c, "id");
     if (strlen(id) > 128) return bad(v, "id", "longer than 128 characters");
+    if (id[0] == '-') return bad(v, "id", "\"%s\" starts with '-': it would read as an option on the command line", id);
     if (id[0] == '.' || strchr(id, '/') || strchr(id, '\\'))
         return bad(v, "id", "\"%s\" cannot name a folder (no '/', '\\', or leading '.')", id);
     for (const unsigned char *s = (const unsigned char *)id; *s; s++)

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "skills/skills_int.h"
@@ -417,12 +418,14 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
 
 /* ---- the card as an agent skill ---------------------------------------------------------------- */
 
-void kl_skill_agent_name(const kl_skill *card, char *buf, size_t size)
+void kl_skill_agent_name(const kl_skill *card, char *buf, size_t size) { kl_sk_agent_name_of(card->id, buf, size); }
+
+void kl_sk_agent_name_of(const char *id, char *buf, size_t size)
 {
     size_t n = 0, max = size ? size - 1 : 0;
     if (max > 64) max = 64;
     bool dash = false;
-    for (const char *p = card->id; *p && n < max; p++) {
+    for (const char *p = id; *p && n < max; p++) {
         char ch = *p;
         if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
         if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) {
@@ -746,6 +749,10 @@ kl_status kl_skills_write_agent(const kl_skill *const *cards, unsigned n, const 
         char *file = sub ? kl_path_join(sub, "SKILL.md") : NULL;
         char *md = file ? kl_skill_agent_markdown(cards[k]) : NULL;
         if (!md) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        struct stat sb;
+        if (st == KL_OK && lstat(sub, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* a link placed there leads elsewhere */
+            st = kl_error_set(err, KL_ERR_INVALID, "%s exists and is not a folder (a symbolic link?): no skill is written through it",
+                              sub);
         if (st == KL_OK) st = kl_mkdirs(sub, err);
         if (st == KL_OK) st = kl_file_write(file, md, strlen(md), err);
         free(sub), free(file), free(md);

@@ -12,6 +12,9 @@ struct kl_skill {
     const char *id, *transform, *intent; /* into doc */
 };
 
+/* The agent-skill folder name of a card id (kl_skill_agent_name without a card). */
+void kl_sk_agent_name_of(const char *id, char *buf, size_t size);
+
 /* A string member, "" when absent or not a string. */
 const char *kl_sk_str(const json_t *o, const char *key);
 /* A number member, dflt when absent or not a number. */

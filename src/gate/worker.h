@@ -64,8 +64,10 @@ typedef struct kl_rt_api {
     int (*batch_open)(void);
     int (*batch_close)(void);
     int (*batch_end)(kl_rt_timing *, unsigned *);
+    int (*mark)(void);
     uint64_t (*now_ns)(void);
     int (*l2_flush)(void);
+    int (*smem_poison)(int);
     int (*ceilings_measure)(unsigned, kl_rt_ceilings *);
     int (*cublas_available)(void);
     int (*cublas_sgemm)(const void *, const void *, void *, int, int, int, kl_rt_stream);

@@ -525,10 +525,11 @@ static const char FAKE_RUNTIME[] =
     "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
     "typedef struct { char name[256]; int ordinal, cc_major, cc_minor, sms, l2_bytes; uint64_t mem_bytes;\n"
     "  int clock_khz, mem_clock_khz, mem_bus_bits, driver_version, runtime_version, smem_per_block_optin, regs_per_sm; } dev;\n"
-    "typedef struct { double ms; int timer; unsigned records; uint64_t a, b, c; double sum_ms; } timing;\n"
+    "typedef struct { double ms; int timer; unsigned records; uint64_t a, b, c; double sum_ms;\n"
+    "  unsigned kernels, incomplete; int marked; double host_ms; uint64_t mark_ns; } timing;\n"
     "typedef struct { double copy_gbs, fma_tflops, tensor_tflops; unsigned reps; uint64_t copy_bytes; } ceil_t;\n"
     "static unsigned wins, maxw, tick, digests; static int open_, stream_obj, pinned;\n"
-    "int kl_rt_abi(void) { return 3; }\n"
+    "int kl_rt_abi(void) { return 4; }\n"
     "int kl_rt_init(int o) { (void)o; return 0; }\n"
     "void kl_rt_fini(void) {}\n"
     "const char *kl_rt_error(void) { return \"\"; }\n"
@@ -559,15 +560,21 @@ static const char FAKE_RUNTIME[] =
     "  empty_batches = batches; cand_empty = cand; }\n"
     "int kl_rt_timer_init(int want, int *t) { (void)want; *t = cupti ? 1 : 2; return 0; }\n"
     "int kl_rt_timer_begin(void) { return 0; }\n"
-    "int kl_rt_timer_end(timing *t) { memset(t, 0, sizeof *t); t->timer = 2; t->ms = 1.0; t->sum_ms = 1.0; return 0; }\n"
+    "int kl_rt_timer_end(timing *t) { memset(t, 0, sizeof *t); t->timer = 2; t->ms = 1.0; t->sum_ms = 1.0; t->host_ms = 1.0; return 0; }\n"
+    "static unsigned marks, poisons; static double host_extra;\n"
+    "int kl_rt_mark(void) { marks++; return 0; }\n"
+    "int kl_rt_smem_poison(int b) { (void)b; poisons++; return 0; }\n"
+    "unsigned kl_fake_poisons(void) { return poisons; }\n"
+    "void kl_fake_host_extra(double ms) { host_extra = ms; }\n"
     "int kl_rt_batch_begin(unsigned m) { if (!m || open_) return 5; maxw = m; wins = 0; return 0; }\n"
     "int kl_rt_batch_open(void) { if (open_ || wins >= maxw) return 5; open_ = 1; return 0; }\n"
     "int kl_rt_batch_close(void) { if (!open_) return 5; open_ = 0; wins++; return 0; }\n"
     "int kl_rt_batch_end(timing *out, unsigned *n) { if (open_) return 5;\n"
     "  for (unsigned i = 0; i < wins; i++) { memset(&out[i], 0, sizeof out[i]); out[i].timer = cupti ? 1 : 2;\n"
     "    out[i].ms = (i % 2 ? 2.0 : 1.0) * (1.0 + 0.001 * (double)(tick++ % 7)); out[i].sum_ms = out[i].ms;\n"
-    "    out[i].records = 1;\n"
-    "    if ((empty_batches && empty_every && i % empty_every == 1) || (cand_empty && i % 2 == 0)) out[i].records = 0, out[i].ms = 0; }\n"
+    "    out[i].records = 1; out[i].kernels = 1; out[i].marked = 1; out[i].host_ms = out[i].ms + (i % 2 ? 0 : host_extra);\n"
+    "    if (empty_batches && empty_every && i % empty_every == 1) out[i].marked = 0, out[i].records = out[i].kernels = 0, out[i].ms = 0;\n"
+    "    if (cand_empty && i % 2 == 0) out[i].records = out[i].kernels = 0, out[i].ms = 0; }\n"
     "  if (empty_batches) empty_batches--;\n"
     "  *n = wins; wins = 0; return 0; }\n"
     "uint64_t kl_rt_now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);\n"
@@ -780,17 +787,42 @@ static void gate_job_on_a_host_runtime(void **state)
     fake_cupti(1, 4, 1000, 0); /* every batch */
     code = run_job(job, &doc);
     assert_int_equal(code, KL_WORKER_EXIT_HARNESS);
-    assert_non_null(strstr(err_field(doc, "detail"), "the timer saw no device work in"));
+    assert_non_null(strstr(err_field(doc, "detail"), "the timer could not attribute the device work"));
     json_decref(doc);
     fake_cupti(1, 0, 0, 1); /* the candidate's windows only, every time */
     code = run_job(job, &doc);
     assert_int_equal(code, KL_WORKER_EXIT_OK);
     prof = json_object_get(doc, "profile");
     assert_false(json_is_true(json_object_get(prof, "ok")));
-    assert_non_null(strstr(json_string_value(json_object_get(prof, "detail")), "no device work was seen"));
+    const char *pd = json_string_value(json_object_get(prof, "detail"));
+    assert_non_null(strstr(pd, "no kernel ran in "));
+    assert_non_null(strstr(pd, "copies and memsets are not the task's work"));
     assert_null(json_object_get(json_object_get(doc, "timings"), "profile_retries"));
     json_decref(doc);
+    /* host work in the launch that the device timer does not see: 5 ms beyond 1 ms of device
+     * work in every window fails the profile; 0.5 ms (under the 1 ms slack) does not */
+    void (*host_extra)(double) = (void (*)(double))dlsym(h, "kl_fake_host_extra");
+    assert_non_null(host_extra);
+    fake_cupti(1, 0, 0, 0);
+    host_extra(5.0);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    prof = json_object_get(doc, "profile");
+    assert_false(json_is_true(json_object_get(prof, "ok")));
+    assert_non_null(strstr(json_string_value(json_object_get(prof, "detail")), "on the host beyond its"));
+    assert_true(json_real_value(json_object_get(prof, "host_unseen_ms")) >= 4.9);
+    json_decref(doc);
+    host_extra(0.5);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "profile"), "ok")));
+    json_decref(doc);
+    host_extra(0);
     fake_cupti(0, 0, 0, 0);
+    /* shared memory was poisoned before the candidate's launches (correct and determinism) */
+    unsigned (*poisons)(void) = (unsigned (*)(void))dlsym(h, "kl_fake_poisons");
+    assert_non_null(poisons);
+    assert_true(poisons() > 0);
     dlclose(h);
     free(rt);
     free(good);

@@ -96,6 +96,8 @@ kl_status kl_gate_compile(kl_gate *gate, const kl_task *task, const kl_gate_sour
 kl_status kl_gate_compile_many(kl_gate *gate, const kl_task *task, unsigned n, const kl_gate_source *srcs,
                                kl_compiled **outs, kl_error *err);
 void kl_compiled_free(kl_compiled *c);
+/* A compile result as JSON (docs/verdict-format.md, stage "compile"), a new string (free()). */
+char *kl_compiled_to_json(const kl_compiled *c);
 
 /* ---- verdicts ------------------------------------------------------------------------ */
 
@@ -127,13 +129,17 @@ typedef struct kl_verdict {
     double median_ms;         /* candidate's median at the bench shape; < 0 when not profiled */
     double speedup;           /* baseline median / candidate median; < 0 when not measured */
     double gbps, tflops;      /* achieved, from the task's cost; < 0 when not known */
+    const char *not_stored;   /* live: why this verdict was not kept in the store (a pass on evidence
+                                 weaker than the gate's standard); NULL when it was */
     kl_verdict_stage *stages;
     unsigned nstages;
     kl_verdict_doc *doc;
 } kl_verdict;
 
 typedef struct kl_judge_options {
-    bool sanitize;            /* run the compute-sanitizer stage */
+    bool sanitize;            /* run the compute-sanitizer stage; when the store holds the same
+                                 judgement without it, its stages are reused and only the
+                                 sanitizer runs */
     bool no_profile;          /* skip timing (no speedup, no roofline) */
     bool refresh;             /* live: judge again even when the store holds a verdict */
     double timeout_s;         /* the worker's wall-clock limit; <= 0: the gate's */

@@ -596,14 +596,56 @@ static void judge_release(judge_ctx *j)
     kl_strbuf_release(&j->stages);
 }
 
-static void judge_key(judge_ctx *j)
+static void key_of(const judge_ctx *j, const char *stages, char hex[KL_HASH_HEX])
 {
     char builtin[96] = "";
     if (j->builtin) kl_snprintf(builtin, sizeof builtin, "builtin:%s", j->builtin);
     kl_verdict_key_parts p = {j->cand_text, j->builtin ? builtin : j->base_text, j->task_json, j->reference,
-                              kl_strbuf_str(&j->shapes),
-                              kl_strbuf_str(&j->stages), j->gate->gpu_key, j->toolchain};
-    kl_verdict_key(&p, j->key);
+                              kl_strbuf_str(&j->shapes), stages, j->gate->gpu_key, j->toolchain};
+    kl_verdict_key(&p, hex);
+}
+
+static void judge_key(judge_ctx *j) { key_of(j, kl_strbuf_str(&j->stages), j->key); }
+
+/* The same judgement without the sanitize stage: its stored document, or NULL. A sanitized
+ * verdict reuses the stages of a stored one and runs only the sanitizer (a walk asks for the
+ * sanitizer on the proposal it admits, which it has just judged without). */
+static json_t *unsanitized_prior(const judge_ctx *j, char hex[KL_HASH_HEX])
+{
+    const char *all = kl_strbuf_str(&j->stages);
+    const char *at = strstr(all, ",sanitize");
+    if (!at || !j->gate->store) return NULL;
+    kl_strbuf st = KL_STRBUF_INIT;
+    kl_strbuf_add(&st, all, (size_t)(at - all));
+    kl_strbuf_adds(&st, at + strlen(",sanitize"));
+    key_of(j, kl_strbuf_str(&st), hex);
+    kl_strbuf_release(&st);
+    char *json = NULL;
+    kl_error ignore;
+    if (kl_store_get(j->gate->store, "verdict", hex, &json, &ignore) != KL_OK) return NULL;
+    json_t *doc = json_loads(json, 0, NULL);
+    free(json);
+    if (!json_is_object(doc) || strcmp(json_string_value(json_object_get(doc, "key")) ? json_string_value(json_object_get(doc, "key")) : "", hex) != 0 ||
+        !json_is_object(json_object_get(doc, "stages"))) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+/* Why a passing verdict must not be stored: its determinism evidence is weaker than the gate's
+ * standard (shared memory poisoned before the trials, the smaller shapes run right after a large
+ * one). NULL when it may be. */
+static const char *weak_evidence(const json_t *doc)
+{
+    if (!json_is_true(json_object_get(doc, "pass"))) return NULL;
+    const json_t *det = json_object_get(json_object_get(doc, "stages"), "determinism");
+    const json_t *ev = json_object_get(det, "evidence");
+    if (!json_is_object(ev)) return "the determinism stage reported no evidence";
+    if (!json_is_true(json_object_get(ev, "smem_poisoned"))) return "shared memory was not poisoned before the trials";
+    if (!json_is_true(json_object_get(ev, "complete")))
+        return "fewer smaller shapes ran right after a large one than the gate asks for";
+    return NULL;
 }
 
 static kl_status from_store(judge_ctx *j, kl_verdict **out, kl_error *err)
@@ -926,6 +968,14 @@ static json_t *worker_job(const judge_ctx *j, const kl_compiled *cand, const kl_
                          : NULL,
                      "shapes", shapes, "seeds", seeds, "stages", stages);
     if (job && j->builtin && !sanitize_run) json_object_set_new(job, "baseline_builtin", json_string(j->builtin));
+    /* under a sanitizer each tensor ends where its allocation ends (a read past it is reported) */
+    if (job && sanitize_run) json_object_set_new(job, "tight", json_true());
+    /* the worker's own deadline, before the parent's kill: waiting past it on a reference is the
+     * task's limit and ends as a harness error, never as the candidate's timeout */
+    double timeout = sanitize_run ? j->gate->sanitize_timeout_s
+                                  : j->opt->timeout_s > 0 ? j->opt->timeout_s : j->gate->run_timeout_s;
+    double margin = timeout * 0.1 > 5 ? timeout * 0.1 : 5;
+    if (job && timeout - margin >= 1) json_object_set_new(job, "deadline_s", json_real(timeout - margin));
     if (job && t->reference_max_flops > 0)
         json_object_set_new(job, "reference_max_flops", json_real(t->reference_max_flops));
     /* the measured ceilings, so the worker can refuse timings past them as well */
@@ -1028,7 +1078,35 @@ cleanup:
     return st;
 }
 
-static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
+/* The sanitize stage of `stages` for the compiled candidate (compiled, the rest passed). */
+static kl_status sanitize_stage(judge_ctx *j, const kl_compiled *cand, json_t *stages, kl_error *err)
+{
+    json_t *sjob = worker_job(j, cand, NULL, true);
+    char *sjob_text = sjob ? json_dumps(sjob, JSON_COMPACT) : NULL;
+    json_t *sstage = NULL;
+    kl_status st;
+    if (!sjob_text) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    else st = kl_gate_sanitize(j->gate, sjob_text, &sstage, err);
+    if (sstage) json_object_set(sstage, "shape", json_array_get(json_object_get(sjob, "shapes"), 0));
+    json_decref(sjob);
+    free(sjob_text);
+    if (st == KL_OK) json_object_set_new(stages, "sanitize", sstage);
+    else json_decref(sstage);
+    return st;
+}
+
+static bool stages_passed(json_t *stages)
+{
+    for (unsigned i = 0; i < kl_gate_stage_count; i++) {
+        json_t *s = json_object_get(stages, kl_gate_stage_names[i]);
+        if (s && !json_object_get(s, "skipped") && !json_is_true(json_object_get(s, "ok"))) return false;
+    }
+    return true;
+}
+
+/* prior: the stored verdict of the same judgement without the sanitize stage (owned here), or
+ * NULL: its stages are taken as they are and only the sanitizer runs. */
+static kl_status live_judge(judge_ctx *j, json_t *prior, const char *prior_key, kl_verdict **out, kl_error *err)
 {
     kl_gate *gate = j->gate;
     kl_status st = KL_OK;
@@ -1038,20 +1116,51 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
     kl_child c;
     kl_child_init(&c);
     kl_gate_source srcs[2] = {{j->cand_name, j->cand_text}, {j->base_name, j->base_text}};
-    double t_start = kl_now(), t_compile = 0, t_check = 0, t_runtime = 0;
-    KL_TRY(kl_gate_compile_many(gate, j->task, j->base_text && !j->builtin ? 2 : 1, srcs, objs, err));
+    double t_start = kl_now(), t_compile = 0, t_runtime = 0;
+    unsigned ncompile = prior ? 1 : j->base_text && !j->builtin ? 2 : 1;
+    KL_TRY(kl_gate_compile_many(gate, j->task, ncompile, srcs, objs, err));
     t_compile = kl_now() - t_start;
     if (objs[1] && !objs[1]->ok) {
         st = kl_error_set(err, KL_ERR_COMPILE, "the baseline does not compile: %s",
                           objs[1]->error ? objs[1]->error : "nvcc failed");
         goto cleanup;
     }
+    json_t *stages;
+    if (prior) {
+        /* the stored judgement's stages, under this judgement's key and date */
+        char stamp[32];
+        kl_utc_stamp(stamp, sizeof stamp);
+        doc = prior;
+        prior = NULL;
+        json_object_set_new(doc, "reused_from", json_pack("{s:s, s:O}", "key", prior_key, "date",
+                                                          json_object_get(doc, "date") ? json_object_get(doc, "date")
+                                                                                       : json_null()));
+        json_object_set_new(doc, "key", json_string(j->key));
+        json_object_set_new(doc, "date", json_string(stamp));
+        json_object_set_new(doc, "stages_asked", json_string(kl_strbuf_str(&j->stages)));
+        json_object_set_new(json_object_get(doc, "candidate"), "name", json_string(j->cand_name));
+        json_object_del(doc, "stored");
+        json_object_del(doc, "not_stored");
+        stages = json_object_get(doc, "stages");
+        json_object_del(stages, "sanitize");
+        if (stages_passed(stages)) {
+            if (!objs[0]->ok) { /* the stored verdict compiled; this toolchain's object check says no */
+                json_t *cj = json_object_get(stages, "compile");
+                json_object_set_new(cj, "ok", json_false());
+                json_object_set_new(cj, "reason", json_string(objs[0]->error ? objs[0]->error : "nvcc failed"));
+                goto finish;
+            }
+            KL_TRY(ensure_runtime(gate, j->arch, err));
+            KL_TRY(sanitize_stage(j, objs[0], stages, err));
+        }
+        goto finish;
+    }
     doc = new_doc(j);
     if (!doc) {
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    json_t *stages = json_object_get(doc, "stages");
+    stages = json_object_get(doc, "stages");
     json_t *cj = kl_compiled_json(objs[0]);
     json_object_set_new(cj, "log", json_stringn(objs[0]->log ? objs[0]->log : "",
                                                 objs[0]->log && strlen(objs[0]->log) > LOG_KEEP ? LOG_KEEP
@@ -1062,16 +1171,7 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
         json_object_set_new(cj, "reason", json_string(objs[0]->error ? objs[0]->error : "nvcc failed"));
         goto finish;
     }
-    kl_error oerr = {0};
     double t = kl_now();
-    kl_status ost = kl_object_check(objs[0]->object, &oerr);
-    t_check = kl_now() - t;
-    if (ost != KL_OK) {
-        json_object_set_new(cj, "ok", json_false());
-        json_object_set_new(cj, "reason", json_string(oerr.message));
-        goto finish;
-    }
-    t = kl_now();
     KL_TRY(ensure_runtime(gate, j->arch, err));
     t_runtime = kl_now() - t;
     json_t *job = worker_job(j, objs[0], objs[1], false);
@@ -1089,33 +1189,26 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
     json_t *run = json_object_get(doc, "run");
     if (json_is_object(run))
         json_object_set_new(run, "parent",
-                            json_pack("{s:f, s:f, s:f, s:f, s:f}", "compile", t_compile, "object_check", t_check,
+                            json_pack("{s:f, s:f, s:f, s:f}", "compile", t_compile,
                                       "runtime", t_runtime, "worker", t_worker, "until_worker_done",
                                       kl_now() - t_start));
-    bool passed = true;
-    for (unsigned i = 0; i < kl_gate_stage_count; i++) {
-        json_t *s = json_object_get(stages, kl_gate_stage_names[i]);
-        if (s && !json_object_get(s, "skipped") && !json_is_true(json_object_get(s, "ok"))) passed = false;
-    }
     if (j->opt->sanitize) {
-        if (!passed) {
-            json_object_set_new(stages, "sanitize", stage_skip("an earlier stage failed"));
-        } else {
-            json_t *sjob = worker_job(j, objs[0], NULL, true);
-            char *sjob_text = sjob ? json_dumps(sjob, JSON_COMPACT) : NULL;
-            json_t *sstage = NULL;
-            if (!sjob_text) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-            else st = kl_gate_sanitize(gate, sjob_text, &sstage, err);
-            if (sstage) json_object_set(sstage, "shape", json_array_get(json_object_get(sjob, "shapes"), 0));
-            json_decref(sjob);
-            free(sjob_text);
-            if (st != KL_OK) goto cleanup;
-            json_object_set_new(stages, "sanitize", sstage);
-        }
+        if (!stages_passed(stages)) json_object_set_new(stages, "sanitize", stage_skip("an earlier stage failed"));
+        else KL_TRY(sanitize_stage(j, objs[0], stages, err));
     }
 finish:
     finish_doc(j, doc, stages);
-    if (gate->store) {
+    /* a pass made on weaker evidence than the gate's standard is answered, not kept */
+    const char *weak = weak_evidence(doc);
+    if (weak) {
+        json_object_set_new(doc, "stored", json_false());
+        kl_strbuf why = KL_STRBUF_INIT;
+        kl_strbuf_addf(&why, "not stored: %s", weak);
+        json_object_set_new(doc, "not_stored", json_string(kl_strbuf_str(&why)));
+        kl_strbuf_release(&why);
+        kl_log(KL_LOG_WARN, "%s: the verdict is not stored: %s", j->cand_name, weak);
+    }
+    if (gate->store && !weak) {
         char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
         if (!text) {
             st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -1130,6 +1223,7 @@ finish:
 cleanup:
     kl_child_release(&c);
     json_decref(doc);
+    json_decref(prior);
     free(job_text);
     kl_compiled_free(objs[0]);
     kl_compiled_free(objs[1]);
@@ -1216,7 +1310,9 @@ kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source
         kl_error_clear(err);
         st = KL_OK;
     }
-    st = live_judge(&j, out, err);
+    char prior_key[KL_HASH_HEX] = "";
+    json_t *prior = j.opt->sanitize && !j.opt->refresh ? unsanitized_prior(&j, prior_key) : NULL;
+    st = live_judge(&j, prior, prior_key, out, err);
 cleanup:
     judge_release(&j);
     return st;

@@ -274,7 +274,10 @@ static void compile_many_overlaps_its_children(void **state)
     kl_strbuf_addf(&sb, "#!/bin/sh\n"
                         "if [ \"$1\" = --version ]; then echo 'Cuda compilation tools, release 13.0, V13.0.88'; exit 0; fi\n"
                         "out=; while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
-                        "sleep %g; : > \"$out\"\n",
+                        "sleep %g\n"
+                        /* a real shared object exporting the shim's two symbols: the gate inspects it */
+                        "printf 'int kl_shim_launch(void){return 0;} const char *kl_shim_abi(void){return \"\";}' > \"$out.c\"\n"
+                        "cc -shared -fPIC -x c \"$out.c\" -o \"$out\"; rm -f \"$out.c\"\n",
                    secs);
     assert_int_equal(kl_file_write(nvcc, kl_strbuf_str(&sb), sb.len, &err), KL_OK);
     assert_int_equal(chmod(nvcc, 0755), 0);

@@ -39,9 +39,15 @@ typedef struct kl_judgement {
 /* What a judgement asks for (flags, or-ed). */
 enum {
     KL_JUDGE_PROFILE = 1u << 0,        /* time it against the baseline (else correctness only) */
-    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1 /* check the bench shape against the baseline's outputs
+    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1, /* check the bench shape against the baseline's outputs
                                            (a version the walk already verified there), not the
                                            float64 reference: the check shapes still are */
+    KL_JUDGE_SANITIZE = 1u << 2          /* also the sanitizer stages (memcheck with each tensor at
+                                           its allocation's end, racecheck, initcheck, synccheck),
+                                           for a version about to be admitted or returned: the
+                                           default stages do not catch every race. The gate reuses
+                                           the same judgement without it when stored and runs only
+                                           the sanitizer (docs/gate.md) */
 };
 
 /* The judge: by default the gate (kl_lineage_gate_judge); tests may give their own. */

@@ -24,6 +24,11 @@
 extern "C" {
 #endif
 
+/* A float64 reference predicted to take longer than this many seconds at a shape (its cost.flops
+ * at the speed measured on the host at a small shape) is not run there: the baseline's outputs
+ * stand in, at twice the tolerance (docs/gate.md, "correct"). `task check` warns of such shapes. */
+#define KL_REFERENCE_BUDGET_S 20.0
+
 typedef enum kl_gate_mode { KL_GATE_LIVE = 0, KL_GATE_REPLAY = 1, KL_GATE_RECORD = 2 } kl_gate_mode;
 
 typedef struct kl_gate_options {

@@ -1,7 +1,9 @@
 /* klineage bench: the suite's naive and expert kernels against the vendor, as a table. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "klineage/bench.h"
@@ -55,9 +57,16 @@ KL_CMD(bench)
         return cli_usage_error(cli, "say what to benchmark: --expert (the suite's naive and expert kernels)");
     only[nonly] = NULL;
     if (!suite) suite = "tasks";
-    cli_measure_auto(cli);
-
-    int rc = cli_measure_open(cli, &m, suite);
+    /* the arguments first: nothing is opened or created for a command line that cannot run */
+    char suite_json[4096];
+    snprintf(suite_json, sizeof suite_json, "%s/suite.json", suite);
+    if (access(suite_json, R_OK) != 0) return cli_error("%s: cannot read: %s (--suite names a folder holding suite.json)",
+                                                        suite_json, strerror(errno));
+    if (vendor && access(vendor, R_OK) != 0) return cli_error("--vendor %s: cannot read: %s", vendor, strerror(errno));
+    /* the one rule (measure.h): live measures now or fails; no --measure replays without a GPU */
+    int rc = cli_measure_resolve(cli);
+    if (rc != KL_EXIT_OK) return rc;
+    rc = cli_measure_open(cli, &m, suite);
     if (rc != KL_EXIT_OK) return rc;
     rc = KL_EXIT_FAILED;
     kl_error err = {0};

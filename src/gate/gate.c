@@ -648,6 +648,22 @@ static const char *weak_evidence(const json_t *doc)
     return NULL;
 }
 
+/* A stored verdict names the files it was judged with; served again, it names the ones given
+ * now (the key covers their text, not their names). */
+static void name_files(judge_ctx *j, kl_verdict *v)
+{
+    json_t *doc = kl_verdict_document(v);
+    json_t *c = json_object_get(doc, "candidate"), *b = json_object_get(doc, "baseline");
+    if (json_is_object(c) && j->cand_name) {
+        json_object_set_new(c, "name", json_string(j->cand_name));
+        v->candidate = json_string_value(json_object_get(c, "name"));
+    }
+    if (json_is_object(b) && j->base_name) {
+        json_object_set_new(b, "name", json_string(j->base_name));
+        v->baseline = json_string_value(json_object_get(b, "name"));
+    }
+}
+
 static kl_status from_store(judge_ctx *j, kl_verdict **out, kl_error *err)
 {
     char *json = NULL;
@@ -662,6 +678,7 @@ static kl_status from_store(judge_ctx *j, kl_verdict **out, kl_error *err)
         return kl_error_set(err, KL_ERR_INVALID, "the stored verdict under %s names another key (%s)", j->key,
                             "a corrupted store or archive");
     }
+    name_files(j, *out);
     return KL_OK;
 }
 

@@ -263,12 +263,14 @@ static int get_bool(worker *w, json_t *obj, const char *where, const char *key, 
 
 /* A reference predicted to take longer than this (seconds) at a shape is not run there: the
  * baseline stands in (the reference's speed is measured on this host at a small shape). */
-#define REFERENCE_BUDGET_S 20.0
+#define REFERENCE_BUDGET_S KL_REFERENCE_BUDGET_S
 /* Host time inside the candidate's launch beyond the device work it ran that fails the profile
  * (ms), unless the device work takes longer still: work done on the host is not the task's. */
 #define HOST_SLACK_MS 1.0
 /* A check shape is timed for the reference's speed when its cost.flops is at most this. */
 #define REFERENCE_PROBE_FLOPS 5e7
+/* … and at least this: a smaller run times the call, not the reference. */
+#define REFERENCE_PROBE_MIN_FLOPS 1e5
 
 typedef struct profile_opts {
     bool on;
@@ -2044,7 +2046,7 @@ static int reference_budget(worker *w, const gate_opts *o)
             probe_flops = f;
         }
     }
-    if (!probe || probe_flops < 1) return 0;
+    if (!probe || probe_flops < REFERENCE_PROBE_MIN_FLOPS) return 0; /* too small to time */
     input_entry *e;
     if (inputs_get(w, probe, w->seeds[0], &e)) return -1; /* no pool yet: filled here */
     pthread_mutex_lock(&w->cache_mu);

@@ -6,7 +6,7 @@ set -u
 # Tools: whatever provides the command will do (npm may come with a Node.js that is not
 # Debian's). Libraries: Debian's -dev packages.
 tools=(cmake:cmake make:make gcc:gcc pkg-config:pkg-config npm:npm python3:python3)
-libraries=(libtree-sitter-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev libcmocka-dev)
+libraries=(libtree-sitter-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev libcmocka-dev libseccomp-dev)
 
 missing=()
 for t in "${tools[@]}"; do

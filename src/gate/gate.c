@@ -51,6 +51,15 @@ kl_status kl_gate_open(const kl_gate_options *opt, kl_gate **out, kl_error *err)
         kl_gate_close(g);
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     }
+    const char *sb = getenv("KLINEAGE_SANDBOX");
+    g->sandbox = !sb || !*sb || !strcmp(sb, "on") ? KL_SANDBOX_ON : !strcmp(sb, "off") ? KL_SANDBOX_OFF
+                 : !strcmp(sb, "require")                          ? KL_SANDBOX_REQUIRE
+                                                                   : -1;
+    if (g->sandbox < 0) {
+        kl_status st = kl_error_set(err, KL_ERR_INVALID, "$KLINEAGE_SANDBOX is on, off or require, not '%s'", sb);
+        kl_gate_close(g);
+        return st;
+    }
     if (g->arch && (!kl_str_starts(g->arch, "sm_") || strlen(g->arch) < 5)) {
         kl_status st = kl_error_set(err, KL_ERR_INVALID, "--arch %s: expected sm_XY (sm_90, sm_90a …)", g->arch);
         kl_gate_close(g);
@@ -157,12 +166,52 @@ kl_status kl_gate_worker(kl_gate *gate, kl_error *err)
 
 /* Run the worker on one job. KL_OK when it ran (whatever its end: see c); the caller
  * releases c. */
-static kl_status run_worker(kl_gate *gate, const char *job, double timeout_s, kl_child *c, kl_error *err)
+kl_status kl_gate_scratch(kl_gate *gate, char **scratch, kl_error *err)
+{
+    *scratch = NULL;
+    if (gate->sandbox == KL_SANDBOX_OFF) return KL_OK;
+    return kl_tempdir("worker", scratch, err);
+}
+
+void kl_gate_scratch_done(char *scratch)
+{
+    if (!scratch) return;
+    kl_error ignore;
+    kl_remove_tree(scratch, &ignore);
+    free(scratch);
+}
+
+void kl_gate_job_sandbox(kl_gate *gate, json_t *job, const kl_task *task, const char *scratch, bool sanitizer)
+{
+    if (!job || !scratch) return;
+    /* reads beyond the system's and the mapped libraries' (the worker adds those): the task's
+     * folder and the cache (objects, the reference, the runtime) */
+    json_t *read = json_array(), *write = json_array();
+    if (task->dir) json_array_append_new(read, json_string(task->dir));
+    json_array_append_new(read, json_string(gate->cache_dir));
+    /* compute-sanitizer's injected library may keep files of its own in the usual places */
+    if (sanitizer) {
+        json_array_append_new(write, json_string("/tmp"));
+        json_array_append_new(write, json_string("/dev/shm"));
+    }
+    json_object_set_new(job, "sandbox", json_pack("{s:s, s:o, s:o, s:b}", "scratch", scratch, "read", read, "write",
+                                                  write, "require", gate->sandbox == KL_SANDBOX_REQUIRE));
+}
+
+static kl_status run_worker(kl_gate *gate, const char *job, double timeout_s, const char *scratch, kl_child *c,
+                            kl_error *err)
 {
     kl_child_init(c);
     kl_status st = kl_gate_worker(gate, err);
     if (st != KL_OK) return st;
     const char *argv[] = {gate->worker, NULL};
+    char tmpdir[4200];
+    const char *env[] = {tmpdir, NULL};
+    if (scratch) {
+        kl_snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", scratch);
+        c->dir = scratch;
+        c->env = env;
+    }
     c->argv = argv;
     c->stdin_data = job;
     c->stdin_len = strlen(job);
@@ -170,7 +219,9 @@ static kl_status run_worker(kl_gate *gate, const char *job, double timeout_s, kl
     c->out_max = WORKER_OUT_MAX;
     c->err_max = WORKER_ERR_MAX;
     st = kl_child_run(c, err);
-    c->argv = NULL; /* argv lives on this frame */
+    c->argv = NULL; /* argv and env live on this frame */
+    c->env = NULL;
+    c->dir = NULL;
     return st;
 }
 
@@ -294,7 +345,7 @@ static kl_status measure_gpu(kl_gate *gate, const char *key, kl_error *err)
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    KL_TRY(run_worker(gate, job, gate->run_timeout_s, &c, err));
+    KL_TRY(run_worker(gate, job, gate->run_timeout_s, NULL, &c, err));
     json_error_t je;
     res = json_loads(kl_strbuf_str(&c.out), 0, &je);
     if (c.exit_code != 0 || !json_is_object(res)) {
@@ -1087,6 +1138,17 @@ static kl_status run_stages(judge_ctx *j, const kl_child *c, json_t *doc, kl_err
     /* where the worker's time went (its own clock; the rest of seconds is its start and exit) */
     json_t *timings = json_object_get(res, "timings");
     if (run && json_is_object(timings)) json_object_set(run, "timings", timings);
+    /* what the worker ran under: said on every verdict, and loudly once when it was not there */
+    json_t *sandbox = json_object_get(res, "sandbox");
+    if (run && json_is_object(sandbox)) json_object_set(run, "sandbox", sandbox);
+    if (json_is_object(sandbox) && j->gate->sandbox != KL_SANDBOX_OFF && !j->gate->sandbox_warned &&
+        (!json_is_true(json_object_get(sandbox, "landlock")) || !json_is_true(json_object_get(sandbox, "seccomp")))) {
+        j->gate->sandbox_warned = true;
+        kl_log(KL_LOG_WARN, "the candidate ran WITHOUT the full sandbox: %s (docs/gate.md; KLINEAGE_SANDBOX=require "
+                            "makes this an error)",
+               json_string_value(json_object_get(sandbox, "detail")) ? json_string_value(json_object_get(sandbox, "detail"))
+                                                                     : "?");
+    }
     json_object_set_new(doc, "run", run);
     if (json_is_object(json_object_get(res, "device")))
         json_object_update_missing(json_object_get(doc, "device"), json_object_get(res, "device"));
@@ -1098,12 +1160,16 @@ cleanup:
 /* The sanitize stage of `stages` for the compiled candidate (compiled, the rest passed). */
 static kl_status sanitize_stage(judge_ctx *j, const kl_compiled *cand, json_t *stages, kl_error *err)
 {
+    char *scratch = NULL;
+    kl_status st = kl_gate_scratch(j->gate, &scratch, err);
+    if (st != KL_OK) return st;
     json_t *sjob = worker_job(j, cand, NULL, true);
+    kl_gate_job_sandbox(j->gate, sjob, j->task, scratch, true);
     char *sjob_text = sjob ? json_dumps(sjob, JSON_COMPACT) : NULL;
     json_t *sstage = NULL;
-    kl_status st;
     if (!sjob_text) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-    else st = kl_gate_sanitize(j->gate, sjob_text, &sstage, err);
+    else st = kl_gate_sanitize(j->gate, sjob_text, scratch, &sstage, err);
+    kl_gate_scratch_done(scratch);
     if (sstage) json_object_set(sstage, "shape", json_array_get(json_object_get(sjob, "shapes"), 0));
     json_decref(sjob);
     free(sjob_text);
@@ -1129,7 +1195,7 @@ static kl_status live_judge(judge_ctx *j, json_t *prior, const char *prior_key, 
     kl_status st = KL_OK;
     kl_compiled *objs[2] = {NULL, NULL};
     json_t *doc = NULL;
-    char *job_text = NULL;
+    char *job_text = NULL, *scratch = NULL;
     kl_child c;
     kl_child_init(&c);
     kl_gate_source srcs[2] = {{j->cand_name, j->cand_text}, {j->base_name, j->base_text}};
@@ -1191,7 +1257,9 @@ static kl_status live_judge(judge_ctx *j, json_t *prior, const char *prior_key, 
     double t = kl_now();
     KL_TRY(ensure_runtime(gate, j->arch, err));
     t_runtime = kl_now() - t;
+    KL_TRY(kl_gate_scratch(gate, &scratch, err));
     json_t *job = worker_job(j, objs[0], objs[1], false);
+    kl_gate_job_sandbox(gate, job, j->task, scratch, false);
     job_text = job ? json_dumps(job, JSON_COMPACT) : NULL;
     json_decref(job);
     if (!job_text) {
@@ -1200,7 +1268,7 @@ static kl_status live_judge(judge_ctx *j, json_t *prior, const char *prior_key, 
     }
     double timeout = j->opt->timeout_s > 0 ? j->opt->timeout_s : gate->run_timeout_s;
     t = kl_now();
-    KL_TRY(run_worker(gate, job_text, timeout, &c, err));
+    KL_TRY(run_worker(gate, job_text, timeout, scratch, &c, err));
     double t_worker = kl_now() - t;
     KL_TRY(run_stages(j, &c, doc, err));
     json_t *run = json_object_get(doc, "run");
@@ -1239,6 +1307,7 @@ finish:
     doc = NULL;
 cleanup:
     kl_child_release(&c);
+    kl_gate_scratch_done(scratch);
     json_decref(doc);
     json_decref(prior);
     free(job_text);

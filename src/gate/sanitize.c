@@ -83,7 +83,7 @@ static char *find_sanitizer(kl_gate *gate)
     return kl_strdup("compute-sanitizer"); /* PATH; a failure to run says so */
 }
 
-kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_error *err)
+kl_status kl_gate_sanitize(kl_gate *gate, const char *job, const char *scratch, json_t **stage, kl_error *err)
 {
     *stage = NULL;
     kl_status st = KL_OK;
@@ -123,6 +123,13 @@ kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_er
         unlink(log_path);
         kl_child c;
         kl_child_init(&c);
+        char tmpdir[4200];
+        const char *env[] = {tmpdir, NULL};
+        if (scratch) { /* the worker's working folder and $TMPDIR: the one place it may write */
+            kl_snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", scratch);
+            c.dir = scratch;
+            c.env = env;
+        }
         c.argv = argv;
         c.stdin_data = job;
         c.stdin_len = strlen(job);

@@ -16,6 +16,7 @@
 
 #include "gate/gate_int.h"
 #include "gate/measure.h"
+#include "gate/sandbox.h"
 #include "gate/worker.h"
 #include "klineage/task.h"
 
@@ -151,6 +152,9 @@ typedef struct worker {
     bool smem_poison_failed;
     double deadline;           /* kl_now() past which waiting on the pool is the harness's failure; 0: none */
     bool abandon;              /* the pool is left running at the end (a reference past the deadline) */
+
+    kl_sandbox sandbox;        /* in force once applied (ruleset kept for the pool's threads) */
+    bool sandboxed;
 
     bool integrity_on;
     unsigned integrity_launches;
@@ -296,6 +300,7 @@ typedef struct gate_opts {
 typedef struct gate_paths {
     const char *task_dir, *cand_path, *base_path, *builtin;
     json_t *bmap;
+    json_t *sandbox;            /* {"scratch", "read", "write", "require"}, or NULL: none */
 } gate_paths;
 
 static int parse_stages(worker *w, json_t *stages, gate_opts *o)
@@ -2025,6 +2030,23 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
     gp->bmap = json_object_get(w->job, "baseline_args");
     if (gp->bmap && !json_is_object(gp->bmap))
         return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"baseline_args\" must be an object");
+    gp->sandbox = json_object_get(w->job, "sandbox");
+    if (gp->sandbox) {
+        static const char *const sk[] = {"scratch", "read", "write", "require", NULL};
+        if (!json_is_object(gp->sandbox)) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"sandbox\" must be an object");
+        if (check_keys(w, gp->sandbox, "sandbox", sk)) return -1;
+        const char *scratch;
+        if (get_string(w, gp->sandbox, "scratch", true, &scratch)) return -1;
+        const char *lists[] = {"read", "write"};
+        for (int k = 0; k < 2; k++) {
+            json_t *a = json_object_get(gp->sandbox, lists[k]), *v;
+            size_t i;
+            if (a && !json_is_array(a))
+                return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: sandbox.%s must be an array of paths", lists[k]);
+            json_array_foreach(a, i, v) if (!json_is_string(v))
+                return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: sandbox.%s[%zu] must be a path", lists[k], i);
+        }
+    }
     *op = o;
     return 0;
 }
@@ -2118,6 +2140,64 @@ static int gate_prepare(worker *w, const gate_opts *o, const gate_paths *gp)
     return 0;
 }
 
+/* On a pool thread started before the sandbox: it joins the Landlock domain before its next
+ * task (seccomp already covers it: the filter went to every thread). */
+static void pool_join_sandbox(void *arg)
+{
+    worker *w = arg;
+    kl_error err = {0};
+    if (kl_sandbox_join(&w->sandbox, &err) != KL_OK) kl_log(KL_LOG_WARN, "%s", err.message);
+}
+
+static const char **string_list(json_t *a)
+{
+    size_t n = json_array_size(a);
+    const char **out = calloc(n + 1, sizeof *out);
+    for (size_t i = 0; out && i < n; i++) out[i] = json_string_value(json_array_get(a, i));
+    return out;
+}
+
+/* The sandbox, before the first untrusted object (baseline or candidate) is loaded: the harness
+ * (CUDA, CUPTI, cuBLAS, the reference, the pool) is up by then and needs nothing it forbids.
+ * What is in force goes to the result's "sandbox". Not in force where the kernel does not offer
+ * it, said so (a harness failure when the job requires it). */
+static bool process_sandboxed;
+
+bool kl_worker_sandboxed(void) { return process_sandboxed; }
+
+static int sandbox_enter(worker *w, json_t *spec)
+{
+    json_t *doc = json_object();
+    json_object_set_new(w->result, "sandbox", doc);
+    if (!spec) {
+        json_object_set_new(doc, "applied", json_false());
+        json_object_set_new(doc, "detail", json_string("not asked for"));
+        return 0;
+    }
+    const char **rd = string_list(json_object_get(spec, "read"));
+    const char **wr = string_list(json_object_get(spec, "write"));
+    kl_sandbox_policy pol = {json_string_value(json_object_get(spec, "scratch")), rd, wr, true};
+    kl_error err = {0};
+    kl_status st = rd && wr ? kl_sandbox_apply(&pol, &w->sandbox, &err) : kl_error_set(&err, KL_ERR_NOMEM, "out of memory");
+    free(rd);
+    free(wr);
+    bool require = json_is_true(json_object_get(spec, "require"));
+    w->sandboxed = st == KL_OK && (w->sandbox.landlock || w->sandbox.seccomp);
+    process_sandboxed |= st == KL_OK;
+    json_object_set_new(doc, "applied", json_boolean(w->sandboxed));
+    json_object_set_new(doc, "landlock", json_boolean(w->sandbox.landlock));
+    json_object_set_new(doc, "landlock_abi", json_integer(w->sandbox.landlock_abi));
+    json_object_set_new(doc, "seccomp", json_boolean(w->sandbox.seccomp));
+    json_object_set_new(doc, "rlimits", json_boolean(w->sandbox.rlimits));
+    json_object_set_new(doc, "detail", json_string(st == KL_OK ? w->sandbox.detail : err.message));
+    if (st == KL_OK && w->sandbox.landlock && w->pool) kl_pool_set_hook(w->pool, pool_join_sandbox, w);
+    if (require && (st != KL_OK || !w->sandbox.landlock || !w->sandbox.seccomp))
+        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "the sandbox is required and not in force: %s",
+                    st == KL_OK ? w->sandbox.detail : err.message);
+    if (st != KL_OK) kl_log(KL_LOG_WARN, "the sandbox could not be applied: %s", err.message);
+    return 0;
+}
+
 static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
 {
     gate_opts o = *op;
@@ -2153,6 +2233,7 @@ static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
     t = kl_now();
     if (builtin && setup_builtin(w, &w->base, builtin, bmap)) return -1;
     w->tm.cublas_init = kl_now() - t;
+    if (sandbox_enter(w, gp->sandbox)) return -1;
     if (base_path) {
         w->stage = "load";
         t = kl_now();
@@ -2355,6 +2436,7 @@ int kl_worker_run(const char *job, size_t len, char **result)
     kl_strbuf_init(&w->integrity_detail, 1024);
     kl_strbuf_init(&w->hygiene_detail, 1024);
     w->result = json_object();
+    w->sandbox.ruleset_fd = -1;
     w->exit_code = KL_WORKER_EXIT_OK;
     w->stage = "job";
     json_error_t jerr;
@@ -2418,6 +2500,7 @@ int kl_worker_run(const char *job, size_t len, char **result)
     free(w->cache_dir);
     kl_strbuf_release(&w->integrity_detail);
     kl_strbuf_release(&w->hygiene_detail);
+    kl_sandbox_release(&w->sandbox);
     pthread_mutex_destroy(&w->ref_mu);
     pthread_cond_destroy(&w->cache_cv);
     pthread_mutex_destroy(&w->cache_mu);

@@ -13,10 +13,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gate/gate_int.h"
+#include "gate/sandbox.h"
 #include "gate/worker.h"
 #include "util/util.h"
 
@@ -518,6 +524,163 @@ static void timings_always_reported(void **state)
     json_decref(doc);
 }
 
+/* klineage-worker beside the tests' folder, or $KLINEAGE_WORKER; NULL when not built. */
+static char *worker_bin(void)
+{
+    const char *env = getenv("KLINEAGE_WORKER");
+    if (env && *env) return access(env, X_OK) == 0 ? kl_strdup(env) : NULL;
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = '\0';
+    char *dir = kl_path_dirname(self), *up = dir ? kl_path_dirname(dir) : NULL;
+    char *bin = up ? kl_path_join(up, "klineage-worker") : NULL;
+    free(dir), free(up);
+    if (bin && access(bin, X_OK) != 0) free(bin), bin = NULL;
+    return bin;
+}
+
+/* The sandbox itself, applied to a child of this test: everything a candidate may not do is
+ * refused, and what the worker needs (its scratch folder, reading what it was given) is not.
+ * Each attempt's outcome is one bit sent back on a pipe. */
+enum {
+    SB_WRITE_SCRATCH = 1 << 0,  /* allowed */
+    SB_READ_GIVEN = 1 << 1,     /* allowed */
+    SB_CREATE_OUTSIDE = 1 << 2, /* the rest: refused */
+    SB_UNLINK_OUTSIDE = 1 << 3,
+    SB_READ_OUTSIDE = 1 << 4,
+    SB_SOCKET_INET = 1 << 5,
+    SB_RAW_SOCKET = 1 << 6,
+    SB_FORK = 1 << 7,
+    SB_EXEC = 1 << 8,
+    SB_CHMOD = 1 << 9,
+    SB_KILL_PARENT = 1 << 10,
+    SB_THREAD = 1 << 11,        /* allowed: the driver starts threads */
+};
+
+static void *sb_thread(void *arg) { return arg; }
+
+static unsigned sandbox_attempts(const char *scratch, const char *given, const char *outside, bool try_exec)
+{
+    unsigned got = 0;
+    char path[4200];
+    kl_snprintf(path, sizeof path, "%s/mine", scratch);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0 && write(fd, "x", 1) == 1) got |= SB_WRITE_SCRATCH;
+    if (fd >= 0) close(fd);
+    kl_snprintf(path, sizeof path, "%s/input", given);
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) got |= SB_READ_GIVEN, close(fd);
+    kl_snprintf(path, sizeof path, "%s/created", outside);
+    fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) got |= SB_CREATE_OUTSIDE, close(fd);
+    kl_snprintf(path, sizeof path, "%s/victim", outside);
+    if (unlink(path) == 0) got |= SB_UNLINK_OUTSIDE;
+    kl_snprintf(path, sizeof path, "%s/secret", outside);
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) got |= SB_READ_OUTSIDE, close(fd);
+    int so = socket(AF_INET, SOCK_STREAM, 0);
+    if (so >= 0) got |= SB_SOCKET_INET, close(so);
+    long raw = syscall(SYS_socket, AF_INET6, SOCK_DGRAM, 0);
+    if (raw >= 0) got |= SB_RAW_SOCKET, close((int)raw);
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) got |= SB_FORK, waitpid(pid, NULL, 0);
+    char *const argv[] = {(char *)"/bin/true", NULL};
+    /* when it works it never returns: the process is /bin/true, whose exit the parent sees */
+    if (try_exec && syscall(SYS_execve, "/bin/true", argv, NULL) == 0) got |= SB_EXEC;
+    kl_snprintf(path, sizeof path, "%s/keep", outside);
+    if (chmod(path, 0777) == 0) got |= SB_CHMOD;
+    if (kill(getppid(), 0) == 0) got |= SB_KILL_PARENT;
+    pthread_t t;
+    if (pthread_create(&t, NULL, sb_thread, NULL) == 0) got |= SB_THREAD, pthread_join(t, NULL);
+    return got;
+}
+
+static void sandbox_refuses_in_a_child(void **state)
+{
+    (void)state;
+    /* outside: a folder of its own (tmp_root holds objects this process mapped, which the
+     * sandbox lets it read) */
+    char *scratch = kl_path_join(tmp_root, "sb-scratch"), *given = kl_path_join(tmp_root, "sb-given"), *outside = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("sb-outside", &outside, &err), KL_OK);
+    assert_int_equal(kl_mkdirs(scratch, &err), KL_OK);
+    assert_int_equal(kl_mkdirs(given, &err), KL_OK);
+    assert_int_equal(kl_mkdirs(outside, &err), KL_OK);
+    char *in = kl_path_join(given, "input"), *victim = kl_path_join(outside, "victim"),
+         *secret = kl_path_join(outside, "secret"), *keep = kl_path_join(outside, "keep");
+    assert_int_equal(kl_file_write(in, "in", 2, &err), KL_OK);
+    assert_int_equal(kl_file_write(victim, "v", 1, &err), KL_OK);
+    assert_int_equal(kl_file_write(secret, "s", 1, &err), KL_OK);
+    assert_int_equal(kl_file_write(keep, "k", 1, &err), KL_OK);
+    assert_int_equal(chmod(keep, 0600), 0);
+    /* without the sandbox every attempt works: the attempts are real */
+    unsigned open_run = sandbox_attempts(scratch, given, outside, false);
+    assert_true(open_run & SB_CREATE_OUTSIDE);
+    assert_true(open_run & SB_UNLINK_OUTSIDE);
+    assert_true(open_run & SB_SOCKET_INET);
+    assert_true(open_run & SB_FORK);
+    assert_true(open_run & SB_CHMOD);
+    assert_int_equal(kl_file_write(victim, "v", 1, &err), KL_OK);
+    char *created = kl_path_join(outside, "created");
+    unlink(created);
+    assert_int_equal(chmod(keep, 0600), 0);
+
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        const char *reads[] = {given, NULL};
+        kl_sandbox_policy pol = {scratch, reads, NULL, false};
+        kl_sandbox sb;
+        kl_error e = {0};
+        unsigned report[3] = {0, 0, 0};
+        if (kl_sandbox_apply(&pol, &sb, &e) == KL_OK) {
+            report[0] = 1u | (sb.landlock ? 2u : 0u) | (sb.seccomp ? 4u : 0u);
+            report[1] = sandbox_attempts(scratch, given, outside, true);
+        }
+        report[2] = (unsigned)sb.landlock_abi;
+        if (write(fds[1], report, sizeof report) != (ssize_t)sizeof report) _exit(2);
+        _exit(0); /* no exit handlers in the sandbox */
+    }
+    close(fds[1]);
+    unsigned report[3] = {0, 0, 0};
+    ssize_t n = read(fds[0], report, sizeof report);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_int_equal(n, (ssize_t)sizeof report);
+    assert_true(report[0] & 1u);  /* applied */
+    assert_true(report[0] & 4u);  /* seccomp is always there */
+    unsigned got = report[1];
+    assert_true(got & SB_WRITE_SCRATCH);
+    assert_true(got & SB_THREAD);
+    assert_false(got & SB_SOCKET_INET);
+    assert_false(got & SB_RAW_SOCKET);
+    assert_false(got & SB_FORK);
+    assert_false(got & SB_EXEC);
+    assert_false(got & SB_CHMOD);
+    assert_false(got & SB_KILL_PARENT);
+    if (report[0] & 2u) { /* Landlock: the file system */
+        assert_true(got & SB_READ_GIVEN);
+        assert_false(got & SB_CREATE_OUTSIDE);
+        assert_false(got & SB_UNLINK_OUTSIDE);
+        assert_false(got & SB_READ_OUTSIDE);
+        assert_true(kl_file_exists(victim));
+        assert_false(kl_file_exists(created));
+    } else {
+        printf("note: this kernel has no Landlock (ABI %u): the file rules were not tried\n", report[2]);
+    }
+    struct stat st;
+    assert_int_equal(stat(keep, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    kl_remove_tree(outside, &err);
+    free(scratch), free(given), free(outside), free(in), free(victim), free(secret), free(keep), free(created);
+}
+
 /* A device runtime over host memory: every kl_rt_* entry point, so that the worker's whole
  * gate job (fills and references on the pool, correct, determinism, integrity, stream, the
  * batched profile loop) runs without a GPU. "Device" pointers are host pointers. */
@@ -831,6 +994,127 @@ static void gate_job_on_a_host_runtime(void **state)
     free(cache);
 }
 
+/* Candidates that try what a candidate may not do, each in a real sandboxed worker (the host
+ * runtime stands in for the GPU): each computes the right rowsum only when its attempt was
+ * refused, so a verdict that passes means "refused". The same candidate without the sandbox
+ * fails: the attempts are real. Writing in its own working folder (the scratch) still works. */
+static void sandboxed_worker_refuses_candidates(void **state)
+{
+    (void)state;
+    char *bin = worker_bin();
+    char *rt = build_object("sb_fake_rt", FAKE_RUNTIME);
+    if (!bin || !rt) {
+        printf("skipped: %s\n", !bin ? "klineage-worker not built" : "no host C compiler");
+        free(bin), free(rt);
+        skip();
+    }
+    kl_error err = {0};
+    char *outside = NULL, *scratch = NULL;
+    assert_int_equal(kl_tempdir("sb-outside", &outside, &err), KL_OK);
+    assert_int_equal(kl_tempdir("sb-scratch", &scratch, &err), KL_OK);
+    char *dir = kl_path_join(tmp_root, "sb-rowsum");
+    assert_int_equal(kl_mkdirs(dir, &err), KL_OK);
+    write_in(dir, "task.json",
+             "{\"name\": \"rowsum\", \"sizes\": [\"rows\", \"cols\"], \"args\": ["
+             "{\"name\": \"x\", \"type\": \"f32*\", \"shape\": \"rows*cols\", \"role\": \"in\", "
+             "\"init\": {\"dist\": \"normal\", \"mean\": 0, \"std\": 1}},"
+             "{\"name\": \"y\", \"type\": \"f32*\", \"shape\": \"rows\", \"role\": \"out\"},"
+             "{\"name\": \"rows\", \"type\": \"int\", \"value\": \"rows\"},"
+             "{\"name\": \"cols\", \"type\": \"int\", \"value\": \"cols\"}],"
+             "\"shapes\": {\"bench\": {\"rows\": 64, \"cols\": 33}, \"check\": [{\"rows\": 3, \"cols\": 5}]},"
+             "\"tolerance\": {\"rel_l2\": 1e-5}}");
+    write_in(dir, "reference.c",
+             "void reference(const double *x, double *y, int rows, int cols)\n"
+             "{ for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = s; } }\n");
+    static const struct {
+        const char *name, *attempt; /* true when the forbidden thing worked */
+        bool forbidden;
+    } cands[] = {
+        {"create_outside", "open(OUT \"/created\", O_WRONLY | O_CREAT, 0644) >= 0", true},
+        {"unlink_outside", "unlink(OUT \"/victim\") == 0", true},
+        {"read_outside", "open(OUT \"/secret\", O_RDONLY) >= 0", true},
+        {"socket_inet", "socket(AF_INET, SOCK_STREAM, 0) >= 0", true},
+        {"raw_syscall_socket", "syscall(SYS_socket, AF_INET6, SOCK_DGRAM, 0) >= 0", true},
+        {"fork", "({ pid_t p = fork(); if (p == 0) _exit(0); p > 0; })", true},
+        {"write_own_scratch", "open(\"mine\", O_WRONLY | O_CREAT, 0644) < 0", false},
+    };
+    char *victim = kl_path_join(outside, "victim"), *secret = kl_path_join(outside, "secret"),
+         *created = kl_path_join(outside, "created");
+    assert_int_equal(kl_file_write(secret, "s", 1, &err), KL_OK);
+    for (size_t k = 0; k < sizeof cands / sizeof cands[0]; k++) {
+        for (int sandboxed = 1; sandboxed >= 0; sandboxed--) {
+            if (!sandboxed && !cands[k].forbidden) continue;
+            assert_int_equal(kl_file_write(victim, "v", 1, &err), KL_OK);
+            unlink(created);
+            char src[4096];
+            kl_snprintf(src, sizeof src,
+                        "#define _GNU_SOURCE\n#include <fcntl.h>\n#include <sys/socket.h>\n#include <sys/syscall.h>\n"
+                        "#include <unistd.h>\n#define OUT \"%s\"\n"
+                        "const char *kl_shim_abi(void) { return \"klineage-shim-1\"; }\n"
+                        "int kl_shim_launch(void *const *args, void *stream) { (void)stream;\n"
+                        "  const float *x = args[0]; float *y = args[1]; int rows = *(const int *)args[2], cols = *(const int *)args[3];\n"
+                        "  int worked = %s;\n"
+                        "  for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = (float)s; }\n"
+                        "  if (worked) y[0] += 1000.0f;\n  return 0; }\n",
+                        outside, cands[k].attempt);
+            char *obj = build_object(cands[k].name, src);
+            assert_non_null(obj);
+            json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:[s, s], s:[i], s:{s:b, s:b, s:b}}", "job", "gate",
+                                    "runtime", rt, "cache_dir", tmp_root, "task_dir", dir, "candidate", obj, "timer",
+                                    "events", "shapes", "check[0]", "bench", "seeds", 11, "stages", "determinism", 0,
+                                    "stream", 0, "profile", 0);
+            if (sandboxed)
+                json_object_set_new(job, "sandbox", json_pack("{s:s, s:[s]}", "scratch", scratch, "read", tmp_root));
+            char *text = json_dumps(job, JSON_COMPACT);
+            json_decref(job);
+            const char *argv[] = {bin, NULL};
+            kl_child ch;
+            kl_child_init(&ch);
+            ch.argv = argv;
+            ch.dir = scratch;
+            ch.stdin_data = text;
+            ch.stdin_len = strlen(text);
+            ch.timeout_s = 120;
+            assert_int_equal(kl_child_run(&ch, &err), KL_OK);
+            json_t *doc = json_loads(kl_strbuf_str(&ch.out), 0, NULL);
+            if (!doc || ch.exit_code != 0)
+                fprintf(stderr, "%s (sandbox %d): exit %d\n%s\n%s\n", cands[k].name, sandboxed, ch.exit_code,
+                        kl_strbuf_str(&ch.out), kl_strbuf_str(&ch.err));
+            assert_non_null(doc);
+            assert_int_equal(ch.exit_code, KL_WORKER_EXIT_OK);
+            json_t *sb = json_object_get(doc, "sandbox");
+            bool landlock = json_is_true(json_object_get(sb, "landlock"));
+            bool fs_attempt = strstr(cands[k].name, "outside") != NULL;
+            bool refused_expected = sandboxed && (!fs_attempt || landlock);
+            bool all_ok = true;
+            size_t i;
+            json_t *e;
+            json_array_foreach(json_object_get(doc, "correct"), i, e) if (!json_is_true(json_object_get(e, "ok"))) all_ok = false;
+            if (sandboxed) {
+                assert_true(json_is_true(json_object_get(sb, "applied")));
+                assert_true(json_is_true(json_object_get(sb, "seccomp")));
+            }
+            if (!cands[k].forbidden || refused_expected) {
+                if (!all_ok) fprintf(stderr, "%s (sandbox %d) was not refused:\n%s\n", cands[k].name, sandboxed, kl_strbuf_str(&ch.out));
+                assert_true(all_ok);
+            } else if (!sandboxed) {
+                assert_false(all_ok); /* the attempt works outside the sandbox */
+            }
+            if (refused_expected && fs_attempt) {
+                assert_true(kl_file_exists(victim));
+                assert_false(kl_file_exists(created));
+            }
+            json_decref(doc);
+            kl_child_release(&ch);
+            free(text);
+            free(obj);
+        }
+    }
+    kl_remove_tree(outside, &err);
+    kl_remove_tree(scratch, &err);
+    free(outside), free(scratch), free(dir), free(victim), free(secret), free(created), free(rt), free(bin);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -844,6 +1128,8 @@ int main(void)
         cmocka_unit_test(harness_threads_and_late_libraries_are_not_blamed),
         cmocka_unit_test(timings_always_reported),
         cmocka_unit_test(gate_job_on_a_host_runtime),
+        cmocka_unit_test(sandbox_refuses_in_a_child),
+        cmocka_unit_test(sandboxed_worker_refuses_candidates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

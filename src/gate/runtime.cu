@@ -30,7 +30,7 @@
 
 /* ---- state ------------------------------------------------------------------------------- */
 
-enum { REC_COPY = 0, REC_KERNEL = 1, REC_MARK = 2 };
+enum { REC_COPY = 0, REC_KERNEL = 1, REC_MARK = 2, REC_HOSTCOPY = 3 }; /* HOSTCOPY: to, from or on the host */
 
 typedef struct rt_record {
     uint64_t start, end;
@@ -624,7 +624,10 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
-            add_record(m->start, m->end, REC_COPY);
+            bool host = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD || m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ||
+                        m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOA || m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_ATOH ||
+                        m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
+            add_record(m->start, m->end, host ? REC_HOSTCOPY : REC_COPY);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -716,10 +719,30 @@ static int cmp_rec(const void *a, const void *b)
 
 /* The union of the intervals of the work records among r[0..n) (sorted by start; markers left
  * out), their plain sum, the last ends, the kernels. */
+/* The union of the intervals of r[0..n)'s records of the kinds in `kinds` (a bit per REC_*). */
+static uint64_t busy_of(const rt_record *r, size_t n, unsigned kinds)
+{
+    uint64_t busy = 0, cur_s = 0, cur_e = 0;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!(kinds & (1u << r[i].kind))) continue;
+        if (!any || r[i].start > cur_e) {
+            busy += cur_e - cur_s;
+            cur_s = r[i].start;
+            cur_e = r[i].end;
+        } else if (r[i].end > cur_e) {
+            cur_e = r[i].end;
+        }
+        any = true;
+    }
+    return busy + (cur_e - cur_s);
+}
+
 static void measure_records(const rt_record *r, size_t n, kl_rt_timing *out)
 {
     uint64_t busy = 0, sum = 0, cur_s = 0, cur_e = 0;
     unsigned used = 0;
+    out->device_ms = (double)busy_of(r, n, (1u << REC_KERNEL) | (1u << REC_COPY)) * 1e-6;
     for (size_t i = 0; i < n; i++) {
         const rt_record *x = &r[i];
         if (x->kind == REC_MARK) continue;
@@ -931,6 +954,7 @@ extern "C" int kl_rt_batch_end(kl_rt_timing *out, unsigned *n)
             CK(cudaEventElapsedTime(&ms, g.bev[2 * i], g.bev[2 * i + 1]), "cudaEventElapsedTime");
             out[i].ms = ms;
             out[i].sum_ms = ms;
+            out[i].device_ms = ms;
         }
         *n = nw;
         return KL_RT_OK;

@@ -73,6 +73,8 @@ typedef struct kl_rt_timing {
     double host_ms;            /* the window's wall time on the host (CLOCK_MONOTONIC), from just after
                                   it opened (device idle) to just after it closed (device idle again) */
     uint64_t mark_ns;          /* CUPTI: start of the first kl_rt_mark() marker in the window; 0: none */
+    double device_ms;          /* CUPTI: like ms, without the copies to or from the host (kernels,
+                                  device copies, memsets: the work the task is done by) */
 } kl_rt_timing;
 
 typedef struct kl_rt_ceilings {

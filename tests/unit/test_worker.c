@@ -995,6 +995,80 @@ static void gate_job_on_a_host_runtime(void **state)
     free(cache);
 }
 
+/* A reference too slow for a shape (its cost.flops at the speed measured at a small shape,
+ * past the budget) is not run there: the baseline stands in; without a baseline the job ends as
+ * a harness failure (exit 4), never as the candidate's rejection. */
+static void slow_reference_is_never_the_candidates_failure(void **state)
+{
+    (void)state;
+    char *rt = build_object("slow_rt", FAKE_RUNTIME);
+    if (!rt) {
+        printf("skipped: no host C compiler\n");
+        skip();
+    }
+    char *good = build_object("slow_good", ROWSUM_SHIM(
+        "for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = (float)s; }"));
+    assert_non_null(good);
+    char *dir = kl_path_join(tmp_root, "slowref");
+    kl_error err = {0};
+    assert_int_equal(kl_mkdirs(dir, &err), KL_OK);
+    /* cost.flops says a million flops per element: the probe (check[0], 10^6 flops) is fast, and
+     * the bench shape (1.7e13) predicted far past 20 s at any speed the probe can show */
+    write_in(dir, "task.json",
+             "{\"name\": \"rowsum\", \"sizes\": [\"rows\", \"cols\"], \"args\": ["
+             "{\"name\": \"x\", \"type\": \"f32*\", \"shape\": \"rows*cols\", \"role\": \"in\", "
+             "\"init\": {\"dist\": \"normal\", \"mean\": 0, \"std\": 1}},"
+             "{\"name\": \"y\", \"type\": \"f32*\", \"shape\": \"rows\", \"role\": \"out\"},"
+             "{\"name\": \"rows\", \"type\": \"int\", \"value\": \"rows\"},"
+             "{\"name\": \"cols\", \"type\": \"int\", \"value\": \"cols\"}],"
+             "\"shapes\": {\"bench\": {\"rows\": 4096, \"cols\": 4096}, \"check\": [{\"rows\": 1, \"cols\": 1}, "
+             "{\"rows\": 1, \"cols\": 100}, {\"rows\": 64, \"cols\": 64}]},"
+             "\"tolerance\": {\"rel_l2\": 1e-5}, \"cost\": {\"flops\": \"rows*cols*1000000\"}}");
+    write_in(dir, "reference.c",
+             "void reference(const double *x, double *y, int rows, int cols)\n"
+             "{ for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = s; } }\n");
+    char *cache = kl_path_join(tmp_root, "slow-cache");
+    char job[4096];
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"baseline\": \"%s\", \"timer\": \"events\", \"shapes\": [\"check[0]\", \"check[1]\", \"check[2]\", \"bench\"], "
+                "\"seeds\": [11, 12], \"stages\": {\"profile\": false, \"stream\": false}}",
+                rt, cache, dir, good, good);
+    json_t *doc;
+    int code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    json_t *speed = json_object_get(doc, "reference_speed");
+    assert_true(json_is_object(speed));
+    assert_string_equal(json_string_value(json_object_get(speed, "shape")), "check[0]");
+    json_t *moved = json_object_get(speed, "against_baseline");
+    assert_int_equal(json_array_size(moved), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(moved, 0), "shape")), "bench");
+    size_t i;
+    json_t *e;
+    bool bench_seen = false;
+    json_array_foreach(json_object_get(doc, "correct"), i, e) {
+        assert_true(json_is_true(json_object_get(e, "ok")));
+        if (!strcmp(json_string_value(json_object_get(e, "shape")), "bench")) {
+            bench_seen = true;
+            assert_string_equal(json_string_value(json_object_get(e, "checked_against")), "baseline");
+        }
+    }
+    assert_true(bench_seen);
+    json_decref(doc);
+    /* no baseline to stand in: a harness failure, not a verdict on the candidate */
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"timer\": \"events\", \"shapes\": [\"check[0]\", \"bench\"], \"seeds\": [11], "
+                "\"stages\": {\"profile\": false, \"stream\": false}}",
+                rt, cache, dir, good);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_HARNESS);
+    assert_non_null(strstr(err_field(doc, "detail"), "too large for the reference"));
+    assert_non_null(strstr(err_field(doc, "detail"), "no baseline to stand in"));
+    json_decref(doc);
+    free(rt), free(good), free(dir), free(cache);
+}
+
 /* Candidates that try what a candidate may not do, each in a real sandboxed worker (the host
  * runtime stands in for the GPU): each computes the right rowsum only when its attempt was
  * refused, so a verdict that passes means "refused". The same candidate without the sandbox
@@ -1131,6 +1205,7 @@ int main(void)
         cmocka_unit_test(gate_job_on_a_host_runtime),
         cmocka_unit_test(sandbox_refuses_in_a_child),
         cmocka_unit_test(sandboxed_worker_refuses_candidates),
+        cmocka_unit_test(slow_reference_is_never_the_candidates_failure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

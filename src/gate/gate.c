@@ -1116,7 +1116,10 @@ static kl_status run_stages(judge_ctx *j, const kl_child *c, json_t *doc, kl_err
     json_error_t je;
     res = json_loads(kl_strbuf_str(&c->out), 0, &je);
     if (res && !json_is_object(res)) json_decref(res), res = NULL;
-    if (!c->timed_out && !c->term_signal &&
+    /* the worker's own failures carry its result with an "error"; the same exit code with no
+     * result is a process that ended abruptly — a candidate calling exit(4) is judged, not
+     * taken for the harness */
+    if (!c->timed_out && !c->term_signal && json_is_object(json_object_get(res, "error")) &&
         (c->exit_code == KL_WORKER_EXIT_JOB || c->exit_code == KL_WORKER_EXIT_NO_GPU || c->exit_code == KL_WORKER_EXIT_HARNESS)) {
         /* not the candidate's doing: no verdict */
         char line[512];

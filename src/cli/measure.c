@@ -100,6 +100,12 @@ int cli_measure_resolve(kl_cli *cli)
                      "recorded measurements instead");
 }
 
+void cli_measure_auto(kl_cli *cli)
+{
+    if (cli->measure_given || have_gpu()) return;
+    (void)cli_measure_resolve(cli);
+}
+
 int cli_store_ready(const kl_cli *cli)
 {
     const char *db = cli->db_path;

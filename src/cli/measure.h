@@ -44,6 +44,10 @@ int cli_measure_option(const kl_cli *cli, int argc, char **argv, int *i, cli_mea
  * Returns KL_EXIT_OK, or an exit code after printing the error.
  */
 int cli_measure_resolve(kl_cli *cli);
+/* The older half of the rule, kept for callers not yet moved to cli_measure_resolve: no
+ * --measure and no GPU replays (said so); it cannot refuse live without a GPU, so new code
+ * calls cli_measure_resolve and returns its exit code. */
+void cli_measure_auto(kl_cli *cli);
 
 /* The store's folder is there: the default store's (per user) is created; a --db in a folder
  * that does not exist is an error. Returns KL_EXIT_OK or an exit code after printing. */

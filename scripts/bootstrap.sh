@@ -9,7 +9,7 @@ set -u
 # test suite runs for a bounded time.
 tools=(cmake:cmake make:make gcc:gcc pkg-config:pkg-config npm:npm python3:python3 clang:clang)
 libraries=(libtree-sitter-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev libcmocka-dev
-           libclang-rt-dev libcairo2-dev)
+           libclang-rt-dev libcairo2-dev libseccomp-dev)
 
 missing=()
 for t in "${tools[@]}"; do

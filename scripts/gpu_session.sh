@@ -9,6 +9,9 @@
 #   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only
 #   scripts/gpu_session.sh corpus [T…] the style corpus: every naive and expert kernel of corpus/
 #                                       gated (record), the experts' table (scripts/gpu_corpus.sh)
+#   scripts/gpu_session.sh gatecorpus  the hardened gate (issue 18): worker smoke test, the corpus
+#                                      (recorded), the timer's repeatability, the standalone
+#                                      verdicts `task check` replays; about 4-5 minutes
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -154,6 +157,50 @@ corpus)
     echo "exit $?"
     tail -50 "$out/style-corpus.txt"
     ;;
+gatecorpus)
+    # The gate's corpus with the hardening classes (reads past an input, host work between
+    # copies, a launch with no kernel, uninitialised shared memory, races, a slow reference,
+    # a forbidden import, a candidate trying to leave the sandbox), its verdicts recorded; then
+    # the timer judged again and again on a correct kernel (the intermittent "could not
+    # attribute" error must not show); then `task check` of every shipped task recorded, so
+    # that `--measure replay task check tasks/T` has the naive kernel's standalone verdict.
+    # Budget: smoke 40 s, corpus 160 s, timer 20 s, task checks 100 s (each part has a limit).
+    corpus_start=$(date +%s)
+    log "smoke" | tee -a "$out/gatecorpus.log"
+    timeout 90 bash tests/gpu/test_worker_smoke.sh >"$out/smoke.txt" 2>&1
+    echo "exit $? ($(($(date +%s) - corpus_start)) s)" | tee -a "$out/gatecorpus.log"
+    tail -5 "$out/smoke.txt" >>"$out/gatecorpus.log"
+    log "corpus objects, compiled at once" | tee -a "$out/gatecorpus.log"
+    arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 | tr -d ' .')
+    for t in vadd rowsum mm; do
+        files=()
+        [ -d "tests/gpu/cands/$t" ] && files=(tests/gpu/cands/$t/*.cu)
+        [ -f "tests/gpu/tasks/$t/naive.cu" ] && files+=("tests/gpu/tasks/$t/naive.cu")
+        timeout 120 "$KLINEAGE" --quiet --jobs 16 gate --compile-only --arch "$arch" "tests/gpu/tasks/$t" "${files[@]}" \
+            >/dev/null 2>&1
+    done
+    log "corpus" | tee -a "$out/gatecorpus.log"
+    KL_CORPUS_RECORD=1 timeout 240 bash tests/gpu/test_gate_corpus.sh >"$out/corpus.txt" 2>&1
+    echo "exit $? ($(($(date +%s) - corpus_start)) s)" | tee -a "$out/gatecorpus.log"
+    grep -vE '^    \|' "$out/corpus.txt" >>"$out/gatecorpus.log"
+    save_archive
+    log "timer: a correct kernel judged ${KL_TIMER_REPS:-20} times" | tee -a "$out/gatecorpus.log"
+    bad=0
+    for i in $(seq "${KL_TIMER_REPS:-20}"); do
+        timeout 60 "$KLINEAGE" --quiet --db /tmp/kl-timer.db gate --refresh tests/gpu/tasks/rowsum \
+            tests/gpu/cands/rowsum/good.cu >/tmp/kl-timer.out 2>&1 || { bad=$((bad + 1)); tail -2 /tmp/kl-timer.out >>"$out/gatecorpus.log"; }
+    done
+    echo "timer: $bad of ${KL_TIMER_REPS:-20} judgements did not pass ($(($(date +%s) - corpus_start)) s)" |
+        tee -a "$out/gatecorpus.log"
+    log "task check, recorded" | tee -a "$out/gatecorpus.log"
+    for t in $(python3 -c 'import json; print(" ".join(e["task"] for e in json.load(open("tasks/suite.json"))["tasks"]))'); do
+        timeout 90 "$KLINEAGE" --db "$db" --measure record task check "tasks/$t" >"/tmp/kl-check-$t.txt" 2>&1
+        echo "task check $t: exit $? ($(($(date +%s) - corpus_start)) s)" | tee -a "$out/gatecorpus.log"
+        grep -E '^(naive|expert) |warning|error' "/tmp/kl-check-$t.txt" >>"$out/gatecorpus.log"
+    done
+    save_archive
+    echo "gatecorpus: $(($(date +%s) - corpus_start)) s in all" | tee -a "$out/gatecorpus.log"
+    ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
     # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
@@ -196,7 +243,7 @@ while i < len(t):
     done
     ;;
 *)
-    echo "usage: $0 check|suite|lineage|variants|corpus TASK…" >&2
+    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|variants TASK…" >&2
     exit 2
     ;;
 esac

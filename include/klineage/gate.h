@@ -24,6 +24,11 @@
 extern "C" {
 #endif
 
+/* A float64 reference predicted to take longer than this many seconds at a shape (its cost.flops
+ * at the speed measured on the host at a small shape) is not run there: the baseline's outputs
+ * stand in, at twice the tolerance (docs/gate.md, "correct"). `task check` warns of such shapes. */
+#define KL_REFERENCE_BUDGET_S 20.0
+
 typedef enum kl_gate_mode { KL_GATE_LIVE = 0, KL_GATE_REPLAY = 1, KL_GATE_RECORD = 2 } kl_gate_mode;
 
 typedef struct kl_gate_options {
@@ -96,6 +101,8 @@ kl_status kl_gate_compile(kl_gate *gate, const kl_task *task, const kl_gate_sour
 kl_status kl_gate_compile_many(kl_gate *gate, const kl_task *task, unsigned n, const kl_gate_source *srcs,
                                kl_compiled **outs, kl_error *err);
 void kl_compiled_free(kl_compiled *c);
+/* A compile result as JSON (docs/verdict-format.md, stage "compile"), a new string (free()). */
+char *kl_compiled_to_json(const kl_compiled *c);
 
 /* ---- verdicts ------------------------------------------------------------------------ */
 
@@ -127,13 +134,17 @@ typedef struct kl_verdict {
     double median_ms;         /* candidate's median at the bench shape; < 0 when not profiled */
     double speedup;           /* baseline median / candidate median; < 0 when not measured */
     double gbps, tflops;      /* achieved, from the task's cost; < 0 when not known */
+    const char *not_stored;   /* live: why this verdict was not kept in the store (a pass on evidence
+                                 weaker than the gate's standard); NULL when it was */
     kl_verdict_stage *stages;
     unsigned nstages;
     kl_verdict_doc *doc;
 } kl_verdict;
 
 typedef struct kl_judge_options {
-    bool sanitize;            /* run the compute-sanitizer stage */
+    bool sanitize;            /* run the compute-sanitizer stage; when the store holds the same
+                                 judgement without it, its stages are reused and only the
+                                 sanitizer runs */
     bool no_profile;          /* skip timing (no speedup, no roofline) */
     bool refresh;             /* live: judge again even when the store holds a verdict */
     double timeout_s;         /* the worker's wall-clock limit; <= 0: the gate's */
@@ -185,8 +196,12 @@ enum {
     KL_JUDGE_BENCH_VS_BASELINE = 1u << 1, /* check the bench shape against the baseline's outputs
                                            (a version the search already verified there), not the
                                            float64 reference: the check shapes still are */
-    KL_JUDGE_SANITIZE = 1u << 2          /* run the compute-sanitizer stages too (memcheck, racecheck,
-                                           initcheck, synccheck): for what a search admits or returns */
+    KL_JUDGE_SANITIZE = 1u << 2          /* also the sanitizer stages (memcheck with each tensor at
+                                           its allocation's end, racecheck, initcheck, synccheck),
+                                           for a version about to be admitted or returned: the
+                                           default stages do not catch every race. The gate reuses
+                                           the same judgement without it when stored and runs only
+                                           the sanitizer (docs/gate.md) */
 };
 
 /* The judge a search calls: by default the gate (kl_gate_search_judge); tests give their own. */

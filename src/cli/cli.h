@@ -24,7 +24,9 @@ typedef enum { KL_MEASURE_LIVE, KL_MEASURE_REPLAY, KL_MEASURE_RECORD } kl_cli_me
 
 /* Global options, accepted before or after the subcommand. */
 typedef struct kl_cli {
-    const char *db_path;     /* --db FILE (default klineage.db) */
+    const char *db_path;     /* --db FILE, else $KLINEAGE_DB, else the per-user default
+                                ($XDG_DATA_HOME/klineage/klineage.db, else ~/.local/share/klineage/klineage.db) */
+    bool db_given;           /* --db or $KLINEAGE_DB chose it */
     kl_cli_measure measure;  /* --measure live|replay|record */
     bool measure_given;
     int jobs;                /* --jobs N (default: number of CPUs) */
@@ -69,9 +71,10 @@ KL_CMD(skills);    /* cmd_skills.c: the skill library (list, show, export, impor
 KL_CMD(optimize);  /* cmd_optimize.c: the forward optimizer */
 
 struct kl_task;
-/* cmd_gate.c, for `task check`: gate the task's naive and expert kernels when a GPU (or
- * replay) is available, one line each; nothing and KL_EXIT_OK when neither is (the caller
- * says so). Returns an exit code. */
-int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const struct kl_task *task);
+struct json_t;
+/* cmd_gate.c, for `task check`: gate the task's naive and expert kernels (live on this GPU, or
+ * replayed: the caller resolved the mode), one line each on stdout; with results (a JSON array)
+ * one object each is appended there instead. Returns an exit code. */
+int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const struct kl_task *task, struct json_t *results);
 
 #endif

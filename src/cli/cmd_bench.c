@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <signal.h>
 
@@ -137,9 +138,16 @@ KL_CMD(bench)
     }
     only[nonly] = NULL;
     if (!suite) suite = "tasks";
-    cli_measure_auto(cli);
-
-    int rc = cli_measure_open(cli, &m, suite);
+    /* the arguments first: nothing is opened or created for a command line that cannot run */
+    char suite_json[4096];
+    snprintf(suite_json, sizeof suite_json, "%s/suite.json", suite);
+    if (access(suite_json, R_OK) != 0) return cli_error("%s: cannot read: %s (--suite names a folder holding suite.json)",
+                                                        suite_json, strerror(errno));
+    if (vendor && access(vendor, R_OK) != 0) return cli_error("--vendor %s: cannot read: %s", vendor, strerror(errno));
+    /* the one rule (measure.h): live measures now or fails; no --measure replays without a GPU */
+    int rc = cli_measure_resolve(cli);
+    if (rc != KL_EXIT_OK) return rc;
+    rc = cli_measure_open(cli, &m, suite);
     if (rc != KL_EXIT_OK) return rc;
     rc = KL_EXIT_FAILED;
     kl_error err = {0};

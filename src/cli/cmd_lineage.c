@@ -1,8 +1,10 @@
 /* klineage lineage TASK_DIR: the backward walk and its skill cards. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -112,7 +114,6 @@ KL_CMD(lineage)
         }
     }
     if (!task_dir) return cli_usage_error(cli, "which task? give its folder");
-    cli_measure_auto(cli);
 
     int rc = KL_EXIT_FAILED;
     kl_error err = {0};
@@ -124,7 +125,12 @@ KL_CMD(lineage)
         fprintf(stderr, "error: %s\n", err.message);
         return KL_EXIT_FAILED;
     }
-    rc = cli_measure_open(cli, &m, task_dir);
+    if (expert && access(expert, R_OK) != 0) {
+        kl_task_free(task);
+        return cli_error("--expert %s: cannot read: %s", expert, strerror(errno));
+    }
+    rc = cli_measure_resolve(cli); /* the one rule (measure.h): live needs a GPU */
+    if (rc == KL_EXIT_OK) rc = cli_measure_open(cli, &m, task_dir);
     if (rc != KL_EXIT_OK) goto cleanup;
     rc = KL_EXIT_FAILED;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
@@ -202,6 +208,13 @@ KL_CMD(lineage)
     }
     if (st != KL_OK) {
         cli_measure_error(&m, "%s", err.message);
+        if (st == KL_ERR_UNMEASURED)
+            cli_measure_printf(&m, stderr,
+                               "hint: the archive holds no verdict for this judgement: the walk's proposals (the rules, "
+                               "the expert or the task) changed since it was recorded. The recorded walk itself is "
+                               "replayed as it was ('klineage --measure replay lineage %s', without --restart); a walk "
+                               "of today's proposals needs a GPU ('klineage --measure record lineage %s' there).",
+                               task_dir, task_dir);
         goto cleanup;
     }
     if (cli->json) {

@@ -1,4 +1,5 @@
 /* --measure live|replay|record for the subcommands: store, archive, and the replay prefix. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,20 +77,73 @@ static char *find_archive(const cli_measure *m, const char *task_dir)
     return p;
 }
 
+static bool have_gpu(void)
+{
+    return access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
+}
+
+int cli_measure_resolve(kl_cli *cli)
+{
+    if (have_gpu() || cli->measure == KL_MEASURE_REPLAY) return KL_EXIT_OK;
+    if (!cli->measure_given) {
+        cli->measure = KL_MEASURE_REPLAY;
+        cli_note(cli, "%sno GPU on this machine: replaying recorded measurements (as --measure replay; "
+                      "--measure live to refuse)\n", REPLAY_PREFIX);
+        return KL_EXIT_OK;
+    }
+    if (cli->measure == KL_MEASURE_RECORD)
+        return cli_error("--measure record needs a GPU, and this machine has none (no NVIDIA driver: "
+                         "/proc/driver/nvidia/gpus and /dev/nvidia0 are missing): nothing was measured, nothing "
+                         "recorded, the archive is unchanged");
+    return cli_error("--measure live measures now, on this machine's GPU, and this machine has none (no NVIDIA "
+                     "driver: /proc/driver/nvidia/gpus and /dev/nvidia0 are missing); --measure replay serves the "
+                     "recorded measurements instead");
+}
+
 void cli_measure_auto(kl_cli *cli)
 {
-    if (cli->measure_given) return;
-    bool gpu = access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
-    if (gpu) return;
-    cli->measure = KL_MEASURE_REPLAY;
-    cli_note(cli, "%sno GPU on this machine: replaying recorded measurements (as --measure replay; "
-                  "--measure live to refuse)\n", REPLAY_PREFIX);
+    if (cli->measure_given || have_gpu()) return;
+    (void)cli_measure_resolve(cli);
+}
+
+int cli_store_ready(const kl_cli *cli)
+{
+    const char *db = cli->db_path;
+    if (!db || !strcmp(db, ":memory:")) return KL_EXIT_OK;
+    char *dir = strdup(db);
+    if (!dir) return cli_error("out of memory");
+    char *slash = strrchr(dir, '/');
+    int rc = KL_EXIT_OK;
+    if (slash) {
+        if (slash == dir) slash[1] = '\0';
+        else *slash = '\0';
+        struct stat st;
+        if (stat(dir, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) rc = cli_error("--db %s: %s is not a folder", db, dir);
+        } else if (cli->db_given) {
+            rc = cli_error("--db %s: the folder %s does not exist (create it first, or leave --db out for the "
+                           "default store)", db, dir);
+        } else {
+            /* the default store, per user: its folder is made on first use */
+            for (char *p = dir + 1; rc == KL_EXIT_OK && *p; p++) {
+                if (*p != '/') continue;
+                *p = '\0';
+                if (mkdir(dir, 0755) != 0 && errno != EEXIST) rc = cli_error("%s: cannot create: %s", dir, strerror(errno));
+                *p = '/';
+            }
+            if (rc == KL_EXIT_OK && mkdir(dir, 0755) != 0 && errno != EEXIST)
+                rc = cli_error("%s: cannot create the store's folder: %s", dir, strerror(errno));
+        }
+    }
+    free(dir);
+    return rc;
 }
 
 int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
 {
     kl_error err = {0};
     m->replay = cli->measure == KL_MEASURE_REPLAY;
+    if (cli_store_ready(cli) != KL_EXIT_OK) return KL_EXIT_FAILED;
     if (kl_store_open(cli->db_path, &m->store, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
     if (cli->measure == KL_MEASURE_LIVE) return KL_EXIT_OK;
     m->archive = find_archive(m, task_dir);

@@ -31,7 +31,11 @@ struct kl_gate {
     json_t *gpu;              /* the device document once known */
     char *gpu_key;            /* its key in the store */
     char *runtime;            /* the device runtime's shared object, once built */
+    int sandbox;              /* KL_SANDBOX_*: from $KLINEAGE_SANDBOX (off, on, require); on by default */
+    bool sandbox_warned;      /* the worker ran outside the sandbox once, and it was said */
 };
+
+enum { KL_SANDBOX_OFF = 0, KL_SANDBOX_ON = 1, KL_SANDBOX_REQUIRE = 2 };
 
 /* ---- compile.c -------------------------------------------------------------------------- */
 
@@ -140,6 +144,14 @@ kl_status kl_gate_worker(kl_gate *gate, kl_error *err);
 long kl_sanitizer_count(const char *tool, const char *log);
 /* Run the worker under memcheck, racecheck, initcheck and synccheck with `job` (the gate
  * job for the smallest check shape, no profile). *stage: {"ok", "tools": [...]}, new. */
-kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_error *err);
+kl_status kl_gate_sanitize(kl_gate *gate, const char *job, const char *scratch, json_t **stage, kl_error *err);
+
+/* ---- the worker's sandbox, parent side (gate.c) ----------------------------------------------
+ * A scratch folder for one worker run (its working folder and $TMPDIR, the one place it may
+ * write), or NULL with the sandbox off; *scratch: new string, kl_gate_scratch_done removes it. */
+kl_status kl_gate_scratch(kl_gate *gate, char **scratch, kl_error *err);
+void kl_gate_scratch_done(char *scratch);
+/* The job's "sandbox" object for a run in `scratch` (nothing when scratch is NULL). */
+void kl_gate_job_sandbox(kl_gate *gate, json_t *job, const kl_task *task, const char *scratch, bool sanitizer);
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "gate/gate_int.h"
+#include "gate/worker.h" /* the worker's exit codes */
 
 #define REPORT_MAX ((size_t)64 << 10)
 #define SANITIZER_EXIT 86
@@ -82,7 +83,7 @@ static char *find_sanitizer(kl_gate *gate)
     return kl_strdup("compute-sanitizer"); /* PATH; a failure to run says so */
 }
 
-kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_error *err)
+kl_status kl_gate_sanitize(kl_gate *gate, const char *job, const char *scratch, json_t **stage, kl_error *err)
 {
     *stage = NULL;
     kl_status st = KL_OK;
@@ -122,6 +123,13 @@ kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_er
         unlink(log_path);
         kl_child c;
         kl_child_init(&c);
+        char tmpdir[4200];
+        const char *env[] = {tmpdir, NULL};
+        if (scratch) { /* the worker's working folder and $TMPDIR: the one place it may write */
+            kl_snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", scratch);
+            c.dir = scratch;
+            c.env = env;
+        }
         c.argv = argv;
         c.stdin_data = job;
         c.stdin_len = strlen(job);
@@ -140,6 +148,25 @@ kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_er
         kl_error rerr = {0};
         if (kl_file_read(log_path, REPORT_MAX * 16, &log, &len, &rerr) != KL_OK) log = kl_strdup("");
         long count = kl_sanitizer_count(tool, log);
+        /* the worker failed in its own harness under the tool (its job, no GPU, the runtime or
+         * the reference): not the candidate's doing, so no verdict either */
+        if (count <= 0 && !c.timed_out && !c.term_signal &&
+            (c.exit_code == KL_WORKER_EXIT_JOB || c.exit_code == KL_WORKER_EXIT_NO_GPU ||
+             c.exit_code == KL_WORKER_EXIT_HARNESS)) {
+            const char *w = kl_strbuf_str(&c.err);
+            size_t wn = strlen(w);
+            while (wn && (w[wn - 1] == '\n' || w[wn - 1] == ' ')) wn--;
+            size_t b = wn;
+            while (b && w[b - 1] != '\n') b--;
+            st = kl_error_set(err, c.exit_code == KL_WORKER_EXIT_NO_GPU ? KL_ERR_NO_GPU : KL_ERR_CHILD,
+                              "compute-sanitizer %s: the worker failed in its harness (exit %d), not the "
+                              "candidate: %.*s",
+                              tool, c.exit_code, (int)(wn - b), w + b);
+            free(log);
+            kl_child_release(&c);
+            kl_strbuf_release(&reason);
+            goto cleanup;
+        }
         bool tool_ok = !c.timed_out && !c.term_signal && c.exit_code == 0 && count == 0;
         json_t *tj = json_object();
         json_object_set_new(tj, "tool", json_string(tool));

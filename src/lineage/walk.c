@@ -339,6 +339,7 @@ typedef struct prop {
     size_t start, end;      /* the edit's span in the version's text */
     unsigned n_child;
     json_t *fresh;      /* judged at this version (owned), or NULL */
+    bool sanitize;      /* judged again with the sanitizer stages before it is admitted */
     const json_t *est;  /* the latest judgement from an earlier version (borrowed), or NULL */
 } prop;
 
@@ -357,7 +358,8 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
     json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
     if (feat) json_object_set_new(o, "features", feat);
     kl_judgement j;
-    kl_status st = judge(w, w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, &j);
+    kl_status st = judge(w, w->task, c->source, name, text,
+                         KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE | (pp->sanitize ? KL_JUDGE_SANITIZE : 0), &j);
     if (st != KL_OK) {
         json_decref(o);
         return st;
@@ -394,6 +396,8 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
     json_object_set_new(e, "end", json_integer((json_int_t)pp->end));
     json_object_set(est, pp->id, e);
     json_decref(e);
+    if (pp->sanitize) json_object_set_new(o, "sanitized", json_true());
+    json_decref(pp->fresh);
     pp->fresh = o;
     return KL_OK;
 }
@@ -539,7 +543,10 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
             if (!any) break;
             continue;
         }
-        if (best->fresh) break;
+        /* the best is admitted only once it also passed the sanitizer stages (a race the
+         * default stages miss); failing them, it drops out and the next best is tried */
+        if (best->fresh && json_is_true(json_object_get(best->fresh, "sanitized"))) break;
+        best->sanitize = best->fresh != NULL;
         if (interrupted(w)) {
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
             goto cleanup;

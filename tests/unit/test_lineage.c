@@ -22,7 +22,8 @@
 
 typedef struct fake_judge {
     unsigned calls;
-    unsigned profiled, bench_vs_baseline; /* judgements asking for each flag */
+    unsigned profiled, bench_vs_baseline, sanitized; /* judgements asking for each flag */
+    const char *racy;                 /* the removal of this optimization fails the sanitizer stages */
     unsigned interrupt_after;         /* 0: never */
     volatile sig_atomic_t *interrupt;
 } fake_judge;
@@ -64,6 +65,7 @@ static kl_status judge_fn(void *user, const kl_task *task, const char *cand_name
     fj->calls++;
     if (flags & KL_JUDGE_PROFILE) fj->profiled++;
     if (flags & KL_JUDGE_BENCH_VS_BASELINE) fj->bench_vs_baseline++;
+    if (flags & KL_JUDGE_SANITIZE) fj->sanitized++;
     if (fj->interrupt_after && fj->calls >= fj->interrupt_after) *fj->interrupt = 1;
     out->pass = true;
     /* removing a ":bad" line breaks the kernel */
@@ -82,8 +84,19 @@ static kl_status judge_fn(void *user, const kl_task *task, const char *cand_name
                 kl_snprintf(out->stage, sizeof out->stage, "correct");
                 kl_snprintf(out->reason, sizeof out->reason, "wrong where n %% 4 != 0");
             }
+    /* a race the default stages miss: only the sanitizer stages see it */
+    char racy[64];
+    if (fj->racy && base_text && (flags & KL_JUDGE_SANITIZE)) {
+        kl_snprintf(racy, sizeof racy, "OPT:%s:", fj->racy);
+        if (strstr(base_text, racy) && !strstr(cand_text, racy) && out->pass) {
+            out->pass = false;
+            kl_snprintf(out->stage, sizeof out->stage, "sanitize");
+            kl_snprintf(out->reason, sizeof out->reason, "racecheck: 1 report");
+        }
+    }
     kl_hasher *h = kl_hasher_new();
     kl_hasher_parts(h, cand_text);
+    kl_hasher_parts(h, (flags & KL_JUDGE_SANITIZE) ? "sanitize" : "");
     kl_hasher_parts(h, base_text);
     kl_hasher_finish(h, out->key);
     out->cand_ms = fake_time(cand_text);
@@ -313,6 +326,37 @@ static void removal_revealing_what_it_held_is_simpler(void **state)
     json_decref(d);
 }
 
+/* A removal that passes the default stages but fails the sanitizer stages (a race) is never
+ * admitted: the walk takes the next best, and keeps the racy one among the rejections. */
+static void racy_removal_is_not_admitted(void **state)
+{
+    fixture *f = *state;
+    fake_judge fj = {0};
+    fj.racy = "beta";
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = options(f, &fj, &flag);
+    char *doc = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_lineage_walk(f->task, &o, &doc, &err), KL_OK);
+    char names[256];
+    step_names(doc, names, sizeof names);
+    assert_null(strstr(names, "beta"));
+    assert_string_equal(names, "alpha,delta");
+    json_t *d = json_loads(doc, 0, NULL);
+    size_t i;
+    json_t *r;
+    bool seen = false;
+    json_array_foreach(json_object_get(d, "rejected"), i, r)
+        if (!strcmp(json_string_value(json_object_get(r, "transform")), "beta") &&
+            !strcmp(json_string_value(json_object_get(r, "stage")), "sanitize"))
+            seen = true;
+    assert_true(seen);
+    /* every step's verdict is the sanitized one */
+    json_array_foreach(json_object_get(d, "steps"), i, r) assert_non_null(json_object_get(r, "verdict"));
+    json_decref(d);
+    free(doc);
+}
+
 /* Lazy (the default): the same lineage as full, with fewer judgements; a proposal judged at
  * an earlier version is ranked by that judgement and judged again only when it ranks best;
  * one rejected earlier is judged again before the walk gives up. */
@@ -340,12 +384,16 @@ static void lazy_walk_takes_the_same_steps_with_fewer_judgements(void **state)
      * the expert (against naive, at the start) and the root (against naive, at the end) against
      * the reference */
     assert_int_equal(full.profiled, full.calls);
-    assert_int_equal(full.bench_vs_baseline, 10);
+    /* 10 proposals, and each of the 3 admitted judged again with the sanitizer stages */
+    assert_int_equal(full.sanitized, 3);
+    assert_int_equal(lazy.sanitized, 3);
+    assert_int_equal(full.bench_vs_baseline, 10 + 3);
     assert_int_equal(full.calls - full.bench_vs_baseline, 2);
     json_t *d = json_loads(d_lazy, 0, NULL);
     assert_string_equal(json_string_value(json_object_get(d, "strategy")), "lazy");
     json_t *v1 = json_array_get(json_object_get(d, "versions"), 1);
-    assert_int_equal(json_integer_value(json_object_get(v1, "judged")), 1);
+    /* one proposal judged, and judged again with the sanitizer stages before it was admitted */
+    assert_int_equal(json_integer_value(json_object_get(v1, "judged")), 2);
     /* at version 1, delta and gamma were ranked by their judgements at version 0 */
     json_t *est = json_object_get(v1, "estimated");
     assert_int_equal(json_array_size(est), 2);
@@ -677,6 +725,7 @@ int main(void)
         cmocka_unit_test(hunk_shows_the_changed_lines_with_context),
         cmocka_unit_test(merge_keeps_agreement_and_shows_contradictions),
         cmocka_unit_test_setup_teardown(walk_removes_cheapest_first_and_keeps_rejections, setup, teardown),
+        cmocka_unit_test_setup_teardown(racy_removal_is_not_admitted, setup, teardown),
         cmocka_unit_test_setup_teardown(lazy_walk_takes_the_same_steps_with_fewer_judgements, setup, teardown),
         cmocka_unit_test(a_removal_that_unblocks_another_is_simpler),
         cmocka_unit_test(removal_revealing_what_it_held_is_simpler),

@@ -49,8 +49,10 @@ int main(int argc, char **argv)
     }
     if (fflush(stdout) != 0) return KL_WORKER_EXIT_HARNESS;
     /* after a CUDA error, skip the exit handlers: the CUDA runtime's can hang or crash on a
-     * lost context, and the result is already out */
-    if (code == KL_WORKER_EXIT_CUDA) {
+     * lost context, and the result is already out; after a harness failure too (a reference
+     * may still be running on the pool, past the worker's deadline); and in the sandbox, where
+     * an exit handler (a leak checker's) may need what it forbids */
+    if (code == KL_WORKER_EXIT_CUDA || code == KL_WORKER_EXIT_HARNESS || kl_worker_sandboxed()) {
         fflush(stderr);
         _exit(code);
     }

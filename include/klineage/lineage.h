@@ -107,9 +107,22 @@ kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expe
  * (new string, free()). */
 char *kl_lineage_markdown(const char *doc_json);
 
-/* Extract one skill card per admitted step (docs/skill-card.md) and put them into the
- * store (kind "skill"), merging with cards already there. *n_cards: how many steps gave cards. */
-kl_status kl_lineage_extract_skills(kl_store *store, const char *doc_json, unsigned *n_cards, kl_error *err);
+/* What an extraction did. */
+typedef struct kl_extract_stats {
+    unsigned steps;          /* steps read (each gives a card, or adds to one) */
+    unsigned cards;          /* distinct cards from this lineage (steps of one id merge) */
+    unsigned new_cards;      /* of those, cards no other lineage had given */
+    unsigned merged_cards;   /* of those, cards merged with the evidence of other lineages */
+} kl_extract_stats;
+
+/* Extract one skill card per admitted step (docs/skill-card.md) and put them into the store
+ * (kind "skill"), merging with cards already there. Each card is written over the step's forward
+ * site — the rules' applicable site of its transform in the simpler version — and that site's
+ * observables at the task's shapes (task: the lineage's task; NULL: the static observables
+ * only): static conditions, the probed ones over sizes by role, requires shown by the walk, the
+ * lineage path, effects and risks with their shapes and contexts. */
+kl_status kl_lineage_extract_skills(kl_store *store, const kl_task *task, const char *doc_json,
+                                    kl_extract_stats *stats, kl_error *err);
 
 #ifdef __cplusplus
 }

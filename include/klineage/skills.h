@@ -190,6 +190,10 @@ void kl_skill_match_release(kl_skill_match_result *result); /* accepts NULL */
 kl_status kl_skill_observe(const kl_source *src, const kl_task *task, const kl_shape *shape, const char *kernel,
                            unsigned line, struct json_t **out, kl_error *err);
 
+/* Whether name is one of the observables (docs/skill-card.md, "Observables"): a site feature
+ * of the rules with the same name ("dtype") yields to the observable, in cards and in matching. */
+bool kl_observable_name(const char *name);
+
 /* A candidate site in a kernel file, as the rules rewriter reports an applicable site
  * (kl_rules_list: direction "applicable"). */
 typedef struct kl_skill_site {
@@ -199,9 +203,9 @@ typedef struct kl_skill_site {
 } kl_skill_site;
 
 /* Match a card forward at a candidate site: every condition of the card is evaluated —
- *  - static ones on the site's observables at the bench shape, with the site's own features
- *    (features_json) over them and `extra` (named values the caller knows: the device's
- *    "arch", a user's features; may be NULL) over both;
+ *  - static ones on the site's own features (features_json) and its observables at the bench
+ *    shape over them (an observable wins over a feature of the same name), and `extra` (named
+ *    values the caller knows: the device's "arch", a user's features; may be NULL) over both;
  *  - speed conditions (probed-perf) at the task's bench shape;
  *  - correctness conditions (probed) at every check shape and the bench shape: one that fails
  *    anywhere fails, and its check names the shape;

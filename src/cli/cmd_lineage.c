@@ -198,12 +198,16 @@ KL_CMD(lineage)
         free(md);
     }
     if (!no_skills) {
-        unsigned n = 0;
-        if (kl_lineage_extract_skills(m.store, doc, &n, &err) != KL_OK) {
+        kl_extract_stats xs;
+        if (kl_lineage_extract_skills(m.store, task, doc, &xs, &err) != KL_OK) {
             cli_measure_error(&m, "skills: %s", err.message);
             goto cleanup;
         }
-        if (!cli->json) cli_measure_printf(&m, stdout, "%u skill card(s) stored; see 'klineage skills list'.\n", n);
+        if (!cli->json)
+            cli_measure_printf(&m, stdout,
+                               "%u step(s) gave %u distinct card(s): %u new to the library, %u merged with the "
+                               "evidence of other lineages; see 'klineage skills list'.\n",
+                               xs.steps, xs.cards, xs.new_cards, xs.merged_cards);
     }
     rc = cli_measure_finish(cli, &m);
 cleanup:

@@ -160,39 +160,69 @@ static json_t *shape_json(const kl_task *task, const kl_shape *shape)
     return s;
 }
 
+/* {shape, roles}: a shape and the observables of the step's forward site there. */
+static json_t *shape_roles(const kl_task *task, const char *child, const kl_fwd_site *fs, const json_t *shape)
+{
+    json_t *o = json_object();
+    json_object_set(o, "shape", (json_t *)shape);
+    json_t *obs = NULL;
+    kl_error e = {0};
+    if (kl_step_observe(task, child, fs, shape, &obs, &e) == KL_OK) json_object_set_new(o, "roles", obs);
+    return o;
+}
+
 /* A probed step's conditions, from its probes: where the optimized side was wrong (against
  * every shape where it was right: the probes that passed and the task's own check shapes,
  * which the admitted step passed), and where it was slower (against the probes that were not,
- * and the bench shape, where the step was measured at its gain, at least the probing floor).
- * Derived again whenever a walk is loaded, so stored walks follow the learner. */
-static void derive_conditions(const kl_task *task, json_t *step)
+ * and the shape the step was measured at, where it showed its gain). Each is written over the
+ * sizes by role of the step's forward site (kl_probe_conditions). Derived again whenever a walk
+ * is loaded, so stored walks follow the learner. */
+static void derive_conditions(const kl_task *task, const json_t *doc, json_t *step)
 {
     json_t *probes = json_object_get(step, "probes");
     if (!json_array_size(probes)) return;
+    json_t *versions = json_object_get(doc, "versions");
+    const char *parent = doc_str(json_array_get(versions, (size_t)json_integer_value(json_object_get(step, "from"))), "source");
+    const char *child = doc_str(json_array_get(versions, (size_t)json_integer_value(json_object_get(step, "to"))), "source");
+    kl_fwd_site fs;
+    kl_error e = {0};
+    if (kl_step_forward_site(task, parent, child, doc_str(step, "transform"), doc_str(step, "site"), &fs, &e) != KL_OK)
+        return;
     json_t *passed = json_array(), *wrong = json_array(), *slower = json_array(), *faster = json_array();
     size_t i;
     json_t *p;
     json_array_foreach(probes, i, p) {
         json_t *shape = json_object_get(p, "shape");
         const char *broke = doc_str(p, "broke");
+        json_t *sr = shape_roles(task, child, &fs, shape);
         if (!json_is_true(json_object_get(p, "pass"))) {
-            json_array_append(wrong, shape);
+            json_array_append_new(wrong, sr);
             continue;
         }
-        json_array_append(passed, shape);
+        json_array_append(passed, sr);
         if (!strcmp(broke, "slower"))
-            json_array_append(slower, shape);
+            json_array_append(slower, sr);
         else if (json_is_number(json_object_get(p, "speedup")))
-            json_array_append(faster, shape);
+            json_array_append(faster, sr);
+        json_decref(sr);
     }
-    for (unsigned c = 0; c < task->nchecks; c++) json_array_append_new(passed, shape_json(task, &task->checks[c]));
-    json_array_append_new(faster, shape_json(task, &task->bench));
-    json_t *conds = kl_probe_conditions(task, passed, wrong, "wrong");
-    json_t *perf = kl_probe_conditions(task, faster, slower, "slower");
+    for (unsigned c = 0; c < task->nchecks; c++) {
+        json_t *sh = shape_json(task, &task->checks[c]);
+        json_array_append_new(passed, shape_roles(task, child, &fs, sh));
+        json_decref(sh);
+    }
+    /* where the step showed its gain: the bench shape, or the shape that runs its path */
+    json_t *at = json_object_get(step, "shape");
+    json_t *sh = json_is_object(at) ? json_incref(at) : shape_json(task, &task->bench);
+    json_array_append_new(faster, shape_roles(task, child, &fs, sh));
+    json_decref(sh);
+    json_t *conds = kl_probe_conditions(passed, wrong, "wrong");
+    json_t *perf = kl_probe_conditions(faster, slower, "slower");
     json_array_extend(conds, perf);
     json_decref(perf);
     json_object_set_new(step, "conditions", conds);
     json_decref(passed), json_decref(wrong), json_decref(slower), json_decref(faster);
+    kl_fwd_site_release(&fs);
 }
 
 /* Gate the chosen step on the probe shapes: the optimized side (parent) against the
@@ -250,13 +280,12 @@ static kl_status probe_step(walk *w, json_t *step, const char *parent, const cha
             json_object_set_new(p, "broke", json_string(!strcmp(j.stage, "compile") ? "compile"
                                                         : !strcmp(j.stage, "correct") ? "wrong"
                                                                                        : "crash"));
-        else if (j.speedup >= 0 && j.speedup < 0.95) /* speedup here = t_child / t_parent: the gain */
+        else if (j.speedup >= 0 && j.speedup < KL_SLOWER_BELOW) /* speedup here = t_child / t_parent: the gain */
             json_object_set_new(p, "broke", json_string("slower"));
         json_array_append_new(probes, p);
     }
     json_object_set_new(step, "probes", probes);
     probes = NULL;
-    derive_conditions(w->task, step);
 cleanup:
     free(dir);
     json_decref(shapes);
@@ -292,7 +321,7 @@ static void proposal_id_at(const char *transform, size_t start, const char *remo
     kl_snprintf(buf, size, "%s@%zu:%.16s", transform, start, hex);
 }
 
-static void proposal_id(const char *transform, const char *parent, const char *child, char *buf, size_t size)
+void kl_proposal_id(const char *transform, const char *parent, const char *child, char *buf, size_t size)
 {
     size_t a, pe, ce;
     edit_span(parent, child, &a, &pe, &ce);
@@ -475,7 +504,7 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         prop *p = &pp[np++];
         p->c = c;
         p->n_child = n_child;
-        proposal_id(c->transform, text, c->source, p->id, sizeof p->id);
+        kl_proposal_id(c->transform, text, c->source, p->id, sizeof p->id);
         size_t pe_, ce_;
         edit_span(text, c->source, &p->start, &pe_, &ce_);
         p->end = pe_;
@@ -639,6 +668,7 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     json_object_set_new(v, "source", json_string(child));
     json_object_set_new(v, "recognized", json_object_get(best, "recognized") ? json_deep_copy(json_object_get(best, "recognized")) : json_integer(0));
     json_array_append_new(versions, v);
+    derive_conditions(w->task, w->doc, step); /* over the simpler version's sizes by role */
     json_array_append_new(json_object_get(w->doc, "steps"), step);
     progress(w, KL_WALK_STEP, version + 1, 0, 0, "step %u: removed %s at %s", version + 1,
              doc_str(step, "transform"), doc_str(step, "site"));
@@ -778,7 +808,7 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
     {
         size_t k;
         json_t *step;
-        json_array_foreach(json_object_get(w.doc, "steps"), k, step) derive_conditions(task, step);
+        json_array_foreach(json_object_get(w.doc, "steps"), k, step) derive_conditions(task, w.doc, step);
     }
     /* a finished walk taken up again: the rewriter may see more to remove than when it ended;
      * both ends are judged against the naive kernel again */

@@ -90,7 +90,7 @@ static const field f_anchor[] = {{"kernel", F_STRING, NULL, false}, {"site", F_S
 static const schema s_anchor = SCHEMA(f_anchor);
 static const field f_pre[] = {{"predicate", F_PREDICATE, NULL, true}, {"kind", F_NAME, NULL, true},
                               {"verified", F_BOOL, NULL, false},      {"because", F_STRING, NULL, false},
-                              {"evidence", F_STRINGS, NULL, false}};
+                              {"evidence", F_STRINGS, NULL, false}, {"bracket", F_FREE, NULL, false}};
 static const schema s_pre = SCHEMA(f_pre);
 static const field f_effect[] = {{"device", F_STRING, NULL, false},  {"date", F_STRING, NULL, false},
                                  {"label", F_STRING, NULL, false},   {"shape", F_SHAPE, NULL, false},
@@ -145,6 +145,7 @@ static const field f_card[] = {
     {"transform", F_NAME, NULL, true},    {"intent", F_STRING, NULL, false},
     {"params", F_FREE, NULL, false},      {"anchor", F_OBJECT, &s_anchor, false},
     {"preconditions", F_OBJECTS, &s_pre, false}, {"requires", F_STRINGS, NULL, false},
+    {"requires_evidence", F_STRINGS, NULL, false},
     {"effect", F_OBJECTS, &s_effect, false},     {"risks", F_OBJECTS, &s_risk, false},
     {"probes", F_OBJECT, &s_probes, false},      {"evidence", F_OBJECT, &s_evidence, false},
     {"contradictions", F_OBJECTS, &s_contra, false}, {"path", F_OBJECT, &s_path, false},

@@ -155,6 +155,8 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
     /* requires: a dependency either lineage showed (the step failed or lost without it there);
      * the other lineage may simply never have tried the step without it */
     union_into(array_or_new(m, "requires"), json_object_get(b, "requires"));
+    if (json_array_size(json_object_get(b, "requires_evidence")))
+        union_into(array_or_new(m, "requires_evidence"), json_object_get(b, "requires_evidence"));
     json_t *pa = json_object_get(m, "probes"), *pb = json_object_get(b, "probes");
     if (json_is_object(pa) && json_is_object(pb)) {
         json_object_set_new(pa, "count", json_integer(json_integer_value(json_object_get(pa, "count")) +

@@ -88,8 +88,21 @@ static void shape_label(const kl_task *task, const kl_shape *shape, char *buf, s
     kl_strbuf_release(&sb);
 }
 
+static const char *const observables[] = {
+    "function_kind", "dtype", "elem_bytes", "memory", "access", "write_access", "in_loop", "loop_access",
+    "loop_depth", "trip_known", "trip", "step", "reduction", "atomics", "dispatch", "runs_at_shape", "elements",
+    "bytes_moved", "grid_blocks", "block_threads", "contiguous_extent", "reduced_extent", "independent_rows",
+    "arithmetic_intensity", NULL};
+
+bool kl_observable_name(const char *name)
+{
+    for (const char *const *o = observables; *o; o++)
+        if (!strcmp(*o, name)) return true;
+    return false;
+}
+
 /* The environment at one shape: the task's sizes by name (lowest: a card written by hand may
- * name them), the observables over them, the site's own features over those, extra last. */
+ * name them), the site's own features over them, the observables over those, extra last. */
 static kl_status env_at(const kl_source *src, const kl_task *task, const kl_shape *shape, const kl_skill_site *site,
                         const json_t *features, const json_t *extra, json_t **out, kl_error *err)
 {
@@ -104,9 +117,9 @@ static kl_status env_at(const kl_source *src, const kl_task *task, const kl_shap
         json_decref(env);
         return st;
     }
+    if (json_is_object(features)) json_object_update(env, (json_t *)features);
     json_object_update(env, obs);
     json_decref(obs);
-    if (json_is_object(features)) json_object_update(env, (json_t *)features);
     if (json_is_object(extra)) json_object_update(env, (json_t *)extra);
     *out = env;
     return KL_OK;
@@ -150,6 +163,17 @@ kl_status kl_skill_match_site(const kl_skill *card, const kl_source *src, const 
     kl_truth truth = KL_TRUTH_HOLDS;
     for (unsigned c = 0; c < out->nchecks; c++) {
         kl_skill_check *ck = &out->checks[c];
+        if (!strcmp(ck->kind, "static") && ck->truth == KL_TRUTH_UNKNOWN && features) {
+            /* a feature of the rules that this site's features do not have: the site is of
+             * another kind (a unit-stride loop has no grid-stride "form") */
+            kl_predicate p;
+            kl_error perr = {0};
+            if (kl_predicate_parse(ck->predicate, &p, &perr) == KL_OK && !kl_observable_name(p.name) &&
+                !json_object_get(bench, p.name)) {
+                ck->truth = KL_TRUTH_FAILS;
+                kl_snprintf(ck->why, sizeof ck->why, "the site's features have no %s: a site of another kind", p.name);
+            }
+        }
         if (!strcmp(ck->kind, "probed-perf")) {
             kl_snprintf(ck->shape, sizeof ck->shape, "%s", bench_label);
         } else if (!strcmp(ck->kind, "probed") && task) {

@@ -190,6 +190,11 @@ void kl_skill_match_release(kl_skill_match_result *result); /* accepts NULL */
 kl_status kl_skill_observe(const kl_source *src, const kl_task *task, const kl_shape *shape, const char *kernel,
                            unsigned line, struct json_t **out, kl_error *err);
 
+/* Whether function `fn` of src (a kernel, a __device__ helper through the kernels that call it;
+ * host code always runs) runs when launch() is called at `shape` of task: 1 it runs, 0 not
+ * known (a condition on the way cannot be decided), -1 it does not run there. */
+int kl_skill_runs_at(const kl_source *src, const kl_task *task, const kl_shape *shape, const char *fn);
+
 /* Whether name is one of the observables (docs/skill-card.md, "Observables"): a site feature
  * of the rules with the same name ("dtype") yields to the observable, in cards and in matching. */
 bool kl_observable_name(const char *name);

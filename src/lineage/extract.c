@@ -654,7 +654,7 @@ static kl_status read_forward(const json_t *doc, const json_t *steps, const kl_t
         f->child = str(vc, "source");
         const char *transform = str(s, "transform");
         kl_status st = KL_OK;
-        if (*f->child && *f->parent) {
+        if (*f->child && *f->parent && strcmp(f->child, f->parent) != 0) {
             st = kl_step_forward_site(task, f->parent, f->child, transform, str(s, "site"), &f->fs, err);
             if (st == KL_OK) {
                 json_t *at = json_object_get(s, "shape");

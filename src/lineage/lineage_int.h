@@ -21,11 +21,16 @@ void kl_lineage_key(const kl_task *task, const char *expert_text, const char *re
  * tiles, tiny, fewer rows than SMs, rows shorter than a warp — at most max, each within
  * the reference's budget. A JSON array of objects {size: value}. */
 json_t *kl_probe_shapes(const kl_task *task, unsigned max);
-/* Write a derived task folder under dir whose check and bench shapes are just `shape`
- * (task.json copied with "shapes" replaced; reference and kernels copied). *task_dir: new
- * string (free()). */
-kl_status kl_probe_task_dir(const kl_task *task, const json_t *shape, const char *dir, char **task_dir,
-                            kl_error *err);
+/* Write a derived task folder under dir whose bench shape is `shape` and whose check shapes are
+ * just `shape` too, or (keep_checks) the task's own (task.json copied with "shapes" replaced;
+ * reference and kernels copied). *task_dir: new string (free()). */
+kl_status kl_probe_task_dir(const kl_task *task, const json_t *shape, bool keep_checks, const char *dir,
+                            char **task_dir, kl_error *err);
+/* A shape of task at which function fn of text runs (launch() run symbolically), close to the
+ * bench shape: one size scaled by 2..32 or 1/2..1/32 (another scaled the other way, so the work
+ * stays about the same), or set to a probe value; the cost (flops, bytes) at most eight times
+ * the bench's. NULL when none is found. A JSON object of sizes (json_decref). */
+json_t *kl_path_shape(const kl_task *task, const char *text, const char *fn);
 /* Conditions from evidence: the shapes where the optimized side passed and where it failed
  * (what "wrong") or lost (what "slower"), each {shape, roles} — roles the observables of the
  * step's forward site at that shape (kl_step_observe). A condition is over a size by role

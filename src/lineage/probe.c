@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "klineage/skills.h"
 #include "lineage/lineage_int.h"
 
 /* The reference's budget per probe, in the task's flops: probes must stay cheap on the CPU. */
@@ -79,7 +80,79 @@ json_t *kl_probe_shapes(const kl_task *task, unsigned max)
     return out;
 }
 
-kl_status kl_probe_task_dir(const kl_task *task, const json_t *shape, const char *dir, char **task_dir, kl_error *err)
+/* The cost of a shape in flops and bytes (0 when the task gives none), false when it does not
+ * evaluate. */
+static bool shape_cost(const kl_task *task, const int64_t *values, double *flops, double *bytes)
+{
+    kl_shape s = {"shape", (int64_t *)values};
+    int64_t f = 0, b = 0;
+    kl_error e;
+    *flops = *bytes = 0;
+    if (task->cost_flops && kl_task_eval(task, &s, task->cost_flops, &f, &e) != KL_OK) return false;
+    if (task->cost_bytes && kl_task_eval(task, &s, task->cost_bytes, &b, &e) != KL_OK) return false;
+    *flops = (double)f, *bytes = (double)b;
+    return true;
+}
+
+static bool args_valid(const kl_task *task, const int64_t *values)
+{
+    kl_shape shp = {"shape", (int64_t *)values};
+    for (unsigned a = 0; a < task->nargs; a++) {
+        int64_t n;
+        kl_error e;
+        const char *ex = task->args[a].dtype == KL_DTYPE_NONE ? task->args[a].value : task->args[a].shape;
+        if (ex && (kl_task_eval(task, &shp, ex, &n, &e) != KL_OK || n < (task->args[a].dtype ? 1 : 0))) return false;
+    }
+    return true;
+}
+
+json_t *kl_path_shape(const kl_task *task, const char *text, const char *fn)
+{
+    kl_source *src = NULL;
+    kl_error e = {0};
+    if (kl_source_parse_text("version.cu", text, strlen(text), &src, &e) != KL_OK) return NULL;
+    unsigned n = task->nsizes;
+    int64_t *v = calloc(n ? n : 1, sizeof *v);
+    json_t *found = NULL;
+    double bf = 0, bb = 0;
+    if (!v || !shape_cost(task, task->bench.values, &bf, &bb)) goto cleanup;
+    static const double factors[] = {2, 4, 8, 16, 32, 0.5, 0.25, 0.125, 0.0625, 0.03125};
+    for (unsigned k = 0; k < n && !found; k++) {
+        unsigned nf = sizeof factors / sizeof factors[0], np = sizeof probe_values / sizeof probe_values[0];
+        for (unsigned t = 0; t < nf + np && !found; t++) {
+            memcpy(v, task->bench.values, n * sizeof *v);
+            if (t < nf) {
+                double f = factors[t];
+                v[k] = (int64_t)((double)v[k] * f);
+                if (v[k] < 1) continue;
+                /* the largest other size the other way, so the work stays about the same */
+                int j = -1;
+                for (unsigned q = 0; q < n; q++)
+                    if (q != k && (j < 0 || task->bench.values[q] > task->bench.values[j])) j = (int)q;
+                if (j >= 0) {
+                    int64_t other = (int64_t)((double)v[j] / f);
+                    if (other >= 1) v[j] = other;
+                }
+            } else {
+                v[k] = probe_values[t - nf];
+            }
+            double f = 0, b = 0;
+            if (!args_valid(task, v) || !shape_cost(task, v, &f, &b)) continue;
+            if (f > 8 * bf + 1 || b > 8 * bb + 1) continue;
+            kl_shape sh = {"path", v};
+            if (kl_skill_runs_at(src, task, &sh, fn) != 1) continue;
+            found = json_object();
+            for (unsigned q = 0; q < n; q++) json_object_set_new(found, task->sizes[q], json_integer(v[q]));
+        }
+    }
+cleanup:
+    free(v);
+    kl_source_free(src);
+    return found;
+}
+
+kl_status kl_probe_task_dir(const kl_task *task, const json_t *shape, bool keep_checks, const char *dir, char **task_dir,
+                           kl_error *err)
 {
     *task_dir = NULL;
     char *src_json_path = kl_task_path(task, "task.json");
@@ -95,9 +168,13 @@ kl_status kl_probe_task_dir(const kl_task *task, const json_t *shape, const char
     }
     json_t *shapes = json_object();
     json_object_set(shapes, "bench", (json_t *)shape);
-    json_t *checks = json_array();
-    json_array_append(checks, (json_t *)shape);
-    json_object_set_new(shapes, "check", checks);
+    if (keep_checks) {
+        json_object_set(shapes, "check", json_object_get(json_object_get(doc, "shapes"), "check"));
+    } else {
+        json_t *checks = json_array();
+        json_array_append(checks, (json_t *)shape);
+        json_object_set_new(shapes, "check", checks);
+    }
     json_object_set_new(doc, "shapes", shapes);
     dumped = json_dumps(doc, JSON_SORT_KEYS | JSON_INDENT(2));
     if (!dumped) {

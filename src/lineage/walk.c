@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "klineage/skills.h"
 #include "klineage/syntax.h"
 #include "lineage/lineage_int.h"
 
@@ -225,6 +226,16 @@ static void derive_conditions(const kl_task *task, const json_t *doc, json_t *st
     kl_fwd_site_release(&fs);
 }
 
+/* Where derived tasks (probes, path shapes) are written: the option, else the cache. New string. */
+static char *probe_dir(const walk *w)
+{
+    if (w->opt->probe_dir) return kl_strdup(w->opt->probe_dir);
+    char *cache = kl_cache_dir();
+    char *dir = cache ? kl_path_join(cache, "probe") : NULL;
+    free(cache);
+    return dir;
+}
+
 /* Gate the chosen step on the probe shapes: the optimized side (parent) against the
  * simpler (child) as baseline, one derived task per shape. */
 static kl_status probe_step(walk *w, json_t *step, const char *parent, const char *child, unsigned version)
@@ -255,7 +266,7 @@ static kl_status probe_step(walk *w, json_t *step, const char *parent, const cha
         }
         char *tdir = NULL;
         kl_task *pt = NULL;
-        st = kl_probe_task_dir(w->task, shape, dir, &tdir, w->err);
+        st = kl_probe_task_dir(w->task, shape, false, dir, &tdir, w->err);
         if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
         free(tdir);
         if (st != KL_OK) {
@@ -369,7 +380,60 @@ typedef struct prop {
     unsigned n_child;
     json_t *fresh;      /* judged at this version (owned), or NULL */
     const json_t *est;  /* the latest judgement from an earlier version (borrowed), or NULL */
+    char fn[128];       /* the function its site is in */
+    bool off_path;      /* that function does not run at the bench shape */
+    bool deferred;      /* off the path while a dispatch that guards it can be removed first */
+    json_t *path_shape; /* judged at this shape, where its function runs (owned), or NULL */
+    json_t *inside;     /* specialize: the functions only its specialized path runs (owned) */
 } prop;
+
+/* The functions of text that only the specialized path of a dispatch runs: the specialized
+ * kernels (the rules' "specialized") and the helpers only they call. */
+static json_t *specialized_functions(const char *text, const char *features_json)
+{
+    json_t *out = json_array();
+    json_t *f = features_json ? json_loads(features_json, 0, NULL) : NULL;
+    json_t *spec = json_object_get(f, "specialized");
+    const char *general = json_string_value(json_object_get(f, "general"));
+    kl_source *src = NULL;
+    kl_model *m = NULL;
+    kl_error e = {0};
+    if (!json_array_size(spec) || kl_source_parse_text("version.cu", text, strlen(text), &src, &e) != KL_OK ||
+        kl_model_build(src, &m, &e) != KL_OK)
+        goto cleanup;
+    json_t *gcalls = NULL;
+    int gi = general ? kl_model_find_function(m, general, KL_FUNCTION_KERNEL) : -1;
+    json_t *gf = gi >= 0 ? kl_model_features(m, (unsigned)gi) : NULL;
+    gcalls = json_object_get(gf, "calls");
+    size_t i, j;
+    json_t *k, *c, *g;
+    json_array_foreach(spec, i, k) {
+        json_array_append(out, k);
+        int ki = kl_model_find_function(m, json_string_value(k), KL_FUNCTION_KERNEL);
+        json_t *kf = ki >= 0 ? kl_model_features(m, (unsigned)ki) : NULL;
+        json_array_foreach(json_object_get(kf, "calls"), j, c) {
+            bool shared = false;
+            size_t q;
+            json_array_foreach(gcalls, q, g) if (json_equal(g, c)) shared = true;
+            if (!shared) json_array_append(out, c);
+        }
+        json_decref(kf);
+    }
+    json_decref(gf);
+cleanup:
+    kl_model_free(m);
+    kl_source_free(src);
+    json_decref(f);
+    return out;
+}
+
+static bool names_has(const json_t *names, const char *name)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(names, i, n) if (json_is_string(n) && !strcmp(json_string_value(n), name)) return true;
+    return false;
+}
 
 /* Judge proposal c against the version text; o receives the record (pass, verdict, speedup …). */
 static kl_status judge_prop(walk *w, unsigned version, const char *text, const char *name, prop *pp,
@@ -386,7 +450,22 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
     json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
     if (feat) json_object_set_new(o, "features", feat);
     kl_judgement j;
-    kl_status st = judge(w, w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, &j);
+    kl_task *pt = NULL;
+    kl_status st = KL_OK;
+    if (pp->path_shape) {
+        /* its function does not run at the bench shape: measured where it runs, checked at the
+         * task's own check shapes as every proposal is */
+        char *dir = probe_dir(w), *tdir = NULL;
+        st = dir ? kl_probe_task_dir(w->task, pp->path_shape, true, dir, &tdir, w->err)
+                 : kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+        if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
+        free(dir), free(tdir);
+        json_object_set(o, "shape", pp->path_shape);
+        json_object_set_new(o, "path_function", json_string(pp->fn));
+    }
+    if (st == KL_OK)
+        st = judge(w, pt ? pt : w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, &j);
+    kl_task_free(pt);
     if (st != KL_OK) {
         json_decref(o);
         return st;
@@ -433,6 +512,21 @@ static bool prop_pass(const prop *p)
 {
     const json_t *v = prop_view(p);
     return v && json_is_true(json_object_get(v, "pass"));
+}
+
+/* May p be chosen now? Not a deferred proposal; not a dispatch's removal while a proposal that
+ * passes (as far as is known) sits inside its specialized path: that path is peeled first, so
+ * the dispatch is not credited with what is inside it. */
+static bool eligible(const prop *pp, unsigned np, const prop *p)
+{
+    if (p->deferred) return false;
+    if (!p->inside) return true;
+    for (unsigned i = 0; i < np; i++) {
+        const prop *q = &pp[i];
+        if (q == p || q->deferred || !prop_pass(q)) continue;
+        if (names_has(p->inside, q->fn)) return false;
+    }
+    return true;
 }
 
 /* One version: propose, judge, choose. *moved false when nothing could be admitted.
@@ -516,6 +610,51 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         }
     }
 
+    /* Gains where the code runs. A proposal in a function the bench shape does not run (the
+     * general path of a dispatch, at a shape that takes the specialized one) is deferred while
+     * the dispatch can be removed first (then the general path runs at the bench shape), else
+     * measured at a shape that runs it. A dispatch is removed only after the optimizations
+     * inside its specialized path are peeled (ranking: eligible()). */
+    {
+        kl_source *vsrc = NULL;
+        kl_error perr = {0};
+        bool dispatch = false;
+        for (unsigned i = 0; i < np; i++) dispatch |= !strcmp(pp[i].c->transform, "specialize");
+        if (kl_source_parse_text(name, text, strlen(text), &vsrc, &perr) == KL_OK) {
+            for (unsigned i = 0; i < np; i++) {
+                prop *p = &pp[i];
+                const char *colon = strchr(p->c->site, ':');
+                kl_snprintf(p->fn, sizeof p->fn, "%.*s", colon ? (int)(colon - p->c->site) : (int)strlen(p->c->site),
+                            p->c->site);
+                if (!strcmp(p->c->transform, "specialize"))
+                    p->inside = specialized_functions(text, p->c->features_json);
+                p->off_path = kl_skill_runs_at(vsrc, w->task, &w->task->bench, p->fn) < 0;
+                if (!p->off_path) continue;
+                if (dispatch && strcmp(p->c->transform, "specialize") != 0) {
+                    p->deferred = true;
+                } else {
+                    p->path_shape = kl_path_shape(w->task, text, p->fn);
+                    p->est = NULL; /* an estimate from the bench shape says nothing here */
+                }
+            }
+            kl_source_free(vsrc);
+        }
+    }
+    json_t *deferred = json_array();
+    for (unsigned i = 0; i < np; i++)
+        if (pp[i].deferred) {
+            json_t *o = json_object();
+            json_object_set_new(o, "transform", json_string(pp[i].c->transform));
+            json_object_set_new(o, "site", json_string(pp[i].c->site));
+            json_object_set_new(o, "why", json_string("its function does not run at the bench shape; the dispatch that "
+                                                      "guards it is removed first"));
+            json_array_append_new(deferred, o);
+            progress(w, KL_WALK_JUDGED, version, i + 1, np, "%s@%s deferred: %s does not run at the bench shape",
+                     pp[i].c->transform, pp[i].c->site, pp[i].fn);
+        }
+    if (json_array_size(deferred)) json_object_set_new(cur, "deferred", deferred);
+    else json_decref(deferred);
+
     /* compile what will be judged now, in parallel */
     if (w->opt->prepare && np) {
         const char **names = calloc(np, sizeof *names), **texts = calloc(np, sizeof *texts);
@@ -523,7 +662,7 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         unsigned m = 0;
         if (names && texts && buf) {
             for (unsigned i = 0; i < np; i++) {
-                if (pp[i].est) continue;
+                if (pp[i].est || pp[i].deferred || pp[i].path_shape) continue;
                 version_name(w->task, pp[i].c->source, buf[m], sizeof buf[m]);
                 names[m] = buf[m];
                 texts[m] = pp[i].c->source;
@@ -537,8 +676,9 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     }
 
     unsigned judged = 0, reused = 0;
+    prop *chosen = NULL;
     for (unsigned i = 0; i < np; i++) {
-        if (pp[i].est) continue;
+        if (pp[i].est || pp[i].deferred) continue;
         if (interrupted(w)) {
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
             goto cleanup;
@@ -550,13 +690,16 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     /* lazy: judge the best candidate again until the best is a fresh judgement */
     for (;;) {
         prop *best = NULL;
-        for (unsigned i = 0; i < np; i++)
-            if (prop_pass(&pp[i]) && (!best || better(prop_view(&pp[i]), prop_view(best)))) best = &pp[i];
+        for (int pass = 0; pass < 2 && !best; pass++) /* the eligible first, then any that passes */
+            for (unsigned i = 0; i < np; i++)
+                if (prop_pass(&pp[i]) && !pp[i].deferred && (pass || eligible(pp, np, &pp[i])) &&
+                    (!best || better(prop_view(&pp[i]), prop_view(best))))
+                    best = &pp[i];
         if (!best) {
             /* nothing passes as far as we know: judge again what was rejected earlier */
             bool any = false;
             for (unsigned i = 0; i < np; i++) {
-                if (pp[i].fresh) continue;
+                if (pp[i].fresh || pp[i].deferred) continue;
                 if (interrupted(w)) {
                     st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
                     goto cleanup;
@@ -565,10 +708,30 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
                 if (st != KL_OK) goto cleanup;
                 judged++, any = true;
             }
+            if (!any) {
+                /* the dispatch could not be removed: what it deferred is measured where it runs */
+                for (unsigned i = 0; i < np; i++) {
+                    if (!pp[i].deferred) continue;
+                    pp[i].deferred = false;
+                    pp[i].path_shape = kl_path_shape(w->task, text, pp[i].fn);
+                    pp[i].est = NULL;
+                    if (interrupted(w)) {
+                        st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
+                        goto cleanup;
+                    }
+                    st = judge_prop(w, version, text, name, &pp[i], i + 1, np);
+                    if (st != KL_OK) goto cleanup;
+                    judged++, any = true;
+                }
+                json_object_del(cur, "deferred");
+            }
             if (!any) break;
             continue;
         }
-        if (best->fresh) break;
+        if (best->fresh) {
+            chosen = best;
+            break;
+        }
         if (interrupted(w)) {
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
             goto cleanup;
@@ -577,11 +740,12 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         if (st != KL_OK) goto cleanup;
         judged++;
     }
-    json_t *not_judged = json_array();
+    json_t *not_judged = json_array(), *chosen_o = NULL;
     for (unsigned i = 0; i < np; i++) {
         if (pp[i].fresh) {
             json_t *o = pp[i].fresh;
             pp[i].fresh = NULL;
+            if (&pp[i] == chosen) chosen_o = o;
             if (json_is_true(json_object_get(o, "pass"))) {
                 json_object_set_new(o, "source", json_string(pp[i].c->source));
                 json_array_append_new(admitted, o);
@@ -610,17 +774,17 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     if (reused)
         progress(w, KL_WALK_PROPOSALS, version, 0, np, "%u judged, %u ranked by earlier judgements", judged, reused);
 
-    if (json_array_size(admitted) == 0) goto cleanup;
-    json_t *best = NULL;
+    if (json_array_size(admitted) == 0 || !chosen_o) goto cleanup;
+    json_t *best = chosen_o;
     size_t k;
     json_t *a;
-    json_array_foreach(admitted, k, a) if (!best || better(a, best)) best = a;
 
     const char *child = doc_str(best, "source");
     json_t *step = json_object();
     json_object_set_new(step, "from", json_integer(version));
     json_object_set_new(step, "to", json_integer(version + 1));
-    const char *keys[] = {"transform", "site", "note", "params", "features", "verdict", "speedup", "cand_ms", "base_ms", "device", "date"};
+    const char *keys[] = {"transform", "site", "note", "params", "features", "verdict", "speedup", "cand_ms",
+                          "base_ms", "device", "date", "shape", "path_function"};
     for (unsigned q = 0; q < sizeof keys / sizeof keys[0]; q++)
         if (json_object_get(best, keys[q])) json_object_set(step, keys[q], json_object_get(best, keys[q]));
     char *hb = NULL, *ha = NULL;
@@ -675,7 +839,11 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     *moved = true;
 cleanup:
     if (pp)
-        for (unsigned i = 0; i < np; i++) json_decref(pp[i].fresh);
+        for (unsigned i = 0; i < np; i++) {
+            json_decref(pp[i].fresh);
+            json_decref(pp[i].path_shape);
+            json_decref(pp[i].inside);
+        }
     free(pp);
     json_decref(admitted);
     kl_candidates_free(&props);

@@ -75,6 +75,22 @@ cleanup:
     return st;
 }
 
+int kl_skill_runs_at(const kl_source *src, const kl_task *task, const kl_shape *shape, const char *fn)
+{
+    inputs x;
+    kl_error err = {0};
+    if (inputs_at(task, shape, &x, &err) != KL_OK) return 0;
+    kl_obs_launches run;
+    int r = 0;
+    if (kl_obs_run_launch(src, &x.in, &run, &err) == KL_OK) {
+        kl_obs_runs k = kl_obs_function_runs(src, &run, fn);
+        r = k == KL_OBS_RUNS ? 1 : k == KL_OBS_NOT_RUN ? -1 : 0;
+        kl_obs_launches_release(&run);
+    }
+    inputs_free(&x);
+    return r;
+}
+
 /* ---- matching at a site ---------------------------------------------------------------------- */
 
 static void shape_label(const kl_task *task, const kl_shape *shape, char *buf, size_t size)
@@ -164,12 +180,15 @@ kl_status kl_skill_match_site(const kl_skill *card, const kl_source *src, const 
     for (unsigned c = 0; c < out->nchecks; c++) {
         kl_skill_check *ck = &out->checks[c];
         if (!strcmp(ck->kind, "static") && ck->truth == KL_TRUTH_UNKNOWN && features) {
-            /* a feature of the rules that this site's features do not have: the site is of
-             * another kind (a unit-stride loop has no grid-stride "form") */
+            /* a feature of the kind of site the card was learned at (its pattern) that this site's
+             * features do not have: the site is of another kind (a unit-stride loop has no
+             * grid-stride "form") */
             kl_predicate p;
             kl_error perr = {0};
+            const json_t *learned =
+                json_object_get(json_object_get(json_object_get(kl_skill_doc(card), "anchor"), "pattern"), "site_features");
             if (kl_predicate_parse(ck->predicate, &p, &perr) == KL_OK && !kl_observable_name(p.name) &&
-                !json_object_get(bench, p.name)) {
+                json_object_get(learned, p.name) && !json_object_get(bench, p.name)) {
                 ck->truth = KL_TRUTH_FAILS;
                 kl_snprintf(ck->why, sizeof ck->why, "the site's features have no %s: a site of another kind", p.name);
             }

@@ -1149,7 +1149,8 @@ static int64_t size_extent(interp *ip, const gaccess *g)
                 /* a block or grid stride, unless a size multiplies it */
                 bool size = false;
                 for (const char *p = t->coef; *p; p++)
-                    if (isalpha((unsigned char)*p) && (p == t->coef || !isalnum((unsigned char)p[-1])) &&
+                    if (isalpha((unsigned char)*p) &&
+                        (p == t->coef || !(isalnum((unsigned char)p[-1]) || p[-1] == '_' || p[-1] == '.')) &&
                         strncmp(p, "blockDim", 8) && strncmp(p, "gridDim", 7))
                         size = true;
                 if (!size) continue;

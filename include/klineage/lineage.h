@@ -84,6 +84,10 @@ typedef struct kl_lineage_options {
     double probe_min_gain;        /* probe only steps whose gain (t(simpler)/t(optimized)) is at
                                      least this; 0: probe every step. A step within noise pays
                                      nothing, and each probe is a full gate call. */
+    unsigned bisect;              /* bisection probes per slowdown a probe found (between its size and
+                                     the bench shape's, halved geometrically), so a speed condition
+                                     states a narrow bracket; also done for a stored walk probed
+                                     without them; 0: none */
     const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */
     bool restart;                 /* forget a stored walk of the same expert and start again */
     bool reopen;                  /* a stored walk that ended because nothing more could be removed

@@ -64,7 +64,7 @@ KL_CMD(lineage)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
-    unsigned probes = 4, max_steps = 0;
+    unsigned probes = 4, max_steps = 0, bisect = 0;
     double probe_min_gain = 1.02;
     bool restart = false, reopen = false, no_skills = false, full = false;
     cli_measure m = CLI_MEASURE_INIT;
@@ -89,6 +89,9 @@ KL_CMD(lineage)
             probe_min_gain = strtod(v, &end);
             if (*v == '\0' || *end || probe_min_gain < 0 || probe_min_gain > 100)
                 return cli_usage_error(cli, "--probe-min-gain takes a ratio such as 1.02, not '%s'", v);
+        } else if ((v = value_of(argc, argv, &i, "--bisect"))) {
+            if (!parse_uint(v, &bisect) || bisect > 16)
+                return cli_usage_error(cli, "--bisect takes a count of probes (0 to 16), not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
             if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--strategy"))) {
@@ -160,6 +163,7 @@ KL_CMD(lineage)
     lo.max_steps = max_steps;
     lo.probes = probes;
     lo.probe_min_gain = probe_min_gain;
+    lo.bisect = bisect;
     lo.full = full;
     lo.restart = restart;
     lo.reopen = reopen;

@@ -21,6 +21,12 @@ void kl_lineage_key(const kl_task *task, const char *expert_text, const char *re
  * tiles, tiny, fewer rows than SMs, rows shorter than a warp — at most max, each within
  * the reference's budget. A JSON array of objects {size: value}. */
 json_t *kl_probe_shapes(const kl_task *task, unsigned max);
+/* The base shape probes vary one size of (the largest check shape), as a JSON object of sizes. */
+json_t *kl_probe_base_shape(const kl_task *task);
+/* Whether a shape (a JSON object of sizes) may be probed: every argument evaluates, and the
+ * float64 reference stays within the probing budget there. */
+bool kl_probe_shape_ok(const kl_task *task, const json_t *shape);
+
 /* Write a derived task folder under dir whose bench shape is `shape` and whose check shapes are
  * just `shape` too, or (keep_checks) the task's own (task.json copied with "shapes" replaced;
  * reference and kernels copied). *task_dir: new string (free()). */

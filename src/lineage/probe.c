@@ -46,6 +46,26 @@ static bool same_as_check(const kl_task *task, const int64_t *values)
     return false;
 }
 
+json_t *kl_probe_base_shape(const kl_task *task)
+{
+    const kl_shape *b = base_shape(task);
+    json_t *o = json_object();
+    for (unsigned k = 0; k < task->nsizes; k++) json_object_set_new(o, task->sizes[k], json_integer(b->values[k]));
+    return o;
+}
+
+static bool args_valid(const kl_task *task, const int64_t *values);
+
+bool kl_probe_shape_ok(const kl_task *task, const json_t *shape)
+{
+    int64_t *v = calloc(task->nsizes ? task->nsizes : 1, sizeof *v);
+    if (!v) return false;
+    for (unsigned k = 0; k < task->nsizes; k++) v[k] = json_integer_value(json_object_get(shape, task->sizes[k]));
+    bool ok = shape_cheap(task, v) && args_valid(task, v);
+    free(v);
+    return ok;
+}
+
 json_t *kl_probe_shapes(const kl_task *task, unsigned max)
 {
     json_t *out = json_array();

@@ -238,25 +238,118 @@ static char *probe_dir(const walk *w)
 
 /* Gate the chosen step on the probe shapes: the optimized side (parent) against the
  * simpler (child) as baseline, one derived task per shape. */
+/* Gate the optimized side (parent) against the simpler (child) at one shape, in a derived task
+ * whose check and bench shapes are that shape; *out: the probe record {shape, pass, speedup, …,
+ * broke}. */
+static kl_status probe_one(walk *w, const json_t *shape, const char *parent, const char *child, const char *dir,
+                           json_t **out)
+{
+    *out = NULL;
+    char child_name[128];
+    version_name(w->task, child, child_name, sizeof child_name);
+    char *tdir = NULL;
+    kl_task *pt = NULL;
+    kl_status st = kl_probe_task_dir(w->task, shape, false, dir, &tdir, w->err);
+    if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
+    free(tdir);
+    if (st != KL_OK) {
+        kl_task_free(pt);
+        return st;
+    }
+    kl_judgement j;
+    st = judge(w, pt, parent, child_name, child, KL_JUDGE_PROFILE, &j);
+    kl_task_free(pt);
+    if (st != KL_OK) return st;
+    if (j.unmeasured) return kl_error_set(w->err, KL_ERR_UNMEASURED, "probe at a shape has no recorded verdict: %s", j.reason);
+    json_t *p = judgement_json(&j);
+    json_object_set(p, "shape", (json_t *)shape);
+    if (!j.pass)
+        json_object_set_new(p, "broke", json_string(!strcmp(j.stage, "compile") ? "compile"
+                                                    : !strcmp(j.stage, "correct") ? "wrong"
+                                                                                   : "crash"));
+    else if (j.speedup >= 0 && j.speedup < KL_SLOWER_BELOW) /* speedup here = t_child / t_parent: the gain */
+        json_object_set_new(p, "broke", json_string("slower"));
+    *out = p;
+    return KL_OK;
+}
+
+/* Bisect each slowdown the probes found: a probe slower than the simpler side varied one size of
+ * the base shape (the largest check shape); between its value and the bench shape's value of that
+ * size (where the step showed its gain), halve the interval geometrically w->opt->bisect times,
+ * each point a probe marked "bisect", so the condition states a bracket no wider than the last
+ * two points rather than the distance between two probe values. */
+static kl_status bisect_step(walk *w, json_t *step, const char *parent, const char *child, unsigned version,
+                             const char *dir)
+{
+    json_t *probes = json_object_get(step, "probes");
+    if (!json_is_array(probes) || !w->opt->bisect) return KL_OK;
+    json_t *base = kl_probe_base_shape(w->task);
+    size_t n0 = json_array_size(probes);
+    kl_status st = KL_OK;
+    /* per size: the largest value a slower probe had (the nearest to the boundary from below) */
+    for (unsigned axis = 0; axis < w->task->nsizes && st == KL_OK; axis++) {
+        const char *size = w->task->sizes[axis];
+        double lo = -1;
+        for (size_t i = 0; i < n0; i++) {
+            json_t *p = json_array_get(probes, i);
+            if (strcmp(doc_str(p, "broke"), "slower") != 0 || json_is_true(json_object_get(p, "bisect"))) continue;
+            json_t *shape = json_object_get(p, "shape");
+            bool only_this = true;
+            for (unsigned k = 0; k < w->task->nsizes; k++)
+                if (k != axis && json_integer_value(json_object_get(shape, w->task->sizes[k])) !=
+                                     json_integer_value(json_object_get(base, w->task->sizes[k])))
+                    only_this = false;
+            double v = (double)json_integer_value(json_object_get(shape, size));
+            if (only_this && v != (double)json_integer_value(json_object_get(base, size)) && v > lo) lo = v;
+        }
+        double hi = (double)w->task->bench.values[axis];
+        if (lo < 1 || hi <= lo) continue;
+        for (unsigned b = 0; b < w->opt->bisect; b++) {
+            json_int_t m = (json_int_t)(sqrt(lo * hi) + 0.5);
+            if (m <= (json_int_t)lo || m >= (json_int_t)hi) break;
+            json_t *at = json_deep_copy(base);
+            json_object_set_new(at, size, json_integer(m));
+            if (!kl_probe_shape_ok(w->task, at)) {
+                json_decref(at);
+                break;
+            }
+            if (interrupted(w)) {
+                json_decref(at);
+                st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted while probing");
+                break;
+            }
+            char *shape_text = json_dumps(at, JSON_SORT_KEYS | JSON_COMPACT);
+            progress(w, KL_WALK_PROBE, version, b + 1, w->opt->bisect, "bisect %s", shape_text ? shape_text : "?");
+            free(shape_text);
+            json_t *rec = NULL;
+            st = probe_one(w, at, parent, child, dir, &rec);
+            json_decref(at);
+            if (st != KL_OK) break;
+            json_object_set_new(rec, "bisect", json_true());
+            const char *broke = doc_str(rec, "broke");
+            bool slower = !strcmp(broke, "slower"), failed = *broke && !slower;
+            json_array_append_new(probes, rec);
+            if (failed) break;
+            if (slower) lo = (double)m;
+            else hi = (double)m;
+        }
+    }
+    json_decref(base);
+    return st;
+}
+
+/* Gate the chosen step on the probe shapes: the optimized side (parent) against the
+ * simpler (child) as baseline, one derived task per shape; then bisect the slowdowns. */
 static kl_status probe_step(walk *w, json_t *step, const char *parent, const char *child, unsigned version)
 {
     json_t *shapes = kl_probe_shapes(w->task, w->opt->probes);
     json_t *probes = json_array();
-    char *dir = NULL;
+    char *dir = probe_dir(w);
     kl_status st = KL_OK;
-    if (w->opt->probe_dir) {
-        dir = kl_strdup(w->opt->probe_dir);
-    } else {
-        char *cache = kl_cache_dir();
-        dir = cache ? kl_path_join(cache, "probe") : NULL;
-        free(cache);
-    }
     if (!dir) {
         st = kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    char child_name[128];
-    version_name(w->task, child, child_name, sizeof child_name);
     size_t i;
     json_t *shape;
     json_array_foreach(shapes, i, shape) {
@@ -264,43 +357,63 @@ static kl_status probe_step(walk *w, json_t *step, const char *parent, const cha
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted while probing");
             goto cleanup;
         }
-        char *tdir = NULL;
-        kl_task *pt = NULL;
-        st = kl_probe_task_dir(w->task, shape, false, dir, &tdir, w->err);
-        if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
-        free(tdir);
-        if (st != KL_OK) {
-            kl_task_free(pt);
-            goto cleanup;
-        }
         char *shape_text = json_dumps(shape, JSON_SORT_KEYS | JSON_COMPACT);
         progress(w, KL_WALK_PROBE, version, (unsigned)i + 1, (unsigned)json_array_size(shapes), "probe %s",
                  shape_text ? shape_text : "?");
         free(shape_text);
-        kl_judgement j;
-        st = judge(w, pt, parent, child_name, child, KL_JUDGE_PROFILE, &j);
-        kl_task_free(pt);
-        if (st != KL_OK) goto cleanup;
-        if (j.unmeasured) {
-            st = kl_error_set(w->err, KL_ERR_UNMEASURED, "probe at a shape has no recorded verdict: %s", j.reason);
-            goto cleanup;
-        }
-        json_t *p = judgement_json(&j);
-        json_object_set(p, "shape", shape);
-        if (!j.pass)
-            json_object_set_new(p, "broke", json_string(!strcmp(j.stage, "compile") ? "compile"
-                                                        : !strcmp(j.stage, "correct") ? "wrong"
-                                                                                       : "crash"));
-        else if (j.speedup >= 0 && j.speedup < KL_SLOWER_BELOW) /* speedup here = t_child / t_parent: the gain */
-            json_object_set_new(p, "broke", json_string("slower"));
+        json_t *p = NULL;
+        if ((st = probe_one(w, shape, parent, child, dir, &p)) != KL_OK) goto cleanup;
         json_array_append_new(probes, p);
     }
     json_object_set_new(step, "probes", probes);
     probes = NULL;
+    st = bisect_step(w, step, parent, child, version, dir);
 cleanup:
     free(dir);
     json_decref(shapes);
     json_decref(probes);
+    return st;
+}
+
+/* A stored walk whose slowdowns were not bisected yet (it was probed before bisection, or with
+ * --bisect 0): bisect them now, step by step, the walk saved after each. */
+static kl_status bisect_stored(walk *w)
+{
+    if (!w->opt->bisect) return KL_OK;
+    json_t *versions = json_object_get(w->doc, "versions");
+    char *dir = probe_dir(w);
+    if (!dir) return kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+    kl_status st = KL_OK;
+    size_t k;
+    json_t *step;
+    json_array_foreach(json_object_get(w->doc, "steps"), k, step) {
+        json_t *probes = json_object_get(step, "probes");
+        bool slower = false, bisected = false;
+        size_t i;
+        json_t *p;
+        json_array_foreach(probes, i, p) {
+            if (!strcmp(doc_str(p, "broke"), "slower") && !json_is_true(json_object_get(p, "bisect"))) slower = true;
+            if (json_is_true(json_object_get(p, "bisect"))) bisected = true;
+        }
+        if (!slower || bisected || json_object_get(step, "bisect_note")) continue;
+        size_t from = (size_t)json_integer_value(json_object_get(step, "from"));
+        const char *parent = doc_str(json_array_get(versions, from), "source");
+        const char *child = doc_str(json_array_get(versions, from + 1), "source");
+        size_t before = json_array_size(probes);
+        progress(w, KL_WALK_PROBE, (unsigned)from, 0, 0, "bisecting the slowdowns of %s", doc_str(step, "transform"));
+        st = bisect_step(w, step, parent, child, (unsigned)from, dir);
+        if (st != KL_OK) break;
+        if (json_array_size(probes) == before) {
+            /* nothing could be bisected (the interval was too narrow or too costly): say so, once */
+            json_t *none = json_object();
+            json_object_set_new(none, "bisect", json_true());
+            json_object_set_new(none, "none", json_string("no point between the slowdown and the bench shape to probe"));
+            json_object_set_new(step, "bisect_note", none);
+        }
+        derive_conditions(w->task, w->doc, step);
+        if ((st = save(w)) != KL_OK) break;
+    }
+    free(dir);
     return st;
 }
 
@@ -978,6 +1091,7 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
         json_t *step;
         json_array_foreach(json_object_get(w.doc, "steps"), k, step) derive_conditions(task, w.doc, step);
     }
+    KL_TRY(bisect_stored(&w));
     /* a finished walk taken up again: the rewriter may see more to remove than when it ended;
      * both ends are judged against the naive kernel again */
     if (opt->reopen && !strcmp(doc_str(w.doc, "state"), "done") &&

@@ -68,7 +68,11 @@ static double fake_time(const kl_task *task, const char *text)
                 marker_function(text, p, fn, sizeof fn);
                 if (fn[0] && kl_skill_runs_at(src, task, &task->bench, fn) < 0) continue;
             }
-            t /= atof(num + 1);
+            double factor = atof(num + 1);
+            /* ":slowbelow=N": this optimization makes the kernel slower where n < N */
+            const char *eol = strchr(p, '\n'), *sb = strstr(p, ":slowbelow=");
+            if (sb && (!eol || sb < eol) && task && task->bench.values[0] < atoll(sb + 11)) factor = 1.0 / factor;
+            t /= factor;
         }
     kl_source_free(src);
     return t;
@@ -841,6 +845,64 @@ static void a_step_off_the_bench_path_is_measured_where_it_runs(void **state)
     json_decref(d);
 }
 
+/* A slowdown the probes find is bisected between the largest size where it was slower and the
+ * bench shape's: the condition states the bracket the bisection left (n < 5000 is slower here:
+ * probes at 1021 and below, then 32719, 5780 and 2429). */
+static void probing_bisects_a_slowdown_and_states_the_bracket(void **state)
+{
+    fixture *f = *state;
+    fake_judge fj = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = options(f, &fj, &flag);
+    o.restart = true;
+    o.probes = 4;
+    o.bisect = 3;
+    char *expert = kl_path_join(f->task->dir, "expert_slow.cu");
+    o.expert_path = expert;
+    char *doc = NULL;
+    kl_error err = {0};
+    if (kl_lineage_walk(f->task, &o, &doc, &err) != KL_OK) fail_msg("walk: %s", err.message);
+    json_t *d = json_loads(doc, 0, NULL);
+    json_t *step = json_array_get(json_object_get(d, "steps"), 0);
+    unsigned bisects = 0;
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(step, "probes"), i, p) if (json_is_true(json_object_get(p, "bisect"))) bisects++;
+    assert_int_equal(bisects, 3);
+    bool found = false;
+    json_array_foreach(json_object_get(step, "conditions"), i, p) {
+        const char *pred = json_string_value(json_object_get(p, "predicate"));
+        if (!pred || strcmp(pred, "independent_rows >= 5780") != 0) continue;
+        found = true;
+        json_t *br = json_object_get(p, "bracket");
+        assert_int_equal(json_integer_value(json_object_get(br, "fails")), 2429);
+        assert_int_equal(json_integer_value(json_object_get(br, "holds")), 5780);
+    }
+    if (!found) fprintf(stderr, "%s\n", json_dumps(json_object_get(step, "conditions"), JSON_INDENT(1)));
+    assert_true(found);
+    json_decref(d);
+    free(doc);
+    /* a stored walk probed without bisection is bisected when asked, and only once */
+    fake_judge a = {0}, b = {0}, c = {0};
+    o = options(f, &a, &flag);
+    o.restart = true;
+    o.probes = 4;
+    o.expert_path = expert;
+    assert_int_equal(kl_lineage_walk(f->task, &o, &doc, &err), KL_OK);
+    free(doc);
+    o.restart = false;
+    o.bisect = 3;
+    o.judge_user = &b;
+    assert_int_equal(kl_lineage_walk(f->task, &o, &doc, &err), KL_OK);
+    assert_int_equal(b.calls, 3);
+    free(doc);
+    o.judge_user = &c;
+    assert_int_equal(kl_lineage_walk(f->task, &o, &doc, &err), KL_OK);
+    assert_int_equal(c.calls, 0);
+    free(doc);
+    free(expert);
+}
+
 static void hunk_shows_the_changed_lines_with_context(void **state)
 {
     (void)state;
@@ -872,6 +934,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_dispatch_is_removed_after_its_fast_path_and_before_its_general_path, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_step_off_the_bench_path_is_measured_where_it_runs, setup, teardown),
+        cmocka_unit_test_setup_teardown(probing_bisects_a_slowdown_and_states_the_bracket, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

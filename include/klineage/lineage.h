@@ -128,6 +128,43 @@ typedef struct kl_extract_stats {
 kl_status kl_lineage_extract_skills(kl_store *store, const kl_task *task, const char *doc_json,
                                     kl_extract_stats *stats, kl_error *err);
 
+/* ---- roundtrip admission (docs/skill-card.md, "Admission") ---------------------------------- */
+
+/* A trial judged: the card, the task, its verdict ("reproduced", "lost", "failed") and the gain
+ * (time(base) / time(candidate); < 0 unknown). */
+typedef void (*kl_admit_progress_fn)(void *user, const char *card, const char *task, const char *verdict,
+                                     double gain);
+
+typedef struct kl_admit_options {
+    kl_store *store;              /* borrowed; the library and the lineages; required */
+    kl_rewriter *rewriter;        /* borrowed; applies a card forward from the card alone; required */
+    kl_judge_fn judge;            /* required (kl_lineage_gate_judge with the gate as user) */
+    void *judge_user;
+    kl_prepare_fn prepare;        /* optional: the candidates of a task compiled together first */
+    const kl_task *const *tasks;  /* the tasks trials may run on (a card's own lineage needs its task) */
+    unsigned ntasks;
+    double min_gain;              /* cards whose recorded gain is below this are not tried (their gain is
+                                     within noise: a trial could not tell); 0: 1.02 */
+    unsigned max_other;           /* trials on other tasks' naive kernels per card, where the card's
+                                     conditions hold at a site; 0: none */
+    const char *only_id;          /* one card (its id), or NULL: every card */
+    const char *probe_dir;        /* where derived tasks (a step's path shape) are written; NULL: the cache */
+    volatile sig_atomic_t *interrupt;
+    kl_admit_progress_fn progress;
+    void *progress_user;
+} kl_admit_options;
+
+/* Admit the library: each card applied forward by the rewriter (a KL_REQ_APPLY request with the
+ * card) to the simpler version of its own lineage, at its forward site, and — up to max_other —
+ * to other tasks' naive kernels at a site where kl_skill_match_site holds; every candidate judged
+ * against the version it was applied to (the own lineage's path shape where the step was
+ * measured there). A trial reproduces a card when its gain is >= 1.0 and within
+ * KL_ADMIT_TOLERANCE of the card's recorded gain (kl_admission_verdict); where the conditions do
+ * not hold, the trial is recorded as not-applicable with the first failing predicate. Each card's
+ * admission is stored (kl_skill_admission_put). *report_json (may be NULL): {cards: [{id,
+ * transform, task, admission}], admitted, rejected, untried} (new string, free()). */
+kl_status kl_lineage_admit(const kl_admit_options *opt, char **report_json, kl_error *err);
+
 #ifdef __cplusplus
 }
 #endif

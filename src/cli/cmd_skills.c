@@ -1,5 +1,6 @@
 /* klineage skills list | show | export | import | match: the skill library (docs/cli/skills.md). */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,11 +9,14 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "klineage/gate.h"
+#include "klineage/lineage.h"
 #include "klineage/rewrite.h"
 #include "klineage/skills.h"
 #include "klineage/store.h"
 #include "klineage/syntax.h"
 #include "klineage/task.h"
+#include "measure.h"
 
 /* ---- the store ------------------------------------------------------------------------------ */
 
@@ -667,17 +671,228 @@ cleanup:
     return rc;
 }
 
+/* ---- admit --------------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t admit_stop;
+static void admit_on_sigint(int sig)
+{
+    (void)sig;
+    admit_stop = 1;
+}
+
+typedef struct admit_progress {
+    const kl_cli *cli;
+    const cli_measure *m;
+} admit_progress;
+
+static void on_trial(void *user, const char *card, const char *task, const char *verdict, double gain)
+{
+    admit_progress *p = user;
+    if (p->cli->quiet) return;
+    if (gain > 0) cli_measure_printf(p->m, stderr, "  %s on %s: %s (%.2fx)\n", card, task, verdict, gain);
+    else cli_measure_printf(p->m, stderr, "  %s on %s: %s\n", card, task, verdict);
+}
+
+/* The task folders of the stored lineages (their "task_dir"), for admit without --task. */
+static bool lineage_dir(const char *key, const char *json, void *user)
+{
+    (void)key;
+    json_t *d = json_loads(json, 0, NULL);
+    const char *dir = json_string_value(json_object_get(d, "task_dir"));
+    if (dir && !json_object_get(user, dir)) json_object_set_new(user, dir, json_true());
+    json_decref(d);
+    return true;
+}
+
+static int cmd_admit(int argc, char **argv, kl_cli *cli)
+{
+    json_t *dirs = json_object();
+    const char *only = NULL;
+    double min_gain = 1.02;
+    unsigned max_other = 1;
+    cli_measure m = CLI_MEASURE_INIT;
+    int rc = KL_EXIT_OK;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_measure_option(cli, argc, argv, &i, &m);
+        if (r < 0) {
+            json_decref(dirs);
+            return KL_EXIT_USAGE;
+        }
+        if (r > 0) {
+            i--;
+            continue;
+        }
+        if (!strcmp(a, "--task") || !strcmp(a, "--card") || !strcmp(a, "--min-gain") || !strcmp(a, "--max-other")) {
+            if (i + 1 >= argc) {
+                json_decref(dirs);
+                return cli_usage_error(cli, "option %s needs a value", a);
+            }
+            const char *v = argv[++i];
+            char *end;
+            if (!strcmp(a, "--task")) {
+                json_object_set_new(dirs, v, json_true());
+            } else if (!strcmp(a, "--card")) {
+                only = v;
+            } else if (!strcmp(a, "--min-gain")) {
+                min_gain = strtod(v, &end);
+                if (*end || min_gain < 0 || min_gain > 100) {
+                    json_decref(dirs);
+                    return cli_usage_error(cli, "--min-gain takes a ratio such as 1.02, not '%s'", v);
+                }
+            } else {
+                long n = strtol(v, &end, 10);
+                if (*end || n < 0 || n > 16) {
+                    json_decref(dirs);
+                    return cli_usage_error(cli, "--max-other takes a count (0 to 16), not '%s'", v);
+                }
+                max_other = (unsigned)n;
+            }
+        } else if (is_option(a)) {
+            json_decref(dirs);
+            return cli_usage_error(cli, "unknown option '%s' for 'skills admit'", a);
+        } else {
+            json_decref(dirs);
+            return cli_usage_error(cli, "'skills admit' takes no arguments (tasks are given with --task DIR)");
+        }
+    }
+    cli_measure_auto(cli);
+    kl_error err = {0};
+    kl_gate *gate = NULL;
+    kl_rewriter *rw = NULL;
+    kl_task **tasks = NULL;
+    unsigned ntasks = 0;
+    char *report = NULL;
+    const char *first_dir = NULL;
+    {
+        const char *k;
+        json_t *v;
+        json_object_foreach(dirs, k, v) {
+            first_dir = k;
+            break;
+        }
+    }
+    rc = cli_measure_open(cli, &m, first_dir);
+    if (rc != KL_EXIT_OK) goto cleanup;
+    if (!json_object_size(dirs)) (void)kl_store_each(m.store, "lineage", NULL, lineage_dir, dirs, &err);
+    if (!json_object_size(dirs)) {
+        rc = cli_measure_error(&m, "no task to admit on: give --task DIR (no stored lineage names one)");
+        goto cleanup;
+    }
+    tasks = calloc(json_object_size(dirs), sizeof *tasks);
+    if (!tasks) {
+        rc = cli_measure_error(&m, "out of memory");
+        goto cleanup;
+    }
+    const char *dir;
+    json_t *dv;
+    json_object_foreach(dirs, dir, dv) {
+        if (kl_task_load(dir, &tasks[ntasks], &err) != KL_OK) {
+            rc = cli_measure_error(&m, "%s", err.message);
+            goto cleanup;
+        }
+        ntasks++;
+    }
+    kl_gate_options go = cli_measure_gate_options(cli, &m);
+    if (kl_gate_open(&go, &gate, &err) != KL_OK || kl_rewriter_open_ex("rules", NULL, m.store, &rw, &err) != KL_OK) {
+        rc = cli_measure_error(&m, "%s", err.message);
+        goto cleanup;
+    }
+    admit_progress ap = {cli, &m};
+    kl_admit_options ao = {0};
+    ao.store = m.store;
+    ao.rewriter = rw;
+    ao.judge = kl_lineage_gate_judge;
+    ao.judge_user = gate;
+    if (!m.replay) ao.prepare = kl_lineage_gate_prepare;
+    ao.tasks = (const kl_task *const *)tasks;
+    ao.ntasks = ntasks;
+    ao.min_gain = min_gain;
+    ao.max_other = max_other;
+    ao.only_id = only;
+    ao.interrupt = &admit_stop;
+    ao.progress = on_trial;
+    ao.progress_user = &ap;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = admit_on_sigint;
+    sigaction(SIGINT, &sa, &old);
+    kl_status st = kl_lineage_admit(&ao, &report, &err);
+    sigaction(SIGINT, &old, NULL);
+    if (st != KL_OK) {
+        rc = cli_measure_error(&m, "%s", err.message);
+        if (st == KL_ERR_INTERRUPTED) cli_measure_finish(cli, &m);
+        if (st == KL_ERR_INTERRUPTED) rc = KL_EXIT_INTERRUPTED;
+        goto cleanup;
+    }
+    json_t *rep = json_loads(report, 0, NULL);
+    if (cli->json) {
+        json_t *d = m.replay ? json_loads(report, 0, NULL) : NULL;
+        if (d) json_object_set_new(d, "replayed", json_true());
+        char *t = d ? json_dumps(d, JSON_INDENT(2) | JSON_REAL_PRECISION(15)) : NULL;
+        printf("%s\n", t ? t : report);
+        free(t);
+        json_decref(d);
+    } else {
+        cli_measure_printf(&m, stdout, "| card | transform | from | admission | trials (task: verdict, gain) |\n"
+                                       "| --- | --- | --- | --- | --- |\n");
+        size_t i, j;
+        json_t *row, *t;
+        json_array_foreach(json_object_get(rep, "cards"), i, row) {
+            json_t *adm = json_object_get(row, "admission");
+            char trials[2048] = "";
+            size_t used = 0;
+            json_array_foreach(json_object_get(adm, "trials"), j, t) {
+                double g = json_number_value(json_object_get(t, "gain"));
+                char one[400];
+                if (g > 0)
+                    snprintf(one, sizeof one, "%s%s%s: %s %.2fx", j ? "; " : "", str_or_empty(t, "task"),
+                             json_is_true(json_object_get(t, "own")) ? " (own)" : "", str_or_empty(t, "verdict"), g);
+                else
+                    snprintf(one, sizeof one, "%s%s%s: %s (%.120s)", j ? "; " : "", str_or_empty(t, "task"),
+                             json_is_true(json_object_get(t, "own")) ? " (own)" : "", str_or_empty(t, "verdict"),
+                             str_or_empty(t, "detail"));
+                size_t n = strlen(one);
+                if (used + n + 1 < sizeof trials) {
+                    memcpy(trials + used, one, n + 1);
+                    used += n;
+                }
+            }
+            cli_measure_printf(&m, stdout, "| `%s` | %s | %s | %s | %s |\n", str_or_empty(row, "id"),
+                               str_or_empty(row, "transform"), str_or_empty(row, "task"), str_or_empty(adm, "status"),
+                               used ? trials : "–");
+        }
+        cli_measure_printf(&m, stdout, "\n%lld admitted, %lld rejected, %lld untried (of %zu cards).\n",
+                           (long long)json_integer_value(json_object_get(rep, "admitted")),
+                           (long long)json_integer_value(json_object_get(rep, "rejected")),
+                           (long long)json_integer_value(json_object_get(rep, "untried")),
+                           json_array_size(json_object_get(rep, "cards")));
+    }
+    json_decref(rep);
+    rc = cli_measure_finish(cli, &m);
+cleanup:
+    free(report);
+    kl_rewriter_free(rw);
+    kl_gate_close(gate);
+    for (unsigned i = 0; i < ntasks; i++) kl_task_free(tasks[i]);
+    free(tasks);
+    json_decref(dirs);
+    cli_measure_close(&m);
+    return rc;
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------- */
 
 KL_CMD(skills)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
-    if (argc < 2) return cli_usage_error(cli, "'skills' needs an action: list, show, export, import or match");
+    if (argc < 2) return cli_usage_error(cli, "'skills' needs an action: list, show, export, import, match or admit");
     const char *action = argv[1];
     if (!strcmp(action, "list")) return cmd_list(argc - 1, argv + 1, cli);
     if (!strcmp(action, "show")) return cmd_show(argc - 1, argv + 1, cli);
     if (!strcmp(action, "export")) return cmd_export(argc - 1, argv + 1, cli);
     if (!strcmp(action, "import")) return cmd_import(argc - 1, argv + 1, cli);
     if (!strcmp(action, "match")) return cmd_match(argc - 1, argv + 1, cli);
-    return cli_usage_error(cli, "unknown action '%s' for 'skills' (list, show, export, import, match)", action);
+    if (!strcmp(action, "admit")) return cmd_admit(argc - 1, argv + 1, cli);
+    return cli_usage_error(cli, "unknown action '%s' for 'skills' (list, show, export, import, match, admit)", action);
 }

@@ -100,6 +100,15 @@ static double num(const json_t *o, const char *k, double dflt)
     return json_is_number(v) ? json_number_value(v) : dflt;
 }
 
+/* "0.77x" for a ratio near one, "1565x faster" / "3.2x slower" phrasings are the caller's:
+ * a ratio with the digits it needs (never "0.00x"). */
+static void ratio_text(double r, char *buf, size_t size)
+{
+    if (r >= 0.995 || r <= 0) kl_snprintf(buf, size, "%.2fx", r);
+    else if (r >= 0.01) kl_snprintf(buf, size, "%.3gx", r);
+    else kl_snprintf(buf, size, "%.2gx", r);
+}
+
 char *kl_lineage_markdown(const char *doc_json)
 {
     json_t *doc = json_loads(doc_json, 0, NULL);
@@ -110,29 +119,84 @@ char *kl_lineage_markdown(const char *doc_json)
     kl_strbuf_addf(&sb, "### %s\n\n", str(doc, "task"));
     kl_strbuf_addf(&sb, "Expert `%s`, rewriter `%s`, %zu step(s) (%s).\n\n", str(doc, "expert"), str(doc, "rewriter"), n,
                    json_object_get(doc, "stop_reason") ? str(doc, "stop_reason") : str(doc, "state"));
-    kl_strbuf_adds(&sb, "| step | transform | site | gain | time after (ms) |\n| --- | --- | --- | --- | --- |\n");
+    /* the expert's total, as the steps give it: each step's share of it in log terms */
     double total = 1;
     bool total_known = true;
+    for (size_t k = 0; k < n; k++) {
+        double sp = num(json_array_get(steps, k), "speedup", -1);
+        if (sp > 0) total *= 1.0 / sp;
+        else total_known = false;
+    }
+    /* the expert's total speedup: over the naive kernel when the walk judged it, else the product */
+    double ev = num(json_object_get(doc, "expert_verdict"), "speedup", -1);
+    double whole = ev > 1.0001 ? ev : total;
+    kl_strbuf_adds(&sb, "| step | transform | site | gain | share | measured at | time after (ms) |\n"
+                        "| --- | --- | --- | --- | --- | --- | --- |\n");
     /* Root to expert: the last step of the walk is the first forward step. */
     for (size_t k = n; k-- > 0;) {
         json_t *s = json_array_get(steps, k);
         double sp = num(s, "speedup", -1); /* t_parent / t_child, measured in the walk */
-        char gain[32] = "?";
+        char gain[32] = "?", share[32] = "?";
         if (sp > 0) {
             kl_snprintf(gain, sizeof gain, "%.2fx", 1.0 / sp);
-            total *= 1.0 / sp;
-        } else {
-            total_known = false;
+            double sh = whole > 1.0001 ? 100.0 * log(1.0 / sp) / log(whole) : 0;
+            if (whole > 1.0001 && (total_known || ev > 1.0001))
+                kl_snprintf(share, sizeof share, "%.0f %%", fabs(sh) < 0.5 ? 0.0 : sh);
+            else
+                kl_snprintf(share, sizeof share, "-");
         }
         char after[32] = "?";
         if (num(s, "base_ms", -1) > 0) kl_snprintf(after, sizeof after, "%.4f", num(s, "base_ms", -1));
-        kl_strbuf_addf(&sb, "| %zu | %s | `%s` | %s | %s |\n", n - k, str(s, "transform"), str(s, "site"), gain, after);
+        char at[160] = "bench";
+        json_t *shape = json_object_get(s, "shape");
+        if (json_is_object(shape)) {
+            kl_strbuf t = KL_STRBUF_INIT;
+            kl_strbuf_adds(&t, "path: ");
+            const char *key;
+            json_t *v;
+            bool first = true;
+            json_object_foreach(shape, key, v) {
+                kl_strbuf_addf(&t, "%s%s=%lld", first ? "" : ", ", key, (long long)json_integer_value(v));
+                first = false;
+            }
+            kl_snprintf(at, sizeof at, "%s", kl_strbuf_str(&t));
+            kl_strbuf_release(&t);
+        }
+        kl_strbuf_addf(&sb, "| %zu | %s | `%s` | %s | %s | %s | %s |\n", n - k, str(s, "transform"), str(s, "site"), gain,
+                       share, at, after);
     }
-    if (total_known && n) kl_strbuf_addf(&sb, "\nRoot to expert, product of the step gains: %.2fx.\n", total);
+    if (total_known && n) {
+        char t[32];
+        ratio_text(total, t, sizeof t);
+        kl_strbuf_addf(&sb, "\nRoot to expert, product of the step gains: %s", t);
+        double big = 0;
+        size_t bk = 0;
+        for (size_t k = 0; k < n; k++) {
+            double g = 1.0 / num(json_array_get(steps, k), "speedup", 1);
+            if (g > big) big = g, bk = k;
+        }
+        if (whole > 1.0001 && big > 1)
+            kl_strbuf_addf(&sb, "; the largest step (%s, %.2fx) carries %.0f %% of the expert's %.4gx over %s "
+                                "(shares in log terms).\n",
+                           str(json_array_get(steps, bk), "transform"), big, 100.0 * log(big) / log(whole), whole,
+                           ev > 1.0001 ? "the naive kernel" : "the root");
+        else
+            kl_strbuf_adds(&sb, ".\n");
+    }
     json_t *rn = json_object_get(doc, "root_vs_naive");
-    if (rn && num(rn, "speedup", -1) > 0)
-        kl_strbuf_addf(&sb, "The root takes %.2fx the naive kernel's time (same-run ratio).\n",
-                       1.0 / num(rn, "speedup", -1));
+    double rs = rn ? num(rn, "speedup", -1) : -1; /* t(naive) / t(root) */
+    if (rs > 0) {
+        double r = 1.0 / rs; /* the root's time over the naive kernel's */
+        char t[32];
+        ratio_text(r, t, sizeof t);
+        if (r < 0.5)
+            kl_strbuf_addf(&sb, "The root is %.3gx faster than the naive kernel: it takes %s its time (same-run ratio).\n",
+                           rs, t);
+        else if (r > 2)
+            kl_strbuf_addf(&sb, "The root is %.3gx slower than the naive kernel (same-run ratio).\n", r);
+        else
+            kl_strbuf_addf(&sb, "The root takes %s the naive kernel's time (same-run ratio).\n", t);
+    }
     size_t nrej = json_array_size(json_object_get(doc, "rejected"));
     kl_strbuf_addf(&sb, "%zu proposal(s) rejected along the way (kept as evidence).\n", nrej);
     json_decref(doc);

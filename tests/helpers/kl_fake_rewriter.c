@@ -74,6 +74,30 @@ int main(void)
             line++;
         }
     }
+    /* "apply": the card's own hunk, before -> after, where the before text is found */
+    json_t *skill = json_object_get(req, "skill");
+    if (src && kind && !strcmp(kind, "apply") && json_is_object(skill)) {
+        json_t *anchor = json_object_get(skill, "anchor");
+        const char *before = json_string_value(json_object_get(anchor, "before"));
+        const char *after = json_string_value(json_object_get(anchor, "after"));
+        const char *at = before && *before ? strstr(src, before) : NULL;
+        if (at && after) {
+            size_t pre = (size_t)(at - src), bl = strlen(before), al = strlen(after), rest = strlen(at + bl);
+            char *out = malloc(pre + al + rest + 1);
+            memcpy(out, src, pre);
+            memcpy(out + pre, after, al);
+            memcpy(out + pre + al, at + bl, rest + 1);
+            char site[160], fn[96];
+            unsigned line = 1;
+            for (const char *q = src; q < at; q++) line += *q == '\n';
+            function_of(src, at, fn, sizeof fn);
+            snprintf(site, sizeof site, "%s:%u", fn, line);
+            const char *t = json_string_value(json_object_get(skill, "transform"));
+            json_array_append_new(cands, json_pack("{s:s, s:s, s:s, s:{}, s:s}", "source", out, "transform", t ? t : "",
+                                                   "site", site, "params", "note", "the card's hunk, applied"));
+            free(out);
+        }
+    }
     json_t *ans = json_pack("{s:o}", "candidates", cands);
     json_dumpf(ans, stdout, JSON_COMPACT);
     json_decref(ans);

@@ -903,6 +903,66 @@ static void probing_bisects_a_slowdown_and_states_the_bracket(void **state)
     free(expert);
 }
 
+/* Roundtrip admission: each card applied forward, from the card alone, to the simpler version of
+ * its own lineage and judged: the stand-in judge gives back the gains the walk measured, so the
+ * cards are admitted; a card whose gain is within the floor is not tried, and says why. */
+static void admission_applies_each_card_to_its_own_lineage(void **state)
+{
+    fixture *f = *state;
+    fake_judge fj = {0};
+    volatile sig_atomic_t flag = 0;
+    kl_lineage_options o = options(f, &fj, &flag);
+    o.restart = true;
+    char *doc = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_lineage_walk(f->task, &o, &doc, &err), KL_OK);
+    kl_extract_stats xs;
+    assert_int_equal(kl_lineage_extract_skills(f->store, f->task, doc, &xs, &err), KL_OK);
+    free(doc);
+    fake_judge aj = {0};
+    kl_admit_options ao = {0};
+    ao.store = f->store;
+    ao.rewriter = f->rw;
+    ao.judge = judge_fn;
+    ao.judge_user = &aj;
+    const kl_task *tasks[] = {f->task};
+    ao.tasks = tasks;
+    ao.ntasks = 1;
+    ao.min_gain = 1.6; /* beta gains 1.5: not tried */
+    ao.probe_dir = f->probe_dir;
+    char *report = NULL;
+    if (kl_lineage_admit(&ao, &report, &err) != KL_OK) fail_msg("admit: %s", err.message);
+    json_t *r = json_loads(report, 0, NULL);
+    assert_int_equal(json_integer_value(json_object_get(r, "admitted")), 2);
+    assert_int_equal(json_integer_value(json_object_get(r, "untried")), 1);
+    assert_int_equal(aj.calls, 2);
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(r, "cards"), i, row) {
+        const char *t = json_string_value(json_object_get(row, "transform"));
+        json_t *adm = json_object_get(row, "admission");
+        json_t *t0 = json_array_get(json_object_get(adm, "trials"), 0);
+        if (!strcmp(t, "beta")) {
+            assert_string_equal(json_string_value(json_object_get(adm, "status")), "untried");
+            assert_non_null(strstr(json_string_value(json_object_get(t0, "detail")), "within noise"));
+        } else {
+            assert_string_equal(json_string_value(json_object_get(adm, "status")), "admitted");
+            assert_string_equal(json_string_value(json_object_get(t0, "verdict")), "reproduced");
+            assert_true(json_is_true(json_object_get(t0, "own")));
+            double g = json_number_value(json_object_get(t0, "gain")), rec = json_number_value(json_object_get(t0, "recorded"));
+            assert_true(fabs(g - rec) < 1e-9);
+        }
+    }
+    json_decref(r);
+    free(report);
+    /* the admission is on the stored cards, and the library can be limited to them */
+    kl_skill_list list = KL_SKILL_LIST_INIT;
+    assert_int_equal(kl_skill_list_load(f->store, &list, &err), KL_OK);
+    kl_skill_list_keep_admitted(&list);
+    assert_int_equal(list.count, 2);
+    kl_skill_list_release(&list);
+}
+
 static void hunk_shows_the_changed_lines_with_context(void **state)
 {
     (void)state;
@@ -935,6 +995,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_step_off_the_bench_path_is_measured_where_it_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(probing_bisects_a_slowdown_and_states_the_bracket, setup, teardown),
+        cmocka_unit_test_setup_teardown(admission_applies_each_card_to_its_own_lineage, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

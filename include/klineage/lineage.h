@@ -90,6 +90,9 @@ typedef struct kl_lineage_options {
                                      without them; 0: none */
     const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */
     bool restart;                 /* forget a stored walk of the same expert and start again */
+    bool restart_older;           /* start again only when the stored walk was made with earlier walk
+                                     rules (docs/lineage.md, "Gains where the code runs"); a walk of
+                                     the current rules, finished or not, is taken up as stored */
     bool reopen;                  /* a stored walk that ended because nothing more could be removed
                                      goes on from its last version (the rewriter may have grown) */
     bool full;                    /* strategy "full": judge every proposal at every version;

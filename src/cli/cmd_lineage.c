@@ -66,7 +66,7 @@ KL_CMD(lineage)
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
     unsigned probes = 4, max_steps = 0, bisect = 0;
     double probe_min_gain = 1.02;
-    bool restart = false, reopen = false, no_skills = false, full = false;
+    bool restart = false, restart_older = false, reopen = false, no_skills = false, full = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -100,6 +100,8 @@ KL_CMD(lineage)
             full = !strcmp(v, "full");
         } else if (!strcmp(argv[i], "--restart")) {
             restart = true;
+        } else if (!strcmp(argv[i], "--restart-older")) {
+            restart_older = true;
         } else if (!strcmp(argv[i], "--continue")) {
             reopen = true;
         } else if (!strcmp(argv[i], "--no-skills")) {
@@ -166,6 +168,7 @@ KL_CMD(lineage)
     lo.bisect = bisect;
     lo.full = full;
     lo.restart = restart;
+    lo.restart_older = restart_older;
     lo.reopen = reopen;
     lo.interrupt = &stop_requested;
     lo.progress = on_progress;

@@ -290,7 +290,7 @@ static kl_status other_trials(admit *a, unsigned ci)
     return st;
 }
 
-static kl_status judge_trials(admit *a)
+static void prepare_trials(admit *a)
 {
     /* compile each task's candidates together first */
     if (a->o->prepare)
@@ -310,9 +310,14 @@ static kl_status judge_trials(admit *a)
             if (m) (void)a->o->prepare(a->o->judge_user, a->o->tasks[k], m, names, texts, &perr);
             free(names), free(texts), free(buf);
         }
+}
+
+/* Judge the trials of one card. */
+static kl_status judge_trials(admit *a, unsigned card)
+{
     for (unsigned i = 0; i < a->n; i++) {
         trial *t = &a->t[i];
-        if (t->result) continue;
+        if (t->result || t->card != card) continue;
         if (a->o->interrupt && *a->o->interrupt)
             return kl_error_set(a->err, KL_ERR_INTERRUPTED, "interrupted while judging the trials");
         const kl_task *task = t->path_task ? t->path_task : t->task;
@@ -375,14 +380,16 @@ kl_status kl_lineage_admit(const kl_admit_options *o, char **report_json, kl_err
         KL_TRY(own_trial(&a, ci));
         KL_TRY(other_trials(&a, ci));
     }
-    KL_TRY(judge_trials(&a));
-    /* each card's admission, stored beside it */
+    prepare_trials(&a);
+    /* each card judged, then its admission stored beside it (an interrupted run keeps what it
+     * stored; run again, the verdicts come back from the store) */
     char stamp[32];
     kl_utc_stamp(stamp, sizeof stamp);
     unsigned counts[3] = {0, 0, 0};
     for (unsigned ci = 0; ci < a.lib.count; ci++) {
         const kl_skill *card = a.lib.items[ci];
         if (o->only_id && strcmp(o->only_id, kl_skill_id(card)) != 0) continue;
+        KL_TRY(judge_trials(&a, ci));
         json_t *adm = json_object(), *trials = json_array();
         for (unsigned i = 0; i < a.n; i++)
             if (a.t[i].card == ci && a.t[i].result) {

@@ -424,6 +424,7 @@ typedef struct fstep {
     json_t *obs;             /* the forward site's observables where the step was measured (owned) */
     char id[128];
     char pid[160];           /* the walk's proposal id of the step ("T@offset:hash") */
+    bool off_path;           /* measured at the bench shape, which does not run the step's function */
     const char *child, *parent;
 } fstep;
 
@@ -587,7 +588,7 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
         json_t *e = json_object();
         json_object_set_new(e, "device", json_string(str(s, "device")));
         json_object_set_new(e, "date", json_string(str(s, "date")));
-        json_object_set_new(e, "label", json_string(path ? "path" : "bench"));
+        json_object_set_new(e, "label", json_string(path ? "path" : f->off_path ? "off-path" : "bench"));
         json_object_set(e, "shape", path ? at : json_object_get(doc, "bench"));
         json_object_set_new(e, "speedup", json_real(1.0 / sp));
         if (num(s, "cand_ms", -1) > 0) json_object_set_new(e, "before_ms", json_real(num(s, "cand_ms", -1)));
@@ -597,7 +598,7 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
         json_object_set_new(e, "task", json_string(task_name));
         json_object_set_new(e, "context", context_of(f->obs));
         json_array_append_new(effect, e);
-        if (1.0 / sp < KL_SLOWER_BELOW) {
+        if (1.0 / sp < KL_SLOWER_BELOW && !f->off_path) {
             /* a step the walk took although it lost: a slowdown in this context */
             json_t *r = json_object();
             json_object_set(r, "shape", path ? at : json_object_get(doc, "bench"));
@@ -726,6 +727,15 @@ static kl_status read_forward(const json_t *doc, const json_t *steps, const kl_t
             }
             if (st != KL_OK) return st;
             kl_proposal_id(transform, f->parent, f->child, f->pid, sizeof f->pid);
+            if (task && !json_is_object(json_object_get(s, "shape"))) {
+                kl_source *ps = NULL;
+                kl_error pe = {0};
+                char fn[128];
+                kernel_of_site(str(s, "site"), fn, sizeof fn);
+                if (kl_source_parse_text("parent.cu", f->parent, strlen(f->parent), &ps, &pe) == KL_OK)
+                    f->off_path = kl_skill_runs_at(ps, task, &task->bench, fn) < 0;
+                kl_source_free(ps);
+            }
         } else {
             /* a document without its versions (a card written by hand around a step): the step's
              * own features are all there is */

@@ -9,6 +9,11 @@
 
 #define KL_LINEAGE_FORMAT "klineage-lineage-1"
 
+/* The walk's rules a document was made with (its "walk_rules"; absent: 1). 2: gains where the code
+ * runs (a dispatch's general path deferred, its specialized path peeled first; a step off the
+ * bench path measured at a shape that runs it). */
+#define KL_WALK_RULES 2
+
 /* A probe (or a step) is slower when the optimized side keeps less than this of the simpler
  * side's speed: t(simpler) / t(optimized) < 0.95. */
 #define KL_SLOWER_BELOW 0.95

@@ -977,7 +977,14 @@ static kl_status load_or_start(walk *w, const char *expert_name, const char *exp
                 json_array_size(json_object_get(w->doc, "versions")) == 0)
                 return kl_error_set(w->err, KL_ERR_PARSE, "stored lineage %.12s is damaged: %s", w->key,
                                     w->doc ? "no versions" : je.text);
-            return KL_OK;
+            json_t *rules = json_object_get(w->doc, "walk_rules");
+            if (!w->opt->restart_older || (json_is_integer(rules) && json_integer_value(rules) >= KL_WALK_RULES))
+                return KL_OK;
+            /* made with earlier rules: walked again (a walk of the current rules resumes instead) */
+            progress(w, KL_WALK_START, 0, 0, 0, "the stored walk was made with earlier walk rules: walking again");
+            json_decref(w->doc);
+            w->doc = NULL;
+            st = KL_ERR_NOT_FOUND; /* as if none were stored */
         }
         if (st != KL_ERR_NOT_FOUND) return st;
         kl_error_clear(w->err);
@@ -990,6 +997,7 @@ static kl_status load_or_start(walk *w, const char *expert_name, const char *exp
     json_object_set_new(w->doc, "expert", json_string(expert_name));
     json_object_set_new(w->doc, "rewriter", json_string(kl_rewriter_name(w->opt->rewriter)));
     json_object_set_new(w->doc, "strategy", json_string(w->opt->full ? "full" : "lazy"));
+    json_object_set_new(w->doc, "walk_rules", json_integer(KL_WALK_RULES));
     json_object_set_new(w->doc, "state", json_string("walking"));
     json_t *bench = json_object();
     for (unsigned k = 0; k < w->task->nsizes; k++)

@@ -469,6 +469,8 @@ void kl_skill_summarize(const kl_skill *card, kl_skill_summary *out)
          * shape that runs it); an effect without a label counts as the bench's */
         if (!strcmp(label, "probe")) {
             if (s > out->best_probe) out->best_probe = s;
+        } else if (!strcmp(label, "off-path")) {
+            continue; /* measured where its code did not run: it says nothing */
         } else if (s > out->best_gain) {
             out->best_gain = s;
         }

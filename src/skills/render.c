@@ -220,7 +220,9 @@ static void gains_table(kl_strbuf *sb, const json_t *c)
     }
     kl_strbuf_adds(sb, "\nSpeedup is the simpler version's time over the optimized one's, measured in the same process: "
                        "`bench` at the task's bench shape, `path` at a shape that runs the code the step changed (the "
-                       "bench shape does not), `probe` at a probe shape.\n\n");
+                       "bench shape does not), `probe` at a probe shape; `off-path` at the bench shape although it does not run that "
+                       "code (a walk made before gains were measured where the code runs): such a gain says nothing of "
+                       "the step.\n\n");
     /* each context's effect, kept: where it helped, where it hurt */
     unsigned helped = 0, hurt = 0;
     json_array_foreach(eff, i, e) {
@@ -812,8 +814,10 @@ static char *library_markdown(const kl_skill *const *cards, unsigned n)
                    json_object_size(lineages), plural(json_object_size(lineages), "lineage", "lineages"));
     json_decref(lineages);
     json_decref(transforms);
-    kl_strbuf_adds(&sb, "| skill | transform | what it does | conditions | best gain | risks |\n"
-                        "| --- | --- | --- | --- | ---: | ---: |\n");
+    kl_strbuf_adds(&sb, "`gain`: where the step was measured in its walk (the bench shape, or a shape that runs its code); "
+                        "`best probe`: the best gain at a probe shape, apart; `risks`: what broke (slowdowns among them).\n\n");
+    kl_strbuf_adds(&sb, "| skill | transform | what it does | conditions | gain | best probe | risks | admission |\n"
+                        "| --- | --- | --- | --- | ---: | ---: | ---: | --- |\n");
     for (unsigned k = 0; k < n; k++) {
         kl_skill_summary s;
         kl_skill_summarize(cards[k], &s);
@@ -834,7 +838,11 @@ static char *library_markdown(const kl_skill *const *cards, unsigned n)
         if (s.ncontradictions) kl_strbuf_addf(&sb, ", %u contradicted", s.ncontradictions);
         if (s.best_gain > 0) kl_strbuf_addf(&sb, " | %.2fx", s.best_gain);
         else kl_strbuf_adds(&sb, " | –");
-        kl_strbuf_addf(&sb, " | %u |\n", s.nrisks);
+        if (s.best_probe > 0) kl_strbuf_addf(&sb, " | %.2fx", s.best_probe);
+        else kl_strbuf_adds(&sb, " | –");
+        kl_strbuf_addf(&sb, " | %u", s.nrisks);
+        if (s.nslower) kl_strbuf_addf(&sb, " (%u slower)", s.nslower);
+        kl_strbuf_addf(&sb, " | %s |\n", s.admission);
     }
     kl_strbuf_addc(&sb, '\n');
     for (unsigned k = 0; k < n; k++) {

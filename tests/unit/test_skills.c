@@ -867,9 +867,13 @@ static void renderings_match_goldens(void **state)
     assert_non_null(strstr(md, "## When it is valid"));
     assert_non_null(strstr(md, "- `cols % 4 == 0` — probed"));
     assert_null(strstr(md, "no failure found")); /* it has probed conditions */
-    assert_non_null(strstr(md, "| NVIDIA H200 | 2026-11-29 | rows=8192, cols=8192 (bench) | 1.62x | 0.8100 | 0.5000 | `77a0c3d2` |"));
+    assert_non_null(strstr(md, "| ? | rows=8192, cols=8192 (bench) | 1.62x | – | 0.8100 | 0.5000 | NVIDIA H200, 2026-11-29 | `77a0c3d2` |"));
+    assert_null(strstr(md, "## Lineage path")); /* no path recorded: none shown */
+    assert_non_null(strstr(md, "## Admission"));
+    assert_non_null(strstr(md, "Not tried yet"));
     assert_non_null(strstr(md, "## What broke where the conditions failed"));
     assert_non_null(strstr(md, "- rows=1024, cols=1021: **wrong** — correct: rel_l2 0.41"));
+    assert_non_null(strstr(md, "hurt (below 0.95x) in 1")); /* the probe at cols 1021, slower */
     assert_non_null(strstr(md, "(verdict `9c1e0a2b`)"));
     assert_non_null(strstr(md, "## Requires\n\n"));
     assert_null(strstr(md, "## Contradictions"));

@@ -148,27 +148,29 @@ walks)
     tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
     ;;
 cards)
-    # Issue 16 (docs/lineages.md, "The rework of 2026-12-02"), at most ~8 minutes of device time:
+    # Issue 16 (docs/lineages.md, "The rework of 2026-12-02"). Device time: about 8-10 minutes
+    # (the limits below add up to 200 + 200 + 7 x 30 + 130 s); split it over two calls with
+    # KL_ADMIT_S=0 KL_BISECT_S=0 (the walks) and then KL_CARDS_REWALK="" (bisection and admission):
     #  1. walk again the lineages whose walks change under "gains where the code runs"
     #     (KL_CARDS_REWALK, default "softmax layernorm": a dispatch's general path was measured at
     #     a bench shape that never runs it), --restart-older (a walk already made with the new
     #     rules, finished or cut at its time limit, resumes), --bisect, each under
-    #     KL_LINEAGE_S_<task> seconds (default 150), KL_JOBS compiles at once (16);
+    #     KL_LINEAGE_S_<task> seconds (default 200), KL_JOBS compiles at once (16);
     #  2. every other stored walk loaded again (its cards extracted: the archive holds none) and
     #     its slowdowns bisected (KL_BISECT probes each, default 2; KL_BISECT_S seconds per task,
     #     default 30);
     #  3. the whole library admitted (skills admit, one trial on another task per card where its
-    #     conditions hold; KL_ADMIT_S seconds, default 120; an interrupted admission keeps the
+    #     conditions hold; KL_ADMIT_S seconds, default 130; an interrupted admission keeps the
     #     cards it finished, and the same call again resumes from the stored verdicts);
     #  4. the tables: cards.txt (walk summaries, skills list, the admission table, the
     #     leave-one-out match table) and skills-library.md, beside the archive.
     mkdir -p /tmp/walks
-    rewalk=${KL_CARDS_REWALK:-softmax layernorm}
+    rewalk=${KL_CARDS_REWALK-softmax layernorm}
     bisect=${KL_BISECT:-2}
     for t in $rewalk; do
         log "rewalk $t" | tee -a "$out/record.log"
         lim_var="KL_LINEAGE_S_$t"
-        timeout -k 20 -s INT "${!lim_var:-150}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+        timeout -k 20 -s INT "${!lim_var:-200}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
             lineage "tasks/$t" --restart-older --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
             --bisect "$bisect" >"/tmp/walks/lineage-$t.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
@@ -177,6 +179,7 @@ cards)
     done
     for t in transpose histogram reduce_sum softmax layernorm blur sgemm hgemm; do
         case " $rewalk " in *" $t "*) continue ;; esac
+        [ "${KL_BISECT_S:-30}" = 0 ] && break
         log "cards of $t (bisect $bisect)" | tee -a "$out/record.log"
         timeout -k 20 -s INT "${KL_BISECT_S:-30}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
             lineage "tasks/$t" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
@@ -185,11 +188,14 @@ cards)
         grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -4 >>"$out/record.log"
         save_archive
     done
-    log "admit" | tee -a "$out/record.log"
-    timeout -k 20 -s INT "${KL_ADMIT_S:-120}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
-        skills admit --max-other 1 >"/tmp/walks/admit.txt" 2>&1
-    echo "exit $?" | tee -a "$out/record.log"
-    save_archive
+    if [ "${KL_ADMIT_S:-130}" != 0 ]; then
+        log "admit" | tee -a "$out/record.log"
+        timeout -k 20 -s INT "${KL_ADMIT_S:-130}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+            skills admit --max-other 1 >"/tmp/walks/admit.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        tail -3 /tmp/walks/admit.txt >>"$out/record.log"
+        save_archive
+    fi
     {
         for t in transpose histogram reduce_sum softmax layernorm blur sgemm hgemm; do
             echo "== $t"; "$KLINEAGE" --db "$db" --measure replay lineage "tasks/$t" --no-skills 2>/dev/null | tail -8

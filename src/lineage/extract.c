@@ -109,6 +109,14 @@ static void ratio_text(double r, char *buf, size_t size)
     else kl_snprintf(buf, size, "%.2gx", r);
 }
 
+/* A factor with the digits it needs: 1565, 35.6, 3.23. */
+static void factor_text(double x, char *buf, size_t size)
+{
+    if (x >= 100) kl_snprintf(buf, size, "%.0f", x);
+    else if (x >= 10) kl_snprintf(buf, size, "%.1f", x);
+    else kl_snprintf(buf, size, "%.2f", x);
+}
+
 char *kl_lineage_markdown(const char *doc_json)
 {
     json_t *doc = json_loads(doc_json, 0, NULL);
@@ -175,10 +183,12 @@ char *kl_lineage_markdown(const char *doc_json)
             double g = 1.0 / num(json_array_get(steps, k), "speedup", 1);
             if (g > big) big = g, bk = k;
         }
+        char wt[32];
+        factor_text(whole, wt, sizeof wt);
         if (whole > 1.0001 && big > 1)
-            kl_strbuf_addf(&sb, "; the largest step (%s, %.2fx) carries %.0f %% of the expert's %.4gx over %s "
+            kl_strbuf_addf(&sb, "; the largest step (%s, %.2fx) carries %.0f %% of the expert's %sx over %s "
                                 "(shares in log terms).\n",
-                           str(json_array_get(steps, bk), "transform"), big, 100.0 * log(big) / log(whole), whole,
+                           str(json_array_get(steps, bk), "transform"), big, 100.0 * log(big) / log(whole), wt,
                            ev > 1.0001 ? "the naive kernel" : "the root");
         else
             kl_strbuf_adds(&sb, ".\n");
@@ -189,11 +199,13 @@ char *kl_lineage_markdown(const char *doc_json)
         double r = 1.0 / rs; /* the root's time over the naive kernel's */
         char t[32];
         ratio_text(r, t, sizeof t);
+        char f[32];
+        factor_text(r < 0.5 ? rs : r, f, sizeof f);
         if (r < 0.5)
-            kl_strbuf_addf(&sb, "The root is %.3gx faster than the naive kernel: it takes %s its time (same-run ratio).\n",
-                           rs, t);
+            kl_strbuf_addf(&sb, "The root is %sx faster than the naive kernel: it takes %s its time (same-run ratio).\n",
+                           f, t);
         else if (r > 2)
-            kl_strbuf_addf(&sb, "The root is %.3gx slower than the naive kernel (same-run ratio).\n", r);
+            kl_strbuf_addf(&sb, "The root is %sx slower than the naive kernel (same-run ratio).\n", f);
         else
             kl_strbuf_addf(&sb, "The root takes %s the naive kernel's time (same-run ratio).\n", t);
     }

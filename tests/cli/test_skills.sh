@@ -171,6 +171,18 @@ run match_badfeat 1 --db "$TMP/m.db" skills match "$TASK/naive.cu" --features "$
 expect match_badfeat err "expected an object of named values"
 run match_nofile 1 --db "$TMP/m.db" skills match "$TMP/none.cu"
 
+# admit: without a task (and no stored lineage naming one) there is nothing to admit on
+: >"$TMP/empty.jsonl"
+run admit_none 1 --db "$TMP/a.db" --measure replay skills admit --archive "$TMP/empty.jsonl"
+expect admit_none err "no task to admit on: give --task DIR"
+run admit_usage 2 --db "$TMP/a.db" skills admit --max-other lots
+expect admit_usage err "--max-other takes a count (0 to 16), not 'lots'"
+run admit_usage2 2 --db "$TMP/a.db" skills admit extra
+# --admitted: none of the imported cards was admitted
+run list_admitted 0 --db "$DB" skills list --admitted
+[ -s "$TMP/list_admitted.out" ] && fail "list --admitted: printed cards that were never admitted"
+expect list_admitted err "admitted yet"
+
 # usage errors
 run usage1 2 --db "$DB" skills
 run usage2 2 --db "$DB" skills frobnicate

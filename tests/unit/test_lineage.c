@@ -963,6 +963,32 @@ static void admission_applies_each_card_to_its_own_lineage(void **state)
     kl_skill_list_release(&list);
 }
 
+/* The summary says how the root compares with the naive kernel in words that fit the ratio: a
+ * root 1565x faster is not "0.00x"; each step's share of the expert's speedup, in log terms. */
+static void summary_states_ratios_and_shares(void **state)
+{
+    (void)state;
+    const char *doc = "{\"task\":\"t\",\"expert\":\"e.cu\",\"rewriter\":\"rules\",\"state\":\"done\","
+                      "\"expert_verdict\":{\"speedup\":100.0},\"root_vs_naive\":{\"speedup\":1565.0},"
+                      "\"steps\":[{\"transform\":\"b\",\"site\":\"k:2\",\"speedup\":0.1},"
+                      "{\"transform\":\"a\",\"site\":\"k:1\",\"speedup\":0.1,\"shape\":{\"n\":8192}}],\"rejected\":[]}";
+    char *md = kl_lineage_markdown(doc), *md2 = NULL;
+    assert_non_null(md);
+    assert_null(strstr(md, " 0.00x"));
+    assert_non_null(strstr(md, "The root is 1565x faster than the naive kernel: it takes 0.00064x its time"));
+    assert_non_null(strstr(md, "| 10.00x | 50 % | path: n=8192 |"));
+    assert_non_null(strstr(md, "| 10.00x | 50 % | bench |"));
+    assert_non_null(strstr(md, "carries 50 % of the expert's 100x over the naive kernel"));
+    /* a root a little slower than naive: "takes 1.03x" */
+    char *d2 = kl_strdup(doc);
+    char *at = strstr(d2, "1565.0");
+    memcpy(at, "0.9700", 6);
+    md2 = kl_lineage_markdown(d2);
+    assert_non_null(strstr(md2, "The root takes 1.03x the naive kernel's time"));
+    free(md2), free(d2);
+    free(md);
+}
+
 static void hunk_shows_the_changed_lines_with_context(void **state)
 {
     (void)state;
@@ -979,6 +1005,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hunk_shows_the_changed_lines_with_context),
+        cmocka_unit_test(summary_states_ratios_and_shares),
         cmocka_unit_test(merge_keeps_agreement_and_shows_contradictions),
         cmocka_unit_test_setup_teardown(walk_removes_cheapest_first_and_keeps_rejections, setup, teardown),
         cmocka_unit_test_setup_teardown(lazy_walk_takes_the_same_steps_with_fewer_judgements, setup, teardown),

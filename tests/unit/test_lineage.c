@@ -591,7 +591,9 @@ static void speed_conditions_are_thresholds_against_the_bench_shape(void **state
     assert_int_equal(json_integer_value(json_object_get(br, "holds")), 16385);
     assert_non_null(strstr(json_string_value(json_object_get(c0, "because")), "the boundary lies between"));
     assert_non_null(strstr(json_string_value(json_object_get(c0, "because")), "as do contiguous_extent"));
-    assert_null(strstr(json_dumps(c, 0), "\"n >="));
+    char *ctext = json_dumps(c, 0);
+    assert_null(strstr(ctext, "\"n >="));
+    free(ctext);
     json_decref(c);
     /* for correctness the modulus is still learned, over the contiguous axis */
     static const int ok[] = {1024, 4096}, bad[] = {1021};
@@ -878,7 +880,11 @@ static void probing_bisects_a_slowdown_and_states_the_bracket(void **state)
         assert_int_equal(json_integer_value(json_object_get(br, "fails")), 2429);
         assert_int_equal(json_integer_value(json_object_get(br, "holds")), 5780);
     }
-    if (!found) fprintf(stderr, "%s\n", json_dumps(json_object_get(step, "conditions"), JSON_INDENT(1)));
+    if (!found) {
+        char *t = json_dumps(json_object_get(step, "conditions"), JSON_INDENT(1));
+        fprintf(stderr, "%s\n", t);
+        free(t);
+    }
     assert_true(found);
     json_decref(d);
     free(doc);

@@ -145,6 +145,7 @@ static int cmd_list(int argc, char **argv, kl_cli *cli)
     if (!list.count) {
         cli_note(cli, "no skills in %s%s yet: 'klineage lineage TASK_DIR' learns them\n", cli->db_path,
                  f.admitted ? " admitted" : "");
+        kl_skill_list_release(&list);
         return KL_EXIT_OK;
     }
     int wid = 2, wtr = 9;

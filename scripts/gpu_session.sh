@@ -12,6 +12,7 @@
 #   scripts/gpu_session.sh gatecorpus  the hardened gate (issue 18): worker smoke test, the corpus
 #                                      (recorded), the timer's repeatability, the standalone
 #                                      verdicts `task check` replays; about 4-5 minutes
+#   scripts/gpu_session.sh cards      issue 16: re-walk what changed, bisect slowdowns, admit the cards
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -201,6 +202,67 @@ gatecorpus)
     save_archive
     echo "gatecorpus: $(($(date +%s) - corpus_start)) s in all" | tee -a "$out/gatecorpus.log"
     ;;
+cards)
+    # Issue 16 (docs/lineages.md, "The rework of 2026-12-02"). Device time: about 8-10 minutes
+    # (the limits below add up to 200 + 200 + 7 x 30 + 130 s); split it over two calls with
+    # KL_ADMIT_S=0 KL_BISECT_S=0 (the walks) and then KL_CARDS_REWALK="" (bisection and admission):
+    #  1. walk again the lineages whose walks change under "gains where the code runs"
+    #     (KL_CARDS_REWALK, default "softmax layernorm": a dispatch's general path was measured at
+    #     a bench shape that never runs it), --restart-older (a walk already made with the new
+    #     rules, finished or cut at its time limit, resumes), --bisect, each under
+    #     KL_LINEAGE_S_<task> seconds (default 200), KL_JOBS compiles at once (16);
+    #  2. every other stored walk loaded again (its cards extracted: the archive holds none) and
+    #     its slowdowns bisected (KL_BISECT probes each, default 2; KL_BISECT_S seconds per task,
+    #     default 30);
+    #  3. the whole library admitted (skills admit, one trial on another task per card where its
+    #     conditions hold; KL_ADMIT_S seconds, default 130; an interrupted admission keeps the
+    #     cards it finished, and the same call again resumes from the stored verdicts);
+    #  4. the tables: cards.txt (walk summaries, skills list, the admission table, the
+    #     leave-one-out match table) and skills-library.md, beside the archive.
+    mkdir -p /tmp/walks
+    rewalk=${KL_CARDS_REWALK-softmax layernorm}
+    bisect=${KL_BISECT:-2}
+    for t in $rewalk; do
+        log "rewalk $t" | tee -a "$out/record.log"
+        lim_var="KL_LINEAGE_S_$t"
+        timeout -k 20 -s INT "${!lim_var:-200}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+            lineage "tasks/$t" --restart-older --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            --bisect "$bisect" >"/tmp/walks/lineage-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -40 >>"$out/record.log"
+        save_archive
+    done
+    for t in transpose histogram reduce_sum softmax layernorm blur sgemm hgemm; do
+        case " $rewalk " in *" $t "*) continue ;; esac
+        [ "${KL_BISECT_S:-30}" = 0 ] && break
+        log "cards of $t (bisect $bisect)" | tee -a "$out/record.log"
+        timeout -k 20 -s INT "${KL_BISECT_S:-30}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+            lineage "tasks/$t" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            --bisect "$bisect" >"/tmp/walks/lineage-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -4 >>"$out/record.log"
+        save_archive
+    done
+    if [ "${KL_ADMIT_S:-130}" != 0 ]; then
+        log "admit" | tee -a "$out/record.log"
+        timeout -k 20 -s INT "${KL_ADMIT_S:-130}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+            skills admit --max-other 1 >"/tmp/walks/admit.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        tail -3 /tmp/walks/admit.txt >>"$out/record.log"
+        save_archive
+    fi
+    {
+        for t in transpose histogram reduce_sum softmax layernorm blur sgemm hgemm; do
+            echo "== $t"; "$KLINEAGE" --db "$db" --measure replay lineage "tasks/$t" --no-skills 2>/dev/null | tail -8
+        done
+        echo "== skills list"; "$KLINEAGE" --db "$db" skills list
+        echo "== admission"; cat /tmp/walks/admit.txt
+        echo "== match (leave-one-out)"; python3 scripts/skills_match_table.py --klineage "$KLINEAGE" --db "$db"
+    } >"$out/cards.txt" 2>&1
+    "$KLINEAGE" --db "$db" skills export --format md -o "$out/skills-library.md" >/dev/null 2>&1
+    python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
+    tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
+    ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
     # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
@@ -243,7 +305,7 @@ while i < len(t):
     done
     ;;
 *)
-    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|variants TASK…" >&2
+    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|cards|variants TASK…" >&2
     exit 2
     ;;
 esac

@@ -66,9 +66,10 @@ KL_CMD(lineage)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
-    unsigned probes = 4, max_steps = 0;
+    unsigned probes = 4, max_steps = 0, bisect = 0;
     double probe_min_gain = 1.02;
-    bool restart = false, reopen = false, no_skills = false, full = false, probes_given = false, gain_given = false;
+    bool restart = false, restart_older = false, reopen = false, no_skills = false, full = false, probes_given = false,
+         gain_given = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -93,6 +94,9 @@ KL_CMD(lineage)
             if (*v == '\0' || *end || probe_min_gain < 0 || probe_min_gain > 100)
                 return cli_usage_error(cli, "--probe-min-gain takes a ratio such as 1.02, not '%s'", v);
             gain_given = true;
+        } else if ((v = value_of(argc, argv, &i, "--bisect"))) {
+            if (!parse_uint(v, &bisect) || bisect > 16)
+                return cli_usage_error(cli, "--bisect takes a count of probes (0 to 16), not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
             if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--strategy"))) {
@@ -101,6 +105,8 @@ KL_CMD(lineage)
             full = !strcmp(v, "full");
         } else if (!strcmp(argv[i], "--restart")) {
             restart = true;
+        } else if (!strcmp(argv[i], "--restart-older")) {
+            restart_older = true;
         } else if (!strcmp(argv[i], "--continue")) {
             reopen = true;
         } else if (!strcmp(argv[i], "--no-skills")) {
@@ -186,8 +192,10 @@ KL_CMD(lineage)
     lo.max_steps = max_steps;
     lo.probes = probes;
     lo.probe_min_gain = probe_min_gain;
+    lo.bisect = bisect;
     lo.full = full;
     lo.restart = restart;
+    lo.restart_older = restart_older;
     lo.reopen = reopen;
     lo.interrupt = &stop_requested;
     lo.progress = on_progress;
@@ -231,12 +239,16 @@ KL_CMD(lineage)
         free(md);
     }
     if (!no_skills) {
-        unsigned n = 0;
-        if (kl_lineage_extract_skills(m.store, doc, &n, &err) != KL_OK) {
+        kl_extract_stats xs;
+        if (kl_lineage_extract_skills(m.store, task, doc, &xs, &err) != KL_OK) {
             cli_measure_error(&m, "skills: %s", err.message);
             goto cleanup;
         }
-        if (!cli->json) cli_measure_printf(&m, stdout, "%u skill card(s) stored; see 'klineage skills list'.\n", n);
+        if (!cli->json)
+            cli_measure_printf(&m, stdout,
+                               "%u step(s) gave %u distinct card(s): %u new to the library, %u merged with the "
+                               "evidence of other lineages; see 'klineage skills list'.\n",
+                               xs.steps, xs.cards, xs.new_cards, xs.merged_cards);
     }
     rc = cli_measure_finish(cli, &m);
 cleanup:

@@ -190,7 +190,8 @@ int cli_measure_finish(const kl_cli *cli, cli_measure *m)
     free(dir);
     /* everything a machine without a GPU needs to replay: verdicts, the device, the vendor
      * timings, the walks and the cards they gave */
-    static const char *const kinds[] = {"verdict", "gpu", "vendor", "lineage", "skill", "skill-part", "optimize", NULL};
+    static const char *const kinds[] = {"verdict", "skill", "skill-part", "skill-admission", "gpu", "vendor",
+                                        "lineage", "optimize", NULL};
     if (kl_store_export(m->store, kinds, m->archive, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
     cli_note(cli, "recorded to %s\n", m->archive);
     return KL_EXIT_OK;

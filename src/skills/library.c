@@ -286,3 +286,92 @@ cleanup:
     json_decref(cards);
     return st;
 }
+
+kl_status kl_sk_collect(kl_store *store, const char *kind, const char *prefix, json_t **keys, json_t **texts,
+                        kl_error *err)
+{
+    collect c = {json_array(), json_array(), 0};
+    kl_status st = kl_store_each(store, kind, prefix, collect_one, &c, err);
+    if (st != KL_OK) {
+        json_decref(c.keys), json_decref(c.docs);
+        *keys = *texts = NULL;
+        return st;
+    }
+    *keys = c.keys;
+    *texts = c.docs;
+    return KL_OK;
+}
+
+kl_status kl_skill_list_load_excluding(kl_store *store, const char *task_name, kl_skill_list *out, kl_error *err)
+{
+    if (!task_name || !*task_name) return kl_skill_list_load(store, out, err);
+    out->items = NULL;
+    out->count = 0;
+    json_t *ids = NULL, *cards = NULL, *pkeys = NULL, *ptexts = NULL;
+    const char **sel = NULL;
+    kl_status st = KL_OK;
+    KL_TRY(kl_sk_collect(store, "skill", NULL, &ids, &cards, err));
+    KL_TRY(kl_sk_collect(store, "skill-part", NULL, &pkeys, &ptexts, err));
+    size_t n = json_array_size(ids), np = json_array_size(ptexts);
+    out->items = calloc(n ? n : 1, sizeof *out->items);
+    sel = calloc(np ? np : 1, sizeof *sel);
+    if (!out->items || !sel) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *id = json_string_value(json_array_get(ids, i));
+        size_t idlen = strlen(id);
+        /* this card's parts (keys "<id>/<hash>", in key order) of the other tasks */
+        size_t m = 0, all = 0;
+        for (size_t k = 0; k < np; k++) {
+            const char *key = json_string_value(json_array_get(pkeys, k));
+            if (strncmp(key, id, idlen) != 0 || key[idlen] != '/') continue;
+            all++;
+            json_t *part = json_loads(json_string_value(json_array_get(ptexts, k)), 0, NULL);
+            const char *task = kl_sk_str(json_object_get(part, "evidence"), "task");
+            bool keep = strcmp(task, task_name) != 0;
+            json_decref(part);
+            if (keep) sel[m++] = json_string_value(json_array_get(ptexts, k));
+        }
+        char *text = NULL;
+        if (all == 0) {
+            /* a card stored before parts were kept: it is its own part */
+            json_t *card = json_loads(json_string_value(json_array_get(cards, i)), 0, NULL);
+            const char *task = kl_sk_str(json_object_get(card, "evidence"), "task");
+            bool keep = strcmp(task, task_name) != 0;
+            json_decref(card);
+            if (!keep) continue;
+            text = kl_strdup(json_string_value(json_array_get(cards, i)));
+            if (!text) {
+                st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+                goto cleanup;
+            }
+        } else {
+            if (m == 0) continue; /* learned from that task alone */
+            KL_TRY(kl_sk_merge_parts(sel, m, id, &text, err));
+        }
+        st = kl_sk_apply_admission(store, id, task_name, &text, err);
+        if (st == KL_OK) st = parse_stored(id, text, &out->items[out->count], err);
+        free(text);
+        if (st != KL_OK) goto cleanup;
+        out->count++;
+    }
+    qsort(out->items, out->count, sizeof *out->items, by_transform_then_id);
+cleanup:
+    if (st != KL_OK) kl_skill_list_release(out);
+    free(sel);
+    json_decref(ids), json_decref(cards), json_decref(pkeys), json_decref(ptexts);
+    return st;
+}
+
+void kl_skill_list_keep_admitted(kl_skill_list *list)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < list->count; i++) {
+        const char *s = kl_sk_str(json_object_get(list->items[i]->doc, "admission"), "status");
+        if (!strcmp(s, "admitted")) list->items[k++] = list->items[i];
+        else kl_skill_free(list->items[i]);
+    }
+    list->count = k;
+}

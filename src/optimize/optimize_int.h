@@ -66,11 +66,6 @@ kl_status opt_policy_score(opt_policy_ctx *pc, const opt_version *versions, unsi
  * object (json_decref). */
 json_t *opt_candidate_features(const char *version_source, const opt_cand *c);
 
-/* The cards a run may use: the whole library, or (leave_out not NULL) the library merged
- * again from the stored parts of every lineage whose task is not leave_out. *out:
- * kl_skill_list_release. The store is not changed. */
-kl_status opt_library_load(kl_store *store, const char *leave_out, kl_skill_list *out, kl_error *err);
-
 /* SplitMix64: the search's one source of pseudo-random order. */
 uint64_t opt_mix64(uint64_t x);
 

@@ -78,94 +78,64 @@ json_t *opt_candidate_features(const char *version_source, const opt_cand *c)
 
 /* ---- skills ------------------------------------------------------------------------------- */
 
-static json_t *env_at(const json_t *features, const kl_task *task, const kl_shape *shape)
-{
-    json_t *env = json_deep_copy(features);
-    for (unsigned k = 0; k < task->nsizes; k++) json_object_set_new(env, task->sizes[k], json_integer(shape->values[k]));
-    return env;
-}
-
-static void shape_text(const kl_task *task, const kl_shape *shape, char *buf, size_t size)
-{
-    kl_strbuf sb = KL_STRBUF_INIT;
-    kl_strbuf_addc(&sb, '{');
-    for (unsigned k = 0; k < task->nsizes; k++)
-        kl_strbuf_addf(&sb, "%s\"%s\":%lld", k ? "," : "", task->sizes[k], (long long)shape->values[k]);
-    kl_strbuf_addc(&sb, '}');
-    kl_snprintf(buf, size, "%s", kl_strbuf_str(&sb));
-    kl_strbuf_release(&sb);
-}
-
 typedef struct card_verdict {
     kl_truth truth;
     char predicate[160]; /* the first failing (or unknown) condition */
-    char shape[160];     /* where it failed ("" for a static condition or a missing transform) */
+    char shape[128];     /* where it was decided ("" for a static condition or a missing transform) */
     char why[200];
 } card_verdict;
 
-/* A card against a candidate site: static and speed conditions at the bench shape,
- * correctness conditions at every check shape, `requires` against the transforms present. */
-static kl_status match_card(const kl_skill *card, const json_t *features, const kl_task *task,
+/* Where a candidate sits: the kernel and line of its site id ("kernel:line[:what]"). */
+static void site_of(const opt_cand *c, char *kernel, size_t size, unsigned *line)
+{
+    const char *colon = strchr(c->site, ':');
+    size_t n = colon ? (size_t)(colon - c->site) : strlen(c->site);
+    if (n >= size) n = size - 1;
+    memcpy(kernel, c->site, n);
+    kernel[n] = '\0';
+    *line = colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
+}
+
+/* A card against a candidate site, through the one forward match of the skills stage
+ * (kl_skill_match_site): static conditions on the site's observables and features, speed
+ * conditions at the bench shape, correctness conditions at every check shape, `requires`
+ * against the transforms present. The first failing condition (else the first unknown) is
+ * kept to say why. */
+static kl_status match_card(const kl_skill *card, const kl_source *src, const kl_task *task, const opt_cand *c,
                             const char *const *present, unsigned npresent, card_verdict *out, kl_error *err)
 {
     memset(out, 0, sizeof *out);
-    out->truth = KL_TRUTH_HOLDS;
-    json_t *env = env_at(features, task, &task->bench);
+    char kernel[128];
+    unsigned line = 0;
+    site_of(c, kernel, sizeof kernel, &line);
+    char *features = c->features ? json_dumps(c->features, JSON_COMPACT) : NULL;
+    kl_skill_site site = {kernel, line, features};
     kl_skill_match_result m;
-    kl_status st = kl_skill_match(card, env, present, npresent, &m, err);
-    json_decref(env);
+    kl_status st = kl_skill_match_site(card, src, task, &site, NULL, present, npresent, &m, err);
+    free(features);
     if (st != KL_OK) return st;
-    for (unsigned i = 0; i < m.nchecks; i++) {
-        const kl_skill_check *c = &m.checks[i];
-        if (c->kind && !strcmp(c->kind, "probed")) continue; /* correctness: at the check shapes below */
-        if (c->truth == KL_TRUTH_HOLDS) continue;
-        if (c->truth == KL_TRUTH_FAILS || out->truth == KL_TRUTH_HOLDS) {
-            bool first_fail = c->truth == KL_TRUTH_FAILS && out->truth != KL_TRUTH_FAILS;
-            if (first_fail || out->truth == KL_TRUTH_HOLDS) {
-                kl_snprintf(out->predicate, sizeof out->predicate, "%s", c->predicate);
-                kl_snprintf(out->why, sizeof out->why, "%s", c->why);
-                if (c->kind && !strcmp(c->kind, "probed-perf"))
-                    shape_text(task, &task->bench, out->shape, sizeof out->shape);
-                else
-                    out->shape[0] = '\0';
-            }
-            out->truth = c->truth == KL_TRUTH_FAILS ? KL_TRUTH_FAILS : KL_TRUTH_UNKNOWN;
+    out->truth = m.truth;
+    for (int pass = 0; pass < 2 && !out->predicate[0]; pass++) {
+        kl_truth want = pass == 0 ? KL_TRUTH_FAILS : KL_TRUTH_UNKNOWN;
+        for (unsigned i = 0; i < m.nchecks; i++) {
+            if (m.checks[i].truth != want) continue;
+            kl_snprintf(out->predicate, sizeof out->predicate, "%s", m.checks[i].predicate);
+            kl_snprintf(out->why, sizeof out->why, "%s", m.checks[i].why);
+            kl_snprintf(out->shape, sizeof out->shape, "%s", m.checks[i].shape);
+            break;
         }
-    }
-    if (m.nmissing && out->truth != KL_TRUTH_FAILS) {
-        kl_snprintf(out->predicate, sizeof out->predicate, "requires %s", m.missing[0]);
-        kl_snprintf(out->why, sizeof out->why, "%s is not present in this kernel", m.missing[0]);
-        out->shape[0] = '\0';
-        out->truth = KL_TRUTH_FAILS;
-    }
-    /* correctness conditions must hold at every shape the kernel is checked at */
-    for (unsigned i = 0; i < m.nchecks && out->truth != KL_TRUTH_FAILS; i++) {
-        const kl_skill_check *c = &m.checks[i];
-        if (!c->kind || strcmp(c->kind, "probed")) continue;
-        kl_predicate p;
-        kl_error perr = {0};
-        if (kl_predicate_parse(c->predicate, &p, &perr) != KL_OK) continue; /* validated when the card loaded */
-        for (unsigned s = 0; s < task->nchecks; s++) {
-            json_t *e = env_at(features, task, &task->checks[s]);
-            char why[160];
-            kl_truth t = kl_predicate_eval(&p, e, why, sizeof why);
-            json_decref(e);
-            if (t == KL_TRUTH_HOLDS) continue;
-            if (t == KL_TRUTH_FAILS || out->truth == KL_TRUTH_HOLDS) {
-                kl_snprintf(out->predicate, sizeof out->predicate, "%s", c->predicate);
-                kl_snprintf(out->why, sizeof out->why, "%s", why);
-                shape_text(task, &task->checks[s], out->shape, sizeof out->shape);
-                out->truth = t == KL_TRUTH_FAILS ? KL_TRUTH_FAILS : KL_TRUTH_UNKNOWN;
-            }
-            if (t == KL_TRUTH_FAILS) break;
+        if (pass == 0 && !out->predicate[0] && m.nmissing) {
+            kl_snprintf(out->predicate, sizeof out->predicate, "requires %s", m.missing[0]);
+            kl_snprintf(out->why, sizeof out->why, "%s is not present in this kernel", m.missing[0]);
         }
     }
     kl_skill_match_release(&m);
     return KL_OK;
 }
 
-/* The geometric mean of a card's measured gains at bench shapes (all rows when none is
- * labelled bench), and the share of its recorded contexts where it hurt (risks). */
+/* The geometric mean of a card's measured gains where its walk measured the step (labels
+ * "bench" and "path": the bench shape, or a shape that runs the step's path; all rows when
+ * there is none), and the share of its recorded contexts where it hurt (risks). */
 static void card_gain(const kl_skill *card, double *gain, double *hurt)
 {
     const json_t *doc = kl_skill_doc(card);
@@ -177,7 +147,7 @@ static void card_gain(const kl_skill *card, double *gain, double *hurt)
         json_t *e;
         json_array_foreach((json_t *)eff, i, e) {
             const char *label = json_string_value(json_object_get(e, "label"));
-            if (pass == 0 && label && strcmp(label, "bench")) continue;
+            if (pass == 0 && label && strcmp(label, "bench") && strcmp(label, "path")) continue;
             double s = json_number_value(json_object_get(e, "speedup"));
             if (s > 0) {
                 sum += log(s);
@@ -267,7 +237,7 @@ static bool skip_known(const json_t *skipped, unsigned v, const char *card, cons
     return false;
 }
 
-static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, unsigned v, const kl_model *m,
+static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, unsigned v, const kl_source *src,
                               kl_error *err)
 {
     opt_version *ver = (opt_version *)&versions[v];
@@ -277,7 +247,6 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
     kl_status st = KL_OK;
     for (unsigned i = 0; i < ver->ncands; i++) {
         opt_cand *c = &ver->cands[i];
-        json_t *feat = features_with(m, c);
         double best = -1;
         const char *best_card = NULL;
         char best_why[256] = "";
@@ -288,7 +257,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             if (pc->admitted_only && !card_admitted(card)) continue;
             ncards++;
             card_verdict cv;
-            st = match_card(card, feat, pc->task, present, npresent, &cv, err);
+            st = match_card(card, src, pc->task, c, present, npresent, &cv, err);
             if (st != KL_OK) break;
             if (cv.truth == KL_TRUTH_FAILS) {
                 nfail++;
@@ -299,7 +268,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
                 json_object_set_new(s, "transform", json_string(c->transform));
                 json_object_set_new(s, "card", json_string(kl_skill_id(card)));
                 json_object_set_new(s, "predicate", json_string(cv.predicate));
-                if (cv.shape[0]) json_object_set_new(s, "shape", json_loads(cv.shape, 0, NULL) ?: json_null());
+                if (cv.shape[0]) json_object_set_new(s, "shape", json_string(cv.shape));
                 json_object_set_new(s, "why", json_string(cv.why));
                 json_array_append_new(pc->skipped, s);
                 continue;
@@ -321,7 +290,6 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
                             hurt > 0 ? ", hurt in some contexts" : "");
             }
         }
-        json_decref(feat);
         if (st != KL_OK) break;
         c->order = (double)(opt_mix64(pc->seed ^ opt_mix64(strtoull(c->hash + 48, NULL, 16))) >> 11) * 0x1.0p-53;
         if (best_card) {
@@ -501,7 +469,7 @@ kl_status opt_policy_score(opt_policy_ctx *pc, const opt_version *versions, unsi
     kl_error e = {0};
     if (kl_source_parse_text(versions[v].name, versions[v].source, strlen(versions[v].source), &src, &e) == KL_OK)
         kl_model_build(src, &m, &e);
-    kl_status st = pc->policy == KL_POLICY_SKILLS ? score_skills(pc, versions, v, m, err)
+    kl_status st = pc->policy == KL_POLICY_SKILLS ? score_skills(pc, versions, v, src, err)
                                                   : score_memory(pc, versions, v, m, err);
     kl_model_free(m);
     kl_source_free(src);

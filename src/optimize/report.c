@@ -179,10 +179,7 @@ char *kl_optimize_markdown(const char *doc_json)
             kl_strbuf_adds(&sb, "` | `");
             cell(&sb, str(f, "predicate"));
             kl_strbuf_adds(&sb, "` | ");
-            json_t *shape = json_object_get(f, "shape");
-            char *t = json_is_object(shape) ? json_dumps(shape, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-            cell(&sb, t ? t : "static");
-            free(t);
+            cell(&sb, *str(f, "shape") ? str(f, "shape") : "static");
             kl_strbuf_adds(&sb, " | ");
             cell(&sb, str(f, "why"));
             kl_strbuf_adds(&sb, " |\n");

@@ -792,7 +792,8 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     if (opt->policy == KL_POLICY_SKILLS) {
         const kl_skill_list *lib = opt->library;
         if (!lib) {
-            KL_TRY(opt_library_load(opt->store, opt->leave_out, &own, err));
+            KL_TRY(kl_skill_list_load_excluding(opt->store, opt->leave_out, &own, err));
+            if (opt->admitted_only) kl_skill_list_keep_admitted(&own);
             lib = &own;
         }
         r.pc.library = lib;

@@ -78,7 +78,8 @@ static char *find_archive(const cli_measure *m, const char *task_dir)
 
 void cli_measure_auto(kl_cli *cli)
 {
-    if (cli->measure_given) return;
+    /* the stand-in judge needs no GPU; a Slurm cluster's GPUs are on its nodes */
+    if (cli->measure_given || cli->stand_in || (cli->exec_given && cli->exec.kind == KL_EXECUTOR_SLURM)) return;
     bool gpu = access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
     if (gpu) return;
     cli->measure = KL_MEASURE_REPLAY;
@@ -90,6 +91,11 @@ int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
 {
     kl_error err = {0};
     m->replay = cli->measure == KL_MEASURE_REPLAY;
+    m->stand_in = cli->stand_in;
+    if (cli->stand_in && cli->measure != KL_MEASURE_LIVE)
+        return cli_measure_error(m, "--judge stand-in measures nothing: it cannot %s (its verdicts never go to the "
+                                    "archive)",
+                                 m->replay ? "replay recorded verdicts" : "record");
     if (kl_store_open(cli->db_path, &m->store, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
     if (cli->measure == KL_MEASURE_LIVE) return KL_EXIT_OK;
     m->archive = find_archive(m, task_dir);
@@ -120,6 +126,8 @@ kl_gate_options cli_measure_gate_options(const kl_cli *cli, const cli_measure *m
     o.store = m->store;
     o.device = m->device;
     o.jobs = cli->jobs;
+    o.stand_in = cli->stand_in;                        /* docs/cluster.md */
+    o.executor = cli->exec_given ? &cli->exec : NULL;
     return o;
 }
 
@@ -158,7 +166,8 @@ static void print_prefixed(const cli_measure *m, FILE *f, const char *lead, cons
         const char *eol = strchr(p, '\n');
         size_t n = eol ? (size_t)(eol - p) : strlen(p);
         if (!eol && !n && !first) break;
-        fprintf(f, "%s%s%.*s\n", m->replay ? REPLAY_PREFIX : "", first ? lead : "", (int)n, p);
+        fprintf(f, "%s%s%.*s\n", m->replay ? REPLAY_PREFIX : m->stand_in ? "[stand-in] " : "", first ? lead : "",
+                (int)n, p);
         first = false;
         p += n;
         if (*p == '\n') p++;

@@ -31,6 +31,8 @@ struct kl_gate {
     json_t *gpu;              /* the device document once known */
     char *gpu_key;            /* its key in the store */
     char *runtime;            /* the device runtime's shared object, once built */
+    bool stand_in;            /* the CPU stand-in judge (standin.c) */
+    struct kl_executor *exec; /* where workers run (executor.h); NULL: here, one at a time */
 };
 
 /* ---- compile.c -------------------------------------------------------------------------- */
@@ -132,6 +134,18 @@ kl_status kl_gate_verdict_of_run(kl_gate *gate, const kl_task *task, const kl_ga
                                  const kl_judge_options *opt, const kl_child *worker, kl_verdict **out, kl_error *err);
 /* The worker's binary. */
 kl_status kl_gate_worker(kl_gate *gate, kl_error *err);
+
+/* ---- standin.c: the stand-in judge's verdict for a judgement keyed `key` (gate.c computed it
+ * over the texts, "stand-in" and KL_STAND_IN_TOOLCHAIN). Stored like any verdict. */
+kl_status kl_stand_in_judge(kl_gate *gate, const kl_task *task, const char *key, const char *cand_name,
+                            const char *cand_text, const char *base_name, const char *base_text, const char *shapes,
+                            const char *stages, const kl_judge_options *opt, kl_verdict **out, kl_error *err);
+
+/* ---- executor.c: run a worker child (or the sanitizer around one) where the gate's executor
+ * says; kl_child_run here when it has none. */
+kl_status kl_gate_run_child(kl_gate *gate, kl_child *c, kl_error *err);
+/* At kl_gate_open: the stand-in judge's settings and store mark, the executor. */
+kl_status kl_gate_open_executor(kl_gate *gate, const kl_gate_options *opt, kl_error *err);
 
 /* ---- sanitize.c ------------------------------------------------------------------------- */
 

@@ -128,7 +128,7 @@ kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_er
         c.timeout_s = gate->sanitize_timeout_s;
         c.out_max = 1 << 20;
         c.err_max = 1 << 20;
-        st = kl_child_run(&c, err);
+        st = kl_gate_run_child(gate, &c, err); /* on the judgement's GPU (executor.h) */
         if (st != KL_OK) {
             kl_child_release(&c);
             kl_strbuf_release(&reason);

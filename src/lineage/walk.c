@@ -342,11 +342,55 @@ typedef struct prop {
     const json_t *est;  /* the latest judgement from an earlier version (borrowed), or NULL */
 } prop;
 
+static kl_status record_prop(walk *w, unsigned version, prop *pp, unsigned index, unsigned n, const kl_judgement *jp);
+
 /* Judge proposal c against the version text; o receives the record (pass, verdict, speedup …). */
 static kl_status judge_prop(walk *w, unsigned version, const char *text, const char *name, prop *pp,
                             unsigned index, unsigned n)
 {
+    kl_judgement j;
+    kl_status st = judge(w, w->task, pp->c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, &j);
+    return st == KL_OK ? record_prop(w, version, pp, index, n, &j) : st;
+}
+
+/* Judge the proposals pp[idx[0..m)] at once (opt->judge_many) and record them in that order, as
+ * judge_prop one by one would: a failure stops at the proposal it belongs to. */
+static kl_status judge_props_many(walk *w, unsigned version, const char *text, const char *name, prop *pp,
+                                  const unsigned *idx, unsigned m, unsigned n, unsigned *judged)
+{
+    kl_judge_request *reqs = calloc(m ? m : 1, sizeof *reqs);
+    kl_judgement *outs = calloc(m ? m : 1, sizeof *outs);
+    char (*names)[128] = calloc(m ? m : 1, sizeof *names);
+    kl_status st = KL_OK;
+    unsigned done = 0;
+    if (!reqs || !outs || !names) {
+        st = kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    for (unsigned k = 0; k < m; k++) {
+        version_name(w->task, pp[idx[k]].c->source, names[k], sizeof names[k]);
+        reqs[k] = (kl_judge_request){names[k], pp[idx[k]].c->source, name, text,
+                                     KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE};
+    }
+    kl_status jst = w->opt->judge_many(w->opt->judge_user, w->task, m, reqs, outs, &done, w->err);
+    for (unsigned k = 0; k < done && k < m; k++) {
+        st = record_prop(w, version, &pp[idx[k]], idx[k] + 1, n, &outs[k]);
+        if (st != KL_OK) goto cleanup;
+        ++*judged;
+    }
+    st = jst;
+cleanup:
+    free(reqs);
+    free(outs);
+    free(names);
+    return st;
+}
+
+/* Record a judgement of proposal pp (progress, the estimate for later versions). */
+static kl_status record_prop(walk *w, unsigned version, prop *pp, unsigned index, unsigned n, const kl_judgement *jp)
+{
     const kl_candidate *c = pp->c;
+    kl_judgement j = *jp;
     json_t *o = json_object();
     json_object_set_new(o, "version", json_integer(version));
     json_object_set_new(o, "transform", json_string(c->transform));
@@ -356,12 +400,6 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
     json_object_set_new(o, "params", params ? params : json_object());
     json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
     if (feat) json_object_set_new(o, "features", feat);
-    kl_judgement j;
-    kl_status st = judge(w, w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, &j);
-    if (st != KL_OK) {
-        json_decref(o);
-        return st;
-    }
     if (j.unmeasured) {
         json_decref(o);
         return kl_error_set(w->err, KL_ERR_UNMEASURED, "%s@%s: no recorded verdict: %s", c->transform, c->site,
@@ -508,7 +546,21 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     }
 
     unsigned judged = 0, reused = 0;
-    for (unsigned i = 0; i < np; i++) {
+    if (w->opt->judge_many && np) { /* the proposals never judged are independent: all at once */
+        unsigned *idx = calloc(np, sizeof *idx), m = 0;
+        if (!idx) {
+            st = kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        for (unsigned i = 0; i < np; i++)
+            if (!pp[i].est) idx[m++] = i;
+        st = interrupted(w) && m ? kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version)
+                                 : judge_props_many(w, version, text, name, pp, idx, m, np, &judged);
+        free(idx);
+        if (st == KL_ERR_INTERRUPTED) kl_error_set(w->err, st, "interrupted at version %u", version);
+        if (st != KL_OK) goto cleanup;
+    }
+    for (unsigned i = 0; i < np && !w->opt->judge_many; i++) {
         if (pp[i].est) continue;
         if (interrupted(w)) {
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);

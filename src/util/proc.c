@@ -52,8 +52,31 @@ static void close_pair(int p[2])
     p[0] = p[1] = -1;
 }
 
+/* The environment with c->env's entries added or replacing, built in the parent: after a fork
+ * in a process with threads the child may call only async-signal-safe functions (setenv
+ * allocates, and can deadlock on an allocator lock another thread held). NULL when out of memory. */
+static char **child_environ(const char *const *add)
+{
+    size_t n = 0, k = 0;
+    for (char **e = environ; e && *e; e++) n++;
+    for (const char *const *a = add; *a; a++) n++;
+    char **env = calloc(n + 1, sizeof *env);
+    if (!env) return NULL;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) + 1 : strlen(*e);
+        bool replaced = false;
+        for (const char *const *a = add; *a && !replaced; a++) replaced = !strncmp(*a, *e, len);
+        if (!replaced) env[k++] = *e;
+    }
+    for (const char *const *a = add; *a; a++)
+        if (strchr(*a, '=')) env[k++] = (char *)*a;
+    env[k] = NULL;
+    return env;
+}
+
 /* In the child, after fork: never returns. Reports exec failure's errno on errpipe. */
-static void child_exec(const kl_child *c, int in[2], int out[2], int errp[2], int report)
+static void child_exec(const kl_child *c, int in[2], int out[2], int errp[2], int report, char **envp)
 {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -71,16 +94,8 @@ static void child_exec(const kl_child *c, int in[2], int out[2], int errp[2], in
         if (write(report, &e, sizeof e) < 0) _exit(127);
         _exit(127);
     }
-    for (const char *const *e = c->env; e && *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (!eq) continue;
-        char name[256];
-        size_t n = (size_t)(eq - *e) < sizeof name - 1 ? (size_t)(eq - *e) : sizeof name - 1;
-        memcpy(name, *e, n);
-        name[n] = '\0';
-        setenv(name, eq + 1, 1);
-    }
-    execvp(c->argv[0], (char *const *)c->argv);
+    if (envp) execvpe(c->argv[0], (char *const *)c->argv, envp);
+    else execvp(c->argv[0], (char *const *)c->argv);
     int e = errno;
     if (write(report, &e, sizeof e) < 0) _exit(127);
     _exit(127);
@@ -119,14 +134,21 @@ kl_status kl_child_run(kl_child *c, kl_error *err)
         close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
         return st;
     }
+    char **envp = c->env ? child_environ(c->env) : NULL;
+    if (c->env && !envp) {
+        close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
+        return kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory for its environment", c->argv[0]);
+    }
     double start = kl_now();
     pid_t pid = fork();
     if (pid < 0) {
         kl_status st = kl_error_set(err, KL_ERR_CHILD, "%s: cannot fork: %s", c->argv[0], strerror(errno));
+        free(envp);
         close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
         return st;
     }
-    if (pid == 0) child_exec(c, in, out, errp, report[1]);
+    if (pid == 0) child_exec(c, in, out, errp, report[1], envp);
+    free(envp); /* the child has its copy */
 
     setpgid(pid, pid); /* also in the parent, so the group exists before any kill */
     close(report[1]);

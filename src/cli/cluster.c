@@ -84,7 +84,6 @@ int cli_cluster_option(kl_cli *cli, int argc, char **argv, int *i)
         case 7: cli->exec.gres = v; break;
         default: cli->exec.sbatch_args = v; break;
         }
-        if (k >= 3) cli->exec_given = true;
         return 1;
     }
     return 0;
@@ -109,7 +108,8 @@ int cli_cluster_setup(kl_cli *cli, const char *default_db)
         return cli_usage_error(cli, "--gpus chooses GPUs of this machine; with --executor slurm the cluster chooses "
                                     "them (--slurm-gres)"),
                -1;
-    if (!cli->exec_given && (cli->exec.partition || cli->exec.account || cli->exec.time_limit || cli->exec.gres))
+    if (cli->exec.kind != KL_EXECUTOR_SLURM && (cli->exec.partition || cli->exec.account || cli->exec.time_limit ||
+                                                cli->exec.gres || cli->exec.sbatch_args))
         return cli_usage_error(cli, "the --slurm-* options need --executor slurm"), -1;
     if (cli->stand_in && cli->db_path == default_db) cli->db_path = "klineage-stand-in.db";
     if (cli->exec_given) {

@@ -13,7 +13,8 @@
  *
  * Test markers, in a comment of the candidate (acted on only by a worker process):
  *   klineage-stand-in: wrong        fails the correct stage
- *   klineage-stand-in: crash        the worker kills itself (SIGSEGV)
+ *   klineage-stand-in: crash        the worker kills itself (SIGKILL: no handler, a sanitizer's
+ *                                   included, can turn it into an exit code)
  *   klineage-stand-in: hang         the worker sleeps past any time limit
  *   klineage-stand-in: sleep=S      the worker takes S seconds (at most 600)
  *   klineage-stand-in: crash-on=I   the worker dies when its slot's CUDA_VISIBLE_DEVICES is I
@@ -204,8 +205,8 @@ int kl_stand_in_worker_run(const char *job, char **result)
     /* the test markers: what a broken GPU or a bad kernel does to a worker */
     const char *on = marker_value(cand, "crash-on");
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (has_marker(cand, "crash") && !on) raise(SIGSEGV);
-    if (on && vis && (size_t)atoi(on) == (size_t)atoi(vis) && strspn(on, "0123456789") > 0) raise(SIGSEGV);
+    if (has_marker(cand, "crash") && !on) raise(SIGKILL);
+    if (on && vis && (size_t)atoi(on) == (size_t)atoi(vis) && strspn(on, "0123456789") > 0) raise(SIGKILL);
     if (has_marker(cand, "hang"))
         for (;;) pause();
     const char *sl = marker_value(cand, "sleep");

@@ -69,7 +69,7 @@ SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 AuthType=auth/munge
 CryptoType=crypto/munge
-AuthInfo=socket=$dir/munge.sock
+AuthInfo=socket=$dir/munge.sock,cred_expire=5
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$dir/state

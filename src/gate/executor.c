@@ -217,31 +217,37 @@ static kl_status local_slots(kl_executor *e, const char *gpus, kl_error *err)
     kl_status st = list_gpus(&all, &nall, err);
     if (st != KL_OK) return st;
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    e->slots = calloc(nall ? nall : 1, sizeof *e->slots);
+    e->slots = calloc(nall + 256, sizeof *e->slots);
     if (!e->slots) {
         free(all);
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     }
-    for (unsigned i = 0; i < nall; i++) {
-        /* "all" is every GPU this process may use: CUDA_VISIBLE_DEVICES narrows it, as it would CUDA */
-        bool want = !strcmp(gpus, "all") ? (!visible || !*visible || listed(visible, all[i].index, all[i].uuid))
-                                         : listed(gpus, all[i].index, all[i].uuid);
-        if (want) e->slots[e->nslots++] = all[i];
-    }
-    free(all);
-    if (!e->nslots)
-        return kl_error_set(err, KL_ERR_NO_GPU, "--gpus %s: no such GPU on this machine (nvidia-smi lists %u)", gpus,
-                            nall);
-    if (strcmp(gpus, "all")) { /* every index asked for must exist */
+    if (!strcmp(gpus, "all")) {
+        /* every GPU this process may use: CUDA_VISIBLE_DEVICES narrows it, as it would CUDA */
+        for (unsigned i = 0; i < nall; i++)
+            if (!visible || !*visible || listed(visible, all[i].index, all[i].uuid)) e->slots[e->nslots++] = all[i];
+    } else {
+        /* in the order given; a GPU named twice gets two workers (they share it: for tests, their
+         * timings disturb each other) */
         char buf[1024];
         kl_snprintf(buf, sizeof buf, "%s", gpus);
         char *save = NULL;
-        for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            bool found = false;
-            for (unsigned i = 0; i < e->nslots && !found; i++) found = listed(t, e->slots[i].index, e->slots[i].uuid);
-            if (!found) return kl_error_set(err, KL_ERR_NO_GPU, "--gpus %s: there is no GPU '%s' on this machine", gpus, t);
+        for (char *t = strtok_r(buf, ",", &save); t && e->nslots < nall + 256; t = strtok_r(NULL, ",", &save)) {
+            int found = -1;
+            for (unsigned i = 0; i < nall && found < 0; i++)
+                if (listed(t, all[i].index, all[i].uuid)) found = (int)i;
+            if (found < 0) {
+                free(all);
+                return kl_error_set(err, KL_ERR_NO_GPU, "--gpus %s: there is no GPU '%s' on this machine (nvidia-smi lists %u)",
+                                    gpus, t, nall);
+            }
+            e->slots[e->nslots++] = all[found];
         }
     }
+    free(all);
+    if (!e->nslots)
+        return kl_error_set(err, KL_ERR_NO_GPU, "--gpus %s: no GPU this process may use (CUDA_VISIBLE_DEVICES=%s)", gpus,
+                            visible ? visible : "");
     /* one model: a verdict's key names the device model, so a pool of two models would file one's
      * timings under the other's name */
     for (unsigned i = 1; i < e->nslots; i++)

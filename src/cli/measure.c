@@ -92,12 +92,16 @@ int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
     kl_error err = {0};
     m->replay = cli->measure == KL_MEASURE_REPLAY;
     m->stand_in = cli->stand_in;
-    if (cli->stand_in && cli->measure != KL_MEASURE_LIVE)
-        return cli_measure_error(m, "--judge stand-in measures nothing: it cannot %s (its verdicts never go to the "
-                                    "archive)",
-                                 m->replay ? "replay recorded verdicts" : "record");
+    if (cli->stand_in && cli->measure != KL_MEASURE_LIVE) {
+        /* a dry run of a script that records or replays: the stand-in judges, nothing is read
+         * from the archive and nothing goes to it */
+        cli_note(cli, "[stand-in] --measure %s: the stand-in judge measures nothing; judging with it, the archive "
+                      "untouched\n",
+                 m->replay ? "replay" : "record");
+        m->replay = false;
+    }
     if (kl_store_open(cli->db_path, &m->store, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
-    if (cli->measure == KL_MEASURE_LIVE) return KL_EXIT_OK;
+    if (cli->measure == KL_MEASURE_LIVE || cli->stand_in) return KL_EXIT_OK;
     m->archive = find_archive(m, task_dir);
     if (!m->archive)
         return cli_measure_error(m, "no archive: no repository (.git) above %s or the working folder; pass --archive "
@@ -120,7 +124,8 @@ int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
 kl_gate_options cli_measure_gate_options(const kl_cli *cli, const cli_measure *m)
 {
     kl_gate_options o = {0};
-    o.mode = cli->measure == KL_MEASURE_REPLAY ? KL_GATE_REPLAY
+    o.mode = cli->stand_in                       ? KL_GATE_LIVE /* measures nothing, records nothing */
+             : cli->measure == KL_MEASURE_REPLAY ? KL_GATE_REPLAY
              : cli->measure == KL_MEASURE_RECORD ? KL_GATE_RECORD
                                                  : KL_GATE_LIVE;
     o.store = m->store;
@@ -133,7 +138,7 @@ kl_gate_options cli_measure_gate_options(const kl_cli *cli, const cli_measure *m
 
 int cli_measure_finish(const kl_cli *cli, cli_measure *m)
 {
-    if (cli->measure != KL_MEASURE_RECORD) return KL_EXIT_OK;
+    if (cli->measure != KL_MEASURE_RECORD || cli->stand_in) return KL_EXIT_OK; /* the stand-in: never archived */
     kl_error err = {0};
     char *dir = strdup(m->archive);
     char *slash = dir ? strrchr(dir, '/') : NULL;

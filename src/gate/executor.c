@@ -611,7 +611,7 @@ unsigned kl_gate_workers(const kl_gate *gate) { return gate && gate->exec ? kl_e
 kl_status kl_gate_parallel(kl_gate *gate, unsigned n, kl_gate_task_fn fn, void *arg, kl_status *sts, kl_error *errs,
                            kl_error *err)
 {
-    if (!gate->exec) {
+    if (!gate || !gate->exec) {
         kl_status st = KL_OK;
         for (unsigned i = 0; i < n; i++) {
             kl_error tmp = {0};

@@ -290,7 +290,7 @@ int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const kl_task *task
     kl_gate *gate = NULL;
     kl_error err = {0};
     int rc = KL_EXIT_OK;
-    if (cli->measure != KL_MEASURE_REPLAY && !kl_gate_gpu_available()) return KL_EXIT_OK; /* task check says so */
+    if (cli->measure != KL_MEASURE_REPLAY && !cli->stand_in && !kl_gate_gpu_available()) return KL_EXIT_OK; /* task check says so */
     if ((rc = cli_measure_open(cli, &m, task_dir)) != KL_EXIT_OK) goto cleanup;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
     if (kl_gate_open(&go, &gate, &err) != KL_OK) {

@@ -71,7 +71,7 @@ static int task_check(const char *dir, kl_cli *cli)
     /* The kernels are compiled and gated after this report (cli_gate_task_kernels, below) when
      * a GPU or replay is there; the JSON report is one document, so --json leaves them out. */
     const char *kernels = cli->json ? "not gated (without --json, task check gates them)"
-                          : cli->measure != KL_MEASURE_REPLAY && !kl_gate_gpu_available()
+                          : cli->measure != KL_MEASURE_REPLAY && !cli->stand_in && !kl_gate_gpu_available()
                               ? "not gated (no GPU on this machine; --measure replay checks recorded verdicts)"
                               : "see below";
 

@@ -436,6 +436,16 @@ static kl_status live_device(kl_gate *gate, bool measure, kl_error *err)
                             "missing); use --measure replay to serve recorded verdicts");
     char *name = probe_device_name();
     kl_status st = KL_OK;
+    if (!name && gate->exec && kl_executor_remote(gate->exec)) {
+        /* a submitting host without a GPU (Slurm, docs/cluster.md): the nodes' device document, as
+         * stored (the only one, or --device); else measured on a node, the runtime built for --arch */
+        if (!measure && gate->store && replay_device(gate, err) == KL_OK) return KL_OK;
+        kl_error_clear(err);
+        if (!gate->arch)
+            return kl_error_set(err, KL_ERR_NO_GPU,
+                                "this host has no GPU to read the nodes' architecture from: measure the nodes' "
+                                "device once with `klineage --executor slurm … gate --arch sm_XY TASK FILE.cu`");
+    }
     if (!measure && name && gate->store) {
         char *json = NULL;
         st = kl_store_get(gate->store, "gpu", name, &json, err);

@@ -13,6 +13,7 @@
 #                                      (recorded), the timer's repeatability, the standalone
 #                                      verdicts `task check` replays; about 4-5 minutes
 #   scripts/gpu_session.sh cards      issue 16: re-walk what changed, bisect slowdowns, admit the cards
+#   scripts/gpu_session.sh pool       one gate batch as today, on --gpus 0 and on --gpus 0,0 (docs/cluster.md)
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -263,6 +264,45 @@ cards)
     python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
     tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
     ;;
+pool)
+    # docs/cluster.md: the pool of workers on one GPU. The same gate batch (the corpus' vadd
+    # kernels that end quickly) judged three times, each into a fresh store, live: as today (no
+    # executor), by a pool of one worker (--gpus 0) and of two workers sharing the GPU (--gpus 0,0);
+    # the verdicts must agree (pass, failing stage; same-run ratios within the gate's repeatability;
+    # the keys equal). About 1 minute; nothing recorded (the archive keeps today's verdicts).
+    files=(good cached fork_join off_by_one oob_by_one oob_far other_stream partial skips_work trap)
+    paths=()
+    for f in "${files[@]}"; do paths+=("tests/gpu/cands/vadd/$f.cu"); done
+    for how in today one two; do
+        opt=()
+        [ $how = one ] && opt=(--gpus 0)
+        [ $how = two ] && opt=(--gpus 0,0)
+        log "pool: $how ${opt[*]}"
+        rm -f "/tmp/pool-$how.db"*
+        start=$(date +%s.%N)
+        timeout 150 "$KLINEAGE" --db "/tmp/pool-$how.db" --measure live "${opt[@]}" --json gate tests/gpu/tasks/vadd \
+            "${paths[@]}" --timeout 30 >"$out/pool-$how.json" 2>"$out/pool-$how.err"
+        echo "exit $? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s"
+        tail -3 "$out/pool-$how.err"
+    done
+    python3 - "$out"/pool-today.json "$out"/pool-one.json "$out"/pool-two.json <<'PY' | tee "$out/pool.txt"
+import json, sys
+runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:]]
+bad = 0
+for i, today in enumerate(runs[0]):
+    row = [r[i] if i < len(r) else {} for r in runs]
+    name = today["candidate"]["name"].rsplit("/", 1)[-1]
+    sp = [v.get("stages", {}).get("profile", {}).get("speedup") for v in row]
+    where = [(v.get("run", {}).get("placement") or {}).get("gpu", {}).get("uuid", "-") for v in row]
+    same = all(v.get("key") == today["key"] and v.get("pass") == today["pass"] and
+               v.get("failed_stage") == today.get("failed_stage") for v in row)
+    close = all(s is None or sp[0] is None or abs(s / sp[0] - 1) < 0.05 for s in sp)
+    bad += not (same and close)
+    print(f"{name:<18} pass={[v.get('pass') for v in row]} stage={today.get('failed_stage')} speedup={sp} "
+          f"gpu={where} {'ok' if same and close else 'DIFFERENT'}")
+print("pool: all verdicts agree" if not bad else f"pool: {bad} verdict(s) differ")
+PY
+    ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
     # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
@@ -305,7 +345,7 @@ while i < len(t):
     done
     ;;
 *)
-    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|cards|variants TASK…" >&2
+    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|cards|pool|variants TASK…" >&2
     exit 2
     ;;
 esac

@@ -14,6 +14,7 @@
 #ifndef KLINEAGE_GATE_H
 #define KLINEAGE_GATE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include "klineage/klineage.h"
@@ -31,6 +32,26 @@ extern "C" {
 
 typedef enum kl_gate_mode { KL_GATE_LIVE = 0, KL_GATE_REPLAY = 1, KL_GATE_RECORD = 2 } kl_gate_mode;
 
+/* Where judgements run (docs/cluster.md). Local: this machine, one worker process at a time per
+ * GPU of `gpus`; Slurm: job arrays on a cluster's GPU nodes, results through a spool folder on
+ * the file system the nodes share. */
+typedef enum kl_executor_kind { KL_EXECUTOR_LOCAL = 0, KL_EXECUTOR_SLURM = 1 } kl_executor_kind;
+
+typedef struct kl_executor_options {
+    kl_executor_kind kind;
+    const char *gpus;         /* local: "all" or "0,2,…" (indices as nvidia-smi lists them); one worker
+                                 slot per GPU. NULL: one slot on the default device, as without an
+                                 executor. With the stand-in judge the indices name stand-in slots. */
+    const char *spool;        /* slurm: a folder every node sees (NULL: $KLINEAGE_SPOOL, else
+                                 ./klineage-spool); the cache of objects must be shared too */
+    const char *partition, *account; /* slurm: sbatch --partition, --account (NULL: the cluster's) */
+    const char *time_limit;   /* slurm: sbatch --time; NULL: derived from the gate's time limits */
+    const char *gres;         /* slurm: sbatch --gres; NULL: "gpu:1" (none with the stand-in judge) */
+    const char *sbatch_args;  /* slurm: more sbatch options, space separated, passed through */
+    double poll_s;            /* slurm: how often the spool is looked at; <= 0: 0.5 */
+    unsigned retries;         /* slurm: resubmissions of a task that ended without a result; 0: 2 */
+} kl_executor_options;
+
 typedef struct kl_gate_options {
     kl_gate_mode mode;
     kl_store *store;          /* borrowed, must outlive the gate; NULL: no verdict cache (replay needs one) */
@@ -44,6 +65,12 @@ typedef struct kl_gate_options {
     double compile_timeout_s; /* per nvcc run; <= 0: 300 */
     double run_timeout_s;     /* the worker's wall-clock limit per candidate; <= 0: 120 */
     double sanitize_timeout_s;/* per compute-sanitizer tool; <= 0: 600 */
+    bool stand_in;            /* the CPU stand-in judge (docs/cluster.md, "The stand-in judge"): verdicts
+                                 computed from the text, no GPU, no nvcc — a testing tool; its verdicts
+                                 name the device "stand-in" and the store it opens is marked so that no
+                                 measuring gate ever opens it */
+    const kl_executor_options *executor; /* NULL: every worker runs here, one at a time */
+    volatile sig_atomic_t *interrupt;    /* set (SIGINT): waiting judgements stop, Slurm jobs are cancelled */
 } kl_gate_options;
 
 /* A gate: settings, the toolchain found, the device document once known. Not thread-safe:
@@ -221,6 +248,47 @@ kl_status kl_gate_search_judge(void *gate, const kl_task *task, const char *cand
                                kl_error *err);
 kl_status kl_gate_search_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
                                  const char *const *texts, kl_error *err);
+
+/* Many judgements at once: n (candidate, baseline) pairs, judged concurrently where the gate has
+ * several workers (kl_gate_workers), results in input order. */
+typedef struct kl_judge_request {
+    const char *cand_name, *cand_text;
+    const char *base_name, *base_text;  /* base_text NULL: no baseline */
+    unsigned flags;                     /* KL_JUDGE_* */
+} kl_judge_request;
+
+/* outs[i] receives request i's judgement. KL_OK when all n were judged (a replay miss is a
+ * judgement with `unmeasured`, as for kl_judge_fn). Otherwise *done says how many leading
+ * requests were judged (outs[0 .. *done) are valid; later ones may have been judged too and are
+ * then in the verdict cache) and err says why request *done was not: exactly what a caller
+ * judging one by one would have seen. done may be NULL. */
+typedef kl_status (*kl_judge_many_fn)(void *user, const kl_task *task, unsigned n, const kl_judge_request *reqs,
+                                      kl_judgement *outs, unsigned *done, kl_error *err);
+
+/* The gate's: with one worker, the requests one by one through kl_gate_search_judge (the same
+ * judgements, in the same order, as today); with several (--gpus, Slurm), the candidates and
+ * baselines compiled at once on this host, then judged wherever a worker is free. */
+kl_status kl_gate_search_judge_many(void *gate, const kl_task *task, unsigned n, const kl_judge_request *reqs,
+                                    kl_judgement *outs, unsigned *done, kl_error *err);
+/* Any kl_judge_fn as a kl_judge_many_fn: one by one, in order, stopping at the first error. */
+kl_status kl_judge_many_sequential(kl_judge_fn judge, void *user, const kl_task *task, unsigned n,
+                                   const kl_judge_request *reqs, kl_judgement *outs, unsigned *done, kl_error *err);
+
+/* How many judgements the gate can run at once: its GPUs (local), a batch's width (Slurm), 1. */
+unsigned kl_gate_workers(const kl_gate *gate);
+
+/* Run fn(arg, i, err) for i in [0, n) concurrently, as wide as the gate's workers: each call holds
+ * the gate (and anything else the callers share: store, rewriter) except while one of its worker
+ * processes runs, so the calls may use the gate, the store and a rewriter freely. With one worker,
+ * one call after another in order. sts[i] (and errs[i], may be NULL) receive each call's status.
+ * Returns the first failing call's status (KL_OK when all passed). */
+typedef kl_status (*kl_gate_task_fn)(void *arg, unsigned i, kl_error *err);
+kl_status kl_gate_parallel(kl_gate *gate, unsigned n, kl_gate_task_fn fn, void *arg, kl_status *sts, kl_error *errs,
+                           kl_error *err);
+
+/* What the executor has to say once the work is done (GPUs dropped, jobs resubmitted): a new
+ * string of lines (free()), or NULL when nothing. */
+char *kl_gate_executor_report(kl_gate *gate);
 
 /* ---- the device ---------------------------------------------------------------------- */
 

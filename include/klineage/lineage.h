@@ -40,6 +40,8 @@ typedef struct kl_lineage_options {
     kl_judge_fn judge;            /* required (kl_gate_search_judge with the gate as user) */
     void *judge_user;
     kl_prepare_fn prepare;        /* optional (live runs: kl_gate_search_prepare, same user) */
+    kl_judge_many_fn judge_many;  /* optional (kl_gate_search_judge_many, same user): a version's new
+                                     proposals judged at once; the walk is the same as one by one */
     unsigned max_steps;           /* 0: 64 */
     unsigned probes;              /* extra shapes per step for condition probing; 0: none */
     double probe_min_gain;        /* probe only steps whose gain (t(simpler)/t(optimized)) is at

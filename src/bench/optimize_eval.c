@@ -167,6 +167,57 @@ static json_t *summary(const json_t *rows)
     return s;
 }
 
+/* One policy's runs, task by task (kl_gate_parallel calls run_policy_task for each). */
+typedef struct policy_ctx {
+    const kl_bench_optimize_options *o;
+    kl_task **tasks;
+    const char **names;
+    json_t *rows;
+    kl_policy policy;
+    bool wanted;
+    unsigned budget;
+} policy_ctx;
+
+static kl_status run_policy_task(void *arg, unsigned i, kl_error *err)
+{
+    policy_ctx *pc = arg;
+    const kl_bench_optimize_options *o = pc->o;
+    kl_task **tasks = pc->tasks;
+    if (o->interrupt && *o->interrupt) return kl_error_set(err, KL_ERR_INTERRUPTED, "interrupted");
+    note(o, tasks[i]->name, "%s policy, %u gate calls%s", kl_policy_name(pc->policy), pc->budget,
+         o->leave_one_out ? ", the task left out of the library and the memory" : "");
+    kl_optimize_options oo = {0};
+    oo.policy = pc->policy;
+    oo.budget = pc->budget;
+    oo.seed = o->seed ? o->seed : 1;
+    oo.leave_out = o->leave_one_out ? tasks[i]->name : NULL;
+    oo.memory_tasks = pc->names;
+    oo.sanitize_final = true;
+    oo.rewriter = o->rewriter;
+    oo.store = o->store;
+    oo.judge = kl_gate_search_judge;
+    oo.judge_user = o->gate;
+    if (!o->replay) oo.prepare = kl_gate_search_prepare;
+    oo.interrupt = o->interrupt;
+    char *doc = NULL;
+    kl_error e = {0};
+    kl_status rs = kl_optimize_run(tasks[i], &oo, &doc, &e);
+    json_t *row = json_object_get(json_array_get(pc->rows, i), "policies");
+    if (rs == KL_OK) {
+        json_t *pr = run_row(o, tasks[i], doc);
+        json_object_set_new(pr, "counted", json_boolean(pc->wanted));
+        json_object_set_new(row, kl_policy_name(pc->policy), pr);
+    } else if (rs == KL_ERR_INTERRUPTED) {
+        free(doc);
+        return kl_error_set(err, rs, "%s (%s): %s", tasks[i]->name, kl_policy_name(pc->policy), e.message);
+    } else {
+        json_object_set_new(row, kl_policy_name(pc->policy), json_pack("{s:s}", "error", e.message));
+        note(o, tasks[i]->name, "%s policy: %s", kl_policy_name(pc->policy), e.message);
+    }
+    free(doc);
+    return KL_OK;
+}
+
 kl_status kl_bench_optimize(const kl_bench_optimize_options *o, char **out_json, kl_error *err)
 {
     *out_json = NULL;
@@ -199,45 +250,24 @@ kl_status kl_bench_optimize(const kl_bench_optimize_options *o, char **out_json,
     if (want[KL_POLICY_MEMORY]) make[KL_POLICY_BLIND] = true; /* the memory is the blind runs */
     for (unsigned p = 0; p < sizeof order / sizeof order[0]; p++) {
         if (!make[order[p]]) continue;
-        bool wanted = want[order[p]];
-        for (unsigned i = 0; i < ntasks; i++) {
-            if (o->interrupt && *o->interrupt) {
-                st = kl_error_set(err, KL_ERR_INTERRUPTED, "interrupted");
-                goto cleanup;
-            }
-            note(o, tasks[i]->name, "%s policy, %u gate calls%s", kl_policy_name(order[p]), budget,
-                 o->leave_one_out ? ", the task left out of the library and the memory" : "");
-            kl_optimize_options oo = {0};
-            oo.policy = order[p];
-            oo.budget = budget;
-            oo.seed = o->seed ? o->seed : 1;
-            oo.leave_out = o->leave_one_out ? tasks[i]->name : NULL;
-            oo.memory_tasks = names;
-            oo.sanitize_final = true;
-            oo.rewriter = o->rewriter;
-            oo.store = o->store;
-            oo.judge = kl_gate_search_judge;
-            oo.judge_user = o->gate;
-            if (!o->replay) oo.prepare = kl_gate_search_prepare;
-            oo.interrupt = o->interrupt;
-            char *doc = NULL;
-            kl_error e = {0};
-            kl_status rs = kl_optimize_run(tasks[i], &oo, &doc, &e);
-            json_t *row = json_object_get(json_array_get(rows, i), "policies");
-            if (rs == KL_OK) {
-                json_t *pr = run_row(o, tasks[i], doc);
-                json_object_set_new(pr, "counted", json_boolean(wanted));
-                json_object_set_new(row, kl_policy_name(order[p]), pr);
-            } else if (rs == KL_ERR_INTERRUPTED) {
-                free(doc);
-                st = kl_error_set(err, rs, "%s (%s): %s", tasks[i]->name, kl_policy_name(order[p]), e.message);
-                goto cleanup;
-            } else {
-                json_object_set_new(row, kl_policy_name(order[p]), json_pack("{s:s}", "error", e.message));
-                note(o, tasks[i]->name, "%s policy: %s", kl_policy_name(order[p]), e.message);
-            }
-            free(doc);
+        /* the runs of one policy on different tasks are independent: with several workers (--gpus,
+         * Slurm) they run at once, each holding the gate, store and rewriter except while a worker
+         * runs; the policies stay in order (the memory is the finished blind runs) */
+        policy_ctx pc = {o, tasks, names, rows, order[p], want[order[p]], budget};
+        kl_status *sts = calloc(ntasks ? ntasks : 1, sizeof *sts);
+        kl_error *errs = calloc(ntasks ? ntasks : 1, sizeof *errs);
+        if (!sts || !errs) {
+            free(sts);
+            free(errs);
+            st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            goto cleanup;
         }
+        (void)kl_gate_parallel(o->gate, ntasks, run_policy_task, &pc, sts, errs, NULL);
+        for (unsigned i = 0; i < ntasks && st == KL_OK; i++)
+            if (sts[i] != KL_OK) st = kl_error_set(err, sts[i], "%s", errs[i].message);
+        free(sts);
+        free(errs);
+        if (st != KL_OK) goto cleanup;
     }
     json_t *doc = json_object();
     json_object_set_new(doc, "budget", json_integer(budget));

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "klineage/gate.h"
 #include "klineage/klineage.h"
 
 /* Exit codes (docs/cli/exit-codes.md). */
@@ -32,6 +33,9 @@ typedef struct kl_cli {
     int jobs;                /* --jobs N (default: number of CPUs) */
     bool quiet;              /* --quiet */
     bool json;               /* --json */
+    bool stand_in;           /* --judge stand-in: the CPU stand-in judge (docs/cluster.md) */
+    kl_executor_options exec;/* --gpus, --executor, --spool, --slurm-* (cluster.c) */
+    bool exec_given;
     const char *prog;        /* "klineage" */
     const char *cmd;         /* the subcommand's name */
 } kl_cli;
@@ -56,6 +60,15 @@ typedef struct cli_help_entry {
 } cli_help_entry;
 extern const cli_help_entry cli_help_texts[];
 extern const unsigned cli_help_count;
+
+/* cluster.c: --judge, --gpus, --executor, --spool, --slurm-*. cli_cluster_option: 1 taken (i
+ * moved past its value), 0 not one of them, -1 after a usage error. cli_cluster_setup, after the
+ * options: -1 after a usage error. */
+void cli_cluster_env(kl_cli *cli);
+int cli_cluster_option(kl_cli *cli, int argc, char **argv, int *i);
+int cli_cluster_setup(kl_cli *cli, const char *default_db);
+/* What the gate's executor has to say (GPUs dropped, Slurm tasks resubmitted), on stderr. */
+void cli_cluster_report(const kl_cli *cli, kl_gate *gate);
 
 #define KL_CMD(name) int cmd_##name(int argc, char **argv, kl_cli *cli)
 KL_CMD(help);

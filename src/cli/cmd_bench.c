@@ -154,6 +154,7 @@ KL_CMD(bench)
     kl_gate *gate = NULL;
     char *rows = NULL, *md = NULL;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
+    go.interrupt = &stop_requested; /* waiting judgements stop; Slurm jobs are cancelled */
     if (kl_gate_open(&go, &gate, &err) != KL_OK) {
         cli_measure_error(&m, "%s", err.message);
         goto cleanup;
@@ -195,6 +196,7 @@ KL_CMD(bench)
 cleanup:
     free(rows);
     free(md);
+    cli_cluster_report(cli, gate);
     kl_gate_close(gate);
     cli_measure_close(&m);
     return rc;
@@ -258,6 +260,7 @@ static int bench_optimize(kl_cli *cli, cli_measure *m, const char *suite, const 
     char *json = NULL, *md = NULL;
     if (!a->tasks_given && suite_dirs(cli, m, suite, only, nonly, a, owned) != KL_EXIT_OK) goto cleanup;
     kl_gate_options go = cli_measure_gate_options(cli, m);
+    go.interrupt = &stop_requested; /* waiting judgements stop; Slurm jobs are cancelled */
     if (kl_gate_open(&go, &gate, &err) != KL_OK || kl_rewriter_open("rules", NULL, &rw, &err) != KL_OK) {
         cli_measure_error(m, "%s", err.message);
         goto cleanup;
@@ -324,6 +327,7 @@ cleanup:
     free(json);
     free(md);
     kl_rewriter_free(rw);
+    cli_cluster_report(cli, gate);
     kl_gate_close(gate);
     cli_measure_close(m);
     return rc;

@@ -121,6 +121,25 @@ cleanup:
     return rc;
 }
 
+/* Files judged at once (--gpus, Slurm): one call per file. */
+typedef struct gate_batch {
+    kl_gate *gate;
+    const kl_task *task;
+    const char **files;
+    const kl_gate_source *base;
+    const kl_judge_options *jo;
+    kl_verdict **vs;
+    kl_status *sts;
+    kl_error *errs;
+} gate_batch;
+
+static kl_status gate_one(void *arg, unsigned i, kl_error *err)
+{
+    gate_batch *b = arg;
+    kl_gate_source cand = {b->files[i], NULL};
+    return kl_gate_judge(b->gate, b->task, &cand, b->base, b->jo, &b->vs[i], err);
+}
+
 KL_CMD(gate)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
@@ -189,6 +208,7 @@ KL_CMD(gate)
     kl_verdict *v = NULL;
     unsigned nfiles = npos - 1;
     /* the arguments first: nothing is opened or created for a command line that cannot run */
+    gate_batch gb = {0};
     if (kl_task_load(pos[0], &task, &err) != KL_OK) {
         rc = cli_error("%s", err.message);
         goto cleanup;
@@ -238,7 +258,7 @@ KL_CMD(gate)
         kl_compiled **objs = calloc(nfiles, sizeof *objs);
         kl_status cst = srcs && objs ? KL_OK : KL_ERR_NOMEM;
         for (unsigned f = 0; srcs && f < nfiles; f++) srcs[f] = (kl_gate_source){pos[1 + f], NULL};
-        if (cst == KL_OK && !m.replay) cst = kl_gate_compile_many(gate, task, nfiles, srcs, objs, &err);
+        if (cst == KL_OK && !m.replay && !cli->stand_in) cst = kl_gate_compile_many(gate, task, nfiles, srcs, objs, &err);
         for (unsigned f = 0; objs && f < nfiles; f++) kl_compiled_free(objs[f]);
         free(srcs);
         free(objs);
@@ -249,10 +269,31 @@ KL_CMD(gate)
     }
     kl_gate_source base = {baseline, NULL};
     bool all_pass = true;
+    gb = (gate_batch){gate, task, pos + 1, baseline ? &base : NULL, &jo, NULL, NULL, NULL};
+    if (nfiles > 1 && kl_gate_workers(gate) > 1) { /* --gpus / Slurm: judged at once, shown in order */
+        gb.vs = calloc(nfiles, sizeof *gb.vs);
+        gb.sts = calloc(nfiles, sizeof *gb.sts);
+        gb.errs = calloc(nfiles, sizeof *gb.errs);
+        if (!gb.vs || !gb.sts || !gb.errs) {
+            cli_measure_error(&m, "out of memory");
+            goto cleanup;
+        }
+        cli_note(cli, "gating %u files on task %s, %u at a time …\n", nfiles, task->name ? task->name : pos[0],
+                 kl_gate_workers(gate));
+        (void)kl_gate_parallel(gate, nfiles, gate_one, &gb, gb.sts, gb.errs, NULL);
+    }
     for (unsigned f = 0; f < nfiles; f++) {
         kl_gate_source cand = {pos[1 + f], NULL};
-        if (!m.replay) cli_note(cli, "gating %s on task %s …\n", cand.name, task->name ? task->name : pos[0]);
-        kl_status st = kl_gate_judge(gate, task, &cand, baseline ? &base : NULL, &jo, &v, &err);
+        kl_status st;
+        if (gb.vs) {
+            st = gb.sts[f];
+            v = gb.vs[f];
+            gb.vs[f] = NULL;
+            err = gb.errs[f];
+        } else {
+            if (!m.replay) cli_note(cli, "gating %s on task %s …\n", cand.name, task->name ? task->name : pos[0]);
+            st = kl_gate_judge(gate, task, &cand, baseline ? &base : NULL, &jo, &v, &err);
+        }
         if (st != KL_OK && !(st == KL_ERR_UNMEASURED && v)) {
             cli_measure_error(&m, "%s", err.message);
             goto cleanup;
@@ -276,6 +317,11 @@ KL_CMD(gate)
     rc = all_pass ? KL_EXIT_OK : KL_EXIT_FAILED;
 cleanup:
     kl_verdict_free(v);
+    for (unsigned f = 0; gb.vs && f < npos - 1; f++) kl_verdict_free(gb.vs[f]);
+    free(gb.vs);
+    free(gb.sts);
+    free(gb.errs);
+    cli_cluster_report(cli, gate);
     kl_gate_close(gate);
     cli_measure_close(&m);
     kl_task_free(task);

@@ -140,6 +140,7 @@ KL_CMD(lineage)
     if (rc != KL_EXIT_OK) goto cleanup;
     rc = KL_EXIT_FAILED;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
+    go.interrupt = &stop_requested; /* waiting judgements stop; Slurm jobs are cancelled */
     if (kl_gate_open(&go, &gate, &err) != KL_OK) {
         cli_measure_error(&m, "%s", err.message);
         goto cleanup;
@@ -189,6 +190,7 @@ KL_CMD(lineage)
     lo.judge = kl_gate_search_judge;
     lo.judge_user = gate;
     if (!m.replay) lo.prepare = kl_gate_search_prepare; /* compile each version's proposals in parallel */
+    lo.judge_many = kl_gate_search_judge_many;          /* and judge them at once where there are several workers */
     lo.max_steps = max_steps;
     lo.probes = probes;
     lo.probe_min_gain = probe_min_gain;
@@ -263,6 +265,7 @@ cleanup:
     }
     free(doc);
     kl_rewriter_free(rw);
+    cli_cluster_report(cli, gate);
     kl_gate_close(gate);
     kl_task_free(task);
     cli_measure_close(&m);

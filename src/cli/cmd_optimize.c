@@ -240,6 +240,7 @@ KL_CMD(optimize)
     if (rc != KL_EXIT_OK) goto cleanup;
     rc = KL_EXIT_FAILED;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
+    go.interrupt = &stop_requested; /* waiting judgements stop; Slurm jobs are cancelled */
     if (kl_gate_open(&go, &gate, &err) != KL_OK) {
         cli_measure_error(&m, "%s", err.message);
         goto cleanup;
@@ -360,6 +361,7 @@ cleanup:
     free(best);
     free(out_default);
     kl_rewriter_free(rw);
+    cli_cluster_report(cli, gate);
     kl_gate_close(gate);
     kl_task_free(task);
     cli_measure_close(&m);

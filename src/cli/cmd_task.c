@@ -172,9 +172,10 @@ static int task_check(const char *dir, kl_cli *cli)
             kernels_note = "not gated: --measure live or record without a GPU (see the error)";
         } else {
             if (!cli->json && !cli->quiet)
-                printf("kernels: %s\n", cli->measure == KL_MEASURE_REPLAY ? "replayed from the archive (no figure below "
-                                                                          "was measured now)"
-                                                                        : "gated on this machine's GPU");
+                printf("kernels: %s\n", cli->stand_in ? "judged by the stand-in judge (nothing below is a measurement)"
+                                         : cli->measure == KL_MEASURE_REPLAY
+                                             ? "replayed from the archive (no figure below was measured now)"
+                                             : "gated on this machine's GPU");
             kernels = cli->json ? json_array() : NULL;
             int gate_rc = cli_gate_task_kernels(cli, dir, task, kernels);
             if (gate_rc != KL_EXIT_OK) rc = gate_rc;

@@ -138,6 +138,9 @@ static int take_globals(int argc, char **argv, kl_cli *cli)
             while (i < argc) argv[out++] = argv[i++];
             break;
         }
+        int cr = cli_cluster_option(cli, argc, argv, &i); /* --judge, --gpus, --executor … (cluster.c) */
+        if (cr < 0) return -1;
+        if (cr > 0) continue;
         /* options that take a value: --opt VALUE or --opt=VALUE */
         static const char *const valued[] = {"--db", "--measure", "--jobs"};
         int which = -1;
@@ -220,8 +223,10 @@ int main(int argc, char **argv)
         cli.measure_given = true;
     }
 
+    const char *default_db = cli.db_path;
+    cli_cluster_env(&cli);
     argc = take_globals(argc, argv, &cli);
-    if (argc < 0) return KL_EXIT_USAGE;
+    if (argc < 0 || cli_cluster_setup(&cli, default_db) < 0) return KL_EXIT_USAGE;
     if (argc < 2) {
         print_overview(stderr);
         return KL_EXIT_USAGE;

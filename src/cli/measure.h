@@ -24,9 +24,10 @@ typedef struct cli_measure {
     char *archive;            /* the archive path in use (replay/record), owned */
     kl_store *store;          /* owned */
     bool replay;
+    bool stand_in;            /* --judge stand-in: every line says "[stand-in] " */
 } cli_measure;
 
-#define CLI_MEASURE_INIT {NULL, NULL, NULL, NULL, false}
+#define CLI_MEASURE_INIT {NULL, NULL, NULL, NULL, false, false}
 
 /* If argv[*i] is --archive or --device (with its value, "--opt V" or "--opt=V"), take it,
  * advance *i past it and return 1; 0 when it is not one of ours; -1 after printing a usage

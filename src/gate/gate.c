@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gate/executor.h"
 #include "gate/gate_int.h"
 #include "gate/worker.h" /* the worker's exit codes */
 
@@ -65,6 +66,12 @@ kl_status kl_gate_open(const kl_gate_options *opt, kl_gate **out, kl_error *err)
         kl_gate_close(g);
         return st;
     }
+    g->stand_in = opt->stand_in;
+    kl_status est = kl_gate_open_executor(g, opt, err); /* executor.c: the stand-in, the executor */
+    if (est != KL_OK) {
+        kl_gate_close(g);
+        return est;
+    }
     *out = g;
     return KL_OK;
 }
@@ -72,6 +79,7 @@ kl_status kl_gate_open(const kl_gate_options *opt, kl_gate **out, kl_error *err)
 void kl_gate_close(kl_gate *g)
 {
     if (!g) return;
+    kl_executor_close(g->exec);
     free(g->arch);
     free(g->nvcc);
     free(g->nvcc_version);
@@ -218,7 +226,7 @@ static kl_status run_worker(kl_gate *gate, const char *job, double timeout_s, co
     c->timeout_s = timeout_s;
     c->out_max = WORKER_OUT_MAX;
     c->err_max = WORKER_ERR_MAX;
-    st = kl_child_run(c, err);
+    st = kl_gate_run_child(gate, c, err); /* on the judgement's GPU (executor.h) */
     c->argv = NULL; /* argv and env live on this frame */
     c->env = NULL;
     c->dir = NULL;
@@ -473,12 +481,22 @@ static kl_status replay_device(kl_gate *gate, kl_error *err)
 static kl_status live_device(kl_gate *gate, bool measure, kl_error *err)
 {
     if (gate->gpu && !measure) return KL_OK;
-    if (!gpu_present())
+    if (!gpu_present() && !(gate->exec && kl_executor_remote(gate->exec)))
         return kl_error_set(err, KL_ERR_NO_GPU,
                             "no GPU on this machine (no NVIDIA driver: /proc/driver/nvidia/gpus and /dev/nvidia0 are "
                             "missing); use --measure replay to serve recorded verdicts");
     char *name = probe_device_name();
     kl_status st = KL_OK;
+    if (!name && gate->exec && kl_executor_remote(gate->exec)) {
+        /* a submitting host without a GPU (Slurm, docs/cluster.md): the nodes' device document, as
+         * stored (the only one, or --device); else measured on a node, the runtime built for --arch */
+        if (!measure && gate->store && replay_device(gate, err) == KL_OK) return KL_OK;
+        kl_error_clear(err);
+        if (!gate->arch)
+            return kl_error_set(err, KL_ERR_NO_GPU,
+                                "this host has no GPU to read the nodes' architecture from: measure the nodes' "
+                                "device once with `klineage --executor slurm … gate --arch sm_XY TASK FILE.cu`");
+    }
     if (!measure && name && gate->store) {
         char *json = NULL;
         st = kl_store_get(gate->store, "gpu", name, &json, err);
@@ -1280,6 +1298,9 @@ static kl_status live_judge(judge_ctx *j, json_t *prior, const char *prior_key, 
                             json_pack("{s:f, s:f, s:f, s:f}", "compile", t_compile,
                                       "runtime", t_runtime, "worker", t_worker, "until_worker_done",
                                       kl_now() - t_start));
+    json_t *placed = gate->exec ? kl_executor_placement() : NULL; /* which GPU, where (docs/cluster.md) */
+    if (placed && json_is_object(run)) json_object_set_new(run, "placement", placed);
+    else json_decref(placed);
     if (j->opt->sanitize) {
         if (!stages_passed(stages)) json_object_set_new(stages, "sanitize", stage_skip("an earlier stage failed"));
         else KL_TRY(sanitize_stage(j, objs[0], stages, err));
@@ -1333,6 +1354,13 @@ kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source
     kl_status st = judge_inputs(&j, candidate, baseline, err);
     if (st != KL_OK) goto cleanup;
 
+    if (gate->stand_in) { /* standin.c: figures from the text, keyed on the stand-in "device" */
+        kl_snprintf(j.toolchain, sizeof j.toolchain, "%s", KL_STAND_IN_TOOLCHAIN);
+        judge_key(&j);
+        st = kl_stand_in_judge(gate, task, j.key, j.cand_name, j.cand_text, j.base_name, j.base_text,
+                               kl_strbuf_str(&j.shapes), kl_strbuf_str(&j.stages), j.opt, out, err);
+        goto cleanup;
+    }
     if (gate->mode == KL_GATE_REPLAY) {
         st = replay_device(gate, err);
         if (st == KL_ERR_UNMEASURED) {

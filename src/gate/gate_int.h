@@ -33,6 +33,8 @@ struct kl_gate {
     char *runtime;            /* the device runtime's shared object, once built */
     int sandbox;              /* KL_SANDBOX_*: from $KLINEAGE_SANDBOX (off, on, require); on by default */
     bool sandbox_warned;      /* the worker ran outside the sandbox once, and it was said */
+    bool stand_in;            /* the CPU stand-in judge (standin.c) */
+    struct kl_executor *exec; /* where workers run (executor.h); NULL: here, one at a time */
 };
 
 enum { KL_SANDBOX_OFF = 0, KL_SANDBOX_ON = 1, KL_SANDBOX_REQUIRE = 2 };
@@ -136,6 +138,18 @@ kl_status kl_gate_verdict_of_run(kl_gate *gate, const kl_task *task, const kl_ga
                                  const kl_judge_options *opt, const kl_child *worker, kl_verdict **out, kl_error *err);
 /* The worker's binary. */
 kl_status kl_gate_worker(kl_gate *gate, kl_error *err);
+
+/* ---- standin.c: the stand-in judge's verdict for a judgement keyed `key` (gate.c computed it
+ * over the texts, "stand-in" and KL_STAND_IN_TOOLCHAIN). Stored like any verdict. */
+kl_status kl_stand_in_judge(kl_gate *gate, const kl_task *task, const char *key, const char *cand_name,
+                            const char *cand_text, const char *base_name, const char *base_text, const char *shapes,
+                            const char *stages, const kl_judge_options *opt, kl_verdict **out, kl_error *err);
+
+/* ---- executor.c: run a worker child (or the sanitizer around one) where the gate's executor
+ * says; kl_child_run here when it has none. */
+kl_status kl_gate_run_child(kl_gate *gate, kl_child *c, kl_error *err);
+/* At kl_gate_open: the stand-in judge's settings and store mark, the executor. */
+kl_status kl_gate_open_executor(kl_gate *gate, const kl_gate_options *opt, kl_error *err);
 
 /* ---- sanitize.c ------------------------------------------------------------------------- */
 

@@ -87,6 +87,7 @@ static char *find_sanitizer(kl_gate *gate)
 
 /* One tool's run: its own log file, its own child, on its own thread. */
 typedef struct tool_run {
+    kl_gate *gate;             /* with an executor (--gpus, Slurm), the child runs through it */
     const char *san, *tool, *job, *scratch, *worker;
     double timeout_s;
     char *log_path;
@@ -128,7 +129,7 @@ static void *run_tool(void *arg)
     r->c.timeout_s = r->timeout_s;
     r->c.out_max = 1 << 20;
     r->c.err_max = 1 << 20;
-    r->st = kl_child_run(&r->c, &r->err);
+    r->st = kl_gate_run_child(r->gate, &r->c, &r->err); /* on the judgement's GPU (executor.h) */
     r->c.argv = NULL;
     r->c.env = NULL;
     return NULL;
@@ -158,6 +159,7 @@ kl_status kl_gate_sanitize(kl_gate *gate, const char *job, const char *scratch, 
     for (size_t t = 0; t < NTOOLS; t++) {
         char name[64];
         kl_snprintf(name, sizeof name, "report-%s.txt", tools[t]);
+        runs[t].gate = gate;
         runs[t].san = san;
         runs[t].tool = tools[t];
         runs[t].job = job;
@@ -173,7 +175,8 @@ kl_status kl_gate_sanitize(kl_gate *gate, const char *job, const char *scratch, 
     }
     /* KLINEAGE_SANITIZE_SERIAL=1: one tool after another, as before (docs/gate.md) */
     const char *serial = getenv("KLINEAGE_SANITIZE_SERIAL");
-    bool together = !(serial && *serial && strcmp(serial, "0"));
+    /* with an executor the judgement's GPU belongs to this thread: the tools go one by one */
+    bool together = !(serial && *serial && strcmp(serial, "0")) && !gate->exec;
     for (size_t t = 0; together && t < NTOOLS; t++)
         started[t] = pthread_create(&threads[t], NULL, run_tool, &runs[t]) == 0;
     for (size_t t = 0; t < NTOOLS; t++) {

@@ -88,6 +88,12 @@ typedef struct kl_optimize_options {
     kl_judge_fn judge;           /* required: kl_gate_search_judge with the gate, or a stand-in */
     void *judge_user;
     kl_prepare_fn prepare;       /* optional: compile the next candidates in parallel */
+    kl_judge_many_fn judge_many; /* optional: judge several candidates at once (several GPUs) */
+    unsigned ahead;              /* with judge_many: the candidates judged at once, the one the
+                                    search takes now and those it would take next if nothing
+                                    changed (kl_gate_workers); 0 or 1: one at a time. The run
+                                    is the same either way: a judgement made ahead is used when
+                                    the search reaches its candidate and counts then */
     unsigned prepare_batch;      /* candidates prepared at once; 0: 16 */
     bool restart;                /* forget a stored run with the same key and start again */
     volatile sig_atomic_t *interrupt; /* set (SIGINT) to stop between judgements */

@@ -133,7 +133,20 @@ KL_CMD(bench)
     if (optimize) {
         only[nonly] = NULL;
         if (!suite) suite = "tasks";
-        cli_measure_auto(cli);
+        /* the arguments first: nothing is opened or created for a command line that cannot run */
+        if (!oa.tasks_given) {
+            char sj[4096];
+            snprintf(sj, sizeof sj, "%s/suite.json", suite);
+            if (access(sj, R_OK) != 0)
+                return cli_error("%s: cannot read: %s (--suite names a folder holding suite.json)", sj, strerror(errno));
+        }
+        for (unsigned t = 0; t < oa.ntasks; t++) {
+            char tj[4096];
+            snprintf(tj, sizeof tj, "%s/task.json", oa.task_dirs[t]);
+            if (access(tj, R_OK) != 0) return cli_error("%s: cannot read: %s (--tasks names task folders)", tj, strerror(errno));
+        }
+        int orc = cli_measure_resolve(cli); /* the one rule (measure.h) */
+        if (orc != KL_EXIT_OK) return orc;
         return bench_optimize(cli, &m, suite, only, nonly, &oa, out_path);
     }
     only[nonly] = NULL;

@@ -224,7 +224,10 @@ KL_CMD(optimize)
     if (kl_policy_parse(policy_name, &policy, &err) != KL_OK) return cli_usage_error(cli, "--policy: %s", err.message);
     if (strcmp(backend, "rules") && strcmp(backend, "llm") && strcmp(backend, "command"))
         return cli_usage_error(cli, "--rewriter is rules, llm or command, not '%s'", backend);
-    cli_measure_auto(cli);
+    {
+        int mrc = cli_measure_resolve(cli); /* the one rule (measure.h): live needs a GPU */
+        if (mrc != KL_EXIT_OK) return mrc;
+    }
 
     int rc = KL_EXIT_FAILED;
     kl_task *task = NULL;
@@ -282,6 +285,10 @@ KL_CMD(optimize)
     o.judge = kl_gate_search_judge;
     o.judge_user = gate;
     if (!m.replay) o.prepare = kl_gate_search_prepare;
+    if (kl_gate_workers(gate) > 1) { /* several GPUs: the next candidates judged at once */
+        o.judge_many = kl_gate_search_judge_many;
+        o.ahead = kl_gate_workers(gate);
+    }
     o.restart = restart;
     o.interrupt = &stop_requested;
     o.progress = on_progress;

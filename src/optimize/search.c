@@ -40,6 +40,9 @@ uint64_t opt_mix64(uint64_t x)
 
 /* ---- the run --------------------------------------------------------------------------- */
 
+struct kl_judgement;
+static json_t *judgement_json(const kl_judgement *j);
+
 typedef struct run {
     const kl_task *task;
     const kl_optimize_options *opt;
@@ -60,6 +63,8 @@ typedef struct run {
     unsigned budget, beam;
     double min_gain;
     double t0;
+    json_t *ahead;             /* judgements made ahead: "version:candidate hash" -> judgement */
+    unsigned ahead_made, ahead_used;
 } run;
 
 static void say(run *r, kl_optimize_event ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -295,6 +300,96 @@ static kl_status pick(run *r, int *pv, int *pc)
     return KL_OK;
 }
 
+/* Up to n (version, candidate) pairs in the order the search would take them if no judgement
+ * changed anything: the untried candidates of the open versions by cum × E, ties as pick(). */
+typedef struct pair {
+    unsigned v, c;
+    double score;
+} pair;
+
+static int pair_before(const run *r, const pair *a, const pair *b)
+{
+    if (a->score > b->score * (1 + 1e-12)) return 1;
+    if (b->score > a->score * (1 + 1e-12)) return 0;
+    if (r->versions[a->v].cum != r->versions[b->v].cum) return r->versions[a->v].cum > r->versions[b->v].cum;
+    if (a->v != b->v) return a->v < b->v;
+    const opt_cand *x = &r->versions[a->v].cands[a->c], *y = &r->versions[b->v].cands[b->c];
+    if (x->expect != y->expect) return x->expect > y->expect;
+    return x->order < y->order;
+}
+
+static unsigned pick_ahead(run *r, pair *out, unsigned n)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < r->nversions; i++) {
+        const opt_version *v = &r->versions[i];
+        if (!v->open || !v->expanded) continue;
+        for (unsigned c = 0; c < v->ncands; c++) {
+            if (v->cands[c].tried || v->cands[c].excluded) continue;
+            pair p = {i, c, v->cum * v->cands[c].expect};
+            unsigned at = k < n ? k : n;
+            while (at > 0 && pair_before(r, &p, &out[at - 1])) at--;
+            if (at >= n) continue;
+            for (unsigned q = (k < n ? k : n - 1); q > at; q--) out[q] = out[q - 1];
+            out[at] = p;
+            if (k < n) k++;
+        }
+    }
+    return k;
+}
+
+static void ahead_key(unsigned vi, const char *hash, char *buf, size_t size)
+{
+    kl_snprintf(buf, size, "%u:%s", vi, hash);
+}
+
+/* Judge the next candidates at once (several GPUs): the one the search takes now, vi/ci, and
+ * those after it in the order the search would take them. Their judgements wait in r->ahead. */
+static kl_status judge_ahead(run *r, unsigned vi, unsigned ci)
+{
+    unsigned n = r->opt->ahead;
+    if (!r->opt->judge_many || n < 2) return KL_OK;
+    char key[200];
+    ahead_key(vi, r->versions[vi].cands[ci].hash, key, sizeof key);
+    if (json_object_get(r->ahead, key)) return KL_OK; /* judged with the last batch */
+    pair *ps = calloc(n, sizeof *ps);
+    kl_judge_request *reqs = calloc(n, sizeof *reqs);
+    kl_judgement *outs = calloc(n, sizeof *outs);
+    char(*names)[128] = calloc(n, sizeof *names);
+    kl_status st = KL_OK;
+    if (!ps || !reqs || !outs || !names) {
+        st = kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    unsigned k = pick_ahead(r, ps, n), m = 0;
+    for (unsigned i = 0; i < k; i++) {
+        const opt_version *v = &r->versions[ps[i].v];
+        const opt_cand *c = &v->cands[ps[i].c];
+        ahead_key(ps[i].v, c->hash, key, sizeof key);
+        if (json_object_get(r->ahead, key)) continue;
+        cand_name(r->task, c->hash, names[m], sizeof names[m]);
+        reqs[m] = (kl_judge_request){names[m], c->source, v->name, v->source, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE};
+        ps[m] = ps[i];
+        m++;
+    }
+    unsigned done = 0;
+    kl_error e = {0};
+    for (unsigned i = 0; i < m; i++) outs[i].speedup = outs[i].cand_ms = outs[i].base_ms = -1;
+    kl_status js = m ? r->opt->judge_many(r->opt->judge_user, r->task, m, reqs, outs, &done, &e) : KL_OK;
+    if (js == KL_OK) done = m;
+    for (unsigned i = 0; i < done; i++) {
+        if (outs[i].unmeasured) continue; /* asked again, one by one, when the search gets there */
+        ahead_key(ps[i].v, r->versions[ps[i].v].cands[ps[i].c].hash, key, sizeof key);
+        json_object_set_new(r->ahead, key, judgement_json(&outs[i]));
+        r->ahead_made++;
+    }
+    /* a failure of the batch is what judging one by one would meet at request `done`: that
+     * request is judged again on its own when the search reaches it, and fails there */
+cleanup:
+    free(ps), free(reqs), free(outs), free(names);
+    return st;
+}
+
 /* Compile the next few candidates of v in the order they will be judged. */
 static kl_status prepare(run *r, unsigned vi)
 {
@@ -400,6 +495,9 @@ static kl_status save(run *r)
     json_object_set(r->doc, "finals", r->finals);
     json_object_set_new(r->doc, "versions", versions_json(r));
     json_object_set_new(r->doc, "best", json_integer(r->best));
+    if (r->opt->judge_many && r->opt->ahead > 1)
+        json_object_set_new(r->doc, "ahead", json_pack("{s:i, s:i, s:i}", "width", (json_int_t)r->opt->ahead, "judged",
+                                                       (json_int_t)r->ahead_made, "used", (json_int_t)r->ahead_used));
     char *text = json_dumps(r->doc, JSON_SORT_KEYS | JSON_COMPACT);
     if (!text) return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
     kl_status st = kl_store_put(r->opt->store, "optimize", r->key, text, r->err);
@@ -461,6 +559,14 @@ static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
         judgement_from_json(json_object_get(s, "judgement"), j);
         return KL_OK;
     }
+    char key[200];
+    ahead_key(vi, c->hash, key, sizeof key);
+    const json_t *early = json_object_get(r->ahead, key);
+    if (early) { /* judged ahead, with an earlier batch */
+        judgement_from_json(early, j);
+        r->ahead_used++;
+        return KL_OK;
+    }
     memset(j, 0, sizeof *j);
     j->speedup = j->cand_ms = j->base_ms = -1;
     char name[128];
@@ -497,7 +603,14 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
         c = &v->cands[ci];
     }
     kl_judgement j;
-    kl_status st = judge_round(r, vi, c, &j);
+    kl_status st = KL_OK;
+    if (json_array_size(r->rounds) >= json_array_size(r->stored_rounds)) {
+        st = judge_ahead(r, vi, ci);
+        if (st != KL_OK) return st;
+        v = &r->versions[vi];
+        c = &v->cands[ci];
+    }
+    st = judge_round(r, vi, c, &j);
     if (st != KL_OK) return st;
     if (j.unmeasured)
         return kl_error_set(r->err, KL_ERR_UNMEASURED, "%s from version %u: no recorded verdict: %s", c->id, vi,
@@ -821,6 +934,7 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     run_key(&r, start_text, lib_hex, mem_hex);
     KL_TRY(start_doc(&r, start_text, lib_hex, ncards, mem_hex, nmem));
     r.rounds = json_array();
+    r.ahead = json_object();
     r.skipped = json_array();
     r.finals = json_array();
     r.pc.skipped = r.skipped;
@@ -899,6 +1013,7 @@ cleanup:
     json_decref(r.doc);
     json_decref(r.stored_rounds);
     json_decref(r.rounds);
+    json_decref(r.ahead);
     json_decref(r.skipped);
     json_decref(r.finals);
     json_decref(r.memory);

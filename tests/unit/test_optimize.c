@@ -492,6 +492,46 @@ static void test_finished_run_is_served_again(void **state)
     json_decref(d2);
 }
 
+/* Several GPUs: the next candidates judged at once give the very same run, and a judgement made
+ * ahead is counted when the search uses it. */
+static kl_status stand_in_many(void *user, const kl_task *task, unsigned n, const kl_judge_request *reqs,
+                               kl_judgement *outs, unsigned *done, kl_error *err)
+{
+    return kl_judge_many_sequential(stand_in_judge, user, task, n, reqs, outs, done, err);
+}
+
+static void test_judging_ahead_gives_the_same_run(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "row-parallel-t1", "row-parallel", 6.0, NULL, NULL);
+    put_card(f, "fast-math-t1", "fast-math", 1.3, NULL, NULL);
+    for (int p = 0; p < 2; p++) {
+        kl_policy policy = p ? KL_POLICY_SKILLS : KL_POLICY_BLIND;
+        stand_in one = {0}, many = {0};
+        kl_optimize_options a = options(f, &one, policy, 9);
+        a.restart = true;
+        json_t *d1 = run_doc(f, &a, KL_OK);
+        kl_optimize_options b = options(f, &many, policy, 9);
+        b.restart = true;
+        b.judge_many = stand_in_many;
+        b.ahead = 4;
+        json_t *d2 = run_doc(f, &b, KL_OK);
+        char *r1 = result_of(d1), *r2 = result_of(d2);
+        assert_string_equal(r1, r2);
+        /* judged ahead: more judgements asked of the judge than the budget counts */
+        json_t *ah = json_object_get(d2, "ahead");
+        assert_true(json_is_object(ah));
+        json_int_t judged = json_integer_value(json_object_get(ah, "judged"));
+        json_int_t used = json_integer_value(json_object_get(ah, "used"));
+        assert_true(used > 0 && used <= judged);
+        assert_int_equal(json_integer_value(json_object_get(d2, "gate_calls")), one.calls);
+        assert_true(many.calls >= one.calls);
+        free(r1), free(r2);
+        json_decref(d1);
+        json_decref(d2);
+    }
+}
+
 /* ---- what is returned ------------------------------------------------------------------ */
 
 static void test_broken_candidates_are_not_returned(void **state)
@@ -643,6 +683,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_after_every_judgement, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finished_run_is_served_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_judging_ahead_gives_the_same_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_candidates_are_not_returned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_command_rewriter_gets_one_card_per_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start_with_another_signature, setup, teardown),

@@ -13,6 +13,10 @@
 #                                      (recorded), the timer's repeatability, the standalone
 #                                      verdicts `task check` replays; about 4-5 minutes
 #   scripts/gpu_session.sh cards      issue 16: re-walk what changed, bisect slowdowns, admit the cards
+#   scripts/gpu_session.sh optimize   issue 15: bench --optimize (leave-one-out, blind → memory → skills,
+#                                      KL_BUDGET gate calls each, default 40), recorded, stopped with
+#                                      SIGINT at KL_OPTIMIZE_S (default 540 s; every run so far is kept
+#                                      and the next call goes on); the table to $OUT
 #   scripts/gpu_session.sh pool       one gate batch as today, on --gpus 0 and on --gpus 0,0 (docs/cluster.md)
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
@@ -344,8 +348,21 @@ while i < len(t):
         save_archive
     done
     ;;
+optimize)
+    log "bench --optimize" | tee -a "$out/optimize.log"
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout -k 30 -s INT "${KL_OPTIMIZE_S:-540}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+        bench --optimize --budget "${KL_BUDGET:-40}" ${KL_POLICIES:+--policies "$KL_POLICIES"} \
+        ${KL_OPT_TASKS:+$(for t in $KL_OPT_TASKS; do printf -- '--task %s ' "$t"; done)} \
+        -o "$out/optimize-table.md" >"$out/optimize.txt" 2>&1
+    echo "exit $? ($(($(date +%s) - start)) s)" | tee -a "$out/optimize.log"
+    grep -v '^\[' "$out/optimize.txt" | tail -5 >>"$out/optimize.log"
+    tail -45 "$out/optimize.txt"
+    save_archive
+    ;;
 *)
-    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|cards|pool|variants TASK…" >&2
+    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|cards|optimize|pool|variants TASK…" >&2
     exit 2
     ;;
 esac

@@ -161,6 +161,14 @@ kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shap
 #define KL_REFERENCE_TIMEOUT_S 600.0
 /* One run's time limit in seconds (<= 0: none). */
 void kl_reference_set_timeout(kl_reference *ref, double seconds);
+/* Start the reference's server: a child process, forked now, that forks each later run of
+ * kl_reference_run in the caller's place. For a caller about to give up fork (the worker's
+ * sandbox forbids new processes): its references still run in children of their own, with the
+ * same limits and messages. Ends with kl_reference_free. */
+kl_status kl_reference_serve(kl_reference *ref, kl_error *err);
+/* The seconds reference() itself ran in the last kl_reference_run (timed in its child: no
+ * fork, conversion or filling); 0 before any run or when the run did not return. */
+double kl_reference_last_seconds(const kl_reference *ref);
 
 /* Check that the reference is not weak: run it on two seeds at the check shapes, smallest
  * first (those under a size budget), and fault each output that never changes when the inputs

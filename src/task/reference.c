@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,6 +37,9 @@ struct kl_reference {
     char hash[KL_HASH_HEX];
     char *so_path;
     double timeout_s;    /* one run's limit; <= 0: none */
+    double last_s;       /* the last run's reference() call alone, timed in its child */
+    int srv_fd;          /* the server's socket (kl_reference_serve), or -1: runs forked here */
+    pid_t srv_pid;
 };
 
 void kl_reference_set_timeout(kl_reference *ref, double seconds)
@@ -121,6 +125,10 @@ static void first_error_line(const char *log, char *buf, size_t size)
 void kl_reference_free(kl_reference *ref)
 {
     if (!ref) return;
+    if (ref->srv_fd >= 0) {
+        close(ref->srv_fd); /* the server reads the end of its socket and leaves */
+        while (waitpid(ref->srv_pid, NULL, 0) < 0 && errno == EINTR) {}
+    }
     if (ref->dl) dlclose(ref->dl);
     free(ref->dtypes);
     free(ref->so_path);
@@ -164,6 +172,7 @@ kl_status kl_reference_load(const kl_task *task, const char *cache_dir, kl_refer
     KL_TRY(kl_mkdirs(cache, err));
     ref = calloc(1, sizeof *ref);
     if (!ref) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+    ref->srv_fd = -1;
     kl_strbuf_addf(&name, "%s/ref-%s.so", cache, hash);
     ref->so_path = kl_strbuf_detach(&name, NULL);
     kl_strbuf_addf(&name, "%s/ref-%s.c", cache, hash);
@@ -253,21 +262,22 @@ static void sleep_s(double s)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-/* Call the reference in a forked child, at most ref->timeout_s seconds. Its outputs live in
- * shared mappings (the caller allocated them so); `done` is a shared flag the child sets when
- * reference() has returned, which tells a return from a call to exit(). */
-static kl_status call_in_child(kl_reference *ref, void **call, const char *ref_name, const kl_shape *shape,
-                               kl_error *err)
+/* One run in a forked child (reference() on call, *done set when it returned), waited for at
+ * most timeout_s seconds (<= 0: no limit). The wait status goes to *status; true when the limit
+ * stopped it. */
+typedef struct run_flag {
+    int done;       /* reference() returned */
+    double seconds; /* how long it ran */
+} run_flag;
+
+static bool run_forked(kl_reference *ref, void **call, volatile run_flag *done, double timeout_s, int *status,
+                       bool *forked)
 {
-    volatile int *done = shared_alloc(sizeof *done);
-    if (!done) return kl_error_set(err, KL_ERR_NOMEM, "out of memory (a shared page for the reference's child)");
-    *done = 0;
+    *status = 0;
     fflush(NULL); /* a reference that calls exit() flushes stdio: not what this process had buffered */
     pid_t pid = fork();
-    if (pid < 0) {
-        munmap((void *)done, sizeof *done);
-        return kl_error_set(err, KL_ERR_CHILD, "%s: cannot fork to run the reference: %s", ref_name, strerror(errno));
-    }
+    *forked = pid >= 0;
+    if (pid < 0) return false;
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT, SIGPIPE};
@@ -280,44 +290,281 @@ static kl_status call_in_child(kl_reference *ref, void **call, const char *ref_n
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         dup2(2, 1); /* what a reference prints is no part of this process's output */
+        double t0 = kl_now();
         ref->call(call);
-        *done = 1;
+        done->seconds = kl_now() - t0;
+        done->done = 1;
         _exit(0);
     }
     double start = kl_now(), nap = 0.0002;
-    int status = 0;
-    bool timed_out = false;
     for (;;) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid) return false;
         if (r < 0 && errno != EINTR) {
             kill(pid, SIGKILL);
-            break;
+            return false;
         }
-        if (ref->timeout_s > 0 && kl_now() - start > ref->timeout_s) {
+        if (timeout_s > 0 && kl_now() - start > timeout_s) {
             kill(pid, SIGKILL);
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-            timed_out = true;
-            break;
+            while (waitpid(pid, status, 0) < 0 && errno == EINTR) {}
+            return true;
         }
         sleep_s(nap);
         if (nap < 0.01) nap *= 2;
     }
-    kl_status st = KL_OK;
+}
+
+/* What a run's end says, as the caller's error. */
+static kl_status run_verdict(const kl_reference *ref, const char *ref_name, const kl_shape *shape, bool timed_out,
+                             int status, int done, kl_error *err)
+{
     if (timed_out)
-        st = kl_error_set(err, KL_ERR_TIMEOUT,
-                          "%s: the reference ran longer than %.0f s at %s and was stopped (a loop that does not end?)",
-                          ref_name, ref->timeout_s, shape->label);
-    else if (WIFSIGNALED(status))
-        st = kl_error_set(err, KL_ERR_CHILD, "%s: the reference crashed at %s (%s)", ref_name, shape->label,
-                          strsignal(WTERMSIG(status)));
-    else if (!*done)
-        st = kl_error_set(err, KL_ERR_CHILD,
-                          "%s: the reference ended its process (exit status %d) instead of returning from reference(), "
-                          "at %s",
-                          ref_name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, shape->label);
+        return kl_error_set(err, KL_ERR_TIMEOUT,
+                            "%s: the reference ran longer than %.0f s at %s and was stopped (a loop that does not end?)",
+                            ref_name, ref->timeout_s, shape->label);
+    if (WIFSIGNALED(status))
+        return kl_error_set(err, KL_ERR_CHILD, "%s: the reference crashed at %s (%s)", ref_name, shape->label,
+                            strsignal(WTERMSIG(status)));
+    if (!done)
+        return kl_error_set(err, KL_ERR_CHILD,
+                            "%s: the reference ended its process (exit status %d) instead of returning from "
+                            "reference(), at %s",
+                            ref_name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, shape->label);
+    return KL_OK;
+}
+
+/* Call the reference in a forked child, at most ref->timeout_s seconds. Its outputs live in
+ * shared mappings (the caller allocated them so); `done` is a shared flag the child sets when
+ * reference() has returned, which tells a return from a call to exit(). */
+static kl_status call_in_child(kl_reference *ref, void **call, const char *ref_name, const kl_shape *shape,
+                               kl_error *err)
+{
+    volatile run_flag *done = shared_alloc(sizeof *done);
+    if (!done) return kl_error_set(err, KL_ERR_NOMEM, "out of memory (a shared page for the reference's child)");
+    done->done = 0;
+    done->seconds = 0;
+    int status;
+    bool forked;
+    bool timed_out = run_forked(ref, call, done, ref->timeout_s, &status, &forked);
+    ref->last_s = done->seconds;
+    kl_status st = forked ? run_verdict(ref, ref_name, shape, timed_out, status, done->done, err)
+                          : kl_error_set(err, KL_ERR_CHILD, "%s: cannot fork to run the reference: %s", ref_name,
+                                         strerror(errno));
     munmap((void *)done, sizeof *done);
     return st;
+}
+
+/* ---- the server ---------------------------------------------------------------------------
+ * A process that gives up fork (the worker's sandbox) starts the server first: a child of its
+ * own, forked while it still may, that forks each run in its place. A run's arrays are memfd
+ * mappings both sides map; the request carries their descriptors (SCM_RIGHTS) and the scalar
+ * values, the answer the run's end. */
+
+#define SRV_MAX_ARGS 200 /* descriptors in one message: the kernel takes up to 253 */
+
+typedef struct srv_request {
+    double timeout_s;
+    unsigned nargs;
+    struct {
+        int scalar;   /* 1: value; 0: an array of `bytes`, its descriptor next in the message's list */
+        int value;
+        size_t bytes;
+    } arg[SRV_MAX_ARGS];
+} srv_request;
+
+typedef struct srv_answer {
+    int status, timed_out, done, forked, error;
+    double seconds;
+} srv_answer;
+
+static ssize_t srv_send(int fd, const void *data, size_t len, const int *fds, unsigned nfds)
+{
+    struct iovec iov = {(void *)data, len};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    char ctl[CMSG_SPACE(sizeof(int) * SRV_MAX_ARGS)];
+    if (nfds) {
+        memset(ctl, 0, sizeof ctl);
+        msg.msg_control = ctl;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+    }
+    ssize_t n;
+    while ((n = sendmsg(fd, &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {}
+    return n;
+}
+
+static ssize_t srv_recv(int fd, void *data, size_t len, int *fds, unsigned *nfds)
+{
+    struct iovec iov = {data, len};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    char ctl[CMSG_SPACE(sizeof(int) * SRV_MAX_ARGS)];
+    if (fds) {
+        msg.msg_control = ctl;
+        msg.msg_controllen = sizeof ctl;
+    }
+    ssize_t n;
+    while ((n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {}
+    if (fds) {
+        *nfds = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+                unsigned k = (unsigned)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+                if (k > SRV_MAX_ARGS) k = SRV_MAX_ARGS;
+                memcpy(fds, CMSG_DATA(c), sizeof(int) * k);
+                *nfds = k;
+            }
+    }
+    return n;
+}
+
+/* The server's loop: one request, one forked run, one answer; the end of the socket ends it. */
+static void serve(kl_reference *ref, int fd)
+{
+    static srv_request rq;
+    int fds[SRV_MAX_ARGS];
+    unsigned nfds;
+    void *call[SRV_MAX_ARGS];
+    int ints[SRV_MAX_ARGS];
+    for (;;) {
+        ssize_t n = srv_recv(fd, &rq, sizeof rq, fds, &nfds);
+        if (n <= 0) return;
+        srv_answer an = {0};
+        unsigned used = 0, k;
+        bool bad = (size_t)n != sizeof rq || rq.nargs > SRV_MAX_ARGS;
+        for (k = 0; !bad && k < rq.nargs; k++) {
+            call[k] = NULL;
+            if (rq.arg[k].scalar) {
+                ints[k] = rq.arg[k].value;
+                call[k] = &ints[k];
+            } else if (used < nfds) {
+                void *p = mmap(NULL, rq.arg[k].bytes ? rq.arg[k].bytes : 1, PROT_READ | PROT_WRITE, MAP_SHARED,
+                               fds[used++], 0);
+                if (p == MAP_FAILED) bad = true;
+                else call[k] = p;
+            } else {
+                bad = true;
+            }
+        }
+        volatile run_flag *done = bad ? NULL : shared_alloc(sizeof *done);
+        if (done) {
+            done->done = 0;
+            done->seconds = 0;
+            bool forked;
+            an.timed_out = run_forked(ref, call, done, rq.timeout_s, &an.status, &forked);
+            an.forked = forked;
+            an.error = forked ? 0 : errno;
+            an.done = done->done;
+            an.seconds = done->seconds;
+            munmap((void *)done, sizeof *done);
+        } else {
+            an.error = bad ? EINVAL : ENOMEM;
+        }
+        for (unsigned j = 0; j < k && j < rq.nargs; j++)
+            if (!rq.arg[j].scalar && call[j]) munmap(call[j], rq.arg[j].bytes ? rq.arg[j].bytes : 1);
+        for (unsigned j = 0; j < nfds; j++) close(fds[j]);
+        if (srv_send(fd, &an, sizeof an, NULL, 0) < 0) return;
+    }
+}
+
+double kl_reference_last_seconds(const kl_reference *ref) { return ref ? ref->last_s : 0.0; }
+
+kl_status kl_reference_serve(kl_reference *ref, kl_error *err)
+{
+    if (!ref || ref->srv_fd >= 0) return KL_OK;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return kl_error_set(err, KL_ERR_IO, "the reference's server: no socket pair: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(sv[0]), close(sv[1]);
+        return kl_error_set(err, KL_ERR_CHILD, "the reference's server: cannot fork: %s", strerror(e));
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(sv[0]);
+        dup2(2, 1); /* its output is never the caller's */
+        serve(ref, sv[1]);
+        _exit(0);
+    }
+    close(sv[1]);
+    ref->srv_fd = sv[0];
+    ref->srv_pid = pid;
+    return KL_OK;
+}
+
+/* An array for one run: a memfd mapping when a server runs it (*fd kept to send), a shared
+ * mapping when the run is forked here and the child writes it, else the heap. */
+static void *run_alloc(const kl_reference *ref, size_t bytes, bool written, int *fd, size_t *mapped)
+{
+    *fd = -1;
+    *mapped = 0;
+    if (ref->srv_fd >= 0) {
+        int f = memfd_create("klineage-reference", MFD_CLOEXEC);
+        if (f < 0) return NULL;
+        if (ftruncate(f, (off_t)(bytes ? bytes : 1)) != 0) {
+            close(f);
+            return NULL;
+        }
+        void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+        if (p == MAP_FAILED) {
+            close(f);
+            return NULL;
+        }
+        *fd = f;
+        *mapped = bytes ? bytes : 1;
+        return p;
+    }
+    if (written) {
+        void *p = shared_alloc(bytes);
+        if (p) *mapped = bytes ? bytes : 1;
+        return p;
+    }
+    return malloc(bytes ? bytes : 1);
+}
+
+/* One run through the server. */
+static kl_status call_served(kl_reference *ref, unsigned n, void **call, const int *fds, const size_t *mapped,
+                             const char *ref_name, const kl_shape *shape, kl_error *err)
+{
+    static srv_request rq; /* runs are one at a time (the callers serialise them) */
+    memset(&rq, 0, sizeof rq);
+    if (n > SRV_MAX_ARGS)
+        return kl_error_set(err, KL_ERR_TOO_LARGE, "%s: %u arguments; the reference's server takes %d", ref_name, n,
+                            SRV_MAX_ARGS);
+    rq.timeout_s = ref->timeout_s;
+    rq.nargs = n;
+    int sendfds[SRV_MAX_ARGS];
+    unsigned nfds = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (fds[i] < 0) {
+            rq.arg[i].scalar = 1;
+            rq.arg[i].value = *(const int *)call[i];
+        } else {
+            rq.arg[i].bytes = mapped[i];
+            sendfds[nfds++] = fds[i];
+        }
+    }
+    srv_answer an;
+    errno = 0;
+    if (srv_send(ref->srv_fd, &rq, sizeof rq, sendfds, nfds) != (ssize_t)sizeof rq ||
+        srv_recv(ref->srv_fd, &an, sizeof an, NULL, NULL) != (ssize_t)sizeof an)
+        return kl_error_set(err, KL_ERR_CHILD, "%s: the reference's server is gone (at %s): %s", ref_name,
+                            shape->label, errno ? strerror(errno) : "its socket closed");
+    ref->last_s = an.seconds;
+    if (!an.forked)
+        return kl_error_set(err, KL_ERR_CHILD, "%s: the reference's server could not run it at %s: %s", ref_name,
+                            shape->label, strerror(an.error));
+    return run_verdict(ref, ref_name, shape, an.timed_out, an.status, an.done, err);
 }
 
 kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shape *shape, void *const *args,
@@ -328,9 +575,11 @@ kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shap
     void **call = calloc(n ? n : 1, sizeof *call);
     size_t *mapped = calloc(n ? n : 1, sizeof *mapped); /* bytes of call[i] when it is a shared mapping */
     int *ints = calloc(n ? n : 1, sizeof *ints);
+    int *fds = malloc((n ? n : 1) * sizeof *fds); /* memfd of call[i] for the server, or -1 */
+    for (unsigned i = 0; fds && i < n; i++) fds[i] = -1;
     char *ref_path = kl_task_path(task, task->reference ? task->reference : "reference.c");
     for (unsigned i = 0; i < n; i++) outs[i] = NULL;
-    if (!call || !mapped || !ints || !ref_path) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+    if (!call || !mapped || !ints || !fds || !ref_path) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
     if (ref->nargs != n)
         KL_TRY(kl_error_set(err, KL_ERR_INVALID, "the reference was built for %u arguments, the task has %u",
                             ref->nargs, n));
@@ -355,12 +604,11 @@ kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shap
                                 (long long)count));
         /* what the reference writes (out, inout) must come back from its child: shared */
         bool written = a->role != KL_ROLE_IN;
-        void *buf = written ? shared_alloc((size_t)count * esize) : malloc((size_t)count * esize);
+        void *buf = run_alloc(ref, (size_t)count * esize, written, &fds[i], &mapped[i]);
         if (!buf)
             KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory for %lld elements at %s", a->name,
                                 (long long)count, shape->label));
         call[i] = buf;
-        if (written) mapped[i] = (size_t)count * esize;
         if (is_floating(a->dtype)) {
             double *d = buf;
             if (input) kl_dtype_to_double(a->dtype, args[i], d, count);
@@ -372,7 +620,8 @@ kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shap
             memset(buf, REF_POISON_BYTE, (size_t)count * esize);
         }
     }
-    KL_TRY(call_in_child(ref, call, ref_path, shape, err));
+    if (ref->srv_fd >= 0) KL_TRY(call_served(ref, n, call, fds, mapped, ref_path, shape, err));
+    else KL_TRY(call_in_child(ref, call, ref_path, shape, err));
     for (unsigned i = 0; i < n; i++) {
         const kl_arg *a = &task->args[i];
         if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_IN) continue;
@@ -396,6 +645,10 @@ cleanup:
             free(outs[i]);
             outs[i] = NULL;
         }
+    if (fds)
+        for (unsigned i = 0; i < n; i++)
+            if (fds[i] >= 0) close(fds[i]);
+    free(fds);
     free(call);
     free(mapped);
     free(ints);

@@ -1036,6 +1036,7 @@ static void slow_reference_is_never_the_candidates_failure(void **state)
                 rt, cache, dir, good, good);
     json_t *doc;
     int code = run_job(job, &doc);
+    if (code != KL_WORKER_EXIT_OK) json_dumpf(doc, stderr, JSON_INDENT(1));
     assert_int_equal(code, KL_WORKER_EXIT_OK);
     json_t *speed = json_object_get(doc, "reference_speed");
     assert_true(json_is_object(speed));

@@ -5,7 +5,8 @@ judged in process. Prints the first difference and exits 1 when they differ."""
 import json
 import sys
 
-TIMES = {"date", "updated", "started", "created", "elapsed_s", "seconds", "wall_s"}
+TIMES = {"date", "updated", "started", "created", "elapsed_s", "seconds", "wall_s",
+         "ahead"}  # how many judgements ran ahead depends on the workers, never the result
 
 
 def norm(d):

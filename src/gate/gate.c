@@ -189,14 +189,40 @@ void kl_gate_scratch_done(char *scratch)
     free(scratch);
 }
 
+/* p as an absolute path (a new string): the worker runs in its scratch folder, where a path
+ * relative to this process's folder names nothing. */
+static json_t *absolute_path(const char *p)
+{
+    if (!p || p[0] == '/') return p ? json_string(p) : json_null();
+    char *real = realpath(p, NULL);
+    if (real) {
+        json_t *v = json_string(real);
+        free(real);
+        return v;
+    }
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) return json_string(p);
+    char *joined = kl_path_join(cwd, p);
+    json_t *v = json_string(joined ? joined : p);
+    free(joined);
+    return v;
+}
+
 void kl_gate_job_sandbox(kl_gate *gate, json_t *job, const kl_task *task, const char *scratch, bool sanitizer)
 {
     if (!job || !scratch) return;
+    /* the worker starts in the scratch folder: every path it is given is made absolute */
+    static const char *const paths[] = {"task_dir", "cache_dir", "runtime", "candidate", "baseline", NULL};
+    for (const char *const *k = paths; *k; k++) {
+        json_t *v = json_object_get(job, *k);
+        if (json_is_string(v) && json_string_value(v)[0] != '/')
+            json_object_set_new(job, *k, absolute_path(json_string_value(v)));
+    }
     /* reads beyond the system's and the mapped libraries' (the worker adds those): the task's
      * folder and the cache (objects, the reference, the runtime) */
     json_t *read = json_array(), *write = json_array();
-    if (task->dir) json_array_append_new(read, json_string(task->dir));
-    json_array_append_new(read, json_string(gate->cache_dir));
+    if (task->dir) json_array_append_new(read, absolute_path(task->dir));
+    json_array_append_new(read, absolute_path(gate->cache_dir));
     /* compute-sanitizer's injected library may keep files of its own in the usual places */
     if (sanitizer) {
         json_array_append_new(write, json_string("/tmp"));

@@ -50,7 +50,7 @@ one_case() {
     case $name in
     task-check) CC="$TMP/slowcc" "$KLINEAGE" task check "$S" >"$TMP/out" 2>&1 & ;;
     compile-only)
-        KLINEAGE_NVCC="$TMP/slowcc" "$KLINEAGE" --db "$TMP/k.db" --measure replay gate --compile-only "$S" \
+        KLINEAGE_NVCC="$TMP/slowcc" "$KLINEAGE" --db "$TMP/k.db" --measure replay gate --compile-only --arch sm_90 "$S" \
             "$S/naive.cu" >"$TMP/out" 2>&1 &
         ;;
     esac

@@ -48,6 +48,31 @@ void kl_ast_walk(TSNode n, kl_ast_visit_fn fn, void *user)
     }
 }
 
+unsigned kl_ast_depth(TSNode n, unsigned limit, TSNode *deepest)
+{
+    if (ts_node_is_null(n)) return 0;
+    TSTreeCursor cur = ts_tree_cursor_new(n);
+    unsigned depth = 1, max = 1;
+    for (;;) {
+        if (depth > limit) {
+            if (deepest) *deepest = ts_tree_cursor_current_node(&cur);
+            max = depth;
+            break;
+        }
+        if (ts_tree_cursor_goto_first_child(&cur)) {
+            if (++depth > max) max = depth;
+            continue;
+        }
+        while (!ts_tree_cursor_goto_next_sibling(&cur)) {
+            if (!ts_tree_cursor_goto_parent(&cur)) goto done;
+            depth--;
+        }
+    }
+done:
+    ts_tree_cursor_delete(&cur);
+    return max;
+}
+
 bool kl_ast_function_has(const kl_source *src, TSNode fn, const char *qualifier)
 {
     uint32_t c = ts_node_child_count(fn);

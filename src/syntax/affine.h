@@ -75,6 +75,11 @@ void kl_ast_walk(TSNode n, kl_ast_visit_fn fn, void *user);
  * a missing '>': true for such a node, with the comparison's pieces: *field_text is the
  * whole left side ("threadIdx.x", new string, free()) and *rhs the right operand. */
 bool kl_ast_less_misparse(const kl_source *src, TSNode n, char **lhs_text, TSNode *rhs);
+/* How deeply the tree under n nests (n alone: 1), counted without recursion; counting stops
+ * past `limit` (then limit + 1 is returned and *deepest, when not NULL, is the node found
+ * there). The rules refuse a file nested deeper than KL_AST_MAX_DEPTH: their walks recurse. */
+#define KL_AST_MAX_DEPTH 400
+unsigned kl_ast_depth(TSNode n, unsigned limit, TSNode *deepest);
 /* The byte offset of the start of the line holding `off`, and the offset just past the
  * end of the line (after its '\n', or len). */
 uint32_t kl_ast_line_start(const char *text, uint32_t off);

@@ -352,10 +352,75 @@ kl_status kl_rules_catalog_json(char **json, kl_error *err)
     return *json ? KL_OK : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 }
 
+/* Parse source for the catalog. The transforms' analyses recurse over the tree, so a file
+ * nested deeper than KL_AST_MAX_DEPTH (an expression of thousands of terms, thousands of
+ * nested blocks) is refused here, with where, rather than analysed. */
 static kl_status parse_source(const char *name, const char *source, size_t len, kl_source **src, kl_error *err)
 {
     kl_status st = kl_source_parse_text(name ? name : "<source>", source, len, src, err);
     if (st != KL_OK) return st;
+    TSNode deep = {0};
+    if (kl_ast_depth(kl_source_root(*src), KL_AST_MAX_DEPTH, &deep) > KL_AST_MAX_DEPTH) {
+        st = kl_error_set(err, KL_ERR_TOO_LARGE,
+                          "%s:%u: the code nests more than %u levels deep here (an expression or statement of that "
+                          "many nested parts): the rules catalog does not analyse it",
+                          kl_source_name(*src), ts_node_start_point(deep).row + 1, (unsigned)KL_AST_MAX_DEPTH);
+        kl_source_free(*src);
+        *src = NULL;
+    }
+    return st;
+}
+
+/* The reason of a refusal: the error's message without "not applicable: ". */
+static const char *refusal_reason(const kl_error *e)
+{
+    const char *m = e->message[0] ? e->message : kl_strerror(e->status);
+    return kl_str_starts(m, "not applicable: ") ? m + strlen("not applicable: ") : m;
+}
+
+/* At most this many parameter sets are tried before an applicable site is called refused. */
+#define LIST_MAX_TRIES 16
+
+/* Does the site's rewrite succeed? A present site is removed; an applicable one applied with
+ * the defaults, then with each value of each parameter in turn (one changed at a time), until
+ * one succeeds: *with is then NULL (the defaults) or those parameters (a new reference).
+ * False with the first attempt's error in *why. Fails only when memory runs out. */
+static kl_status verify_site(const kl_rule *r, const kl_rule_ctx *ctx, const kl_site *s, bool *ok, json_t **with,
+                             kl_error *why)
+{
+    *ok = false;
+    *with = NULL;
+    char *text = NULL;
+    kl_status st = run_site(r, ctx, s, NULL, &text, why);
+    free(text);
+    if (st == KL_OK) {
+        *ok = true;
+        return KL_OK;
+    }
+    if (st == KL_ERR_NOMEM) return st;
+    if (s->dir == KL_SITE_PRESENT) return KL_OK;
+    unsigned tries = 1;
+    for (unsigned i = 0; i < r->nparams && tries < LIST_MAX_TRIES; i++) {
+        const kl_rule_param *p = &r->params[i];
+        if (!p->name || !p->values) continue;
+        for (unsigned v = 0; p->values[v] && tries < LIST_MAX_TRIES; v++) {
+            if (p->deflt && !strcmp(p->deflt, p->values[v])) continue;
+            json_t *params = json_pack("{s:s}", p->name, p->values[v]);
+            if (!params) return KL_ERR_NOMEM;
+            kl_error e = {0};
+            tries++;
+            st = run_site(r, ctx, s, params, &text, &e);
+            free(text);
+            text = NULL;
+            if (st == KL_OK) {
+                *ok = true;
+                *with = params;
+                return KL_OK;
+            }
+            json_decref(params);
+            if (st == KL_ERR_NOMEM) return st;
+        }
+    }
     return KL_OK;
 }
 
@@ -381,11 +446,25 @@ kl_status kl_rules_list(const char *name, const char *source, size_t len, const 
         KL_TRY(find_sites(r, &ctx, &sites, err));
         for (unsigned k = 0; k < sites.count; k++) {
             const kl_site *s = &sites.items[k];
+            bool ok = false;
+            json_t *with = NULL;
+            kl_error why = {0};
+            if (verify_site(r, &ctx, s, &ok, &with, &why) != KL_OK) {
+                kl_sites_release(&sites);
+                goto oom;
+            }
+            const char *dir = !ok ? "refused" : s->dir == KL_SITE_PRESENT ? "present" : "applicable";
             json_t *pv = s->params ? json_incref(s->params) : json_object();
             json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O, s:o, s:s}", "transform", r->name, "site", s->id,
-                                  "direction", s->dir == KL_SITE_PRESENT ? "present" : "applicable", "kernel",
-                                  s->kernel, "line", (json_int_t)s->span.line, "column", (json_int_t)s->span.column,
-                                  "features", s->features, "params", pv, "note", s->note);
+                                  "direction", dir, "kernel", s->kernel, "line", (json_int_t)s->span.line, "column",
+                                  (json_int_t)s->span.column, "features", s->features, "params", pv, "note",
+                                  ok ? s->note : refusal_reason(&why));
+            if (o && !ok) {
+                json_object_set_new(o, "refused", json_string(s->dir == KL_SITE_PRESENT ? "remove" : "apply"));
+                json_object_set_new(o, "reason", json_string(refusal_reason(&why)));
+            }
+            if (o && with) json_object_set(o, "applies_with", with);
+            json_decref(with);
             if (!o || json_array_append_new(arr, o)) {
                 kl_sites_release(&sites);
                 goto oom;
@@ -565,7 +644,13 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
     }
     if (req->rejected_json) rejected = json_loads(req->rejected_json, 0, NULL);
     size_t len = strlen(req->source);
-    KL_TRY(parse_source(name, req->source, len, &src, err));
+    st = parse_source(name, req->source, len, &src, err);
+    if (st == KL_ERR_TOO_LARGE) {
+        /* a file the catalog does not analyse: no candidates, and the reason as a rejection */
+        st = kl_candidates_reject(out, want ? want : "", "", err->message);
+        goto cleanup;
+    }
+    if (st != KL_OK) goto cleanup;
     kl_rule_ctx ctx = {src, kl_source_text(src, NULL), len, req->task};
     for (unsigned i = 0; i < kl_rules_count && !full(req, out); i++) {
         const kl_rule *r = kl_rules[i];

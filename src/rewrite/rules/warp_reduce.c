@@ -919,11 +919,37 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }
 
+/* Is `type` (a declaration's type text) one that __shfl_*_sync moves? The scalar types of the
+ * CUDA headers' overloads; a struct or a vector type is not (its fields would each need one). */
+static bool shuffle_type(const char *type)
+{
+    static const char *const ok[] = {"float", "double", "int", "unsigned", "unsigned int", "long", "unsigned long",
+                                     "long long", "unsigned long long", "__half", "__half2", "__nv_bfloat16",
+                                     "__nv_bfloat162", "half", "half2", "int32_t", "uint32_t", "int64_t",
+                                     "uint64_t", NULL};
+    char t[128];
+    size_t n = 0;
+    /* drop the qualifiers a shared array's type may carry */
+    for (const char *p = type; *p && n + 1 < sizeof t;) {
+        if (!strncmp(p, "volatile ", 9)) p += 9;
+        else if (!strncmp(p, "const ", 6)) p += 6;
+        else t[n++] = *p++;
+    }
+    while (n && t[n - 1] == ' ') n--;
+    t[n] = '\0';
+    for (unsigned i = 0; ok[i]; i++)
+        if (!strcmp(t, ok[i])) return true;
+    return false;
+}
+
 static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const wr_tree *t,
                             const json_t *params, kl_edits *out, kl_error *err)
 {
     int64_t bs = 0;
     char why[300];
+    if (!shuffle_type(t->type))
+        return kl_rule_not_applicable(err, "%s holds %s, which a warp shuffle does not move (only scalar types)",
+                                      t->sh, t->type);
     if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     int64_t start = 0;
     TSNode init = rb_field(t->loop, "initializer");

@@ -1605,6 +1605,75 @@ bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_pr
     return ce(&c, src, expr, out);
 }
 
+/* Does expression n (in function fn) depend on a value known only at run time? */
+typedef struct rteval {
+    const kl_source *src;
+    TSNode fn;
+    char *why;
+    size_t why_size;
+} rteval;
+
+static bool rt_found(rteval *r, TSNode n, const char *what)
+{
+    if (r->why && r->why_size && !r->why[0]) {
+        char *t = kl_node_text(r->src, n);
+        snprintf(r->why, r->why_size, "'%.60s' is %s (line %u)", t ? t : "", what, line_of(n));
+        free(t);
+    }
+    return true;
+}
+
+static bool is_fn_param(const kl_source *s, TSNode fn, const char *name)
+{
+    TSNode ps = kl_ast_function_params(fn);
+    uint32_t c = ts_node_named_child_count(ps);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(ts_node_named_child(ps, i), "declarator", 10));
+        if (!ts_node_is_null(nm) && kl_node_text_is(s, nm, name)) return true;
+    }
+    return false;
+}
+
+static bool rt(rteval *r, TSNode n, int depth)
+{
+    if (ts_node_is_null(n) || depth > 48) return false;
+    const char *t = ts_node_type(n);
+    if (!strcmp(t, "identifier")) {
+        char *name = kl_node_text(r->src, n);
+        bool yes = false;
+        if (name && is_fn_param(r->src, r->fn, name)) {
+            yes = rt_found(r, n, "a parameter of the function");
+        } else if (name) {
+            local_scan ls = {r->src, name, null_node, 0};
+            kl_ast_walk(kl_ast_function_body(r->fn), scan_local, &ls);
+            if (ls.assigns == 1 && !ts_node_is_null(ls.init)) yes = rt(r, ls.init, depth + 1);
+        }
+        free(name);
+        return yes;
+    }
+    if (!strcmp(t, "field_expression")) {
+        TSNode a = ts_node_child_by_field_name(n, "argument", 8);
+        if (kl_node_text_is(r->src, a, "threadIdx") || kl_node_text_is(r->src, a, "blockIdx") ||
+            kl_node_text_is(r->src, a, "blockDim") || kl_node_text_is(r->src, a, "gridDim"))
+            return rt_found(r, n, "a thread, block or grid coordinate");
+        return rt(r, a, depth + 1);
+    }
+    if (!strcmp(t, "subscript_expression") || (!strcmp(t, "pointer_expression") &&
+                                               kl_node_text_is(r->src, ts_node_child_by_field_name(n, "operator", 8), "*")))
+        return rt_found(r, n, "a load from memory");
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c; i++)
+        if (rt(r, ts_node_named_child(n, i), depth + 1)) return true;
+    return false;
+}
+
+bool kl_expr_runtime(const kl_source *src, TSNode fn, TSNode expr, char *why, size_t why_size)
+{
+    if (why && why_size) why[0] = '\0';
+    rteval r = {src, fn, why, why_size};
+    return rt(&r, expr, 0);
+}
+
 /* ======================================================================================
  * building the context
  * ====================================================================================== */

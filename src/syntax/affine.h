@@ -116,6 +116,13 @@ void kl_launch_sites_release(kl_launch_sites *s);
 bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_product, int64_t *out, char *why,
                    size_t why_size);
 
+/* True when expr (in function fn, whose locals are followed to their one initializer)
+ * provably depends on a value known only at run time: a parameter of fn, a thread, block or
+ * grid coordinate or extent, a load from memory. Macros, constants, template parameters and
+ * names it cannot follow are not (false: "not shown to be run-time"). why (may be NULL) names
+ * the value found. */
+bool kl_expr_runtime(const kl_source *src, TSNode fn, TSNode expr, char *why, size_t why_size);
+
 /* ---- affine forms ---------------------------------------------------------------------- */
 
 /* The index variables: "threadIdx.x" … "blockIdx.z", and loop induction variables by name. */

@@ -87,6 +87,41 @@ static int device_param_const(const kl_source *src, const char *fname, int idx)
     return 0;
 }
 
+/* Does the declaration (or parameter declaration) carry `const`? */
+static bool decl_has_const(const kl_source *src, TSNode d)
+{
+    uint32_t kc = ts_node_child_count(d);
+    for (uint32_t k = 0; k < kc; k++) {
+        TSNode q = ts_node_child(d, k);
+        if (is_type(q, "type_qualifier") && kl_node_text_is(src, q, "const")) return true;
+    }
+    return false;
+}
+
+/* An element passed as argument `arg` of the call whose argument_list is args: does the callee
+ * take it by non-const reference? A function of the file whose parameter is `T &` without const
+ * does; so does swap. Other functions (math, intrinsics, functions elsewhere) take values. */
+static bool element_by_reference(const kl_source *src, TSNode args, TSNode arg)
+{
+    TSNode f = ts_node_child_by_field_name(ts_node_parent(args), "function", 8);
+    if (is_type(f, "template_function")) f = ts_node_child_by_field_name(f, "name", 4);
+    if (is_type(f, "qualified_identifier")) f = ts_node_child_by_field_name(f, "name", 4);
+    if (!is_type(f, "identifier")) return false;
+    char *fname = kl_node_text(src, f);
+    if (!fname) return false;
+    bool yes = !strcmp(fname, "swap");
+    TSNode fn = yes ? (TSNode){{0}, 0, 0} : kl_ast_function_named(src, fname);
+    free(fname);
+    int idx = arg_index(args, arg);
+    TSNode ps = kl_ast_function_params(fn);
+    if (!yes && idx >= 0 && (uint32_t)idx < ts_node_named_child_count(ps)) {
+        TSNode pd = ts_node_named_child(ps, (uint32_t)idx);
+        yes = is_type(ts_node_child_by_field_name(pd, "declarator", 10), "reference_declarator") &&
+              !decl_has_const(src, pd);
+    }
+    return yes;
+}
+
 static void follow(scan *s, const char *name);
 static bool ldg_type(const char *elem);
 
@@ -166,6 +201,17 @@ static void lvalue(scan *s, TSNode lv, bool plain_subscript)
     }
     if (is_type(p, "pointer_expression") && kl_node_text_is(src, ts_node_child_by_field_name(p, "operator", 8), "&")) {
         pointer_value(s, p);
+        return;
+    }
+    if (is_type(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "value", 5), n) &&
+        is_type(ts_node_child_by_field_name(p, "declarator", 10), "reference_declarator") &&
+        !decl_has_const(src, ts_node_parent(p))) {
+        /* `float &r = p[i];`: writes through r are writes of the element */
+        worse(s->u, USE_WRITE, "%s is bound to a non-const reference at line %u", s->name, line_of(p));
+        return;
+    }
+    if (is_type(p, "argument_list") && element_by_reference(src, p, n)) {
+        worse(s->u, USE_WRITE, "an element of %s is passed by non-const reference at line %u", s->name, line_of(p));
         return;
     }
     /* a read */

@@ -113,6 +113,11 @@ kl_status kl_rules_catalog_json(char **json, kl_error *err);
  * not parse at all, or nests deeper than the catalog analyses (KL_ERR_TOO_LARGE). */
 kl_status kl_rules_list(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
                         char **json, kl_error *err);
+/* The canonical form the transforms read (docs/syntax.md, "The canonical form"): *out the text (the
+ * source itself when nothing changes), *summary (may be NULL) what changed ("" for nothing); both
+ * owned by the caller (free()). */
+kl_status kl_rules_canonical(const char *name, const char *source, size_t len, char **out, char **summary,
+                             kl_error *err);
 /* Apply (remove == false) or remove one transform at one site (an id from kl_rules_list),
  * with params (a JSON object, NULL: defaults). On KL_OK *out is the new file and *note a
  * line saying what was done (both owned by the caller, free()). KL_ERR_NOT_FOUND for an

@@ -53,6 +53,8 @@ static void print_site(json_t *s, const char *label)
            json_string_value(json_object_get(s, "note")));
     if (params && strcmp(params, "{}")) printf("           params   %s\n", params);
     if (with) printf("           applies with %s (not with the defaults)\n", with);
+    const char *canon = json_string_value(json_object_get(s, "canonical"));
+    if (canon) printf("           canonical form: %s\n", canon);
     printf("           features %s\n", feat ? feat : "{}");
     free(feat);
     free(params);
@@ -95,7 +97,7 @@ KL_CMD(rewrite)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     const char *file = NULL, *out_path = NULL, *task_dir = NULL, *target = NULL, *only = NULL;
-    bool list = false, remove = false, compile_check = true;
+    bool list = false, remove = false, compile_check = true, canonical = false;
     int actions = 0;
     json_t *params = json_object();
     int rc = KL_EXIT_FAILED;
@@ -109,6 +111,9 @@ KL_CMD(rewrite)
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--list")) {
             list = true;
+            actions++;
+        } else if (!strcmp(a, "--canonical")) {
+            canonical = true;
             actions++;
         } else if (!strcmp(a, "--apply") || !strcmp(a, "--remove")) {
             if (!next) {
@@ -173,11 +178,15 @@ KL_CMD(rewrite)
         goto cleanup;
     }
     if (actions != 1) {
-        rc = cli_usage_error(cli, "give exactly one of --list, --apply NAME@SITE, --remove NAME@SITE");
+        rc = cli_usage_error(cli, "give exactly one of --list, --apply NAME@SITE, --remove NAME@SITE, --canonical");
         goto cleanup;
     }
     if (list && (json_object_size(params) || out_path || !compile_check)) {
         rc = cli_usage_error(cli, "--param, -o and --no-compile-check go with --apply or --remove, not --list");
+        goto cleanup;
+    }
+    if (canonical && (json_object_size(params) || out_path || only || !compile_check)) {
+        rc = cli_usage_error(cli, "--canonical takes no other option");
         goto cleanup;
     }
     if (!list && only) {
@@ -206,6 +215,18 @@ KL_CMD(rewrite)
     }
     if (task_dir && kl_task_load(task_dir, &task, &err) != KL_OK) {
         rc = cli_error("%s", err.message);
+        goto cleanup;
+    }
+    if (canonical) {
+        char *summary = NULL;
+        if (kl_rules_canonical(file, source, len, &result, &summary, &err) != KL_OK) {
+            rc = cli_error("%s", err.message);
+            goto cleanup;
+        }
+        fputs(result, stdout);
+        cli_note(cli, "%s\n", summary[0] ? summary : "the canonical form is the file as written");
+        free(summary);
+        rc = KL_EXIT_OK;
         goto cleanup;
     }
     if (list) {

@@ -1421,6 +1421,7 @@ static bool cfail(ceval *c, TSNode n, const char *what)
 }
 
 static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out);
+static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out);
 
 static bool ce_text(ceval *c, const char *text, TSNode at, int64_t *out)
 {
@@ -1552,48 +1553,49 @@ static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out)
     } else if (!strcmp(t, "identifier") || !strcmp(t, "type_identifier")) {
         /* (a type_identifier only where a dim3's arguments were read as parameter types) */
         char *name = kl_node_text(s, n);
-        ok = false;
-        if (name) {
-            const kl_source *src = c->src;
-            local_scan ls = {src, name, null_node, 0};
-            if (!ts_node_is_null(c->scope)) kl_ast_walk(kl_ast_function_body(c->scope), scan_local, &ls);
-            bool found = false;
-            if (ls.assigns == 1 && !ts_node_is_null(ls.init)) {
-                found = true;
-                ok = ce(c, src, ls.init, out);
-            } else if (ls.assigns > 1) {
-                found = true;
-                ok = cfail(c, n, "assigned more than once");
-            }
-            if (!found) {
-                /* macros */
-                macro_table mt = {0};
-                macro_collect mc = {src, &mt, false};
-                kl_ast_walk(kl_source_root(src), collect_macro, &mc);
-                const macro_def *md = macro_find(&mt, name);
-                if (md && !md->function_like && md->defs == 1) {
-                    found = true;
-                    char *body = macro_body_clean(md->body);
-                    ok = body && ce_text(c, body, n, out);
-                    free(body);
-                }
-                macros_release(&mt);
-            }
-            if (!found) {
-                TSNode gi = global_const_init(src, name);
-                if (!ts_node_is_null(gi)) {
-                    found = true;
-                    ok = ce(c, src, gi, out);
-                }
-            }
-            if (!found) ok = cfail(c, n, "unknown name");
-        }
+        ok = name && ce_name(c, name, n, out);
+        if (!name) cfail(c, n, "out of memory");
         free(name);
     } else {
         ok = cfail(c, n, t);
     }
     c->depth--;
     return ok;
+}
+
+/* The value of a name at node `at`: a local of the scope assigned once, a macro, a file constant. */
+static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
+{
+    const kl_source *src = c->src;
+    local_scan ls = {src, name, null_node, 0};
+    /* the scope: a function (its body is searched) or any node (searched as it is) */
+    TSNode region = type_is(c->scope, "function_definition") ? kl_ast_function_body(c->scope) : c->scope;
+    if (!ts_node_is_null(region)) kl_ast_walk(region, scan_local, &ls);
+    if (ls.assigns == 1 && !ts_node_is_null(ls.init)) return ce(c, src, ls.init, out);
+    if (ls.assigns > 1) return cfail(c, at, "assigned more than once");
+    /* macros */
+    macro_table mt = {0};
+    macro_collect mc = {src, &mt, false};
+    kl_ast_walk(kl_source_root(src), collect_macro, &mc);
+    const macro_def *md = macro_find(&mt, name);
+    if (md && !md->function_like && md->defs == 1) {
+        char *body = macro_body_clean(md->body);
+        bool ok = body && ce_text(c, body, at, out);
+        free(body);
+        macros_release(&mt);
+        return ok;
+    }
+    macros_release(&mt);
+    TSNode gi = global_const_init(src, name);
+    if (!ts_node_is_null(gi)) return ce(c, src, gi, out);
+    return cfail(c, at, "unknown name");
+}
+
+bool kl_const_eval_name(const kl_source *src, TSNode scope, const char *name, int64_t *out, char *why, size_t why_size)
+{
+    if (why && why_size) why[0] = '\0';
+    ceval c = {src, scope, false, why, why_size, 0};
+    return ce_name(&c, name, kl_source_root(src), out);
 }
 
 bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_product, int64_t *out, char *why,

@@ -115,6 +115,11 @@ void kl_launch_sites_release(kl_launch_sites *s);
  * Returns false (with a reason in why, may be NULL) when it is not a compile-time value. */
 bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_product, int64_t *out, char *why,
                    size_t why_size);
+/* The same for a name (a local of scope assigned once, a macro, a file constant). scope is a
+ * function_definition (its body is searched) or any node (searched as it is), or null. This is
+ * the one constant evaluator: the rules' rb_const_eval/rb_const_name are this. */
+bool kl_const_eval_name(const kl_source *src, TSNode scope, const char *name, int64_t *out, char *why,
+                        size_t why_size);
 
 /* True when expr (in function fn, whose locals are followed to their one initializer)
  * provably depends on a value known only at run time: a parameter of fn, a thread, block or

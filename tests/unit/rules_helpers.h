@@ -1,4 +1,4 @@
-/* Helpers of the rules tests that read the built-in tasks and list sites (test_rules_d.c,
+/* Helpers of the rules tests that read the built-in tasks and list sites (test_rules_warp_reduce_vectorize.c,
  * test_rules_row_parallel.c, test_rules_smem_tile.c). Header-only: each test is one executable;
  * include after cmocka.h. */
 #ifndef KL_TEST_RULES_HELPERS_H

@@ -408,6 +408,72 @@ static void warp_reduce_moves_structs_by_field(void **state)
     json_decref(sites);
 }
 
+/* The compile check of a rewrite: a result nvcc rejects is refused with nvcc's error where the
+ * original compiles; nothing is said where the original does not compile (or without nvcc). */
+static void compile_check_refuses_what_nvcc_rejects(void **state)
+{
+    (void)state;
+    if (!kl_rules_nvcc()) {
+        print_message("nvcc not found: the compile check is not tested\n");
+        skip();
+    }
+    const char *good = "__global__ void k(float *a) { a[threadIdx.x] = 1.0f; }\n";
+    const char *bad = "__global__ void k(const float *a) { a[threadIdx.x] = 1.0f; }\n";
+    bool checked = false;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_compile_check("k.cu", good, good, 300, &checked, &err), KL_OK);
+    assert_true(checked);
+    assert_int_equal(kl_rules_compile_check("k.cu", good, bad, 300, &checked, &err), KL_ERR_COMPILE);
+    assert_non_null(strstr(err.message, "does not compile where the original does"));
+    assert_non_null(strstr(err.message, "k.cu"));
+    checked = true;
+    assert_int_equal(kl_rules_compile_check("k.cu", bad, bad, 300, &checked, &err), KL_OK);
+    assert_false(checked);
+}
+
+/* The canonical form: a site only it shows (a GEMM indexed through macros, its tile size a template
+ * parameter) is listed, marked, and rewritten on the text as written (the macros kept elsewhere). */
+static void canonical_form_sites_map_back(void **state)
+{
+    (void)state;
+    char *text = read_rel("tests/data/rules/idioms/gemm_macro_nt.cu");
+    char *canon = NULL, *summary = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_canonical("g.cu", text, strlen(text), &canon, &summary, &err), KL_OK);
+    assert_non_null(strstr(canon, "sum += a[(i) * lda + (k)] * b[(j) * ldb + (k)];"));
+    assert_non_null(strstr(canon, "const int j = blockIdx.x * 16 + threadIdx.x;"));
+    assert_non_null(strstr(summary, "expanded A_AT, B_AT, C_AT"));
+    assert_non_null(strstr(summary, "bound TILE = 16"));
+    json_t *sites = list_sites("g.cu", text, "smem-tile");
+    assert_int_equal(json_array_size(sites), 1);
+    json_t *s = json_array_get(sites, 0);
+    assert_string_equal(json_string_value(json_object_get(s, "direction")), "applicable");
+    assert_non_null(json_object_get(s, "canonical"));
+    char *out = apply_ok(text, "smem-tile", json_string_value(json_object_get(s, "site")), NULL);
+    assert_non_null(strstr(out, "#define A_AT(i, k) a[(i) * lda + (k)]"));
+    assert_non_null(strstr(out, "C_AT(i, j) = sum;"));            /* untouched: still the macro */
+    assert_non_null(strstr(out, "__shared__ float as[16][16];"));
+    json_decref(sites);
+    free(out);
+    free(canon);
+    free(summary);
+    free(text);
+    /* per-batch pointer locals and bumped pointers fold into the subscripts */
+    text = read_rel("tests/data/rules/idioms/warptile_sgemm.cu");
+    assert_int_equal(kl_rules_canonical("w.cu", text, strlen(text), &canon, &summary, &err), KL_OK);
+    assert_non_null(strstr(canon, "&A[((blockIdx.y * BM * K) + k0) + (r * K + aCol * 4)]"));
+    assert_non_null(strstr(canon, "&B[((blockIdx.x * BN) + k0 * N) + (r * N + bCol * 4)]"));
+    assert_null(strstr(canon, "A += BK;"));
+    /* every line where it was */
+    unsigned l1 = 0, l2 = 0;
+    for (const char *p = text; *p; p++) l1 += *p == '\n';
+    for (const char *p = canon; *p; p++) l2 += *p == '\n';
+    assert_int_equal(l1, l2);
+    free(canon);
+    free(summary);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -419,6 +485,8 @@ int main(void)
         cmocka_unit_test(block_size_refuses_dependent_layouts),
         cmocka_unit_test(unroll_runtime_pragma_is_no_site),
         cmocka_unit_test(warp_reduce_moves_structs_by_field),
+        cmocka_unit_test(compile_check_refuses_what_nvcc_rejects),
+        cmocka_unit_test(canonical_form_sites_map_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,7 +108,7 @@ static void block_size_refuses(void **state)
     const char *two_d = "__global__ void k(float *y, int n) { y[threadIdx.y * 32 + threadIdx.x] = 0.f; }\n"
                         "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n"
                         "  dim3 b(32, 8);\n  k<<<1, b, 0, s>>>(y, n);\n}\n";
-    /* a 2-D block is a site of its own (tests/unit/test_rules_bs2d.c): here the kernel hard-codes its width */
+    /* a 2-D block is a site of its own (tests/unit/test_rules_block_size_2d.c): here the kernel hard-codes its width */
     expect_not_applicable(two_d, "block-size", "k:4:32x8", false, "{\"bx\": \"16\", \"by\": \"16\"}",
                           "hard-codes 32 at line 1");
     const char *three_d = "__global__ void k(float *y, int n) { y[threadIdx.z * 64 + threadIdx.y * 8 + threadIdx.x] = 0.f; }\n"

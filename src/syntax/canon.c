@@ -734,93 +734,6 @@ static unsigned uses_of(const kl_source *src, TSNode fn, const char *name, TSNod
     return u.n;
 }
 
-/* A local `T *N = P + X;` (or `X + P`, `&P[X]`, `P`) of a pointer parameter P that is never bumped:
- * every `N[i]` / `*N` becomes `P[(X) + (i)]` / `P[X]`. */
-static void propagate_local(const kl_source *src, TSNode fn, TSNode decl, reps *r, kl_strbuf *names)
-{
-    if (ts_node_named_child_count(decl) < 2) return;
-    TSNode init = ts_node_named_child(decl, ts_node_named_child_count(decl) - 1);
-    if (!is_type(init, "init_declarator")) return;
-    for (uint32_t i = 0; i < ts_node_named_child_count(decl); i++) {
-        TSNode k = ts_node_named_child(decl, i);
-        if (is_type(k, "init_declarator") && !ts_node_eq(k, init)) return; /* one name per declaration */
-    }
-    TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
-    if (!is_type(d, "pointer_declarator")) return;
-    TSNode nm = kl_ast_declarator_name(d);
-    TSNode v = unparen(ts_node_child_by_field_name(init, "value", 5));
-    TSNode base = {0}, off = {0};
-    if (is_type(v, "identifier")) {
-        base = v;
-    } else if (is_type(v, "binary_expression") &&
-               kl_node_text_is(src, ts_node_child_by_field_name(v, "operator", 8), "+")) {
-        TSNode l = unparen(ts_node_child_by_field_name(v, "left", 4)), rr = ts_node_child_by_field_name(v, "right", 5);
-        if (is_type(l, "identifier")) base = l, off = rr;
-        else if (is_type(unparen(rr), "identifier")) base = unparen(rr), off = ts_node_child_by_field_name(v, "left", 4);
-    } else if (is_type(v, "pointer_expression") &&
-               kl_node_text_is(src, ts_node_child_by_field_name(v, "operator", 8), "&")) {
-        TSNode s = unparen(ts_node_child_by_field_name(v, "argument", 8));
-        TSNode idx = ts_node_child_by_field_name(s, "indices", 7);
-        if (is_type(s, "subscript_expression") && is_type(ts_node_child_by_field_name(s, "argument", 8), "identifier") &&
-            ts_node_named_child_count(idx) == 1)
-            base = ts_node_child_by_field_name(s, "argument", 8), off = ts_node_named_child(idx, 0);
-    }
-    if (ts_node_is_null(base) || ts_node_is_null(nm)) return;
-    char *bname = kl_node_text(src, base), *name = kl_node_text(src, nm);
-    char *offt = ts_node_is_null(off) ? NULL : kl_node_text(src, off);
-    TSNode *bu = NULL, *nu = NULL;
-    bool oom = false;
-    unsigned nbu = 0, nnu = 0;
-    if (!bname || !name || (!ts_node_is_null(off) && !offt)) {
-        r->oom = true;
-        goto done;
-    }
-    if (!is_pointer_param(src, fn, bname)) goto done;
-    /* the parameter is never moved */
-    nbu = uses_of(src, fn, bname, &bu, &oom);
-    for (unsigned i = 0; i < nbu; i++) {
-        TSNode w;
-        int k = use_kind(src, bu[i], &w);
-        if (k == 3 || k == 4) goto done;
-    }
-    /* the local: only read through */
-    nnu = uses_of(src, fn, name, &nu, &oom);
-    char *op = offt ? operand(offt) : NULL;
-    unsigned before = r->n;
-    bool ok = !oom && (!offt || op);
-    for (unsigned i = 0; ok && i < nnu; i++) {
-        if (ts_node_eq(nu[i], nm)) continue;
-        TSNode w;
-        int k = use_kind(src, nu[i], &w);
-        if (k != 1 && k != 2) ok = false;
-    }
-    for (unsigned i = 0; ok && i < nnu; i++) {
-        if (ts_node_eq(nu[i], nm)) continue;
-        TSNode w;
-        int k = use_kind(src, nu[i], &w);
-        char *t = op ? use_text(src, w, k, bname, op) : NULL;
-        if (!op) {
-            /* an alias: the same subscript of the parameter */
-            t = kl_strdup(bname);
-            w = nu[i];
-        }
-        reps_add(r, ts_node_start_byte(w), ts_node_end_byte(w), t, 0);
-    }
-    if (ok && r->n > before) kl_strbuf_addf(names, "%s%s", names->len ? ", " : "", name);
-    if (!ok) {
-        for (unsigned i = before; i < r->n; i++) free(r->v[i].text);
-        r->n = before;
-    }
-    free(op);
-done:
-    if (oom) r->oom = true;
-    free(bu);
-    free(nu);
-    free(bname);
-    free(name);
-    free(offt);
-}
-
 /* A loop `for (v = S; v < B; v += D)` (or v++): its variable, start and step as text (new strings). */
 static bool loop_parts(const kl_source *src, TSNode loop, char **var, char **start, char **stepv)
 {
@@ -878,6 +791,10 @@ static char *bump_term(const kl_source *src, TSNode fn, TSNode loop, TSNode x)
     TSNode xs = unparen(x);
     if (xt && dist && same_text(xt, stepv)) {
         kl_strbuf_adds(&sb, dist);
+    } else if (xt && dist && same_text(stepv, "1")) {
+        char *op = operand(xt);
+        if (op) kl_strbuf_addf(&sb, "%s * %s", dist, op);
+        free(op);
     } else if (dist && is_type(xs, "binary_expression") &&
                kl_node_text_is(src, ts_node_child_by_field_name(xs, "operator", 8), "*")) {
         char *l = kl_node_text(src, ts_node_child_by_field_name(xs, "left", 4));
@@ -897,106 +814,272 @@ static char *bump_term(const kl_source *src, TSNode fn, TSNode loop, TSNode x)
     return sb.len ? kl_strbuf_detach(&sb, NULL) : (kl_strbuf_release(&sb), NULL);
 }
 
+/* The pointer a name holds, as a parameter plus an offset: a pointer parameter is itself; a local
+ * `T *N = E;` (one declarator) with E `M + X`, `X + M`, `&M[X]` or `M` is M's base plus X, for M a
+ * pointer parameter or such a local that is never moved itself. Depth-bounded; false otherwise. */
+static bool resolve_pointer(const kl_source *src, TSNode fn, const char *name, char **base, char **off, TSNode *decl,
+                            unsigned depth);
+
+/* How a name's uses read, for folding: false when some use is neither a subscript, a dereference, a
+ * bump `N += X` / `++N` / `N++` as a statement, nor the initializer of another pointer local. */
+static bool only_folding_uses(const kl_source *src, TSNode *u, unsigned nu, TSNode decl_name)
+{
+    for (unsigned i = 0; i < nu; i++) {
+        if (ts_node_eq(u[i], decl_name)) continue;
+        TSNode w;
+        int k = use_kind(src, u[i], &w);
+        if (k == 1 || k == 2 || k == 3) continue;
+        TSNode p = ts_node_parent(w);
+        if (is_type(p, "update_expression") && is_type(ts_node_parent(p), "expression_statement")) continue;
+        if (k == 4 && is_type(w, "update_expression") && is_type(ts_node_parent(w), "expression_statement")) continue;
+        /* `T *q = N + e;`: another local's initializer (that local is folded on its own) */
+        TSNode x = w;
+        while (is_type(ts_node_parent(x), "binary_expression") || is_type(ts_node_parent(x), "parenthesized_expression"))
+            x = ts_node_parent(x);
+        TSNode id = ts_node_parent(x);
+        if (is_type(id, "init_declarator") && is_type(ts_node_child_by_field_name(id, "declarator", 10), "pointer_declarator"))
+            continue;
+        return false;
+    }
+    return true;
+}
+
+static bool moved(const kl_source *src, TSNode fn, const char *name)
+{
+    TSNode *u = NULL;
+    bool oom = false, yes = false;
+    unsigned nu = uses_of(src, fn, name, &u, &oom);
+    for (unsigned i = 0; i < nu && !yes; i++) {
+        TSNode w;
+        int k = use_kind(src, u[i], &w);
+        yes = k == 3 || k == 4 || is_type(ts_node_parent(w), "update_expression");
+    }
+    free(u);
+    return yes || oom;
+}
+
+static bool resolve_pointer(const kl_source *src, TSNode fn, const char *name, char **base, char **off, TSNode *decl,
+                            unsigned depth)
+{
+    *base = *off = NULL;
+    if (decl) *decl = (TSNode){{0}, 0, 0};
+    if (depth > 4) return false;
+    if (is_pointer_param(src, fn, name)) {
+        *base = kl_strdup(name);
+        return *base != NULL;
+    }
+    /* the local's one declaration */
+    TSNode *u = NULL;
+    bool oom = false;
+    unsigned nu = uses_of(src, fn, name, &u, &oom);
+    TSNode init = {{0}, 0, 0};
+    for (unsigned i = 0; i < nu; i++) {
+        TSNode d = ts_node_parent(u[i]);
+        if (is_type(d, "pointer_declarator")) d = ts_node_parent(d);
+        if (is_type(d, "init_declarator") && ts_node_is_null(init) &&
+            is_type(ts_node_child_by_field_name(d, "declarator", 10), "pointer_declarator") &&
+            ts_node_eq(kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10)), u[i])) {
+            init = d;
+            if (decl) *decl = u[i];
+        }
+    }
+    free(u);
+    if (ts_node_is_null(init) || oom) return false;
+    TSNode dl = ts_node_parent(init);
+    for (uint32_t i = 0; i < ts_node_named_child_count(dl); i++) {
+        TSNode k = ts_node_named_child(dl, i);
+        if (is_type(k, "init_declarator") && !ts_node_eq(k, init)) return false; /* one name per declaration */
+    }
+    TSNode v = unparen(ts_node_child_by_field_name(init, "value", 5));
+    TSNode m = {{0}, 0, 0}, x = {{0}, 0, 0};
+    if (is_type(v, "identifier")) {
+        m = v;
+    } else if (is_type(v, "binary_expression") && kl_node_text_is(src, ts_node_child_by_field_name(v, "operator", 8), "+")) {
+        TSNode l = unparen(ts_node_child_by_field_name(v, "left", 4)), rr = ts_node_child_by_field_name(v, "right", 5);
+        if (is_type(l, "identifier")) m = l, x = rr;
+        else if (is_type(unparen(rr), "identifier")) m = unparen(rr), x = ts_node_child_by_field_name(v, "left", 4);
+    } else if (is_type(v, "pointer_expression") && kl_node_text_is(src, ts_node_child_by_field_name(v, "operator", 8), "&")) {
+        TSNode sx = unparen(ts_node_child_by_field_name(v, "argument", 8));
+        TSNode idx = ts_node_child_by_field_name(sx, "indices", 7);
+        if (is_type(sx, "subscript_expression") && is_type(ts_node_child_by_field_name(sx, "argument", 8), "identifier") &&
+            ts_node_named_child_count(idx) == 1)
+            m = ts_node_child_by_field_name(sx, "argument", 8), x = ts_node_named_child(idx, 0);
+    }
+    if (ts_node_is_null(m)) return false;
+    char *mname = kl_node_text(src, m);
+    char *mb = NULL, *mo = NULL;
+    bool ok = mname && !moved(src, fn, mname) && resolve_pointer(src, fn, mname, &mb, &mo, NULL, depth + 1);
+    free(mname);
+    if (!ok) {
+        free(mb);
+        free(mo);
+        return false;
+    }
+    char *xt = ts_node_is_null(x) ? NULL : kl_node_text(src, x);
+    char *xo = xt ? operand(xt) : NULL;
+    free(xt);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    if (mo) kl_strbuf_adds(&sb, mo);
+    if (xo) kl_strbuf_addf(&sb, "%s%s", sb.len ? " + " : "", xo);
+    free(mo);
+    free(xo);
+    *base = mb;
+    *off = sb.len ? kl_strbuf_detach(&sb, NULL) : (kl_strbuf_release(&sb), NULL);
+    return true;
+}
+
 typedef struct bump {
-    TSNode stmt;   /* the expression statement `P += X;` */
-    TSNode loop;   /* the loop it bumps once per iteration, or null at the top of the body */
+    TSNode stmt;   /* the expression statement `P += X;` / `++P;` */
+    TSNode loop;   /* the loop it bumps once per iteration, or null: straight-line code */
     char *amount;  /* X as an operand */
     char *term;    /* in a loop: the distance at the top of an iteration */
 } bump;
 
-/* A pointer parameter bumped by `P += X;` statements, each at the top level of the body or once per
- * iteration of its innermost loop: its uses read the bumps. */
-static void fold_bumps(const kl_source *src, TSNode fn, const char *name, unsigned group, reps *r, kl_strbuf *names)
+/* Is stmt in straight-line code of the body: no loop, condition or switch between it and the body? */
+static bool straight_line(TSNode stmt, TSNode body)
 {
+    for (TSNode p = ts_node_parent(stmt); !ts_node_is_null(p); p = ts_node_parent(p)) {
+        if (ts_node_eq(p, body)) return true;
+        if (!is_type(p, "compound_statement")) return false;
+    }
+    return false;
+}
+
+/* A pointer (a parameter, or a local resolved to a parameter plus an offset) read only through
+ * subscripts and dereferences, and moved only by bumps in straight-line code or once per iteration
+ * of its innermost loop: every subscript and dereference reads the parameter at the offset the
+ * bumps before it have reached; the bumps go. A local's own declaration stays. */
+static void fold_pointer(const kl_source *src, TSNode fn, const char *name, unsigned group, reps *r, kl_strbuf *names)
+{
+    char *base = NULL, *init_off = NULL;
+    TSNode decl_name = {{0}, 0, 0};
     TSNode *u = NULL;
     bool oom = false;
-    unsigned nu = uses_of(src, fn, name, &u, &oom);
     bump b[8];
-    unsigned nb = 0;
-    bool ok = !oom;
+    unsigned nb = 0, nu = 0;
+    if (!resolve_pointer(src, fn, name, &base, &init_off, &decl_name, 0)) goto done;
+    nu = uses_of(src, fn, name, &u, &oom);
+    if (oom || !only_folding_uses(src, u, nu, decl_name)) goto done;
     TSNode body = kl_ast_function_body(fn);
+    bool ok = true;
     for (unsigned i = 0; ok && i < nu; i++) {
+        if (ts_node_eq(u[i], decl_name)) continue;
         TSNode w;
         int k = use_kind(src, u[i], &w);
-        if (k == 4) ok = false;
-        if (k != 3) continue;
-        TSNode stmt = ts_node_parent(w);
-        if (!is_type(stmt, "expression_statement") || nb >= 8) {
+        TSNode stmt = {{0}, 0, 0}, amount = {{0}, 0, 0};
+        if (k == 3) {
+            stmt = ts_node_parent(w);
+            amount = ts_node_child_by_field_name(w, "right", 5);
+        } else if (is_type(ts_node_parent(w), "update_expression") || is_type(w, "update_expression")) {
+            TSNode ue = is_type(w, "update_expression") ? w : ts_node_parent(w);
+            char *t = kl_node_text(src, ue);
+            bool inc = t && strstr(t, "++");
+            free(t);
+            if (!inc) ok = false;
+            stmt = ts_node_parent(ue);
+        } else {
+            continue;
+        }
+        if (!ok || !is_type(stmt, "expression_statement") || nb >= 8) {
             ok = false;
             break;
         }
-        TSNode block = ts_node_parent(stmt), loop = ts_node_parent(block);
         memset(&b[nb], 0, sizeof b[nb]);
         b[nb].stmt = stmt;
-        char *x = kl_node_text(src, ts_node_child_by_field_name(w, "right", 5));
+        char *x = ts_node_is_null(amount) ? kl_strdup("1") : kl_node_text(src, amount);
         b[nb].amount = x ? operand(x) : NULL;
         free(x);
         if (!b[nb].amount) ok = false;
-        if (ok && ts_node_eq(block, body)) {
-            /* at the top level */
+        TSNode block = ts_node_parent(stmt), loop = ts_node_parent(block);
+        if (ok && straight_line(stmt, body)) {
+            /* in straight-line code: every later use has moved by it */
         } else if (ok && is_type(block, "compound_statement") && is_type(loop, "for_statement")) {
             b[nb].loop = loop;
-            b[nb].term = bump_term(src, fn, loop, ts_node_child_by_field_name(w, "right", 5));
+            TSNode amt = amount;
+            if (ts_node_is_null(amt)) {
+                /* ++p: a bump of 1 */
+                char *var, *start, *stepv;
+                if (loop_parts(src, loop, &var, &start, &stepv) && same_text(stepv, "1")) {
+                    kl_strbuf d = KL_STRBUF_INIT;
+                    if (same_text(start, "0")) kl_strbuf_adds(&d, var);
+                    else kl_strbuf_addf(&d, "(%s - %s)", var, start);
+                    b[nb].term = kl_strbuf_detach(&d, NULL);
+                }
+                free(var);
+                free(start);
+                free(stepv);
+            } else {
+                b[nb].term = bump_term(src, fn, loop, amt);
+            }
             if (!b[nb].term) ok = false;
-            /* one bump per loop, no use after the loop */
             for (unsigned k2 = 0; k2 < nb; k2++)
-                if (ts_node_eq(b[k2].loop, loop)) ok = false;
+                if (ts_node_eq(b[k2].loop, loop)) ok = false; /* one bump per loop */
             for (unsigned k2 = 0; ok && k2 < nu; k2++)
-                if (ts_node_start_byte(u[k2]) >= ts_node_end_byte(loop)) ok = false;
+                if (ts_node_start_byte(u[k2]) >= ts_node_end_byte(loop)) ok = false; /* no use after the loop */
         } else {
             ok = false;
         }
         nb++;
     }
-    if (ok && nb) {
-        unsigned before = r->n;
-        for (unsigned i = 0; ok && i < nu; i++) {
-            TSNode w;
-            int k = use_kind(src, u[i], &w);
-            if (k == 3) continue;
-            uint32_t at = ts_node_start_byte(u[i]);
-            kl_strbuf off = KL_STRBUF_INIT;
-            for (unsigned j = 0; j < nb; j++) {
-                uint32_t se = ts_node_end_byte(b[j].stmt);
-                if (ts_node_is_null(b[j].loop)) {
-                    if (se <= at) kl_strbuf_addf(&off, "%s%s", off.len ? " + " : "", b[j].amount);
-                } else if (at >= ts_node_start_byte(b[j].loop) && at < ts_node_end_byte(b[j].loop)) {
-                    kl_strbuf_addf(&off, "%s%s", off.len ? " + " : "", b[j].term);
-                    if (se <= at) kl_strbuf_addf(&off, " + %s", b[j].amount);
-                }
+    if (!ok || (!nb && !init_off)) goto done;
+    if (!nb && !strcmp(base, name)) goto done;
+    unsigned before = r->n;
+    for (unsigned i = 0; i < nu; i++) {
+        if (ts_node_eq(u[i], decl_name)) continue;
+        TSNode w;
+        int k = use_kind(src, u[i], &w);
+        if (k != 1 && k != 2) continue; /* bumps (deleted below) and other locals' initializers */
+        uint32_t at = ts_node_start_byte(u[i]);
+        kl_strbuf off = KL_STRBUF_INIT;
+        if (init_off) kl_strbuf_adds(&off, init_off);
+        for (unsigned j = 0; j < nb; j++) {
+            uint32_t se = ts_node_end_byte(b[j].stmt);
+            if (ts_node_is_null(b[j].loop)) {
+                if (se <= at) kl_strbuf_addf(&off, "%s%s", off.len ? " + " : "", b[j].amount);
+            } else if (at >= ts_node_start_byte(b[j].loop) && at < ts_node_end_byte(b[j].loop)) {
+                kl_strbuf_addf(&off, "%s%s", off.len ? " + " : "", b[j].term);
+                if (se <= at) kl_strbuf_addf(&off, " + %s", b[j].amount);
             }
-            if (off.len) {
-                kl_strbuf o2 = KL_STRBUF_INIT;
-                kl_strbuf_addf(&o2, "(%s)", kl_strbuf_str(&off));
-                reps_add(r, ts_node_start_byte(w), ts_node_end_byte(w), use_text(src, w, k, name, kl_strbuf_str(&o2)),
-                         group);
-                kl_strbuf_release(&o2);
-            }
-            kl_strbuf_release(&off);
         }
-        for (unsigned j = 0; j < nb; j++)
-            reps_add(r, ts_node_start_byte(b[j].stmt), ts_node_end_byte(b[j].stmt), kl_strdup(""), group);
-        if (r->n > before) kl_strbuf_addf(names, "%s%s += …", names->len ? ", " : "", name);
+        kl_strbuf o2 = KL_STRBUF_INIT;
+        if (off.len) kl_strbuf_addf(&o2, "(%s)", kl_strbuf_str(&off));
+        else kl_strbuf_adds(&o2, "0");
+        reps_add(r, ts_node_start_byte(w), ts_node_end_byte(w), use_text(src, w, k, base, kl_strbuf_str(&o2)),
+                 nb ? group : 0);
+        kl_strbuf_release(&o2);
+        kl_strbuf_release(&off);
     }
+    for (unsigned j = 0; j < nb; j++)
+        reps_add(r, ts_node_start_byte(b[j].stmt), ts_node_end_byte(b[j].stmt), kl_strdup(""), group);
+    if (r->n > before) kl_strbuf_addf(names, "%s%s%s", names->len ? ", " : "", name, nb ? " (bumped)" : "");
+done:
     for (unsigned j = 0; j < nb; j++) {
         free(b[j].amount);
         free(b[j].term);
     }
     if (oom) r->oom = true;
     free(u);
+    free(base);
+    free(init_off);
 }
 
-typedef struct decl_scan {
+typedef struct ptr_scan {
     const kl_source *src;
     TSNode fn;
     reps *r;
     kl_strbuf *names;
-} decl_scan;
+    unsigned *group;
+} ptr_scan;
 
 static bool find_pointer_locals(TSNode n, void *user)
 {
-    decl_scan *d = user;
-    if (is_type(n, "declaration")) propagate_local(d->src, d->fn, n, d->r, d->names);
+    ptr_scan *d = user;
+    if (is_type(n, "init_declarator") && is_type(ts_node_child_by_field_name(n, "declarator", 10), "pointer_declarator")) {
+        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(n, "declarator", 10));
+        char *name = ts_node_is_null(nm) ? NULL : kl_node_text(d->src, nm);
+        if (name) fold_pointer(d->src, d->fn, name, (*d->group)++, d->r, d->names);
+        free(name);
+    }
     return !is_type(n, "lambda_expression");
 }
 
@@ -1008,19 +1091,20 @@ static void step_pointers(const kl_source *src, reps *r, kl_strbuf *summary)
     kl_strbuf names = KL_STRBUF_INIT;
     unsigned group = 1;
     for (unsigned f = 0; f < nf; f++) {
-        decl_scan d = {src, fns[f], r, &names};
-        kl_ast_walk(kl_ast_function_body(fns[f]), find_pointer_locals, &d);
-        /* bumped parameters */
+        /* parameters moved by bumps */
         TSNode ps = kl_ast_function_params(fns[f]);
         uint32_t c = ts_node_named_child_count(ps);
         for (uint32_t i = 0; i < c; i++) {
             TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(ts_node_named_child(ps, i), "declarator", 10));
             char *name = ts_node_is_null(nm) ? NULL : kl_node_text(src, nm);
-            if (name && is_pointer_param(src, fns[f], name)) fold_bumps(src, fns[f], name, group++, r, &names);
+            if (name && is_pointer_param(src, fns[f], name)) fold_pointer(src, fns[f], name, group++, r, &names);
             free(name);
         }
+        /* pointer locals */
+        ptr_scan d = {src, fns[f], r, &names, &group};
+        kl_ast_walk(kl_ast_function_body(fns[f]), find_pointer_locals, &d);
     }
-    if (names.len) kl_strbuf_addf(summary, "%spropagated %s", summary->len ? "; " : "", kl_strbuf_str(&names));
+    if (names.len) kl_strbuf_addf(summary, "%sfolded pointers %s", summary->len ? "; " : "", kl_strbuf_str(&names));
     kl_strbuf_release(&names);
 }
 

@@ -7,6 +7,8 @@
 #   scripts/gpu_session.sh lineage T… the backward walks of tasks T… (record)
 #   scripts/gpu_session.sh record T…  suite, rules sequences, walks; at most 8 files to $OUT
 #   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only
+#   scripts/gpu_session.sh catalog [T…] the rules catalog on the style corpus: every applicable
+#                                       site applied once and gated (scripts/gpu_catalog.sh)
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -146,6 +148,12 @@ walks)
     python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
     tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
     ;;
+catalog)
+    # the rules catalog on the style corpus (issue 17): about 4 minutes; KL_CATALOG_S bounds it
+    timeout -k 20 "${KL_CATALOG_S:-290}" bash scripts/gpu_catalog.sh "$@" >"$out/catalog.txt" 2>&1
+    echo "exit $?"
+    tail -45 "$out/catalog.txt"
+    ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
     # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
@@ -188,7 +196,7 @@ while i < len(t):
     done
     ;;
 *)
-    echo "usage: $0 check|suite|lineage|variants TASK…" >&2
+    echo "usage: $0 check|suite|lineage|variants|catalog TASK…" >&2
     exit 2
     ;;
 esac

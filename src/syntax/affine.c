@@ -2409,7 +2409,6 @@ void kl_affine_ctx_free(kl_affine_ctx *ctx)
     free(ctx);
 }
 
-const kl_source *kl_affine_ctx_source(const kl_affine_ctx *ctx) { return ctx->src; }
 TSNode kl_affine_ctx_function(const kl_affine_ctx *ctx) { return ctx->fn; }
 
 /* ======================================================================================

@@ -208,7 +208,6 @@ typedef struct kl_ax_access {
  * helpers and launch() work the same). On KL_OK *out is the caller's (kl_affine_ctx_free). */
 kl_status kl_affine_ctx_new(const kl_source *src, TSNode kernel, kl_affine_ctx **out, kl_error *err);
 void kl_affine_ctx_free(kl_affine_ctx *ctx);
-const kl_source *kl_affine_ctx_source(const kl_affine_ctx *ctx);
 TSNode kl_affine_ctx_function(const kl_affine_ctx *ctx);
 
 /* Analyse an expression node that lies in the kernel. Loop variables of the loops

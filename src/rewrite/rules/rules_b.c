@@ -521,11 +521,6 @@ int rb_affine_sym(rb_affine *a, const char *name)
     return (int)a->nsym++;
 }
 
-const char *rb_affine_symname(const rb_affine *a, int sym)
-{
-    return sym >= 0 && (unsigned)sym < a->nsym ? a->names[sym] : "?";
-}
-
 static bool node_is(const env *E, TSNode n, const char *s)
 {
     uint32_t x = ts_node_start_byte(n), y = ts_node_end_byte(n);

@@ -268,6 +268,22 @@ static void restrict_sees_reference_writes(void **state)
     char *out = apply_ok(text, "restrict", "k:3", NULL);
     assert_non_null(strstr(out, "const float *__restrict__ x, float *__restrict__ y, float *__restrict__ z"));
     free(out);
+    /* writes through an accessor macro: read on the canonical form, where the macro is expanded */
+    const char *macro = "#define OUT(i) out[(i) * stride]\n"
+                        "#define IN(i) in[(i) * stride]\n"
+                        "__global__ void k(const float *in, float *out, int n, int stride)\n"
+                        "{\n"
+                        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                        "    if (i < n) OUT(i) = 2.0f * IN(i);\n"
+                        "}\n"
+                        "extern \"C\" void launch(const float *in, float *out, int n, cudaStream_t s)\n"
+                        "{\n"
+                        "    k<<<(n + 255) / 256, 256, 0, s>>>(in, out, n, 1);\n"
+                        "}\n";
+    out = apply_ok(macro, "restrict", "k:3", NULL);
+    assert_non_null(strstr(out, "__global__ void k(const float *__restrict__ in, float *__restrict__ out, int n"));
+    assert_non_null(strstr(out, "if (i < n) OUT(i) = 2.0f * IN(i);")); /* the macros stay */
+    free(out);
 }
 
 static const char *refusal_of(json_t *sites, const char *dir_wanted)

@@ -454,9 +454,10 @@ cleanup:
  * same site, there (the first failure's reason is kept); a canonical-only one on the canonical form.
  * *how (new string) is NULL for a rewrite of the text as written. */
 static kl_status run_any(const kl_rule *r, const view *v, const site_pair *sp, const kl_site *s, bool canonical_only,
-                         const json_t *params, char **out, char **how, kl_error *err)
+                         const json_t *params, char **out, char **how, const kl_site **used, kl_error *err)
 {
     *how = NULL;
+    if (used) *used = s;
     if (canonical_only) return run_canonical(r, v, s, params, out, how, err);
     kl_status st = run_site(r, &v->ctx, s, params, out, err);
     if (st == KL_OK || st == KL_ERR_NOMEM || !v->canon) return st;
@@ -465,6 +466,7 @@ static kl_status run_any(const kl_rule *r, const view *v, const site_pair *sp, c
     kl_error e2 = {0};
     kl_status st2 = run_canonical(r, v, t, params, out, how, &e2);
     if (st2 == KL_ERR_NOMEM) return kl_error_set(err, st2, "out of memory");
+    if (st2 == KL_OK && used) *used = t;
     return st2 == KL_OK ? KL_OK : st;
 }
 
@@ -518,7 +520,7 @@ static kl_status verify_site(const kl_rule *r, const view *v, const site_pair *s
     *with = NULL;
     *how = NULL;
     char *text = NULL;
-    kl_status st = run_any(r, v, sp, s, canonical_only, NULL, &text, how, why);
+    kl_status st = run_any(r, v, sp, s, canonical_only, NULL, &text, how, NULL, why);
     free(text);
     if (st == KL_OK) {
         *ok = true;
@@ -536,7 +538,7 @@ static kl_status verify_site(const kl_rule *r, const view *v, const site_pair *s
             if (!params) return KL_ERR_NOMEM;
             kl_error e = {0};
             tries++;
-            st = run_any(r, v, sp, s, canonical_only, params, &text, how, &e);
+            st = run_any(r, v, sp, s, canonical_only, params, &text, how, NULL, &e);
             free(text);
             text = NULL;
             if (st == KL_OK) {
@@ -606,7 +608,12 @@ kl_status kl_rules_list(const char *name, const char *source, size_t len, const 
                     pair_release(&sp);
                     goto oom;
                 }
-                json_t *o = list_entry(r, &v, s, which == 1, ok, with, how, &why);
+                const kl_site *shown = s;
+                if (ok && how && !which) {
+                    const kl_site *t = kl_sites_find(&sp.c, s->id, s->dir);
+                    if (t) shown = t;
+                }
+                json_t *o = list_entry(r, &v, shown, which == 1, ok, with, how, &why);
                 json_decref(with);
                 free(how);
                 if (!o || json_array_append_new(arr, o)) {
@@ -704,10 +711,11 @@ kl_status kl_rules_rewrite(const char *name, const char *source, size_t len, con
         kl_strbuf_release(&sb);
         goto cleanup;
     }
-    KL_TRY(run_any(rule, &v, &sp, site, canonical_only, params, out, &how, err));
+    const kl_site *used = site;
+    KL_TRY(run_any(rule, &v, &sp, site, canonical_only, params, out, &how, &used, err));
     if (note) {
         kl_strbuf sb = KL_STRBUF_INIT;
-        kl_strbuf_addf(&sb, "%s %s at %s: %s", remove ? "removed" : "applied", rule->name, site->id, site->note);
+        kl_strbuf_addf(&sb, "%s %s at %s: %s", remove ? "removed" : "applied", rule->name, site->id, used->note);
         if (how) kl_strbuf_addf(&sb, " [%s]", how);
         *note = kl_strbuf_detach(&sb, NULL);
     }
@@ -883,9 +891,10 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
                 char *text = NULL;
                 kl_status rst = check_params(r, given, &e);
                 char *how = NULL;
-                if (rst == KL_OK) rst = run_any(r, &v, &sp, s, canonical_only, given, &text, &how, &e);
+                const kl_site *used = s;
+                if (rst == KL_OK) rst = run_any(r, &v, &sp, s, canonical_only, given, &text, &how, &used, &e);
                 if (rst == KL_OK)
-                    st = add_candidate(out, text, r, s, ptext, req->kind == KL_REQ_SIMPLIFY, how);
+                    st = add_candidate(out, text, r, used, ptext, req->kind == KL_REQ_SIMPLIFY, how);
                 else if (rst == KL_ERR_NOMEM)
                     st = KL_ERR_NOMEM;
                 else

@@ -1567,6 +1567,11 @@ static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out)
 static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
 {
     const kl_source *src = c->src;
+    if (!strcmp(name, "warpSize")) {
+        /* a run-time variable to the language, 32 on every NVIDIA GPU (and what warp code assumes) */
+        *out = 32;
+        return true;
+    }
     local_scan ls = {src, name, null_node, 0};
     /* the scope: a function (its body is searched) or any node (searched as it is) */
     TSNode region = type_is(c->scope, "function_definition") ? kl_ast_function_body(c->scope) : c->scope;

@@ -5,8 +5,11 @@ set -u
 
 # Tools: whatever provides the command will do (npm may come with a Node.js that is not
 # Debian's). Libraries: Debian's -dev packages.
-tools=(cmake:cmake make:make gcc:gcc pkg-config:pkg-config npm:npm python3:python3)
-libraries=(libtree-sitter-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev libcmocka-dev)
+# clang and its compiler-rt (libFuzzer): the fuzz targets (fuzz/run.sh, docs/fuzzing.md), which the
+# test suite runs for a bounded time.
+tools=(cmake:cmake make:make gcc:gcc pkg-config:pkg-config npm:npm python3:python3 clang:clang)
+libraries=(libtree-sitter-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev libcmocka-dev
+           libclang-rt-dev libcairo2-dev libseccomp-dev)
 
 missing=()
 for t in "${tools[@]}"; do

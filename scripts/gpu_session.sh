@@ -9,6 +9,19 @@
 #   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only
 #   scripts/gpu_session.sh catalog [T…] the rules catalog on the style corpus: every applicable
 #                                       site applied once and gated (scripts/gpu_catalog.sh)
+#   scripts/gpu_session.sh corpus [T…] the style corpus: every naive and expert kernel of corpus/
+#                                       gated (record), the experts' table (scripts/gpu_corpus.sh)
+#   scripts/gpu_session.sh gatecorpus  the hardened gate (issue 18): worker smoke test, the corpus
+#                                      (recorded), the timer's repeatability, the standalone
+#                                      verdicts `task check` replays; about 4-5 minutes
+#   scripts/gpu_session.sh cards      issue 16: re-walk what changed, bisect slowdowns, admit the cards
+#   scripts/gpu_session.sh optimize   issue 15: bench --optimize (leave-one-out, blind → memory → skills,
+#                                      KL_BUDGET gate calls each, default 40), recorded, stopped with
+#                                      SIGINT at KL_OPTIMIZE_S (default 540 s; every run so far is kept
+#                                      and the next call goes on); the table to $OUT
+#   scripts/gpu_session.sh pool       one gate batch as today, on --gpus 0 and on --gpus 0,0 (docs/cluster.md)
+#   scripts/gpu_session.sh variants [T…] candidate experts (tasks/T/variants/*.cu) gated beside the expert
+#   scripts/gpu_session.sh all | final T… older one-call sessions (suite, corpus, gate figures / suite, walks)
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -154,6 +167,156 @@ catalog)
     echo "exit $?"
     tail -45 "$out/catalog.txt"
     ;;
+corpus)
+    # the style corpus (corpus/README.md): about 3 minutes; KL_CORPUS_S bounds the whole phase
+    timeout -k 20 "${KL_CORPUS_S:-300}" bash scripts/gpu_corpus.sh "$@" >"$out/style-corpus.txt" 2>&1
+    echo "exit $?"
+    tail -50 "$out/style-corpus.txt"
+    ;;
+gatecorpus)
+    # The gate's corpus with the hardening classes (reads past an input, host work between
+    # copies, a launch with no kernel, uninitialised shared memory, races, a slow reference,
+    # a forbidden import, a candidate trying to leave the sandbox), its verdicts recorded; then
+    # the timer judged again and again on a correct kernel (the intermittent "could not
+    # attribute" error must not show); then `task check` of every shipped task recorded, so
+    # that `--measure replay task check tasks/T` has the naive kernel's standalone verdict.
+    # Budget: smoke 40 s, corpus 160 s, timer 20 s, task checks 100 s (each part has a limit).
+    corpus_start=$(date +%s)
+    log "smoke" | tee -a "$out/gatecorpus.log"
+    timeout 90 bash tests/gpu/test_worker_smoke.sh >"$out/smoke.txt" 2>&1
+    echo "exit $? ($(($(date +%s) - corpus_start)) s)" | tee -a "$out/gatecorpus.log"
+    tail -5 "$out/smoke.txt" >>"$out/gatecorpus.log"
+    log "corpus objects, compiled at once" | tee -a "$out/gatecorpus.log"
+    arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 | tr -d ' .')
+    for t in vadd rowsum mm; do
+        files=()
+        [ -d "tests/gpu/cands/$t" ] && files=(tests/gpu/cands/$t/*.cu)
+        [ -f "tests/gpu/tasks/$t/naive.cu" ] && files+=("tests/gpu/tasks/$t/naive.cu")
+        timeout 120 "$KLINEAGE" --quiet --jobs 16 gate --compile-only --arch "$arch" "tests/gpu/tasks/$t" "${files[@]}" \
+            >/dev/null 2>&1
+    done
+    log "corpus" | tee -a "$out/gatecorpus.log"
+    KL_CORPUS_RECORD=1 timeout 240 bash tests/gpu/test_gate_corpus.sh >"$out/corpus.txt" 2>&1
+    echo "exit $? ($(($(date +%s) - corpus_start)) s)" | tee -a "$out/gatecorpus.log"
+    grep -vE '^    \|' "$out/corpus.txt" >>"$out/gatecorpus.log"
+    save_archive
+    log "timer: a correct kernel judged ${KL_TIMER_REPS:-20} times" | tee -a "$out/gatecorpus.log"
+    bad=0
+    for i in $(seq "${KL_TIMER_REPS:-20}"); do
+        timeout 60 "$KLINEAGE" --quiet --db /tmp/kl-timer.db gate --refresh tests/gpu/tasks/rowsum \
+            tests/gpu/cands/rowsum/good.cu >/tmp/kl-timer.out 2>&1 || { bad=$((bad + 1)); tail -2 /tmp/kl-timer.out >>"$out/gatecorpus.log"; }
+    done
+    echo "timer: $bad of ${KL_TIMER_REPS:-20} judgements did not pass ($(($(date +%s) - corpus_start)) s)" |
+        tee -a "$out/gatecorpus.log"
+    log "task check, recorded" | tee -a "$out/gatecorpus.log"
+    for t in $(python3 -c 'import json; print(" ".join(e["task"] for e in json.load(open("tasks/suite.json"))["tasks"]))'); do
+        timeout 90 "$KLINEAGE" --db "$db" --measure record task check "tasks/$t" >"/tmp/kl-check-$t.txt" 2>&1
+        echo "task check $t: exit $? ($(($(date +%s) - corpus_start)) s)" | tee -a "$out/gatecorpus.log"
+        grep -E '^(naive|expert) |warning|error' "/tmp/kl-check-$t.txt" >>"$out/gatecorpus.log"
+    done
+    save_archive
+    echo "gatecorpus: $(($(date +%s) - corpus_start)) s in all" | tee -a "$out/gatecorpus.log"
+    ;;
+cards)
+    # Issue 16 (docs/lineages.md, "The rework of 2026-12-02"). Device time: about 8-10 minutes
+    # (the limits below add up to 200 + 200 + 7 x 30 + 130 s); split it over two calls with
+    # KL_ADMIT_S=0 KL_BISECT_S=0 (the walks) and then KL_CARDS_REWALK="" (bisection and admission):
+    #  1. walk again the lineages whose walks change under "gains where the code runs"
+    #     (KL_CARDS_REWALK, default "softmax layernorm": a dispatch's general path was measured at
+    #     a bench shape that never runs it), --restart-older (a walk already made with the new
+    #     rules, finished or cut at its time limit, resumes), --bisect, each under
+    #     KL_LINEAGE_S_<task> seconds (default 200), KL_JOBS compiles at once (16);
+    #  2. every other stored walk loaded again (its cards extracted: the archive holds none) and
+    #     its slowdowns bisected (KL_BISECT probes each, default 2; KL_BISECT_S seconds per task,
+    #     default 30);
+    #  3. the whole library admitted (skills admit, one trial on another task per card where its
+    #     conditions hold; KL_ADMIT_S seconds, default 130; an interrupted admission keeps the
+    #     cards it finished, and the same call again resumes from the stored verdicts);
+    #  4. the tables: cards.txt (walk summaries, skills list, the admission table, the
+    #     leave-one-out match table) and skills-library.md, beside the archive.
+    mkdir -p /tmp/walks
+    rewalk=${KL_CARDS_REWALK-softmax layernorm}
+    bisect=${KL_BISECT:-2}
+    for t in $rewalk; do
+        log "rewalk $t" | tee -a "$out/record.log"
+        lim_var="KL_LINEAGE_S_$t"
+        timeout -k 20 -s INT "${!lim_var:-200}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+            lineage "tasks/$t" --restart-older --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            --bisect "$bisect" >"/tmp/walks/lineage-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -40 >>"$out/record.log"
+        save_archive
+    done
+    for t in transpose histogram reduce_sum softmax layernorm blur sgemm hgemm; do
+        case " $rewalk " in *" $t "*) continue ;; esac
+        [ "${KL_BISECT_S:-30}" = 0 ] && break
+        log "cards of $t (bisect $bisect)" | tee -a "$out/record.log"
+        timeout -k 20 -s INT "${KL_BISECT_S:-30}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+            lineage "tasks/$t" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            --bisect "$bisect" >"/tmp/walks/lineage-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -4 >>"$out/record.log"
+        save_archive
+    done
+    if [ "${KL_ADMIT_S:-130}" != 0 ]; then
+        log "admit" | tee -a "$out/record.log"
+        timeout -k 20 -s INT "${KL_ADMIT_S:-130}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+            skills admit --max-other 1 >"/tmp/walks/admit.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        tail -3 /tmp/walks/admit.txt >>"$out/record.log"
+        save_archive
+    fi
+    {
+        for t in transpose histogram reduce_sum softmax layernorm blur sgemm hgemm; do
+            echo "== $t"; "$KLINEAGE" --db "$db" --measure replay lineage "tasks/$t" --no-skills 2>/dev/null | tail -8
+        done
+        echo "== skills list"; "$KLINEAGE" --db "$db" skills list
+        echo "== admission"; cat /tmp/walks/admit.txt
+        echo "== match (leave-one-out)"; python3 scripts/skills_match_table.py --klineage "$KLINEAGE" --db "$db"
+    } >"$out/cards.txt" 2>&1
+    "$KLINEAGE" --db "$db" skills export --format md -o "$out/skills-library.md" >/dev/null 2>&1
+    python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
+    tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
+    ;;
+pool)
+    # docs/cluster.md: the pool of workers on one GPU. The same gate batch (the corpus' vadd
+    # kernels that end quickly) judged three times, each into a fresh store, live: as today (no
+    # executor), by a pool of one worker (--gpus 0) and of two workers sharing the GPU (--gpus 0,0);
+    # the verdicts must agree (pass, failing stage; same-run ratios within the gate's repeatability;
+    # the keys equal). About 1 minute; nothing recorded (the archive keeps today's verdicts).
+    files=(good cached fork_join off_by_one oob_by_one oob_far other_stream partial skips_work trap)
+    paths=()
+    for f in "${files[@]}"; do paths+=("tests/gpu/cands/vadd/$f.cu"); done
+    for how in today one two; do
+        opt=()
+        [ $how = one ] && opt=(--gpus 0)
+        [ $how = two ] && opt=(--gpus 0,0)
+        log "pool: $how ${opt[*]}"
+        rm -f "/tmp/pool-$how.db"*
+        start=$(date +%s.%N)
+        timeout 150 "$KLINEAGE" --db "/tmp/pool-$how.db" --measure live "${opt[@]}" --json gate tests/gpu/tasks/vadd \
+            "${paths[@]}" --timeout 30 >"$out/pool-$how.json" 2>"$out/pool-$how.err"
+        echo "exit $? in $(python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$start") s"
+        tail -3 "$out/pool-$how.err"
+    done
+    python3 - "$out"/pool-today.json "$out"/pool-one.json "$out"/pool-two.json <<'PY' | tee "$out/pool.txt"
+import json, sys
+runs = [[json.loads(l) for l in open(f) if l.strip()] for f in sys.argv[1:]]
+bad = 0
+for i, today in enumerate(runs[0]):
+    row = [r[i] if i < len(r) else {} for r in runs]
+    name = today["candidate"]["name"].rsplit("/", 1)[-1]
+    sp = [v.get("stages", {}).get("profile", {}).get("speedup") for v in row]
+    where = [(v.get("run", {}).get("placement") or {}).get("gpu", {}).get("uuid", "-") for v in row]
+    same = all(v.get("key") == today["key"] and v.get("pass") == today["pass"] and
+               v.get("failed_stage") == today.get("failed_stage") for v in row)
+    close = all(s is None or sp[0] is None or abs(s / sp[0] - 1) < 0.05 for s in sp)
+    bad += not (same and close)
+    print(f"{name:<18} pass={[v.get('pass') for v in row]} stage={today.get('failed_stage')} speedup={sp} "
+          f"gpu={where} {'ok' if same and close else 'DIFFERENT'}")
+print("pool: all verdicts agree" if not bad else f"pool: {bad} verdict(s) differ")
+PY
+    ;;
 variants)
     # candidate experts (tasks/T/variants/*.cu) gated next to the current expert, same call;
     # prints median, GB/s, TFLOP/s and the fractions of the device ceilings
@@ -195,8 +358,21 @@ while i < len(t):
         save_archive
     done
     ;;
+optimize)
+    log "bench --optimize" | tee -a "$out/optimize.log"
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout -k 30 -s INT "${KL_OPTIMIZE_S:-540}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
+        bench --optimize --budget "${KL_BUDGET:-40}" ${KL_POLICIES:+--policies "$KL_POLICIES"} \
+        ${KL_OPT_TASKS:+$(for t in $KL_OPT_TASKS; do printf -- '--task %s ' "$t"; done)} \
+        -o "$out/optimize-table.md" >"$out/optimize.txt" 2>&1
+    echo "exit $? ($(($(date +%s) - start)) s)" | tee -a "$out/optimize.log"
+    grep -v '^\[' "$out/optimize.txt" | tail -5 >>"$out/optimize.log"
+    tail -45 "$out/optimize.txt"
+    save_archive
+    ;;
 *)
-    echo "usage: $0 check|suite|lineage|variants|catalog TASK…" >&2
+    echo "usage: $0 check|suite|lineage|all|final|record|walks|catalog|gatecorpus|corpus|cards|optimize|pool|variants TASK…" >&2
     exit 2
     ;;
 esac

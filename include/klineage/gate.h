@@ -14,6 +14,7 @@
 #ifndef KLINEAGE_GATE_H
 #define KLINEAGE_GATE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include "klineage/klineage.h"
@@ -24,7 +25,32 @@
 extern "C" {
 #endif
 
+/* A float64 reference predicted to take longer than this many seconds at a shape (its cost.flops
+ * at the speed measured on the host at a small shape) is not run there: the baseline's outputs
+ * stand in, at twice the tolerance (docs/gate.md, "correct"). `task check` warns of such shapes. */
+#define KL_REFERENCE_BUDGET_S 20.0
+
 typedef enum kl_gate_mode { KL_GATE_LIVE = 0, KL_GATE_REPLAY = 1, KL_GATE_RECORD = 2 } kl_gate_mode;
+
+/* Where judgements run (docs/cluster.md). Local: this machine, one worker process at a time per
+ * GPU of `gpus`; Slurm: job arrays on a cluster's GPU nodes, results through a spool folder on
+ * the file system the nodes share. */
+typedef enum kl_executor_kind { KL_EXECUTOR_LOCAL = 0, KL_EXECUTOR_SLURM = 1 } kl_executor_kind;
+
+typedef struct kl_executor_options {
+    kl_executor_kind kind;
+    const char *gpus;         /* local: "all" or "0,2,…" (indices as nvidia-smi lists them); one worker
+                                 slot per GPU. NULL: one slot on the default device, as without an
+                                 executor. With the stand-in judge the indices name stand-in slots. */
+    const char *spool;        /* slurm: a folder every node sees (NULL: $KLINEAGE_SPOOL, else
+                                 ./klineage-spool); the cache of objects must be shared too */
+    const char *partition, *account; /* slurm: sbatch --partition, --account (NULL: the cluster's) */
+    const char *time_limit;   /* slurm: sbatch --time; NULL: derived from the gate's time limits */
+    const char *gres;         /* slurm: sbatch --gres; NULL: "gpu:1" (none with the stand-in judge) */
+    const char *sbatch_args;  /* slurm: more sbatch options, space separated, passed through */
+    double poll_s;            /* slurm: how often the spool is looked at; <= 0: 0.5 */
+    unsigned retries;         /* slurm: resubmissions of a task that ended without a result; 0: 2 */
+} kl_executor_options;
 
 typedef struct kl_gate_options {
     kl_gate_mode mode;
@@ -39,6 +65,12 @@ typedef struct kl_gate_options {
     double compile_timeout_s; /* per nvcc run; <= 0: 300 */
     double run_timeout_s;     /* the worker's wall-clock limit per candidate; <= 0: 120 */
     double sanitize_timeout_s;/* per compute-sanitizer tool; <= 0: 600 */
+    bool stand_in;            /* the CPU stand-in judge (docs/cluster.md, "The stand-in judge"): verdicts
+                                 computed from the text, no GPU, no nvcc — a testing tool; its verdicts
+                                 name the device "stand-in" and the store it opens is marked so that no
+                                 measuring gate ever opens it */
+    const kl_executor_options *executor; /* NULL: every worker runs here, one at a time */
+    volatile sig_atomic_t *interrupt;    /* set (SIGINT): waiting judgements stop, Slurm jobs are cancelled */
 } kl_gate_options;
 
 /* A gate: settings, the toolchain found, the device document once known. Not thread-safe:
@@ -96,6 +128,8 @@ kl_status kl_gate_compile(kl_gate *gate, const kl_task *task, const kl_gate_sour
 kl_status kl_gate_compile_many(kl_gate *gate, const kl_task *task, unsigned n, const kl_gate_source *srcs,
                                kl_compiled **outs, kl_error *err);
 void kl_compiled_free(kl_compiled *c);
+/* A compile result as JSON (docs/verdict-format.md, stage "compile"), a new string (free()). */
+char *kl_compiled_to_json(const kl_compiled *c);
 
 /* ---- verdicts ------------------------------------------------------------------------ */
 
@@ -127,13 +161,17 @@ typedef struct kl_verdict {
     double median_ms;         /* candidate's median at the bench shape; < 0 when not profiled */
     double speedup;           /* baseline median / candidate median; < 0 when not measured */
     double gbps, tflops;      /* achieved, from the task's cost; < 0 when not known */
+    const char *not_stored;   /* live: why this verdict was not kept in the store (a pass on evidence
+                                 weaker than the gate's standard); NULL when it was */
     kl_verdict_stage *stages;
     unsigned nstages;
     kl_verdict_doc *doc;
 } kl_verdict;
 
 typedef struct kl_judge_options {
-    bool sanitize;            /* run the compute-sanitizer stage */
+    bool sanitize;            /* run the compute-sanitizer stage; when the store holds the same
+                                 judgement without it, its stages are reused and only the
+                                 sanitizer runs */
     bool no_profile;          /* skip timing (no speedup, no roofline) */
     bool refresh;             /* live: judge again even when the store holds a verdict */
     double timeout_s;         /* the worker's wall-clock limit; <= 0: the gate's */
@@ -162,6 +200,95 @@ char *kl_verdict_json(const kl_verdict *v, bool pretty);
 
 /* Parse a verdict document (as stored or archived). *out: kl_verdict_free. */
 kl_status kl_verdict_parse(const char *json, kl_verdict **out, kl_error *err);
+
+/* ---- the seam for the searches (the backward walk and the forward optimizer) ----------- */
+
+/* What a search needs of one judgement. */
+typedef struct kl_judgement {
+    bool pass;                /* compiled, correct at every shape, every check passed */
+    bool unmeasured;          /* replay had no record: the search stops, saying so */
+    bool replayed;
+    char stage[32];           /* first failing stage ("" when passed) */
+    char reason[512];         /* why ("" when passed) */
+    char key[65];             /* the verdict's content hash (64 hex + NUL) */
+    double speedup;           /* time(baseline) / time(candidate) at the bench shape; < 0 unknown */
+    double cand_ms, base_ms;  /* medians; < 0 unknown */
+    char device[96];          /* where it was measured ("" unknown) */
+    char date[32];            /* when ("" unknown) */
+} kl_judgement;
+
+/* What a judgement asks for (flags, or-ed). */
+enum {
+    KL_JUDGE_PROFILE = 1u << 0,        /* time it against the baseline (else correctness only) */
+    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1, /* check the bench shape against the baseline's outputs
+                                           (a version the search already verified there), not the
+                                           float64 reference: the check shapes still are */
+    KL_JUDGE_SANITIZE = 1u << 2          /* also the sanitizer stages (memcheck with each tensor at
+                                           its allocation's end, racecheck, initcheck, synccheck),
+                                           for a version about to be admitted or returned: the
+                                           default stages do not catch every race. The gate reuses
+                                           the same judgement without it when stored and runs only
+                                           the sanitizer (docs/gate.md) */
+};
+
+/* The judge a search calls: by default the gate (kl_gate_search_judge); tests give their own. */
+typedef kl_status (*kl_judge_fn)(void *user, const kl_task *task, const char *cand_name, const char *cand_text,
+                                 const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
+                                 kl_error *err);
+
+/* Optional: before a batch of candidates is judged one by one, get them ready at once (the
+ * gate compiles them in parallel; later judgements find the objects cached). */
+typedef kl_status (*kl_prepare_fn)(void *user, const kl_task *task, unsigned n, const char *const *names,
+                                   const char *const *texts, kl_error *err);
+
+/* The gate as a search's judge and preparer; user is the kl_gate*. A replay miss is a
+ * judgement with `unmeasured` set (KL_OK), never an invented figure. */
+kl_status kl_gate_search_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
+                               const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
+                               kl_error *err);
+kl_status kl_gate_search_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
+                                 const char *const *texts, kl_error *err);
+
+/* Many judgements at once: n (candidate, baseline) pairs, judged concurrently where the gate has
+ * several workers (kl_gate_workers), results in input order. */
+typedef struct kl_judge_request {
+    const char *cand_name, *cand_text;
+    const char *base_name, *base_text;  /* base_text NULL: no baseline */
+    unsigned flags;                     /* KL_JUDGE_* */
+} kl_judge_request;
+
+/* outs[i] receives request i's judgement. KL_OK when all n were judged (a replay miss is a
+ * judgement with `unmeasured`, as for kl_judge_fn). Otherwise *done says how many leading
+ * requests were judged (outs[0 .. *done) are valid; later ones may have been judged too and are
+ * then in the verdict cache) and err says why request *done was not: exactly what a caller
+ * judging one by one would have seen. done may be NULL. */
+typedef kl_status (*kl_judge_many_fn)(void *user, const kl_task *task, unsigned n, const kl_judge_request *reqs,
+                                      kl_judgement *outs, unsigned *done, kl_error *err);
+
+/* The gate's: with one worker, the requests one by one through kl_gate_search_judge (the same
+ * judgements, in the same order, as today); with several (--gpus, Slurm), the candidates and
+ * baselines compiled at once on this host, then judged wherever a worker is free. */
+kl_status kl_gate_search_judge_many(void *gate, const kl_task *task, unsigned n, const kl_judge_request *reqs,
+                                    kl_judgement *outs, unsigned *done, kl_error *err);
+/* Any kl_judge_fn as a kl_judge_many_fn: one by one, in order, stopping at the first error. */
+kl_status kl_judge_many_sequential(kl_judge_fn judge, void *user, const kl_task *task, unsigned n,
+                                   const kl_judge_request *reqs, kl_judgement *outs, unsigned *done, kl_error *err);
+
+/* How many judgements the gate can run at once: its GPUs (local), a batch's width (Slurm), 1. */
+unsigned kl_gate_workers(const kl_gate *gate);
+
+/* Run fn(arg, i, err) for i in [0, n) concurrently, as wide as the gate's workers: each call holds
+ * the gate (and anything else the callers share: store, rewriter) except while one of its worker
+ * processes runs, so the calls may use the gate, the store and a rewriter freely. With one worker,
+ * one call after another in order. sts[i] (and errs[i], may be NULL) receive each call's status.
+ * Returns the first failing call's status (KL_OK when all passed). */
+typedef kl_status (*kl_gate_task_fn)(void *arg, unsigned i, kl_error *err);
+kl_status kl_gate_parallel(kl_gate *gate, unsigned n, kl_gate_task_fn fn, void *arg, kl_status *sts, kl_error *errs,
+                           kl_error *err);
+
+/* What the executor has to say once the work is done (GPUs dropped, jobs resubmitted): a new
+ * string of lines (free()), or NULL when nothing. */
+char *kl_gate_executor_report(kl_gate *gate);
 
 /* ---- the device ---------------------------------------------------------------------- */
 

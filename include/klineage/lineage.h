@@ -22,45 +22,6 @@
 extern "C" {
 #endif
 
-/* What the walk needs of one judgement. */
-typedef struct kl_judgement {
-    bool pass;                /* compiled, correct at every shape, every check passed */
-    bool unmeasured;          /* replay had no record: the walk stops, saying so */
-    bool replayed;
-    char stage[32];           /* first failing stage ("" when passed) */
-    char reason[512];         /* why ("" when passed) */
-    char key[65];             /* the verdict's content hash (64 hex + NUL) */
-    double speedup;           /* time(baseline) / time(candidate) at the bench shape; < 0 unknown */
-    double cand_ms, base_ms;  /* medians; < 0 unknown */
-    char device[96];          /* where it was measured ("" unknown) */
-    char date[32];            /* when ("" unknown) */
-} kl_judgement;
-
-/* What a judgement asks for (flags, or-ed). */
-enum {
-    KL_JUDGE_PROFILE = 1u << 0,        /* time it against the baseline (else correctness only) */
-    KL_JUDGE_BENCH_VS_BASELINE = 1u << 1 /* check the bench shape against the baseline's outputs
-                                           (a version the walk already verified there), not the
-                                           float64 reference: the check shapes still are */
-};
-
-/* The judge: by default the gate (kl_lineage_gate_judge); tests may give their own. */
-typedef kl_status (*kl_judge_fn)(void *user, const kl_task *task, const char *cand_name, const char *cand_text,
-                                 const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
-                                 kl_error *err);
-
-/* Optional: before the proposals of a version are judged one by one, get them ready at
- * once (the gate compiles them in parallel; later judgements find the objects cached). */
-typedef kl_status (*kl_prepare_fn)(void *user, const kl_task *task, unsigned n, const char *const *names,
-                                   const char *const *texts, kl_error *err);
-kl_status kl_lineage_gate_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
-                                  const char *const *texts, kl_error *err);
-
-/* A judge over kl_gate_judge; user is the kl_gate*. */
-kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
-                                const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
-                                kl_error *err);
-
 typedef enum kl_walk_event {
     KL_WALK_START,            /* text: the expert */
     KL_WALK_PROPOSALS,        /* n proposals at version `version` */
@@ -76,16 +37,25 @@ typedef struct kl_lineage_options {
     const char *expert_path;      /* NULL: the task's expert */
     kl_rewriter *rewriter;        /* borrowed; required */
     kl_store *store;              /* borrowed; required */
-    kl_judge_fn judge;            /* required (kl_lineage_gate_judge with the gate as user) */
+    kl_judge_fn judge;            /* required (kl_gate_search_judge with the gate as user) */
     void *judge_user;
-    kl_prepare_fn prepare;        /* optional (live runs: kl_lineage_gate_prepare, same user) */
+    kl_prepare_fn prepare;        /* optional (live runs: kl_gate_search_prepare, same user) */
+    kl_judge_many_fn judge_many;  /* optional (kl_gate_search_judge_many, same user): a version's new
+                                     proposals judged at once; the walk is the same as one by one */
     unsigned max_steps;           /* 0: 64 */
     unsigned probes;              /* extra shapes per step for condition probing; 0: none */
     double probe_min_gain;        /* probe only steps whose gain (t(simpler)/t(optimized)) is at
                                      least this; 0: probe every step. A step within noise pays
                                      nothing, and each probe is a full gate call. */
+    unsigned bisect;              /* bisection probes per slowdown a probe found (between its size and
+                                     the bench shape's, halved geometrically), so a speed condition
+                                     states a narrow bracket; also done for a stored walk probed
+                                     without them; 0: none */
     const char *probe_dir;        /* where derived probe tasks are written; NULL: the cache */
     bool restart;                 /* forget a stored walk of the same expert and start again */
+    bool restart_older;           /* start again only when the stored walk was made with earlier walk
+                                     rules (docs/lineage.md, "Gains where the code runs"); a walk of
+                                     the current rules, finished or not, is taken up as stored */
     bool reopen;                  /* a stored walk that ended because nothing more could be removed
                                      goes on from its last version (the rewriter may have grown) */
     bool full;                    /* strategy "full": judge every proposal at every version;
@@ -103,13 +73,69 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
 kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expert_path, const char *rewriter,
                           bool full, char **doc_json, kl_error *err);
 
+/* The probing options a stored walk was made with (its "options", or for a walk stored before
+ * they were, what its steps show), into *probes and *probe_min_gain; both are left as they
+ * are when the document says nothing. A walk taken up again, or recomputed from recorded
+ * verdicts (--restart in replay), must probe the same shapes to find their verdicts. */
+void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double *probe_min_gain);
+
 /* Render a lineage document as a Markdown table, root to expert, with the gain of each step
  * (new string, free()). */
 char *kl_lineage_markdown(const char *doc_json);
 
-/* Extract one skill card per admitted step (docs/skill-card.md) and put them into the
- * store (kind "skill"), merging with cards already there. *n_cards: how many steps gave cards. */
-kl_status kl_lineage_extract_skills(kl_store *store, const char *doc_json, unsigned *n_cards, kl_error *err);
+/* What an extraction did. */
+typedef struct kl_extract_stats {
+    unsigned steps;          /* steps read (each gives a card, or adds to one) */
+    unsigned cards;          /* distinct cards from this lineage (steps of one id merge) */
+    unsigned new_cards;      /* of those, cards no other lineage had given */
+    unsigned merged_cards;   /* of those, cards merged with the evidence of other lineages */
+} kl_extract_stats;
+
+/* Extract one skill card per admitted step (docs/skill-card.md) and put them into the store
+ * (kind "skill"), merging with cards already there. Each card is written over the step's forward
+ * site — the rules' applicable site of its transform in the simpler version — and that site's
+ * observables at the task's shapes (task: the lineage's task; NULL: the static observables
+ * only): static conditions, the probed ones over sizes by role, requires shown by the walk, the
+ * lineage path, effects and risks with their shapes and contexts. */
+kl_status kl_lineage_extract_skills(kl_store *store, const kl_task *task, const char *doc_json,
+                                    kl_extract_stats *stats, kl_error *err);
+
+/* ---- roundtrip admission (docs/skill-card.md, "Admission") ---------------------------------- */
+
+/* A trial judged: the card, the task, its verdict ("reproduced", "lost", "failed") and the gain
+ * (time(base) / time(candidate); < 0 unknown). */
+typedef void (*kl_admit_progress_fn)(void *user, const char *card, const char *task, const char *verdict,
+                                     double gain);
+
+typedef struct kl_admit_options {
+    kl_store *store;              /* borrowed; the library and the lineages; required */
+    kl_rewriter *rewriter;        /* borrowed; applies a card forward from the card alone; required */
+    kl_judge_fn judge;            /* required (kl_gate_search_judge with the gate as user) */
+    void *judge_user;
+    kl_prepare_fn prepare;        /* optional: the candidates of a task compiled together first */
+    const kl_task *const *tasks;  /* the tasks trials may run on (a card's own lineage needs its task) */
+    unsigned ntasks;
+    double min_gain;              /* cards whose recorded gain is below this are not tried (their gain is
+                                     within noise: a trial could not tell); 0: 1.02 */
+    unsigned max_other;           /* trials on other tasks' naive kernels per card, where the card's
+                                     conditions hold at a site; 0: none */
+    const char *only_id;          /* one card (its id), or NULL: every card */
+    const char *probe_dir;        /* where derived tasks (a step's path shape) are written; NULL: the cache */
+    volatile sig_atomic_t *interrupt;
+    kl_admit_progress_fn progress;
+    void *progress_user;
+} kl_admit_options;
+
+/* Admit the library: each card applied forward by the rewriter (a KL_REQ_APPLY request with the
+ * card) to the simpler version of its own lineage, at its forward site, and — up to max_other —
+ * to other tasks' naive kernels at a site where kl_skill_match_site holds; every candidate judged
+ * against the version it was applied to (the own lineage's path shape where the step was
+ * measured there). A trial reproduces a card when its gain is >= 1.0 and within
+ * KL_ADMIT_TOLERANCE of the card's recorded gain (kl_admission_verdict); where the conditions do
+ * not hold, the trial is recorded as not-applicable with the first failing predicate. Each card's
+ * admission is stored (kl_skill_admission_put). *report_json (may be NULL): {cards: [{id,
+ * transform, task, admission}], admitted, rejected, untried} (new string, free()). */
+kl_status kl_lineage_admit(const kl_admit_options *opt, char **report_json, kl_error *err);
 
 #ifdef __cplusplus
 }

@@ -100,6 +100,9 @@ void kl_rewriter_usage_get(const kl_rewriter *rw, kl_rewriter_usage *out);
 
 /* ---- the rules catalog, directly (what `klineage rewrite` uses; docs/rules.md) ------------------ */
 
+/* The catalog as JSON text: [{"name", "intent", "params": [{"name", "values", "default"}]}].
+ * *json owned by the caller (free()). */
+kl_status kl_rules_catalog_json(char **json, kl_error *err);
 /* Every site of every transform (or of `transform` when not NULL) in source, both ways, as JSON
  * text: [{"transform", "site", "direction", "kernel", "line", "column", "features": {...},
  * "params": {...}, "note"}], in the catalog's order. Each site is tried: "present" when its

@@ -13,7 +13,14 @@
  *     (a JSON object of named values: a kernel's features and a task's sizes), and match a
  *     whole card (its preconditions and its `requires`) against a kernel;
  *   - the library in the store (kind "skill", key the id): put with merge, get by id or
- *     unique prefix, list, import a file, export as JSON, Markdown or agent-skill folders.
+ *     unique prefix, list, import a file, export as JSON, Markdown or agent-skill folders;
+ *   - forward: the observables of a site of any kernel and task (sizes by role, computed
+ *     through the index analysis) and ONE call that matches a card against a candidate site
+ *     (kl_skill_match_site: what `skills match` and the optimizer use); the library without
+ *     one task's lineages (kl_skill_list_load_excluding); admission records.
+ *
+ * The skills stage reads tasks (its neighbour on the ladder: plain data) to evaluate sizes by
+ * role at a task's shapes; it knows no gate, rewriter or search.
  */
 #ifndef KLINEAGE_SKILLS_H
 #define KLINEAGE_SKILLS_H
@@ -22,6 +29,8 @@
 #include <stdint.h>
 #include "klineage/klineage.h"
 #include "klineage/store.h"
+#include "klineage/syntax.h"
+#include "klineage/task.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,7 +74,12 @@ typedef struct kl_skill_summary {
     unsigned nrisks, nlineages, ncontradictions, nrequires;
     unsigned probes;          /* probes.count (0 when absent) */
     unsigned probe_failures;  /* probes.failures (0 when absent) */
-    double best_gain;         /* the highest effect speedup; < 0 when none was measured */
+    double best_gain;         /* the highest gain where the step was measured in its walk: at the
+                                 bench shape, or at the shape that runs its path (effect labels
+                                 "bench", "path"); < 0 when none was measured */
+    double best_probe;        /* the highest gain at a probe shape (label "probe"); < 0 when none */
+    unsigned nslower;         /* risks that are slowdowns (broke: slower) */
+    const char *admission;    /* admission.status: "admitted", "rejected" or "untried" (absent) */
 } kl_skill_summary;
 void kl_skill_summarize(const kl_skill *card, kl_skill_summary *out);
 
@@ -136,6 +150,10 @@ typedef struct kl_skill_check {
     const char *kind;         /* "static", "probed", "probed-perf" */
     kl_truth truth;
     char why[160];
+    char shape[128];          /* kl_skill_match_site: where it was decided — "" for a static
+                                 condition; "bench {rows=8192, cols=8192}" for a speed condition;
+                                 for a correctness condition the first check shape where it fails
+                                 (or is unknown), else "every check shape and the bench shape" */
 } kl_skill_check;
 
 /* A card matched against a kernel. Release with kl_skill_match_release. */
@@ -147,6 +165,8 @@ typedef struct kl_skill_match_result {
     const char **missing;     /* required transforms not present (strings owned by the card) */
     unsigned nmissing;
     bool requires_unknown;    /* the card requires something and no present list was given */
+    struct json_t *observables; /* kl_skill_match_site: the site's observables at the bench shape
+                                   with the site's features over them (owned; NULL otherwise) */
 } kl_skill_match_result;
 
 /* Match a card: each precondition against env (as kl_predicate_eval), and `requires`
@@ -157,6 +177,51 @@ typedef struct kl_skill_match_result {
 kl_status kl_skill_match(const kl_skill *card, const struct json_t *env, const char *const *present,
                          unsigned npresent, kl_skill_match_result *out, kl_error *err);
 void kl_skill_match_release(kl_skill_match_result *result); /* accepts NULL */
+
+/* ---- forward: observables and matching at a candidate site --------------------------------- */
+
+/* The observables of a site (docs/skill-card.md, "Observables"): the function `kernel`'s
+ * statement at `line` (0: the function as a whole) in src, at `shape` of task — the static ones
+ * (dtype, elem_bytes, access, loop_access, trip_known, reduction, atomics, dispatch, …) and,
+ * with a task, the sizes by role at that shape (contiguous_extent, reduced_extent,
+ * independent_rows, grid_blocks, block_threads, elements, bytes_moved, arithmetic_intensity).
+ * task NULL: the static ones only; shape NULL: the task's bench shape. A new object on KL_OK
+ * (json_decref). KL_ERR_NOT_FOUND when the file has no function `kernel`. */
+kl_status kl_skill_observe(const kl_source *src, const kl_task *task, const kl_shape *shape, const char *kernel,
+                           unsigned line, struct json_t **out, kl_error *err);
+
+/* Whether function `fn` of src (a kernel, a __device__ helper through the kernels that call it;
+ * host code always runs) runs when launch() is called at `shape` of task: 1 it runs, 0 not
+ * known (a condition on the way cannot be decided), -1 it does not run there. */
+int kl_skill_runs_at(const kl_source *src, const kl_task *task, const kl_shape *shape, const char *fn);
+
+/* Whether name is one of the observables (docs/skill-card.md, "Observables"): a site feature
+ * of the rules with the same name ("dtype") yields to the observable, in cards and in matching. */
+bool kl_observable_name(const char *name);
+
+/* A candidate site in a kernel file, as the rules rewriter reports an applicable site
+ * (kl_rules_list: direction "applicable"). */
+typedef struct kl_skill_site {
+    const char *kernel;        /* the function the site is in (the rules' "kernel") */
+    unsigned line;             /* its line (the rules' "line"); 0: the function as a whole */
+    const char *features_json; /* the site's features as the rules report them (a JSON object), or NULL */
+} kl_skill_site;
+
+/* Match a card forward at a candidate site: every condition of the card is evaluated —
+ *  - static ones on the site's own features (features_json) and its observables at the bench
+ *    shape over them (an observable wins over a feature of the same name), and `extra` (named
+ *    values the caller knows: the device's "arch", a user's features; may be NULL) over both;
+ *  - speed conditions (probed-perf) at the task's bench shape;
+ *  - correctness conditions (probed) at every check shape and the bench shape: one that fails
+ *    anywhere fails, and its check names the shape;
+ * and `requires` against present[0..npresent) (the transforms the kernel already has; present
+ * NULL: not known, and a card that requires something is then unknown). Each check says holds,
+ * fails or unknown and why; out->truth is FAILS if any fails, else UNKNOWN if any is unknown,
+ * else HOLDS (unknown never passes as holds). out->observables holds the site's observables.
+ * task may be NULL (then sizes by role are unknown). Release with kl_skill_match_release. */
+kl_status kl_skill_match_site(const kl_skill *card, const kl_source *src, const kl_task *task,
+                              const kl_skill_site *site, const struct json_t *extra, const char *const *present,
+                              unsigned npresent, kl_skill_match_result *out, kl_error *err);
 
 /* ---- merge and the library in the store -------------------------------------------------- */
 
@@ -185,12 +250,46 @@ typedef struct kl_skill_list {
 kl_status kl_skill_list_load(kl_store *store, kl_skill_list *out, kl_error *err);
 void kl_skill_list_release(kl_skill_list *list); /* accepts NULL */
 
+/* The library as it would be without the lineages of task `task_name` (leave-one-out): every
+ * card rebuilt from its stored parts (kind "skill-part") whose evidence.task is not task_name,
+ * merged as kl_skill_put merges them; a card with no other part is left out; its admission
+ * keeps only the trials on other tasks (the status recomputed from them). Exact: a card with
+ * no part of that task is the stored card. The store is not modified. Sorted as
+ * kl_skill_list_load. task_name NULL or "": the whole library. */
+kl_status kl_skill_list_load_excluding(kl_store *store, const char *task_name, kl_skill_list *out, kl_error *err);
+
+/* Keep only the cards whose admission.status is "admitted" (the others are freed). */
+void kl_skill_list_keep_admitted(kl_skill_list *list);
+
+/* ---- admission ------------------------------------------------------------------------------ */
+
+/* The tolerance of a roundtrip: a trial reproduces a card when its gain is >= 1.0 and within
+ * this factor of the effect the card recorded in that lineage (g / e in [1/1.25, 1.25]), or
+ * above it. */
+#define KL_ADMIT_TOLERANCE 1.25
+
+/* A trial's verdict from its gain and the card's recorded gain (recorded <= 0: unknown, then
+ * only g >= 1.0 counts): "reproduced" or "lost". */
+const char *kl_admission_verdict(double gain, double recorded);
+
+/* Store a card's admission (a JSON object {status, tolerance, date, trials: [{task, site, gain,
+ * verdict, recorded, detail, key, own}]}; status is recomputed from the trials: "admitted" when
+ * one reproduced the gain, "rejected" when trials were made and none did, "untried" when there
+ * are none) beside the card (kind "skill-admission", key the id), and set it on the stored card.
+ * It stays when the card's lineages are stored again. KL_ERR_NOT_FOUND for an unknown id. */
+kl_status kl_skill_admission_put(kl_store *store, const char *id, const char *admission_json, kl_error *err);
+
 /* Import a JSON file holding one card or an array of cards: every card is validated before
  * any is stored (errors name the file and the element: "cards.json: [2].risks[0].broke: …"),
  * then each is put (kl_skill_put) in one transaction: all land or none. *count: cards
  * imported; *merged (may be NULL): of those, how many met a stored card of the same id (and
- * merged with it, or replaced it when both come from the same single lineage). */
+ * merged with it, or replaced it when both come from the same single lineage). A card whose id
+ * differs from another's (stored, or earlier in the file) only in case or punctuation, so that
+ * both would be the same agent-skill folder ("Vec-4" and "vec_4"), is refused, naming both. */
 kl_status kl_skill_import(kl_store *store, const char *path, unsigned *count, unsigned *merged, kl_error *err);
+/* Delete the card with exactly this id and the parts it was merged from, in one transaction.
+ * KL_ERR_NOT_FOUND when no card has that id. *parts (may be NULL): how many parts went with it. */
+kl_status kl_skill_delete(kl_store *store, const char *id, unsigned *parts, kl_error *err);
 
 /* ---- export -------------------------------------------------------------------------------- */
 

@@ -16,9 +16,14 @@ extern "C" {
 typedef struct kl_store kl_store;
 
 /* Open (creating and migrating as needed) the store at path; ":memory:" for a private one.
- * Safe against concurrent readers and writers (WAL, busy timeout). *out: kl_store_close. */
+ * Safe against concurrent readers and writers (WAL, busy timeout). *out: kl_store_close.
+ * A file that is not a klineage store is refused before anything is written to it. A store
+ * whose file or folder cannot be written is opened to be read only (kl_store_readonly);
+ * writing to it then fails with a message that says so. */
 kl_status kl_store_open(const char *path, kl_store **out, kl_error *err);
 void kl_store_close(kl_store *store);
+/* Whether the store was opened to be read only (see kl_store_open). */
+bool kl_store_readonly(const kl_store *store);
 
 /* Put a JSON document (text, validated) under (kind, key), replacing any old one.
  * kind: "verdict", "skill", "lineage", "llm", "gpu", …; key: usually a content hash. */

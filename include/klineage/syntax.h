@@ -31,11 +31,28 @@ typedef struct kl_source kl_source;
 
 /* The largest file parsed (bytes). */
 #define KL_SOURCE_MAX ((size_t)64 << 20)
+/* Limits checked before and after parsing (docs/syntax.md, "Limits"): text past them is
+ * refused with KL_ERR_TOO_LARGE and the file and line where the limit was passed.
+ *  - tokens: the tree-sitter runtime (0.20.7) keeps a node's child count in 16 bits and
+ *    corrupts its heap past 65,535 children (an ERROR node can gather every token of the
+ *    file); a child holds at least one token or one zero-width "missing" token placed before
+ *    one, so 32,000 tokens (counted generously: every operator character is one) keep every
+ *    node under that;
+ *  - bracket nesting ('(', '[', '{') and conditional nesting (#if/#ifdef/#ifndef), counted
+ *    before parsing, whether closed or not;
+ *  - the depth of the tree, measured after parsing, so that every walk over it, recursive or
+ *    not, is bounded (an expression `1+1+…+1` of 10,000 terms is 10,000 levels deep). */
+#define KL_SOURCE_MAX_TOKENS 32000u
+#define KL_SOURCE_MAX_BRACKETS 256u
+#define KL_SOURCE_MAX_CONDITIONALS 64u
+#define KL_SOURCE_MAX_DEPTH 1000u
 
 /* Parse a file. On KL_OK, *out is owned by the caller (kl_source_free). A file that
  * parses with errors is still returned, flagged partial (kl_source_partial). Fails for a
  * missing file (KL_ERR_NOT_FOUND), a directory (KL_ERR_INVALID), a file over KL_SOURCE_MAX
- * (KL_ERR_TOO_LARGE) or one holding NUL bytes (KL_ERR_PARSE); err names the file. */
+ * (KL_ERR_TOO_LARGE) or one holding NUL bytes (KL_ERR_PARSE); err names the file. A file
+ * past one of the limits above is KL_ERR_TOO_LARGE too, naming the file and the line. A FIFO,
+ * a device or a socket is refused (KL_ERR_INVALID) without being opened for reading. */
 kl_status kl_source_parse_file(const char *path, kl_source **out, kl_error *err);
 /* Parse text (copied). `name` is used in messages (a path, or "<stdin>"). */
 kl_status kl_source_parse_text(const char *name, const char *text, size_t len, kl_source **out, kl_error *err);

@@ -87,6 +87,12 @@ typedef struct kl_task_faults {
     unsigned count, cap;
 } kl_task_faults;
 #define KL_TASK_FAULTS_INIT {NULL, 0, 0}
+
+/* Limits of task.json (docs/task-format.md, "Limits"): past them the key is one fault and is
+ * not read further. */
+#define KL_TASK_MAX_SIZES 64u
+#define KL_TASK_MAX_ARGS 256u
+#define KL_TASK_MAX_CHECKS 256u
 void kl_task_faults_release(kl_task_faults *faults); /* frees the items; accepts NULL */
 /* "FILE[:LINE[:COL]]: KEY: REASON" (the key part left out when empty), new string (free()). */
 char *kl_task_fault_text(const kl_task_fault *fault);
@@ -141,20 +147,27 @@ typedef struct kl_reference kl_reference;
  * first "file:line:col: error:" line, then the compiler log. *out: kl_reference_free. */
 kl_status kl_reference_load(const kl_task *task, const char *cache_dir, kl_reference **out, kl_error *err);
 void kl_reference_free(kl_reference *ref);
-/* Run it at `shape`, in this process (a reference that crashes takes the caller with it:
- * run it in a child where that matters). args[i] points to the host data of argument i in
+/* Run it at `shape`, in a forked child of this process, at most the reference's time limit
+ * (KL_REFERENCE_TIMEOUT_S unless kl_reference_set_timeout changed it): a reference that
+ * crashes (KL_ERR_CHILD, naming the signal), runs past the limit (KL_ERR_TIMEOUT) or ends its
+ * process with exit() instead of returning (KL_ERR_CHILD) is an error naming the reference and
+ * the shape; what it prints goes to stderr. args[i] points to the host data of argument i in
  * the task's dtype (as filled by kl_task_fill; ignored for scalars and outputs). Floating
  * outputs start as NaN, integer outputs as 0xA5 bytes, so unwritten elements show. On
  * return outs[i] (for out/inout args) is a new array of doubles, count elements, owned by
  * the caller (free()); other entries NULL (all NULL on failure). */
 kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shape *shape, void *const *args,
                            double **outs, kl_error *err);
+#define KL_REFERENCE_TIMEOUT_S 600.0
+/* One run's time limit in seconds (<= 0: none). */
+void kl_reference_set_timeout(kl_reference *ref, double seconds);
 
 /* Check that the reference is not weak: run it on two seeds at the check shapes, smallest
  * first (those under a size budget), and fault each output that never changes when the inputs
  * change, is constant across its elements on every shape tried, or is left NaN (unwritten).
  * Faults are appended to *faults on the reference file; KL_OK means the probe ran (look at
- * faults->count), another status that it could not run. Runs the reference in this process. */
+ * faults->count), another status that it could not run. Each run is limited to 120 s (or the
+ * reference's own limit when lower). */
 kl_status kl_reference_probe(kl_reference *ref, const kl_task *task, uint64_t seed_a, uint64_t seed_b,
                              kl_task_faults *faults, kl_error *err);
 

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "klineage/gate.h"
 #include "klineage/klineage.h"
 
 /* Exit codes (docs/cli/exit-codes.md). */
@@ -24,12 +25,17 @@ typedef enum { KL_MEASURE_LIVE, KL_MEASURE_REPLAY, KL_MEASURE_RECORD } kl_cli_me
 
 /* Global options, accepted before or after the subcommand. */
 typedef struct kl_cli {
-    const char *db_path;     /* --db FILE (default klineage.db) */
+    const char *db_path;     /* --db FILE, else $KLINEAGE_DB, else the per-user default
+                                ($XDG_DATA_HOME/klineage/klineage.db, else ~/.local/share/klineage/klineage.db) */
+    bool db_given;           /* --db or $KLINEAGE_DB chose it */
     kl_cli_measure measure;  /* --measure live|replay|record */
     bool measure_given;
     int jobs;                /* --jobs N (default: number of CPUs) */
     bool quiet;              /* --quiet */
     bool json;               /* --json */
+    bool stand_in;           /* --judge stand-in: the CPU stand-in judge (docs/cluster.md) */
+    kl_executor_options exec;/* --gpus, --executor, --spool, --slurm-* (cluster.c) */
+    bool exec_given;
     const char *prog;        /* "klineage" */
     const char *cmd;         /* the subcommand's name */
 } kl_cli;
@@ -55,6 +61,15 @@ typedef struct cli_help_entry {
 extern const cli_help_entry cli_help_texts[];
 extern const unsigned cli_help_count;
 
+/* cluster.c: --judge, --gpus, --executor, --spool, --slurm-*. cli_cluster_option: 1 taken (i
+ * moved past its value), 0 not one of them, -1 after a usage error. cli_cluster_setup, after the
+ * options: -1 after a usage error. */
+void cli_cluster_env(kl_cli *cli);
+int cli_cluster_option(kl_cli *cli, int argc, char **argv, int *i);
+int cli_cluster_setup(kl_cli *cli, const char *default_db);
+/* What the gate's executor has to say (GPUs dropped, Slurm tasks resubmitted), on stderr. */
+void cli_cluster_report(const kl_cli *cli, kl_gate *gate);
+
 #define KL_CMD(name) int cmd_##name(int argc, char **argv, kl_cli *cli)
 KL_CMD(help);
 KL_CMD(version);
@@ -66,11 +81,13 @@ KL_CMD(lineage);   /* cmd_lineage.c: the backward walk */
 KL_CMD(bench);     /* cmd_bench.c: suite tables */
 KL_CMD(rewrite);   /* cmd_rewrite.c: the rules catalog by hand */
 KL_CMD(skills);    /* cmd_skills.c: the skill library (list, show, export, import, match) */
+KL_CMD(optimize);  /* cmd_optimize.c: the forward optimizer */
 
 struct kl_task;
-/* cmd_gate.c, for `task check`: gate the task's naive and expert kernels when a GPU (or
- * replay) is available, one line each; nothing and KL_EXIT_OK when neither is (the caller
- * says so). Returns an exit code. */
-int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const struct kl_task *task);
+struct json_t;
+/* cmd_gate.c, for `task check`: gate the task's naive and expert kernels (live on this GPU, or
+ * replayed: the caller resolved the mode), one line each on stdout; with results (a JSON array)
+ * one object each is appended there instead. Returns an exit code. */
+int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const struct kl_task *task, struct json_t *results);
 
 #endif

@@ -6,6 +6,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
 #include "cli.h"
 #include "klineage/gate.h"
 #include "klineage/task.h"
@@ -81,9 +86,24 @@ static int compile_files(const kl_cli *cli, const cli_measure *m, kl_gate *gate,
     for (unsigned i = 0; i < n; i++) {
         const kl_compiled *c = objs[i];
         nvcc += c->seconds;
+        if (!c->ok) rc = KL_EXIT_FAILED;
+        if (cli->json) { /* one line per file: {"file", "ok", "error", "kernels", …} */
+            char *doc = kl_compiled_to_json(c);
+            json_t *o = doc ? json_loads(doc, 0, NULL) : NULL;
+            free(doc);
+            if (o) json_object_set_new(o, "file", json_string(files[i]));
+            char *line = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+            json_decref(o);
+            if (!line) {
+                rc = cli_measure_error(m, "out of memory");
+                goto cleanup;
+            }
+            puts(line);
+            free(line);
+            continue;
+        }
         if (!c->ok) {
             cli_measure_printf(m, stdout, "%s: FAILED: %s", files[i], c->error ? c->error : "nvcc failed");
-            rc = KL_EXIT_FAILED;
             continue;
         }
         cli_measure_printf(m, stdout, "%s: ok, %s %s, %s", files[i], c->arch, c->cached ? "cached" : "compiled",
@@ -99,6 +119,25 @@ cleanup:
     free(objs);
     free(srcs);
     return rc;
+}
+
+/* Files judged at once (--gpus, Slurm): one call per file. */
+typedef struct gate_batch {
+    kl_gate *gate;
+    const kl_task *task;
+    const char **files;
+    const kl_gate_source *base;
+    const kl_judge_options *jo;
+    kl_verdict **vs;
+    kl_status *sts;
+    kl_error *errs;
+} gate_batch;
+
+static kl_status gate_one(void *arg, unsigned i, kl_error *err)
+{
+    gate_batch *b = arg;
+    kl_gate_source cand = {b->files[i], NULL};
+    return kl_gate_judge(b->gate, b->task, &cand, b->base, b->jo, &b->vs[i], err);
 }
 
 KL_CMD(gate)
@@ -167,11 +206,44 @@ KL_CMD(gate)
     kl_task *task = NULL;
     kl_gate *gate = NULL;
     kl_verdict *v = NULL;
-    m.replay = cli->measure == KL_MEASURE_REPLAY;
+    unsigned nfiles = npos - 1;
+    /* the arguments first: nothing is opened or created for a command line that cannot run */
+    gate_batch gb = {0};
     if (kl_task_load(pos[0], &task, &err) != KL_OK) {
-        rc = cli_measure_error(&m, "%s", err.message);
+        rc = cli_error("%s", err.message);
         goto cleanup;
     }
+    for (unsigned f = 0; f <= nfiles; f++) {
+        const char *file = f < nfiles ? pos[1 + f] : baseline;
+        struct stat sb;
+        if (!file) continue;
+        if (stat(file, &sb) != 0 || access(file, R_OK) != 0) {
+            rc = cli_error("%s: cannot read: %s", file, strerror(errno));
+            goto cleanup;
+        }
+        if (!S_ISREG(sb.st_mode)) {
+            rc = cli_error("%s: not a regular file (a kernel file is CUDA source text)", file);
+            goto cleanup;
+        }
+    }
+    if (compile_only) {
+        /* nvcc only: no measurement, no store; the arch is --arch, else the device's */
+        kl_gate_options go = {0};
+        go.arch = arch;
+        go.jobs = cli->jobs;
+        if (!arch && !kl_gate_gpu_available()) {
+            rc = cli_error("--compile-only without a GPU needs --arch sm_XY (the architecture to compile for)");
+            goto cleanup;
+        }
+        if (kl_gate_open(&go, &gate, &err) != KL_OK) {
+            rc = cli_error("%s", err.message);
+            goto cleanup;
+        }
+        rc = compile_files(cli, &m, gate, task, nfiles, pos + 1);
+        goto cleanup;
+    }
+    if ((rc = cli_measure_resolve(cli)) != KL_EXIT_OK) goto cleanup;
+    m.replay = cli->measure == KL_MEASURE_REPLAY;
     if ((rc = cli_measure_open(cli, &m, pos[0])) != KL_EXIT_OK) goto cleanup;
     rc = KL_EXIT_FAILED;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
@@ -180,18 +252,13 @@ KL_CMD(gate)
         cli_measure_error(&m, "%s", err.message);
         goto cleanup;
     }
-    unsigned nfiles = npos - 1;
-    if (compile_only) {
-        rc = compile_files(cli, &m, gate, task, nfiles, pos + 1);
-        goto cleanup;
-    }
     if (nfiles > 1) {
         /* compile every file first, --jobs at a time; judging then finds the objects cached */
         kl_gate_source *srcs = calloc(nfiles, sizeof *srcs);
         kl_compiled **objs = calloc(nfiles, sizeof *objs);
         kl_status cst = srcs && objs ? KL_OK : KL_ERR_NOMEM;
         for (unsigned f = 0; srcs && f < nfiles; f++) srcs[f] = (kl_gate_source){pos[1 + f], NULL};
-        if (cst == KL_OK && !m.replay) cst = kl_gate_compile_many(gate, task, nfiles, srcs, objs, &err);
+        if (cst == KL_OK && !m.replay && !cli->stand_in) cst = kl_gate_compile_many(gate, task, nfiles, srcs, objs, &err);
         for (unsigned f = 0; objs && f < nfiles; f++) kl_compiled_free(objs[f]);
         free(srcs);
         free(objs);
@@ -202,10 +269,31 @@ KL_CMD(gate)
     }
     kl_gate_source base = {baseline, NULL};
     bool all_pass = true;
+    gb = (gate_batch){gate, task, pos + 1, baseline ? &base : NULL, &jo, NULL, NULL, NULL};
+    if (nfiles > 1 && kl_gate_workers(gate) > 1) { /* --gpus / Slurm: judged at once, shown in order */
+        gb.vs = calloc(nfiles, sizeof *gb.vs);
+        gb.sts = calloc(nfiles, sizeof *gb.sts);
+        gb.errs = calloc(nfiles, sizeof *gb.errs);
+        if (!gb.vs || !gb.sts || !gb.errs) {
+            cli_measure_error(&m, "out of memory");
+            goto cleanup;
+        }
+        cli_note(cli, "gating %u files on task %s, %u at a time …\n", nfiles, task->name ? task->name : pos[0],
+                 kl_gate_workers(gate));
+        (void)kl_gate_parallel(gate, nfiles, gate_one, &gb, gb.sts, gb.errs, NULL);
+    }
     for (unsigned f = 0; f < nfiles; f++) {
         kl_gate_source cand = {pos[1 + f], NULL};
-        if (!m.replay) cli_note(cli, "gating %s on task %s …\n", cand.name, task->name ? task->name : pos[0]);
-        kl_status st = kl_gate_judge(gate, task, &cand, baseline ? &base : NULL, &jo, &v, &err);
+        kl_status st;
+        if (gb.vs) {
+            st = gb.sts[f];
+            v = gb.vs[f];
+            gb.vs[f] = NULL;
+            err = gb.errs[f];
+        } else {
+            if (!m.replay) cli_note(cli, "gating %s on task %s …\n", cand.name, task->name ? task->name : pos[0]);
+            st = kl_gate_judge(gate, task, &cand, baseline ? &base : NULL, &jo, &v, &err);
+        }
         if (st != KL_OK && !(st == KL_ERR_UNMEASURED && v)) {
             cli_measure_error(&m, "%s", err.message);
             goto cleanup;
@@ -229,6 +317,11 @@ KL_CMD(gate)
     rc = all_pass ? KL_EXIT_OK : KL_EXIT_FAILED;
 cleanup:
     kl_verdict_free(v);
+    for (unsigned f = 0; gb.vs && f < npos - 1; f++) kl_verdict_free(gb.vs[f]);
+    free(gb.vs);
+    free(gb.sts);
+    free(gb.errs);
+    cli_cluster_report(cli, gate);
     kl_gate_close(gate);
     cli_measure_close(&m);
     kl_task_free(task);
@@ -236,7 +329,7 @@ cleanup:
     return rc;
 }
 
-int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const kl_task *task)
+int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const kl_task *task, json_t *results)
 {
     const char *files[2] = {task->naive, task->expert};
     const char *keys[2] = {"naive", "expert"};
@@ -244,7 +337,7 @@ int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const kl_task *task
     kl_gate *gate = NULL;
     kl_error err = {0};
     int rc = KL_EXIT_OK;
-    if (cli->measure != KL_MEASURE_REPLAY && !kl_gate_gpu_available()) return KL_EXIT_OK; /* task check says so */
+    m.replay = cli->measure == KL_MEASURE_REPLAY;
     if ((rc = cli_measure_open(cli, &m, task_dir)) != KL_EXIT_OK) goto cleanup;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
     if (kl_gate_open(&go, &gate, &err) != KL_OK) {
@@ -261,23 +354,51 @@ int cli_gate_task_kernels(kl_cli *cli, const char *task_dir, const kl_task *task
         kl_gate_source src = {path, NULL};
         kl_verdict *v = NULL;
         kl_status st = kl_gate_judge(gate, task, &src, NULL, NULL, &v, &err);
+        json_t *o = results ? json_pack("{s:s, s:s, s:b}", "role", keys[k], "file", path, "replayed", m.replay) : NULL;
         if (st != KL_OK && !(st == KL_ERR_UNMEASURED && v)) {
-            rc = cli_measure_error(&m, "%s (%s): %s", keys[k], path, err.message);
+            if (o) {
+                json_object_set_new(o, "result", json_string("error"));
+                json_object_set_new(o, "reason", json_string(err.message));
+            } else {
+                cli_measure_error(&m, "%s (%s): %s", keys[k], path, err.message);
+            }
+            rc = KL_EXIT_FAILED;
         } else if (v->status == KL_ERR_UNMEASURED) {
-            cli_measure_printf(&m, stdout, "%s %s: unmeasured (%s)", keys[k], path, v->reason ? v->reason : "");
+            if (o) {
+                json_object_set_new(o, "result", json_string("unmeasured"));
+                json_object_set_new(o, "reason", json_string(v->reason ? v->reason : ""));
+            } else {
+                cli_measure_printf(&m, stdout, "%s %s: unmeasured (%s)", keys[k], path, v->reason ? v->reason : "");
+            }
             rc = KL_EXIT_FAILED;
-        } else if (v->pass) {
-            cli_measure_printf(&m, stdout, "%s %s: passes the gate%s", keys[k], path,
-                               v->median_ms > 0 ? "" : " (not profiled)");
         } else {
-            cli_measure_printf(&m, stdout, "%s %s: REJECTED at %s: %s", keys[k], path,
-                               v->failed_stage ? v->failed_stage : "?", v->reason ? v->reason : "?");
-            rc = KL_EXIT_FAILED;
+            if (o) {
+                json_object_set_new(o, "result", json_string(v->pass ? "pass" : "rejected"));
+                if (!v->pass) {
+                    json_object_set_new(o, "failed_stage", json_string(v->failed_stage ? v->failed_stage : "?"));
+                    json_object_set_new(o, "reason", json_string(v->reason ? v->reason : "?"));
+                }
+                if (v->median_ms > 0) json_object_set_new(o, "median_ms", json_real(v->median_ms));
+                if (v->speedup > 0) json_object_set_new(o, "speedup", json_real(v->speedup));
+                json_object_set_new(o, "device", json_string(v->device ? v->device : ""));
+                json_object_set_new(o, "date", json_string(v->date ? v->date : ""));
+            } else if (v->pass) {
+                if (!cli->quiet)
+                    cli_measure_printf(&m, stdout, "%s %s: passes the gate%s", keys[k], path,
+                                       v->median_ms > 0 ? "" : " (not profiled)");
+            } else {
+                cli_measure_printf(&m, stdout, "%s %s: REJECTED at %s: %s", keys[k], path,
+                                   v->failed_stage ? v->failed_stage : "?", v->reason ? v->reason : "?");
+            }
+            if (!v->pass) rc = KL_EXIT_FAILED;
         }
+        if (o && v && v->key) json_object_set_new(o, "key", json_string(v->key));
+        if (o) json_array_append_new(results, o);
         kl_verdict_free(v);
         free(path);
     }
-    if (rc == KL_EXIT_OK) rc = cli_measure_finish(cli, &m);
+    /* record: what was measured is kept even when a kernel was rejected */
+    if (cli_measure_finish(cli, &m) != KL_EXIT_OK) rc = KL_EXIT_FAILED;
 cleanup:
     kl_gate_close(gate);
     cli_measure_close(&m);

@@ -1,8 +1,10 @@
 /* klineage lineage TASK_DIR: the backward walk and its skill cards. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -64,9 +66,10 @@ KL_CMD(lineage)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     const char *task_dir = NULL, *expert = NULL, *backend = "rules", *rw_config = NULL;
-    unsigned probes = 4, max_steps = 0;
+    unsigned probes = 4, max_steps = 0, bisect = 0;
     double probe_min_gain = 1.02;
-    bool restart = false, reopen = false, no_skills = false, full = false;
+    bool restart = false, restart_older = false, reopen = false, no_skills = false, full = false, probes_given = false,
+         gain_given = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -84,11 +87,16 @@ KL_CMD(lineage)
             rw_config = v;
         } else if ((v = value_of(argc, argv, &i, "--probes"))) {
             if (!parse_uint(v, &probes)) return cli_usage_error(cli, "--probes takes a count, not '%s'", v);
+            probes_given = true;
         } else if ((v = value_of(argc, argv, &i, "--probe-min-gain"))) {
             char *end;
             probe_min_gain = strtod(v, &end);
             if (*v == '\0' || *end || probe_min_gain < 0 || probe_min_gain > 100)
                 return cli_usage_error(cli, "--probe-min-gain takes a ratio such as 1.02, not '%s'", v);
+            gain_given = true;
+        } else if ((v = value_of(argc, argv, &i, "--bisect"))) {
+            if (!parse_uint(v, &bisect) || bisect > 16)
+                return cli_usage_error(cli, "--bisect takes a count of probes (0 to 16), not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
             if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--strategy"))) {
@@ -97,6 +105,8 @@ KL_CMD(lineage)
             full = !strcmp(v, "full");
         } else if (!strcmp(argv[i], "--restart")) {
             restart = true;
+        } else if (!strcmp(argv[i], "--restart-older")) {
+            restart_older = true;
         } else if (!strcmp(argv[i], "--continue")) {
             reopen = true;
         } else if (!strcmp(argv[i], "--no-skills")) {
@@ -110,7 +120,6 @@ KL_CMD(lineage)
         }
     }
     if (!task_dir) return cli_usage_error(cli, "which task? give its folder");
-    cli_measure_auto(cli);
 
     int rc = KL_EXIT_FAILED;
     kl_error err = {0};
@@ -122,10 +131,16 @@ KL_CMD(lineage)
         fprintf(stderr, "error: %s\n", err.message);
         return KL_EXIT_FAILED;
     }
-    rc = cli_measure_open(cli, &m, task_dir);
+    if (expert && access(expert, R_OK) != 0) {
+        kl_task_free(task);
+        return cli_error("--expert %s: cannot read: %s", expert, strerror(errno));
+    }
+    rc = cli_measure_resolve(cli); /* the one rule (measure.h): live needs a GPU */
+    if (rc == KL_EXIT_OK) rc = cli_measure_open(cli, &m, task_dir);
     if (rc != KL_EXIT_OK) goto cleanup;
     rc = KL_EXIT_FAILED;
     kl_gate_options go = cli_measure_gate_options(cli, &m);
+    go.interrupt = &stop_requested; /* waiting judgements stop; Slurm jobs are cancelled */
     if (kl_gate_open(&go, &gate, &err) != KL_OK) {
         cli_measure_error(&m, "%s", err.message);
         goto cleanup;
@@ -149,19 +164,40 @@ KL_CMD(lineage)
         goto cleanup;
     }
 
+    /* A stored walk keeps the probing options it was made with unless the command line gives
+     * others: resumed or recomputed from recorded verdicts, it then asks for the same shapes. */
+    if (!probes_given || !gain_given) {
+        char *stored = NULL;
+        kl_error ignore = {0};
+        if (kl_lineage_load(m.store, task, expert, kl_rewriter_name(rw), full, &stored, &ignore) == KL_OK) {
+            unsigned p = probes;
+            double g = probe_min_gain;
+            kl_lineage_recorded_options(stored, &p, &g);
+            if (!probes_given) probes = p;
+            if (!gain_given) probe_min_gain = g;
+            if (!cli->quiet)
+                cli_measure_printf(&m, stderr, "the stored walk's options: --probes %u --probe-min-gain %.2f\n", probes,
+                                   probe_min_gain);
+        }
+        free(stored);
+    }
+
     progress_ctx pc = {cli, &m};
     kl_lineage_options lo = {0};
     lo.expert_path = expert;
     lo.rewriter = rw;
     lo.store = m.store;
-    lo.judge = kl_lineage_gate_judge;
+    lo.judge = kl_gate_search_judge;
     lo.judge_user = gate;
-    if (!m.replay) lo.prepare = kl_lineage_gate_prepare; /* compile each version's proposals in parallel */
+    if (!m.replay) lo.prepare = kl_gate_search_prepare; /* compile each version's proposals in parallel */
+    lo.judge_many = kl_gate_search_judge_many;          /* and judge them at once where there are several workers */
     lo.max_steps = max_steps;
     lo.probes = probes;
     lo.probe_min_gain = probe_min_gain;
+    lo.bisect = bisect;
     lo.full = full;
     lo.restart = restart;
+    lo.restart_older = restart_older;
     lo.reopen = reopen;
     lo.interrupt = &stop_requested;
     lo.progress = on_progress;
@@ -182,6 +218,13 @@ KL_CMD(lineage)
     }
     if (st != KL_OK) {
         cli_measure_error(&m, "%s", err.message);
+        if (st == KL_ERR_UNMEASURED)
+            cli_measure_printf(&m, stderr,
+                               "hint: the archive holds no verdict for this judgement: the walk's proposals (the rules, "
+                               "the expert or the task) changed since it was recorded. The recorded walk itself is "
+                               "replayed as it was ('klineage --measure replay lineage %s', without --restart); a walk "
+                               "of today's proposals needs a GPU ('klineage --measure record lineage %s' there).",
+                               task_dir, task_dir);
         goto cleanup;
     }
     if (cli->json) {
@@ -198,12 +241,16 @@ KL_CMD(lineage)
         free(md);
     }
     if (!no_skills) {
-        unsigned n = 0;
-        if (kl_lineage_extract_skills(m.store, doc, &n, &err) != KL_OK) {
+        kl_extract_stats xs;
+        if (kl_lineage_extract_skills(m.store, task, doc, &xs, &err) != KL_OK) {
             cli_measure_error(&m, "skills: %s", err.message);
             goto cleanup;
         }
-        if (!cli->json) cli_measure_printf(&m, stdout, "%u skill card(s) stored; see 'klineage skills list'.\n", n);
+        if (!cli->json)
+            cli_measure_printf(&m, stdout,
+                               "%u step(s) gave %u distinct card(s): %u new to the library, %u merged with the "
+                               "evidence of other lineages; see 'klineage skills list'.\n",
+                               xs.steps, xs.cards, xs.new_cards, xs.merged_cards);
     }
     rc = cli_measure_finish(cli, &m);
 cleanup:
@@ -218,6 +265,7 @@ cleanup:
     }
     free(doc);
     kl_rewriter_free(rw);
+    cli_cluster_report(cli, gate);
     kl_gate_close(gate);
     kl_task_free(task);
     cli_measure_close(&m);

@@ -2,12 +2,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
 #include "cli.h"
 #include "klineage/gate.h"
 #include "klineage/task.h"
+#include "measure.h"
 
 /* Seeds of the weak-reference probe: any two distinct values do; fixed so runs repeat. */
 #define PROBE_SEED_A 1
@@ -32,6 +34,78 @@ static json_t *faults_json(const kl_task_faults *faults)
         if (o) json_array_append_new(arr, o);
     }
     return arr;
+}
+
+/* A check shape is timed for the reference's speed when its cost.flops is at most this. */
+#define SPEED_PROBE_FLOPS 5e7
+/* … and at least this: a smaller run times the call, not the reference. */
+#define SPEED_PROBE_MIN_FLOPS 1e5
+
+/* The reference's speed on this host (cost.flops per second), from one run at the largest check
+ * shape of at most SPEED_PROBE_FLOPS; then every shape whose reference would take longer than
+ * the gate's budget is warned about (stderr, and in *doc when not NULL). */
+static void reference_time(kl_reference *ref, const kl_task *task, json_t *doc)
+{
+    const kl_shape *probe = NULL;
+    int64_t probe_flops = -1, f;
+    kl_error err = {0};
+    if (!task->cost_flops) return;
+    for (unsigned c = 0; c < task->nchecks; c++)
+        if (kl_task_eval(task, &task->checks[c], task->cost_flops, &f, &err) == KL_OK && f <= SPEED_PROBE_FLOPS &&
+            f > probe_flops)
+            probe = &task->checks[c], probe_flops = f;
+    if (!probe || probe_flops < SPEED_PROBE_MIN_FLOPS) return; /* too small to time */
+    void **args = calloc(task->nargs, sizeof *args);
+    double **outs = calloc(task->nargs, sizeof *outs);
+    bool ok = args && outs;
+    for (unsigned a = 0; ok && a < task->nargs; a++) {
+        int64_t n = 0;
+        if (task->args[a].dtype == KL_DTYPE_NONE) continue;
+        if (kl_task_arg_count(task, probe, a, &n, &err) != KL_OK || n < 0) ok = false;
+        else if (!(args[a] = malloc(n ? (size_t)n * kl_dtype_size(task->args[a].dtype) : 1))) ok = false;
+        else if (task->args[a].role != KL_ROLE_OUT && kl_task_fill(task, probe, a, PROBE_SEED_A, args[a], n, &err) != KL_OK)
+            ok = false;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (ok && kl_reference_run(ref, task, probe, args, outs, &err) != KL_OK) ok = false;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    for (unsigned a = 0; args && outs && a < task->nargs; a++) free(args[a]), free(outs[a]);
+    free(args);
+    free(outs);
+    if (!ok) return;
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (dt < 1e-4) dt = 1e-4;
+    double speed = (double)probe_flops / dt;
+    json_t *warn = json_array();
+    const kl_shape *all[65];
+    unsigned n = 0;
+    for (unsigned c = 0; c < task->nchecks && n < 64; c++) all[n++] = &task->checks[c];
+    all[n++] = &task->bench;
+    for (unsigned i = 0; i < n; i++) {
+        if (kl_task_eval(task, all[i], task->cost_flops, &f, &err) != KL_OK) continue;
+        double predicted = (double)f / speed;
+        if (predicted <= KL_REFERENCE_BUDGET_S) continue;
+        if (task->reference_max_flops > 0 && (double)f > task->reference_max_flops) continue; /* already chosen */
+        char *text = NULL;
+        if (asprintf(&text,
+                     "shapes.%s: the float64 reference would take about %.0f s there (%.3g flops at %.3g flop/s measured "
+                     "here at %s), past the gate's %.0f s: the gate checks this shape against %s instead%s",
+                     all[i]->label, predicted, (double)f, speed, probe->label, KL_REFERENCE_BUDGET_S,
+                     task->naive ? "the naive kernel's outputs (twice the tolerance)" : "a baseline, and the task has none",
+                     task->naive ? "; set reference_max_flops in task.json to choose the limit yourself"
+                                 : ": a judgement fails with an error; add a naive kernel or set reference_max_flops") < 0)
+            continue;
+        fprintf(stderr, "warning: %s/task.json: %s\n", task->dir ? task->dir : ".", text);
+        json_array_append_new(warn, json_string(text));
+        free(text);
+    }
+    if (doc)
+        json_object_set_new(doc, "reference_time",
+                            json_pack("{s:s, s:f, s:f, s:f, s:o}", "shape", probe->label, "seconds", dt, "flops_per_s",
+                                      speed, "budget_s", KL_REFERENCE_BUDGET_S, "warnings", warn));
+    else
+        json_decref(warn);
 }
 
 static int task_check(const char *dir, kl_cli *cli)
@@ -68,29 +142,17 @@ static int task_check(const char *dir, kl_cli *cli)
         }
     }
     bool valid = faults.count == 0 && ref_error == NULL && task != NULL;
-    /* The kernels are compiled and gated after this report (cli_gate_task_kernels, below) when
-     * a GPU or replay is there; the JSON report is one document, so --json leaves them out. */
-    const char *kernels = cli->json ? "not gated (without --json, task check gates them)"
-                          : cli->measure != KL_MEASURE_REPLAY && !kl_gate_gpu_available()
-                              ? "not gated (no GPU on this machine; --measure replay checks recorded verdicts)"
-                              : "see below";
+    json_t *doc = cli->json ? json_object() : NULL;
+    /* how long the float64 reference would take at each shape, here: warnings for shapes past
+     * the gate's budget (the gate checks those against the baseline) */
+    if (valid) reference_time(ref, task, doc);
 
-    if (cli->json) {
-        json_t *o = json_pack("{s:s, s:b, s:o, s:s, s:s}", "task", dir, "valid", valid, "faults", faults_json(&faults),
-                              "reference", ref_state, "kernels", kernels);
-        if (o && ref_error) json_object_set_new(o, "reference_error", json_string(ref_error));
-        char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-        if (text) printf("%s\n", text);
-        free(text);
-        json_decref(o);
-    }
     print_faults(&faults, 0);
     if (ref_error) cli_error("%s", ref_error);
     if (!cli->json && !cli->quiet) {
         if (valid) {
             printf("%s: valid\n", dir);
             printf("reference: %s (outputs change with the inputs and are not constant)\n", ref_state);
-            printf("kernels: %s\n", kernels);
         } else {
             if (ref_error) fprintf(stderr, "%s: invalid: the reference %s\n", dir, ref_state);
             else fprintf(stderr, "%s: invalid (%u fault%s)\n", dir, faults.count, faults.count == 1 ? "" : "s");
@@ -98,13 +160,44 @@ static int task_check(const char *dir, kl_cli *cli)
     }
     rc = valid ? KL_EXIT_OK : KL_EXIT_FAILED;
 
-    /* ---- the gate (cmd_gate.c): compile and gate the naive and expert kernels when a GPU,
-     * or replay, is available; says so and leaves rc alone when neither is. Not with --json,
-     * whose output is the one document above. */
-    if (valid && !cli->json) {
-        int gate_rc = cli_gate_task_kernels(cli, dir, task);
-        if (gate_rc != KL_EXIT_OK) rc = gate_rc;
+    /* ---- the gate (cmd_gate.c): the naive and expert kernels, by the one rule of measure.h —
+     * live on this GPU, replayed where there is none (said so), an error for --measure live or
+     * record without one. With --json their verdicts are the document's "kernels". */
+    json_t *kernels = NULL;
+    const char *kernels_note = "not gated: the task is invalid";
+    if (valid) {
+        int mrc = cli_measure_resolve(cli);
+        if (mrc != KL_EXIT_OK) {
+            rc = mrc;
+            kernels_note = "not gated: --measure live or record without a GPU (see the error)";
+        } else {
+            if (!cli->json && !cli->quiet)
+                printf("kernels: %s\n", cli->stand_in ? "judged by the stand-in judge (nothing below is a measurement)"
+                                         : cli->measure == KL_MEASURE_REPLAY
+                                             ? "replayed from the archive (no figure below was measured now)"
+                                             : "gated on this machine's GPU");
+            kernels = cli->json ? json_array() : NULL;
+            int gate_rc = cli_gate_task_kernels(cli, dir, task, kernels);
+            if (gate_rc != KL_EXIT_OK) rc = gate_rc;
+        }
     }
+    if (cli->json) {
+        json_object_set_new(doc, "task", json_string(dir));
+        json_object_set_new(doc, "valid", json_boolean(valid));
+        json_object_set_new(doc, "faults", faults_json(&faults));
+        json_object_set_new(doc, "reference", json_string(ref_state));
+        if (ref_error) json_object_set_new(doc, "reference_error", json_string(ref_error));
+        json_object_set_new(doc, "measure", json_string(cli->measure == KL_MEASURE_REPLAY ? "replay"
+                                                       : cli->measure == KL_MEASURE_RECORD ? "record"
+                                                                                          : "live"));
+        json_object_set_new(doc, "kernels", kernels ? kernels : json_string(kernels_note));
+        kernels = NULL;
+        char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (text) printf("%s\n", text);
+        free(text);
+    }
+    json_decref(kernels);
+    json_decref(doc);
 cleanup:
     free(ref_error);
     kl_reference_free(ref);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "measure.h"
 
 typedef struct cli_command {
     const char *name;
@@ -23,6 +24,7 @@ static const cli_command commands[] = {
     {"task", "validate a task: task check TASK_DIR", cmd_task},
     {"gate", "judge one kernel: compile, correct, profile", cmd_gate},
     {"gpu", "the device and its measured ceilings: gpu info", cmd_gpu},
+    {"optimize", "make a kernel faster with the skill cards, every step gated", cmd_optimize},
     {"lineage", "walk an expert kernel backward; extract skill cards", cmd_lineage},
     {"bench", "the suite's naive and expert kernels against the vendor", cmd_bench},
     {"rewrite", "list, apply or remove the rules catalog's transforms in a file", cmd_rewrite},
@@ -136,6 +138,9 @@ static int take_globals(int argc, char **argv, kl_cli *cli)
             while (i < argc) argv[out++] = argv[i++];
             break;
         }
+        int cr = cli_cluster_option(cli, argc, argv, &i); /* --judge, --gpus, --executor … (cluster.c) */
+        if (cr < 0) return -1;
+        if (cr > 0) continue;
         /* options that take a value: --opt VALUE or --opt=VALUE */
         static const char *const valued[] = {"--db", "--measure", "--jobs"};
         int which = -1;
@@ -155,7 +160,12 @@ static int take_globals(int argc, char **argv, kl_cli *cli)
             }
         }
         if (which == 0) {
+            if (!*val) {
+                cli_usage_error(cli, "option --db needs a file name");
+                return -1;
+            }
             cli->db_path = val;
+            cli->db_given = true;
         } else if (which == 1) {
             if (!strcmp(val, "live")) cli->measure = KL_MEASURE_LIVE;
             else if (!strcmp(val, "replay")) cli->measure = KL_MEASURE_REPLAY;
@@ -186,20 +196,37 @@ static int take_globals(int argc, char **argv, kl_cli *cli)
     return out;
 }
 
+/* The per-user store: $XDG_DATA_HOME/klineage/klineage.db, else ~/.local/share/klineage/klineage.db
+ * (never the folder the user stands in). Static storage. */
+static const char *default_db(void)
+{
+    static char path[4096];
+    const char *xdg = getenv("XDG_DATA_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0] == '/') snprintf(path, sizeof path, "%s/klineage/klineage.db", xdg);
+    else if (home && *home) snprintf(path, sizeof path, "%s/.local/share/klineage/klineage.db", home);
+    else snprintf(path, sizeof path, "klineage.db");
+    return path;
+}
+
 int main(int argc, char **argv)
 {
     kl_cli cli = {0};
     cli.prog = "klineage";
-    cli.db_path = getenv("KLINEAGE_DB") ? getenv("KLINEAGE_DB") : "klineage.db";
+    const char *env_db = getenv("KLINEAGE_DB");
+    cli.db_path = env_db && *env_db ? env_db : default_db();
+    cli.db_given = env_db && *env_db;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     cli.jobs = ncpu > 0 ? (int)ncpu : 1;
     if (getenv("KLINEAGE_MEASURE")) {
         const char *m = getenv("KLINEAGE_MEASURE");
         cli.measure = !strcmp(m, "replay") ? KL_MEASURE_REPLAY : !strcmp(m, "record") ? KL_MEASURE_RECORD : KL_MEASURE_LIVE;
+        cli.measure_given = true;
     }
 
+    const char *default_db = cli.db_path;
+    cli_cluster_env(&cli);
     argc = take_globals(argc, argv, &cli);
-    if (argc < 0) return KL_EXIT_USAGE;
+    if (argc < 0 || cli_cluster_setup(&cli, default_db) < 0) return KL_EXIT_USAGE;
     if (argc < 2) {
         print_overview(stderr);
         return KL_EXIT_USAGE;
@@ -217,5 +244,11 @@ int main(int argc, char **argv)
     const cli_command *cmd = find_command(name);
     if (!cmd) return cli_usage_error(&cli, "'%s' is not a klineage subcommand", name);
     cli.cmd = cmd->name;
+    /* a store in a folder that does not exist is a mistake, said before anything runs; the
+     * default store's folder is made (skills reads and writes it too) */
+    bool uses_store = strcmp(cmd->name, "help") && strcmp(cmd->name, "version") && strcmp(cmd->name, "parse") &&
+                      strcmp(cmd->name, "rewrite");
+    if (uses_store && cli_store_ready(&cli) != KL_EXIT_OK)
+        return KL_EXIT_FAILED;
     return cmd->run(argc - 1, argv + 1, &cli);
 }

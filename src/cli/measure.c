@@ -1,4 +1,5 @@
 /* --measure live|replay|record for the subcommands: store, archive, and the replay prefix. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,22 +77,91 @@ static char *find_archive(const cli_measure *m, const char *task_dir)
     return p;
 }
 
+static bool have_gpu(void)
+{
+    return access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
+}
+
+/* The judgements need no GPU here: the stand-in judge needs none, a Slurm cluster's GPUs are
+ * on its nodes. */
+static bool gpu_elsewhere(const kl_cli *cli)
+{
+    return cli->stand_in || (cli->exec_given && cli->exec.kind == KL_EXECUTOR_SLURM);
+}
+
+int cli_measure_resolve(kl_cli *cli)
+{
+    if (have_gpu() || gpu_elsewhere(cli) || cli->measure == KL_MEASURE_REPLAY) return KL_EXIT_OK;
+    if (!cli->measure_given) {
+        cli->measure = KL_MEASURE_REPLAY;
+        cli_note(cli, "%sno GPU on this machine: replaying recorded measurements (as --measure replay; "
+                      "--measure live to refuse)\n", REPLAY_PREFIX);
+        return KL_EXIT_OK;
+    }
+    if (cli->measure == KL_MEASURE_RECORD)
+        return cli_error("--measure record needs a GPU, and this machine has none (no NVIDIA driver: "
+                         "/proc/driver/nvidia/gpus and /dev/nvidia0 are missing): nothing was measured, nothing "
+                         "recorded, the archive is unchanged");
+    return cli_error("--measure live measures now, on this machine's GPU, and this machine has none (no NVIDIA "
+                     "driver: /proc/driver/nvidia/gpus and /dev/nvidia0 are missing); --measure replay serves the "
+                     "recorded measurements instead");
+}
+
 void cli_measure_auto(kl_cli *cli)
 {
-    if (cli->measure_given) return;
-    bool gpu = access("/dev/nvidia0", F_OK) == 0 || access("/proc/driver/nvidia/gpus", F_OK) == 0;
-    if (gpu) return;
-    cli->measure = KL_MEASURE_REPLAY;
-    cli_note(cli, "%sno GPU on this machine: replaying recorded measurements (as --measure replay; "
-                  "--measure live to refuse)\n", REPLAY_PREFIX);
+    if (cli->measure_given || have_gpu() || gpu_elsewhere(cli)) return;
+    (void)cli_measure_resolve(cli);
+}
+
+int cli_store_ready(const kl_cli *cli)
+{
+    const char *db = cli->db_path;
+    if (!db || !strcmp(db, ":memory:")) return KL_EXIT_OK;
+    char *dir = strdup(db);
+    if (!dir) return cli_error("out of memory");
+    char *slash = strrchr(dir, '/');
+    int rc = KL_EXIT_OK;
+    if (slash) {
+        if (slash == dir) slash[1] = '\0';
+        else *slash = '\0';
+        struct stat st;
+        if (stat(dir, &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) rc = cli_error("--db %s: %s is not a folder", db, dir);
+        } else if (cli->db_given) {
+            rc = cli_error("--db %s: the folder %s does not exist (create it first, or leave --db out for the "
+                           "default store)", db, dir);
+        } else {
+            /* the default store, per user: its folder is made on first use */
+            for (char *p = dir + 1; rc == KL_EXIT_OK && *p; p++) {
+                if (*p != '/') continue;
+                *p = '\0';
+                if (mkdir(dir, 0755) != 0 && errno != EEXIST) rc = cli_error("%s: cannot create: %s", dir, strerror(errno));
+                *p = '/';
+            }
+            if (rc == KL_EXIT_OK && mkdir(dir, 0755) != 0 && errno != EEXIST)
+                rc = cli_error("%s: cannot create the store's folder: %s", dir, strerror(errno));
+        }
+    }
+    free(dir);
+    return rc;
 }
 
 int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
 {
     kl_error err = {0};
     m->replay = cli->measure == KL_MEASURE_REPLAY;
+    if (cli_store_ready(cli) != KL_EXIT_OK) return KL_EXIT_FAILED;
+    m->stand_in = cli->stand_in;
+    if (cli->stand_in && cli->measure != KL_MEASURE_LIVE) {
+        /* a dry run of a script that records or replays: the stand-in judges, nothing is read
+         * from the archive and nothing goes to it */
+        cli_note(cli, "[stand-in] --measure %s: the stand-in judge measures nothing; judging with it, the archive "
+                      "untouched\n",
+                 m->replay ? "replay" : "record");
+        m->replay = false;
+    }
     if (kl_store_open(cli->db_path, &m->store, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
-    if (cli->measure == KL_MEASURE_LIVE) return KL_EXIT_OK;
+    if (cli->measure == KL_MEASURE_LIVE || cli->stand_in) return KL_EXIT_OK;
     m->archive = find_archive(m, task_dir);
     if (!m->archive)
         return cli_measure_error(m, "no archive: no repository (.git) above %s or the working folder; pass --archive "
@@ -114,18 +184,21 @@ int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
 kl_gate_options cli_measure_gate_options(const kl_cli *cli, const cli_measure *m)
 {
     kl_gate_options o = {0};
-    o.mode = cli->measure == KL_MEASURE_REPLAY ? KL_GATE_REPLAY
+    o.mode = cli->stand_in                       ? KL_GATE_LIVE /* measures nothing, records nothing */
+             : cli->measure == KL_MEASURE_REPLAY ? KL_GATE_REPLAY
              : cli->measure == KL_MEASURE_RECORD ? KL_GATE_RECORD
                                                  : KL_GATE_LIVE;
     o.store = m->store;
     o.device = m->device;
     o.jobs = cli->jobs;
+    o.stand_in = cli->stand_in;                        /* docs/cluster.md */
+    o.executor = cli->exec_given ? &cli->exec : NULL;
     return o;
 }
 
 int cli_measure_finish(const kl_cli *cli, cli_measure *m)
 {
-    if (cli->measure != KL_MEASURE_RECORD) return KL_EXIT_OK;
+    if (cli->measure != KL_MEASURE_RECORD || cli->stand_in) return KL_EXIT_OK; /* the stand-in: never archived */
     kl_error err = {0};
     char *dir = strdup(m->archive);
     char *slash = dir ? strrchr(dir, '/') : NULL;
@@ -136,7 +209,8 @@ int cli_measure_finish(const kl_cli *cli, cli_measure *m)
     free(dir);
     /* everything a machine without a GPU needs to replay: verdicts, the device, the vendor
      * timings, the walks and the cards they gave */
-    static const char *const kinds[] = {"verdict", "gpu", "vendor", "lineage", "skill", "skill-part", NULL};
+    static const char *const kinds[] = {"verdict", "skill", "skill-part", "skill-admission", "gpu", "vendor",
+                                        "lineage", "optimize", NULL};
     if (kl_store_export(m->store, kinds, m->archive, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
     cli_note(cli, "recorded to %s\n", m->archive);
     return KL_EXIT_OK;
@@ -158,7 +232,8 @@ static void print_prefixed(const cli_measure *m, FILE *f, const char *lead, cons
         const char *eol = strchr(p, '\n');
         size_t n = eol ? (size_t)(eol - p) : strlen(p);
         if (!eol && !n && !first) break;
-        fprintf(f, "%s%s%.*s\n", m->replay ? REPLAY_PREFIX : "", first ? lead : "", (int)n, p);
+        fprintf(f, "%s%s%.*s\n", m->replay ? REPLAY_PREFIX : m->stand_in ? "[stand-in] " : "", first ? lead : "",
+                (int)n, p);
         first = false;
         p += n;
         if (*p == '\n') p++;

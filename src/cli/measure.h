@@ -24,18 +24,35 @@ typedef struct cli_measure {
     char *archive;            /* the archive path in use (replay/record), owned */
     kl_store *store;          /* owned */
     bool replay;
+    bool stand_in;            /* --judge stand-in: every line says "[stand-in] " */
 } cli_measure;
 
-#define CLI_MEASURE_INIT {NULL, NULL, NULL, NULL, false}
+#define CLI_MEASURE_INIT {NULL, NULL, NULL, NULL, false, false}
 
 /* If argv[*i] is --archive or --device (with its value, "--opt V" or "--opt=V"), take it,
  * advance *i past it and return 1; 0 when it is not one of ours; -1 after printing a usage
  * error. */
 int cli_measure_option(const kl_cli *cli, int argc, char **argv, int *i, cli_measure *m);
 
-/* For the main jobs (lineage, bench): with no --measure given, replay where this machine
- * has no GPU, saying so, and run live where it has one. */
+/*
+ * The one rule, for every subcommand that shows measurements (gate, gpu info, task check,
+ * lineage, bench), called after the arguments were checked and before any store is opened:
+ *  - no --measure (nor $KLINEAGE_MEASURE): live where this machine has a GPU; replay where it
+ *    has none, said once on stderr;
+ *  - --measure live or record without a GPU: an error (exit 1) — live means measured now, and
+ *    record writes nothing it did not measure (the archive is left as it is);
+ *  - --measure replay: replay, GPU or not.
+ * Returns KL_EXIT_OK, or an exit code after printing the error.
+ */
+int cli_measure_resolve(kl_cli *cli);
+/* The older half of the rule, kept for callers not yet moved to cli_measure_resolve: no
+ * --measure and no GPU replays (said so); it cannot refuse live without a GPU, so new code
+ * calls cli_measure_resolve and returns its exit code. */
 void cli_measure_auto(kl_cli *cli);
+
+/* The store's folder is there: the default store's (per user) is created; a --db in a folder
+ * that does not exist is an error. Returns KL_EXIT_OK or an exit code after printing. */
+int cli_store_ready(const kl_cli *cli);
 
 /* Open the store and, in replay or record, find (and import) the archive. task_dir may be
  * NULL. Returns KL_EXIT_OK, or an exit code after printing the error. */

@@ -603,6 +603,19 @@ static kl_status save_report(const char *json_path, const kl_compiled *c, kl_err
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* The object nvcc made, inspected (kl_object_check): one that exports or imports what a
+ * candidate may not is not compiled, whatever nvcc said — the same for `gate --compile-only`,
+ * a walk's prepared proposals and a judgement. Errors only when out of memory. */
+static kl_status object_verdict(kl_compiled *c, kl_error *err)
+{
+    kl_error oerr = {0};
+    if (kl_object_check(c->object, &oerr) == KL_OK) return KL_OK;
+    c->ok = false;
+    free(c->error);
+    c->error = kl_strdup(oerr.message);
+    return c->error ? KL_OK : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+}
+
 static kl_status compile_one(kl_gate *gate, const kl_task *task, const kl_gate_source *src, const char *arch,
                              kl_compiled **out, kl_error *err)
 {
@@ -655,6 +668,7 @@ static kl_status compile_one(kl_gate *gate, const kl_task *task, const kl_gate_s
         c->cached = true;
         c->object = obj;
         obj = NULL;
+        st = object_verdict(c, err);
         goto cleanup;
     }
     unsigned long id = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
@@ -734,6 +748,7 @@ static kl_status compile_one(kl_gate *gate, const kl_task *task, const kl_gate_s
     c->ok = true;
     c->object = obj;
     obj = NULL;
+    st = object_verdict(c, err);
 cleanup:
     if (cu) unlink(cu);
     kl_child_release(&child);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gate/executor.h"
 #include "gate/gate_int.h"
 #include "gate/worker.h" /* the worker's exit codes */
 
@@ -51,10 +52,25 @@ kl_status kl_gate_open(const kl_gate_options *opt, kl_gate **out, kl_error *err)
         kl_gate_close(g);
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     }
+    const char *sb = getenv("KLINEAGE_SANDBOX");
+    g->sandbox = !sb || !*sb || !strcmp(sb, "on") ? KL_SANDBOX_ON : !strcmp(sb, "off") ? KL_SANDBOX_OFF
+                 : !strcmp(sb, "require")                          ? KL_SANDBOX_REQUIRE
+                                                                   : -1;
+    if (g->sandbox < 0) {
+        kl_status st = kl_error_set(err, KL_ERR_INVALID, "$KLINEAGE_SANDBOX is on, off or require, not '%s'", sb);
+        kl_gate_close(g);
+        return st;
+    }
     if (g->arch && (!kl_str_starts(g->arch, "sm_") || strlen(g->arch) < 5)) {
         kl_status st = kl_error_set(err, KL_ERR_INVALID, "--arch %s: expected sm_XY (sm_90, sm_90a …)", g->arch);
         kl_gate_close(g);
         return st;
+    }
+    g->stand_in = opt->stand_in;
+    kl_status est = kl_gate_open_executor(g, opt, err); /* executor.c: the stand-in, the executor */
+    if (est != KL_OK) {
+        kl_gate_close(g);
+        return est;
     }
     *out = g;
     return KL_OK;
@@ -63,6 +79,7 @@ kl_status kl_gate_open(const kl_gate_options *opt, kl_gate **out, kl_error *err)
 void kl_gate_close(kl_gate *g)
 {
     if (!g) return;
+    kl_executor_close(g->exec);
     free(g->arch);
     free(g->nvcc);
     free(g->nvcc_version);
@@ -157,20 +174,62 @@ kl_status kl_gate_worker(kl_gate *gate, kl_error *err)
 
 /* Run the worker on one job. KL_OK when it ran (whatever its end: see c); the caller
  * releases c. */
-static kl_status run_worker(kl_gate *gate, const char *job, double timeout_s, kl_child *c, kl_error *err)
+kl_status kl_gate_scratch(kl_gate *gate, char **scratch, kl_error *err)
+{
+    *scratch = NULL;
+    if (gate->sandbox == KL_SANDBOX_OFF) return KL_OK;
+    return kl_tempdir("worker", scratch, err);
+}
+
+void kl_gate_scratch_done(char *scratch)
+{
+    if (!scratch) return;
+    kl_error ignore;
+    kl_remove_tree(scratch, &ignore);
+    free(scratch);
+}
+
+void kl_gate_job_sandbox(kl_gate *gate, json_t *job, const kl_task *task, const char *scratch, bool sanitizer)
+{
+    if (!job || !scratch) return;
+    /* reads beyond the system's and the mapped libraries' (the worker adds those): the task's
+     * folder and the cache (objects, the reference, the runtime) */
+    json_t *read = json_array(), *write = json_array();
+    if (task->dir) json_array_append_new(read, json_string(task->dir));
+    json_array_append_new(read, json_string(gate->cache_dir));
+    /* compute-sanitizer's injected library may keep files of its own in the usual places */
+    if (sanitizer) {
+        json_array_append_new(write, json_string("/tmp"));
+        json_array_append_new(write, json_string("/dev/shm"));
+    }
+    json_object_set_new(job, "sandbox", json_pack("{s:s, s:o, s:o, s:b}", "scratch", scratch, "read", read, "write",
+                                                  write, "require", gate->sandbox == KL_SANDBOX_REQUIRE));
+}
+
+static kl_status run_worker(kl_gate *gate, const char *job, double timeout_s, const char *scratch, kl_child *c,
+                            kl_error *err)
 {
     kl_child_init(c);
     kl_status st = kl_gate_worker(gate, err);
     if (st != KL_OK) return st;
     const char *argv[] = {gate->worker, NULL};
+    char tmpdir[4200];
+    const char *env[] = {tmpdir, NULL};
+    if (scratch) {
+        kl_snprintf(tmpdir, sizeof tmpdir, "TMPDIR=%s", scratch);
+        c->dir = scratch;
+        c->env = env;
+    }
     c->argv = argv;
     c->stdin_data = job;
     c->stdin_len = strlen(job);
     c->timeout_s = timeout_s;
     c->out_max = WORKER_OUT_MAX;
     c->err_max = WORKER_ERR_MAX;
-    st = kl_child_run(c, err);
-    c->argv = NULL; /* argv lives on this frame */
+    st = kl_gate_run_child(gate, c, err); /* on the judgement's GPU (executor.h) */
+    c->argv = NULL; /* argv and env live on this frame */
+    c->env = NULL;
+    c->dir = NULL;
     return st;
 }
 
@@ -294,7 +353,7 @@ static kl_status measure_gpu(kl_gate *gate, const char *key, kl_error *err)
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    KL_TRY(run_worker(gate, job, gate->run_timeout_s, &c, err));
+    KL_TRY(run_worker(gate, job, gate->run_timeout_s, NULL, &c, err));
     json_error_t je;
     res = json_loads(kl_strbuf_str(&c.out), 0, &je);
     if (c.exit_code != 0 || !json_is_object(res)) {
@@ -422,12 +481,22 @@ static kl_status replay_device(kl_gate *gate, kl_error *err)
 static kl_status live_device(kl_gate *gate, bool measure, kl_error *err)
 {
     if (gate->gpu && !measure) return KL_OK;
-    if (!gpu_present())
+    if (!gpu_present() && !(gate->exec && kl_executor_remote(gate->exec)))
         return kl_error_set(err, KL_ERR_NO_GPU,
                             "no GPU on this machine (no NVIDIA driver: /proc/driver/nvidia/gpus and /dev/nvidia0 are "
                             "missing); use --measure replay to serve recorded verdicts");
     char *name = probe_device_name();
     kl_status st = KL_OK;
+    if (!name && gate->exec && kl_executor_remote(gate->exec)) {
+        /* a submitting host without a GPU (Slurm, docs/cluster.md): the nodes' device document, as
+         * stored (the only one, or --device); else measured on a node, the runtime built for --arch */
+        if (!measure && gate->store && replay_device(gate, err) == KL_OK) return KL_OK;
+        kl_error_clear(err);
+        if (!gate->arch)
+            return kl_error_set(err, KL_ERR_NO_GPU,
+                                "this host has no GPU to read the nodes' architecture from: measure the nodes' "
+                                "device once with `klineage --executor slurm … gate --arch sm_XY TASK FILE.cu`");
+    }
     if (!measure && name && gate->store) {
         char *json = NULL;
         st = kl_store_get(gate->store, "gpu", name, &json, err);
@@ -596,14 +665,72 @@ static void judge_release(judge_ctx *j)
     kl_strbuf_release(&j->stages);
 }
 
-static void judge_key(judge_ctx *j)
+static void key_of(const judge_ctx *j, const char *stages, char hex[KL_HASH_HEX])
 {
     char builtin[96] = "";
     if (j->builtin) kl_snprintf(builtin, sizeof builtin, "builtin:%s", j->builtin);
     kl_verdict_key_parts p = {j->cand_text, j->builtin ? builtin : j->base_text, j->task_json, j->reference,
-                              kl_strbuf_str(&j->shapes),
-                              kl_strbuf_str(&j->stages), j->gate->gpu_key, j->toolchain};
-    kl_verdict_key(&p, j->key);
+                              kl_strbuf_str(&j->shapes), stages, j->gate->gpu_key, j->toolchain};
+    kl_verdict_key(&p, hex);
+}
+
+static void judge_key(judge_ctx *j) { key_of(j, kl_strbuf_str(&j->stages), j->key); }
+
+/* The same judgement without the sanitize stage: its stored document, or NULL. A sanitized
+ * verdict reuses the stages of a stored one and runs only the sanitizer (a walk asks for the
+ * sanitizer on the proposal it admits, which it has just judged without). */
+static json_t *unsanitized_prior(const judge_ctx *j, char hex[KL_HASH_HEX])
+{
+    const char *all = kl_strbuf_str(&j->stages);
+    const char *at = strstr(all, ",sanitize");
+    if (!at || !j->gate->store) return NULL;
+    kl_strbuf st = KL_STRBUF_INIT;
+    kl_strbuf_add(&st, all, (size_t)(at - all));
+    kl_strbuf_adds(&st, at + strlen(",sanitize"));
+    key_of(j, kl_strbuf_str(&st), hex);
+    kl_strbuf_release(&st);
+    char *json = NULL;
+    kl_error ignore;
+    if (kl_store_get(j->gate->store, "verdict", hex, &json, &ignore) != KL_OK) return NULL;
+    json_t *doc = json_loads(json, 0, NULL);
+    free(json);
+    if (!json_is_object(doc) || strcmp(json_string_value(json_object_get(doc, "key")) ? json_string_value(json_object_get(doc, "key")) : "", hex) != 0 ||
+        !json_is_object(json_object_get(doc, "stages"))) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+/* Why a passing verdict must not be stored: its determinism evidence is weaker than the gate's
+ * standard (shared memory poisoned before the trials, the smaller shapes run right after a large
+ * one). NULL when it may be. */
+static const char *weak_evidence(const json_t *doc)
+{
+    if (!json_is_true(json_object_get(doc, "pass"))) return NULL;
+    const json_t *det = json_object_get(json_object_get(doc, "stages"), "determinism");
+    const json_t *ev = json_object_get(det, "evidence");
+    if (!json_is_object(ev)) return "the determinism stage reported no evidence";
+    if (!json_is_true(json_object_get(ev, "smem_poisoned"))) return "shared memory was not poisoned before the trials";
+    if (!json_is_true(json_object_get(ev, "complete")))
+        return "fewer smaller shapes ran right after a large one than the gate asks for";
+    return NULL;
+}
+
+/* A stored verdict names the files it was judged with; served again, it names the ones given
+ * now (the key covers their text, not their names). */
+static void name_files(judge_ctx *j, kl_verdict *v)
+{
+    json_t *doc = kl_verdict_document(v);
+    json_t *c = json_object_get(doc, "candidate"), *b = json_object_get(doc, "baseline");
+    if (json_is_object(c) && j->cand_name) {
+        json_object_set_new(c, "name", json_string(j->cand_name));
+        v->candidate = json_string_value(json_object_get(c, "name"));
+    }
+    if (json_is_object(b) && j->base_name) {
+        json_object_set_new(b, "name", json_string(j->base_name));
+        v->baseline = json_string_value(json_object_get(b, "name"));
+    }
 }
 
 static kl_status from_store(judge_ctx *j, kl_verdict **out, kl_error *err)
@@ -620,6 +747,7 @@ static kl_status from_store(judge_ctx *j, kl_verdict **out, kl_error *err)
         return kl_error_set(err, KL_ERR_INVALID, "the stored verdict under %s names another key (%s)", j->key,
                             "a corrupted store or archive");
     }
+    name_files(j, *out);
     return KL_OK;
 }
 
@@ -926,6 +1054,14 @@ static json_t *worker_job(const judge_ctx *j, const kl_compiled *cand, const kl_
                          : NULL,
                      "shapes", shapes, "seeds", seeds, "stages", stages);
     if (job && j->builtin && !sanitize_run) json_object_set_new(job, "baseline_builtin", json_string(j->builtin));
+    /* under a sanitizer each tensor ends where its allocation ends (a read past it is reported) */
+    if (job && sanitize_run) json_object_set_new(job, "tight", json_true());
+    /* the worker's own deadline, before the parent's kill: waiting past it on a reference is the
+     * task's limit and ends as a harness error, never as the candidate's timeout */
+    double timeout = sanitize_run ? j->gate->sanitize_timeout_s
+                                  : j->opt->timeout_s > 0 ? j->opt->timeout_s : j->gate->run_timeout_s;
+    double margin = timeout * 0.1 > 5 ? timeout * 0.1 : 5;
+    if (job && timeout - margin >= 1) json_object_set_new(job, "deadline_s", json_real(timeout - margin));
     if (job && t->reference_max_flops > 0)
         json_object_set_new(job, "reference_max_flops", json_real(t->reference_max_flops));
     /* the measured ceilings, so the worker can refuse timings past them as well */
@@ -998,7 +1134,10 @@ static kl_status run_stages(judge_ctx *j, const kl_child *c, json_t *doc, kl_err
     json_error_t je;
     res = json_loads(kl_strbuf_str(&c->out), 0, &je);
     if (res && !json_is_object(res)) json_decref(res), res = NULL;
-    if (!c->timed_out && !c->term_signal &&
+    /* the worker's own failures carry its result with an "error"; the same exit code with no
+     * result is a process that ended abruptly — a candidate calling exit(4) is judged, not
+     * taken for the harness */
+    if (!c->timed_out && !c->term_signal && json_is_object(json_object_get(res, "error")) &&
         (c->exit_code == KL_WORKER_EXIT_JOB || c->exit_code == KL_WORKER_EXIT_NO_GPU || c->exit_code == KL_WORKER_EXIT_HARNESS)) {
         /* not the candidate's doing: no verdict */
         char line[512];
@@ -1020,6 +1159,17 @@ static kl_status run_stages(judge_ctx *j, const kl_child *c, json_t *doc, kl_err
     /* where the worker's time went (its own clock; the rest of seconds is its start and exit) */
     json_t *timings = json_object_get(res, "timings");
     if (run && json_is_object(timings)) json_object_set(run, "timings", timings);
+    /* what the worker ran under: said on every verdict, and loudly once when it was not there */
+    json_t *sandbox = json_object_get(res, "sandbox");
+    if (run && json_is_object(sandbox)) json_object_set(run, "sandbox", sandbox);
+    if (json_is_object(sandbox) && j->gate->sandbox != KL_SANDBOX_OFF && !j->gate->sandbox_warned &&
+        (!json_is_true(json_object_get(sandbox, "landlock")) || !json_is_true(json_object_get(sandbox, "seccomp")))) {
+        j->gate->sandbox_warned = true;
+        kl_log(KL_LOG_WARN, "the candidate ran WITHOUT the full sandbox: %s (docs/gate.md; KLINEAGE_SANDBOX=require "
+                            "makes this an error)",
+               json_string_value(json_object_get(sandbox, "detail")) ? json_string_value(json_object_get(sandbox, "detail"))
+                                                                     : "?");
+    }
     json_object_set_new(doc, "run", run);
     if (json_is_object(json_object_get(res, "device")))
         json_object_update_missing(json_object_get(doc, "device"), json_object_get(res, "device"));
@@ -1028,30 +1178,93 @@ cleanup:
     return st;
 }
 
-static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
+/* The sanitize stage of `stages` for the compiled candidate (compiled, the rest passed). */
+static kl_status sanitize_stage(judge_ctx *j, const kl_compiled *cand, json_t *stages, kl_error *err)
+{
+    char *scratch = NULL;
+    kl_status st = kl_gate_scratch(j->gate, &scratch, err);
+    if (st != KL_OK) return st;
+    json_t *sjob = worker_job(j, cand, NULL, true);
+    kl_gate_job_sandbox(j->gate, sjob, j->task, scratch, true);
+    char *sjob_text = sjob ? json_dumps(sjob, JSON_COMPACT) : NULL;
+    json_t *sstage = NULL;
+    if (!sjob_text) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    else st = kl_gate_sanitize(j->gate, sjob_text, scratch, &sstage, err);
+    kl_gate_scratch_done(scratch);
+    if (sstage) json_object_set(sstage, "shape", json_array_get(json_object_get(sjob, "shapes"), 0));
+    json_decref(sjob);
+    free(sjob_text);
+    if (st == KL_OK) json_object_set_new(stages, "sanitize", sstage);
+    else json_decref(sstage);
+    return st;
+}
+
+static bool stages_passed(json_t *stages)
+{
+    for (unsigned i = 0; i < kl_gate_stage_count; i++) {
+        json_t *s = json_object_get(stages, kl_gate_stage_names[i]);
+        if (s && !json_object_get(s, "skipped") && !json_is_true(json_object_get(s, "ok"))) return false;
+    }
+    return true;
+}
+
+/* prior: the stored verdict of the same judgement without the sanitize stage (owned here), or
+ * NULL: its stages are taken as they are and only the sanitizer runs. */
+static kl_status live_judge(judge_ctx *j, json_t *prior, const char *prior_key, kl_verdict **out, kl_error *err)
 {
     kl_gate *gate = j->gate;
     kl_status st = KL_OK;
     kl_compiled *objs[2] = {NULL, NULL};
     json_t *doc = NULL;
-    char *job_text = NULL;
+    char *job_text = NULL, *scratch = NULL;
     kl_child c;
     kl_child_init(&c);
     kl_gate_source srcs[2] = {{j->cand_name, j->cand_text}, {j->base_name, j->base_text}};
-    double t_start = kl_now(), t_compile = 0, t_check = 0, t_runtime = 0;
-    KL_TRY(kl_gate_compile_many(gate, j->task, j->base_text && !j->builtin ? 2 : 1, srcs, objs, err));
+    double t_start = kl_now(), t_compile = 0, t_runtime = 0;
+    unsigned ncompile = prior ? 1 : j->base_text && !j->builtin ? 2 : 1;
+    KL_TRY(kl_gate_compile_many(gate, j->task, ncompile, srcs, objs, err));
     t_compile = kl_now() - t_start;
     if (objs[1] && !objs[1]->ok) {
         st = kl_error_set(err, KL_ERR_COMPILE, "the baseline does not compile: %s",
                           objs[1]->error ? objs[1]->error : "nvcc failed");
         goto cleanup;
     }
+    json_t *stages;
+    if (prior) {
+        /* the stored judgement's stages, under this judgement's key and date */
+        char stamp[32];
+        kl_utc_stamp(stamp, sizeof stamp);
+        doc = prior;
+        prior = NULL;
+        json_object_set_new(doc, "reused_from", json_pack("{s:s, s:O}", "key", prior_key, "date",
+                                                          json_object_get(doc, "date") ? json_object_get(doc, "date")
+                                                                                       : json_null()));
+        json_object_set_new(doc, "key", json_string(j->key));
+        json_object_set_new(doc, "date", json_string(stamp));
+        json_object_set_new(doc, "stages_asked", json_string(kl_strbuf_str(&j->stages)));
+        json_object_set_new(json_object_get(doc, "candidate"), "name", json_string(j->cand_name));
+        json_object_del(doc, "stored");
+        json_object_del(doc, "not_stored");
+        stages = json_object_get(doc, "stages");
+        json_object_del(stages, "sanitize");
+        if (stages_passed(stages)) {
+            if (!objs[0]->ok) { /* the stored verdict compiled; this toolchain's object check says no */
+                json_t *cj = json_object_get(stages, "compile");
+                json_object_set_new(cj, "ok", json_false());
+                json_object_set_new(cj, "reason", json_string(objs[0]->error ? objs[0]->error : "nvcc failed"));
+                goto finish;
+            }
+            KL_TRY(ensure_runtime(gate, j->arch, err));
+            KL_TRY(sanitize_stage(j, objs[0], stages, err));
+        }
+        goto finish;
+    }
     doc = new_doc(j);
     if (!doc) {
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    json_t *stages = json_object_get(doc, "stages");
+    stages = json_object_get(doc, "stages");
     json_t *cj = kl_compiled_json(objs[0]);
     json_object_set_new(cj, "log", json_stringn(objs[0]->log ? objs[0]->log : "",
                                                 objs[0]->log && strlen(objs[0]->log) > LOG_KEEP ? LOG_KEEP
@@ -1062,19 +1275,12 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
         json_object_set_new(cj, "reason", json_string(objs[0]->error ? objs[0]->error : "nvcc failed"));
         goto finish;
     }
-    kl_error oerr = {0};
     double t = kl_now();
-    kl_status ost = kl_object_check(objs[0]->object, &oerr);
-    t_check = kl_now() - t;
-    if (ost != KL_OK) {
-        json_object_set_new(cj, "ok", json_false());
-        json_object_set_new(cj, "reason", json_string(oerr.message));
-        goto finish;
-    }
-    t = kl_now();
     KL_TRY(ensure_runtime(gate, j->arch, err));
     t_runtime = kl_now() - t;
+    KL_TRY(kl_gate_scratch(gate, &scratch, err));
     json_t *job = worker_job(j, objs[0], objs[1], false);
+    kl_gate_job_sandbox(gate, job, j->task, scratch, false);
     job_text = job ? json_dumps(job, JSON_COMPACT) : NULL;
     json_decref(job);
     if (!job_text) {
@@ -1083,39 +1289,35 @@ static kl_status live_judge(judge_ctx *j, kl_verdict **out, kl_error *err)
     }
     double timeout = j->opt->timeout_s > 0 ? j->opt->timeout_s : gate->run_timeout_s;
     t = kl_now();
-    KL_TRY(run_worker(gate, job_text, timeout, &c, err));
+    KL_TRY(run_worker(gate, job_text, timeout, scratch, &c, err));
     double t_worker = kl_now() - t;
     KL_TRY(run_stages(j, &c, doc, err));
     json_t *run = json_object_get(doc, "run");
     if (json_is_object(run))
         json_object_set_new(run, "parent",
-                            json_pack("{s:f, s:f, s:f, s:f, s:f}", "compile", t_compile, "object_check", t_check,
+                            json_pack("{s:f, s:f, s:f, s:f}", "compile", t_compile,
                                       "runtime", t_runtime, "worker", t_worker, "until_worker_done",
                                       kl_now() - t_start));
-    bool passed = true;
-    for (unsigned i = 0; i < kl_gate_stage_count; i++) {
-        json_t *s = json_object_get(stages, kl_gate_stage_names[i]);
-        if (s && !json_object_get(s, "skipped") && !json_is_true(json_object_get(s, "ok"))) passed = false;
-    }
+    json_t *placed = gate->exec ? kl_executor_placement() : NULL; /* which GPU, where (docs/cluster.md) */
+    if (placed && json_is_object(run)) json_object_set_new(run, "placement", placed);
+    else json_decref(placed);
     if (j->opt->sanitize) {
-        if (!passed) {
-            json_object_set_new(stages, "sanitize", stage_skip("an earlier stage failed"));
-        } else {
-            json_t *sjob = worker_job(j, objs[0], NULL, true);
-            char *sjob_text = sjob ? json_dumps(sjob, JSON_COMPACT) : NULL;
-            json_t *sstage = NULL;
-            if (!sjob_text) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-            else st = kl_gate_sanitize(gate, sjob_text, &sstage, err);
-            if (sstage) json_object_set(sstage, "shape", json_array_get(json_object_get(sjob, "shapes"), 0));
-            json_decref(sjob);
-            free(sjob_text);
-            if (st != KL_OK) goto cleanup;
-            json_object_set_new(stages, "sanitize", sstage);
-        }
+        if (!stages_passed(stages)) json_object_set_new(stages, "sanitize", stage_skip("an earlier stage failed"));
+        else KL_TRY(sanitize_stage(j, objs[0], stages, err));
     }
 finish:
     finish_doc(j, doc, stages);
-    if (gate->store) {
+    /* a pass made on weaker evidence than the gate's standard is answered, not kept */
+    const char *weak = weak_evidence(doc);
+    if (weak) {
+        json_object_set_new(doc, "stored", json_false());
+        kl_strbuf why = KL_STRBUF_INIT;
+        kl_strbuf_addf(&why, "not stored: %s", weak);
+        json_object_set_new(doc, "not_stored", json_string(kl_strbuf_str(&why)));
+        kl_strbuf_release(&why);
+        kl_log(KL_LOG_WARN, "%s: the verdict is not stored: %s", j->cand_name, weak);
+    }
+    if (gate->store && !weak) {
         char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
         if (!text) {
             st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -1129,7 +1331,9 @@ finish:
     doc = NULL;
 cleanup:
     kl_child_release(&c);
+    kl_gate_scratch_done(scratch);
     json_decref(doc);
+    json_decref(prior);
     free(job_text);
     kl_compiled_free(objs[0]);
     kl_compiled_free(objs[1]);
@@ -1150,6 +1354,13 @@ kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source
     kl_status st = judge_inputs(&j, candidate, baseline, err);
     if (st != KL_OK) goto cleanup;
 
+    if (gate->stand_in) { /* standin.c: figures from the text, keyed on the stand-in "device" */
+        kl_snprintf(j.toolchain, sizeof j.toolchain, "%s", KL_STAND_IN_TOOLCHAIN);
+        judge_key(&j);
+        st = kl_stand_in_judge(gate, task, j.key, j.cand_name, j.cand_text, j.base_name, j.base_text,
+                               kl_strbuf_str(&j.shapes), kl_strbuf_str(&j.stages), j.opt, out, err);
+        goto cleanup;
+    }
     if (gate->mode == KL_GATE_REPLAY) {
         st = replay_device(gate, err);
         if (st == KL_ERR_UNMEASURED) {
@@ -1216,7 +1427,9 @@ kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source
         kl_error_clear(err);
         st = KL_OK;
     }
-    st = live_judge(&j, out, err);
+    char prior_key[KL_HASH_HEX] = "";
+    json_t *prior = j.opt->sanitize && !j.opt->refresh ? unsanitized_prior(&j, prior_key) : NULL;
+    st = live_judge(&j, prior, prior_key, out, err);
 cleanup:
     judge_release(&j);
     return st;

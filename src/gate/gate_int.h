@@ -31,7 +31,13 @@ struct kl_gate {
     json_t *gpu;              /* the device document once known */
     char *gpu_key;            /* its key in the store */
     char *runtime;            /* the device runtime's shared object, once built */
+    int sandbox;              /* KL_SANDBOX_*: from $KLINEAGE_SANDBOX (off, on, require); on by default */
+    bool sandbox_warned;      /* the worker ran outside the sandbox once, and it was said */
+    bool stand_in;            /* the CPU stand-in judge (standin.c) */
+    struct kl_executor *exec; /* where workers run (executor.h); NULL: here, one at a time */
 };
+
+enum { KL_SANDBOX_OFF = 0, KL_SANDBOX_ON = 1, KL_SANDBOX_REQUIRE = 2 };
 
 /* ---- compile.c -------------------------------------------------------------------------- */
 
@@ -133,6 +139,18 @@ kl_status kl_gate_verdict_of_run(kl_gate *gate, const kl_task *task, const kl_ga
 /* The worker's binary. */
 kl_status kl_gate_worker(kl_gate *gate, kl_error *err);
 
+/* ---- standin.c: the stand-in judge's verdict for a judgement keyed `key` (gate.c computed it
+ * over the texts, "stand-in" and KL_STAND_IN_TOOLCHAIN). Stored like any verdict. */
+kl_status kl_stand_in_judge(kl_gate *gate, const kl_task *task, const char *key, const char *cand_name,
+                            const char *cand_text, const char *base_name, const char *base_text, const char *shapes,
+                            const char *stages, const kl_judge_options *opt, kl_verdict **out, kl_error *err);
+
+/* ---- executor.c: run a worker child (or the sanitizer around one) where the gate's executor
+ * says; kl_child_run here when it has none. */
+kl_status kl_gate_run_child(kl_gate *gate, kl_child *c, kl_error *err);
+/* At kl_gate_open: the stand-in judge's settings and store mark, the executor. */
+kl_status kl_gate_open_executor(kl_gate *gate, const kl_gate_options *opt, kl_error *err);
+
 /* ---- sanitize.c ------------------------------------------------------------------------- */
 
 /* Count what one compute-sanitizer tool reported in its log: errors (and, for racecheck,
@@ -140,6 +158,14 @@ kl_status kl_gate_worker(kl_gate *gate, kl_error *err);
 long kl_sanitizer_count(const char *tool, const char *log);
 /* Run the worker under memcheck, racecheck, initcheck and synccheck with `job` (the gate
  * job for the smallest check shape, no profile). *stage: {"ok", "tools": [...]}, new. */
-kl_status kl_gate_sanitize(kl_gate *gate, const char *job, json_t **stage, kl_error *err);
+kl_status kl_gate_sanitize(kl_gate *gate, const char *job, const char *scratch, json_t **stage, kl_error *err);
+
+/* ---- the worker's sandbox, parent side (gate.c) ----------------------------------------------
+ * A scratch folder for one worker run (its working folder and $TMPDIR, the one place it may
+ * write), or NULL with the sandbox off; *scratch: new string, kl_gate_scratch_done removes it. */
+kl_status kl_gate_scratch(kl_gate *gate, char **scratch, kl_error *err);
+void kl_gate_scratch_done(char *scratch);
+/* The job's "sandbox" object for a run in `scratch` (nothing when scratch is NULL). */
+void kl_gate_job_sandbox(kl_gate *gate, json_t *job, const kl_task *task, const char *scratch, bool sanitizer);
 
 #endif

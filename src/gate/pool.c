@@ -22,11 +22,15 @@ struct kl_pool {
     bool stopping;
     unsigned n;
     pthread_t *threads;
+    void (*hook)(void *);      /* run once by each thread before its next task (kl_pool_set_hook) */
+    void *hook_arg;
+    unsigned hook_gen;
 };
 
 static void *pool_main(void *arg)
 {
     kl_pool *p = arg;
+    unsigned hook_done = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->head && !p->stopping) pthread_cond_wait(&p->work, &p->mu);
@@ -35,7 +39,11 @@ static void *pool_main(void *arg)
         p->head = t->next;
         if (!p->head) p->tail = NULL;
         p->busy++;
+        void (*hook)(void *) = hook_done != p->hook_gen ? p->hook : NULL;
+        void *hook_arg = p->hook_arg;
+        hook_done = p->hook_gen;
         pthread_mutex_unlock(&p->mu);
+        if (hook) hook(hook_arg);
         double t0 = kl_now();
         t->fn(t->arg);
         double dt = kl_now() - t0;
@@ -85,6 +93,16 @@ kl_status kl_pool_start(unsigned nthreads, kl_pool **out, kl_error *err)
 }
 
 unsigned kl_pool_threads(const kl_pool *p) { return p ? p->n : 0; }
+
+void kl_pool_set_hook(kl_pool *p, void (*fn)(void *), void *arg)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->hook = fn;
+    p->hook_arg = arg;
+    p->hook_gen++;
+    pthread_mutex_unlock(&p->mu);
+}
 
 double kl_pool_busy_seconds(kl_pool *p)
 {

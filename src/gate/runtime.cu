@@ -30,9 +30,11 @@
 
 /* ---- state ------------------------------------------------------------------------------- */
 
+enum { REC_COPY = 0, REC_KERNEL = 1, REC_MARK = 2, REC_HOSTCOPY = 3 }; /* HOSTCOPY: to, from or on the host */
+
 typedef struct rt_record {
     uint64_t start, end;
-    int is_kernel;
+    int kind;                  /* REC_* */
 } rt_record;
 
 typedef cublasStatus_t (*cublas_create_fn)(cublasHandle_t *);
@@ -47,6 +49,9 @@ typedef cublasStatus_t (*cublas_gemmex_fn)(cublasHandle_t, cublasOperation_t, cu
                                            int, const void *, void *, cudaDataType, int, cublasComputeType_t,
                                            cublasGemmAlgo_t);
 
+/* guards the records CUPTI delivers on its own thread */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static struct rt_state {
     int inited;
     int ordinal;
@@ -59,12 +64,16 @@ static struct rt_state {
 
     int timer;                 /* KL_RT_TIMER_* */
     int cupti_registered;
-    pthread_mutex_t mu;
-    rt_record *recs;           /* records of the open window (guarded by mu) */
+    rt_record *recs;           /* records of the batch (guarded by mu) */
     size_t nrecs, caprecs;
-    uint64_t window_start;
     size_t dropped, incomplete;
+    unsigned markers_seen;     /* marker records delivered in the batch (mu) */
     int rec_oom;
+
+    /* the window markers: an empty kernel on a stream of our own */
+    cudaStream_t mark;
+    uint32_t mark_stream_id;
+    int mark_stream_known;
 
     int cublas_tried;
     void *cublas_lib;
@@ -82,14 +91,16 @@ static struct rt_state {
     /* batched windows (kl_rt_batch_*) */
     unsigned batch_max, batch_n;
     int batch_on, window_on;
-    uint64_t *win_begin, *win_end; /* CUPTI timestamps of each window */
+    uint64_t *host_begin, *host_end; /* CLOCK_MONOTONIC of each window's open and close */
+    unsigned *win_marks;             /* kl_rt_mark() calls inside each window */
     unsigned win_cap;
-    cudaEvent_t *bev;              /* events: 2 per window, created on demand and kept */
+    cudaEvent_t *bev;                /* events: 2 per window, created on demand and kept */
     unsigned bev_n;
 
     unsigned long long *digest_sum; /* kl_rt_digest's accumulator, allocated on first use */
-} g = {0, 0, 0, NULL, NULL, NULL, NULL, NULL, 0, 0, KL_RT_TIMER_NONE, 0, PTHREAD_MUTEX_INITIALIZER,
-       NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, {0}, {0}};
+    int smem_poison_ready;          /* the poison kernel's shared memory attribute is set */
+    int smem_bytes;                 /* how much dynamic shared memory it takes */
+} g;
 
 static void set_err(const char *name, const char *fmt, ...)
 {
@@ -194,6 +205,19 @@ __global__ void kl_rt_flush_kernel(int4 *buf, size_t n, int v)
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) buf[i] = w;
 }
 
+/* The window marker: does nothing; its activity record's timestamps are the window's edges on
+ * the GPU's clock. */
+__global__ void kl_rt_window_mark(void) {}
+
+/* Every word of the block's dynamic shared memory written with `pattern`: volatile, so the
+ * stores stay although nothing reads them. */
+__global__ void kl_rt_smem_fill_kernel(unsigned words, unsigned pattern)
+{
+    extern __shared__ unsigned kl_rt_smem[];
+    volatile unsigned *s = kl_rt_smem;
+    for (unsigned i = threadIdx.x; i < words; i += blockDim.x) s[i] = pattern;
+}
+
 #define FMA_CHAINS 8
 #define FMA_UNROLL 16
 __global__ void kl_rt_fma_kernel(float *out, int iters, float a, float b)
@@ -270,6 +294,12 @@ extern "C" int kl_rt_init(int ordinal)
     if (g.flush_bytes < ((size_t)64 << 20)) g.flush_bytes = (size_t)64 << 20;
     g.flush_bytes &= ~(size_t)15;
     CK(cudaMalloc(&g.flush_buf, g.flush_bytes), "cudaMalloc(L2 flush buffer)");
+    /* the markers' stream: non-blocking (it waits for no other stream, and the legacy stream
+     * does not wait for it) and of the highest priority (a marker starts as soon as a block slot
+     * is free, ahead of blocks still queued from other streams) */
+    int least = 0, greatest = 0;
+    CK(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    CK(cudaStreamCreateWithPriority(&g.mark, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority(markers)");
     g.ordinal = ordinal;
     g.inited = 1;
     return KL_RT_OK;
@@ -296,17 +326,23 @@ extern "C" void kl_rt_fini(void)
         cudaEventDestroy(g.ev1);
         cudaEventDestroy(g.ev_idle);
         cudaStreamDestroy(g.readback);
+        cudaStreamDestroy(g.mark);
+        g.mark = NULL;
     }
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&g_mu);
     free(g.recs);
     g.recs = NULL;
     g.nrecs = g.caprecs = 0;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&g_mu);
     free(g.bev);
-    free(g.win_begin);
-    free(g.win_end);
+    free(g.host_begin);
+    free(g.host_end);
+    free(g.win_marks);
     g.bev = NULL;
-    g.win_begin = g.win_end = NULL;
+    g.host_begin = g.host_end = NULL;
+    g.win_marks = NULL;
+    g.mark_stream_known = 0;
+    g.smem_poison_ready = 0;
     g.bev_n = g.win_cap = g.batch_max = g.batch_n = 0;
     g.batch_on = g.window_on = 0;
     g.inited = 0;
@@ -514,6 +550,26 @@ extern "C" int kl_rt_check(void)
 /* ---- timing: CUPTI activity records, or events ------------------------------------------------ */
 
 #define CUPTI_BUF_BYTES ((size_t)8 << 20)
+/* How long kl_rt_batch_end waits for CUPTI to complete the batch's records (non-forced
+ * flushes) before it forces a flush, which hands over incomplete records as they are. */
+#define COMPLETE_WAIT_TRIES 200
+#define COMPLETE_WAIT_US 500
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* CUPTI's own clock for its records: CLOCK_MONOTONIC_RAW, which NTP never slews or steps (its
+ * default on Linux is CLOCK_REALTIME; the GPU's timestamps are interpolated into it). */
+static uint64_t CUPTIAPI cupti_clock(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records)
 {
@@ -522,10 +578,10 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
     *max_records = 0;
 }
 
-static void add_record(uint64_t start, uint64_t end, int is_kernel)
+/* With g_mu held. */
+static void add_record(uint64_t start, uint64_t end, int kind)
 {
-    if (start == 0 || start < g.window_start) return; /* before the window: flush, setup */
-    if (end == 0 || end < start) {
+    if (start == 0 || end == 0 || end < start) { /* CUPTI_TIMESTAMP_UNKNOWN: handed over incomplete */
         g.incomplete++;
         return;
     }
@@ -541,31 +597,42 @@ static void add_record(uint64_t start, uint64_t end, int is_kernel)
     }
     g.recs[g.nrecs].start = start;
     g.recs[g.nrecs].end = end;
-    g.recs[g.nrecs].is_kernel = is_kernel;
+    g.recs[g.nrecs].kind = kind;
     g.nrecs++;
+    if (kind == REC_MARK) g.markers_seen++;
+}
+
+/* A marker: our kernel, on our stream (a candidate naming a kernel the same does not make it one). */
+static int is_marker(const CUpti_ActivityKernel10 *k)
+{
+    if (g.mark_stream_known && k->streamId != g.mark_stream_id) return 0;
+    return k->name && strstr(k->name, "kl_rt_window_mark") != NULL;
 }
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t *buffer, size_t size, size_t valid)
 {
     (void)size;
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&g_mu);
     CUpti_Activity *rec = NULL;
     while (valid > 0 && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         switch (rec->kind) {
         case CUPTI_ACTIVITY_KIND_KERNEL:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-            add_record(k->start, k->end, 1);
+            add_record(k->start, k->end, is_marker(k) ? REC_MARK : REC_KERNEL);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)rec;
-            add_record(m->start, m->end, 0);
+            bool host = m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD || m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ||
+                        m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOA || m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_ATOH ||
+                        m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOH;
+            add_record(m->start, m->end, host ? REC_HOSTCOPY : REC_COPY);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)rec;
-            add_record(m->start, m->end, 0);
+            add_record(m->start, m->end, REC_COPY);
             break;
         }
         default:
@@ -574,7 +641,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t
     }
     size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS) g.dropped += dropped;
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&g_mu);
     free(buffer);
 }
 
@@ -588,6 +655,8 @@ static int cupti_fail(CUptiResult r, const char *what)
 
 static int cupti_start(void)
 {
+    /* before any kind is enabled, so that every record uses it; CUPTI's default when refused */
+    (void)cuptiActivityRegisterTimestampCallback(cupti_clock);
     CUptiResult r = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
     if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityRegisterCallbacks");
     g.cupti_registered = 1;
@@ -600,6 +669,8 @@ static int cupti_start(void)
             return cupti_fail(r, "cuptiActivityEnable");
         }
     }
+    /* the markers' stream as CUPTI names it; without it markers are known by name alone */
+    g.mark_stream_known = cuptiGetStreamIdEx(NULL, (CUstream)g.mark, 0, &g.mark_stream_id) == CUPTI_SUCCESS;
     return KL_RT_OK;
 }
 
@@ -619,8 +690,9 @@ extern "C" int kl_rt_timer_init(int want_cupti, int *timer)
                 kl_rt_fma_kernel<<<1, 256>>>(tmp, 1, 1.0f, 0.0f);
                 kl_rt_timing t;
                 rc = kl_rt_timer_end(&t);
-                if (rc == KL_RT_OK && t.records == 0) {
-                    set_err("", "CUPTI delivered no activity record for a kernel; using CUDA events");
+                if (rc == KL_RT_OK && (t.kernels == 0 || !t.marked)) {
+                    set_err("", "CUPTI delivered no activity record for a kernel%s; using CUDA events",
+                            t.marked ? "" : " (nor the window's markers)");
                     g.timer = KL_RT_TIMER_EVENTS;
                 }
             }
@@ -636,32 +708,7 @@ extern "C" uint64_t kl_rt_now_ns(void)
 {
     uint64_t t = 0;
     if (g.timer == KL_RT_TIMER_CUPTI && cuptiGetTimestamp(&t) == CUPTI_SUCCESS) return t;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-extern "C" int kl_rt_timer_begin(void)
-{
-    NEED_INIT();
-    if (g.timer == KL_RT_TIMER_NONE) {
-        set_err("", "kl_rt_timer_begin before kl_rt_timer_init");
-        return KL_RT_ERR_INVALID;
-    }
-    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (timer start)");
-    if (g.timer == KL_RT_TIMER_CUPTI) {
-        CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
-        pthread_mutex_lock(&g.mu);
-        g.nrecs = 0;
-        g.dropped = g.incomplete = 0;
-        g.rec_oom = 0;
-        g.window_start = kl_rt_now_ns();
-        pthread_mutex_unlock(&g.mu);
-    } else {
-        CK(cudaEventRecord(g.ev0, 0), "cudaEventRecord (timer start)");
-    }
-    return KL_RT_OK;
+    return mono_ns();
 }
 
 static int cmp_rec(const void *a, const void *b)
@@ -670,31 +717,58 @@ static int cmp_rec(const void *a, const void *b)
     return (x->start > y->start) - (x->start < y->start);
 }
 
-/* The union of the intervals of r[0..n) (sorted by start), their plain sum, the last ends. */
+/* The union of the intervals of the work records among r[0..n) (sorted by start; markers left
+ * out), their plain sum, the last ends, the kernels. */
+/* The union of the intervals of r[0..n)'s records of the kinds in `kinds` (a bit per REC_*). */
+static uint64_t busy_of(const rt_record *r, size_t n, unsigned kinds)
+{
+    uint64_t busy = 0, cur_s = 0, cur_e = 0;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!(kinds & (1u << r[i].kind))) continue;
+        if (!any || r[i].start > cur_e) {
+            busy += cur_e - cur_s;
+            cur_s = r[i].start;
+            cur_e = r[i].end;
+        } else if (r[i].end > cur_e) {
+            cur_e = r[i].end;
+        }
+        any = true;
+    }
+    return busy + (cur_e - cur_s);
+}
+
 static void measure_records(const rt_record *r, size_t n, kl_rt_timing *out)
 {
     uint64_t busy = 0, sum = 0, cur_s = 0, cur_e = 0;
+    unsigned used = 0;
+    out->device_ms = (double)busy_of(r, n, (1u << REC_KERNEL) | (1u << REC_COPY)) * 1e-6;
     for (size_t i = 0; i < n; i++) {
         const rt_record *x = &r[i];
+        if (x->kind == REC_MARK) continue;
         sum += x->end - x->start;
-        if (i == 0 || x->start > cur_e) {
+        if (used == 0 || x->start > cur_e) {
             busy += cur_e - cur_s;
             cur_s = x->start;
             cur_e = x->end;
         } else if (x->end > cur_e) {
             cur_e = x->end;
         }
+        if (used == 0) out->first_start_ns = x->start;
+        used++;
         if (x->end > out->last_end_ns) out->last_end_ns = x->end;
-        if (x->is_kernel && x->end > out->last_kernel_end_ns) out->last_kernel_end_ns = x->end;
+        if (x->kind == REC_KERNEL) {
+            out->kernels++;
+            if (x->end > out->last_kernel_end_ns) out->last_kernel_end_ns = x->end;
+        }
     }
     busy += cur_e - cur_s;
-    out->records = (unsigned)n;
-    out->first_start_ns = n ? r[0].start : 0;
+    out->records = used;
     out->ms = (double)busy * 1e-6;
     out->sum_ms = (double)sum * 1e-6;
 }
 
-/* With g.mu held: KL_RT_OK, or an error when CUPTI dropped records (the time would be short). */
+/* With g_mu held: KL_RT_OK, or an error when CUPTI dropped records (the time would be short). */
 static int records_lost(void)
 {
     if (!g.dropped && !g.rec_oom) return KL_RT_OK;
@@ -703,38 +777,13 @@ static int records_lost(void)
     return KL_RT_ERR_CUDA;
 }
 
-extern "C" int kl_rt_timer_end(kl_rt_timing *out)
+/* Launch one marker on the markers' stream. */
+static int launch_marker(void)
 {
-    NEED_INIT();
-    memset(out, 0, sizeof *out);
-    out->timer = g.timer;
-    if (g.timer == KL_RT_TIMER_EVENTS) {
-        CK(cudaEventRecord(g.ev1, 0), "cudaEventRecord (timer end)");
-        CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (timer end)");
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, g.ev0, g.ev1), "cudaEventElapsedTime");
-        out->ms = ms;
-        out->sum_ms = ms;
-        return KL_RT_OK;
-    }
-    if (g.timer != KL_RT_TIMER_CUPTI) {
-        set_err("", "kl_rt_timer_end before kl_rt_timer_init");
-        return KL_RT_ERR_INVALID;
-    }
-    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (timer end)");
-    CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
-    pthread_mutex_lock(&g.mu);
-    int rc = records_lost();
-    if (rc == KL_RT_OK) {
-        qsort(g.recs, g.nrecs, sizeof *g.recs, cmp_rec);
-        measure_records(g.recs, g.nrecs, out);
-    }
-    pthread_mutex_unlock(&g.mu);
-    return rc;
+    kl_rt_window_mark<<<1, 1, 0, g.mark>>>();
+    CK(cudaGetLastError(), "launching a window marker");
+    return KL_RT_OK;
 }
-
-/* ---- batched windows ------------------------------------------------------------------------- */
 
 extern "C" int kl_rt_batch_begin(unsigned max_windows)
 {
@@ -748,11 +797,13 @@ extern "C" int kl_rt_batch_begin(unsigned max_windows)
         return KL_RT_ERR_INVALID;
     }
     if (max_windows > g.win_cap) {
-        uint64_t *b = (uint64_t *)realloc(g.win_begin, max_windows * sizeof *b);
-        if (b) g.win_begin = b;
-        uint64_t *e = b ? (uint64_t *)realloc(g.win_end, max_windows * sizeof *e) : NULL;
-        if (e) g.win_end = e;
-        if (!b || !e) {
+        uint64_t *b = (uint64_t *)realloc(g.host_begin, max_windows * sizeof *b);
+        if (b) g.host_begin = b;
+        uint64_t *e = b ? (uint64_t *)realloc(g.host_end, max_windows * sizeof *e) : NULL;
+        if (e) g.host_end = e;
+        unsigned *m = e ? (unsigned *)realloc(g.win_marks, max_windows * sizeof *m) : NULL;
+        if (m) g.win_marks = m;
+        if (!b || !e || !m) {
             set_err("", "out of host memory for %u timing windows", max_windows);
             return KL_RT_ERR_NOMEM;
         }
@@ -772,14 +823,15 @@ extern "C" int kl_rt_batch_begin(unsigned max_windows)
     }
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (batch start)");
     if (g.timer == KL_RT_TIMER_CUPTI) {
+        /* everything recorded so far is handed over (incomplete or not) and dropped */
         CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
-        pthread_mutex_lock(&g.mu);
+        pthread_mutex_lock(&g_mu);
         g.nrecs = 0;
         g.dropped = g.incomplete = 0;
+        g.markers_seen = 0;
         g.rec_oom = 0;
-        g.window_start = kl_rt_now_ns();
-        pthread_mutex_unlock(&g.mu);
+        pthread_mutex_unlock(&g_mu);
     }
     g.batch_max = max_windows;
     g.batch_n = 0;
@@ -797,10 +849,31 @@ extern "C" int kl_rt_batch_open(void)
         return KL_RT_ERR_INVALID;
     }
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (window start)");
-    if (g.timer == KL_RT_TIMER_CUPTI) g.win_begin[g.batch_n] = kl_rt_now_ns();
-    else CK(cudaEventRecord(g.bev[2 * g.batch_n], 0), "cudaEventRecord (window start)");
+    if (g.timer == KL_RT_TIMER_CUPTI) {
+        /* the opening marker, waited for: all the window's work starts after it ends */
+        int rc = launch_marker();
+        if (rc != KL_RT_OK) return rc;
+        CK(cudaStreamSynchronize(g.mark), "cudaStreamSynchronize (window marker)");
+    } else {
+        CK(cudaEventRecord(g.bev[2 * g.batch_n], 0), "cudaEventRecord (window start)");
+    }
+    g.win_marks[g.batch_n] = 0;
+    g.host_begin[g.batch_n] = mono_ns();
     g.window_on = 1;
     return KL_RT_OK;
+}
+
+extern "C" int kl_rt_mark(void)
+{
+    NEED_INIT();
+    if (!g.batch_on || !g.window_on) {
+        set_err("", "kl_rt_mark: no window is open");
+        return KL_RT_ERR_INVALID;
+    }
+    if (g.timer != KL_RT_TIMER_CUPTI) return KL_RT_OK;
+    int rc = launch_marker();
+    if (rc == KL_RT_OK) g.win_marks[g.batch_n]++;
+    return rc;
 }
 
 extern "C" int kl_rt_batch_close(void)
@@ -812,10 +885,51 @@ extern "C" int kl_rt_batch_close(void)
     }
     if (g.timer == KL_RT_TIMER_EVENTS) CK(cudaEventRecord(g.bev[2 * g.batch_n + 1], 0), "cudaEventRecord (window end)");
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (window end)");
-    if (g.timer == KL_RT_TIMER_CUPTI) g.win_end[g.batch_n] = kl_rt_now_ns();
+    g.host_end[g.batch_n] = mono_ns();
+    if (g.timer == KL_RT_TIMER_CUPTI) {
+        /* the closing marker starts after all the window's work ended (the device is idle) */
+        int rc = launch_marker();
+        if (rc != KL_RT_OK) return rc;
+    }
     g.window_on = 0;
     g.batch_n++;
     return KL_RT_OK;
+}
+
+/* With g_mu held, records sorted: each window's records by its markers. A window is `marked`
+ * only when the markers delivered are exactly the ones launched; otherwise none is. */
+static void attribute_windows(kl_rt_timing *out, unsigned nw)
+{
+    size_t want = 0;
+    for (unsigned i = 0; i < nw; i++) want += 2 + g.win_marks[i];
+    size_t nmarks = 0;
+    for (size_t k = 0; k < g.nrecs; k++)
+        if (g.recs[k].kind == REC_MARK) nmarks++;
+    if (nmarks != want) return; /* lost or extra markers: no window can be trusted */
+    size_t k = 0;
+    for (unsigned i = 0; i < nw; i++) {
+        /* the opening marker */
+        while (k < g.nrecs && g.recs[k].kind != REC_MARK) k++;
+        if (k >= g.nrecs) return;
+        size_t first = k + 1;
+        k++;
+        /* the window's own marks, then the closing marker */
+        unsigned marks = 0;
+        size_t close = g.nrecs;
+        for (; k < g.nrecs; k++) {
+            if (g.recs[k].kind != REC_MARK) continue;
+            if (marks == g.win_marks[i]) {
+                close = k;
+                break;
+            }
+            if (marks == 0) out[i].mark_ns = g.recs[k].start;
+            marks++;
+        }
+        if (close >= g.nrecs) return;
+        measure_records(g.recs + first, close - first, &out[i]);
+        out[i].marked = 1;
+        k = close + 1;
+    }
 }
 
 extern "C" int kl_rt_batch_end(kl_rt_timing *out, unsigned *n)
@@ -831,6 +945,7 @@ extern "C" int kl_rt_batch_end(kl_rt_timing *out, unsigned *n)
     for (unsigned i = 0; i < nw; i++) {
         memset(&out[i], 0, sizeof out[i]);
         out[i].timer = g.timer;
+        out[i].host_ms = (double)(g.host_end[i] - g.host_begin[i]) * 1e-6;
     }
     CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize (batch end)");
     if (g.timer == KL_RT_TIMER_EVENTS) {
@@ -839,30 +954,94 @@ extern "C" int kl_rt_batch_end(kl_rt_timing *out, unsigned *n)
             CK(cudaEventElapsedTime(&ms, g.bev[2 * i], g.bev[2 * i + 1]), "cudaEventElapsedTime");
             out[i].ms = ms;
             out[i].sum_ms = ms;
+            out[i].device_ms = ms;
         }
         *n = nw;
         return KL_RT_OK;
     }
+    /* The device is idle, but CUPTI completes its records on its own time: flushes that hand
+     * over only complete buffers until every marker launched has come back, and a forced
+     * flush only then (it hands over incomplete records too, without their timestamps: a
+     * window whose kernel arrived so would look empty). */
+    size_t want = 0;
+    for (unsigned i = 0; i < nw; i++) want += 2 + g.win_marks[i];
+    for (unsigned tries = 0; tries < COMPLETE_WAIT_TRIES; tries++) {
+        CUptiResult r = cuptiActivityFlushAll(0);
+        if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
+        pthread_mutex_lock(&g_mu);
+        size_t seen = g.markers_seen;
+        pthread_mutex_unlock(&g_mu);
+        if (seen >= want) break;
+        struct timespec ts = {0, COMPLETE_WAIT_US * 1000L};
+        nanosleep(&ts, NULL);
+    }
     CUptiResult r = cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     if (r != CUPTI_SUCCESS) return cupti_fail(r, "cuptiActivityFlushAll");
-    pthread_mutex_lock(&g.mu);
+    pthread_mutex_lock(&g_mu);
     int rc = records_lost();
     if (rc == KL_RT_OK) {
         qsort(g.recs, g.nrecs, sizeof *g.recs, cmp_rec);
-        /* the windows are in time order and disjoint; a record belongs to the window it
-         * started in (every window is opened and closed on an idle device) */
-        size_t j = 0;
-        for (unsigned i = 0; i < nw; i++) {
-            while (j < g.nrecs && g.recs[j].start < g.win_begin[i]) j++;
-            size_t k = j;
-            while (k < g.nrecs && g.recs[k].start <= g.win_end[i]) k++;
-            measure_records(g.recs + j, k - j, &out[i]);
-            j = k;
-        }
+        attribute_windows(out, nw);
+        for (unsigned i = 0; i < nw; i++) out[i].incomplete = (unsigned)g.incomplete;
         *n = nw;
     }
-    pthread_mutex_unlock(&g.mu);
+    pthread_mutex_unlock(&g_mu);
     return rc;
+}
+
+/* A single window: a batch of one. */
+extern "C" int kl_rt_timer_begin(void)
+{
+    NEED_INIT();
+    if (g.timer == KL_RT_TIMER_NONE) {
+        set_err("", "kl_rt_timer_begin before kl_rt_timer_init");
+        return KL_RT_ERR_INVALID;
+    }
+    int rc = kl_rt_batch_begin(1);
+    return rc == KL_RT_OK ? kl_rt_batch_open() : rc;
+}
+
+extern "C" int kl_rt_timer_end(kl_rt_timing *out)
+{
+    NEED_INIT();
+    memset(out, 0, sizeof *out);
+    out->timer = g.timer;
+    if (g.timer == KL_RT_TIMER_NONE) {
+        set_err("", "kl_rt_timer_end before kl_rt_timer_init");
+        return KL_RT_ERR_INVALID;
+    }
+    int rc = kl_rt_batch_close();
+    if (rc != KL_RT_OK) return rc;
+    unsigned n = 0;
+    kl_rt_timing t[1];
+    rc = kl_rt_batch_end(t, &n);
+    if (rc == KL_RT_OK && n == 1) *out = t[0];
+    return rc;
+}
+
+extern "C" int kl_rt_smem_poison(int byte)
+{
+    NEED_INIT();
+    if (!g.smem_poison_ready) {
+        int optin = 0;
+        CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, g.ordinal),
+           "cudaDeviceGetAttribute(shared memory per block)");
+        if (optin <= 0) optin = 48 << 10;
+        CK(cudaFuncSetAttribute(kl_rt_smem_fill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
+           "cudaFuncSetAttribute(the shared memory poison kernel)");
+        CK(cudaFuncSetAttribute(kl_rt_smem_fill_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100),
+           "cudaFuncSetAttribute(shared memory carveout)");
+        g.smem_bytes = optin;
+        g.smem_poison_ready = 1;
+    }
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, g.ordinal), "cudaDeviceGetAttribute(SMs)");
+    unsigned char b = (unsigned char)byte;
+    unsigned pattern = (unsigned)b * 0x01010101u;
+    kl_rt_smem_fill_kernel<<<2 * (sms > 0 ? sms : 1), 1024, (size_t)g.smem_bytes>>>((unsigned)g.smem_bytes / 4, pattern);
+    CK(cudaGetLastError(), "launching the shared memory poison kernel");
+    CK(cudaDeviceSynchronize(), "cudaDeviceSynchronize after poisoning shared memory");
+    return KL_RT_OK;
 }
 
 extern "C" int kl_rt_l2_flush(void)

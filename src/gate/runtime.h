@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KL_RT_ABI 3 /* kl_rt_abi() returns this; bump on any change below */
+#define KL_RT_ABI 4 /* kl_rt_abi() returns this; bump on any change below */
 
 enum {
     KL_RT_OK = 0,
@@ -55,17 +55,26 @@ typedef struct kl_rt_device {
 
 enum { KL_RT_TIMER_NONE = 0, KL_RT_TIMER_CUPTI = 1, KL_RT_TIMER_EVENTS = 2 };
 
-/* One timed window (kl_rt_timer_begin .. kl_rt_timer_end). */
+/* One timed window (kl_rt_timer_begin .. kl_rt_timer_end, or a batch's window). */
 typedef struct kl_rt_timing {
     double ms;                 /* CUPTI: the union of the intervals of every kernel, memcpy and memset
                                   on any stream in the window (concurrent work counted once);
                                   events: elapsed between two events on the legacy stream */
     int timer;                 /* KL_RT_TIMER_* that produced ms */
-    unsigned records;          /* CUPTI: activity records seen in the window (0 with events) */
+    unsigned records;          /* CUPTI: activity records attributed to the window (0 with events) */
     uint64_t first_start_ns;   /* CUPTI timestamps of the window's first start and last end (0 with events) */
     uint64_t last_end_ns;
     uint64_t last_kernel_end_ns; /* CUPTI: the last end of a kernel record (0 with events) */
     double sum_ms;             /* CUPTI: plain sum of the durations (>= ms when work overlapped) */
+    unsigned kernels;          /* CUPTI: kernel records in the window (copies, memsets and markers are not) */
+    unsigned incomplete;       /* CUPTI: records of the whole batch CUPTI delivered without timestamps */
+    int marked;                /* CUPTI: the window's bracketing markers were delivered, so its records
+                                  are attributed by the GPU's own clock (0: attribution failed) */
+    double host_ms;            /* the window's wall time on the host (CLOCK_MONOTONIC), from just after
+                                  it opened (device idle) to just after it closed (device idle again) */
+    uint64_t mark_ns;          /* CUPTI: start of the first kl_rt_mark() marker in the window; 0: none */
+    double device_ms;          /* CUPTI: like ms, without the copies to or from the host (kernels,
+                                  device copies, memsets: the work the task is done by) */
 } kl_rt_timing;
 
 typedef struct kl_rt_ceilings {
@@ -134,20 +143,34 @@ int kl_rt_timer_end(kl_rt_timing *out);
  * Batched windows, for many repetitions: CUPTI's buffers are flushed once per batch, not
  * twice per window (a forced flush costs far more than a short kernel).
  * kl_rt_batch_begin(max): synchronize the device, flush and drop what was collected, room for
- * `max` windows. Then, up to `max` times: kl_rt_batch_open() (synchronize the device, mark
- * the start: a CUPTI timestamp, or an event on the legacy stream), the work, kl_rt_batch_close()
- * (synchronize the device, mark the end). kl_rt_batch_end(out, &n): flush once and measure each
- * window as kl_rt_timer_end would (CUPTI: the union of the records that started inside it;
- * work between windows — restores, L2 flushes — belongs to none). out has room for `max`.
+ * `max` windows. Then, up to `max` times: kl_rt_batch_open() (synchronize the device; CUPTI: an
+ * empty marker kernel on the runtime's own stream, waited for; events: an event on the legacy
+ * stream), the work, kl_rt_batch_close() (synchronize the device; the closing marker, or event).
+ * kl_rt_batch_end(out, &n): collect the records (flushes that wait for complete records, a forced
+ * one last) and measure each window as kl_rt_timer_end would. CUPTI records are attributed to a
+ * window by the markers around it, all on the GPU's clock: a record belongs to the window whose
+ * opening marker started before it and whose closing marker started after it. No host timestamp
+ * is compared with a GPU one (the two clocks are only interpolated into each other by CUPTI, and
+ * a kernel launched microseconds after the host's mark could be stamped before it). Work between
+ * windows (restores, L2 flushes) belongs to none.
+ * kl_rt_timer_begin / kl_rt_timer_end are a batch of one window.
  */
 int kl_rt_batch_begin(unsigned max_windows);
 int kl_rt_batch_open(void);
 int kl_rt_batch_close(void);
 int kl_rt_batch_end(kl_rt_timing *out, unsigned *n);
+/* Inside an open window (CUPTI): an empty marker kernel on the runtime's own non-blocking stream of
+ * the highest priority, not waited for: its start is "now" on the GPU's clock (the window's
+ * mark_ns), against which the ends of the window's kernels can be compared. Events: nothing. */
+int kl_rt_mark(void);
 /* A timestamp in the timer's clock (CUPTI's, else CLOCK_MONOTONIC), ns. */
 uint64_t kl_rt_now_ns(void);
 /* Write a buffer of at least twice the L2 size (asynchronously, legacy stream). */
 int kl_rt_l2_flush(void);
+/* Fill the shared memory of every SM with `byte` (a kernel taking the most dynamic shared memory
+ * a block may have, two blocks per SM; synchronous): what a kernel reads from shared memory it
+ * never wrote is then this byte, not what an earlier kernel happened to leave there. */
+int kl_rt_smem_poison(int byte);
 
 /* ---- ceilings and vendor baselines ---------------------------------------------------------- */
 /* The ceiling kernels for `gpu info`, each timed with events, median of reps (>= 1). */

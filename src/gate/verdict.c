@@ -78,6 +78,14 @@ json_t *kl_compiled_json(const kl_compiled *c)
     return o;
 }
 
+char *kl_compiled_to_json(const kl_compiled *c)
+{
+    json_t *o = kl_compiled_json(c);
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(o);
+    return text;
+}
+
 static double num(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
@@ -222,6 +230,7 @@ kl_status kl_verdict_from_json(json_t *doc, kl_verdict **out, kl_error *err)
     v->candidate = str(json_object_get(doc, "candidate"), "name");
     v->baseline = str(json_object_get(doc, "baseline"), "name");
     v->date = str(doc, "date");
+    v->not_stored = str(doc, "not_stored");
     if (!v->key || (!v->pass && !v->reason)) {
         bool passed = v->pass;
         kl_verdict_free(v);

@@ -10,11 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
 #include "gate/gate_int.h"
 #include "gate/measure.h"
+#include "gate/sandbox.h"
 #include "gate/worker.h"
 #include "klineage/task.h"
 
@@ -143,6 +145,17 @@ typedef struct worker {
 
     cached_buf *buffers;       /* device and host buffers for reuse (main thread only) */
 
+    bool tight;                /* sanitizer runs: each tensor ends where its allocation ends */
+    bool poison_smem;          /* fill the SMs' shared memory before each candidate launch */
+    int smem_byte;             /* the byte for the next candidate launch (-1: leave it as it is) */
+    unsigned smem_poisoned;    /* candidate launches preceded by a poison */
+    bool smem_poison_failed;
+    double deadline;           /* kl_now() past which waiting on the pool is the harness's failure; 0: none */
+    bool abandon;              /* the pool is left running at the end (a reference past the deadline) */
+
+    kl_sandbox sandbox;        /* in force once applied (ruleset kept for the pool's threads) */
+    bool sandboxed;
+
     bool integrity_on;
     unsigned integrity_launches;
     bool integrity_ok;
@@ -252,6 +265,17 @@ static int get_bool(worker *w, json_t *obj, const char *where, const char *key, 
     return 0;
 }
 
+/* A reference predicted to take longer than this (seconds) at a shape is not run there: the
+ * baseline stands in (the reference's speed is measured on this host at a small shape). */
+#define REFERENCE_BUDGET_S KL_REFERENCE_BUDGET_S
+/* Host time inside the candidate's launch beyond the device work it ran that fails the profile
+ * (ms), unless the device work takes longer still: work done on the host is not the task's. */
+#define HOST_SLACK_MS 1.0
+/* A check shape is timed for the reference's speed when its cost.flops is at most this. */
+#define REFERENCE_PROBE_FLOPS 5e7
+/* … and at least this: a smaller run times the call, not the reference. */
+#define REFERENCE_PROBE_MIN_FLOPS 1e5
+
 typedef struct profile_opts {
     bool on;
     const char *shape;
@@ -267,11 +291,16 @@ typedef struct gate_opts {
     double slack_bytes, slack_flops;
     bool want_cupti;
     double stream_margin_us;
+    bool tight, poison_smem;
+    double deadline_s;          /* 0: none */
+    double reference_budget_s;  /* a reference predicted slower than this at a shape: the baseline there; 0: no limit */
+    double host_slack_ms;       /* host time in the candidate's launch beyond its device work that fails the profile */
 } gate_opts;
 
 typedef struct gate_paths {
     const char *task_dir, *cand_path, *base_path, *builtin;
     json_t *bmap;
+    json_t *sandbox;            /* {"scratch", "read", "write", "require"}, or NULL: none */
 } gate_paths;
 
 static int parse_stages(worker *w, json_t *stages, gate_opts *o)
@@ -599,7 +628,11 @@ static int argset_init(worker *w, argset *s, const kl_shape *shape, size_t shift
         dbuf *d = &s->dev[i];
         d->bytes = bytes;
         d->shift = shift;
-        d->alloc = shift + ((bytes + 255) & ~(size_t)255) + GUARD_BYTES;
+        /* under a sanitizer the tensor's last byte is its allocation's last byte: a read one
+         * element past it is outside every allocation, which memcheck reports (inside a guard
+         * zone it would be silent) */
+        d->alloc = w->tight ? (bytes ? bytes : 1) : shift + ((bytes + 255) & ~(size_t)255) + GUARD_BYTES;
+        if (w->tight) d->shift = shift = 0;
         kl_snprintf(what, sizeof what, "allocating %s at %s", a->name, shape->label);
         if (!(d->base = buf_get(w, true, d->alloc, what))) return -1;
         d->ptr = (char *)d->base + shift;
@@ -757,10 +790,32 @@ static int argset_integrity(worker *w, argset *s, const char *who)
     return 0;
 }
 
+/* Before a candidate's launch: the SMs' shared memory filled with w->smem_byte (then reset to
+ * 0xFF for the next), so that a kernel reading shared memory it never wrote reads a poison,
+ * whatever ran before it (alone on the GPU or beside other gates). A failure to poison is
+ * not the candidate's: it is logged and weakens the evidence (the verdict is not stored). */
+static int smem_poison(worker *w, launcher *L)
+{
+    if (L != &w->cand || !w->poison_smem) return 0;
+    int byte = w->smem_byte;
+    w->smem_byte = 0xFF;
+    if (byte < 0) return 0;
+    int rc = w->rt.smem_poison(byte);
+    if (rc == KL_RT_OK) {
+        w->smem_poisoned++;
+        return 0;
+    }
+    if (rc == KL_RT_ERR_STICKY) return rtc(w, rc, "poisoning shared memory");
+    if (!w->smem_poison_failed) kl_log(KL_LOG_WARN, "poisoning shared memory failed: %s", w->rt.error());
+    w->smem_poison_failed = true;
+    return 0;
+}
+
 /* Run L on s (already uploaded): launch, synchronize only the worker's stream, read back. */
 static int run_once(worker *w, launcher *L, argset *s)
 {
     double t0 = kl_now();
+    if (smem_poison(w, L)) return -1;
     if (rtc(w, w->rt.device_sync(), "synchronizing before the launch")) return -1;
     if (launch(w, L, s)) return -1;
     if (rtc(w, w->rt.stream_sync(w->stream), "synchronizing the launch stream")) return -1;
@@ -968,6 +1023,35 @@ static int inputs_schedule(worker *w, const kl_shape *shape, uint64_t seed, bool
     return 0;
 }
 
+/* With cache_mu held: wait for the pool until w->deadline. false when it passed: the job is
+ * abandoned as the harness's failure (a slow reference or fill is never the candidate's), and
+ * the pool is left running as the worker exits. */
+static bool cache_wait(worker *w, const char *what, const kl_shape *shape)
+{
+    if (!w->deadline) {
+        pthread_cond_wait(&w->cache_cv, &w->cache_mu);
+        return true;
+    }
+    double left = w->deadline - kl_now();
+    if (left > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double end = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + left;
+        ts.tv_sec = (time_t)end;
+        ts.tv_nsec = (long)((end - (double)ts.tv_sec) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        if (pthread_cond_timedwait(&w->cache_cv, &w->cache_mu, &ts) == 0 || kl_now() < w->deadline) return true;
+    }
+    w->abandon = true;
+    pthread_mutex_unlock(&w->cache_mu);
+    fail(w, KL_WORKER_EXIT_HARNESS, NULL, false,
+         "the %s at %s did not finish within the worker's time (%.0f s): a slow reference is the task's "
+         "limit, not the candidate's failure (set reference_max_flops in task.json, or a longer --timeout)",
+         what, shape->label, w->deadline - w->tm.start);
+    pthread_mutex_lock(&w->cache_mu);
+    return false;
+}
+
 /* The inputs of (shape, seed), waiting for their fill. */
 static int inputs_get(worker *w, const kl_shape *shape, uint64_t seed, input_entry **out)
 {
@@ -975,7 +1059,11 @@ static int inputs_get(worker *w, const kl_shape *shape, uint64_t seed, input_ent
     if (inputs_schedule(w, shape, seed, false, &e)) return -1;
     double t0 = kl_now();
     pthread_mutex_lock(&w->cache_mu);
-    while (!e->filled) pthread_cond_wait(&w->cache_cv, &w->cache_mu);
+    while (!e->filled)
+        if (!cache_wait(w, "inputs' fill", shape)) {
+            pthread_mutex_unlock(&w->cache_mu);
+            return -1;
+        }
     kl_status st = e->fill_st;
     kl_error err = e->fill_err;
     pthread_mutex_unlock(&w->cache_mu);
@@ -992,7 +1080,11 @@ static int reference_get(worker *w, argset *s, double ***outs)
     if (inputs_schedule(w, s->shape, s->seed, true, &e)) return -1;
     double t0 = kl_now();
     pthread_mutex_lock(&w->cache_mu);
-    while (!e->ref_done && !(e->filled && e->fill_st != KL_OK)) pthread_cond_wait(&w->cache_cv, &w->cache_mu);
+    while (!e->ref_done && !(e->filled && e->fill_st != KL_OK))
+        if (!cache_wait(w, "reference", s->shape)) {
+            pthread_mutex_unlock(&w->cache_mu);
+            return -1;
+        }
     kl_status st = e->fill_st != KL_OK ? e->fill_st : e->ref_st;
     kl_error err = e->fill_st != KL_OK ? e->fill_err : e->ref_err;
     pthread_mutex_unlock(&w->cache_mu);
@@ -1219,17 +1311,21 @@ static int stage_correct(worker *w, const gate_opts *o, bool *passed)
                 json_array_append_new(entries, e);
                 bool ok = false;
                 if (use_base && !baseline_valid) {
+                    /* the shape cannot be checked: the task's limit, not the candidate's failure */
                     json_object_set_new(e, "checked_against", json_string("none"));
                     json_object_set_new(e, "ok", json_false());
-                    json_object_set_new(e, "detail",
-                                        json_string(w->base.present
-                                                        ? "too large for the reference, and the baseline failed its own check"
-                                                        : "too large for the reference, and no baseline to stand in"));
                     json_decref(outs);
-                    *passed = false;
-                    break;
+                    argset_release(w, &s);
+                    argset_release(w, &b);
+                    return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false,
+                                "%s is too large for the reference (reference_max_flops, or slower than %.0f s on "
+                                "this host), and %s: it cannot be checked",
+                                req->shape->label, o->reference_budget_s,
+                                w->base.present ? "the baseline failed its own check at the referenced shapes"
+                                                : "there is no baseline to stand in");
                 }
                 int rc = argset_upload(w, &s, pass);
+                w->smem_byte = pass == 0 ? 0xFF : 0x7B; /* NaN, then a large finite value */
                 if (!rc) rc = run_once(w, &w->cand, &s);
                 if (!rc) rc = compare_outputs(w, &s, use_base ? &b : NULL, pass, outs, &ok);
                 json_object_set_new(e, "checked_against", json_string(use_base ? "baseline" : "reference"));
@@ -1275,11 +1371,14 @@ static void pick_shapes(worker *w, const kl_shape **large_ref, const kl_shape **
     }
 }
 
-static int det_trial(worker *w, argset *s, json_t *trials, const char *name, bool *all_ok)
+/* One determinism trial: shared memory poisoned with smem_byte first (-1: left as the previous
+ * launch left it). */
+static int det_trial(worker *w, argset *s, json_t *trials, const char *name, int smem_byte, bool *all_ok)
 {
     json_t *outs = json_array();
     bool ok = false;
     int rc = argset_upload(w, s, 0);
+    w->smem_byte = smem_byte;
     if (!rc) rc = run_once(w, &w->cand, s);
     if (!rc) rc = compare_outputs(w, s, NULL, 0, outs, &ok);
     json_array_append_new(trials, json_pack("{s:s, s:s, s:I, s:b, s:o}", "trial", name, "shape", s->shape->label, "seed",
@@ -1287,6 +1386,9 @@ static int det_trial(worker *w, argset *s, json_t *trials, const char *name, boo
     if (!ok) *all_ok = false;
     return rc;
 }
+
+/* Smaller shapes run right after a large one in the determinism stage. */
+#define SMALL_AFTER_LARGE 3
 
 static int stage_determinism(worker *w, const gate_opts *o, bool *passed)
 {
@@ -1325,7 +1427,7 @@ static int stage_determinism(worker *w, const gate_opts *o, bool *passed)
     int rc = argset_init(w, &s, mid, GUARD_BYTES);
     /* 1. the same inputs twice: the same bits (exact tasks) or within tolerance */
     if (!rc) rc = argset_fill(w, &s, s1);
-    if (!rc) rc = det_trial(w, &s, trials, "first run", passed);
+    if (!rc) rc = det_trial(w, &s, trials, "first run", 0xFF, passed);
     void **first = NULL;
     if (!rc) {
         first = calloc(w->task->nargs, sizeof *first);
@@ -1337,7 +1439,8 @@ static int stage_determinism(worker *w, const gate_opts *o, bool *passed)
             else memcpy(first[i], s.got[i], s.bytes[i]);
         }
     }
-    if (!rc) rc = det_trial(w, &s, trials, "same inputs again", passed);
+    /* shared memory now holds zeros: a kernel that reads it unwritten gives other bits */
+    if (!rc) rc = det_trial(w, &s, trials, "same inputs again", 0x00, passed);
     if (!rc) {
         bool bitwise = true;
         for (unsigned i = 0; i < w->task->nargs; i++) {
@@ -1366,7 +1469,7 @@ static int stage_determinism(worker *w, const gate_opts *o, bool *passed)
     }
     /* 2. the same buffers, new values: an answer cached by pointer fails */
     if (!rc) rc = argset_fill(w, &s, s2);
-    if (!rc) rc = det_trial(w, &s, trials, "same buffers, new inputs", passed);
+    if (!rc) rc = det_trial(w, &s, trials, "same buffers, new inputs", 0x7B, passed);
     if (!rc && !*passed && !why.len)
         kl_strbuf_addf(&why, "wrong after the same buffers were refilled with new inputs (an answer cached across calls?)");
     argset_release(w, &s);
@@ -1376,28 +1479,65 @@ static int stage_determinism(worker *w, const gate_opts *o, bool *passed)
     if (!rc) rc = argset_fill(w, &t, s1);
     if (!rc) {
         bool before = *passed;
-        rc = det_trial(w, &t, trials, "fresh shifted buffers", passed);
+        rc = det_trial(w, &t, trials, "fresh shifted buffers", 0xFF, passed);
         if (!rc && before && !*passed && !why.len) kl_strbuf_addf(&why, "wrong in freshly allocated, shifted buffers");
     }
     argset_release(w, &t);
-    /* 4. a small shape right after a large one: stale shared memory or state shows there */
+    /* 4. the smaller shapes right after a large one, shared memory left as the large run left
+     * it: stale shared memory or state shows there (up to SMALL_AFTER_LARGE of them, smallest
+     * first, each after its own large run) */
+    unsigned small_after_large = 0;
     if (!rc && large && small && large != small) {
-        argset L;
-        rc = argset_init(w, &L, large, GUARD_BYTES);
-        if (!rc) rc = argset_fill(w, &L, s1);
-        if (!rc) rc = argset_upload(w, &L, 0);
-        if (!rc) rc = run_once(w, &w->cand, &L);
-        argset_release(w, &L);
-        if (!rc) rc = argset_init(w, &t, small, GUARD_BYTES);
-        if (!rc) rc = argset_fill(w, &t, s2);
-        if (!rc) {
-            bool before = *passed;
-            rc = det_trial(w, &t, trials, "small shape after a large one", passed);
-            if (!rc && before && !*passed && !why.len)
-                kl_strbuf_addf(&why, "wrong at %s right after a run at %s (state left from the larger run?)", small->label,
-                               large->label);
+        const kl_shape *done[SMALL_AFTER_LARGE];
+        for (unsigned round = 0; !rc && round < SMALL_AFTER_LARGE; round++) {
+            /* the smallest referenced shape not tried yet, smaller than the large one */
+            const kl_shape *pick = NULL;
+            int64_t pick_n = INT64_MAX, large_n = shape_elements(w, large);
+            for (unsigned k = 0; k < w->nshapes; k++) {
+                const kl_shape *sh = w->shapes[k].shape;
+                int64_t n = shape_elements(w, sh);
+                bool seen = false;
+                for (unsigned q = 0; q < round; q++) seen |= done[q] == sh;
+                if (!w->shapes[k].reference || seen || sh == large || n >= large_n || n >= pick_n) continue;
+                pick = sh;
+                pick_n = n;
+            }
+            if (!pick) break;
+            done[round] = pick;
+            argset L;
+            rc = argset_init(w, &L, large, GUARD_BYTES);
+            if (!rc) rc = argset_fill(w, &L, s1);
+            if (!rc) rc = argset_upload(w, &L, 0);
+            w->smem_byte = 0xFF;
+            if (!rc) rc = run_once(w, &w->cand, &L);
+            argset_release(w, &L);
+            if (!rc) rc = argset_init(w, &t, pick, GUARD_BYTES);
+            if (!rc) rc = argset_fill(w, &t, s2);
+            if (!rc) {
+                bool before = *passed;
+                rc = det_trial(w, &t, trials, "small shape after a large one", -1, passed);
+                if (!rc && before && !*passed && !why.len)
+                    kl_strbuf_addf(&why, "wrong at %s right after a run at %s (state left from the larger run?)",
+                                   pick->label, large->label);
+                if (!rc) small_after_large++;
+            }
+            argset_release(w, &t);
         }
-        argset_release(w, &t);
+    }
+    /* how strong the evidence is: the gate stores no pass made on weaker evidence */
+    if (!rc) {
+        unsigned want_small = 0;
+        int64_t large_n = large ? shape_elements(w, large) : 0;
+        for (unsigned k = 0; large && k < w->nshapes; k++)
+            if (w->shapes[k].reference && w->shapes[k].shape != large && shape_elements(w, w->shapes[k].shape) < large_n)
+                want_small++;
+        if (want_small > SMALL_AFTER_LARGE) want_small = SMALL_AFTER_LARGE;
+        json_object_set_new(doc, "evidence",
+                            json_pack("{s:b, s:i, s:i, s:b, s:b}", "smem_poisoned",
+                                      w->poison_smem && !w->smem_poison_failed, "small_after_large",
+                                      (int)small_after_large, "small_after_large_wanted", (int)want_small,
+                                      "repeat", 1, "complete",
+                                      w->poison_smem && !w->smem_poison_failed && small_after_large >= want_small));
     }
     if (!rc) {
         json_object_set_new(doc, "ok", json_boolean(*passed));
@@ -1439,7 +1579,9 @@ static int stage_stream(worker *w, const gate_opts *o, const kl_shape *shape, bo
         if (!rc) rc = rtc(w, w->rt.timer_begin(), "starting the timer");
         if (!rc) rc = launch(w, &w->cand, &s);
         if (!rc) rc = rtc(w, w->rt.stream_sync(w->stream), "synchronizing the launch stream");
-        uint64_t t_sync = w->rt.now_ns();
+        /* "now" on the GPU's clock: a marker kernel on the runtime's own high-priority stream;
+         * a kernel of the candidate's that ends after it started was left running */
+        if (!rc) rc = rtc(w, w->rt.mark(), "marking the synchronize on the GPU's clock");
         int idle = 1;
         if (!rc) rc = rtc(w, w->rt.device_idle(50, &idle), "querying the device");
         if (!rc) rc = argset_read(w, &s);
@@ -1455,11 +1597,12 @@ static int stage_stream(worker *w, const gate_opts *o, const kl_shape *shape, bo
                                  "stream was synchronized");
             break;
         }
-        if (t.timer == KL_RT_TIMER_CUPTI && t.last_kernel_end_ns > t_sync + (uint64_t)(o->stream_margin_us * 1e3)) {
+        if (t.timer == KL_RT_TIMER_CUPTI && t.marked && t.mark_ns &&
+            t.last_kernel_end_ns > t.mark_ns + (uint64_t)(o->stream_margin_us * 1e3)) {
             *passed = false;
             kl_strbuf_addf(&why, "work left running on another stream: a kernel ended %.1f us after the given stream "
                                  "was synchronized",
-                           (double)(t.last_kernel_end_ns - t_sync) * 1e-3);
+                           (double)(t.last_kernel_end_ns - t.mark_ns) * 1e-3);
             break;
         }
         for (unsigned i = 0; i < w->task->nargs; i++) {
@@ -1522,20 +1665,22 @@ static int timed_rep(worker *w, const profile_opts *p, launcher *L, argset *s, d
 }
 
 /* Up to `rounds` rounds of the nl launchers in turn (candidate, baseline, candidate, …) in one
- * batch: CUPTI is flushed once for all of them. The times go to times[l][first + r] (NULL:
- * warm-up, dropped); a round is not started once `deadline` (kl_now) has passed and at least
- * KL_PROFILE_FLOOR_REPS rounds are in. *done: the rounds measured.
+ * batch: CUPTI is flushed once for all of them. The device times go to times[l][first + r] and
+ * the windows' host times to host[l][first + r] (times NULL: warm-up, dropped); a round is not
+ * started once `deadline` (kl_now) has passed and at least KL_PROFILE_FLOOR_REPS rounds are in.
+ * *done: the rounds measured.
  *
- * With CUPTI, a window without any activity record is suspect. When every candidate window of
- * the batch is empty and every baseline window is not, the candidate ran nothing (counted in
- * *zero_records; the stage fails). Any other empty window is the timer's fault (a record CUPTI
- * delivered incomplete, or outside its window: seen once on the H200, 21 of 200 windows of an
- * expert): the batch is measured again, up to PROFILE_BATCH_TRIES times, and then the worker
- * fails as a harness error, which is not a verdict. */
+ * With CUPTI each window is bracketed by markers on the GPU's clock (runtime.h), so a window's
+ * records are its own. A candidate window with no kernel in it ran no kernel (copies and memsets
+ * are not the task's work): counted in *no_kernel; the stage fails. The timer is at fault when a
+ * window's markers did not come back, when a baseline window holds no kernel, or when a candidate
+ * window holds none while CUPTI handed over records without timestamps: the batch is measured
+ * again, up to PROFILE_BATCH_TRIES times, and then the worker fails as a harness error, which is
+ * not a verdict. */
 #define PROFILE_BATCH_TRIES 3
 static int profile_batch(worker *w, const profile_opts *p, launcher **Ls, unsigned nl, argset *sets, dbuf **pristine,
-                         unsigned rounds, double **times, unsigned first, double deadline, kl_rt_timing *tbuf,
-                         unsigned *zero_records, unsigned *done)
+                         unsigned rounds, double **times, double **host, unsigned first, double deadline,
+                         kl_rt_timing *tbuf, unsigned *no_kernel, unsigned *done)
 {
     *done = 0;
     for (unsigned attempt = 1;; attempt++) {
@@ -1551,24 +1696,37 @@ static int profile_batch(worker *w, const profile_opts *p, launcher **Ls, unsign
         if (nw != r * nl)
             return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "the timer returned %u windows for %u", nw, r * nl);
         w->tm.profile_batches++;
-        unsigned empty[2] = {0, 0};
+        unsigned unmarked = 0, base_empty = 0, cand_empty = 0, incomplete = r ? tbuf[0].incomplete : 0;
         for (unsigned k = 0; w->timer == KL_RT_TIMER_CUPTI && k < r; k++)
-            for (unsigned l = 0; l < nl; l++)
-                if (tbuf[k * nl + l].records == 0) empty[l]++;
-        bool nothing_ran = r > 0 && empty[0] == r && empty[1] == 0;
-        if (times && !nothing_ran && (empty[0] || empty[1])) {
+            for (unsigned l = 0; l < nl; l++) {
+                const kl_rt_timing *t = &tbuf[k * nl + l];
+                if (!t->marked) unmarked++;
+                else if (t->kernels == 0 && l == 0) cand_empty++;
+                else if (t->kernels == 0) base_empty++;
+            }
+        bool fault = unmarked || base_empty || (cand_empty && incomplete);
+        if (times && fault) {
             if (attempt < PROFILE_BATCH_TRIES) {
                 w->tm.profile_retries++;
                 continue;
             }
             return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false,
-                        "the timer saw no device work in %u candidate and %u baseline window(s) of %u round(s), "
-                        "%u times in a row (CUPTI activity records lost or incomplete); nothing is recorded",
-                        empty[0], empty[1], r, attempt);
+                        "the timer could not attribute the device work of %u round(s), %u times in a row: %u "
+                        "window(s) without their markers, %u baseline window(s) without a kernel, %u candidate "
+                        "window(s) without a kernel, %u record(s) CUPTI handed over without timestamps; nothing is "
+                        "recorded",
+                        r, attempt, unmarked, base_empty, cand_empty, incomplete);
         }
         for (unsigned k = 0; times && k < r; k++)
-            for (unsigned l = 0; l < nl; l++) times[l][first + k] = tbuf[k * nl + l].ms;
-        if (times && nothing_ran) *zero_records += r;
+            for (unsigned l = 0; l < nl; l++) {
+                times[l][first + k] = tbuf[k * nl + l].ms;
+                /* the host time beyond the task's device work (copies to and from the host
+                 * are not that work: a launch that computes on the host between copies
+                 * shows here) */
+                host[l][first + k] = tbuf[k * nl + l].host_ms - tbuf[k * nl + l].device_ms;
+                if (l == 0) host[2][first + k] = tbuf[k * nl + l].device_ms;
+            }
+        if (times) *no_kernel += cand_empty;
         *done = r;
         return 0;
     }
@@ -1595,9 +1753,9 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
     unsigned nl = Ls[1] ? 2 : 1;
     argset sets[2];
     dbuf *pristine[2] = {NULL, NULL};
-    double *times[2] = {NULL, NULL};
+    double *times[2] = {NULL, NULL}, *host[3] = {NULL, NULL, NULL}; /* host[2]: the candidate's device work */
     memset(sets, 0, sizeof sets);
-    unsigned cap = (unsigned)p->max_reps, n = 0, zero_records = 0;
+    unsigned cap = (unsigned)p->max_reps, n = 0, no_kernel = 0;
     unsigned batch_max = (unsigned)p->min_reps > PROFILE_BATCH_ROUNDS ? (unsigned)p->min_reps : PROFILE_BATCH_ROUNDS;
     if ((unsigned)p->warmup > batch_max) batch_max = (unsigned)p->warmup;
     kl_rt_timing *tbuf = calloc((size_t)batch_max * 2, sizeof *tbuf);
@@ -1609,7 +1767,10 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
         if (!rc) {
             pristine[l] = calloc(w->task->nargs, sizeof *pristine[l]);
             times[l] = calloc(cap, sizeof *times[l]);
-            if (!pristine[l] || !times[l]) rc = fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
+            host[l] = calloc(cap, sizeof *host[l]);
+            if (l == 0) host[2] = calloc(cap, sizeof *host[2]);
+            if (!pristine[l] || !times[l] || !host[l] || !host[2])
+                rc = fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "out of memory");
         }
         for (unsigned i = 0; !rc && i < w->task->nargs; i++) {
             if (w->task->args[i].role != KL_ROLE_INOUT || !sets[l].bytes[i]) continue;
@@ -1625,7 +1786,7 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
     double t_warm = kl_now();
     unsigned got = 0;
     if (!rc && p->warmup >= 1)
-        rc = profile_batch(w, p, Ls, nl, sets, pristine, (unsigned)p->warmup, NULL, 0, 0, tbuf, &zero_records, &got);
+        rc = profile_batch(w, p, Ls, nl, sets, pristine, (unsigned)p->warmup, NULL, NULL, 0, 0, tbuf, &no_kernel, &got);
     w->tm.profile_warmup = kl_now() - t_warm;
     /* interleaved: candidate, baseline, candidate, baseline …, in batches; the stopping rule
      * between batches: at least min_reps, then until both medians have settled */
@@ -1637,7 +1798,7 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
         unsigned want = n < rule.min_reps ? rule.min_reps - n : PROFILE_BATCH_ROUNDS;
         if (want > cap - n) want = cap - n;
         if (want > batch_max) want = batch_max;
-        rc = profile_batch(w, p, Ls, nl, sets, pristine, want, times, n, deadline, tbuf, &zero_records, &got);
+        rc = profile_batch(w, p, Ls, nl, sets, pristine, want, times, host, n, deadline, tbuf, &no_kernel, &got);
         if (rc) break;
         n += got;
         const double *series[2] = {times[0], times[1]};
@@ -1664,9 +1825,27 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
             if (sc.median > 0) json_object_set_new(doc, "speedup", jreal(sb.median / sc.median));
         }
         kl_strbuf why = KL_STRBUF_INIT;
-        if (zero_records) {
+        if (no_kernel) {
             *passed = false;
-            kl_strbuf_addf(&why, "no device work was seen in %u timed launches (nothing ran on the GPU)", zero_records);
+            kl_strbuf_addf(&why, "no kernel ran in %u of %u timed launches (copies and memsets are not the task's work)",
+                           no_kernel, n);
+        }
+        /* host work the device timer does not see: the window's host time beyond its device
+         * work, at its least over the repetitions (a wait for a GPU shared with others is not
+         * there every time; work the launch does on the host is) */
+        if (w->timer == KL_RT_TIMER_CUPTI && n > 0) {
+            double unseen = INFINITY;
+            for (unsigned k = 0; k < n; k++)
+                if (host[0][k] < unseen) unseen = host[0][k];
+            json_object_set_new(doc, "host_unseen_ms", jreal(unseen));
+            kl_stats sd;
+            json_object_set_new(doc, "candidate_device_work", times_doc(host[2], n, false, &sd));
+            double allowed = o->host_slack_ms > sd.median ? o->host_slack_ms : sd.median;
+            if (o->host_slack_ms > 0 && unseen > allowed)
+                kl_strbuf_addf(&why, "%sthe launch spent at least %.3g ms on the host beyond its device work (median "
+                                     "%.3g ms) in every one of %u timed launches: work done on the host, and copies to "
+                                     "or from it, are not the task's",
+                               why.len ? "; " : "", unseen, sd.median, n);
         }
         double bytes = shape_cost(w, shape, w->task->cost_bytes), flops = shape_cost(w, shape, w->task->cost_flops);
         double sec = sc.median * 1e-3;
@@ -1704,6 +1883,8 @@ static int stage_profile(worker *w, const gate_opts *o, bool *passed)
                 if (pristine[l][i].base) w->rt.free(pristine[l][i].base);
         free(pristine[l]);
         free(times[l]);
+        free(host[l]);
+        if (l == 0) free(host[2]);
         argset_release(w, &sets[l]);
     }
     free(tbuf);
@@ -1794,7 +1975,8 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
     static const char *const keys[] = {"job", "runtime", "nvcc", "arch", "cache_dir", "device", "task_dir",
                                        "candidate", "baseline", "baseline_builtin", "baseline_args", "shapes",
                                        "seeds", "stages", "reference_max_flops", "ceilings", "ceiling_slack",
-                                       "timer", "stream_margin_us", NULL};
+                                       "timer", "stream_margin_us", "tight", "poison_smem", "deadline_s",
+                                       "reference_budget_s", "host_slack_ms", "sandbox", NULL};
     if (check_keys(w, w->job, "gate", keys)) return -1;
     gate_opts o;
     memset(&o, 0, sizeof o);
@@ -1806,6 +1988,9 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
     o.slack_flops = 2.0;
     o.want_cupti = true;
     o.stream_margin_us = 10;
+    o.poison_smem = true;
+    o.reference_budget_s = REFERENCE_BUDGET_S;
+    o.host_slack_ms = HOST_SLACK_MS;
 
     const char *timer_s;
     if (get_string(w, w->job, "task_dir", true, &gp->task_dir) || get_string(w, w->job, "candidate", true, &gp->cand_path) ||
@@ -1822,7 +2007,11 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
     json_t *stages = json_object_get(w->job, "stages");
     if (stages && parse_stages(w, stages, &o)) return -1;
     if (get_number(w, w->job, "", "reference_max_flops", 0, 1e30, &o.reference_max_flops) ||
-        get_number(w, w->job, "", "stream_margin_us", 0, 1e6, &o.stream_margin_us))
+        get_number(w, w->job, "", "stream_margin_us", 0, 1e6, &o.stream_margin_us) ||
+        get_bool(w, w->job, "", "tight", &o.tight) || get_bool(w, w->job, "", "poison_smem", &o.poison_smem) ||
+        get_number(w, w->job, "", "deadline_s", 0, 1e6, &o.deadline_s) ||
+        get_number(w, w->job, "", "reference_budget_s", 0, 1e6, &o.reference_budget_s) ||
+        get_number(w, w->job, "", "host_slack_ms", 0, 1e6, &o.host_slack_ms))
         return -1;
     json_t *ceil = json_object_get(w->job, "ceilings");
     if (ceil) {
@@ -1848,7 +2037,69 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
     gp->bmap = json_object_get(w->job, "baseline_args");
     if (gp->bmap && !json_is_object(gp->bmap))
         return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"baseline_args\" must be an object");
+    gp->sandbox = json_object_get(w->job, "sandbox");
+    if (gp->sandbox) {
+        static const char *const sk[] = {"scratch", "read", "write", "require", NULL};
+        if (!json_is_object(gp->sandbox)) return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: \"sandbox\" must be an object");
+        if (check_keys(w, gp->sandbox, "sandbox", sk)) return -1;
+        const char *scratch;
+        if (get_string(w, gp->sandbox, "scratch", true, &scratch)) return -1;
+        const char *lists[] = {"read", "write"};
+        for (int k = 0; k < 2; k++) {
+            json_t *a = json_object_get(gp->sandbox, lists[k]), *v;
+            size_t i;
+            if (a && !json_is_array(a))
+                return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: sandbox.%s must be an array of paths", lists[k]);
+            json_array_foreach(a, i, v) if (!json_is_string(v))
+                return fail(w, KL_WORKER_EXIT_JOB, NULL, false, "job: sandbox.%s[%zu] must be a path", lists[k], i);
+        }
+    }
     *op = o;
+    return 0;
+}
+
+/* The reference's speed on this host, measured at the largest referenced job shape of at most
+ * REFERENCE_PROBE_FLOPS (its reference is needed anyway: it is computed here, before the pool
+ * starts, and kept); every shape whose reference would then take longer than the budget is
+ * checked against the baseline instead. Recorded in the result's "reference_speed". */
+static int reference_budget(worker *w, const gate_opts *o)
+{
+    const char *cost = w->task->cost_flops;
+    if (!cost || !(o->reference_budget_s > 0) || w->ref_load_st != KL_OK) return 0;
+    const kl_shape *probe = NULL;
+    double probe_flops = -1;
+    for (unsigned k = 0; k < w->nshapes; k++) {
+        double f = shape_cost(w, w->shapes[k].shape, cost);
+        if (w->shapes[k].reference && f <= REFERENCE_PROBE_FLOPS && f > probe_flops) {
+            probe = w->shapes[k].shape;
+            probe_flops = f;
+        }
+    }
+    if (!probe || probe_flops < REFERENCE_PROBE_MIN_FLOPS) return 0; /* too small to time */
+    input_entry *e;
+    if (inputs_get(w, probe, w->seeds[0], &e)) return -1; /* no pool yet: filled here */
+    pthread_mutex_lock(&w->cache_mu);
+    bool run = !e->ref_queued;
+    e->want_ref = e->ref_queued = true;
+    pthread_mutex_unlock(&w->cache_mu);
+    double t0 = kl_now();
+    if (run) reference_task(e);
+    double dt = kl_now() - t0;
+    if (e->ref_st != KL_OK) return 0; /* reported by the stage that needs it */
+    if (dt < 1e-4) dt = 1e-4;          /* a clock's grain: a fast reference is not infinitely fast */
+    double speed = probe_flops / dt, limit = speed * o->reference_budget_s;
+    json_t *moved = json_array();
+    for (unsigned k = 0; k < w->nshapes; k++) {
+        double f = shape_cost(w, w->shapes[k].shape, cost);
+        if (!w->shapes[k].reference || !(f > limit)) continue;
+        w->shapes[k].reference = false;
+        json_array_append_new(moved, json_pack("{s:s, s:f, s:f}", "shape", w->shapes[k].shape->label, "flops", f,
+                                               "predicted_s", f / speed));
+    }
+    json_object_set_new(w->result, "reference_speed",
+                        json_pack("{s:s, s:f, s:f, s:f, s:f, s:f, s:o}", "shape", probe->label, "flops", probe_flops,
+                                  "seconds", dt, "flops_per_s", speed, "budget_s", o->reference_budget_s,
+                                  "limit_flops", limit, "against_baseline", moved));
     return 0;
 }
 
@@ -1856,10 +2107,19 @@ static int parse_gate_job(worker *w, gate_opts *op, gate_paths *gp)
  * every (shape, seed) the correct stage will use queued for filling and for the reference,
  * so that the host work overlaps the CUDA context's start and the GPU stages. A task that
  * does not load is left to job_gate to report (after the device was looked for). */
+static void apply_opts(worker *w, const gate_opts *o)
+{
+    w->tight = o->tight;
+    w->poison_smem = o->poison_smem && !o->tight; /* the sanitizer runs check shared memory themselves */
+    w->smem_byte = 0xFF;
+    w->deadline = o->deadline_s > 0 ? w->tm.start + o->deadline_s : 0;
+}
+
 static int gate_prepare(worker *w, const gate_opts *o, const gate_paths *gp)
 {
     double t0 = kl_now();
     kl_error err = {0};
+    apply_opts(w, o);
     if (kl_task_load(gp->task_dir, &w->task, &err) != KL_OK) {
         w->task = NULL;
         return 0;
@@ -1871,6 +2131,7 @@ static int gate_prepare(worker *w, const gate_opts *o, const gate_paths *gp)
     bool any_ref = false;
     for (unsigned k = 0; k < w->nshapes; k++) any_ref |= w->shapes[k].reference;
     if (any_ref && o->correct) reference_load(w);
+    if (any_ref && o->correct && reference_budget(w, o)) return -1;
     if (kl_pool_start(0, &w->pool, &err) != KL_OK) {
         kl_log(KL_LOG_WARN, "%s; filling inputs on one thread", err.message);
         w->pool = NULL;
@@ -1886,6 +2147,64 @@ static int gate_prepare(worker *w, const gate_opts *o, const gate_paths *gp)
     return 0;
 }
 
+/* On a pool thread started before the sandbox: it joins the Landlock domain before its next
+ * task (seccomp already covers it: the filter went to every thread). */
+static void pool_join_sandbox(void *arg)
+{
+    worker *w = arg;
+    kl_error err = {0};
+    if (kl_sandbox_join(&w->sandbox, &err) != KL_OK) kl_log(KL_LOG_WARN, "%s", err.message);
+}
+
+static const char **string_list(json_t *a)
+{
+    size_t n = json_array_size(a);
+    const char **out = calloc(n + 1, sizeof *out);
+    for (size_t i = 0; out && i < n; i++) out[i] = json_string_value(json_array_get(a, i));
+    return out;
+}
+
+/* The sandbox, before the first untrusted object (baseline or candidate) is loaded: the harness
+ * (CUDA, CUPTI, cuBLAS, the reference, the pool) is up by then and needs nothing it forbids.
+ * What is in force goes to the result's "sandbox". Not in force where the kernel does not offer
+ * it, said so (a harness failure when the job requires it). */
+static bool process_sandboxed;
+
+bool kl_worker_sandboxed(void) { return process_sandboxed; }
+
+static int sandbox_enter(worker *w, json_t *spec)
+{
+    json_t *doc = json_object();
+    json_object_set_new(w->result, "sandbox", doc);
+    if (!spec) {
+        json_object_set_new(doc, "applied", json_false());
+        json_object_set_new(doc, "detail", json_string("not asked for"));
+        return 0;
+    }
+    const char **rd = string_list(json_object_get(spec, "read"));
+    const char **wr = string_list(json_object_get(spec, "write"));
+    kl_sandbox_policy pol = {json_string_value(json_object_get(spec, "scratch")), rd, wr, true};
+    kl_error err = {0};
+    kl_status st = rd && wr ? kl_sandbox_apply(&pol, &w->sandbox, &err) : kl_error_set(&err, KL_ERR_NOMEM, "out of memory");
+    free(rd);
+    free(wr);
+    bool require = json_is_true(json_object_get(spec, "require"));
+    w->sandboxed = st == KL_OK && (w->sandbox.landlock || w->sandbox.seccomp);
+    process_sandboxed |= st == KL_OK;
+    json_object_set_new(doc, "applied", json_boolean(w->sandboxed));
+    json_object_set_new(doc, "landlock", json_boolean(w->sandbox.landlock));
+    json_object_set_new(doc, "landlock_abi", json_integer(w->sandbox.landlock_abi));
+    json_object_set_new(doc, "seccomp", json_boolean(w->sandbox.seccomp));
+    json_object_set_new(doc, "rlimits", json_boolean(w->sandbox.rlimits));
+    json_object_set_new(doc, "detail", json_string(st == KL_OK ? w->sandbox.detail : err.message));
+    if (st == KL_OK && w->sandbox.landlock && w->pool) kl_pool_set_hook(w->pool, pool_join_sandbox, w);
+    if (require && (st != KL_OK || !w->sandbox.landlock || !w->sandbox.seccomp))
+        return fail(w, KL_WORKER_EXIT_HARNESS, NULL, false, "the sandbox is required and not in force: %s",
+                    st == KL_OK ? w->sandbox.detail : err.message);
+    if (st != KL_OK) kl_log(KL_LOG_WARN, "the sandbox could not be applied: %s", err.message);
+    return 0;
+}
+
 static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
 {
     gate_opts o = *op;
@@ -1894,6 +2213,7 @@ static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
     w->stage = "task";
     kl_error err = {0};
     if (!w->task_prepared) {
+        apply_opts(w, &o);
         if (kl_task_load(task_dir, &w->task, &err) != KL_OK) return kfail(w, KL_WORKER_EXIT_HARNESS, &err);
         if (parse_shapes(w, json_object_get(w->job, "shapes")) || parse_seeds(w, json_object_get(w->job, "seeds")))
             return -1;
@@ -1920,6 +2240,7 @@ static int job_gate(worker *w, const gate_opts *op, const gate_paths *gp)
     t = kl_now();
     if (builtin && setup_builtin(w, &w->base, builtin, bmap)) return -1;
     w->tm.cublas_init = kl_now() - t;
+    if (sandbox_enter(w, gp->sandbox)) return -1;
     if (base_path) {
         w->stage = "load";
         t = kl_now();
@@ -2122,6 +2443,7 @@ int kl_worker_run(const char *job, size_t len, char **result)
     kl_strbuf_init(&w->integrity_detail, 1024);
     kl_strbuf_init(&w->hygiene_detail, 1024);
     w->result = json_object();
+    w->sandbox.ruleset_fd = -1;
     w->exit_code = KL_WORKER_EXIT_OK;
     w->stage = "job";
     json_error_t jerr;
@@ -2161,6 +2483,13 @@ int kl_worker_run(const char *job, size_t len, char **result)
     pthread_mutex_lock(&w->cache_mu);
     w->cancel = true; /* references still queued are not computed */
     pthread_mutex_unlock(&w->cache_mu);
+    if (w->abandon) {
+        /* a reference is still running past the deadline: the result is out; the process ends
+         * (main exits at once) without waiting for it or freeing what it uses */
+        json_decref(w->result);
+        json_decref(w->job);
+        return w->exit_code;
+    }
     kl_pool_stop(w->pool);
     w->pool = NULL;
     if (w->task) inputs_free(w);
@@ -2178,6 +2507,7 @@ int kl_worker_run(const char *job, size_t len, char **result)
     free(w->cache_dir);
     kl_strbuf_release(&w->integrity_detail);
     kl_strbuf_release(&w->hygiene_detail);
+    kl_sandbox_release(&w->sandbox);
     pthread_mutex_destroy(&w->ref_mu);
     pthread_cond_destroy(&w->cache_cv);
     pthread_mutex_destroy(&w->cache_mu);

@@ -29,6 +29,9 @@ enum {
  * Never prints; progress goes to kl_log.
  */
 int kl_worker_run(const char *job, size_t len, char **result);
+/* Whether a job of this process applied the sandbox (the process should then end with _exit:
+ * exit handlers such as a leak checker's may need what the sandbox forbids). */
+bool kl_worker_sandboxed(void);
 
 /* ---- worker_sys.c: the runtime's symbols, loaded objects, and the process checks ------- */
 
@@ -64,8 +67,10 @@ typedef struct kl_rt_api {
     int (*batch_open)(void);
     int (*batch_close)(void);
     int (*batch_end)(kl_rt_timing *, unsigned *);
+    int (*mark)(void);
     uint64_t (*now_ns)(void);
     int (*l2_flush)(void);
+    int (*smem_poison)(int);
     int (*ceilings_measure)(unsigned, kl_rt_ceilings *);
     int (*cublas_available)(void);
     int (*cublas_sgemm)(const void *, const void *, void *, int, int, int, kl_rt_stream);
@@ -127,6 +132,9 @@ typedef struct kl_pool kl_pool;
 #define KL_POOL_MAX_THREADS 16
 kl_status kl_pool_start(unsigned nthreads, kl_pool **out, kl_error *err);
 unsigned kl_pool_threads(const kl_pool *p);
+/* Every thread runs fn(arg) once before the next task it takes (a thread busy with a task runs
+ * it after): how threads started before the sandbox join it. */
+void kl_pool_set_hook(kl_pool *p, void (*fn)(void *), void *arg);
 /* Seconds spent running tasks so far, summed over the threads. */
 double kl_pool_busy_seconds(kl_pool *p);
 /* Queue fn(arg); KL_ERR_NOMEM when the task cannot be queued. */

@@ -62,8 +62,10 @@ kl_status kl_rt_api_load(const char *path, kl_rt_api *api, kl_error *err)
     RT_SYM(batch_open);
     RT_SYM(batch_close);
     RT_SYM(batch_end);
+    RT_SYM(mark);
     RT_SYM(now_ns);
     RT_SYM(l2_flush);
+    RT_SYM(smem_poison);
     RT_SYM(ceilings_measure);
     RT_SYM(cublas_available);
     RT_SYM(cublas_sgemm);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "klineage/skills.h"
 #include "klineage/syntax.h"
 #include "lineage/lineage_int.h"
 
@@ -160,62 +161,195 @@ static json_t *shape_json(const kl_task *task, const kl_shape *shape)
     return s;
 }
 
+/* {shape, roles}: a shape and the observables of the step's forward site there. */
+static json_t *shape_roles(const kl_task *task, const char *child, const kl_fwd_site *fs, const json_t *shape)
+{
+    json_t *o = json_object();
+    json_object_set(o, "shape", (json_t *)shape);
+    json_t *obs = NULL;
+    kl_error e = {0};
+    if (kl_step_observe(task, child, fs, shape, &obs, &e) == KL_OK) json_object_set_new(o, "roles", obs);
+    return o;
+}
+
 /* A probed step's conditions, from its probes: where the optimized side was wrong (against
  * every shape where it was right: the probes that passed and the task's own check shapes,
  * which the admitted step passed), and where it was slower (against the probes that were not,
- * and the bench shape, where the step was measured at its gain, at least the probing floor).
- * Derived again whenever a walk is loaded, so stored walks follow the learner. */
-static void derive_conditions(const kl_task *task, json_t *step)
+ * and the shape the step was measured at, where it showed its gain). Each is written over the
+ * sizes by role of the step's forward site (kl_probe_conditions). Derived again whenever a walk
+ * is loaded, so stored walks follow the learner. */
+static void derive_conditions(const kl_task *task, const json_t *doc, json_t *step)
 {
     json_t *probes = json_object_get(step, "probes");
     if (!json_array_size(probes)) return;
+    json_t *versions = json_object_get(doc, "versions");
+    const char *parent = doc_str(json_array_get(versions, (size_t)json_integer_value(json_object_get(step, "from"))), "source");
+    const char *child = doc_str(json_array_get(versions, (size_t)json_integer_value(json_object_get(step, "to"))), "source");
+    kl_fwd_site fs;
+    kl_error e = {0};
+    if (kl_step_forward_site(task, parent, child, doc_str(step, "transform"), doc_str(step, "site"), &fs, &e) != KL_OK)
+        return;
     json_t *passed = json_array(), *wrong = json_array(), *slower = json_array(), *faster = json_array();
     size_t i;
     json_t *p;
     json_array_foreach(probes, i, p) {
         json_t *shape = json_object_get(p, "shape");
         const char *broke = doc_str(p, "broke");
+        json_t *sr = shape_roles(task, child, &fs, shape);
         if (!json_is_true(json_object_get(p, "pass"))) {
-            json_array_append(wrong, shape);
+            json_array_append_new(wrong, sr);
             continue;
         }
-        json_array_append(passed, shape);
+        json_array_append(passed, sr);
         if (!strcmp(broke, "slower"))
-            json_array_append(slower, shape);
+            json_array_append(slower, sr);
         else if (json_is_number(json_object_get(p, "speedup")))
-            json_array_append(faster, shape);
+            json_array_append(faster, sr);
+        json_decref(sr);
     }
-    for (unsigned c = 0; c < task->nchecks; c++) json_array_append_new(passed, shape_json(task, &task->checks[c]));
-    json_array_append_new(faster, shape_json(task, &task->bench));
-    json_t *conds = kl_probe_conditions(task, passed, wrong, "wrong");
-    json_t *perf = kl_probe_conditions(task, faster, slower, "slower");
+    for (unsigned c = 0; c < task->nchecks; c++) {
+        json_t *sh = shape_json(task, &task->checks[c]);
+        json_array_append_new(passed, shape_roles(task, child, &fs, sh));
+        json_decref(sh);
+    }
+    /* where the step showed its gain: the bench shape, or the shape that runs its path */
+    json_t *at = json_object_get(step, "shape");
+    json_t *sh = json_is_object(at) ? json_incref(at) : shape_json(task, &task->bench);
+    json_array_append_new(faster, shape_roles(task, child, &fs, sh));
+    json_decref(sh);
+    json_t *conds = kl_probe_conditions(passed, wrong, "wrong");
+    json_t *perf = kl_probe_conditions(faster, slower, "slower");
     json_array_extend(conds, perf);
     json_decref(perf);
     json_object_set_new(step, "conditions", conds);
     json_decref(passed), json_decref(wrong), json_decref(slower), json_decref(faster);
+    kl_fwd_site_release(&fs);
+}
+
+/* Where derived tasks (probes, path shapes) are written: the option, else the cache. New string. */
+static char *probe_dir(const walk *w)
+{
+    if (w->opt->probe_dir) return kl_strdup(w->opt->probe_dir);
+    char *cache = kl_cache_dir();
+    char *dir = cache ? kl_path_join(cache, "probe") : NULL;
+    free(cache);
+    return dir;
 }
 
 /* Gate the chosen step on the probe shapes: the optimized side (parent) against the
  * simpler (child) as baseline, one derived task per shape. */
+/* Gate the optimized side (parent) against the simpler (child) at one shape, in a derived task
+ * whose check and bench shapes are that shape; *out: the probe record {shape, pass, speedup, …,
+ * broke}. */
+static kl_status probe_one(walk *w, const json_t *shape, const char *parent, const char *child, const char *dir,
+                           json_t **out)
+{
+    *out = NULL;
+    char child_name[128];
+    version_name(w->task, child, child_name, sizeof child_name);
+    char *tdir = NULL;
+    kl_task *pt = NULL;
+    kl_status st = kl_probe_task_dir(w->task, shape, false, dir, &tdir, w->err);
+    if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
+    free(tdir);
+    if (st != KL_OK) {
+        kl_task_free(pt);
+        return st;
+    }
+    kl_judgement j;
+    st = judge(w, pt, parent, child_name, child, KL_JUDGE_PROFILE, &j);
+    kl_task_free(pt);
+    if (st != KL_OK) return st;
+    if (j.unmeasured) return kl_error_set(w->err, KL_ERR_UNMEASURED, "probe at a shape has no recorded verdict: %s", j.reason);
+    json_t *p = judgement_json(&j);
+    json_object_set(p, "shape", (json_t *)shape);
+    if (!j.pass)
+        json_object_set_new(p, "broke", json_string(!strcmp(j.stage, "compile") ? "compile"
+                                                    : !strcmp(j.stage, "correct") ? "wrong"
+                                                                                   : "crash"));
+    else if (j.speedup >= 0 && j.speedup < KL_SLOWER_BELOW) /* speedup here = t_child / t_parent: the gain */
+        json_object_set_new(p, "broke", json_string("slower"));
+    *out = p;
+    return KL_OK;
+}
+
+/* Bisect each slowdown the probes found: a probe slower than the simpler side varied one size of
+ * the base shape (the largest check shape); between its value and the bench shape's value of that
+ * size (where the step showed its gain), halve the interval geometrically w->opt->bisect times,
+ * each point a probe marked "bisect", so the condition states a bracket no wider than the last
+ * two points rather than the distance between two probe values. */
+static kl_status bisect_step(walk *w, json_t *step, const char *parent, const char *child, unsigned version,
+                             const char *dir)
+{
+    json_t *probes = json_object_get(step, "probes");
+    if (!json_is_array(probes) || !w->opt->bisect) return KL_OK;
+    json_t *base = kl_probe_base_shape(w->task);
+    size_t n0 = json_array_size(probes);
+    kl_status st = KL_OK;
+    /* per size: the largest value a slower probe had (the nearest to the boundary from below) */
+    for (unsigned axis = 0; axis < w->task->nsizes && st == KL_OK; axis++) {
+        const char *size = w->task->sizes[axis];
+        double lo = -1;
+        for (size_t i = 0; i < n0; i++) {
+            json_t *p = json_array_get(probes, i);
+            if (strcmp(doc_str(p, "broke"), "slower") != 0 || json_is_true(json_object_get(p, "bisect"))) continue;
+            json_t *shape = json_object_get(p, "shape");
+            bool only_this = true;
+            for (unsigned k = 0; k < w->task->nsizes; k++)
+                if (k != axis && json_integer_value(json_object_get(shape, w->task->sizes[k])) !=
+                                     json_integer_value(json_object_get(base, w->task->sizes[k])))
+                    only_this = false;
+            double v = (double)json_integer_value(json_object_get(shape, size));
+            if (only_this && v != (double)json_integer_value(json_object_get(base, size)) && v > lo) lo = v;
+        }
+        double hi = (double)w->task->bench.values[axis];
+        if (lo < 1 || hi <= lo) continue;
+        for (unsigned b = 0; b < w->opt->bisect; b++) {
+            json_int_t m = (json_int_t)(sqrt(lo * hi) + 0.5);
+            if (m <= (json_int_t)lo || m >= (json_int_t)hi) break;
+            json_t *at = json_deep_copy(base);
+            json_object_set_new(at, size, json_integer(m));
+            if (!kl_probe_shape_ok(w->task, at)) {
+                json_decref(at);
+                break;
+            }
+            if (interrupted(w)) {
+                json_decref(at);
+                st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted while probing");
+                break;
+            }
+            char *shape_text = json_dumps(at, JSON_SORT_KEYS | JSON_COMPACT);
+            progress(w, KL_WALK_PROBE, version, b + 1, w->opt->bisect, "bisect %s", shape_text ? shape_text : "?");
+            free(shape_text);
+            json_t *rec = NULL;
+            st = probe_one(w, at, parent, child, dir, &rec);
+            json_decref(at);
+            if (st != KL_OK) break;
+            json_object_set_new(rec, "bisect", json_true());
+            const char *broke = doc_str(rec, "broke");
+            bool slower = !strcmp(broke, "slower"), failed = *broke && !slower;
+            json_array_append_new(probes, rec);
+            if (failed) break;
+            if (slower) lo = (double)m;
+            else hi = (double)m;
+        }
+    }
+    json_decref(base);
+    return st;
+}
+
+/* Gate the chosen step on the probe shapes: the optimized side (parent) against the
+ * simpler (child) as baseline, one derived task per shape; then bisect the slowdowns. */
 static kl_status probe_step(walk *w, json_t *step, const char *parent, const char *child, unsigned version)
 {
     json_t *shapes = kl_probe_shapes(w->task, w->opt->probes);
     json_t *probes = json_array();
-    char *dir = NULL;
+    char *dir = probe_dir(w);
     kl_status st = KL_OK;
-    if (w->opt->probe_dir) {
-        dir = kl_strdup(w->opt->probe_dir);
-    } else {
-        char *cache = kl_cache_dir();
-        dir = cache ? kl_path_join(cache, "probe") : NULL;
-        free(cache);
-    }
     if (!dir) {
         st = kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    char child_name[128];
-    version_name(w->task, child, child_name, sizeof child_name);
     size_t i;
     json_t *shape;
     json_array_foreach(shapes, i, shape) {
@@ -223,44 +357,63 @@ static kl_status probe_step(walk *w, json_t *step, const char *parent, const cha
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted while probing");
             goto cleanup;
         }
-        char *tdir = NULL;
-        kl_task *pt = NULL;
-        st = kl_probe_task_dir(w->task, shape, dir, &tdir, w->err);
-        if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
-        free(tdir);
-        if (st != KL_OK) {
-            kl_task_free(pt);
-            goto cleanup;
-        }
         char *shape_text = json_dumps(shape, JSON_SORT_KEYS | JSON_COMPACT);
         progress(w, KL_WALK_PROBE, version, (unsigned)i + 1, (unsigned)json_array_size(shapes), "probe %s",
                  shape_text ? shape_text : "?");
         free(shape_text);
-        kl_judgement j;
-        st = judge(w, pt, parent, child_name, child, KL_JUDGE_PROFILE, &j);
-        kl_task_free(pt);
-        if (st != KL_OK) goto cleanup;
-        if (j.unmeasured) {
-            st = kl_error_set(w->err, KL_ERR_UNMEASURED, "probe at a shape has no recorded verdict: %s", j.reason);
-            goto cleanup;
-        }
-        json_t *p = judgement_json(&j);
-        json_object_set(p, "shape", shape);
-        if (!j.pass)
-            json_object_set_new(p, "broke", json_string(!strcmp(j.stage, "compile") ? "compile"
-                                                        : !strcmp(j.stage, "correct") ? "wrong"
-                                                                                       : "crash"));
-        else if (j.speedup >= 0 && j.speedup < 0.95) /* speedup here = t_child / t_parent: the gain */
-            json_object_set_new(p, "broke", json_string("slower"));
+        json_t *p = NULL;
+        if ((st = probe_one(w, shape, parent, child, dir, &p)) != KL_OK) goto cleanup;
         json_array_append_new(probes, p);
     }
     json_object_set_new(step, "probes", probes);
     probes = NULL;
-    derive_conditions(w->task, step);
+    st = bisect_step(w, step, parent, child, version, dir);
 cleanup:
     free(dir);
     json_decref(shapes);
     json_decref(probes);
+    return st;
+}
+
+/* A stored walk whose slowdowns were not bisected yet (it was probed before bisection, or with
+ * --bisect 0): bisect them now, step by step, the walk saved after each. */
+static kl_status bisect_stored(walk *w)
+{
+    if (!w->opt->bisect) return KL_OK;
+    json_t *versions = json_object_get(w->doc, "versions");
+    char *dir = probe_dir(w);
+    if (!dir) return kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+    kl_status st = KL_OK;
+    size_t k;
+    json_t *step;
+    json_array_foreach(json_object_get(w->doc, "steps"), k, step) {
+        json_t *probes = json_object_get(step, "probes");
+        bool slower = false, bisected = false;
+        size_t i;
+        json_t *p;
+        json_array_foreach(probes, i, p) {
+            if (!strcmp(doc_str(p, "broke"), "slower") && !json_is_true(json_object_get(p, "bisect"))) slower = true;
+            if (json_is_true(json_object_get(p, "bisect"))) bisected = true;
+        }
+        if (!slower || bisected || json_object_get(step, "bisect_note")) continue;
+        size_t from = (size_t)json_integer_value(json_object_get(step, "from"));
+        const char *parent = doc_str(json_array_get(versions, from), "source");
+        const char *child = doc_str(json_array_get(versions, from + 1), "source");
+        size_t before = json_array_size(probes);
+        progress(w, KL_WALK_PROBE, (unsigned)from, 0, 0, "bisecting the slowdowns of %s", doc_str(step, "transform"));
+        st = bisect_step(w, step, parent, child, (unsigned)from, dir);
+        if (st != KL_OK) break;
+        if (json_array_size(probes) == before) {
+            /* nothing could be bisected (the interval was too narrow or too costly): say so, once */
+            json_t *none = json_object();
+            json_object_set_new(none, "bisect", json_true());
+            json_object_set_new(none, "none", json_string("no point between the slowdown and the bench shape to probe"));
+            json_object_set_new(step, "bisect_note", none);
+        }
+        derive_conditions(w->task, w->doc, step);
+        if ((st = save(w)) != KL_OK) break;
+    }
+    free(dir);
     return st;
 }
 
@@ -292,7 +445,7 @@ static void proposal_id_at(const char *transform, size_t start, const char *remo
     kl_snprintf(buf, size, "%s@%zu:%.16s", transform, start, hex);
 }
 
-static void proposal_id(const char *transform, const char *parent, const char *child, char *buf, size_t size)
+void kl_proposal_id(const char *transform, const char *parent, const char *child, char *buf, size_t size)
 {
     size_t a, pe, ce;
     edit_span(parent, child, &a, &pe, &ce);
@@ -339,8 +492,62 @@ typedef struct prop {
     size_t start, end;      /* the edit's span in the version's text */
     unsigned n_child;
     json_t *fresh;      /* judged at this version (owned), or NULL */
+    bool sanitize;      /* judged again with the sanitizer stages before it is admitted */
     const json_t *est;  /* the latest judgement from an earlier version (borrowed), or NULL */
+    char fn[128];       /* the function its site is in */
+    bool off_path;      /* that function does not run at the bench shape */
+    bool deferred;      /* off the path while a dispatch that guards it can be removed first */
+    json_t *path_shape; /* judged at this shape, where its function runs (owned), or NULL */
+    json_t *inside;     /* specialize: the functions only its specialized path runs (owned) */
 } prop;
+
+/* The functions of text that only the specialized path of a dispatch runs: the specialized
+ * kernels (the rules' "specialized") and the helpers only they call. */
+static json_t *specialized_functions(const char *text, const char *features_json)
+{
+    json_t *out = json_array();
+    json_t *f = features_json ? json_loads(features_json, 0, NULL) : NULL;
+    json_t *spec = json_object_get(f, "specialized");
+    const char *general = json_string_value(json_object_get(f, "general"));
+    kl_source *src = NULL;
+    kl_model *m = NULL;
+    kl_error e = {0};
+    if (!json_array_size(spec) || kl_source_parse_text("version.cu", text, strlen(text), &src, &e) != KL_OK ||
+        kl_model_build(src, &m, &e) != KL_OK)
+        goto cleanup;
+    json_t *gcalls = NULL;
+    int gi = general ? kl_model_find_function(m, general, KL_FUNCTION_KERNEL) : -1;
+    json_t *gf = gi >= 0 ? kl_model_features(m, (unsigned)gi) : NULL;
+    gcalls = json_object_get(gf, "calls");
+    size_t i, j;
+    json_t *k, *c, *g;
+    json_array_foreach(spec, i, k) {
+        json_array_append(out, k);
+        int ki = kl_model_find_function(m, json_string_value(k), KL_FUNCTION_KERNEL);
+        json_t *kf = ki >= 0 ? kl_model_features(m, (unsigned)ki) : NULL;
+        json_array_foreach(json_object_get(kf, "calls"), j, c) {
+            bool shared = false;
+            size_t q;
+            json_array_foreach(gcalls, q, g) if (json_equal(g, c)) shared = true;
+            if (!shared) json_array_append(out, c);
+        }
+        json_decref(kf);
+    }
+    json_decref(gf);
+cleanup:
+    kl_model_free(m);
+    kl_source_free(src);
+    json_decref(f);
+    return out;
+}
+
+static bool names_has(const json_t *names, const char *name)
+{
+    size_t i;
+    json_t *n;
+    json_array_foreach(names, i, n) if (json_is_string(n) && !strcmp(json_string_value(n), name)) return true;
+    return false;
+}
 
 /* Judge proposal c against the version text; o receives the record (pass, verdict, speedup …). */
 static kl_status judge_prop(walk *w, unsigned version, const char *text, const char *name, prop *pp,
@@ -357,7 +564,22 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
     json_t *feat = c->features_json ? json_loads(c->features_json, 0, NULL) : NULL;
     if (feat) json_object_set_new(o, "features", feat);
     kl_judgement j;
-    kl_status st = judge(w, w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, &j);
+    kl_task *pt = NULL;
+    kl_status st = KL_OK;
+    if (pp->path_shape) {
+        /* its function does not run at the bench shape: measured where it runs, checked at the
+         * task's own check shapes as every proposal is */
+        char *dir = probe_dir(w), *tdir = NULL;
+        st = dir ? kl_probe_task_dir(w->task, pp->path_shape, true, dir, &tdir, w->err)
+                 : kl_error_set(w->err, KL_ERR_NOMEM, "out of memory");
+        if (st == KL_OK) st = kl_task_load(tdir, &pt, w->err);
+        free(dir), free(tdir);
+        json_object_set(o, "shape", pp->path_shape);
+        json_object_set_new(o, "path_function", json_string(pp->fn));
+    }
+    if (st == KL_OK)
+        st = judge(w, pt ? pt : w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE | (pp->sanitize ? KL_JUDGE_SANITIZE : 0), &j);
+    kl_task_free(pt);
     if (st != KL_OK) {
         json_decref(o);
         return st;
@@ -394,6 +616,8 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
     json_object_set_new(e, "end", json_integer((json_int_t)pp->end));
     json_object_set(est, pp->id, e);
     json_decref(e);
+    if (pp->sanitize) json_object_set_new(o, "sanitized", json_true());
+    json_decref(pp->fresh);
     pp->fresh = o;
     return KL_OK;
 }
@@ -404,6 +628,21 @@ static bool prop_pass(const prop *p)
 {
     const json_t *v = prop_view(p);
     return v && json_is_true(json_object_get(v, "pass"));
+}
+
+/* May p be chosen now? Not a deferred proposal; not a dispatch's removal while a proposal that
+ * passes (as far as is known) sits inside its specialized path: that path is peeled first, so
+ * the dispatch is not credited with what is inside it. */
+static bool eligible(const prop *pp, unsigned np, const prop *p)
+{
+    if (p->deferred) return false;
+    if (!p->inside) return true;
+    for (unsigned i = 0; i < np; i++) {
+        const prop *q = &pp[i];
+        if (q == p || q->deferred || !prop_pass(q)) continue;
+        if (names_has(p->inside, q->fn)) return false;
+    }
+    return true;
 }
 
 /* One version: propose, judge, choose. *moved false when nothing could be admitted.
@@ -475,7 +714,7 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         prop *p = &pp[np++];
         p->c = c;
         p->n_child = n_child;
-        proposal_id(c->transform, text, c->source, p->id, sizeof p->id);
+        kl_proposal_id(c->transform, text, c->source, p->id, sizeof p->id);
         size_t pe_, ce_;
         edit_span(text, c->source, &p->start, &pe_, &ce_);
         p->end = pe_;
@@ -487,6 +726,51 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         }
     }
 
+    /* Gains where the code runs. A proposal in a function the bench shape does not run (the
+     * general path of a dispatch, at a shape that takes the specialized one) is deferred while
+     * the dispatch can be removed first (then the general path runs at the bench shape), else
+     * measured at a shape that runs it. A dispatch is removed only after the optimizations
+     * inside its specialized path are peeled (ranking: eligible()). */
+    {
+        kl_source *vsrc = NULL;
+        kl_error perr = {0};
+        bool dispatch = false;
+        for (unsigned i = 0; i < np; i++) dispatch |= !strcmp(pp[i].c->transform, "specialize");
+        if (kl_source_parse_text(name, text, strlen(text), &vsrc, &perr) == KL_OK) {
+            for (unsigned i = 0; i < np; i++) {
+                prop *p = &pp[i];
+                const char *colon = strchr(p->c->site, ':');
+                kl_snprintf(p->fn, sizeof p->fn, "%.*s", colon ? (int)(colon - p->c->site) : (int)strlen(p->c->site),
+                            p->c->site);
+                if (!strcmp(p->c->transform, "specialize"))
+                    p->inside = specialized_functions(text, p->c->features_json);
+                p->off_path = kl_skill_runs_at(vsrc, w->task, &w->task->bench, p->fn) < 0;
+                if (!p->off_path) continue;
+                if (dispatch && strcmp(p->c->transform, "specialize") != 0) {
+                    p->deferred = true;
+                } else {
+                    p->path_shape = kl_path_shape(w->task, text, p->fn);
+                    p->est = NULL; /* an estimate from the bench shape says nothing here */
+                }
+            }
+            kl_source_free(vsrc);
+        }
+    }
+    json_t *deferred = json_array();
+    for (unsigned i = 0; i < np; i++)
+        if (pp[i].deferred) {
+            json_t *o = json_object();
+            json_object_set_new(o, "transform", json_string(pp[i].c->transform));
+            json_object_set_new(o, "site", json_string(pp[i].c->site));
+            json_object_set_new(o, "why", json_string("its function does not run at the bench shape; the dispatch that "
+                                                      "guards it is removed first"));
+            json_array_append_new(deferred, o);
+            progress(w, KL_WALK_JUDGED, version, i + 1, np, "%s@%s deferred: %s does not run at the bench shape",
+                     pp[i].c->transform, pp[i].c->site, pp[i].fn);
+        }
+    if (json_array_size(deferred)) json_object_set_new(cur, "deferred", deferred);
+    else json_decref(deferred);
+
     /* compile what will be judged now, in parallel */
     if (w->opt->prepare && np) {
         const char **names = calloc(np, sizeof *names), **texts = calloc(np, sizeof *texts);
@@ -494,7 +778,7 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         unsigned m = 0;
         if (names && texts && buf) {
             for (unsigned i = 0; i < np; i++) {
-                if (pp[i].est) continue;
+                if (pp[i].est || pp[i].deferred || pp[i].path_shape) continue;
                 version_name(w->task, pp[i].c->source, buf[m], sizeof buf[m]);
                 names[m] = buf[m];
                 texts[m] = pp[i].c->source;
@@ -508,8 +792,9 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     }
 
     unsigned judged = 0, reused = 0;
+    prop *chosen = NULL;
     for (unsigned i = 0; i < np; i++) {
-        if (pp[i].est) continue;
+        if (pp[i].est || pp[i].deferred) continue;
         if (interrupted(w)) {
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
             goto cleanup;
@@ -521,13 +806,16 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     /* lazy: judge the best candidate again until the best is a fresh judgement */
     for (;;) {
         prop *best = NULL;
-        for (unsigned i = 0; i < np; i++)
-            if (prop_pass(&pp[i]) && (!best || better(prop_view(&pp[i]), prop_view(best)))) best = &pp[i];
+        for (int pass = 0; pass < 2 && !best; pass++) /* the eligible first, then any that passes */
+            for (unsigned i = 0; i < np; i++)
+                if (prop_pass(&pp[i]) && !pp[i].deferred && (pass || eligible(pp, np, &pp[i])) &&
+                    (!best || better(prop_view(&pp[i]), prop_view(best))))
+                    best = &pp[i];
         if (!best) {
             /* nothing passes as far as we know: judge again what was rejected earlier */
             bool any = false;
             for (unsigned i = 0; i < np; i++) {
-                if (pp[i].fresh) continue;
+                if (pp[i].fresh || pp[i].deferred) continue;
                 if (interrupted(w)) {
                     st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
                     goto cleanup;
@@ -536,10 +824,33 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
                 if (st != KL_OK) goto cleanup;
                 judged++, any = true;
             }
+            if (!any) {
+                /* the dispatch could not be removed: what it deferred is measured where it runs */
+                for (unsigned i = 0; i < np; i++) {
+                    if (!pp[i].deferred) continue;
+                    pp[i].deferred = false;
+                    pp[i].path_shape = kl_path_shape(w->task, text, pp[i].fn);
+                    pp[i].est = NULL;
+                    if (interrupted(w)) {
+                        st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
+                        goto cleanup;
+                    }
+                    st = judge_prop(w, version, text, name, &pp[i], i + 1, np);
+                    if (st != KL_OK) goto cleanup;
+                    judged++, any = true;
+                }
+                json_object_del(cur, "deferred");
+            }
             if (!any) break;
             continue;
         }
-        if (best->fresh) break;
+        /* the best is admitted only once it also passed the sanitizer stages (a race the
+         * default stages miss); failing them, it drops out and the next best is tried */
+        if (best->fresh && json_is_true(json_object_get(best->fresh, "sanitized"))) {
+            chosen = best;
+            break;
+        }
+        best->sanitize = best->fresh != NULL;
         if (interrupted(w)) {
             st = kl_error_set(w->err, KL_ERR_INTERRUPTED, "interrupted at version %u", version);
             goto cleanup;
@@ -548,11 +859,12 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
         if (st != KL_OK) goto cleanup;
         judged++;
     }
-    json_t *not_judged = json_array();
+    json_t *not_judged = json_array(), *chosen_o = NULL;
     for (unsigned i = 0; i < np; i++) {
         if (pp[i].fresh) {
             json_t *o = pp[i].fresh;
             pp[i].fresh = NULL;
+            if (&pp[i] == chosen) chosen_o = o;
             if (json_is_true(json_object_get(o, "pass"))) {
                 json_object_set_new(o, "source", json_string(pp[i].c->source));
                 json_array_append_new(admitted, o);
@@ -581,17 +893,17 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     if (reused)
         progress(w, KL_WALK_PROPOSALS, version, 0, np, "%u judged, %u ranked by earlier judgements", judged, reused);
 
-    if (json_array_size(admitted) == 0) goto cleanup;
-    json_t *best = NULL;
+    if (json_array_size(admitted) == 0 || !chosen_o) goto cleanup;
+    json_t *best = chosen_o;
     size_t k;
     json_t *a;
-    json_array_foreach(admitted, k, a) if (!best || better(a, best)) best = a;
 
     const char *child = doc_str(best, "source");
     json_t *step = json_object();
     json_object_set_new(step, "from", json_integer(version));
     json_object_set_new(step, "to", json_integer(version + 1));
-    const char *keys[] = {"transform", "site", "note", "params", "features", "verdict", "speedup", "cand_ms", "base_ms", "device", "date"};
+    const char *keys[] = {"transform", "site", "note", "params", "features", "verdict", "speedup", "cand_ms",
+                          "base_ms", "device", "date", "shape", "path_function"};
     for (unsigned q = 0; q < sizeof keys / sizeof keys[0]; q++)
         if (json_object_get(best, keys[q])) json_object_set(step, keys[q], json_object_get(best, keys[q]));
     char *hb = NULL, *ha = NULL;
@@ -639,13 +951,18 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
     json_object_set_new(v, "source", json_string(child));
     json_object_set_new(v, "recognized", json_object_get(best, "recognized") ? json_deep_copy(json_object_get(best, "recognized")) : json_integer(0));
     json_array_append_new(versions, v);
+    derive_conditions(w->task, w->doc, step); /* over the simpler version's sizes by role */
     json_array_append_new(json_object_get(w->doc, "steps"), step);
     progress(w, KL_WALK_STEP, version + 1, 0, 0, "step %u: removed %s at %s", version + 1,
              doc_str(step, "transform"), doc_str(step, "site"));
     *moved = true;
 cleanup:
     if (pp)
-        for (unsigned i = 0; i < np; i++) json_decref(pp[i].fresh);
+        for (unsigned i = 0; i < np; i++) {
+            json_decref(pp[i].fresh);
+            json_decref(pp[i].path_shape);
+            json_decref(pp[i].inside);
+        }
     free(pp);
     json_decref(admitted);
     kl_candidates_free(&props);
@@ -666,7 +983,14 @@ static kl_status load_or_start(walk *w, const char *expert_name, const char *exp
                 json_array_size(json_object_get(w->doc, "versions")) == 0)
                 return kl_error_set(w->err, KL_ERR_PARSE, "stored lineage %.12s is damaged: %s", w->key,
                                     w->doc ? "no versions" : je.text);
-            return KL_OK;
+            json_t *rules = json_object_get(w->doc, "walk_rules");
+            if (!w->opt->restart_older || (json_is_integer(rules) && json_integer_value(rules) >= KL_WALK_RULES))
+                return KL_OK;
+            /* made with earlier rules: walked again (a walk of the current rules resumes instead) */
+            progress(w, KL_WALK_START, 0, 0, 0, "the stored walk was made with earlier walk rules: walking again");
+            json_decref(w->doc);
+            w->doc = NULL;
+            st = KL_ERR_NOT_FOUND; /* as if none were stored */
         }
         if (st != KL_ERR_NOT_FOUND) return st;
         kl_error_clear(w->err);
@@ -679,6 +1003,12 @@ static kl_status load_or_start(walk *w, const char *expert_name, const char *exp
     json_object_set_new(w->doc, "expert", json_string(expert_name));
     json_object_set_new(w->doc, "rewriter", json_string(kl_rewriter_name(w->opt->rewriter)));
     json_object_set_new(w->doc, "strategy", json_string(w->opt->full ? "full" : "lazy"));
+    /* what decides which shapes are probed: a walk recomputed from recorded verdicts must ask
+     * for the same (kl_lineage_recorded_options) */
+    json_object_set_new(w->doc, "options",
+                        json_pack("{s:i, s:f}", "probes", (json_int_t)w->opt->probes, "probe_min_gain",
+                                  w->opt->probe_min_gain));
+    json_object_set_new(w->doc, "walk_rules", json_integer(KL_WALK_RULES));
     json_object_set_new(w->doc, "state", json_string("walking"));
     json_t *bench = json_object();
     for (unsigned k = 0; k < w->task->nsizes; k++)
@@ -778,8 +1108,9 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
     {
         size_t k;
         json_t *step;
-        json_array_foreach(json_object_get(w.doc, "steps"), k, step) derive_conditions(task, step);
+        json_array_foreach(json_object_get(w.doc, "steps"), k, step) derive_conditions(task, w.doc, step);
     }
+    KL_TRY(bisect_stored(&w));
     /* a finished walk taken up again: the rewriter may see more to remove than when it ended;
      * both ends are judged against the naive kernel again */
     if (opt->reopen && !strcmp(doc_str(w.doc, "state"), "done") &&
@@ -838,62 +1169,37 @@ kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expe
     return kl_store_get(store, "lineage", key, doc_json, err);
 }
 
-/* ---- the default judge: the gate ---------------------------------------------------------- */
-
-kl_status kl_lineage_gate_prepare(void *gate, const kl_task *task, unsigned n, const char *const *names,
-                                  const char *const *texts, kl_error *err)
+void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double *probe_min_gain)
 {
-    kl_gate_source *srcs = calloc(n, sizeof *srcs);
-    kl_compiled **outs = calloc(n, sizeof *outs);
-    kl_status st = KL_OK;
-    if (!srcs || !outs) {
-        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        goto cleanup;
+    json_t *doc = doc_json ? json_loads(doc_json, 0, NULL) : NULL;
+    json_t *o = json_object_get(doc, "options");
+    if (json_is_integer(json_object_get(o, "probes")) && json_is_number(json_object_get(o, "probe_min_gain"))) {
+        json_int_t n = json_integer_value(json_object_get(o, "probes"));
+        *probes = n < 0 ? 0 : n > 64 ? 64 : (unsigned)n;
+        *probe_min_gain = json_number_value(json_object_get(o, "probe_min_gain"));
+        json_decref(doc);
+        return;
     }
-    for (unsigned i = 0; i < n; i++) srcs[i] = (kl_gate_source){names[i], texts[i]};
-    st = kl_gate_compile_many(gate, task, n, srcs, outs, err);
-    for (unsigned i = 0; i < n; i++) kl_compiled_free(outs[i]);
-cleanup:
-    free(srcs);
-    free(outs);
-    return st;
-}
-
-kl_status kl_lineage_gate_judge(void *gate, const kl_task *task, const char *cand_name, const char *cand_text,
-                                const char *base_name, const char *base_text, unsigned flags, kl_judgement *out,
-                                kl_error *err)
-{
-    kl_gate_source cand = {cand_name, cand_text};
-    kl_gate_source base = {base_name, base_text};
-    kl_judge_options jo = {0};
-    jo.no_profile = !(flags & KL_JUDGE_PROFILE);
-    jo.bench_against_baseline = (flags & KL_JUDGE_BENCH_VS_BASELINE) != 0;
-    kl_verdict *v = NULL;
-    kl_status st = kl_gate_judge(gate, task, &cand, base_text ? &base : NULL, &jo, &v, err);
-    memset(out, 0, sizeof *out);
-    out->speedup = out->cand_ms = out->base_ms = -1;
-    if (st == KL_ERR_UNMEASURED) {
-        out->unmeasured = true;
-        kl_snprintf(out->reason, sizeof out->reason, "%s", err ? err->message : "unmeasured");
-        if (v && v->key) kl_snprintf(out->key, sizeof out->key, "%s", v->key);
-        kl_verdict_free(v);
-        kl_error_clear(err);
-        return KL_OK;
+    /* A walk stored before its options were: the most probes a step holds, and the threshold a
+     * skipped step's note names ("not probed: the gain (1.005x) is below 1.05x", written above). */
+    size_t i;
+    json_t *step;
+    bool any = false;
+    unsigned most = 0;
+    json_array_foreach(json_object_get(doc, "steps"), i, step) {
+        json_t *pr = json_object_get(step, "probes");
+        if (json_is_array(pr)) {
+            any = true;
+            if (json_array_size(pr) > most) most = (unsigned)json_array_size(pr);
+        }
+        const char *skipped = json_string_value(json_object_get(step, "probe_skipped"));
+        const char *below = skipped ? strstr(skipped, " is below ") : NULL;
+        double g;
+        if (below && sscanf(below, " is below %lfx", &g) == 1 && g > 0) {
+            any = true;
+            *probe_min_gain = g;
+        }
     }
-    if (st != KL_OK) {
-        kl_verdict_free(v);
-        return st;
-    }
-    out->pass = v->pass;
-    out->replayed = v->replayed;
-    if (v->failed_stage) kl_snprintf(out->stage, sizeof out->stage, "%s", v->failed_stage);
-    if (v->reason) kl_snprintf(out->reason, sizeof out->reason, "%s", v->reason);
-    if (v->key) kl_snprintf(out->key, sizeof out->key, "%s", v->key);
-    if (v->device) kl_snprintf(out->device, sizeof out->device, "%s", v->device);
-    if (v->date) kl_snprintf(out->date, sizeof out->date, "%s", v->date);
-    out->speedup = v->speedup;
-    out->cand_ms = v->median_ms;
-    if (v->speedup > 0 && v->median_ms > 0) out->base_ms = v->median_ms * v->speedup;
-    kl_verdict_free(v);
-    return KL_OK;
+    if (any) *probes = most;
+    json_decref(doc);
 }

@@ -85,22 +85,25 @@ static const field f_pattern[] = {{"transform", F_STRING, NULL, false}, {"site_f
 static const schema s_pattern = SCHEMA(f_pattern);
 static const field f_anchor[] = {{"kernel", F_STRING, NULL, false}, {"site", F_STRING, NULL, false},
                                  {"before", F_STRING, NULL, false}, {"after", F_STRING, NULL, false},
-                                 {"pattern", F_OBJECT, &s_pattern, false}, {"features", F_FREE, NULL, false}};
+                                 {"pattern", F_OBJECT, &s_pattern, false}, {"features", F_FREE, NULL, false},
+                                 {"forward", F_FREE, NULL, false}};
 static const schema s_anchor = SCHEMA(f_anchor);
 static const field f_pre[] = {{"predicate", F_PREDICATE, NULL, true}, {"kind", F_NAME, NULL, true},
                               {"verified", F_BOOL, NULL, false},      {"because", F_STRING, NULL, false},
-                              {"evidence", F_STRINGS, NULL, false}};
+                              {"evidence", F_STRINGS, NULL, false}, {"bracket", F_FREE, NULL, false}};
 static const schema s_pre = SCHEMA(f_pre);
 static const field f_effect[] = {{"device", F_STRING, NULL, false},  {"date", F_STRING, NULL, false},
                                  {"label", F_STRING, NULL, false},   {"shape", F_SHAPE, NULL, false},
                                  {"speedup", F_NUMBER, NULL, true},  {"before_ms", F_NUMBER, NULL, false},
                                  {"after_ms", F_NUMBER, NULL, false}, {"verdict", F_STRING, NULL, false},
-                                 {"lineage", F_STRING, NULL, false}};
+                                 {"lineage", F_STRING, NULL, false}, {"task", F_STRING, NULL, false},
+                                 {"context", F_FREE, NULL, false}};
 static const schema s_effect = SCHEMA(f_effect);
-static const field f_risk[] = {{"shape", F_SHAPE, NULL, false},
-                               {"broke", F_NAME, NULL, true},
-                               {"detail", F_STRING, NULL, false},
-                               {"verdict", F_STRING, NULL, false}};
+static const field f_risk[] = {{"shape", F_SHAPE, NULL, false},   {"broke", F_NAME, NULL, true},
+                               {"detail", F_STRING, NULL, false},  {"speedup", F_NUMBER, NULL, false},
+                               {"label", F_STRING, NULL, false},   {"verdict", F_STRING, NULL, false},
+                               {"lineage", F_STRING, NULL, false}, {"task", F_STRING, NULL, false},
+                               {"context", F_FREE, NULL, false}};
 static const schema s_risk = SCHEMA(f_risk);
 static const field f_probes[] = {{"count", F_INT, NULL, true},
                                  {"failures", F_INT, NULL, false},
@@ -115,18 +118,44 @@ static const field f_contra[] = {{"predicate", F_NAME, NULL, true},
                                  {"held_in", F_STRING, NULL, false},
                                  {"not_found_in", F_STRING, NULL, false}};
 static const schema s_contra = SCHEMA(f_contra);
+static const field f_step[] = {{"card", F_STRING, NULL, false},
+                               {"transform", F_STRING, NULL, false},
+                               {"lineage", F_STRING, NULL, false}};
+static const schema s_step = SCHEMA(f_step);
+static const field f_lpath[] = {{"lineage", F_STRING, NULL, false}, {"task", F_STRING, NULL, false},
+                                {"step", F_INT, NULL, false},       {"of", F_INT, NULL, false},
+                                {"before", F_STRINGS, NULL, false}, {"after", F_STRINGS, NULL, false}};
+static const schema s_lpath = SCHEMA(f_lpath);
+static const field f_path[] = {{"follows", F_OBJECTS, &s_step, false},
+                               {"precedes", F_OBJECTS, &s_step, false},
+                               {"lineages", F_OBJECTS, &s_lpath, false}};
+static const schema s_path = SCHEMA(f_path);
+static const field f_trial[] = {{"task", F_STRING, NULL, false},    {"site", F_STRING, NULL, false},
+                                {"gain", F_NUMBER, NULL, false},    {"verdict", F_NAME, NULL, true},
+                                {"recorded", F_NUMBER, NULL, false}, {"detail", F_STRING, NULL, false},
+                                {"key", F_STRING, NULL, false},     {"own", F_BOOL, NULL, false}};
+static const schema s_trial = SCHEMA(f_trial);
+static const field f_admission[] = {{"status", F_NAME, NULL, true},
+                                    {"tolerance", F_NUMBER, NULL, false},
+                                    {"date", F_STRING, NULL, false},
+                                    {"trials", F_OBJECTS, &s_trial, false}};
+static const schema s_admission = SCHEMA(f_admission);
 static const field f_card[] = {
     {"id", F_NAME, NULL, true},           {"format", F_INT, NULL, false},
     {"transform", F_NAME, NULL, true},    {"intent", F_STRING, NULL, false},
     {"params", F_FREE, NULL, false},      {"anchor", F_OBJECT, &s_anchor, false},
     {"preconditions", F_OBJECTS, &s_pre, false}, {"requires", F_STRINGS, NULL, false},
+    {"requires_evidence", F_STRINGS, NULL, false},
     {"effect", F_OBJECTS, &s_effect, false},     {"risks", F_OBJECTS, &s_risk, false},
     {"probes", F_OBJECT, &s_probes, false},      {"evidence", F_OBJECT, &s_evidence, false},
-    {"contradictions", F_OBJECTS, &s_contra, false}};
+    {"contradictions", F_OBJECTS, &s_contra, false}, {"path", F_OBJECT, &s_path, false},
+    {"admission", F_OBJECT, &s_admission, false}};
 static const schema s_card = SCHEMA(f_card);
 
 static const char *const precondition_kinds[] = {"static", "probed", "probed-perf", "unexplained", NULL};
 static const char *const risk_kinds[] = {"wrong", "slower", "crash", "compile", NULL};
+static const char *const admission_statuses[] = {"admitted", "rejected", "untried", NULL};
+static const char *const trial_verdicts[] = {"reproduced", "lost", "failed", "not-applicable", NULL};
 
 /* ---- validation ---------------------------------------------------------------------------- */
 
@@ -300,6 +329,7 @@ static kl_status check_meaning(vctx *v, const json_t *c)
 {
     const char *id = kl_sk_str(c, "id");
     if (strlen(id) > 128) return bad(v, "id", "longer than 128 characters");
+    if (id[0] == '-') return bad(v, "id", "\"%s\" starts with '-': it would read as an option on the command line", id);
     if (id[0] == '.' || strchr(id, '/') || strchr(id, '\\'))
         return bad(v, "id", "\"%s\" cannot name a folder (no '/', '\\', or leading '.')", id);
     for (const unsigned char *s = (const unsigned char *)id; *s; s++)
@@ -338,6 +368,20 @@ static kl_status check_meaning(vctx *v, const json_t *c)
         if (!one_of(kl_sk_str(e, "broke"), risk_kinds)) {
             list_names(names, sizeof names, risk_kinds);
             return bad(v, p, "\"%s\" is not one of %s", kl_sk_str(e, "broke"), names);
+        }
+    }
+    json_t *adm = json_object_get(c, "admission");
+    if (adm) {
+        if (!one_of(kl_sk_str(adm, "status"), admission_statuses)) {
+            list_names(names, sizeof names, admission_statuses);
+            return bad(v, "admission.status", "\"%s\" is not one of %s", kl_sk_str(adm, "status"), names);
+        }
+        json_array_foreach(json_object_get(adm, "trials"), i, e) {
+            kl_snprintf(p, sizeof p, "admission.trials[%zu].verdict", i);
+            if (!one_of(kl_sk_str(e, "verdict"), trial_verdicts)) {
+                list_names(names, sizeof names, trial_verdicts);
+                return bad(v, p, "\"%s\" is not one of %s", kl_sk_str(e, "verdict"), names);
+            }
         }
     }
     json_t *pr = json_object_get(c, "probes");
@@ -418,11 +462,23 @@ void kl_skill_summarize(const kl_skill *card, kl_skill_summary *out)
     out->nrequires = (unsigned)json_array_size(json_object_get(c, "requires"));
     out->probes = (unsigned)json_integer_value(json_object_get(json_object_get(c, "probes"), "count"));
     out->probe_failures = (unsigned)json_integer_value(json_object_get(json_object_get(c, "probes"), "failures"));
-    out->best_gain = -1;
+    out->best_gain = out->best_probe = -1;
     json_array_foreach(json_object_get(c, "effect"), i, e) {
         double s = kl_sk_num(e, "speedup", -1);
-        if (s > out->best_gain) out->best_gain = s;
+        const char *label = kl_sk_str(e, "label");
+        /* at the bench shape (or, for a step on a path the bench shape does not run, at the
+         * shape that runs it); an effect without a label counts as the bench's */
+        if (!strcmp(label, "probe")) {
+            if (s > out->best_probe) out->best_probe = s;
+        } else if (!strcmp(label, "off-path")) {
+            continue; /* measured where its code did not run: it says nothing */
+        } else if (s > out->best_gain) {
+            out->best_gain = s;
+        }
     }
+    json_array_foreach(json_object_get(c, "risks"), i, e) if (!strcmp(kl_sk_str(e, "broke"), "slower")) out->nslower++;
+    const char *adm = kl_sk_str(json_object_get(c, "admission"), "status");
+    out->admission = *adm ? adm : "untried";
 }
 
 /* ---- JSON in the fixed key order ------------------------------------------------------------- */

@@ -131,6 +131,18 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
     }
     union_into(array_or_new(m, "effect"), json_object_get(b, "effect"));
     union_into(array_or_new(m, "risks"), json_object_get(b, "risks"));
+    /* the lineage path: every lineage's place of the step, and its neighbours in each */
+    const json_t *path_b = json_object_get(b, "path");
+    if (json_is_object(path_b)) {
+        json_t *path = json_object_get(m, "path");
+        if (!json_is_object(path)) {
+            path = json_object();
+            json_object_set_new(m, "path", path);
+        }
+        static const char *const pk[] = {"follows", "precedes", "lineages"};
+        for (unsigned q = 0; q < 3; q++) union_into(array_or_new(path, pk[q]), json_object_get(path_b, pk[q]));
+    }
+
     /* the pattern that finds such sites: the features both sites had alike */
     json_t *pf = json_object_get(json_object_get(json_object_get(m, "anchor"), "pattern"), "site_features");
     const json_t *pfb = json_object_get(json_object_get(json_object_get(b, "anchor"), "pattern"), "site_features");
@@ -140,16 +152,11 @@ kl_status kl_skill_merge(const char *a_json, const char *b_json, char **out, kl_
         void *tmp;
         json_object_foreach_safe(pf, tmp, fk, fv) if (!json_equal(fv, json_object_get(pfb, fk))) json_object_del(pf, fk);
     }
-    /* requires: what every side's simpler version already had (a card says "apply these
-     * first"; a transform only one lineage had before the step is not needed for it) */
-    json_t *req = array_or_new(m, "requires"), *req_b = json_object_get(b, "requires");
-    for (size_t r = json_array_size(req); r-- > 0;) {
-        bool both = false;
-        size_t j;
-        json_t *e;
-        json_array_foreach(req_b, j, e) if (json_equal(e, json_array_get(req, r))) both = true;
-        if (!both) json_array_remove(req, r);
-    }
+    /* requires: a dependency either lineage showed (the step failed or lost without it there);
+     * the other lineage may simply never have tried the step without it */
+    union_into(array_or_new(m, "requires"), json_object_get(b, "requires"));
+    if (json_array_size(json_object_get(b, "requires_evidence")))
+        union_into(array_or_new(m, "requires_evidence"), json_object_get(b, "requires_evidence"));
     json_t *pa = json_object_get(m, "probes"), *pb = json_object_get(b, "probes");
     if (json_is_object(pa) && json_is_object(pb)) {
         json_object_set_new(pa, "count", json_integer(json_integer_value(json_object_get(pa, "count")) +
@@ -256,6 +263,29 @@ static kl_status part_key(const json_t *card, const char *id, char *key, size_t 
     return KL_OK;
 }
 
+kl_status kl_sk_merge_parts(const char *const *texts, size_t n, const char *id, char **out, kl_error *err)
+{
+    *out = NULL;
+    if (n == 0) return kl_error_set(err, KL_ERR_NOT_FOUND, "skill %s: no parts to merge", id);
+    char *merged = kl_strdup(texts[0]);
+    if (!merged) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    for (size_t i = 1; i < n; i++) {
+        char *m = NULL, *c = NULL;
+        kl_status st = kl_skill_merge(merged, texts[i], &m, err);
+        if (st == KL_OK) {
+            char origin[200];
+            kl_snprintf(origin, sizeof origin, "skill %s merged from its parts", id);
+            st = canonical(m, origin, &c, err);
+        }
+        free(m);
+        free(merged);
+        merged = c;
+        if (st != KL_OK) return st;
+    }
+    *out = merged;
+    return KL_OK;
+}
+
 typedef struct parts {
     char **texts;
     size_t n, cap;
@@ -331,21 +361,9 @@ kl_status kl_skill_put(kl_store *store, const char *card_json, kl_error *err)
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
-    merged = kl_strdup(ps.texts[0]);
-    for (size_t i = 1; merged && i < ps.n; i++) {
-        char *m = NULL, *c = NULL;
-        st = kl_skill_merge(merged, ps.texts[i], &m, err);
-        if (st == KL_OK) {
-            char origin[200];
-            kl_snprintf(origin, sizeof origin, "skill %s merged from its parts", id);
-            st = canonical(m, origin, &c, err);
-        }
-        free(m);
-        free(merged);
-        merged = c;
-        if (st != KL_OK) goto cleanup;
-    }
-    st = merged ? kl_store_put(store, "skill", id, merged, err) : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    if ((st = kl_sk_merge_parts((const char *const *)ps.texts, ps.n, id, &merged, err)) != KL_OK) goto cleanup;
+    if ((st = kl_sk_apply_admission(store, id, NULL, &merged, err)) != KL_OK) goto cleanup;
+    st = kl_store_put(store, "skill", id, merged, err);
 cleanup:
     for (size_t i = 0; i < ps.n; i++) free(ps.texts[i]);
     free(ps.texts);

@@ -311,6 +311,8 @@ void kl_skill_match_release(kl_skill_match_result *result)
     if (!result) return;
     free(result->checks);
     free((void *)result->missing);
+    json_decref(result->observables);
+    result->observables = NULL;
     result->checks = NULL;
     result->missing = NULL;
     result->nchecks = result->nmissing = 0;

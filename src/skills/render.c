@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "skills/skills_int.h"
@@ -150,6 +151,27 @@ static void add_evidence_items(kl_strbuf *sb, const json_t *pre, const char *ind
 
 /* ---- sections, shared by the card and SKILL.md -------------------------------------------- */
 
+/* The context of an effect or a risk in a few words: the sizes by role that decide where a
+ * step pays ("rows 8192, contiguous 8192, reduced 8192, blocks 32, strided"). */
+static void context_text(kl_strbuf *sb, const json_t *ctx)
+{
+    static const struct {
+        const char *key, *word;
+    } show[] = {{"independent_rows", "rows"}, {"contiguous_extent", "contiguous"}, {"reduced_extent", "reduced"},
+                {"grid_blocks", "blocks"},    {"block_threads", "threads"}};
+    bool first = true;
+    for (unsigned i = 0; i < sizeof show / sizeof show[0]; i++) {
+        json_t *v = json_object_get(ctx, show[i].key);
+        if (!json_is_integer(v)) continue;
+        kl_strbuf_addf(sb, "%s%s %lld", first ? "" : ", ", show[i].word, (long long)json_integer_value(v));
+        first = false;
+    }
+    const char *acc = json_string_value(json_object_get(ctx, "access"));
+    if (acc && strcmp(acc, "none") != 0) kl_strbuf_addf(sb, "%s%s", first ? "" : ", ", acc), first = false;
+    if (json_is_false(json_object_get(ctx, "runs_at_shape"))) kl_strbuf_addf(sb, "%snot run at this shape", first ? "" : ", ");
+    if (first) kl_strbuf_adds(sb, "–");
+}
+
 static void gains_table(kl_strbuf *sb, const json_t *c)
 {
     json_t *eff = json_object_get(c, "effect");
@@ -157,15 +179,13 @@ static void gains_table(kl_strbuf *sb, const json_t *c)
         kl_strbuf_adds(sb, "Not measured.\n\n");
         return;
     }
-    kl_strbuf_adds(sb, "| device | date | shape | speedup | before (ms) | after (ms) | verdict |\n"
-                       "| --- | --- | --- | ---: | ---: | ---: | --- |\n");
+    kl_strbuf_adds(sb, "| task | shape | speedup | context | before (ms) | after (ms) | device, date | verdict |\n"
+                       "| --- | --- | ---: | --- | ---: | ---: | --- | --- |\n");
     size_t i;
     json_t *e;
     json_array_foreach(eff, i, e) {
         kl_strbuf_adds(sb, "| ");
-        add_cell(sb, *kl_sk_str(e, "device") ? kl_sk_str(e, "device") : "?");
-        kl_strbuf_adds(sb, " | ");
-        add_cell(sb, *kl_sk_str(e, "date") ? kl_sk_str(e, "date") : "?");
+        add_cell(sb, *kl_sk_str(e, "task") ? kl_sk_str(e, "task") : "?");
         kl_strbuf_adds(sb, " | ");
         kl_strbuf shape = KL_STRBUF_INIT;
         kl_sk_shape_text(&shape, json_object_get(e, "shape"));
@@ -177,18 +197,47 @@ static void gains_table(kl_strbuf *sb, const json_t *c)
             kl_strbuf_adds(sb, ")");
         }
         kl_strbuf_addf(sb, " | %.2fx | ", kl_sk_num(e, "speedup", 0));
+        kl_strbuf ctx = KL_STRBUF_INIT;
+        context_text(&ctx, json_object_get(e, "context"));
+        add_cell(sb, kl_strbuf_str(&ctx));
+        kl_strbuf_release(&ctx);
+        kl_strbuf_adds(sb, " | ");
         double b = kl_sk_num(e, "before_ms", -1), a = kl_sk_num(e, "after_ms", -1);
         if (b >= 0) kl_strbuf_addf(sb, "%.4f", b);
         else kl_strbuf_adds(sb, "–");
         kl_strbuf_adds(sb, " | ");
         if (a >= 0) kl_strbuf_addf(sb, "%.4f", a);
         else kl_strbuf_adds(sb, "–");
+        kl_strbuf_adds(sb, " | ");
+        add_cell(sb, *kl_sk_str(e, "device") ? kl_sk_str(e, "device") : "?");
+        if (*kl_sk_str(e, "date")) {
+            kl_strbuf_adds(sb, ", ");
+            add_cell(sb, kl_sk_str(e, "date"));
+        }
         char h[16];
         kl_sk_short_hash(kl_sk_str(e, "verdict"), h, sizeof h);
         if (*h) kl_strbuf_addf(sb, " | `%s` |\n", h);
         else kl_strbuf_adds(sb, " | – |\n");
     }
-    kl_strbuf_adds(sb, "\nSpeedup is the simpler version's time over the optimized one's, measured in the same process.\n\n");
+    kl_strbuf_adds(sb, "\nSpeedup is the simpler version's time over the optimized one's, measured in the same process: "
+                       "`bench` at the task's bench shape, `path` at a shape that runs the code the step changed (the "
+                       "bench shape does not), `probe` at a probe shape; `off-path` at the bench shape although it does not run that "
+                       "code (a walk made before gains were measured where the code runs): such a gain says nothing of "
+                       "the step.\n\n");
+    /* each context's effect, kept: where it helped, where it hurt */
+    unsigned helped = 0, hurt = 0;
+    json_array_foreach(eff, i, e) {
+        double g = kl_sk_num(e, "speedup", 0);
+        if (g >= 1.05) helped++;
+        if (g < 0.95) hurt++;
+    }
+    json_array_foreach(json_object_get(c, "risks"), i, e) if (!strcmp(kl_sk_str(e, "broke"), "slower") &&
+                                                               kl_sk_num(e, "speedup", -1) < 0)
+        hurt++;
+    if (helped || hurt) {
+        kl_strbuf_addf(sb, "It helped (1.05x or more) in %u of these contexts and hurt (below 0.95x) in %u.\n\n", helped,
+                       hurt);
+    }
 }
 
 static void risk_items(kl_strbuf *sb, const json_t *c, const char *indent)
@@ -201,7 +250,17 @@ static void risk_items(kl_strbuf *sb, const json_t *c, const char *indent)
         kl_sk_shape_text(&shape, json_object_get(r, "shape"));
         add_line(sb, shape.len ? kl_strbuf_str(&shape) : "at a shape not recorded");
         kl_strbuf_release(&shape);
+        if (*kl_sk_str(r, "label")) kl_strbuf_addf(sb, " (%s)", kl_sk_str(r, "label"));
+        if (*kl_sk_str(r, "task")) {
+            kl_strbuf_adds(sb, " in ");
+            add_line(sb, kl_sk_str(r, "task"));
+        }
         kl_strbuf_addf(sb, ": **%s**", kl_sk_str(r, "broke"));
+        if (json_is_object(json_object_get(r, "context"))) {
+            kl_strbuf_adds(sb, " [");
+            context_text(sb, json_object_get(r, "context"));
+            kl_strbuf_adds(sb, "]");
+        }
         if (*kl_sk_str(r, "detail")) {
             kl_strbuf_adds(sb, " — ");
             add_line(sb, kl_sk_str(r, "detail"));
@@ -286,7 +345,97 @@ static void site_sentence(kl_strbuf *sb, const json_t *anchor)
         kl_strbuf_release(&params);
         kl_strbuf_adds(sb, ".");
     }
+    json_t *fwd = json_object_get(anchor, "forward");
+    if (json_is_object(fwd)) {
+        if (json_is_true(json_object_get(fwd, "found")) && *kl_sk_str(fwd, "refused")) {
+            kl_strbuf_adds(sb, " Forward, the rules find it at ");
+            add_code(sb, kl_sk_str(fwd, "site"));
+            kl_strbuf_adds(sb, " of the simpler version but do not apply it there (");
+            add_line(sb, kl_sk_str(fwd, "refused"));
+            kl_strbuf_adds(sb, "); its conditions are read there.");
+        } else if (json_is_true(json_object_get(fwd, "found"))) {
+            kl_strbuf_adds(sb, " Forward, the rules apply it at ");
+            add_code(sb, kl_sk_str(fwd, "site"));
+            kl_strbuf_adds(sb, " of the simpler version; its conditions are read there.");
+        } else if (*kl_sk_str(fwd, "why")) {
+            kl_strbuf_adds(sb, " Forward: ");
+            add_line(sb, kl_sk_str(fwd, "why"));
+            kl_strbuf_adds(sb, "; its conditions are read where the step edited ");
+            add_code(sb, kl_sk_str(fwd, "site"));
+            kl_strbuf_adds(sb, ".");
+        }
+    }
     kl_strbuf_adds(sb, "\n\n");
+}
+
+/* The lineage path: where the step stands in each lineage's forward order. */
+static void path_items(kl_strbuf *sb, const json_t *c)
+{
+    const json_t *path = json_object_get(c, "path");
+    size_t i;
+    json_t *l;
+    json_array_foreach(json_object_get(path, "lineages"), i, l) {
+        kl_strbuf_addf(sb, "- step %lld of %lld in ", (long long)json_integer_value(json_object_get(l, "step")),
+                       (long long)json_integer_value(json_object_get(l, "of")));
+        add_line(sb, *kl_sk_str(l, "task") ? kl_sk_str(l, "task") : "a lineage");
+        kl_strbuf_adds(sb, " (");
+        add_lineages(sb, kl_sk_str(l, "lineage"));
+        kl_strbuf_adds(sb, ")");
+        json_t *before = json_object_get(l, "before"), *after = json_object_get(l, "after");
+        size_t nb = json_array_size(before), na = json_array_size(after);
+        if (nb) {
+            kl_strbuf_adds(sb, ": after ");
+            add_code(sb, json_string_value(json_array_get(before, nb - 1)));
+            if (nb > 1) kl_strbuf_addf(sb, " (%zu before it)", nb - 1);
+        } else {
+            kl_strbuf_adds(sb, ": first from the root");
+        }
+        if (na) {
+            kl_strbuf_adds(sb, "; then ");
+            add_code(sb, json_string_value(json_array_get(after, 0)));
+            if (na > 1) kl_strbuf_addf(sb, " (%zu after it)", na - 1);
+        } else {
+            kl_strbuf_adds(sb, "; the last before the expert");
+        }
+        kl_strbuf_adds(sb, "\n");
+    }
+}
+
+/* The admission: its status and trials. */
+static void admission_text(kl_strbuf *sb, const json_t *c)
+{
+    const json_t *a = json_object_get(c, "admission");
+    if (!json_is_object(a)) {
+        kl_strbuf_adds(sb, "Not tried yet (`klineage skills admit` applies it forward, from the card alone).\n\n");
+        return;
+    }
+    kl_strbuf_addf(sb, "**%s**", kl_sk_str(a, "status"));
+    double tol = kl_sk_num(a, "tolerance", KL_ADMIT_TOLERANCE);
+    kl_strbuf_addf(sb, " (a trial reproduces the card when its gain is at least 1.0 and at least its recorded gain / "
+                       "%.2f).\n\n",
+                   tol);
+    json_t *trials = json_object_get(a, "trials");
+    if (!json_array_size(trials)) return;
+    kl_strbuf_adds(sb, "| task | site | gain | recorded | verdict | detail |\n| --- | --- | ---: | ---: | --- | --- |\n");
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) {
+        kl_strbuf_adds(sb, "| ");
+        add_cell(sb, kl_sk_str(t, "task"));
+        if (json_is_true(json_object_get(t, "own"))) kl_strbuf_adds(sb, " (own)");
+        kl_strbuf_adds(sb, " | ");
+        add_cell(sb, kl_sk_str(t, "site"));
+        double g = kl_sk_num(t, "gain", -1), r = kl_sk_num(t, "recorded", -1);
+        if (g > 0) kl_strbuf_addf(sb, " | %.2fx | ", g);
+        else kl_strbuf_adds(sb, " | – | ");
+        if (r > 0) kl_strbuf_addf(sb, "%.2fx | ", r);
+        else kl_strbuf_adds(sb, "– | ");
+        add_cell(sb, kl_sk_str(t, "verdict"));
+        kl_strbuf_adds(sb, " | ");
+        add_cell(sb, kl_sk_str(t, "detail"));
+        kl_strbuf_adds(sb, " |\n");
+    }
+    kl_strbuf_adds(sb, "\n");
 }
 
 /* ---- the card as Markdown ---------------------------------------------------------------------- */
@@ -383,21 +532,33 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
     heading(&sb, level + 1, "Requires");
     json_t *req = json_object_get(c, "requires");
     if (json_array_size(req)) {
-        kl_strbuf_adds(&sb, nl > 1 ? "These optimizations were already in the simpler version in every lineage; apply them "
-                                  "first:\n\n"
-                                : "These optimizations were already in the simpler version; apply them first:\n\n");
+        kl_strbuf_adds(&sb, "Shown to be needed first (the step failed or was refused without them):\n\n");
         json_array_foreach(req, i, e) {
             kl_strbuf_adds(&sb, "- ");
             add_code(&sb, json_string_value(e));
             kl_strbuf_addc(&sb, '\n');
         }
+        json_array_foreach(json_object_get(c, "requires_evidence"), i, e) {
+            kl_strbuf_adds(&sb, "  - ");
+            add_line(&sb, json_string_value(e));
+            kl_strbuf_addc(&sb, '\n');
+        }
         kl_strbuf_addc(&sb, '\n');
     } else {
-        if (nl > 1)
-            kl_strbuf_addf(&sb, "Nothing that the simpler versions of all %zu lineages had in common.\n\n", nl);
-        else
-            kl_strbuf_adds(&sb, "Nothing: it was learned on a version with no other recognized optimization.\n\n");
+        kl_strbuf_adds(&sb, "Nothing was shown to be needed first. The order the walk found is the lineage path.\n\n");
     }
+
+    /* Lineage path */
+    if (json_array_size(json_object_get(json_object_get(c, "path"), "lineages"))) {
+        heading(&sb, level + 1, "Lineage path");
+        kl_strbuf_adds(&sb, "Where it stands in each lineage, read forward from the root:\n\n");
+        path_items(&sb, c);
+        kl_strbuf_addc(&sb, '\n');
+    }
+
+    /* Admission */
+    heading(&sb, level + 1, "Admission");
+    admission_text(&sb, c);
 
     /* Contradictions */
     if (json_array_size(json_object_get(c, "contradictions"))) {
@@ -417,12 +578,14 @@ char *kl_skill_markdown(const kl_skill *card, unsigned level)
 
 /* ---- the card as an agent skill ---------------------------------------------------------------- */
 
-void kl_skill_agent_name(const kl_skill *card, char *buf, size_t size)
+void kl_skill_agent_name(const kl_skill *card, char *buf, size_t size) { kl_sk_agent_name_of(card->id, buf, size); }
+
+void kl_sk_agent_name_of(const char *id, char *buf, size_t size)
 {
     size_t n = 0, max = size ? size - 1 : 0;
     if (max > 64) max = 64;
     bool dash = false;
-    for (const char *p = card->id; *p && n < max; p++) {
+    for (const char *p = id; *p && n < max; p++) {
         char ch = *p;
         if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
         if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) {
@@ -534,7 +697,9 @@ char *kl_skill_agent_markdown(const kl_skill *card)
     json_t *e;
     json_array_foreach(json_object_get(c, "preconditions"), i, e) {
         if (!json_is_string(json_object_get(e, "predicate"))) continue;
-        if (!n++) kl_strbuf_adds(&sb, "Every one of these must hold (names are task sizes or features of the site):\n\n");
+        if (!n++)
+            kl_strbuf_adds(&sb, "Every one of these must hold at the site (names are observables of the site and sizes by "
+                                "role: docs/skill-card.md, \"Observables\"):\n\n");
         kl_strbuf_adds(&sb, "- ");
         add_code(&sb, kl_sk_str(e, "predicate"));
         kl_strbuf_adds(&sb, " (");
@@ -615,6 +780,8 @@ char *kl_skill_agent_markdown(const kl_skill *card)
     if (json_array_size(json_object_get(ev, "lineages"))) kl_strbuf_adds(&sb, ".\n");
     size_t nv = json_array_size(json_object_get(ev, "verdicts"));
     if (nv) kl_strbuf_addf(&sb, "Verdicts behind it: %zu (in the klineage store).\n", nv);
+    kl_strbuf_adds(&sb, "Admission: ");
+    admission_text(&sb, c);
     if (sb.failed) {
         kl_strbuf_release(&sb);
         return NULL;
@@ -656,8 +823,10 @@ static char *library_markdown(const kl_skill *const *cards, unsigned n)
                    json_object_size(lineages), plural(json_object_size(lineages), "lineage", "lineages"));
     json_decref(lineages);
     json_decref(transforms);
-    kl_strbuf_adds(&sb, "| skill | transform | what it does | conditions | best gain | risks |\n"
-                        "| --- | --- | --- | --- | ---: | ---: |\n");
+    kl_strbuf_adds(&sb, "`gain`: where the step was measured in its walk (the bench shape, or a shape that runs its code); "
+                        "`best probe`: the best gain at a probe shape, apart; `risks`: what broke (slowdowns among them).\n\n");
+    kl_strbuf_adds(&sb, "| skill | transform | what it does | conditions | gain | best probe | risks | admission |\n"
+                        "| --- | --- | --- | --- | ---: | ---: | ---: | --- |\n");
     for (unsigned k = 0; k < n; k++) {
         kl_skill_summary s;
         kl_skill_summarize(cards[k], &s);
@@ -678,7 +847,11 @@ static char *library_markdown(const kl_skill *const *cards, unsigned n)
         if (s.ncontradictions) kl_strbuf_addf(&sb, ", %u contradicted", s.ncontradictions);
         if (s.best_gain > 0) kl_strbuf_addf(&sb, " | %.2fx", s.best_gain);
         else kl_strbuf_adds(&sb, " | –");
-        kl_strbuf_addf(&sb, " | %u |\n", s.nrisks);
+        if (s.best_probe > 0) kl_strbuf_addf(&sb, " | %.2fx", s.best_probe);
+        else kl_strbuf_adds(&sb, " | –");
+        kl_strbuf_addf(&sb, " | %u", s.nrisks);
+        if (s.nslower) kl_strbuf_addf(&sb, " (%u slower)", s.nslower);
+        kl_strbuf_addf(&sb, " | %s |\n", s.admission);
     }
     kl_strbuf_addc(&sb, '\n');
     for (unsigned k = 0; k < n; k++) {
@@ -746,6 +919,10 @@ kl_status kl_skills_write_agent(const kl_skill *const *cards, unsigned n, const 
         char *file = sub ? kl_path_join(sub, "SKILL.md") : NULL;
         char *md = file ? kl_skill_agent_markdown(cards[k]) : NULL;
         if (!md) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        struct stat sb;
+        if (st == KL_OK && lstat(sub, &sb) == 0 && !S_ISDIR(sb.st_mode)) /* a link placed there leads elsewhere */
+            st = kl_error_set(err, KL_ERR_INVALID, "%s exists and is not a folder (a symbolic link?): no skill is written through it",
+                              sub);
         if (st == KL_OK) st = kl_mkdirs(sub, err);
         if (st == KL_OK) st = kl_file_write(file, md, strlen(md), err);
         free(sub), free(file), free(md);

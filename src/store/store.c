@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 #include <sqlite3.h>
@@ -13,7 +14,10 @@
 #include "util/util.h"
 
 #define STORE_APP_ID 0x6B6C6E67 /* "klng" in PRAGMA application_id */
-#define STORE_BUSY_MS 15000
+/* How long a writer waits for another: long enough for the largest write transaction, the
+ * first import of the archive into a fresh store (seconds; tens under a sanitizer on a busy
+ * machine), so that a walk and an import sharing a store never fail as "locked". */
+#define STORE_BUSY_MS 60000
 #define STORE_KIND_MAX 64
 #define STORE_KEY_MAX 1024
 #define ARCHIVE_MAX ((size_t)1 << 30)
@@ -36,12 +40,17 @@ struct kl_store {
     sqlite3 *db;
     char *path;
     unsigned depth; /* open transactions: 1 is BEGIN, deeper ones are savepoints */
+    bool readonly;  /* the file or its folder cannot be written: opened immutable, reads only */
 };
 
 static kl_status db_error(kl_store *s, kl_error *err, const char *what)
 {
     int code = sqlite3_extended_errcode(s->db);
     const char *msg = sqlite3_errmsg(s->db);
+    if (s->readonly && (code & 0xff) == SQLITE_READONLY)
+        return kl_error_set(err, KL_ERR_STORE,
+                            "%s: the store can only be read here (the file or its folder is not writable) while %s",
+                            s->path, what);
     if ((code & 0xff) == SQLITE_NOTADB || (code & 0xff) == SQLITE_CORRUPT)
         return kl_error_set(err, KL_ERR_STORE,
                             "%s: not a usable SQLite database (%s) while %s; the file was left as it is", s->path,
@@ -104,6 +113,38 @@ static kl_status check_header(const char *path, kl_error *err)
     return KL_OK;
 }
 
+/* Is this a klineage store (or an empty database)? Reads only: run before anything writes,
+ * so that another application's database is refused untouched (not even switched to WAL).
+ * *current: the schema is this klineage's. */
+static kl_status check_ours(kl_store *s, bool *current, kl_error *err)
+{
+    int version = 0, app = 0, tables = 0;
+    *current = false;
+    kl_status st = query_int(s, "PRAGMA user_version", &version, err);
+    if (st == KL_OK) st = query_int(s, "PRAGMA application_id", &app, err);
+    if (st != KL_OK) return st;
+    if (version == SCHEMA_VERSION && app == STORE_APP_ID) {
+        *current = true;
+        return KL_OK;
+    }
+    st = query_int(s, "SELECT count(*) FROM sqlite_master", &tables, err);
+    if (st != KL_OK) return st;
+    if (app != 0 && app != STORE_APP_ID)
+        return kl_error_set(err, KL_ERR_STORE,
+                            "%s: a SQLite database of another application (application_id %d); refusing to touch it",
+                            s->path, app);
+    if (app == 0 && version == 0 && tables > 0)
+        return kl_error_set(err, KL_ERR_STORE,
+                            "%s: a SQLite database that klineage did not create (it has %d tables and no klineage "
+                            "schema); refusing to touch it",
+                            s->path, tables);
+    if (version > SCHEMA_VERSION)
+        return kl_error_set(err, KL_ERR_STORE,
+                            "%s: schema version %d was written by a newer klineage (this one knows up to %d)", s->path,
+                            version, SCHEMA_VERSION);
+    return KL_OK;
+}
+
 static kl_status migrate(kl_store *s, kl_error *err)
 {
     kl_status st;
@@ -151,6 +192,38 @@ cleanup:
     return st;
 }
 
+/* A store that exists but whose file or folder this process cannot write: it is opened to be
+ * read only, as immutable (SQLite then needs neither the -wal nor the -shm file, which a
+ * read-only folder could not hold). */
+static bool read_only_place(const char *path)
+{
+    if (access(path, F_OK) != 0) return false; /* to be created: let SQLite say why it cannot */
+    if (access(path, W_OK) != 0) return true;
+    char *dir = kl_path_dirname(path);
+    bool ro = dir && access(dir, W_OK) != 0;
+    free(dir);
+    return ro;
+}
+
+/* "file:PATH?immutable=1", with the URI's special characters escaped. NULL when out of memory. */
+static char *immutable_uri(const char *path)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_adds(&sb, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#' || *p < 0x20 || *p >= 0x7f) kl_strbuf_addf(&sb, "%%%02X", *p);
+        else kl_strbuf_addc(&sb, (char)*p);
+    }
+    kl_strbuf_adds(&sb, "?immutable=1");
+    if (sb.failed) {
+        kl_strbuf_release(&sb);
+        return NULL;
+    }
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+bool kl_store_readonly(const kl_store *store) { return store && store->readonly; }
+
 kl_status kl_store_open(const char *path, kl_store **out, kl_error *err)
 {
     kl_status st = KL_OK;
@@ -165,7 +238,13 @@ kl_status kl_store_open(const char *path, kl_store **out, kl_error *err)
     if (!s) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     s->path = kl_strdup(path);
     if (!s->path) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
-    int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    s->readonly = !memory && read_only_place(path);
+    char *uri = s->readonly ? immutable_uri(path) : NULL;
+    if (s->readonly && !uri) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+    int rc = s->readonly ? sqlite3_open_v2(uri, &s->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL)
+                         : sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                           NULL);
+    free(uri);
     if (rc != SQLITE_OK) {
         st = kl_error_set(err, KL_ERR_STORE, "%s: cannot open the store: %s", path,
                           s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
@@ -173,6 +252,17 @@ kl_status kl_store_open(const char *path, kl_store **out, kl_error *err)
     }
     sqlite3_extended_result_codes(s->db, 1);
     sqlite3_busy_timeout(s->db, STORE_BUSY_MS);
+    bool current = false;
+    KL_TRY(check_ours(s, &current, err));
+    if (s->readonly) {
+        if (!current)
+            KL_TRY(kl_error_set(err, KL_ERR_STORE,
+                                "%s: cannot be written here (the file or its folder is read-only) and is not a "
+                                "current klineage store to read",
+                                path));
+        *out = s;
+        return KL_OK;
+    }
     if (!memory) {
         /* WAL: readers never block the writer. The answer is the mode now in force. */
         sqlite3_stmt *q;
@@ -434,6 +524,24 @@ cleanup:
     return st;
 }
 
+/* Does the store hold exactly this text under (kind, key)? False on any doubt. */
+static bool same_document(kl_store *s, const char *kind, const char *key, const char *json)
+{
+    sqlite3_stmt *q;
+    if (check_kind_key(s, kind, key, NULL) != KL_OK) return false;
+    if (sqlite3_prepare_v2(s->db, "SELECT json FROM documents WHERE kind = ?1 AND key = ?2", -1, &q, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(q, 1, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, key, -1, SQLITE_STATIC);
+    bool same = false;
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(q, 0);
+        same = t && !strcmp(t, json);
+    }
+    sqlite3_finalize(q);
+    return same;
+}
+
 kl_status kl_store_import(kl_store *s, const char *archive_path, unsigned *count, kl_error *err)
 {
     kl_status st = KL_OK;
@@ -473,7 +581,9 @@ kl_status kl_store_import(kl_store *s, const char *archive_path, unsigned *count
                                 archive_path, lineno));
         doc_text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
         if (!doc_text) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
-        st = kl_store_put(s, json_string_value(kind), json_string_value(key), doc_text, err);
+        /* the same document already there (every replay imports the whole archive): no write */
+        st = same_document(s, json_string_value(kind), json_string_value(key), doc_text) ? KL_OK
+             : kl_store_put(s, json_string_value(kind), json_string_value(key), doc_text, err);
         if (st != KL_OK) {
             kl_error_prefix(err, "%s:%u (nothing was imported)", archive_path, lineno);
             goto cleanup;

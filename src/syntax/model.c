@@ -1067,8 +1067,8 @@ static void on_declaration(builder *b, frame *fr)
             if (ts_node_is_null(next) && dk == NK_PARENTHESIZED_DECLARATOR) next = first_named(b, d);
             d = next;
         }
-        /* collected outermost-last: reverse into source order */
-        kl_text *t = m->texts + m->n_texts - ndims;
+        /* collected outermost-last: reverse into source order (none collected: texts may be NULL) */
+        kl_text *t = ndims ? m->texts + m->n_texts - ndims : NULL;
         for (unsigned i = 0; i < ndims / 2; i++) {
             kl_text tmp = t[i];
             t[i] = t[ndims - 1 - i];

@@ -298,6 +298,114 @@ static void blank_for_grammar(char *buf, size_t len)
     fix_member_comparisons(buf, len);
 }
 
+/* ---- limits (syntax.h) ---------------------------------------------------------------------
+ * One pass over the text before it reaches the parser: tokens, bracket nesting and #if nesting,
+ * each counted generously (an operator character is a token; a bracket counts whether it is
+ * ever closed or not; a bracket in a raw string or in both arms of an #if counts as written),
+ * so that what the parser sees stays inside what the runtime handles. */
+
+static kl_status too_large(kl_error *err, const char *name, const char *text, size_t len, size_t at,
+                           const char *what, unsigned limit, const char *unit)
+{
+    unsigned line, col;
+    kl_text_position(text, len, at, &line, &col);
+    return kl_error_set(err, KL_ERR_TOO_LARGE,
+                        "%s:%u:%u: %s more than %u%s: klineage reads no further (docs/syntax.md, \"Limits\")", name,
+                        line, col, what, limit, unit);
+}
+
+static kl_status check_limits(const char *name, const char *text, size_t len, kl_error *err)
+{
+    unsigned tokens = 0, brackets = 0, conds = 0;
+    bool line_start = true;
+    for (size_t i = 0; i < len;) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '\n') {
+            line_start = true;
+            i++;
+            continue;
+        }
+        bool splice = c == '\\' && i + 1 < len && text[i + 1] == '\n';
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v' || splice) {
+            i += splice ? 2 : 1;
+            continue;
+        }
+        if (++tokens > KL_SOURCE_MAX_TOKENS)
+            return too_large(err, name, text, len, i, "the file holds", KL_SOURCE_MAX_TOKENS, " tokens");
+        if (c == '#' && line_start) {
+            size_t k = i + 1;
+            while (k < len && (text[k] == ' ' || text[k] == '\t')) k++;
+            size_t w = k;
+            while (w < len && is_ident_char((unsigned char)text[w])) w++;
+            size_t n = w - k;
+            if ((n == 2 && !memcmp(text + k, "if", 2)) || (n == 5 && !memcmp(text + k, "ifdef", 5)) ||
+                (n == 6 && !memcmp(text + k, "ifndef", 6))) {
+                if (++conds > KL_SOURCE_MAX_CONDITIONALS)
+                    return too_large(err, name, text, len, i, "#if/#ifdef/#ifndef nested", KL_SOURCE_MAX_CONDITIONALS,
+                                     " deep");
+            } else if (n == 5 && !memcmp(text + k, "endif", 5) && conds > 0) {
+                conds--;
+            }
+            line_start = false;
+            i++;
+            continue;
+        }
+        line_start = false;
+        if (c == '/' && i + 1 < len && (text[i + 1] == '/' || text[i + 1] == '*')) {
+            if (text[i + 1] == '/') {
+                const char *nl = memchr(text + i, '\n', len - i);
+                i = nl ? (size_t)(nl - text) : len;
+            } else {
+                size_t k = i + 2;
+                while (k + 1 < len && !(text[k] == '*' && text[k + 1] == '/')) k++;
+                i = k + 1 < len ? k + 2 : len;
+            }
+            continue;
+        }
+        if (c == '"' || c == '\'') {
+            i = skip_literal(text, len, i);
+            continue;
+        }
+        if (is_ident_char(c)) {
+            while (i < len && is_ident_char((unsigned char)text[i])) i++;
+            continue;
+        }
+        if (c == '(' || c == '[' || c == '{') {
+            if (++brackets > KL_SOURCE_MAX_BRACKETS)
+                return too_large(err, name, text, len, i, "brackets nested", KL_SOURCE_MAX_BRACKETS, " deep");
+        } else if ((c == ')' || c == ']' || c == '}') && brackets > 0) {
+            brackets--;
+        }
+        i++;
+    }
+    return KL_OK;
+}
+
+/* After parsing: is any node deeper than KL_SOURCE_MAX_DEPTH? *where is the first such. */
+static bool tree_too_deep(const TSTree *tree, TSPoint *where)
+{
+    TSTreeCursor cur = ts_tree_cursor_new(ts_tree_root_node(tree));
+    unsigned depth = 0;
+    bool deep = false;
+    for (;;) {
+        if (ts_tree_cursor_goto_first_child(&cur)) {
+            if (++depth > KL_SOURCE_MAX_DEPTH) {
+                *where = ts_node_start_point(ts_tree_cursor_current_node(&cur));
+                deep = true;
+                break;
+            }
+            continue;
+        }
+        while (!ts_tree_cursor_goto_next_sibling(&cur)) {
+            if (!ts_tree_cursor_goto_parent(&cur)) goto done;
+            depth--;
+        }
+    }
+done:
+    ts_tree_cursor_delete(&cur);
+    return deep;
+}
+
 kl_status kl_source_parse_text(const char *name, const char *text, size_t len, kl_source **out, kl_error *err)
 {
     *out = NULL;
@@ -310,6 +418,8 @@ kl_status kl_source_parse_text(const char *name, const char *text, size_t len, k
         kl_text_position(text, len, (size_t)(nul - text), &l, &c);
         return kl_error_set(err, KL_ERR_PARSE, "%s:%u:%u: a NUL byte: this is not a text file", name, l, c);
     }
+    kl_status lim = check_limits(name, text, len, err);
+    if (lim != KL_OK) return lim;
     kl_source *src = calloc(1, sizeof *src);
     if (!src) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     src->name = kl_strdup(name);
@@ -340,6 +450,14 @@ kl_status kl_source_parse_text(const char *name, const char *text, size_t len, k
         kl_source_free(src);
         return kl_error_set(err, KL_ERR_TIMEOUT, "%s: parsing took longer than %llu s", name,
                             (unsigned long long)limit_s);
+    }
+    TSPoint deep;
+    if (tree_too_deep(src->tree, &deep)) {
+        kl_source_free(src);
+        return kl_error_set(err, KL_ERR_TOO_LARGE,
+                            "%s:%u:%u: the syntax tree nests more than %u levels deep here (an expression or "
+                            "statements nested that far): klineage reads no further (docs/syntax.md, \"Limits\")",
+                            name, deep.row + 1, deep.column + 1, KL_SOURCE_MAX_DEPTH);
     }
     collect_errors(src);
     *out = src;

@@ -1,15 +1,22 @@
 /* The float64 reference: reference.c compiled by the host C compiler together with a generated
- * typed shim, cached by content hash, dlopen'd and called in this process.
+ * typed shim, cached by content hash, dlopen'd here and called in a forked child with a time
+ * limit (a reference that crashes, loops or calls exit() is an error, never the caller's end).
  *
  * The shim and reference.c are one translation unit, so the compiler itself checks that
  * `reference(...)` takes the declared arguments: a missing argument, an int32_t* where a
  * double* was declared, … are compile errors (the pointer and conversion warnings are made
  * errors), reported at reference.c's own lines through a #line directive. */
 #include <dlfcn.h>
-#include <stdio.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "task/task_int.h"
@@ -19,6 +26,7 @@
 #define REF_SOURCE_MAX ((size_t)8 << 20)
 #define REF_COMPILE_TIMEOUT_S 180.0
 #define REF_POISON_BYTE 0xA5 /* integer outputs: a pattern, since they have no NaN */
+#define REF_PROBE_TIMEOUT_S 120.0 /* one run of the weak-reference probe (its shapes are small) */
 
 struct kl_reference {
     void *dl;
@@ -27,7 +35,13 @@ struct kl_reference {
     kl_dtype *dtypes;    /* to refuse a task other than the one it was built for */
     char hash[KL_HASH_HEX];
     char *so_path;
+    double timeout_s;    /* one run's limit; <= 0: none */
 };
+
+void kl_reference_set_timeout(kl_reference *ref, double seconds)
+{
+    if (ref) ref->timeout_s = seconds;
+}
 
 static const char *ref_ctype(kl_dtype t)
 {
@@ -205,6 +219,7 @@ kl_status kl_reference_load(const kl_task *task, const char *cache_dir, kl_refer
     if (!ref->call)
         KL_TRY(kl_error_set(err, KL_ERR_INVALID, "%s: no kl_reference_call in the compiled reference", ref->so_path));
     ref->nargs = task->nargs;
+    ref->timeout_s = KL_REFERENCE_TIMEOUT_S;
     ref->dtypes = calloc(task->nargs ? task->nargs : 1, sizeof *ref->dtypes);
     if (!ref->dtypes) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
     for (unsigned i = 0; i < task->nargs; i++) ref->dtypes[i] = task->args[i].dtype;
@@ -225,15 +240,97 @@ cleanup:
     return st;
 }
 
+/* Shared with the child: what it writes there is what the caller reads back. */
+static void *shared_alloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* Call the reference in a forked child, at most ref->timeout_s seconds. Its outputs live in
+ * shared mappings (the caller allocated them so); `done` is a shared flag the child sets when
+ * reference() has returned, which tells a return from a call to exit(). */
+static kl_status call_in_child(kl_reference *ref, void **call, const char *ref_name, const kl_shape *shape,
+                               kl_error *err)
+{
+    volatile int *done = shared_alloc(sizeof *done);
+    if (!done) return kl_error_set(err, KL_ERR_NOMEM, "out of memory (a shared page for the reference's child)");
+    *done = 0;
+    fflush(NULL); /* a reference that calls exit() flushes stdio: not what this process had buffered */
+    pid_t pid = fork();
+    if (pid < 0) {
+        munmap((void *)done, sizeof *done);
+        return kl_error_set(err, KL_ERR_CHILD, "%s: cannot fork to run the reference: %s", ref_name, strerror(errno));
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTERM, SIGINT, SIGPIPE};
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        sigemptyset(&sa.sa_mask);
+        for (size_t k = 0; k < sizeof sigs / sizeof sigs[0]; k++) sigaction(sigs[k], &sa, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(2, 1); /* what a reference prints is no part of this process's output */
+        ref->call(call);
+        *done = 1;
+        _exit(0);
+    }
+    double start = kl_now(), nap = 0.0002;
+    int status = 0;
+    bool timed_out = false;
+    for (;;) {
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) {
+            kill(pid, SIGKILL);
+            break;
+        }
+        if (ref->timeout_s > 0 && kl_now() - start > ref->timeout_s) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+            timed_out = true;
+            break;
+        }
+        sleep_s(nap);
+        if (nap < 0.01) nap *= 2;
+    }
+    kl_status st = KL_OK;
+    if (timed_out)
+        st = kl_error_set(err, KL_ERR_TIMEOUT,
+                          "%s: the reference ran longer than %.0f s at %s and was stopped (a loop that does not end?)",
+                          ref_name, ref->timeout_s, shape->label);
+    else if (WIFSIGNALED(status))
+        st = kl_error_set(err, KL_ERR_CHILD, "%s: the reference crashed at %s (%s)", ref_name, shape->label,
+                          strsignal(WTERMSIG(status)));
+    else if (!*done)
+        st = kl_error_set(err, KL_ERR_CHILD,
+                          "%s: the reference ended its process (exit status %d) instead of returning from reference(), "
+                          "at %s",
+                          ref_name, WIFEXITED(status) ? WEXITSTATUS(status) : -1, shape->label);
+    munmap((void *)done, sizeof *done);
+    return st;
+}
+
 kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shape *shape, void *const *args,
                            double **outs, kl_error *err)
 {
     kl_status st = KL_OK;
     unsigned n = task->nargs;
     void **call = calloc(n ? n : 1, sizeof *call);
+    size_t *mapped = calloc(n ? n : 1, sizeof *mapped); /* bytes of call[i] when it is a shared mapping */
     int *ints = calloc(n ? n : 1, sizeof *ints);
+    char *ref_path = kl_task_path(task, task->reference ? task->reference : "reference.c");
     for (unsigned i = 0; i < n; i++) outs[i] = NULL;
-    if (!call || !ints) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+    if (!call || !mapped || !ints || !ref_path) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
     if (ref->nargs != n)
         KL_TRY(kl_error_set(err, KL_ERR_INVALID, "the reference was built for %u arguments, the task has %u",
                             ref->nargs, n));
@@ -256,11 +353,14 @@ kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shap
         if ((uint64_t)count > SIZE_MAX / esize)
             KL_TRY(kl_error_set(err, KL_ERR_TOO_LARGE, "%s: %lld elements do not fit in memory", a->name,
                                 (long long)count));
-        void *buf = malloc((size_t)count * esize);
+        /* what the reference writes (out, inout) must come back from its child: shared */
+        bool written = a->role != KL_ROLE_IN;
+        void *buf = written ? shared_alloc((size_t)count * esize) : malloc((size_t)count * esize);
         if (!buf)
             KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory for %lld elements at %s", a->name,
                                 (long long)count, shape->label));
         call[i] = buf;
+        if (written) mapped[i] = (size_t)count * esize;
         if (is_floating(a->dtype)) {
             double *d = buf;
             if (input) kl_dtype_to_double(a->dtype, args[i], d, count);
@@ -272,33 +372,34 @@ kl_status kl_reference_run(kl_reference *ref, const kl_task *task, const kl_shap
             memset(buf, REF_POISON_BYTE, (size_t)count * esize);
         }
     }
-    ref->call(call);
+    KL_TRY(call_in_child(ref, call, ref_path, shape, err));
     for (unsigned i = 0; i < n; i++) {
         const kl_arg *a = &task->args[i];
         if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_IN) continue;
-        if (is_floating(a->dtype)) {
-            outs[i] = call[i];
-            call[i] = NULL;
-            continue;
-        }
         int64_t count;
         KL_TRY(kl_task_arg_count(task, shape, i, &count, err));
-        double *d = malloc((size_t)count * sizeof *d);
+        double *d = malloc((size_t)count * sizeof *d + 1);
         if (!d) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory", a->name));
-        kl_dtype_to_double(a->dtype, call[i], d, count);
+        if (is_floating(a->dtype)) memcpy(d, call[i], (size_t)count * sizeof *d);
+        else kl_dtype_to_double(a->dtype, call[i], d, count);
         outs[i] = d;
     }
 cleanup:
     if (call)
-        for (unsigned i = 0; i < n; i++)
-            if (task->args[i].dtype != KL_DTYPE_NONE) free(call[i]);
+        for (unsigned i = 0; i < n; i++) {
+            if (task->args[i].dtype == KL_DTYPE_NONE || !call[i]) continue;
+            if (mapped && mapped[i]) munmap(call[i], mapped[i]);
+            else free(call[i]);
+        }
     if (st != KL_OK)
         for (unsigned i = 0; i < n; i++) {
             free(outs[i]);
             outs[i] = NULL;
         }
     free(call);
+    free(mapped);
     free(ints);
+    free(ref_path);
     return st;
 }
 
@@ -343,6 +444,8 @@ kl_status kl_reference_probe(kl_reference *ref, const kl_task *task, uint64_t se
     if (!order || !sizes || !po || !inputs || !outa || !outb || !ref_path)
         KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
     if (nc == 0) KL_TRY(kl_error_set(err, KL_ERR_INVALID, "the task has no check shapes to probe the reference on"));
+    double saved_timeout = ref->timeout_s;
+    if (ref->timeout_s <= 0 || ref->timeout_s > REF_PROBE_TIMEOUT_S) ref->timeout_s = REF_PROBE_TIMEOUT_S;
     /* check shapes, smallest first (stable) */
     for (unsigned i = 0; i < nc; i++) {
         order[i] = i;
@@ -371,7 +474,11 @@ kl_status kl_reference_probe(kl_reference *ref, const kl_task *task, uint64_t se
                 if (!inputs[i]) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
                 KL_TRY(kl_task_fill(task, sh, i, seed, inputs[i], count, err));
             }
-            KL_TRY(kl_reference_run(ref, task, sh, inputs, outs, err));
+            st = kl_reference_run(ref, task, sh, inputs, outs, err);
+            if (st != KL_OK) {
+                ref->timeout_s = saved_timeout;
+                goto cleanup;
+            }
         }
         for (unsigned i = 0; i < n; i++) {
             const kl_arg *a = &task->args[i];
@@ -395,6 +502,7 @@ kl_status kl_reference_probe(kl_reference *ref, const kl_task *task, uint64_t se
             outa[i] = outb[i] = NULL;
         }
     }
+    ref->timeout_s = saved_timeout;
     for (unsigned i = 0; i < n; i++) {
         const kl_arg *a = &task->args[i];
         if (a->dtype == KL_DTYPE_NONE || a->role == KL_ROLE_IN || po[i].nan_reported) continue;

@@ -262,6 +262,10 @@ static void load_sizes(loader *L, json_t *root)
         return;
     }
     size_t n = json_array_size(sizes);
+    if (n > KL_TASK_MAX_SIZES) {
+        fault(L, "sizes", "%zu size names, more than the limit of %u", n, KL_TASK_MAX_SIZES);
+        return;
+    }
     t->sizes = calloc(n ? n : 1, sizeof *t->sizes);
     if (!t->sizes) {
         L->oom = true;
@@ -350,6 +354,11 @@ static void load_shapes(loader *L, json_t *root)
     json_t *shapes = json_object_get(root, "shapes");
     json_t *checks = shapes && json_is_object(shapes) ? json_object_get(shapes, "check") : NULL;
     size_t nc = checks && json_is_array(checks) ? json_array_size(checks) : 0;
+    if (nc > KL_TASK_MAX_CHECKS) {
+        fault(L, "shapes.check", "%zu check shapes, more than the limit of %u", nc, KL_TASK_MAX_CHECKS);
+        nc = 0;
+        checks = NULL;
+    }
     t->checks = calloc(nc ? nc : 1, sizeof *t->checks);
     L->shape_ok = calloc(nc + 1, sizeof *L->shape_ok);
     if (!t->checks || !L->shape_ok) {
@@ -554,6 +563,10 @@ static void load_args(loader *L, json_t *root)
         fault(L, "args", "empty: launch() needs at least one output");
         return;
     }
+    if (n > KL_TASK_MAX_ARGS) {
+        fault(L, "args", "%zu arguments, more than the limit of %u", n, KL_TASK_MAX_ARGS);
+        return;
+    }
     t->args = calloc(n, sizeof *t->args);
     if (!t->args) {
         L->oom = true;
@@ -580,8 +593,10 @@ static void load_args(loader *L, json_t *root)
                 fault(L, key, "\"%s\" is not a C identifier", name);
             } else {
                 for (size_t j = 0; j < i; j++)
-                    if (t->args[j].name && !strcmp(t->args[j].name, name))
+                    if (t->args[j].name && !strcmp(t->args[j].name, name)) {
                         fault(L, key, "duplicate argument name \"%s\" (also args[%zu])", name, j);
+                        break; /* one fault per duplicate, not one per earlier twin */
+                    }
             }
             a->name = keep(L, name);
         }
@@ -698,6 +713,21 @@ static void load_cost(loader *L, json_t *root)
     check_expr(L, "cost.bytes", t->cost_bytes, 0, INT64_MAX, "a count of bytes is not negative");
 }
 
+/* Does path, once its symbolic links and ".." are resolved, lie outside the folder dir? A path
+ * that does not resolve (missing) is not said to leave it. */
+static bool leaves_folder(const char *dir, const char *path)
+{
+    char *rdir = realpath(dir, NULL), *rpath = realpath(path, NULL);
+    bool out = false;
+    if (rdir && rpath) {
+        size_t n = strlen(rdir);
+        out = !(strncmp(rpath, rdir, n) == 0 && (rpath[n] == '/' || (n == 1 && rdir[0] == '/')));
+    }
+    free(rdir);
+    free(rpath);
+    return out;
+}
+
 /* A file named by key (or the default), which must exist in the task folder. */
 static const char *load_file(loader *L, json_t *root, const char *key, const char *dflt, bool *exists)
 {
@@ -721,6 +751,9 @@ static const char *load_file(loader *L, json_t *root, const char *key, const cha
         return NULL;
     }
     if (kl_dir_exists(path)) fault(L, key, "%s is a folder, not a file", path);
+    else if (leaves_folder(t->dir, path))
+        fault(L, key, "%s leads outside the task folder (\"..\" or a symbolic link): a task reads only its own files",
+              path);
     else if (!kl_file_exists(path))
         fault(L, key, "%s does not exist%s", path,
               json_object_get(root, key) ? "" : " (every task needs its float64 reference)");

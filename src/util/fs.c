@@ -16,7 +16,8 @@ kl_status kl_file_read(const char *path, size_t max, char **out, size_t *len, kl
     *out = NULL;
     if (len) *len = 0;
     if (!max) max = DEFAULT_READ_MAX;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return kl_error_set(err, errno == ENOENT ? KL_ERR_NOT_FOUND : KL_ERR_IO, "%s: cannot open: %s",
                             path, strerror(errno));
@@ -29,6 +30,16 @@ kl_status kl_file_read(const char *path, size_t max, char **out, size_t *len, kl
         close(fd);
         return kl_error_set(err, KL_ERR_INVALID, "%s: is a directory, expected a file", path);
     }
+    if (!S_ISREG(st.st_mode)) {
+        const char *what = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                           : S_ISCHR(st.st_mode)  ? "a character device"
+                           : S_ISBLK(st.st_mode)  ? "a block device"
+                           : S_ISSOCK(st.st_mode) ? "a socket"
+                                                  : "not a regular file";
+        close(fd);
+        return kl_error_set(err, KL_ERR_INVALID, "%s: is %s, expected a regular file", path, what);
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     if (S_ISREG(st.st_mode) && (size_t)st.st_size > max) {
         close(fd);
         return kl_error_set(err, KL_ERR_TOO_LARGE, "%s: %lld bytes, more than the limit of %zu", path,
@@ -67,7 +78,8 @@ kl_status kl_file_write(const char *path, const void *data, size_t len, kl_error
 {
     kl_strbuf tmp = KL_STRBUF_INIT;
     kl_strbuf_addf(&tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(kl_strbuf_str(&tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a link planted under the temporary name is not followed out of the folder */
+    int fd = open(kl_strbuf_str(&tmp), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
         kl_status st = kl_error_set(err, KL_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         kl_strbuf_release(&tmp);

@@ -1,4 +1,5 @@
-/* Child processes with a deadline: pipes pumped with poll, the process group killed. */
+/* Child processes with a deadline: pipes pumped with poll, the process group killed, and
+ * nothing left running when klineage dies (child_guard). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,12 +54,36 @@ static void close_pair(int p[2])
     p[0] = p[1] = -1;
 }
 
-/* In the child, after fork: never returns. Reports exec failure's errno on errpipe. */
-static void child_exec(const kl_child *c, int in[2], int out[2], int errp[2], int report)
+/* The environment with c->env's entries added or replacing, built in the parent: after a fork
+ * in a process with threads the child may call only async-signal-safe functions (setenv
+ * allocates, and can deadlock on an allocator lock another thread held). NULL when out of memory. */
+static char **child_environ(const char *const *add)
 {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    size_t n = 0, k = 0;
+    for (char **e = environ; e && *e; e++) n++;
+    for (const char *const *a = add; *a; a++) n++;
+    char **env = calloc(n + 1, sizeof *env);
+    if (!env) return NULL;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) + 1 : strlen(*e);
+        bool replaced = false;
+        for (const char *const *a = add; *a && !replaced; a++) replaced = !strncmp(*a, *e, len);
+        if (!replaced) env[k++] = *e;
+    }
+    for (const char *const *a = add; *a; a++)
+        if (strchr(*a, '=')) env[k++] = (char *)*a;
+    env[k] = NULL;
+    return env;
+}
+
+/* In the program's process, after the second fork: never returns. Reports exec failure's errno
+ * on `report`. envp: the environment built in the parent (NULL: this process's). */
+static void program_exec(const kl_child *c, int in[2], int out[2], int errp[2], int report, char **envp)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with its guardian */
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
     if (in[0] >= 0) {
         dup2(in[0], 0);
     } else {
@@ -71,19 +97,72 @@ static void child_exec(const kl_child *c, int in[2], int out[2], int errp[2], in
         if (write(report, &e, sizeof e) < 0) _exit(127);
         _exit(127);
     }
-    for (const char *const *e = c->env; e && *e; e++) {
-        const char *eq = strchr(*e, '=');
-        if (!eq) continue;
-        char name[256];
-        size_t n = (size_t)(eq - *e) < sizeof name - 1 ? (size_t)(eq - *e) : sizeof name - 1;
-        memcpy(name, *e, n);
-        name[n] = '\0';
-        setenv(name, eq + 1, 1);
-    }
-    execvp(c->argv[0], (char *const *)c->argv);
+    if (envp) execvpe(c->argv[0], (char *const *)c->argv, envp);
+    else execvp(c->argv[0], (char *const *)c->argv);
     int e = errno;
     if (write(report, &e, sizeof e) < 0) _exit(127);
     _exit(127);
+}
+
+/* The guardian's answer to its parent's death (PR_SET_PDEATHSIG): the whole group goes,
+ * itself included. Async-signal-safe. */
+static void guardian_parent_died(int sig)
+{
+    (void)sig;
+    kill(0, SIGKILL);
+    _exit(128 + SIGKILL);
+}
+
+/* In the child, after fork: the guardian of the program's process group. Never returns.
+ *
+ * The kernel's PR_SET_PDEATHSIG reaches one process, not what it starts (nvcc's cicc and
+ * ptxas, gcc's cc1): so the first child leads a new process group, asks for SIGTERM when
+ * klineage dies (however it dies: a signal, exit, or SIGKILL), forks the program into the
+ * group and waits for it. On SIGTERM it kills the whole group. When the program ends, the
+ * guardian ends the same way (its exit code, or the same signal), so the caller sees the
+ * program's status. */
+static void child_guard(const kl_child *c, pid_t parent, int in[2], int out[2], int errp[2], int report,
+                        char **envp)
+{
+    setpgid(0, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = guardian_parent_died;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) guardian_parent_died(SIGTERM); /* it died before prctl */
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        if (write(report, &e, sizeof e) < 0) _exit(127);
+        _exit(127);
+    }
+    if (pid == 0) program_exec(c, in, out, errp, report, envp);
+    /* The guardian holds no file: the caller sees EOF when the program's side closes, and a
+     * pipe another thread was creating at the fork is not held open here either. */
+    if (close_range(0, ~0u, 0) != 0) {
+        long max = sysconf(_SC_OPEN_MAX);
+        for (long fd = 0; fd < (max > 0 ? max : 1024); fd++) close((int)fd);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) _exit(127);
+    if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    /* end by the same signal, without a core file and without any handler this process inherited */
+    struct rlimit nocore = {0, 0};
+    setrlimit(RLIMIT_CORE, &nocore);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+    prctl(PR_SET_PDEATHSIG, 0);
+    kill(getpid(), sig);
+    _exit(128 + sig);
 }
 
 static void pump(int *fd, kl_strbuf *sb)
@@ -119,14 +198,22 @@ kl_status kl_child_run(kl_child *c, kl_error *err)
         close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
         return st;
     }
+    char **envp = c->env ? child_environ(c->env) : NULL;
+    if (c->env && !envp) {
+        close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
+        return kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory for its environment", c->argv[0]);
+    }
     double start = kl_now();
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         kl_status st = kl_error_set(err, KL_ERR_CHILD, "%s: cannot fork: %s", c->argv[0], strerror(errno));
+        free(envp);
         close_pair(in), close_pair(out), close_pair(errp), close_pair(report);
         return st;
     }
-    if (pid == 0) child_exec(c, in, out, errp, report[1]);
+    if (pid == 0) child_guard(c, parent, in, out, errp, report[1], envp);
+    free(envp); /* the child has its copy */
 
     setpgid(pid, pid); /* also in the parent, so the group exists before any kill */
     close(report[1]);

@@ -26,6 +26,20 @@ grep -q unmeasured "$tmp/out" && fail "an unmeasured row"
 "$K" --db "$tmp/db3" --measure replay --json bench --expert >"$tmp/j2" 2>/dev/null
 cmp -s "$tmp/j1" "$tmp/j2" || fail "two replays differ"
 grep -q '"verdict": "[0-9a-f]\{64\}"' "$tmp/j1" || fail "no verdict keys in the JSON rows"
+# live means measured now: without a GPU, --measure live and record are errors (docs say exit 1),
+# and record leaves the archive as it is
+if [ ! -d /proc/driver/nvidia/gpus ] && [ ! -e /dev/nvidia0 ]; then
+    cp "$SRC/archive/verdicts.jsonl" "$tmp/archive.jsonl"
+    "$K" --db "$tmp/dbl" --measure live bench --expert --archive "$tmp/archive.jsonl" >"$tmp/ol" 2>"$tmp/el"
+    [ $? -eq 1 ] || fail "--measure live bench without a GPU did not exit 1"
+    grep -q "measures now" "$tmp/el" || fail "--measure live bench: no reason given: $(cat "$tmp/el")"
+    "$K" --db "$tmp/dbr" --measure record bench --expert --archive "$tmp/archive.jsonl" >"$tmp/or" 2>"$tmp/er"
+    [ $? -eq 1 ] || fail "--measure record bench without a GPU did not exit 1"
+    grep -q "recorded to" "$tmp/er" && fail "--measure record without a GPU claims it recorded"
+    cmp -s "$tmp/archive.jsonl" "$SRC/archive/verdicts.jsonl" || fail "--measure record without a GPU changed the archive"
+    [ -e "$tmp/dbl" ] && fail "--measure live without a GPU created a store"
+fi
+
 # a task the archive does not hold is unmeasured, and says so, exit 1
 mkdir -p "$tmp/suite/softmax"
 cp tasks/softmax/* "$tmp/suite/softmax/"

@@ -54,17 +54,77 @@ run "$KLINEAGE" --db "$tmp/db0" gate "$tmp/no-such-task" "$cand"
 expect_rc 1 "gate on a missing task folder"
 expect_in "$err" "no-such-task" "the missing task folder is named"
 
-# ---- live without a GPU --------------------------------------------------------------------
+# ---- arguments are checked before any store is opened or created ---------------------------
+mkdir -p "$tmp/cwd"
+(cd "$tmp/cwd" && HOME="$tmp/home" XDG_DATA_HOME= KLINEAGE_DB= "$KLINEAGE" --measure replay gate "$task" /nope.cu \
+    >"$tmp/out" 2>"$tmp/err")
+rc=$?; out=$(cat "$tmp/out"); err=$(cat "$tmp/err")
+expect_rc 1 "gate on a missing kernel file"
+expect_in "$err" "/nope.cu: cannot read" "the missing kernel file is named"
+if [ -z "$(ls -A "$tmp/cwd")" ] && [ ! -e "$tmp/home/.local/share/klineage/klineage.db" ]; then
+    ok "nothing written for a command line that cannot run"
+else
+    fail "a store was written for a missing kernel file: $(ls -A "$tmp/cwd") $(ls -R "$tmp/home" 2>/dev/null)"
+fi
+run "$KLINEAGE" --db "$tmp/no-such-folder/k.db" gate "$task" "$cand"
+expect_rc 1 "--db in a folder that does not exist"
+expect_in "$err" "does not exist" "--db names the missing folder"
+run "$KLINEAGE" --db "$tmp/no-such-folder/k.db" skills list
+expect_rc 1 "skills list with --db in a folder that does not exist"
+
+# ---- live without a GPU: measured now, or an error; no --measure: replay, said so ---------
 if [ -d /proc/driver/nvidia/gpus ] || [ -e /dev/nvidia0 ]; then
     echo "skip: this machine has a GPU; the no-GPU messages are not tested here"
 else
-    run "$KLINEAGE" --db "$tmp/db1" gate "$task" "$cand"
-    expect_rc 1 "live gate without a GPU"
-    expect_in "$err" "no GPU" "live gate says there is no GPU"
-    run "$KLINEAGE" --db "$tmp/db1" gpu info
-    expect_rc 1 "live gpu info without a GPU"
-    expect_in "$err" "no GPU" "gpu info says there is no GPU"
+    run "$KLINEAGE" --db "$tmp/db1" --measure live gate "$task" "$cand"
+    expect_rc 1 "--measure live gate without a GPU"
+    expect_in "$err" "--measure live measures now" "live gate says it cannot measure now"
+    run "$KLINEAGE" --db "$tmp/db1" --measure live gpu info
+    expect_rc 1 "--measure live gpu info without a GPU"
+    expect_in "$err" "--measure live measures now" "gpu info says it cannot measure now"
+    run "$KLINEAGE" --db "$tmp/db1" --measure record gate "$task" "$cand" --archive "$tmp/rec.jsonl"
+    expect_rc 1 "--measure record without a GPU"
+    if [ -e "$tmp/rec.jsonl" ]; then fail "record without a GPU wrote an archive"; else ok "record without a GPU writes no archive"; fi
+    case "$err" in *"recorded to"*) fail "record without a GPU claims it recorded" ;; *) ok "record without a GPU claims nothing" ;; esac
+    # the default store is per user, never in the working folder
+    (cd "$tmp/cwd" && HOME="$tmp/home" XDG_DATA_HOME= KLINEAGE_DB= "$KLINEAGE" gate "$task" "$cand" --archive "$tmp/none.jsonl" \
+        >"$tmp/out" 2>"$tmp/err")
+    rc=$?; out=$(cat "$tmp/out"); err=$(cat "$tmp/err")
+    expect_rc 1 "no --measure without a GPU replays (no archive here)"
+    expect_in "$err" "replaying recorded measurements" "no --measure without a GPU says it replays"
+    if [ -z "$(ls -A "$tmp/cwd")" ] && [ -e "$tmp/home/.local/share/klineage/klineage.db" ]; then
+        ok "the default store is ~/.local/share/klineage/klineage.db"
+    else
+        fail "the default store is not per user: cwd: $(ls -A "$tmp/cwd"); home: $(ls -R "$tmp/home" 2>/dev/null)"
+    fi
+    (cd "$tmp/cwd" && HOME="$tmp/home" XDG_DATA_HOME="$tmp/xdg" KLINEAGE_DB= "$KLINEAGE" gate "$task" "$cand" \
+        --archive "$tmp/none.jsonl" >/dev/null 2>&1)
+    if [ -e "$tmp/xdg/klineage/klineage.db" ]; then ok "\$XDG_DATA_HOME holds the default store"; else fail "\$XDG_DATA_HOME not used"; fi
 fi
+
+# ---- --compile-only: the same object check as the gate, and --json ---------------------------
+cat >"$tmp/fake-nvcc" <<'SH'
+#!/bin/sh
+if [ "$1" = --version ]; then echo 'Cuda compilation tools, release 13.0, V13.0.88'; exit 0; fi
+out=; src=; while [ $# -gt 0 ]; do case "$1" in -o) out=$2; shift ;; *.cu) src=$1 ;; esac; shift; done
+# a shared object that calls what its source names after KL_CALLS (nvcc's part is faked)
+calls=$(sed -n 's|.*KL_CALLS \([a-z_]*\).*|\1|p' "$src" | head -1)
+printf 'int kl_shim_launch(void){%s return 0;} const char *kl_shim_abi(void){return "";}\n' \
+    "${calls:+extern int $calls(const char *); $calls(\"x\");}" >"$out.c"
+cc -shared -fPIC -x c "$out.c" -o "$out" && rm -f "$out.c"
+SH
+chmod +x "$tmp/fake-nvcc"
+printf '// KL_CALLS system\n' >"$tmp/calls_system.cu"
+KLINEAGE_NVCC="$tmp/fake-nvcc" KLINEAGE_CACHE="$tmp/cache" run "$KLINEAGE" gate --compile-only --arch sm_90 "$task" "$cand" "$tmp/calls_system.cu"
+expect_rc 1 "compile-only with an object that calls system()"
+expect_in "$out" "calls_system.cu: FAILED: the kernel's shared object calls system" "compile-only runs the object check"
+expect_in "$out" "good.cu: ok" "a clean object compiles"
+KLINEAGE_NVCC="$tmp/fake-nvcc" KLINEAGE_CACHE="$tmp/cache" run "$KLINEAGE" --json gate --compile-only --arch sm_90 "$task" "$cand" "$tmp/calls_system.cu"
+expect_rc 1 "compile-only --json"
+lines=$(printf '%s\n' "$out" | grep -c '^{')
+if [ "$lines" -eq 2 ]; then ok "compile-only --json: one object per file"; else fail "compile-only --json: $out"; fi
+expect_in "$out" '"ok":false' "compile-only --json says which failed"
+expect_in "$out" "\"file\":\"$tmp/calls_system.cu\"" "compile-only --json names the file"
 
 # ---- replay --------------------------------------------------------------------------------
 archive="$tmp/archive/verdicts.jsonl"
@@ -90,7 +150,7 @@ if [ ${#key} -eq 64 ]; then ok "the miss names the verdict key"; else fail "no k
 median=0.125
 base_median=0.3125
 speedup=2.5
-verdict="{\"format\":\"klineage-verdict-1\",\"key\":\"$key\",\"date\":\"2026-11-29T01:02:03Z\",\"pass\":true,\"failed_stage\":null,\"reason\":null,\"candidate\":{\"name\":\"$cand\"},\"baseline\":{\"name\":\"naive.cu\"},\"device\":{\"name\":\"$device\"},\"toolchain\":{\"nvcc\":\"$toolchain_nvcc\",\"arch\":\"$arch\",\"text\":\"nvcc $toolchain_nvcc $arch\"},\"stages\":{\"compile\":{\"ok\":true,\"cached\":false,\"seconds\":1.5,\"kernels\":[{\"name\":\"_Z9vadd_goodPKfS0_Pfi\",\"demangled\":\"vadd_good(float const*, float const*, float*, int)\",\"registers\":16,\"smem_static\":0,\"spill_stores\":0,\"spill_loads\":0,\"stack\":0}]},\"correct\":{\"ok\":true,\"trials\":[]},\"determinism\":{\"ok\":true,\"detail\":\"same bits\"},\"integrity\":{\"ok\":true,\"detail\":\"inputs unchanged\"},\"stream\":{\"ok\":true,\"detail\":\"complete\"},\"profile\":{\"ok\":true,\"timer\":\"cupti\",\"shape\":\"bench\",\"reps\":40,\"candidate\":{\"median_ms\":$median,\"q1_ms\":0.12,\"q3_ms\":0.13},\"baseline\":{\"name\":\"naive.cu\",\"median_ms\":$base_median},\"speedup\":$speedup},\"sanitize\":{\"skipped\":\"not asked for\"}}}"
+verdict="{\"format\":\"klineage-verdict-1\",\"key\":\"$key\",\"date\":\"2026-11-29T01:02:03Z\",\"pass\":true,\"failed_stage\":null,\"reason\":null,\"candidate\":{\"name\":\"/recorded/elsewhere/good.cu\"},\"baseline\":{\"name\":\"naive.cu\"},\"device\":{\"name\":\"$device\"},\"toolchain\":{\"nvcc\":\"$toolchain_nvcc\",\"arch\":\"$arch\",\"text\":\"nvcc $toolchain_nvcc $arch\"},\"stages\":{\"compile\":{\"ok\":true,\"cached\":false,\"seconds\":1.5,\"kernels\":[{\"name\":\"_Z9vadd_goodPKfS0_Pfi\",\"demangled\":\"vadd_good(float const*, float const*, float*, int)\",\"registers\":16,\"smem_static\":0,\"spill_stores\":0,\"spill_loads\":0,\"stack\":0}]},\"correct\":{\"ok\":true,\"trials\":[]},\"determinism\":{\"ok\":true,\"detail\":\"same bits\"},\"integrity\":{\"ok\":true,\"detail\":\"inputs unchanged\"},\"stream\":{\"ok\":true,\"detail\":\"complete\"},\"profile\":{\"ok\":true,\"timer\":\"cupti\",\"shape\":\"bench\",\"reps\":40,\"candidate\":{\"median_ms\":$median,\"q1_ms\":0.12,\"q3_ms\":0.13},\"baseline\":{\"name\":\"naive.cu\",\"median_ms\":$base_median},\"speedup\":$speedup},\"sanitize\":{\"skipped\":\"not asked for\"}}}"
 printf '{"kind":"verdict","key":"%s","doc":%s}\n' "$key" "$verdict" >>"$archive"
 
 run "$KLINEAGE" --measure replay --db "$tmp/db3" gate "$task" "$cand" --archive "$archive"
@@ -102,6 +162,7 @@ expect_in "$out" "median $median ms" "the recorded median is printed"
 expect_in "$out" "${speedup}x" "the recorded speedup is printed"
 expect_in "$out" "$device" "the recorded device is named"
 expect_in "$out" "(recorded)" "the verdict says it was recorded"
+expect_in "$out" "PASS $cand on task" "replay names the file given, not the one recorded"
 for stage in compile correct determinism integrity stream profile sanitize; do
     expect_in "$out" "$stage" "stage $stage has a line"
 done

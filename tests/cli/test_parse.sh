@@ -198,7 +198,7 @@ bad() {
         [ -s "$TMP/garbage.out" ] && fail "garbage: a summary was printed for a binary file"
         ;;
     text_garbage)
-        head -c 65536 "$KLINEAGE" | tr -d '\000' >"$f"
+        head -c 16384 "$KLINEAGE" | tr -d '\000' >"$f" # under the token limit (docs/syntax.md, "Limits")
         run tgarbage 1 parse "$f"
         expect tgarbage out "(partial: the file has syntax errors)"
         grep -qE "^error: $f:[0-9]+:[0-9]+: " "$TMP/tgarbage.err" || fail "text_garbage: no located error"
@@ -217,8 +217,14 @@ bad() {
                       print l > FILENAME_OUT }
                   print n }' FILENAME_OUT="$f" "$CUDA/vector_add.cu")
         [ "$(wc -c <"$f")" -gt $((10 * 1024 * 1024)) ] || fail "ten_megabytes: the input is too small"
-        run big 0 parse "$f"
-        expect big out "$f: $copies kernels, 0 device functions, $copies host functions, $copies launch sites"
+        # past the token limit: refused at once, with the place (docs/syntax.md, "Limits")
+        run big 1 parse "$f"
+        grep -qE "^error: $f:[0-9]+:[0-9]+: the file holds more than 32000 tokens" "$TMP/big.err" ||
+            fail "ten_megabytes: no located token-limit error: $(head -c 300 "$TMP/big.err")"
+        # as many copies as stay under it parse whole
+        head -n $((100 * $(wc -l <"$CUDA/vector_add.cu"))) "$f" >"$f.100"
+        run big100 0 parse "$f.100"
+        expect big100 out "$f.100: 100 kernels, 0 device functions, 100 host functions, 100 launch sites"
         ;;
     unterminated_comment)
         printf '__global__ void k(float *x) {\n  x[0] = 1; /* never closed\n  x[1] = 2;\n}\n' >"$f"
@@ -227,15 +233,20 @@ bad() {
         expect comment out "kernel k 1:1"
         ;;
     nested_braces)
-        awk 'BEGIN { printf "__global__ void deep(float *x) {"
-                     for (i = 0; i < 10000; i++) printf "{"
-                     printf "x[0] += 1;"
-                     for (i = 0; i < 10000; i++) printf "}"
-                     print "}" }' >"$f"
-        run braces 0 parse "$f"
+        for depth in 200 10000; do
+            awk -v d=$depth 'BEGIN { printf "__global__ void deep(float *x) {"
+                         for (i = 0; i < d; i++) printf "{"
+                         printf "x[0] += 1;"
+                         for (i = 0; i < d; i++) printf "}"
+                         print "}" }' >"$f.$depth"
+        done
+        run braces 0 parse "$f.200"
         expect braces out "kernel deep 1:1"
-        run bracesj 0 parse --json "$f"
+        run bracesj 0 parse --json "$f.200"
         valid_json "$TMP/bracesj.out"
+        # past the bracket limit: refused, with the place (docs/syntax.md, "Limits")
+        run braces10k 1 parse "$f.10000"
+        expect braces10k err "error: $f.10000:1:288: brackets nested more than 256 deep"
         ;;
     invalid_utf8)
         printf '// caf\xc3 \xff\xfe\n__global__ void g(float *x) { const char *s = "\xc3\x28"; x[0] = s[0]; }\n' >"$f"

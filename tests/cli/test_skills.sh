@@ -67,16 +67,18 @@ expect bad3 err "$TMP/missing.json"
 # list: sorted by transform then id, one line each
 run list 0 --db "$DB" skills list
 [ "$(wc -l <"$TMP/list.out")" = 4 ] || fail "list: expected a header and 3 lines"
-sed -n 2p "$TMP/list.out" | grep -q '^smem-pad-7c21e9 *smem-pad *1 *2.05x *1 *2  (contradictions)$' ||
+head -1 "$TMP/list.out" | grep -q '^ID  *TRANSFORM  *CONDITIONS  *GAIN  *BEST PROBE  *RISKS  *LINEAGES  *ADMISSION$' ||
+    fail "list: header: $(head -1 "$TMP/list.out")"
+sed -n 2p "$TMP/list.out" | grep -q '^smem-pad-7c21e9 *smem-pad *1 *2.05x *- *1 (1 slower) *2 *untried  (contradictions)$' ||
     fail "list: smem-pad line: $(sed -n 2p "$TMP/list.out")"
-sed -n 3p "$TMP/list.out" | grep -q '^unroll-9b41d0 *unroll *2 *1.18x *0 *1$' ||
+sed -n 3p "$TMP/list.out" | grep -q '^unroll-9b41d0 *unroll *2 *1.18x *- *0 *1 *untried$' ||
     fail "list: unroll line: $(sed -n 3p "$TMP/list.out")"
-sed -n 4p "$TMP/list.out" | grep -q '^vectorize-3fa2c1 *vectorize *3 (2 probed) *1.62x *2 *1$' ||
+sed -n 4p "$TMP/list.out" | grep -q '^vectorize-3fa2c1 *vectorize *3 (2 probed) *1.62x *1.21x *2 (1 slower) *1 *untried$' ||
     fail "list: vectorize line: $(sed -n 4p "$TMP/list.out")"
 grep -q "ok-1\|bad-2" "$TMP/list.out" && fail "list: a card of the broken import landed"
 run list_json 0 --db "$DB" skills list --json
 [ "$(grep -c '"id":' "$TMP/list_json.out")" = 3 ] || fail "list --json: expected 3 ids"
-expect list_json out '"best_gain": 1.62,'
+expect list_json out '"gain": 1.62,'
 expect list_json out '"contradictions": 1,'
 
 # show: the goldens, by id and by a unique prefix
@@ -127,6 +129,8 @@ expect ambiguous err "skill \"unroll\" is ambiguous: it begins unroll-000aaa, un
 TASK="$KL_SOURCE_DIR/tests/data/tasks/vadd"
 cat >"$TMP/match.json" <<'EOF'
 [{"id": "vec4-000001", "transform": "vec4", "intent": "float4 loads",
+  "preconditions": [{"predicate": "n % 4 == 0", "kind": "static"}]},
+ {"id": "tail-000004", "transform": "tail", "intent": "correct only on multiples of 4",
   "preconditions": [{"predicate": "n % 4 == 0", "kind": "probed"}]},
  {"id": "big-000002", "transform": "big", "intent": "only for big inputs",
   "preconditions": [{"predicate": "n >= 65536", "kind": "probed-perf"},
@@ -136,7 +140,10 @@ cat >"$TMP/match.json" <<'EOF'
 EOF
 run imp_m 0 --db "$TMP/m.db" skills import "$TMP/match.json"
 run match 0 --db "$TMP/m.db" skills match "$TASK/naive.cu" --task "$TASK"
-expect match out "$TASK/naive.cu: 3 skills: 1 hold, 1 unknown, 1 fail"
+expect match out "$TASK/naive.cu: 4 skills: 1 hold, 1 unknown, 2 fail"
+# a correctness condition is checked at every check shape: the first that breaks it is named
+grep -q '^fails  *tail-000004 .*n % 4 == 0 fails at check\[0\] {n=1} (n = 1, n % 4 = 1)' "$TMP/match.out" ||
+    fail "match: tail does not fail at the check shape n=1"
 grep -q '^holds  *vec4-000001  *at kernel ' "$TMP/match.out" || fail "match: vec4 does not hold"
 grep -q '^unknown  *big-000002 .*occupancy_hint == "high" unknown (occupancy_hint is not in the environment)' \
     "$TMP/match.out" || fail "match: big is not unknown for occupancy_hint"
@@ -163,6 +170,18 @@ printf '[1]' >"$TMP/feat_bad.json"
 run match_badfeat 1 --db "$TMP/m.db" skills match "$TASK/naive.cu" --features "$TMP/feat_bad.json"
 expect match_badfeat err "expected an object of named values"
 run match_nofile 1 --db "$TMP/m.db" skills match "$TMP/none.cu"
+
+# admit: without a task (and no stored lineage naming one) there is nothing to admit on
+: >"$TMP/empty.jsonl"
+run admit_none 1 --db "$TMP/a.db" --measure replay skills admit --archive "$TMP/empty.jsonl"
+expect admit_none err "no task to admit on: give --task DIR"
+run admit_usage 2 --db "$TMP/a.db" skills admit --max-other lots
+expect admit_usage err "--max-other takes a count (0 to 16), not 'lots'"
+run admit_usage2 2 --db "$TMP/a.db" skills admit extra
+# --admitted: none of the imported cards was admitted
+run list_admitted 0 --db "$DB" skills list --admitted
+[ -s "$TMP/list_admitted.out" ] && fail "list --admitted: printed cards that were never admitted"
+expect list_admitted err "admitted yet"
 
 # usage errors
 run usage1 2 --db "$DB" skills

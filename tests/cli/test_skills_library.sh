@@ -20,6 +20,26 @@ sed -n '/^# Skill library$/,$p' docs/skills-library.md >"$TMP/doc.md"
 diff -u "$TMP/doc.md" "$TMP/once.md" >"$TMP/diff" ||
     fail "docs/skills-library.md is not the current library (regenerate it with the commands in its first lines):
 $(head -40 "$TMP/diff")"
+# leave-one-out: every naive kernel matched against the library without its own task; no more
+# than 10 % of the conditions evaluated may be unknown (docs/lineages.md, "Matching …")
+python3 scripts/skills_match_table.py --klineage "$KLINEAGE" --db "$TMP/lib.db" >"$TMP/match.md" ||
+    fail "skills_match_table.py: exit $?"
+share=$(grep '^| all ' "$TMP/match.md" | awk -F'|' '{gsub(/[ %]/, "", $10); print $10}')
+[ -n "$share" ] || fail "no 'all' row in the match table: $(cat "$TMP/match.md")"
+awk -v s="$share" 'BEGIN { exit !(s <= 10.0) }' || fail "unknown conditions: $share % (more than 10 %)"
+# a kernel of another style (tests/data/skills/rows: log-sum-exp rows, one thread per row, sizes
+# batch and width): every condition of the library is decided there, and the block-per-row card
+# of the softmax and layernorm walks holds at its row loop
+ROWS=tests/data/skills/rows
+"$KLINEAGE" --db "$TMP/lib.db" skills match "$ROWS/thread_rows.cu" --task "$ROWS" >"$TMP/rows.txt" ||
+    fail "match thread_rows.cu: exit $?"
+head -1 "$TMP/rows.txt" | grep -q ' 0 unknown, .*(conditions: [0-9]* hold, 0 unknown' ||
+    fail "match thread_rows.cu: $(head -1 "$TMP/rows.txt")"
+grep -q '^holds  *row-parallel-[0-9a-f]* *at site lse_rows:' "$TMP/rows.txt" ||
+    fail "match thread_rows.cu: the row-parallel card does not hold: $(grep row-parallel "$TMP/rows.txt")"
+"$KLINEAGE" --db "$TMP/lib.db" skills list --exclude-task softmax >"$TMP/loo.txt" || fail "list --exclude-task: exit $?"
+"$KLINEAGE" --db "$TMP/lib.db" skills list >"$TMP/all.txt" || fail "list: exit $?"
+[ "$(wc -l <"$TMP/loo.txt")" -lt "$(wc -l <"$TMP/all.txt")" ] || fail "leaving softmax out removed no card"
 for t in transpose hgemm; do
     "$KLINEAGE" --db "$TMP/lib.db" --measure replay lineage "tasks/$t" >/dev/null 2>&1 || fail "second replay of $t"
 done

@@ -26,14 +26,70 @@ expect() { # expect NAME STREAM TEXT
     grep -qF -- "$3" "$TMP/$1.$2" || fail "$1: $2 lacks: $3"
 }
 
-# a valid task, twice (the second from the reference cache)
+# Measurements by the one rule (docs/cli/klineage.md): without a GPU and without --measure,
+# task check replays the kernels' recorded verdicts; here from an archive of our own.
+gpu=0
+if [ -d /proc/driver/nvidia/gpus ] || [ -e /dev/nvidia0 ]; then gpu=1; fi
+export KLINEAGE_DB="$TMP/store.db"
+export KLINEAGE_ARCHIVE="$TMP/archive.jsonl"
+device="Replay Test GPU"
+gpu_doc="{\"format\":\"klineage-gpu-1\",\"key\":\"$device\",\"date\":\"2026-11-29T00:00:00Z\",\"device\":{\"name\":\"$device\",\"cc\":\"9.0\"},\"ceilings\":{},\"toolchain\":{\"nvcc\":\"13.0.88\",\"arch\":\"sm_90\",\"text\":\"nvcc 13.0.88 sm_90\"}}"
+printf '{"kind":"gpu","key":"%s","doc":%s}\n' "$device" "$gpu_doc" >"$KLINEAGE_ARCHIVE"
+
+# a valid task, twice (the second from the reference cache): valid, but its kernels have no
+# recorded verdict, so the check is not complete (exit 1, "unmeasured")
 for i in 1 2; do
-    run vadd 0 task check "$DATA/vadd"
+    run vadd 1 --measure replay task check "$DATA/vadd"
     expect vadd out "$DATA/vadd: valid"
     expect vadd out "reference: ok"
-    expect vadd out "kernels: not gated"
+    expect vadd out "kernels: replayed from the archive"
+    expect vadd out "[replay] naive $DATA/vadd/naive.cu: unmeasured"
+    expect vadd out "[replay] expert $DATA/vadd/expert.cu: unmeasured"
 done
-run gather 0 task check "$DATA/gather"
+if [ "$gpu" = 0 ]; then
+    # no --measure and no GPU: replay, said once
+    run vadd_auto 1 task check "$DATA/vadd"
+    expect vadd_auto err "no GPU on this machine: replaying recorded measurements"
+    # --measure live and record without a GPU are errors; record leaves the archive alone
+    cp "$KLINEAGE_ARCHIVE" "$TMP/archive.before"
+    run vadd_live 1 --measure live task check "$DATA/vadd"
+    expect vadd_live err "--measure live measures now"
+    run vadd_record 1 --measure record task check "$DATA/vadd"
+    expect vadd_record err "the archive is unchanged"
+    cmp -s "$KLINEAGE_ARCHIVE" "$TMP/archive.before" || fail "vadd_record: the archive was rewritten"
+    grep -q "recorded to" "$TMP/vadd_record.err" && fail "vadd_record: claims it recorded"
+fi
+# record a verdict for each kernel under the key the miss named: the check passes, replayed
+for role in naive expert; do
+    key=$(grep -o "$role .*key [0-9a-f]\{64\}" "$TMP/vadd.out" | grep -o '[0-9a-f]\{64\}' | tail -1)
+    [ ${#key} -eq 64 ] || fail "no verdict key for $role in: $(cat "$TMP/vadd.out")"
+    printf '{"kind":"verdict","key":"%s","doc":{"format":"klineage-verdict-1","key":"%s","date":"2026-11-29T01:02:03Z","pass":true,"failed_stage":null,"reason":null,"candidate":{"name":"/elsewhere/%s.cu"},"baseline":{"name":"naive.cu"},"device":{"name":"%s"},"toolchain":{"nvcc":"13.0.88","arch":"sm_90","text":"nvcc 13.0.88 sm_90"},"stages":{"compile":{"ok":true,"kernels":[]},"correct":{"ok":true,"trials":[]},"determinism":{"ok":true},"integrity":{"ok":true},"stream":{"ok":true},"profile":{"ok":true,"candidate":{"median_ms":0.5},"speedup":1.0},"sanitize":{"skipped":"not asked for"}}}}\n' \
+        "$key" "$key" "$role" "$device" >>"$KLINEAGE_ARCHIVE"
+done
+run vadd_hit 0 --measure replay task check "$DATA/vadd"
+expect vadd_hit out "[replay] naive $DATA/vadd/naive.cu: passes the gate"
+expect vadd_hit out "[replay] expert $DATA/vadd/expert.cu: passes the gate"
+# --json: the kernels' verdicts are in the document, never silently left out
+run json_hit 0 --measure replay --json task check "$DATA/vadd"
+expect json_hit out '"role": "naive"'
+expect json_hit out '"result": "pass"'
+expect json_hit out '"replayed": true'
+expect json_hit out '"measure": "replay"'
+run gather 1 --measure replay task check "$DATA/gather"
+expect gather out "$DATA/gather: valid"
+
+# a task whose cost says the reference would take far past the gate's budget at the bench
+# shape: task check warns, naming the shape and what the gate does instead
+mkdir -p "$TMP/slowref"
+cp "$DATA/vadd/"* "$TMP/slowref/"
+sed 's/"flops": "n"/"flops": "n*n"/' "$DATA/vadd/task.json" >"$TMP/slowref/task.json"
+run slowref 1 --measure replay task check "$TMP/slowref"
+expect slowref err "warning: $TMP/slowref/task.json: shapes.bench: the float64 reference would take about"
+expect slowref err "the gate checks this shape against the naive kernel's outputs"
+grep -q "shapes.check\[0\]" "$TMP/slowref.err" && fail "slowref: warned about a small shape"
+run slowref_json 1 --measure replay --json task check "$TMP/slowref"
+expect slowref_json out '"reference_time"'
+expect slowref_json out '"flops_per_s"'
 
 # every fault of the broken task, each with its file and key
 run broken 1 task check "$DATA/broken"
@@ -79,11 +135,11 @@ run json 1 task check "$DATA/badsig" --json
 expect json out '"valid": false'
 expect json out '"key": "args[1]"'
 expect json out '"line": 3'
-run json_ok 0 --json task check "$DATA/vadd"
+run json_ok 0 --measure replay --json task check "$DATA/vadd"
 expect json_ok out '"valid": true'
 expect json_ok out '"reference": "ok"'
 # --quiet: nothing but faults
-run quiet 0 --quiet task check "$DATA/vadd"
+run quiet 0 --measure replay --quiet task check "$DATA/vadd"
 [ -s "$TMP/quiet.out" ] || [ -s "$TMP/quiet.err" ] && fail "quiet: printed something for a valid task"
 
 # usage errors

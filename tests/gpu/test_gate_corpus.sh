@@ -27,7 +27,22 @@ cases=(
   "rowsum;cands/rowsum/good.cu;--sanitize;pass;;"
   "rowsum;cands/rowsum/race.cu;--sanitize;reject;correct|determinism|sanitize;racecheck|hazard|race|wrong|differ"
   "rowsum;cands/rowsum/uninit_smem.cu;--sanitize;reject;correct|determinism|sanitize;initcheck|uninitiali|stale|wrong|differ"
+  # hardening (issue 18): each class that got through before, with the stage that now stops it
+  "vadd;cands/vadd/reads_past_end.cu;;pass;;"
+  "vadd;cands/vadd/reads_past_end.cu;--sanitize;reject;sanitize;memcheck|out of bounds|invalid .*read"
+  "vadd;cands/vadd/host_compute.cu;;reject;profile;no kernel ran"
+  "vadd;cands/vadd/host_compute_decoy.cu;;reject;profile;on the host beyond"
+  "vadd;cands/vadd/calls_system.cu;;reject;compile;calls system"
+  "vadd;cands/vadd/escape.cu;;pass;;"
+  "rowsum;cands/rowsum/uninit_accumulator.cu;;reject;correct|determinism;wrong|differ|rel_l2|nan"
+  "rowsum;cands/rowsum/uninit_smem.cu;;reject;correct|determinism;wrong|differ|rel_l2|nan"
+  "rowsum;cands/rowsum/race_partials.cu;--sanitize;reject;correct|determinism|sanitize;racecheck|hazard|race|wrong|differ"
+  "mm;tasks/mm/naive.cu;;pass;;"
 )
+# escape.cu tries to remove this file (and to create another beside it): both must fail
+victim=/tmp/kl-sandbox-victim created=/tmp/kl-sandbox-created
+rm -f "$created"; echo keep >"$victim"
+
 
 fails=0
 printf '%-7s %-22s %-7s %-8s %-12s %6s  %s\n' task kernel want got stage secs reason
@@ -67,6 +82,36 @@ for c in "${cases[@]}"; do
         sed 's/^/    | /' "$tmp/out" "$tmp/err" | head -40
     fi
 done
+# KL_CORPUS_RECORD=1: the verdicts just made go to the archive (archive/verdicts.jsonl), one
+# record call per (task, options), each served from this run's store (nothing judged again)
+if [ "${KL_CORPUS_RECORD:-0}" = 1 ]; then
+    declare -A groups=()
+    for c in "${cases[@]}"; do
+        IFS=';' read -r task file opts _ <<<"$c"
+        groups["$task;$opts"]+=" $SRC/tests/gpu/$file"
+    done
+    for g in "${!groups[@]}"; do
+        IFS=';' read -r task opts <<<"$g"
+        # shellcheck disable=SC2086
+        "$KLINEAGE" --quiet --db "$db" --measure record gate "$SRC/tests/gpu/tasks/$task" ${groups[$g]} $opts \
+            >/dev/null 2>"$tmp/rec.err"
+        grep -q "^error:" "$tmp/rec.err" && { echo "record $task $opts:"; cat "$tmp/rec.err"; }
+    done
+    echo "recorded to $SRC/archive/verdicts.jsonl"
+fi
+
+# the sandbox held: the file escape.cu tried to remove is there, the one it tried to create is not
+if [ -f "$victim" ] && [ ! -e "$created" ]; then
+    echo "sandbox: $victim untouched, $created not created"
+else
+    echo "MISS: sandbox: $victim removed or $created created by escape.cu"
+    fails=$((fails + 1))
+fi
+rm -f "$victim" "$created"
+# what the sandbox was on this machine (the verdicts' run.sandbox)
+"$KLINEAGE" --quiet --db "$db" --json gate "$SRC/tests/gpu/tasks/vadd" "$SRC/tests/gpu/cands/vadd/escape.cu" 2>/dev/null |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); print("sandbox in force:", json.dumps(d.get("run", {}).get("sandbox")))' ||
+    echo "sandbox: the verdict could not be read back"
 echo
 if [ "$fails" -ne 0 ]; then
     echo "$fails of ${#cases[@]} verdicts were wrong"

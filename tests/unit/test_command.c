@@ -434,6 +434,51 @@ static void config_is_checked(void **state)
     assert_int_equal(kl_rewriter_open("nope", NULL, &rw, &err), KL_ERR_INVALID);
 }
 
+/* Proposals that would have crashed the parser (deep unclosed nesting: tree-sitter 0.20.7's
+ * 16-bit child count) or overflowed a recursive walk: each is a rejection naming the limit,
+ * never the end of the walk (docs/syntax.md, "Limits"). */
+static void pathological_proposals_are_rejections(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *unit;
+        unsigned n;
+        const char *head, *tail, *needle;
+    } cases[] = {
+        {"(", 65535, "", "", "brackets nested more than 256 deep"},
+        {"{", 70000, "", "", "brackets nested more than 256 deep"},
+        {"#if 1\n", 100000, "", "", "#if/#ifdef/#ifndef nested more than 64 deep"},
+        {"+1", 100000, "__global__ void k(int *a) { a[0] = 1", "; }\n", "more than 32000 tokens"},
+        {"+1", 3000, "__global__ void k(int *a) { a[0] = 1", "; }\n", "nests more than 1000 levels deep"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        kl_strbuf src = KL_STRBUF_INIT;
+        kl_strbuf_adds(&src, cases[k].head);
+        for (unsigned i = 0; i < cases[k].n; i++) kl_strbuf_adds(&src, cases[k].unit);
+        kl_strbuf_adds(&src, cases[k].tail);
+        json_t *ans = json_pack("{s:[{s:s, s:s}]}", "candidates", "source", kl_strbuf_str(&src), "transform", "deep");
+        kl_strbuf_release(&src);
+        char *text = json_dumps(ans, JSON_COMPACT);
+        json_decref(ans);
+        char *prog = script("deep.sh", text);
+        free(text);
+        char *cfg = config(prog, NULL, NULL);
+        kl_rewrite_request req = request(KL_REQ_SIMPLIFY, kernel);
+        kl_candidates c;
+        kl_error err = {0};
+        assert_int_equal(run(cfg, &req, &c, &err), KL_OK);
+        assert_int_equal(c.count, 0);
+        assert_int_equal(c.nrejected, 1);
+        if (!strstr(c.rejected[0].reason, cases[k].needle))
+            fail_msg("case %zu: expected a rejection mentioning \"%s\", got \"%s\"", k, cases[k].needle,
+                     c.rejected[0].reason);
+        assert_string_equal(c.rejected[0].transform, "deep");
+        kl_candidates_free(&c);
+        free(prog);
+        free(cfg);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -443,6 +488,7 @@ int main(void)
         cmocka_unit_test(candidates_are_checked),
         cmocka_unit_test(bad_programs_are_rejections),
         cmocka_unit_test(config_is_checked),
+        cmocka_unit_test(pathological_proposals_are_rejections),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

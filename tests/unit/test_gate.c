@@ -270,12 +270,27 @@ static void compile_many_overlaps_its_children(void **state)
     assert_int_equal(kl_tempdir("fake-nvcc", &dir, &err), KL_OK);
     char *nvcc = kl_path_join(dir, "nvcc");
     const double secs = 1.0;
+    /* a real shared object exporting the shim's two symbols (the gate inspects what nvcc made),
+     * built once here so that the stand-in only copies it */
+    char *tmpl_c = kl_path_join(dir, "tmpl.c"), *tmpl = kl_path_join(dir, "tmpl.so");
+    const char *tsrc = "int kl_shim_launch(void){return 0;} const char *kl_shim_abi(void){return \"\";}\n";
+    assert_int_equal(kl_file_write(tmpl_c, tsrc, strlen(tsrc), &err), KL_OK);
+    const char *cc_argv[] = {"cc", "-shared", "-fPIC", "-o", tmpl, tmpl_c, NULL};
+    kl_child cc;
+    kl_child_init(&cc);
+    cc.argv = cc_argv;
+    cc.timeout_s = 120;
+    assert_int_equal(kl_child_run(&cc, &err), KL_OK);
+    assert_int_equal(cc.exit_code, 0);
+    kl_child_release(&cc);
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_addf(&sb, "#!/bin/sh\n"
                         "if [ \"$1\" = --version ]; then echo 'Cuda compilation tools, release 13.0, V13.0.88'; exit 0; fi\n"
                         "out=; while [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n"
-                        "sleep %g; : > \"$out\"\n",
-                   secs);
+                        "sleep %g; cp '%s' \"$out\"\n",
+                   secs, tmpl);
+    free(tmpl_c);
+    free(tmpl);
     assert_int_equal(kl_file_write(nvcc, kl_strbuf_str(&sb), sb.len, &err), KL_OK);
     assert_int_equal(chmod(nvcc, 0755), 0);
     char *cache = kl_path_join(dir, "cache");
@@ -1054,8 +1069,16 @@ static void verdicts_from_worker_ends(void **state)
 
     /* not the candidate's doing: no verdict */
     assert_null(verdict_of(&r, KL_WORKER_EXIT_JOB, 0, 0, "{\"error\":{\"stage\":\"init\",\"detail\":\"job: bad\"}}", KL_ERR_CHILD));
-    assert_null(verdict_of(&r, KL_WORKER_EXIT_HARNESS, 0, 0, "{}", KL_ERR_CHILD));
-    assert_null(verdict_of(&r, KL_WORKER_EXIT_NO_GPU, 0, 0, "{}", KL_ERR_NO_GPU));
+    assert_null(verdict_of(&r, KL_WORKER_EXIT_HARNESS, 0, 0, "{\"error\":{\"stage\":\"init\",\"detail\":\"x\"}}", KL_ERR_CHILD));
+    assert_null(verdict_of(&r, KL_WORKER_EXIT_NO_GPU, 0, 0, "{\"error\":{\"stage\":\"init\",\"detail\":\"x\"}}", KL_ERR_NO_GPU));
+    /* the same exit code with no result: a candidate that called exit(4) is judged, not taken for
+     * the harness */
+    v = verdict_of(&r, KL_WORKER_EXIT_HARNESS, 0, 0, "", KL_OK);
+    assert_non_null(v);
+    assert_false(v->pass);
+    assert_string_equal(v->failed_stage, "correct");
+    assert_non_null(strstr(v->reason, "exit 4"));
+    kl_verdict_free(v);
     run_fixture_release(&r);
 }
 

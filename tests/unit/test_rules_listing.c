@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "klineage/rewrite.h"
 #include "rewrite/rules/rules.h"
@@ -164,12 +165,16 @@ static void lambda_launch_is_listed(void **state)
     free(text);
 }
 
-/* Nesting past the catalog's depth is refused with where; just under it, listed (no overflow). */
+/* Nesting past the catalog's depth is refused with where; just under it, listed (no overflow).
+ * 100000 terms and 5000 braces are past the parser's own limits (syntax.h, KL_SOURCE_MAX_*:
+ * "more than N tokens" / "brackets nested more than N deep"); 600 terms parse (the parser allows
+ * KL_SOURCE_MAX_DEPTH levels) and meet the catalog's KL_AST_MAX_DEPTH ("nests more than"). */
 static void deep_nesting_is_refused(void **state)
 {
     (void)state;
-    const unsigned sizes[] = {100000, 5000, 150};
-    for (unsigned k = 0; k < 3; k++) {
+    const unsigned sizes[] = {100000, 5000, 600, 150};
+    assert_true(600 > KL_AST_MAX_DEPTH && 600 + 10 < KL_SOURCE_MAX_DEPTH);
+    for (unsigned k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         kl_strbuf sb = KL_STRBUF_INIT;
         kl_strbuf_adds(&sb, "__global__ void k(float *a)\n{\n");
         if (k == 1) {
@@ -187,8 +192,10 @@ static void deep_nesting_is_refused(void **state)
         kl_error err = {0};
         kl_status st = kl_rules_list("deep.cu", text, sb.len, NULL, NULL, &json, &err);
         if (sizes[k] > KL_AST_MAX_DEPTH) {
+            /* the parser's limit for the first two, the catalog's for 600 terms */
+            const char *why = k < 2 ? "more than" : "nests more than";
             assert_int_equal(st, KL_ERR_TOO_LARGE);
-            assert_non_null(strstr(err.message, "nests more than"));
+            if (!strstr(err.message, why)) fail_msg("%u: '%s' does not say '%s'", sizes[k], err.message, why);
             assert_non_null(strstr(err.message, "deep.cu:"));
             /* a walk is told the same, as a rejection, not an error */
             kl_rewriter *rw = NULL;
@@ -200,7 +207,7 @@ static void deep_nesting_is_refused(void **state)
             assert_int_equal(kl_rewriter_propose(rw, &req, &c, &err), KL_OK);
             assert_int_equal(c.count, 0);
             assert_int_equal(c.nrejected, 1);
-            assert_non_null(strstr(c.rejected[0].reason, "nests more than"));
+            if (!strstr(c.rejected[0].reason, why)) fail_msg("%u: rejected as '%s'", sizes[k], c.rejected[0].reason);
             kl_candidates_free(&c);
             kl_rewriter_free(rw);
         } else {
@@ -447,6 +454,81 @@ static void compile_check_refuses_what_nvcc_rejects(void **state)
     assert_false(checked);
 }
 
+/* The compile queue (kl_rules_compile_texts) with a stand-in nvcc: batches of one include set, a
+ * failed batch compiled text by text (the failing text named, the others compiled), every text's
+ * verdict where it belongs whatever the order the lanes took them in; and a text that hangs is
+ * stopped at its time limit, named, while the lanes are not waited for to the end. */
+static void compile_queue_with_a_stand_in_nvcc(void **state)
+{
+    (void)state;
+    char *dir = NULL, *cache = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("rules-fake-nvcc", &dir, &err), KL_OK);
+    assert_int_equal(kl_tempdir("rules-fake-cache", &cache, &err), KL_OK);
+    char nvcc[1200];
+    kl_snprintf(nvcc, sizeof nvcc, "%s/nvcc", dir);
+    const char *script = "#!/bin/sh\n"
+                         "f=; out=\n"
+                         "while [ $# -gt 0 ]; do case \"$1\" in -o) out=$2; shift ;; *.cu) f=$1 ;; esac; shift; done\n"
+                         "if grep -q HANGS_HERE \"$f\"; then sleep 60; fi\n"
+                         "if grep -q REJECT_ME \"$f\"; then echo \"$f(2): error: rejected by the stand-in\"; exit 2; fi\n"
+                         ": > \"$out\"\n";
+    assert_int_equal(kl_file_write(nvcc, script, strlen(script), &err), KL_OK);
+    assert_int_equal(chmod(nvcc, 0755), 0);
+    char *old_nvcc = getenv("KLINEAGE_NVCC") ? kl_strdup(getenv("KLINEAGE_NVCC")) : NULL;
+    char *old_cache = getenv("KLINEAGE_CACHE") ? kl_strdup(getenv("KLINEAGE_CACHE")) : NULL;
+    setenv("KLINEAGE_NVCC", nvcc, 1);
+    setenv("KLINEAGE_CACHE", cache, 1);
+
+    /* seven texts: four of one include set (one of them rejected), three alone */
+    const char *texts[7] = {
+        "#include <cuda_runtime.h>\n__global__ void a(float *x) { x[0] = 1; }\n",
+        "#include <cuda_runtime.h>\n__global__ void b(float *x) { x[0] = 2; } // REJECT_ME\n",
+        "#include <cuda_runtime.h>\n__global__ void c(float *x) { x[0] = 3; }\n",
+        "#include <cuda_runtime.h>\n__global__ void d(float *x) { x[0] = 4; }\n",
+        "#include <stdint.h>\n__global__ void e(int32_t *x) { x[0] = 5; }\n",
+        "#include <cuda_fp16.h>\n__global__ void f(__half *x) { } // REJECT_ME\n",
+        "__global__ void g(float *x) { x[0] = 7; }\n",
+    };
+    const char *names[7] = {"a.cu", "b.cu", "c.cu", "d.cu", "e.cu", "f.cu", "g.cu"};
+    bool ok[7];
+    char *why[7];
+    assert_int_equal(kl_rules_compile_texts(7, names, texts, NULL, 2, 60, ok, why, &err), KL_OK);
+    for (unsigned i = 0; i < 7; i++) {
+        bool rejected = strstr(texts[i], "REJECT_ME") != NULL;
+        if (ok[i] == rejected) fail_msg("%s: compiled %d", names[i], ok[i]);
+        if (rejected) {
+            assert_non_null(why[i]);
+            if (!strstr(why[i], names[i]) || !strstr(why[i], "rejected by the stand-in"))
+                fail_msg("%s: %s", names[i], why[i]);
+        } else {
+            assert_null(why[i]);
+        }
+        free(why[i]);
+    }
+
+    /* a text that hangs: stopped at its limit (1 s here), named */
+    const char *slow[3] = {texts[0], "__global__ void h(float *x) { } // HANGS_HERE\n", texts[4]};
+    const char *slow_names[3] = {"a2.cu", "hangs.cu", "e2.cu"};
+    double t0 = kl_now();
+    kl_status st = kl_rules_compile_texts(3, slow_names, slow, NULL, 2, 1, ok, NULL, &err);
+    double took = kl_now() - t0;
+    assert_int_equal(st, KL_ERR_TIMEOUT);
+    if (!strstr(err.message, "hangs.cu")) fail_msg("the timeout does not name the text: %s", err.message);
+    if (took > 30) fail_msg("the hanging text was not stopped at its limit: %.1f s", took);
+
+    if (old_nvcc) setenv("KLINEAGE_NVCC", old_nvcc, 1);
+    else unsetenv("KLINEAGE_NVCC");
+    if (old_cache) setenv("KLINEAGE_CACHE", old_cache, 1);
+    else unsetenv("KLINEAGE_CACHE");
+    free(old_nvcc);
+    free(old_cache);
+    kl_remove_tree(dir, NULL);
+    kl_remove_tree(cache, NULL);
+    free(dir);
+    free(cache);
+}
+
 /* The canonical form: a site only it shows (a GEMM indexed through macros, its tile size a template
  * parameter) is listed, marked, and rewritten on the text as written (the macros kept elsewhere). */
 static void canonical_form_sites_map_back(void **state)
@@ -496,6 +578,7 @@ int main(void)
         cmocka_unit_test(malformed_kernels_never_crash),
         cmocka_unit_test(lambda_launch_is_listed),
         cmocka_unit_test(deep_nesting_is_refused),
+        cmocka_unit_test(compile_queue_with_a_stand_in_nvcc),
         cmocka_unit_test(listed_sites_rewrite),
         cmocka_unit_test(restrict_sees_reference_writes),
         cmocka_unit_test(block_size_refuses_dependent_layouts),

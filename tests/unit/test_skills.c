@@ -414,14 +414,15 @@ static void merge_keeps_agreement_adds_evidence_and_shows_contradictions(void **
     assert_string_equal(json_string_value(json_object_get(c0, "predicate")), "cols >= 64");
     assert_string_equal(json_string_value(json_object_get(c0, "held_in")), "transpose@1a2b3c");
     assert_string_equal(json_string_value(json_object_get(c0, "not_found_in")), "matmul@9f8e7d");
-    /* evidence and effects add up; risks are unioned; requires keeps what both had */
+    /* evidence and effects add up; risks are unioned; requires: what either lineage showed */
     json_t *ev = json_object_get(j, "evidence");
     assert_int_equal(json_array_size(json_object_get(ev, "lineages")), 2);
     assert_int_equal(json_array_size(json_object_get(ev, "verdicts")), 3);
     assert_int_equal(json_array_size(json_object_get(j, "effect")), 2);
     assert_int_equal(json_array_size(json_object_get(j, "risks")), 1);
-    assert_int_equal(json_array_size(json_object_get(j, "requires")), 1);
+    assert_int_equal(json_array_size(json_object_get(j, "requires")), 2);
     assert_string_equal(json_string_value(json_array_get(json_object_get(j, "requires"), 0)), "tile-smem");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "requires"), 1)), "unroll");
     /* probes: counts add; the note no longer claims "no failure" */
     json_t *pr = json_object_get(j, "probes");
     assert_int_equal(json_integer_value(json_object_get(pr, "count")), 9);
@@ -732,10 +733,11 @@ static void extracted_cards_validate(void **state)
         "   \"device\":\"H200\",\"date\":\"2026-11-29\"}]},"
         "{\"transform\":\"unroll\",\"site\":\"k:4:5\",\"note\":\"\",\"params\":{},\"features\":{\"loop_var\":\"i\"},"
         " \"speedup\":-1,\"verdict\":\"\",\"probes\":[]}]}";
-    unsigned n = 0;
+    kl_extract_stats xs;
     kl_error err = {0};
-    if (kl_lineage_extract_skills(f->store, doc, &n, &err) != KL_OK) fail_msg("%s", err.message);
-    assert_int_equal(n, 2);
+    if (kl_lineage_extract_skills(f->store, NULL, doc, &xs, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(xs.steps, 2);
+    assert_int_equal(xs.new_cards, 2);
     kl_skill_list list = KL_SKILL_LIST_INIT;
     if (kl_skill_list_load(f->store, &list, &err) != KL_OK) fail_msg("%s", err.message);
     assert_int_equal(list.count, 2);
@@ -753,61 +755,56 @@ static void extracted_cards_validate(void **state)
 }
 
 /* The same transform at sites of one kind is one card: a feature whose value is a name the
- * kernel chose (a loop variable) is neither a condition nor part of the id; a number (a trip
- * count) is a condition, kept only where all sites agree; a string (a dtype) is the kind of
- * site, so another dtype is another card; a word that appears only in a comment is not a
- * name; the card says why a step was not probed. */
+ * kernel chose (a loop variable) or a piece of its code is neither a condition nor part of the
+ * id; a string (a form) is the kind of site, so another form is another card; a number (a trip
+ * count) says where, not when: no condition, and the pattern keeps it only where every site
+ * agrees; a word that appears only in a comment is not a name; the card says why a step was
+ * not probed. */
 static void names_are_not_conditions(void **state)
 {
     fixture *f = *state;
     const char *doc =
         "{\"format\":\"klineage-lineage-1\",\"key\":\"k2\",\"task\":\"t\",\"expert\":\"expert.cu\",\"rewriter\":\"rules\","
-        "\"bench\":{\"n\":64},\"versions\":[{\"source\":\"// f32 values\\n__global__ void k(float *x) {\\n"
+        "\"bench\":{\"n\":64},\"versions\":[{\"source\":\"// plain loops\\n__global__ void k(float *x) {\\n"
         "  for (int i = 0; i < 4; i++) x[i] = 0;\\n  for (int j = 0; j < 4; j++) x[j] += 1;\\n"
         "  for (int q = 0; q < 8; q++) x[q] *= 2;\\n}\\n\"}],\"steps\":["
-        "{\"transform\":\"unroll\",\"site\":\"k:3:3\",\"features\":{\"loop_var\":\"i\",\"trip\":4,\"depth\":1,\"dtype\":\"f32\"},"
-        " \"speedup\":1.0,\"verdict\":\"v1\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
-        "{\"transform\":\"unroll\",\"site\":\"k:4:3\",\"features\":{\"loop_var\":\"j\",\"trip\":4,\"depth\":1,\"dtype\":\"f32\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:3:3\",\"features\":{\"loop_var\":\"i\",\"trip\":4,\"depth\":1,\"form\":\"plain\","
+        " \"bound\":\"n * 4\"}, \"speedup\":1.0,\"verdict\":\"v1\",\"probes\":[],"
+        " \"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:4:3\",\"features\":{\"loop_var\":\"j\",\"trip\":4,\"depth\":1,\"form\":\"plain\"},"
         " \"speedup\":1.0,\"verdict\":\"v2\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
-        "{\"transform\":\"unroll\",\"site\":\"k:5:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"depth\":1,\"dtype\":\"f32\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:5:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"depth\":1,\"form\":\"plain\"},"
         " \"speedup\":1.0,\"verdict\":\"v3\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"},"
-        "{\"transform\":\"unroll\",\"site\":\"k:6:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"depth\":1,\"dtype\":\"bf16\"},"
+        "{\"transform\":\"unroll\",\"site\":\"k:6:3\",\"features\":{\"loop_var\":\"q\",\"trip\":8,\"depth\":1,\"form\":\"nested\"},"
         " \"speedup\":1.0,\"verdict\":\"v4\",\"probes\":[],\"probe_skipped\":\"not probed: the gain (1.000x) is below 1.05x\"}]}";
-    unsigned n = 0;
+    kl_extract_stats xs;
     kl_error err = {0};
-    if (kl_lineage_extract_skills(f->store, doc, &n, &err) != KL_OK) fail_msg("%s", err.message);
-    assert_int_equal(n, 4);
+    if (kl_lineage_extract_skills(f->store, NULL, doc, &xs, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(xs.steps, 4);
+    assert_int_equal(xs.cards, 2);
     kl_skill_list list = KL_SKILL_LIST_INIT;
     if (kl_skill_list_load(f->store, &list, &err) != KL_OK) fail_msg("%s", err.message);
-    assert_int_equal(list.count, 2); /* f32 (three sites merged) and bf16 */
+    assert_int_equal(list.count, 2); /* plain (three sites merged) and nested */
     bool saw_merged = false;
     for (size_t c = 0; c < list.count; c++) {
         char *text = kl_skill_to_json(list.items[c]);
         assert_null(strstr(text, "loop_var ==")); /* names are not conditions */
+        assert_null(strstr(text, "bound ==")); /* nor code */
+        assert_null(strstr(text, "trip ==")); /* nor where a site is */
         assert_non_null(strstr(text, "\"loop_var\"")); /* the anchor keeps them */
-        assert_non_null(strstr(text, "depth == 1")); /* agreed by every site */
-        if (strstr(text, "dtype == \\\"f32\\\"")) { /* a word of a comment is not a name */
+        if (strstr(text, "form == \\\"plain\\\"")) { /* a word of a comment is not a name */
             saw_merged = true;
             assert_non_null(strstr(text, "\"v1\"")), assert_non_null(strstr(text, "\"v2\""));
             assert_non_null(strstr(text, "\"v3\""));
             const json_t *d = kl_skill_doc(list.items[c]);
-            size_t i;
-            json_t *p;
-            json_array_foreach(json_object_get(d, "preconditions"), i, p) /* not agreed: no condition … */
-                assert_false(json_is_string(json_object_get(p, "predicate")) &&
-                             kl_str_starts(json_string_value(json_object_get(p, "predicate")), "trip =="));
-            assert_true(json_array_size(json_object_get(d, "contradictions")) >= 1); /* … but shown */
             /* the pattern that finds such sites keeps what the sites had alike */
             json_t *pf = json_object_get(json_object_get(json_object_get(d, "anchor"), "pattern"), "site_features");
             assert_non_null(json_object_get(pf, "depth"));
             assert_null(json_object_get(pf, "trip"));
-            /* the Markdown shows the first four sites of a condition's evidence, then a count */
-            char *md3 = kl_skill_markdown(list.items[c], 1);
-            assert_null(strstr(md3, "more\n"));
-            free(md3);
+            /* the lineage path of each site's step, in the one lineage */
+            assert_int_equal(json_array_size(json_object_get(json_object_get(d, "path"), "lineages")), 3);
         } else {
-            assert_non_null(strstr(text, "dtype == \\\"bf16\\\""));
-            assert_non_null(strstr(text, "trip == 8"));
+            assert_non_null(strstr(text, "form == \\\"nested\\\""));
         }
         free(text);
         char *md = kl_skill_markdown(list.items[c], 1);
@@ -870,9 +867,13 @@ static void renderings_match_goldens(void **state)
     assert_non_null(strstr(md, "## When it is valid"));
     assert_non_null(strstr(md, "- `cols % 4 == 0` — probed"));
     assert_null(strstr(md, "no failure found")); /* it has probed conditions */
-    assert_non_null(strstr(md, "| NVIDIA H200 | 2026-11-29 | rows=8192, cols=8192 (bench) | 1.62x | 0.8100 | 0.5000 | `77a0c3d2` |"));
+    assert_non_null(strstr(md, "| ? | rows=8192, cols=8192 (bench) | 1.62x | – | 0.8100 | 0.5000 | NVIDIA H200, 2026-11-29 | `77a0c3d2` |"));
+    assert_null(strstr(md, "## Lineage path")); /* no path recorded: none shown */
+    assert_non_null(strstr(md, "## Admission"));
+    assert_non_null(strstr(md, "Not tried yet"));
     assert_non_null(strstr(md, "## What broke where the conditions failed"));
     assert_non_null(strstr(md, "- rows=1024, cols=1021: **wrong** — correct: rel_l2 0.41"));
+    assert_non_null(strstr(md, "hurt (below 0.95x) in 1")); /* the probe at cols 1021, slower */
     assert_non_null(strstr(md, "(verdict `9c1e0a2b`)"));
     assert_non_null(strstr(md, "## Requires\n\n"));
     assert_null(strstr(md, "## Contradictions"));
@@ -969,6 +970,305 @@ static void library_renders_and_writes_agent_skills(void **state)
     for (int i = 0; i < 3; i++) kl_skill_free(cards[i]);
 }
 
+
+/* ---- forward: observables, matching at a site, leave-one-out, admission --------------------- */
+
+/* The lse_rows test task (tests/data/skills/rows): sizes named batch and width, not rows and cols. */
+static kl_task *rows_task(void)
+{
+    char *dir = data_path("rows");
+    kl_task *task = NULL;
+    kl_error err = {0};
+    if (kl_task_load(dir, &task, &err) != KL_OK) fail_msg("%s", err.message);
+    free(dir);
+    return task;
+}
+
+static kl_source *rows_source(const char *file)
+{
+    char rel[128];
+    kl_snprintf(rel, sizeof rel, "rows/%s", file);
+    char *path = data_path(rel);
+    kl_source *src = NULL;
+    kl_error err = {0};
+    if (kl_source_parse_file(path, &src, &err) != KL_OK) fail_msg("%s", err.message);
+    free(path);
+    return src;
+}
+
+static json_int_t obs_int(const json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_integer(v)) fail_msg("observable %s is not an integer", k);
+    return json_integer_value(v);
+}
+
+static const char *obs_str(const json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    if (!json_is_string(v)) fail_msg("observable %s is not a string", k);
+    return json_string_value(v);
+}
+
+/* Sizes by role come from the index analysis, not from the task's size names: one thread per
+ * row walks a row of `width` floats (the contiguous and the reduced axis), `batch` rows are
+ * independent; the kernel's blocks and threads come from running launch() at the shape. */
+static void observables_name_sizes_by_role(void **state)
+{
+    (void)state;
+    kl_task *task = rows_task();
+    kl_source *src = rows_source("thread_rows.cu");
+    kl_error err = {0};
+    json_t *o = NULL;
+    if (kl_skill_observe(src, task, NULL, "lse_rows", 0, &o, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_string_equal(obs_str(o, "dtype"), "f32");
+    assert_int_equal(obs_int(o, "elem_bytes"), 4);
+    assert_string_equal(obs_str(o, "access"), "strided"); /* lane to lane: a row apart */
+    assert_int_equal(obs_int(o, "contiguous_extent"), 2048);
+    assert_int_equal(obs_int(o, "reduced_extent"), 2048);
+    assert_int_equal(obs_int(o, "independent_rows"), 4096);
+    assert_int_equal(obs_int(o, "block_threads"), 128);
+    assert_int_equal(obs_int(o, "grid_blocks"), 32);
+    assert_int_equal(obs_int(o, "elements"), 4096 * 2048);
+    assert_int_equal(obs_int(o, "bytes_moved"), (4096 * 2048 + 4096) * 4);
+    assert_true(json_is_true(json_object_get(o, "reduction")));
+    assert_true(json_is_false(json_object_get(o, "dispatch")));
+    json_decref(o);
+    /* the loop at line 12 moves along the row contiguously; at another shape the sizes follow */
+    const kl_shape *check = &task->checks[1]; /* batch 5, width 1023 */
+    if (kl_skill_observe(src, task, check, "lse_rows", 12, &o, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_string_equal(obs_str(o, "loop_access"), "contiguous");
+    assert_true(json_is_true(json_object_get(o, "in_loop")));
+    assert_int_equal(obs_int(o, "contiguous_extent"), 1023);
+    assert_int_equal(obs_int(o, "independent_rows"), 5);
+    assert_int_equal(obs_int(o, "grid_blocks"), 1);
+    json_decref(o);
+    /* no task: only what needs no sizes */
+    if (kl_skill_observe(src, NULL, NULL, "lse_rows", 0, &o, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_null(json_object_get(o, "contiguous_extent"));
+    assert_string_equal(obs_str(o, "dtype"), "f32");
+    json_decref(o);
+    assert_int_equal(kl_skill_observe(src, task, NULL, "no_such_kernel", 0, &o, &err), KL_ERR_NOT_FOUND);
+    kl_source_free(src);
+
+    /* a dispatch: launch() run at the bench shape (width 2048) takes the long path, through a
+     * host helper, a switch and a template argument; the short kernel does not run there, and
+     * its sizes are those of the path that launches it */
+    src = rows_source("dispatch.cu");
+    if (kl_skill_observe(src, task, NULL, "lse_long", 0, &o, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_true(json_is_true(json_object_get(o, "dispatch")));
+    assert_true(json_is_true(json_object_get(o, "runs_at_shape")));
+    assert_string_equal(obs_str(o, "access"), "contiguous"); /* c starts at threadIdx.x */
+    assert_int_equal(obs_int(o, "block_threads"), 256);
+    assert_int_equal(obs_int(o, "grid_blocks"), 4096);
+    assert_int_equal(obs_int(o, "contiguous_extent"), 2048);
+    json_decref(o);
+    if (kl_skill_observe(src, task, NULL, "lse_short", 0, &o, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_true(json_is_false(json_object_get(o, "runs_at_shape")));
+    assert_int_equal(obs_int(o, "block_threads"), 128);
+    assert_int_equal(obs_int(o, "grid_blocks"), 1024);
+    json_decref(o);
+    /* at width 4096 the 512-thread instance runs */
+    if (kl_skill_observe(src, task, &task->checks[2], "lse_long", 0, &o, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(obs_int(o, "block_threads"), 512);
+    assert_int_equal(obs_int(o, "grid_blocks"), 300);
+    json_decref(o);
+    /* a device helper is sized by the kernel that calls it */
+    if (kl_skill_observe(src, task, NULL, "warp_sum", 0, &o, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_string_equal(obs_str(o, "function_kind"), "device");
+    assert_int_equal(obs_int(o, "grid_blocks"), 4096);
+    json_decref(o);
+    kl_source_free(src);
+    kl_task_free(task);
+}
+
+static kl_skill *card_of(const char *json_text)
+{
+    kl_skill *card = NULL;
+    kl_error err = {0};
+    if (kl_skill_parse(json_text, "test card", &card, &err) != KL_OK) fail_msg("%s", err.message);
+    return card;
+}
+
+static const kl_skill_check *check_of(const kl_skill_match_result *r, const char *predicate)
+{
+    for (unsigned i = 0; i < r->nchecks; i++)
+        if (!strcmp(r->checks[i].predicate, predicate)) return &r->checks[i];
+    fail_msg("no check %s", predicate);
+    return NULL;
+}
+
+/* One call matches a card at a candidate site: static conditions on the site's observables and
+ * its own features, speed conditions at the bench shape, correctness conditions at every check
+ * shape (a failure names the shape); unknown only for a name nothing computes, and it never
+ * passes as holds. */
+static void match_at_a_site_evaluates_every_condition_where_it_applies(void **state)
+{
+    (void)state;
+    kl_task *task = rows_task();
+    kl_source *src = rows_source("thread_rows.cu");
+    kl_error err = {0};
+    kl_skill *card = card_of(
+        "{\"id\":\"row-parallel-t1\",\"transform\":\"row-parallel\",\"preconditions\":["
+        "{\"predicate\":\"access == \\\"strided\\\"\",\"kind\":\"static\"},"
+        "{\"predicate\":\"guard == \\\"if-return\\\"\",\"kind\":\"static\"},"
+        "{\"predicate\":\"contiguous_extent % 4 == 0\",\"kind\":\"probed\"},"
+        "{\"predicate\":\"independent_rows >= 1024\",\"kind\":\"probed-perf\"},"
+        "{\"predicate\":\"reduced_extent >= 64\",\"kind\":\"probed\"}]}");
+    kl_skill_site site = {"lse_rows", 9, "{\"guard\": \"if-return\"}"};
+    const char *present[] = {"unroll"};
+    kl_skill_match_result r;
+    if (kl_skill_match_site(card, src, task, &site, NULL, present, 1, &r, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(r.nchecks, 5);
+    assert_int_equal(check_of(&r, "access == \"strided\"")->truth, KL_TRUTH_HOLDS);
+    assert_string_equal(check_of(&r, "access == \"strided\"")->shape, "");
+    assert_int_equal(check_of(&r, "guard == \"if-return\"")->truth, KL_TRUTH_HOLDS); /* the site's own feature */
+    /* correctness at every check shape: width 1 is the first that is not a multiple of 4 */
+    const kl_skill_check *m4 = check_of(&r, "contiguous_extent % 4 == 0");
+    assert_int_equal(m4->truth, KL_TRUTH_FAILS);
+    assert_string_equal(m4->shape, "check[0] {batch=1, width=1}");
+    assert_non_null(strstr(m4->why, "contiguous_extent = 1"));
+    /* speed at the bench shape */
+    const kl_skill_check *rows = check_of(&r, "independent_rows >= 1024");
+    assert_int_equal(rows->truth, KL_TRUTH_HOLDS);
+    assert_string_equal(rows->shape, "bench {batch=4096, width=2048}");
+    /* width 1 at check[0] is below 64 */
+    assert_int_equal(check_of(&r, "reduced_extent >= 64")->truth, KL_TRUTH_FAILS);
+    assert_int_equal(r.truth, KL_TRUTH_FAILS);
+    assert_non_null(r.observables);
+    assert_int_equal(obs_int(r.observables, "contiguous_extent"), 2048);
+    kl_skill_match_release(&r);
+    kl_skill_free(card);
+
+    /* every condition holds; a required transform present; then one the kernel lacks */
+    card = card_of("{\"id\":\"x-t2\",\"transform\":\"x\",\"requires\":[\"unroll\"],\"preconditions\":["
+                   "{\"predicate\":\"dtype == \\\"f32\\\"\",\"kind\":\"static\"},"
+                   "{\"predicate\":\"contiguous_extent >= 1\",\"kind\":\"probed\"}]}");
+    if (kl_skill_match_site(card, src, task, &site, NULL, present, 1, &r, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(r.truth, KL_TRUTH_HOLDS);
+    assert_string_equal(check_of(&r, "contiguous_extent >= 1")->shape, "every check shape and the bench shape");
+    kl_skill_match_release(&r);
+    if (kl_skill_match_site(card, src, task, &site, NULL, NULL, 0, &r, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(r.truth, KL_TRUTH_UNKNOWN); /* present transforms not known */
+    kl_skill_match_release(&r);
+    kl_skill_free(card);
+
+    /* a name nothing computes is unknown, and says so; the caller's extra values fill it in */
+    card = card_of("{\"id\":\"y-t3\",\"transform\":\"y\",\"preconditions\":["
+                   "{\"predicate\":\"arch >= 90\",\"kind\":\"static\"}]}");
+    if (kl_skill_match_site(card, src, task, &site, NULL, NULL, 0, &r, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(r.truth, KL_TRUTH_UNKNOWN);
+    assert_non_null(strstr(r.checks[0].why, "arch is not in the environment"));
+    kl_skill_match_release(&r);
+    json_t *extra = json_pack("{s:i}", "arch", 90);
+    if (kl_skill_match_site(card, src, task, &site, extra, NULL, 0, &r, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(r.truth, KL_TRUTH_HOLDS);
+    kl_skill_match_release(&r);
+    json_decref(extra);
+    kl_skill_free(card);
+    /* a feature of the kind of site the card was learned at, absent from this site's features:
+     * a site of another kind, so the condition fails (it is not unknown) */
+    card = card_of("{\"id\":\"z-t4\",\"transform\":\"z\",\"anchor\":{\"pattern\":{\"site_features\":"
+                   "{\"form\":\"grid-stride\"}}},\"preconditions\":["
+                   "{\"predicate\":\"form == \\\"grid-stride\\\"\",\"kind\":\"static\"}]}");
+    if (kl_skill_match_site(card, src, task, &site, NULL, NULL, 0, &r, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(r.truth, KL_TRUTH_FAILS);
+    assert_non_null(strstr(r.checks[0].why, "the site's features have no form"));
+    kl_skill_match_release(&r);
+    /* bad site features are an error naming the site */
+    kl_skill_site bad = {"lse_rows", 9, "[1, 2]"};
+    assert_int_equal(kl_skill_match_site(card, src, task, &bad, NULL, NULL, 0, &r, &err), KL_ERR_INVALID);
+    assert_non_null(strstr(err.message, "lse_rows:9"));
+    kl_skill_free(card);
+    kl_source_free(src);
+    kl_task_free(task);
+}
+
+static void put_text(kl_store *store, const char *text)
+{
+    kl_error err = {0};
+    if (kl_skill_put(store, text, &err) != KL_OK) fail_msg("%s", err.message);
+}
+
+/* Leave-one-out: the library rebuilt from the parts of the other tasks' lineages, the store
+ * untouched; an admission keeps only the trials on other tasks. */
+static void library_without_a_task_is_rebuilt_from_the_other_parts(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    put_text(f->store, "{\"id\":\"v-1\",\"transform\":\"v\",\"preconditions\":[{\"predicate\":\"dtype == \\\"f32\\\"\","
+                       "\"kind\":\"static\"},{\"predicate\":\"access == \\\"strided\\\"\",\"kind\":\"static\"}],"
+                       "\"effect\":[{\"speedup\":2.0,\"label\":\"bench\",\"task\":\"alpha\"}],"
+                       "\"evidence\":{\"task\":\"alpha\",\"lineages\":[\"LA\"]}}");
+    put_text(f->store, "{\"id\":\"v-1\",\"transform\":\"v\",\"preconditions\":[{\"predicate\":\"dtype == \\\"f32\\\"\","
+                       "\"kind\":\"static\"}],\"effect\":[{\"speedup\":1.5,\"label\":\"bench\",\"task\":\"beta\"}],"
+                       "\"evidence\":{\"task\":\"beta\",\"lineages\":[\"LB\"]}}");
+    put_text(f->store, "{\"id\":\"w-1\",\"transform\":\"w\",\"evidence\":{\"task\":\"alpha\",\"lineages\":[\"LA\"]}}");
+    assert_int_equal(kl_skill_admission_put(f->store, "v-1",
+                                            "{\"status\":\"untried\",\"trials\":["
+                                            "{\"task\":\"alpha\",\"site\":\"k:3\",\"gain\":1.9,\"verdict\":\"reproduced\"},"
+                                            "{\"task\":\"beta\",\"site\":\"q:7\",\"gain\":0.8,\"verdict\":\"lost\"}]}",
+                                            &err),
+                     KL_OK);
+    kl_skill_list all = KL_SKILL_LIST_INIT, loo = KL_SKILL_LIST_INIT;
+    if (kl_skill_list_load(f->store, &all, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(all.count, 2);
+    /* the stored card: merged, admitted (a trial reproduced its gain) */
+    const json_t *v = kl_skill_doc(all.items[0]);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(v, "admission"), "status")), "admitted");
+    assert_int_equal(json_array_size(json_object_get(v, "preconditions")), 1); /* access: one side only */
+    if (kl_skill_list_load_excluding(f->store, "alpha", &loo, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(loo.count, 1); /* w-1 came from alpha alone */
+    const json_t *lv = kl_skill_doc(loo.items[0]);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(lv, "evidence"), "task")), "beta");
+    assert_int_equal(json_array_size(json_object_get(lv, "effect")), 1);
+    assert_int_equal(json_array_size(json_object_get(lv, "contradictions")), 0);
+    json_t *adm = json_object_get(lv, "admission");
+    assert_string_equal(json_string_value(json_object_get(adm, "status")), "rejected");
+    assert_int_equal(json_array_size(json_object_get(adm, "trials")), 1);
+    kl_skill_list_release(&loo);
+    /* the store did not change */
+    kl_skill_list again = KL_SKILL_LIST_INIT;
+    if (kl_skill_list_load(f->store, &again, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(again.count, 2);
+    char *a = kl_skill_to_json(all.items[0]), *b = kl_skill_to_json(again.items[0]);
+    assert_string_equal(a, b);
+    free(a), free(b);
+    /* only the admitted cards */
+    kl_skill_list_keep_admitted(&again);
+    assert_int_equal(again.count, 1);
+    assert_string_equal(kl_skill_id(again.items[0]), "v-1");
+    kl_skill_list_release(&again);
+    /* storing a lineage again keeps the admission */
+    put_text(f->store, "{\"id\":\"v-1\",\"transform\":\"v\",\"preconditions\":[{\"predicate\":\"dtype == \\\"f32\\\"\","
+                       "\"kind\":\"static\"}],\"effect\":[{\"speedup\":1.6,\"label\":\"bench\",\"task\":\"beta\"}],"
+                       "\"evidence\":{\"task\":\"beta\",\"lineages\":[\"LB\"]}}");
+    kl_skill *c = NULL;
+    assert_int_equal(kl_skill_get(f->store, "v-1", &c, &err), KL_OK);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(kl_skill_doc(c), "admission"), "status")),
+                        "admitted");
+    kl_skill_free(c);
+    /* excluding no task is the whole library; a bad trial is refused and changes nothing */
+    if (kl_skill_list_load_excluding(f->store, NULL, &loo, &err) != KL_OK) fail_msg("%s", err.message);
+    assert_int_equal(loo.count, 2);
+    kl_skill_list_release(&loo);
+    assert_int_equal(kl_skill_admission_put(f->store, "v-1", "{\"status\":\"x\",\"trials\":[{\"verdict\":\"maybe\"}]}", &err),
+                     KL_ERR_INVALID);
+    assert_non_null(strstr(err.message, "admission.trials[0].verdict"));
+    assert_int_equal(kl_skill_admission_put(f->store, "nope", "{}", &err), KL_ERR_NOT_FOUND);
+    assert_int_equal(kl_skill_get(f->store, "v-1", &c, &err), KL_OK);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(kl_skill_doc(c), "admission"), "status")),
+                        "admitted");
+    kl_skill_free(c);
+    kl_skill_list_release(&all);
+    /* the verdict of a trial: >= 1.0 and within the tolerance of the recorded gain */
+    assert_string_equal(kl_admission_verdict(1.3, 1.5), "reproduced");
+    assert_string_equal(kl_admission_verdict(1.1, 1.5), "lost");
+    assert_string_equal(kl_admission_verdict(0.99, 1.0), "lost");
+    assert_string_equal(kl_admission_verdict(3.0, 1.5), "reproduced");
+    assert_string_equal(kl_admission_verdict(1.0, -1), "reproduced");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -988,6 +1288,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(names_are_not_conditions, setup, teardown),
         cmocka_unit_test(renderings_match_goldens),
         cmocka_unit_test(library_renders_and_writes_agent_skills),
+        cmocka_unit_test(observables_name_sizes_by_role),
+        cmocka_unit_test(match_at_a_site_evaluates_every_condition_where_it_applies),
+        cmocka_unit_test_setup_teardown(library_without_a_task_is_rebuilt_from_the_other_parts, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

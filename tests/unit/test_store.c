@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
+#include <sqlite3.h>
 
 #include "klineage/store.h"
 #include "util/util.h"
@@ -410,6 +412,91 @@ static void files_that_are_not_stores_are_left_alone(void **state)
     free(deep);
 }
 
+/* Another application's SQLite database (an application_id of its own, or tables and no
+ * klineage schema) is refused before anything is written: its bytes stay the same and it
+ * stays in its journal mode (opening it used to switch it to WAL first). */
+static void a_foreign_sqlite_file_is_not_modified(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    for (int variant = 0; variant < 2; variant++) {
+        unlink(f->db);
+        const char *sql = variant == 0 ? "PRAGMA application_id = 1234; CREATE TABLE t (x); INSERT INTO t VALUES (1);"
+                                       : "CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('mine');";
+        /* made by SQLite itself, as another application would (the test's only use of sqlite3.h) */
+        sqlite3 *db = NULL;
+        assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+        char *before = NULL, *after = NULL;
+        size_t nb = 0, na = 0;
+        assert_int_equal(kl_file_read(f->db, 0, &before, &nb, &err), KL_OK);
+        kl_store *s = NULL;
+        assert_int_equal(kl_store_open(f->db, &s, &err), KL_ERR_STORE);
+        assert_null(s);
+        assert_non_null(strstr(err.message, f->db));
+        assert_non_null(strstr(err.message, "refusing to touch it"));
+        assert_int_equal(kl_file_read(f->db, 0, &after, &na, &err), KL_OK);
+        assert_int_equal(na, nb);
+        assert_memory_equal(after, before, nb);
+        /* no WAL was started beside it */
+        char *wal = NULL;
+        kl_strbuf w = KL_STRBUF_INIT;
+        kl_strbuf_addf(&w, "%s-wal", f->db);
+        wal = kl_strbuf_detach(&w, NULL);
+        assert_false(kl_file_exists(wal));
+        free(wal);
+        /* header byte 18/19 (file format write/read version): 1 = rollback journal, 2 = WAL */
+        assert_int_equal((unsigned char)after[18], 1);
+        free(before);
+        free(after);
+    }
+}
+
+/* A store in a folder this process cannot write can still be read (and says so when written). */
+static void a_store_in_a_read_only_folder_can_be_read(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    kl_store *s = open_ok(f->db);
+    put_ok(s, "skill", "a", "{\"id\":\"a\"}");
+    kl_store_close(s);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* root writes anywhere: read-only folders exist for other users, so be one */
+        bool root = getuid() == 0;
+        if (chmod(f->dir, 0555) != 0 || chmod(f->db, root ? 0644 : 0444) != 0) _exit(10);
+        if (root && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(11);
+        kl_store *r = NULL;
+        if (kl_store_open(f->db, &r, &err) != KL_OK) {
+            fprintf(stderr, "open: %s\n", err.message);
+            _exit(12);
+        }
+        if (!kl_store_readonly(r)) _exit(13);
+        char *json = NULL;
+        if (kl_store_get(r, "skill", "a", &json, &err) != KL_OK || strcmp(json, "{\"id\":\"a\"}") != 0) _exit(14);
+        free(json);
+        if (kl_store_put(r, "skill", "b", "{}", &err) != KL_ERR_STORE || !strstr(err.message, "only be read")) {
+            fprintf(stderr, "put: %s\n", err.message);
+            _exit(15);
+        }
+        kl_store_close(r);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    chmod(f->dir, 0700);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* still writable for its owner afterwards, and unchanged */
+    s = open_ok(f->db);
+    assert_false(kl_store_readonly(s));
+    char *json = NULL;
+    assert_int_equal(kl_store_get(s, "skill", "b", &json, &err), KL_ERR_NOT_FOUND);
+    kl_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -420,6 +507,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(export_import_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(import_is_all_or_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(files_that_are_not_stores_are_left_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_foreign_sqlite_file_is_not_modified, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_store_in_a_read_only_folder_can_be_read, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1127,7 +1127,7 @@ static void bad_truncated_kernel(void **state)
 static void bad_nested_braces(void **state)
 {
     (void)state;
-    enum { DEPTH = 10000 };
+    enum { DEPTH = 250 }; /* under KL_SOURCE_MAX_BRACKETS with the function's own brace */
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_adds(&sb, "__global__ void deep(float *x) {");
     for (int i = 0; i < DEPTH; i++) kl_strbuf_addc(&sb, '{');
@@ -1157,7 +1157,7 @@ static void bad_nested_braces(void **state)
 static void bad_nested_loops(void **state)
 {
     (void)state;
-    enum { DEPTH = 10000 };
+    enum { DEPTH = 250 };
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_adds(&sb, "__global__ void deep(float *x) {\n");
     for (int i = 0; i < DEPTH; i++) kl_strbuf_adds(&sb, "for (int i = 0; i < 2; i++) {");
@@ -1178,6 +1178,89 @@ static void bad_nested_loops(void **state)
     json_decref(ft);
     unload(&p);
     kl_strbuf_release(&sb);
+}
+
+/* ---- limits (docs/syntax.md, "Limits") ----------------------------------------------------------- */
+
+/* text repeated n times between head and tail (new string) */
+static char *repeat(const char *head, const char *unit, unsigned n, const char *tail, size_t *len)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_adds(&sb, head);
+    for (unsigned i = 0; i < n; i++) kl_strbuf_adds(&sb, unit);
+    kl_strbuf_adds(&sb, tail);
+    assert_false(sb.failed);
+    return kl_strbuf_detach(&sb, len);
+}
+
+/* Inputs that crashed tree-sitter 0.20.7 (a node of more than 65,535 children), overflowed the
+ * stack of a recursive walk, or took minutes or gigabytes: each is refused at once, naming the
+ * place; the error is KL_ERR_TOO_LARGE. */
+static void limits_refuse_what_would_crash(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *head, *unit, *tail;
+        unsigned n;
+        const char *where, *what;
+    } cases[] = {
+        {"", "(", "", 65535, "t.cu:1:257:", "brackets nested more than 256 deep"},
+        {"", "{", "", 70000, "t.cu:1:257:", "brackets nested more than 256 deep"},
+        {"", "#if 1\n", "", 100000, "t.cu:65:1:", "#if/#ifdef/#ifndef nested more than 64 deep"},
+        {"", "#if 1\n", "__global__ void k() {}\n", 20000, "t.cu:65:1:", "#if/#ifdef/#ifndef nested more than 64 deep"},
+        {"", "a[", "", 100000, "t.cu:1:514:", "brackets nested more than 256 deep"},
+        {"__global__ void k(int *a) { a[0] = 1", "+1", "; }\n", 100000, "t.cu:1:", "more than 32000 tokens"},
+        {"__global__ void k(int *a) { a[0] = 1", "+1", "; }\n", 3000, "t.cu:1:", "nests more than 1000 levels deep"},
+        {"__global__ void k(int *a) {", "for (int i = 0; i < 2; i++) ", "a[0] = 1; }\n", 2000, "t.cu:1:",
+         "nests more than 1000 levels deep"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t len;
+        char *text = repeat(cases[k].head, cases[k].unit, cases[k].n, cases[k].tail, &len);
+        kl_source *src = NULL;
+        kl_error err = {0};
+        double t0 = kl_now();
+        kl_status st = kl_source_parse_text("t.cu", text, len, &src, &err);
+        if (st != KL_ERR_TOO_LARGE || !strstr(err.message, cases[k].what) || !kl_str_starts(err.message, cases[k].where))
+            fail_msg("case %zu: status %d, \"%s\"", k, st, err.message);
+        assert_null(src);
+        assert_true(kl_now() - t0 < 30);
+        free(text);
+    }
+}
+
+/* Just inside the limits, inputs built to make wide ERROR nodes or deep trees parse (with
+ * errors, some of them) and free cleanly: the sanitizer build would see a double free. */
+static void limits_inside_are_parsed_and_freed(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *head, *unit, *tail;
+        unsigned n;
+    } cases[] = {
+        {"((((((((((((((((((((((((((((((((", ";", "", 31000},
+        {"{", "a;", "", 15000},
+        {"#if 1\n#if 1\n#if 1\n", "}", "", 31000},
+        {"", ")", "", 31990},
+        {"int x = {", "1,", "};", 15900},
+        {"{", "\"", "", 31000},
+        {"", "template<", "", 10000},
+        {"void f() {", "x(;)", "}", 7900},
+        {"__global__ void k(int *a) { a[0] = 1", "+1", "; }\n", 900},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t len;
+        char *text = repeat(cases[k].head, cases[k].unit, cases[k].n, cases[k].tail, &len);
+        kl_source *src = NULL;
+        kl_error err = {0};
+        if (kl_source_parse_text("t.cu", text, len, &src, &err) != KL_OK) fail_msg("case %zu: %s", k, err.message);
+        kl_model *m = NULL;
+        assert_int_equal(kl_model_build(src, &m, &err), KL_OK);
+        json_decref(kl_model_json(m));
+        kl_model_free(m);
+        kl_source_free(src);
+        free(text);
+    }
 }
 
 static void bad_invalid_utf8(void **state)
@@ -1237,10 +1320,12 @@ static void bad_too_large(void **state)
 static void bad_ten_megabytes(void **state)
 {
     (void)state;
-    /* vector_add.cu repeated, each copy with its own names, to just over 10 MiB */
+    /* vector_add.cu repeated, each copy with its own names: to just over 10 MiB (refused: more
+     * than KL_SOURCE_MAX_TOKENS), and as many copies as stay under the limit (parsed whole) */
     parsed one = load("vector_add.cu");
     kl_strbuf sb = KL_STRBUF_INIT;
-    unsigned copies = 0;
+    unsigned copies = 0, under = 0;
+    size_t under_len = 0;
     while (sb.len < ((size_t)10 << 20)) {
         for (const char *s = one.text; *s;) {
             const char *a = strstr(s, "vector_add"), *b = strstr(s, "launch(");
@@ -1259,24 +1344,33 @@ static void bad_ten_megabytes(void **state)
             }
         }
         copies++;
+        if (copies == 100) {
+            under = copies;
+            under_len = sb.len;
+        }
     }
     assert_false(sb.failed);
-    parsed p = load_text(kl_strbuf_str(&sb), sb.len);
+    kl_source *big = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("big.cu", kl_strbuf_str(&sb), sb.len, &big, &err), KL_ERR_TOO_LARGE);
+    assert_non_null(strstr(err.message, "more than 32000 tokens"));
+    assert_true(kl_str_starts(err.message, "big.cu:"));
+    parsed p = load_text(kl_strbuf_str(&sb), under_len);
     assert_false(kl_source_partial(p.src));
-    assert_int_equal(count_kind(&p, KL_FUNCTION_KERNEL), copies);
+    assert_int_equal(count_kind(&p, KL_FUNCTION_KERNEL), under);
     unsigned n;
     const kl_launch *l = kl_model_launches(p.m, &n);
-    assert_int_equal(n, copies);
+    assert_int_equal(n, under);
     const kl_function *f = kl_model_functions(p.m, NULL);
     for (unsigned i = 0; i < n; i++) {
         assert_true(l[i].kernel_function >= 0);
         assert_string_equal(f[l[i].kernel_function].name, l[i].kernel);
     }
     kl_model_accesses(p.m, &n);
-    assert_int_equal(n, 3 * copies);
+    assert_int_equal(n, 3 * under);
     /* the last copy's kernel is where its text is */
     char last[64];
-    snprintf(last, sizeof last, "vector_add_%u", copies - 1);
+    snprintf(last, sizeof last, "vector_add_%u", under - 1);
     const kl_function *lk = &f[fn_index(&p, last, KL_FUNCTION_KERNEL)];
     assert_span_text(&p, lk->name_span, last);
     unload(&p);
@@ -1353,6 +1447,8 @@ int main(void)
         cmocka_unit_test(bad_too_large),
         cmocka_unit_test(bad_ten_megabytes),
         cmocka_unit_test(api_edges),
+        cmocka_unit_test(limits_refuse_what_would_crash),
+        cmocka_unit_test(limits_inside_are_parsed_and_freed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

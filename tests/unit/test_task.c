@@ -1071,6 +1071,154 @@ static void weak_references_are_caught(void **state)
     free(cache);
 }
 
+/* A reference that crashes, loops or calls exit() is an error naming it and the shape; the
+ * test process (the caller) lives on. */
+static void a_misbehaving_reference_is_an_error(void **state)
+{
+    fixture *f = *state;
+    static const struct {
+        const char *body, *want;
+        kl_status st;
+    } cases[] = {
+        {"{ (void)a; (void)b; (void)n; volatile double *p = 0; c[0] = *p; }", "crashed", KL_ERR_CHILD},
+        {"{ (void)a; (void)b; (void)c; (void)n; for (volatile int k = 0;; k++) {} }", "ran longer than 2 s",
+         KL_ERR_TIMEOUT},
+        /* (the status itself is not checked: under LeakSanitizer exit() runs a leak check in the child) */
+        {"{ (void)a; (void)b; (void)c; (void)n; exit(0); }", "ended its process (exit status", KL_ERR_CHILD},
+        {"{ (void)a; (void)b; (void)c; (void)n; exit(3); }", "ended its process (exit status", KL_ERR_CHILD},
+        {"{ (void)a; (void)b; (void)c; (void)n; abort(); }", "crashed", KL_ERR_CHILD},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[512];
+        kl_snprintf(text, sizeof text,
+                    "#include <stdlib.h>\nvoid reference(const double *a, const double *b, double *c, int n)\n%s\n",
+                    cases[k].body);
+        kl_task_faults faults = KL_TASK_FAULTS_INIT;
+        kl_task *t = NULL;
+        assert_int_equal(validate(f->dir, BASE_JSON, text, GOOD_CU, &t, &faults), KL_OK);
+        char *cache = kl_path_join(f->dir, "cache");
+        kl_reference *ref = NULL;
+        kl_error err = {0};
+        if (kl_reference_load(t, cache, &ref, &err) != KL_OK) fail_msg("%s", err.message);
+        kl_reference_set_timeout(ref, 2.0);
+        void *args[4] = {NULL, NULL, NULL, NULL};
+        int64_t n;
+        const kl_shape *sh = &t->checks[0];
+        assert_int_equal(kl_task_arg_count(t, sh, 0, &n, &err), KL_OK);
+        float *a = calloc((size_t)n, 4), *b = calloc((size_t)n, 4);
+        args[0] = a;
+        args[1] = b;
+        double *outs[4] = {NULL, NULL, NULL, NULL};
+        double t0 = kl_now();
+        kl_status st = kl_reference_run(ref, t, sh, args, outs, &err);
+        if (st != cases[k].st || !strstr(err.message, cases[k].want))
+            fail_msg("case %zu: status %d, \"%s\"; expected %d and \"%s\"", k, st, err.message, cases[k].st,
+                     cases[k].want);
+        assert_true(kl_now() - t0 < 30);
+        assert_non_null(strstr(err.message, "reference.c"));
+        assert_non_null(strstr(err.message, sh->label));
+        for (int i = 0; i < 4; i++) assert_null(outs[i]);
+        /* the probe says the same, as an error of its run */
+        assert_int_not_equal(kl_reference_probe(ref, t, 1, 2, &faults, &err), KL_OK);
+        assert_non_null(strstr(err.message, cases[k].want));
+        kl_reference_free(ref);
+        kl_task_faults_release(&faults);
+        kl_task_free(t);
+        free(a);
+        free(b);
+        free(cache);
+    }
+}
+
+/* Many arguments, many duplicates: one fault per key past a limit, one per duplicate; quick. */
+static void large_tasks_hit_limits_not_quadratic_time(void **state)
+{
+    fixture *f = *state;
+    kl_task_faults faults = KL_TASK_FAULTS_INIT;
+    kl_task *t = NULL;
+    for (int variant = 0; variant < 3; variant++) {
+        unsigned nargs = variant == 0 ? 5000 : variant == 1 ? KL_TASK_MAX_ARGS : 3;
+        kl_strbuf sb = KL_STRBUF_INIT;
+        kl_strbuf_adds(&sb, "{\"name\": \"big\", \"sizes\": [");
+        unsigned nsizes = variant == 2 ? 100000 : 1;
+        for (unsigned i = 0; i < nsizes; i++) kl_strbuf_addf(&sb, "%s\"n%u\"", i ? ", " : "", i);
+        kl_strbuf_adds(&sb, "], \"args\": [");
+        for (unsigned i = 0; i < nargs; i++)
+            kl_strbuf_addf(&sb, "%s{\"name\": \"x\", \"type\": \"f32*\", \"shape\": \"n0\", \"role\": \"%s\"}", i ? ", " : "",
+                           i + 1 == nargs ? "out" : "in");
+        kl_strbuf_adds(&sb, "], \"shapes\": {\"bench\": {\"n0\": 4}, \"check\": [{\"n0\": 1}]}, \"tolerance\": "
+                            "{\"rel_l2\": 1e-6}, \"naive\": \"naive.cu\"}");
+        double t0 = kl_now();
+        assert_int_equal(validate(f->dir, kl_strbuf_str(&sb), GOOD_REF, GOOD_CU, &t, &faults), KL_ERR_INVALID);
+        assert_true(kl_now() - t0 < 20);
+        unsigned dups = 0, limits = 0;
+        for (unsigned i = 0; i < faults.count; i++) {
+            dups += strstr(faults.items[i].reason, "duplicate argument name") != NULL;
+            limits += strstr(faults.items[i].reason, "more than the limit") != NULL;
+        }
+        if (variant == 0) {
+            assert_int_equal(limits, 1);
+            assert_non_null(find_fault(&faults, "args", "5000 arguments, more than the limit of 256"));
+        } else if (variant == 1) {
+            assert_int_equal(dups, KL_TASK_MAX_ARGS - 1); /* each once, not once per earlier twin */
+            assert_int_equal(limits, 0);
+        } else {
+            assert_non_null(find_fault(&faults, "sizes", "100000 size names, more than the limit of 64"));
+        }
+        assert_true(faults.count < 2 * KL_TASK_MAX_ARGS);
+        kl_task_faults_release(&faults);
+        kl_strbuf_release(&sb);
+    }
+}
+
+/* A kernel file that is a symbolic link out of the task folder is refused, and what it points
+ * to is never read (so no error can quote it). */
+static void files_outside_the_task_folder_are_refused(void **state)
+{
+    fixture *f = *state;
+    kl_task_faults faults = KL_TASK_FAULTS_INIT;
+    kl_task *t = NULL;
+    char *outside = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("test-task-outside", &outside, &err), KL_OK);
+    write_file(outside, "secret.cu", "TOP SECRET 1234 (\n");
+    char *target = kl_path_join(outside, "secret.cu");
+    assert_int_equal(validate(f->dir, BASE_JSON, GOOD_REF, GOOD_CU, &t, &faults), KL_OK);
+    kl_task_free(t);
+    char *link = kl_path_join(f->dir, "naive.cu");
+    unlink(link);
+    assert_int_equal(symlink(target, link), 0);
+    write_file(f->dir, "task.json", BASE_JSON);
+    assert_int_equal(kl_task_validate(f->dir, &t, &faults, &err), KL_ERR_INVALID);
+    assert_null(t);
+    const kl_task_fault *fl = find_fault(&faults, "naive", "leads outside the task folder");
+    assert_non_null(fl);
+    for (unsigned i = 0; i < faults.count; i++) assert_null(strstr(faults.items[i].reason, "TOP SECRET"));
+    assert_null(strstr(err.message, "TOP SECRET"));
+    kl_task_faults_release(&faults);
+    /* "../" in the name, the same */
+    char *json = replace_once(BASE_JSON, "\"naive.cu\"", "\"../x/naive.cu\"");
+    char *sub = kl_path_join(f->dir, "t");
+    assert_int_equal(kl_mkdirs(sub, &err), KL_OK);
+    char *xdir = kl_path_join(f->dir, "x");
+    assert_int_equal(kl_mkdirs(xdir, &err), KL_OK);
+    write_file(xdir, "naive.cu", GOOD_CU);
+    write_file(sub, "reference.c", GOOD_REF);
+    write_file(sub, "task.json", json);
+    assert_int_equal(kl_task_validate(sub, &t, &faults, &err), KL_ERR_INVALID);
+    assert_non_null(find_fault(&faults, "naive", "leads outside the task folder"));
+    kl_task_faults_release(&faults);
+    /* a link inside the folder is fine */
+    unlink(link);
+    write_file(f->dir, "real.cu", GOOD_CU);
+    assert_int_equal(symlink("real.cu", link), 0);
+    assert_int_equal(kl_task_validate(f->dir, &t, &faults, &err), KL_OK);
+    kl_task_free(t);
+    kl_task_faults_release(&faults);
+    kl_remove_tree(outside, NULL);
+    free(outside), free(target), free(link), free(json), free(sub), free(xdir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1094,6 +1242,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(reference_with_integer_and_bf16_args, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(reference_compile_errors_name_the_line, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(weak_references_are_caught, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(a_misbehaving_reference_is_an_error, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(large_tasks_hit_limits_not_quadratic_time, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(files_outside_the_task_folder_are_refused, setup_dir, teardown_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -235,6 +237,72 @@ static void strerror_names_every_status(void **state)
     assert_string_equal(kl_strerror((kl_status)9999), "unknown status");
 }
 
+/* alive: the process exists and is not a zombie (an orphan's zombie may wait for PID 1) */
+static bool alive(pid_t pid)
+{
+    char path[64], buf[512];
+    kl_snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* A child and what it starts die with the process that ran it, however that process ends
+ * (here SIGKILL, which nothing can catch): the guardian of kl_child_run kills the group. */
+static void children_die_with_their_parent(void **state)
+{
+    (void)state;
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("test-util-orphans", &dir, &err), KL_OK);
+    char *pids = kl_path_join(dir, "pids");
+    char script[1024];
+    kl_snprintf(script, sizeof script, "sleep 300 & echo $! >> '%s'; echo $$ >> '%s'; wait", pids, pids);
+    pid_t runner = fork();
+    assert_true(runner >= 0);
+    if (runner == 0) {
+        const char *argv[] = {"sh", "-c", script, NULL};
+        kl_child c;
+        kl_child_init(&c);
+        c.argv = argv;
+        kl_child_run(&c, NULL);
+        _exit(0);
+    }
+    int got[2] = {0, 0};
+    for (int tries = 0; tries < 300; tries++) {
+        FILE *f = fopen(pids, "r");
+        int n = 0;
+        if (f) {
+            while (n < 2 && fscanf(f, "%d", &got[n]) == 1) n++;
+            fclose(f);
+        }
+        if (n == 2) break;
+        usleep(20000);
+        got[0] = got[1] = 0;
+    }
+    assert_true(got[0] > 0 && got[1] > 0);
+    assert_true(alive(got[0]) && alive(got[1]));
+    kill(runner, SIGKILL);
+    waitpid(runner, NULL, 0);
+    bool gone = false;
+    for (int tries = 0; tries < 250 && !gone; tries++) {
+        gone = !alive(got[0]) && !alive(got[1]);
+        if (!gone) usleep(20000);
+    }
+    if (!gone) { /* do not leave them behind, then fail */
+        kill(got[0], SIGKILL);
+        kill(got[1], SIGKILL);
+    }
+    assert_true(gone);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(pids);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -249,6 +317,7 @@ int main(void)
         cmocka_unit_test(child_grandchild_holding_pipes_is_killed),
         cmocka_unit_test(child_output_is_bounded),
         cmocka_unit_test(child_env_dir_and_missing_program),
+        cmocka_unit_test(children_die_with_their_parent),
         cmocka_unit_test(strerror_names_every_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

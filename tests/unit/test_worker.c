@@ -13,10 +13,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gate/gate_int.h"
+#include "gate/sandbox.h"
 #include "gate/worker.h"
 #include "util/util.h"
 
@@ -518,6 +524,163 @@ static void timings_always_reported(void **state)
     json_decref(doc);
 }
 
+/* klineage-worker beside the tests' folder, or $KLINEAGE_WORKER; NULL when not built. */
+static char *worker_bin(void)
+{
+    const char *env = getenv("KLINEAGE_WORKER");
+    if (env && *env) return access(env, X_OK) == 0 ? kl_strdup(env) : NULL;
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = '\0';
+    char *dir = kl_path_dirname(self), *up = dir ? kl_path_dirname(dir) : NULL;
+    char *bin = up ? kl_path_join(up, "klineage-worker") : NULL;
+    free(dir), free(up);
+    if (bin && access(bin, X_OK) != 0) free(bin), bin = NULL;
+    return bin;
+}
+
+/* The sandbox itself, applied to a child of this test: everything a candidate may not do is
+ * refused, and what the worker needs (its scratch folder, reading what it was given) is not.
+ * Each attempt's outcome is one bit sent back on a pipe. */
+enum {
+    SB_WRITE_SCRATCH = 1 << 0,  /* allowed */
+    SB_READ_GIVEN = 1 << 1,     /* allowed */
+    SB_CREATE_OUTSIDE = 1 << 2, /* the rest: refused */
+    SB_UNLINK_OUTSIDE = 1 << 3,
+    SB_READ_OUTSIDE = 1 << 4,
+    SB_SOCKET_INET = 1 << 5,
+    SB_RAW_SOCKET = 1 << 6,
+    SB_FORK = 1 << 7,
+    SB_EXEC = 1 << 8,
+    SB_CHMOD = 1 << 9,
+    SB_KILL_PARENT = 1 << 10,
+    SB_THREAD = 1 << 11,        /* allowed: the driver starts threads */
+};
+
+static void *sb_thread(void *arg) { return arg; }
+
+static unsigned sandbox_attempts(const char *scratch, const char *given, const char *outside, bool try_exec)
+{
+    unsigned got = 0;
+    char path[4200];
+    kl_snprintf(path, sizeof path, "%s/mine", scratch);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0 && write(fd, "x", 1) == 1) got |= SB_WRITE_SCRATCH;
+    if (fd >= 0) close(fd);
+    kl_snprintf(path, sizeof path, "%s/input", given);
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) got |= SB_READ_GIVEN, close(fd);
+    kl_snprintf(path, sizeof path, "%s/created", outside);
+    fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) got |= SB_CREATE_OUTSIDE, close(fd);
+    kl_snprintf(path, sizeof path, "%s/victim", outside);
+    if (unlink(path) == 0) got |= SB_UNLINK_OUTSIDE;
+    kl_snprintf(path, sizeof path, "%s/secret", outside);
+    fd = open(path, O_RDONLY);
+    if (fd >= 0) got |= SB_READ_OUTSIDE, close(fd);
+    int so = socket(AF_INET, SOCK_STREAM, 0);
+    if (so >= 0) got |= SB_SOCKET_INET, close(so);
+    long raw = syscall(SYS_socket, AF_INET6, SOCK_DGRAM, 0);
+    if (raw >= 0) got |= SB_RAW_SOCKET, close((int)raw);
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) got |= SB_FORK, waitpid(pid, NULL, 0);
+    char *const argv[] = {(char *)"/bin/true", NULL};
+    /* when it works it never returns: the process is /bin/true, whose exit the parent sees */
+    if (try_exec && syscall(SYS_execve, "/bin/true", argv, NULL) == 0) got |= SB_EXEC;
+    kl_snprintf(path, sizeof path, "%s/keep", outside);
+    if (chmod(path, 0777) == 0) got |= SB_CHMOD;
+    if (kill(getppid(), 0) == 0) got |= SB_KILL_PARENT;
+    pthread_t t;
+    if (pthread_create(&t, NULL, sb_thread, NULL) == 0) got |= SB_THREAD, pthread_join(t, NULL);
+    return got;
+}
+
+static void sandbox_refuses_in_a_child(void **state)
+{
+    (void)state;
+    /* outside: a folder of its own (tmp_root holds objects this process mapped, which the
+     * sandbox lets it read) */
+    char *scratch = kl_path_join(tmp_root, "sb-scratch"), *given = kl_path_join(tmp_root, "sb-given"), *outside = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("sb-outside", &outside, &err), KL_OK);
+    assert_int_equal(kl_mkdirs(scratch, &err), KL_OK);
+    assert_int_equal(kl_mkdirs(given, &err), KL_OK);
+    assert_int_equal(kl_mkdirs(outside, &err), KL_OK);
+    char *in = kl_path_join(given, "input"), *victim = kl_path_join(outside, "victim"),
+         *secret = kl_path_join(outside, "secret"), *keep = kl_path_join(outside, "keep");
+    assert_int_equal(kl_file_write(in, "in", 2, &err), KL_OK);
+    assert_int_equal(kl_file_write(victim, "v", 1, &err), KL_OK);
+    assert_int_equal(kl_file_write(secret, "s", 1, &err), KL_OK);
+    assert_int_equal(kl_file_write(keep, "k", 1, &err), KL_OK);
+    assert_int_equal(chmod(keep, 0600), 0);
+    /* without the sandbox every attempt works: the attempts are real */
+    unsigned open_run = sandbox_attempts(scratch, given, outside, false);
+    assert_true(open_run & SB_CREATE_OUTSIDE);
+    assert_true(open_run & SB_UNLINK_OUTSIDE);
+    assert_true(open_run & SB_SOCKET_INET);
+    assert_true(open_run & SB_FORK);
+    assert_true(open_run & SB_CHMOD);
+    assert_int_equal(kl_file_write(victim, "v", 1, &err), KL_OK);
+    char *created = kl_path_join(outside, "created");
+    unlink(created);
+    assert_int_equal(chmod(keep, 0600), 0);
+
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        const char *reads[] = {given, NULL};
+        kl_sandbox_policy pol = {scratch, reads, NULL, false};
+        kl_sandbox sb;
+        kl_error e = {0};
+        unsigned report[3] = {0, 0, 0};
+        if (kl_sandbox_apply(&pol, &sb, &e) == KL_OK) {
+            report[0] = 1u | (sb.landlock ? 2u : 0u) | (sb.seccomp ? 4u : 0u);
+            report[1] = sandbox_attempts(scratch, given, outside, true);
+        }
+        report[2] = (unsigned)sb.landlock_abi;
+        if (write(fds[1], report, sizeof report) != (ssize_t)sizeof report) _exit(2);
+        _exit(0); /* no exit handlers in the sandbox */
+    }
+    close(fds[1]);
+    unsigned report[3] = {0, 0, 0};
+    ssize_t n = read(fds[0], report, sizeof report);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_int_equal(n, (ssize_t)sizeof report);
+    assert_true(report[0] & 1u);  /* applied */
+    assert_true(report[0] & 4u);  /* seccomp is always there */
+    unsigned got = report[1];
+    assert_true(got & SB_WRITE_SCRATCH);
+    assert_true(got & SB_THREAD);
+    assert_false(got & SB_SOCKET_INET);
+    assert_false(got & SB_RAW_SOCKET);
+    assert_false(got & SB_FORK);
+    assert_false(got & SB_EXEC);
+    assert_false(got & SB_CHMOD);
+    assert_false(got & SB_KILL_PARENT);
+    if (report[0] & 2u) { /* Landlock: the file system */
+        assert_true(got & SB_READ_GIVEN);
+        assert_false(got & SB_CREATE_OUTSIDE);
+        assert_false(got & SB_UNLINK_OUTSIDE);
+        assert_false(got & SB_READ_OUTSIDE);
+        assert_true(kl_file_exists(victim));
+        assert_false(kl_file_exists(created));
+    } else {
+        printf("note: this kernel has no Landlock (ABI %u): the file rules were not tried\n", report[2]);
+    }
+    struct stat st;
+    assert_int_equal(stat(keep, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    kl_remove_tree(outside, &err);
+    free(scratch), free(given), free(outside), free(in), free(victim), free(secret), free(keep), free(created);
+}
+
 /* A device runtime over host memory: every kl_rt_* entry point, so that the worker's whole
  * gate job (fills and references on the pool, correct, determinism, integrity, stream, the
  * batched profile loop) runs without a GPU. "Device" pointers are host pointers. */
@@ -525,10 +688,11 @@ static const char FAKE_RUNTIME[] =
     "#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n"
     "typedef struct { char name[256]; int ordinal, cc_major, cc_minor, sms, l2_bytes; uint64_t mem_bytes;\n"
     "  int clock_khz, mem_clock_khz, mem_bus_bits, driver_version, runtime_version, smem_per_block_optin, regs_per_sm; } dev;\n"
-    "typedef struct { double ms; int timer; unsigned records; uint64_t a, b, c; double sum_ms; } timing;\n"
+    "typedef struct { double ms; int timer; unsigned records; uint64_t a, b, c; double sum_ms;\n"
+    "  unsigned kernels, incomplete; int marked; double host_ms; uint64_t mark_ns; double device_ms; } timing;\n"
     "typedef struct { double copy_gbs, fma_tflops, tensor_tflops; unsigned reps; uint64_t copy_bytes; } ceil_t;\n"
     "static unsigned wins, maxw, tick, digests; static int open_, stream_obj, pinned;\n"
-    "int kl_rt_abi(void) { return 3; }\n"
+    "int kl_rt_abi(void) { return 4; }\n"
     "int kl_rt_init(int o) { (void)o; return 0; }\n"
     "void kl_rt_fini(void) {}\n"
     "const char *kl_rt_error(void) { return \"\"; }\n"
@@ -559,15 +723,22 @@ static const char FAKE_RUNTIME[] =
     "  empty_batches = batches; cand_empty = cand; }\n"
     "int kl_rt_timer_init(int want, int *t) { (void)want; *t = cupti ? 1 : 2; return 0; }\n"
     "int kl_rt_timer_begin(void) { return 0; }\n"
-    "int kl_rt_timer_end(timing *t) { memset(t, 0, sizeof *t); t->timer = 2; t->ms = 1.0; t->sum_ms = 1.0; return 0; }\n"
+    "int kl_rt_timer_end(timing *t) { memset(t, 0, sizeof *t); t->timer = 2; t->ms = 1.0; t->sum_ms = 1.0; t->host_ms = 1.0; return 0; }\n"
+    "static unsigned marks, poisons; static double host_extra;\n"
+    "int kl_rt_mark(void) { marks++; return 0; }\n"
+    "int kl_rt_smem_poison(int b) { (void)b; poisons++; return 0; }\n"
+    "unsigned kl_fake_poisons(void) { return poisons; }\n"
+    "void kl_fake_host_extra(double ms) { host_extra = ms; }\n"
     "int kl_rt_batch_begin(unsigned m) { if (!m || open_) return 5; maxw = m; wins = 0; return 0; }\n"
     "int kl_rt_batch_open(void) { if (open_ || wins >= maxw) return 5; open_ = 1; return 0; }\n"
     "int kl_rt_batch_close(void) { if (!open_) return 5; open_ = 0; wins++; return 0; }\n"
     "int kl_rt_batch_end(timing *out, unsigned *n) { if (open_) return 5;\n"
     "  for (unsigned i = 0; i < wins; i++) { memset(&out[i], 0, sizeof out[i]); out[i].timer = cupti ? 1 : 2;\n"
     "    out[i].ms = (i % 2 ? 2.0 : 1.0) * (1.0 + 0.001 * (double)(tick++ % 7)); out[i].sum_ms = out[i].ms;\n"
-    "    out[i].records = 1;\n"
-    "    if ((empty_batches && empty_every && i % empty_every == 1) || (cand_empty && i % 2 == 0)) out[i].records = 0, out[i].ms = 0; }\n"
+    "    out[i].records = 1; out[i].kernels = 1; out[i].marked = 1; out[i].host_ms = out[i].ms + (i % 2 ? 0 : host_extra);\n"
+    "    out[i].device_ms = out[i].ms;\n"
+    "    if (empty_batches && empty_every && i % empty_every == 1) out[i].marked = 0, out[i].records = out[i].kernels = 0, out[i].ms = 0;\n"
+    "    if (cand_empty && i % 2 == 0) out[i].records = out[i].kernels = 0, out[i].ms = out[i].device_ms = 0; }\n"
     "  if (empty_batches) empty_batches--;\n"
     "  *n = wins; wins = 0; return 0; }\n"
     "uint64_t kl_rt_now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);\n"
@@ -780,23 +951,243 @@ static void gate_job_on_a_host_runtime(void **state)
     fake_cupti(1, 4, 1000, 0); /* every batch */
     code = run_job(job, &doc);
     assert_int_equal(code, KL_WORKER_EXIT_HARNESS);
-    assert_non_null(strstr(err_field(doc, "detail"), "the timer saw no device work in"));
+    assert_non_null(strstr(err_field(doc, "detail"), "the timer could not attribute the device work"));
     json_decref(doc);
     fake_cupti(1, 0, 0, 1); /* the candidate's windows only, every time */
     code = run_job(job, &doc);
     assert_int_equal(code, KL_WORKER_EXIT_OK);
     prof = json_object_get(doc, "profile");
     assert_false(json_is_true(json_object_get(prof, "ok")));
-    assert_non_null(strstr(json_string_value(json_object_get(prof, "detail")), "no device work was seen"));
+    const char *pd = json_string_value(json_object_get(prof, "detail"));
+    assert_non_null(strstr(pd, "no kernel ran in "));
+    assert_non_null(strstr(pd, "copies and memsets are not the task's work"));
     assert_null(json_object_get(json_object_get(doc, "timings"), "profile_retries"));
     json_decref(doc);
+    /* host work in the launch that the device timer does not see: 5 ms beyond 1 ms of device
+     * work in every window fails the profile; 0.5 ms (under the 1 ms slack) does not */
+    void (*host_extra)(double) = (void (*)(double))dlsym(h, "kl_fake_host_extra");
+    assert_non_null(host_extra);
+    fake_cupti(1, 0, 0, 0);
+    host_extra(5.0);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    prof = json_object_get(doc, "profile");
+    assert_false(json_is_true(json_object_get(prof, "ok")));
+    assert_non_null(strstr(json_string_value(json_object_get(prof, "detail")), "on the host beyond its"));
+    assert_true(json_real_value(json_object_get(prof, "host_unseen_ms")) >= 4.9);
+    json_decref(doc);
+    host_extra(0.5);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    assert_true(json_is_true(json_object_get(json_object_get(doc, "profile"), "ok")));
+    json_decref(doc);
+    host_extra(0);
     fake_cupti(0, 0, 0, 0);
+    /* shared memory was poisoned before the candidate's launches (correct and determinism) */
+    unsigned (*poisons)(void) = (unsigned (*)(void))dlsym(h, "kl_fake_poisons");
+    assert_non_null(poisons);
+    assert_true(poisons() > 0);
     dlclose(h);
     free(rt);
     free(good);
     free(lazy);
     free(dir);
     free(cache);
+}
+
+/* A reference too slow for a shape (its cost.flops at the speed measured at a small shape,
+ * past the budget) is not run there: the baseline stands in; without a baseline the job ends as
+ * a harness failure (exit 4), never as the candidate's rejection. */
+static void slow_reference_is_never_the_candidates_failure(void **state)
+{
+    (void)state;
+    char *rt = build_object("slow_rt", FAKE_RUNTIME);
+    if (!rt) {
+        printf("skipped: no host C compiler\n");
+        skip();
+    }
+    char *good = build_object("slow_good", ROWSUM_SHIM(
+        "for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = (float)s; }"));
+    assert_non_null(good);
+    char *dir = kl_path_join(tmp_root, "slowref");
+    kl_error err = {0};
+    assert_int_equal(kl_mkdirs(dir, &err), KL_OK);
+    /* cost.flops says a million flops per element: the probe (check[0], 10^6 flops) is fast, and
+     * the bench shape (1.7e13) predicted far past 20 s at any speed the probe can show */
+    write_in(dir, "task.json",
+             "{\"name\": \"rowsum\", \"sizes\": [\"rows\", \"cols\"], \"args\": ["
+             "{\"name\": \"x\", \"type\": \"f32*\", \"shape\": \"rows*cols\", \"role\": \"in\", "
+             "\"init\": {\"dist\": \"normal\", \"mean\": 0, \"std\": 1}},"
+             "{\"name\": \"y\", \"type\": \"f32*\", \"shape\": \"rows\", \"role\": \"out\"},"
+             "{\"name\": \"rows\", \"type\": \"int\", \"value\": \"rows\"},"
+             "{\"name\": \"cols\", \"type\": \"int\", \"value\": \"cols\"}],"
+             "\"shapes\": {\"bench\": {\"rows\": 4096, \"cols\": 4096}, \"check\": [{\"rows\": 1, \"cols\": 1}, "
+             "{\"rows\": 1, \"cols\": 100}, {\"rows\": 64, \"cols\": 64}]},"
+             "\"tolerance\": {\"rel_l2\": 1e-5}, \"cost\": {\"flops\": \"rows*cols*1000000\"}}");
+    write_in(dir, "reference.c",
+             "void reference(const double *x, double *y, int rows, int cols)\n"
+             "{ for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = s; } }\n");
+    char *cache = kl_path_join(tmp_root, "slow-cache");
+    char job[4096];
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"baseline\": \"%s\", \"timer\": \"events\", \"shapes\": [\"check[0]\", \"check[1]\", \"check[2]\", \"bench\"], "
+                "\"seeds\": [11, 12], \"stages\": {\"profile\": false, \"stream\": false}}",
+                rt, cache, dir, good, good);
+    json_t *doc;
+    int code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_OK);
+    json_t *speed = json_object_get(doc, "reference_speed");
+    assert_true(json_is_object(speed));
+    assert_string_equal(json_string_value(json_object_get(speed, "shape")), "check[0]");
+    json_t *moved = json_object_get(speed, "against_baseline");
+    assert_int_equal(json_array_size(moved), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(moved, 0), "shape")), "bench");
+    size_t i;
+    json_t *e;
+    bool bench_seen = false;
+    json_array_foreach(json_object_get(doc, "correct"), i, e) {
+        assert_true(json_is_true(json_object_get(e, "ok")));
+        if (!strcmp(json_string_value(json_object_get(e, "shape")), "bench")) {
+            bench_seen = true;
+            assert_string_equal(json_string_value(json_object_get(e, "checked_against")), "baseline");
+        }
+    }
+    assert_true(bench_seen);
+    json_decref(doc);
+    /* no baseline to stand in: a harness failure, not a verdict on the candidate */
+    kl_snprintf(job, sizeof job,
+                "{\"job\": \"gate\", \"runtime\": \"%s\", \"cache_dir\": \"%s\", \"task_dir\": \"%s\", \"candidate\": \"%s\", "
+                "\"timer\": \"events\", \"shapes\": [\"check[0]\", \"bench\"], \"seeds\": [11], "
+                "\"stages\": {\"profile\": false, \"stream\": false}}",
+                rt, cache, dir, good);
+    code = run_job(job, &doc);
+    assert_int_equal(code, KL_WORKER_EXIT_HARNESS);
+    assert_non_null(strstr(err_field(doc, "detail"), "too large for the reference"));
+    assert_non_null(strstr(err_field(doc, "detail"), "no baseline to stand in"));
+    json_decref(doc);
+    free(rt), free(good), free(dir), free(cache);
+}
+
+/* Candidates that try what a candidate may not do, each in a real sandboxed worker (the host
+ * runtime stands in for the GPU): each computes the right rowsum only when its attempt was
+ * refused, so a verdict that passes means "refused". The same candidate without the sandbox
+ * fails: the attempts are real. Writing in its own working folder (the scratch) still works. */
+static void sandboxed_worker_refuses_candidates(void **state)
+{
+    (void)state;
+    char *bin = worker_bin();
+    char *rt = build_object("sb_fake_rt", FAKE_RUNTIME);
+    if (!bin || !rt) {
+        printf("skipped: %s\n", !bin ? "klineage-worker not built" : "no host C compiler");
+        free(bin), free(rt);
+        skip();
+    }
+    kl_error err = {0};
+    char *outside = NULL, *scratch = NULL;
+    assert_int_equal(kl_tempdir("sb-outside", &outside, &err), KL_OK);
+    assert_int_equal(kl_tempdir("sb-scratch", &scratch, &err), KL_OK);
+    char *dir = kl_path_join(tmp_root, "sb-rowsum");
+    assert_int_equal(kl_mkdirs(dir, &err), KL_OK);
+    write_in(dir, "task.json",
+             "{\"name\": \"rowsum\", \"sizes\": [\"rows\", \"cols\"], \"args\": ["
+             "{\"name\": \"x\", \"type\": \"f32*\", \"shape\": \"rows*cols\", \"role\": \"in\", "
+             "\"init\": {\"dist\": \"normal\", \"mean\": 0, \"std\": 1}},"
+             "{\"name\": \"y\", \"type\": \"f32*\", \"shape\": \"rows\", \"role\": \"out\"},"
+             "{\"name\": \"rows\", \"type\": \"int\", \"value\": \"rows\"},"
+             "{\"name\": \"cols\", \"type\": \"int\", \"value\": \"cols\"}],"
+             "\"shapes\": {\"bench\": {\"rows\": 64, \"cols\": 33}, \"check\": [{\"rows\": 3, \"cols\": 5}]},"
+             "\"tolerance\": {\"rel_l2\": 1e-5}}");
+    write_in(dir, "reference.c",
+             "void reference(const double *x, double *y, int rows, int cols)\n"
+             "{ for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = s; } }\n");
+    static const struct {
+        const char *name, *attempt; /* true when the forbidden thing worked */
+        bool forbidden;
+    } cands[] = {
+        {"create_outside", "open(OUT \"/created\", O_WRONLY | O_CREAT, 0644) >= 0", true},
+        {"unlink_outside", "unlink(OUT \"/victim\") == 0", true},
+        {"read_outside", "open(OUT \"/secret\", O_RDONLY) >= 0", true},
+        {"socket_inet", "socket(AF_INET, SOCK_STREAM, 0) >= 0", true},
+        {"raw_syscall_socket", "syscall(SYS_socket, AF_INET6, SOCK_DGRAM, 0) >= 0", true},
+        {"fork", "({ pid_t p = fork(); if (p == 0) _exit(0); p > 0; })", true},
+        {"write_own_scratch", "open(\"mine\", O_WRONLY | O_CREAT, 0644) < 0", false},
+    };
+    char *victim = kl_path_join(outside, "victim"), *secret = kl_path_join(outside, "secret"),
+         *created = kl_path_join(outside, "created");
+    assert_int_equal(kl_file_write(secret, "s", 1, &err), KL_OK);
+    for (size_t k = 0; k < sizeof cands / sizeof cands[0]; k++) {
+        for (int sandboxed = 1; sandboxed >= 0; sandboxed--) {
+            if (!sandboxed && !cands[k].forbidden) continue;
+            assert_int_equal(kl_file_write(victim, "v", 1, &err), KL_OK);
+            unlink(created);
+            char src[4096];
+            kl_snprintf(src, sizeof src,
+                        "#define _GNU_SOURCE\n#include <fcntl.h>\n#include <sys/socket.h>\n#include <sys/syscall.h>\n"
+                        "#include <unistd.h>\n#define OUT \"%s\"\n"
+                        "const char *kl_shim_abi(void) { return \"klineage-shim-1\"; }\n"
+                        "int kl_shim_launch(void *const *args, void *stream) { (void)stream;\n"
+                        "  const float *x = args[0]; float *y = args[1]; int rows = *(const int *)args[2], cols = *(const int *)args[3];\n"
+                        "  int worked = %s;\n"
+                        "  for (int r = 0; r < rows; r++) { double s = 0; for (int c = 0; c < cols; c++) s += x[(long)r * cols + c]; y[r] = (float)s; }\n"
+                        "  if (worked) y[0] += 1000.0f;\n  return 0; }\n",
+                        outside, cands[k].attempt);
+            char *obj = build_object(cands[k].name, src);
+            assert_non_null(obj);
+            json_t *job = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:[s, s], s:[i], s:{s:b, s:b, s:b}}", "job", "gate",
+                                    "runtime", rt, "cache_dir", tmp_root, "task_dir", dir, "candidate", obj, "timer",
+                                    "events", "shapes", "check[0]", "bench", "seeds", 11, "stages", "determinism", 0,
+                                    "stream", 0, "profile", 0);
+            if (sandboxed)
+                json_object_set_new(job, "sandbox", json_pack("{s:s, s:[s]}", "scratch", scratch, "read", tmp_root));
+            char *text = json_dumps(job, JSON_COMPACT);
+            json_decref(job);
+            const char *argv[] = {bin, NULL};
+            kl_child ch;
+            kl_child_init(&ch);
+            ch.argv = argv;
+            ch.dir = scratch;
+            ch.stdin_data = text;
+            ch.stdin_len = strlen(text);
+            ch.timeout_s = 120;
+            assert_int_equal(kl_child_run(&ch, &err), KL_OK);
+            json_t *doc = json_loads(kl_strbuf_str(&ch.out), 0, NULL);
+            if (!doc || ch.exit_code != 0)
+                fprintf(stderr, "%s (sandbox %d): exit %d\n%s\n%s\n", cands[k].name, sandboxed, ch.exit_code,
+                        kl_strbuf_str(&ch.out), kl_strbuf_str(&ch.err));
+            assert_non_null(doc);
+            assert_int_equal(ch.exit_code, KL_WORKER_EXIT_OK);
+            json_t *sb = json_object_get(doc, "sandbox");
+            bool landlock = json_is_true(json_object_get(sb, "landlock"));
+            bool fs_attempt = strstr(cands[k].name, "outside") != NULL;
+            bool refused_expected = sandboxed && (!fs_attempt || landlock);
+            bool all_ok = true;
+            size_t i;
+            json_t *e;
+            json_array_foreach(json_object_get(doc, "correct"), i, e) if (!json_is_true(json_object_get(e, "ok"))) all_ok = false;
+            if (sandboxed) {
+                assert_true(json_is_true(json_object_get(sb, "applied")));
+                assert_true(json_is_true(json_object_get(sb, "seccomp")));
+            }
+            if (!cands[k].forbidden || refused_expected) {
+                if (!all_ok) fprintf(stderr, "%s (sandbox %d) was not refused:\n%s\n", cands[k].name, sandboxed, kl_strbuf_str(&ch.out));
+                assert_true(all_ok);
+            } else if (!sandboxed) {
+                assert_false(all_ok); /* the attempt works outside the sandbox */
+            }
+            if (refused_expected && fs_attempt) {
+                assert_true(kl_file_exists(victim));
+                assert_false(kl_file_exists(created));
+            }
+            json_decref(doc);
+            kl_child_release(&ch);
+            free(text);
+            free(obj);
+        }
+    }
+    kl_remove_tree(outside, &err);
+    kl_remove_tree(scratch, &err);
+    free(outside), free(scratch), free(dir), free(victim), free(secret), free(created), free(rt), free(bin);
 }
 
 int main(void)
@@ -812,6 +1203,9 @@ int main(void)
         cmocka_unit_test(harness_threads_and_late_libraries_are_not_blamed),
         cmocka_unit_test(timings_always_reported),
         cmocka_unit_test(gate_job_on_a_host_runtime),
+        cmocka_unit_test(sandbox_refuses_in_a_child),
+        cmocka_unit_test(sandboxed_worker_refuses_candidates),
+        cmocka_unit_test(slow_reference_is_never_the_candidates_failure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gate/executor.h" /* the stand-in's job and the Slurm task runner */
 #include "gate/worker.h"
 
 #define JOB_MAX ((size_t)16 << 20)
@@ -28,6 +29,7 @@ int main(int argc, char **argv)
         return 0;
     }
     kl_log_set_sink(log_to_stderr, NULL);
+    if (argc > 2 && !strcmp(argv[1], "--spool-task")) return kl_slurm_task_main(argv[2]); /* docs/cluster.md */
     kl_strbuf job = KL_STRBUF_INIT;
     kl_strbuf_init(&job, JOB_MAX);
     char buf[65536];
@@ -40,7 +42,8 @@ int main(int argc, char **argv)
         return KL_WORKER_EXIT_JOB;
     }
     char *result = NULL;
-    int code = kl_worker_run(kl_strbuf_str(&job), job.len, &result);
+    int code = kl_stand_in_is_job(kl_strbuf_str(&job)) ? kl_stand_in_worker_run(kl_strbuf_str(&job), &result)
+                                                       : kl_worker_run(kl_strbuf_str(&job), job.len, &result);
     kl_strbuf_release(&job);
     if (result) {
         fputs(result, stdout);
@@ -49,8 +52,10 @@ int main(int argc, char **argv)
     }
     if (fflush(stdout) != 0) return KL_WORKER_EXIT_HARNESS;
     /* after a CUDA error, skip the exit handlers: the CUDA runtime's can hang or crash on a
-     * lost context, and the result is already out */
-    if (code == KL_WORKER_EXIT_CUDA) {
+     * lost context, and the result is already out; after a harness failure too (a reference
+     * may still be running on the pool, past the worker's deadline); and in the sandbox, where
+     * an exit handler (a leak checker's) may need what it forbids */
+    if (code == KL_WORKER_EXIT_CUDA || code == KL_WORKER_EXIT_HARNESS || kl_worker_sandboxed()) {
         fflush(stderr);
         _exit(code);
     }

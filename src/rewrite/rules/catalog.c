@@ -479,6 +479,28 @@ static char *params_text(const kl_site *site, const json_t *given)
 
 /* ---- the public entry points ----------------------------------------------------------------- */
 
+kl_status kl_rules_catalog_json(char **json, kl_error *err)
+{
+    *json = NULL;
+    json_t *arr = json_array();
+    for (unsigned i = 0; arr && i < kl_rules_count; i++) {
+        const kl_rule *r = kl_rules[i];
+        json_t *ps = json_array();
+        for (unsigned k = 0; ps && k < r->nparams; k++) {
+            if (!r->params[k].name) continue;
+            json_t *vals = json_array();
+            for (unsigned v = 0; vals && r->params[k].values && r->params[k].values[v]; v++)
+                json_array_append_new(vals, json_string(r->params[k].values[v]));
+            json_array_append_new(ps, json_pack("{s:s, s:o, s:s?}", "name", r->params[k].name, "values", vals,
+                                                "default", r->params[k].deflt));
+        }
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "name", r->name, "intent", r->intent, "params", ps));
+    }
+    *json = arr ? json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(arr);
+    return *json ? KL_OK : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+}
+
 /* Parse source for the catalog. The transforms' analyses recurse over the tree, so a file
  * nested deeper than KL_AST_MAX_DEPTH (an expression of thousands of terms, thousands of
  * nested blocks) is refused here, with where, rather than analysed. */

@@ -172,74 +172,115 @@ typedef struct unit {
     unsigned n;
 } unit;
 
-/* Compile units[0..nu) `jobs` at a time in tmp: u<k>.cu, u<k>.rc, u<k>.log. */
+/* Compile units[0..nu) in tmp (u<k>.cu, u<k>.sh, u<k>.rc, u<k>.log), `jobs` at a time, each within
+ * timeout_s. The units form one queue, the largest (in bytes of text: most of a batch's time is
+ * the optimizer on its kernels) first, and `jobs` lanes each take the next unit as soon as
+ * theirs is done (a unit is claimed by creating u<k>.claim): one slow batch (a few large gemm
+ * kernels take 20 s) no longer holds the other lanes idle until it ends. */
 static kl_status run_units(const char *nvcc, const char *tmp, const char *include_dir, const unit *units, unsigned nu,
                            const char *const *names, const char *const *texts, unsigned jobs, double timeout_s,
                            bool *unit_ok, kl_error *err)
 {
-    for (unsigned u0 = 0; u0 < nu; u0 += jobs) {
-        kl_strbuf cmd = KL_STRBUF_INIT;
-        for (unsigned u = u0; u < nu && u < u0 + jobs; u++) {
-            kl_strbuf src = KL_STRBUF_INIT;
-            const char *first = texts[units[u].items[0]];
-            if (units[u].n == 1) {
-                kl_strbuf_adds(&src, first);
-            } else {
-                char *inc = include_set(first);
-                kl_strbuf_adds(&src, inc ? inc : "");
-                free(inc);
-                for (unsigned i = 0; i < units[u].n; i++) {
-                    unsigned k = units[u].items[i];
-                    add_to_batch(&src, k, names ? names[k] : NULL, texts[k]);
-                }
+    if (!nu) return KL_OK;
+    double limit = timeout_s > 0 ? timeout_s : 300;
+    unsigned *order = calloc(nu, sizeof *order);
+    size_t *weight = calloc(nu, sizeof *weight);
+    kl_strbuf cmd = KL_STRBUF_INIT;
+    kl_status st = KL_OK;
+    if (!order || !weight) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    for (unsigned u = 0; u < nu; u++) {
+        kl_strbuf src = KL_STRBUF_INIT, sh = KL_STRBUF_INIT;
+        const char *first = texts[units[u].items[0]];
+        if (units[u].n == 1) {
+            kl_strbuf_adds(&src, first);
+        } else {
+            char *inc = include_set(first);
+            kl_strbuf_adds(&src, inc ? inc : "");
+            free(inc);
+            for (unsigned i = 0; i < units[u].n; i++) {
+                unsigned k = units[u].items[i];
+                add_to_batch(&src, k, names ? names[k] : NULL, texts[k]);
             }
-            char file[64];
-            kl_snprintf(file, sizeof file, "u%u.cu", u);
-            char *p = kl_path_join(tmp, file);
-            kl_status st = src.failed || !p ? kl_error_set(err, KL_ERR_NOMEM, "out of memory")
-                                            : kl_file_write(p, kl_strbuf_str(&src), src.len, err);
-            free(p);
-            kl_strbuf_release(&src);
-            if (st != KL_OK) {
-                kl_strbuf_release(&cmd);
-                return st;
-            }
-            kl_strbuf_adds(&cmd, "( ");
-            add_quoted(&cmd, nvcc);
-            kl_strbuf_addf(&cmd, " %s -cubin -x cu ", arch_flag(first));
-            if (include_dir) {
-                kl_strbuf_adds(&cmd, "-I ");
-                add_quoted(&cmd, include_dir);
-            }
-            kl_strbuf_addf(&cmd, " u%u.cu -o u%u.cubin > u%u.log 2>&1; echo $? > u%u.rc ) & ", u, u, u, u);
         }
-        kl_strbuf_adds(&cmd, "wait");
-        const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
-        kl_child c;
-        kl_child_init(&c);
-        c.argv = argv;
-        c.dir = tmp;
-        c.timeout_s = timeout_s > 0 ? timeout_s : 300;
-        c.merge_stderr = true;
-        kl_status st = cmd.failed ? kl_error_set(err, KL_ERR_NOMEM, "out of memory") : kl_child_run(&c, err);
-        bool timed_out = c.timed_out;
-        kl_child_release(&c);
-        kl_strbuf_release(&cmd);
-        if (st != KL_OK) return st;
-        if (timed_out)
-            return kl_error_set(err, KL_ERR_TIMEOUT, "nvcc took more than %.0f s on %s", timeout_s > 0 ? timeout_s : 300,
-                                names ? names[units[u0].items[0]] : "a rewritten file");
-        for (unsigned u = u0; u < nu && u < u0 + jobs; u++) {
-            char f[64], *rc = NULL;
-            size_t len;
-            kl_snprintf(f, sizeof f, "u%u.rc", u);
-            char *p = kl_path_join(tmp, f);
-            unit_ok[u] = p && kl_file_read(p, 0, &rc, &len, NULL) == KL_OK && atoi(rc) == 0;
-            free(rc);
+        weight[u] = src.len;
+        /* the unit's command: nvcc under its own time limit (timeout: 124, or 137 when killed) */
+        kl_strbuf_addf(&sh, "timeout -k 5 %.0f ", limit);
+        add_quoted(&sh, nvcc);
+        kl_strbuf_addf(&sh, " %s -cubin -x cu ", arch_flag(first));
+        if (include_dir) {
+            kl_strbuf_adds(&sh, "-I ");
+            add_quoted(&sh, include_dir);
+        }
+        kl_strbuf_addf(&sh, " u%u.cu -o u%u.cubin > u%u.log 2>&1\necho $? > u%u.rc\n", u, u, u, u);
+        char file[64];
+        kl_snprintf(file, sizeof file, "u%u.cu", u);
+        char *p = kl_path_join(tmp, file);
+        st = src.failed || sh.failed || !p ? kl_error_set(err, KL_ERR_NOMEM, "out of memory")
+                                           : kl_file_write(p, kl_strbuf_str(&src), src.len, err);
+        free(p);
+        if (st == KL_OK) {
+            kl_snprintf(file, sizeof file, "u%u.sh", u);
+            p = kl_path_join(tmp, file);
+            st = !p ? kl_error_set(err, KL_ERR_NOMEM, "out of memory") : kl_file_write(p, kl_strbuf_str(&sh), sh.len, err);
             free(p);
+        }
+        kl_strbuf_release(&src);
+        kl_strbuf_release(&sh);
+        if (st != KL_OK) goto cleanup;
+        order[u] = u;
+    }
+    /* the queue: heaviest first (ties in unit order) */
+    for (unsigned i = 1; i < nu; i++)
+        for (unsigned k = i; k > 0 && weight[order[k - 1]] < weight[order[k]]; k--) {
+            unsigned t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    if (jobs > nu) jobs = nu;
+    for (unsigned j = 0; j < jobs; j++) {
+        kl_strbuf_adds(&cmd, "( for u in");
+        for (unsigned i = 0; i < nu; i++) kl_strbuf_addf(&cmd, " %u", order[i]);
+        kl_strbuf_adds(&cmd, "; do mkdir u$u.claim 2>/dev/null && sh u$u.sh; done ) & ");
+    }
+    kl_strbuf_adds(&cmd, "wait");
+    const char *argv[] = {"/bin/sh", "-c", kl_strbuf_str(&cmd), NULL};
+    kl_child c;
+    kl_child_init(&c);
+    c.argv = argv;
+    c.dir = tmp;
+    /* the lanes' whole time: as many limits as units per lane, and a margin */
+    c.timeout_s = limit * ((nu + jobs - 1) / jobs) + 30;
+    c.merge_stderr = true;
+    st = cmd.failed ? kl_error_set(err, KL_ERR_NOMEM, "out of memory") : kl_child_run(&c, err);
+    bool timed_out = c.timed_out;
+    kl_child_release(&c);
+    if (st != KL_OK) goto cleanup;
+    for (unsigned i = 0; i < nu; i++) {
+        unsigned u = order[i];
+        char f[64], *rc = NULL;
+        size_t len;
+        kl_snprintf(f, sizeof f, "u%u.rc", u);
+        char *p = kl_path_join(tmp, f);
+        bool have = p && kl_file_read(p, 0, &rc, &len, NULL) == KL_OK;
+        int code = have ? atoi(rc) : -1;
+        free(rc);
+        free(p);
+        unit_ok[u] = code == 0;
+        if (code == 124 || code == 137 || !have) {
+            const char *what = names ? names[units[u].items[0]] : "a rewritten file";
+            st = have || timed_out ? kl_error_set(err, KL_ERR_TIMEOUT, "nvcc took more than %.0f s on %s", limit, what)
+                      : kl_error_set(err, KL_ERR_CHILD, "nvcc did not run on %s (no exit status in %s)", what, tmp);
+            goto cleanup;
         }
     }
-    return KL_OK;
+cleanup:
+    kl_strbuf_release(&cmd);
+    free(order);
+    free(weight);
+    return st;
 }
 
 /* nvcc's errors of unit u, the scratch name replaced by the text's name (new string). */

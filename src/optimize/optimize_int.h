@@ -1,0 +1,72 @@
+/* Private to src/optimize: the search's versions and candidates, and the policies. */
+#ifndef KL_OPTIMIZE_INT_H
+#define KL_OPTIMIZE_INT_H
+
+#include <jansson.h>
+
+#include "klineage/optimize.h"
+#include "klineage/syntax.h"
+#include "util/util.h"
+
+#define KL_OPTIMIZE_FORMAT "klineage-optimize-1"
+
+/* One proposal of a version: a forward rewrite the rewriter answered. */
+typedef struct opt_cand {
+    char *source;             /* the whole new file (owned) */
+    char *transform, *site;   /* owned */
+    char *params;             /* compact JSON object, keys sorted (owned) */
+    json_t *features;         /* the site's features as the rewriter gave them (owned), or NULL */
+    char hash[KL_HASH_HEX];   /* of source */
+    char id[96];              /* transform@site#hash12: stable for a version's text */
+    /* what the policy says */
+    double expect;            /* E: the expected gain over the version it applies to (> 0) */
+    double order;             /* rank among equal scores, lower first (policy's order) */
+    char card[136];           /* the card behind E ("" when none) */
+    char why[256];            /* one line: how E was reached */
+    bool excluded;            /* not to be tried (skills: every card of its transform fails here) */
+    bool tried;               /* judged, or skipped as a duplicate */
+    bool prepared;            /* handed to prepare (compiled) */
+} opt_cand;
+
+/* One version of the kernel the search reached. */
+typedef struct opt_version {
+    char *source;             /* owned */
+    char hash[KL_HASH_HEX];
+    char name[128];           /* what the judge calls it */
+    int parent;               /* index of the version it came from; -1 for the start */
+    int round;                /* the round that made it; 0 for the start */
+    double gain;              /* over its parent, same run; 1 for the start */
+    double cum;               /* product of the gains along its path: speedup over the start */
+    char transform[64], card[136], site[160];
+    char *params;             /* owned, "{}" for the start */
+    bool expanded;            /* its proposals were asked for and scored */
+    bool open;                /* in the beam: the search may go on from it */
+    opt_cand *cands;
+    unsigned ncands;
+} opt_version;
+
+/* What the policies see of a run. */
+typedef struct opt_policy_ctx {
+    kl_policy policy;
+    const kl_task *task;
+    uint64_t seed;
+    const kl_skill_list *library;  /* skills */
+    bool admitted_only;
+    json_t *memory;                /* memory: array of records (borrowed) */
+    json_t *skipped;               /* skills: records of cards not tried, appended (borrowed) */
+} opt_policy_ctx;
+
+/* Score the candidates of version v (E, order, card, why, excluded). versions[0..nversions)
+ * for the path the version was reached by. Fails only when out of memory. */
+kl_status opt_policy_score(opt_policy_ctx *pc, const opt_version *versions, unsigned nversions, unsigned v,
+                           kl_error *err);
+
+/* The site and kernel features of a candidate, flattened to one object of scalars
+ * ("ops.expf": 2; kernel features under "kernel."), for conditions and for memory. New
+ * object (json_decref). */
+json_t *opt_candidate_features(const char *version_source, const opt_cand *c);
+
+/* SplitMix64: the search's one source of pseudo-random order. */
+uint64_t opt_mix64(uint64_t x);
+
+#endif

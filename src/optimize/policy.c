@@ -1,0 +1,480 @@
+/*
+ * The three policies: what a proposal is expected to gain (E) and the order of equal
+ * scores (docs/optimize.md, "Policies").
+ *   skills: the cards of the proposal's transform, matched on this site and task;
+ *   memory: the blind policy's earlier attempts on other tasks, nearest by features;
+ *   blind:  nothing (E = 1), a seeded random order.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/optimize_int.h"
+
+/* ---- features ---------------------------------------------------------------------------- */
+
+static void flatten(json_t *out, const char *prefix, const json_t *v, unsigned depth)
+{
+    if (depth > 4) return;
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)v, k, x) {
+            char name[128];
+            if (*prefix)
+                kl_snprintf(name, sizeof name, "%s.%s", prefix, k);
+            else
+                kl_snprintf(name, sizeof name, "%s", k);
+            flatten(out, name, x, depth + 1);
+        }
+    } else if (json_is_string(v) || json_is_number(v) || json_is_boolean(v)) {
+        if (*prefix) json_object_set(out, prefix, (json_t *)v);
+    }
+    /* arrays (lists of per-item records) are not features to compare */
+}
+
+/* The kernel a site id names: "kernel:line[:what]" → "kernel". */
+static void site_kernel(const char *site, char *buf, size_t size)
+{
+    const char *colon = strchr(site, ':');
+    size_t n = colon ? (size_t)(colon - site) : strlen(site);
+    if (n >= size) n = size - 1;
+    memcpy(buf, site, n);
+    buf[n] = '\0';
+}
+
+static json_t *kernel_features(const kl_model *m, const char *site)
+{
+    char kname[128];
+    site_kernel(site, kname, sizeof kname);
+    int fi = m ? kl_model_find_function(m, kname, KL_FUNCTION_KERNEL) : -1;
+    if (fi < 0 && m) fi = kl_model_find_function(m, kname, KL_FUNCTION_HOST);
+    return fi >= 0 ? kl_model_features(m, (unsigned)fi) : NULL;
+}
+
+static json_t *features_with(const kl_model *m, const opt_cand *c)
+{
+    json_t *out = json_object();
+    json_t *kf = kernel_features(m, c->site);
+    if (kf) flatten(out, "", kf, 0);
+    json_decref(kf);
+    if (c->features) flatten(out, "", c->features, 0);
+    return out;
+}
+
+json_t *opt_candidate_features(const char *version_source, const opt_cand *c)
+{
+    kl_source *src = NULL;
+    kl_model *m = NULL;
+    kl_error e = {0};
+    if (kl_source_parse_text("<version>", version_source, strlen(version_source), &src, &e) == KL_OK)
+        kl_model_build(src, &m, &e);
+    json_t *out = features_with(m, c);
+    kl_model_free(m);
+    kl_source_free(src);
+    return out;
+}
+
+/* ---- skills ------------------------------------------------------------------------------- */
+
+typedef struct card_verdict {
+    kl_truth truth;
+    char predicate[160]; /* the first failing (or unknown) condition */
+    char shape[128];     /* where it was decided ("" for a static condition or a missing transform) */
+    char why[200];
+} card_verdict;
+
+/* Where a candidate sits: the kernel and line of its site id ("kernel:line[:what]"). */
+static void site_of(const opt_cand *c, char *kernel, size_t size, unsigned *line)
+{
+    const char *colon = strchr(c->site, ':');
+    size_t n = colon ? (size_t)(colon - c->site) : strlen(c->site);
+    if (n >= size) n = size - 1;
+    memcpy(kernel, c->site, n);
+    kernel[n] = '\0';
+    *line = colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
+}
+
+/* A card against a candidate site, through the one forward match of the skills stage
+ * (kl_skill_match_site): static conditions on the site's observables and features, speed
+ * conditions at the bench shape, correctness conditions at every check shape, `requires`
+ * against the transforms present. The first failing condition (else the first unknown) is
+ * kept to say why. */
+static kl_status match_card(const kl_skill *card, const kl_source *src, const kl_task *task, const opt_cand *c,
+                            const char *const *present, unsigned npresent, card_verdict *out, kl_error *err)
+{
+    memset(out, 0, sizeof *out);
+    char kernel[128];
+    unsigned line = 0;
+    site_of(c, kernel, sizeof kernel, &line);
+    char *features = c->features ? json_dumps(c->features, JSON_COMPACT) : NULL;
+    kl_skill_site site = {kernel, line, features};
+    kl_skill_match_result m;
+    kl_status st = kl_skill_match_site(card, src, task, &site, NULL, present, npresent, &m, err);
+    free(features);
+    if (st != KL_OK) return st;
+    out->truth = m.truth;
+    for (int pass = 0; pass < 2 && !out->predicate[0]; pass++) {
+        kl_truth want = pass == 0 ? KL_TRUTH_FAILS : KL_TRUTH_UNKNOWN;
+        for (unsigned i = 0; i < m.nchecks; i++) {
+            if (m.checks[i].truth != want) continue;
+            kl_snprintf(out->predicate, sizeof out->predicate, "%s", m.checks[i].predicate);
+            kl_snprintf(out->why, sizeof out->why, "%s", m.checks[i].why);
+            kl_snprintf(out->shape, sizeof out->shape, "%s", m.checks[i].shape);
+            break;
+        }
+        if (pass == 0 && !out->predicate[0] && m.nmissing) {
+            kl_snprintf(out->predicate, sizeof out->predicate, "requires %s", m.missing[0]);
+            kl_snprintf(out->why, sizeof out->why, "%s is not present in this kernel", m.missing[0]);
+        }
+    }
+    kl_skill_match_release(&m);
+    return KL_OK;
+}
+
+/* The geometric mean of a card's measured gains where its walk measured the step (labels
+ * "bench" and "path": the bench shape, or a shape that runs the step's path; all rows when
+ * there is none), and the share of its recorded contexts where it hurt (risks). */
+static void card_gain(const kl_skill *card, double *gain, double *hurt)
+{
+    const json_t *doc = kl_skill_doc(card);
+    const json_t *eff = json_object_get(doc, "effect");
+    double sum = 0;
+    unsigned n = 0;
+    for (int pass = 0; pass < 2 && n == 0; pass++) {
+        size_t i;
+        json_t *e;
+        json_array_foreach((json_t *)eff, i, e) {
+            const char *label = json_string_value(json_object_get(e, "label"));
+            if (pass == 0 && label && strcmp(label, "bench") && strcmp(label, "path")) continue;
+            double s = json_number_value(json_object_get(e, "speedup"));
+            if (s > 0) {
+                sum += log(s);
+                n++;
+            }
+        }
+    }
+    *gain = n ? exp(sum / n) : 1.0;
+    size_t risks = json_array_size(json_object_get(doc, "risks"));
+    size_t neff = json_array_size(eff);
+    *hurt = risks + neff ? (double)risks / (double)(risks + neff) : 0;
+}
+
+/* Does card follow, in its lineage's forward order, the step that made the version (its card
+ * id or its transform)? Read from the card's lineage path (docs/skill-card.md, "path"). */
+static bool card_follows(const kl_skill *card, const char *prev_card, const char *prev_transform)
+{
+    const json_t *path = json_object_get(kl_skill_doc(card), "path");
+    static const char *const keys[] = {"after", "follows", "previous"};
+    for (unsigned k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(json_object_get(path, keys[k]), i, x) {
+            const char *s = json_is_string(x) ? json_string_value(x)
+                                              : json_string_value(json_object_get(x, "transform"));
+            const char *id = json_is_object(x) ? json_string_value(json_object_get(x, "card")) : NULL;
+            if (s && ((prev_card && *prev_card && !strcmp(s, prev_card)) ||
+                      (prev_transform && *prev_transform && !strcmp(s, prev_transform))))
+                return true;
+            if (id && prev_card && *prev_card && !strcmp(id, prev_card)) return true;
+        }
+    }
+    return false;
+}
+
+static bool card_admitted(const kl_skill *card)
+{
+    const char *s = json_string_value(json_object_get(json_object_get(kl_skill_doc(card), "admission"), "status"));
+    return s && !strcmp(s, "admitted");
+}
+
+static bool params_equal(const char *cand_params, const json_t *card_params)
+{
+    if (!json_is_object(card_params) || json_object_size(card_params) == 0) return true;
+    char *t = json_dumps(card_params, JSON_COMPACT | JSON_SORT_KEYS);
+    bool same = t && !strcmp(t, cand_params);
+    free(t);
+    return same;
+}
+
+/* The transforms the rules catalog sees present in a version (for `requires`), into out[]
+ * (strings owned by *doc). */
+static unsigned present_transforms(const opt_version *ver, const kl_task *task, json_t **doc, const char **out,
+                                   unsigned max)
+{
+    char *json = NULL;
+    kl_error e = {0};
+    *doc = NULL;
+    if (kl_rules_list(ver->name, ver->source, strlen(ver->source), task, NULL, &json, &e) != KL_OK) return 0;
+    *doc = json_loads(json, 0, NULL);
+    free(json);
+    unsigned n = 0;
+    size_t i;
+    json_t *s;
+    json_array_foreach(*doc, i, s) {
+        /* present, or present and refused for removal: the optimization is there all the same */
+        const char *dir = json_string_value(json_object_get(s, "direction"));
+        const char *refused = json_string_value(json_object_get(s, "refused"));
+        const char *t = json_string_value(json_object_get(s, "transform"));
+        bool present = dir && (!strcmp(dir, "present") || (!strcmp(dir, "refused") && refused && !strcmp(refused, "remove")));
+        if (!present || !t) continue;
+        bool had = false;
+        for (unsigned k = 0; k < n && !had; k++) had = !strcmp(out[k], t);
+        if (!had && n < max) out[n++] = t;
+    }
+    return n;
+}
+
+/* Was card already recorded as skipped at this version and site? */
+static bool skip_known(const json_t *skipped, unsigned v, const char *card, const char *site)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach((json_t *)skipped, i, s) {
+        if (json_integer_value(json_object_get(s, "version")) != (json_int_t)v) continue;
+        const char *c = json_string_value(json_object_get(s, "card"));
+        const char *t = json_string_value(json_object_get(s, "site"));
+        if (c && t && !strcmp(c, card) && !strcmp(t, site)) return true;
+    }
+    return false;
+}
+
+static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, unsigned v, const kl_source *src,
+                              kl_error *err)
+{
+    opt_version *ver = (opt_version *)&versions[v];
+    const char *present[64];
+    json_t *present_doc = NULL;
+    unsigned npresent = present_transforms(ver, pc->task, &present_doc, present, 64);
+    kl_status st = KL_OK;
+    for (unsigned i = 0; i < ver->ncands; i++) {
+        opt_cand *c = &ver->cands[i];
+        double best = -1;
+        const char *best_card = NULL;
+        char best_why[256] = "";
+        unsigned ncards = 0, nfail = 0;
+        for (unsigned k = 0; k < pc->library->count; k++) {
+            const kl_skill *card = pc->library->items[k];
+            if (strcmp(kl_skill_transform(card), c->transform)) continue;
+            if (pc->admitted_only && !card_admitted(card)) continue;
+            ncards++;
+            card_verdict cv;
+            st = match_card(card, src, pc->task, c, present, npresent, &cv, err);
+            if (st != KL_OK) break;
+            if (cv.truth == KL_TRUTH_FAILS) {
+                nfail++;
+                if (skip_known(pc->skipped, v, kl_skill_id(card), c->site)) continue;
+                json_t *s = json_object();
+                json_object_set_new(s, "version", json_integer(v));
+                json_object_set_new(s, "site", json_string(c->site));
+                json_object_set_new(s, "transform", json_string(c->transform));
+                json_object_set_new(s, "card", json_string(kl_skill_id(card)));
+                json_object_set_new(s, "predicate", json_string(cv.predicate));
+                if (cv.shape[0]) json_object_set_new(s, "shape", json_string(cv.shape));
+                json_object_set_new(s, "why", json_string(cv.why));
+                json_array_append_new(pc->skipped, s);
+                continue;
+            }
+            double g, hurt;
+            card_gain(card, &g, &hurt);
+            double w = (cv.truth == KL_TRUTH_HOLDS ? 1.0 : 0.5) * (1.0 - hurt / 2);
+            bool same_params = params_equal(c->params, json_object_get(kl_skill_doc(card), "params"));
+            if (!same_params) w *= 0.8;
+            double e = g >= 1 ? 1 + (g - 1) * w : g;
+            bool follows = v > 0 && card_follows(card, ver->card, ver->transform);
+            if (follows && e > 1) e *= 1.25;
+            if (e > best) {
+                best = e;
+                best_card = kl_skill_id(card);
+                kl_snprintf(best_why, sizeof best_why, "card %s (%s%s): gain %.2fx, %s%s%s", kl_skill_id(card),
+                            kl_truth_name(cv.truth), cv.truth == KL_TRUTH_UNKNOWN ? ", ranked lower" : "", g,
+                            same_params ? "its parameters" : "other parameters", follows ? ", follows the last step in its lineage" : "",
+                            hurt > 0 ? ", hurt in some contexts" : "");
+            }
+        }
+        if (st != KL_OK) break;
+        c->order = (double)(opt_mix64(pc->seed ^ opt_mix64(strtoull(c->hash + 48, NULL, 16))) >> 11) * 0x1.0p-53;
+        if (best_card) {
+            c->expect = best;
+            kl_snprintf(c->card, sizeof c->card, "%s", best_card);
+            kl_snprintf(c->why, sizeof c->why, "%s", best_why);
+        } else if (ncards && nfail == ncards) {
+            c->excluded = true;
+            kl_snprintf(c->why, sizeof c->why, "every card of %s fails here (%u)", c->transform, ncards);
+        } else {
+            c->expect = 1.0;
+            kl_snprintf(c->why, sizeof c->why, "no card of %s: tried after the cards, in seeded order", c->transform);
+        }
+    }
+    json_decref(present_doc);
+    return st;
+}
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* Jaccard similarity of two flat feature objects over their name=value pairs. */
+static double jaccard(const json_t *a, const json_t *b)
+{
+    size_t inter = 0, uni = 0;
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)a, k, x) {
+        json_t *y = json_object_get(b, k);
+        uni++;
+        if (y && json_equal(x, y)) inter++;
+    }
+    json_object_foreach((json_t *)b, k, x) {
+        json_t *y = json_object_get(a, k);
+        if (!y || !json_equal(x, y)) uni++;
+    }
+    return uni ? (double)inter / (double)uni : 0;
+}
+
+#define MEMORY_K 5
+
+static kl_status score_memory(opt_policy_ctx *pc, const opt_version *versions, unsigned v, const kl_model *m,
+                              kl_error *err)
+{
+    (void)err;
+    opt_version *ver = (opt_version *)&versions[v];
+    for (unsigned i = 0; i < ver->ncands; i++) {
+        opt_cand *c = &ver->cands[i];
+        c->order = (double)(opt_mix64(pc->seed ^ opt_mix64(strtoull(c->hash + 48, NULL, 16))) >> 11) * 0x1.0p-53;
+        json_t *feat = features_with(m, c);
+        double sim[MEMORY_K] = {0}, lg[MEMORY_K] = {0};
+        unsigned n = 0, seen = 0;
+        size_t r;
+        json_t *rec;
+        json_array_foreach(pc->memory, r, rec) {
+            if (strcmp(json_string_value(json_object_get(rec, "transform")) ?: "", c->transform)) continue;
+            seen++;
+            double s = jaccard(feat, json_object_get(rec, "features"));
+            const char *rp = json_string_value(json_object_get(rec, "params"));
+            if (rp && !strcmp(rp, c->params)) s += 0.25;
+            if (s <= 0) continue;
+            double g = json_is_true(json_object_get(rec, "pass")) ? json_number_value(json_object_get(rec, "gain")) : 0.5;
+            if (g <= 0) g = 0.5;
+            /* keep the MEMORY_K most similar, the earlier record first on ties */
+            unsigned at = n < MEMORY_K ? n : MEMORY_K;
+            while (at > 0 && sim[at - 1] < s) at--;
+            if (at >= MEMORY_K) continue;
+            for (unsigned q = (n < MEMORY_K ? n : MEMORY_K - 1); q > at; q--) sim[q] = sim[q - 1], lg[q] = lg[q - 1];
+            sim[at] = s;
+            lg[at] = log(g);
+            if (n < MEMORY_K) n++;
+        }
+        json_decref(feat);
+        if (!n) {
+            c->expect = 1.0;
+            kl_snprintf(c->why, sizeof c->why, "memory: no earlier attempt of %s%s", c->transform,
+                        seen ? " on a similar site" : "");
+            continue;
+        }
+        double sw = 0, sl = 0;
+        for (unsigned q = 0; q < n; q++) sw += sim[q], sl += sim[q] * lg[q];
+        c->expect = exp(sl / sw);
+        kl_snprintf(c->why, sizeof c->why, "memory: %u similar attempt(s) of %s (similarity %.2f-%.2f), weighted gain %.2fx",
+                    n, c->transform, sim[n - 1], sim[0], c->expect);
+    }
+    return KL_OK;
+}
+
+static bool memory_visit(const char *key, const char *json, void *user)
+{
+    (void)key;
+    json_t **ctx = user; /* [0] out array, [1] {task, leave_out} */
+    json_t *d = json_loads(json, 0, NULL);
+    if (!d) return true;
+    const char *policy = json_string_value(json_object_get(d, "policy"));
+    const char *state = json_string_value(json_object_get(d, "state"));
+    const char *task = json_string_value(json_object_get(d, "task"));
+    const char *skip1 = json_string_value(json_object_get(ctx[1], "task"));
+    const char *skip2 = json_string_value(json_object_get(ctx[1], "leave_out"));
+    json_int_t budget = json_integer_value(json_object_get(ctx[1], "budget"));
+    const json_t *only = json_object_get(ctx[1], "tasks");
+    bool listed = !only;
+    size_t q;
+    json_t *name;
+    json_array_foreach((json_t *)only, q, name) listed |= task && !strcmp(json_string_value(name), task);
+    if (policy && !strcmp(policy, "blind") && state && !strcmp(state, "done") && task && listed &&
+        (!budget || json_integer_value(json_object_get(d, "budget")) == budget) &&
+        !(skip1 && !strcmp(task, skip1)) && !(skip2 && !strcmp(task, skip2))) {
+        size_t i;
+        json_t *r;
+        json_array_foreach(json_object_get(d, "rounds"), i, r) {
+            json_t *c = json_object_get(r, "candidate"), *j = json_object_get(r, "judgement");
+            json_t *o = json_object();
+            json_object_set_new(o, "task", json_string(task));
+            json_object_set(o, "transform", json_object_get(c, "transform"));
+            char *p = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+            json_object_set_new(o, "params", json_string(p ? p : "{}"));
+            free(p);
+            json_object_set(o, "features", json_object_get(c, "observed") ?: json_object());
+            bool pass = json_is_true(json_object_get(j, "pass"));
+            json_object_set_new(o, "pass", json_boolean(pass));
+            if (pass && json_is_number(json_object_get(j, "speedup")))
+                json_object_set(o, "gain", json_object_get(j, "speedup"));
+            if (!pass) json_object_set(o, "stage", json_object_get(j, "stage"));
+            json_array_append_new(ctx[0], o);
+        }
+    }
+    json_decref(d);
+    return true;
+}
+
+kl_status kl_optimize_memory_json(kl_store *store, const char *task_name, const char *leave_out, unsigned budget,
+                                  const char *const *tasks, char **json, kl_error *err)
+{
+    *json = NULL;
+    json_t *ctx[2] = {json_array(), json_object()};
+    if (task_name) json_object_set_new(ctx[1], "task", json_string(task_name));
+    if (leave_out) json_object_set_new(ctx[1], "leave_out", json_string(leave_out));
+    if (budget) json_object_set_new(ctx[1], "budget", json_integer(budget));
+    if (tasks) {
+        json_t *a = json_array();
+        for (const char *const *t = tasks; *t; t++) json_array_append_new(a, json_string(*t));
+        json_object_set_new(ctx[1], "tasks", a);
+    }
+    kl_status st = kl_store_each(store, "optimize", NULL, memory_visit, ctx, err);
+    if (st == KL_OK) {
+        *json = json_dumps(ctx[0], JSON_COMPACT | JSON_SORT_KEYS);
+        if (!*json) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    }
+    json_decref(ctx[0]);
+    json_decref(ctx[1]);
+    return st;
+}
+
+/* ---- blind ------------------------------------------------------------------------------- */
+
+static void score_blind(opt_policy_ctx *pc, const opt_version *versions, unsigned v)
+{
+    opt_version *ver = (opt_version *)&versions[v];
+    for (unsigned i = 0; i < ver->ncands; i++) {
+        opt_cand *c = &ver->cands[i];
+        c->expect = 1.0;
+        c->order = (double)(opt_mix64(pc->seed ^ opt_mix64(strtoull(c->hash + 48, NULL, 16))) >> 11) * 0x1.0p-53;
+        kl_snprintf(c->why, sizeof c->why, "blind: seeded random order");
+    }
+}
+
+kl_status opt_policy_score(opt_policy_ctx *pc, const opt_version *versions, unsigned nversions, unsigned v,
+                           kl_error *err)
+{
+    (void)nversions;
+    if (pc->policy == KL_POLICY_BLIND) {
+        score_blind(pc, versions, v);
+        return KL_OK;
+    }
+    kl_source *src = NULL;
+    kl_model *m = NULL;
+    kl_error e = {0};
+    if (kl_source_parse_text(versions[v].name, versions[v].source, strlen(versions[v].source), &src, &e) == KL_OK)
+        kl_model_build(src, &m, &e);
+    kl_status st = pc->policy == KL_POLICY_SKILLS ? score_skills(pc, versions, v, src, err)
+                                                  : score_memory(pc, versions, v, m, err);
+    kl_model_free(m);
+    kl_source_free(src);
+    return st;
+}

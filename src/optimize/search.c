@@ -1,0 +1,1036 @@
+/*
+ * The forward search (docs/optimize.md). Best-first over versions: each round judges the
+ * untried proposal with the highest cum(version) × E(proposal); a candidate that passes and
+ * keeps at least KEEP_FLOOR of its parent's speed becomes a version; the beam keeps the
+ * fastest few open. The run is a pure function of its inputs and its judgements, so the
+ * stored judgements, reused in order, bring a resumed run back to where it stopped.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optimize/optimize_int.h"
+
+static const char *const policy_names[KL_POLICY_COUNT] = {"skills", "memory", "blind"};
+
+const char *kl_policy_name(kl_policy policy)
+{
+    return (unsigned)policy < KL_POLICY_COUNT ? policy_names[policy] : "?";
+}
+
+kl_status kl_policy_parse(const char *name, kl_policy *out, kl_error *err)
+{
+    for (unsigned i = 0; i < KL_POLICY_COUNT; i++)
+        if (name && !strcmp(name, policy_names[i])) {
+            *out = (kl_policy)i;
+            return KL_OK;
+        }
+    return kl_error_set(err, KL_ERR_INVALID, "unknown policy '%s': expected skills, memory or blind",
+                        name ? name : "");
+}
+
+uint64_t opt_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* ---- the run --------------------------------------------------------------------------- */
+
+struct kl_judgement;
+static json_t *judgement_json(const kl_judgement *j);
+
+typedef struct run {
+    const kl_task *task;
+    const kl_optimize_options *opt;
+    kl_error *err;
+    char key[KL_HASH_HEX];
+    char *start_path, *start_name;
+    json_t *doc;               /* the stored document, rebuilt from the state after every round */
+    json_t *stored_rounds;     /* judgements of an earlier, interrupted run of the same key */
+    json_t *rounds, *skipped, *finals;
+    opt_version *versions;
+    unsigned nversions, cap;
+    unsigned used;             /* gate calls spent */
+    unsigned since_best;       /* judgements since the last new best */
+    int best;                  /* the version with the highest cum */
+    opt_policy_ctx pc;
+    json_t *memory;
+    kl_skill_list own_library; /* loaded here when opt->library is NULL */
+    unsigned budget, beam;
+    double min_gain;
+    double t0;
+    json_t *ahead;             /* judgements made ahead: "version:candidate hash" -> judgement */
+    unsigned ahead_made, ahead_used;
+} run;
+
+static void say(run *r, kl_optimize_event ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(run *r, kl_optimize_event ev, const char *fmt, ...)
+{
+    if (!r->opt->progress) return;
+    char text[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    kl_optimize_progress p = {(unsigned)json_array_size(r->rounds), r->used, r->budget,
+                              r->nversions ? r->versions[r->best].cum : 1.0, text};
+    r->opt->progress(r->opt->progress_user, ev, &p);
+}
+
+static void version_release(opt_version *v)
+{
+    free(v->source);
+    free(v->params);
+    for (unsigned i = 0; i < v->ncands; i++) {
+        free(v->cands[i].source);
+        free(v->cands[i].transform);
+        free(v->cands[i].site);
+        free(v->cands[i].params);
+        json_decref(v->cands[i].features);
+    }
+    free(v->cands);
+}
+
+static void cand_name(const kl_task *task, const char *hash, char *buf, size_t size)
+{
+    kl_snprintf(buf, size, "%s/opt-%.12s.cu", task->name, hash);
+}
+
+static kl_status add_version(run *r, const char *source, int parent, int round, double gain, const opt_cand *from)
+{
+    if (r->nversions == r->cap) {
+        unsigned cap = r->cap ? r->cap * 2 : 16;
+        opt_version *v = realloc(r->versions, cap * sizeof *v);
+        if (!v) return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+        r->versions = v;
+        r->cap = cap;
+    }
+    opt_version *v = &r->versions[r->nversions];
+    memset(v, 0, sizeof *v);
+    v->source = kl_strdup(source);
+    v->params = kl_strdup(from ? from->params : "{}");
+    if (!v->source || !v->params) {
+        free(v->source), free(v->params);
+        return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+    }
+    kl_hash_hex(source, strlen(source), v->hash);
+    if (parent < 0 && r->start_name)
+        kl_snprintf(v->name, sizeof v->name, "%s", r->start_name);
+    else
+        cand_name(r->task, v->hash, v->name, sizeof v->name);
+    v->parent = parent;
+    v->round = round;
+    v->gain = gain;
+    v->cum = parent < 0 ? 1.0 : r->versions[parent].cum * gain;
+    v->open = true;
+    if (from) {
+        kl_snprintf(v->transform, sizeof v->transform, "%s", from->transform);
+        kl_snprintf(v->card, sizeof v->card, "%s", from->card);
+        kl_snprintf(v->site, sizeof v->site, "%s", from->site);
+    }
+    r->nversions++;
+    return KL_OK;
+}
+
+static int version_of_hash(const run *r, const char *hash)
+{
+    for (unsigned i = 0; i < r->nversions; i++)
+        if (!strcmp(r->versions[i].hash, hash)) return (int)i;
+    return -1;
+}
+
+/* ---- proposals ---------------------------------------------------------------------------- */
+
+static kl_status take_candidates(run *r, opt_version *v, kl_candidates *c)
+{
+    for (unsigned i = 0; i < c->count; i++) {
+        const kl_candidate *k = &c->items[i];
+        if (!k->source || !strcmp(k->source, v->source)) continue; /* no change */
+        char hash[KL_HASH_HEX];
+        kl_hash_hex(k->source, strlen(k->source), hash);
+        bool dup = false;
+        for (unsigned j = 0; j < v->ncands && !dup; j++) dup = !strcmp(v->cands[j].hash, hash);
+        if (dup) continue;
+        opt_cand *n = realloc(v->cands, (v->ncands + 1) * sizeof *n);
+        if (!n) return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+        v->cands = n;
+        opt_cand *x = &v->cands[v->ncands];
+        memset(x, 0, sizeof *x);
+        x->source = kl_strdup(k->source);
+        x->transform = kl_strdup(k->transform);
+        x->site = kl_strdup(k->site);
+        /* parameters in one canonical text: sorted keys, compact */
+        json_t *p = json_loads(k->params_json ? k->params_json : "{}", 0, NULL);
+        x->params = p ? json_dumps(p, JSON_COMPACT | JSON_SORT_KEYS) : kl_strdup("{}");
+        json_decref(p);
+        x->features = k->features_json ? json_loads(k->features_json, 0, NULL) : NULL;
+        if (!x->source || !x->transform || !x->site || !x->params) {
+            free(x->source), free(x->transform), free(x->site), free(x->params);
+            json_decref(x->features);
+            return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+        }
+        memcpy(x->hash, hash, sizeof hash);
+        kl_snprintf(x->id, sizeof x->id, "%s@%s#%.12s", x->transform, x->site, hash);
+        x->expect = 1.0;
+        v->ncands++;
+    }
+    return KL_OK;
+}
+
+static kl_status ask(run *r, opt_version *v, const char *skill_json)
+{
+    kl_rewrite_request req = {0};
+    req.kind = KL_REQ_APPLY;
+    req.source = v->source;
+    req.source_name = v->name;
+    req.task = r->task;
+    req.skill_json = skill_json;
+    kl_candidates c;
+    kl_status st = kl_rewriter_propose(r->opt->rewriter, &req, &c, r->err);
+    if (st == KL_OK) st = take_candidates(r, v, &c);
+    kl_candidates_free(&c);
+    return st;
+}
+
+/* The cards that speak for the most: sorted by their measured gain, at most max of them
+ * (for the rewriters that answer one card at a time and cost a request each). */
+static unsigned top_cards(const kl_skill_list *lib, unsigned max, const kl_skill **out)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < lib->count; i++) {
+        kl_skill_summary si;
+        kl_skill_summarize(lib->items[i], &si);
+        unsigned at = n < max ? n : max;
+        while (at > 0) {
+            kl_skill_summary so;
+            kl_skill_summarize(out[at - 1], &so);
+            if (so.best_gain >= si.best_gain) break;
+            at--;
+        }
+        if (at >= max) continue;
+        for (unsigned k = (n < max ? n : max - 1); k > at; k--) out[k] = out[k - 1];
+        out[at] = lib->items[i];
+        if (n < max) n++;
+    }
+    return n;
+}
+
+#define CARDS_PER_REQUEST_BACKEND 8
+
+/* The proposals of version v, scored by the policy.
+ * rules: every applicable site of every transform (the first parameter's values), and with
+ *   the skills policy also every card's own parameters at its transform's sites;
+ * llm / command: one open request (blind, memory); with the skills policy one request per
+ *   card, the cards that gained most first, at most CARDS_PER_REQUEST_BACKEND of them. */
+static kl_status expand(run *r, unsigned vi)
+{
+    opt_version *v = &r->versions[vi];
+    if (v->expanded) return KL_OK;
+    bool rules = !strcmp(kl_rewriter_name(r->opt->rewriter), "rules");
+    bool skills = r->opt->policy == KL_POLICY_SKILLS && r->pc.library;
+    kl_status st = KL_OK;
+    if (rules || !skills) st = ask(r, v, NULL);
+    if (st == KL_OK && skills) {
+        const kl_skill_list *lib = r->pc.library;
+        const kl_skill *chosen[CARDS_PER_REQUEST_BACKEND];
+        unsigned n = rules ? lib->count : top_cards(lib, CARDS_PER_REQUEST_BACKEND, chosen);
+        for (unsigned i = 0; i < n && st == KL_OK; i++) {
+            const kl_skill *card = rules ? lib->items[i] : chosen[i];
+            const json_t *params = json_object_get(kl_skill_doc(card), "params");
+            /* rules: a card adds proposals only through parameters the grid lacks */
+            if (rules && (!json_is_object(params) || json_object_size(params) == 0)) continue;
+            char *text = kl_skill_to_json(card);
+            if (!text) return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+            st = ask(r, &r->versions[vi], text);
+            free(text);
+        }
+    }
+    if (st != KL_OK) return st;
+    v = &r->versions[vi];
+    v->expanded = true;
+    /* a candidate identical to a version already reached is never judged again */
+    for (unsigned i = 0; i < v->ncands; i++)
+        if (version_of_hash(r, v->cands[i].hash) >= 0) v->cands[i].tried = true;
+    return opt_policy_score(&r->pc, r->versions, r->nversions, vi, r->err);
+}
+
+/* The next untried candidate of v in the policy's order, or -1. */
+static int next_of(const opt_version *v)
+{
+    int best = -1;
+    for (unsigned i = 0; i < v->ncands; i++) {
+        const opt_cand *c = &v->cands[i];
+        if (c->tried || c->excluded) continue;
+        if (best < 0) {
+            best = (int)i;
+            continue;
+        }
+        const opt_cand *b = &v->cands[best];
+        if (c->expect > b->expect || (c->expect == b->expect && c->order < b->order)) best = (int)i;
+    }
+    return best;
+}
+
+/* The (version, candidate) with the highest cum × E; ties: the faster version, then the newer. */
+static kl_status pick(run *r, int *pv, int *pc)
+{
+    *pv = *pc = -1;
+    double best = -1;
+    for (unsigned i = 0; i < r->nversions; i++) {
+        if (!r->versions[i].open) continue;
+        kl_status st = expand(r, i);
+        if (st != KL_OK) return st;
+        int c = next_of(&r->versions[i]);
+        if (c < 0) {
+            r->versions[i].open = false; /* nothing left to try from it */
+            continue;
+        }
+        double s = r->versions[i].cum * r->versions[i].cands[c].expect;
+        if (s > best * (1 + 1e-12) ||
+            (fabs(s - best) <= best * 1e-12 && r->versions[i].cum > r->versions[*pv].cum)) {
+            best = s;
+            *pv = (int)i;
+            *pc = c;
+        }
+    }
+    return KL_OK;
+}
+
+/* Up to n (version, candidate) pairs in the order the search would take them if no judgement
+ * changed anything: the untried candidates of the open versions by cum × E, ties as pick(). */
+typedef struct pair {
+    unsigned v, c;
+    double score;
+} pair;
+
+static int pair_before(const run *r, const pair *a, const pair *b)
+{
+    if (a->score > b->score * (1 + 1e-12)) return 1;
+    if (b->score > a->score * (1 + 1e-12)) return 0;
+    if (r->versions[a->v].cum != r->versions[b->v].cum) return r->versions[a->v].cum > r->versions[b->v].cum;
+    if (a->v != b->v) return a->v < b->v;
+    const opt_cand *x = &r->versions[a->v].cands[a->c], *y = &r->versions[b->v].cands[b->c];
+    if (x->expect != y->expect) return x->expect > y->expect;
+    return x->order < y->order;
+}
+
+static unsigned pick_ahead(run *r, pair *out, unsigned n)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < r->nversions; i++) {
+        const opt_version *v = &r->versions[i];
+        if (!v->open || !v->expanded) continue;
+        for (unsigned c = 0; c < v->ncands; c++) {
+            if (v->cands[c].tried || v->cands[c].excluded) continue;
+            pair p = {i, c, v->cum * v->cands[c].expect};
+            unsigned at = k < n ? k : n;
+            while (at > 0 && pair_before(r, &p, &out[at - 1])) at--;
+            if (at >= n) continue;
+            for (unsigned q = (k < n ? k : n - 1); q > at; q--) out[q] = out[q - 1];
+            out[at] = p;
+            if (k < n) k++;
+        }
+    }
+    return k;
+}
+
+static void ahead_key(unsigned vi, const char *hash, char *buf, size_t size)
+{
+    kl_snprintf(buf, size, "%u:%s", vi, hash);
+}
+
+/* Judge the next candidates at once (several GPUs): the one the search takes now, vi/ci, and
+ * those after it in the order the search would take them. Their judgements wait in r->ahead. */
+static kl_status judge_ahead(run *r, unsigned vi, unsigned ci)
+{
+    unsigned n = r->opt->ahead;
+    if (!r->opt->judge_many || n < 2) return KL_OK;
+    char key[200];
+    ahead_key(vi, r->versions[vi].cands[ci].hash, key, sizeof key);
+    if (json_object_get(r->ahead, key)) return KL_OK; /* judged with the last batch */
+    pair *ps = calloc(n, sizeof *ps);
+    kl_judge_request *reqs = calloc(n, sizeof *reqs);
+    kl_judgement *outs = calloc(n, sizeof *outs);
+    char(*names)[128] = calloc(n, sizeof *names);
+    kl_status st = KL_OK;
+    if (!ps || !reqs || !outs || !names) {
+        st = kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    unsigned k = pick_ahead(r, ps, n), m = 0;
+    for (unsigned i = 0; i < k; i++) {
+        const opt_version *v = &r->versions[ps[i].v];
+        const opt_cand *c = &v->cands[ps[i].c];
+        ahead_key(ps[i].v, c->hash, key, sizeof key);
+        if (json_object_get(r->ahead, key)) continue;
+        cand_name(r->task, c->hash, names[m], sizeof names[m]);
+        reqs[m] = (kl_judge_request){names[m], c->source, v->name, v->source, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE};
+        ps[m] = ps[i];
+        m++;
+    }
+    unsigned done = 0;
+    kl_error e = {0};
+    for (unsigned i = 0; i < m; i++) outs[i].speedup = outs[i].cand_ms = outs[i].base_ms = -1;
+    kl_status js = m ? r->opt->judge_many(r->opt->judge_user, r->task, m, reqs, outs, &done, &e) : KL_OK;
+    if (js == KL_OK) done = m;
+    for (unsigned i = 0; i < done; i++) {
+        if (outs[i].unmeasured) continue; /* asked again, one by one, when the search gets there */
+        ahead_key(ps[i].v, r->versions[ps[i].v].cands[ps[i].c].hash, key, sizeof key);
+        json_object_set_new(r->ahead, key, judgement_json(&outs[i]));
+        r->ahead_made++;
+    }
+    /* a failure of the batch is what judging one by one would meet at request `done`: that
+     * request is judged again on its own when the search reaches it, and fails there */
+cleanup:
+    free(ps), free(reqs), free(outs), free(names);
+    return st;
+}
+
+/* Compile the next few candidates of v in the order they will be judged. */
+static kl_status prepare(run *r, unsigned vi)
+{
+    if (!r->opt->prepare) return KL_OK;
+    opt_version *v = &r->versions[vi];
+    unsigned batch = r->opt->prepare_batch ? r->opt->prepare_batch : 16;
+    const char **names = calloc(batch, sizeof *names), **texts = calloc(batch, sizeof *texts);
+    char(*nb)[128] = calloc(batch, sizeof *nb);
+    kl_status st = KL_OK;
+    if (!names || !texts || !nb) {
+        st = kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    /* the untried, unprepared candidates, best first */
+    unsigned n = 0;
+    for (; n < batch; n++) {
+        int best = -1;
+        for (unsigned i = 0; i < v->ncands; i++) {
+            const opt_cand *c = &v->cands[i];
+            if (c->tried || c->excluded || c->prepared) continue;
+            if (best < 0 || c->expect > v->cands[best].expect ||
+                (c->expect == v->cands[best].expect && c->order < v->cands[best].order))
+                best = (int)i;
+        }
+        if (best < 0) break;
+        v->cands[best].prepared = true;
+        cand_name(r->task, v->cands[best].hash, nb[n], sizeof nb[n]);
+        names[n] = nb[n];
+        texts[n] = v->cands[best].source;
+    }
+    if (n) st = r->opt->prepare(r->opt->judge_user, r->task, n, names, texts, r->err);
+cleanup:
+    free(names), free(texts), free(nb);
+    return st;
+}
+
+/* ---- the document ------------------------------------------------------------------------ */
+
+static json_t *judgement_json(const kl_judgement *j)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "pass", json_boolean(j->pass));
+    if (!j->pass) {
+        json_object_set_new(o, "stage", json_string(j->stage));
+        json_object_set_new(o, "reason", json_string(j->reason));
+    }
+    json_object_set_new(o, "verdict", json_string(j->key));
+    if (j->speedup >= 0) json_object_set_new(o, "speedup", json_real(j->speedup));
+    if (j->cand_ms >= 0) json_object_set_new(o, "cand_ms", json_real(j->cand_ms));
+    if (j->base_ms >= 0) json_object_set_new(o, "base_ms", json_real(j->base_ms));
+    if (j->device[0]) json_object_set_new(o, "device", json_string(j->device));
+    if (j->date[0]) json_object_set_new(o, "date", json_string(j->date));
+    return o;
+}
+
+static void judgement_from_json(const json_t *o, kl_judgement *j)
+{
+    memset(j, 0, sizeof *j);
+    j->pass = json_is_true(json_object_get(o, "pass"));
+    kl_snprintf(j->stage, sizeof j->stage, "%s", json_string_value(json_object_get(o, "stage")) ?: "");
+    kl_snprintf(j->reason, sizeof j->reason, "%s", json_string_value(json_object_get(o, "reason")) ?: "");
+    kl_snprintf(j->key, sizeof j->key, "%s", json_string_value(json_object_get(o, "verdict")) ?: "");
+    kl_snprintf(j->device, sizeof j->device, "%s", json_string_value(json_object_get(o, "device")) ?: "");
+    kl_snprintf(j->date, sizeof j->date, "%s", json_string_value(json_object_get(o, "date")) ?: "");
+    json_t *x;
+    j->speedup = json_is_number(x = json_object_get(o, "speedup")) ? json_number_value(x) : -1;
+    j->cand_ms = json_is_number(x = json_object_get(o, "cand_ms")) ? json_number_value(x) : -1;
+    j->base_ms = json_is_number(x = json_object_get(o, "base_ms")) ? json_number_value(x) : -1;
+}
+
+static json_t *versions_json(const run *r)
+{
+    json_t *a = json_array();
+    for (unsigned i = 0; i < r->nversions; i++) {
+        const opt_version *v = &r->versions[i];
+        json_t *o = json_object();
+        json_object_set_new(o, "index", json_integer(i));
+        json_object_set_new(o, "hash", json_string(v->hash));
+        json_object_set_new(o, "parent", v->parent < 0 ? json_null() : json_integer(v->parent));
+        json_object_set_new(o, "round", json_integer(v->round));
+        json_object_set_new(o, "gain", json_real(v->gain));
+        json_object_set_new(o, "cum", json_real(v->cum));
+        if (v->parent >= 0) {
+            json_object_set_new(o, "transform", json_string(v->transform));
+            json_object_set_new(o, "site", json_string(v->site));
+            json_object_set_new(o, "params", json_loads(v->params, 0, NULL) ?: json_object());
+            if (v->card[0]) json_object_set_new(o, "card", json_string(v->card));
+        }
+        json_object_set_new(o, "source", json_string(v->source));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static kl_status save(run *r)
+{
+    char stamp[32];
+    kl_utc_stamp(stamp, sizeof stamp);
+    json_object_set_new(r->doc, "updated", json_string(stamp));
+    json_object_set_new(r->doc, "gate_calls", json_integer(r->used));
+    json_object_set(r->doc, "rounds", r->rounds);
+    json_object_set(r->doc, "skipped", r->skipped);
+    json_object_set(r->doc, "finals", r->finals);
+    json_object_set_new(r->doc, "versions", versions_json(r));
+    json_object_set_new(r->doc, "best", json_integer(r->best));
+    if (r->opt->judge_many && r->opt->ahead > 1)
+        json_object_set_new(r->doc, "ahead", json_pack("{s:i, s:i, s:i}", "width", (json_int_t)r->opt->ahead, "judged",
+                                                       (json_int_t)r->ahead_made, "used", (json_int_t)r->ahead_used));
+    char *text = json_dumps(r->doc, JSON_SORT_KEYS | JSON_COMPACT);
+    if (!text) return kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+    kl_status st = kl_store_put(r->opt->store, "optimize", r->key, text, r->err);
+    free(text);
+    return st;
+}
+
+/* A fingerprint of the cards a run may use: their ids and texts. */
+static void library_fingerprint(const kl_skill_list *lib, char hex[KL_HASH_HEX])
+{
+    kl_hasher *h = kl_hasher_new();
+    kl_hasher_parts(h, "library");
+    for (unsigned i = 0; lib && i < lib->count; i++) {
+        char *t = kl_skill_to_json(lib->items[i]);
+        kl_hasher_parts(h, t ? t : "");
+        free(t);
+    }
+    kl_hasher_finish(h, hex);
+}
+
+static void run_key(run *r, const char *start_text, const char *lib_hex, const char *mem_hex)
+{
+    const kl_optimize_options *o = r->opt;
+    char num[160];
+    kl_hasher *h = kl_hasher_new();
+    kl_hasher_parts(h, KL_OPTIMIZE_FORMAT);
+    kl_hasher_parts(h, r->task->name);
+    kl_hasher_parts(h, r->start_name);
+    kl_hasher_parts(h, start_text);
+    kl_hasher_parts(h, kl_policy_name(o->policy));
+    kl_hasher_parts(h, kl_rewriter_name(o->rewriter));
+    kl_snprintf(num, sizeof num, "seed=%llu budget=%u beam=%u patience=%u min_gain=%.4f admitted=%d sanitize=%d",
+                (unsigned long long)o->seed, r->budget, r->beam, o->patience, r->min_gain, o->admitted_only,
+                o->sanitize_final);
+    kl_hasher_parts(h, num);
+    kl_hasher_parts(h, o->leave_out ? o->leave_out : "");
+    kl_hasher_parts(h, lib_hex);
+    kl_hasher_parts(h, mem_hex);
+    kl_hasher_finish(h, r->key);
+}
+
+/* ---- one round ---------------------------------------------------------------------------- */
+
+/* The judgement of candidate c against version v: from the stored run when it reaches that
+ * far, else from the judge. */
+static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
+{
+    size_t k = json_array_size(r->rounds);
+    if (k < json_array_size(r->stored_rounds)) {
+        const json_t *s = json_array_get(r->stored_rounds, k);
+        const char *id = json_string_value(json_object_get(json_object_get(s, "candidate"), "id"));
+        json_int_t from = json_integer_value(json_object_get(s, "from"));
+        if (!id || strcmp(id, c->id) || from != (json_int_t)vi)
+            return kl_error_set(r->err, KL_ERR_INVALID,
+                                "the stored run %.12s judged %s from version %lld in round %zu, but this one "
+                                "proposes %s from version %u there (the rewriter, the library or the memory "
+                                "changed): start again with --restart",
+                                r->key, id ? id : "?", (long long)from, k + 1, c->id, vi);
+        judgement_from_json(json_object_get(s, "judgement"), j);
+        return KL_OK;
+    }
+    char key[200];
+    ahead_key(vi, c->hash, key, sizeof key);
+    const json_t *early = json_object_get(r->ahead, key);
+    if (early) { /* judged ahead, with an earlier batch */
+        judgement_from_json(early, j);
+        r->ahead_used++;
+        return KL_OK;
+    }
+    memset(j, 0, sizeof *j);
+    j->speedup = j->cand_ms = j->base_ms = -1;
+    char name[128];
+    cand_name(r->task, c->hash, name, sizeof name);
+    const opt_version *v = &r->versions[vi];
+    return r->opt->judge(r->opt->judge_user, r->task, name, c->source, v->name, v->source,
+                         KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, j, r->err);
+}
+
+static void prune_beam(run *r)
+{
+    unsigned open = 0;
+    for (unsigned i = 0; i < r->nversions; i++) open += r->versions[i].open;
+    while (open > r->beam) {
+        int worst = -1;
+        for (unsigned i = 0; i < r->nversions; i++)
+            if (r->versions[i].open && (int)i != r->best &&
+                (worst < 0 || r->versions[i].cum <= r->versions[worst].cum))
+                worst = (int)i;
+        if (worst < 0) break;
+        r->versions[worst].open = false;
+        open--;
+    }
+}
+
+static kl_status one_round(run *r, unsigned vi, unsigned ci)
+{
+    opt_version *v = &r->versions[vi];
+    opt_cand *c = &v->cands[ci];
+    if (!c->prepared) {
+        kl_status st = prepare(r, vi);
+        if (st != KL_OK) return st;
+        v = &r->versions[vi];
+        c = &v->cands[ci];
+    }
+    kl_judgement j;
+    kl_status st = KL_OK;
+    if (json_array_size(r->rounds) >= json_array_size(r->stored_rounds)) {
+        st = judge_ahead(r, vi, ci);
+        if (st != KL_OK) return st;
+        v = &r->versions[vi];
+        c = &v->cands[ci];
+    }
+    st = judge_round(r, vi, c, &j);
+    if (st != KL_OK) return st;
+    if (j.unmeasured)
+        return kl_error_set(r->err, KL_ERR_UNMEASURED, "%s from version %u: no recorded verdict: %s", c->id, vi,
+                            j.reason);
+    c->tried = true;
+    r->used++;
+    unsigned round = (unsigned)json_array_size(r->rounds) + 1;
+    json_t *o = json_object();
+    json_object_set_new(o, "round", json_integer(round));
+    json_object_set_new(o, "from", json_integer(vi));
+    json_t *cj = json_object();
+    json_object_set_new(cj, "id", json_string(c->id));
+    json_object_set_new(cj, "transform", json_string(c->transform));
+    json_object_set_new(cj, "site", json_string(c->site));
+    json_object_set_new(cj, "params", json_loads(c->params, 0, NULL) ?: json_object());
+    if (c->card[0]) json_object_set_new(cj, "card", json_string(c->card));
+    json_object_set_new(cj, "expect", json_real(c->expect));
+    json_object_set_new(cj, "why", json_string(c->why));
+    if (c->features) json_object_set(cj, "features", c->features);
+    json_t *kf = opt_candidate_features(v->source, c);
+    if (kf) json_object_set_new(cj, "observed", kf);
+    json_object_set_new(o, "candidate", cj);
+    json_object_set_new(o, "judgement", judgement_json(&j));
+    double gain = j.pass && j.speedup > 0 ? j.speedup : 0;
+    const char *result = "rejected";
+    if (j.pass) {
+        double cum = v->cum * gain;
+        bool new_best = cum > r->versions[r->best].cum * r->min_gain;
+        if (gain >= KL_OPTIMIZE_KEEP_FLOOR || new_best) {
+            int dup = version_of_hash(r, c->hash);
+            if (dup < 0) {
+                st = add_version(r, c->source, (int)vi, (int)round, gain, c);
+                if (st != KL_OK) {
+                    json_decref(o);
+                    return st;
+                }
+                v = &r->versions[vi];
+                json_object_set_new(o, "version", json_integer(r->nversions - 1));
+                if (new_best) r->best = (int)r->nversions - 1;
+                result = new_best ? "new best" : "kept";
+            } else {
+                result = "duplicate";
+            }
+        } else {
+            result = "slower";
+        }
+        if (!new_best) r->since_best++;
+        else r->since_best = 0;
+    } else {
+        r->since_best++;
+    }
+    json_object_set_new(o, "result", json_string(result));
+    json_object_set_new(o, "cum", json_real(r->versions[r->best].cum));
+    json_array_append_new(r->rounds, o);
+    prune_beam(r);
+    if (j.pass)
+        say(r, KL_OPT_ROUND, "round %u: %s from v%u passed, gain %.3fx (%s); best %.3fx", round, c->id, vi, gain,
+            result, r->versions[r->best].cum);
+    else
+        say(r, KL_OPT_ROUND, "round %u: %s from v%u rejected at %s: %s; best %.3fx", round, c->id, vi, j.stage,
+            j.reason, r->versions[r->best].cum);
+    return save(r);
+}
+
+/* ---- the end: the returned kernel, checked again from scratch ---------------------------- */
+
+static kl_status final_check(run *r, bool *done)
+{
+    *done = false;
+    /* candidates for the result, fastest first; a version already refused is not tried again */
+    for (;;) {
+        int best = -1;
+        for (unsigned i = 1; i < r->nversions; i++) {
+            bool refused = false;
+            size_t k;
+            json_t *f;
+            json_array_foreach(r->finals, k, f) refused |= json_integer_value(json_object_get(f, "version")) == (json_int_t)i &&
+                                                          !json_is_true(json_object_get(json_object_get(f, "judgement"), "pass"));
+            if (refused || r->versions[i].cum <= 1.0) continue;
+            if (best < 0 || r->versions[i].cum > r->versions[best].cum) best = (int)i;
+        }
+        if (best < 0) {
+            r->best = 0; /* nothing faster than the start survived */
+            *done = true;
+            return KL_OK;
+        }
+        /* a final already judged? */
+        size_t k;
+        json_t *f;
+        json_array_foreach(r->finals, k, f) if (json_integer_value(json_object_get(f, "version")) == best &&
+                                                  json_is_true(json_object_get(json_object_get(f, "judgement"), "pass"))) {
+            r->best = best;
+            *done = true;
+            return KL_OK;
+        }
+        if (r->used >= r->budget) {
+            /* no call left to check it: the start is what can be returned */
+            r->best = 0;
+            json_object_set_new(r->doc, "final_note",
+                                json_string("no gate call was left to check the fastest version again: the start is returned"));
+            *done = true;
+            return KL_OK;
+        }
+        if (r->opt->interrupt && *r->opt->interrupt)
+            return kl_error_set(r->err, KL_ERR_INTERRUPTED, "interrupted before the final check");
+        const opt_version *v = &r->versions[best], *s = &r->versions[0];
+        kl_judgement j;
+        size_t nf = json_array_size(r->finals);
+        const json_t *stored = NULL;
+        /* the finals of a stored run come after its rounds */
+        if (json_array_size(r->stored_rounds) <= json_array_size(r->rounds)) {
+            json_t *sf = json_object_get(r->doc, "stored_finals");
+            if (nf < json_array_size(sf) &&
+                json_integer_value(json_object_get(json_array_get(sf, nf), "version")) == best)
+                stored = json_object_get(json_array_get(sf, nf), "judgement");
+        }
+        if (stored) {
+            judgement_from_json(stored, &j);
+        } else {
+            memset(&j, 0, sizeof j);
+            j.speedup = j.cand_ms = j.base_ms = -1;
+            unsigned flags = KL_JUDGE_PROFILE | (r->opt->sanitize_final ? KL_JUDGE_SANITIZE : 0);
+            kl_status st = r->opt->judge(r->opt->judge_user, r->task, v->name, v->source, s->name, s->source, flags,
+                                         &j, r->err);
+            if (st != KL_OK) return st;
+            if (j.unmeasured)
+                return kl_error_set(r->err, KL_ERR_UNMEASURED, "the final check of version %d: no recorded verdict: %s",
+                                    best, j.reason);
+        }
+        r->used++;
+        json_t *o = json_object();
+        json_object_set_new(o, "version", json_integer(best));
+        json_object_set_new(o, "sanitize", json_boolean(r->opt->sanitize_final));
+        json_object_set_new(o, "judgement", judgement_json(&j));
+        json_array_append_new(r->finals, o);
+        if (j.pass)
+            say(r, KL_OPT_NOTE, "final check of v%d against the start: passed, %.3fx", best, j.speedup);
+        else
+            say(r, KL_OPT_NOTE, "final check of v%d against the start: rejected at %s: %s", best, j.stage, j.reason);
+        kl_status st = save(r);
+        if (st != KL_OK) return st;
+        if (j.pass) {
+            r->best = best;
+            *done = true;
+            return KL_OK;
+        }
+    }
+}
+
+/* ---- entry -------------------------------------------------------------------------------- */
+
+static kl_status start_doc(run *r, const char *start_text, const char *lib_hex, unsigned ncards,
+                           const char *mem_hex, unsigned nmem)
+{
+    char *text = NULL;
+    kl_status st = KL_OK;
+    if (!r->opt->restart) {
+        st = kl_store_get(r->opt->store, "optimize", r->key, &text, r->err);
+        if (st == KL_OK) {
+            json_error_t je;
+            r->doc = json_loads(text, 0, &je);
+            free(text);
+            if (!json_is_object(r->doc) || !json_is_array(json_object_get(r->doc, "rounds")))
+                return kl_error_set(r->err, KL_ERR_PARSE, "stored run %.12s is damaged (%s): start again with --restart",
+                                    r->key, r->doc ? "no rounds" : je.text);
+            r->stored_rounds = json_incref(json_object_get(r->doc, "rounds"));
+            json_object_set(r->doc, "stored_finals", json_object_get(r->doc, "finals"));
+            const char *state = json_string_value(json_object_get(r->doc, "state"));
+            if (state && !strcmp(state, "paused")) { /* a run stopped by its time limit goes on */
+                json_object_set_new(r->doc, "state", json_string("running"));
+                json_object_del(r->doc, "stop_reason");
+            }
+            return KL_OK;
+        }
+        if (st != KL_ERR_NOT_FOUND) return st;
+        kl_error_clear(r->err);
+    }
+    const kl_optimize_options *o = r->opt;
+    r->doc = json_object();
+    json_object_set_new(r->doc, "format", json_string(KL_OPTIMIZE_FORMAT));
+    json_object_set_new(r->doc, "key", json_string(r->key));
+    json_object_set_new(r->doc, "task", json_string(r->task->name));
+    json_object_set_new(r->doc, "task_dir", json_string(r->task->dir));
+    json_object_set_new(r->doc, "start", json_string(r->start_path));
+    json_object_set_new(r->doc, "policy", json_string(kl_policy_name(o->policy)));
+    json_object_set_new(r->doc, "rewriter", json_string(kl_rewriter_name(o->rewriter)));
+    json_object_set_new(r->doc, "seed", json_integer((json_int_t)o->seed));
+    json_object_set_new(r->doc, "budget", json_integer(r->budget));
+    json_object_set_new(r->doc, "beam", json_integer(r->beam));
+    json_object_set_new(r->doc, "patience", json_integer(o->patience));
+    json_object_set_new(r->doc, "min_gain", json_real(r->min_gain));
+    json_object_set_new(r->doc, "sanitize_final", json_boolean(o->sanitize_final));
+    if (o->leave_out) json_object_set_new(r->doc, "leave_out", json_string(o->leave_out));
+    json_object_set_new(r->doc, "admitted_only", json_boolean(o->admitted_only));
+    json_t *lib = json_object();
+    json_object_set_new(lib, "cards", json_integer(ncards));
+    json_object_set_new(lib, "fingerprint", json_string(lib_hex));
+    json_object_set_new(r->doc, "library", lib);
+    json_t *mem = json_object();
+    json_object_set_new(mem, "records", json_integer(nmem));
+    json_object_set_new(mem, "fingerprint", json_string(mem_hex));
+    json_object_set_new(r->doc, "memory", mem);
+    json_t *b = json_object();
+    for (unsigned k = 0; k < r->task->nsizes; k++)
+        json_object_set_new(b, r->task->sizes[k], json_integer(r->task->bench.values[k]));
+    json_object_set_new(r->doc, "bench", b);
+    char stamp[32];
+    kl_utc_stamp(stamp, sizeof stamp);
+    json_object_set_new(r->doc, "started", json_string(stamp));
+    json_object_set_new(r->doc, "state", json_string("running"));
+    (void)start_text;
+    return KL_OK;
+}
+
+static kl_status check_start(run *r, const char *start_text)
+{
+    /* the start must define the task's launch(): the same parameter count as the task's args
+     * plus the stream */
+    kl_source *src = NULL;
+    kl_model *m = NULL;
+    kl_status st = kl_source_parse_text(r->start_path, start_text, strlen(start_text), &src, r->err);
+    if (st != KL_OK) return st;
+    st = kl_model_build(src, &m, r->err);
+    if (st == KL_OK) {
+        int fi = kl_model_launch_function(m);
+        unsigned nf = 0;
+        const kl_function *fs = kl_model_functions(m, &nf);
+        if (fi < 0)
+            st = kl_error_set(r->err, KL_ERR_INVALID, "%s: no extern \"C\" launch() function: the start must be a kernel "
+                                                      "file of task %s (docs/task-format.md)",
+                              r->start_path, r->task->name);
+        else if (fs[fi].nparams != r->task->nargs + 1)
+            st = kl_error_set(r->err, KL_ERR_INVALID,
+                              "%s:%u: launch() takes %u parameter(s); task %s expects %u (its %u args and a "
+                              "cudaStream_t)",
+                              r->start_path, fs[fi].span.line, fs[fi].nparams, r->task->name, r->task->nargs + 1,
+                              r->task->nargs);
+    }
+    kl_model_free(m);
+    kl_source_free(src);
+    return st;
+}
+
+kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, char **doc_json, kl_error *err)
+{
+    if (doc_json) *doc_json = NULL;
+    if (!task || !opt || !opt->rewriter || !opt->store || !opt->judge)
+        return kl_error_set(err, KL_ERR_INVALID, "optimize: a task, a rewriter, a store and a judge are required");
+    run r;
+    memset(&r, 0, sizeof r);
+    r.task = task;
+    r.opt = opt;
+    r.err = err;
+    r.budget = opt->budget ? opt->budget : KL_OPTIMIZE_BUDGET;
+    r.beam = opt->beam ? opt->beam : KL_OPTIMIZE_BEAM;
+    r.min_gain = opt->min_gain > 0 ? opt->min_gain : KL_OPTIMIZE_MIN_GAIN;
+    r.t0 = kl_now();
+    kl_skill_list own = KL_SKILL_LIST_INIT;
+    char *start_text = NULL, *mem_text = NULL;
+    kl_status st = KL_OK;
+    if (r.budget < 2) {
+        st = kl_error_set(err, KL_ERR_INVALID,
+                          "a budget of %u gate call(s) leaves none for the search (one is kept for the final check "
+                          "of the returned kernel): give 2 or more",
+                          r.budget);
+        goto cleanup;
+    }
+    if (opt->from_path) {
+        r.start_path = kl_strdup(opt->from_path);
+    } else if (task->naive) {
+        r.start_path = kl_task_path(task, task->naive);
+    } else {
+        st = kl_error_set(err, KL_ERR_INVALID, "%s/task.json: no \"naive\" kernel to start from: give --from FILE",
+                          task->dir);
+        goto cleanup;
+    }
+    if (!r.start_path) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    r.start_name = kl_strdup(r.start_path);
+    KL_TRY(kl_file_read(r.start_path, KL_SOURCE_MAX, &start_text, NULL, err));
+    KL_TRY(check_start(&r, start_text));
+
+    /* what the policy draws on */
+    r.pc.policy = opt->policy;
+    r.pc.task = task;
+    r.pc.seed = opt->seed;
+    r.pc.admitted_only = opt->admitted_only;
+    unsigned ncards = 0, nmem = 0;
+    char lib_hex[KL_HASH_HEX] = "", mem_hex[KL_HASH_HEX] = "";
+    if (opt->policy == KL_POLICY_SKILLS) {
+        const kl_skill_list *lib = opt->library;
+        if (!lib) {
+            KL_TRY(kl_skill_list_load_excluding(opt->store, opt->leave_out, &own, err));
+            if (opt->admitted_only) kl_skill_list_keep_admitted(&own);
+            lib = &own;
+        }
+        r.pc.library = lib;
+        ncards = lib->count;
+        if (!ncards) {
+            st = kl_error_set(err, KL_ERR_INVALID,
+                              "the skills policy has no cards: the library is empty%s (walk experts with 'klineage "
+                              "lineage TASK_DIR', or use --policy blind)",
+                              opt->leave_out ? " once the left-out task's lineages are taken out" : "");
+            goto cleanup;
+        }
+        library_fingerprint(lib, lib_hex);
+    }
+    if (opt->policy == KL_POLICY_MEMORY) {
+        KL_TRY(kl_optimize_memory_json(opt->store, task->name, opt->leave_out, r.budget, opt->memory_tasks, &mem_text, err));
+        r.memory = json_loads(mem_text, 0, NULL);
+        if (!r.memory) {
+            st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            goto cleanup;
+        }
+        nmem = (unsigned)json_array_size(r.memory);
+        kl_hash_hex(mem_text, strlen(mem_text), mem_hex);
+        r.pc.memory = r.memory;
+    }
+    run_key(&r, start_text, lib_hex, mem_hex);
+    KL_TRY(start_doc(&r, start_text, lib_hex, ncards, mem_hex, nmem));
+    r.rounds = json_array();
+    r.ahead = json_object();
+    r.skipped = json_array();
+    r.finals = json_array();
+    r.pc.skipped = r.skipped;
+    KL_TRY(add_version(&r, start_text, -1, 0, 1.0, NULL));
+    r.best = 0;
+
+    const char *state = json_string_value(json_object_get(r.doc, "state"));
+    if (state && !strcmp(state, "done")) {
+        /* a finished run: what it stored is the answer */
+        say(&r, KL_OPT_NOTE, "run %.12s is stored as done: showing it (--restart to run it again)", r.key);
+        goto out;
+    }
+    say(&r, KL_OPT_START, "optimizing %s from %s with the %s policy, %u gate call(s)%s", task->name, r.start_path,
+        kl_policy_name(opt->policy), r.budget,
+        json_array_size(r.stored_rounds) ? " (resuming the stored run)" : "");
+
+    const char *stop = NULL;
+    for (;;) {
+        if (r.used + 1 >= r.budget) {
+            stop = "budget";
+            break;
+        }
+        if (opt->patience && r.since_best >= opt->patience) {
+            stop = "patience";
+            break;
+        }
+        bool replaying = json_array_size(r.rounds) < json_array_size(r.stored_rounds);
+        if (!replaying && opt->interrupt && *opt->interrupt) {
+            st = kl_error_set(err, KL_ERR_INTERRUPTED, "interrupted after %u gate call(s)", r.used);
+            save(&r);
+            goto out;
+        }
+        if (!replaying && opt->time_s > 0 && kl_now() - r.t0 >= opt->time_s) {
+            json_object_set_new(r.doc, "state", json_string("paused"));
+            json_object_set_new(r.doc, "stop_reason", json_string("time limit"));
+            KL_TRY(save(&r));
+            say(&r, KL_OPT_NOTE, "the time limit (%.0f s) was reached: run the same command to go on", opt->time_s);
+            goto out;
+        }
+        int vi, ci;
+        KL_TRY(pick(&r, &vi, &ci));
+        if (vi < 0) {
+            stop = "nothing left to try";
+            break;
+        }
+        st = one_round(&r, (unsigned)vi, (unsigned)ci);
+        if (st == KL_ERR_UNMEASURED) {
+            save(&r);
+            goto out;
+        }
+        if (st != KL_OK) goto cleanup;
+    }
+    bool done = false;
+    st = final_check(&r, &done);
+    if (st != KL_OK) {
+        save(&r);
+        goto out;
+    }
+    json_object_set_new(r.doc, "stop_reason", json_string(stop));
+    json_object_set_new(r.doc, "state", json_string("done"));
+    json_object_del(r.doc, "stored_finals");
+    json_object_set_new(r.doc, "elapsed_s", json_real(kl_now() - r.t0));
+    KL_TRY(save(&r));
+    say(&r, KL_OPT_DONE, "done (%s): %u gate call(s), best %.3fx over the start", stop, r.used,
+        r.versions[r.best].cum);
+out:
+    if (doc_json && r.doc) {
+        json_t *copy = json_deep_copy(r.doc);
+        json_object_del(copy, "stored_finals");
+        *doc_json = json_dumps(copy, JSON_SORT_KEYS | JSON_INDENT(2));
+        json_decref(copy);
+    }
+cleanup:
+    for (unsigned i = 0; i < r.nversions; i++) version_release(&r.versions[i]);
+    free(r.versions);
+    json_decref(r.doc);
+    json_decref(r.stored_rounds);
+    json_decref(r.rounds);
+    json_decref(r.ahead);
+    json_decref(r.skipped);
+    json_decref(r.finals);
+    json_decref(r.memory);
+    kl_skill_list_release(&own);
+    free(r.start_path);
+    free(r.start_name);
+    free(start_text);
+    free(mem_text);
+    return st;
+}
+
+char *kl_optimize_best_source(const char *doc_json)
+{
+    json_t *d = doc_json ? json_loads(doc_json, 0, NULL) : NULL;
+    json_int_t b = json_integer_value(json_object_get(d, "best"));
+    const char *s = json_string_value(json_object_get(json_array_get(json_object_get(d, "versions"), (size_t)b), "source"));
+    char *out = s ? kl_strdup(s) : NULL;
+    json_decref(d);
+    return out;
+}

@@ -1,0 +1,82 @@
+#!/bin/bash
+# The style corpus (corpus/, docs in corpus/README.md), without a GPU:
+#  - every task passes `klineage task check` (task.json, launch() signatures, a reference that is
+#    not weak) and is listed in corpus/README.md and corpus/suite.json lists only corpus tasks;
+#  - every kernel file compiles for sm_90 with nvcc (device code, ptxas -v) without warnings,
+#    register spills or a stack frame (skipped, with a note, when nvcc is absent);
+#  - `klineage rewrite --list` reads every kernel file without crashing (exit 0 or 1, never a
+#    signal): the catalog's recognition on these files is issue 17's to measure, not this test's.
+set -u
+: "${KLINEAGE:?}" "${KL_SOURCE_DIR:?}"
+C="$KL_SOURCE_DIR/corpus"
+T=$(mktemp -d "${TMPDIR:-/tmp}/klineage-test-corpus-XXXXXX")
+trap 'rm -rf "$T"' EXIT
+export KLINEAGE_CACHE="$T/cache"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+tasks=()
+for d in "$C"/*/; do
+    [ -f "$d/task.json" ] && tasks+=("$(basename "$d")")
+done
+[ "${#tasks[@]}" -ge 24 ] || fail "corpus/ holds ${#tasks[@]} tasks, at least 24 expected"
+
+# task check, and the README's table
+for t in "${tasks[@]}"; do
+    if ! "$KLINEAGE" task check "$C/$t" >"$T/check.out" 2>"$T/check.err"; then
+        fail "task check corpus/$t"
+        sed 's/^/    /' "$T/check.out" "$T/check.err" >&2
+    fi
+    grep -q "^reference: ok" "$T/check.out" || fail "corpus/$t: the reference is not reported ok"
+    grep -q "^| \`$t\` |" "$C/README.md" || fail "corpus/$t is not in corpus/README.md's table"
+done
+# every task named in the suite file exists, and has an expert
+python3 - "$C" <<'PY' || fail "corpus/suite.json"
+import json, os, sys
+root = sys.argv[1]
+suite = json.load(open(os.path.join(root, "suite.json")))
+assert suite["tasks"], "no tasks"
+for e in suite["tasks"]:
+    t = json.load(open(os.path.join(root, e["task"], "task.json")))
+    assert t.get("expert"), f'{e["task"]} has no expert'
+PY
+
+# nvcc: device code of every kernel file, two at a time
+NVCC=${KL_NVCC:-}
+[ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+[ -z "$NVCC" ] && NVCC=$(command -v nvcc || true)
+if [ -z "$NVCC" ]; then
+    echo "note: nvcc not found (set KL_NVCC): the corpus kernels were not compiled"
+else
+    find "$C" -name '*.cu' | sort >"$T/files"
+    export NVCC T
+    xargs -P 2 -I{} sh -c 'f={}; o="$T/$(echo "$f" | tr / _).log"; "$NVCC" -arch=sm_90 -cubin -Xptxas -v -o /dev/null "$f" >"$o" 2>&1 || echo "nvcc exit $?" >>"$o"' <"$T/files"
+    while read -r f; do
+        log="$T/$(echo "$f" | tr / _).log"
+        if grep -q "nvcc exit\|error" "$log"; then
+            fail "$f does not compile for sm_90"
+            sed 's/^/    /' "$log" | head -20 >&2
+            continue
+        fi
+        grep -q "warning" "$log" && fail "$f: compiler warnings: $(grep warning "$log" | head -3)"
+        grep -q "Used [0-9]* registers" "$log" || fail "$f: no ptxas report"
+        grep -E "[1-9][0-9]* bytes spill (stores|loads)" "$log" >/dev/null && fail "$f: register spills: $(grep spill "$log" | sort -u)"
+        grep -E "[1-9][0-9]* bytes stack frame" "$log" >/dev/null && fail "$f: a stack frame: $(grep 'stack frame' "$log" | sort -u)"
+    done <"$T/files"
+fi
+
+# the catalog reads every file without crashing
+for f in $(find "$C" -name '*.cu' | sort); do
+    "$KLINEAGE" rewrite "$f" --list >"$T/list.out" 2>"$T/list.err"
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 1 ]; then
+        fail "rewrite --list $f: exit $rc"
+        tail -3 "$T/list.err" >&2
+    fi
+done
+
+if [ $failures -ne 0 ]; then
+    echo "$failures failures"
+    exit 1
+fi
+echo "corpus: ${#tasks[@]} tasks checked"

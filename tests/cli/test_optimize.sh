@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# klineage optimize and bench --optimize from the command line, without a GPU: bad input
+# gets a clear error and the right exit code before any judgement; a replay with nothing
+# recorded says so. (The search itself is tested with a stand-in judge in
+# tests/unit/test_optimize.c; the recorded runs replay in tests/cli/test_optimize_replay.sh
+# once the archive holds them.)
+set -u
+K=${KLINEAGE:?set KLINEAGE to the klineage binary}
+SRC=${KL_SOURCE_DIR:?set KL_SOURCE_DIR to the repository}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kl-opt.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+expect() { # expect RC PATTERN -- command...
+    local want=$1 pat=$2
+    shift 3
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    [ $rc -eq "$want" ] || fail "$* exited $rc, expected $want: $(tail -2 "$tmp/err")"
+    grep -q -- "$pat" "$tmp/err" "$tmp/out" || fail "$*: no '$pat' in: $(tail -2 "$tmp/err")"
+}
+cd "$SRC"
+# an empty archive: what these cases check is decided before any verdict is needed
+: >"$tmp/empty.jsonl"
+A=(--archive "$tmp/empty.jsonl")
+
+# usage errors (exit 2), before anything is opened
+expect 2 "budget" -- "$K" --db "$tmp/db" optimize tasks/softmax --budget 0
+expect 2 "budget" -- "$K" --db "$tmp/db" optimize tasks/softmax --budget 1
+expect 2 "budget" -- "$K" --db "$tmp/db" optimize tasks/softmax --budget lots
+expect 2 "skills, memory or blind" -- "$K" --db "$tmp/db" optimize tasks/softmax --policy greedy
+expect 2 "which task" -- "$K" --db "$tmp/db" optimize
+expect 2 "unknown option" -- "$K" --db "$tmp/db" optimize tasks/softmax --fast
+expect 2 "rules, llm or command" -- "$K" --db "$tmp/db" optimize tasks/softmax --rewriter magic
+expect 2 "beam" -- "$K" --db "$tmp/db" optimize tasks/softmax --beam 0
+expect 2 "--optimize" -- "$K" --db "$tmp/db" bench --expert --plot x
+expect 2 "--expert" -- "$K" --db "$tmp/db" bench
+expect 2 "policies" -- "$K" --db "$tmp/db" bench --optimize --policies skills,greedy
+
+# failures (exit 1) with the file, the line and what was expected
+cat >"$tmp/other.cu" <<'EOF'
+#include <cuda_runtime.h>
+__global__ void k(float* a) { a[0] = 1; }
+extern "C" void launch(float* a, cudaStream_t s) { k<<<1, 1, 0, s>>>(a); }
+EOF
+expect 1 "other.cu:3: launch() takes 2 parameter(s); task softmax expects 5" -- \
+    "$K" --db "$tmp/db" --measure replay optimize tasks/softmax --from "$tmp/other.cu" --policy blind "${A[@]}"
+expect 1 "No such file\|cannot\|missing\|not found" -- \
+    "$K" --db "$tmp/db" --measure replay optimize tasks/softmax --from "$tmp/nope.cu" --policy blind "${A[@]}"
+expect 1 "task.json" -- "$K" --db "$tmp/db" --measure replay optimize "$tmp/no-such-task" "${A[@]}"
+# a task without a naive kernel, and no --from
+mkdir -p "$tmp/nonaive"
+cp tasks/softmax/reference.c tasks/softmax/expert.cu "$tmp/nonaive/"
+python3 - "$SRC/tasks/softmax/task.json" "$tmp/nonaive/task.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1])); d.pop("naive"); json.dump(d, open(sys.argv[2], "w"))
+EOF
+expect 1 'no "naive" kernel' -- "$K" --db "$tmp/db" --measure replay optimize "$tmp/nonaive" --policy blind "${A[@]}"
+# the skills policy with an empty library
+expect 1 "no cards" -- "$K" --db "$tmp/empty.db" --measure replay optimize tasks/softmax "${A[@]}"
+# a replay with nothing recorded for this run: it says so, and how to record it
+cp -r tasks/softmax "$tmp/softmax2"
+echo '// a kernel nobody recorded' >>"$tmp/softmax2/naive.cu"
+expect 1 "no recorded verdict" -- "$K" --db "$tmp/db2" --measure replay optimize "$tmp/softmax2" --policy blind \
+    "${A[@]}"
+grep -q "^\[replay\] error:" "$tmp/err" || fail "the replayed error is not marked [replay]"
+grep -q "measure record" "$tmp/err" || fail "the unmeasured error does not say how to record"
+
+# help comes from the doc page
+"$K" optimize --help >"$tmp/help" || fail "optimize --help failed"
+sed -n '/<!-- help -->/,/<!-- \/help -->/p' docs/cli/optimize.md | sed '1,2d;$d' | sed '$d' >"$tmp/want"
+cmp -s "$tmp/help" "$tmp/want" || fail "optimize --help differs from docs/cli/optimize.md"
+
+[ $fails -eq 0 ] && echo "test_optimize: ok" || echo "test_optimize: $fails failure(s)"
+[ $fails -eq 0 ]

@@ -7,6 +7,8 @@
 #   scripts/gpu_session.sh lineage T… the backward walks of tasks T… (record)
 #   scripts/gpu_session.sh record T…  suite, rules sequences, walks; at most 8 files to $OUT
 #   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only
+#   scripts/gpu_session.sh catalog [T…] the rules catalog on the style corpus: every applicable
+#                                       site applied once and gated (scripts/gpu_catalog.sh)
 #   scripts/gpu_session.sh corpus [T…] the style corpus: every naive and expert kernel of corpus/
 #                                       gated (record), the experts' table (scripts/gpu_corpus.sh)
 #   scripts/gpu_session.sh gatecorpus  the hardened gate (issue 18): worker smoke test, the corpus
@@ -18,6 +20,8 @@
 #                                      SIGINT at KL_OPTIMIZE_S (default 540 s; every run so far is kept
 #                                      and the next call goes on); the table to $OUT
 #   scripts/gpu_session.sh pool       one gate batch as today, on --gpus 0 and on --gpus 0,0 (docs/cluster.md)
+#   scripts/gpu_session.sh variants [T…] candidate experts (tasks/T/variants/*.cu) gated beside the expert
+#   scripts/gpu_session.sh all | final T… older one-call sessions (suite, corpus, gate figures / suite, walks)
 # Results (the archive, logs, tables) go to $OUT when it is set.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -156,6 +160,12 @@ walks)
     walk_tasks "$@"
     python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
     tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
+    ;;
+catalog)
+    # the rules catalog on the style corpus (issue 17): about 4 minutes; KL_CATALOG_S bounds it
+    timeout -k 20 "${KL_CATALOG_S:-290}" bash scripts/gpu_catalog.sh "$@" >"$out/catalog.txt" 2>&1
+    echo "exit $?"
+    tail -45 "$out/catalog.txt"
     ;;
 corpus)
     # the style corpus (corpus/README.md): about 3 minutes; KL_CORPUS_S bounds the whole phase
@@ -362,7 +372,7 @@ optimize)
     save_archive
     ;;
 *)
-    echo "usage: $0 check|suite|lineage|record|walks|gatecorpus|corpus|cards|optimize|pool|variants TASK…" >&2
+    echo "usage: $0 check|suite|lineage|all|final|record|walks|catalog|gatecorpus|corpus|cards|optimize|pool|variants TASK…" >&2
     exit 2
     ;;
 esac

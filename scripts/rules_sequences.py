@@ -82,8 +82,12 @@ def main():
             cur = f"{out}/{t}.step.cu"
             open(cur, "w").write(src)
             r = run([kl, "--quiet", "rewrite", cur, "--list", "--json", "--transform", name, "--task", tdir])
+            # the sites to apply at: applicable ones, and those refused with the defaults only (a
+            # step's parameters may be what they need, e.g. specialize's values)
             sites = [s for s in (json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else [])
-                     if s.get("direction") == "applicable" and not s.get("why_not")]
+                     if (s.get("direction") == "applicable" or
+                         (s.get("direction") == "refused" and s.get("refused") == "apply"))
+                     and not s.get("why_not")]
             if not sites:
                 skipped.append(f"{name} (no applicable site)")
                 continue

@@ -104,11 +104,20 @@ void kl_rewriter_usage_get(const kl_rewriter *rw, kl_rewriter_usage *out);
  * *json owned by the caller (free()). */
 kl_status kl_rules_catalog_json(char **json, kl_error *err);
 /* Every site of every transform (or of `transform` when not NULL) in source, both ways, as JSON
- * text: [{"transform", "site", "direction": "present"|"applicable", "kernel", "line", "column",
- * "features": {...}, "params": {...}, "note"}], in the catalog's order. task may be NULL.
- * *json owned by the caller (free()). Fails for a source that does not parse at all. */
+ * text: [{"transform", "site", "direction", "kernel", "line", "column", "features": {...},
+ * "params": {...}, "note"}], in the catalog's order. Each site is tried: "present" when its
+ * removal succeeds, "applicable" when its application succeeds with the defaults or with some
+ * parameter value ("applies_with": those parameters when not the defaults), else "refused"
+ * with "refused": "remove"|"apply" and "reason" (note is the reason too: what --apply/--remove
+ * says). task may be NULL. *json owned by the caller (free()). Fails for a source that does
+ * not parse at all, or nests deeper than the catalog analyses (KL_ERR_TOO_LARGE). */
 kl_status kl_rules_list(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
                         char **json, kl_error *err);
+/* The canonical form the transforms read (docs/syntax.md, "The canonical form"): *out the text (the
+ * source itself when nothing changes), *summary (may be NULL) what changed ("" for nothing); both
+ * owned by the caller (free()). */
+kl_status kl_rules_canonical(const char *name, const char *source, size_t len, char **out, char **summary,
+                             kl_error *err);
 /* Apply (remove == false) or remove one transform at one site (an id from kl_rules_list),
  * with params (a JSON object, NULL: defaults). On KL_OK *out is the new file and *note a
  * line saying what was done (both owned by the caller, free()). KL_ERR_NOT_FOUND for an
@@ -117,6 +126,29 @@ kl_status kl_rules_list(const char *name, const char *source, size_t len, const 
 kl_status kl_rules_rewrite(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
                            const char *site, bool remove, const char *params_json, char **out, char **note,
                            kl_error *err);
+
+/* ---- the compile check of a rewrite (docs/rules.md, "Checks") -------------------------------- */
+
+/* The nvcc the checks use: $KLINEAGE_NVCC, else nvcc in PATH, else /usr/local/cuda/bin/nvcc;
+ * NULL when there is none. Static or environment storage: do not free. */
+const char *kl_rules_nvcc(void);
+/* Compile texts[0..n) with `nvcc -cubin` (the front end over the whole file, host code
+ * included, then the device code and ptxas; sm_90, sm_90a where the text holds wgmma), `jobs`
+ * at a time, each within timeout_s (<= 0: 300), with include_dir (may be NULL) on the include
+ * path. ok[i] says whether texts[i] compiled; why (may be NULL) receives nvcc's error lines
+ * for each that did not (new strings, free(); NULL for those that did), the scratch file named
+ * as names[i] (names may be NULL). A text that compiled once is remembered by its content hash
+ * under kl_cache_dir()/compile-check and not compiled again. KL_ERR_NOT_FOUND without nvcc,
+ * KL_ERR_TIMEOUT, KL_ERR_CHILD. */
+kl_status kl_rules_compile_texts(unsigned n, const char *const *names, const char *const *texts,
+                                 const char *include_dir, unsigned jobs, double timeout_s, bool *ok, char **why,
+                                 kl_error *err);
+/* Check a rewrite: when nvcc exists and `orig` compiles, `result` must compile too
+ * (KL_ERR_COMPILE with nvcc's errors otherwise). *checked is false when nothing could be said
+ * (no nvcc, or the original does not compile here); name (a path) names the file in messages
+ * and its folder is on the include path. */
+kl_status kl_rules_compile_check(const char *name, const char *orig, const char *result, double timeout_s,
+                                 bool *checked, kl_error *err);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,27 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+static void print_site(json_t *s, const char *label)
+{
+    char *feat = json_dumps(json_object_get(s, "features"), JSON_COMPACT | JSON_SORT_KEYS);
+    char *params = json_dumps(json_object_get(s, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+    char *with = json_object_get(s, "applies_with")
+                     ? json_dumps(json_object_get(s, "applies_with"), JSON_COMPACT | JSON_SORT_KEYS)
+                     : NULL;
+    printf("%-10s %s@%s  line %lld  %s\n", label, json_string_value(json_object_get(s, "transform")),
+           json_string_value(json_object_get(s, "site")), (long long)json_integer_value(json_object_get(s, "line")),
+           json_string_value(json_object_get(s, "note")));
+    if (params && strcmp(params, "{}")) printf("           params   %s\n", params);
+    if (with) printf("           applies with %s (not with the defaults)\n", with);
+    const char *canon = json_string_value(json_object_get(s, "canonical"));
+    if (canon) printf("           canonical form: %s\n", canon);
+    printf("           features %s\n", feat ? feat : "{}");
+    free(feat);
+    free(params);
+    free(with);
+}
+
+/* The sites that rewrite (present, applicable), then the refused ones with their reason. */
 static int print_list(const char *json_text, bool as_json)
 {
     if (as_json) {
@@ -51,18 +72,22 @@ static int print_list(const char *json_text, bool as_json)
     if (!arr) return cli_error("could not read the site list");
     size_t i;
     json_t *s;
+    unsigned refused = 0;
     if (json_array_size(arr) == 0) printf("no sites\n");
     json_array_foreach(arr, i, s) {
         const char *dir = json_string_value(json_object_get(s, "direction"));
-        char *feat = json_dumps(json_object_get(s, "features"), JSON_COMPACT | JSON_SORT_KEYS);
-        char *params = json_dumps(json_object_get(s, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-        printf("%-10s %s@%s  line %lld  %s\n", dir && !strcmp(dir, "present") ? "present" : "applicable",
-               json_string_value(json_object_get(s, "transform")), json_string_value(json_object_get(s, "site")),
-               (long long)json_integer_value(json_object_get(s, "line")), json_string_value(json_object_get(s, "note")));
-        if (params && strcmp(params, "{}")) printf("           params   %s\n", params);
-        printf("           features %s\n", feat ? feat : "{}");
-        free(feat);
-        free(params);
+        if (dir && !strcmp(dir, "refused")) {
+            refused++;
+            continue;
+        }
+        print_site(s, dir && !strcmp(dir, "present") ? "present" : "applicable");
+    }
+    if (refused) printf("refused (found, but the transform does not rewrite them):\n");
+    json_array_foreach(arr, i, s) {
+        const char *dir = json_string_value(json_object_get(s, "direction"));
+        if (!dir || strcmp(dir, "refused")) continue;
+        const char *what = json_string_value(json_object_get(s, "refused"));
+        print_site(s, what && !strcmp(what, "remove") ? "no remove" : "no apply");
     }
     json_decref(arr);
     return KL_EXIT_OK;
@@ -72,7 +97,7 @@ KL_CMD(rewrite)
 {
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     const char *file = NULL, *out_path = NULL, *task_dir = NULL, *target = NULL, *only = NULL;
-    bool list = false, remove = false;
+    bool list = false, remove = false, compile_check = true, canonical = false;
     int actions = 0;
     json_t *params = json_object();
     int rc = KL_EXIT_FAILED;
@@ -86,6 +111,9 @@ KL_CMD(rewrite)
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--list")) {
             list = true;
+            actions++;
+        } else if (!strcmp(a, "--canonical")) {
+            canonical = true;
             actions++;
         } else if (!strcmp(a, "--apply") || !strcmp(a, "--remove")) {
             if (!next) {
@@ -115,6 +143,8 @@ KL_CMD(rewrite)
             key[kl] = '\0';
             json_object_set_new(params, key, json_string(eq + 1));
             i++;
+        } else if (!strcmp(a, "--no-compile-check")) {
+            compile_check = false;
         } else if (!strcmp(a, "--transform")) {
             if (!next) {
                 rc = cli_usage_error(cli, "--transform needs a NAME");
@@ -148,11 +178,15 @@ KL_CMD(rewrite)
         goto cleanup;
     }
     if (actions != 1) {
-        rc = cli_usage_error(cli, "give exactly one of --list, --apply NAME@SITE, --remove NAME@SITE");
+        rc = cli_usage_error(cli, "give exactly one of --list, --apply NAME@SITE, --remove NAME@SITE, --canonical");
         goto cleanup;
     }
-    if (list && (json_object_size(params) || out_path)) {
-        rc = cli_usage_error(cli, "--param and -o go with --apply or --remove, not --list");
+    if (list && (json_object_size(params) || out_path || !compile_check)) {
+        rc = cli_usage_error(cli, "--param, -o and --no-compile-check go with --apply or --remove, not --list");
+        goto cleanup;
+    }
+    if (canonical && (json_object_size(params) || out_path || only || !compile_check)) {
+        rc = cli_usage_error(cli, "--canonical takes no other option");
         goto cleanup;
     }
     if (!list && only) {
@@ -183,6 +217,18 @@ KL_CMD(rewrite)
         rc = cli_error("%s", err.message);
         goto cleanup;
     }
+    if (canonical) {
+        char *summary = NULL;
+        if (kl_rules_canonical(file, source, len, &result, &summary, &err) != KL_OK) {
+            rc = cli_error("%s", err.message);
+            goto cleanup;
+        }
+        fputs(result, stdout);
+        cli_note(cli, "%s\n", summary[0] ? summary : "the canonical form is the file as written");
+        free(summary);
+        rc = KL_EXIT_OK;
+        goto cleanup;
+    }
     if (list) {
         if (kl_rules_list(file, source, len, task, only, &json_text, &err) != KL_OK) {
             rc = cli_error("%s", err.message);
@@ -205,6 +251,20 @@ KL_CMD(rewrite)
     if (st != KL_OK) {
         rc = cli_error("%s", err.message);
         goto cleanup;
+    }
+    if (compile_check) {
+        /* what the transform wrote must compile where the original does */
+        bool checked = false;
+        st = kl_rules_compile_check(file, source, result, 0, &checked, &err);
+        if (st == KL_ERR_COMPILE) {
+            rc = cli_error("%s %s at %s: %s", remove ? "removing" : "applying", name, at + 1, err.message);
+            goto cleanup;
+        }
+        if (st != KL_OK)
+            cli_note(cli, "note: the result was not compiled: %s\n", err.message);
+        else if (!checked)
+            cli_note(cli, "note: the result was not compiled (%s)\n",
+                     kl_rules_nvcc() ? "the original does not compile here" : "no nvcc");
     }
     if (out_path) {
         FILE *f = fopen(out_path, "wb");

@@ -362,6 +362,18 @@ static const char *str_or_empty(const json_t *o, const char *key)
     return s ? s : "";
 }
 
+/* A site of kl_rules_list's answer by the way the transform is found there: "present" or
+ * "applicable", a site the rules refuse to rewrite included ("refused": "remove" is a present
+ * optimization, "apply" a site of the transform all the same); "" for anything else. */
+static const char *site_way(const json_t *s)
+{
+    const char *dir = json_string_value(json_object_get(s, "direction"));
+    const char *refused = json_string_value(json_object_get(s, "refused"));
+    if (!dir) return "";
+    if (strcmp(dir, "refused") != 0) return dir;
+    return !refused ? "" : !strcmp(refused, "remove") ? "present" : !strcmp(refused, "apply") ? "applicable" : "";
+}
+
 typedef struct best {
     kl_skill_match_result r;
     bool have;
@@ -528,9 +540,8 @@ static int cmd_match(int argc, char **argv, kl_cli *cli)
     size_t i;
     json_t *s;
     json_array_foreach(sites, i, s) {
-        const char *dir = json_string_value(json_object_get(s, "direction"));
         const char *t = json_string_value(json_object_get(s, "transform"));
-        if (dir && t && !strcmp(dir, "present")) json_object_set_new(present_set, t, json_true());
+        if (t && !strcmp(site_way(s), "present")) json_object_set_new(present_set, t, json_true());
     }
     present = calloc(json_object_size(present_set) + 1, sizeof *present);
     if (!present) {
@@ -564,9 +575,7 @@ static int cmd_match(int argc, char **argv, kl_cli *cli)
         bool any_site = false;
         /* each site where the rules could apply the card's transform */
         json_array_foreach(sites, i, s) {
-            const char *dir = json_string_value(json_object_get(s, "direction"));
-            if (!dir || strcmp(dir, "applicable") != 0 ||
-                strcmp(str_or_empty(s, "transform"), kl_skill_transform(card)) != 0)
+            if (strcmp(site_way(s), "applicable") != 0 || strcmp(str_or_empty(s, "transform"), kl_skill_transform(card)) != 0)
                 continue;
             any_site = true;
             char *feat = json_dumps(json_object_get(s, "features"), JSON_COMPACT);

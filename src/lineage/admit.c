@@ -38,6 +38,18 @@ static const char *str(const json_t *o, const char *k)
     return s ? s : "";
 }
 
+/* A site of kl_rules_list's answer by the way the transform is found there: "present" or
+ * "applicable", a site the rules refuse to rewrite included ("refused": "remove" is a present
+ * optimization, "apply" a site of the transform all the same); "" for anything else. */
+static const char *site_way(const json_t *s)
+{
+    const char *dir = json_string_value(json_object_get(s, "direction"));
+    const char *refused = json_string_value(json_object_get(s, "refused"));
+    if (!dir) return "";
+    if (strcmp(dir, "refused") != 0) return dir;
+    return !refused ? "" : !strcmp(refused, "remove") ? "present" : !strcmp(refused, "apply") ? "applicable" : "";
+}
+
 static trial *new_trial(admit *a, unsigned card)
 {
     if (a->n == a->cap) {
@@ -220,12 +232,12 @@ static kl_status other_trials(admit *a, unsigned ci)
         unsigned np = 0;
         size_t i;
         json_t *s;
-        json_array_foreach(sites, i, s) if (!strcmp(str(s, "direction"), "present") && np < 64) present[np++] = str(s, "transform");
+        json_array_foreach(sites, i, s) if (!strcmp(site_way(s), "present") && np < 64) present[np++] = str(s, "transform");
         char first_why[400] = "", first_site[160] = "";
         bool tried = false;
         json_array_foreach(sites, i, s) {
             if (st != KL_OK || tried) break;
-            if (strcmp(str(s, "direction"), "applicable") || strcmp(str(s, "transform"), kl_skill_transform(card))) continue;
+            if (strcmp(site_way(s), "applicable") || strcmp(str(s, "transform"), kl_skill_transform(card))) continue;
             char *feat = json_dumps(json_object_get(s, "features"), JSON_COMPACT);
             kl_skill_site site = {str(s, "kernel"), (unsigned)json_integer_value(json_object_get(s, "line")), feat};
             kl_skill_match_result r;

@@ -559,6 +559,7 @@ static json_t *card_of_step(const json_t *doc, const json_t *steps, size_t k, co
     json_object_set_new(fwd, "line", json_integer(f->fs.line));
     if (f->fs.features) json_object_set(fwd, "features", f->fs.features);
     if (!f->fs.found) json_object_set_new(fwd, "why", json_string(f->fs.why));
+    if (f->fs.found && f->fs.refused[0]) json_object_set_new(fwd, "refused", json_string(f->fs.refused));
     json_object_set_new(fwd, "observables", json_deep_copy(f->obs));
     json_object_set_new(anchor, "forward", fwd);
     json_object_set_new(c, "anchor", anchor);

@@ -1,5 +1,5 @@
-/* A step read forward: where it applies in the simpler version (the rules' applicable site at
- * the edit), and that site's observables at the task's shapes. What cards are written over. */
+/* A step read forward: where it applies in the simpler version (the rules' site of its transform
+ * at the edit), and that site's observables at the task's shapes. What cards are written over. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,16 +75,25 @@ kl_status kl_step_forward_site(const kl_task *task, const char *parent, const ch
     size_t i;
     json_t *s;
     json_array_foreach(sites, i, s) {
+        /* a site to apply the transform at; one the rules find but refuse to apply (a rewrite they
+         * cannot prove, a parameter only the step knows) is the transform's site all the same: its
+         * features are read there, and the card says it was refused. At the same distance, one
+         * that applies wins. */
         const char *dir = json_string_value(json_object_get(s, "direction"));
-        if (!dir || strcmp(dir, "applicable") != 0) continue;
+        const char *refused = json_string_value(json_object_get(s, "refused"));
+        bool refused_apply = dir && !strcmp(dir, "refused") && refused && !strcmp(refused, "apply");
+        if (!dir || (strcmp(dir, "applicable") != 0 && !refused_apply)) continue;
         long line = (long)json_integer_value(json_object_get(s, "line"));
         long d = line + 1 < (long)la ? (long)la - line : line > (long)lb + 1 ? line - (long)lb : 0;
         const char *k = json_string_value(json_object_get(s, "kernel"));
-        long score = d * 4 + (k && !strcmp(k, step_kernel) ? 0 : 2);
+        long score = d * 4 + (k && !strcmp(k, step_kernel) ? 0 : 2) + (refused_apply ? 1 : 0);
         if (!best || score < best_score) best = s, best_score = score;
     }
     if (best) {
         out->found = true;
+        const char *reason = json_string_value(json_object_get(best, "reason"));
+        if (!strcmp(json_string_value(json_object_get(best, "direction")), "refused"))
+            kl_snprintf(out->refused, sizeof out->refused, "%s", reason && *reason ? reason : "refused");
         kl_snprintf(out->kernel, sizeof out->kernel, "%s", json_string_value(json_object_get(best, "kernel")));
         kl_snprintf(out->site, sizeof out->site, "%s", json_string_value(json_object_get(best, "site")));
         out->line = (unsigned)json_integer_value(json_object_get(best, "line"));

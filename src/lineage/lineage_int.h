@@ -52,8 +52,9 @@ json_t *kl_path_shape(const kl_task *task, const char *text, const char *fn);
 json_t *kl_probe_conditions(const json_t *passed, const json_t *failed, const char *what);
 
 /* The forward site of a step (forward.c): in the simpler version (child), the rules' applicable
- * site of the step's transform nearest the edit parent -> child; when there is none, where the
- * edit is (found false, why says so). */
+ * site of the step's transform nearest the edit parent -> child, or a site of it they find but
+ * refuse to apply (refused: their reason); when there is none, where the edit is (found false,
+ * why says so). */
 typedef struct kl_fwd_site {
     bool found;
     char kernel[128];
@@ -63,6 +64,7 @@ typedef struct kl_fwd_site {
     json_t *params;               /* the rules' parameters there (owned) */
     unsigned edit_first, edit_last; /* the lines of child the edit touches */
     char why[240];
+    char refused[240];            /* found, but the rules refuse to apply it there: why ("" otherwise) */
 } kl_fwd_site;
 kl_status kl_step_forward_site(const kl_task *task, const char *parent, const char *child, const char *transform,
                                const char *step_site, kl_fwd_site *out, kl_error *err);

@@ -213,9 +213,12 @@ static unsigned present_transforms(const opt_version *ver, const kl_task *task, 
     size_t i;
     json_t *s;
     json_array_foreach(*doc, i, s) {
+        /* present, or present and refused for removal: the optimization is there all the same */
         const char *dir = json_string_value(json_object_get(s, "direction"));
+        const char *refused = json_string_value(json_object_get(s, "refused"));
         const char *t = json_string_value(json_object_get(s, "transform"));
-        if (!dir || strcmp(dir, "present") || !t) continue;
+        bool present = dir && (!strcmp(dir, "present") || (!strcmp(dir, "refused") && refused && !strcmp(refused, "remove")));
+        if (!present || !t) continue;
         bool had = false;
         for (unsigned k = 0; k < n && !had; k++) had = !strcmp(out[k], t);
         if (!had && n < max) out[n++] = t;

@@ -347,7 +347,13 @@ static void site_sentence(kl_strbuf *sb, const json_t *anchor)
     }
     json_t *fwd = json_object_get(anchor, "forward");
     if (json_is_object(fwd)) {
-        if (json_is_true(json_object_get(fwd, "found"))) {
+        if (json_is_true(json_object_get(fwd, "found")) && *kl_sk_str(fwd, "refused")) {
+            kl_strbuf_adds(sb, " Forward, the rules find it at ");
+            add_code(sb, kl_sk_str(fwd, "site"));
+            kl_strbuf_adds(sb, " of the simpler version but do not apply it there (");
+            add_line(sb, kl_sk_str(fwd, "refused"));
+            kl_strbuf_adds(sb, "); its conditions are read there.");
+        } else if (json_is_true(json_object_get(fwd, "found"))) {
             kl_strbuf_adds(sb, " Forward, the rules apply it at ");
             add_code(sb, kl_sk_str(fwd, "site"));
             kl_strbuf_adds(sb, " of the simpler version; its conditions are read there.");

@@ -48,6 +48,31 @@ void kl_ast_walk(TSNode n, kl_ast_visit_fn fn, void *user)
     }
 }
 
+unsigned kl_ast_depth(TSNode n, unsigned limit, TSNode *deepest)
+{
+    if (ts_node_is_null(n)) return 0;
+    TSTreeCursor cur = ts_tree_cursor_new(n);
+    unsigned depth = 1, max = 1;
+    for (;;) {
+        if (depth > limit) {
+            if (deepest) *deepest = ts_tree_cursor_current_node(&cur);
+            max = depth;
+            break;
+        }
+        if (ts_tree_cursor_goto_first_child(&cur)) {
+            if (++depth > max) max = depth;
+            continue;
+        }
+        while (!ts_tree_cursor_goto_next_sibling(&cur)) {
+            if (!ts_tree_cursor_goto_parent(&cur)) goto done;
+            depth--;
+        }
+    }
+done:
+    ts_tree_cursor_delete(&cur);
+    return max;
+}
+
 bool kl_ast_function_has(const kl_source *src, TSNode fn, const char *qualifier)
 {
     uint32_t c = ts_node_child_count(fn);
@@ -1396,6 +1421,7 @@ static bool cfail(ceval *c, TSNode n, const char *what)
 }
 
 static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out);
+static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out);
 
 static bool ce_text(ceval *c, const char *text, TSNode at, int64_t *out)
 {
@@ -1527,48 +1553,54 @@ static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out)
     } else if (!strcmp(t, "identifier") || !strcmp(t, "type_identifier")) {
         /* (a type_identifier only where a dim3's arguments were read as parameter types) */
         char *name = kl_node_text(s, n);
-        ok = false;
-        if (name) {
-            const kl_source *src = c->src;
-            local_scan ls = {src, name, null_node, 0};
-            if (!ts_node_is_null(c->scope)) kl_ast_walk(kl_ast_function_body(c->scope), scan_local, &ls);
-            bool found = false;
-            if (ls.assigns == 1 && !ts_node_is_null(ls.init)) {
-                found = true;
-                ok = ce(c, src, ls.init, out);
-            } else if (ls.assigns > 1) {
-                found = true;
-                ok = cfail(c, n, "assigned more than once");
-            }
-            if (!found) {
-                /* macros */
-                macro_table mt = {0};
-                macro_collect mc = {src, &mt, false};
-                kl_ast_walk(kl_source_root(src), collect_macro, &mc);
-                const macro_def *md = macro_find(&mt, name);
-                if (md && !md->function_like && md->defs == 1) {
-                    found = true;
-                    char *body = macro_body_clean(md->body);
-                    ok = body && ce_text(c, body, n, out);
-                    free(body);
-                }
-                macros_release(&mt);
-            }
-            if (!found) {
-                TSNode gi = global_const_init(src, name);
-                if (!ts_node_is_null(gi)) {
-                    found = true;
-                    ok = ce(c, src, gi, out);
-                }
-            }
-            if (!found) ok = cfail(c, n, "unknown name");
-        }
+        ok = name && ce_name(c, name, n, out);
+        if (!name) cfail(c, n, "out of memory");
         free(name);
     } else {
         ok = cfail(c, n, t);
     }
     c->depth--;
     return ok;
+}
+
+/* The value of a name at node `at`: a local of the scope assigned once, a macro, a file constant. */
+static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
+{
+    const kl_source *src = c->src;
+    if (!strcmp(name, "warpSize")) {
+        /* a run-time variable to the language, 32 on every NVIDIA GPU (and what warp code assumes) */
+        *out = 32;
+        return true;
+    }
+    local_scan ls = {src, name, null_node, 0};
+    /* the scope: a function (its body is searched) or any node (searched as it is) */
+    TSNode region = type_is(c->scope, "function_definition") ? kl_ast_function_body(c->scope) : c->scope;
+    if (!ts_node_is_null(region)) kl_ast_walk(region, scan_local, &ls);
+    if (ls.assigns == 1 && !ts_node_is_null(ls.init)) return ce(c, src, ls.init, out);
+    if (ls.assigns > 1) return cfail(c, at, "assigned more than once");
+    /* macros */
+    macro_table mt = {0};
+    macro_collect mc = {src, &mt, false};
+    kl_ast_walk(kl_source_root(src), collect_macro, &mc);
+    const macro_def *md = macro_find(&mt, name);
+    if (md && !md->function_like && md->defs == 1) {
+        char *body = macro_body_clean(md->body);
+        bool ok = body && ce_text(c, body, at, out);
+        free(body);
+        macros_release(&mt);
+        return ok;
+    }
+    macros_release(&mt);
+    TSNode gi = global_const_init(src, name);
+    if (!ts_node_is_null(gi)) return ce(c, src, gi, out);
+    return cfail(c, at, "unknown name");
+}
+
+bool kl_const_eval_name(const kl_source *src, TSNode scope, const char *name, int64_t *out, char *why, size_t why_size)
+{
+    if (why && why_size) why[0] = '\0';
+    ceval c = {src, scope, false, why, why_size, 0};
+    return ce_name(&c, name, kl_source_root(src), out);
 }
 
 bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_product, int64_t *out, char *why,
@@ -1578,6 +1610,75 @@ bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_pr
     ceval c = {src, scope, dim3_product, why, why_size, 0};
     /* a dim3 variable: `dim3 block(16, 16)` has its argument_list as the init value */
     return ce(&c, src, expr, out);
+}
+
+/* Does expression n (in function fn) depend on a value known only at run time? */
+typedef struct rteval {
+    const kl_source *src;
+    TSNode fn;
+    char *why;
+    size_t why_size;
+} rteval;
+
+static bool rt_found(rteval *r, TSNode n, const char *what)
+{
+    if (r->why && r->why_size && !r->why[0]) {
+        char *t = kl_node_text(r->src, n);
+        snprintf(r->why, r->why_size, "'%.60s' is %s (line %u)", t ? t : "", what, line_of(n));
+        free(t);
+    }
+    return true;
+}
+
+static bool is_fn_param(const kl_source *s, TSNode fn, const char *name)
+{
+    TSNode ps = kl_ast_function_params(fn);
+    uint32_t c = ts_node_named_child_count(ps);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(ts_node_named_child(ps, i), "declarator", 10));
+        if (!ts_node_is_null(nm) && kl_node_text_is(s, nm, name)) return true;
+    }
+    return false;
+}
+
+static bool rt(rteval *r, TSNode n, int depth)
+{
+    if (ts_node_is_null(n) || depth > 48) return false;
+    const char *t = ts_node_type(n);
+    if (!strcmp(t, "identifier")) {
+        char *name = kl_node_text(r->src, n);
+        bool yes = false;
+        if (name && is_fn_param(r->src, r->fn, name)) {
+            yes = rt_found(r, n, "a parameter of the function");
+        } else if (name) {
+            local_scan ls = {r->src, name, null_node, 0};
+            kl_ast_walk(kl_ast_function_body(r->fn), scan_local, &ls);
+            if (ls.assigns == 1 && !ts_node_is_null(ls.init)) yes = rt(r, ls.init, depth + 1);
+        }
+        free(name);
+        return yes;
+    }
+    if (!strcmp(t, "field_expression")) {
+        TSNode a = ts_node_child_by_field_name(n, "argument", 8);
+        if (kl_node_text_is(r->src, a, "threadIdx") || kl_node_text_is(r->src, a, "blockIdx") ||
+            kl_node_text_is(r->src, a, "blockDim") || kl_node_text_is(r->src, a, "gridDim"))
+            return rt_found(r, n, "a thread, block or grid coordinate");
+        return rt(r, a, depth + 1);
+    }
+    if (!strcmp(t, "subscript_expression") || (!strcmp(t, "pointer_expression") &&
+                                               kl_node_text_is(r->src, ts_node_child_by_field_name(n, "operator", 8), "*")))
+        return rt_found(r, n, "a load from memory");
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c; i++)
+        if (rt(r, ts_node_named_child(n, i), depth + 1)) return true;
+    return false;
+}
+
+bool kl_expr_runtime(const kl_source *src, TSNode fn, TSNode expr, char *why, size_t why_size)
+{
+    if (why && why_size) why[0] = '\0';
+    rteval r = {src, fn, why, why_size};
+    return rt(&r, expr, 0);
 }
 
 /* ======================================================================================
@@ -2313,7 +2414,6 @@ void kl_affine_ctx_free(kl_affine_ctx *ctx)
     free(ctx);
 }
 
-const kl_source *kl_affine_ctx_source(const kl_affine_ctx *ctx) { return ctx->src; }
 TSNode kl_affine_ctx_function(const kl_affine_ctx *ctx) { return ctx->fn; }
 
 /* ======================================================================================

@@ -75,6 +75,11 @@ void kl_ast_walk(TSNode n, kl_ast_visit_fn fn, void *user);
  * a missing '>': true for such a node, with the comparison's pieces: *field_text is the
  * whole left side ("threadIdx.x", new string, free()) and *rhs the right operand. */
 bool kl_ast_less_misparse(const kl_source *src, TSNode n, char **lhs_text, TSNode *rhs);
+/* How deeply the tree under n nests (n alone: 1), counted without recursion; counting stops
+ * past `limit` (then limit + 1 is returned and *deepest, when not NULL, is the node found
+ * there). The rules refuse a file nested deeper than KL_AST_MAX_DEPTH: their walks recurse. */
+#define KL_AST_MAX_DEPTH 400
+unsigned kl_ast_depth(TSNode n, unsigned limit, TSNode *deepest);
 /* The byte offset of the start of the line holding `off`, and the offset just past the
  * end of the line (after its '\n', or len). */
 uint32_t kl_ast_line_start(const char *text, uint32_t off);
@@ -110,6 +115,18 @@ void kl_launch_sites_release(kl_launch_sites *s);
  * Returns false (with a reason in why, may be NULL) when it is not a compile-time value. */
 bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_product, int64_t *out, char *why,
                    size_t why_size);
+/* The same for a name (a local of scope assigned once, a macro, a file constant). scope is a
+ * function_definition (its body is searched) or any node (searched as it is), or null. This is
+ * the one constant evaluator: the rules' rb_const_eval/rb_const_name are this. */
+bool kl_const_eval_name(const kl_source *src, TSNode scope, const char *name, int64_t *out, char *why,
+                        size_t why_size);
+
+/* True when expr (in function fn, whose locals are followed to their one initializer)
+ * provably depends on a value known only at run time: a parameter of fn, a thread, block or
+ * grid coordinate or extent, a load from memory. Macros, constants, template parameters and
+ * names it cannot follow are not (false: "not shown to be run-time"). why (may be NULL) names
+ * the value found. */
+bool kl_expr_runtime(const kl_source *src, TSNode fn, TSNode expr, char *why, size_t why_size);
 
 /* ---- affine forms ---------------------------------------------------------------------- */
 
@@ -191,7 +208,6 @@ typedef struct kl_ax_access {
  * helpers and launch() work the same). On KL_OK *out is the caller's (kl_affine_ctx_free). */
 kl_status kl_affine_ctx_new(const kl_source *src, TSNode kernel, kl_affine_ctx **out, kl_error *err);
 void kl_affine_ctx_free(kl_affine_ctx *ctx);
-const kl_source *kl_affine_ctx_source(const kl_affine_ctx *ctx);
 TSNode kl_affine_ctx_function(const kl_affine_ctx *ctx);
 
 /* Analyse an expression node that lies in the kernel. Loop variables of the loops

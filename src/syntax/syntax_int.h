@@ -4,6 +4,8 @@
 
 #include <tree_sitter/api.h>
 
+#include "syntax/ts_total.h" /* the node API made total: a null node answers as an empty one */
+
 #include "klineage/syntax.h"
 
 const TSLanguage *tree_sitter_cuda(void);

@@ -14,6 +14,23 @@ echo "$out" | grep -q '"trip":8' || fail "no trip count feature: $out"
 "$K" rewrite "$D/launch-bounds/two_args.before.cu" --list --json | grep -q '"direction": "present"' || fail "--json"
 "$K" rewrite "$D/unroll/fixed_trip.before.cu" --list --transform fast-math | grep -q "no sites" || fail "--transform"
 
+# refusals are listed after the sites that rewrite, each with the reason --apply gives
+out=$("$K" rewrite "$D/malformed/lambda_file_scope.cu" --list) || fail "--list of a lambda launch: exit $?"
+echo "$out" | grep -q "^refused (found, but the transform does not rewrite them):" || fail "no refused section: $out"
+why=$(echo "$out" | sed -n 's/^no apply   block-size@scale:10  line 10  //p')
+[ -n "$why" ] || fail "block-size@scale:10 is not refused: $out"
+"$K" rewrite "$D/malformed/lambda_file_scope.cu" --apply block-size@scale:10 2> "$T/err"; rc=$?
+[ $rc -eq 1 ] || fail "applying a refused site: exit $rc"
+grep -qF "$why" "$T/err" || fail "--apply says '$(cat "$T/err")', --list said '$why'"
+
+# the canonical form: printed with what changed; a site found there carries it in --json
+"$K" rewrite "$D/idioms/gemm_macro_nt.cu" --canonical > "$T/c.cu" 2> "$T/err" || fail "--canonical: exit $?"
+grep -q "sum += a\[(i) \* lda + (k)\] \* b\[(j) \* ldb + (k)\];" "$T/c.cu" || fail "--canonical: $(cat "$T/c.cu")"
+grep -q "expanded A_AT, B_AT, C_AT" "$T/err" || fail "--canonical says: $(cat "$T/err")"
+"$K" rewrite "$D/idioms/gemm_macro_nt.cu" --list --json --transform smem-tile | grep -q '"canonical":' ||
+    fail "the smem-tile site of the macro GEMM is not marked canonical"
+"$K" rewrite "$D/idioms/gemm_macro_nt.cu" --canonical --param x=1 2>/dev/null; [ $? -eq 2 ] || fail "--canonical --param"
+
 # --apply prints the file; -o writes it; --remove takes it back out
 "$K" -q rewrite "$D/unroll/fixed_trip.before.cu" --apply unroll@conv1d:9 --param factor=4 > "$T/a.cu" || fail "apply"
 cmp -s "$T/a.cu" "$D/unroll/fixed_trip.after.cu" || fail "apply differs from the golden file"

@@ -1,4 +1,4 @@
-/* Helpers of the rules tests that read the built-in tasks and list sites (test_rules_d.c,
+/* Helpers of the rules tests that read the built-in tasks and list sites (test_rules_warp_reduce_vectorize.c,
  * test_rules_row_parallel.c, test_rules_smem_tile.c). Header-only: each test is one executable;
  * include after cmocka.h. */
 #ifndef KL_TEST_RULES_HELPERS_H
@@ -38,14 +38,19 @@ static inline json_t *sites_of(const char *text, const char *transform)
     return a;
 }
 
-/* The first site in the given direction whose features have no why_not (ok) or have one (!ok). */
+/* The first site found in the given direction ("present" / "applicable") that rewrites (ok: listed
+ * in that direction, no why_not in its features) or that is refused (!ok: listed "refused" for that
+ * direction, or with a why_not). */
 static inline const char *site_where(json_t *sites, const char *dir, bool ok)
 {
     size_t i;
     json_t *s;
+    const char *refusal = !strcmp(dir, "present") ? "remove" : "apply";
     json_array_foreach(sites, i, s) {
-        if (strcmp(json_string_value(json_object_get(s, "direction")), dir)) continue;
-        bool has_why = json_object_get(json_object_get(s, "features"), "why_not") != NULL;
+        const char *d = json_string_value(json_object_get(s, "direction"));
+        bool refused = !strcmp(d, "refused") && !strcmp(json_string_value(json_object_get(s, "refused")), refusal);
+        if (strcmp(d, dir) && !refused) continue;
+        bool has_why = refused || json_object_get(json_object_get(s, "features"), "why_not") != NULL;
         if (has_why != ok) return json_string_value(json_object_get(s, "site"));
     }
     return NULL;

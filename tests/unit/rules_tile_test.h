@@ -54,15 +54,22 @@ static inline json_t *tile_sites(const char *text, const char *transform)
     return a;
 }
 
-/* The first site id in the given direction ("present" / "applicable"), NULL when none; its
- * features' why_not into *why (NULL when none). */
+/* The first site id found in the given direction ("present" / "applicable"), rewriting or
+ * refused ("refused" with "refused": "remove" / "apply"), NULL when none; the reason it is
+ * refused (or its features' why_not) into *why (NULL when none). */
 static inline const char *tile_site(json_t *sites, const char *dir, const char **why)
 {
     size_t i;
     json_t *s;
+    const char *refusal = !strcmp(dir, "present") ? "remove" : "apply";
     json_array_foreach(sites, i, s) {
-        if (strcmp(json_string_value(json_object_get(s, "direction")), dir)) continue;
-        if (why) *why = json_string_value(json_object_get(json_object_get(s, "features"), "why_not"));
+        const char *d = json_string_value(json_object_get(s, "direction"));
+        bool refused = !strcmp(d, "refused") && !strcmp(json_string_value(json_object_get(s, "refused")), refusal);
+        if (strcmp(d, dir) && !refused) continue;
+        if (why) {
+            *why = json_string_value(json_object_get(json_object_get(s, "features"), "why_not"));
+            if (!*why && refused) *why = json_string_value(json_object_get(s, "reason"));
+        }
         return json_string_value(json_object_get(s, "site"));
     }
     return NULL;

@@ -1,16 +1,10 @@
-/* The rules catalog: double-buffer (src/rewrite/rules/double_buffer.c). Golden cases in
+/* The rules catalog: double-buffer (src/rewrite/rules/double_buffer.c). Golden cases (run by test_rules_golden.c) in
  * tests/data/rules/double-buffer/<case>.before.cu (first line: `// test: apply …@… | remove …@…`):
  * the result must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the
  * reverse must give back the original exactly, and every .after.cu must compile with nvcc. Also:
  * the expert sgemm's two stages removed, the hgemm expert's ring held while wgmma reads it, the
  * composition with register-tile, and the reasons where it does not apply. */
 #include "rules_tile_test.h"
-
-static void golden_double_buffer(void **state)
-{
-    (void)state;
-    tile_golden("double-buffer");
-}
 
 /* tasks/sgemm/expert.cu: its stages (cur = kt & 1, load_tiles / store_tiles lambdas) come out;
  * the result is one stage, loads this tile, stores it, one barrier before and after the
@@ -180,7 +174,6 @@ static void double_buffer_says_why_not(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(golden_double_buffer),
         cmocka_unit_test(double_buffer_removes_from_sgemm_expert),
         cmocka_unit_test(double_buffer_waits_for_wgmma),
         cmocka_unit_test(double_buffer_composes_with_register_tile),

@@ -1,15 +1,9 @@
-/* The rules catalog: register-tile (src/rewrite/rules/register_tile.c). Golden cases in
+/* The rules catalog: register-tile (src/rewrite/rules/register_tile.c). Golden cases (run by test_rules_golden.c) in
  * tests/data/rules/register-tile/<case>.before.cu (first line: `// test: apply …@… | remove …@…`):
  * the result must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the
  * reverse must give back the original exactly, and every .after.cu must compile with nvcc. Also:
  * the reasons where it does not apply, and the built-in sgemm kernels. */
 #include "rules_tile_test.h"
-
-static void golden_register_tile(void **state)
-{
-    (void)state;
-    tile_golden("register-tile");
-}
 
 /* The one-output tiled GEMM the reasons are shown on: %s pieces replace parts of it. */
 #define TILED_FMT \
@@ -244,9 +238,12 @@ static void register_tile_hgemm_expert_walk(void **state)
         json_t *site;
         char *next = NULL;
         json_array_foreach(s, i, site) {
-            if (strcmp(json_string_value(json_object_get(site, "direction")), "present")) continue;
+            const char *sdir = json_string_value(json_object_get(site, "direction"));
+            bool refused_here = !strcmp(sdir, "refused") && !strcmp(json_string_value(json_object_get(site, "refused")), "remove");
+            if (strcmp(sdir, "present") && !refused_here) continue;
             const char *tr = json_string_value(json_object_get(site, "transform"));
             json_t *why = json_object_get(json_object_get(site, "features"), "why_not");
+            if (!why && refused_here) why = json_object_get(site, "reason");
             if (!strcmp(tr, "register-tile") && json_is_string(why) && strstr(json_string_value(why), "remove double-buffer first"))
                 refused = true;
             next = tile_rewrite(text, tr, json_string_value(json_object_get(site, "site")), true, NULL, &err);
@@ -418,7 +415,6 @@ static void register_tile_after_smem_tile(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(golden_register_tile),
         cmocka_unit_test(register_tile_says_why_not),
         cmocka_unit_test(register_tile_on_sgemm),
         cmocka_unit_test(register_tile_general_says_why_not),

@@ -1,4 +1,4 @@
-/* The rules catalog: row-parallel (src/rewrite/rules/row_parallel.c). Golden cases in
+/* The rules catalog: row-parallel (src/rewrite/rules/row_parallel.c). Golden cases (run by test_rules_golden.c) in
  * tests/data/rules/row-parallel/<case>.before.cu, whose first line says what to do
  * (`// test: apply row-parallel@k:9 unit=block threads=256 | remove row-parallel@k:10`): the result
  * must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the reverse must give
@@ -24,12 +24,6 @@
 #include "rules_helpers.h"
 
 /* ---- row-parallel ---------------------------------------------------------------------------------- */
-
-static void golden_row_parallel(void **state)
-{
-    (void)state;
-    golden_run("row-parallel");
-}
 
 static char *run_op(const char *text, bool remove, const char *site, const char *params)
 {
@@ -205,7 +199,6 @@ int main(void)
         cmocka_unit_test(row_parallel_says_why_not),
         cmocka_unit_test(row_parallel_naives),
         cmocka_unit_test(row_parallel_experts),
-        cmocka_unit_test(golden_row_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

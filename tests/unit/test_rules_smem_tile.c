@@ -1,4 +1,4 @@
-/* The rules catalog: smem-tile (src/rewrite/rules/smem_tile.c). Golden cases in
+/* The rules catalog: smem-tile (src/rewrite/rules/smem_tile.c). Golden cases (run by test_rules_golden.c) in
  * tests/data/rules/smem-tile/<case>.before.cu, whose first line says what to do
  * (`// test: apply smem-tile@matmul:14 | remove smem-tile@matmul:16`): the result must equal
  * <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the reverse must give back the
@@ -23,12 +23,6 @@
 #include "rules_helpers.h"
 
 /* ---- smem-tile ------------------------------------------------------------------------------------ */
-
-static void golden_smem_tile(void **state)
-{
-    (void)state;
-    golden_run("smem-tile");
-}
 
 static char *run_op(const char *text, const char *site, bool remove, const char *params)
 {
@@ -427,7 +421,6 @@ int main(void)
         cmocka_unit_test(smem_tile_says_why_not),
         cmocka_unit_test(smem_tile_builtin_tasks),
         cmocka_unit_test(smem_tile_stencil),
-        cmocka_unit_test(golden_smem_tile),
         cmocka_unit_test(smem_tile_stencil_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,7 +32,7 @@ static char *read_expert(const char *task)
     return t;
 }
 
-/* The present vectorize sites of text in kernel `kernel`, as a JSON array (owned). */
+/* The vectorize sites found present (removable or refused) in kernel `kernel`, as a JSON array (owned). */
 static json_t *present_in(const char *text, const char *kernel)
 {
     char *json = NULL;
@@ -45,7 +45,10 @@ static json_t *present_in(const char *text, const char *kernel)
     json_t *s;
     json_array_foreach(all, i, s) {
         const char *site = json_string_value(json_object_get(s, "site"));
-        if (!strcmp(json_string_value(json_object_get(s, "direction")), "present") && !strncmp(site, kernel, strlen(kernel)) &&
+        const char *dir = json_string_value(json_object_get(s, "direction"));
+        bool found = !strcmp(dir, "present") ||
+                     (!strcmp(dir, "refused") && !strcmp(json_string_value(json_object_get(s, "refused")), "remove"));
+        if (found && !strncmp(site, kernel, strlen(kernel)) &&
             site[strlen(kernel)] == ':')
             json_array_append(out, s);
     }

@@ -287,6 +287,8 @@ static bool derived(const char *t, uint32_t a, uint32_t b)
     return false;
 }
 
+static void depends_1d(const kl_source *src, TSNode fn, const bs_group *g, int64_t nb, char *why, size_t size);
+
 /* Check a group can move from its size to nb, and (out set) write the edits. */
 static kl_status check_group(bs_state *s, bs_group *g, int64_t nb, kl_edits *out, char *why, size_t size)
 {
@@ -320,6 +322,7 @@ static kl_status check_group(bs_state *s, bs_group *g, int64_t nb, kl_edits *out
                             l->kernel, t ? t : "a literal", line_of(ls.hit), (long long)g->value);
                 free(t);
             }
+            if (!why[0]) depends_1d(src, fns[f], g, nb, why, size);
         }
         grid_scan gs = {src, g->value, nb, out, why, size, KL_OK};
         TSNode ge = grid_expr(src, l);
@@ -912,6 +915,262 @@ done:
     free(st);
 }
 
+/* ---- the 1-D checks: code whose layout follows the thread count ----------------------------------
+ * Beyond literals equal to the size (check_group), a 1-D block cannot change where the kernel
+ *  - sizes a register array or names a template argument by the block's constant, or by a
+ *    constant derived from it (`constexpr int ITEMS = N / THREADS;`): widths that do not follow;
+ *  - places data by warp: a warp index (`threadIdx.x / 32`, `>> 5`, `/ warpSize`, or a local
+ *    holding one, and what is computed from it) in the address of a pointer parameter — a warp
+ *    tiling, whose warps cover the block's tile only at the count they were written for;
+ *  - steps a loop by the block's constant (or one derived from it, or blockDim.x) from anything
+ *    but the thread index (`for (r = threadIdx.x / 8; r < BM; r += THREADS / 8)`), or from the
+ *    thread index over a compile-time range the new count does not divide, with a barrier inside. */
+
+typedef struct warp_vars {
+    const kl_source *src;
+    TSNode body;
+    bs_names ns;          /* locals holding a warp index or derived from one */
+    bool grew;
+} warp_vars;
+
+/* Is e a warp index: threadIdx.x (or a local copy of it) divided by 32 or warpSize, or shifted by 5? */
+static bool warp_index(const kl_source *src, TSNode body, TSNode e)
+{
+    e = unparen(e);
+    if (!is_type(e, "binary_expression")) return false;
+    char *op = kl_node_text(src, ts_node_child_by_field_name(e, "operator", 8));
+    TSNode l = ts_node_child_by_field_name(e, "left", 4), r = unparen(ts_node_child_by_field_name(e, "right", 5));
+    int64_t v = 0;
+    bool div = op && !strcmp(op, "/") &&
+               ((is_type(r, "number_literal") && number_value(src, r, &v) && v == 32) ||
+                kl_node_text_is(src, r, "warpSize"));
+    bool shr = op && !strcmp(op, ">>") && is_type(r, "number_literal") && number_value(src, r, &v) && v == 5;
+    free(op);
+    if (!div && !shr) return false;
+    l = unparen(l);
+    if (is_type(l, "cast_expression")) l = unparen(ts_node_child_by_field_name(l, "value", 5));
+    return thread_dim(src, body, l, 0) == 0;
+}
+
+typedef struct warp_expr_scan {
+    const kl_source *src;
+    TSNode body;
+    const bs_names *ns;
+    bool hit;
+} warp_expr_scan;
+
+static bool find_warp_expr(TSNode n, void *user)
+{
+    warp_expr_scan *w = user;
+    if (w->hit) return false;
+    if (warp_index(w->src, w->body, n)) w->hit = true;
+    else if (is_type(n, "identifier") && w->ns->n) {
+        char *t = kl_node_text(w->src, n);
+        w->hit = t && names_has(w->ns, t);
+        free(t);
+    }
+    return !w->hit;
+}
+
+/* Does n hold a warp index, directly or through a name of ns? */
+static bool holds_warp(const kl_source *src, TSNode body, const bs_names *ns, TSNode n)
+{
+    warp_expr_scan w = {src, body, ns, false};
+    kl_ast_walk(n, find_warp_expr, &w);
+    return w.hit;
+}
+
+static bool collect_warp_vars(TSNode n, void *user)
+{
+    warp_vars *w = user;
+    TSNode nm = {0}, v = {0};
+    if (is_type(n, "init_declarator")) {
+        nm = kl_ast_declarator_name(ts_node_child_by_field_name(n, "declarator", 10));
+        v = ts_node_child_by_field_name(n, "value", 5);
+    } else if (is_type(n, "assignment_expression")) {
+        nm = ts_node_child_by_field_name(n, "left", 4);
+        v = ts_node_child_by_field_name(n, "right", 5);
+    }
+    if (!is_type(nm, "identifier") || ts_node_is_null(v)) return true;
+    char *name = kl_node_text(w->src, nm);
+    if (name && !names_has(&w->ns, name) && holds_warp(w->src, w->body, &w->ns, v)) {
+        names_add(&w->ns, name);
+        w->grew = true;
+    }
+    free(name);
+    return true;
+}
+
+typedef struct addr_scan {
+    const kl_source *src;
+    TSNode body;
+    const bs_names *warps;
+    const bs_names *ptrs;
+    TSNode hit;
+} addr_scan;
+
+/* A subscript of a pointer parameter, or an update of one (`C += …`), whose index holds a warp index. */
+static bool find_warp_addr(TSNode n, void *user)
+{
+    addr_scan *a = user;
+    if (!ts_node_is_null(a->hit)) return false;
+    TSNode base = {0}, idx = {0};
+    if (is_type(n, "subscript_expression")) {
+        base = unparen(ts_node_child_by_field_name(n, "argument", 8));
+        idx = ts_node_child_by_field_name(n, "indices", 7);
+        if (ts_node_is_null(idx)) idx = ts_node_child_by_field_name(n, "index", 5);
+    } else if (is_type(n, "assignment_expression")) {
+        base = unparen(ts_node_child_by_field_name(n, "left", 4));
+        idx = ts_node_child_by_field_name(n, "right", 5);
+    } else if (is_type(n, "binary_expression")) {
+        /* p + i */
+        TSNode l = unparen(ts_node_child_by_field_name(n, "left", 4));
+        if (is_type(l, "identifier")) base = l, idx = ts_node_child_by_field_name(n, "right", 5);
+    }
+    if (!is_type(base, "identifier") || ts_node_is_null(idx)) return true;
+    char *t = kl_node_text(a->src, base);
+    bool ptr = t && names_has(a->ptrs, t);
+    free(t);
+    if (ptr && holds_warp(a->src, a->body, a->warps, idx)) a->hit = n;
+    return true;
+}
+
+/* The pointer parameters of fn, by name. */
+static void pointer_params(const kl_source *src, TSNode fn, bs_names *ns)
+{
+    TSNode ps = kl_ast_function_params(fn);
+    uint32_t c = ts_node_named_child_count(ps);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode pd = ts_node_named_child(ps, i);
+        TSNode d = ts_node_child_by_field_name(pd, "declarator", 10);
+        bool ptr = false;
+        for (TSNode x = d; !ts_node_is_null(x); x = ts_node_child_by_field_name(x, "declarator", 10))
+            if (is_type(x, "pointer_declarator") || is_type(x, "array_declarator")) ptr = true;
+        TSNode nm = kl_ast_declarator_name(d);
+        char *t = ptr && !ts_node_is_null(nm) ? kl_node_text(src, nm) : NULL;
+        if (t) names_add(ns, t);
+        free(t);
+    }
+}
+
+static bool has_barrier(const kl_source *src, TSNode n)
+{
+    char *t = kl_node_text(src, n);
+    bool yes = t && strstr(t, "__syncthreads");
+    free(t);
+    return yes;
+}
+
+/* A loop stepping by the thread count: see the rules above. */
+static void check_loop_1d(const kl_source *src, TSNode fn, TSNode loop, const bs_names *ns, int64_t old, int64_t nb,
+                          char *why, size_t size)
+{
+    TSNode up = unparen(ts_node_child_by_field_name(loop, "update", 6));
+    if (!is_type(up, "assignment_expression") ||
+        !kl_node_text_is(src, ts_node_child_by_field_name(up, "operator", 8), "+="))
+        return;
+    TSNode step = unparen(ts_node_child_by_field_name(up, "right", 5));
+    char *st = kl_node_text(src, step);
+    bool by_block = st && (!strcmp(st, "blockDim.x") || (is_type(step, "identifier") && names_has(ns, st)) ||
+                           (ns->n && names_in_text(ns, st)));
+    char *var = kl_node_text(src, ts_node_child_by_field_name(up, "left", 4));
+    if (!by_block || !var) goto done;
+    TSNode body = kl_ast_function_body(fn);
+    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
+    if (is_type(init, "declaration")) {
+        TSNode d = ts_node_named_child(init, ts_node_named_child_count(init) - 1);
+        start = ts_node_child_by_field_name(d, "value", 5);
+    } else if (is_type(init, "assignment_expression")) {
+        start = ts_node_child_by_field_name(init, "right", 5);
+    }
+    if (ts_node_is_null(start) && ts_node_is_null(init)) {
+        /* `for (; …)`: the variable's initializer before the loop */
+        decl_find f = {.src = src, .name = var};
+        kl_ast_walk(body, find_local_init, &f);
+        start = f.value;
+    }
+    bool from_tid = !ts_node_is_null(start) && thread_dim(src, body, start, 0) == 0;
+    if (!from_tid && !ts_node_is_null(start)) {
+        /* `blockIdx.x * THREADS + threadIdx.x`: consecutive threads start on consecutive elements */
+        kl_affine_ctx *ax = NULL;
+        kl_affine af = {0};
+        int64_t k = 0;
+        if (kl_affine_ctx_new(src, fn, &ax, NULL) == KL_OK && kl_affine_of(ax, start, &af) == KL_OK)
+            from_tid = af.ok && kl_affine_coef_int(&af, "threadIdx.x", &k) && k == 1;
+        kl_affine_release(&af);
+        kl_affine_ctx_free(ax);
+    }
+    if (!from_tid) {
+        char *t = kl_node_text(src, start);
+        kl_snprintf(why, size,
+                    "the loop at line %u steps %s by %s from %s, not from threadIdx.x: the rows each thread covers "
+                    "are laid out for %lld threads",
+                    line_of(loop), var, st, t ? t : "?", (long long)old);
+        free(t);
+        goto done;
+    }
+    TSNode bound = loop_bound(src, loop, var);
+    int64_t b = 0;
+    if (!ts_node_is_null(bound) && kl_const_eval(src, fn, bound, false, &b, NULL, 0) && b % old == 0 && b % nb != 0 &&
+        has_barrier(src, ts_node_child_by_field_name(loop, "body", 4)))
+        kl_snprintf(why, size,
+                    "the loop at line %u over %s < %lld holds __syncthreads(): with %lld threads some would run it "
+                    "once more than others",
+                    line_of(loop), var, (long long)b, (long long)nb);
+done:
+    free(st);
+    free(var);
+}
+
+static void depends_1d(const kl_source *src, TSNode fn, const bs_group *g, int64_t nb, char *why, size_t size)
+{
+    TSNode body = kl_ast_function_body(fn);
+    bs_names ns;
+    memset(&ns, 0, sizeof ns);
+    if (g->name[0]) {
+        names_add(&ns, g->name);
+        names_close(src, kl_source_root(src), &ns);
+        names_close(src, body, &ns);
+    }
+    /* widths */
+    if (ns.n) {
+        width_scan w = {src, &ns, {{0}, 0, 0}, "", NULL};
+        kl_ast_walk(body, find_width, &w);
+        if (!ts_node_is_null(w.hit)) {
+            kl_snprintf(why, size, "%s %s at line %u: a width that does not follow the block size", w.name, w.what,
+                        line_of(w.hit));
+            return;
+        }
+    }
+    /* warp tiling */
+    warp_vars wv;
+    memset(&wv, 0, sizeof wv);
+    wv.src = src;
+    wv.body = body;
+    for (int round = 0; round < 8; round++) {
+        wv.grew = false;
+        kl_ast_walk(body, collect_warp_vars, &wv);
+        if (!wv.grew) break;
+    }
+    bs_names ptrs;
+    memset(&ptrs, 0, sizeof ptrs);
+    pointer_params(src, fn, &ptrs);
+    addr_scan as = {src, body, &wv.ns, &ptrs, {{0}, 0, 0}};
+    if (ptrs.n) kl_ast_walk(body, find_warp_addr, &as);
+    if (!ts_node_is_null(as.hit)) {
+        kl_snprintf(why, size,
+                    "the address at line %u is placed by the warp index (a warp tiling of the block's %lld threads): "
+                    "its warps cover the tile only at that count",
+                    line_of(as.hit), (long long)g->value);
+        return;
+    }
+    /* loops stepping by the thread count */
+    node_list loops = {0};
+    kl_ast_walk(body, collect_for, &loops);
+    for (unsigned i = 0; i < loops.n && !why[0]; i++) check_loop_1d(src, fn, loops.v[i], &ns, g->value, nb, why, size);
+    free(loops.v);
+}
+
 /* The kernels named `kernel` in a file (templates included), up to max. */
 static unsigned kernels_named(const kl_source *src, const char *kernel, TSNode *out, unsigned max)
 {
@@ -1345,8 +1604,16 @@ static kl_status change(const kl_rule_ctx *ctx, const kl_site *site, int64_t nb,
     char why[300];
     if (g2) {
         if (g2->d[0].value == nx && g2->d[1].value == ny) {
-            st = kl_rule_not_applicable(err, "the block at %s is already %lldx%lld", site->id, (long long)nx,
-                                        (long long)ny);
+            /* say first what stops any change, if something does */
+            bool square = g2->d[0].name[0] && !strcmp(g2->d[0].name, g2->d[1].name);
+            int64_t ox = nx == BS2_NAIVE ? 32 : BS2_NAIVE, oy = square ? ox : ny == BS2_NAIVE ? 8 : BS2_NAIVE;
+            kl_edits scratch = {0};
+            st = check_group2(&s, g2, ox, oy, &scratch, why, sizeof why);
+            kl_edits_release(&scratch);
+            if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+            else if (why[0]) st = kl_rule_not_applicable(err, "%s", why);
+            else st = kl_rule_not_applicable(err, "the block at %s is already %lldx%lld", site->id, (long long)nx,
+                                             (long long)ny);
         } else {
             st = check_group2(&s, g2, nx, ny, out, why, sizeof why);
             if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
@@ -1358,7 +1625,11 @@ static kl_status change(const kl_rule_ctx *ctx, const kl_site *site, int64_t nb,
         st = kl_error_set(err, KL_ERR_INVALID, "block-size: bx and by are for a 2-D block; the block at %s is 1-D (use threads)",
                           site->id);
     } else if (g->value == nb) {
-        st = kl_rule_not_applicable(err, "the block size at %s is already %lld", site->id, (long long)nb);
+        /* say first what stops any change, if something does */
+        st = check_group(&s, g, nb == BS_NAIVE ? 2 * nb : BS_NAIVE, NULL, why, sizeof why);
+        if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+        else if (why[0]) st = kl_rule_not_applicable(err, "%s", why);
+        else st = kl_rule_not_applicable(err, "the block size at %s is already %lld", site->id, (long long)nb);
     } else {
         st = check_group(&s, g, nb, out, why, sizeof why);
         if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");

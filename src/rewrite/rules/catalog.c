@@ -8,6 +8,7 @@
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_b.h"
 #include "syntax/affine.h"
+#include "syntax/canon.h"
 #include "util/util.h"
 
 /* The catalog, in a fixed order: this is the order of sites, candidates and listings.
@@ -296,19 +297,26 @@ static kl_status check_params(const kl_rule *rule, const json_t *params, kl_erro
     return KL_OK;
 }
 
+/* The edits of a site (on ctx's text): KL_ERR_NOT_APPLICABLE when there are none. */
+static kl_status site_edits(const kl_rule *rule, const kl_rule_ctx *ctx, const kl_site *site, const json_t *params,
+                            kl_edits *ed, kl_error *err)
+{
+    memset(ed, 0, sizeof *ed);
+    kl_status st = site->dir == KL_SITE_PRESENT ? rule->remove(ctx, site, ed, err)
+                                                 : rule->apply(ctx, site, params, ed, err);
+    if (st == KL_OK && ed->count == 0) st = kl_rule_not_applicable(err, "%s at %s changes nothing", rule->name, site->id);
+    if (st != KL_OK) kl_edits_release(ed);
+    return st;
+}
+
 /* Turn a site into a new, checked source. */
 static kl_status run_site(const kl_rule *rule, const kl_rule_ctx *ctx, const kl_site *site, const json_t *params,
                           char **out, kl_error *err)
 {
     *out = NULL;
     kl_edits ed = {0};
-    kl_status st = site->dir == KL_SITE_PRESENT ? rule->remove(ctx, site, &ed, err)
-                                                 : rule->apply(ctx, site, params, &ed, err);
-    if (st != KL_OK) goto cleanup;
-    if (ed.count == 0) {
-        st = kl_rule_not_applicable(err, "%s at %s changes nothing", rule->name, site->id);
-        goto cleanup;
-    }
+    kl_status st = site_edits(rule, ctx, site, params, &ed, err);
+    if (st != KL_OK) return st;
     KL_TRY(kl_edits_apply(&ed, ctx->text, ctx->len, out, err));
     st = kl_rules_check(ctx->src, *out, strlen(*out), err);
     if (st != KL_OK) {
@@ -319,6 +327,147 @@ static kl_status run_site(const kl_rule *rule, const kl_rule_ctx *ctx, const kl_
 cleanup:
     kl_edits_release(&ed);
     return st;
+}
+
+/* ---- the file as written and its canonical form ------------------------------------------------- */
+
+/* What the transforms read: the text as written, and its canonical form (syntax/canon.h) where that
+ * differs. A site found on the text as written is rewritten there; one found only on the canonical
+ * form, or refused on the text as written and not on the canonical form, is rewritten on the
+ * canonical form and its edits mapped back onto the text as written where they can be. */
+typedef struct view {
+    kl_source *src;
+    kl_canon *canon;    /* NULL when the canonical form is the text itself */
+    kl_rule_ctx ctx;    /* the text as written */
+    kl_rule_ctx cctx;   /* the canonical text (when canon) */
+} view;
+
+static kl_status parse_source(const char *name, const char *source, size_t len, kl_source **src, kl_error *err);
+
+static void view_close(view *v)
+{
+    kl_canon_free(v->canon);
+    kl_source_free(v->src);
+    memset(v, 0, sizeof *v);
+}
+
+static kl_status view_open(const char *name, const char *source, size_t len, const kl_task *task, view *v,
+                           kl_error *err)
+{
+    memset(v, 0, sizeof *v);
+    kl_status st = parse_source(name, source, len, &v->src, err);
+    if (st != KL_OK) return st;
+    v->ctx = (kl_rule_ctx){v->src, kl_source_text(v->src, NULL), len, task};
+    st = kl_canon_build(v->src, &v->canon, err);
+    if (st != KL_OK) {
+        view_close(v);
+        return st;
+    }
+    if (v->canon) {
+        const kl_source *cs = kl_canon_source(v->canon);
+        size_t clen = 0;
+        const char *ct = kl_source_text(cs, &clen);
+        if (kl_ast_depth(kl_source_root(cs), KL_AST_MAX_DEPTH, NULL) > KL_AST_MAX_DEPTH) {
+            kl_canon_free(v->canon);
+            v->canon = NULL;
+        } else {
+            v->cctx = (kl_rule_ctx){cs, ct, clen, task};
+        }
+    }
+    return KL_OK;
+}
+
+/* The sites of one transform on both texts. */
+typedef struct site_pair {
+    kl_sites o, c;
+} site_pair;
+
+static void pair_release(site_pair *sp)
+{
+    kl_sites_release(&sp->o);
+    kl_sites_release(&sp->c);
+}
+
+static kl_status find_pair(const kl_rule *r, const view *v, site_pair *sp, kl_error *err)
+{
+    memset(sp, 0, sizeof *sp);
+    kl_status st = find_sites(r, &v->ctx, &sp->o, err);
+    if (st == KL_OK && v->canon) {
+        st = find_sites(r, &v->cctx, &sp->c, err);
+        if (st != KL_OK) kl_sites_release(&sp->o);
+    }
+    return st;
+}
+
+/* Turn a site of the canonical form into a new, checked source of the file: its edits mapped onto the
+ * text as written, or where they cannot be, the canonical text rewritten. *how says which (new string). */
+static kl_status run_canonical(const kl_rule *rule, const view *v, const kl_site *site, const json_t *params,
+                               char **out, char **how, kl_error *err)
+{
+    *out = NULL;
+    *how = NULL;
+    kl_edits ed = {0}, mapped = {0};
+    kl_canon_edit *ce = NULL, *mo = NULL;
+    kl_status st = site_edits(rule, &v->cctx, site, params, &ed, err);
+    if (st != KL_OK) return st;
+    ce = calloc(ed.count, sizeof *ce);
+    mo = calloc(ed.count, sizeof *mo);
+    if (!ce || !mo) {
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        goto cleanup;
+    }
+    for (unsigned i = 0; i < ed.count; i++) ce[i] = (kl_canon_edit){ed.items[i].start, ed.items[i].end, ed.items[i].text};
+    char why[200];
+    kl_strbuf note = KL_STRBUF_INIT;
+    if (kl_canon_map_edits(v->canon, ce, ed.count, mo, why, sizeof why)) {
+        for (unsigned i = 0; i < ed.count && st == KL_OK; i++) st = kl_edits_add(&mapped, mo[i].start, mo[i].end, mo[i].text);
+        if (st == KL_OK) st = kl_edits_apply(&mapped, v->ctx.text, v->ctx.len, out, err);
+        kl_strbuf_addf(&note, "found on the canonical form (%s), the edits land on the text as written",
+                       kl_canon_summary(v->canon));
+    } else {
+        st = kl_edits_apply(&ed, v->cctx.text, v->cctx.len, out, err);
+        kl_strbuf_addf(&note, "written on the canonical form (%s): %s, so the whole file is given in that form",
+                       kl_canon_summary(v->canon), why);
+    }
+    if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    if (st == KL_OK) st = kl_rules_check(v->src, *out, strlen(*out), err);
+    if (st == KL_OK) {
+        *how = kl_strbuf_detach(&note, NULL);
+        if (!*how) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    } else if (st != KL_ERR_NOMEM) {
+        kl_error_prefix(err, "%s at %s (on the canonical form)", rule->name, site->id);
+    }
+    kl_strbuf_release(&note);
+    if (st != KL_OK) {
+        free(*out);
+        *out = NULL;
+    }
+cleanup:
+    free(ce);
+    free(mo);
+    kl_edits_release(&mapped);
+    kl_edits_release(&ed);
+    return st;
+}
+
+/* Run a site: one of the text as written there, and where that fails and the canonical form has the
+ * same site, there (the first failure's reason is kept); a canonical-only one on the canonical form.
+ * *how (new string) is NULL for a rewrite of the text as written. */
+static kl_status run_any(const kl_rule *r, const view *v, const site_pair *sp, const kl_site *s, bool canonical_only,
+                         const json_t *params, char **out, char **how, const kl_site **used, kl_error *err)
+{
+    *how = NULL;
+    if (used) *used = s;
+    if (canonical_only) return run_canonical(r, v, s, params, out, how, err);
+    kl_status st = run_site(r, &v->ctx, s, params, out, err);
+    if (st == KL_OK || st == KL_ERR_NOMEM || !v->canon) return st;
+    const kl_site *t = kl_sites_find(&sp->c, s->id, s->dir);
+    if (!t) return st;
+    kl_error e2 = {0};
+    kl_status st2 = run_canonical(r, v, t, params, out, how, &e2);
+    if (st2 == KL_ERR_NOMEM) return kl_error_set(err, st2, "out of memory");
+    if (st2 == KL_OK && used) *used = t;
+    return st2 == KL_OK ? KL_OK : st;
 }
 
 static char *params_text(const kl_site *site, const json_t *given)
@@ -352,46 +501,150 @@ kl_status kl_rules_catalog_json(char **json, kl_error *err)
     return *json ? KL_OK : kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 }
 
+/* Parse source for the catalog. The transforms' analyses recurse over the tree, so a file
+ * nested deeper than KL_AST_MAX_DEPTH (an expression of thousands of terms, thousands of
+ * nested blocks) is refused here, with where, rather than analysed. */
 static kl_status parse_source(const char *name, const char *source, size_t len, kl_source **src, kl_error *err)
 {
     kl_status st = kl_source_parse_text(name ? name : "<source>", source, len, src, err);
     if (st != KL_OK) return st;
+    TSNode deep = {0};
+    if (kl_ast_depth(kl_source_root(*src), KL_AST_MAX_DEPTH, &deep) > KL_AST_MAX_DEPTH) {
+        st = kl_error_set(err, KL_ERR_TOO_LARGE,
+                          "%s:%u: the code nests more than %u levels deep here (an expression or statement of that "
+                          "many nested parts): the rules catalog does not analyse it",
+                          kl_source_name(*src), ts_node_start_point(deep).row + 1, (unsigned)KL_AST_MAX_DEPTH);
+        kl_source_free(*src);
+        *src = NULL;
+    }
+    return st;
+}
+
+/* The reason of a refusal: the error's message without "not applicable: ". */
+static const char *refusal_reason(const kl_error *e)
+{
+    const char *m = e->message[0] ? e->message : kl_strerror(e->status);
+    return kl_str_starts(m, "not applicable: ") ? m + strlen("not applicable: ") : m;
+}
+
+/* At most this many parameter sets are tried before an applicable site is called refused. */
+#define LIST_MAX_TRIES 16
+
+/* Does the site's rewrite succeed? A present site is removed; an applicable one applied with
+ * the defaults, then with each value of each parameter in turn (one changed at a time), until
+ * one succeeds: *with is then NULL (the defaults) or those parameters (a new reference), and
+ * *how (new string) says when it took the canonical form. False with the first attempt's error
+ * in *why. Fails only when memory runs out. */
+static kl_status verify_site(const kl_rule *r, const view *v, const site_pair *sp, const kl_site *s,
+                             bool canonical_only, bool *ok, json_t **with, char **how, kl_error *why)
+{
+    *ok = false;
+    *with = NULL;
+    *how = NULL;
+    char *text = NULL;
+    kl_status st = run_any(r, v, sp, s, canonical_only, NULL, &text, how, NULL, why);
+    free(text);
+    if (st == KL_OK) {
+        *ok = true;
+        return KL_OK;
+    }
+    if (st == KL_ERR_NOMEM) return st;
+    if (s->dir == KL_SITE_PRESENT) return KL_OK;
+    unsigned tries = 1;
+    for (unsigned i = 0; i < r->nparams && tries < LIST_MAX_TRIES; i++) {
+        const kl_rule_param *p = &r->params[i];
+        if (!p->name || !p->values) continue;
+        for (unsigned k = 0; p->values[k] && tries < LIST_MAX_TRIES; k++) {
+            if (p->deflt && !strcmp(p->deflt, p->values[k])) continue;
+            json_t *params = json_pack("{s:s}", p->name, p->values[k]);
+            if (!params) return KL_ERR_NOMEM;
+            kl_error e = {0};
+            tries++;
+            st = run_any(r, v, sp, s, canonical_only, params, &text, how, NULL, &e);
+            free(text);
+            text = NULL;
+            if (st == KL_OK) {
+                *ok = true;
+                *with = params;
+                return KL_OK;
+            }
+            json_decref(params);
+            if (st == KL_ERR_NOMEM) return st;
+        }
+    }
     return KL_OK;
+}
+
+/* One site of the listing as JSON (a new object), NULL when memory runs out. */
+static json_t *list_entry(const kl_rule *r, const view *v, const kl_site *s, bool canonical_only, bool ok,
+                          json_t *with, const char *how, const kl_error *why)
+{
+    const char *dir = !ok ? "refused" : s->dir == KL_SITE_PRESENT ? "present" : "applicable";
+    json_t *pv = s->params ? json_incref(s->params) : json_object();
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O, s:o, s:s}", "transform", r->name, "site", s->id,
+                          "direction", dir, "kernel", s->kernel, "line", (json_int_t)s->span.line, "column",
+                          (json_int_t)s->span.column, "features", s->features, "params", pv, "note",
+                          ok ? s->note : refusal_reason(why));
+    if (!o) return NULL;
+    if (!ok) {
+        json_object_set_new(o, "refused", json_string(s->dir == KL_SITE_PRESENT ? "remove" : "apply"));
+        json_object_set_new(o, "reason", json_string(refusal_reason(why)));
+    }
+    if (with) json_object_set(o, "applies_with", with);
+    /* a site the canonical form shows (or rewrites), and what that form changed */
+    if (ok && how) json_object_set_new(o, "canonical", json_string(how));
+    else if (canonical_only) json_object_set_new(o, "canonical", json_string(kl_canon_summary(v->canon)));
+    return o;
 }
 
 kl_status kl_rules_list(const char *name, const char *source, size_t len, const kl_task *task, const char *transform,
                         char **json, kl_error *err)
 {
     *json = NULL;
-    kl_source *src = NULL;
+    view v = {0};
     json_t *arr = NULL;
     kl_status st = KL_OK;
     if (transform && !kl_rule_find(transform)) {
         st = kl_error_set(err, KL_ERR_NOT_FOUND, "no transform named '%s' (see docs/rules.md)", transform);
         goto cleanup;
     }
-    KL_TRY(parse_source(name, source, len, &src, err));
-    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), len, task};
+    KL_TRY(view_open(name, source, len, task, &v, err));
     arr = json_array();
     if (!arr) goto oom;
     for (unsigned i = 0; i < kl_rules_count; i++) {
         const kl_rule *r = kl_rules[i];
         if (transform && strcmp(transform, r->name)) continue;
-        kl_sites sites;
-        KL_TRY(find_sites(r, &ctx, &sites, err));
-        for (unsigned k = 0; k < sites.count; k++) {
-            const kl_site *s = &sites.items[k];
-            json_t *pv = s->params ? json_incref(s->params) : json_object();
-            json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:O, s:o, s:s}", "transform", r->name, "site", s->id,
-                                  "direction", s->dir == KL_SITE_PRESENT ? "present" : "applicable", "kernel",
-                                  s->kernel, "line", (json_int_t)s->span.line, "column", (json_int_t)s->span.column,
-                                  "features", s->features, "params", pv, "note", s->note);
-            if (!o || json_array_append_new(arr, o)) {
-                kl_sites_release(&sites);
-                goto oom;
+        site_pair sp;
+        KL_TRY(find_pair(r, &v, &sp, err));
+        for (int which = 0; which < 2; which++) {
+            const kl_sites *list = which ? &sp.c : &sp.o;
+            for (unsigned k = 0; k < list->count; k++) {
+                const kl_site *s = &list->items[k];
+                /* the canonical form's own sites: those the text as written does not show */
+                if (which && kl_sites_find(&sp.o, s->id, s->dir)) continue;
+                bool ok = false;
+                json_t *with = NULL;
+                char *how = NULL;
+                kl_error why = {0};
+                if (verify_site(r, &v, &sp, s, which == 1, &ok, &with, &how, &why) != KL_OK) {
+                    pair_release(&sp);
+                    goto oom;
+                }
+                const kl_site *shown = s;
+                if (ok && how && !which) {
+                    const kl_site *t = kl_sites_find(&sp.c, s->id, s->dir);
+                    if (t) shown = t;
+                }
+                json_t *o = list_entry(r, &v, shown, which == 1, ok, with, how, &why);
+                json_decref(with);
+                free(how);
+                if (!o || json_array_append_new(arr, o)) {
+                    pair_release(&sp);
+                    goto oom;
+                }
             }
         }
-        kl_sites_release(&sites);
+        pair_release(&sp);
     }
     *json = json_dumps(arr, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (!*json) goto oom;
@@ -400,7 +653,30 @@ oom:
     st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
 cleanup:
     json_decref(arr);
-    kl_source_free(src);
+    view_close(&v);
+    return st;
+}
+
+kl_status kl_rules_canonical(const char *name, const char *source, size_t len, char **out, char **summary,
+                             kl_error *err)
+{
+    *out = NULL;
+    if (summary) *summary = NULL;
+    view v = {0};
+    kl_status st = view_open(name, source, len, NULL, &v, err);
+    if (st != KL_OK) return st;
+    *out = kl_strdup(v.canon ? v.cctx.text : v.ctx.text);
+    if (summary) *summary = kl_strdup(v.canon ? kl_canon_summary(v.canon) : "");
+    if (!*out || (summary && !*summary)) {
+        free(*out);
+        *out = NULL;
+        if (summary) {
+            free(*summary);
+            *summary = NULL;
+        }
+        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    }
+    view_close(&v);
     return st;
 }
 
@@ -412,9 +688,10 @@ kl_status kl_rules_rewrite(const char *name, const char *source, size_t len, con
     if (note) *note = NULL;
     const kl_rule *rule = kl_rule_find(transform);
     if (!rule) return kl_error_set(err, KL_ERR_NOT_FOUND, "no transform named '%s' (see docs/rules.md)", transform);
-    kl_source *src = NULL;
+    view v = {0};
     json_t *params = NULL;
-    kl_sites sites = {0};
+    site_pair sp = {0};
+    char *how = NULL;
     kl_status st = KL_OK;
     if (params_json && *params_json) {
         json_error_t je;
@@ -429,16 +706,23 @@ kl_status kl_rules_rewrite(const char *name, const char *source, size_t len, con
         goto cleanup;
     }
     KL_TRY(check_params(rule, params, err));
-    KL_TRY(parse_source(name, source, len, &src, err));
-    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), len, task};
-    KL_TRY(find_sites(rule, &ctx, &sites, err));
+    KL_TRY(view_open(name, source, len, task, &v, err));
+    KL_TRY(find_pair(rule, &v, &sp, err));
     kl_site_dir dir = remove ? KL_SITE_PRESENT : KL_SITE_APPLICABLE;
-    const kl_site *site = kl_sites_find(&sites, site_id, dir);
+    const kl_site *site = kl_sites_find(&sp.o, site_id, dir);
+    bool canonical_only = false;
+    if (!site && (site = kl_sites_find(&sp.c, site_id, dir))) canonical_only = true;
     if (!site) {
         kl_strbuf sb = KL_STRBUF_INIT;
-        for (unsigned i = 0; i < sites.count; i++)
-            if (sites.items[i].dir == dir) kl_strbuf_addf(&sb, "%s%s", sb.len ? ", " : "", sites.items[i].id);
-        const kl_site *other = kl_sites_find(&sites, site_id, remove ? KL_SITE_APPLICABLE : KL_SITE_PRESENT);
+        for (int which = 0; which < 2; which++) {
+            const kl_sites *list = which ? &sp.c : &sp.o;
+            for (unsigned i = 0; i < list->count; i++)
+                if (list->items[i].dir == dir && (!which || !kl_sites_find(&sp.o, list->items[i].id, dir)))
+                    kl_strbuf_addf(&sb, "%s%s", sb.len ? ", " : "", list->items[i].id);
+        }
+        kl_site_dir other_dir = remove ? KL_SITE_APPLICABLE : KL_SITE_PRESENT;
+        const kl_site *other = kl_sites_find(&sp.o, site_id, other_dir);
+        if (!other) other = kl_sites_find(&sp.c, site_id, other_dir);
         if (other)
             st = kl_error_set(err, KL_ERR_NOT_APPLICABLE, "not applicable: %s at %s is a site to %s, not to %s",
                               rule->name, site_id, remove ? "apply" : "remove", remove ? "remove" : "apply");
@@ -449,16 +733,19 @@ kl_status kl_rules_rewrite(const char *name, const char *source, size_t len, con
         kl_strbuf_release(&sb);
         goto cleanup;
     }
-    KL_TRY(run_site(rule, &ctx, site, params, out, err));
+    const kl_site *used = site;
+    KL_TRY(run_any(rule, &v, &sp, site, canonical_only, params, out, &how, &used, err));
     if (note) {
         kl_strbuf sb = KL_STRBUF_INIT;
-        kl_strbuf_addf(&sb, "%s %s at %s: %s", remove ? "removed" : "applied", rule->name, site->id, site->note);
+        kl_strbuf_addf(&sb, "%s %s at %s: %s", remove ? "removed" : "applied", rule->name, site->id, used->note);
+        if (how) kl_strbuf_addf(&sb, " [%s]", how);
         *note = kl_strbuf_detach(&sb, NULL);
     }
 cleanup:
-    kl_sites_release(&sites);
+    free(how);
+    pair_release(&sp);
     json_decref(params);
-    kl_source_free(src);
+    view_close(&v);
     return st;
 }
 
@@ -512,10 +799,11 @@ static bool was_rejected(const json_t *rejected, const char *transform, const ch
 }
 
 static kl_status add_candidate(kl_candidates *out, const char *text, const kl_rule *rule, const kl_site *site,
-                               const char *params, bool removing)
+                               const char *params, bool removing, const char *how)
 {
     kl_strbuf note = KL_STRBUF_INIT;
     kl_strbuf_addf(&note, "%s %s at %s: %s", removing ? "removed" : "applied", rule->name, site->id, site->note);
+    if (how) kl_strbuf_addf(&note, " [%s]", how);
     kl_status st = note.failed ? KL_ERR_NOMEM
                                : kl_candidates_add(out, text, rule->name, site->id, params, kl_strbuf_str(&note));
     kl_strbuf_release(&note);
@@ -536,7 +824,7 @@ static bool full(const kl_rewrite_request *req, const kl_candidates *out)
 static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_candidates *out, kl_error *err)
 {
     rules_state *rs = state;
-    kl_source *src = NULL;
+    view v = {0};
     json_t *card = NULL, *rejected = NULL, *card_params = NULL, *by_transform = NULL;
     const char *want = req->kind == KL_REQ_APPLY ? req->transform : NULL;
     kl_status st = KL_OK;
@@ -565,15 +853,22 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
     }
     if (req->rejected_json) rejected = json_loads(req->rejected_json, 0, NULL);
     size_t len = strlen(req->source);
-    KL_TRY(parse_source(name, req->source, len, &src, err));
-    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), len, req->task};
+    st = view_open(name, req->source, len, req->task, &v, err);
+    if (st == KL_ERR_TOO_LARGE) {
+        /* a file the catalog does not analyse: no candidates, and the reason as a rejection */
+        st = kl_candidates_reject(out, want ? want : "", "", err->message);
+        goto cleanup;
+    }
+    if (st != KL_OK) goto cleanup;
     for (unsigned i = 0; i < kl_rules_count && !full(req, out); i++) {
         const kl_rule *r = kl_rules[i];
         if (want && strcmp(want, r->name)) continue;
-        kl_sites sites;
-        KL_TRY(find_sites(r, &ctx, &sites, err));
-        for (unsigned k = 0; k < sites.count && !full(req, out) && st == KL_OK; k++) {
-            const kl_site *s = &sites.items[k];
+        site_pair sp;
+        KL_TRY(find_pair(r, &v, &sp, err));
+        for (unsigned k = 0; k < sp.o.count + sp.c.count && !full(req, out) && st == KL_OK; k++) {
+            bool canonical_only = k >= sp.o.count;
+            const kl_site *s = canonical_only ? &sp.c.items[k - sp.o.count] : &sp.o.items[k];
+            if (canonical_only && kl_sites_find(&sp.o, s->id, s->dir)) continue;
             if (req->kind == KL_REQ_SIMPLIFY ? s->dir != KL_SITE_PRESENT : s->dir != KL_SITE_APPLICABLE) continue;
             if (req->kind == KL_REQ_SIMPLIFY) {
                 out->present++;
@@ -593,9 +888,9 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
             } else if (card_params) {
                 json_array_append(tries, card_params);
             } else if (r->nparams && r->params[0].name && r->params[0].values) {
-                for (unsigned v = 0; r->params[0].values[v]; v++) {
-                    if (rs->max_per_site && v >= rs->max_per_site) break;
-                    json_array_append_new(tries, json_pack("{s:s}", r->params[0].name, r->params[0].values[v]));
+                for (unsigned pv = 0; r->params[0].values[pv]; pv++) {
+                    if (rs->max_per_site && pv >= rs->max_per_site) break;
+                    json_array_append_new(tries, json_pack("{s:s}", r->params[0].name, r->params[0].values[pv]));
                 }
             } else {
                 json_array_append_new(tries, json_null());
@@ -617,20 +912,23 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
                 kl_error e = {0};
                 char *text = NULL;
                 kl_status rst = check_params(r, given, &e);
-                if (rst == KL_OK) rst = run_site(r, &ctx, s, given, &text, &e);
+                char *how = NULL;
+                const kl_site *used = s;
+                if (rst == KL_OK) rst = run_any(r, &v, &sp, s, canonical_only, given, &text, &how, &used, &e);
                 if (rst == KL_OK)
-                    st = add_candidate(out, text, r, s, ptext, req->kind == KL_REQ_SIMPLIFY);
+                    st = add_candidate(out, text, r, used, ptext, req->kind == KL_REQ_SIMPLIFY, how);
                 else if (rst == KL_ERR_NOMEM)
                     st = KL_ERR_NOMEM;
                 else
                     st = reject(out, r, s, &e);
                 free(text);
+                free(how);
                 free(ptext);
                 if (st != KL_OK) break;
             }
             json_decref(tries);
         }
-        kl_sites_release(&sites);
+        pair_release(&sp);
         if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
         if (st != KL_OK) goto cleanup;
     }
@@ -642,7 +940,7 @@ cleanup:
     json_decref(by_transform);
     json_decref(card);
     json_decref(rejected);
-    kl_source_free(src);
+    view_close(&v);
     return st;
 }
 

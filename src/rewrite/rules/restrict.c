@@ -2,6 +2,7 @@
  * distinct), and `__ldg` read-only loads through them. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,6 +88,41 @@ static int device_param_const(const kl_source *src, const char *fname, int idx)
     return 0;
 }
 
+/* Does the declaration (or parameter declaration) carry `const`? */
+static bool decl_has_const(const kl_source *src, TSNode d)
+{
+    uint32_t kc = ts_node_child_count(d);
+    for (uint32_t k = 0; k < kc; k++) {
+        TSNode q = ts_node_child(d, k);
+        if (is_type(q, "type_qualifier") && kl_node_text_is(src, q, "const")) return true;
+    }
+    return false;
+}
+
+/* An element passed as argument `arg` of the call whose argument_list is args: does the callee
+ * take it by non-const reference? A function of the file whose parameter is `T &` without const
+ * does; so does swap. Other functions (math, intrinsics, functions elsewhere) take values. */
+static bool element_by_reference(const kl_source *src, TSNode args, TSNode arg)
+{
+    TSNode f = ts_node_child_by_field_name(ts_node_parent(args), "function", 8);
+    if (is_type(f, "template_function")) f = ts_node_child_by_field_name(f, "name", 4);
+    if (is_type(f, "qualified_identifier")) f = ts_node_child_by_field_name(f, "name", 4);
+    if (!is_type(f, "identifier")) return false;
+    char *fname = kl_node_text(src, f);
+    if (!fname) return false;
+    bool yes = !strcmp(fname, "swap");
+    TSNode fn = yes ? (TSNode){{0}, 0, 0} : kl_ast_function_named(src, fname);
+    free(fname);
+    int idx = arg_index(args, arg);
+    TSNode ps = kl_ast_function_params(fn);
+    if (!yes && idx >= 0 && (uint32_t)idx < ts_node_named_child_count(ps)) {
+        TSNode pd = ts_node_named_child(ps, (uint32_t)idx);
+        yes = is_type(ts_node_child_by_field_name(pd, "declarator", 10), "reference_declarator") &&
+              !decl_has_const(src, pd);
+    }
+    return yes;
+}
+
 static void follow(scan *s, const char *name);
 static bool ldg_type(const char *elem);
 
@@ -166,6 +202,17 @@ static void lvalue(scan *s, TSNode lv, bool plain_subscript)
     }
     if (is_type(p, "pointer_expression") && kl_node_text_is(src, ts_node_child_by_field_name(p, "operator", 8), "&")) {
         pointer_value(s, p);
+        return;
+    }
+    if (is_type(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "value", 5), n) &&
+        is_type(ts_node_child_by_field_name(p, "declarator", 10), "reference_declarator") &&
+        !decl_has_const(src, ts_node_parent(p))) {
+        /* `float &r = p[i];`: writes through r are writes of the element */
+        worse(s->u, USE_WRITE, "%s is bound to a non-const reference at line %u", s->name, line_of(p));
+        return;
+    }
+    if (is_type(p, "argument_list") && element_by_reference(src, p, n)) {
+        worse(s->u, USE_WRITE, "an element of %s is passed by non-const reference at line %u", s->name, line_of(p));
         return;
     }
     /* a read */
@@ -402,6 +449,57 @@ typedef struct analysis {
     kl_status st;
 } analysis;
 
+typedef struct macro_use {
+    const kl_rule_ctx *ctx;
+    const char *name;  /* the parameter */
+    char macro[128];   /* the first macro invoked in the body whose definition names it */
+    unsigned line;
+} macro_use;
+
+/* The #define of `macro` (function-like or not) in the file, or a null node. */
+static TSNode macro_def(const kl_rule_ctx *ctx, const char *macro)
+{
+    TSNode root = kl_source_root(ctx->src);
+    uint32_t c = ts_node_named_child_count(root);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(root, i);
+        if ((is_type(d, "preproc_function_def") || is_type(d, "preproc_def")) &&
+            kl_node_text_is(ctx->src, ts_node_child_by_field_name(d, "name", 4), macro))
+            return d;
+    }
+    return (TSNode){{0}, 0, 0};
+}
+
+static bool word_in(const char *t, const char *w)
+{
+    size_t n = strlen(w);
+    for (const char *p = t ? strstr(t, w) : NULL; p; p = strstr(p + 1, w)) {
+        bool lb = p == t || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        bool rb = !(isalnum((unsigned char)p[n]) || p[n] == '_');
+        if (lb && rb) return true;
+    }
+    return false;
+}
+
+static bool find_macro_use(TSNode n, void *user)
+{
+    macro_use *m = user;
+    if (m->macro[0]) return false;
+    if (!is_type(n, "call_expression")) return true;
+    TSNode f = ts_node_child_by_field_name(n, "function", 8);
+    if (!is_type(f, "identifier")) return true;
+    char *fname = kl_node_text(m->ctx->src, f);
+    TSNode d = fname ? macro_def(m->ctx, fname) : (TSNode){{0}, 0, 0};
+    char *body = ts_node_is_null(d) ? NULL : kl_node_text(m->ctx->src, ts_node_child_by_field_name(d, "value", 5));
+    if (body && word_in(body, m->name)) {
+        kl_snprintf(m->macro, sizeof m->macro, "%s", fname);
+        m->line = line_of(n);
+    }
+    free(body);
+    free(fname);
+    return true;
+}
+
 static kl_status analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, analysis *a, kl_edits *wrap,
                          const bool *wrap_which)
 {
@@ -416,6 +514,13 @@ static kl_status analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, a
                   true, 0, KL_OK};
         follow(&s, pi->name);
         if (s.st != KL_OK) return s.st;
+        /* a macro of the file that names the pointer in its body: its accesses are not in the tree
+         * here (the canonical form, with the macros expanded, sees them) */
+        macro_use mu = {ctx, pi->name, "", 0};
+        kl_ast_walk(kl_ast_function_body(fn), find_macro_use, &mu);
+        if (mu.macro[0])
+            worse(&a->use[j], USE_ESCAPE, "%s is used through the macro %s at line %u, which the text as written hides",
+                  pi->name, mu.macro, mu.line);
         a->ldg_calls += a->use[j].ldg;
         a->loads += a->use[j].loads;
     }

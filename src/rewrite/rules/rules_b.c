@@ -300,153 +300,21 @@ static bool parse_int_literal(const char *s, long long *v)
     return true;
 }
 
-typedef struct find_const {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    TSNode value;
-    bool found;
-} find_const;
-
-static bool find_const_visit(TSNode n, void *user)
-{
-    find_const *fc = user;
-    if (fc->found) return false;
-    if (rb_is(n, "preproc_def")) {
-        TSNode nm = rb_field(n, "name"), val = rb_field(n, "value");
-        if (rb_text_is(fc->ctx, nm, fc->name) && !ts_node_is_null(val)) {
-            fc->value = val;
-            fc->found = true;
-        }
-        return false;
-    }
-    if (rb_is(n, "function_definition")) return false;
-    if (rb_is(n, "declaration")) {
-        bool is_const = false;
-        uint32_t c = ts_node_child_count(n);
-        for (uint32_t i = 0; i < c; i++) {
-            TSNode ch = ts_node_child(n, i);
-            if (rb_is(ch, "type_qualifier") &&
-                (rb_text_is(fc->ctx, ch, "const") || rb_text_is(fc->ctx, ch, "constexpr")))
-                is_const = true;
-        }
-        if (!is_const) return false;
-        for (uint32_t i = 0; i < c; i++) {
-            TSNode d = ts_node_child(n, i);
-            if (!rb_is(d, "init_declarator")) continue;
-            TSNode nm = rb_field(d, "declarator");
-            if (rb_is(nm, "identifier") && rb_text_is(fc->ctx, nm, fc->name)) {
-                fc->value = rb_field(d, "value");
-                fc->found = !ts_node_is_null(fc->value);
-            }
-        }
-        return false;
-    }
-    return true;
-}
-
-static bool const_eval_depth(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v, int depth);
-
-static bool const_name_depth(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v, int depth)
-{
-    if (depth > 16) return false;
-    find_const fc = {.ctx = ctx, .name = name};
-    if (!ts_node_is_null(scope)) {
-        /* declarations in the scope's body and its nested blocks (a kernel's local constexpr) */
-        uint32_t c = ts_node_named_child_count(scope);
-        for (uint32_t i = 0; i < c && !fc.found; i++) rb_walk(ts_node_named_child(scope, i), find_const_visit, &fc);
-    }
-    if (!fc.found) rb_walk(kl_source_root(ctx->src), find_const_visit, &fc);
-    if (!fc.found) return false;
-    if (rb_is(fc.value, "preproc_arg")) {
-        /* a macro's value is raw text: accept a plain literal, or a parenthesised one */
-        char *s = rb_text(ctx, fc.value);
-        if (!s) return false;
-        char *p = s;
-        while (isspace((unsigned char)*p) || *p == '(') p++;
-        char *q = p + strlen(p);
-        while (q > p && (isspace((unsigned char)q[-1]) || q[-1] == ')')) *--q = '\0';
-        bool ok = parse_int_literal(p, v);
-        if (!ok) {
-            /* a simple name: another constant */
-            bool ident = *p && !isdigit((unsigned char)*p);
-            for (char *r = p; *r && ident; r++) ident = isalnum((unsigned char)*r) || *r == '_';
-            if (ident) ok = const_name_depth(ctx, scope, p, v, depth + 1);
-        }
-        free(s);
-        return ok;
-    }
-    return const_eval_depth(ctx, scope, fc.value, v, depth + 1);
-}
-
-static bool const_eval_depth(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v, int depth)
-{
-    if (ts_node_is_null(e) || depth > 32) return false;
-    const char *t = ts_node_type(e);
-    if (!strcmp(t, "number_literal")) {
-        char *s = rb_text(ctx, e);
-        bool ok = s && parse_int_literal(s, v);
-        free(s);
-        return ok;
-    }
-    if (!strcmp(t, "identifier")) {
-        char *s = rb_text(ctx, e);
-        bool ok = s && const_name_depth(ctx, scope, s, v, depth + 1);
-        free(s);
-        return ok;
-    }
-    if (!strcmp(t, "parenthesized_expression")) return const_eval_depth(ctx, scope, ts_node_named_child(e, 0), v, depth + 1);
-    if (!strcmp(t, "cast_expression")) return const_eval_depth(ctx, scope, rb_field(e, "value"), v, depth + 1);
-    if (!strcmp(t, "unary_expression")) {
-        long long a;
-        if (!const_eval_depth(ctx, scope, rb_field(e, "argument"), &a, depth + 1)) return false;
-        TSNode op = rb_field(e, "operator");
-        if (rb_text_is(ctx, op, "-")) *v = -a;
-        else if (rb_text_is(ctx, op, "+")) *v = a;
-        else return false;
-        return true;
-    }
-    if (!strcmp(t, "sizeof_expression")) {
-        TSNode ty = rb_field(e, "type");
-        if (ts_node_is_null(ty)) return false;
-        char *s = rb_text(ctx, ty);
-        unsigned k = rb_type_size(s);
-        free(s);
-        *v = k;
-        return k != 0;
-    }
-    if (!strcmp(t, "binary_expression")) {
-        long long a, b;
-        if (!const_eval_depth(ctx, scope, rb_field(e, "left"), &a, depth + 1) ||
-            !const_eval_depth(ctx, scope, rb_field(e, "right"), &b, depth + 1))
-            return false;
-        TSNode op = rb_field(e, "operator");
-        char o[4] = {0};
-        uint32_t s0 = ts_node_start_byte(op), s1 = ts_node_end_byte(op);
-        if (s1 - s0 > 2) return false;
-        memcpy(o, ctx->text + s0, s1 - s0);
-        if (!strcmp(o, "+")) *v = a + b;
-        else if (!strcmp(o, "-")) *v = a - b;
-        else if (!strcmp(o, "*")) *v = a * b;
-        else if (!strcmp(o, "/") && b) *v = a / b;
-        else if (!strcmp(o, "%") && b) *v = a % b;
-        else if (!strcmp(o, "<<") && b >= 0 && b < 62) *v = a << b;
-        else if (!strcmp(o, ">>") && b >= 0 && b < 62) *v = a >> b;
-        else if (!strcmp(o, "&")) *v = a & b;
-        else if (!strcmp(o, "|")) *v = a | b;
-        else return false;
-        return true;
-    }
-    return false;
-}
-
+/* The one constant evaluator (kl_const_eval, syntax/affine.c). */
 bool rb_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v)
 {
-    return const_eval_depth(ctx, scope, e, v, 0);
+    int64_t x = 0;
+    if (!kl_const_eval(ctx->src, scope, e, false, &x, NULL, 0)) return false;
+    *v = (long long)x;
+    return true;
 }
 
 bool rb_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v)
 {
-    return const_name_depth(ctx, scope, name, v, 0);
+    int64_t x = 0;
+    if (!kl_const_eval_name(ctx->src, scope, name, &x, NULL, 0)) return false;
+    *v = (long long)x;
+    return true;
 }
 
 /* ---- polynomials --------------------------------------------------------------------------- */
@@ -651,11 +519,6 @@ int rb_affine_sym(rb_affine *a, const char *name)
     a->names[a->nsym] = kl_strdup(name);
     if (!a->names[a->nsym]) return -1;
     return (int)a->nsym++;
-}
-
-const char *rb_affine_symname(const rb_affine *a, int sym)
-{
-    return sym >= 0 && (unsigned)sym < a->nsym ? a->names[sym] : "?";
 }
 
 static bool node_is(const env *E, TSNode n, const char *s)

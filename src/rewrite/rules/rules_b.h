@@ -145,7 +145,6 @@ void rb_affine_free(rb_affine *a);
 void rb_affine_eval(rb_affine *a, TSNode e, rb_poly *out);
 /* The symbol id of a name (interned), -1 when the table is full. */
 int rb_affine_sym(rb_affine *a, const char *name);
-const char *rb_affine_symname(const rb_affine *a, int sym);
 
 /* The stride of symbol `sym` in p: 0 absent, 1 unit (coefficient 1, linear), 2 a constant
  * other than 1 (*k receives it), 3 symbolic (multiplied by another symbol), -1 opaque

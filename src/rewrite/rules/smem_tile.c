@@ -438,16 +438,39 @@ static void ga_release(ga *g)
 }
 
 /* Is the declaration safe to run in every thread: no memory read, no call but casts/conversions? */
+typedef struct hoist_scan {
+    const kl_rule_ctx *ctx;
+    bool reads;
+} hoist_scan;
+
+/* A load or a call: a subscript not under `&`, a `*p`, a call. (`&b[j]` computes an address only.) */
+static bool hoist_visit(TSNode n, void *user)
+{
+    hoist_scan *r = user;
+    if (r->reads) return false;
+    if (rb_is(n, "call_expression")) r->reads = true;
+    if (rb_is(n, "pointer_expression")) {
+        if (!text_is(r->ctx, rb_field(n, "operator"), "&")) r->reads = true;
+        else if (rb_is(strip(rb_field(n, "argument")), "subscript_expression")) {
+            /* &p[i]: the address; its index may still read */
+            TSNode s = strip(rb_field(n, "argument"));
+            rb_walk(rb_field(s, "indices"), hoist_visit, r);
+            return false;
+        }
+    }
+    if (rb_is(n, "subscript_expression")) r->reads = true;
+    return !r->reads;
+}
+
 static bool hoistable(const kl_rule_ctx *ctx, TSNode d)
 {
     if (!rb_is(d, "declaration")) return false;
     char ty[512];
     squeezed(ctx, d, ty, sizeof ty);
     if (strstr(ty, "__shared__") || strstr(ty, "static")) return false;
-    if (count_type(d, "subscript_expression", NULL) || count_type(d, "call_expression", NULL)) return false;
-    TSNode p;
-    unsigned np = count_type(d, "pointer_expression", &p);
-    return np == 0;
+    hoist_scan r = {ctx, false};
+    rb_walk(d, hoist_visit, &r);
+    return !r.reads;
 }
 
 /* Where a loop that is to get barriers sits: at the kernel's top level ('N'), after an early

@@ -9,6 +9,17 @@
 static const char *const factor_values[] = {"full", "2", "4", "8", NULL};
 static const kl_rule_param unroll_params[] = {{"factor", factor_values, "full"}};
 
+/* Is the loop's trip count known only at run time (its start, bound or step reads one)? */
+static bool runtime_trip(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, size_t size)
+{
+    static const char *const fields[] = {"initializer", "condition", "update", NULL};
+    for (unsigned i = 0; fields[i]; i++) {
+        TSNode part = ts_node_child_by_field_name(loop, fields[i], (uint32_t)strlen(fields[i]));
+        if (kl_expr_runtime(ctx->src, fn, part, why, size)) return true;
+    }
+    return false;
+}
+
 static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     kl_sites *out = user;
@@ -20,6 +31,14 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
                               "trip_known", L->trip_known);
         if (!f) return KL_ERR_NOMEM;
         if (L->trip_known) json_object_set_new(f, "trip", json_integer(L->trip));
+        char rt_why[200];
+        if (L->has_pragma_unroll && !L->trip_known && (!L->pragma_arg[0] || !strcmp(L->pragma_arg, "full")) &&
+            runtime_trip(ctx, fn, L->node, rt_why, sizeof rt_why)) {
+            /* `#pragma unroll` without a count unrolls only a compile-time trip count: on this
+             * loop it does nothing, and its removal is no step */
+            json_decref(f);
+            continue;
+        }
         if (L->has_pragma_unroll) {
             json_t *params = json_pack("{s:s}", "factor", L->pragma_arg[0] ? L->pragma_arg : "full");
             kl_status st = kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(L->node), name, f, params,
@@ -34,7 +53,6 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
             json_decref(f);
         }
     }
-    (void)fn;
     return KL_OK;
 }
 

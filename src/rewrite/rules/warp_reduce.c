@@ -919,11 +919,84 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }
 
+/* Is `type` (a declaration's type text) one that __shfl_*_sync moves? The scalar types of the
+ * CUDA headers' overloads; a struct or a vector type is not (its fields would each need one). */
+static bool shuffle_type(const char *type)
+{
+    static const char *const ok[] = {"float", "double", "int", "unsigned", "unsigned int", "long", "unsigned long",
+                                     "long long", "unsigned long long", "__half", "__half2", "__nv_bfloat16",
+                                     "__nv_bfloat162", "half", "half2", "int32_t", "uint32_t", "int64_t",
+                                     "uint64_t", NULL};
+    char t[128];
+    size_t n = 0;
+    /* drop the qualifiers a shared array's type may carry */
+    for (const char *p = type; *p && n + 1 < sizeof t;) {
+        if (!strncmp(p, "volatile ", 9)) p += 9;
+        else if (!strncmp(p, "const ", 6)) p += 6;
+        else t[n++] = *p++;
+    }
+    while (n && t[n - 1] == ' ') n--;
+    t[n] = '\0';
+    for (unsigned i = 0; ok[i]; i++)
+        if (!strcmp(t, ok[i])) return true;
+    return false;
+}
+
+typedef struct struct_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode body;
+} struct_find;
+
+static bool find_struct(TSNode n, void *user)
+{
+    struct_find *f = user;
+    if (!ts_node_is_null(f->body)) return false;
+    if (!rb_is(n, "struct_specifier")) return !rb_is(n, "function_definition");
+    TSNode nm = rb_field(n, "name"), body = rb_field(n, "body");
+    if (!ts_node_is_null(body) && text_is(f->ctx, nm, f->name)) f->body = body;
+    return false;
+}
+
+/* The fields of `struct NAME { T a; T b; … };` of the file when every one is a scalar a shuffle
+ * moves (one declarator each, no arrays): how many, their names into out; 0 otherwise. */
+static unsigned struct_fields(const kl_rule_ctx *ctx, const char *name, char out[][64], unsigned max)
+{
+    struct_find f = {ctx, name, {{0}, 0, 0}};
+    rb_walk(kl_source_root(ctx->src), find_struct, &f);
+    if (ts_node_is_null(f.body)) return 0;
+    unsigned n = 0;
+    uint32_t c = ts_node_named_child_count(f.body);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(f.body, i);
+        if (rb_is(d, "comment")) continue;
+        if (!rb_is(d, "field_declaration") || n >= max) return 0;
+        char ty[128];
+        node_copy(ctx, rb_field(d, "type"), ty, sizeof ty);
+        TSNode decl = rb_field(d, "declarator");
+        if (!shuffle_type(ty) || !rb_is(decl, "field_identifier") || ts_node_named_child_count(d) != 2) return 0;
+        node_copy(ctx, decl, out[n], 64);
+        n++;
+    }
+    return n;
+}
+
 static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const wr_tree *t,
                             const json_t *params, kl_edits *out, kl_error *err)
 {
     int64_t bs = 0;
     char why[300];
+    char fields[8][64];
+    unsigned nfields = 0;
+    if (!shuffle_type(t->type)) {
+        /* a struct of scalars moves field by field (the experts' `o.m = __shfl_xor_sync(…, v.m, o)`) */
+        nfields = struct_fields(ctx, t->type, fields, 8);
+        if (!nfields || !strcmp(t->op, "+"))
+            return kl_rule_not_applicable(err,
+                                          "%s holds %s, which a warp shuffle does not move (a scalar, or a struct of "
+                                          "scalar fields combined by a function)",
+                                          t->sh, t->type);
+    }
     if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     int64_t start = 0;
     TSNode init = rb_field(t->loop, "initializer");
@@ -940,7 +1013,19 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     rb_fresh_name(ctx, fn, "kl_v", v, sizeof v);
     rb_fresh_name(ctx, fn, "kl_warp", warp, sizeof warp);
     kl_snprintf(shfl, sizeof shfl, "%s(0xffffffff, %s, o)", sh_fn, v);
-    if (!strcmp(t->op, "+")) kl_snprintf(step, sizeof step, "%s += %s", v, shfl);
+    if (nfields) {
+        char other[32];
+        rb_fresh_name(ctx, fn, "kl_o", other, sizeof other);
+        kl_strbuf sb = KL_STRBUF_INIT;
+        kl_strbuf_addf(&sb, "{ %s %s;", t->type, other);
+        for (unsigned i = 0; i < nfields; i++)
+            kl_strbuf_addf(&sb, " %s.%s = %s(0xffffffff, %s.%s, o);", other, fields[i], sh_fn, v, fields[i]);
+        kl_strbuf_addf(&sb, " %s = %s(%s, %s); }", v, t->op, v, other);
+        bool fits = !sb.failed && sb.len < sizeof step;
+        if (fits) kl_snprintf(step, sizeof step, "%s", kl_strbuf_str(&sb));
+        kl_strbuf_release(&sb);
+        if (!fits) return kl_rule_not_applicable(err, "the struct %s has too many fields to shuffle", t->type);
+    } else if (!strcmp(t->op, "+")) kl_snprintf(step, sizeof step, "%s += %s", v, shfl);
     else kl_snprintf(step, sizeof step, "%s = %s(%s, %s)", v, t->op, v, shfl);
     long long nw = (long long)(bs / 32);
     if (nw < 2)

@@ -1,6 +1,6 @@
-/* The rules catalog, part 1: the index analysis (src/syntax/affine.c), the catalog and the
- * backend (catalog.c), and the golden tests of unroll, launch-bounds and fast-math
- * (tests/data/rules/<transform>/<case>.before.cu; KL_UPDATE_GOLDEN=1 rewrites the .after.cu). */
+/* The rules catalog's shared machinery: the index analysis and the one constant evaluator
+ * (src/syntax/affine.c), the catalog and the `rules` backend (src/rewrite/rules/catalog.c), the
+ * check every result passes. The golden cases of every transform are test_rules_golden.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,8 +17,6 @@
 #include "syntax/affine.h"
 #include "util/util.h"
 #include "rules_golden.h"
-
-static const char *const golden_dirs[] = {"unroll", "launch-bounds", "fast-math"};
 
 /* ---- the analysis ------------------------------------------------------------------------- */
 
@@ -170,38 +168,6 @@ static void const_eval_dim3_locals(void **state)
     kl_source_free(src);
 }
 
-/* ---- golden files --------------------------------------------------------------------------- */
-
-/* The .after.cu files of the three, compiled together by the last test. */
-static golden_batch compiles;
-
-/* Every case's rewrite gives its .after.cu; a reverse, where given, gives back the original or at
- * least the site the other way (an expert's marker comment or pragma column is not restored); at
- * least 5 cases (round trips not counted); every .after.cu compiles (golden_compile). */
-static void golden_transform(const char *transform)
-{
-    const golden_opts o = {.trip = GOLDEN_TRIP_SITE, .min_cases = 5, .min_trips = 0, .batch = &compiles};
-    golden_run_opts(transform, &o);
-}
-
-static void golden_unroll(void **state) { (void)state; golden_transform(golden_dirs[0]); }
-static void golden_launch_bounds(void **state) { (void)state; golden_transform(golden_dirs[1]); }
-static void golden_fast_math(void **state) { (void)state; golden_transform(golden_dirs[2]); }
-
-/* nvcc -arch=sm_90 -c on every .after.cu of the three, two at a time (a note without nvcc). */
-static void golden_compile(void **state)
-{
-    (void)state;
-    golden_batch_compile(&compiles);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    golden_batch_release(&compiles);
-    return 0;
-}
-
 /* ---- the catalog and the backend ------------------------------------------------------------ */
 
 static const char *saxpy =
@@ -297,11 +263,7 @@ int main(void)
         cmocka_unit_test(backend_simplify_and_apply),
         cmocka_unit_test(rewrite_errors_name_the_problem),
         cmocka_unit_test(check_refuses_broken_results),
-        cmocka_unit_test(golden_unroll),
         cmocka_unit_test(const_eval_dim3_locals),
-        cmocka_unit_test(golden_launch_bounds),
-        cmocka_unit_test(golden_fast_math),
-        cmocka_unit_test(golden_compile),
     };
-    return cmocka_run_group_tests(tests, NULL, teardown);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

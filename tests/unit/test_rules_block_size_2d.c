@@ -1,8 +1,8 @@
 /* block-size on 2-D blocks (src/rewrite/rules/block_size.c): the golden cases are in
- * tests/data/rules/block-size/2d_*.before.cu and run with the 1-D ones (test_rules_c.c). Here: the
- * reasons given where a 2-D block cannot move, the parameters, the built-in tasks (which 2-D sites
- * each expert and naive kernel has, and that removing them gives the 16x16 form, compiled with
- * nvcc), and the backend proposing the removal on the transpose expert. */
+ * tests/data/rules/block-size/2d_*.before.cu (test_rules_golden.c). Here: the reasons given where a
+ * 2-D block cannot move, the parameters, the built-in tasks (which 2-D sites each expert and naive
+ * kernel has, and that removing them gives the 16x16 form, compiled with nvcc), and the backend
+ * proposing the removal on the transpose expert. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,10 +1,6 @@
-/* The rules catalog, part d: warp-reduce and vectorize (src/rewrite/rules/warp_reduce.c,
- * vectorize.c). Golden cases in tests/data/rules/<transform>/<case>.before.cu, whose first line
- * says what to do (`// test: remove warp-reduce@block_sum:14 | apply warp-reduce@block_sum:15`):
- * the result must equal <case>.after.cu byte for byte (KL_UPDATE_GOLDEN=1 rewrites them), the
- * reverse must give back the original or at least bring the site back the other way, and every
- * .after.cu must compile with `nvcc -arch=sm_90 -c` (skipped with a note without nvcc). Also: the
- * built-in experts' sites, and the reasons given where the transforms do not apply. */
+/* warp-reduce and vectorize (src/rewrite/rules/warp_reduce.c, vectorize.c): the built-in experts'
+ * sites removed (the results compiled), and the reasons given where the transforms do not apply.
+ * Their golden cases run in test_rules_golden.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,18 +19,6 @@
 #include "rules_helpers.h"
 
 /* ---- golden files -------------------------------------------------------------------------------- */
-
-static void golden_warp_reduce(void **state)
-{
-    (void)state;
-    golden_run("warp-reduce");
-}
-
-static void golden_vectorize(void **state)
-{
-    (void)state;
-    golden_run("vectorize");
-}
 
 /* ---- warp-reduce ------------------------------------------------------------------------------------- */
 
@@ -306,10 +290,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(warp_reduce_says_why_not),
         cmocka_unit_test(warp_reduce_removes_from_experts),
-        cmocka_unit_test(golden_warp_reduce),
         cmocka_unit_test(vectorize_says_why_not),
         cmocka_unit_test(vectorize_experts_and_naives),
-        cmocka_unit_test(golden_vectorize),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,10 +1,7 @@
 /* grid-stride over several loops (src/rewrite/rules/grid_stride.c, analyse_group) and block-reduce
- * (src/rewrite/rules/block_reduce.c). Golden cases: tests/data/rules/grid-stride/multi/ (remove only:
- * the apply direction writes one loop) and tests/data/rules/block-reduce/ (both ways). A case's first
- * line says what to do (`// test: remove X@S [| apply X@S2]`); the result must equal <case>.after.cu
- * (KL_UPDATE_GOLDEN=1 rewrites them); the reverse, when given, must give back the original or bring
- * a site of the first direction back; every rewritten file is compiled with nvcc -arch=sm_90 -c.
- * Then the reasons for "not applicable", and the reduce_sum/histogram experts walked down. */
+ * (src/rewrite/rules/block_reduce.c): the reasons for "not applicable", and the reduce_sum and
+ * histogram experts walked down (compiled at the end). Their golden cases (grid-stride/multi/,
+ * block-reduce/) run in test_rules_golden.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,10 +17,8 @@
 #include "util/util.h"
 #include "rules_golden.h"
 
-/* ---- golden files, everything compiled together at the end ------------------------------------------- */
+/* ---- the experts walked down, compiled together at the end ------------------------------------------- */
 
-/* The .after.cu files, the round trips that are not the original and the experts walked down,
- * compiled by compile_all. */
 static golden_batch compiles;
 
 static int teardown(void **state)
@@ -31,33 +26,6 @@ static int teardown(void **state)
     (void)state;
     golden_batch_release(&compiles);
     return 0;
-}
-
-/* Every case names the transform; the rewrite changes the text and gives the .after.cu; a reverse,
- * when given, gives back the original or brings a site of the first direction back (that text is
- * compiled too); at least want_cases cases and want_trips round trips. */
-static void golden_dir(const char *transform, const char *sub, unsigned want_cases, unsigned want_trips)
-{
-    const golden_opts o = {.sub = sub,
-                           .trip = GOLDEN_TRIP_SITE,
-                           .min_cases = want_cases,
-                           .min_trips = want_trips,
-                           .must_change = true,
-                           .compile_trips = true,
-                           .batch = &compiles};
-    golden_run_opts(transform, &o);
-}
-
-static void golden_grid_stride_multi(void **state)
-{
-    (void)state;
-    golden_dir("grid-stride", "grid-stride/multi", 3, 0);
-}
-
-static void golden_block_reduce(void **state)
-{
-    (void)state;
-    golden_dir("block-reduce", "block-reduce", 4, 4);
 }
 
 /* ---- not applicable, with the reason --------------------------------------------------------------- */
@@ -282,8 +250,6 @@ static void compile_all(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(golden_grid_stride_multi),
-        cmocka_unit_test(golden_block_reduce),
         cmocka_unit_test(grid_stride_group_refuses),
         cmocka_unit_test(block_reduce_refuses),
         cmocka_unit_test(reduce_sum_expert),

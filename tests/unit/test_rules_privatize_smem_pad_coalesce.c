@@ -1,11 +1,6 @@
-/* src/rewrite/rules: transforms 9-16 (row-parallel, smem-tile, register-tile, smem-pad,
- * double-buffer, tensor-core, privatize, coalesce).
- *
- * Golden tests: tests/data/rules/<transform>/<case>.before.cu is rewritten (apply, or remove
- * where the case says so) and compared with <case>.after.cu; KL_UPDATE_GOLDEN=1 rewrites the
- * .after.cu files instead. Every golden case is also run the other way (round trip), and
- * every rewritten file is compiled with nvcc -arch=sm_90 -c when nvcc is present (two at a
- * time). */
+/* privatize, smem-pad and coalesce (src/rewrite/rules/privatize.c, smem_pad.c, coalesce.c): the
+ * reasons they give where they do not apply. Their golden cases (tests/data/rules/<transform>/,
+ * the operations in NAME.test) run in test_rules_golden.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,39 +16,6 @@
 #include "util/util.h"
 
 /* ---- the driver ------------------------------------------------------------------------------ */
-
-typedef enum { ROUND_EXACT, ROUND_INVARIANT, ROUND_NONE } round_kind;
-
-typedef struct golden {
-    const kl_rule *rule;
-    const char *dir;          /* tests/data/rules/<dir> */
-    const char *name;         /* <name>.before.cu / <name>.after.cu */
-    kl_site_dir way;          /* APPLICABLE: apply; PRESENT: remove */
-    const char *site;         /* a substring of the site id to pick; NULL: the first site that way */
-    const char *params;       /* JSON object for apply, NULL: {} */
-    round_kind round;         /* the other way back: exact text, or only "parses and has the site" */
-} golden;
-
-static char *data_path(const char *dir, const char *name, const char *suffix)
-{
-    const char *root = getenv("KL_TEST_DATA");
-    assert_non_null(root);
-    char *p = NULL;
-    assert_true(asprintf(&p, "%s/rules/%s/%s%s", root, dir, name, suffix) > 0);
-    return p;
-}
-
-static char *slurp(const char *path)
-{
-    char *text = NULL;
-    size_t len = 0;
-    kl_error err = {0};
-    if (kl_file_read(path, 0, &text, &len, &err) != KL_OK) {
-        print_error("cannot read %s: %s\n", path, err.message);
-        fail();
-    }
-    return text;
-}
 
 /* Find a site of `rule` in text going `way`, whose id contains `want` (or the first). */
 static bool pick_site(const kl_rule *rule, const kl_rule_ctx *ctx, kl_site_dir way, const char *want, kl_sites *sites,
@@ -102,94 +64,6 @@ done:
     return result;
 }
 
-static unsigned parse_errors(const char *text)
-{
-    kl_source *src = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_source_parse_text("x.cu", text, strlen(text), &src, &err), KL_OK);
-    unsigned n = kl_source_error_count(src);
-    kl_source_free(src);
-    return n;
-}
-
-/* The text parses back with no more errors than `allowed` (the input's own: tree-sitter-cuda
- * misreads `a.x < b` as a template, which nvcc does not). */
-static void assert_parses(const char *name, const char *text, unsigned allowed)
-{
-    kl_source *src = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_source_parse_text(name, text, strlen(text), &src, &err), KL_OK);
-    if (kl_source_error_count(src) > allowed) {
-        kl_span sp;
-        char msg[128];
-        kl_source_error(src, 0, &sp, msg, sizeof msg);
-        print_error("%s does not parse back: %u:%u: %s\n%s\n", name, sp.line, sp.column, msg, text);
-        kl_source_free(src);
-        fail();
-    }
-    kl_source_free(src);
-}
-
-/* Compiled files, gathered by the golden tests and compiled at the end two at a time. */
-static char *to_compile[256];
-static unsigned ncompile;
-
-static void queue_compile(const char *path)
-{
-    for (unsigned i = 0; i < ncompile; i++)
-        if (!strcmp(to_compile[i], path)) return;
-    if (ncompile < 256) to_compile[ncompile++] = kl_strdup(path);
-}
-
-static void run_golden(const golden *g)
-{
-    char *before_p = data_path(g->dir, g->name, ".before.cu");
-    char *after_p = data_path(g->dir, g->name, ".after.cu");
-    char *before = slurp(before_p);
-    kl_error err = {0};
-    kl_status st = KL_OK;
-    char *got = rewrite(g->rule, before_p, before, g->way, g->site, g->params, &st, &err);
-    if (st != KL_OK) {
-        print_error("%s/%s: %s failed: %s\n", g->dir, g->name, g->way == KL_SITE_APPLICABLE ? "apply" : "remove",
-                    err.message);
-        fail();
-    }
-    unsigned allowed = parse_errors(before);
-    assert_parses(after_p, got, allowed);
-    const char *update = getenv("KL_UPDATE_GOLDEN");
-    if (update && *update == '1') {
-        assert_int_equal(kl_file_write(after_p, got, strlen(got), &err), KL_OK);
-    } else {
-        char *want = slurp(after_p);
-        if (strcmp(want, got)) {
-            print_error("%s/%s: the rewrite differs from %s; got:\n%s\n", g->dir, g->name, after_p, got);
-            fail();
-        }
-        free(want);
-    }
-    /* the way back */
-    if (g->round != ROUND_NONE) {
-        kl_site_dir back = g->way == KL_SITE_APPLICABLE ? KL_SITE_PRESENT : KL_SITE_APPLICABLE;
-        char *again = rewrite(g->rule, after_p, got, back, g->site, g->params, &st, &err);
-        if (st != KL_OK) {
-            print_error("%s/%s: the way back failed: %s\n", g->dir, g->name, err.message);
-            fail();
-        }
-        assert_parses(before_p, again, allowed);
-        if (g->round == ROUND_EXACT && strcmp(again, before)) {
-            print_error("%s/%s: the round trip does not give back the input; got:\n%s\n", g->dir, g->name, again);
-            fail();
-        }
-        free(again);
-    }
-    /* the rewritten file (inputs are hand-written; a round trip that is exact gives one back) */
-    queue_compile(after_p);
-    free(got);
-    free(before);
-    free(before_p);
-    free(after_p);
-}
-
 /* Apply must refuse with KL_ERR_NOT_APPLICABLE and a reason containing `why`. */
 static void expect_not_applicable(const kl_rule *rule, const char *text, kl_site_dir way, const char *want,
                                   const char *params, const char *why)
@@ -222,29 +96,6 @@ static unsigned count_sites(const kl_rule *rule, const char *text, kl_site_dir w
 }
 
 /* ---- privatize ------------------------------------------------------------------------------- */
-
-static const golden privatize_cases[] = {
-    {&kl_rule_privatize, "privatize", "hist_u8", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_privatize, "privatize", "early_return", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_privatize, "privatize", "mask_2d_block", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_privatize, "privatize", "template_stride_loop", KL_SITE_APPLICABLE, "counts", NULL, ROUND_EXACT},
-    /* interleaved copies, one per lane (copies=32) or per group of lanes; the way back drops them all */
-    {&kl_rule_privatize, "privatize", "lanes_u8", KL_SITE_APPLICABLE, NULL, "{\"copies\": \"32\"}", ROUND_INVARIANT},
-    {&kl_rule_privatize, "privatize", "lanes_early_return", KL_SITE_APPLICABLE, NULL, "{\"copies\": \"8\"}",
-     ROUND_INVARIANT},
-    {&kl_rule_privatize, "privatize", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
-    {&kl_rule_privatize, "privatize", "remove_expert_if_init", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
-    /* interleaved lane copies (R = 32), through an alias; the way back puts one copy back */
-    {&kl_rule_privatize, "privatize", "remove_lanes", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
-    /* the alias passed to a __device__ helper: apply cannot see through the helper, no way back */
-    {&kl_rule_privatize, "privatize", "remove_lanes_helper", KL_SITE_PRESENT, NULL, NULL, ROUND_NONE},
-};
-
-static void privatize_golden(void **state)
-{
-    (void)state;
-    for (size_t i = 0; i < sizeof privatize_cases / sizeof privatize_cases[0]; i++) run_golden(&privatize_cases[i]);
-}
 
 static void privatize_refuses(void **state)
 {
@@ -345,23 +196,6 @@ static void privatize_refuses(void **state)
 
 /* ---- smem-pad -------------------------------------------------------------------------------- */
 
-static const golden smem_pad_cases[] = {
-    {&kl_rule_smem_pad, "smem-pad", "transpose_tile", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_smem_pad, "smem-pad", "double_gemm_macro", KL_SITE_APPLICABLE, "Bt", NULL, ROUND_EXACT},
-    {&kl_rule_smem_pad, "smem-pad", "helper_index", KL_SITE_APPLICABLE, "stage", "{\"pad\": 1}", ROUND_EXACT},
-    {&kl_rule_smem_pad, "smem-pad", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
-    {&kl_rule_smem_pad, "smem-pad", "remove_literal_3d", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
-    /* the sgemm expert after double-buffer: float4 reads from &As[kk][…] keep 16-byte alignment unpadded */
-    {&kl_rule_smem_pad, "smem-pad", "remove_sgemm_expert", KL_SITE_PRESENT, "As", NULL, ROUND_NONE},
-    {&kl_rule_smem_pad, "smem-pad", "remove_vec2_pairs", KL_SITE_PRESENT, "t", "{\"pad\": 2}", ROUND_EXACT},
-};
-
-static void smem_pad_golden(void **state)
-{
-    (void)state;
-    for (size_t i = 0; i < sizeof smem_pad_cases / sizeof smem_pad_cases[0]; i++) run_golden(&smem_pad_cases[i]);
-}
-
 static void smem_pad_refuses(void **state)
 {
     (void)state;
@@ -425,35 +259,6 @@ static void smem_pad_refuses(void **state)
 }
 
 /* ---- coalesce -------------------------------------------------------------------------------- */
-
-static const golden coalesce_cases[] = {
-    {&kl_rule_coalesce, "coalesce", "gemm_rows_on_x", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_coalesce, "coalesce", "template_size_t", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_coalesce, "coalesce", "macro_helper", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_coalesce, "coalesce", "while_loop", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_coalesce, "coalesce", "remove_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
-    /* the staged exchange through a shared tile (a transpose) */
-    {&kl_rule_coalesce, "coalesce", "staged_transpose", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_coalesce, "coalesce", "staged_batched_size_t", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_coalesce, "coalesce", "staged_template_return", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    {&kl_rule_coalesce, "coalesce", "staged_scale_brace", KL_SITE_APPLICABLE, NULL, NULL, ROUND_EXACT},
-    /* several rows of the tile per thread: the block becomes B x B/r; the way back keeps the
-     * rows loop (one read and one write per element, the write strided again) */
-    {&kl_rule_coalesce, "coalesce", "staged_rows_per_thread", KL_SITE_APPLICABLE, NULL, "{\"rows_per_thread\": \"4\"}",
-     ROUND_INVARIANT},
-    {&kl_rule_coalesce, "coalesce", "staged_rows_return", KL_SITE_APPLICABLE, NULL, "{\"rows_per_thread\": \"8\"}",
-     ROUND_INVARIANT},
-    /* an expert's staged forms back to one read and one write per element (no way back: the
-     * loop over rows a thread reads is not this rule's form) */
-    {&kl_rule_coalesce, "coalesce", "remove_staged_expert", KL_SITE_PRESENT, NULL, NULL, ROUND_NONE},
-    {&kl_rule_coalesce, "coalesce", "remove_staged_square", KL_SITE_PRESENT, NULL, NULL, ROUND_INVARIANT},
-};
-
-static void coalesce_golden(void **state)
-{
-    (void)state;
-    for (size_t i = 0; i < sizeof coalesce_cases / sizeof coalesce_cases[0]; i++) run_golden(&coalesce_cases[i]);
-}
 
 static void coalesce_refuses(void **state)
 {
@@ -584,73 +389,13 @@ static void coalesce_refuses(void **state)
 
 /* ---- nvcc -------------------------------------------------------------------------------------- */
 
-static const char *find_nvcc(void)
-{
-    static const char *const cands[] = {"/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc", NULL};
-    const char *env = getenv("NVCC");
-    if (env && access(env, X_OK) == 0) return env;
-    for (int i = 0; cands[i]; i++)
-        if (access(cands[i], X_OK) == 0) return cands[i];
-    return NULL;
-}
-
-static void everything_compiles(void **state)
-{
-    (void)state;
-    const char *nvcc = find_nvcc();
-    if (!nvcc) {
-        for (unsigned i = 0; i < ncompile; i++) free(to_compile[i]);
-        ncompile = 0;
-        skip();
-    }
-    assert_true(ncompile > 0);
-    char *dir = NULL;
-    kl_error err = {0};
-    assert_int_equal(kl_tempdir("rules-b", &dir, &err), KL_OK);
-    unsigned failures = 0;
-    /* two at a time: a child compiles two files in parallel and waits for both */
-    for (unsigned i = 0; i < ncompile; i += 2) {
-        char script[8192];
-        char o1[600], o2[600];
-        kl_snprintf(o1, sizeof o1, "%s/a%u.o", dir, i);
-        kl_snprintf(o2, sizeof o2, "%s/b%u.o", dir, i);
-        if (i + 1 < ncompile)
-            kl_snprintf(script, sizeof script,
-                        "\"$0\" -arch=sm_90 -c \"$1\" -o \"$3\" & p=$!; \"$0\" -arch=sm_90 -c \"$2\" -o \"$4\" || r=1; "
-                        "wait $p || r=1; exit ${r:-0}");
-        else kl_snprintf(script, sizeof script, "\"$0\" -arch=sm_90 -c \"$1\" -o \"$3\"");
-        const char *argv[] = {"sh", "-c", script, nvcc, to_compile[i], i + 1 < ncompile ? to_compile[i + 1] : "",
-                              o1, o2, NULL};
-        kl_child c;
-        kl_child_init(&c);
-        c.argv = argv;
-        c.timeout_s = 300;
-        c.merge_stderr = true;
-        assert_int_equal(kl_child_run(&c, &err), KL_OK);
-        if (c.exit_code != 0) {
-            print_error("nvcc failed on %s%s%s:\n%s\n", to_compile[i], i + 1 < ncompile ? " or " : "",
-                        i + 1 < ncompile ? to_compile[i + 1] : "", kl_strbuf_str(&c.out));
-            failures++;
-        }
-        kl_child_release(&c);
-    }
-    kl_remove_tree(dir, &err);
-    free(dir);
-    for (unsigned i = 0; i < ncompile; i++) free(to_compile[i]);
-    ncompile = 0;
-    assert_int_equal(failures, 0);
-}
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(privatize_golden),
         cmocka_unit_test(privatize_refuses),
-        cmocka_unit_test(smem_pad_golden),
         cmocka_unit_test(smem_pad_refuses),
-        cmocka_unit_test(coalesce_golden),
         cmocka_unit_test(coalesce_refuses),
-        cmocka_unit_test(everything_compiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

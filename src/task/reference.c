@@ -361,8 +361,10 @@ static kl_status call_in_child(kl_reference *ref, void **call, const char *ref_n
  * values, the answer the run's end. */
 
 #define SRV_MAX_ARGS 200 /* descriptors in one message: the kernel takes up to 253 */
+enum { SRV_RUN, SRV_ALLOC };
 
 typedef struct srv_request {
+    int op;       /* SRV_RUN, or SRV_ALLOC: a memfd of arg[0].bytes back */
     double timeout_s;
     unsigned nargs;
     struct {
@@ -437,6 +439,24 @@ static void serve(kl_reference *ref, int fd)
         ssize_t n = srv_recv(fd, &rq, sizeof rq, fds, &nfds);
         if (n <= 0) return;
         srv_answer an = {0};
+        if ((size_t)n == sizeof rq && rq.op == SRV_ALLOC) {
+            /* the array's file is made here, where the caller's sandbox (its 1 GiB limit on
+             * the files it writes) does not reach: mapping it there writes no file */
+            for (unsigned j = 0; j < nfds; j++) close(fds[j]);
+            size_t bytes = rq.arg[0].bytes ? rq.arg[0].bytes : 1;
+            int f = memfd_create("klineage-reference", MFD_CLOEXEC);
+            if (f >= 0 && ftruncate(f, (off_t)bytes) != 0) {
+                an.error = errno;
+                close(f);
+                f = -1;
+            } else if (f < 0) {
+                an.error = errno;
+            }
+            ssize_t sent = srv_send(fd, &an, sizeof an, f >= 0 ? &f : NULL, f >= 0 ? 1 : 0);
+            if (f >= 0) close(f);
+            if (sent < 0) return;
+            continue;
+        }
         unsigned used = 0, k;
         bool bad = (size_t)n != sizeof rq || rq.nargs > SRV_MAX_ARGS;
         for (k = 0; !bad && k < rq.nargs; k++) {
@@ -509,12 +529,20 @@ static void *run_alloc(const kl_reference *ref, size_t bytes, bool written, int 
     *fd = -1;
     *mapped = 0;
     if (ref->srv_fd >= 0) {
-        int f = memfd_create("klineage-reference", MFD_CLOEXEC);
-        if (f < 0) return NULL;
-        if (ftruncate(f, (off_t)(bytes ? bytes : 1)) != 0) {
-            close(f);
+        static srv_request rq; /* one at a time, as the runs */
+        memset(&rq, 0, sizeof rq);
+        rq.op = SRV_ALLOC;
+        rq.arg[0].bytes = bytes;
+        srv_answer an;
+        int got[SRV_MAX_ARGS];
+        unsigned ngot = 0;
+        if (srv_send(ref->srv_fd, &rq, sizeof rq, NULL, 0) != (ssize_t)sizeof rq ||
+            srv_recv(ref->srv_fd, &an, sizeof an, got, &ngot) != (ssize_t)sizeof an || ngot < 1) {
+            for (unsigned j = 0; j < ngot; j++) close(got[j]);
             return NULL;
         }
+        for (unsigned j = 1; j < ngot; j++) close(got[j]);
+        int f = got[0];
         void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
         if (p == MAP_FAILED) {
             close(f);
@@ -541,6 +569,7 @@ static kl_status call_served(kl_reference *ref, unsigned n, void **call, const i
     if (n > SRV_MAX_ARGS)
         return kl_error_set(err, KL_ERR_TOO_LARGE, "%s: %u arguments; the reference's server takes %d", ref_name, n,
                             SRV_MAX_ARGS);
+    rq.op = SRV_RUN;
     rq.timeout_s = ref->timeout_s;
     rq.nargs = n;
     int sendfds[SRV_MAX_ARGS];

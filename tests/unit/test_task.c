@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "klineage/task.h"
@@ -1130,6 +1132,64 @@ static void a_misbehaving_reference_is_an_error(void **state)
     }
 }
 
+/* The reference's server (kl_reference_serve): started before the caller limits itself, it runs
+ * the reference in the caller's place. Here the caller (a child of the test) then limits the files
+ * it may write to 4 KiB, as the worker's sandbox limits them to 1 GiB: arrays larger than that
+ * still reach the reference (their files are the server's), the results are exact, and a reference
+ * that crashes is still the same error. */
+static void served_reference_runs_past_the_callers_file_limit(void **state)
+{
+    fixture *f = *state;
+    kl_task *t = load_data_task("tasks/vadd");
+    char *cache = kl_path_join(f->dir, "cache");
+    const kl_shape *sh = &t->checks[0];
+    int64_t n = 0;
+    kl_error err = {0};
+    for (unsigned k = 0; k < t->nchecks; k++) {
+        int64_t m;
+        assert_int_equal(kl_task_arg_count(t, &t->checks[k], 0, &m, &err), KL_OK);
+        if (m > n) n = m, sh = &t->checks[k];
+    }
+    assert_true(n * 8 > 4096); /* the float64 copies pass the limit */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        kl_reference *ref = NULL;
+        if (kl_reference_load(t, cache, &ref, &err) != KL_OK || kl_reference_serve(ref, &err) != KL_OK) {
+            fprintf(stderr, "%s\n", err.message);
+            _exit(2);
+        }
+        struct rlimit lim = {4096, 4096};
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(3);
+        float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+        if (!a || !b || kl_task_fill(t, sh, 0, 3, a, n, &err) != KL_OK || kl_task_fill(t, sh, 1, 4, b, n, &err) != KL_OK)
+            _exit(4);
+        for (int rep = 0; rep < 3; rep++) { /* the server takes one run after another */
+            void *args[4] = {a, b, NULL, NULL};
+            double *outs[4];
+            if (kl_reference_run(ref, t, sh, args, outs, &err) != KL_OK) {
+                fprintf(stderr, "run %d: %s\n", rep, err.message);
+                _exit(5);
+            }
+            for (int64_t i = 0; i < n; i++)
+                if (outs[2][i] != (double)a[i] + (double)b[i]) _exit(6);
+            if (!(kl_reference_last_seconds(ref) >= 0)) _exit(7);
+            free(outs[2]);
+        }
+        kl_reference_free(ref);
+        free(a), free(b);
+        _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {}
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the limited caller: %s %d", WIFSIGNALED(status) ? "signal" : "exit",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    free(cache);
+    kl_task_free(t);
+}
+
 /* Many arguments, many duplicates: one fault per key past a limit, one per duplicate; quick. */
 static void large_tasks_hit_limits_not_quadratic_time(void **state)
 {
@@ -1243,6 +1303,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(reference_compile_errors_name_the_line, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(weak_references_are_caught, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(a_misbehaving_reference_is_an_error, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(served_reference_runs_past_the_callers_file_limit, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(large_tasks_hit_limits_not_quadratic_time, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(files_outside_the_task_folder_are_refused, setup_dir, teardown_dir),
     };

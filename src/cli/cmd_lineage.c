@@ -216,6 +216,26 @@ KL_CMD(lineage)
         rc = KL_EXIT_INTERRUPTED;
         goto cleanup;
     }
+    /* replayed, a walk recorded unfinished (cut at its time limit) is shown as far as it went, its
+     * cards stored: going on is a GPU's work, and the note says so */
+    bool unfinished = false;
+    if (st == KL_ERR_UNMEASURED && m.replay && !restart && doc) {
+        json_t *d = json_loads(doc, 0, NULL);
+        size_t nsteps = json_array_size(json_object_get(d, "steps"));
+        size_t nversions = json_array_size(json_object_get(d, "versions"));
+        json_decref(d);
+        if (nsteps > 0) {
+            unfinished = true;
+            cli_measure_printf(&m, stderr,
+                               "the recorded walk is unfinished: it ends at version %zu, after %zu step(s) (it was cut "
+                               "when it was recorded); the archive has no verdict for what comes next (%s). The "
+                               "recorded part follows, and gives no cards until the walk ends (as a walk cut while "
+                               "recording gives none); going on needs a GPU ('klineage --measure record lineage %s').",
+                               nversions ? nversions - 1 : 0, nsteps, err.message, task_dir);
+            err = (kl_error){0};
+            st = KL_OK;
+        }
+    }
     if (st != KL_OK) {
         cli_measure_error(&m, "%s", err.message);
         if (st == KL_ERR_UNMEASURED)
@@ -231,6 +251,7 @@ KL_CMD(lineage)
         /* JSON stays JSON in replay: the document says it was replayed instead of a prefix */
         json_t *d = m.replay ? json_loads(doc, 0, NULL) : NULL;
         if (d) json_object_set_new(d, "replayed", json_true());
+        if (d && unfinished) json_object_set_new(d, "unfinished", json_true());
         char *text = d ? json_dumps(d, JSON_SORT_KEYS | JSON_INDENT(2)) : NULL;
         printf("%s\n", text ? text : doc);
         free(text);
@@ -240,7 +261,7 @@ KL_CMD(lineage)
         cli_measure_printf(&m, stdout, "%s", md ? md : "");
         free(md);
     }
-    if (!no_skills) {
+    if (!no_skills && !unfinished) {
         kl_extract_stats xs;
         if (kl_lineage_extract_skills(m.store, task, doc, &xs, &err) != KL_OK) {
             cli_measure_error(&m, "skills: %s", err.message);

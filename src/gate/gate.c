@@ -705,6 +705,8 @@ static void judge_key(judge_ctx *j) { key_of(j, kl_strbuf_str(&j->stages), j->ke
 /* The same judgement without the sanitize stage: its stored document, or NULL. A sanitized
  * verdict reuses the stages of a stored one and runs only the sanitizer (a walk asks for the
  * sanitizer on the proposal it admits, which it has just judged without). */
+static const char *weak_evidence(const json_t *doc);
+
 static json_t *unsanitized_prior(const judge_ctx *j, char hex[KL_HASH_HEX])
 {
     const char *all = kl_strbuf_str(&j->stages);
@@ -721,7 +723,9 @@ static json_t *unsanitized_prior(const judge_ctx *j, char hex[KL_HASH_HEX])
     json_t *doc = json_loads(json, 0, NULL);
     free(json);
     if (!json_is_object(doc) || strcmp(json_string_value(json_object_get(doc, "key")) ? json_string_value(json_object_get(doc, "key")) : "", hex) != 0 ||
-        !json_is_object(json_object_get(doc, "stages"))) {
+        !json_is_object(json_object_get(doc, "stages")) || weak_evidence(doc)) {
+        /* (a pass on weaker evidence than today's gate asks for is judged again, whole: reused,
+         * the sanitized verdict would not be stored, and a walk could not be replayed) */
         json_decref(doc);
         return NULL;
     }
@@ -1445,6 +1449,14 @@ kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source
     judge_key(&j);
     if (gate->store && !j.opt->refresh) {
         st = from_store(&j, out, err);
+        if (st == KL_OK && weak_evidence(kl_verdict_document(*out))) {
+            /* stored before the gate asked for today's evidence: judged again, live */
+            kl_log(KL_LOG_INFO, "%s: the stored pass was made on weaker evidence (%s): judged again", j.cand_name,
+                   weak_evidence(kl_verdict_document(*out)));
+            kl_verdict_free(*out);
+            *out = NULL;
+            st = KL_ERR_NOT_FOUND;
+        }
         if (st == KL_OK) {
             (*out)->cached = true;
             goto cleanup;

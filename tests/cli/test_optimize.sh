@@ -66,6 +66,24 @@ expect 1 "no recorded verdict" -- "$K" --db "$tmp/db2" --measure replay optimize
 grep -q "^\[replay\] error:" "$tmp/err" || fail "the replayed error is not marked [replay]"
 grep -q "measure record" "$tmp/err" || fail "the unmeasured error does not say how to record"
 
+# bench --optimize as recorded on the H200 (archive/verdicts.jsonl), replayed with no GPU: the
+# library from the replayed walks, every run served from the archive, the table and its summary
+for t in transpose histogram reduce_sum softmax layernorm blur sgemm hgemm; do
+    "$K" --quiet --db "$tmp/bench.db" --measure replay lineage "tasks/$t" >/dev/null 2>&1 ||
+        fail "replaying the walk of $t"
+done
+"$K" --db "$tmp/bench.db" --measure replay bench --optimize --budget 40 --task reduce_sum --task transpose \
+    >"$tmp/bench.out" 2>&1 || fail "bench --optimize replayed: $(tail -3 "$tmp/bench.out")"
+for t in reduce_sum transpose; do
+    for p in blind memory skills; do
+        grep -q "^\[replay\] | $t | $p | [0-9.]*x |" "$tmp/bench.out" || fail "bench --optimize: no row for $t $p"
+    done
+done
+grep -q "^\[replay\] Geometric mean of the final speedups, skills / blind" "$tmp/bench.out" ||
+    fail "bench --optimize: no summary"
+grep -q "device: NVIDIA H200" "$tmp/bench.out" || fail "bench --optimize: the table does not name the device"
+grep -v '^\[replay\]' "$tmp/bench.out" | grep -q . && fail "bench --optimize replayed: a line not marked [replay]"
+
 # help comes from the doc page
 "$K" optimize --help >"$tmp/help" || fail "optimize --help failed"
 sed -n '/<!-- help -->/,/<!-- \/help -->/p' docs/cli/optimize.md | sed '1,2d;$d' | sed '$d' >"$tmp/want"

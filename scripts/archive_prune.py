@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Take out of archive/verdicts.jsonl what no current work reads any more: the lineages of experts
 that changed (a lineage's key covers its expert's text, so a new expert starts a new lineage and the
-old one stays), the verdicts only those lineages referred to, and the skill cards (kinds `skill`,
-`skill-part`), which `klineage --measure record lineage tasks/T` then rebuilds from the stored walks
-without a GPU (every verdict is served from the archive).
+old one stays) and the verdicts only those lineages referred to. The skill cards (kinds `skill`,
+`skill-part`) stay: a fresh store that imports the archive has the library at once (the README's
+`klineage optimize` on a machine without a GPU needs it), and replaying the walks merges into it.
 
     python3 scripts/archive_prune.py [--archive FILE] [--tasks DIR] [--dry-run]
 
@@ -62,7 +62,7 @@ def main():
     out, dropped = [], {"lineage": 0, "verdict": 0, "skill": 0, "skill-part": 0}
     drop_lkeys = {k for k, _ in drop_l}
     for kind, key, o, line in lines:
-        if (kind == "lineage" and key in drop_lkeys) or (kind == "verdict" and key in drop_v) or kind in ("skill", "skill-part"):
+        if (kind == "lineage" and key in drop_lkeys) or (kind == "verdict" and key in drop_v):
             dropped[kind] += 1
             continue
         out.append(line)

@@ -42,6 +42,8 @@ struct kl_reference {
     pid_t srv_pid;
 };
 
+static void sleep_s(double s);
+
 void kl_reference_set_timeout(kl_reference *ref, double seconds)
 {
     if (ref) ref->timeout_s = seconds;
@@ -126,8 +128,11 @@ void kl_reference_free(kl_reference *ref)
 {
     if (!ref) return;
     if (ref->srv_fd >= 0) {
-        close(ref->srv_fd); /* the server reads the end of its socket and leaves */
-        while (waitpid(ref->srv_pid, NULL, 0) < 0 && errno == EINTR) {}
+        /* the server reads the end of its socket and leaves; one still waiting on a run (a
+         * sandboxed caller may not kill it) is not waited for: it dies with this process
+         * (PR_SET_PDEATHSIG), its run with it */
+        close(ref->srv_fd);
+        for (int i = 0; i < 100 && waitpid(ref->srv_pid, NULL, WNOHANG) == 0; i++) sleep_s(0.01);
     }
     if (ref->dl) dlclose(ref->dl);
     free(ref->dtypes);

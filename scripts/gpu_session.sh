@@ -22,7 +22,10 @@
 #   scripts/gpu_session.sh pool       one gate batch as today, on --gpus 0 and on --gpus 0,0 (docs/cluster.md)
 #   scripts/gpu_session.sh variants [T…] candidate experts (tasks/T/variants/*.cu) gated beside the expert
 #   scripts/gpu_session.sh all | final T… older one-call sessions (suite, corpus, gate figures / suite, walks)
-# Results (the archive, logs, tables) go to $OUT when it is set.
+# Results (the archive, logs, tables) go to $OUT when it is set. A device call brings back at most
+# 8 files: run one phase per call (gatecorpus and pool together write 12 and the archive was left
+# behind on 2026-12-02), and on a warm machine fetch verdicts.jsonl.gz before the next call syncs
+# the tree again (archive/verdicts.jsonl is tracked: the sync replaces it).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"

@@ -59,7 +59,7 @@ def main():
     for _, line in drop_l:
         dropped_refs.update(HEX.findall(line))
     drop_v = dropped_refs - kept_refs
-    out, dropped = [], {"lineage": 0, "verdict": 0, "skill": 0, "skill-part": 0}
+    out, dropped = [], {"lineage": 0, "verdict": 0}
     drop_lkeys = {k for k, _ in drop_l}
     for kind, key, o, line in lines:
         if (kind == "lineage" and key in drop_lkeys) or (kind == "verdict" and key in drop_v):
@@ -68,8 +68,8 @@ def main():
         out.append(line)
     print(f"{archive}: dropping {dropped['lineage']} lineage(s) of experts that changed "
           f"({', '.join(json.loads(l)['doc'].get('task', '?') for _, l in drop_l) or 'none'}), "
-          f"{dropped['verdict']} verdict(s) only they referred to, {dropped['skill']} skill card(s) and "
-          f"{dropped['skill-part']} part(s) (rebuilt by replaying the walks); keeping {len(out)} line(s)")
+          f"{dropped['verdict']} verdict(s) only they referred to; keeping {len(out)} line(s) "
+          f"(the skill cards among them)")
     if not dry:
         tmp = archive + ".tmp"
         with open(tmp, "w") as f:

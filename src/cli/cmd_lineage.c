@@ -216,8 +216,8 @@ KL_CMD(lineage)
         rc = KL_EXIT_INTERRUPTED;
         goto cleanup;
     }
-    /* replayed, a walk recorded unfinished (cut at its time limit) is shown as far as it went, its
-     * cards stored: going on is a GPU's work, and the note says so */
+    /* replayed, a walk recorded unfinished (cut at its time limit) is shown as far as it went,
+     * with no cards (as a walk cut while recording): going on is a GPU's work, and the note says so */
     bool unfinished = false;
     if (st == KL_ERR_UNMEASURED && m.replay && !restart && doc) {
         json_t *d = json_loads(doc, 0, NULL);

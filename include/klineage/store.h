@@ -49,6 +49,10 @@ kl_status kl_store_rollback(kl_store *store);
  * an archive into the store, replacing documents with the same (kind, key). */
 kl_status kl_store_export(kl_store *store, const char *const *kinds, const char *archive_path, kl_error *err);
 kl_status kl_store_import(kl_store *store, const char *archive_path, unsigned *count, kl_error *err);
+/* The same, only the documents of the given kinds (NULL-terminated; NULL: all); the others are
+ * read (a malformed line still refuses the whole file) but not stored. */
+kl_status kl_store_import_kinds(kl_store *store, const char *archive_path, const char *const *kinds, unsigned *count,
+                                kl_error *err);
 
 #ifdef __cplusplus
 }

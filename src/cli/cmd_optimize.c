@@ -240,6 +240,7 @@ KL_CMD(optimize)
         return KL_EXIT_FAILED;
     }
     rc = cli_measure_open(cli, &m, task_dir);
+    if (rc == KL_EXIT_OK && policy == KL_POLICY_SKILLS) rc = cli_measure_library(cli, &m, task_dir);
     if (rc != KL_EXIT_OK) goto cleanup;
     rc = KL_EXIT_FAILED;
     kl_gate_options go = cli_measure_gate_options(cli, &m);

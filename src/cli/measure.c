@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "klineage/skills.h"
 #include "measure.h"
 
 #define REPLAY_PREFIX "[replay] "
@@ -194,6 +195,32 @@ kl_gate_options cli_measure_gate_options(const kl_cli *cli, const cli_measure *m
     o.stand_in = cli->stand_in;                        /* docs/cluster.md */
     o.executor = cli->exec_given ? &cli->exec : NULL;
     return o;
+}
+
+int cli_measure_library(const kl_cli *cli, cli_measure *m, const char *task_dir)
+{
+    /* replay and record import the archive whole; the stand-in judges live */
+    if (m->replay || (cli->measure != KL_MEASURE_LIVE && !cli->stand_in)) return KL_EXIT_OK;
+    kl_skill_list lib;
+    kl_error err = {0};
+    if (kl_skill_list_load(m->store, &lib, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
+    unsigned have = lib.count;
+    kl_skill_list_release(&lib);
+    if (have) return KL_EXIT_OK;
+    char *archive = find_archive(m, task_dir);
+    if (!archive || access(archive, F_OK) != 0) {
+        free(archive);
+        return KL_EXIT_OK; /* the policy says the library is empty, and how to fill it */
+    }
+    static const char *const kinds[] = {"skill", "skill-part", "skill-admission", NULL};
+    unsigned n = 0;
+    kl_status st = kl_store_import_kinds(m->store, archive, kinds, &n, &err);
+    if (st == KL_OK)
+        cli_note(cli, "the store had no skill cards: the library recorded in %s taken (%u document(s): cards, not "
+                      "measurements; no verdict is read from it)\n",
+                 archive, n);
+    free(archive);
+    return st == KL_OK ? KL_EXIT_OK : cli_measure_error(m, "%s", err.message);
 }
 
 int cli_measure_finish(const kl_cli *cli, cli_measure *m)

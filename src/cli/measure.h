@@ -64,6 +64,9 @@ kl_gate_options cli_measure_gate_options(const kl_cli *cli, const cli_measure *m
 /* Record mode: export the verdict and gpu documents to the archive. Other modes: nothing.
  * Returns KL_EXIT_OK or KL_EXIT_FAILED after printing the error. */
 int cli_measure_finish(const kl_cli *cli, cli_measure *m);
+/* Live, with no skill card in the store: the cards recorded in the archive (kinds skill,
+ * skill-part, skill-admission; no verdict) are taken, and said so. A no-op otherwise. */
+int cli_measure_library(const kl_cli *cli, cli_measure *m, const char *task_dir);
 void cli_measure_close(cli_measure *m);
 
 /* Print to f, each line prefixed "[replay] " in replay mode. */

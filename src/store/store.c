@@ -544,6 +544,20 @@ static bool same_document(kl_store *s, const char *kind, const char *key, const 
 
 kl_status kl_store_import(kl_store *s, const char *archive_path, unsigned *count, kl_error *err)
 {
+    return kl_store_import_kinds(s, archive_path, NULL, count, err);
+}
+
+static bool kind_wanted(const char *const *kinds, const char *kind)
+{
+    if (!kinds) return true;
+    for (; *kinds; kinds++)
+        if (!strcmp(*kinds, kind)) return true;
+    return false;
+}
+
+kl_status kl_store_import_kinds(kl_store *s, const char *archive_path, const char *const *kinds, unsigned *count,
+                                kl_error *err)
+{
     kl_status st = KL_OK;
     char *text = NULL, *doc_text = NULL;
     size_t len = 0;
@@ -579,6 +593,11 @@ kl_status kl_store_import(kl_store *s, const char *archive_path, unsigned *count
                                 "%s:%u: expected {\"kind\": STRING, \"key\": STRING, \"doc\": JSON} and nothing else; "
                                 "nothing was imported",
                                 archive_path, lineno));
+        if (!kind_wanted(kinds, json_string_value(kind))) {
+            json_decref(line_json);
+            line_json = NULL;
+            continue;
+        }
         doc_text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
         if (!doc_text) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
         /* the same document already there (every replay imports the whole archive): no write */

@@ -84,6 +84,20 @@ grep -q "^\[replay\] Geometric mean of the final speedups, skills / blind" "$tmp
 grep -q "device: NVIDIA H200" "$tmp/bench.out" || fail "bench --optimize: the table does not name the device"
 grep -v '^\[replay\]' "$tmp/bench.out" | grep -q . && fail "bench --optimize replayed: a line not marked [replay]"
 
+# judged now (here by the stand-in) with an empty store: the library recorded in the archive is
+# taken, said so, and no verdict comes from it
+"$K" --judge stand-in --db "$tmp/fresh.db" optimize tasks/transpose --leave-out transpose --budget 3 --no-compare \
+    -o "$tmp/fresh.cu" >"$tmp/fresh.out" 2>&1 || fail "optimize with an empty store: $(tail -3 "$tmp/fresh.out")"
+grep -q "the store had no skill cards: the library recorded in .* taken" "$tmp/fresh.out" ||
+    fail "the library taken from the archive is not said"
+grep -q "library: [1-9][0-9]* card(s); left out: transpose" "$tmp/fresh.out" || fail "no library after taking it"
+python3 - "$tmp/fresh.db" <<'PY' || fail "recorded verdicts came into the store with the library"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+kinds = dict(db.execute("select kind, count(*) from documents group by kind").fetchall())
+sys.exit(0 if kinds.get("skill") and not kinds.get("lineage") and not kinds.get("gpu") else 1)
+PY
+
 # help comes from the doc page
 "$K" optimize --help >"$tmp/help" || fail "optimize --help failed"
 sed -n '/<!-- help -->/,/<!-- \/help -->/p' docs/cli/optimize.md | sed '1,2d;$d' | sed '$d' >"$tmp/want"

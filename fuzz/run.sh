@@ -51,6 +51,8 @@ for t in "${targets[@]}"; do
     bin="$build/fuzz/fuzz_$t"
     mkdir -p "$build/corpus/$t"
     seeds=("$here/fuzz/corpus/$t")
+    # the parser's seeds are the project's own CUDA files, read where they are (no copies)
+    [ "$t" = source ] && seeds=("$here/tests/data/cuda" "$here"/tasks/*/)
     [ -d "$here/fuzz/regressions/$t" ] && seeds+=("$here/fuzz/regressions/$t")
     lenopt=()
     [ -n "${KL_FUZZ_MAX_LEN:-}" ] && lenopt=("-max_len=$KL_FUZZ_MAX_LEN")

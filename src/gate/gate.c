@@ -1449,10 +1449,10 @@ kl_status kl_gate_judge(kl_gate *gate, const kl_task *task, const kl_gate_source
     judge_key(&j);
     if (gate->store && !j.opt->refresh) {
         st = from_store(&j, out, err);
-        if (st == KL_OK && weak_evidence(kl_verdict_document(*out))) {
+        const char *weak = st == KL_OK ? weak_evidence(kl_verdict_document(*out)) : NULL;
+        if (weak) {
             /* stored before the gate asked for today's evidence: judged again, live */
-            kl_log(KL_LOG_INFO, "%s: the stored pass was made on weaker evidence (%s): judged again", j.cand_name,
-                   weak_evidence(kl_verdict_document(*out)));
+            kl_log(KL_LOG_INFO, "%s: the stored pass was made on weaker evidence (%s): judged again", j.cand_name, weak);
             kl_verdict_free(*out);
             *out = NULL;
             st = KL_ERR_NOT_FOUND;

@@ -23,7 +23,6 @@ typedef struct opt_cand {
     double order;             /* rank among equal scores, lower first (policy's order) */
     char card[136];           /* the card behind E ("" when none) */
     char why[256];            /* one line: how E was reached */
-    bool excluded;            /* not to be tried (skills: every card of its transform fails here) */
     bool tried;               /* judged, or skipped as a duplicate */
     bool prepared;            /* handed to prepare (compiled) */
 } opt_cand;
@@ -56,7 +55,7 @@ typedef struct opt_policy_ctx {
     json_t *skipped;               /* skills: records of cards not tried, appended (borrowed) */
 } opt_policy_ctx;
 
-/* Score the candidates of version v (E, order, card, why, excluded). versions[0..nversions)
+/* Score the candidates of version v (E, order, card, why). versions[0..nversions)
  * for the path the version was reached by. Fails only when out of memory. */
 kl_status opt_policy_score(opt_policy_ctx *pc, const opt_version *versions, unsigned nversions, unsigned v,
                            kl_error *err);

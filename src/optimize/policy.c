@@ -226,6 +226,21 @@ static unsigned present_transforms(const opt_version *ver, const kl_task *task, 
     return n;
 }
 
+/* A gain a walk tells from noise: lineage's --probe-min-gain default. A card below it says
+ * "this did not pay where it was measured". */
+#define OPT_PAYS 1.05
+
+/* E of a proposal no card speaks for: an optimization whose conditions are all unknown,
+ * ranked as if it might just pay. Below every card that paid where its conditions hold, above
+ * every card whose measured gain is noise (launch-bounds at 1.00x: "this did not pay where it
+ * was measured"). */
+#define OPT_PRIOR_UNKNOWN OPT_PAYS
+/* E of a proposal whose transform's every card fails here: the cards are not tried (their
+ * evidence does not apply), the catalog's proposal stays, ranked as if it might just lose —
+ * after every proposal with no evidence against it, so a budget that outlasts the evidence is
+ * still spent, and the frontier does not empty while the catalog has work left. */
+#define OPT_PRIOR_AGAINST (1.0 / OPT_PAYS)
+
 /* Was card already recorded as skipped at this version and site? */
 static bool skip_known(const json_t *skipped, unsigned v, const char *card, const char *site)
 {
@@ -252,7 +267,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
         opt_cand *c = &ver->cands[i];
         double best = -1;
         const char *best_card = NULL;
-        char best_why[256] = "";
+        char best_why[256] = "", fail_why[256] = "";
         unsigned ncards = 0, nfail = 0;
         for (unsigned k = 0; k < pc->library->count; k++) {
             const kl_skill *card = pc->library->items[k];
@@ -263,7 +278,9 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             st = match_card(card, src, pc->task, c, present, npresent, &cv, err);
             if (st != KL_OK) break;
             if (cv.truth == KL_TRUTH_FAILS) {
-                nfail++;
+                if (nfail++ == 0)
+                    kl_snprintf(fail_why, sizeof fail_why, "%s: %s%s%s", kl_skill_id(card), cv.predicate,
+                                cv.shape[0] ? " at " : "", cv.shape);
                 if (skip_known(pc->skipped, v, kl_skill_id(card), c->site)) continue;
                 json_t *s = json_object();
                 json_object_set_new(s, "version", json_integer(v));
@@ -283,7 +300,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             if (!same_params) w *= 0.8;
             double e = g >= 1 ? 1 + (g - 1) * w : g;
             bool follows = v > 0 && card_follows(card, ver->card, ver->transform);
-            if (follows && e > 1) e *= 1.25;
+            if (follows && g >= OPT_PAYS) e *= 1.25;
             if (e > best) {
                 best = e;
                 best_card = kl_skill_id(card);
@@ -300,11 +317,13 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             kl_snprintf(c->card, sizeof c->card, "%s", best_card);
             kl_snprintf(c->why, sizeof c->why, "%s", best_why);
         } else if (ncards && nfail == ncards) {
-            c->excluded = true;
-            kl_snprintf(c->why, sizeof c->why, "every card of %s fails here (%u)", c->transform, ncards);
+            c->expect = OPT_PRIOR_AGAINST;
+            kl_snprintf(c->why, sizeof c->why, "every card of %s fails here (%u; %s): the catalog's proposal, tried last",
+                        c->transform, ncards, fail_why);
         } else {
-            c->expect = 1.0;
-            kl_snprintf(c->why, sizeof c->why, "no card of %s: tried after the cards, in seeded order", c->transform);
+            c->expect = OPT_PRIOR_UNKNOWN;
+            kl_snprintf(c->why, sizeof c->why, "no card of %s: unknown, ranked as if it just paid (%.2fx)", c->transform,
+                        OPT_PRIOR_UNKNOWN);
         }
     }
     json_decref(present_doc);

@@ -264,7 +264,7 @@ static int next_of(const opt_version *v)
     int best = -1;
     for (unsigned i = 0; i < v->ncands; i++) {
         const opt_cand *c = &v->cands[i];
-        if (c->tried || c->excluded) continue;
+        if (c->tried) continue;
         if (best < 0) {
             best = (int)i;
             continue;
@@ -325,7 +325,7 @@ static unsigned pick_ahead(run *r, pair *out, unsigned n)
         const opt_version *v = &r->versions[i];
         if (!v->open || !v->expanded) continue;
         for (unsigned c = 0; c < v->ncands; c++) {
-            if (v->cands[c].tried || v->cands[c].excluded) continue;
+            if (v->cands[c].tried) continue;
             pair p = {i, c, v->cum * v->cands[c].expect};
             unsigned at = k < n ? k : n;
             while (at > 0 && pair_before(r, &p, &out[at - 1])) at--;
@@ -409,7 +409,7 @@ static kl_status prepare(run *r, unsigned vi)
         int best = -1;
         for (unsigned i = 0; i < v->ncands; i++) {
             const opt_cand *c = &v->cands[i];
-            if (c->tried || c->excluded || c->prepared) continue;
+            if (c->tried || c->prepared) continue;
             if (best < 0 || c->expect > v->cands[best].expect ||
                 (c->expect == v->cands[best].expect && c->order < v->cands[best].order))
                 best = (int)i;

@@ -247,6 +247,9 @@ static void test_skills_rank_by_card_gain(void **state)
     assert_string_equal(round_str(d, 0, "transform"), "row-parallel");
     assert_string_equal(round_str(d, 0, "card"), "row-parallel-t1");
     assert_string_equal(round_str(d, 1, "transform"), "fast-math");
+    /* then a proposal no card speaks for, before the card whose gain is noise (1.01x) */
+    assert_string_not_equal(round_str(d, 2, "transform"), "launch-bounds");
+    assert_non_null(strstr(round_str(d, 2, "why"), "no card of"));
     /* the returned kernel holds both */
     double cum = json_number_value(json_object_get(json_array_get(json_object_get(d, "versions"),
                                                                   (size_t)json_integer_value(json_object_get(d, "best"))),
@@ -263,7 +266,7 @@ static void test_failing_condition_skips_the_card(void **state)
              "[{\"predicate\": \"cols % 4 == 0\", \"kind\": \"probed\", \"verified\": true}]", NULL);
     put_card(f, "row-parallel-t1", "row-parallel", 6.0, NULL, NULL);
     stand_in si = {0};
-    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 5);
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 40);
     json_t *d = run_doc(f, &o, KL_OK);
     /* the trace says which card was skipped, for which predicate, at which shape */
     json_t *sk = json_object_get(d, "skipped");
@@ -282,9 +285,21 @@ static void test_failing_condition_skips_the_card(void **state)
         assert_true(atol(cols + 5) % 4 != 0);
     }
     assert_true(found);
-    /* and fast-math was never tried: its only card fails here */
+    /* and the card was never tried: its transform's proposals come last, as the catalog's own,
+     * ranked as a loss, saying which card failed for which predicate */
     json_t *r;
-    json_array_foreach(json_object_get(d, "rounds"), i, r) assert_string_not_equal(round_str(d, i, "transform"), "fast-math");
+    assert_string_equal(round_str(d, 0, "transform"), "row-parallel");
+    size_t fast = 0;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        if (strcmp(round_str(d, i, "transform"), "fast-math")) continue;
+        fast++;
+        assert_null(round_str(d, i, "card"));
+        assert_non_null(strstr(round_str(d, i, "why"), "fast-math-mod4: cols % 4 == 0"));
+        const json_t *cand = json_object_get(r, "candidate");
+        assert_true(json_number_value(json_object_get(cand, "expect")) < 1.0);
+    }
+    /* with budget to spare it is still tried: the frontier does not empty while the catalog has work */
+    assert_true(fast > 0);
     /* the report says so too */
     char *text = json_dumps(d, 0);
     char *md = kl_optimize_markdown(text);

@@ -20,6 +20,8 @@ typedef struct opt_cand {
     char id[96];              /* transform@site#hash12: stable for a version's text */
     /* what the policy says */
     double expect;            /* E: the expected gain over the version it applies to (> 0) */
+    bool defer;               /* the policy expects it not to pay: tried after every other
+                                 proposal of every open version (skills) */
     double order;             /* rank among equal scores, lower first (policy's order) */
     char card[136];           /* the card behind E ("" when none) */
     char why[256];            /* one line: how E was reached */
@@ -54,6 +56,11 @@ typedef struct opt_policy_ctx {
     json_t *memory;                /* memory: array of records (borrowed) */
     json_t *skipped;               /* skills: records of cards not tried, appended (borrowed) */
 } opt_policy_ctx;
+
+/* The skills ranking's revision, part of a skills run's key: 2 (2026-12-02), proposals no card
+ * speaks for at E = 1.05 and what is not expected to pay deferred; 1 (no string): uncarded
+ * proposals at E = 1, after every card, and a transform whose cards all fail dropped. */
+#define OPT_SKILLS_RANKING "skills-ranking-2"
 
 /* Score the candidates of version v (E, order, card, why). versions[0..nversions)
  * for the path the version was reached by. Fails only when out of memory. */

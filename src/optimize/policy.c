@@ -265,7 +265,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
     kl_status st = KL_OK;
     for (unsigned i = 0; i < ver->ncands; i++) {
         opt_cand *c = &ver->cands[i];
-        double best = -1;
+        double best = -1, best_gain = 1;
         const char *best_card = NULL;
         char best_why[256] = "", fail_why[256] = "";
         unsigned ncards = 0, nfail = 0;
@@ -303,6 +303,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             if (follows && g >= OPT_PAYS) e *= 1.25;
             if (e > best) {
                 best = e;
+                best_gain = g;
                 best_card = kl_skill_id(card);
                 kl_snprintf(best_why, sizeof best_why, "card %s (%s%s): gain %.2fx, %s%s%s", kl_skill_id(card),
                             kl_truth_name(cv.truth), cv.truth == KL_TRUTH_UNKNOWN ? ", ranked lower" : "", g,
@@ -314,10 +315,12 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
         c->order = (double)(opt_mix64(pc->seed ^ opt_mix64(strtoull(c->hash + 48, NULL, 16))) >> 11) * 0x1.0p-53;
         if (best_card) {
             c->expect = best;
+            c->defer = best_gain < OPT_PAYS; /* its card measured noise, or a loss */
             kl_snprintf(c->card, sizeof c->card, "%s", best_card);
             kl_snprintf(c->why, sizeof c->why, "%s", best_why);
         } else if (ncards && nfail == ncards) {
             c->expect = OPT_PRIOR_AGAINST;
+            c->defer = true;
             kl_snprintf(c->why, sizeof c->why, "every card of %s fails here (%u; %s): the catalog's proposal, tried last",
                         c->transform, ncards, fail_why);
         } else {

@@ -1,6 +1,7 @@
 /*
  * The forward search (docs/optimize.md). Best-first over versions: each round judges the
- * untried proposal with the highest cum(version) × E(proposal); a candidate that passes and
+ * untried proposal with the highest cum(version) × E(proposal), those the policy defers (it
+ * expects them not to pay) after all others; a candidate that passes and
  * keeps at least KEEP_FLOOR of its parent's speed becomes a version; the beam keeps the
  * fastest few open. The run is a pure function of its inputs and its judgements, so the
  * stored judgements, reused in order, bring a resumed run back to where it stopped.
@@ -258,19 +259,31 @@ static kl_status expand(run *r, unsigned vi)
     return opt_policy_score(&r->pc, r->versions, r->nversions, vi, r->err);
 }
 
-/* The next untried candidate of v in the policy's order, or -1. */
-static int next_of(const opt_version *v)
+/* Does candidate x of version vx go before y of vy? One the policy expects to pay before one it
+ * defers (skills: a card measured no gain, or lost, or every card fails here) from whatever
+ * version; then cum × E; then the faster version, the lower version, the policy's order. */
+static bool cand_before(const run *r, unsigned vx, const opt_cand *x, unsigned vy, const opt_cand *y)
 {
+    const opt_version *a = &r->versions[vx], *b = &r->versions[vy];
+    if (x->defer != y->defer) return !x->defer;
+    double mx = a->cum * x->expect, my = b->cum * y->expect;
+    if (mx > my * (1 + 1e-12)) return true;
+    if (my > mx * (1 + 1e-12)) return false;
+    if (a->cum != b->cum) return a->cum > b->cum;
+    if (vx != vy) return vx < vy;
+    if (x->expect != y->expect) return x->expect > y->expect;
+    return x->order < y->order;
+}
+
+/* The next untried candidate of version vi in the policy's order, or -1. */
+static int next_of(const run *r, unsigned vi)
+{
+    const opt_version *v = &r->versions[vi];
     int best = -1;
     for (unsigned i = 0; i < v->ncands; i++) {
         const opt_cand *c = &v->cands[i];
         if (c->tried) continue;
-        if (best < 0) {
-            best = (int)i;
-            continue;
-        }
-        const opt_cand *b = &v->cands[best];
-        if (c->expect > b->expect || (c->expect == b->expect && c->order < b->order)) best = (int)i;
+        if (best < 0 || cand_before(r, vi, c, vi, &v->cands[best])) best = (int)i;
     }
     return best;
 }
@@ -279,20 +292,16 @@ static int next_of(const opt_version *v)
 static kl_status pick(run *r, int *pv, int *pc)
 {
     *pv = *pc = -1;
-    double best = -1;
     for (unsigned i = 0; i < r->nversions; i++) {
         if (!r->versions[i].open) continue;
         kl_status st = expand(r, i);
         if (st != KL_OK) return st;
-        int c = next_of(&r->versions[i]);
+        int c = next_of(r, i);
         if (c < 0) {
             r->versions[i].open = false; /* nothing left to try from it */
             continue;
         }
-        double s = r->versions[i].cum * r->versions[i].cands[c].expect;
-        if (s > best * (1 + 1e-12) ||
-            (fabs(s - best) <= best * 1e-12 && r->versions[i].cum > r->versions[*pv].cum)) {
-            best = s;
+        if (*pv < 0 || cand_before(r, i, &r->versions[i].cands[c], (unsigned)*pv, &r->versions[*pv].cands[*pc])) {
             *pv = (int)i;
             *pc = c;
         }
@@ -301,21 +310,14 @@ static kl_status pick(run *r, int *pv, int *pc)
 }
 
 /* Up to n (version, candidate) pairs in the order the search would take them if no judgement
- * changed anything: the untried candidates of the open versions by cum × E, ties as pick(). */
+ * changed anything: the untried candidates of the open versions in pick()'s order. */
 typedef struct pair {
     unsigned v, c;
-    double score;
 } pair;
 
 static int pair_before(const run *r, const pair *a, const pair *b)
 {
-    if (a->score > b->score * (1 + 1e-12)) return 1;
-    if (b->score > a->score * (1 + 1e-12)) return 0;
-    if (r->versions[a->v].cum != r->versions[b->v].cum) return r->versions[a->v].cum > r->versions[b->v].cum;
-    if (a->v != b->v) return a->v < b->v;
-    const opt_cand *x = &r->versions[a->v].cands[a->c], *y = &r->versions[b->v].cands[b->c];
-    if (x->expect != y->expect) return x->expect > y->expect;
-    return x->order < y->order;
+    return cand_before(r, a->v, &r->versions[a->v].cands[a->c], b->v, &r->versions[b->v].cands[b->c]);
 }
 
 static unsigned pick_ahead(run *r, pair *out, unsigned n)
@@ -326,7 +328,7 @@ static unsigned pick_ahead(run *r, pair *out, unsigned n)
         if (!v->open || !v->expanded) continue;
         for (unsigned c = 0; c < v->ncands; c++) {
             if (v->cands[c].tried) continue;
-            pair p = {i, c, v->cum * v->cands[c].expect};
+            pair p = {i, c};
             unsigned at = k < n ? k : n;
             while (at > 0 && pair_before(r, &p, &out[at - 1])) at--;
             if (at >= n) continue;
@@ -410,9 +412,7 @@ static kl_status prepare(run *r, unsigned vi)
         for (unsigned i = 0; i < v->ncands; i++) {
             const opt_cand *c = &v->cands[i];
             if (c->tried || c->prepared) continue;
-            if (best < 0 || c->expect > v->cands[best].expect ||
-                (c->expect == v->cands[best].expect && c->order < v->cands[best].order))
-                best = (int)i;
+            if (best < 0 || cand_before(r, vi, c, vi, &v->cands[best])) best = (int)i;
         }
         if (best < 0) break;
         v->cands[best].prepared = true;
@@ -528,6 +528,8 @@ static void run_key(run *r, const char *start_text, const char *lib_hex, const c
     kl_hasher_parts(h, r->start_name);
     kl_hasher_parts(h, start_text);
     kl_hasher_parts(h, kl_policy_name(o->policy));
+    /* the skills ranking's revision: a run stored under an earlier ranking is another run */
+    if (o->policy == KL_POLICY_SKILLS) kl_hasher_parts(h, OPT_SKILLS_RANKING);
     kl_hasher_parts(h, kl_rewriter_name(o->rewriter));
     kl_snprintf(num, sizeof num, "seed=%llu budget=%u beam=%u patience=%u min_gain=%.4f admitted=%d sanitize=%d",
                 (unsigned long long)o->seed, r->budget, r->beam, o->patience, r->min_gain, o->admitted_only,
@@ -628,6 +630,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     json_object_set_new(cj, "params", json_loads(c->params, 0, NULL) ?: json_object());
     if (c->card[0]) json_object_set_new(cj, "card", json_string(c->card));
     json_object_set_new(cj, "expect", json_real(c->expect));
+    if (c->defer) json_object_set_new(cj, "deferred", json_true());
     json_object_set_new(cj, "why", json_string(c->why));
     if (c->features) json_object_set(cj, "features", c->features);
     json_t *kf = opt_candidate_features(v->source, c);

@@ -240,6 +240,57 @@ static void histogram_expert(void **state)
     free(text);
 }
 
+/* ---- a guarded body with statements after it (a privatized table merged at the end) ---------------- */
+
+#define PRIV_HEAD                                                                                                  \
+    "#define BLOCK 256\n"                                                                                          \
+    "__global__ void h(const unsigned char *x, int *bins, int n) {\n"                                              \
+    "  __shared__ int priv[256];\n"                                                                                \
+    "  for (int b = threadIdx.x; b < 256; b += blockDim.x) priv[b] = 0;\n"                                         \
+    "  __syncthreads();\n"                                                                                         \
+    "  int i = blockIdx.x * BLOCK + threadIdx.x;\n"
+#define PRIV_TAIL                                                                                                  \
+    "  __syncthreads();\n"                                                                                         \
+    "  for (int b = threadIdx.x; b < 256; b += blockDim.x) atomicAdd(&bins[b], priv[b]);\n"                        \
+    "}\n"                                                                                                          \
+    "extern \"C\" void launch(const unsigned char *x, int *bins, int n, cudaStream_t s) {\n"                      \
+    "  h<<<(n + BLOCK - 1) / BLOCK, BLOCK, 0, s>>>(x, bins, n);\n"                                                 \
+    "}\n"
+
+static void grid_stride_after_the_guard(void **state)
+{
+    (void)state;
+    /* atomics into the block's table: many elements per thread give the same table */
+    const char *priv = PRIV_HEAD "  if (i < n) atomicAdd(&priv[x[i]], 1);\n" PRIV_TAIL;
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", priv, strlen(priv), NULL, "grid-stride", "h:6", false, "{}", &out, &note, &err);
+    if (st != KL_OK) fail_msg("grid-stride@h:6: %s", err.message);
+    assert_non_null(strstr(out, "for (int i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += BLOCK * gridDim.x) atomicAdd(&priv[x[i]], 1);"));
+    /* the merge after it is untouched, the grid capped */
+    assert_non_null(strstr(out, "  __syncthreads();\n  for (int b = threadIdx.x; b < 256; b += blockDim.x) atomicAdd(&bins[b], priv[b]);"));
+    assert_non_null(strstr(out, "kl_sms * 8"));
+    golden_batch_text(&compiles, "privatized-grid-stride", out);
+    free(out);
+    free(note);
+    /* a store every element of a thread shares, read after the guard: the last element would win */
+    expect_not_applicable(PRIV_HEAD "  if (i < n) priv[threadIdx.x] = x[i];\n" PRIV_TAIL, "grid-stride", "h:6", false,
+                          "stores to priv[threadIdx.x] (line 7), not at an index of i");
+    /* the same as an accumulation is one */
+    const char *acc = PRIV_HEAD "  if (i < n) priv[threadIdx.x] += x[i];\n" PRIV_TAIL;
+    st = kl_rules_rewrite("t.cu", acc, strlen(acc), NULL, "grid-stride", "h:6", false, "{}", &out, &note, &err);
+    if (st != KL_OK) fail_msg("grid-stride@h:6 (+=): %s", err.message);
+    free(out);
+    free(note);
+    /* the index read after the guard */
+    expect_not_applicable(PRIV_HEAD "  if (i < n) atomicAdd(&priv[x[i]], 1);\n  if (i == 0) bins[0] += 0;\n" PRIV_TAIL,
+                          "grid-stride", "h:6", false, "i is also used after the guarded body (line 8)");
+    /* a call into the file: what it writes is not seen */
+    const char *call = "__device__ void put(int *p, int v) { p[threadIdx.x] = v; }\n" PRIV_HEAD
+                       "  if (i < n) put(priv, x[i]);\n" PRIV_TAIL;
+    expect_not_applicable(call, "grid-stride", "h:7", false, "calls put() (line 8), defined in this file");
+}
+
 /* nvcc -arch=sm_90 -c on all of it, two at a time (a note without nvcc). */
 static void compile_all(void **state)
 {
@@ -254,6 +305,7 @@ int main(void)
         cmocka_unit_test(block_reduce_refuses),
         cmocka_unit_test(reduce_sum_expert),
         cmocka_unit_test(histogram_expert),
+        cmocka_unit_test(grid_stride_after_the_guard),
         cmocka_unit_test(compile_all),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);

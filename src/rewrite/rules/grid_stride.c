@@ -125,6 +125,86 @@ static bool scan_body(TSNode n, void *user)
     return true;
 }
 
+/* Is var used in text as a word of its own? */
+static bool uses_word(const char *text, const char *var)
+{
+    size_t vl = strlen(var);
+    for (const char *p = text ? strstr(text, var) : NULL; p; p = strstr(p + 1, var)) {
+        char a = p == text ? ' ' : p[-1], b = p[vl];
+        bool wa = a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9');
+        bool wb = b == '_' || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9');
+        if (!wa && !wb) return true;
+    }
+    return false;
+}
+
+/* A guarded body with statements after it (`if (i < n) body; more…`) becomes a loop only when
+ * what those statements can read is the same after one element per thread as after many: the
+ * body's writes must each be an element's own (an index that uses var), an accumulation (a
+ * compound assignment, ++/--, an atomic), never a plain store to a place every element shares
+ * (`smem[threadIdx.x] = x[i]` — a later element would overwrite it before the statements after
+ * read it), and no call into a function of this file, whose writes the rule cannot see. The
+ * updates of locals declared before are refused by check_body already. */
+typedef struct trailing_scan {
+    const kl_source *src;
+    const char *var;
+    char why[300];
+} trailing_scan;
+
+static bool scan_trailing(TSNode n, void *user)
+{
+    trailing_scan *t = user;
+    if (t->why[0]) return false;
+    if (is_type(n, "assignment_expression")) {
+        TSNode op = ts_node_child_by_field_name(n, "operator", 8);
+        TSNode l = strip(ts_node_child_by_field_name(n, "left", 4));
+        if (!kl_node_text_is(t->src, op, "=")) return true;
+        if (is_type(l, "subscript_expression")) {
+            char *idx = kl_node_text(t->src, ts_node_child_by_field_name(l, "index", 5));
+            bool own = uses_word(idx, t->var);
+            free(idx);
+            if (!own) {
+                char *lt = kl_node_text(t->src, l);
+                kl_snprintf(t->why, sizeof t->why,
+                            "the body stores to %s (line %u), not at an index of %s, and statements follow the guard: "
+                            "a later element would overwrite it before they read it",
+                            lt ? lt : "?", line_of(n), t->var);
+                free(lt);
+            }
+        } else if (is_type(l, "pointer_expression") || is_type(l, "field_expression")) {
+            kl_snprintf(t->why, sizeof t->why,
+                        "the body stores through a pointer or a field (line %u) and statements follow the guard", line_of(n));
+        }
+        return true;
+    }
+    if (is_type(n, "call_expression")) {
+        char *name = kl_node_text(t->src, ts_node_child_by_field_name(n, "function", 8));
+        if (name && !ts_node_is_null(kl_ast_function_named(t->src, name)))
+            kl_snprintf(t->why, sizeof t->why,
+                        "the body calls %s() (line %u), defined in this file, and statements follow the guard: the "
+                        "rule cannot see what it writes",
+                        name, line_of(n));
+        free(name);
+    }
+    return true;
+}
+
+static void check_trailing(const kl_source *src, TSNode stmt, TSNode body, TSNode last, const char *var, char *why,
+                           size_t size)
+{
+    for (TSNode o = ts_node_next_named_sibling(stmt); !ts_node_is_null(o) && !why[0]; o = ts_node_next_named_sibling(o)) {
+        char *ot = kl_node_text(src, o);
+        if (uses_word(ot, var))
+            kl_snprintf(why, size, "%s is also used after the guarded body (line %u)", var, line_of(o));
+        free(ot);
+        if (ts_node_eq(o, last)) break;
+    }
+    if (why[0]) return;
+    trailing_scan t = {src, var, ""};
+    kl_ast_walk(body, scan_trailing, &t);
+    if (t.why[0]) kl_snprintf(why, size, "%s", t.why);
+}
+
 /* Names declared at the top level of the function body before `stmt`. */
 static unsigned outer_names(const kl_source *src, TSNode fbody, TSNode stmt, char **names, unsigned max)
 {
@@ -998,7 +1078,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         k->last = last;
         if (!index_form(src, ax, val, &k->stride, &k->coef, k->why, sizeof k->why)) return;
         if (!early && !ts_node_eq(last, s))
-            kl_snprintf(k->why, sizeof k->why, "statements follow the guarded body at line %u", line_of(s));
+            check_trailing(src, s, k->body, last, var, k->why, sizeof k->why);
         else if (early && ts_node_is_null(k->body))
             kl_snprintf(k->why, sizeof k->why, "nothing follows the early return at line %u", line_of(s));
         if (!k->why[0]) check_body(src, body, s, k->body, early ? last : k->body, var, k->why, sizeof k->why);

@@ -9,6 +9,11 @@
 #include "util/util.h"
 
 #define KL_OPTIMIZE_FORMAT "klineage-optimize-1"
+/* The search's revision, stored in a run (not in its key: a finished run is served as it was
+ * stored, and says when an earlier search made it). 2 (2026-12-02): a version kept for a step
+ * that did not pay does not propose again what its parent proposed, and a kept version that
+ * is a same-step variant of a sibling no faster than it is not searched from. */
+#define OPT_SEARCH_REVISION 2
 
 /* One proposal of a version: a forward rewrite the rewriter answered. */
 typedef struct opt_cand {
@@ -25,7 +30,7 @@ typedef struct opt_cand {
     double order;             /* rank among equal scores, lower first (policy's order) */
     char card[136];           /* the card behind E ("" when none) */
     char why[256];            /* one line: how E was reached */
-    bool tried;               /* judged, or skipped as a duplicate */
+    bool tried;               /* judged, or skipped as a duplicate or as its parent's edit */
     bool prepared;            /* handed to prepare (compiled) */
 } opt_cand;
 
@@ -42,6 +47,7 @@ typedef struct opt_version {
     char *params;             /* owned, "{}" for the start */
     bool expanded;            /* its proposals were asked for and scored */
     bool open;                /* in the beam: the search may go on from it */
+    bool kept;                /* made by a step that passed without a new best */
     opt_cand *cands;
     unsigned ncands;
 } opt_version;

@@ -76,13 +76,26 @@ static void heading(kl_strbuf *sb, unsigned level, const char *text)
 }
 
 /* "width=4, dtype=f32" for an object of scalars; strings without quotes. */
+static int cmp_key(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* name=value, ..., in the keys' order (a card's objects keep the order of whatever wrote them
+ * last — a walk, a merge, an import — and the rendering must not depend on it). */
 static void add_params(kl_strbuf *sb, const json_t *o)
 {
-    const char *k;
-    json_t *v;
-    bool first = true;
-    json_object_foreach((json_t *)o, k, v) {
-        kl_strbuf_addf(sb, "%s%s=", first ? "" : ", ", k);
+    size_t n = json_object_size(o), i = 0;
+    const char **keys = n ? malloc(n * sizeof *keys) : NULL;
+    if (n && !keys) {
+        kl_strbuf_adds(sb, "?");
+        return;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)o, key, val) keys[i++] = key;
+    qsort(keys, n, sizeof *keys, cmp_key);
+    for (i = 0; i < n; i++) {
+        const char *k = keys[i];
+        json_t *v = json_object_get(o, k);
+        kl_strbuf_addf(sb, "%s%s=", i == 0 ? "" : ", ", k);
         if (json_is_string(v)) {
             kl_strbuf_adds(sb, json_string_value(v));
         } else {
@@ -90,8 +103,8 @@ static void add_params(kl_strbuf *sb, const json_t *o)
             kl_strbuf_adds(sb, t ? t : "?");
             free(t);
         }
-        first = false;
     }
+    free(keys);
 }
 
 static const char *plural(size_t n, const char *one, const char *many) { return n == 1 ? one : many; }

@@ -403,6 +403,74 @@ static void test_blind_order_is_seeded(void **state)
     assert_string_not_equal(seq[0], seq[2]); /* another seed, another order */
 }
 
+/* A round's (transform, site, parameters) as one string. */
+static void edit_of(const json_t *round, char *buf, size_t size)
+{
+    const json_t *c = json_object_get(round, "candidate");
+    char *p = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+    kl_snprintf(buf, size, "%s@%s %s", json_string_value(json_object_get(c, "transform")),
+                json_string_value(json_object_get(c, "site")), p ? p : "");
+    free(p);
+}
+
+static void test_noise_steps_do_not_multiply(void **state)
+{
+    fixture *f = *state;
+    /* blind: launch-bounds (1.01x, four parameter values) and restrict (1.00x) pass without a new
+     * best; each becomes a kept version */
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_BLIND, 48);
+    o.restart = true;
+    json_t *d = run_doc(f, &o, KL_OK);
+    assert_int_equal(json_integer_value(json_object_get(d, "search")), 2);
+    json_t *rounds = json_object_get(d, "rounds");
+    size_t n = json_array_size(rounds);
+    /* version -> (parent, result, variant) from the rounds that made them */
+    json_int_t parent[64], variant[64];
+    bool kept[64] = {0};
+    for (size_t v = 0; v < 64; v++) parent[v] = -1, variant[v] = -1;
+    size_t nkept = 0, nvariants = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *r = json_array_get(rounds, i);
+        json_int_t v = json_integer_value(json_object_get(r, "version"));
+        if (!json_is_integer(json_object_get(r, "version")) || v >= 64) continue;
+        parent[v] = json_integer_value(json_object_get(r, "from"));
+        kept[v] = !strcmp(json_string_value(json_object_get(r, "result")), "kept");
+        nkept += kept[v];
+        if (json_is_integer(json_object_get(r, "variant_of"))) {
+            variant[v] = json_integer_value(json_object_get(r, "variant_of"));
+            nvariants++;
+            /* a variant is the same step as the version it is a variant of, from the same version */
+            assert_int_equal(parent[variant[v]], parent[v]);
+        }
+    }
+    assert_true(nkept >= 2);
+    assert_true(nvariants >= 1);
+    for (size_t i = 0; i < n; i++) {
+        json_t *r = json_array_get(rounds, i);
+        json_int_t from = json_integer_value(json_object_get(r, "from"));
+        /* nothing is searched from a variant */
+        assert_true(from >= 64 || variant[from] < 0);
+        if (from >= 64 || !kept[from]) continue;
+        /* from a kept version, no edit its parent was also judged on */
+        char mine[600], theirs[600];
+        edit_of(r, mine, sizeof mine);
+        for (size_t k = 0; k < n; k++) {
+            json_t *q = json_array_get(rounds, k);
+            if (json_integer_value(json_object_get(q, "from")) != parent[from]) continue;
+            edit_of(q, theirs, sizeof theirs);
+            if (!strcmp(mine, theirs)) fail_msg("round %zu judges %s from kept v%lld, as its parent v%lld did in round %zu", i + 1, mine, (long long)from, (long long)parent[from], k + 1);
+        }
+    }
+    /* the report says which version is a variant */
+    char *text = json_dumps(d, 0);
+    char *md = kl_optimize_markdown(text);
+    assert_non_null(strstr(md, "a variant of v"));
+    free(md);
+    free(text);
+    json_decref(d);
+}
+
 static void test_memory_prefers_what_paid_elsewhere(void **state)
 {
     fixture *f = *state;
@@ -698,6 +766,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lineage_path_is_followed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_library_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave_out_drops_a_tasks_cards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_noise_steps_do_not_multiply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_after_every_judgement, setup, teardown),

@@ -499,6 +499,8 @@ typedef struct prop {
     bool deferred;      /* off the path while a dispatch that guards it can be removed first */
     json_t *path_shape; /* judged at this shape, where its function runs (owned), or NULL */
     json_t *inside;     /* specialize: the functions only its specialized path runs (owned) */
+    bool has_pre;       /* pre holds its judgement, made in the version's batch (judge_many) */
+    kl_judgement pre;
 } prop;
 
 /* The functions of text that only the specialized path of a dispatch runs: the specialized
@@ -577,8 +579,12 @@ static kl_status judge_prop(walk *w, unsigned version, const char *text, const c
         json_object_set(o, "shape", pp->path_shape);
         json_object_set_new(o, "path_function", json_string(pp->fn));
     }
-    if (st == KL_OK)
+    if (st == KL_OK && pp->has_pre && !pt && !pp->sanitize) {
+        j = pp->pre; /* judged in the version's batch: the same request */
+        pp->has_pre = false;
+    } else if (st == KL_OK) {
         st = judge(w, pt ? pt : w->task, c->source, name, text, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE | (pp->sanitize ? KL_JUDGE_SANITIZE : 0), &j);
+    }
     kl_task_free(pt);
     if (st != KL_OK) {
         json_decref(o);
@@ -789,6 +795,37 @@ static kl_status walk_version(walk *w, unsigned version, bool *moved)
             if (m) (void)w->opt->prepare(w->opt->judge_user, w->task, m, names, texts, &perr);
         }
         free(names), free(texts), free(buf);
+    }
+
+    /* where the gate has several workers (--gpus, Slurm), the proposals judged now are judged at
+     * once, wherever a worker is free; the loop below then takes their judgements in its order,
+     * so the walk is the one judging them one by one makes. A failed batch leaves the rest to
+     * the loop, which meets the same failure where it belongs. */
+    if (w->opt->judge_many && np > 1) {
+        kl_judge_request *reqs = calloc(np, sizeof *reqs);
+        kl_judgement *outs = calloc(np, sizeof *outs);
+        char (*buf)[128] = calloc(np, sizeof *buf);
+        unsigned *of = calloc(np, sizeof *of), m = 0, done = 0;
+        if (reqs && outs && buf && of) {
+            for (unsigned i = 0; i < np; i++) {
+                if (pp[i].est || pp[i].deferred || pp[i].path_shape || pp[i].sanitize) continue;
+                version_name(w->task, pp[i].c->source, buf[m], sizeof buf[m]);
+                reqs[m] = (kl_judge_request){buf[m], pp[i].c->source, name, text,
+                                             KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE};
+                outs[m].speedup = outs[m].cand_ms = outs[m].base_ms = -1;
+                of[m++] = i;
+            }
+            kl_error berr = {0};
+            if (m > 1) {
+                kl_status bs = w->opt->judge_many(w->opt->judge_user, w->task, m, reqs, outs, &done, &berr);
+                if (bs == KL_OK) done = m;
+                for (unsigned k = 0; k < done; k++) {
+                    pp[of[k]].pre = outs[k];
+                    pp[of[k]].has_pre = true;
+                }
+            }
+        }
+        free(reqs), free(outs), free(buf), free(of);
     }
 
     unsigned judged = 0, reused = 0;

@@ -220,6 +220,45 @@ static void step_names(const char *doc_json, char *buf, size_t size)
     json_decref(doc);
 }
 
+/* judge_many as a pool would call it: counted, then one by one through the fake judge */
+static unsigned batches, batched;
+static kl_status judge_many_fn(void *user, const kl_task *task, unsigned n, const kl_judge_request *reqs,
+                               kl_judgement *outs, unsigned *done, kl_error *err)
+{
+    batches++;
+    batched += n;
+    return kl_judge_many_sequential(judge_fn, user, task, n, reqs, outs, done, err);
+}
+
+static void a_versions_proposals_are_judged_in_one_batch(void **state)
+{
+    fixture *f = *state;
+    char names[2][256];
+    unsigned calls[2];
+    for (int k = 0; k < 2; k++) {
+        fake_judge fj = {0};
+        volatile sig_atomic_t flag = 0;
+        kl_lineage_options o = options(f, &fj, &flag);
+        o.full = true;
+        o.restart = true;
+        if (k == 1) o.judge_many = judge_many_fn;
+        batches = batched = 0;
+        char *doc = NULL;
+        kl_error err = {0};
+        kl_status st = kl_lineage_walk(f->task, &o, &doc, &err);
+        if (st != KL_OK) fail_msg("walk %d: %s", k, err.message);
+        step_names(doc, names[k], sizeof names[k]);
+        calls[k] = fj.calls;
+        free(doc);
+    }
+    /* the same walk, with the same judgements, most of them asked for in batches */
+    assert_string_equal(names[0], names[1]);
+    assert_int_equal(calls[0], calls[1]);
+    assert_true(batches >= 1);
+    assert_true(batched >= 2 * batches);
+    assert_true(batched <= calls[1]);
+}
+
 static void walk_removes_cheapest_first_and_keeps_rejections(void **state)
 {
     fixture *f = *state;
@@ -1063,6 +1102,7 @@ int main(void)
         cmocka_unit_test(merge_keeps_agreement_and_shows_contradictions),
         cmocka_unit_test_setup_teardown(walk_removes_cheapest_first_and_keeps_rejections, setup, teardown),
         cmocka_unit_test_setup_teardown(racy_removal_is_not_admitted, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_versions_proposals_are_judged_in_one_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(lazy_walk_takes_the_same_steps_with_fewer_judgements, setup, teardown),
         cmocka_unit_test(a_removal_that_unblocks_another_is_simpler),
         cmocka_unit_test(removal_revealing_what_it_held_is_simpler),

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "klineage/rewrite.h"
+#include "klineage/task.h"
 #include "rewrite/rules/rules.h"
 #include "util/util.h"
 #include "rules_golden.h"
@@ -281,12 +282,57 @@ static void specialize_says_why_not(void **state)
     expect_not_applicable(conv, "conv:1:k", false, "{\"values\":\"3\"}", "with a call or a side effect");
 }
 
+/* Without values=, the value the task measures at: where launch() passes a size of the task,
+ * and the value is one to unroll loops for. */
+static void specialize_takes_the_bench_value_from_the_task(void **state)
+{
+    (void)state;
+    const char *src = getenv("KL_SOURCE_DIR");
+    assert_non_null(src);
+    struct { const char *task, *site, *want; } cases[] = {
+        {"blur", "blur_naive:7:k", "if (k == 7)"}, /* k = 7 at the bench shape */
+        {"sgemm", "sgemm_naive:6:K", "the task's bench value, 4096, is not one to unroll loops for"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[600];
+        kl_snprintf(dir, sizeof dir, "%s/tasks/%s", src, cases[i].task);
+        kl_task *task = NULL;
+        kl_error err = {0};
+        assert_int_equal(kl_task_load(dir, &task, &err), KL_OK);
+        char path[700];
+        kl_snprintf(path, sizeof path, "%s/naive.cu", dir);
+        char *text = NULL;
+        assert_int_equal(kl_file_read(path, 0, &text, NULL, &err), KL_OK);
+        char *out = NULL, *note = NULL;
+        kl_status st = kl_rules_rewrite("naive.cu", text, strlen(text), task, "specialize", cases[i].site, false, "{}",
+                                        &out, &note, &err);
+        if (i == 0) {
+            if (st != KL_OK) fail_msg("%s: %s", cases[i].site, err.message);
+            assert_non_null(strstr(out, cases[i].want));
+            assert_non_null(strstr(out, "(launched for k = 7)"));
+        } else {
+            assert_int_equal(st, KL_ERR_NOT_APPLICABLE);
+            assert_non_null(strstr(err.message, cases[i].want));
+        }
+        /* without the task, values= is asked for */
+        kl_error e2 = {0};
+        char *o2 = NULL, *n2 = NULL;
+        assert_int_equal(kl_rules_rewrite("naive.cu", text, strlen(text), NULL, "specialize", cases[i].site, false, "{}",
+                                          &o2, &n2, &e2),
+                         KL_ERR_NOT_APPLICABLE);
+        assert_non_null(strstr(e2.message, "needs values="));
+        free(o2), free(n2), free(out), free(note), free(text);
+        kl_task_free(task);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(specialize_says_why_not),
         cmocka_unit_test(specialize_features),
         cmocka_unit_test(specialize_experts),
+        cmocka_unit_test(specialize_takes_the_bench_value_from_the_task),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1408,18 +1408,63 @@ static bool ident_visit(TSNode n, void *user)
     return true;
 }
 
+/* Without values=, the task's bench value of the parameter, when at most this: the copy unrolls
+ * every loop the parameter bounds, and a trip count in the thousands is no constant to unroll. */
+#define SP_DERIVED_MAX 64
+
+/* The task's bench value of the kernel parameter at position index: every launch of kname passes
+ * it as a parameter of the task's launch() that is one of the task's sizes (launch takes the
+ * task's arguments in order; a size argument is named after its size). */
+static bool bench_value(const kl_rule_ctx *ctx, const char *kname, int index, long long *v)
+{
+    if (!ctx->task || index < 0) return false;
+    rb_launch ls[16];
+    unsigned nl = rb_launches(ctx, kname, ls, 16);
+    bool found = false;
+    for (unsigned i = 0; i < nl; i++) {
+        if (strcmp(ls[i].host.name, "launch") || ts_node_is_null(ls[i].args) ||
+            ts_node_named_child_count(ls[i].args) <= (uint32_t)index)
+            return false;
+        TSNode arg = ts_node_named_child(ls[i].args, (uint32_t)index);
+        if (!rb_is(arg, "identifier")) return false;
+        long long here = 0;
+        bool ok = false;
+        uint32_t np = ts_node_named_child_count(ls[i].host.params), p = 0;
+        for (uint32_t k = 0; k < np && !ok; k++) {
+            TSNode pd = ts_node_named_child(ls[i].host.params, k);
+            if (!rb_is(pd, "parameter_declaration")) continue;
+            TSNode nm = kl_ast_declarator_name(rb_field(pd, "declarator"));
+            if (!ts_node_is_null(nm)) {
+                char *a = rb_text(ctx, arg), *b = rb_text(ctx, nm);
+                bool same = a && b && !strcmp(a, b);
+                free(a), free(b);
+                for (unsigned z = 0; same && p < ctx->task->nargs && z < ctx->task->nsizes && !ok; z++)
+                    if (ctx->task->args[p].name && !strcmp(ctx->task->args[p].name, ctx->task->sizes[z])) {
+                        here = ctx->task->bench.values[z];
+                        ok = true;
+                    }
+            }
+            p++;
+        }
+        if (!ok || (found && here != *v)) return false;
+        *v = here;
+        found = true;
+    }
+    return found;
+}
+
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
     const char *why = json_string_value(json_object_get(site->features, "why_not"));
     if (why) return kl_rule_not_applicable(err, "%s", why);
     const char *vs = NULL;
     kl_rule_param_str(&kl_rule_specialize, params, "values", &vs);
-    if (!vs || !*vs)
+    if ((!vs || !*vs) && !ctx->task)
         return kl_rule_not_applicable(err, "%s needs values=… (the typical values of %s, e.g. values=5,7)", site->id,
                                       json_string_value(json_object_get(site->features, "param")));
     long long vals[16];
     unsigned nv = 0;
-    if (!parse_values(vs, vals, &nv, 16))
+    if (vs && *vs && !parse_values(vs, vals, &nv, 16))
         return kl_error_set(err, KL_ERR_INVALID,
                             "specialize: values=%s is not a comma-separated list of distinct integers (at most 16)", vs);
     const char *param = json_string_value(json_object_get(site->features, "param"));
@@ -1439,6 +1484,25 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     if (!k || !find_loop_bound(ctx, k, &lb, w, sizeof w) || strcmp(lb.param, param)) {
         st = kl_rule_not_applicable(err, "no loop bounded by %s in %s", param, kname);
         goto cleanup;
+    }
+    if (nv == 0) {
+        /* no values given: the one the task measures at, where launch() passes a size of the task
+         * and the value is small enough to unroll the loops it bounds */
+        if (!bench_value(ctx, kname, lb.index, &vals[0])) {
+            st = kl_rule_not_applicable(err,
+                                        "%s needs values=… (the typical values of %s, e.g. values=5,7): launch() "
+                                        "does not pass it from a size of the task",
+                                        site->id, param);
+            goto cleanup;
+        }
+        if (vals[0] < 1 || vals[0] > SP_DERIVED_MAX) {
+            st = kl_rule_not_applicable(err,
+                                        "%s needs values=… (the typical values of %s, e.g. values=5,7): the task's "
+                                        "bench value, %lld, is not one to unroll loops for (1 to %d)",
+                                        site->id, param, vals[0], SP_DERIVED_MAX);
+            goto cleanup;
+        }
+        nv = 1;
     }
     /* the copy: renamed, the parameter replaced by the template constant, the loops unrolled */
     uint32_t ka = ts_node_start_byte(k->def), kb = ts_node_end_byte(k->def);

@@ -15,7 +15,8 @@
 #                                      (recorded), the timer's repeatability, the standalone
 #                                      verdicts `task check` replays; about 4-5 minutes
 #   scripts/gpu_session.sh cards      issue 16: re-walk what changed, bisect slowdowns, admit the cards
-#   scripts/gpu_session.sh optimize   issue 15: bench --optimize (leave-one-out, blind → memory → skills,
+#   scripts/gpu_session.sh optimize   issue 15: bench --optimize --restart-older (runs of another search
+#                                      revision run again; leave-one-out, blind → memory → skills,
 #                                      KL_BUDGET gate calls each, default 40), recorded, stopped with
 #                                      SIGINT at KL_OPTIMIZE_S (default 540 s; every run so far is kept
 #                                      and the next call goes on); the table to $OUT
@@ -366,7 +367,7 @@ optimize)
     start=$(date +%s)
     # shellcheck disable=SC2086
     timeout -k 30 -s INT "${KL_OPTIMIZE_S:-540}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record \
-        bench --optimize --budget "${KL_BUDGET:-40}" ${KL_POLICIES:+--policies "$KL_POLICIES"} \
+        bench --optimize --restart-older --budget "${KL_BUDGET:-40}" ${KL_POLICIES:+--policies "$KL_POLICIES"} \
         ${KL_OPT_TASKS:+$(for t in $KL_OPT_TASKS; do printf -- '--task %s ' "$t"; done)} \
         -o "$out/optimize-table.md" >"$out/optimize.txt" 2>&1
     echo "exit $? ($(($(date +%s) - start)) s)" | tee -a "$out/optimize.log"

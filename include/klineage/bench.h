@@ -63,6 +63,7 @@ typedef struct kl_bench_optimize_options {
     unsigned budget;               /* gate calls per run; 0: KL_OPTIMIZE_BUDGET */
     uint64_t seed;                 /* 0: 1 */
     bool no_compare;               /* do not judge the results against the expert and vendor */
+    bool restart_older;            /* runs made by another revision of the search start again */
     bool replay;                   /* replaying: nothing to compile ahead */
     kl_gate *gate;                 /* borrowed */
     kl_store *store;               /* borrowed */

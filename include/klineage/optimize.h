@@ -96,6 +96,8 @@ typedef struct kl_optimize_options {
                                     the search reaches its candidate and counts then */
     unsigned prepare_batch;      /* candidates prepared at once; 0: 16 */
     bool restart;                /* forget a stored run with the same key and start again */
+    bool restart_older;          /* start again only a stored run made by another revision of the
+                                    search (docs/optimize.md); one of this revision is taken up */
     volatile sig_atomic_t *interrupt; /* set (SIGINT) to stop between judgements */
     kl_optimize_progress_fn progress;
     void *progress_user;

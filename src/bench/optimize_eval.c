@@ -193,6 +193,7 @@ static kl_status run_policy_task(void *arg, unsigned i, kl_error *err)
     oo.leave_out = o->leave_one_out ? tasks[i]->name : NULL;
     oo.memory_tasks = pc->names;
     oo.sanitize_final = true;
+    oo.restart_older = o->restart_older;
     oo.rewriter = o->rewriter;
     oo.store = o->store;
     oo.judge = kl_gate_search_judge;

@@ -44,7 +44,7 @@ typedef struct optimize_args {
     unsigned npolicies;
     unsigned budget, seed;
     const char *plot;
-    bool no_compare;
+    bool no_compare, restart_older;
 } optimize_args;
 
 static int bench_optimize(kl_cli *cli, cli_measure *m, const char *suite, const char *const *only, unsigned nonly,
@@ -85,6 +85,8 @@ KL_CMD(bench)
             optimize = true;
         } else if (!strcmp(a, "--no-compare")) {
             oa.no_compare = true;
+        } else if (!strcmp(a, "--restart-older")) {
+            oa.restart_older = true;
         } else if (!strcmp(a, "--tasks")) {
             oa.tasks_given = true;
             while (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -288,6 +290,7 @@ static int bench_optimize(kl_cli *cli, cli_measure *m, const char *suite, const 
     bo.budget = a->budget;
     bo.seed = a->seed;
     bo.no_compare = a->no_compare;
+    bo.restart_older = a->restart_older;
     bo.replay = m->replay;
     bo.gate = gate;
     bo.store = m->store;

@@ -164,7 +164,7 @@ KL_CMD(optimize)
     const char *policy_name = "skills", *leave_out = NULL;
     unsigned budget = KL_OPTIMIZE_BUDGET, beam = KL_OPTIMIZE_BEAM, patience = 0, seed = 1;
     double time_s = 0, min_gain = KL_OPTIMIZE_MIN_GAIN;
-    bool restart = false, admitted_only = false, no_sanitize = false, no_compare = false;
+    bool restart = false, restart_older = false, admitted_only = false, no_sanitize = false, no_compare = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -204,6 +204,8 @@ KL_CMD(optimize)
             out_path = v;
         } else if (!strcmp(argv[i], "--restart")) {
             restart = true;
+        } else if (!strcmp(argv[i], "--restart-older")) {
+            restart_older = true;
         } else if (!strcmp(argv[i], "--admitted-only")) {
             admitted_only = true;
         } else if (!strcmp(argv[i], "--no-sanitize")) {
@@ -291,6 +293,7 @@ KL_CMD(optimize)
         o.ahead = kl_gate_workers(gate);
     }
     o.restart = restart;
+    o.restart_older = restart_older;
     o.interrupt = &stop_requested;
     o.progress = on_progress;
     o.progress_user = &pc;

@@ -817,10 +817,16 @@ static kl_status start_doc(run *r, const char *start_text, const char *lib_hex, 
             json_object_set(r->doc, "stored_finals", json_object_get(r->doc, "finals"));
             const char *state = json_string_value(json_object_get(r->doc, "state"));
             json_int_t rev = stored_search_revision(r->doc);
+            if (rev != OPT_SEARCH_REVISION && r->opt->restart_older) {
+                /* made by another search: start again (what it judged stays in the verdict store) */
+                json_decref(r->doc), json_decref(r->stored_rounds);
+                r->doc = NULL, r->stored_rounds = NULL;
+                goto fresh;
+            }
             if (rev != OPT_SEARCH_REVISION && !(state && !strcmp(state, "done")))
                 return kl_error_set(r->err, KL_ERR_INVALID,
                                     "stored run %.12s was begun by search revision %lld and this build searches with "
-                                    "revision %d (docs/optimize.md): start again with --restart",
+                                    "revision %d (docs/optimize.md): start again with --restart or --restart-older",
                                     r->key, (long long)rev, OPT_SEARCH_REVISION);
             if (state && !strcmp(state, "paused")) { /* a run stopped by its time limit goes on */
                 json_object_set_new(r->doc, "state", json_string("running"));
@@ -831,6 +837,7 @@ static kl_status start_doc(run *r, const char *start_text, const char *lib_hex, 
         if (st != KL_ERR_NOT_FOUND) return st;
         kl_error_clear(r->err);
     }
+fresh:;
     const kl_optimize_options *o = r->opt;
     r->doc = json_object();
     json_object_set_new(r->doc, "format", json_string(KL_OPTIMIZE_FORMAT));

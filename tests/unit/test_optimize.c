@@ -579,6 +579,48 @@ static void test_finished_run_is_served_again(void **state)
     json_decref(d2);
 }
 
+/* A run stored by another revision of the search: a finished one is served as it was, its report
+ * saying so; --restart-older runs it again; an unfinished one is refused. */
+static void test_a_run_of_another_search_revision(void **state)
+{
+    fixture *f = *state;
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_BLIND, 5);
+    json_t *d1 = run_doc(f, &o, KL_OK);
+    const char *key = json_string_value(json_object_get(d1, "key"));
+    assert_non_null(key);
+    /* as revision 1 stored it: no "search" */
+    json_t *old = json_deep_copy(d1);
+    json_object_del(old, "search");
+    char *text = json_dumps(old, JSON_COMPACT);
+    kl_error err = {0};
+    assert_int_equal(kl_store_put(f->store, "optimize", key, text, &err), KL_OK);
+    free(text);
+    unsigned calls = si.calls;
+    json_t *d2 = run_doc(f, &o, KL_OK);
+    assert_int_equal(si.calls, calls); /* served */
+    char *t2 = json_dumps(d2, 0), *m2 = kl_optimize_markdown(t2);
+    assert_non_null(strstr(m2, "Made by search revision 1; this build searches with revision 2"));
+    free(t2), free(m2);
+    /* --restart-older: judged again, stored as this revision */
+    o.restart_older = true;
+    json_t *d3 = run_doc(f, &o, KL_OK);
+    assert_true(si.calls > calls);
+    assert_int_equal(json_integer_value(json_object_get(d3, "search")), 2);
+    /* an unfinished run of revision 1 is refused without it */
+    o.restart_older = false;
+    json_object_set_new(old, "state", json_string("running"));
+    text = json_dumps(old, JSON_COMPACT);
+    assert_int_equal(kl_store_put(f->store, "optimize", key, text, &err), KL_OK);
+    free(text);
+    kl_error e = {0};
+    assert_int_equal(kl_optimize_run(f->task, &o, NULL, &e), KL_ERR_INVALID);
+    assert_non_null(strstr(e.message, "begun by search revision 1"));
+    assert_non_null(strstr(e.message, "--restart-older"));
+    json_decref(old);
+    json_decref(d1), json_decref(d2), json_decref(d3);
+}
+
 /* Several GPUs: the next candidates judged at once give the very same run, and a judgement made
  * ahead is counted when the search uses it. */
 static kl_status stand_in_many(void *user, const kl_task *task, unsigned n, const kl_judge_request *reqs,
@@ -767,6 +809,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_empty_library_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave_out_drops_a_tasks_cards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noise_steps_do_not_multiply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_run_of_another_search_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_after_every_judgement, setup, teardown),

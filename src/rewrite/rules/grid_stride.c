@@ -987,15 +987,9 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
                 TSNode o = ts_node_named_child(body, j);
                 if (ts_node_eq(o, s)) continue;
                 char *ot = kl_node_text(src, o);
-                size_t vl = strlen(k->var);
-                for (char *p = ot ? strstr(ot, k->var) : NULL; p && !k->why[0]; p = strstr(p + 1, k->var)) {
-                    char a = p == ot ? ' ' : p[-1], b = p[vl];
-                    bool wa = a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9');
-                    bool wb = b == '_' || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9');
-                    if (!wa && !wb)
-                        kl_snprintf(k->why, sizeof k->why, "%s is also used outside the loop (line %u)", k->var,
-                                    line_of(o));
-                }
+                if (uses_word(ot, k->var))
+                    kl_snprintf(k->why, sizeof k->why, "%s is also used outside the loop (line %u)", k->var,
+                                line_of(o));
                 free(ot);
             }
         }
@@ -1033,13 +1027,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         while (is_type(s, "declaration") || is_type(s, "comment")) {
             if (is_type(s, "declaration")) {
                 char *t = kl_node_text(src, s);
-                size_t vl = strlen(var);
-                bool uses = false;
-                for (char *p = t ? strstr(t, var) : NULL; p && !uses; p = strstr(p + 1, var)) {
-                    char a = p == t ? ' ' : p[-1], b = p[vl];
-                    uses = !(a == '_' || (a >= 'a' && a <= 'z') || (a >= 'A' && a <= 'Z') || (a >= '0' && a <= '9')) &&
-                           !(b == '_' || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9'));
-                }
+                bool uses = uses_word(t, var);
                 free(t);
                 if (uses) break;
             }

@@ -133,7 +133,7 @@ char *kl_optimize_markdown(const char *doc_json)
         if (rev != OPT_SEARCH_REVISION)
             kl_strbuf_addf(&sb,
                            "Made by search revision %lld; this build searches with revision %d (docs/optimize.md): "
-                           "`--restart` runs it again.\n",
+                           "`--restart-older` runs it again.\n",
                            (long long)rev, OPT_SEARCH_REVISION);
     } else {
         kl_strbuf_addf(&sb, "Not finished (%s%s%s): run the same command to go on.\n", state,

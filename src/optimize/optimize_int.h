@@ -15,6 +15,9 @@
  * is a same-step variant of a sibling no faster than it is not searched from. */
 #define OPT_SEARCH_REVISION 2
 
+/* The search revision a stored run was made by (1: stored before runs said). */
+json_int_t opt_search_revision(const json_t *doc);
+
 /* One proposal of a version: a forward rewrite the rewriter answered. */
 typedef struct opt_cand {
     char *source;             /* the whole new file (owned) */

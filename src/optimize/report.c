@@ -109,12 +109,13 @@ char *kl_optimize_markdown(const char *doc_json)
             kl_strbuf_adds(&sb, "—");
         kl_strbuf_addf(&sb, " | %.2fx", json_number_value(json_object_get(r, "cum")));
         const char *res = str(r, "result");
-        if (!strcmp(res, "new best") || !strcmp(res, "kept"))
-            kl_strbuf_addf(&sb, " (%s, v%lld%s", res, (long long)json_integer_value(json_object_get(r, "version")),
-                           json_is_integer(json_object_get(r, "variant_of")) ? "" : ")");
-        if (json_is_integer(json_object_get(r, "variant_of")))
-            kl_strbuf_addf(&sb, "; a variant of v%lld, not searched from)",
-                           (long long)json_integer_value(json_object_get(r, "variant_of")));
+        if (!strcmp(res, "new best") || !strcmp(res, "kept")) {
+            kl_strbuf_addf(&sb, " (%s, v%lld", res, (long long)json_integer_value(json_object_get(r, "version")));
+            if (json_is_integer(json_object_get(r, "variant_of")))
+                kl_strbuf_addf(&sb, "; a variant of v%lld, not searched from",
+                               (long long)json_integer_value(json_object_get(r, "variant_of")));
+            kl_strbuf_adds(&sb, ")");
+        }
         kl_strbuf_adds(&sb, " |\n");
     }
     if (!json_array_size(json_object_get(d, "rounds"))) kl_strbuf_adds(&sb, "| — | | | | | | nothing judged | | |\n");
@@ -129,7 +130,7 @@ char *kl_optimize_markdown(const char *doc_json)
                                                   : why,
                        (long long)json_integer_value(json_object_get(d, "gate_calls")),
                        (long long)json_integer_value(json_object_get(d, "budget")));
-        json_int_t rev = json_is_integer(json_object_get(d, "search")) ? json_integer_value(json_object_get(d, "search")) : 1;
+        json_int_t rev = opt_search_revision(d);
         if (rev != OPT_SEARCH_REVISION)
             kl_strbuf_addf(&sb,
                            "Made by search revision %lld; this build searches with revision %d (docs/optimize.md): "

@@ -792,8 +792,7 @@ static kl_status final_check(run *r, bool *done)
 
 /* ---- entry -------------------------------------------------------------------------------- */
 
-/* The search revision a stored run was made by (1: stored before runs said). */
-static json_int_t stored_search_revision(const json_t *doc)
+json_int_t opt_search_revision(const json_t *doc)
 {
     const json_t *v = json_object_get(doc, "search");
     return json_is_integer(v) ? json_integer_value(v) : 1;
@@ -816,7 +815,7 @@ static kl_status start_doc(run *r, const char *start_text, const char *lib_hex, 
             r->stored_rounds = json_incref(json_object_get(r->doc, "rounds"));
             json_object_set(r->doc, "stored_finals", json_object_get(r->doc, "finals"));
             const char *state = json_string_value(json_object_get(r->doc, "state"));
-            json_int_t rev = stored_search_revision(r->doc);
+            json_int_t rev = opt_search_revision(r->doc);
             if (rev != OPT_SEARCH_REVISION && r->opt->restart_older) {
                 /* made by another search: start again (what it judged stays in the verdict store) */
                 json_decref(r->doc), json_decref(r->stored_rounds);
@@ -995,7 +994,7 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     const char *state = json_string_value(json_object_get(r.doc, "state"));
     if (state && !strcmp(state, "done")) {
         /* a finished run: what it stored is the answer */
-        json_int_t rev = stored_search_revision(r.doc);
+        json_int_t rev = opt_search_revision(r.doc);
         if (rev != OPT_SEARCH_REVISION)
             say(&r, KL_OPT_NOTE,
                 "run %.12s is stored as done, by search revision %lld (this build searches with revision %d): "

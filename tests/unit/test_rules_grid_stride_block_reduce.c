@@ -166,14 +166,20 @@ static char *present_site(const char *text, const char *transform, const char *w
     return site;
 }
 
-static char *remove_at(const char *text, const char *transform, const char *site)
+static char *rewrite_at(const char *text, const char *transform, const char *site, bool remove)
 {
     char *out = NULL, *note = NULL;
     kl_error err = {0};
-    kl_status st = kl_rules_rewrite("expert.cu", text, strlen(text), NULL, transform, site, true, NULL, &out, &note, &err);
-    if (st != KL_OK) fail_msg("removing %s@%s: %s", transform, site, err.message);
+    kl_status st = kl_rules_rewrite("expert.cu", text, strlen(text), NULL, transform, site, remove, remove ? NULL : "{}",
+                                    &out, &note, &err);
+    if (st != KL_OK) fail_msg("%s %s@%s: %s", remove ? "removing" : "applying", transform, site, err.message);
     free(note);
     return out;
+}
+
+static char *remove_at(const char *text, const char *transform, const char *site)
+{
+    return rewrite_at(text, transform, site, true);
 }
 
 static char *read_task(const char *task, const char *file)
@@ -261,27 +267,18 @@ static void grid_stride_after_the_guard(void **state)
 {
     (void)state;
     /* atomics into the block's table: many elements per thread give the same table */
-    const char *priv = PRIV_HEAD "  if (i < n) atomicAdd(&priv[x[i]], 1);\n" PRIV_TAIL;
-    char *out = NULL, *note = NULL;
-    kl_error err = {0};
-    kl_status st = kl_rules_rewrite("t.cu", priv, strlen(priv), NULL, "grid-stride", "h:6", false, "{}", &out, &note, &err);
-    if (st != KL_OK) fail_msg("grid-stride@h:6: %s", err.message);
+    char *out = rewrite_at(PRIV_HEAD "  if (i < n) atomicAdd(&priv[x[i]], 1);\n" PRIV_TAIL, "grid-stride", "h:6", false);
     assert_non_null(strstr(out, "for (int i = blockIdx.x * BLOCK + threadIdx.x; i < n; i += BLOCK * gridDim.x) atomicAdd(&priv[x[i]], 1);"));
     /* the merge after it is untouched, the grid capped */
     assert_non_null(strstr(out, "  __syncthreads();\n  for (int b = threadIdx.x; b < 256; b += blockDim.x) atomicAdd(&bins[b], priv[b]);"));
     assert_non_null(strstr(out, "kl_sms * 8"));
     golden_batch_text(&compiles, "privatized-grid-stride", out);
     free(out);
-    free(note);
     /* a store every element of a thread shares, read after the guard: the last element would win */
     expect_not_applicable(PRIV_HEAD "  if (i < n) priv[threadIdx.x] = x[i];\n" PRIV_TAIL, "grid-stride", "h:6", false,
                           "stores to priv[threadIdx.x] (line 7), not at an index of i");
     /* the same as an accumulation is one */
-    const char *acc = PRIV_HEAD "  if (i < n) priv[threadIdx.x] += x[i];\n" PRIV_TAIL;
-    st = kl_rules_rewrite("t.cu", acc, strlen(acc), NULL, "grid-stride", "h:6", false, "{}", &out, &note, &err);
-    if (st != KL_OK) fail_msg("grid-stride@h:6 (+=): %s", err.message);
-    free(out);
-    free(note);
+    free(rewrite_at(PRIV_HEAD "  if (i < n) priv[threadIdx.x] += x[i];\n" PRIV_TAIL, "grid-stride", "h:6", false));
     /* the index read after the guard */
     expect_not_applicable(PRIV_HEAD "  if (i < n) atomicAdd(&priv[x[i]], 1);\n  if (i == 0) bins[0] += 0;\n" PRIV_TAIL,
                           "grid-stride", "h:6", false, "i is also used after the guarded body (line 8)");

@@ -1434,16 +1434,14 @@ static bool bench_value(const kl_rule_ctx *ctx, const char *kname, int index, lo
             TSNode pd = ts_node_named_child(ls[i].host.params, k);
             if (!rb_is(pd, "parameter_declaration")) continue;
             TSNode nm = kl_ast_declarator_name(rb_field(pd, "declarator"));
-            if (!ts_node_is_null(nm)) {
-                char *a = rb_text(ctx, arg), *b = rb_text(ctx, nm);
-                bool same = a && b && !strcmp(a, b);
-                free(a), free(b);
-                for (unsigned z = 0; same && p < ctx->task->nargs && z < ctx->task->nsizes && !ok; z++)
-                    if (ctx->task->args[p].name && !strcmp(ctx->task->args[p].name, ctx->task->sizes[z])) {
-                        here = ctx->task->bench.values[z];
-                        ok = true;
-                    }
-            }
+            char *b = ts_node_is_null(nm) ? NULL : rb_text(ctx, nm);
+            bool same = b && rb_text_is(ctx, arg, b);
+            free(b);
+            for (unsigned z = 0; same && p < ctx->task->nargs && z < ctx->task->nsizes && !ok; z++)
+                if (ctx->task->args[p].name && !strcmp(ctx->task->args[p].name, ctx->task->sizes[z])) {
+                    here = ctx->task->bench.values[z];
+                    ok = true;
+                }
             p++;
         }
         if (!ok || (found && here != *v)) return false;

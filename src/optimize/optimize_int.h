@@ -13,7 +13,13 @@
  * stored, and says when an earlier search made it). 2 (2026-12-02): a version kept for a step
  * that did not pay does not propose again what its parent proposed, and a kept version that
  * is a same-step variant of a sibling no faster than it is not searched from. */
-#define OPT_SEARCH_REVISION 2
+#define OPT_SEARCH_REVISION 3
+/* 3 (2026-12-02, evening): the skills policy reads its own run too. A transform judged
+ * OPT_STALE_AFTER times since the last new best without paying is deferred until a new best
+ * (on softmax and layernorm the vectorize card's promise kept 30 of 40 calls on 1.00x steps
+ * while row-parallel, with no card, waited; see docs/optimize.md). */
+#define OPT_STALE_AFTER 2
+#define OPT_STALE_MAX 32
 
 /* The search revision a stored run was made by (1: stored before runs said). */
 json_int_t opt_search_revision(const json_t *doc);

@@ -80,6 +80,8 @@ json_t *opt_candidate_features(const char *version_source, const opt_cand *c)
 
 typedef struct card_verdict {
     kl_truth truth;
+    unsigned unlike;     /* failing conditions that only describe the site it was learned at */
+    char unlike_pred[160]; /* the first of them */
     char predicate[160]; /* the first failing (or unknown) condition */
     char shape[128];     /* where it was decided ("" for a static condition or a missing transform) */
     char why[200];
@@ -114,7 +116,30 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
     kl_status st = kl_skill_match_site(card, src, task, &site, NULL, present, npresent, &m, err);
     free(features);
     if (st != KL_OK) return st;
-    out->truth = m.truth;
+    /* A static condition on one of the rule's own features of the site the card was learned at
+     * (anchor.pattern.site_features: its form, its guard, how it returns) describes that site; the
+     * rule checks what it needs itself before it proposes, and the gate checks the result. Failing
+     * here, it makes the card unlike this site (it speaks at half weight each), not wrong for it.
+     * The card's observables (dtype, access, reduction…), speed and correctness conditions and
+     * `requires` fail as ever. */
+    const json_t *described =
+        json_object_get(json_object_get(json_object_get(kl_skill_doc(card), "anchor"), "pattern"), "site_features");
+    bool hard = m.nmissing > 0, unknown = m.requires_unknown;
+    for (unsigned i = 0; i < m.nchecks; i++) {
+        kl_skill_check *ck = &m.checks[i];
+        if (ck->truth == KL_TRUTH_UNKNOWN) unknown = true;
+        if (ck->truth != KL_TRUTH_FAILS) continue;
+        char name[64];
+        size_t n = strcspn(ck->predicate, " =!<>%");
+        kl_snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), ck->predicate);
+        if (ck->kind && !strcmp(ck->kind, "static") && json_object_get(described, name)) {
+            if (out->unlike++ == 0) kl_snprintf(out->unlike_pred, sizeof out->unlike_pred, "%s", ck->predicate);
+            ck->truth = KL_TRUTH_HOLDS; /* not a failure of the card: counted as unlike */
+            continue;
+        }
+        hard = true;
+    }
+    out->truth = hard ? KL_TRUTH_FAILS : unknown ? KL_TRUTH_UNKNOWN : KL_TRUTH_HOLDS;
     for (int pass = 0; pass < 2 && !out->predicate[0]; pass++) {
         kl_truth want = pass == 0 ? KL_TRUTH_FAILS : KL_TRUTH_UNKNOWN;
         for (unsigned i = 0; i < m.nchecks; i++) {
@@ -295,7 +320,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             }
             double g, hurt;
             card_gain(card, &g, &hurt);
-            double w = (cv.truth == KL_TRUTH_HOLDS ? 1.0 : 0.5) * (1.0 - hurt / 2);
+            double w = (cv.truth == KL_TRUTH_HOLDS ? 1.0 : 0.5) * (1.0 - hurt / 2) * pow(0.5, cv.unlike);
             bool same_params = params_equal(c->params, json_object_get(kl_skill_doc(card), "params"));
             if (!same_params) w *= 0.8;
             double e = g >= 1 ? 1 + (g - 1) * w : g;
@@ -305,8 +330,12 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
                 best = e;
                 best_gain = g;
                 best_card = kl_skill_id(card);
-                kl_snprintf(best_why, sizeof best_why, "card %s (%s%s): gain %.2fx, %s%s%s", kl_skill_id(card),
-                            kl_truth_name(cv.truth), cv.truth == KL_TRUTH_UNKNOWN ? ", ranked lower" : "", g,
+                char unlike[200] = "";
+                if (cv.unlike)
+                    kl_snprintf(unlike, sizeof unlike, ", unlike the site it was learned at (%s%s)", cv.unlike_pred,
+                                cv.unlike > 1 ? ", …" : "");
+                kl_snprintf(best_why, sizeof best_why, "card %s (%s%s%s): gain %.2fx, %s%s%s", kl_skill_id(card),
+                            kl_truth_name(cv.truth), cv.truth == KL_TRUTH_UNKNOWN ? ", ranked lower" : "", unlike, g,
                             same_params ? "its parameters" : "other parameters", follows ? ", follows the last step in its lineage" : "",
                             hurt > 0 ? ", hurt in some contexts" : "");
             }

@@ -119,6 +119,20 @@ char *kl_optimize_markdown(const char *doc_json)
         kl_strbuf_adds(&sb, " |\n");
     }
     if (!json_array_size(json_object_get(d, "rounds"))) kl_strbuf_adds(&sb, "| — | | | | | | nothing judged | | |\n");
+    /* skills: what the run's own judgements advised against (search revision 3) */
+    bool any = false;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        size_t k;
+        json_t *t;
+        json_array_foreach(json_object_get(r, "deferred_after"), k, t) {
+            kl_strbuf_addf(&sb, "%s`%s` after round %lld", any ? "; " : "\nDeferred by this run's own judgements (twice "
+                                                                      "since the last new best without paying; until the "
+                                                                      "next new best): ",
+                           json_string_value(t), (long long)json_integer_value(json_object_get(r, "round")));
+            any = true;
+        }
+    }
+    if (any) kl_strbuf_adds(&sb, ".\n");
 
     const char *state = str(d, "state");
     kl_strbuf_adds(&sb, "\n");

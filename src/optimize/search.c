@@ -66,6 +66,9 @@ typedef struct run {
     double t0;
     json_t *ahead;             /* judgements made ahead: "version:candidate hash" -> judgement */
     unsigned ahead_made, ahead_used;
+    /* skills: the transforms this run's own judgements advise against now (see run_stale) */
+    char stale[OPT_STALE_MAX][64];
+    unsigned nstale;
 } run;
 
 static void say(run *r, kl_optimize_event ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -273,13 +276,58 @@ static kl_status expand(run *r, unsigned vi)
     return opt_policy_score(&r->pc, r->versions, r->nversions, vi, r->err);
 }
 
+/* ---- the run's own evidence (skills) ------------------------------------------------------ */
+
+static bool is_stale(const run *r, const char *transform)
+{
+    for (unsigned i = 0; i < r->nstale; i++)
+        if (!strcmp(r->stale[i], transform)) return true;
+    return false;
+}
+
+/* The transforms this run has judged OPT_STALE_AFTER times without paying (rejected, or less
+ * than min_gain over the version it was applied to) since its last new best: what the cards
+ * promised for them did not hold on this kernel as it now stands, so their other proposals are
+ * deferred like a card measured at noise. A new best changes the kernel, and the slate is clean
+ * again. The skills policy only: blind takes its seeded order, memory its retrieved outcomes. */
+static void run_stale(run *r)
+{
+    r->nstale = 0;
+    if (r->opt->policy != KL_POLICY_SKILLS) return;
+    struct tally {
+        const char *t;
+        unsigned n;
+    } seen[OPT_STALE_MAX];
+    unsigned nseen = 0;
+    for (size_t k = json_array_size(r->rounds); k-- > 0;) {
+        const json_t *o = json_array_get(r->rounds, k);
+        const char *res = json_string_value(json_object_get(o, "result"));
+        if (res && !strcmp(res, "new best")) break;
+        const char *t = json_string_value(json_object_get(json_object_get(o, "candidate"), "transform"));
+        const json_t *j = json_object_get(o, "judgement");
+        const json_t *g = json_object_get(j, "speedup");
+        bool paid = json_is_true(json_object_get(j, "pass")) && json_is_number(g) && json_number_value(g) >= r->min_gain;
+        if (!t || paid) continue;
+        unsigned i = 0;
+        while (i < nseen && strcmp(seen[i].t, t)) i++;
+        if (i == nseen) {
+            if (nseen == OPT_STALE_MAX) continue;
+            seen[nseen++] = (struct tally){t, 0};
+        }
+        if (++seen[i].n == OPT_STALE_AFTER && r->nstale < OPT_STALE_MAX)
+            kl_snprintf(r->stale[r->nstale++], sizeof r->stale[0], "%s", t);
+    }
+}
+
 /* Does candidate x of version vx go before y of vy? One the policy expects to pay before one it
- * defers (skills: a card measured no gain, or lost, or every card fails here) from whatever
- * version; then cum × E; then the faster version, the lower version, the policy's order. */
+ * defers (skills: a card measured no gain, or lost, or every card fails here, or this run's own
+ * judgements of the transform did not pay: run_stale) from whatever version; then cum × E; then
+ * the faster version, the lower version, the policy's order. */
 static bool cand_before(const run *r, unsigned vx, const opt_cand *x, unsigned vy, const opt_cand *y)
 {
     const opt_version *a = &r->versions[vx], *b = &r->versions[vy];
-    if (x->defer != y->defer) return !x->defer;
+    bool dx = x->defer || is_stale(r, x->transform), dy = y->defer || is_stale(r, y->transform);
+    if (dx != dy) return !dx;
     double mx = a->cum * x->expect, my = b->cum * y->expect;
     if (mx > my * (1 + 1e-12)) return true;
     if (my > mx * (1 + 1e-12)) return false;
@@ -645,6 +693,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     if (c->card[0]) json_object_set_new(cj, "card", json_string(c->card));
     json_object_set_new(cj, "expect", json_real(c->expect));
     if (c->defer) json_object_set_new(cj, "deferred", json_true());
+    if (is_stale(r, c->transform)) json_object_set_new(cj, "stale", json_true());
     json_object_set_new(cj, "why", json_string(c->why));
     if (c->features) json_object_set(cj, "features", c->features);
     json_t *kf = opt_candidate_features(v->source, c);
@@ -695,6 +744,18 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     json_object_set_new(o, "result", json_string(result));
     json_object_set_new(o, "cum", json_real(r->versions[r->best].cum));
     json_array_append_new(r->rounds, o);
+    char before[OPT_STALE_MAX][64];
+    unsigned nbefore = r->nstale;
+    memcpy(before, r->stale, sizeof before);
+    run_stale(r);
+    json_t *now_stale = json_array();
+    for (unsigned i = 0; i < r->nstale; i++) {
+        bool was = false;
+        for (unsigned k = 0; k < nbefore && !was; k++) was = !strcmp(before[k], r->stale[i]);
+        if (!was) json_array_append_new(now_stale, json_string(r->stale[i]));
+    }
+    if (json_array_size(now_stale)) json_object_set(o, "deferred_after", now_stale);
+    json_decref(now_stale);
     prune_beam(r);
     if (j.pass)
         say(r, KL_OPT_ROUND, "round %u: %s from v%u passed, gain %.3fx (%s); best %.3fx", round, c->id, vi, gain,

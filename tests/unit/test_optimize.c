@@ -315,6 +315,50 @@ static void test_failing_condition_skips_the_card(void **state)
     json_decref(d);
 }
 
+/* A card whose static condition is one of the rule's own features of the site it was learned
+ * at (its anchor.pattern.site_features: here, how the kernel returns) still speaks where that
+ * feature differs, at half weight, and says it is unlike the site; the same condition on an
+ * observable the card states (dtype) skips it as ever. */
+static void test_a_card_unlike_the_site_still_speaks(void **state)
+{
+    fixture *f = *state;
+    static const char *const cards[] = {
+        "{\"id\": \"row-parallel-ret\", \"transform\": \"row-parallel\", \"intent\": \"test card\","
+        " \"anchor\": {\"kernel\": \"k\", \"site\": \"k:3\", \"pattern\": {\"transform\": \"row-parallel\","
+        " \"site_features\": {\"early_return\": true}}},"
+        " \"preconditions\": [{\"predicate\": \"early_return == true\", \"kind\": \"static\", \"verified\": true}],"
+        " \"effect\": [{\"label\": \"bench\", \"speedup\": 6.0}], \"evidence\": {\"task\": \"other\"}}",
+        "{\"id\": \"fast-math-f64\", \"transform\": \"fast-math\", \"intent\": \"test card\","
+        " \"anchor\": {\"kernel\": \"k\", \"site\": \"k:3\", \"pattern\": {\"transform\": \"fast-math\","
+        " \"site_features\": {\"early_return\": true}}},"
+        " \"preconditions\": [{\"predicate\": \"dtype == \\\"f64\\\"\", \"kind\": \"static\", \"verified\": true}],"
+        " \"effect\": [{\"label\": \"bench\", \"speedup\": 9.0}], \"evidence\": {\"task\": \"other\"}}",
+    };
+    kl_error err = {0};
+    for (unsigned i = 0; i < 2; i++) assert_int_equal(kl_skill_put(f->store, cards[i], &err), KL_OK);
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 4);
+    json_t *d = run_doc(f, &o, KL_OK);
+    /* softmax's naive kernel guards its row with an if block, not a return: the row-parallel card
+     * is unlike it, speaks all the same and goes first */
+    assert_string_equal(round_str(d, 0, "transform"), "row-parallel");
+    assert_string_equal(round_str(d, 0, "card"), "row-parallel-ret");
+    assert_non_null(strstr(round_str(d, 0, "why"), "unlike the site it was learned at (early_return == true)"));
+    double e = json_number_value(json_object_get(json_object_get(json_array_get(json_object_get(d, "rounds"), 0),
+                                                                 "candidate"),
+                                                 "expect"));
+    assert_true(e > 1.05 && e < 6.0); /* at half weight: 1 + (6 - 1) / 2 */
+    assert_true(fabs(e - 3.5) < 1e-9);
+    /* the f32 kernel fails the f64 card: skipped, said so */
+    bool skipped = false;
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(d, "skipped"), i, s) skipped |= !strcmp(json_string_value(json_object_get(s, "card")), "fast-math-f64");
+    assert_true(skipped);
+    json_array_foreach(json_object_get(d, "skipped"), i, s) assert_string_not_equal(json_string_value(json_object_get(s, "card")), "row-parallel-ret");
+    json_decref(d);
+}
+
 static void test_unknown_condition_ranks_lower(void **state)
 {
     fixture *f = *state;
@@ -422,7 +466,7 @@ static void test_noise_steps_do_not_multiply(void **state)
     kl_optimize_options o = options(f, &si, KL_POLICY_BLIND, 48);
     o.restart = true;
     json_t *d = run_doc(f, &o, KL_OK);
-    assert_int_equal(json_integer_value(json_object_get(d, "search")), 2);
+    assert_int_equal(json_integer_value(json_object_get(d, "search")), 3);
     json_t *rounds = json_object_get(d, "rounds");
     size_t n = json_array_size(rounds);
     /* version -> (parent, result, variant) from the rounds that made them */
@@ -468,6 +512,52 @@ static void test_noise_steps_do_not_multiply(void **state)
     assert_non_null(strstr(md, "a variant of v"));
     free(md);
     free(text);
+    json_decref(d);
+}
+
+/* The skills policy reads its own run: cards that promise much (2x) for transforms that gain
+ * nothing here (launch-bounds 1.01x, unroll 1.02x, restrict 1.00x to the stand-in) are not
+ * judged again and again while proposals no card speaks for (row-parallel, 6x) wait: a
+ * transform judged twice since the last new best without paying is deferred, and a new best
+ * cleans the slate. */
+static void test_a_transform_that_did_not_pay_here_waits(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "launch-bounds-t1", "launch-bounds", 2.0, NULL, NULL);
+    put_card(f, "unroll-t1", "unroll", 2.0, NULL, NULL);
+    put_card(f, "restrict-t1", "restrict", 2.0, NULL, NULL);
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 24);
+    json_t *d = run_doc(f, &o, KL_OK);
+    json_t *rounds = json_object_get(d, "rounds");
+    size_t n = json_array_size(rounds), first_best = n;
+    for (size_t i = 0; i < n && first_best == n; i++)
+        if (!strcmp(json_string_value(json_object_get(json_array_get(rounds, i), "result")), "new best")) first_best = i;
+    /* something paid, and before it no transform was judged a third time without paying */
+    assert_true(first_best < 8);
+    const char *names[3] = {"launch-bounds", "unroll", "restrict"};
+    for (unsigned t = 0; t < 3; t++) {
+        unsigned seen = 0;
+        for (size_t i = 0; i < first_best; i++) seen += !strcmp(round_str(d, i, "transform"), names[t]);
+        if (seen > 2) fail_msg("%s judged %u times before the first new best (round %zu)", names[t], seen, first_best + 1);
+    }
+    /* the rounds that made it there said which transforms were advised against */
+    bool again = false;
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_object_get(json_array_get(rounds, i), "candidate");
+        /* after the new best the promising cards are tried again on the new kernel */
+        if (i > first_best)
+            for (unsigned t = 0; t < 3; t++) again |= !strcmp(json_string_value(json_object_get(c, "transform")), names[t]);
+    }
+    assert_true(again);
+    /* the run says what its own judgements advised against, and the report shows it */
+    bool said = false;
+    for (size_t i = 0; i < n; i++)
+        said |= json_array_size(json_object_get(json_array_get(rounds, i), "deferred_after")) > 0;
+    assert_true(said);
+    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
+    assert_non_null(strstr(md, "Deferred by this run's own judgements"));
+    free(text), free(md);
     json_decref(d);
 }
 
@@ -600,13 +690,18 @@ static void test_a_run_of_another_search_revision(void **state)
     json_t *d2 = run_doc(f, &o, KL_OK);
     assert_int_equal(si.calls, calls); /* served */
     char *t2 = json_dumps(d2, 0), *m2 = kl_optimize_markdown(t2);
-    assert_non_null(strstr(m2, "Made by search revision 1; this build searches with revision 2"));
+    /* the revision this build searches with is what a fresh run stores */
+    json_int_t now = json_integer_value(json_object_get(d1, "search"));
+    assert_true(now >= 2);
+    char said[96];
+    kl_snprintf(said, sizeof said, "Made by search revision 1; this build searches with revision %lld", (long long)now);
+    assert_non_null(strstr(m2, said));
     free(t2), free(m2);
     /* --restart-older: judged again, stored as this revision */
     o.restart_older = true;
     json_t *d3 = run_doc(f, &o, KL_OK);
     assert_true(si.calls > calls);
-    assert_int_equal(json_integer_value(json_object_get(d3, "search")), 2);
+    assert_int_equal(json_integer_value(json_object_get(d3, "search")), now);
     /* an unfinished run of revision 1 is refused without it */
     o.restart_older = false;
     json_object_set_new(old, "state", json_string("running"));
@@ -805,10 +900,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_skills_rank_by_card_gain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failing_condition_skips_the_card, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_condition_ranks_lower, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_card_unlike_the_site_still_speaks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lineage_path_is_followed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_library_is_an_error, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leave_out_drops_a_tasks_cards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noise_steps_do_not_multiply, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_transform_that_did_not_pay_here_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_run_of_another_search_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),

@@ -96,6 +96,254 @@ static int vec_width(const kl_rule_ctx *ctx, TSNode fn, TSNode n)
     return 0;
 }
 
+/* ---- the scalar fallback of a vector path ------------------------------------------------------ */
+
+/* Is t the name of a CUDA vector type (float4, uint2, uchar4, __half2 …)? */
+static bool vector_type_name(const char *t)
+{
+    static const char *const base[] = {"float", "double", "int", "uint", "short", "ushort", "char", "uchar",
+                                       "long", "ulong", "longlong", "ulonglong", "half", "__half", "__nv_bfloat16",
+                                       "nv_bfloat16", NULL};
+    for (unsigned i = 0; base[i]; i++) {
+        size_t n = strlen(base[i]);
+        if (strncmp(t, base[i], n)) continue;
+        const char *w = t + n;
+        if ((w[0] == '2' || w[0] == '3' || w[0] == '4') && !w[1]) return true;
+    }
+    return false;
+}
+
+typedef struct vtype_scan {
+    const kl_rule_ctx *ctx;
+    char name[32];
+} vtype_scan;
+
+static bool vtype_visit(TSNode n, void *user)
+{
+    vtype_scan *v = user;
+    if (v->name[0]) return false;
+    if (rb_is(n, "type_identifier")) {
+        uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+        if (b - a < sizeof v->name) {
+            char t[32];
+            kl_snprintf(t, sizeof t, "%.*s", (int)(b - a), v->ctx->text + a);
+            if (vector_type_name(t)) kl_snprintf(v->name, sizeof v->name, "%s", t);
+        }
+    }
+    return !v->name[0];
+}
+
+typedef struct vlocal_scan {
+    const kl_rule_ctx *ctx;
+    TSNode in;            /* the subtree whose identifiers are looked up */
+    char name[32];        /* the vector type of a local of the function the subtree uses */
+} vlocal_scan;
+
+static bool vlocal_visit(TSNode n, void *user)
+{
+    vlocal_scan *v = user;
+    if (v->name[0]) return false;
+    if (!rb_is(n, "declaration")) return true;
+    vtype_scan t = {v->ctx, ""};
+    rb_walk(rb_field(n, "type"), vtype_visit, &t);
+    if (!t.name[0]) return true;
+    for (uint32_t k = 0; k < ts_node_named_child_count(n) && !v->name[0]; k++) {
+        TSNode nm = kl_ast_declarator_name(ts_node_named_child(n, k));
+        if (!rb_is(nm, "identifier") || node_in(nm, v->in)) continue;
+        char *name = text_of(v->ctx, nm);
+        if (name && rb_count_ident(v->ctx, v->in, name) > 0) kl_snprintf(v->name, sizeof v->name, "%s", t.name);
+        free(name);
+    }
+    return false;
+}
+
+/* The vector type the subtree n of fn uses (written in it, or the type of a local of fn it names:
+ * `x4[i]` with `const float4* x4 = …`), into name; false when none. */
+static bool vector_use(const kl_rule_ctx *ctx, TSNode fn, TSNode n, char *name, size_t size)
+{
+    if (ts_node_is_null(n)) return false;
+    vtype_scan t = {ctx, ""};
+    rb_walk(n, vtype_visit, &t);
+    if (!t.name[0]) {
+        vlocal_scan l = {ctx, n, ""};
+        rb_walk(kl_ast_function_body(fn), vlocal_visit, &l);
+        memcpy(t.name, l.name, sizeof t.name);
+    }
+    if (t.name[0]) kl_snprintf(name, size, "%s", t.name);
+    return t.name[0] != '\0';
+}
+
+typedef struct arr_scan {
+    const kl_rule_ctx *ctx;
+    TSNode fn, other;     /* does `other` touch an array the visited subtree subscripts? */
+    bool yes;
+} arr_scan;
+
+typedef struct alias_scan {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode other;
+    bool yes;
+} alias_scan;
+
+/* A declaration of a pointer initialised from `name` (`xr = x + row * cols`, `x4 =
+ * reinterpret_cast<const float4*>(x)`) whose name `other` uses. */
+static bool alias_visit(TSNode n, void *user)
+{
+    alias_scan *a = user;
+    if (a->yes) return false;
+    if (!rb_is(n, "init_declarator")) return true;
+    TSNode v = rb_field(n, "value");
+    if (ts_node_is_null(v) || rb_count_ident(a->ctx, v, a->name) == 0) return true;
+    char *nm = text_of(a->ctx, kl_ast_declarator_name(n));
+    a->yes = nm && strcmp(nm, a->name) && rb_count_ident(a->ctx, a->other, nm) > 0;
+    free(nm);
+    return !a->yes;
+}
+
+static bool arr_visit(TSNode n, void *user)
+{
+    arr_scan *s = user;
+    if (s->yes) return false;
+    if (!rb_is(n, "subscript_expression")) return true;
+    TSNode arr = rb_field(n, "argument");
+    if (!rb_is(arr, "identifier")) return true;
+    char *name = text_of(s->ctx, arr);
+    if (!name) return true;
+    if (rb_count_ident(s->ctx, s->other, name) > 0) s->yes = true;
+    else {
+        alias_scan a = {s->ctx, name, s->other, false};
+        rb_walk(kl_ast_function_body(s->fn), alias_visit, &a);
+        s->yes = a.yes;
+    }
+    free(name);
+    return !s->yes;
+}
+
+/* Does loop subscript an array that vec names too (itself, or a pointer made from it)? */
+static bool touches_same_array(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, TSNode vec)
+{
+    arr_scan s = {ctx, fn, vec, false};
+    rb_walk(loop, arr_visit, &s);
+    return s.yes;
+}
+
+typedef struct cond_scan {
+    const kl_rule_ctx *ctx;
+    TSNode start;         /* the remainder's start expression */
+    bool yes;
+} cond_scan;
+
+typedef struct ident_in {
+    const kl_rule_ctx *ctx;
+    TSNode where;
+    bool yes;
+} ident_in;
+
+static bool ident_in_visit(TSNode n, void *user)
+{
+    ident_in *s = user;
+    if (s->yes) return false;
+    if (rb_is(n, "identifier")) {
+        char *name = text_of(s->ctx, n);
+        s->yes = name && rb_count_ident(s->ctx, s->where, name) > 0;
+        free(name);
+    }
+    return !s->yes;
+}
+
+/* A loop condition of the vector part that reads a name the remainder's start reads (`i < n4` and
+ * `i = n4 * 4 + t`; `v < nv` and `c = lane + nv * 4`). */
+static bool cond_visit(TSNode n, void *user)
+{
+    cond_scan *c = user;
+    if (c->yes) return false;
+    if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement")) {
+        ident_in s = {c->ctx, rb_field(n, "condition"), false};
+        if (!ts_node_is_null(s.where)) rb_walk(c->start, ident_in_visit, &s);
+        c->yes = s.yes;
+    }
+    return !c->yes;
+}
+
+/* Does loop start where the vector part vec stops: no start of its own (it goes on from the
+ * variable the vector part advanced), or a start computed from what bounds the vector part? */
+static bool continues(const kl_rule_ctx *ctx, TSNode loop, TSNode vec)
+{
+    if (!rb_is(loop, "for_statement")) return false;
+    TSNode init = rb_field(loop, "initializer");
+    if (ts_node_is_null(init)) return true;
+    TSNode start = init;
+    if (rb_is(init, "declaration")) start = rb_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
+    else if (rb_is(init, "assignment_expression")) start = rb_field(init, "right");
+    if (ts_node_is_null(start)) return false;
+    cond_scan c = {ctx, start, false};
+    rb_walk(vec, cond_visit, &c);
+    return c.yes;
+}
+
+/* A vector part a remainder loop follows: a loop using vector types, or an if without else whose
+ * branch uses them. */
+static bool vector_stmt(const kl_rule_ctx *ctx, TSNode fn, TSNode st, char *vt, size_t size)
+{
+    if (rb_is(st, "for_statement") || rb_is(st, "while_statement") || rb_is(st, "do_statement"))
+        return vector_use(ctx, fn, st, vt, size);
+    if (rb_is(st, "if_statement") && ts_node_is_null(rb_field(st, "alternative")))
+        return vector_use(ctx, fn, rb_field(st, "consequence"), vt, size);
+    return false;
+}
+
+bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, size_t size)
+{
+    TSNode body = kl_ast_function_body(fn);
+    char vt[32];
+    bool first = true; /* st opens the code that follows the statement before it */
+    for (TSNode st = loop; !ts_node_is_null(st) && !ts_node_eq(st, body);) {
+        TSNode par = ts_node_parent(st);
+        if (ts_node_is_null(par)) break;
+        /* (1) right after a vector part on the same array (declarations between them skipped):
+         * the remainder it leaves, `for (; i < n; i++)`, `for (i = n4 * 4 + t; …)` */
+        if (first && rb_is(par, "compound_statement")) {
+            TSNode prev = rb_prev_stmt(st);
+            while (rb_is(prev, "declaration")) prev = rb_prev_stmt(prev);
+            if (!ts_node_is_null(prev) && vector_stmt(ctx, fn, prev, vt, sizeof vt) &&
+                touches_same_array(ctx, fn, loop, prev) && continues(ctx, loop, prev)) {
+                kl_snprintf(why, size,
+                            "the scalar fallback of the %s path at line %u (the remainder that loop leaves): "
+                            "vectorizing it would only add another guard and another scalar loop",
+                            vt, line_of(prev));
+                return true;
+            }
+        }
+        /* (2) a branch of an if whose other branch is the vector path:
+         * `if (aligned && n % 4 == 0) { float4 … } else { scalar }` */
+        TSNode ifs = rb_is(par, "else_clause") ? ts_node_parent(par) : par;
+        if (rb_is(ifs, "if_statement") && !ts_node_is_null(rb_field(ifs, "alternative"))) {
+            TSNode cons = rb_field(ifs, "consequence"), alt = rb_field(ifs, "alternative");
+            TSNode other = rb_is(par, "else_clause") ? cons : ts_node_eq(st, cons) ? alt : (TSNode){{0}, 0, 0};
+            TSNode mine = rb_is(par, "else_clause") ? alt : cons;
+            char mt[32];
+            if (!ts_node_is_null(other) && vector_use(ctx, fn, other, vt, sizeof vt) &&
+                !vector_use(ctx, fn, mine, mt, sizeof mt)) {
+                kl_snprintf(why, size,
+                            "the scalar fallback of the %s path at line %u (the other branch of its guard): "
+                            "vectorizing it would only add another guard and another scalar loop",
+                            vt, line_of(ifs));
+                return true;
+            }
+        }
+        if (rb_is(par, "compound_statement")) {
+            TSNode p0 = rb_prev_stmt(st);
+            while (rb_is(p0, "declaration")) p0 = rb_prev_stmt(p0);
+            if (!ts_node_is_null(p0)) first = false;
+        } else if (!rb_is(par, "if_statement") && !rb_is(par, "else_clause")) {
+            first = false; /* a loop or a switch: what precedes it is not what this loop follows */
+        }
+        st = par;
+    }
+    return false;
+}
+
 /* ---- present sites --------------------------------------------------------------------------------- */
 
 typedef struct vp {
@@ -481,6 +729,22 @@ static bool elem_type(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     return f.found == 1;
 }
 
+/* Does the body of loop L access an f32 array (not shared) at an index with coefficient 1 on its variable? */
+static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L)
+{
+    if (!L->var || !rb_is(L->node, "for_statement")) return false;
+    TSNode body = rb_field(L->node, "body");
+    for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
+        const kl_ax_access *a = kl_affine_access(ax, i);
+        int64_t c = 0;
+        char et[64];
+        if (node_in(a->node, body) && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 &&
+            !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
+            return true;
+    }
+    return false;
+}
+
 static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L, va *v)
 {
     memset(v, 0, sizeof *v);
@@ -683,8 +947,25 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
         va v;
-        if (!analyse_apply(ctx, ax, fn, L, &v)) continue;
+        bool site = analyse_apply(ctx, ax, fn, L, &v);
         if (vec_width(ctx, fn, L->node)) continue;
+        char fb[300];
+        bool fallback = kl_vec_fallback(ctx, fn, L->node, fb, sizeof fb);
+        if (!site && fallback && contiguous_f32(ctx, ax, fn, L)) {
+            /* not a loop this form rewrites, but one it would be offered after a rewrite of the others
+             * (the remainder of a strided or grid-stride vector loop): said refused, with why */
+            char id[256];
+            kl_site_id(id, sizeof id, name, L->node, NULL);
+            if (kl_sites_find(out, id, KL_SITE_APPLICABLE)) continue;
+            json_t *feat = json_pack("{s:s, s:s, s:s}", "dtype", "f32", "contiguous_in", L->var, "why_not", fb);
+            if (!feat) return KL_ERR_NOMEM;
+            kl_status st = kl_sites_add(out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL,
+                                        "a scalar loop after or beside a vector path");
+            if (st != KL_OK) return st;
+            continue;
+        }
+        if (!site) continue;
+        if (fallback) kl_snprintf(v.why, sizeof v.why, "%s", fb);
         json_t *arrs = json_array();
         for (unsigned k = 0; k < v.narr; k++)
             json_array_append_new(arrs, json_pack("{s:s, s:s, s:b, s:b}", "array", v.arr[k].name, "index", v.arr[k].index,

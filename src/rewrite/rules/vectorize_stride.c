@@ -399,6 +399,8 @@ static bool find_visit(TSNode n, void *user)
         w->st = KL_ERR_NOMEM;
         return false;
     }
+    char fb[300];
+    if (kl_vec_fallback(w->ctx, w->f->def, n, fb, sizeof fb)) kl_snprintf(L.why, sizeof L.why, "%s", fb);
     if (L.why[0]) json_object_set_new(feat, "why_not", json_string(L.why));
     char id[256], note[200];
     kl_site_id(id, sizeof id, w->name, n, NULL);

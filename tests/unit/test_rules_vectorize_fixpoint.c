@@ -174,7 +174,7 @@ static const kernel kernels[] = {
      "{\n"
      "    softmax_warp<<<(rows + 7) / 8, 256, 0, s>>>(x, y, rows, cols);\n"
      "}\n",
-     0},
+     3},
     {"block_per_row_index",
      "#include <cuda_runtime.h>\n"
      "#define THREADS 256\n"
@@ -202,7 +202,7 @@ static const kernel kernels[] = {
      "{\n"
      "    rmsnorm_block<<<rows, THREADS, 0, s>>>(x, w, y, rows, cols, 1e-6f);\n"
      "}\n",
-     0},
+     2},
 };
 
 /* ---- the walk to the fixpoint -------------------------------------------------------------------- */

@@ -733,6 +733,34 @@ static bool elem_type(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     return f.found == 1;
 }
 
+/* Is the index of access a `E + var` (var once, as a term of a sum, E free of it), read on the tree:
+ * what the thread-strided form accepts when the affine analysis gave up on E (`row * cols + c` with
+ * `row = (blockIdx.x * blockDim.x + threadIdx.x) / 32`); vectorize_lane.c checks that E is the same
+ * every pass. */
+static bool unit_term(const kl_rule_ctx *ctx, TSNode e, const char *var)
+{
+    while (rb_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
+    if (rb_is(e, "identifier")) return text_is(ctx, e, var);
+    if (!rb_is(e, "binary_expression")) return false;
+    TSNode op = rb_field(e, "operator"), l = rb_field(e, "left"), r = rb_field(e, "right");
+    if (text_is(ctx, op, "+"))
+        return (unit_term(ctx, l, var) && rb_count_ident(ctx, r, var) == 0) ||
+               (unit_term(ctx, r, var) && rb_count_ident(ctx, l, var) == 0);
+    if (text_is(ctx, op, "-")) return unit_term(ctx, l, var) && rb_count_ident(ctx, r, var) == 0;
+    return false;
+}
+
+static bool unit_index(const kl_rule_ctx *ctx, const kl_ax_access *a, const char *var, bool strided)
+{
+    int64_t c = 0;
+    if (a->flat.ok && kl_affine_coef_int(&a->flat, var, &c)) return c == 1;
+    if (!strided || a->ndims != 1 || !rb_is(a->node, "subscript_expression")) return false;
+    TSNode ix = rb_field(a->node, "index");
+    if (ts_node_is_null(ix)) ix = ts_node_named_child(a->node, 1);
+    if (rb_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
+    return !ts_node_is_null(ix) && unit_term(ctx, ix, var);
+}
+
 /* Does the body of loop L access an f32 array (not shared) at an index with coefficient 1 on its variable? */
 static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L)
 {
@@ -742,7 +770,8 @@ static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn,
         const kl_ax_access *a = kl_affine_access(ax, i);
         int64_t c = 0;
         char et[64];
-        if (node_in(a->node, body) && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 &&
+        (void)c;
+        if (node_in(a->node, body) && unit_index(ctx, a, L->var, !L->step_is_int || L->step_int != 1) &&
             !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
             return true;
     }
@@ -801,7 +830,8 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         const kl_ax_access *a = kl_affine_access(ax, i);
         int64_t c = 0;
         char et[64];
-        if (node_in(a->node, body) && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 &&
+        (void)c;
+        if (node_in(a->node, body) && unit_index(ctx, a, L->var, v->strided) &&
             !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et))
             contiguous++;
     }
@@ -825,7 +855,8 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         int64_t c = 0;
         char et0[64] = "";
         bool pointer = !a->is_shared && elem_type(ctx, ax, fn, a->array, et0, sizeof et0);
-        bool contig = pointer && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 && a->ndims == 1;
+        (void)c;
+        bool contig = pointer && unit_index(ctx, a, L->var, v->strided) && a->ndims == 1;
         if (contig && strcmp(et0, "float")) {
             /* contiguous but not f32: read as it is, lane by lane; never written */
             if (!other_type[0])

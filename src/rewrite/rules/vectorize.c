@@ -20,6 +20,7 @@
 
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/vectorize_lane.h"
 #include "rewrite/rules/vectorize_stride.h"
 #include "syntax/affine.h"
 #include "util/util.h"
@@ -94,6 +95,255 @@ static int vec_width(const kl_rule_ctx *ctx, TSNode fn, TSNode n)
         }
     }
     return 0;
+}
+
+/* ---- the scalar fallback of a vector path ------------------------------------------------------ */
+
+/* Is t the name of a CUDA vector type (float4, uint2, uchar4, __half2 …)? */
+static bool vector_type_name(const char *t)
+{
+    static const char *const base[] = {"float", "double", "int", "uint", "short", "ushort", "char", "uchar",
+                                       "long", "ulong", "longlong", "ulonglong", "half", "__half", "__nv_bfloat16",
+                                       "nv_bfloat16", NULL};
+    for (unsigned i = 0; base[i]; i++) {
+        size_t n = strlen(base[i]);
+        if (strncmp(t, base[i], n)) continue;
+        const char *w = t + n;
+        if ((w[0] == '2' || w[0] == '3' || w[0] == '4') && !w[1]) return true;
+    }
+    return false;
+}
+
+typedef struct vtype_scan {
+    const kl_rule_ctx *ctx;
+    char name[32];
+} vtype_scan;
+
+static bool vtype_visit(TSNode n, void *user)
+{
+    vtype_scan *v = user;
+    if (v->name[0]) return false;
+    if (rb_is(n, "type_identifier")) {
+        uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+        if (b - a < sizeof v->name) {
+            char t[32];
+            kl_snprintf(t, sizeof t, "%.*s", (int)(b - a), v->ctx->text + a);
+            if (vector_type_name(t)) kl_snprintf(v->name, sizeof v->name, "%s", t);
+        }
+    }
+    return !v->name[0];
+}
+
+typedef struct vlocal_scan {
+    const kl_rule_ctx *ctx;
+    TSNode in;            /* the subtree whose identifiers are looked up */
+    char name[32];        /* the vector type of a local of the function the subtree uses */
+} vlocal_scan;
+
+static bool vlocal_visit(TSNode n, void *user)
+{
+    vlocal_scan *v = user;
+    if (v->name[0]) return false;
+    if (!rb_is(n, "declaration")) return true;
+    vtype_scan t = {v->ctx, ""};
+    rb_walk(rb_field(n, "type"), vtype_visit, &t);
+    if (!t.name[0]) return true;
+    for (uint32_t k = 0; k < ts_node_named_child_count(n) && !v->name[0]; k++) {
+        TSNode nm = kl_ast_declarator_name(ts_node_named_child(n, k));
+        if (!rb_is(nm, "identifier") || node_in(nm, v->in)) continue;
+        char *name = text_of(v->ctx, nm);
+        if (name && rb_count_ident(v->ctx, v->in, name) > 0) kl_snprintf(v->name, sizeof v->name, "%s", t.name);
+        free(name);
+    }
+    return false;
+}
+
+/* The vector type the subtree n of fn uses (written in it, or the type of a local of fn it names:
+ * `x4[i]` with `const float4* x4 = …`), into name; false when none. */
+static bool vector_use(const kl_rule_ctx *ctx, TSNode fn, TSNode n, char *name, size_t size)
+{
+    if (ts_node_is_null(n)) return false;
+    vtype_scan t = {ctx, ""};
+    rb_walk(n, vtype_visit, &t);
+    if (!t.name[0]) {
+        vlocal_scan l = {ctx, n, ""};
+        rb_walk(kl_ast_function_body(fn), vlocal_visit, &l);
+        memcpy(t.name, l.name, sizeof t.name);
+    }
+    if (t.name[0]) kl_snprintf(name, size, "%s", t.name);
+    return t.name[0] != '\0';
+}
+
+typedef struct arr_scan {
+    const kl_rule_ctx *ctx;
+    TSNode fn, other;     /* does `other` touch an array the visited subtree subscripts? */
+    bool yes;
+} arr_scan;
+
+typedef struct alias_scan {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode other;
+    bool yes;
+} alias_scan;
+
+/* A declaration of a pointer initialised from `name` (`xr = x + row * cols`, `x4 =
+ * reinterpret_cast<const float4*>(x)`) whose name `other` uses. */
+static bool alias_visit(TSNode n, void *user)
+{
+    alias_scan *a = user;
+    if (a->yes) return false;
+    if (!rb_is(n, "init_declarator")) return true;
+    TSNode v = rb_field(n, "value");
+    if (ts_node_is_null(v) || rb_count_ident(a->ctx, v, a->name) == 0) return true;
+    char *nm = text_of(a->ctx, kl_ast_declarator_name(n));
+    a->yes = nm && strcmp(nm, a->name) && rb_count_ident(a->ctx, a->other, nm) > 0;
+    free(nm);
+    return !a->yes;
+}
+
+static bool arr_visit(TSNode n, void *user)
+{
+    arr_scan *s = user;
+    if (s->yes) return false;
+    if (!rb_is(n, "subscript_expression")) return true;
+    TSNode arr = rb_field(n, "argument");
+    if (!rb_is(arr, "identifier")) return true;
+    char *name = text_of(s->ctx, arr);
+    if (!name) return true;
+    if (rb_count_ident(s->ctx, s->other, name) > 0) s->yes = true;
+    else {
+        alias_scan a = {s->ctx, name, s->other, false};
+        rb_walk(kl_ast_function_body(s->fn), alias_visit, &a);
+        s->yes = a.yes;
+    }
+    free(name);
+    return !s->yes;
+}
+
+/* Does loop subscript an array that vec names too (itself, or a pointer made from it)? */
+static bool touches_same_array(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, TSNode vec)
+{
+    arr_scan s = {ctx, fn, vec, false};
+    rb_walk(loop, arr_visit, &s);
+    return s.yes;
+}
+
+typedef struct cond_scan {
+    const kl_rule_ctx *ctx;
+    TSNode start;         /* the remainder's start expression */
+    bool yes;
+} cond_scan;
+
+typedef struct ident_in {
+    const kl_rule_ctx *ctx;
+    TSNode where;
+    bool yes;
+} ident_in;
+
+static bool ident_in_visit(TSNode n, void *user)
+{
+    ident_in *s = user;
+    if (s->yes) return false;
+    if (rb_is(n, "identifier")) {
+        char *name = text_of(s->ctx, n);
+        s->yes = name && rb_count_ident(s->ctx, s->where, name) > 0;
+        free(name);
+    }
+    return !s->yes;
+}
+
+/* A loop condition of the vector part that reads a name the remainder's start reads (`i < n4` and
+ * `i = n4 * 4 + t`; `v < nv` and `c = lane + nv * 4`). */
+static bool cond_visit(TSNode n, void *user)
+{
+    cond_scan *c = user;
+    if (c->yes) return false;
+    if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement")) {
+        ident_in s = {c->ctx, rb_field(n, "condition"), false};
+        if (!ts_node_is_null(s.where)) rb_walk(c->start, ident_in_visit, &s);
+        c->yes = s.yes;
+    }
+    return !c->yes;
+}
+
+/* Does loop start where the vector part vec stops: no start of its own (it goes on from the
+ * variable the vector part advanced), or a start computed from what bounds the vector part? */
+static bool continues(const kl_rule_ctx *ctx, TSNode loop, TSNode vec)
+{
+    if (!rb_is(loop, "for_statement")) return false;
+    TSNode init = rb_field(loop, "initializer");
+    if (ts_node_is_null(init)) return true;
+    TSNode start = init;
+    if (rb_is(init, "declaration")) start = rb_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
+    else if (rb_is(init, "assignment_expression")) start = rb_field(init, "right");
+    if (ts_node_is_null(start)) return false;
+    cond_scan c = {ctx, start, false};
+    rb_walk(vec, cond_visit, &c);
+    return c.yes;
+}
+
+/* A vector part a remainder loop follows: a loop using vector types, or an if without else whose
+ * branch uses them. */
+static bool vector_stmt(const kl_rule_ctx *ctx, TSNode fn, TSNode st, char *vt, size_t size)
+{
+    if (rb_is(st, "for_statement") || rb_is(st, "while_statement") || rb_is(st, "do_statement"))
+        return vector_use(ctx, fn, st, vt, size);
+    if (rb_is(st, "if_statement") && ts_node_is_null(rb_field(st, "alternative")))
+        return vector_use(ctx, fn, rb_field(st, "consequence"), vt, size);
+    return false;
+}
+
+bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, size_t size)
+{
+    TSNode body = kl_ast_function_body(fn);
+    char vt[32];
+    bool first = true; /* st opens the code that follows the statement before it */
+    for (TSNode st = loop; !ts_node_is_null(st) && !ts_node_eq(st, body);) {
+        TSNode par = ts_node_parent(st);
+        if (ts_node_is_null(par)) break;
+        /* (1) right after a vector part on the same array (declarations between them skipped):
+         * the remainder it leaves, `for (; i < n; i++)`, `for (i = n4 * 4 + t; …)` */
+        if (first && rb_is(par, "compound_statement")) {
+            TSNode prev = rb_prev_stmt(st);
+            while (rb_is(prev, "declaration") || (!ts_node_is_null(prev) && kl_str_starts(ts_node_type(prev), "preproc")))
+                prev = rb_prev_stmt(prev);
+            if (!ts_node_is_null(prev) && vector_stmt(ctx, fn, prev, vt, sizeof vt) &&
+                touches_same_array(ctx, fn, loop, prev) && continues(ctx, loop, prev)) {
+                kl_snprintf(why, size,
+                            "the scalar fallback of the %s path at line %u (the remainder that loop leaves): "
+                            "vectorizing it would only add another guard and another scalar loop",
+                            vt, line_of(prev));
+                return true;
+            }
+        }
+        /* (2) a branch of an if whose other branch is the vector path:
+         * `if (aligned && n % 4 == 0) { float4 … } else { scalar }` */
+        TSNode ifs = rb_is(par, "else_clause") ? ts_node_parent(par) : par;
+        if (rb_is(ifs, "if_statement") && !ts_node_is_null(rb_field(ifs, "alternative"))) {
+            TSNode cons = rb_field(ifs, "consequence"), alt = rb_field(ifs, "alternative");
+            TSNode other = rb_is(par, "else_clause") ? cons : ts_node_eq(st, cons) ? alt : (TSNode){{0}, 0, 0};
+            TSNode mine = rb_is(par, "else_clause") ? alt : cons;
+            char mt[32];
+            if (!ts_node_is_null(other) && vector_use(ctx, fn, other, vt, sizeof vt) &&
+                !vector_use(ctx, fn, mine, mt, sizeof mt)) {
+                kl_snprintf(why, size,
+                            "the scalar fallback of the %s path at line %u (the other branch of its guard): "
+                            "vectorizing it would only add another guard and another scalar loop",
+                            vt, line_of(ifs));
+                return true;
+            }
+        }
+        if (rb_is(par, "compound_statement")) {
+            TSNode p0 = rb_prev_stmt(st);
+            while (rb_is(p0, "declaration")) p0 = rb_prev_stmt(p0);
+            if (!ts_node_is_null(p0)) first = false;
+        } else if (!rb_is(par, "if_statement") && !rb_is(par, "else_clause")) {
+            first = false; /* a loop or a switch: what precedes it is not what this loop follows */
+        }
+        st = par;
+    }
+    return false;
 }
 
 /* ---- present sites --------------------------------------------------------------------------------- */
@@ -387,6 +637,8 @@ typedef struct va {
     va_arr arr[8];
     unsigned narr;
     TSNode store;        /* the statement writing (null when none) */
+    bool strided;        /* the thread-strided form (vectorize_lane.h): its start and step in vl */
+    kl_vl_loop vl;
     char why[300];
 } va;
 
@@ -481,12 +733,96 @@ static bool elem_type(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     return f.found == 1;
 }
 
+/* Is the index of access a `E + var` (var once, as a term of a sum, E free of it), read on the tree:
+ * what the thread-strided form accepts when the affine analysis gave up on E (`row * cols + c` with
+ * `row = (blockIdx.x * blockDim.x + threadIdx.x) / 32`); vectorize_lane.c checks that E is the same
+ * every pass. */
+static bool unit_term(const kl_rule_ctx *ctx, TSNode e, const char *var)
+{
+    while (rb_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
+    if (rb_is(e, "identifier")) return text_is(ctx, e, var);
+    if (!rb_is(e, "binary_expression")) return false;
+    TSNode op = rb_field(e, "operator"), l = rb_field(e, "left"), r = rb_field(e, "right");
+    if (text_is(ctx, op, "+"))
+        return (unit_term(ctx, l, var) && rb_count_ident(ctx, r, var) == 0) ||
+               (unit_term(ctx, r, var) && rb_count_ident(ctx, l, var) == 0);
+    if (text_is(ctx, op, "-")) return unit_term(ctx, l, var) && rb_count_ident(ctx, r, var) == 0;
+    return false;
+}
+
+static bool unit_index(const kl_rule_ctx *ctx, const kl_ax_access *a, const char *var, bool strided)
+{
+    int64_t c = 0;
+    if (a->flat.ok && kl_affine_coef_int(&a->flat, var, &c)) return c == 1;
+    if (!strided || a->ndims != 1 || !rb_is(a->node, "subscript_expression")) return false;
+    TSNode ix = rb_field(a->node, "index");
+    if (ts_node_is_null(ix)) ix = ts_node_named_child(a->node, 1);
+    if (rb_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
+    return !ts_node_is_null(ix) && unit_term(ctx, ix, var);
+}
+
+/* Does the body of loop L access an f32 array (not shared) at an index with coefficient 1 on its variable? */
+static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L)
+{
+    if (!L->var || !rb_is(L->node, "for_statement")) return false;
+    TSNode body = rb_field(L->node, "body");
+    for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
+        const kl_ax_access *a = kl_affine_access(ax, i);
+        int64_t c = 0;
+        char et[64];
+        (void)c;
+        if (node_in(a->node, body) && unit_index(ctx, a, L->var, !L->step_is_int || L->step_int != 1) &&
+            !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
+            return true;
+    }
+    return false;
+}
+
+/* What the thread-strided form needs beyond the unit-stride one (into v->why): the loop declares its
+ * variable alone (the vector loop and the rest each start it), the body stores only at the element
+ * (a thread now holds other elements: a store elsewhere would land elsewhere), and reduces what it
+ * keeps across passes (vectorize_lane.c). */
+static void strided_checks(const kl_rule_ctx *ctx, kl_affine_ctx *ax, va *v)
+{
+    TSNode loop = v->L->node, body = rb_field(loop, "body"), init = rb_field(loop, "initializer");
+    unsigned decls = 0;
+    for (uint32_t k = 0; rb_is(init, "declaration") && k < ts_node_named_child_count(init); k++)
+        decls += rb_is(ts_node_named_child(init, k), "init_declarator");
+    if (decls != 1 || !v->type[0]) {
+        kl_snprintf(v->why, sizeof v->why,
+                    "the loop over %s does not declare its variable alone (`for (int %s = …; …)`): the vector loop and "
+                    "the scalar rest each need their own start",
+                    v->L->var, v->L->var);
+        return;
+    }
+    for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
+        const kl_ax_access *a = kl_affine_access(ax, i);
+        if (!node_in(a->node, body) || !a->write) continue;
+        bool mine = false;
+        for (unsigned k = 0; k < v->narr && !mine; k++) mine = !strcmp(v->arr[k].name, a->array);
+        if (!mine) {
+            kl_snprintf(v->why, sizeof v->why,
+                        "the loop body writes %s at line %u, not at the loop's element: with other elements per thread "
+                        "that store would change",
+                        a->array, line_of(a->node));
+            return;
+        }
+    }
+    kl_vl_body_ok(ctx, loop, v->L->var, v->why, sizeof v->why);
+}
+
 static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L, va *v)
 {
     memset(v, 0, sizeof *v);
     v->L = L;
-    if (L->kind != KL_LOOP_FOR || !L->var || !L->cmp || !L->bound || !L->step_is_int) return false;
-    if (L->step_int != 1 || strcmp(L->cmp, "<")) return false;
+    if (L->kind != KL_LOOP_FOR || !L->var || !L->cmp || !L->bound || strcmp(L->cmp, "<")) return false;
+    int form = 0;
+    char swhy[300] = "";
+    if (!L->step_is_int || L->step_int != 1) {
+        form = kl_vl_recognise(ctx, fn, L->node, L->var, &v->vl, swhy, sizeof swhy);
+        if (!form) return false;
+        v->strided = true;
+    }
     TSNode body = rb_field(L->node, "body");
     /* the accesses of the body with coefficient 1 on the loop variable */
     unsigned contiguous = 0;
@@ -494,7 +830,8 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         const kl_ax_access *a = kl_affine_access(ax, i);
         int64_t c = 0;
         char et[64];
-        if (node_in(a->node, body) && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 &&
+        (void)c;
+        if (node_in(a->node, body) && unit_index(ctx, a, L->var, v->strided) &&
             !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et))
             contiguous++;
     }
@@ -518,7 +855,8 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         int64_t c = 0;
         char et0[64] = "";
         bool pointer = !a->is_shared && elem_type(ctx, ax, fn, a->array, et0, sizeof et0);
-        bool contig = pointer && a->flat.ok && kl_affine_coef_int(&a->flat, L->var, &c) && c == 1 && a->ndims == 1;
+        (void)c;
+        bool contig = pointer && unit_index(ctx, a, L->var, v->strided) && a->ndims == 1;
         if (contig && strcmp(et0, "float")) {
             /* contiguous but not f32: read as it is, lane by lane; never written */
             if (!other_type[0])
@@ -630,6 +968,8 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
             }
         }
     }
+    if (v->strided && form == 2) kl_snprintf(v->why, sizeof v->why, "%s", swhy);
+    else if (v->strided) strided_checks(ctx, ax, v);
     return true;
 }
 
@@ -683,20 +1023,51 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
         va v;
-        if (!analyse_apply(ctx, ax, fn, L, &v)) continue;
+        bool site = analyse_apply(ctx, ax, fn, L, &v);
         if (vec_width(ctx, fn, L->node)) continue;
+        char fb[300];
+        bool fallback = kl_vec_fallback(ctx, fn, L->node, fb, sizeof fb);
+        if (!site && fallback && contiguous_f32(ctx, ax, fn, L)) {
+            /* not a loop this form rewrites, but one it would be offered after a rewrite of the others
+             * (the remainder of a strided or grid-stride vector loop): said refused, with why */
+            char id[256];
+            kl_site_id(id, sizeof id, name, L->node, NULL);
+            if (kl_sites_find(out, id, KL_SITE_APPLICABLE)) continue;
+            json_t *feat = json_pack("{s:s, s:s, s:s}", "dtype", "f32", "contiguous_in", L->var, "why_not", fb);
+            if (!feat) return KL_ERR_NOMEM;
+            kl_status st = kl_sites_add(out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL,
+                                        "a scalar loop after or beside a vector path");
+            if (st != KL_OK) return st;
+            continue;
+        }
+        if (!site) continue;
+        if (fallback) kl_snprintf(v.why, sizeof v.why, "%s", fb);
         json_t *arrs = json_array();
         for (unsigned k = 0; k < v.narr; k++)
             json_array_append_new(arrs, json_pack("{s:s, s:s, s:b, s:b}", "array", v.arr[k].name, "index", v.arr[k].index,
                                                   "read", v.arr[k].read, "write", v.arr[k].write));
         json_t *feat = json_pack("{s:s, s:s, s:o, s:s}", "dtype", v.narr ? "f32" : "not f32", "contiguous_in", L->var, "arrays", arrs,
-                                 "alignment_guard", "run time, at the loop start");
+                                 "alignment_guard", v.strided ? "run time, before the loop (no vector pass when an address is not aligned)"
+                                                              : "run time, at the loop start");
         if (!feat) return KL_ERR_NOMEM;
-        if (v.why[0]) json_object_set_new(feat, "why_not", json_string(v.why));
         char id[256], note[200];
         kl_site_id(id, sizeof id, name, L->node, NULL);
-        kl_snprintf(note, sizeof note, "a unit-stride loop over %s reading/writing %u f32 array%s contiguously", L->var,
-                    v.narr, v.narr == 1 ? "" : "s");
+        if (kl_sites_find(out, id, KL_SITE_APPLICABLE)) { /* the grid-stride form's already */
+            json_decref(feat);
+            continue;
+        }
+        if (v.strided) {
+            char *step = text_of(ctx, v.vl.stride);
+            json_object_set_new(feat, "form", json_string("thread-stride"));
+            if (v.vl.group[0]) json_object_set_new(feat, "group", json_string(v.vl.group));
+            kl_snprintf(note, sizeof note, "a %s-strided loop over %s (step %s) reading/writing %u f32 array%s contiguously",
+                        !strcmp(v.vl.group, "warp") ? "lane" : "thread", L->var, step ? step : "?", v.narr,
+                        v.narr == 1 ? "" : "s");
+            free(step);
+        } else
+            kl_snprintf(note, sizeof note, "a unit-stride loop over %s reading/writing %u f32 array%s contiguously", L->var,
+                        v.narr, v.narr == 1 ? "" : "s");
+        if (v.why[0]) json_object_set_new(feat, "why_not", json_string(v.why));
         kl_status st = kl_sites_add(out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL, note);
         if (st != KL_OK) return st;
     }
@@ -825,11 +1196,152 @@ static char *lane_text(const kl_rule_ctx *ctx, const va *v, TSNode body, int lan
     return kl_strbuf_detach(&sb, NULL);
 }
 
+/* The body once per lane, each in braces, at indentation ind + more (its later lines moved by more). False
+ * when the body has too many accesses. */
+static bool add_lanes(kl_strbuf *sb, const kl_rule_ctx *ctx, const va *v, TSNode body, int width, const char *ind,
+                      const char *more)
+{
+    static const char *const comp[] = {"x", "y", "z", "w"};
+    bool braces = rb_is(body, "compound_statement");
+    for (int lane = 0; lane < width; lane++) {
+        char *lt = lane_text(ctx, v, body, lane, comp);
+        if (!lt) return false;
+        kl_strbuf_addf(sb, "%s%s%s", ind, more, braces ? "" : "{ ");
+        for (const char *p = lt; *p; p++) {
+            kl_strbuf_addc(sb, *p);
+            if (*p == '\n' && p[1]) kl_strbuf_adds(sb, more);
+        }
+        kl_strbuf_addf(sb, "%s\n", braces ? "" : " }");
+        free(lt);
+    }
+    return true;
+}
+
+/* The text of n with every identifier `var` in it replaced by repl (new string; NULL out of memory). */
+typedef struct subst_scan {
+    const kl_rule_ctx *ctx;
+    const char *var, *repl;
+    kl_edits *e;
+    kl_status st;
+} subst_scan;
+
+static bool subst_visit(TSNode n, void *user)
+{
+    subst_scan *s = user;
+    if (s->st == KL_OK && rb_is(n, "identifier") && text_is(s->ctx, n, s->var))
+        s->st = kl_edits_add(s->e, ts_node_start_byte(n), ts_node_end_byte(n), s->repl);
+    return s->st == KL_OK;
+}
+
+static char *subst_text(const kl_rule_ctx *ctx, TSNode n, const char *var, const char *repl)
+{
+    kl_edits e = {0};
+    subst_scan s = {ctx, var, repl, &e, KL_OK};
+    rb_walk(n, subst_visit, &s);
+    char *text = NULL;
+    kl_error err = {0};
+    if (s.st != KL_OK ||
+        kl_edits_apply_range(&e, ctx->text, ts_node_start_byte(n), ts_node_end_byte(n), &text, &err) != KL_OK)
+        text = NULL;
+    kl_edits_release(&e);
+    return text;
+}
+
+/* Can an expression be written as the left operand of `+` (and as it is before `* W`) unparenthesised? */
+static bool sum_operand(const kl_rule_ctx *ctx, TSNode n)
+{
+    if (rb_is(n, "identifier") || rb_is(n, "field_expression") || rb_is(n, "number_literal") ||
+        rb_is(n, "call_expression") || rb_is(n, "subscript_expression") || rb_is(n, "parenthesized_expression"))
+        return true;
+    if (!rb_is(n, "binary_expression")) return false;
+    TSNode op = rb_field(n, "operator");
+    return text_is(ctx, op, "*") || text_is(ctx, op, "/") || text_is(ctx, op, "%");
+}
+
+/* The thread-strided form: before the loop, the number of whole vectors (0 when an address of the row
+ * is not aligned) and a loop over them on the same threads, each taking W consecutive elements a step;
+ * the loop itself then starts after them. The layout is the grid-stride form's, so that
+ * vectorize_stride.c reads it back as a present site. */
+static kl_status apply_strided(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const va *v, int width,
+                               kl_edits *out, kl_error *err)
+{
+    if (v->why[0]) return kl_rule_not_applicable(err, "%s", v->why);
+    const kl_ax_loop *L = v->L;
+    TSNode loop = L->node, body = rb_field(loop, "body");
+    if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
+        return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", line_of(loop));
+    const char *vt = width == 4 ? "float4" : "float2";
+    char ind[64], nv[32], vv[32];
+    kl_rules_indent(ctx, ts_node_start_byte(loop), ind, sizeof ind);
+    rb_fresh_name(ctx, fn, "nv", nv, sizeof nv);
+    rb_fresh_name(ctx, fn, "v", vv, sizeof vv);
+    char *start = text_of(ctx, v->vl.start), *stride = text_of(ctx, v->vl.stride);
+    TSNode cond = rb_field(loop, "condition");
+    while (rb_is(cond, "parenthesized_expression")) cond = ts_node_named_child(cond, 0);
+    TSNode bound = rb_field(cond, "right");
+    char *btext = text_of(ctx, bound);
+    bool spar = !sum_operand(ctx, v->vl.start), bpar = !sum_operand(ctx, bound);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_status st = KL_OK;
+    if (!start || !stride || !btext) st = KL_ERR_NOMEM;
+    kl_strbuf_addf(&sb, "%s// vectorize: %d elements per access of", ind, width);
+    for (unsigned k = 0; k < v->narr; k++) kl_strbuf_addf(&sb, "%s '%s'", k ? "," : "", v->arr[k].name);
+    kl_strbuf_addf(&sb, " (%s); the loop below does the last %s %% %d, or all when an address is not aligned\n", vt,
+                   btext ? btext : "", width);
+    kl_strbuf_addf(&sb, "%sconst %s %s = ", ind, v->type, nv);
+    for (unsigned k = 0; k < v->narr && st == KL_OK; k++) {
+        /* the row's first element: the index at 0 */
+        TSNode sub = v->arr[k].first, ix = rb_field(sub, "index");
+        if (ts_node_is_null(ix)) ix = ts_node_named_child(sub, 1);
+        if (rb_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
+        char *i0 = subst_text(ctx, ix, L->var, "0");
+        if (!i0) st = KL_ERR_NOMEM;
+        else kl_strbuf_addf(&sb, "%sreinterpret_cast<unsigned long long>(&%s[%s]) %% %d == 0", k ? " && " : "",
+                            v->arr[k].name, i0, 4 * width);
+        free(i0);
+    }
+    kl_strbuf_addf(&sb, bpar ? " ? (%s) / %d : 0;\n" : " ? %s / %d : 0;\n", btext ? btext : "", width);
+    kl_strbuf_addf(&sb, "%sfor (%s %s = %s; %s < %s; %s += %s) {\n", ind, v->type, vv, start ? start : "", vv, nv, vv,
+                   stride ? stride : "");
+    kl_strbuf_addf(&sb, "%s    const %s %s = %s * %d;\n", ind, v->type, L->var, vv, width);
+    for (unsigned k = 0; k < v->narr; k++) {
+        const va_arr *x = &v->arr[k];
+        if (x->read)
+            kl_strbuf_addf(&sb, "%s    %s%s kl_%s = *reinterpret_cast<%s%s*>(&%s[%s]);\n", ind, x->write ? "" : "const ",
+                           vt, x->name, x->write ? "" : "const ", vt, x->name, x->index);
+        else kl_strbuf_addf(&sb, "%s    %s kl_%s;\n", ind, vt, x->name);
+    }
+    if (st == KL_OK && !add_lanes(&sb, ctx, v, body, width, ind, "    ")) {
+        kl_strbuf_release(&sb);
+        free(start), free(stride), free(btext);
+        return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", line_of(body));
+    }
+    for (unsigned k = 0; k < v->narr; k++)
+        if (v->arr[k].write)
+            kl_strbuf_addf(&sb, "%s    *reinterpret_cast<%s*>(&%s[%s]) = kl_%s;\n", ind, vt, v->arr[k].name,
+                           v->arr[k].index, v->arr[k].name);
+    kl_strbuf_addf(&sb, "%s}\n", ind);
+    /* before the loop's line (its #pragma line, when it has one, stays with it) */
+    int li = kl_affine_loop_index(ax, loop);
+    uint32_t at = kl_ast_line_start(ctx->text, ts_node_start_byte(loop));
+    if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
+        at = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
+    if (st == KL_OK && sb.failed) st = KL_ERR_NOMEM;
+    if (st == KL_OK) st = kl_edits_add(out, at, at, kl_strbuf_str(&sb));
+    if (st == KL_OK)
+        st = kl_edits_addf(out, ts_node_start_byte(v->vl.start), ts_node_end_byte(v->vl.start), spar ? "(%s) + %s * %d" : "%s + %s * %d",
+                           start, nv, width);
+    kl_strbuf_release(&sb);
+    free(start);
+    free(stride);
+    free(btext);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
 static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va *v, int width, kl_edits *out,
                             kl_error *err)
 {
     if (v->why[0]) return kl_rule_not_applicable(err, "%s", v->why);
-    static const char *const comp[] = {"x", "y", "z", "w"};
     const kl_ax_loop *L = v->L;
     const char *vt = width == 4 ? "float4" : "float2";
     TSNode loop = L->node, body = rb_field(loop, "body");
@@ -863,21 +1375,9 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
         else
             kl_strbuf_addf(&sb, "%s            %s kl_%s;\n", ind, vt, x->name);
     }
-    bool braces = rb_is(body, "compound_statement");
-    for (int lane = 0; lane < width; lane++) {
-        char *lt = lane_text(ctx, v, body, lane, comp);
-        if (!lt) {
-            kl_strbuf_release(&sb);
-            return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", line_of(body));
-        }
-        /* the body, one level deeper */
-        kl_strbuf_addf(&sb, "%s            %s", ind, braces ? "" : "{ ");
-        for (const char *p = lt; *p; p++) {
-            kl_strbuf_addc(&sb, *p);
-            if (*p == '\n' && p[1]) kl_strbuf_adds(&sb, "            ");
-        }
-        kl_strbuf_addf(&sb, "%s\n", braces ? "" : " }");
-        free(lt);
+    if (!add_lanes(&sb, ctx, v, body, width, ind, "            ")) {
+        kl_strbuf_release(&sb);
+        return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", line_of(body));
     }
     for (unsigned k = 0; k < v->narr; k++)
         if (v->arr[k].write)
@@ -952,7 +1452,8 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
         if (ts_node_start_byte(L->node) != r->site->span.start) continue;
         va v;
         if (!analyse_apply(ctx, ax, fn, L, &v)) continue;
-        r->st = apply_loop(ctx, ax, &v, r->width, r->out, r->err);
+        r->st = v.strided ? apply_strided(ctx, ax, fn, &v, r->width, r->out, r->err)
+                          : apply_loop(ctx, ax, &v, r->width, r->out, r->err);
         r->done = true;
     }
     return KL_OK;

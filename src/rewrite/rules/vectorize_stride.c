@@ -329,6 +329,15 @@ static bool same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b)
     return same;
 }
 
+/* The next statement, past comments and preprocessor lines (a `#pragma unroll` kept above the
+ * scalar loop). */
+static TSNode next_stmt(TSNode n)
+{
+    do n = rb_next_stmt(n);
+    while (!ts_node_is_null(n) && kl_str_starts(ts_node_type(n), "preproc"));
+    return n;
+}
+
 /* Is `decl` the start of this form's vector part: `const T NV = …;`, a loop `for (T v = V; v <
  * NV; v += S)`, then a loop `for (T i = V + NV * W; …)`? */
 static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
@@ -339,7 +348,7 @@ static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
     if (!rb_is(d, "init_declarator")) return false;
     char nv[64];
     if (!text_copy(ctx, rb_declarator_name(d), nv, sizeof nv)) return false;
-    TSNode vl = rb_next_stmt(decl), tl = ts_node_is_null(vl) ? vl : rb_next_stmt(vl);
+    TSNode vl = rb_next_stmt(decl), tl = ts_node_is_null(vl) ? vl : next_stmt(vl);
     if (!rb_is(vl, "for_statement") || !rb_is(tl, "for_statement")) return false;
     TSNode vc = unparen(rb_field(vl, "condition")), vi = rb_field(vl, "initializer");
     if (!rb_is(vc, "binary_expression") || !rb_text_is(ctx, rb_field(vc, "operator"), "<") ||
@@ -376,11 +385,21 @@ static bool find_visit(TSNode n, void *user)
     if (ts_node_start_byte(n) >= w->skip_a && ts_node_end_byte(n) <= w->skip_b) return true;
     vs_present p;
     if (rb_is(n, "declaration") && present_at(w->ctx, n, &p)) {
-        char id[256], note[160], wv[16];
+        char id[256], note[200], wv[16];
         kl_site_id(id, sizeof id, w->name, p.vloop, NULL);
-        kl_snprintf(note, sizeof note, "a grid-stride loop over %lld-element vectors, then the scalar loop", p.width);
+        /* the grid's form starts at the global thread index, the thread-strided one (a warp or a block
+         * over a row: vectorize_lane.h) at the thread's index in its group */
+        rb_poly pv, g;
+        rb_affine_eval(w->ra, p.start, &pv);
+        bool grid = rb_grid_index(&pv, &g, true);
+        if (grid) kl_snprintf(note, sizeof note, "a grid-stride loop over %lld-element vectors, then the scalar loop", p.width);
+        else
+            kl_snprintf(note, sizeof note,
+                        "a thread-strided loop over %lld-element vectors (%lld consecutive elements a thread a step), "
+                        "then the scalar loop",
+                        p.width, p.width);
         kl_snprintf(wv, sizeof wv, "%lld", p.width);
-        json_t *feat = json_pack("{s:s, s:I}", "form", "grid-stride", "width", (json_int_t)p.width);
+        json_t *feat = json_pack("{s:s, s:I}", "form", grid ? "grid-stride" : "thread-stride", "width", (json_int_t)p.width);
         w->st = feat ? kl_sites_add(w->out, id, KL_SITE_PRESENT, kl_node_span(p.vloop), w->name, feat,
                                     json_pack("{s:s}", "width", wv), note)
                      : KL_ERR_NOMEM;
@@ -399,6 +418,8 @@ static bool find_visit(TSNode n, void *user)
         w->st = KL_ERR_NOMEM;
         return false;
     }
+    char fb[300];
+    if (kl_vec_fallback(w->ctx, w->f->def, n, fb, sizeof fb)) kl_snprintf(L.why, sizeof L.why, "%s", fb);
     if (L.why[0]) json_object_set_new(feat, "why_not", json_string(L.why));
     char id[256], note[200];
     kl_site_id(id, sizeof id, w->name, n, NULL);
@@ -432,7 +453,9 @@ kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_sit
 bool kl_vs_is_site(const kl_site *site)
 {
     const char *form = site->features ? json_string_value(json_object_get(site->features, "form")) : NULL;
-    return form && !strcmp(form, "grid-stride");
+    if (!form) return false;
+    /* the thread-strided form is vectorize.c's to apply, this file's to read back and remove */
+    return !strcmp(form, "grid-stride") || (!strcmp(form, "thread-stride") && site->dir == KL_SITE_PRESENT);
 }
 
 /* ---- apply ---------------------------------------------------------------------------------------- */

@@ -15,6 +15,11 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
 kl_status kl_vs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err);
 /* Is loop the vector loop of this form's present site (the other forms leave it alone)? */
 bool kl_vs_present_loop(const kl_rule_ctx *ctx, TSNode loop);
+/* Is loop (in function_definition fn) the scalar fallback of a vector path: the remainder loop
+ * right after a vector loop on the same array that starts where it stops, or a branch of an if
+ * whose other branch is the vector path? Then why says so, naming the path's line (vectorize.c:
+ * such a loop is no site, or vectorize would wrap its own fallback again and again). */
+bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, size_t size);
 /* Is the site one of this form's? */
 bool kl_vs_is_site(const kl_site *site);
 

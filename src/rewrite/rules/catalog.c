@@ -297,6 +297,156 @@ static kl_status check_params(const kl_rule *rule, const json_t *params, kl_erro
     return KL_OK;
 }
 
+/* ---- forward presets (rules.h, docs/rules.md "Forward presets") ------------------------------- */
+
+/* Append to err's message (truncated at its size). */
+static void error_append(kl_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void error_append(kl_error *err, const char *fmt, ...)
+{
+    size_t n = strnlen(err->message, sizeof err->message);
+    if (n + 1 >= sizeof err->message) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message + n, sizeof err->message - n, fmt, ap);
+    va_end(ap);
+}
+
+static const kl_rule_presets *const presets_all[] = {
+    &kl_presets_tensor_core,
+    &kl_presets_smem_tile,
+    &kl_presets_register_tile,
+    &kl_presets_row_parallel,
+};
+
+const kl_rule_presets *kl_rule_presets_of(const kl_rule *rule)
+{
+    for (unsigned i = 0; i < sizeof presets_all / sizeof presets_all[0]; i++)
+        if (presets_all[i]->rule == rule) return presets_all[i];
+    return NULL;
+}
+
+json_t *kl_rule_preset_params(const kl_rule *rule, const kl_rule_preset *p, kl_error *err)
+{
+    json_t *o = json_object();
+    if (!o) {
+        kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (const char *w = p->params ? p->params : ""; *w;) {
+        while (*w == ' ') w++;
+        size_t n = strcspn(w, " ");
+        if (!n) break;
+        const char *eq = memchr(w, '=', n);
+        if (!eq || eq == w || eq == w + n - 1) {
+            kl_error_set(err, KL_ERR_INVALID, "%s: preset %s: '%.*s' is not name=value", rule->name, p->name, (int)n, w);
+            json_decref(o);
+            return NULL;
+        }
+        char key[64], val[64];
+        kl_snprintf(key, sizeof key, "%.*s", (int)(eq - w), w);
+        kl_snprintf(val, sizeof val, "%.*s", (int)(w + n - eq - 1), eq + 1);
+        if (json_object_set_new(o, key, json_string(val))) {
+            kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            json_decref(o);
+            return NULL;
+        }
+        w += n;
+    }
+    kl_error e = {0};
+    if (check_params(rule, o, &e) != KL_OK) {
+        kl_error_set(err, e.status, "preset %s: %s", p->name, e.message);
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+bool kl_rule_preset_fits(const kl_rule_preset *p, const json_t *features)
+{
+    if (!p->when) return true;
+    const char *eq = strchr(p->when, '=');
+    if (!eq) return false;
+    char key[64];
+    kl_snprintf(key, sizeof key, "%.*s", (int)(eq - p->when), p->when);
+    const char *v = json_string_value(json_object_get(features, key));
+    return v && !strcmp(v, eq + 1);
+}
+
+/* The parameter set a try amounts to: every declared parameter, given or its default, as one
+ * sorted compact JSON text (new string; NULL when memory runs out). Two tries with the same one
+ * are the same rewrite. */
+static char *params_full(const kl_rule *rule, const json_t *given)
+{
+    json_t *o = json_object();
+    if (!o) return NULL;
+    for (unsigned i = 0; i < rule->nparams; i++) {
+        const kl_rule_param *p = &rule->params[i];
+        if (!p->name) continue;
+        json_t *v = given ? json_object_get(given, p->name) : NULL;
+        if (v) json_object_set(o, p->name, v);
+        else if (p->deflt) json_object_set_new(o, p->name, json_string(p->deflt));
+    }
+    char *t = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return t;
+}
+
+/* The parameter sets an APPLY request without parameters tries at site s of rule r, into tries
+ * (a JSON array; json null for "the defaults"): the presets that fit the site, then each value of
+ * the first parameter (at most max_sweep of them when it is not 0), a set equal to an earlier
+ * one (defaults filled in) dropped, at most KL_RULES_TRIES_PER_SITE in all. names (a parallel
+ * array) holds each try's preset name, or null. KL_ERR_NOMEM, or KL_ERR_INVALID for a malformed
+ * preset table (a defect the tests catch). */
+static kl_status site_tries(const kl_rule *r, const kl_site *s, unsigned max_sweep, json_t *tries, json_t *names,
+                            kl_error *err)
+{
+    json_t *seen = json_object();
+    if (!seen) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    kl_status st = KL_OK;
+    const kl_rule_presets *ps = kl_rule_presets_of(r);
+    /* 0 .. count-1: the presets; then the sweep */
+    unsigned npre = ps ? ps->count : 0;
+    bool sweep = r->nparams && r->params[0].name && r->params[0].values;
+    for (unsigned i = 0; st == KL_OK && json_array_size(tries) < KL_RULES_TRIES_PER_SITE; i++) {
+        json_t *p = NULL; /* NULL: the defaults */
+        const char *name = NULL;
+        if (i < npre) {
+            if (!kl_rule_preset_fits(&ps->items[i], s->features)) continue;
+            p = kl_rule_preset_params(r, &ps->items[i], err);
+            if (!p) {
+                st = err->status;
+                break;
+            }
+            name = ps->items[i].name;
+        } else if (sweep) {
+            unsigned pv = i - npre;
+            if (!r->params[0].values[pv] || (max_sweep && pv >= max_sweep)) break;
+            p = json_pack("{s:s}", r->params[0].name, r->params[0].values[pv]);
+            if (!p) {
+                st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+                break;
+            }
+        } else if (i > npre) {
+            break; /* no sweep: the defaults once, after the presets */
+        }
+        char *key = params_full(r, p);
+        if (!key) {
+            json_decref(p);
+            st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            break;
+        }
+        if (json_object_get(seen, key)) {
+            json_decref(p);
+        } else if (json_object_set_new(seen, key, json_true()) || json_array_append_new(tries, p ? p : json_null()) ||
+                   json_array_append_new(names, name ? json_string(name) : json_null())) {
+            st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        }
+        free(key);
+    }
+    json_decref(seen);
+    return st;
+}
+
 /* The edits of a site (on ctx's text): KL_ERR_NOT_APPLICABLE when there are none. */
 static kl_status site_edits(const kl_rule *rule, const kl_rule_ctx *ctx, const kl_site *site, const json_t *params,
                             kl_edits *ed, kl_error *err)
@@ -531,10 +681,10 @@ static const char *refusal_reason(const kl_error *e)
 #define LIST_MAX_TRIES 16
 
 /* Does the site's rewrite succeed? A present site is removed; an applicable one applied with
- * the defaults, then with each value of each parameter in turn (one changed at a time), until
- * one succeeds: *with is then NULL (the defaults) or those parameters (a new reference), and
- * *how (new string) says when it took the canonical form. False with the first attempt's error
- * in *why. Fails only when memory runs out. */
+ * the defaults, then with each value of each parameter in turn (one changed at a time), then with
+ * each preset that fits the site, until one succeeds: *with is then NULL (the defaults) or those
+ * parameters (a new reference), and *how (new string) says when it took the canonical form. False
+ * with the first attempt's error in *why. Fails only when memory runs out. */
 static kl_status verify_site(const kl_rule *r, const view *v, const site_pair *sp, const kl_site *s,
                              bool canonical_only, bool *ok, json_t **with, char **how, kl_error *why)
 {
@@ -571,6 +721,28 @@ static kl_status verify_site(const kl_rule *r, const view *v, const site_pair *s
             json_decref(params);
             if (st == KL_ERR_NOMEM) return st;
         }
+    }
+    /* then the joint presets that fit the site (a point no single change reaches) */
+    const kl_rule_presets *ps = kl_rule_presets_of(r);
+    for (unsigned i = 0; ps && i < ps->count && tries < LIST_MAX_TRIES; i++) {
+        if (!kl_rule_preset_fits(&ps->items[i], s->features)) continue;
+        kl_error e = {0};
+        json_t *params = kl_rule_preset_params(r, &ps->items[i], &e);
+        if (!params) {
+            if (e.status == KL_ERR_NOMEM) return KL_ERR_NOMEM;
+            continue;
+        }
+        tries++;
+        st = run_any(r, v, sp, s, canonical_only, params, &text, how, NULL, &e);
+        free(text);
+        text = NULL;
+        if (st == KL_OK) {
+            *ok = true;
+            *with = params;
+            return KL_OK;
+        }
+        json_decref(params);
+        if (st == KL_ERR_NOMEM) return st;
     }
     return KL_OK;
 }
@@ -752,7 +924,7 @@ cleanup:
 /* ---- the backend ------------------------------------------------------------------------------ */
 
 typedef struct rules_state {
-    unsigned max_per_site; /* APPLY without params: values of the first parameter tried per site */
+    unsigned max_per_site; /* APPLY without params: values of the first parameter tried per site (after the presets) */
 } rules_state;
 
 static kl_status rules_open(const char *config_json, void **state, kl_error *err)
@@ -878,8 +1050,9 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
             }
             if (req->kind == KL_REQ_SIMPLIFY && req->count_only) continue;
             /* the parameter sets to try at this site */
-            json_t *tries = json_array();
-            if (!tries) {
+            json_t *tries = json_array(), *names = json_array(), *texts = json_object();
+            if (!tries || !names || !texts) {
+                json_decref(tries), json_decref(names), json_decref(texts);
                 st = KL_ERR_NOMEM;
                 break;
             }
@@ -887,19 +1060,21 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
                 json_array_append_new(tries, json_null());
             } else if (card_params) {
                 json_array_append(tries, card_params);
-            } else if (r->nparams && r->params[0].name && r->params[0].values) {
-                for (unsigned pv = 0; r->params[0].values[pv]; pv++) {
-                    if (rs->max_per_site && pv >= rs->max_per_site) break;
-                    json_array_append_new(tries, json_pack("{s:s}", r->params[0].name, r->params[0].values[pv]));
-                }
             } else {
-                json_array_append_new(tries, json_null());
+                kl_status tst = site_tries(r, s, rs->max_per_site, tries, names, err);
+                if (tst != KL_OK) {
+                    json_decref(tries), json_decref(names), json_decref(texts);
+                    pair_release(&sp);
+                    st = tst;
+                    goto cleanup;
+                }
             }
             size_t ti;
             json_t *p;
             json_array_foreach(tries, ti, p) {
                 if (full(req, out)) break;
                 const json_t *given = json_is_null(p) ? NULL : p;
+                const char *preset = json_string_value(json_array_get(names, ti));
                 char *ptext = params_text(s, given);
                 if (!ptext) {
                     st = KL_ERR_NOMEM;
@@ -915,18 +1090,31 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
                 char *how = NULL;
                 const kl_site *used = s;
                 if (rst == KL_OK) rst = run_any(r, &v, &sp, s, canonical_only, given, &text, &how, &used, &e);
-                if (rst == KL_OK)
-                    st = add_candidate(out, text, r, used, ptext, req->kind == KL_REQ_SIMPLIFY, how);
-                else if (rst == KL_ERR_NOMEM)
+                if (rst == KL_OK) {
+                    /* two parameter sets that write the same file (a parameter the site's form
+                     * ignores) are one proposal: the first */
+                    char hex[KL_HASH_HEX];
+                    kl_hash_hex(text, strlen(text), hex);
+                    if (json_object_get(texts, hex))
+                        st = KL_OK;
+                    else if (json_object_set_new(texts, hex, json_true()))
+                        st = KL_ERR_NOMEM;
+                    else
+                        st = add_candidate(out, text, r, used, ptext, req->kind == KL_REQ_SIMPLIFY, how);
+                } else if (rst == KL_ERR_NOMEM) {
                     st = KL_ERR_NOMEM;
-                else
+                } else {
+                    if (preset) error_append(&e, " (preset %s: %s)", preset, ptext);
                     st = reject(out, r, s, &e);
+                }
                 free(text);
                 free(how);
                 free(ptext);
                 if (st != KL_OK) break;
             }
             json_decref(tries);
+            json_decref(names);
+            json_decref(texts);
         }
         pair_release(&sp);
         if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");

@@ -41,6 +41,17 @@
 static const char *const tm_values[] = {"4", "2", "8", NULL};
 static const kl_rule_param rt_params[] = {{"TM", tm_values, "4"}, {"TN", tm_values, "4"}};
 
+/* Forward presets (docs/rules.md, "Forward presets"). The sweep moves TM with TN = 4 (2x4, 4x4,
+ * 8x4); the square 8 x 8 needs both. */
+static const kl_rule_preset rt_presets[] = {
+    {"outer-8x8", "TM=8 TN=8", NULL,
+     "each k step reads 8 + 8 operands from shared memory for 64 FMAs, 4 per load: an SM issues 128 FP32 FMAs "
+     "but reads 32 words of shared memory per clock, so 4 is where the FMAs, not the shared reads, bound the loop "
+     "(4 x 4 gives 2); 64 accumulators and 16 operands stay under 255 registers, and a 16 x 16 block (256 threads) "
+     "at up to 128 registers still fits 2 blocks per SM; a 32 x 32 block is refused (shared memory, registers)"},
+};
+const kl_rule_presets kl_presets_register_tile = {&kl_rule_register_tile, rt_presets, sizeof rt_presets / sizeof rt_presets[0]};
+
 /* ---- the one-output-per-thread form --------------------------------------------------------------- */
 
 typedef struct rt_local {
@@ -2582,6 +2593,20 @@ static kl_status rt_apply(const kl_rule_ctx *ctx, const kl_site *site, const jso
     if (bytes > 48 * 1024) {
         st = kl_rule_not_applicable(err, "the grown tiles need %lld bytes of shared memory (at most 49152 static)", bytes);
         goto cleanup;
+    }
+    /* the registers it needs at the least: the accumulators and one row of operands per side; a
+     * block whose threads cannot all have them (65536 32-bit registers per SM) does not launch */
+    {
+        long long tp = a->tiles[0].side == 1 ? a->tiles[0].grow_val : a->tiles[1].grow_val;
+        long long tq = a->tiles[0].side == 2 ? a->tiles[0].grow_val : a->tiles[1].grow_val;
+        long long words = rb_type_size(a->acc_type) == 8 ? 2 : 1;
+        long long regs = tm * tn * words + tm + tn, threads = tp * tq;
+        if (threads > 0 && regs * threads > 65536) {
+            st = kl_rule_not_applicable(err, "TM x TN = %lld x %lld needs at least %lld registers per thread (the accumulators "
+                                        "and a row of operands each way); a block of %lld threads can have at most %lld "
+                                        "(65536 per SM)", (long long)tm, (long long)tn, regs, threads, 65536 / threads);
+            goto cleanup;
+        }
     }
     st = launch_edits(a, true, tm, tn, out, err, why, sizeof why);
     if (st == KL_ERR_NOT_APPLICABLE) st = kl_rule_not_applicable(err, "%s", why);

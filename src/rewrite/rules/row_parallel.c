@@ -25,6 +25,19 @@ static const char *const unit_values[] = {"warp", "block", NULL};
 static const char *const threads_values[] = {"64", "128", "256", "512", "1024", NULL};
 static const kl_rule_param rp_params[] = {{"unit", unit_values, "warp"}, {"threads", threads_values, "256"}};
 
+/* Forward presets (docs/rules.md, "Forward presets"). The sweep gives a warp per row and a block of
+ * 256 per row; a block per row of another size needs both parameters. An SM holds at most 2048
+ * threads and 32 blocks. */
+static const kl_rule_preset rp_presets[] = {
+    {"long-rows", "unit=block threads=1024", NULL,
+     "a block of 1024 threads per row for long rows (tens of thousands of elements): four times the loads in "
+     "flight per row of 256 threads, and 2 such blocks still fill an SM's 2048 threads"},
+    {"short-rows", "unit=block threads=128", NULL,
+     "a block of 128 threads per row for rows of a few thousand elements: fewer idle threads at the end of a row "
+     "and a shorter combine (4 warps), with 16 blocks, the 2048 threads, resident per SM"},
+};
+const kl_rule_presets kl_presets_row_parallel = {&kl_rule_row_parallel, rp_presets, sizeof rp_presets / sizeof rp_presets[0]};
+
 #define RP_MAXLOOP 16
 #define RP_MAXRED 8
 #define RP_MAXACC 64

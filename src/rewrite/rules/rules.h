@@ -97,6 +97,43 @@ typedef struct kl_rule {
                        kl_error *err);
 } kl_rule;
 
+/* A joint preset: values of several parameters that go together, proposed at a site as one
+ * try before the sweep of the first parameter (docs/rules.md, "Forward presets"). A sweep changes
+ * one parameter at a time, so a point that needs several (a large pipelined tensor-core tile, a
+ * register-blocked stencil) is reached only through a preset. Each is a default the hardware
+ * justifies (why), never one tuned to a task. A preset that does not fit the kernel is refused
+ * by the transform's own apply, with its usual reason. */
+typedef struct kl_rule_preset {
+    const char *name;   /* short, for notes and docs: "large-pipelined" */
+    const char *params; /* "k=v k=v …": each k a parameter of the rule, each v one of its values */
+    const char *when;   /* NULL, or "feature=value": proposed only at sites whose features say so */
+    const char *why;    /* one line: the hardware reason */
+} kl_rule_preset;
+
+/* A transform's presets, declared in its own file beside its parameters. (A table beside
+ * kl_rule rather than a field of it, so that a transform without presets needs no change.) */
+typedef struct kl_rule_presets {
+    const kl_rule *rule;
+    const kl_rule_preset *items;
+    unsigned count;
+} kl_rule_presets;
+
+extern const kl_rule_presets kl_presets_tensor_core;  /* tensor_core.c */
+extern const kl_rule_presets kl_presets_smem_tile;    /* smem_tile.c */
+extern const kl_rule_presets kl_presets_register_tile; /* register_tile.c */
+extern const kl_rule_presets kl_presets_row_parallel; /* row_parallel.c */
+
+/* The presets of a transform (catalog.c); NULL when it has none. */
+const kl_rule_presets *kl_rule_presets_of(const kl_rule *rule);
+/* A preset's parameters as a JSON object of strings (new reference); NULL with the reason in err
+ * when the table is malformed (a word without '=', a name or value the rule does not declare). */
+json_t *kl_rule_preset_params(const kl_rule *rule, const kl_rule_preset *p, kl_error *err);
+/* Does the preset apply at a site with these features (its `when`)? */
+bool kl_rule_preset_fits(const kl_rule_preset *p, const json_t *features);
+/* The most parameter sets an APPLY request without parameters tries at one site: the presets
+ * first, then the first parameter's values, duplicates removed. */
+#define KL_RULES_TRIES_PER_SITE 6
+
 /* The catalog (catalog.c): every transform, in a fixed order. */
 extern const kl_rule *const kl_rules[];
 extern const unsigned kl_rules_count;

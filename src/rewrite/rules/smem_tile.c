@@ -58,6 +58,26 @@ static const char *const ox_values[] = {"1", "2", "4", NULL};
 static const kl_rule_param st_params[] = {
     {"tile", tile_values, "16"}, {"max_radius", radius_values, "4"}, {"outputs_x", ox_values, "1"}};
 
+/* Forward presets (docs/rules.md, "Forward presets"): register blocking along x for stencils, which
+ * the sweep of `tile` (a GEMM parameter stencils ignore) never reaches. An SM issues 128 FP32 FMAs
+ * per clock but reads 32 words of shared memory, so a stencil reading one tile value per FMA is
+ * bound by its shared reads; with OX outputs per thread a row of OX + k - 1 values, read as
+ * float4 (float2), feeds OX FMAs per value. Only 2-D float stencils inside their output guard
+ * take them (apply says why not otherwise). */
+static const kl_rule_preset st_presets[] = {
+    {"stencil-x4", "outputs_x=4", "shape=stencil",
+     "4 adjacent outputs per thread: each tile value read (16 bytes at a time) feeds up to 4 FMAs, and the row of "
+     "filter weights is shared by the 4; a 16 x 16 block's halo tile for run-time radii up to 4 (the default "
+     "max_radius) is 24 x 72 floats, 6.8 KiB"},
+    {"stencil-x2", "outputs_x=2", "shape=stencil",
+     "2 outputs per thread (float2 reads): half the reuse of 4, twice its blocks, for images too narrow for the "
+     "grid divided by 4 along x to fill 132 SMs"},
+    {"stencil-x4-wide", "outputs_x=4 max_radius=8", "shape=stencil",
+     "4 outputs per thread with the tile sized for run-time radii up to 8 (filters up to 17 wide) instead of "
+     "falling back to global reads past radius 4: 32 x 80 floats, 10 KiB, for a 16 x 16 block"},
+};
+const kl_rule_presets kl_presets_smem_tile = {&kl_rule_smem_tile, st_presets, sizeof st_presets / sizeof st_presets[0]};
+
 /* ---- small helpers ----------------------------------------------------------------------------- */
 
 static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }

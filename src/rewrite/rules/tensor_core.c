@@ -53,6 +53,33 @@ static const kl_rule_param tc_params[] = {
     {"stages", stage_values, "1"},     /* > 1: a ring of k tiles filled by cp.async, dynamic shared memory */
 };
 
+/* Forward presets (docs/rules.md, "Forward presets"). The H200 (docs: /work/shared/GPU.md; Hopper:
+ * 132 SMs, 64 Ki 32-bit registers and 228 KiB of shared memory per SM, at most 227 KiB per block and
+ * 255 registers per thread): a warp's f32 accumulators take 8 registers per 16 x 16 fragment. Shared
+ * memory per stage is (BM (BK + 8) + BK (BN + 8)) x 2 bytes. The pipelined ones copy 16 bytes at
+ * a time (cp.async) and so need A contiguous along k and B along the columns; on other layouts
+ * apply refuses them and `strided` remains. Each is refused where its tile exceeds a compile-time
+ * M, N or K. */
+static const kl_rule_preset tc_presets[] = {
+    {"large-pipelined", "warps_m=2 warps_n=2 frags_m=4 frags_n=4 bk=32 stages=3", NULL,
+     "128 x 128 block tile, 64 x 64 per warp: 16 fragments are 128 accumulator registers per thread (ptxas: 234 "
+     "in all, no spill; a wider warp tile would pass 255), so 2 blocks of 128 threads per SM by registers; 3 "
+     "stages of 18.5 KiB = 55.5 KiB keep two k tiles in flight while one is multiplied, covering HBM latency with "
+     "so few warps; each element loaded is reused 128 times"},
+    {"medium-pipelined", "warps_m=2 warps_n=2 frags_m=2 frags_n=2 bk=32 stages=2", NULL,
+     "64 x 64 block tile: 4 times the blocks of the large tile, for sizes where 128 x 128 tiles would leave SMs "
+     "idle (M N / 128^2 below 2 x 132); ptxas: 96 registers, so 5 blocks per SM, whose other blocks hide latency: "
+     "2 stages (19 KiB) suffice"},
+    {"small-pipelined", "warps_m=2 warps_n=2 frags_m=1 frags_n=1 bk=32 stages=2", NULL,
+     "32 x 32 block tile for small products (M N / 64^2 below 132): 16 times the blocks of the large tile; ptxas: "
+     "63 registers, 10 KiB of shared memory, 8 blocks per SM"},
+    {"strided", "warps_m=2 warps_n=2 frags_m=2 frags_n=2 bk=32", NULL,
+     "64 x 64 block tile copied element by element into 26.5 KiB of static shared memory: for layouts the 16-byte "
+     "copies cannot read (an NT or TN product) each element loaded is still reused 64 times, and a 32-deep k tile "
+     "halves the barriers of the default 16; ptxas: 95 registers"},
+};
+const kl_rule_presets kl_presets_tensor_core = {&kl_rule_tensor_core, tc_presets, sizeof tc_presets / sizeof tc_presets[0]};
+
 static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 /* The text of n into buf (truncated); "" for a null node. */
@@ -828,10 +855,33 @@ static void tc_text_of(const kl_rule_ctx *ctx, const tc_naive *g, tc_text *t)
 static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
                                  int wn, int fm, int fn_, int bk, int stages, kl_edits *out, kl_error *err);
 
+/* A block tile no larger than the sizes that are compile-time constants (M, N, K written as a
+ * constant of the file or a #define): past them the tile is padding the block loads and
+ * multiplies for nothing, and a smaller tile does the same work with more blocks. Sizes known
+ * only at run time are not judged here. */
+static kl_status tile_fits_sizes(const kl_rule_ctx *ctx, const tc_naive *g, int bm, int bn, int bk, kl_error *err)
+{
+    const struct {
+        const char *name, *what;
+        int tile;
+    } dims[] = {{g->M, "block tile's rows", bm}, {g->N, "block tile's columns", bn}, {g->K, "k tile", bk}};
+    for (unsigned i = 0; i < 3; i++) {
+        int64_t v = 0;
+        if (!dims[i].name[0] || !kl_const_eval_name(ctx->src, g->fn, dims[i].name, &v, NULL, 0) || v <= 0) continue;
+        if (dims[i].tile > v)
+            return kl_rule_not_applicable(err, "the %s (%d) exceed%s %s = %lld, a compile-time size: the rest of the tile "
+                                          "would be padding; a smaller tile fits", dims[i].what, dims[i].tile,
+                                          i == 2 ? "s" : "", dims[i].name, (long long)v);
+    }
+    return KL_OK;
+}
+
 static kl_status apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g, const char *kernel, int wm,
                              int wn, int fm, int fn_, int bk, bool vec, int stages, kl_edits *out, kl_error *err)
 {
     if (g->why[0]) return kl_rule_not_applicable(err, "%s", g->why);
+    kl_status fit = tile_fits_sizes(ctx, g, 16 * wm * fm, 16 * wn * fn_, bk, err);
+    if (fit != KL_OK) return fit;
     if (stages > 1) return apply_pipelined(ctx, ax, g, kernel, wm, wn, fm, fn_, bk, stages, out, err);
     const int bm = 16 * wm * fm, bn = 16 * wn * fn_, threads = 32 * wm * wn;
     /* the A and B tiles, and the f32 staging tile of C used after the k loop: one buffer for both

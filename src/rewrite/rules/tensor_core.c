@@ -53,7 +53,7 @@ static const kl_rule_param tc_params[] = {
     {"stages", stage_values, "1"},     /* > 1: a ring of k tiles filled by cp.async, dynamic shared memory */
 };
 
-/* Forward presets (docs/rules.md, "Forward presets"). The H200 (docs: /work/shared/GPU.md; Hopper:
+/* Forward presets (docs/rules.md, "Forward presets"). The H200 (Hopper, sm_90:
  * 132 SMs, 64 Ki 32-bit registers and 228 KiB of shared memory per SM, at most 227 KiB per block and
  * 255 registers per thread): a warp's f32 accumulators take 8 registers per 16 x 16 fragment. Shared
  * memory per stage is (BM (BK + 8) + BK (BN + 8)) x 2 bytes. The pipelined ones copy 16 bytes at

@@ -287,9 +287,9 @@ static bool is_stale(const run *r, const char *transform)
 
 /* The transforms this run has judged OPT_STALE_AFTER times without paying (rejected, or less
  * than min_gain over the version it was applied to) since its last new best: what the cards
- * promised for them did not hold on this kernel as it now stands, so their other proposals are
- * deferred like a card measured at noise. A new best changes the kernel, and the slate is clean
- * again. The skills policy only: blind takes its seeded order, memory its retrieved outcomes. */
+ * promised for them did not hold on this kernel as it now stands, so their other proposals go
+ * after everything else, even after what the cards defer (cand_tier). A new best changes the
+ * kernel, and the slate is clean again. The skills policy only: blind takes its seeded order, memory its retrieved outcomes. */
 static void run_stale(run *r)
 {
     r->nstale = 0;
@@ -319,15 +319,22 @@ static void run_stale(run *r)
     }
 }
 
-/* Does candidate x of version vx go before y of vy? One the policy expects to pay before one it
- * defers (skills: a card measured no gain, or lost, or every card fails here, or this run's own
- * judgements of the transform did not pay: run_stale) from whatever version; then cum × E; then
- * the faster version, the lower version, the policy's order. */
+/* How far back a candidate goes: 0 expected to pay; 1 deferred by the policy (skills: a card
+ * measured no gain, or lost, or every card fails here); 2 deferred by this run's own judgements
+ * of its transform (run_stale) — after what the cards defer, since what the run saw fail here
+ * is stronger evidence than what a card saw elsewhere. */
+static int cand_tier(const run *r, const opt_cand *c)
+{
+    return is_stale(r, c->transform) ? 2 : c->defer ? 1 : 0;
+}
+
+/* Does candidate x of version vx go before y of vy? The lower tier (cand_tier) from whatever
+ * version; then cum × E; then the faster version, the lower version, the policy's order. */
 static bool cand_before(const run *r, unsigned vx, const opt_cand *x, unsigned vy, const opt_cand *y)
 {
     const opt_version *a = &r->versions[vx], *b = &r->versions[vy];
-    bool dx = x->defer || is_stale(r, x->transform), dy = y->defer || is_stale(r, y->transform);
-    if (dx != dy) return !dx;
+    int tx = cand_tier(r, x), ty = cand_tier(r, y);
+    if (tx != ty) return tx < ty;
     double mx = a->cum * x->expect, my = b->cum * y->expect;
     if (mx > my * (1 + 1e-12)) return true;
     if (my > mx * (1 + 1e-12)) return false;

@@ -561,6 +561,39 @@ static void test_a_transform_that_did_not_pay_here_waits(void **state)
     json_decref(d);
 }
 
+/* What the run saw fail goes after what the cards defer: every transform proposed on softmax's
+ * naive kernel has a card measured at noise (all deferred), launch-bounds' a little above the
+ * others (1.04x, so first among them), and launch-bounds gains nothing here; once it has been
+ * judged twice without paying, the other deferred transforms go first — among them row-parallel,
+ * which pays (6x). */
+static void test_what_the_run_saw_fail_goes_after_what_cards_defer(void **state)
+{
+    fixture *f = *state;
+    static const char *const others[] = {"block-size", "fast-math", "grid-stride", "restrict", "row-parallel", "vectorize"};
+    put_card(f, "launch-bounds-t1", "launch-bounds", 1.04, NULL, NULL);
+    char id[64];
+    for (unsigned i = 0; i < sizeof others / sizeof others[0]; i++) {
+        kl_snprintf(id, sizeof id, "%s-t1", others[i]);
+        put_card(f, id, others[i], 1.0, NULL, NULL);
+    }
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 24);
+    json_t *d = run_doc(f, &o, KL_OK);
+    json_t *rounds = json_object_get(d, "rounds");
+    /* every proposal is deferred by its card */
+    assert_true(json_is_true(json_object_get(json_object_get(json_array_get(rounds, 0), "candidate"), "deferred")));
+    assert_string_equal(round_str(d, 0, "transform"), "launch-bounds");
+    unsigned lb = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(rounds, i, r) {
+        if (!strcmp(json_string_value(json_object_get(r, "result")), "new best")) break;
+        if (!strcmp(round_str(d, i, "transform"), "launch-bounds")) lb++;
+    }
+    if (lb > 2) fail_msg("launch-bounds judged %u times before the first new best", lb);
+    json_decref(d);
+}
+
 static void test_memory_prefers_what_paid_elsewhere(void **state)
 {
     fixture *f = *state;
@@ -906,6 +939,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leave_out_drops_a_tasks_cards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_noise_steps_do_not_multiply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_transform_that_did_not_pay_here_waits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_what_the_run_saw_fail_goes_after_what_cards_defer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_run_of_another_search_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),

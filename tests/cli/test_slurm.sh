@@ -39,6 +39,20 @@ running_task() {
     return 1
 }
 
+# wait until squeue lists a klineage task that started RUNNING less than a second ago; prints its id.
+# A task picked this way is mid-judgement (the slow walk's judgements take 3 s), so killing it leaves
+# no result; a task picked at random may already have written its result and be on its way out
+# (under load that window is long enough to be hit, and then nothing is resubmitted).
+fresh_task() {
+    for _ in $(seq 900); do
+        local t
+        t=$(squeue -h -r -n klineage -t RUNNING -o '%i %M' 2>/dev/null | awk '$2 == "0:00" { print $1; exit }')
+        [ -n "$t" ] && { echo "$t"; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
 # ---- a walk and an optimization through Slurm equal the ones judged in process -----------------------
 t0=$(date +%s.%N)
 "$K" --judge stand-in --db "$tmp/here.db" --json lineage "$T" --probes 1 >"$tmp/walk-here.json" 2>"$tmp/err" ||
@@ -80,24 +94,30 @@ if t=$(running_task); then
 else
     fail "no task of the slow walk ran"
 fi
-sleep 1
-if t=$(running_task); then
+if t=$(fresh_task); then
     scancel --signal=KILL "$t" || fail "scancel --signal=KILL $t" # its job ends without a result
 else
-    fail "no task of the slow walk ran after the requeue"
+    fail "no task of the slow walk started after the requeue"
 fi
 wait $pid || fail "the walk with a requeued and a killed task failed: $(tail -3 "$tmp/slow-slurm.err")"
 python3 "$SAME" "$tmp/slow-here.json" "$tmp/slow-slurm.json" || fail "the walk with requeued tasks differs"
 grep -q "resubmitted" "$tmp/slow-slurm.err" || fail "the killed task was not resubmitted: $(tail -3 "$tmp/slow-slurm.err")"
 
 # ---- a cluster that refuses jobs: a clear error, nothing stored is lost --------------------------------
-# (the walk is stored after every step: the cluster stops taking jobs once the first step is in)
+# (the walk is stored after every step: it is interrupted once its first step is in, the cluster stops
+# taking jobs, and the walk is taken up again; stopping the cluster while the walk runs would race its
+# next sbatch, which an inactive partition queues for ever when it comes first)
 "$K" "${S[@]}" --db "$tmp/refuse.db" lineage "$T" --expert "$tmp/slow.cu" --probes 0 --no-skills >/dev/null \
-    2>"$tmp/refused.err" &
+    2>"$tmp/first.err" &
 pid=$!
-for _ in $(seq 600); do grep -q "step 1:" "$tmp/refused.err" && break; sleep 0.1; done
-scontrol update PartitionName=debug State=INACTIVE
+for _ in $(seq 600); do grep -q "step 1:" "$tmp/first.err" && break; sleep 0.1; done
+kill -INT $pid
 wait $pid
+rc=$?
+[ $rc -eq 130 ] || fail "the walk to be refused, interrupted after its first step, exited $rc: $(tail -2 "$tmp/first.err")"
+scontrol update PartitionName=debug State=INACTIVE
+timeout 300 "$K" "${S[@]}" --db "$tmp/refuse.db" lineage "$T" --expert "$tmp/slow.cu" --probes 0 --no-skills >/dev/null \
+    2>"$tmp/refused.err"
 rc=$?
 scontrol update PartitionName=debug State=UP
 [ $rc -eq 1 ] || fail "a refused job array exited $rc, expected 1: $(tail -2 "$tmp/refused.err")"

@@ -680,6 +680,26 @@ static const char *refusal_reason(const kl_error *e)
 /* At most this many parameter sets are tried before an applicable site is called refused. */
 #define LIST_MAX_TRIES 16
 
+/* One try of verify_site with params (taken over): KL_OK with *ok set and *with = params when
+ * the rewrite succeeds, params released otherwise. Fails only when memory runs out. */
+static kl_status try_params(const kl_rule *r, const view *v, const site_pair *sp, const kl_site *s,
+                            bool canonical_only, json_t *params, bool *ok, json_t **with, char **how)
+{
+    kl_error e = {0};
+    char *text = NULL;
+    free(*how);
+    *how = NULL;
+    kl_status st = run_any(r, v, sp, s, canonical_only, params, &text, how, NULL, &e);
+    free(text);
+    if (st == KL_OK) {
+        *ok = true;
+        *with = params;
+        return KL_OK;
+    }
+    json_decref(params);
+    return st == KL_ERR_NOMEM ? st : KL_OK;
+}
+
 /* Does the site's rewrite succeed? A present site is removed; an applicable one applied with
  * the defaults, then with each value of each parameter in turn (one changed at a time), then with
  * each preset that fits the site, until one succeeds: *with is then NULL (the defaults) or those
@@ -701,30 +721,20 @@ static kl_status verify_site(const kl_rule *r, const view *v, const site_pair *s
     if (st == KL_ERR_NOMEM) return st;
     if (s->dir == KL_SITE_PRESENT) return KL_OK;
     unsigned tries = 1;
-    for (unsigned i = 0; i < r->nparams && tries < LIST_MAX_TRIES; i++) {
+    for (unsigned i = 0; i < r->nparams && tries < LIST_MAX_TRIES && !*ok; i++) {
         const kl_rule_param *p = &r->params[i];
         if (!p->name || !p->values) continue;
-        for (unsigned k = 0; p->values[k] && tries < LIST_MAX_TRIES; k++) {
+        for (unsigned k = 0; p->values[k] && tries < LIST_MAX_TRIES && !*ok; k++) {
             if (p->deflt && !strcmp(p->deflt, p->values[k])) continue;
             json_t *params = json_pack("{s:s}", p->name, p->values[k]);
             if (!params) return KL_ERR_NOMEM;
-            kl_error e = {0};
             tries++;
-            st = run_any(r, v, sp, s, canonical_only, params, &text, how, NULL, &e);
-            free(text);
-            text = NULL;
-            if (st == KL_OK) {
-                *ok = true;
-                *with = params;
-                return KL_OK;
-            }
-            json_decref(params);
-            if (st == KL_ERR_NOMEM) return st;
+            if (try_params(r, v, sp, s, canonical_only, params, ok, with, how) != KL_OK) return KL_ERR_NOMEM;
         }
     }
     /* then the joint presets that fit the site (a point no single change reaches) */
     const kl_rule_presets *ps = kl_rule_presets_of(r);
-    for (unsigned i = 0; ps && i < ps->count && tries < LIST_MAX_TRIES; i++) {
+    for (unsigned i = 0; ps && i < ps->count && tries < LIST_MAX_TRIES && !*ok; i++) {
         if (!kl_rule_preset_fits(&ps->items[i], s->features)) continue;
         kl_error e = {0};
         json_t *params = kl_rule_preset_params(r, &ps->items[i], &e);
@@ -733,16 +743,7 @@ static kl_status verify_site(const kl_rule *r, const view *v, const site_pair *s
             continue;
         }
         tries++;
-        st = run_any(r, v, sp, s, canonical_only, params, &text, how, NULL, &e);
-        free(text);
-        text = NULL;
-        if (st == KL_OK) {
-            *ok = true;
-            *with = params;
-            return KL_OK;
-        }
-        json_decref(params);
-        if (st == KL_ERR_NOMEM) return st;
+        if (try_params(r, v, sp, s, canonical_only, params, ok, with, how) != KL_OK) return KL_ERR_NOMEM;
     }
     return KL_OK;
 }

@@ -286,6 +286,33 @@ static void outputs_expect(const char *stmt, const char *want)
     free(note);
 }
 
+/* A `#pragma unroll` at column 0 before the loop (as specialize writes it, and as many people do) is
+ * moved with the statements around it, not taken for a line that cannot be re-indented: on the H200
+ * (2026-12-03) every blind and skills run on blur stopped with "out of memory" at this site. */
+static void smem_tile_stencil_outputs_pragma(void **state)
+{
+    (void)state;
+    char text[4096];
+    kl_snprintf(text, sizeof text, STENCIL_FMT, "if (yy >= 0 && yy < h && xx >= 0 && xx < w) acc += f[i * k + j] * img[yy * w + xx];",
+                "dim3(16, 16)");
+    const char *loop = strstr(text, "        for (int i = 0;");
+    assert_non_null(loop);
+    char with[4200];
+    kl_snprintf(with, sizeof with, "%.*s#pragma unroll\n%s", (int)(loop - text), text, loop);
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", with, strlen(with), NULL, "smem-tile", "st:8", false,
+                                    "{\"outputs_x\": \"4\", \"max_radius\": \"2\"}", &out, &note, &err);
+    if (st != KL_OK) fail_msg("outputs_x=4 after a column-0 pragma: %s\n%s", err.message, with);
+    assert_non_null(strstr(out, "kl_acc[kl_c] += kl_f * kl_row[kl_c + j];"));
+    /* the pragma stays with the original loop, kept for counts beyond the radius */
+    char *e = strstr(out, "} else {");
+    assert_non_null(e);
+    assert_non_null(strstr(e, "#pragma unroll\n"));
+    free(out);
+    free(note);
+}
+
 static void smem_tile_stencil_outputs(void **state)
 {
     (void)state;
@@ -422,6 +449,7 @@ int main(void)
         cmocka_unit_test(smem_tile_builtin_tasks),
         cmocka_unit_test(smem_tile_stencil),
         cmocka_unit_test(smem_tile_stencil_outputs),
+        cmocka_unit_test(smem_tile_stencil_outputs_pragma),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

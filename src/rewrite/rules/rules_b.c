@@ -868,7 +868,10 @@ char *rb_reindent(const char *text, size_t len, int delta)
             for (int k = 0; k < delta; k++) kl_strbuf_addc(&sb, ' ');
             kl_strbuf_add(&sb, text + i, e - i);
         } else {
-            size_t drop = (size_t)-delta;
+            size_t drop = (size_t)-delta, lead = 0;
+            while (i + lead < e && (text[i + lead] == ' ' || text[i + lead] == '\t')) lead++;
+            /* a preprocessor line (`#pragma unroll` at column 0 is common) keeps what it has */
+            if (i + lead < e && text[i + lead] == '#' && lead < drop) drop = 0;
             for (size_t k = 0; k < drop; k++)
                 if (i + k >= e || text[i + k] != ' ') {
                     kl_strbuf_release(&sb);

@@ -2950,6 +2950,11 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         uint32_t a = rb_line_start(ctx, ts_node_start_byte(s->pre[0]));
         uint32_t b = rb_line_start(ctx, ts_node_start_byte(s->outer));
         pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
+        if (!pre) {
+            stt = kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs or left of it",
+                                         src, line_of(s->pre[0]));
+            goto done;
+        }
     } else pre = kl_strdup("");
     post = havepost ? rb_reindent(ctx->text + pa, pb - pa, 0) : kl_strdup("");
     guardtxt = rb_text(ctx, if_cond(s->guard));

@@ -142,19 +142,18 @@ static void print_figures(const cli_measure *m, const json_t *fig)
         cli_measure_printf(m, stdout, "Over the vendor (%s): not measured (%s).\n",
                            json_string_value(json_object_get(v, "name")) ?: "?",
                            json_string_value(json_object_get(v, "error")) ?: "?");
+    /* one line: the measure's prefix goes before each printed piece */
+    char dev[320] = "";
+    int n = 0;
     if (json_is_number(json_object_get(fig, "copy_fraction")))
-        cli_measure_printf(m, stdout, "Device: %.0f GB/s, %.2f of the copy ceiling", json_number_value(json_object_get(fig, "gbps")),
-                           json_number_value(json_object_get(fig, "copy_fraction")));
-    if (json_is_number(json_object_get(fig, "compute_fraction")))
-        cli_measure_printf(m, stdout, "%s%.1f TFLOP/s, %.2f of the %s ceiling",
-                           json_is_number(json_object_get(fig, "copy_fraction")) ? "; " : "Device: ",
-                           json_number_value(json_object_get(fig, "tflops")),
-                           json_number_value(json_object_get(fig, "compute_fraction")),
-                           !strcmp(json_string_value(json_object_get(fig, "compute_ceiling")) ?: "", "tensor_tflops")
-                               ? "tensor (mma.sync)"
-                               : "f32 FMA");
-    if (json_is_number(json_object_get(fig, "copy_fraction")) || json_is_number(json_object_get(fig, "compute_fraction")))
-        cli_measure_printf(m, stdout, " (the task's cost at the bench shape over the final check's median).\n");
+        n = snprintf(dev, sizeof dev, "Device: %.0f GB/s, %.2f of the copy ceiling", json_number_value(json_object_get(fig, "gbps")),
+                     json_number_value(json_object_get(fig, "copy_fraction")));
+    if (json_is_number(json_object_get(fig, "compute_fraction")) && n >= 0 && (size_t)n < sizeof dev)
+        snprintf(dev + n, sizeof dev - (size_t)n, "%s%.1f TFLOP/s, %.2f of the %s ceiling", n ? "; " : "Device: ",
+                 json_number_value(json_object_get(fig, "tflops")), json_number_value(json_object_get(fig, "compute_fraction")),
+                 !strcmp(json_string_value(json_object_get(fig, "compute_ceiling")) ?: "", "tensor_tflops") ? "tensor (mma.sync)"
+                                                                                                          : "f32 FMA");
+    if (dev[0]) cli_measure_printf(m, stdout, "%s (the task's cost at the bench shape over the final check's median).\n", dev);
 }
 
 KL_CMD(optimize)

@@ -85,6 +85,12 @@ grep -v '^\[replay\]' "$tmp/bench.out" | grep -q . && fail "bench --optimize rep
 for x in png svg; do [ -s "$tmp/curves.$x" ] || fail "bench --optimize --plot: no curves.$x"; done
 grep -q "^\[replay\] drew $tmp/curves.svg" "$tmp/bench.out" || fail "bench --optimize --plot: not said"
 
+# one recorded run replayed whole: its figures against the device's ceilings on one line
+"$K" --db "$tmp/bench.db" --measure replay optimize tasks/softmax --leave-out softmax --policy memory \
+    >"$tmp/one.out" 2>&1 || fail "optimize replayed: $(tail -3 "$tmp/one.out")"
+grep -q "^\[replay\] Device: [0-9]* GB/s, [0-9.]* of the copy ceiling; [0-9.]* TFLOP/s, [0-9.]* of the f32 FMA ceiling (the task's cost" \
+    "$tmp/one.out" || fail "the device line is not one line: $(grep -A2 Device "$tmp/one.out")"
+
 # judged now (here by the stand-in) with an empty store: the library recorded in the archive is
 # taken, said so, and no verdict comes from it
 "$K" --judge stand-in --db "$tmp/fresh.db" optimize tasks/transpose --leave-out transpose --budget 3 --no-compare \

@@ -64,6 +64,7 @@ typedef struct kl_bench_optimize_options {
     uint64_t seed;                 /* 0: 1 */
     bool no_compare;               /* do not judge the results against the expert and vendor */
     bool restart_older;            /* runs made by another revision of the search start again */
+    unsigned ranking;              /* the skills runs' ranking (kl_optimize_options.ranking); 0: default */
     bool replay;                   /* replaying: nothing to compile ahead */
     kl_gate *gate;                 /* borrowed */
     kl_store *store;               /* borrowed */

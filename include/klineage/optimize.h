@@ -49,6 +49,9 @@ kl_status kl_policy_parse(const char *name, kl_policy *out, kl_error *err);
 /* Defaults (docs/optimize.md). */
 #define KL_OPTIMIZE_BUDGET 40      /* gate calls */
 #define KL_OPTIMIZE_BEAM 4         /* versions kept open */
+/* The skills ranking a run uses unless told (--ranking): the one whose runs are measured and
+ * recorded (docs/optimize.md). 3 is newer and not yet measured on the GPU. */
+#define KL_OPTIMIZE_RANKING 2u
 #define KL_OPTIMIZE_MIN_GAIN 1.02  /* a new best is at least this much faster than the last */
 #define KL_OPTIMIZE_KEEP_FLOOR 0.90 /* a passing candidate at least this fast (over its parent) is
                                        kept as a version to go on from, even when it is no faster */
@@ -80,6 +83,8 @@ typedef struct kl_optimize_options {
     const char *const *memory_tasks; /* memory: only runs on these tasks (NULL-terminated); NULL: any
                                         other task */
     bool admitted_only;          /* skills: only cards whose admission passed */
+    unsigned ranking;            /* skills: the ranking's revision, 2 or 3 (docs/optimize.md);
+                                    0: KL_OPTIMIZE_RANKING. Part of the run's key */
     bool sanitize_final;         /* judge the returned kernel with the sanitizer stages (default
                                     in the CLI: on); costs no extra call: it is the final check */
     const kl_skill_list *library;/* skills: the cards (borrowed); NULL: loaded from the store */

@@ -194,6 +194,7 @@ static kl_status run_policy_task(void *arg, unsigned i, kl_error *err)
     oo.memory_tasks = pc->names;
     oo.sanitize_final = true;
     oo.restart_older = o->restart_older;
+    oo.ranking = o->ranking;
     oo.rewriter = o->rewriter;
     oo.store = o->store;
     oo.judge = kl_gate_search_judge;

@@ -42,7 +42,7 @@ typedef struct optimize_args {
     bool tasks_given;
     kl_policy policies[KL_POLICY_COUNT];
     unsigned npolicies;
-    unsigned budget, seed;
+    unsigned budget, seed, ranking;
     const char *plot;
     bool no_compare, restart_older;
 } optimize_args;
@@ -96,7 +96,7 @@ KL_CMD(bench)
             if (!oa.ntasks) return cli_usage_error(cli, "--tasks needs one or more task folders");
         } else if ((!strcmp(a, "--suite") || !strcmp(a, "--vendor") || !strcmp(a, "--task") || !strcmp(a, "-o") ||
                     !strcmp(a, "--policies") || !strcmp(a, "--budget") || !strcmp(a, "--seed") ||
-                    !strcmp(a, "--plot")) &&
+                    !strcmp(a, "--plot") || !strcmp(a, "--ranking")) &&
                    i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(a, "--suite")) suite = v;
@@ -106,6 +106,9 @@ KL_CMD(bench)
             else if (!strcmp(a, "--budget")) {
                 if (!parse_count(v, 100000, &oa.budget) || oa.budget < 2)
                     return cli_usage_error(cli, "--budget takes a count of gate calls, 2 or more, not '%s'", v);
+            } else if (!strcmp(a, "--ranking")) {
+                if (!parse_count(v, 3, &oa.ranking) || oa.ranking < 2)
+                    return cli_usage_error(cli, "--ranking takes the skills ranking's revision, 2 or 3, not '%s'", v);
             } else if (!strcmp(a, "--seed")) {
                 if (!parse_count(v, 0xffffffffUL, &oa.seed)) return cli_usage_error(cli, "--seed takes a number, not '%s'", v);
             } else if (!strcmp(a, "--policies")) {
@@ -121,7 +124,8 @@ KL_CMD(bench)
             } else if (nonly < 63) only[nonly++] = v;
             else return cli_usage_error(cli, "at most 63 --task options");
         } else if (!strcmp(a, "--suite") || !strcmp(a, "--vendor") || !strcmp(a, "--task") || !strcmp(a, "-o") ||
-                   !strcmp(a, "--policies") || !strcmp(a, "--budget") || !strcmp(a, "--seed") || !strcmp(a, "--plot")) {
+                   !strcmp(a, "--policies") || !strcmp(a, "--budget") || !strcmp(a, "--seed") || !strcmp(a, "--plot") ||
+                   !strcmp(a, "--ranking")) {
             return cli_usage_error(cli, "option %s needs a value", a);
         } else {
             return cli_usage_error(cli, "unknown argument '%s'", a);
@@ -130,8 +134,8 @@ KL_CMD(bench)
     if (expert == optimize)
         return cli_usage_error(cli, "say what to benchmark: --expert (the suite's naive and expert kernels) or "
                                     "--optimize (the forward optimizer's policies)");
-    if (expert && (oa.tasks_given || oa.plot || oa.npolicies))
-        return cli_usage_error(cli, "--tasks, --plot and --policies go with --optimize");
+    if (expert && (oa.tasks_given || oa.plot || oa.npolicies || oa.ranking))
+        return cli_usage_error(cli, "--tasks, --plot, --policies and --ranking go with --optimize");
     if (optimize) {
         only[nonly] = NULL;
         if (!suite) suite = "tasks";
@@ -291,6 +295,7 @@ static int bench_optimize(kl_cli *cli, cli_measure *m, const char *suite, const 
     bo.seed = a->seed;
     bo.no_compare = a->no_compare;
     bo.restart_older = a->restart_older;
+    bo.ranking = a->ranking;
     bo.replay = m->replay;
     bo.gate = gate;
     bo.store = m->store;

@@ -161,7 +161,7 @@ KL_CMD(optimize)
     if (cli_wants_help(argc, argv, cli)) return KL_EXIT_OK;
     const char *task_dir = NULL, *from = NULL, *backend = "rules", *rw_config = NULL, *out_path = NULL;
     const char *policy_name = "skills", *leave_out = NULL;
-    unsigned budget = KL_OPTIMIZE_BUDGET, beam = KL_OPTIMIZE_BEAM, patience = 0, seed = 1;
+    unsigned budget = KL_OPTIMIZE_BUDGET, beam = KL_OPTIMIZE_BEAM, patience = 0, seed = 1, ranking = 0;
     double time_s = 0, min_gain = KL_OPTIMIZE_MIN_GAIN;
     bool restart = false, restart_older = false, admitted_only = false, no_sanitize = false, no_compare = false;
     cli_measure m = CLI_MEASURE_INIT;
@@ -197,6 +197,9 @@ KL_CMD(optimize)
         } else if ((v = value_of(argc, argv, &i, "--min-gain"))) {
             if (!parse_real(v, 1.0, 10.0, &min_gain))
                 return cli_usage_error(cli, "--min-gain takes a ratio from 1 to 10 such as 1.02, not '%s'", v);
+        } else if ((v = value_of(argc, argv, &i, "--ranking"))) {
+            if (!parse_uint(v, 3, &ranking) || ranking < 2)
+                return cli_usage_error(cli, "--ranking takes the skills ranking's revision, 2 or 3, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--seed"))) {
             if (!parse_uint(v, 0xffffffffUL, &seed)) return cli_usage_error(cli, "--seed takes a number, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "-o")) || (v = value_of(argc, argv, &i, "--output"))) {
@@ -281,6 +284,7 @@ KL_CMD(optimize)
     o.seed = seed;
     o.leave_out = leave_out;
     o.admitted_only = admitted_only;
+    o.ranking = ranking;
     o.sanitize_final = !no_sanitize;
     o.rewriter = rw;
     o.store = m.store;

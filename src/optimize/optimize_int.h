@@ -39,6 +39,8 @@ typedef struct opt_cand {
     double order;             /* rank among equal scores, lower first (policy's order) */
     char card[136];           /* the card behind E ("" when none) */
     char why[256];            /* one line: how E was reached */
+    bool door;                /* skills: a step from this version closed this transform's door
+                                 (a child no longer proposes it): tried before the rest */
     bool tried;               /* judged, or skipped as a duplicate or as its parent's edit */
     bool prepared;            /* handed to prepare (compiled) */
 } opt_cand;
@@ -72,10 +74,15 @@ typedef struct opt_policy_ctx {
     json_t *skipped;               /* skills: records of cards not tried, appended (borrowed) */
 } opt_policy_ctx;
 
-/* The skills ranking's revision, part of a skills run's key: 2 (2026-12-02), proposals no card
+/* The skills ranking's revision (kl_optimize_options.ranking), part of a skills run's key as
+ * OPT_SKILLS_RANKING_PREFIX N: 3 (2026-12-03; --ranking 3, not yet measured), a step that closes
+ * another transform's door (the child no longer proposes it) has that door tried at the parent
+ * first, and among the transforms the run's own judgements defer, the one that failed fewer times
+ * goes first (softmax: a vectorized row loop closed row-parallel's door; blur: smem-tile's preset
+ * waited behind launch-bounds variants that had failed ten times); 2 (2026-12-02), proposals no card
  * speaks for at E = 1.05 and what is not expected to pay deferred; 1 (no string): uncarded
  * proposals at E = 1, after every card, and a transform whose cards all fail dropped. */
-#define OPT_SKILLS_RANKING "skills-ranking-2"
+#define OPT_SKILLS_RANKING_PREFIX "skills-ranking-"
 
 /* Score the candidates of version v (E, order, card, why). versions[0..nversions)
  * for the path the version was reached by. Fails only when out of memory. */

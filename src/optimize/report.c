@@ -69,10 +69,14 @@ char *kl_optimize_markdown(const char *doc_json)
                    str(d, "rewriter"), (long long)json_integer_value(json_object_get(d, "budget")),
                    (long long)json_integer_value(json_object_get(d, "beam")),
                    (long long)json_integer_value(json_object_get(d, "seed")));
-    if (!strcmp(str(d, "policy"), "skills"))
+    if (!strcmp(str(d, "policy"), "skills")) {
         kl_strbuf_addf(&sb, "; library: %lld card(s)%s",
                        (long long)json_integer_value(json_object_get(json_object_get(d, "library"), "cards")),
                        json_is_true(json_object_get(d, "admitted_only")) ? ", admitted only" : "");
+        /* runs stored before the ranking was recorded used ranking 2 */
+        json_int_t rk = json_is_integer(json_object_get(d, "ranking")) ? json_integer_value(json_object_get(d, "ranking")) : 2;
+        kl_strbuf_addf(&sb, "; ranking %lld", (long long)rk);
+    }
     if (!strcmp(str(d, "policy"), "memory"))
         kl_strbuf_addf(&sb, "; memory: %lld earlier attempt(s) of the blind policy on other tasks",
                        (long long)json_integer_value(json_object_get(json_object_get(d, "memory"), "records")));
@@ -131,6 +135,19 @@ char *kl_optimize_markdown(const char *doc_json)
                            json_string_value(t), (long long)json_integer_value(json_object_get(r, "round")));
             any = true;
         }
+    }
+    if (any) kl_strbuf_adds(&sb, ".\n");
+    /* skills, ranking 3: what went first because a step closed its door */
+    any = false;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        const json_t *c = json_object_get(r, "candidate");
+        if (!json_is_true(json_object_get(c, "door"))) continue;
+        const char *why = str(c, "why"), *at = strstr(why, "its door: ");
+        kl_strbuf_addf(&sb, "%s`%s` from v%lld at round %lld (%s)",
+                       any ? "; " : "\nTried first because a step closed its door (the step's version no longer proposes it): ",
+                       str(c, "transform"), (long long)json_integer_value(json_object_get(r, "from")),
+                       (long long)json_integer_value(json_object_get(r, "round")), at ? at + strlen("its door: ") : "");
+        any = true;
     }
     if (any) kl_strbuf_adds(&sb, ".\n");
 

@@ -68,6 +68,8 @@ typedef struct run {
     unsigned ahead_made, ahead_used;
     /* skills: the transforms this run's own judgements advise against now (see run_stale) */
     char stale[OPT_STALE_MAX][64];
+    unsigned stale_n[OPT_STALE_MAX]; /* how many times each failed since the last new best */
+    unsigned ranking;          /* skills: the ranking's revision (2 or 3) */
     unsigned nstale;
 } run;
 
@@ -225,6 +227,43 @@ static unsigned top_cards(const kl_skill_list *lib, unsigned max, const kl_skill
 
 #define CARDS_PER_REQUEST_BACKEND 8
 
+static bool is_stale(const run *r, const char *transform);
+
+static bool proposes(const opt_version *v, const char *transform)
+{
+    for (unsigned i = 0; i < v->ncands; i++)
+        if (!strcmp(v->cands[i].transform, transform)) return true;
+    return false;
+}
+
+/* Skills: a step that closes another transform's door — its parent proposes T, the new version
+ * no longer does (softmax: once a row loop is vectorized, row-parallel no longer applies) — leaves
+ * T to the parent alone, so the parent's best untried proposal of T, one per step (the highest E),
+ * goes before everything else: the order of two steps is part of the "when", and a card learnt
+ * elsewhere may not know it. Not for what the cards defer or the run's judgements defer. Runs in
+ * expand(), which pick() calls for every open version in index order: a resumed run marks the
+ * same doors. */
+static void mark_door(run *r, unsigned vi)
+{
+    const opt_version *v = &r->versions[vi];
+    if (v->parent < 0) return;
+    opt_version *p = &r->versions[v->parent];
+    opt_cand *door = NULL;
+    for (unsigned i = 0; i < p->ncands; i++) {
+        opt_cand *c = &p->cands[i];
+        if (c->tried || c->door || c->defer || is_stale(r, c->transform) || !strcmp(c->transform, v->transform) ||
+            proposes(v, c->transform))
+            continue;
+        if (!door || c->expect > door->expect || (c->expect == door->expect && c->order < door->order)) door = c;
+    }
+    if (!door) return;
+    for (unsigned i = 0; i < p->ncands; i++)
+        if (p->cands[i].door && !p->cands[i].tried && !strcmp(p->cands[i].transform, door->transform)) return;
+    door->door = true;
+    size_t n = strlen(door->why);
+    kl_snprintf(door->why + n, sizeof door->why - n, "%sits door: v%u's %s closes it", n ? "; " : "", vi, v->transform);
+}
+
 /* The proposals of version v, scored by the policy.
  * rules: every applicable site of every transform (the first parameter's values), and with
  *   the skills policy also every card's own parameters at its transform's sites;
@@ -273,17 +312,22 @@ static kl_status expand(run *r, unsigned vi)
                     c->tried = true;
         }
     }
-    return opt_policy_score(&r->pc, r->versions, r->nversions, vi, r->err);
+    st = opt_policy_score(&r->pc, r->versions, r->nversions, vi, r->err);
+    if (st == KL_OK && r->opt->policy == KL_POLICY_SKILLS && r->ranking >= 3) mark_door(r, vi);
+    return st;
 }
 
 /* ---- the run's own evidence (skills) ------------------------------------------------------ */
 
-static bool is_stale(const run *r, const char *transform)
+/* How many times the transform failed since the last new best, when the run defers it; else 0. */
+static unsigned stale_count(const run *r, const char *transform)
 {
     for (unsigned i = 0; i < r->nstale; i++)
-        if (!strcmp(r->stale[i], transform)) return true;
-    return false;
+        if (!strcmp(r->stale[i], transform)) return r->stale_n[i];
+    return 0;
 }
+
+static bool is_stale(const run *r, const char *transform) { return stale_count(r, transform) > 0; }
 
 /* The transforms this run has judged OPT_STALE_AFTER times without paying (rejected, or less
  * than min_gain over the version it was applied to) since its last new best: what the cards
@@ -317,6 +361,9 @@ static void run_stale(run *r)
         if (++seen[i].n == OPT_STALE_AFTER && r->nstale < OPT_STALE_MAX)
             kl_snprintf(r->stale[r->nstale++], sizeof r->stale[0], "%s", t);
     }
+    for (unsigned i = 0; i < r->nstale; i++)
+        for (unsigned k = 0; k < nseen; k++)
+            if (!strcmp(seen[k].t, r->stale[i])) r->stale_n[i] = seen[k].n;
 }
 
 /* How far back a candidate goes: 0 expected to pay; 1 deferred by the policy (skills: a card
@@ -325,16 +372,21 @@ static void run_stale(run *r)
  * is stronger evidence than what a card saw elsewhere. */
 static int cand_tier(const run *r, const opt_cand *c)
 {
-    return is_stale(r, c->transform) ? 2 : c->defer ? 1 : 0;
+    return is_stale(r, c->transform) ? 2 : c->door ? -1 : c->defer ? 1 : 0;
 }
 
 /* Does candidate x of version vx go before y of vy? The lower tier (cand_tier) from whatever
- * version; then cum × E; then the faster version, the lower version, the policy's order. */
+ * version; among what the run defers, the transform that failed fewer times; then cum × E; then
+ * the faster version, the lower version, the policy's order. */
 static bool cand_before(const run *r, unsigned vx, const opt_cand *x, unsigned vy, const opt_cand *y)
 {
     const opt_version *a = &r->versions[vx], *b = &r->versions[vy];
     int tx = cand_tier(r, x), ty = cand_tier(r, y);
     if (tx != ty) return tx < ty;
+    if (tx == 2 && r->ranking >= 3) {
+        unsigned nx = stale_count(r, x->transform), ny = stale_count(r, y->transform);
+        if (nx != ny) return nx < ny;
+    }
     double mx = a->cum * x->expect, my = b->cum * y->expect;
     if (mx > my * (1 + 1e-12)) return true;
     if (my > mx * (1 + 1e-12)) return false;
@@ -361,10 +413,14 @@ static int next_of(const run *r, unsigned vi)
 static kl_status pick(run *r, int *pv, int *pc)
 {
     *pv = *pc = -1;
+    /* every open version expanded first: expanding one can open a door at its parent */
     for (unsigned i = 0; i < r->nversions; i++) {
         if (!r->versions[i].open) continue;
         kl_status st = expand(r, i);
         if (st != KL_OK) return st;
+    }
+    for (unsigned i = 0; i < r->nversions; i++) {
+        if (!r->versions[i].open) continue;
         int c = next_of(r, i);
         if (c < 0) {
             r->versions[i].open = false; /* nothing left to try from it */
@@ -598,7 +654,10 @@ static void run_key(run *r, const char *start_text, const char *lib_hex, const c
     kl_hasher_parts(h, start_text);
     kl_hasher_parts(h, kl_policy_name(o->policy));
     /* the skills ranking's revision: a run stored under an earlier ranking is another run */
-    if (o->policy == KL_POLICY_SKILLS) kl_hasher_parts(h, OPT_SKILLS_RANKING);
+    if (o->policy == KL_POLICY_SKILLS) {
+        kl_snprintf(num, sizeof num, OPT_SKILLS_RANKING_PREFIX "%u", r->ranking);
+        kl_hasher_parts(h, num);
+    }
     kl_hasher_parts(h, kl_rewriter_name(o->rewriter));
     kl_snprintf(num, sizeof num, "seed=%llu budget=%u beam=%u patience=%u min_gain=%.4f admitted=%d sanitize=%d",
                 (unsigned long long)o->seed, r->budget, r->beam, o->patience, r->min_gain, o->admitted_only,
@@ -701,6 +760,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     json_object_set_new(cj, "expect", json_real(c->expect));
     if (c->defer) json_object_set_new(cj, "deferred", json_true());
     if (is_stale(r, c->transform)) json_object_set_new(cj, "stale", json_true());
+    if (c->door) json_object_set_new(cj, "door", json_true());
     json_object_set_new(cj, "why", json_string(c->why));
     if (c->features) json_object_set(cj, "features", c->features);
     json_t *kf = opt_candidate_features(v->source, c);
@@ -909,6 +969,7 @@ fresh:;
     r->doc = json_object();
     json_object_set_new(r->doc, "format", json_string(KL_OPTIMIZE_FORMAT));
     json_object_set_new(r->doc, "search", json_integer(OPT_SEARCH_REVISION));
+    if (r->opt->policy == KL_POLICY_SKILLS) json_object_set_new(r->doc, "ranking", json_integer(r->ranking));
     json_object_set_new(r->doc, "key", json_string(r->key));
     json_object_set_new(r->doc, "task", json_string(r->task->name));
     json_object_set_new(r->doc, "task_dir", json_string(r->task->dir));
@@ -984,11 +1045,16 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     r.err = err;
     r.budget = opt->budget ? opt->budget : KL_OPTIMIZE_BUDGET;
     r.beam = opt->beam ? opt->beam : KL_OPTIMIZE_BEAM;
+    r.ranking = opt->ranking ? opt->ranking : KL_OPTIMIZE_RANKING;
     r.min_gain = opt->min_gain > 0 ? opt->min_gain : KL_OPTIMIZE_MIN_GAIN;
     r.t0 = kl_now();
     kl_skill_list own = KL_SKILL_LIST_INIT;
     char *start_text = NULL, *mem_text = NULL;
     kl_status st = KL_OK;
+    if (r.ranking < 2 || r.ranking > 3) {
+        st = kl_error_set(err, KL_ERR_INVALID, "the skills ranking %u is not one of 2 and 3 (docs/optimize.md)", r.ranking);
+        goto cleanup;
+    }
     if (r.budget < 2) {
         st = kl_error_set(err, KL_ERR_INVALID,
                           "a budget of %u gate call(s) leaves none for the search (one is kept for the final check "

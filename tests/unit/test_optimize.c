@@ -594,6 +594,116 @@ static void test_what_the_run_saw_fail_goes_after_what_cards_defer(void **state)
     json_decref(d);
 }
 
+/* Ranking 3: a step that closes another transform's door has that door tried at the parent next.
+ * On softmax's naive kernel a card promises vectorize 2x and none speaks for row-parallel (E =
+ * 1.05); once a row loop is vectorized, row-parallel no longer applies (the catalog says the loop
+ * is inside a condition), so the run tries row-parallel from the start right after, where it pays
+ * 6x. Under ranking 2 (the default) the door is not seen: row-parallel waits behind every
+ * vectorize step. The two rankings are two runs (the ranking is part of the key). */
+static void test_a_step_that_closes_a_door(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "vectorize-t1", "vectorize", 2.0, NULL, NULL);
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 8);
+    o.ranking = 3;
+    json_t *d = run_doc(f, &o, KL_OK);
+    assert_int_equal(json_integer_value(json_object_get(d, "ranking")), 3);
+    assert_string_equal(round_str(d, 0, "transform"), "vectorize");
+    assert_string_equal(round_str(d, 1, "transform"), "row-parallel");
+    json_t *r1 = json_array_get(json_object_get(d, "rounds"), 1);
+    assert_int_equal(json_integer_value(json_object_get(r1, "from")), 0);
+    assert_true(json_is_true(json_object_get(json_object_get(r1, "candidate"), "door")));
+    assert_non_null(strstr(round_str(d, 1, "why"), "its door: v1's vectorize closes it"));
+    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
+    assert_non_null(strstr(md, "Tried first because a step closed its door"));
+    assert_non_null(strstr(md, "; ranking 3"));
+    free(text), free(md);
+    const char *key3 = json_string_value(json_object_get(d, "key"));
+    char k3[128];
+    kl_snprintf(k3, sizeof k3, "%s", key3);
+    json_decref(d);
+
+    stand_in s2 = {0};
+    kl_optimize_options o2 = options(f, &s2, KL_POLICY_SKILLS, 8);
+    d = run_doc(f, &o2, KL_OK);
+    assert_int_equal(json_integer_value(json_object_get(d, "ranking")), 2);
+    assert_true(strcmp(json_string_value(json_object_get(d, "key")), k3) != 0);
+    assert_int_not_equal(s2.calls, 0); /* judged anew, not served from the ranking-3 run */
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        assert_false(json_is_true(json_object_get(json_object_get(r, "candidate"), "door")));
+    }
+    assert_string_equal(round_str(d, 1, "transform"), "vectorize");
+    json_decref(d);
+
+    /* a ranking that does not exist is refused before anything is judged */
+    stand_in s3 = {0};
+    kl_optimize_options o3 = options(f, &s3, KL_POLICY_SKILLS, 8);
+    o3.ranking = 4;
+    d = run_doc(f, &o3, KL_ERR_INVALID);
+    assert_int_equal(s3.calls, 0);
+    json_decref(d);
+}
+
+/* Ranking 3: among the transforms the run's own judgements defer, the one that failed fewer times
+ * since the last new best goes first; ranking 2 orders them by the cards' promise alone. A copy
+ * kernel where nothing pays (launch-bounds 1.01x and restrict 1.0x to the stand-in, under
+ * --min-gain; grid-stride and block-size slower), cards promising launch-bounds 3x and restrict
+ * 2x: once they are deferred, ranking 3 takes the deferred transforms in turns, ranking 2 goes
+ * back to launch-bounds first. */
+static void test_deferred_transforms_take_turns(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "launch-bounds-t1", "launch-bounds", 3.0, NULL, NULL);
+    put_card(f, "restrict-t1", "restrict", 2.0, NULL, NULL);
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("opt", &dir, &err), KL_OK);
+    char *path = kl_path_join(dir, "copy.cu");
+    const char *text = "#include <cuda_runtime.h>\n\n#define BLOCK 256\n\n"
+                       "__global__ void copy_rows(const float* x, float* y, int rows, int cols)\n{\n"
+                       "    int i = blockIdx.x * BLOCK + threadIdx.x;\n"
+                       "    if (i < rows * cols) y[i] = x[i];\n}\n\n"
+                       "extern \"C\" void launch(const float* x, float* y, int rows, int cols, cudaStream_t stream)\n{\n"
+                       "    copy_rows<<<(rows * cols + BLOCK - 1) / BLOCK, BLOCK, 0, stream>>>(x, y, rows, cols);\n}\n";
+    assert_int_equal(kl_file_write(path, text, strlen(text), &err), KL_OK);
+    unsigned longest[4] = {0};
+    for (unsigned ranking = 2; ranking <= 3; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 16);
+        o.ranking = ranking;
+        o.from_path = path;
+        json_t *d = run_doc(f, &o, KL_OK);
+        json_t *rounds = json_object_get(d, "rounds");
+        /* the longest stretch of one deferred transform judged again and again */
+        unsigned run = 0;
+        const char *prev = "";
+        for (size_t i = 0; i < json_array_size(rounds); i++) {
+            const json_t *c = json_object_get(json_array_get(rounds, i), "candidate");
+            assert_string_not_equal(json_string_value(json_object_get(json_array_get(rounds, i), "result")), "new best");
+            const char *t = json_string_value(json_object_get(c, "transform"));
+            if (!json_is_true(json_object_get(c, "stale"))) {
+                prev = "";
+                continue;
+            }
+            run = strcmp(t, prev) ? 1 : run + 1;
+            prev = t;
+            if (run > longest[ranking]) longest[ranking] = run;
+        }
+        json_decref(d);
+    }
+    /* both rankings reached the deferred tier; ranking 3 never judged one deferred transform twice
+     * in a row while another waited with as few failures (here: launch-bounds, grid-stride and
+     * block-size in turns), ranking 2 judged launch-bounds again first (its card promises most) */
+    assert_true(longest[2] >= 2);
+    assert_int_equal(longest[3], 1);
+    free(path);
+    kl_remove_tree(dir, &err);
+    free(dir);
+}
+
 static void test_memory_prefers_what_paid_elsewhere(void **state)
 {
     fixture *f = *state;
@@ -940,6 +1050,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_noise_steps_do_not_multiply, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_transform_that_did_not_pay_here_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_what_the_run_saw_fail_goes_after_what_cards_defer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_step_that_closes_a_door, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deferred_transforms_take_turns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_run_of_another_search_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),

@@ -46,13 +46,27 @@ kl_status kl_store_rollback(kl_store *store);
 /* The archive: a text file in the repository (JSON lines, sorted by kind and key, stable
  * across runs, so it diffs well) holding the documents that must replay without a GPU.
  * Export writes every document of the given kinds (NULL-terminated list); import loads
- * an archive into the store, replacing documents with the same (kind, key). */
+ * an archive into the store, replacing documents with the same (kind, key).
+ * An import is skipped, the file not even read, when the archive (its real path, size,
+ * mtime, ctime, inode) is the one the store recorded at its last complete import of it, or
+ * at its export of it, and no stored document was changed or deleted since; *count is then
+ * the count of that import (docs/store.md). */
 kl_status kl_store_export(kl_store *store, const char *const *kinds, const char *archive_path, kl_error *err);
 kl_status kl_store_import(kl_store *store, const char *archive_path, unsigned *count, kl_error *err);
 /* The same, only the documents of the given kinds (NULL-terminated; NULL: all); the others are
  * read (a malformed line still refuses the whole file) but not stored. */
 kl_status kl_store_import_kinds(kl_store *store, const char *archive_path, const char *const *kinds, unsigned *count,
                                 kl_error *err);
+
+/* What this handle's imports did, added up since it was opened: for tests and timings. */
+typedef struct kl_store_import_stats {
+    unsigned long imports;  /* imports that read the archive */
+    unsigned long skipped;  /* imports skipped: the archive unchanged since the store took it whole */
+    unsigned long lines;    /* document lines read */
+    unsigned long verbatim; /* of them, documents stored as written (already in the archive's canonical form) */
+    unsigned long written;  /* documents written: new, or different from the one stored */
+} kl_store_import_stats;
+void kl_store_import_stats_get(const kl_store *store, kl_store_import_stats *out);
 
 #ifdef __cplusplus
 }

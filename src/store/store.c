@@ -1,10 +1,15 @@
 /* The store: one SQLite file of JSON documents by (kind, key), and its archive (docs/store.md).
  * The only file in klineage that includes sqlite3.h. */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -41,6 +46,7 @@ struct kl_store {
     char *path;
     unsigned depth; /* open transactions: 1 is BEGIN, deeper ones are savepoints */
     bool readonly;  /* the file or its folder cannot be written: opened immutable, reads only */
+    kl_store_import_stats stats;
 };
 
 static kl_status db_error(kl_store *s, kl_error *err, const char *what)
@@ -462,6 +468,16 @@ kl_status kl_store_rollback(kl_store *s)
 
 /* ---- the archive ----------------------------------------------------------------------------- */
 
+/* Every document is written to the archive as jansson writes it with these flags: the
+ * archive's canonical form (docs/store.md), which the import also stores. */
+#define CANON_FLAGS (JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY)
+
+void kl_store_import_stats_get(const kl_store *s, kl_store_import_stats *out)
+{
+    if (s) *out = s->stats;
+    else memset(out, 0, sizeof *out);
+}
+
 static void add_json_string(kl_strbuf *sb, const char *s)
 {
     json_t *j = json_string(s);
@@ -472,12 +488,420 @@ static void add_json_string(kl_strbuf *sb, const char *s)
     json_decref(j);
 }
 
+/* -- the import's fingerprint --
+ * What the store recorded when it last held every document of an archive: the archive's real
+ * path and what stat says of it. A table beside the documents, made by the first import that
+ * records one (not a migration: a klineage that does not know it opens the store as before),
+ * and two triggers that forget every fingerprint as soon as a stored document is changed or
+ * deleted, by whichever klineage: from then on an import must compare again. */
+static const char fingerprint_schema[] =
+    "CREATE TABLE IF NOT EXISTS archive_imports ("
+    "  archive TEXT NOT NULL,"  /* the archive's real path */
+    "  covers TEXT NOT NULL,"   /* '*': every line of it is in the store; else the kinds imported, "a,b" */
+    "  file TEXT NOT NULL,"     /* device, inode, size, mtime and ctime (ns) when it was read */
+    "  counts TEXT NOT NULL,"   /* its lines by kind, {"verdict": 2220, ...}: the count a skipped import gives */
+    "  PRIMARY KEY (archive, covers)"
+    ") WITHOUT ROWID;"
+    "CREATE TRIGGER IF NOT EXISTS archive_imports_on_update AFTER UPDATE ON documents"
+    "  WHEN old.json IS NOT new.json OR old.kind IS NOT new.kind OR old.key IS NOT new.key"
+    "  BEGIN DELETE FROM archive_imports; END;"
+    "CREATE TRIGGER IF NOT EXISTS archive_imports_on_delete AFTER DELETE ON documents"
+    "  BEGIN DELETE FROM archive_imports; END;";
+
+/* An archive file when it is about to be read (or was just written). */
+typedef struct archive_fp {
+    bool ok;       /* a regular file with a real path: the fingerprint can be kept */
+    bool racy;     /* modified within the last second: a write in the same timestamp tick could go unseen */
+    char *path;    /* realpath() */
+    char file[160];
+} archive_fp;
+
+static void fingerprint_release(archive_fp *fp)
+{
+    free(fp->path);
+    memset(fp, 0, sizeof *fp);
+}
+
+static void fingerprint_take(const char *archive_path, archive_fp *fp)
+{
+    memset(fp, 0, sizeof *fp);
+    struct stat sb;
+    if (stat(archive_path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+    fp->path = realpath(archive_path, NULL);
+    if (!fp->path) return;
+    if (!kl_snprintf(fp->file, sizeof fp->file, "dev %ju ino %ju size %jd mtime %jd.%09ld ctime %jd.%09ld",
+                     (uintmax_t)sb.st_dev, (uintmax_t)sb.st_ino, (intmax_t)sb.st_size, (intmax_t)sb.st_mtim.tv_sec,
+                     (long)sb.st_mtim.tv_nsec, (intmax_t)sb.st_ctim.tv_sec, (long)sb.st_ctim.tv_nsec)) {
+        fingerprint_release(fp);
+        return;
+    }
+    /* A file's times come from a clock that ticks every few milliseconds: a second write within
+     * the tick of the one seen here, of the same size, would leave the same fingerprint. So one
+     * written within the last second (or stamped in the future) is imported but not recorded. */
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fp->racy = sb.st_mtim.tv_sec > now.tv_sec - 1 ||
+               (sb.st_mtim.tv_sec == now.tv_sec - 1 && sb.st_mtim.tv_nsec >= now.tv_nsec);
+    fp->ok = true;
+}
+
+/* "a,b" for a list of kinds; NULL: all ("*"). False when one of them cannot be written so
+ * (not a kind name), or out of memory: then no fingerprint is kept. */
+static bool covers_of(const kl_store *s, const char *const *kinds, kl_strbuf *out)
+{
+    if (!kinds) {
+        kl_strbuf_adds(out, "*");
+        return !out->failed;
+    }
+    for (unsigned i = 0; kinds[i]; i++) {
+        if (check_kind_key(s, kinds[i], NULL, NULL) != KL_OK) return false;
+        kl_strbuf_addf(out, "%s%s", i ? "," : "", kinds[i]);
+    }
+    return !out->failed;
+}
+
+static bool covers_kind(const char *covers, const char *kind)
+{
+    size_t n = strlen(kind);
+    for (const char *p = covers; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == n && !memcmp(p, kind, n)) return true;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return false;
+}
+
+/* Does the store hold every document of these kinds that the archive, as fingerprinted, holds?
+ * *count: how many there are (what the import would count). False on any doubt. */
+static bool fingerprint_matches(kl_store *s, const archive_fp *fp, const char *const *kinds, unsigned *count)
+{
+    sqlite3_stmt *q;
+    /* no table yet: nothing was ever recorded */
+    if (sqlite3_prepare_v2(s->db, "SELECT covers, counts FROM archive_imports WHERE archive = ?1 AND file = ?2", -1,
+                           &q, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(q, 1, fp->path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, fp->file, -1, SQLITE_STATIC);
+    bool hit = false;
+    while (!hit && sqlite3_step(q) == SQLITE_ROW) {
+        const char *covers = (const char *)sqlite3_column_text(q, 0);
+        const char *counts_text = (const char *)sqlite3_column_text(q, 1);
+        if (!covers || !counts_text) continue;
+        bool all = !strcmp(covers, "*");
+        if (!kinds && !all) continue;
+        if (kinds && !all) {
+            bool every = true;
+            for (unsigned i = 0; kinds[i] && every; i++) every = covers_kind(covers, kinds[i]);
+            if (!every) continue;
+        }
+        json_t *counts = json_loads(counts_text, 0, NULL);
+        if (!json_is_object(counts)) {
+            json_decref(counts);
+            continue;
+        }
+        unsigned long long n = 0;
+        const char *kind;
+        json_t *v;
+        json_object_foreach(counts, kind, v)
+        {
+            bool wanted = !kinds;
+            for (unsigned i = 0; kinds && kinds[i] && !wanted; i++) wanted = !strcmp(kinds[i], kind);
+            if (wanted && json_is_integer(v) && json_integer_value(v) > 0)
+                n += (unsigned long long)json_integer_value(v);
+        }
+        json_decref(counts);
+        if (n > UINT_MAX) continue;
+        *count = (unsigned)n;
+        hit = true;
+    }
+    sqlite3_finalize(q);
+    return hit;
+}
+
+/* Record that the store holds what fp's archive holds (covers: "*" or the kinds taken), inside
+ * the caller's write transaction, after its last write to the documents (the triggers would
+ * forget it otherwise). Best effort: a fingerprint that cannot be written only costs the next
+ * import its parse. */
+static void fingerprint_record(kl_store *s, const archive_fp *fp, const char *covers, json_t *counts)
+{
+    char *counts_text = json_dumps(counts, JSON_COMPACT | JSON_SORT_KEYS);
+    sqlite3_stmt *q = NULL;
+    if (!counts_text || sqlite3_exec(s->db, fingerprint_schema, NULL, NULL, NULL) != SQLITE_OK) goto done;
+    /* what was recorded of an older state of this file is no longer true of anything */
+    if (sqlite3_prepare_v2(s->db, "DELETE FROM archive_imports WHERE archive = ?1 AND file <> ?2", -1, &q, NULL) !=
+        SQLITE_OK)
+        goto done;
+    sqlite3_bind_text(q, 1, fp->path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, fp->file, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    q = NULL;
+    if (rc != SQLITE_DONE) goto done;
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT OR REPLACE INTO archive_imports (archive, covers, file, counts) "
+                           "VALUES (?1, ?2, ?3, ?4)",
+                           -1, &q, NULL) != SQLITE_OK)
+        goto done;
+    sqlite3_bind_text(q, 1, fp->path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, covers, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, fp->file, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 4, counts_text, -1, SQLITE_STATIC);
+    sqlite3_step(q);
+done:
+    sqlite3_finalize(q);
+    free(counts_text);
+}
+
+/* One more line of this kind. False when out of memory. */
+static bool count_kind(json_t *counts, const char *kind)
+{
+    json_t *v = json_object_get(counts, kind);
+    if (v) return json_integer_set(v, json_integer_value(v) + 1) == 0;
+    return json_object_set_new(counts, kind, json_integer(1)) == 0;
+}
+
+/* -- the canonical form --
+ * kl_store_export writes each document as json_dumps(doc, CANON_FLAGS) gives it (jansson 2.x):
+ * no white space; object keys in byte order; strings raw UTF-8 in which only '"', '\', \b, \f,
+ * \n, \r, \t and, as \u00XX with upper-case digits, the other control characters are escaped;
+ * integers as %lld; reals as %.17g, with ".0" where that looks like an integer and an exponent
+ * without '+' or leading zeros. A document already in that form is what parsing it and
+ * dumping it again gives, byte for byte: the import stores it as written. The canon_*
+ * functions accept that form only, and only text that jansson parses too (so whatever they
+ * accept is valid JSON: no \u0000, no integer beyond json_int_t, no real that overflows, no
+ * duplicate key); anything else, the import parses and dumps as before. */
+
+#define CANON_DEPTH 256 /* deeper documents take the parser (jansson stops at 2048) */
+
+static const char *canon_value(const char *p, const char *end, int depth);
+
+/* A string from its opening quote: just past the closing one, or NULL. *plain: no escapes. */
+static const char *canon_string(const char *p, const char *end, bool *plain)
+{
+    bool escaped = false;
+    for (p++; p < end;) {
+        unsigned char c = (unsigned char)*p;
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+            p++;
+            continue;
+        }
+        if (c == '"') {
+            if (plain) *plain = !escaped;
+            return p + 1;
+        }
+        if (c == '\\') {
+            escaped = true;
+            if (end - p < 2) return NULL;
+            char e = p[1];
+            if (e == '"' || e == '\\' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+                p += 2;
+                continue;
+            }
+            /* \u00XX: only the control characters without a short escape, not NUL */
+            if (e != 'u' || end - p < 6 || p[2] != '0' || p[3] != '0' || (p[4] != '0' && p[4] != '1')) return NULL;
+            int lo = p[5] >= '0' && p[5] <= '9' ? p[5] - '0' : p[5] >= 'A' && p[5] <= 'F' ? p[5] - 'A' + 10 : -1;
+            if (lo < 0) return NULL;
+            int cp = (p[4] - '0') * 16 + lo;
+            if (cp == 0 || cp == '\b' || cp == '\f' || cp == '\n' || cp == '\r' || cp == '\t') return NULL;
+            p += 6;
+            continue;
+        }
+        if (c < 0x20) return NULL;
+        /* UTF-8, as jansson checks it: no overlong form, no surrogate, nothing above U+10FFFF */
+        size_t n;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) n = 2, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF) n = 3, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4) n = 4, cp = c & 0x07;
+        else return NULL;
+        if ((size_t)(end - p) < n) return NULL;
+        for (size_t i = 1; i < n; i++) {
+            unsigned char d = (unsigned char)p[i];
+            if ((d & 0xC0) != 0x80) return NULL;
+            cp = cp << 6 | (d & 0x3F);
+        }
+        if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return NULL;
+        p += n;
+    }
+    return NULL;
+}
+
+/* jansson's jsonp_dtostr with its default precision, 17 (C locale). Its length, or -1. */
+static int canon_real(char *buf, size_t size, double v)
+{
+    int n = snprintf(buf, size, "%.17g", v);
+    if (n < 0 || (size_t)n >= size) return -1;
+    size_t len = (size_t)n;
+    if (!strchr(buf, '.') && !strchr(buf, 'e')) {
+        if (len + 3 >= size) return -1;
+        memcpy(buf + len, ".0", 3);
+        len += 2;
+    }
+    char *start = strchr(buf, 'e');
+    if (start) {
+        start++;
+        char *end = start + 1;
+        if (*start == '-') start++;
+        while (*end == '0') end++;
+        if (end != start) {
+            memmove(start, end, len - (size_t)(end - buf) + 1);
+            len -= (size_t)(end - start);
+        }
+    }
+    return (int)len;
+}
+
+static bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static const char *canon_number(const char *p, const char *end)
+{
+    const char *start = p;
+    bool negative = p < end && *p == '-';
+    if (negative) p++;
+    const char *digits = p;
+    if (p < end && *p == '0') p++;
+    else if (p < end && *p >= '1' && *p <= '9')
+        while (p < end && is_digit(*p)) p++;
+    else return NULL;
+    size_t ndigits = (size_t)(p - digits);
+    bool real = false;
+    if (p < end && *p == '.') {
+        real = true;
+        const char *f = ++p;
+        while (p < end && is_digit(*p)) p++;
+        if (p == f) return NULL;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        real = true;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        const char *x = p;
+        while (p < end && is_digit(*p)) p++;
+        if (p == x) return NULL;
+    }
+    if (!real) {
+        if (negative && *digits == '0') return NULL; /* "-0": %lld writes 0 */
+        if (ndigits < 19) return p;
+        if (ndigits > 19) return NULL; /* beyond json_int_t: jansson refuses it */
+        return memcmp(digits, negative ? "9223372036854775808" : "9223372036854775807", 19) <= 0 ? p : NULL;
+    }
+    char tok[40], out[40];
+    size_t len = (size_t)(p - start);
+    if (len >= sizeof tok) return NULL; /* longer than %.17g ever writes */
+    memcpy(tok, start, len);
+    tok[len] = '\0';
+    errno = 0;
+    char *te;
+    double v = strtod(tok, &te);
+    if (te != tok + len || ((v == HUGE_VAL || v == -HUGE_VAL) && errno == ERANGE)) return NULL;
+    int n = canon_real(out, sizeof out, v);
+    return n == (int)len && !memcmp(out, tok, len) ? p : NULL;
+}
+
+/* A value: just past its end, or NULL when it is not in the canonical form. */
+static const char *canon_value(const char *p, const char *end, int depth)
+{
+    if (p >= end) return NULL;
+    switch (*p) {
+    case '"':
+        return canon_string(p, end, NULL);
+    case '{': {
+        if (++depth > CANON_DEPTH) return NULL;
+        if (++p < end && *p == '}') return p + 1;
+        const char *prev = NULL;
+        size_t prev_len = 0;
+        for (;;) {
+            bool plain = false;
+            if (p >= end || *p != '"') return NULL;
+            const char *key = p + 1, *q = canon_string(p, end, &plain);
+            if (!q || !plain) return NULL; /* a key with escapes: compared decoded, left to the parser */
+            size_t len = (size_t)(q - 1 - key);
+            if (prev) {
+                int c = memcmp(prev, key, prev_len < len ? prev_len : len);
+                if (c > 0 || (c == 0 && prev_len >= len)) return NULL; /* out of order, or twice */
+            }
+            prev = key;
+            prev_len = len;
+            if (q >= end || *q != ':') return NULL;
+            p = canon_value(q + 1, end, depth);
+            if (!p || p >= end) return NULL;
+            if (*p == '}') return p + 1;
+            if (*p++ != ',') return NULL;
+        }
+    }
+    case '[':
+        if (++depth > CANON_DEPTH) return NULL;
+        if (++p < end && *p == ']') return p + 1;
+        for (;;) {
+            p = canon_value(p, end, depth);
+            if (!p || p >= end) return NULL;
+            if (*p == ']') return p + 1;
+            if (*p++ != ',') return NULL;
+        }
+    case 't':
+        return end - p >= 4 && !memcmp(p, "true", 4) ? p + 4 : NULL;
+    case 'f':
+        return end - p >= 5 && !memcmp(p, "false", 5) ? p + 5 : NULL;
+    case 'n':
+        return end - p >= 4 && !memcmp(p, "null", 4) ? p + 4 : NULL;
+    default:
+        return *p == '-' || is_digit(*p) ? canon_number(p, end) : NULL;
+    }
+}
+
+/* A line exactly as kl_store_export writes it, {"kind":K,"key":KEY,"doc":DOC}, with K and KEY
+ * free of escapes and DOC canonical: K and KEY are then terminated in place, *kind and *key
+ * point at them, and DOC is doc[0..doc_len). False, and the line untouched, otherwise. */
+static bool canon_line(char *line, size_t len, char **kind, char **key, const char **doc, size_t *doc_len)
+{
+    static const char lead[] = "{\"kind\":", mid[] = ",\"key\":", tail[] = ",\"doc\":";
+    const char *end = line + len, *p = line;
+    bool plain = false;
+    if (len < sizeof lead - 1 || memcmp(p, lead, sizeof lead - 1)) return false;
+    p += sizeof lead - 1;
+    if (p >= end || *p != '"') return false;
+    char *k = line + (p + 1 - line);
+    const char *q = canon_string(p, end, &plain);
+    if (!q || !plain || (size_t)(end - q) < sizeof mid - 1 || memcmp(q, mid, sizeof mid - 1)) return false;
+    char *k_end = line + (q - 1 - line);
+    p = q + sizeof mid - 1;
+    if (p >= end || *p != '"') return false;
+    char *y = line + (p + 1 - line);
+    q = canon_string(p, end, &plain);
+    if (!q || !plain || (size_t)(end - q) < sizeof tail - 1 || memcmp(q, tail, sizeof tail - 1)) return false;
+    char *y_end = line + (q - 1 - line);
+    p = q + sizeof tail - 1;
+    q = canon_value(p, end, 1);
+    if (!q || q != end - 1 || *q != '}') return false;
+    *k_end = '\0';
+    *y_end = '\0';
+    *kind = k;
+    *key = y;
+    *doc = p;
+    *doc_len = (size_t)(q - p);
+    return true;
+}
+
+/* -- export and import -- */
+
 kl_status kl_store_export(kl_store *s, const char *const *kinds, const char *archive_path, kl_error *err)
 {
     kl_status st = KL_OK;
     kl_strbuf out = KL_STRBUF_INIT, sql = KL_STRBUF_INIT;
     sqlite3_stmt *q = NULL;
     unsigned nk = 0;
+    json_t *counts = json_object();
+    archive_fp fp = {0};
+    /* Read in one transaction of our own when none is open: the fingerprint recorded below is
+     * written in it, which SQLite refuses (SQLITE_BUSY_SNAPSHOT) if another connection wrote
+     * to the store after this one read it. */
+    bool own = false;
+    /* every document exported already in the canonical form: the store holds exactly what an
+     * import of the file written would store */
+    bool canonical = counts != NULL;
     if (kinds)
         for (; kinds[nk]; nk++) KL_TRY(check_kind_key(s, kinds[nk], NULL, err));
     kl_strbuf_adds(&sql, "SELECT kind, key, json FROM documents");
@@ -489,6 +913,7 @@ kl_status kl_store_export(kl_store *s, const char *const *kinds, const char *arc
     }
     kl_strbuf_adds(&sql, " ORDER BY kind, key");
     if (sql.failed) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+    if (!s->readonly && s->depth == 0) own = sqlite3_exec(s->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
     KL_TRY(prepare(s, kl_strbuf_str(&sql), &q, err));
     for (unsigned i = 0; i < nk; i++) sqlite3_bind_text(q, (int)i + 1, kinds[i], -1, SQLITE_STATIC);
     for (;;) {
@@ -503,9 +928,11 @@ kl_status kl_store_export(kl_store *s, const char *const *kinds, const char *arc
         if (!doc)
             KL_TRY(kl_error_set(err, KL_ERR_PARSE, "%s: %s/%s holds invalid JSON (%s); not exported", s->path, kind,
                                 key, je.text));
-        char *compact = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+        char *compact = json_dumps(doc, CANON_FLAGS);
         json_decref(doc);
         if (!compact) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+        if (canonical && (!json || strcmp(json, compact) != 0 || !count_kind(counts, kind ? kind : "")))
+            canonical = false;
         kl_strbuf_adds(&out, "{\"kind\":");
         add_json_string(&out, kind);
         kl_strbuf_adds(&out, ",\"key\":");
@@ -516,30 +943,26 @@ kl_status kl_store_export(kl_store *s, const char *const *kinds, const char *arc
         free(compact);
         if (out.failed) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory while writing the archive"));
     }
+    sqlite3_finalize(q);
+    q = NULL;
     KL_TRY(kl_file_write(archive_path, out.buf ? out.buf : "", out.len, err));
+    /* The archive now holds what the store holds (the record mode's run, ending): the next
+     * import of it needs no parse. Not when the store holds a document in another form than
+     * the archive's (an import would rewrite it), nor when the store can only be read. The
+     * file is trusted as just written, however recently: it was renamed into place whole. */
+    if (canonical && (own || s->depth > 0)) {
+        fingerprint_take(archive_path, &fp);
+        if (fp.ok) fingerprint_record(s, &fp, "*", counts);
+    }
 cleanup:
     sqlite3_finalize(q);
+    if (own && sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    fingerprint_release(&fp);
+    json_decref(counts);
     kl_strbuf_release(&out);
     kl_strbuf_release(&sql);
     return st;
-}
-
-/* Does the store hold exactly this text under (kind, key)? False on any doubt. */
-static bool same_document(kl_store *s, const char *kind, const char *key, const char *json)
-{
-    sqlite3_stmt *q;
-    if (check_kind_key(s, kind, key, NULL) != KL_OK) return false;
-    if (sqlite3_prepare_v2(s->db, "SELECT json FROM documents WHERE kind = ?1 AND key = ?2", -1, &q, NULL) != SQLITE_OK)
-        return false;
-    sqlite3_bind_text(q, 1, kind, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, key, -1, SQLITE_STATIC);
-    bool same = false;
-    if (sqlite3_step(q) == SQLITE_ROW) {
-        const char *t = (const char *)sqlite3_column_text(q, 0);
-        same = t && !strcmp(t, json);
-    }
-    sqlite3_finalize(q);
-    return same;
 }
 
 kl_status kl_store_import(kl_store *s, const char *archive_path, unsigned *count, kl_error *err)
@@ -555,71 +978,231 @@ static bool kind_wanted(const char *const *kinds, const char *kind)
     return false;
 }
 
+/* The archive, line by line, through a buffer of a megabyte or so (a line longer than that
+ * grows it): reading 56 MB into one buffer, as kl_file_read does, cost a third of an import on
+ * a virtual machine, in page faults. What is not a regular file of at most ARCHIVE_MAX bytes
+ * (a missing file, a folder, a FIFO, /dev/null, a file too large) is left to kl_file_read, its
+ * checks and its messages. */
+typedef struct line_reader {
+    const char *path;
+    int fd;            /* -1: the whole text is in buf */
+    char *buf;
+    size_t cap;
+    size_t start, end; /* the bytes not yet taken: buf[start, end) */
+    size_t scanned;    /* buf[start, scanned) holds no '\n' */
+    size_t total;      /* bytes read */
+    bool eof;
+} line_reader;
+
+static kl_status reader_open(line_reader *r, const char *path, kl_error *err)
+{
+    memset(r, 0, sizeof *r);
+    r->path = path;
+    r->fd = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    struct stat sb;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uintmax_t)sb.st_size <= ARCHIVE_MAX) {
+        r->cap = (size_t)1 << 20;
+        r->buf = malloc(r->cap);
+        if (!r->buf) {
+            close(fd);
+            return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        }
+        r->fd = fd;
+        return KL_OK;
+    }
+    if (fd >= 0) close(fd);
+    size_t len = 0;
+    kl_status st = kl_file_read(path, ARCHIVE_MAX, &r->buf, &len, err);
+    if (st == KL_OK) r->cap = r->end = r->total = len;
+    r->eof = true;
+    return st;
+}
+
+static void reader_close(line_reader *r)
+{
+    if (r->fd >= 0) close(r->fd);
+    free(r->buf);
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+}
+
+/* The next line, without its '\n', in place (valid until the next call): false at the end,
+ * and false with *st set on an error. */
+static bool reader_next(line_reader *r, char **line, size_t *len, kl_status *st, kl_error *err)
+{
+    for (;;) {
+        if (r->scanned < r->start) r->scanned = r->start;
+        char *nl = r->end > r->scanned ? memchr(r->buf + r->scanned, '\n', r->end - r->scanned) : NULL;
+        if (nl || (r->eof && r->end > r->start)) {
+            *line = r->buf + r->start;
+            *len = nl ? (size_t)(nl - *line) : r->end - r->start;
+            r->start = nl ? (size_t)(nl + 1 - r->buf) : r->end;
+            return true;
+        }
+        r->scanned = r->end;
+        if (r->eof) return false;
+        /* the rest of a line: to the front, and room behind it */
+        if (r->start > 0) {
+            memmove(r->buf, r->buf + r->start, r->end - r->start);
+            r->end -= r->start;
+            r->scanned -= r->start;
+            r->start = 0;
+        }
+        if (r->end == r->cap) {
+            char *bigger = r->cap <= ARCHIVE_MAX ? realloc(r->buf, r->cap * 2) : NULL;
+            if (!bigger) {
+                *st = kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory for a line of %zu bytes", r->path, r->end);
+                return false;
+            }
+            r->buf = bigger;
+            r->cap *= 2;
+        }
+        ssize_t n = read(r->fd, r->buf + r->end, r->cap - r->end);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n < 0) {
+            *st = kl_error_set(err, KL_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
+            return false;
+        }
+        if (n == 0) r->eof = true;
+        r->end += (size_t)n;
+        r->total += (size_t)n;
+        if (r->total > ARCHIVE_MAX) {
+            *st = kl_error_set(err, KL_ERR_TOO_LARGE, "%s: more than the limit of %zu bytes", r->path,
+                               (size_t)ARCHIVE_MAX);
+            return false;
+        }
+    }
+}
+
+/* The import's write: the document, already known to be valid JSON (the canonical form, or
+ * what jansson dumped of what it parsed), under (kind, key); nothing written when the store
+ * holds the same text. */
+static kl_status import_put(kl_store *s, sqlite3_stmt *put, const char *kind, const char *key, const char *json,
+                            size_t len, kl_error *err)
+{
+    kl_status st = check_kind_key(s, kind, key, err);
+    if (st != KL_OK) return st;
+    if (len > INT_MAX)
+        return kl_error_set(err, KL_ERR_TOO_LARGE, "%s: %s/%s: the document is too large", s->path, kind, key);
+    sqlite3_bind_text(put, 1, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(put, 2, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(put, 3, json, (int)len, SQLITE_STATIC);
+    if (sqlite3_step(put) != SQLITE_DONE) st = db_error(s, err, "writing a document");
+    else if (sqlite3_changes(s->db) > 0) s->stats.written++;
+    sqlite3_reset(put);
+    return st;
+}
+
 kl_status kl_store_import_kinds(kl_store *s, const char *archive_path, const char *const *kinds, unsigned *count,
                                 kl_error *err)
 {
     kl_status st = KL_OK;
-    char *text = NULL, *doc_text = NULL;
-    size_t len = 0;
-    json_t *line_json = NULL;
+    char *doc_text = NULL;
+    line_reader reader = {.fd = -1};
+    json_t *line_json = NULL, *counts = NULL;
+    sqlite3_stmt *put = NULL;
+    kl_strbuf covers = KL_STRBUF_INIT;
+    archive_fp fp;
     bool began = false;
     unsigned n = 0;
+    char now[32];
     if (count) *count = 0;
-    KL_TRY(kl_file_read(archive_path, ARCHIVE_MAX, &text, &len, err));
+    /* Taken before the file is read: a write after it changes what is recorded, not the
+     * reverse. */
+    fingerprint_take(archive_path, &fp);
+    if (fp.ok && fingerprint_matches(s, &fp, kinds, &n)) {
+        s->stats.skipped++;
+        if (count) *count = n;
+        goto cleanup;
+    }
+    n = 0;
+    KL_TRY(reader_open(&reader, archive_path, err));
+    s->stats.imports++;
+    counts = json_object();
+    if (!counts) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
     KL_TRY(kl_store_begin(s, err));
     began = true;
+    kl_utc_stamp(now, sizeof now);
+    KL_TRY(prepare(s,
+                   "INSERT INTO documents (kind, key, json, created, updated) VALUES (?1, ?2, ?3, ?4, ?4) "
+                   "ON CONFLICT (kind, key) DO UPDATE SET json = excluded.json, updated = excluded.updated "
+                   "WHERE documents.json IS NOT excluded.json",
+                   &put, err));
+    sqlite3_bind_text(put, 4, now, -1, SQLITE_STATIC);
     unsigned lineno = 0;
-    for (size_t pos = 0; pos < len;) {
+    char *line;
+    size_t llen;
+    while (reader_next(&reader, &line, &llen, &st, err)) {
         lineno++;
-        const char *line = text + pos;
-        const char *nl = memchr(line, '\n', len - pos);
-        size_t llen = nl ? (size_t)(nl - line) : len - pos;
-        pos += llen + (nl ? 1 : 0);
         if (llen > 0 && line[llen - 1] == '\r') llen--;
         bool blank = true;
-        for (size_t i = 0; i < llen; i++)
+        for (size_t i = 0; i < llen && blank; i++)
             if (line[i] != ' ' && line[i] != '\t') blank = false;
         if (blank) continue;
-        json_error_t je;
-        line_json = json_loadb(line, llen, JSON_REJECT_DUPLICATES, &je);
-        if (!line_json)
-            KL_TRY(kl_error_set(err, KL_ERR_PARSE, "%s:%u:%d: not a JSON line: %s; nothing was imported", archive_path,
-                                lineno, je.column, je.text));
-        json_t *kind = json_object_get(line_json, "kind"), *key = json_object_get(line_json, "key"),
-               *doc = json_object_get(line_json, "doc");
-        if (!json_is_object(line_json) || json_object_size(line_json) != 3 || !json_is_string(kind) ||
-            !json_is_string(key) || !doc)
-            KL_TRY(kl_error_set(err, KL_ERR_PARSE,
-                                "%s:%u: expected {\"kind\": STRING, \"key\": STRING, \"doc\": JSON} and nothing else; "
-                                "nothing was imported",
-                                archive_path, lineno));
-        if (!kind_wanted(kinds, json_string_value(kind))) {
-            json_decref(line_json);
-            line_json = NULL;
-            continue;
+        s->stats.lines++;
+        const char *kind = NULL, *key = NULL, *doc = NULL;
+        char *ckind, *ckey;
+        size_t doc_len = 0;
+        if (canon_line(line, llen, &ckind, &ckey, &doc, &doc_len)) {
+            s->stats.verbatim++;
+            kind = ckind;
+            key = ckey;
+        } else {
+            /* any other form: parsed, checked and dumped in the canonical form */
+            json_error_t je;
+            line_json = json_loadb(line, llen, JSON_REJECT_DUPLICATES, &je);
+            if (!line_json)
+                KL_TRY(kl_error_set(err, KL_ERR_PARSE, "%s:%u:%d: not a JSON line: %s; nothing was imported",
+                                    archive_path, lineno, je.column, je.text));
+            json_t *jkind = json_object_get(line_json, "kind"), *jkey = json_object_get(line_json, "key"),
+                   *jdoc = json_object_get(line_json, "doc");
+            if (!json_is_object(line_json) || json_object_size(line_json) != 3 || !json_is_string(jkind) ||
+                !json_is_string(jkey) || !jdoc)
+                KL_TRY(kl_error_set(err, KL_ERR_PARSE,
+                                    "%s:%u: expected {\"kind\": STRING, \"key\": STRING, \"doc\": JSON} and nothing "
+                                    "else; nothing was imported",
+                                    archive_path, lineno));
+            kind = json_string_value(jkind);
+            key = json_string_value(jkey);
+            if (kind_wanted(kinds, kind)) {
+                doc_text = json_dumps(jdoc, CANON_FLAGS);
+                if (!doc_text) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+                doc = doc_text;
+                doc_len = strlen(doc_text);
+            }
         }
-        doc_text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-        if (!doc_text) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
-        /* the same document already there (every replay imports the whole archive): no write */
-        st = same_document(s, json_string_value(kind), json_string_value(key), doc_text) ? KL_OK
-             : kl_store_put(s, json_string_value(kind), json_string_value(key), doc_text, err);
-        if (st != KL_OK) {
-            kl_error_prefix(err, "%s:%u (nothing was imported)", archive_path, lineno);
-            goto cleanup;
+        if (!count_kind(counts, kind)) KL_TRY(kl_error_set(err, KL_ERR_NOMEM, "out of memory"));
+        if (kind_wanted(kinds, kind)) {
+            st = import_put(s, put, kind, key, doc, doc_len, err);
+            if (st != KL_OK) {
+                kl_error_prefix(err, "%s:%u (nothing was imported)", archive_path, lineno);
+                goto cleanup;
+            }
+            n++;
         }
         free(doc_text);
         doc_text = NULL;
         json_decref(line_json);
         line_json = NULL;
-        n++;
     }
+    if (st != KL_OK) goto cleanup;
+    sqlite3_finalize(put);
+    put = NULL;
+    /* Every line read and stored: record the fingerprint, in the same transaction, after the
+     * last write (a failed or partial import never gets here, and rolls back). */
+    if (fp.ok && !fp.racy && covers_of(s, kinds, &covers)) fingerprint_record(s, &fp, kl_strbuf_str(&covers), counts);
     KL_TRY(kl_store_commit(s, err));
     began = false;
     if (count) *count = n;
 cleanup:
+    sqlite3_finalize(put);
     if (began) kl_store_rollback(s);
     json_decref(line_json);
+    json_decref(counts);
     free(doc_text);
-    free(text);
+    reader_close(&reader);
+    kl_strbuf_release(&covers);
+    fingerprint_release(&fp);
     return st;
 }

@@ -5,10 +5,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -375,6 +377,390 @@ static void import_is_all_or_nothing(void **state)
     free(archive);
 }
 
+/* ---- the import's fingerprint and its canonical path ---- */
+
+static kl_store_import_stats import_stats(const kl_store *s)
+{
+    kl_store_import_stats st;
+    kl_store_import_stats_get(s, &st);
+    return st;
+}
+
+/* The file's mtime set to `ago` seconds before now (negative: after): a file written a while
+ * ago, as archives are, since one written in the last second is never recorded. */
+static void set_mtime(const char *path, long ago)
+{
+    struct timespec now, times[2];
+    clock_gettime(CLOCK_REALTIME, &now);
+    times[0] = now;
+    times[1].tv_sec = now.tv_sec - ago;
+    times[1].tv_nsec = 123456789;
+    assert_int_equal(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
+static void write_archive(const char *path, const char *text)
+{
+    kl_error err = {0};
+    assert_int_equal(kl_file_write(path, text, strlen(text), &err), KL_OK);
+    set_mtime(path, 3600);
+}
+
+static unsigned import_ok(kl_store *s, const char *archive, const char *const *kinds)
+{
+    kl_error err = {0};
+    unsigned count = 12345;
+    if (kl_store_import_kinds(s, archive, kinds, &count, &err) != KL_OK) fail_msg("%s", err.message);
+    return count;
+}
+
+static char *get_ok(kl_store *s, const char *kind, const char *key)
+{
+    kl_error err = {0};
+    char *json = NULL;
+    if (kl_store_get(s, kind, key, &json, &err) != KL_OK) fail_msg("%s", err.message);
+    return json;
+}
+
+#define THREE_DOCS                                                                                                     \
+    "{\"kind\":\"skill\",\"key\":\"s1\",\"doc\":{\"id\":\"s1\"}}\n"                                                 \
+    "{\"kind\":\"verdict\",\"key\":\"v1\",\"doc\":{\"a\":1,\"b\":[0.5,\"x\"]}}\n"                                   \
+    "{\"kind\": \"verdict\", \"key\": \"v2\", \"doc\": {\"b\": 2, \"a\": 1}}\n"
+
+/* A second import of an archive nobody touched reads nothing, and says as many documents. */
+static void an_unchanged_archive_is_not_read_again(void **state)
+{
+    fixture *f = *state;
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    write_archive(archive, THREE_DOCS);
+    kl_store *s = open_ok(f->db);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    kl_store_import_stats st = import_stats(s);
+    assert_int_equal(st.imports, 1);
+    assert_int_equal(st.lines, 3);
+    assert_int_equal(st.written, 3);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    st = import_stats(s);
+    assert_int_equal(st.imports, 1); /* not read again */
+    assert_int_equal(st.skipped, 1);
+    assert_int_equal(st.lines, 3);
+    /* a part of it: held too, and counted as the import would */
+    const char *skills[] = {"skill", NULL}, *none[] = {"lineage", NULL};
+    assert_int_equal(import_ok(s, archive, skills), 1);
+    assert_int_equal(import_ok(s, archive, none), 0);
+    assert_int_equal(import_stats(s).imports, 1);
+    kl_store_close(s);
+    /* the fingerprint is the store's: another handle on it skips, another store reads */
+    s = open_ok(f->db);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 0);
+    assert_int_equal(import_stats(s).skipped, 1);
+    kl_store_close(s);
+    char *other_db = kl_path_join(f->dir, "other.db");
+    s = open_ok(other_db);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 1);
+    kl_store_close(s);
+    /* only some kinds taken: a later import of all of them reads it, then holds it all */
+    unlink(other_db);
+    s = open_ok(other_db);
+    assert_int_equal(import_ok(s, archive, skills), 1);
+    assert_false(has_doc(s, "verdict", "v1"));
+    assert_int_equal(import_ok(s, archive, skills), 1);
+    assert_int_equal(import_stats(s).imports, 1);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 2);
+    assert_true(has_doc(s, "verdict", "v1"));
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 2);
+    kl_store_close(s);
+    free(other_db);
+    free(archive);
+}
+
+/* Any write to the archive is seen: an appended line, a change of the same size with the same
+ * mtime (its ctime differs), a new file in its place. */
+static void a_changed_archive_is_imported_again(void **state)
+{
+    fixture *f = *state;
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    write_archive(archive, THREE_DOCS);
+    kl_store *s = open_ok(f->db);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 1);
+    /* appended in place, the mtime put back as it was */
+    struct stat before;
+    assert_int_equal(stat(archive, &before), 0);
+    FILE *a = fopen(archive, "a");
+    assert_non_null(a);
+    fputs("{\"kind\":\"verdict\",\"key\":\"v3\",\"doc\":{\"new\":true}}\n", a);
+    fclose(a);
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    assert_int_equal(utimensat(AT_FDCWD, archive, times, 0), 0);
+    assert_int_equal(import_ok(s, archive, NULL), 4);
+    assert_int_equal(import_stats(s).imports, 2);
+    char *json = get_ok(s, "verdict", "v3");
+    assert_string_equal(json, "{\"new\":true}");
+    free(json);
+    assert_int_equal(import_ok(s, archive, NULL), 4);
+    assert_int_equal(import_stats(s).imports, 2);
+    /* rewritten in place, the same size, the same mtime */
+    assert_int_equal(stat(archive, &before), 0);
+    char *text = NULL;
+    size_t len = 0;
+    kl_error err = {0};
+    assert_int_equal(kl_file_read(archive, 0, &text, &len, &err), KL_OK);
+    char *at = strstr(text, "{\"new\":true}");
+    assert_non_null(at);
+    memcpy(at, "{\"new\":null}", 12);
+    FILE *w = fopen(archive, "r+");
+    assert_non_null(w);
+    assert_int_equal(fwrite(text, 1, len, w), len);
+    fclose(w);
+    free(text);
+    times[0] = before.st_atim;
+    times[1] = before.st_mtim;
+    assert_int_equal(utimensat(AT_FDCWD, archive, times, 0), 0);
+    assert_int_equal(import_ok(s, archive, NULL), 4);
+    assert_int_equal(import_stats(s).imports, 3);
+    json = get_ok(s, "verdict", "v3");
+    assert_string_equal(json, "{\"new\":null}");
+    free(json);
+    /* another file in its place (renamed over it), with the same text */
+    assert_int_equal(kl_file_read(archive, 0, &text, &len, &err), KL_OK);
+    write_archive(archive, text);
+    free(text);
+    assert_int_equal(import_ok(s, archive, NULL), 4);
+    assert_int_equal(import_stats(s).imports, 4);
+    assert_int_equal(import_stats(s).written, 5); /* 3, then v3, then v3 again: nothing this time */
+    assert_int_equal(import_ok(s, archive, NULL), 4);
+    assert_int_equal(import_stats(s).imports, 4);
+    kl_store_close(s);
+    free(archive);
+}
+
+/* A failed import records nothing: the same bad file fails again, with the same message; once
+ * fixed it is imported, and then held. */
+static void a_bad_archive_records_no_fingerprint(void **state)
+{
+    fixture *f = *state;
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    const char *bad[] = {
+        "{\"kind\":\"verdict\",\"key\":\"a\",\"doc\":{}}\n{\"kind\":\"verdict\",\"key\":\"b\",\"doc\":{}}\n"
+        "{\"kind\":\"verdict\",\"key\":\"c\",\"doc\":{\n",
+        "{\"kind\":\"verdict\",\"key\":\"a\",\"doc\":{}}\n{\"kind\":\"BAD KIND\",\"key\":\"c\",\"doc\":{}}\n",
+    };
+    const char *want[] = {":3:", ":2 (nothing was imported)"};
+    kl_store *s = open_ok(f->db);
+    for (size_t i = 0; i < 2; i++) {
+        write_archive(archive, bad[i]);
+        char first[KL_ERROR_MAX] = "";
+        for (int round = 0; round < 2; round++) {
+            kl_error err = {0};
+            unsigned count = 99;
+            kl_status st = kl_store_import(s, archive, &count, &err);
+            assert_true(st == KL_ERR_PARSE || st == KL_ERR_INVALID);
+            assert_int_equal(count, 0);
+            char where[512];
+            kl_snprintf(where, sizeof where, "%s%s", archive, want[i]);
+            if (!strstr(err.message, where)) fail_msg("case %zu: '%s' does not name %s", i, err.message, where);
+            if (round == 0) kl_snprintf(first, sizeof first, "%s", err.message);
+            else assert_string_equal(err.message, first);
+            assert_false(has_doc(s, "verdict", "a"));
+        }
+    }
+    assert_int_equal(import_stats(s).imports, 4);
+    assert_int_equal(import_stats(s).skipped, 0);
+    write_archive(archive, THREE_DOCS);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 5);
+    assert_int_equal(import_stats(s).skipped, 1);
+    kl_store_close(s);
+    free(archive);
+}
+
+/* Skipping must not change what the store holds: a stored document changed or deleted since
+ * (by anything) has the archive read again, and its document back, as before. */
+static void a_changed_store_compares_again(void **state)
+{
+    fixture *f = *state;
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    write_archive(archive, THREE_DOCS);
+    kl_store *s = open_ok(f->db);
+    kl_error err = {0};
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    put_ok(s, "verdict", "v1", "{\"a\": 2}");
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 2);
+    char *json = get_ok(s, "verdict", "v1");
+    assert_string_equal(json, "{\"a\":1,\"b\":[0.5,\"x\"]}");
+    free(json);
+    assert_int_equal(kl_store_delete(s, "skill", "s1", &err), KL_OK);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 3);
+    assert_true(has_doc(s, "skill", "s1"));
+    /* a document the archive does not hold, or the same text again: nothing to compare */
+    put_ok(s, "verdict", "elsewhere", "{}");
+    put_ok(s, "verdict", "v2", "{\"a\":1,\"b\":2}");
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 3);
+    /* a change by another handle on the store counts as well */
+    kl_store *other = open_ok(f->db);
+    put_ok(other, "verdict", "v2", "{\"a\":0}");
+    kl_store_close(other);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 4);
+    json = get_ok(s, "verdict", "v2");
+    assert_string_equal(json, "{\"a\":1,\"b\":2}");
+    free(json);
+    kl_store_close(s);
+    free(archive);
+}
+
+/* The record mode imports the archive, adds verdicts and exports it again: the store then holds
+ * all of it, and the next import reads nothing. Not when a stored document is in another form
+ * than the archive's (an import rewrites it). */
+static void an_export_records_the_archive_it_wrote(void **state)
+{
+    fixture *f = *state;
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    write_archive(archive, THREE_DOCS);
+    kl_store *s = open_ok(f->db);
+    const char *kinds[] = {"verdict", "skill", NULL};
+    kl_error err = {0};
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    put_ok(s, "verdict", "v9", "{\"measured\":1.5}");
+    put_ok(s, "llm", "cache", "{}"); /* not exported */
+    assert_int_equal(kl_store_export(s, kinds, archive, &err), KL_OK);
+    assert_int_equal(import_ok(s, archive, NULL), 4);
+    assert_int_equal(import_stats(s).imports, 1);
+    /* another store has no such record */
+    char *other_db = kl_path_join(f->dir, "other.db");
+    kl_store *t = open_ok(other_db);
+    assert_int_equal(import_ok(t, archive, NULL), 4);
+    assert_int_equal(import_stats(t).imports, 1);
+    kl_store_close(t);
+    /* a document stored with spaces: exported canonical, so the store does not hold the
+     * archive's text until an import rewrote it */
+    put_ok(s, "verdict", "v8", "{\"b\": 1, \"a\": 2}");
+    assert_int_equal(kl_store_export(s, kinds, archive, &err), KL_OK);
+    assert_int_equal(import_ok(s, archive, NULL), 5);
+    assert_int_equal(import_stats(s).imports, 2);
+    char *json = get_ok(s, "verdict", "v8");
+    assert_string_equal(json, "{\"a\":2,\"b\":1}");
+    free(json);
+    assert_int_equal(kl_store_export(s, kinds, archive, &err), KL_OK);
+    assert_int_equal(import_ok(s, archive, NULL), 5);
+    assert_int_equal(import_stats(s).imports, 2);
+    /* inside a transaction of the caller's, recorded with it; rolled back with it */
+    assert_int_equal(kl_store_begin(s, &err), KL_OK);
+    put_ok(s, "verdict", "v7", "{}");
+    assert_int_equal(kl_store_export(s, kinds, archive, &err), KL_OK);
+    assert_int_equal(kl_store_rollback(s), KL_OK);
+    assert_int_equal(import_ok(s, archive, NULL), 6);
+    assert_int_equal(import_stats(s).imports, 3);
+    assert_true(has_doc(s, "verdict", "v7"));
+    kl_store_close(s);
+    free(other_db);
+    free(archive);
+}
+
+/* A file modified within the last second could be modified again within the same tick of the
+ * clock that stamps it, unseen: it is imported but not recorded. */
+static void an_archive_written_just_now_is_not_recorded(void **state)
+{
+    fixture *f = *state;
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    write_archive(archive, THREE_DOCS);
+    set_mtime(archive, -30); /* stamped in the future: as racy as now */
+    kl_store *s = open_ok(f->db);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 2);
+    set_mtime(archive, 5);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_ok(s, archive, NULL), 3);
+    assert_int_equal(import_stats(s).imports, 3);
+    kl_store_close(s);
+    free(archive);
+}
+
+/* Documents already in the archive's form are stored as written, the others parsed and dumped:
+ * either way the store holds the same bytes as json_dumps(doc, COMPACT | SORT_KEYS) of the
+ * parsed document. */
+static void imported_documents_are_stored_in_the_canonical_form(void **state)
+{
+    fixture *f = *state;
+    static const char *const docs[] = {
+        "{}", "[]", "null", "true", "false", "0", "-1", "9223372036854775807", "-9223372036854775808", "-0",
+        "0.5", "1.0", "1.5e300", "1e300", "1.0000000000000001e300", "5e-324", "4.9406564584124654e-324",
+        "2.2250738585072014e-308", "-0.0", "0.1", "0.10000000000000001", "1e-7", "9.9999999999999995e-08",
+        "1E5", "1e+5", "100000.0", "1e22", "1.0e22", "123456789012345680.0", "1.2345678901234568e+17",
+        "\"\"", "\"plain\"", "\"tab\\tnew\\nline\\r\\f\\b\"", "\"ctl\\u0001\\u001F\\u000B\"", "\"ctl\\u001f\"",
+        "\"\\u0041\"", "\"slash\\/\"", "\"q\\\"b\\\\\"", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"",
+        "\"\\u00e9\"", "\"\\ud83d\\ude00\"", "\"del\x7f\"",
+        "{\"a\":1,\"b\":2}", "{\"b\":2,\"a\":1}", "{\"\":0,\"a\":{\"\":[]}}", "{\"a\":1,\"ab\":2,\"b\":3}",
+        "{\"ab\":1,\"a\":2}", "{\"Z\":1,\"a\":2,\"\xc3\xa9\":3}", "{\"\xc3\xa9\":3,\"a\":2}",
+        "{\"k\\n\":1,\"a\":2}", "[1,[2,[3,{\"x\":[]}]],\"s\",null]", "[1, 2]", "{\"a\" :1}", "[ ]",
+        "{\"v\":[1.5,2.25,-3.125e-5,6.02214076e23]}", "{\"n\":[0,-5,17,1e2]}",
+    };
+    size_t nd = sizeof docs / sizeof docs[0];
+    kl_strbuf text = KL_STRBUF_INIT;
+    unsigned canonical_lines = 0;
+    for (size_t i = 0; i < nd; i++) {
+        kl_strbuf_addf(&text, "{\"kind\":\"verdict\",\"key\":\"d%03zu\",\"doc\":%s}\n", i, docs[i]);
+        char *c = canonical(docs[i]);
+        assert_non_null(c);
+        if (!strcmp(c, docs[i])) canonical_lines++;
+        free(c);
+    }
+    char *archive = kl_path_join(f->dir, "archive.jsonl");
+    write_archive(archive, kl_strbuf_str(&text));
+    kl_store *s = open_ok(f->db);
+    assert_int_equal(import_ok(s, archive, NULL), nd);
+    for (size_t i = 0; i < nd; i++) {
+        char key[16];
+        kl_snprintf(key, sizeof key, "d%03zu", i);
+        char *json = get_ok(s, "verdict", key), *want = canonical(docs[i]);
+        if (strcmp(json, want) != 0) fail_msg("%s: stored %s, want %s", docs[i], json, want);
+        free(json);
+        free(want);
+    }
+    kl_store_import_stats st = import_stats(s);
+    assert_int_equal(st.lines, nd);
+    assert_true(canonical_lines > 20);
+    assert_int_equal(st.verbatim, canonical_lines);
+    kl_store_close(s);
+    kl_strbuf_release(&text);
+    /* what jansson refuses is refused, whatever its form: a line number, nothing imported */
+    static const char *const refused[] = {
+        "9223372036854775808", "-9223372036854775809", "12345678901234567890", "1e400", "-1e400",
+        "\"nul\\u0000\"", "{\"a\":1,\"a\":1}", "{\"a\":1,\"a\":2}", "\"bad\xc3\"", "\"bad\xed\xa0\x80\"",
+        "\"over\xc0\xaf\"", "\"raw\ttab\"", "01", "1.", ".5", "+1", "[1,]", "{\"a\":}", "tru", "\"\\x\"",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        kl_strbuf bad = KL_STRBUF_INIT;
+        kl_strbuf_addf(&bad,
+                       "{\"kind\":\"verdict\",\"key\":\"ok\",\"doc\":{}}\n"
+                       "{\"kind\":\"verdict\",\"key\":\"x\",\"doc\":%s}\n",
+                       refused[i]);
+        write_archive(archive, kl_strbuf_str(&bad));
+        kl_strbuf_release(&bad);
+        kl_store *t = open_ok(":memory:");
+        kl_error err = {0};
+        unsigned count = 99;
+        if (kl_store_import(t, archive, &count, &err) == KL_OK) fail_msg("%s was imported", refused[i]);
+        assert_int_equal(count, 0);
+        char where[512];
+        kl_snprintf(where, sizeof where, "%s:2", archive);
+        if (!strstr(err.message, where)) fail_msg("%s: '%s' does not name %s", refused[i], err.message, where);
+        assert_false(has_doc(t, "verdict", "ok"));
+        kl_store_close(t);
+    }
+    free(archive);
+}
+
 static void files_that_are_not_stores_are_left_alone(void **state)
 {
     fixture *f = *state;
@@ -506,6 +892,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(two_handles_and_two_processes, setup, teardown),
         cmocka_unit_test_setup_teardown(export_import_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(import_is_all_or_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(an_unchanged_archive_is_not_read_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_changed_archive_is_imported_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_bad_archive_records_no_fingerprint, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_changed_store_compares_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(an_export_records_the_archive_it_wrote, setup, teardown),
+        cmocka_unit_test_setup_teardown(an_archive_written_just_now_is_not_recorded, setup, teardown),
+        cmocka_unit_test_setup_teardown(imported_documents_are_stored_in_the_canonical_form, setup, teardown),
         cmocka_unit_test_setup_teardown(files_that_are_not_stores_are_left_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(a_foreign_sqlite_file_is_not_modified, setup, teardown),
         cmocka_unit_test_setup_teardown(a_store_in_a_read_only_folder_can_be_read, setup, teardown),

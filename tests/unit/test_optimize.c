@@ -42,7 +42,40 @@ typedef struct stand_in {
     const char *broken;       /* a transform whose presence fails at "correct", or NULL */
 } stand_in;
 
+/* What time_of found for a text (the catalog's analysis is the slow part of the stand-in: a run
+ * judges the same versions again and again as baselines). Keyed by the text's hash, the task and
+ * the broken transform; the answer is a function of those alone. */
+typedef struct timed {
+    char key[KL_HASH_HEX + 96];
+    double t;
+    bool bad;
+} timed;
+static timed memo[2048];
+static unsigned nmemo;
+
+static double analyse(const kl_task *task, const char *text, const char *broken, bool *bad);
+
 static double time_of(const kl_task *task, const char *text, const char *broken, bool *bad)
+{
+    char hex[KL_HASH_HEX], key[sizeof memo[0].key];
+    kl_hash_hex(text, strlen(text), hex);
+    kl_snprintf(key, sizeof key, "%s|%s|%s", hex, task->name, broken ? broken : "");
+    for (unsigned i = 0; i < nmemo; i++)
+        if (!strcmp(memo[i].key, key)) {
+            *bad = memo[i].bad;
+            return memo[i].t;
+        }
+    double t = analyse(task, text, broken, bad);
+    if (nmemo < sizeof memo / sizeof memo[0]) {
+        kl_snprintf(memo[nmemo].key, sizeof memo[nmemo].key, "%s", key);
+        memo[nmemo].t = t;
+        memo[nmemo].bad = *bad;
+        nmemo++;
+    }
+    return t;
+}
+
+static double analyse(const kl_task *task, const char *text, const char *broken, bool *bad)
 {
     char *json = NULL;
     kl_error e = {0};

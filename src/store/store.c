@@ -323,6 +323,11 @@ static kl_status check_kind_key(const kl_store *s, const char *kind, const char 
     return KL_OK;
 }
 
+/* A document written under (kind, key), ?1 to ?4 (?4: now); the import adds a WHERE. */
+#define UPSERT_SQL                                                                                                    \
+    "INSERT INTO documents (kind, key, json, created, updated) VALUES (?1, ?2, ?3, ?4, ?4) "                          \
+    "ON CONFLICT (kind, key) DO UPDATE SET json = excluded.json, updated = excluded.updated"
+
 kl_status kl_store_put(kl_store *s, const char *kind, const char *key, const char *json, kl_error *err)
 {
     kl_status st = check_kind_key(s, kind, key, err);
@@ -337,10 +342,7 @@ kl_status kl_store_put(kl_store *s, const char *kind, const char *key, const cha
     char now[32];
     kl_utc_stamp(now, sizeof now);
     sqlite3_stmt *q;
-    st = prepare(s,
-                 "INSERT INTO documents (kind, key, json, created, updated) VALUES (?1, ?2, ?3, ?4, ?4) "
-                 "ON CONFLICT (kind, key) DO UPDATE SET json = excluded.json, updated = excluded.updated",
-                 &q, err);
+    st = prepare(s, UPSERT_SQL, &q, err);
     if (st != KL_OK) return st;
     sqlite3_bind_text(q, 1, kind, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, key, -1, SQLITE_STATIC);
@@ -978,101 +980,73 @@ static bool kind_wanted(const char *const *kinds, const char *kind)
     return false;
 }
 
-/* The archive, line by line, through a buffer of a megabyte or so (a line longer than that
- * grows it): reading 56 MB into one buffer, as kl_file_read does, cost a third of an import on
- * a virtual machine, in page faults. What is not a regular file of at most ARCHIVE_MAX bytes
- * (a missing file, a folder, a FIFO, /dev/null, a file too large) is left to kl_file_read, its
- * checks and its messages. */
+/* The archive, line by line, through stdio's getline (with a buffer of a megabyte): reading
+ * 56 MB into one buffer, as kl_file_read does, cost a third of an import on a virtual machine,
+ * in page faults. What is not a regular file of at most ARCHIVE_MAX bytes (a missing file, a
+ * folder, a FIFO, /dev/null, a file too large) is left to kl_file_read, its checks and its
+ * messages, and split here. */
 typedef struct line_reader {
     const char *path;
-    int fd;            /* -1: the whole text is in buf */
+    FILE *f;         /* NULL: the whole text is in buf, taken from pos */
     char *buf;
-    size_t cap;
-    size_t start, end; /* the bytes not yet taken: buf[start, end) */
-    size_t scanned;    /* buf[start, scanned) holds no '\n' */
-    size_t total;      /* bytes read */
-    bool eof;
+    size_t cap;      /* getline's buffer size */
+    size_t len, pos; /* the whole text's length, and how far it was taken */
+    size_t total;    /* bytes read through f */
 } line_reader;
 
 static kl_status reader_open(line_reader *r, const char *path, kl_error *err)
 {
     memset(r, 0, sizeof *r);
     r->path = path;
-    r->fd = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     struct stat sb;
     if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uintmax_t)sb.st_size <= ARCHIVE_MAX) {
-        r->cap = (size_t)1 << 20;
-        r->buf = malloc(r->cap);
-        if (!r->buf) {
-            close(fd);
-            return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        }
-        r->fd = fd;
-        return KL_OK;
+        r->f = fdopen(fd, "r");
+        if (r->f && setvbuf(r->f, NULL, _IOFBF, (size_t)1 << 20) == 0) return KL_OK;
+        if (r->f) fclose(r->f);
+        else close(fd);
+        r->f = NULL;
+        return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     }
     if (fd >= 0) close(fd);
-    size_t len = 0;
-    kl_status st = kl_file_read(path, ARCHIVE_MAX, &r->buf, &len, err);
-    if (st == KL_OK) r->cap = r->end = r->total = len;
-    r->eof = true;
-    return st;
+    return kl_file_read(path, ARCHIVE_MAX, &r->buf, &r->len, err);
 }
 
 static void reader_close(line_reader *r)
 {
-    if (r->fd >= 0) close(r->fd);
+    if (r->f) fclose(r->f);
     free(r->buf);
     memset(r, 0, sizeof *r);
-    r->fd = -1;
 }
 
 /* The next line, without its '\n', in place (valid until the next call): false at the end,
  * and false with *st set on an error. */
 static bool reader_next(line_reader *r, char **line, size_t *len, kl_status *st, kl_error *err)
 {
-    for (;;) {
-        if (r->scanned < r->start) r->scanned = r->start;
-        char *nl = r->end > r->scanned ? memchr(r->buf + r->scanned, '\n', r->end - r->scanned) : NULL;
-        if (nl || (r->eof && r->end > r->start)) {
-            *line = r->buf + r->start;
-            *len = nl ? (size_t)(nl - *line) : r->end - r->start;
-            r->start = nl ? (size_t)(nl + 1 - r->buf) : r->end;
-            return true;
-        }
-        r->scanned = r->end;
-        if (r->eof) return false;
-        /* the rest of a line: to the front, and room behind it */
-        if (r->start > 0) {
-            memmove(r->buf, r->buf + r->start, r->end - r->start);
-            r->end -= r->start;
-            r->scanned -= r->start;
-            r->start = 0;
-        }
-        if (r->end == r->cap) {
-            char *bigger = r->cap <= ARCHIVE_MAX ? realloc(r->buf, r->cap * 2) : NULL;
-            if (!bigger) {
-                *st = kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory for a line of %zu bytes", r->path, r->end);
-                return false;
-            }
-            r->buf = bigger;
-            r->cap *= 2;
-        }
-        ssize_t n = read(r->fd, r->buf + r->end, r->cap - r->end);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (n < 0) {
-            *st = kl_error_set(err, KL_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
-            return false;
-        }
-        if (n == 0) r->eof = true;
-        r->end += (size_t)n;
-        r->total += (size_t)n;
-        if (r->total > ARCHIVE_MAX) {
-            *st = kl_error_set(err, KL_ERR_TOO_LARGE, "%s: more than the limit of %zu bytes", r->path,
-                               (size_t)ARCHIVE_MAX);
-            return false;
-        }
+    if (!r->f) {
+        if (r->pos >= r->len) return false;
+        *line = r->buf + r->pos;
+        char *nl = memchr(*line, '\n', r->len - r->pos);
+        *len = nl ? (size_t)(nl - *line) : r->len - r->pos;
+        r->pos += *len + (nl ? 1 : 0);
+        return true;
     }
+    errno = 0;
+    ssize_t n = getline(&r->buf, &r->cap, r->f);
+    if (n < 0) {
+        if (ferror(r->f))
+            *st = errno == ENOMEM ? kl_error_set(err, KL_ERR_NOMEM, "%s: out of memory for a line", r->path)
+                                  : kl_error_set(err, KL_ERR_IO, "%s: read failed: %s", r->path, strerror(errno));
+        return false;
+    }
+    r->total += (size_t)n;
+    if (r->total > ARCHIVE_MAX) {
+        *st = kl_error_set(err, KL_ERR_TOO_LARGE, "%s: more than the limit of %zu bytes", r->path, (size_t)ARCHIVE_MAX);
+        return false;
+    }
+    *line = r->buf;
+    *len = (size_t)n - (n > 0 && r->buf[n - 1] == '\n');
+    return true;
 }
 
 /* The import's write: the document, already known to be valid JSON (the canonical form, or
@@ -1099,7 +1073,7 @@ kl_status kl_store_import_kinds(kl_store *s, const char *archive_path, const cha
 {
     kl_status st = KL_OK;
     char *doc_text = NULL;
-    line_reader reader = {.fd = -1};
+    line_reader reader = {0};
     json_t *line_json = NULL, *counts = NULL;
     sqlite3_stmt *put = NULL;
     kl_strbuf covers = KL_STRBUF_INIT;
@@ -1124,11 +1098,8 @@ kl_status kl_store_import_kinds(kl_store *s, const char *archive_path, const cha
     KL_TRY(kl_store_begin(s, err));
     began = true;
     kl_utc_stamp(now, sizeof now);
-    KL_TRY(prepare(s,
-                   "INSERT INTO documents (kind, key, json, created, updated) VALUES (?1, ?2, ?3, ?4, ?4) "
-                   "ON CONFLICT (kind, key) DO UPDATE SET json = excluded.json, updated = excluded.updated "
-                   "WHERE documents.json IS NOT excluded.json",
-                   &put, err));
+    /* the same document already there (every first replay imports the whole archive): no write */
+    KL_TRY(prepare(s, UPSERT_SQL " WHERE documents.json IS NOT excluded.json", &put, err));
     sqlite3_bind_text(put, 4, now, -1, SQLITE_STATIC);
     unsigned lineno = 0;
     char *line;

@@ -49,9 +49,9 @@ kl_status kl_policy_parse(const char *name, kl_policy *out, kl_error *err);
 /* Defaults (docs/optimize.md). */
 #define KL_OPTIMIZE_BUDGET 40      /* gate calls */
 #define KL_OPTIMIZE_BEAM 4         /* versions kept open */
-/* The skills ranking a run uses unless told (--ranking): the one whose runs are measured and
- * recorded (docs/optimize.md). 3 is newer and not yet measured on the GPU. */
-#define KL_OPTIMIZE_RANKING 2u
+/* The skills ranking a run uses unless told (--ranking): 3, measured and recorded on the H200
+ * (docs/optimize.md); 2, the one before, is recorded too. */
+#define KL_OPTIMIZE_RANKING 3u
 #define KL_OPTIMIZE_MIN_GAIN 1.02  /* a new best is at least this much faster than the last */
 #define KL_OPTIMIZE_KEEP_FLOOR 0.90 /* a passing candidate at least this fast (over its parent) is
                                        kept as a version to go on from, even when it is no faster */

@@ -13,11 +13,15 @@
  * stored, and says when an earlier search made it). 2 (2026-12-02): a version kept for a step
  * that did not pay does not propose again what its parent proposed, and a kept version that
  * is a same-step variant of a sibling no faster than it is not searched from. */
-#define OPT_SEARCH_REVISION 3
+#define OPT_SEARCH_REVISION 4
 /* 3 (2026-12-02, evening): the skills policy reads its own run too. A transform judged
  * OPT_STALE_AFTER times since the last new best without paying is deferred until a new best
  * (on softmax and layernorm the vectorize card's promise kept 30 of 40 calls on 1.00x steps
- * while row-parallel, with no card, waited; see docs/optimize.md). */
+ * while row-parallel, with no card, waited; see docs/optimize.md).
+ * 4 (2026-12-03): the catalog: smem-tile's stencil presets (outputs_x) apply after `specialize`
+ * (the dispatch's launches share one grid; the specialized launch gets its own narrower one, and
+ * a `#pragma unroll` stays with its loop), which every policy's blur runs can now reach; skills
+ * ranking 3 puts proposals in a function the bench shape does not run last. */
 #define OPT_STALE_AFTER 2
 #define OPT_STALE_MAX 32
 
@@ -41,6 +45,8 @@ typedef struct opt_cand {
     char why[256];            /* one line: how E was reached */
     bool door;                /* skills: a step from this version closed this transform's door
                                  (a child no longer proposes it): tried before the rest */
+    bool off_path;            /* skills, ranking 3: its site is in a function the bench shape does not
+                                 run (the general path of a dispatch): tried after everything else */
     bool tried;               /* judged, or skipped as a duplicate or as its parent's edit */
     bool prepared;            /* handed to prepare (compiled) */
 } opt_cand;
@@ -75,11 +81,12 @@ typedef struct opt_policy_ctx {
 } opt_policy_ctx;
 
 /* The skills ranking's revision (kl_optimize_options.ranking), part of a skills run's key as
- * OPT_SKILLS_RANKING_PREFIX N: 3 (2026-12-03; --ranking 3, not yet measured), a step that closes
+ * OPT_SKILLS_RANKING_PREFIX N: 3 (2026-12-03; the default, measured), a step that closes
  * another transform's door (the child no longer proposes it) has that door tried at the parent
  * first, and among the transforms the run's own judgements defer, the one that failed fewer times
  * goes first (softmax: a vectorized row loop closed row-parallel's door; blur: smem-tile's preset
- * waited behind launch-bounds variants that had failed ten times); 2 (2026-12-02), proposals no card
+ * waited behind launch-bounds variants that had failed ten times), and a proposal in a function
+ * the bench shape does not run goes after everything (search revision 4); 2 (2026-12-02), proposals no card
  * speaks for at E = 1.05 and what is not expected to pay deferred; 1 (no string): uncarded
  * proposals at E = 1, after every card, and a transform whose cards all fail dropped. */
 #define OPT_SKILLS_RANKING_PREFIX "skills-ranking-"

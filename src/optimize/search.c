@@ -251,7 +251,7 @@ static void mark_door(run *r, unsigned vi)
     opt_cand *door = NULL;
     for (unsigned i = 0; i < p->ncands; i++) {
         opt_cand *c = &p->cands[i];
-        if (c->tried || c->door || c->defer || is_stale(r, c->transform) || !strcmp(c->transform, v->transform) ||
+        if (c->tried || c->door || c->defer || c->off_path || is_stale(r, c->transform) || !strcmp(c->transform, v->transform) ||
             proposes(v, c->transform))
             continue;
         if (!door || c->expect > door->expect || (c->expect == door->expect && c->order < door->order)) door = c;
@@ -262,6 +262,35 @@ static void mark_door(run *r, unsigned vi)
     door->door = true;
     size_t n = strlen(door->why);
     kl_snprintf(door->why + n, sizeof door->why - n, "%sits door: v%u's %s closes it", n ? "; " : "", vi, v->transform);
+}
+
+/* Skills, ranking 3: a proposal whose site sits in a function the bench shape does not run (after
+ * `specialize`, the general kernel of the dispatch) cannot change what the gate times there; it
+ * goes after everything else (cand_tier) and says why. Blur's runs spent their calls on the
+ * general kernel's smem-tile while the specialized one ran. The site's function is the site id's
+ * first field; a function the task's launch() cannot be followed through stays in place. */
+static void mark_off_path(run *r, unsigned vi)
+{
+    opt_version *v = &r->versions[vi];
+    kl_source *src = NULL;
+    kl_error e = {0};
+    if (kl_source_parse_text(v->name, v->source, strlen(v->source), &src, &e) != KL_OK) return;
+    char fn[160] = "", last[160] = "";
+    int runs = 0;
+    for (unsigned i = 0; i < v->ncands; i++) {
+        opt_cand *c = &v->cands[i];
+        const char *colon = strchr(c->site, ':');
+        kl_snprintf(fn, sizeof fn, "%.*s", colon ? (int)(colon - c->site) : (int)strlen(c->site), c->site);
+        if (strcmp(fn, last)) {
+            runs = kl_skill_runs_at(src, r->task, &r->task->bench, fn);
+            kl_snprintf(last, sizeof last, "%s", fn);
+        }
+        if (runs >= 0) continue;
+        c->off_path = true;
+        size_t n = strlen(c->why);
+        kl_snprintf(c->why + n, sizeof c->why - n, "%s%s does not run at the bench shape", n ? "; " : "", fn);
+    }
+    kl_source_free(src);
 }
 
 /* The proposals of version v, scored by the policy.
@@ -313,7 +342,10 @@ static kl_status expand(run *r, unsigned vi)
         }
     }
     st = opt_policy_score(&r->pc, r->versions, r->nversions, vi, r->err);
-    if (st == KL_OK && r->opt->policy == KL_POLICY_SKILLS && r->ranking >= 3) mark_door(r, vi);
+    if (st == KL_OK && r->opt->policy == KL_POLICY_SKILLS && r->ranking >= 3) {
+        mark_off_path(r, vi);
+        mark_door(r, vi);
+    }
     return st;
 }
 
@@ -369,10 +401,11 @@ static void run_stale(run *r)
 /* How far back a candidate goes: 0 expected to pay; 1 deferred by the policy (skills: a card
  * measured no gain, or lost, or every card fails here); 2 deferred by this run's own judgements
  * of its transform (run_stale) — after what the cards defer, since what the run saw fail here
- * is stronger evidence than what a card saw elsewhere. */
+ * is stronger evidence than what a card saw elsewhere; 3 (ranking 3) its site does not run at the
+ * bench shape (mark_off_path); -1 (ranking 3) a door a step closed (mark_door). */
 static int cand_tier(const run *r, const opt_cand *c)
 {
-    return is_stale(r, c->transform) ? 2 : c->door ? -1 : c->defer ? 1 : 0;
+    return c->off_path ? 3 : is_stale(r, c->transform) ? 2 : c->door ? -1 : c->defer ? 1 : 0;
 }
 
 /* Does candidate x of version vx go before y of vy? The lower tier (cand_tier) from whatever

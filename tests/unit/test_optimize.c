@@ -20,6 +20,7 @@
 #include "klineage/optimize.h"
 #include "klineage/rewrite.h"
 #include "klineage/skills.h"
+#include "optimize/optimize_int.h"
 #include "util/util.h"
 
 typedef struct factor {
@@ -267,31 +268,51 @@ static void test_budget_too_small_is_refused(void **state)
 
 /* ---- the skills policy -------------------------------------------------------------------- */
 
+/* The rounds of a run that are not closed doors (ranking 3 tries a door a step closed first,
+ * test_a_step_that_closes_a_door): their indices into d's rounds, at most max. */
+static size_t undoored(const json_t *d, size_t *idx, size_t max)
+{
+    size_t n = 0, i;
+    json_t *r;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        if (json_is_true(json_object_get(json_object_get(r, "candidate"), "door"))) continue;
+        if (n < max) idx[n++] = i;
+    }
+    return n;
+}
+
 static void test_skills_rank_by_card_gain(void **state)
 {
     fixture *f = *state;
     put_card(f, "fast-math-t1", "fast-math", 1.3, NULL, NULL);
     put_card(f, "row-parallel-t1", "row-parallel", 6.0, NULL, NULL);
     put_card(f, "launch-bounds-t1", "launch-bounds", 1.01, NULL, NULL);
-    stand_in si = {0};
-    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 6);
-    json_t *d = run_doc(f, &o, KL_OK);
-    /* the card that gained most is tried first, then the next */
-    assert_string_equal(round_str(d, 0, "transform"), "row-parallel");
-    assert_string_equal(round_str(d, 0, "card"), "row-parallel-t1");
-    assert_string_equal(round_str(d, 1, "transform"), "fast-math");
-    /* then a proposal no card speaks for, before the card whose gain is noise (1.01x), which is
-     * deferred: tried after every proposal expected to pay, from whatever version */
-    assert_string_not_equal(round_str(d, 2, "transform"), "launch-bounds");
-    assert_non_null(strstr(round_str(d, 2, "why"), "no card of"));
-    assert_null(json_object_get(json_object_get(json_array_get(json_object_get(d, "rounds"), 2), "candidate"),
-                                "deferred"));
-    /* the returned kernel holds both */
-    double cum = json_number_value(json_object_get(json_array_get(json_object_get(d, "versions"),
-                                                                  (size_t)json_integer_value(json_object_get(d, "best"))),
-                                                   "cum"));
-    assert_true(cum > 6.0 * 1.3 * 0.99);
-    json_decref(d);
+    for (unsigned ranking = 2; ranking <= 3; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 8);
+        o.ranking = ranking;
+        json_t *d = run_doc(f, &o, KL_OK);
+        size_t ix[16];
+        assert_true(undoored(d, ix, 16) >= 3);
+        if (ranking == 2) assert_int_equal(ix[2], 2);
+        /* the card that gained most is tried first, then the next */
+        assert_int_equal(ix[0], 0);
+        assert_string_equal(round_str(d, 0, "transform"), "row-parallel");
+        assert_string_equal(round_str(d, 0, "card"), "row-parallel-t1");
+        assert_string_equal(round_str(d, ix[1], "transform"), "fast-math");
+        /* then a proposal no card speaks for, before the card whose gain is noise (1.01x), which is
+         * deferred: tried after every proposal expected to pay, from whatever version */
+        assert_string_not_equal(round_str(d, ix[2], "transform"), "launch-bounds");
+        assert_non_null(strstr(round_str(d, ix[2], "why"), "no card of"));
+        assert_null(json_object_get(json_object_get(json_array_get(json_object_get(d, "rounds"), ix[2]), "candidate"),
+                                    "deferred"));
+        /* the returned kernel holds both */
+        double cum = json_number_value(json_object_get(json_array_get(json_object_get(d, "versions"),
+                                                                      (size_t)json_integer_value(json_object_get(d, "best"))),
+                                                       "cum"));
+        assert_true(cum > 6.0 * 1.3 * 0.99);
+        json_decref(d);
+    }
 }
 
 static void test_failing_condition_skips_the_card(void **state)
@@ -416,17 +437,23 @@ static void test_lineage_path_is_followed(void **state)
 {
     fixture *f = *state;
     /* after row-parallel, the card that came next in its lineage (unroll, 1.2) goes before a
-     * card that gained more elsewhere (fast-math, 1.3) */
+     * card that gained more elsewhere (fast-math, 1.3) — under either ranking, a closed door
+     * aside */
     put_card(f, "row-parallel-t1", "row-parallel", 6.0, NULL, NULL);
     put_card(f, "fast-math-t1", "fast-math", 1.3, NULL, NULL);
     if (!put_card(f, "unroll-t1", "unroll", 1.2, NULL, "{\"follows\": [{\"transform\": \"row-parallel\"}]}"))
         skip(); /* this build's card format has no "path" (docs/skill-card.md) */
-    stand_in si = {0};
-    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 4);
-    json_t *d = run_doc(f, &o, KL_OK);
-    assert_string_equal(round_str(d, 0, "transform"), "row-parallel");
-    assert_string_equal(round_str(d, 1, "transform"), "unroll");
-    json_decref(d);
+    for (unsigned ranking = 2; ranking <= 3; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 6);
+        o.ranking = ranking;
+        json_t *d = run_doc(f, &o, KL_OK);
+        size_t ix[16];
+        assert_true(undoored(d, ix, 16) >= 2);
+        assert_string_equal(round_str(d, ix[0], "transform"), "row-parallel");
+        assert_string_equal(round_str(d, ix[1], "transform"), "unroll");
+        json_decref(d);
+    }
 }
 
 static void test_empty_library_is_an_error(void **state)
@@ -499,7 +526,7 @@ static void test_noise_steps_do_not_multiply(void **state)
     kl_optimize_options o = options(f, &si, KL_POLICY_BLIND, 48);
     o.restart = true;
     json_t *d = run_doc(f, &o, KL_OK);
-    assert_int_equal(json_integer_value(json_object_get(d, "search")), 3);
+    assert_int_equal(json_integer_value(json_object_get(d, "search")), OPT_SEARCH_REVISION);
     json_t *rounds = json_object_get(d, "rounds");
     size_t n = json_array_size(rounds);
     /* version -> (parent, result, variant) from the rounds that made them */
@@ -631,7 +658,7 @@ static void test_what_the_run_saw_fail_goes_after_what_cards_defer(void **state)
  * On softmax's naive kernel a card promises vectorize 2x and none speaks for row-parallel (E =
  * 1.05); once a row loop is vectorized, row-parallel no longer applies (the catalog says the loop
  * is inside a condition), so the run tries row-parallel from the start right after, where it pays
- * 6x. Under ranking 2 (the default) the door is not seen: row-parallel waits behind every
+ * 6x (ranking 3 is the default: a run that does not say gets it). Under ranking 2 the door is not seen: row-parallel waits behind every
  * vectorize step. The two rankings are two runs (the ranking is part of the key). */
 static void test_a_step_that_closes_a_door(void **state)
 {
@@ -639,7 +666,6 @@ static void test_a_step_that_closes_a_door(void **state)
     put_card(f, "vectorize-t1", "vectorize", 2.0, NULL, NULL);
     stand_in si = {0};
     kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 8);
-    o.ranking = 3;
     json_t *d = run_doc(f, &o, KL_OK);
     assert_int_equal(json_integer_value(json_object_get(d, "ranking")), 3);
     assert_string_equal(round_str(d, 0, "transform"), "vectorize");
@@ -659,6 +685,7 @@ static void test_a_step_that_closes_a_door(void **state)
 
     stand_in s2 = {0};
     kl_optimize_options o2 = options(f, &s2, KL_POLICY_SKILLS, 8);
+    o2.ranking = 2;
     d = run_doc(f, &o2, KL_OK);
     assert_int_equal(json_integer_value(json_object_get(d, "ranking")), 2);
     assert_true(strcmp(json_string_value(json_object_get(d, "key")), k3) != 0);
@@ -732,6 +759,66 @@ static void test_deferred_transforms_take_turns(void **state)
      * block-size in turns), ranking 2 judged launch-bounds again first (its card promises most) */
     assert_true(longest[2] >= 2);
     assert_int_equal(longest[3], 1);
+    free(path);
+    kl_remove_tree(dir, &err);
+    free(dir);
+}
+
+/* Ranking 3: a proposal in a function the bench shape does not run (the short-row kernel of a
+ * dispatch, at cols = 8192) goes after every other and says why; ranking 2 mixes them in. A kernel
+ * of our own: two copies of a one-thread-per-row softmax behind `if (cols <= 32)`. */
+static void test_a_site_off_the_bench_path_goes_last(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "fast-math-t1", "fast-math", 1.3, NULL, NULL);
+    char *dir = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_tempdir("opt", &dir, &err), KL_OK);
+    char *path = kl_path_join(dir, "two.cu");
+    static const char body[] =
+        "(const float* in, float* out, int rows, int cols)\n{\n"
+        "    int r = blockIdx.x * 128 + threadIdx.x;\n"
+        "    if (r >= rows) return;\n"
+        "    float m = in[r * cols];\n"
+        "    for (int c = 1; c < cols; c++) m = fmaxf(m, in[r * cols + c]);\n"
+        "    float s = 0.0f;\n"
+        "    for (int c = 0; c < cols; c++) s += expf(in[r * cols + c] - m);\n"
+        "    for (int c = 0; c < cols; c++) out[r * cols + c] = expf(in[r * cols + c] - m) / s;\n}\n\n";
+    char text[4096];
+    kl_snprintf(text, sizeof text,
+                "#include <cuda_runtime.h>\n\n__global__ void narrow_rows%s__global__ void wide_rows%s"
+                "extern \"C\" void launch(const float* x, float* y, int rows, int cols, cudaStream_t st)\n{\n"
+                "    if (cols <= 32) narrow_rows<<<(rows + 127) / 128, 128, 0, st>>>(x, y, rows, cols);\n"
+                "    else wide_rows<<<(rows + 127) / 128, 128, 0, st>>>(x, y, rows, cols);\n}\n",
+                body, body);
+    assert_int_equal(kl_file_write(path, text, strlen(text), &err), KL_OK);
+    unsigned off_before_on[4] = {0};
+    for (unsigned ranking = 2; ranking <= 3; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 10);
+        o.ranking = ranking;
+        o.from_path = path;
+        json_t *d = run_doc(f, &o, KL_OK);
+        json_t *rounds = json_object_get(d, "rounds");
+        assert_true(json_array_size(rounds) > 0);
+        bool on_after = false;
+        for (size_t i = json_array_size(rounds); i-- > 0;) {
+            const char *site = round_str(d, i, "site");
+            const char *why = round_str(d, i, "why");
+            assert_non_null(site);
+            bool off = !strncmp(site, "narrow_rows:", 12);
+            if (!off) on_after = true;
+            else if (on_after) off_before_on[ranking]++;
+            if (ranking == 3) {
+                if (off != (why && strstr(why, "narrow_rows does not run at the bench shape") != NULL))
+                    fail_msg("round %zu at %s: why '%s'", i, site, why ? why : "");
+            }
+        }
+        json_decref(d);
+    }
+    /* ranking 2 judged the short-row kernel's sites among the others; ranking 3 only after them */
+    assert_true(off_before_on[2] > 0);
+    assert_int_equal(off_before_on[3], 0);
     free(path);
     kl_remove_tree(dir, &err);
     free(dir);
@@ -1085,6 +1172,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_what_the_run_saw_fail_goes_after_what_cards_defer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_step_that_closes_a_door, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deferred_transforms_take_turns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_site_off_the_bench_path_goes_last, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_run_of_another_search_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),

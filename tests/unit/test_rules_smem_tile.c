@@ -313,6 +313,85 @@ static void smem_tile_stencil_outputs_pragma(void **state)
     free(note);
 }
 
+/* After `specialize`, one grid serves both launches of the dispatch: the specialized kernel's launch
+ * gets its own narrower grid and the generic launch keeps the shared one; the `#pragma unroll` above
+ * the specialized loop goes with it (before the tiled loop and before the original one kept for
+ * counts beyond the radius), never before an `if`. On the H200 (2026-12-03) blur's outputs_x presets
+ * were refused here in every run ("the grid 'g' is used besides the launch"). */
+static void smem_tile_stencil_outputs_dispatch(void **state)
+{
+    (void)state;
+    static const char text[] =
+        "#include <cuda_runtime.h>\n"
+        "#define TS 16\n"
+        "template <int R>\n"
+        "__global__ void box(const float* in, const float* wt, float* out, int rows, int cols, int d)\n"
+        "{\n"
+        "    int c = blockIdx.x * TS + threadIdx.x;\n"
+        "    int r = blockIdx.y * TS + threadIdx.y;\n"
+        "    if (r < rows && c < cols) {\n"
+        "        float s = 0.0f;\n"
+        "#pragma unroll\n"
+        "        for (int a = 0; a < R; a++) {\n"
+        "            for (int b = 0; b < R; b++) {\n"
+        "                int rr = r + a - R / 2, cc = c + b - R / 2;\n"
+        "                if (rr >= 0 && rr < rows && cc >= 0 && cc < cols) s += wt[a * R + b] * in[rr * cols + cc];\n"
+        "            }\n"
+        "        }\n"
+        "        out[r * cols + c] = s;\n"
+        "    }\n"
+        "}\n"
+        "__global__ void box_any(const float* in, const float* wt, float* out, int rows, int cols, int d)\n"
+        "{\n"
+        "    int c = blockIdx.x * TS + threadIdx.x;\n"
+        "    int r = blockIdx.y * TS + threadIdx.y;\n"
+        "    if (r < rows && c < cols) {\n"
+        "        float s = 0.0f;\n"
+        "        for (int a = 0; a < d; a++)\n"
+        "            for (int b = 0; b < d; b++) {\n"
+        "                int rr = r + a - d / 2, cc = c + b - d / 2;\n"
+        "                if (rr >= 0 && rr < rows && cc >= 0 && cc < cols) s += wt[a * d + b] * in[rr * cols + cc];\n"
+        "            }\n"
+        "        out[r * cols + c] = s;\n"
+        "    }\n"
+        "}\n"
+        "extern \"C\" void launch(const float* in, const float* wt, float* out, int rows, int cols, int d, cudaStream_t st)\n"
+        "{\n"
+        "    dim3 g((cols + TS - 1) / TS, (rows + TS - 1) / TS), b(TS, TS);\n"
+        "    if (d == 5) box<5><<<g, b, 0, st>>>(in, wt, out, rows, cols, d);\n"
+        "    else box_any<<<g, b, 0, st>>>(in, wt, out, rows, cols, d);\n"
+        "}\n";
+    json_t *sites = sites_of(text, "smem-tile");
+    size_t i;
+    json_t *site;
+    const char *id = NULL;
+    json_array_foreach(sites, i, site) {
+        const char *sid = json_string_value(json_object_get(site, "site"));
+        if (!strncmp(sid, "box:", 4)) id = sid;
+    }
+    if (!id) fail_msg("no smem-tile site in the specialized kernel 'box'");
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", text, sizeof text - 1, NULL, "smem-tile", id, false,
+                                    "{\"outputs_x\": \"4\", \"max_radius\": \"2\"}", &out, &note, &err);
+    if (st != KL_OK) fail_msg("outputs_x=4 at %s after specialize: %s", id, err.message);
+    assert_non_null(strstr(out, "box<5><<<dim3((g.x + 3) / 4, g.y, g.z), b, 0, st>>>"));
+    assert_non_null(strstr(out, "box_any<<<g, b, 0, st>>>"));
+    /* the pragma comes before loops only: before the tiled path's row loop and the original loop */
+    int pragmas = 0;
+    for (const char *q = strstr(out, "#pragma unroll"); q; q = strstr(q + 1, "#pragma unroll")) {
+        const char *nl = strchr(q, '\n');
+        assert_non_null(nl);
+        while (*nl == '\n' || *nl == ' ') nl++;
+        if (strncmp(nl, "for", 3)) fail_msg("a '#pragma unroll' before '%.30s'\n%s", nl, out);
+        pragmas++;
+    }
+    assert_true(pragmas >= 3); /* the user's two, the tile's own column loop */
+    json_decref(sites);
+    free(out);
+    free(note);
+}
+
 static void smem_tile_stencil_outputs(void **state)
 {
     (void)state;
@@ -450,6 +529,7 @@ int main(void)
         cmocka_unit_test(smem_tile_stencil),
         cmocka_unit_test(smem_tile_stencil_outputs),
         cmocka_unit_test(smem_tile_stencil_outputs_pragma),
+        cmocka_unit_test(smem_tile_stencil_outputs_dispatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

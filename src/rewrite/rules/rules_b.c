@@ -43,6 +43,20 @@ bool rb_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
     return b - a == k && b <= ctx->len && !memcmp(ctx->text + a, s, k);
 }
 
+unsigned rb_declarators(TSNode n, TSNode *out, unsigned max)
+{
+    unsigned k = 0;
+    TSTreeCursor c = ts_tree_cursor_new(n);
+    if (ts_tree_cursor_goto_first_child(&c)) {
+        do {
+            const char *f = ts_tree_cursor_current_field_name(&c);
+            if (f && !strcmp(f, "declarator") && k < max) out[k++] = ts_tree_cursor_current_node(&c);
+        } while (ts_tree_cursor_goto_next_sibling(&c));
+    }
+    ts_tree_cursor_delete(&c);
+    return k;
+}
+
 TSNode rb_declarator_name(TSNode d)
 {
     while (!ts_node_is_null(d)) {

@@ -29,6 +29,10 @@ bool rb_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s);
 /* The identifier that a declarator declares (through pointer/array/init/reference
  * declarators); a null node when none. */
 TSNode rb_declarator_name(TSNode decl);
+/* The children of declaration n in field `declarator` (`dim3 grid(…), block(16, 16);` has two), at
+ * most max into out; how many. Read through a cursor: this tree-sitter's
+ * ts_node_field_name_for_child names the wrong child after a comma. */
+unsigned rb_declarators(TSNode n, TSNode *out, unsigned max);
 /* Is n the CUDA builtin `b.c`, e.g. rb_is_builtin(ctx, n, "threadIdx", 'x')? c == 0: any. */
 bool rb_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c);
 /* Does the subtree use identifier `name` (as an identifier node, not a field)? */

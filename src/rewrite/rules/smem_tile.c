@@ -288,16 +288,20 @@ static bool launch_block(const kl_rule_ctx *ctx, const char *name, int64_t dim[3
                 char ty[64];
                 squeezed(ctx, rb_field(d, "type"), ty, sizeof ty);
                 if (strcmp(ty, "dim3")) continue;
-                TSNode dd = rb_field(d, "declarator");
-                TSNode id = rb_declarator_name(dd);
-                if (ts_node_is_null(id) && rb_is(dd, "function_declarator")) id = rb_field(dd, "declarator");
-                if (!text_is(ctx, id, nm)) continue;
-                if (rb_is(dd, "function_declarator")) list = rb_field(dd, "parameters");
-                else if (rb_is(dd, "init_declarator")) {
-                    TSNode v = rb_field(dd, "value");
-                    if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) list = v;
-                    else if (rb_is(v, "call_expression") && text_is(ctx, rb_field(v, "function"), "dim3"))
-                        list = rb_field(v, "arguments");
+                TSNode dds[16];
+                unsigned ndd = rb_declarators(d, dds, 16);
+                for (unsigned j = 0; j < ndd; j++) {
+                    TSNode dd = dds[j];
+                    TSNode id = rb_declarator_name(dd);
+                    if (ts_node_is_null(id) && rb_is(dd, "function_declarator")) id = rb_field(dd, "declarator");
+                    if (!text_is(ctx, id, nm)) continue;
+                    if (rb_is(dd, "function_declarator")) list = rb_field(dd, "parameters");
+                    else if (rb_is(dd, "init_declarator")) {
+                        TSNode v = rb_field(dd, "value");
+                        if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) list = v;
+                        else if (rb_is(v, "call_expression") && text_is(ctx, rb_field(v, "function"), "dim3"))
+                            list = rb_field(v, "arguments");
+                    }
                 }
             }
             free(nm);
@@ -2747,6 +2751,23 @@ static bool only_decls_and(TSNode c, TSNode keep)
     return true;
 }
 
+/* The first of the `#pragma …` lines right above byte off (only blanks before off on its line, and
+ * before each directive on its own), or off when there is none: directives that belong to the
+ * statement at off. */
+static uint32_t pragmas_above(const kl_rule_ctx *ctx, uint32_t off)
+{
+    uint32_t lead = off;
+    while (rb_line_blank_before(ctx, lead)) {
+        uint32_t ls = rb_line_start(ctx, lead);
+        if (ls == 0) break;
+        uint32_t k = rb_line_start(ctx, ls - 1);
+        while (k < ls && (ctx->text[k] == ' ' || ctx->text[k] == '\t')) k++;
+        if (ls - k < 7 || memcmp(ctx->text + k, "#pragma", 7)) break;
+        lead = k;
+    }
+    return lead;
+}
+
 /* Every launch of the kernel covers the same columns with blocks OX times as wide: the grid's x
  * extent G becomes (G + OX - 1) / OX (ceil(ceil(w / B) / OX) = ceil(w / (B * OX))). */
 static kl_status widen_launches(const kl_rule_ctx *ctx, const sa *s, int ox, kl_edits *out, kl_error *err)
@@ -2777,9 +2798,14 @@ static kl_status widen_launches(const kl_rule_ctx *ctx, const sa *s, int ox, kl_
                 if (ts_node_eq(ls[j].host.def, ls[i].host.def) && rb_is(ls[j].cfg[0], "identifier") &&
                     text_is(ctx, ls[j].cfg[0], nm))
                     launches++;
-            if (uses_of(ctx, ls[i].host.body, nm) != 1 + launches)
-                return kl_rule_not_applicable(err, "%s:%u: the grid '%s' is used besides the launch", src,
-                                              kl_node_span(cfg).line, nm);
+            if (uses_of(ctx, ls[i].host.body, nm) != 1 + launches) {
+                /* the grid serves more than this kernel (specialize's dispatch launches the generic
+                 * kernel with it too): this launch alone gets the narrower grid */
+                kl_status st = kl_edits_addf(out, ts_node_start_byte(cfg), ts_node_end_byte(cfg),
+                                             "dim3((%s.x + %d) / %d, %s.y, %s.z)", nm, ox - 1, ox, nm, nm);
+                if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+                continue;
+            }
         }
         TSNode ex = rb_dim3_extent(list, 0);
         uint32_t a = ts_node_start_byte(ex), b = ts_node_end_byte(ex);
@@ -2946,9 +2972,11 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         goto done;
     }
     kl_snprintf(unit, sizeof unit, "%s", lind + strlen(ind));
+    /* directives right before the loop (`#pragma unroll`) belong to it, not to the statements before it */
+    uint32_t lead = pragmas_above(ctx, ts_node_start_byte(s->outer));
     if (s->npre) {
         uint32_t a = rb_line_start(ctx, ts_node_start_byte(s->pre[0]));
-        uint32_t b = rb_line_start(ctx, ts_node_start_byte(s->outer));
+        uint32_t b = rb_line_start(ctx, lead);
         pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
         if (!pre) {
             stt = kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs or left of it",
@@ -3070,6 +3098,14 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         }
         uint32_t ya = ts_node_start_byte(Y->loop), yb = ts_node_start_byte(rb_field(Y->loop, "body"));
         uint32_t xa = ts_node_start_byte(X->loop), xb = ts_node_start_byte(rb_field(X->loop, "body"));
+        if (ts_node_eq(Y->loop, s->outer))
+            for (uint32_t qa = lead; qa < ya;) { /* the loop's own directives (`#pragma unroll`) */
+                uint32_t qe = rb_line_end(ctx, qa), qb = qe;
+                while (qb > qa && isspace((unsigned char)ctx->text[qb - 1])) qb--;
+                kl_strbuf_addf(&sb, "%s%.*s\n", in1, (int)(qb - qa), ctx->text + qa);
+                qa = qe;
+                while (qa < ya && isspace((unsigned char)ctx->text[qa])) qa++;
+            }
         kl_strbuf_addf(&sb, "%s%.*s{\n", in1, (int)(yb - ya), ctx->text + ya);
         kl_strbuf_addf(&sb, "%s%s%s %s[%lld];\n", in1, unit, s->elem, rown, (long long)rn);
         kl_strbuf_addf(&sb, "%s%s#pragma unroll\n%s%sfor (int %s = 0; %s < %lld; %s++) {\n", in1, unit, in1, unit, cn, cn,
@@ -3130,6 +3166,13 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
             free(l2);
             free(p3);
             goto oom;
+        }
+        for (uint32_t qa = lead; qa < ts_node_start_byte(s->outer);) {
+            uint32_t qe = rb_line_end(ctx, qa), qb = qe;
+            while (qb > qa && isspace((unsigned char)ctx->text[qb - 1])) qb--;
+            kl_strbuf_addf(&sb, "%s%s%s%s%.*s\n", ind, unit, unit, unit, (int)(qb - qa), ctx->text + qa);
+            qa = qe;
+            while (qa < ts_node_start_byte(s->outer) && isspace((unsigned char)ctx->text[qa])) qa++;
         }
         kl_strbuf_addf(&sb, "%s%s%s%s%s\n", ind, unit, unit, unit, l2);
         kl_strbuf_adds(&sb, p3);

@@ -213,21 +213,6 @@ static void emit_block(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const cha
     }
 }
 
-/* The children of n in field `declarator` (a cursor: the field of each child is read reliably). */
-static unsigned declarators(TSNode n, TSNode *out, unsigned max)
-{
-    unsigned k = 0;
-    TSTreeCursor c = ts_tree_cursor_new(n);
-    if (ts_tree_cursor_goto_first_child(&c)) {
-        do {
-            const char *f = ts_tree_cursor_current_field_name(&c);
-            if (f && !strcmp(f, "declarator") && k < max) out[k++] = ts_tree_cursor_current_node(&c);
-        } while (ts_tree_cursor_goto_next_sibling(&c));
-    }
-    ts_tree_cursor_delete(&c);
-    return k;
-}
-
 /* ---- functions, kernels, reach ------------------------------------------------------------------- */
 
 typedef struct fileinfo {
@@ -801,7 +786,7 @@ static void declared_names(const kl_rule_ctx *ctx, TSNode n, char names[][64], u
         TSNode s = rb_is(n, "compound_statement") || rb_is(n, "case_statement") ? ts_node_named_child(n, i) : n;
         if (!rb_is(s, "declaration")) continue;
         TSNode ds[16];
-        unsigned k = declarators(s, ds, 16);
+        unsigned k = rb_declarators(s, ds, 16);
         for (unsigned j = 0; j < k && *nn < max; j++) {
             TSNode d = ds[j];
             if (rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
@@ -1026,7 +1011,7 @@ static void item_of(const kl_rule_ctx *ctx, TSNode n, item *it)
         item_add_name(it, ctx, rb_is(nm, "identifier") ? nm : (TSNode){0});
     } else if (!strcmp(t, "declaration") || !strcmp(t, "type_definition")) {
         TSNode ds[16];
-        unsigned k = declarators(in, ds, 16);
+        unsigned k = rb_declarators(in, ds, 16);
         for (unsigned j = 0; j < k; j++) {
             TSNode d = ds[j];
             if (rb_is(d, "function_declarator")) d = rb_field(d, "declarator");

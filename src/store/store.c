@@ -82,19 +82,6 @@ static kl_status prepare(kl_store *s, const char *sql, sqlite3_stmt **st, kl_err
     return KL_OK;
 }
 
-/* One integer from a PRAGMA or a query. */
-static kl_status query_int(kl_store *s, const char *sql, int *out, kl_error *err)
-{
-    sqlite3_stmt *q;
-    kl_status st = prepare(s, sql, &q, err);
-    if (st != KL_OK) return st;
-    int rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int(q, 0);
-    else st = db_error(s, err, sql);
-    sqlite3_finalize(q);
-    return st;
-}
-
 /* A file that exists and is not empty must start with SQLite's magic: never write into
  * anything else. */
 static kl_status check_header(const char *path, kl_error *err)
@@ -119,22 +106,33 @@ static kl_status check_header(const char *path, kl_error *err)
     return KL_OK;
 }
 
-/* Is this a klineage store (or an empty database)? Reads only: run before anything writes,
- * so that another application's database is refused untouched (not even switched to WAL).
- * *current: the schema is this klineage's. */
-static kl_status check_ours(kl_store *s, bool *current, kl_error *err)
+/* The schema version, the application id and the number of schema objects, read in one statement
+ * (one snapshot): read one at a time, a store that another process creates meanwhile can show
+ * version 0 and then its tables, and be taken for a foreign database (CI saw it:
+ * tests/cli/test_store_concurrency.sh). */
+static kl_status read_state(kl_store *s, int *version, int *app, int *tables, kl_error *err)
 {
-    int version = 0, app = 0, tables = 0;
-    *current = false;
-    kl_status st = query_int(s, "PRAGMA user_version", &version, err);
-    if (st == KL_OK) st = query_int(s, "PRAGMA application_id", &app, err);
+    static const char sql[] = "SELECT (SELECT user_version FROM pragma_user_version), "
+                              "(SELECT application_id FROM pragma_application_id), "
+                              "(SELECT count(*) FROM sqlite_master)";
+    sqlite3_stmt *q;
+    kl_status st = prepare(s, sql, &q, err);
     if (st != KL_OK) return st;
-    if (version == SCHEMA_VERSION && app == STORE_APP_ID) {
-        *current = true;
-        return KL_OK;
-    }
-    st = query_int(s, "SELECT count(*) FROM sqlite_master", &tables, err);
-    if (st != KL_OK) return st;
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
+        *version = sqlite3_column_int(q, 0);
+        *app = sqlite3_column_int(q, 1);
+        *tables = sqlite3_column_int(q, 2);
+    } else
+        st = db_error(s, err, "reading the store's schema version");
+    sqlite3_finalize(q);
+    return st;
+}
+
+/* What refuses a database that is not a current klineage store: another application's, one with
+ * tables and no klineage schema, a newer schema. */
+static kl_status refuse_foreign(const kl_store *s, int version, int app, int tables, kl_error *err)
+{
     if (app != 0 && app != STORE_APP_ID)
         return kl_error_set(err, KL_ERR_STORE,
                             "%s: a SQLite database of another application (application_id %d); refusing to touch it",
@@ -151,36 +149,37 @@ static kl_status check_ours(kl_store *s, bool *current, kl_error *err)
     return KL_OK;
 }
 
+/* Is this a klineage store (or an empty database)? Reads only: run before anything writes,
+ * so that another application's database is refused untouched (not even switched to WAL).
+ * *current: the schema is this klineage's. */
+static kl_status check_ours(kl_store *s, bool *current, kl_error *err)
+{
+    int version = 0, app = 0, tables = 0;
+    *current = false;
+    kl_status st = read_state(s, &version, &app, &tables, err);
+    if (st != KL_OK) return st;
+    if (version == SCHEMA_VERSION && app == STORE_APP_ID) {
+        *current = true;
+        return KL_OK;
+    }
+    return refuse_foreign(s, version, app, tables, err);
+}
+
 static kl_status migrate(kl_store *s, kl_error *err)
 {
     kl_status st;
     int version = 0, app = 0, tables = 0;
     /* The common case, a current store, needs no write lock: a writer elsewhere must not
      * block opening. */
-    st = query_int(s, "PRAGMA user_version", &version, err);
-    if (st == KL_OK) st = query_int(s, "PRAGMA application_id", &app, err);
+    st = read_state(s, &version, &app, &tables, err);
     if (st != KL_OK) return st;
     if (version == SCHEMA_VERSION && app == STORE_APP_ID) return KL_OK;
     /* Otherwise read the state again inside an immediate transaction: two processes opening
      * a new store at once must not both migrate it. */
     st = exec(s, "BEGIN IMMEDIATE", err, "starting the migration");
     if (st != KL_OK) return st;
-    KL_TRY(query_int(s, "PRAGMA user_version", &version, err));
-    KL_TRY(query_int(s, "PRAGMA application_id", &app, err));
-    KL_TRY(query_int(s, "SELECT count(*) FROM sqlite_master", &tables, err));
-    if (app != 0 && app != STORE_APP_ID)
-        KL_TRY(kl_error_set(err, KL_ERR_STORE,
-                            "%s: a SQLite database of another application (application_id %d); refusing to touch it",
-                            s->path, app));
-    if (app == 0 && version == 0 && tables > 0)
-        KL_TRY(kl_error_set(err, KL_ERR_STORE,
-                            "%s: a SQLite database that klineage did not create (it has %d tables and no klineage "
-                            "schema); refusing to touch it",
-                            s->path, tables));
-    if (version > SCHEMA_VERSION)
-        KL_TRY(kl_error_set(err, KL_ERR_STORE,
-                            "%s: schema version %d was written by a newer klineage (this one knows up to %d)", s->path,
-                            version, SCHEMA_VERSION));
+    KL_TRY(read_state(s, &version, &app, &tables, err));
+    KL_TRY(refuse_foreign(s, version, app, tables, err));
     for (int v = version; v < SCHEMA_VERSION; v++) {
         char what[64];
         kl_snprintf(what, sizeof what, "migrating the schema to version %d", v + 1);

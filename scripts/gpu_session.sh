@@ -17,8 +17,10 @@
 #   scripts/gpu_session.sh cards      issue 16: re-walk what changed, bisect slowdowns, admit the cards
 #   scripts/gpu_session.sh optimize   issue 15: bench --optimize --restart-older (runs of another search
 #                                      revision run again; leave-one-out, blind → memory → skills,
-#                                      KL_BUDGET gate calls each, default 40; KL_RANKING=3 the
-#                                      skills runs under the newer ranking), recorded, stopped with
+#                                      KL_BUDGET gate calls each, default 40; KL_RANKING the skills
+#                                      ranking, KL_POLICIES a subset, KL_OPT_DIRS task folders
+#                                      instead (--tasks, the whole library), KL_NO_COMPARE=1 no
+#                                      expert/vendor judgements), recorded, stopped with
 #                                      SIGINT at KL_OPTIMIZE_S (default 540 s; every run so far is kept
 #                                      and the next call goes on); the table to $OUT
 #   scripts/gpu_session.sh pool       one gate batch as today, on --gpus 0 and on --gpus 0,0 (docs/cluster.md)
@@ -377,6 +379,7 @@ optimize)
         bench --optimize --restart-older --budget "${KL_BUDGET:-40}" ${KL_POLICIES:+--policies "$KL_POLICIES"} \
         ${KL_RANKING:+--ranking "$KL_RANKING"} \
         ${KL_OPT_TASKS:+$(for t in $KL_OPT_TASKS; do printf -- '--task %s ' "$t"; done)} \
+        ${KL_OPT_DIRS:+--tasks $KL_OPT_DIRS} ${KL_NO_COMPARE:+--no-compare} \
         -o "$out/optimize-table.md" >"$out/optimize.txt" 2>&1
     echo "exit $? ($(($(date +%s) - start)) s)" | tee -a "$out/optimize.log"
     grep -v '^\[' "$out/optimize.txt" | tail -5 >>"$out/optimize.log"

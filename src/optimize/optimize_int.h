@@ -13,7 +13,7 @@
  * stored, and says when an earlier search made it). 2 (2026-12-02): a version kept for a step
  * that did not pay does not propose again what its parent proposed, and a kept version that
  * is a same-step variant of a sibling no faster than it is not searched from. */
-#define OPT_SEARCH_REVISION 4
+#define OPT_SEARCH_REVISION 5
 /* 3 (2026-12-02, evening): the skills policy reads its own run too. A transform judged
  * OPT_STALE_AFTER times since the last new best without paying is deferred until a new best
  * (on softmax and layernorm the vectorize card's promise kept 30 of 40 calls on 1.00x steps
@@ -21,7 +21,10 @@
  * 4 (2026-12-03): the catalog: smem-tile's stencil presets (outputs_x) apply after `specialize`
  * (the dispatch's launches share one grid; the specialized launch gets its own narrower one, and
  * a `#pragma unroll` stays with its loop), which every policy's blur runs can now reach; skills
- * ranking 3 puts proposals in a function the bench shape does not run last. */
+ * ranking 3 puts proposals in a function the bench shape does not run last.
+ * 5 (2026-12-03, evening): skills, ranking 3: a step that made a new best has its parent's best
+ * untried variant (other parameters) tried next (mark_variant), the parent kept open until then
+ * (prune_beam). */
 #define OPT_STALE_AFTER 2
 #define OPT_STALE_MAX 32
 
@@ -45,6 +48,8 @@ typedef struct opt_cand {
     char why[256];            /* one line: how E was reached */
     bool door;                /* skills: a step from this version closed this transform's door
                                  (a child no longer proposes it): tried before the rest */
+    bool variant;             /* skills: a variant (other parameters) of a step from this version
+                                 that made a new best: tried after the doors, before the rest */
     bool off_path;            /* skills, ranking 3: its site is in a function the bench shape does not
                                  run (the general path of a dispatch): tried after everything else */
     bool tried;               /* judged, or skipped as a duplicate or as its parent's edit */

@@ -137,6 +137,21 @@ char *kl_optimize_markdown(const char *doc_json)
         }
     }
     if (any) kl_strbuf_adds(&sb, ".\n");
+    /* skills, ranking 3 (search revision 5): what went next as a variant of a step that paid */
+    any = false;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        const json_t *c = json_object_get(r, "candidate");
+        if (!json_is_true(json_object_get(c, "variant"))) continue;
+        char *pj = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+        const char *why = str(c, "why"), *at = strstr(why, "a variant of ");
+        kl_strbuf_addf(&sb, "%s`%s` %s from v%lld at round %lld (%s)",
+                       any ? "; " : "\nTried next as a variant of a step that made a new best (other parameters): ",
+                       str(c, "transform"), pj ? pj : "", (long long)json_integer_value(json_object_get(r, "from")),
+                       (long long)json_integer_value(json_object_get(r, "round")), at ? at : "");
+        free(pj);
+        any = true;
+    }
+    if (any) kl_strbuf_adds(&sb, ".\n");
     /* skills, ranking 3: what went first because a step closed its door */
     any = false;
     json_array_foreach(json_object_get(d, "rounds"), i, r) {

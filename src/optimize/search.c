@@ -264,6 +264,33 @@ static void mark_door(run *r, unsigned vi)
     kl_snprintf(door->why + n, sizeof door->why - n, "%sits door: v%u's %s closes it", n ? "; " : "", vi, v->transform);
 }
 
+/* Skills, ranking 3 (search revision 5): a step that made a new best has its parent's best untried
+ * variant (the same transform at the same site, other parameters; the highest E) tried next, like
+ * a door: what paid here is the likeliest to pay again with other parameters, and the run's own
+ * gain says more than a card's. On layernorm a warp per row paid 16x at call 1 and a block per row
+ * (0.77 of the expert in the catalog's sequences) was never judged. prune_beam keeps the parent
+ * open meanwhile. */
+static void mark_variant(run *r, unsigned vi)
+{
+    const opt_version *v = &r->versions[vi];
+    if (v->parent < 0 || v->kept || v->gain < r->min_gain) return;
+    opt_version *p = &r->versions[v->parent];
+    opt_cand *var = NULL;
+    for (unsigned i = 0; i < p->ncands; i++) {
+        opt_cand *c = &p->cands[i];
+        if (c->tried || c->off_path || strcmp(c->transform, v->transform) || strcmp(c->site, v->site) ||
+            !strcmp(c->params, v->params))
+            continue;
+        if (c->variant) return; /* marked already (a resumed run expands again) */
+        if (!var || c->expect > var->expect || (c->expect == var->expect && c->order < var->order)) var = c;
+    }
+    if (!var) return;
+    var->variant = true;
+    size_t n = strlen(var->why);
+    kl_snprintf(var->why + n, sizeof var->why - n, "%sa variant of v%u's step, which paid %.2fx", n ? "; " : "", vi,
+                v->gain);
+}
+
 /* Skills, ranking 3: a proposal whose site sits in a function the bench shape does not run (after
  * `specialize`, the general kernel of the dispatch) cannot change what the gate times there; it
  * goes after everything else (cand_tier) and says why. Blur's runs spent their calls on the
@@ -345,6 +372,7 @@ static kl_status expand(run *r, unsigned vi)
     if (st == KL_OK && r->opt->policy == KL_POLICY_SKILLS && r->ranking >= 3) {
         mark_off_path(r, vi);
         mark_door(r, vi);
+        mark_variant(r, vi);
     }
     return st;
 }
@@ -402,10 +430,11 @@ static void run_stale(run *r)
  * measured no gain, or lost, or every card fails here); 2 deferred by this run's own judgements
  * of its transform (run_stale) — after what the cards defer, since what the run saw fail here
  * is stronger evidence than what a card saw elsewhere; 3 (ranking 3) its site does not run at the
- * bench shape (mark_off_path); -1 (ranking 3) a door a step closed (mark_door). */
+ * bench shape (mark_off_path); -2 (ranking 3) a door a step closed (mark_door); -1 (ranking 3,
+ * search revision 5) a variant of a step that made a new best (mark_variant). */
 static int cand_tier(const run *r, const opt_cand *c)
 {
-    return c->off_path ? 3 : is_stale(r, c->transform) ? 2 : c->door ? -1 : c->defer ? 1 : 0;
+    return c->off_path ? 3 : is_stale(r, c->transform) ? 2 : c->door ? -2 : c->variant ? -1 : c->defer ? 1 : 0;
 }
 
 /* Does candidate x of version vx go before y of vy? The lower tier (cand_tier) from whatever
@@ -739,14 +768,26 @@ static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
                          KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, j, r->err);
 }
 
+/* Does version v hold an untried variant of a step that made a new best (mark_variant)? */
+static bool holds_variant(const opt_version *v)
+{
+    for (unsigned i = 0; i < v->ncands; i++)
+        if (v->cands[i].variant && !v->cands[i].tried) return true;
+    return false;
+}
+
+/* The beam keeps the fastest r->beam versions open, and besides them every version that holds an
+ * untried variant of a step that made a new best (mark_variant; search revision 5) until it is
+ * judged: on layernorm a warp per row paid 16x from the start, and the kept noise steps after it
+ * pushed the start out of the beam before a block per row was judged. */
 static void prune_beam(run *r)
 {
     unsigned open = 0;
-    for (unsigned i = 0; i < r->nversions; i++) open += r->versions[i].open;
+    for (unsigned i = 0; i < r->nversions; i++) open += r->versions[i].open && !holds_variant(&r->versions[i]);
     while (open > r->beam) {
         int worst = -1;
         for (unsigned i = 0; i < r->nversions; i++)
-            if (r->versions[i].open && (int)i != r->best &&
+            if (r->versions[i].open && (int)i != r->best && !holds_variant(&r->versions[i]) &&
                 (worst < 0 || r->versions[i].cum <= r->versions[worst].cum))
                 worst = (int)i;
         if (worst < 0) break;
@@ -794,6 +835,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     if (c->defer) json_object_set_new(cj, "deferred", json_true());
     if (is_stale(r, c->transform)) json_object_set_new(cj, "stale", json_true());
     if (c->door) json_object_set_new(cj, "door", json_true());
+    if (c->variant) json_object_set_new(cj, "variant", json_true());
     json_object_set_new(cj, "why", json_string(c->why));
     if (c->features) json_object_set(cj, "features", c->features);
     json_t *kf = opt_candidate_features(v->source, c);

@@ -106,6 +106,15 @@ TSNode kl_ast_function_params(TSNode fn)
     return ts_node_child_by_field_name(d, "parameters", 10);
 }
 
+TSNode kl_ast_subscript_index(TSNode n)
+{
+    if (!type_is(n, "subscript_expression")) return (TSNode){0};
+    TSNode idx = ts_node_child_by_field_name(n, "indices", 7);
+    if (type_is(idx, "subscript_argument_list")) idx = ts_node_named_child(idx, 0);
+    if (ts_node_is_null(idx)) idx = ts_node_child_by_field_name(n, "index", 5);
+    return idx;
+}
+
 TSNode kl_ast_function_body(TSNode fn) { return ts_node_child_by_field_name(fn, "body", 4); }
 
 char *kl_ast_function_name(const kl_source *src, TSNode fn)
@@ -2204,9 +2213,7 @@ static kl_status add_access(kl_affine_ctx *ctx, TSNode n)
     for (unsigned i = 0; i < nd; i++) {
         /* chain[0] is the outermost subscript, i.e. the LAST index: reverse */
         TSNode sub = chain[nd - 1 - i];
-        TSNode idx = ts_node_child_by_field_name(sub, "indices", 7);
-        if (type_is(idx, "subscript_argument_list")) idx = ts_node_named_child(idx, 0);
-        if (ts_node_is_null(idx)) idx = ts_node_child_by_field_name(sub, "index", 5);
+        TSNode idx = kl_ast_subscript_index(sub);
         env e0 = {NULL, 0, false};
         forms[i] = eval(ctx, &e0, ctx->src, idx, n, 0);
         kl_status st = affine_export(ctx, forms[i], &A->index[i]);

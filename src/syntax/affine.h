@@ -58,6 +58,9 @@ TSNode kl_ast_function_params(TSNode fn);
 TSNode kl_ast_function_body(TSNode fn);
 /* True if the function_definition carries the qualifier token ("__global__", …). */
 bool kl_ast_function_has(const kl_source *src, TSNode fn, const char *qualifier);
+/* The index of a subscript `a[i]` (the grammar's `indices` list holds one; older grammars name it
+ * `index`); a null node when n is not a subscript. */
+TSNode kl_ast_subscript_index(TSNode n);
 /* The identifier a declarator declares (through pointer/array/init/reference
  * declarators), or a null node. */
 TSNode kl_ast_declarator_name(TSNode declarator);

@@ -268,14 +268,16 @@ static void test_budget_too_small_is_refused(void **state)
 
 /* ---- the skills policy -------------------------------------------------------------------- */
 
-/* The rounds of a run that are not closed doors (ranking 3 tries a door a step closed first,
- * test_a_step_that_closes_a_door): their indices into d's rounds, at most max. */
+/* The rounds of a run in the cards' order: not closed doors nor variants of a step that paid
+ * (ranking 3 tries those first, test_a_step_that_closes_a_door and
+ * test_a_winning_steps_variants_keep_its_parent_open): their indices into d's rounds, at most max. */
 static size_t undoored(const json_t *d, size_t *idx, size_t max)
 {
     size_t n = 0, i;
     json_t *r;
     json_array_foreach(json_object_get(d, "rounds"), i, r) {
-        if (json_is_true(json_object_get(json_object_get(r, "candidate"), "door"))) continue;
+        const json_t *c = json_object_get(r, "candidate");
+        if (json_is_true(json_object_get(c, "door")) || json_is_true(json_object_get(c, "variant"))) continue;
         if (n < max) idx[n++] = i;
     }
     return n;
@@ -824,6 +826,62 @@ static void test_a_site_off_the_bench_path_goes_last(void **state)
     free(dir);
 }
 
+/* Search revision 5 (skills, ranking 3): a step that made a new best has its parent's best untried
+ * variant (other parameters) tried next, and the parent stays open meanwhile. A card promises
+ * row-parallel 6x; its first variant pays at call 1, and noise steps (launch-bounds, restrict, with
+ * cards promising 1.3x) would be kept as versions faster than the start and, with a beam of 2,
+ * close it: the other unit of row-parallel is judged from the start at call 2. */
+static void test_a_winning_steps_variants_keep_its_parent_open(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "row-parallel-t1", "row-parallel", 6.0, NULL, NULL);
+    put_card(f, "launch-bounds-t1", "launch-bounds", 1.3, NULL, NULL);
+    put_card(f, "restrict-t1", "restrict", 1.3, NULL, NULL);
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 24);
+    o.beam = 2;
+    json_t *d = run_doc(f, &o, KL_OK);
+    assert_string_equal(round_str(d, 0, "transform"), "row-parallel");
+    char first[256];
+    char *p0 = json_dumps(json_object_get(json_object_get(json_array_get(json_object_get(d, "rounds"), 0), "candidate"),
+                                          "params"),
+                          JSON_COMPACT | JSON_SORT_KEYS);
+    kl_snprintf(first, sizeof first, "%s", p0 ? p0 : "");
+    free(p0);
+    bool variant = false, kept = false;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        if (i == 0) continue;
+        const json_t *c = json_object_get(r, "candidate");
+        if (!strcmp(json_string_value(json_object_get(r, "result")), "kept")) kept = true;
+        char *p = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+        if (json_integer_value(json_object_get(r, "from")) == 0 &&
+            !strcmp(json_string_value(json_object_get(c, "transform")), "row-parallel") && p && strcmp(p, first))
+            variant = true;
+        free(p);
+    }
+    assert_true(kept);    /* the beam filled with noise steps */
+    assert_true(variant); /* and the start's other row-parallel was judged all the same */
+    /* right after the step (a door row-parallel closed may go first) */
+    size_t vr = 0;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        if (json_is_true(json_object_get(json_object_get(r, "candidate"), "variant"))) {
+            vr = i;
+            break;
+        }
+    }
+    assert_true(vr >= 1 && vr <= 2);
+    json_t *r1 = json_array_get(json_object_get(d, "rounds"), vr);
+    assert_string_equal(round_str(d, vr, "transform"), "row-parallel");
+    assert_int_equal(json_integer_value(json_object_get(r1, "from")), 0);
+    assert_non_null(strstr(round_str(d, vr, "why"), "a variant of v1's step, which paid"));
+    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
+    assert_non_null(strstr(md, "Tried next as a variant of a step that made a new best"));
+    free(text), free(md);
+    json_decref(d);
+}
+
 static void test_memory_prefers_what_paid_elsewhere(void **state)
 {
     fixture *f = *state;
@@ -1173,6 +1231,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_a_step_that_closes_a_door, setup, teardown),
         cmocka_unit_test_setup_teardown(test_deferred_transforms_take_turns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_site_off_the_bench_path_goes_last, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_winning_steps_variants_keep_its_parent_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_run_of_another_search_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),

@@ -156,6 +156,7 @@ extern const kl_rule kl_rule_register_tile; /* register_tile.c */
 extern const kl_rule kl_rule_double_buffer; /* double_buffer.c */
 extern const kl_rule kl_rule_block_reduce;  /* block_reduce.c */
 extern const kl_rule kl_rule_wgmma;         /* wgmma.c */
+extern const kl_rule kl_rule_row_cache;     /* row_cache.c */
 /* Each is `extern const kl_rule kl_rule_<name>;` in <name>.c (docs/rules.md, "Status"). */
 
 /* ---- helpers for transforms (catalog.c) --------------------------------------------------------- */

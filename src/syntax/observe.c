@@ -987,8 +987,7 @@ static kl_status resolve_base(kl_affine_ctx *ax, const kl_source *src, TSNode fn
         TSNode s = ts_node_child_by_field_name(v, "argument", 8);
         if (type_is(s, "subscript_expression")) {
             base = ts_node_child_by_field_name(s, "argument", 8);
-            TSNode idx = ts_node_child_by_field_name(s, "indices", 7);
-            off = ts_node_named_child_count(idx) ? ts_node_named_child(idx, 0) : idx;
+            off = kl_ast_subscript_index(s);
         }
     } else if (type_is(v, "identifier")) {
         base = v;
@@ -1251,8 +1250,7 @@ static bool scan_visit(TSNode n, void *user)
             if (type_is(a0, "pointer_expression")) {
                 TSNode sub = ts_node_child_by_field_name(a0, "argument", 8);
                 if (type_is(sub, "subscript_expression")) {
-                    TSNode il = ts_node_child_by_field_name(sub, "indices", 7);
-                    idx = ts_node_named_child_count(il) ? ts_node_named_child(il, 0) : il;
+                    idx = kl_ast_subscript_index(sub);
                 }
             } else if (type_is(a0, "binary_expression")) {
                 idx = ts_node_child_by_field_name(a0, "right", 5);

@@ -207,7 +207,7 @@ static bool tally_visit(TSNode n, void *user)
     if (!rb_is(n, "subscript_expression")) return true;
     TSNode base = rb_field(n, "argument");
     if (!global_base(t->ctx, t->f, base)) return true;
-    TSNode idx = ts_node_named_child(rb_field(n, "indices"), 0);
+    TSNode idx = kl_ast_subscript_index(n);
     rb_poly p;
     rb_affine_eval(t->af, idx, &p);
     /* a local pointer's offset counts too */
@@ -668,7 +668,7 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
     rb_affine *af = rb_affine_new(ctx, f);
     if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     rb_poly p;
-    rb_affine_eval(af, ts_node_named_child(rb_field(lhs, "indices"), 0), &p);
+    rb_affine_eval(af, kl_ast_subscript_index(lhs), &p);
     int sx = rb_poly_stride(&p, RB_TX, NULL), sy = rb_poly_stride(&p, RB_TY, NULL);
     rb_affine_free(af);
     if (sy != 1 || sx == 1)
@@ -782,7 +782,7 @@ static TSNode tile_access(TSNode use)
     return out;
 }
 
-static TSNode sub_index(TSNode s) { return ts_node_named_child(rb_field(s, "indices"), 0); }
+static TSNode sub_index(TSNode s) { return kl_ast_subscript_index(s); }
 
 typedef struct uses {
     const kl_rule_ctx *ctx;

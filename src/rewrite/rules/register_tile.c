@@ -148,8 +148,8 @@ static bool tile_find_visit(TSNode n, void *user)
         }
         t->count++;
         t->tile = (int)k;
-        t->idx[0] = tt_child(tt_field(in, "indices"), 0);
-        t->idx[1] = tt_child(tt_field(out, "indices"), 0);
+        t->idx[0] = kl_ast_subscript_index(in);
+        t->idx[1] = kl_ast_subscript_index(out);
     }
     return true;
 }
@@ -2130,7 +2130,7 @@ static bool rf_stores(const kl_rule_ctx *ctx, const rb_func *f, rf *r, const cha
         char alias[64] = "";
         if (rb_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), h)) {
             idx = tt_field(p, "index");
-            if (ts_node_is_null(idx)) idx = tt_child(tt_field(p, "indices"), 0);
+            if (ts_node_is_null(idx)) idx = kl_ast_subscript_index(p);
         } else if (rb_is(p, "binary_expression") && rb_text_is(ctx, tt_field(p, "operator"), "+")) {
             TSNode top = p;
             while (rb_is(tt_parent(top), "binary_expression") && rb_text_is(ctx, tt_field(tt_parent(top), "operator"), "+"))
@@ -2167,7 +2167,7 @@ static bool rf_stores(const kl_rule_ctx *ctx, const rb_func *f, rf *r, const cha
                 if (rb_is(ap, "init_declarator") || rb_is(ap, "pointer_declarator")) continue;
                 if (rf_in_template_branch(ctx, f, a)) continue;
                 TSNode ei = tt_field(ap, "index");
-                if (ts_node_is_null(ei)) ei = tt_child(tt_field(ap, "indices"), 0);
+                if (ts_node_is_null(ei)) ei = kl_ast_subscript_index(ap);
                 long long e;
                 if (!rb_is(ap, "subscript_expression") || !rb_is(ei, "number_literal") ||
                     !rb_const_eval(ctx, f->def, ei, &e) || e < 0 || e > 15 || nw >= 8) {

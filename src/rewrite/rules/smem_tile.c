@@ -973,8 +973,8 @@ static bool parse_load(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, tlo
     TSNode inner = rb_field(t, "argument");
     if (!rb_is(inner, "subscript_expression") || !rb_is(rb_field(inner, "argument"), "identifier")) return false;
     l->target = t;
-    l->sub[0] = ts_node_named_child(rb_field(inner, "indices"), 0);
-    l->sub[1] = ts_node_named_child(rb_field(t, "indices"), 0);
+    l->sub[0] = kl_ast_subscript_index(inner);
+    l->sub[1] = kl_ast_subscript_index(t);
     uint32_t a = ts_node_start_byte(rb_field(inner, "argument")), b = ts_node_end_byte(rb_field(inner, "argument"));
     kl_snprintf(l->arr, sizeof l->arr, "%.*s", (int)(b - a), ctx->text + a);
     for (int i = 0; i < 2; i++) l->thr[i] = thread_index(ax, l->sub[i]);
@@ -1439,7 +1439,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp *p, 
         TSNode in = rb_field(rd, "argument");
         int li = text_is(ctx, rb_field(in, "argument"), p->ld[0].arr) ? 0 : 1;
         const tload *l = &p->ld[li];
-        TSNode sub[2] = {ts_node_named_child(rb_field(in, "indices"), 0), ts_node_named_child(rb_field(rd, "indices"), 0)};
+        TSNode sub[2] = {kl_ast_subscript_index(in), kl_ast_subscript_index(rd)};
         /* the k dimension reads kk, the other the load's own thread index */
         char s1[128], s2[128];
         squeezed(ctx, sub[l->kdim], s1, sizeof s1);
@@ -1790,8 +1790,8 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
     if (!rb_is(ts_node_parent(load), "compound_statement") || !ts_node_eq(ts_node_parent(load), kl_ast_function_body(fn)))
         return WHY("%s:%u: the load is not at the kernel's top level", src, line_of(load));
     TSNode l = rb_field(store, "left");
-    h->sub[0] = ts_node_named_child(rb_field(rb_field(l, "argument"), "indices"), 0);
-    h->sub[1] = ts_node_named_child(rb_field(l, "indices"), 0);
+    h->sub[0] = kl_ast_subscript_index(rb_field(l, "argument"));
+    h->sub[1] = kl_ast_subscript_index(l);
     for (int i = 0; i < 2; i++) {
         if (!rb_is(h->sub[i], "identifier"))
             return WHY("%s:%u: the tile is stored at a subscript that is not a variable", src, line_of(store));
@@ -1942,7 +1942,7 @@ static kl_status remove_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
         for (unsigned r = 0; r < rs.n && r < 32; r++) {
             TSNode rd = rs.reads[r];
             TSNode in = rb_field(rd, "argument");
-            TSNode s0 = ts_node_named_child(rb_field(in, "indices"), 0), s1 = ts_node_named_child(rb_field(rd, "indices"), 0);
+            TSNode s0 = kl_ast_subscript_index(in), s1 = kl_ast_subscript_index(rd);
             int width = 0;
             TSNode deref = vector_read(ctx, rd, &width);
             if (!ts_node_is_null(deref)) {
@@ -2335,7 +2335,7 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     kl_snprintf(s->arr, sizeof s->arr, "%s", rd->array);
     if (rd->ndims != 1 || !rb_is(s->read, "subscript_expression"))
         return SWHY("%s:%u: the read of '%s' is not a 1-D subscript", src, line_of(s->read), s->arr);
-    s->ridx = ts_node_named_child(rb_field(s->read, "indices"), 0);
+    s->ridx = kl_ast_subscript_index(s->read);
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
         const kl_ax_access *a = kl_affine_access(ax, i);
         if (a->write && !strcmp(a->array, s->arr))
@@ -3353,7 +3353,7 @@ static bool analyse_stencil_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, T
         TSNode ch = p->reads[r];
         for (unsigned k = 0; k < p->nd; k++, ch = rb_field(ch, "argument")) {
             char sub[256];
-            squeezed(ctx, ts_node_named_child(rb_field(ch, "indices"), 0), sub, sizeof sub);
+            squeezed(ctx, kl_ast_subscript_index(ch), sub, sizeof sub);
             if (strlen(sub) < 13 || strncmp(sub, "threadIdx.", 10) || sub[11] != '+') return false;
         }
         TSNode par = ts_node_parent(p->reads[r]);

@@ -750,7 +750,7 @@ static uint32_t include_at(const kl_rule_ctx *ctx)
 static bool unit_stride(kl_affine_ctx *ax, TSNode access, const char *v)
 {
     if (!rb_is(access, "subscript_expression")) return false;
-    TSNode idx = ts_node_named_child(rb_field(access, "indices"), 0);
+    TSNode idx = kl_ast_subscript_index(access);
     kl_affine a;
     memset(&a, 0, sizeof a);
     int64_t c = 0;
@@ -815,7 +815,7 @@ static bool unit_stride_col(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_
         if (rb_is(d, "init_declarator") && rb_text_is(ctx, rb_field(d, "declarator"), g->col)) value = rb_field(d, "value");
     }
     if (ts_node_is_null(value)) return false;
-    TSNode idx = ts_node_named_child(rb_field(g->bacc, "indices"), 0);
+    TSNode idx = kl_ast_subscript_index(g->bacc);
     kl_affine a, c;
     memset(&a, 0, sizeof a);
     memset(&c, 0, sizeof c);

@@ -106,6 +106,21 @@ TSNode kl_ast_function_params(TSNode fn)
     return ts_node_child_by_field_name(d, "parameters", 10);
 }
 
+TSNode kl_ast_unparen(TSNode n)
+{
+    while (type_is(n, "parenthesized_expression")) {
+        TSNode in = {0};
+        uint32_t k = ts_node_named_child_count(n);
+        for (uint32_t i = 0; i < k && ts_node_is_null(in); i++)
+            if (!type_is(ts_node_named_child(n, i), "comment")) in = ts_node_named_child(n, i);
+        if (ts_node_is_null(in)) break;
+        n = in;
+    }
+    return n;
+}
+
+unsigned kl_ast_line(TSNode n) { return ts_node_start_point(n).row + 1; }
+
 TSNode kl_ast_subscript_index(TSNode n)
 {
     if (!type_is(n, "subscript_expression")) return (TSNode){0};

@@ -58,6 +58,11 @@ TSNode kl_ast_function_params(TSNode fn);
 TSNode kl_ast_function_body(TSNode fn);
 /* True if the function_definition carries the qualifier token ("__global__", …). */
 bool kl_ast_function_has(const kl_source *src, TSNode fn, const char *qualifier);
+/* n without the parentheses around it: the expression inside each parenthesized_expression (its
+ * first named child that is not a comment), as long as there is one. */
+TSNode kl_ast_unparen(TSNode n);
+/* The 1-based line where n starts. */
+unsigned kl_ast_line(TSNode n);
 /* The index of a subscript `a[i]` (the grammar's `indices` list holds one; older grammars name it
  * `index`); a null node when n is not a subscript. */
 TSNode kl_ast_subscript_index(TSNode n);

@@ -35,7 +35,6 @@ static TSNode strip(TSNode n)
     return n;
 }
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 /* The text of n without blanks, into buf. */
 static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
@@ -242,7 +241,7 @@ static bool fold_array(const kl_rule_ctx *ctx, const rb_func *f, br_present *p, 
         if (!strcmp(nm, a)) adecl = d;
     }
     if (ts_node_is_null(adecl)) {
-        kl_snprintf(p->why, sizeof p->why, "%s (line %u) is not a local array of partials", a, line_of(arr));
+        kl_snprintf(p->why, sizeof p->why, "%s (line %u) is not a local array of partials", a, kl_ast_line(arr));
         return false;
     }
     ranges_add(&p->del, ts_node_start_byte(adecl), ts_node_end_byte(adecl));
@@ -262,7 +261,7 @@ static bool fold_array(const kl_rule_ctx *ctx, const rb_func *f, br_present *p, 
         if (!rb_is(sub, "subscript_expression") || !ts_node_eq(rb_field(sub, "argument"), u) ||
             !rb_is(asg, "assignment_expression") || !ts_node_eq(rb_field(asg, "left"), sub) ||
             !rb_is(stmt, "expression_statement")) {
-            kl_snprintf(p->why, sizeof p->why, "line %u uses the partials %s otherwise than `%s[k] += e`", line_of(u),
+            kl_snprintf(p->why, sizeof p->why, "line %u uses the partials %s otherwise than `%s[k] += e`", kl_ast_line(u),
                         a, a);
             return false;
         }
@@ -271,14 +270,14 @@ static bool fold_array(const kl_rule_ctx *ctx, const rb_func *f, br_present *p, 
             bool alone = ts_node_eq(top, stmt) ||
                          (rb_is(top, "for_statement") && ts_node_eq(only_stmt(rb_field(top, "body")), stmt));
             if (!alone) {
-                kl_snprintf(p->why, sizeof p->why, "line %u zeroes %s inside other code", line_of(u), a);
+                kl_snprintf(p->why, sizeof p->why, "line %u zeroes %s inside other code", kl_ast_line(u), a);
                 return false;
             }
             ranges_add(&p->del, ts_node_start_byte(top), ts_node_end_byte(top));
         } else if (plus_assign(ctx, stmt, &l, &r) && p->nacc < BR_MAX) {
             p->acc[p->nacc++] = stmt;
         } else {
-            kl_snprintf(p->why, sizeof p->why, "line %u uses the partials %s otherwise than `%s[k] += e`", line_of(u),
+            kl_snprintf(p->why, sizeof p->why, "line %u uses the partials %s otherwise than `%s[k] += e`", kl_ast_line(u),
                         a, a);
             return false;
         }
@@ -377,7 +376,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
         if (!rb_pointer_param(ctx, f, p->out, p->elem, sizeof p->elem)) return false;
         ranges_add(&p->del, ts_node_start_byte(rdecl), ts_node_end_byte(emit));
         if (!ts_node_is_null(rb_next_stmt(emit)) && rb_count_ident(ctx, f->body, p->r) > 2)
-            kl_snprintf(p->why, sizeof p->why, "%s is used after line %u", p->r, line_of(emit));
+            kl_snprintf(p->why, sizeof p->why, "%s is used after line %u", p->r, kl_ast_line(emit));
     } else {
         /* a last-block ticket: G[blockIdx.x] = r; … and the rest of the kernel finishing into out[0] */
         char *et = rb_text(ctx, emit);
@@ -392,7 +391,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
         if (!ts_node_is_null(t.bad) || t.stores != 1) {
             kl_snprintf(p->why, sizeof p->why,
                         "the finish after line %u does not write its result once as out[0] = … (line %u)",
-                        line_of(rdecl), line_of(ts_node_is_null(t.bad) ? emit : t.bad));
+                        kl_ast_line(rdecl), kl_ast_line(ts_node_is_null(t.bad) ? emit : t.bad));
             return true;
         }
         TSNode target = strip(rb_field(t.store, "left"));
@@ -414,7 +413,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
         }
         if (!summed) {
             kl_snprintf(p->why, sizeof p->why, "the value stored at line %u is not a block sum of the partials",
-                        line_of(t.store));
+                        kl_ast_line(t.store));
             return true;
         }
         TSNode last = ts_node_named_child(f->body, ts_node_named_child_count(f->body) - 1);
@@ -433,7 +432,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
     }
     if (ts_node_is_null(p->vdecl)) {
         kl_snprintf(p->why, sizeof p->why, "the partial %s is not a local `T %s = 0;` declared before line %u", p->v,
-                    p->v, line_of(rdecl));
+                    p->v, kl_ast_line(rdecl));
         return true;
     }
     char velem[64];
@@ -454,7 +453,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
         TSNode asg = ts_node_parent(u), stmt = ts_node_parent(asg), l, r;
         if (!plus_assign(ctx, stmt, &l, &r) || !ts_node_eq(l, u) || ts_node_start_byte(stmt) > ts_node_start_byte(rdecl)) {
             kl_snprintf(p->why, sizeof p->why, "line %u uses the partial %s otherwise than `%s += e` before the sum",
-                        line_of(u), p->v, p->v);
+                        kl_ast_line(u), p->v, p->v);
             return true;
         }
         TSNode rs = strip(r), top = top_stmt(f->body, stmt);
@@ -475,10 +474,10 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
         p->acc[p->nacc++] = stmt;
     }
     if (p->nacc == 0)
-        kl_snprintf(p->why, sizeof p->why, "nothing is added to the partial %s before line %u", p->v, line_of(rdecl));
+        kl_snprintf(p->why, sizeof p->why, "nothing is added to the partial %s before line %u", p->v, kl_ast_line(rdecl));
     for (unsigned i = 0; i < p->nacc && !p->why[0]; i++)
         if (in_ranges(&p->del, ts_node_start_byte(p->acc[i])))
-            kl_snprintf(p->why, sizeof p->why, "the update at line %u sits in code that goes", line_of(p->acc[i]));
+            kl_snprintf(p->why, sizeof p->why, "the update at line %u sits in code that goes", kl_ast_line(p->acc[i]));
     return true;
 }
 
@@ -550,7 +549,7 @@ static bool apply_visit(TSNode n, void *user)
     if (!rb_is(ts_node_parent(n), "expression_statement")) {
         if (!a->why[0])
             kl_snprintf(a->why, sizeof a->why, "the atomicAdd at line %u is not a statement of its own (its value is used)",
-                        line_of(n));
+                        kl_ast_line(n));
         return true;
     }
     if (a->n == BR_MAX) {
@@ -568,11 +567,11 @@ static void analyse_apply(const kl_rule_ctx *ctx, const rb_func *f, br_apply *a)
     rb_walk(f->body, apply_visit, &s);
     if (ts_node_is_null(a->first)) return;
     if (!a->why[0] && !ts_node_is_null(s.ret))
-        kl_snprintf(a->why, sizeof a->why, "a return at line %u: every thread must reach the block sum", line_of(s.ret));
+        kl_snprintf(a->why, sizeof a->why, "a return at line %u: every thread must reach the block sum", kl_ast_line(s.ret));
     if (!a->why[0] && !ts_node_is_null(s.yz))
-        kl_snprintf(a->why, sizeof a->why, "line %u uses threadIdx.y/z: the block sum is 1-D", line_of(s.yz));
+        kl_snprintf(a->why, sizeof a->why, "line %u uses threadIdx.y/z: the block sum is 1-D", kl_ast_line(s.yz));
     if (!a->why[0] && !ts_node_is_null(s.sync))
-        kl_snprintf(a->why, sizeof a->why, "line %u already synchronises the block", line_of(s.sync));
+        kl_snprintf(a->why, sizeof a->why, "line %u already synchronises the block", kl_ast_line(s.sync));
     const char *types[] = {"float", "double", "int", "unsignedint", "unsigned", "int32_t", "uint32_t", NULL};
     bool ok = false;
     for (int i = 0; types[i]; i++) ok = ok || !strcmp(a->elem, types[i]);
@@ -596,17 +595,17 @@ static bool launches_1d(const kl_rule_ctx *ctx, const char *kernel, char *why, s
         char t[160];
         squeeze(ctx, b, t, sizeof t);
         if ((kl_str_starts(t, "dim3(") && strchr(t, ',')) || strchr(t, '{')) {
-            kl_snprintf(why, size, "the block at line %u is not 1-D", line_of(ls[i].call));
+            kl_snprintf(why, size, "the block at line %u is not 1-D", kl_ast_line(ls[i].call));
             return false;
         }
         long long v;
         if (rb_const_eval(ctx, ls[i].host.body, b, &v) && v > 1024) {
-            kl_snprintf(why, size, "the block at line %u has more than 1024 threads", line_of(ls[i].call));
+            kl_snprintf(why, size, "the block at line %u has more than 1024 threads", kl_ast_line(ls[i].call));
             return false;
         }
         TSNode st = ts_node_parent(ls[i].call);
         if (!rb_is(st, "expression_statement") || !rb_line_blank_before(ctx, ts_node_start_byte(st))) {
-            kl_snprintf(why, size, "the launch at line %u is not a statement on its own line", line_of(ls[i].call));
+            kl_snprintf(why, size, "the launch at line %u is not a statement on its own line", kl_ast_line(ls[i].call));
             return false;
         }
     }
@@ -782,7 +781,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         }
         for (unsigned i = 0; i < n && i < 16 && st == KL_OK; i++) {
             if (idx < 0 || (uint32_t)idx >= ts_node_named_child_count(ls[i].args)) {
-                st = kl_rule_not_applicable(err, "the launch at line %u does not pass %s", line_of(ls[i].call), p.out);
+                st = kl_rule_not_applicable(err, "the launch at line %u does not pass %s", kl_ast_line(ls[i].call), p.out);
                 break;
             }
             char *arg = rb_text(ctx, ts_node_named_child(ls[i].args, (uint32_t)idx));

@@ -20,7 +20,6 @@ static const kl_rule_param bs_params[] = {
 #define BS_NAIVE 256
 
 static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 /* One block size: a named constant shared by the launches that name it, or one launch's literal. */
 typedef struct bs_group {
@@ -122,7 +121,7 @@ static bool block_expr(const kl_source *src, const kl_launch_site *l, TSNode *ex
 {
     TSNode b = l->block;
     if (ts_node_is_null(b)) {
-        kl_snprintf(why, size, "the launch at line %u has no block size", line_of(l->call));
+        kl_snprintf(why, size, "the launch at line %u has no block size", kl_ast_line(l->call));
         return false;
     }
     while (is_type(b, "parenthesized_expression")) b = ts_node_named_child(b, 0);
@@ -145,7 +144,7 @@ static bool block_expr(const kl_source *src, const kl_launch_site *l, TSNode *ex
         if (dim3 && (is_type(args, "argument_list") || is_type(args, "parameter_list"))) {
             /* fall through to the argument check */
         } else if (dim3) {
-            kl_snprintf(why, size, "the dim3 block at line %u is not built from its dimensions", line_of(l->call));
+            kl_snprintf(why, size, "the dim3 block at line %u is not built from its dimensions", kl_ast_line(l->call));
             return false;
         } else {
             args = (TSNode){0};
@@ -156,12 +155,12 @@ static bool block_expr(const kl_source *src, const kl_launch_site *l, TSNode *ex
         for (uint32_t k = 1; k < n; k++) {
             TSNode a = ts_node_named_child(args, k);
             if (!kl_node_text_is(src, a, "1")) {
-                kl_snprintf(why, size, "the block at line %u is 2-D or 3-D", line_of(l->call));
+                kl_snprintf(why, size, "the block at line %u is 2-D or 3-D", kl_ast_line(l->call));
                 return false;
             }
         }
         if (n == 0) {
-            kl_snprintf(why, size, "the block at line %u has no dimensions", line_of(l->call));
+            kl_snprintf(why, size, "the block at line %u has no dimensions", kl_ast_line(l->call));
             return false;
         }
         b = ts_node_named_child(args, 0);
@@ -256,7 +255,7 @@ static bool grid_literal(TSNode n, void *user)
                                           (long long)(div ? g->nb : g->nb - 1));
     } else if (v == g->b) {
         kl_snprintf(g->why, g->why_size, "the grid at line %u uses the literal %lld other than as the divisor",
-                    line_of(n), (long long)v);
+                    kl_ast_line(n), (long long)v);
     }
     return true;
 }
@@ -319,7 +318,7 @@ static kl_status check_group(bs_state *s, bs_group *g, int64_t nb, kl_edits *out
             if (!ts_node_is_null(ls.hit)) {
                 char *t = kl_node_text(src, ls.hit);
                 kl_snprintf(why, size, "%s hard-codes %s at line %u, an assumption about the block size of %lld",
-                            l->kernel, t ? t : "a literal", line_of(ls.hit), (long long)g->value);
+                            l->kernel, t ? t : "a literal", kl_ast_line(ls.hit), (long long)g->value);
                 free(t);
             }
             if (!why[0]) depends_1d(src, fns[f], g, nb, why, size);
@@ -479,16 +478,10 @@ static void names_close(const kl_source *src, TSNode scope, bs_names *ns)
     }
 }
 
-static TSNode unparen(TSNode n)
-{
-    while (is_type(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
-    return n;
-}
-
 /* The extents list of a block value: dim3(…), {…}, or the (…) of `dim3 b(…)`. */
 static TSNode extent_list(const kl_source *src, TSNode b)
 {
-    b = unparen(b);
+    b = kl_ast_unparen(b);
     if (is_type(b, "call_expression") && kl_node_text_is(src, ts_node_child_by_field_name(b, "function", 8), "dim3"))
         return ts_node_child_by_field_name(b, "arguments", 9);
     if (is_type(b, "initializer_list") || is_type(b, "argument_list") || is_type(b, "parameter_list")) return b;
@@ -503,7 +496,7 @@ static TSNode extent_list(const kl_source *src, TSNode b)
  * `dim3 b = dim3(X, Y)` / `dim3 b{X, Y}` of the host. Null when it is none of these. */
 static TSNode block_extents(const kl_source *src, const kl_launch_site *l)
 {
-    TSNode b = unparen(l->block);
+    TSNode b = kl_ast_unparen(l->block);
     if (ts_node_is_null(b)) return b;
     if (!is_type(b, "identifier")) return extent_list(src, b);
     TSNode decl, value, dn, list = {0};
@@ -554,12 +547,12 @@ static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *
         d->val_start = ts_node_start_byte(a);
         d->val_end = ts_node_end_byte(a);
         if (number_value(src, a, &d->value)) return true;
-        kl_snprintf(why, size, "the block extent %s at line %u is not an integer", d->text, line_of(a));
+        kl_snprintf(why, size, "the block extent %s at line %u is not an integer", d->text, kl_ast_line(a));
         return false;
     }
     if (!is_type(a, "identifier") && !is_type(a, "type_identifier")) {
         kl_snprintf(why, size, "the block extent %s at line %u is an expression, not one constant", d->text,
-                    line_of(l->call));
+                    kl_ast_line(l->call));
         return false;
     }
     kl_snprintf(d->name, sizeof d->name, "%s", d->text);
@@ -570,14 +563,14 @@ static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *
         d->def = decl;
         if (ts_node_is_null(value) || is_type(value, "argument_list") || is_type(value, "parameter_list") ||
             is_type(value, "initializer_list")) {
-            kl_snprintf(why, size, "%s (line %u) has no initializer to change", d->name, line_of(decl));
+            kl_snprintf(why, size, "%s (line %u) has no initializer to change", d->name, kl_ast_line(decl));
             return false;
         }
         d->val_start = ts_node_start_byte(value);
         d->val_end = ts_node_end_byte(value);
         if (!kl_const_eval(src, l->host_fn, value, false, &d->value, w, sizeof w)) {
             kl_snprintf(why, size, "the block extent %s (line %u) is not a compile-time constant: %s", d->name,
-                        line_of(decl), w);
+                        kl_ast_line(decl), w);
             return false;
         }
     } else if (find_define(src, d->name, &decl, &value)) {
@@ -586,7 +579,7 @@ static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *
         d->val_end = ts_node_end_byte(value);
         trim_range(s->ctx->text, &d->val_start, &d->val_end);
         if (!define_number(src, value, &d->value)) {
-            kl_snprintf(why, size, "%s (line %u) is not a number", d->name, line_of(decl));
+            kl_snprintf(why, size, "%s (line %u) is not a number", d->name, kl_ast_line(decl));
             return false;
         }
     } else {
@@ -688,7 +681,7 @@ static bool find_warp(TSNode n, void *user)
         free(t);
         if (hit) w->hit = n;
     } else if (is_type(n, "binary_expression")) {
-        TSNode r = unparen(ts_node_child_by_field_name(n, "right", 5));
+        TSNode r = kl_ast_unparen(ts_node_child_by_field_name(n, "right", 5));
         char *op = kl_node_text(w->src, ts_node_child_by_field_name(n, "operator", 8));
         int64_t v;
         if (op && is_type(r, "number_literal") && number_value(w->src, r, &v) &&
@@ -796,7 +789,7 @@ static bool find_local_init(TSNode n, void *user)
  * `const int ty = threadIdx.y`), -1 otherwise. */
 static int thread_dim(const kl_source *src, TSNode body, TSNode e, int depth)
 {
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     if (is_type(e, "field_expression")) {
         static const char *const idx[] = {"threadIdx.x", "threadIdx.y", "threadIdx.z"};
         for (int k = 0; k < 3; k++)
@@ -815,7 +808,7 @@ static int thread_dim(const kl_source *src, TSNode body, TSNode e, int depth)
 /* A loop's bound when its condition is `v < B` (also as the grammar's template misparse). */
 static TSNode loop_bound(const kl_source *src, TSNode loop, const char *var)
 {
-    TSNode c = unparen(ts_node_child_by_field_name(loop, "condition", 9));
+    TSNode c = kl_ast_unparen(ts_node_child_by_field_name(loop, "condition", 9));
     if (is_type(c, "binary_expression")) {
         char *op = kl_node_text(src, ts_node_child_by_field_name(c, "operator", 8));
         bool lt = op && !strcmp(op, "<");
@@ -839,10 +832,10 @@ static TSNode loop_bound(const kl_source *src, TSNode loop, const char *var)
 static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_source *nsrc, TSNode nfn, TSNode nloop,
                        const bs_group2 *g, const int64_t ext_new[2], char *why, size_t size)
 {
-    TSNode up = unparen(ts_node_child_by_field_name(loop, "update", 6));
+    TSNode up = kl_ast_unparen(ts_node_child_by_field_name(loop, "update", 6));
     if (!is_type(up, "assignment_expression")) return;
     if (!kl_node_text_is(src, ts_node_child_by_field_name(up, "operator", 8), "+=")) return;
-    TSNode step = unparen(ts_node_child_by_field_name(up, "right", 5));
+    TSNode step = kl_ast_unparen(ts_node_child_by_field_name(up, "right", 5));
     int sdim = -1;
     bool both = false;
     if (is_type(step, "identifier")) {
@@ -873,7 +866,7 @@ static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_so
         kl_snprintf(why, size,
                     "the loop at line %u steps %s by %s from %s, not threadIdx.x or threadIdx.y: whether the block "
                     "still covers its range cannot be checked",
-                    line_of(loop), var, st, stext ? stext : "an unknown start");
+                    kl_ast_line(loop), var, st, stext ? stext : "an unknown start");
         free(stext);
         goto done;
     }
@@ -884,7 +877,7 @@ static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_so
         kl_snprintf(why, size,
                     "the loop at line %u starts at threadIdx.%c but steps by %s, the block's %c extent: it covers its "
                     "range only while the two extents agree",
-                    line_of(loop), "xy"[tdim], st, "xy"[sdim]);
+                    kl_ast_line(loop), "xy"[tdim], st, "xy"[sdim]);
         goto done;
     }
     TSNode lb = loop_bound(src, loop, var), nlb = loop_bound(nsrc, nloop, var);
@@ -901,13 +894,13 @@ static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_so
             kl_snprintf(why, size,
                         "the loop at line %u runs %s / %s times per thread (%lld / %lld); with a %lldx%lld block %lld "
                         "is not a multiple of %lld and the threads would run it unequally often",
-                        line_of(loop), bt ? bt : "its bound", st, (long long)bo, (long long)step_old,
+                        kl_ast_line(loop), bt ? bt : "its bound", st, (long long)bo, (long long)step_old,
                         (long long)ext_new[0], (long long)ext_new[1], (long long)bn, (long long)step_new);
     } else if (sync) {
         kl_snprintf(why, size,
                     "the loop at line %u holds __syncthreads() and its bound (%s) is not a compile-time constant: "
                     "every thread must run it equally often",
-                    line_of(loop), bt ? bt : "none");
+                    kl_ast_line(loop), bt ? bt : "none");
     }
     free(bt);
 done:
@@ -936,10 +929,10 @@ typedef struct warp_vars {
 /* Is e a warp index: threadIdx.x (or a local copy of it) divided by 32 or warpSize, or shifted by 5? */
 static bool warp_index(const kl_source *src, TSNode body, TSNode e)
 {
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     if (!is_type(e, "binary_expression")) return false;
     char *op = kl_node_text(src, ts_node_child_by_field_name(e, "operator", 8));
-    TSNode l = ts_node_child_by_field_name(e, "left", 4), r = unparen(ts_node_child_by_field_name(e, "right", 5));
+    TSNode l = ts_node_child_by_field_name(e, "left", 4), r = kl_ast_unparen(ts_node_child_by_field_name(e, "right", 5));
     int64_t v = 0;
     bool div = op && !strcmp(op, "/") &&
                ((is_type(r, "number_literal") && number_value(src, r, &v) && v == 32) ||
@@ -947,8 +940,8 @@ static bool warp_index(const kl_source *src, TSNode body, TSNode e)
     bool shr = op && !strcmp(op, ">>") && is_type(r, "number_literal") && number_value(src, r, &v) && v == 5;
     free(op);
     if (!div && !shr) return false;
-    l = unparen(l);
-    if (is_type(l, "cast_expression")) l = unparen(ts_node_child_by_field_name(l, "value", 5));
+    l = kl_ast_unparen(l);
+    if (is_type(l, "cast_expression")) l = kl_ast_unparen(ts_node_child_by_field_name(l, "value", 5));
     return thread_dim(src, body, l, 0) == 0;
 }
 
@@ -1016,15 +1009,15 @@ static bool find_warp_addr(TSNode n, void *user)
     if (!ts_node_is_null(a->hit)) return false;
     TSNode base = {0}, idx = {0};
     if (is_type(n, "subscript_expression")) {
-        base = unparen(ts_node_child_by_field_name(n, "argument", 8));
+        base = kl_ast_unparen(ts_node_child_by_field_name(n, "argument", 8));
         idx = ts_node_child_by_field_name(n, "indices", 7);
         if (ts_node_is_null(idx)) idx = ts_node_child_by_field_name(n, "index", 5);
     } else if (is_type(n, "assignment_expression")) {
-        base = unparen(ts_node_child_by_field_name(n, "left", 4));
+        base = kl_ast_unparen(ts_node_child_by_field_name(n, "left", 4));
         idx = ts_node_child_by_field_name(n, "right", 5);
     } else if (is_type(n, "binary_expression")) {
         /* p + i */
-        TSNode l = unparen(ts_node_child_by_field_name(n, "left", 4));
+        TSNode l = kl_ast_unparen(ts_node_child_by_field_name(n, "left", 4));
         if (is_type(l, "identifier")) base = l, idx = ts_node_child_by_field_name(n, "right", 5);
     }
     if (!is_type(base, "identifier") || ts_node_is_null(idx)) return true;
@@ -1065,11 +1058,11 @@ static bool has_barrier(const kl_source *src, TSNode n)
 static void check_loop_1d(const kl_source *src, TSNode fn, TSNode loop, const bs_names *ns, int64_t old, int64_t nb,
                           char *why, size_t size)
 {
-    TSNode up = unparen(ts_node_child_by_field_name(loop, "update", 6));
+    TSNode up = kl_ast_unparen(ts_node_child_by_field_name(loop, "update", 6));
     if (!is_type(up, "assignment_expression") ||
         !kl_node_text_is(src, ts_node_child_by_field_name(up, "operator", 8), "+="))
         return;
-    TSNode step = unparen(ts_node_child_by_field_name(up, "right", 5));
+    TSNode step = kl_ast_unparen(ts_node_child_by_field_name(up, "right", 5));
     char *st = kl_node_text(src, step);
     bool by_block = st && (!strcmp(st, "blockDim.x") || (is_type(step, "identifier") && names_has(ns, st)) ||
                            (ns->n && names_in_text(ns, st)));
@@ -1105,7 +1098,7 @@ static void check_loop_1d(const kl_source *src, TSNode fn, TSNode loop, const bs
         kl_snprintf(why, size,
                     "the loop at line %u steps %s by %s from %s, not from threadIdx.x: the rows each thread covers "
                     "are laid out for %lld threads",
-                    line_of(loop), var, st, t ? t : "?", (long long)old);
+                    kl_ast_line(loop), var, st, t ? t : "?", (long long)old);
         free(t);
         goto done;
     }
@@ -1116,7 +1109,7 @@ static void check_loop_1d(const kl_source *src, TSNode fn, TSNode loop, const bs
         kl_snprintf(why, size,
                     "the loop at line %u over %s < %lld holds __syncthreads(): with %lld threads some would run it "
                     "once more than others",
-                    line_of(loop), var, (long long)b, (long long)nb);
+                    kl_ast_line(loop), var, (long long)b, (long long)nb);
 done:
     free(st);
     free(var);
@@ -1138,7 +1131,7 @@ static void depends_1d(const kl_source *src, TSNode fn, const bs_group *g, int64
         kl_ast_walk(body, find_width, &w);
         if (!ts_node_is_null(w.hit)) {
             kl_snprintf(why, size, "%s %s at line %u: a width that does not follow the block size", w.name, w.what,
-                        line_of(w.hit));
+                        kl_ast_line(w.hit));
             return;
         }
     }
@@ -1161,7 +1154,7 @@ static void depends_1d(const kl_source *src, TSNode fn, const bs_group *g, int64
         kl_snprintf(why, size,
                     "the address at line %u is placed by the warp index (a warp tiling of the block's %lld threads): "
                     "its warps cover the tile only at that count",
-                    line_of(as.hit), (long long)g->value);
+                    kl_ast_line(as.hit), (long long)g->value);
         return;
     }
     /* loops stepping by the thread count */
@@ -1235,7 +1228,7 @@ static kl_status check_loops(bs_state *s, const bs_group2 *g, const kl_edits *e,
 /* The grid's extents list (dim3(gx, gy) or a local `dim3 grid(gx, gy)`), or null. */
 static TSNode grid_extents(const kl_source *src, const kl_launch_site *l)
 {
-    TSNode g = unparen(grid_expr(src, l));
+    TSNode g = kl_ast_unparen(grid_expr(src, l));
     TSNode list = extent_list(src, g);
     return !ts_node_is_null(list) && ts_node_named_child_count(list) >= 2 ? list : (TSNode){0};
 }
@@ -1301,7 +1294,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
     }
     if (g->d[0].name[0] && !strcmp(g->d[0].name, g->d[1].name) && nx != ny) {
         kl_snprintf(why, size, "the block is %s x %s (line %u): one constant cannot give a %lldx%lld block",
-                    g->d[0].name, g->d[1].name, line_of(g->d[0].def), (long long)nx, (long long)ny);
+                    g->d[0].name, g->d[1].name, kl_ast_line(g->d[0].def), (long long)nx, (long long)ny);
         return KL_OK;
     }
     if (nx <= 0 || ny <= 0 || nx * ny > 1024) {
@@ -1334,7 +1327,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
             if (!ts_node_is_null(ls.hit)) {
                 char *t = kl_node_text(src, ls.hit);
                 kl_snprintf(why, size, "%s hard-codes %s at line %u, an assumption about the %lldx%lld block",
-                            l->kernel, t ? t : "a literal", line_of(ls.hit), (long long)X, (long long)Y);
+                            l->kernel, t ? t : "a literal", kl_ast_line(ls.hit), (long long)X, (long long)Y);
                 free(t);
                 break;
             }
@@ -1346,7 +1339,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
                 kl_snprintf(why, size,
                             "%s has warp-level code at line %u (%s): its warps are rows of the block only while "
                             "blockDim.x is a multiple of 32 (%lld -> %lld)",
-                            l->kernel, line_of(ws.hit), t ? t : "", (long long)X, (long long)nx);
+                            l->kernel, kl_ast_line(ws.hit), t ? t : "", (long long)X, (long long)nx);
                 free(t);
                 break;
             }
@@ -1362,7 +1355,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
             kl_ast_walk(body, find_width, &wd);
             if (!ts_node_is_null(wd.hit))
                 kl_snprintf(why, size, "%s %s at line %u of %s: a width that cannot follow the block", wd.name,
-                            wd.what, line_of(wd.hit), l->kernel);
+                            wd.what, kl_ast_line(wd.hit), l->kernel);
             free(local);
         }
         if (!why[0] && st == KL_OK) st = grid_edits2(s, l, g, ext_new, &e, why, size);
@@ -1378,7 +1371,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
         for (unsigned i = 0; fname && i < s->ls.count && !why[0]; i++)
             if (!strcmp(s->ls.items[i].kernel, fname) && !in_group2(g, i))
                 kl_snprintf(why, size, "%s uses %s but its launch at line %u has another block", fname, name,
-                            line_of(s->ls.items[i].call));
+                            kl_ast_line(s->ls.items[i].call));
         free(fname);
     }
     for (unsigned i = 0; i < s->ls.count && !why[0] && st == KL_OK; i++) {
@@ -1389,7 +1382,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
         for (int p = 0; p < 3 && !why[0]; p++) {
             char name[128];
             if (!ts_node_is_null(parts[p]) && names_in(src, ns, parts[p], name, sizeof name))
-                kl_snprintf(why, size, "the launch of %s at line %u also uses %s", l->kernel, line_of(l->call), name);
+                kl_snprintf(why, size, "the launch of %s at line %u also uses %s", l->kernel, kl_ast_line(l->call), name);
         }
     }
     if (!why[0] && st == KL_OK) {
@@ -1397,7 +1390,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
         kl_ast_walk(kl_source_root(src), find_assert, &as);
         if (!ts_node_is_null(as.hit))
             kl_snprintf(why, size, "the static_assert at line %u tests %s, which the change would move",
-                        line_of(as.hit), as.name);
+                        kl_ast_line(as.hit), as.name);
     }
     /* the values, once each */
     for (int k = 0; k < 2 && !why[0] && st == KL_OK; k++) {
@@ -1432,7 +1425,7 @@ static kl_status add_launch(bs_state *s, unsigned i)
     } else if (!block_value(s, l, e, &v, why, sizeof why)) {
         kl_site_id(g.id, sizeof g.id, l->kernel, l->call, NULL);
         kl_snprintf(g.why, sizeof g.why, "the block size at line %u is not a compile-time constant: %s",
-                    line_of(l->call), why);
+                    kl_ast_line(l->call), why);
         g.def = l->call;
     } else if (is_type(e, "number_literal")) {
         kl_site_id(g.id, sizeof g.id, l->kernel, l->call, NULL);
@@ -1460,7 +1453,7 @@ static kl_status add_launch(bs_state *s, unsigned i)
                 g.val_end = ts_node_end_byte(value);
             }
             if (ts_node_is_null(value) || is_type(value, "argument_list") || is_type(value, "parameter_list"))
-                kl_snprintf(g.why, sizeof g.why, "%s (line %u) has no initializer to change", name, line_of(decl));
+                kl_snprintf(g.why, sizeof g.why, "%s (line %u) has no initializer to change", name, kl_ast_line(decl));
         } else if (find_define(src, name, &decl, &value)) {
             g.def = decl;
             g.val_start = ts_node_start_byte(value);
@@ -1478,7 +1471,7 @@ static kl_status add_launch(bs_state *s, unsigned i)
         g.def = e;
         char *t = kl_node_text(src, e);
         kl_snprintf(g.why, sizeof g.why, "the block size at line %u is an expression (%s), not one constant",
-                    line_of(l->call), t ? t : "");
+                    kl_ast_line(l->call), t ? t : "");
         free(t);
     }
     if (!g.why[0] && g.name[0] && derived(s->ctx->text, g.val_start, g.val_end))
@@ -1572,7 +1565,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
                 kl_snprintf(note, sizeof note, "%s", why);
             else if (g->name[0])
                 kl_snprintf(note, sizeof note, "%lld threads per block, from %s (line %u)", (long long)g->value,
-                            g->name, line_of(g->def));
+                            g->name, kl_ast_line(g->def));
             else
                 kl_snprintf(note, sizeof note, "%lld threads per block, a literal at the launch", (long long)g->value);
             char v[32];

@@ -625,12 +625,6 @@ static bool has_text(const char *text, size_t len, const char *w)
     return false;
 }
 
-static TSNode strip_parens(TSNode n)
-{
-    while (rb_is(n, "parenthesized_expression") && tt_child_count(n) == 1) n = tt_child(n, 0);
-    return n;
-}
-
 /* The called name of an expression statement `f(…);` / `f<…>(…);` (text up to `<` or `(`), or
  * false. */
 static bool call_name(const kl_rule_ctx *ctx, TSNode s, char *name, size_t size)
@@ -744,7 +738,7 @@ static bool find_ring(const kl_rule_ctx *ctx, const rb_func *f, TSNode *st, unsi
         /* the prologue: `for (s = 0; s < DEPTH - 1; s++)`, or `s < AHEAD` (a constant below the
          * depth, which the prefetch's stage `(next % DEPTH)` names: a ring that keeps more stages than
          * it fetches ahead, e.g. one whose readers finish a tile late) */
-        TSNode pc = tt_field(pro, "condition"), pr = strip_parens(tt_field(pc, "right"));
+        TSNode pc = tt_field(pro, "condition"), pr = kl_ast_unparen(tt_field(pc, "right"));
         if (!rb_is(pc, "binary_expression")) continue;
         memset(p->depth, 0, sizeof p->depth);
         if (rb_is(pr, "binary_expression") && rb_text_is(ctx, tt_field(pr, "operator"), "-") &&
@@ -1213,8 +1207,8 @@ static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_
     rb_indent_of(ctx, ts_node_start_byte(p->wait), ind2, sizeof ind2);
     /* the prefetch: `if (next < bound) load(…);`, next declared right before it (or the bound's
      * own local) */
-    TSNode pc = strip_parens(tt_field(tt_field(p->pre, "condition"), "value"));
-    if (ts_node_is_null(pc)) pc = strip_parens(tt_field(p->pre, "condition"));
+    TSNode pc = kl_ast_unparen(tt_field(tt_field(p->pre, "condition"), "value"));
+    if (ts_node_is_null(pc)) pc = kl_ast_unparen(tt_field(p->pre, "condition"));
     TSNode lc = tt_field(p->loop, "condition"), call = tt_field(p->pre, "consequence");
     if (!ts_node_is_null(tt_field(p->pre, "alternative")) || !rb_is(pc, "binary_expression") ||
         !rb_text_is(ctx, tt_field(pc, "operator"), "<") || !rb_is(tt_field(pc, "left"), "identifier") ||

@@ -13,7 +13,6 @@ static const char *const waves_values[] = {"4", "8", "16", "32", NULL};
 static const kl_rule_param gs_params[] = {{"waves", waves_values, "8"}};
 
 static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 static TSNode strip(TSNode n)
 {
@@ -69,7 +68,7 @@ static bool scan_body(TSNode n, void *user)
     if (b->why[0]) return false;
     const char *t = ts_node_type(n);
     if (!strcmp(t, "return_statement")) {
-        kl_snprintf(b->why, sizeof b->why, "a return at line %u inside the body", line_of(n));
+        kl_snprintf(b->why, sizeof b->why, "a return at line %u inside the body", kl_ast_line(n));
         return false;
     }
     if ((!strcmp(t, "break_statement") || !strcmp(t, "continue_statement"))) {
@@ -83,7 +82,7 @@ static bool scan_body(TSNode n, void *user)
                 inner = true;
         }
         if (!inner)
-            kl_snprintf(b->why, sizeof b->why, "a %s at line %u leaves the loop body", t, line_of(n));
+            kl_snprintf(b->why, sizeof b->why, "a %s at line %u leaves the loop body", t, kl_ast_line(n));
         return true;
     }
     if (!strcmp(t, "call_expression")) {
@@ -93,14 +92,14 @@ static bool scan_body(TSNode n, void *user)
                      strstr(name, "shfl") || kl_str_starts(name, "__ballot") || kl_str_starts(name, "__any") ||
                      kl_str_starts(name, "__all") || strstr(name, "sync")))
             kl_snprintf(b->why, sizeof b->why, "%s() at line %u: the body relies on every thread of the block", name,
-                        line_of(n));
+                        kl_ast_line(n));
         free(name);
         return true;
     }
     if (!strcmp(t, "declaration")) {
         char *d = kl_node_text(b->src, n);
         if (d && strstr(d, "__shared__"))
-            kl_snprintf(b->why, sizeof b->why, "a __shared__ declaration at line %u inside the body", line_of(n));
+            kl_snprintf(b->why, sizeof b->why, "a __shared__ declaration at line %u inside the body", kl_ast_line(n));
         free(d);
         return true;
     }
@@ -110,14 +109,14 @@ static bool scan_body(TSNode n, void *user)
         l = strip(l);
         if (is_type(l, "identifier")) {
             if (kl_node_text_is(b->src, l, b->var)) {
-                kl_snprintf(b->why, sizeof b->why, "the body assigns the index %s at line %u", b->var, line_of(n));
+                kl_snprintf(b->why, sizeof b->why, "the body assigns the index %s at line %u", b->var, kl_ast_line(n));
                 return false;
             }
             for (unsigned k = 0; k < b->nouter; k++)
                 if (kl_node_text_is(b->src, l, b->outer[k])) {
                     kl_snprintf(b->why, sizeof b->why,
                                 "the body updates %s (line %u), declared before it: it would carry over between elements",
-                                b->outer[k], line_of(n));
+                                b->outer[k], kl_ast_line(n));
                     return false;
                 }
         }
@@ -168,12 +167,12 @@ static bool scan_trailing(TSNode n, void *user)
                 kl_snprintf(t->why, sizeof t->why,
                             "the body stores to %s (line %u), not at an index of %s, and statements follow the guard: "
                             "a later element would overwrite it before they read it",
-                            lt ? lt : "?", line_of(n), t->var);
+                            lt ? lt : "?", kl_ast_line(n), t->var);
                 free(lt);
             }
         } else if (is_type(l, "pointer_expression") || is_type(l, "field_expression")) {
             kl_snprintf(t->why, sizeof t->why,
-                        "the body stores through a pointer or a field (line %u) and statements follow the guard", line_of(n));
+                        "the body stores through a pointer or a field (line %u) and statements follow the guard", kl_ast_line(n));
         }
         return true;
     }
@@ -183,7 +182,7 @@ static bool scan_trailing(TSNode n, void *user)
             kl_snprintf(t->why, sizeof t->why,
                         "the body calls %s() (line %u), defined in this file, and statements follow the guard: the "
                         "rule cannot see what it writes",
-                        name, line_of(n));
+                        name, kl_ast_line(n));
         free(name);
     }
     return true;
@@ -195,7 +194,7 @@ static void check_trailing(const kl_source *src, TSNode stmt, TSNode body, TSNod
     for (TSNode o = ts_node_next_named_sibling(stmt); !ts_node_is_null(o) && !why[0]; o = ts_node_next_named_sibling(o)) {
         char *ot = kl_node_text(src, o);
         if (uses_word(ot, var))
-            kl_snprintf(why, size, "%s is also used after the guarded body (line %u)", var, line_of(o));
+            kl_snprintf(why, size, "%s is also used after the guarded body (line %u)", var, kl_ast_line(o));
         free(ot);
         if (ts_node_eq(o, last)) break;
     }
@@ -272,11 +271,11 @@ static bool index_form(const kl_source *src, kl_affine_ctx *ax, TSNode init, cha
     bool ok = a.ok;
     int64_t tx = 0;
     if (!ok) {
-        kl_snprintf(why, size, "the index at line %u is not affine: %s", line_of(init), a.why ? a.why : "");
+        kl_snprintf(why, size, "the index at line %u is not affine: %s", kl_ast_line(init), a.why ? a.why : "");
     } else if (!kl_affine_coef_int(&a, "threadIdx.x", &tx) || tx != 1 || !kl_affine_coef(&a, "blockIdx.x") ||
                a.nterms != 2 || !a.const_is_int || a.const_int != 0) {
         kl_snprintf(why, size, "the index at line %u is not blockIdx.x * blockDim.x + threadIdx.x (1-D, no offset)",
-                    line_of(init));
+                    kl_ast_line(init));
         ok = false;
     }
     if (ok) {
@@ -298,7 +297,7 @@ static bool index_form(const kl_source *src, kl_affine_ctx *ax, TSNode init, cha
             kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
         } else {
             kl_snprintf(why, size, "the block coefficient %s of the index at line %u is neither blockDim.x nor a constant",
-                        c, line_of(init));
+                        c, kl_ast_line(init));
             ok = false;
         }
         *stride = ok ? kl_strbuf_detach(&sb, NULL) : NULL;
@@ -365,12 +364,6 @@ static bool has_text(const kl_source *src, TSNode n, const char *needle)
 
 enum { GS_OK = 0, GS_FORM = 1, GS_PROOF = 2 };
 
-static TSNode strip_parens(TSNode n)
-{
-    while (is_type(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
-    return n;
-}
-
 /* The operator of a binary expression, read from the text between its operands. */
 static void binary_op(const kl_source *src, TSNode n, char *op, size_t size)
 {
@@ -427,7 +420,7 @@ typedef struct gs_prove {
 static bool le_size(const gs_prove *p, TSNode e, int depth)
 {
     if (depth > 8) return false;
-    e = strip_parens(e);
+    e = kl_ast_unparen(e);
     if (is_type(e, "cast_expression"))
         return int_cast(p->src, e) && le_size(p, ts_node_child_by_field_name(e, "value", 5), depth + 1);
     if (is_type(e, "identifier")) {
@@ -460,7 +453,7 @@ static bool le_size(const gs_prove *p, TSNode e, int depth)
 static bool nonneg(const gs_prove *p, TSNode e, int depth)
 {
     if (depth > 8) return false;
-    e = strip_parens(e);
+    e = kl_ast_unparen(e);
     int64_t v;
     if (kl_const_eval(p->src, kl_affine_ctx_function(p->ax), e, false, &v, NULL, 0)) return v >= 0;
     if (le_size(p, e, depth)) return true;
@@ -500,7 +493,7 @@ static const uint64_t thread_block_deps = (1u << RB_TX) | (1u << RB_TY) | (1u <<
 /* The addends of a sum (through parentheses), at most max; false when there are more. */
 static bool addends(const kl_source *src, TSNode e, TSNode *out, unsigned *n, unsigned max)
 {
-    e = strip_parens(e);
+    e = kl_ast_unparen(e);
     char op[4] = "";
     if (is_type(e, "binary_expression")) binary_op(src, e, op, sizeof op);
     if (!strcmp(op, "+"))
@@ -642,7 +635,7 @@ static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t 
             TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
             if (ts_node_is_null(nm) || ts_node_named_child_count(d) > 3) {
                 kl_snprintf(why, size, "line %u declares from blockIdx/gridDim what cannot be followed",
-                            line_of(d));
+                            kl_ast_line(d));
                 break;
             }
             locals[nloc++] = kl_node_text(src, nm);
@@ -713,17 +706,17 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
     for (unsigned i = 0; i < nl && level == GS_OK; i++) {
         gs_loopinfo *L = &li[i];
         TSNode s = loops[i];
-        unsigned line = line_of(s);
+        unsigned line = kl_ast_line(s);
         L->stmt = s;
         L->body = ts_node_child_by_field_name(s, "body", 4);
         TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
-        TSNode cond = strip_parens(ts_node_child_by_field_name(s, "condition", 9));
+        TSNode cond = kl_ast_unparen(ts_node_child_by_field_name(s, "condition", 9));
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
         L->cond = cond;
         /* the condition: var < B or var + P < B */
         char op[4] = "";
         if (is_type(cond, "binary_expression")) binary_op(src, cond, op, sizeof op);
-        TSNode lhs = is_type(cond, "binary_expression") ? strip_parens(ts_node_child_by_field_name(cond, "left", 4))
+        TSNode lhs = is_type(cond, "binary_expression") ? kl_ast_unparen(ts_node_child_by_field_name(cond, "left", 4))
                                                          : (TSNode){0};
         TSNode pnode = {0}, vnode = lhs;
         if (is_type(lhs, "binary_expression")) {
@@ -762,7 +755,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         }
         /* start + the global thread index */
         rb_poly pg;
-        TSNode e = strip_parens(value);
+        TSNode e = kl_ast_unparen(value);
         if (!split_index(src, ra, e, &pg, &L->start)) {
             kl_snprintf(why, size, "the index of the loop at line %u is not <start> + blockIdx.x * <block> + threadIdx.x",
                         line);
@@ -771,7 +764,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         }
         if (i == 0) g = pg;
         else if (pg.t[0].coef != g.t[0].coef || pg.t[0].deg != g.t[0].deg) {
-            kl_snprintf(why, size, "the loops at lines %u and %u index different grids", line_of(loops[0]), line);
+            kl_snprintf(why, size, "the loops at lines %u and %u index different grids", kl_ast_line(loops[0]), line);
             level = GS_FORM;
             break;
         }
@@ -811,7 +804,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
             if (!ts_node_eq(nx, s) || L->declares || L->u != 1 || strcmp(L->var, li[i - 1].var) || !b0 || !b1 ||
                 strcmp(b0, b1)) {
                 kl_snprintf(why, size, "the unrolled loop at line %u is not followed by its remainder over %s < %s",
-                            line_of(li[i - 1].stmt), li[i - 1].var, b0 ? b0 : "?");
+                            kl_ast_line(li[i - 1].stmt), li[i - 1].var, b0 ? b0 : "?");
                 level = GS_FORM;
             }
             free(b0);
@@ -821,7 +814,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
     if (level == GS_OK && li[nl - 1].u >= 2) {
         char *b0 = kl_node_text(src, li[nl - 1].bound);
         kl_snprintf(why, size, "the unrolled loop at line %u is not followed by its remainder over %s < %s",
-                    line_of(li[nl - 1].stmt), li[nl - 1].var, b0 ? b0 : "?");
+                    kl_ast_line(li[nl - 1].stmt), li[nl - 1].var, b0 ? b0 : "?");
         free(b0);
         level = GS_FORM;
     }
@@ -864,7 +857,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         kl_snprintf(why, size,
                     "cannot show that the loops from line %u cover at most <a size parameter> indices each "
                     "(every bound at most the parameter, every start at least 0)",
-                    line_of(loops[0]));
+                    kl_ast_line(loops[0]));
         level = GS_PROOF;
     }
     if (level == GS_OK) {
@@ -955,7 +948,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         TSNode cond = ts_node_child_by_field_name(s, "condition", 9);
         if (!is_type(init, "declaration") ||
             !is_type(ts_node_child_by_field_name(init, "declarator", 10), "init_declarator")) {
-            kl_snprintf(k->why, sizeof k->why, "the grid-stride loop at line %u does not declare its index", line_of(s));
+            kl_snprintf(k->why, sizeof k->why, "the grid-stride loop at line %u does not declare its index", kl_ast_line(s));
             continue;
         }
         TSNode idecl = ts_node_child_by_field_name(init, "declarator", 10);
@@ -975,11 +968,11 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         if (!strcmp(stride_want, "blockDim.x * gridDim.x")) kl_snprintf(alt, sizeof alt, "%s += gridDim.x * blockDim.x", k->var);
         if (!upd_t || (strcmp(upd_t, want) && strcmp(upd_t, alt)))
             kl_snprintf(k->why, sizeof k->why, "the loop at line %u steps by %s, not %s (several elements per step?)",
-                        line_of(s), upd_t ? upd_t : "?", want);
+                        kl_ast_line(s), upd_t ? upd_t : "?", want);
         free(upd_t);
         if (!k->why[0] && !bound_of(src, ax, cond, k->var, "<", &k->bound))
             kl_snprintf(k->why, sizeof k->why, "the loop condition at line %u is not %s < <an invariant bound>",
-                        line_of(s), k->var);
+                        kl_ast_line(s), k->var);
         if (!k->why[0]) check_body(src, body, s, k->body, k->body, k->var, k->why, sizeof k->why);
         if (!k->why[0]) {
             /* the index must not be used outside the loop: it would be declared in the function's scope */
@@ -989,7 +982,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
                 char *ot = kl_node_text(src, o);
                 if (uses_word(ot, k->var))
                     kl_snprintf(k->why, sizeof k->why, "%s is also used outside the loop (line %u)", k->var,
-                                line_of(o));
+                                kl_ast_line(o));
                 free(ot);
             }
         }
@@ -1068,7 +1061,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         if (!early && !ts_node_eq(last, s))
             check_trailing(src, s, k->body, last, var, k->why, sizeof k->why);
         else if (early && ts_node_is_null(k->body))
-            kl_snprintf(k->why, sizeof k->why, "nothing follows the early return at line %u", line_of(s));
+            kl_snprintf(k->why, sizeof k->why, "nothing follows the early return at line %u", kl_ast_line(s));
         if (!k->why[0]) check_body(src, body, s, k->body, early ? last : k->body, var, k->why, sizeof k->why);
     }
 }
@@ -1087,7 +1080,7 @@ static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const
         TSNode g = strip(l->grid);
         if (is_type(g, "call_expression") && kl_node_text_is(ctx->src, ts_node_child_by_field_name(g, "function", 8), "dim3") &&
             ts_node_named_child_count(ts_node_child_by_field_name(g, "arguments", 9)) > 1) {
-            kl_snprintf(why, size, "the grid at line %u is not 1-D", line_of(l->call));
+            kl_snprintf(why, size, "the grid at line %u is not 1-D", kl_ast_line(l->call));
             return false;
         }
         if (is_type(g, "identifier")) {
@@ -1095,7 +1088,7 @@ static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const
             char pat[160];
             kl_snprintf(pat, sizeof pat, "dim3 %s", t ? t : "");
             if (has_text(ctx->src, l->host_fn, pat)) {
-                kl_snprintf(why, size, "the grid at line %u is a dim3", line_of(l->call));
+                kl_snprintf(why, size, "the grid at line %u is a dim3", kl_ast_line(l->call));
                 free(t);
                 return false;
             }
@@ -1103,7 +1096,7 @@ static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const
         }
         TSNode st = ts_node_parent(l->call);
         if (!is_type(st, "expression_statement") || !is_type(ts_node_parent(st), "compound_statement")) {
-            kl_snprintf(why, size, "the launch at line %u is not a statement of its own in a block", line_of(l->call));
+            kl_snprintf(why, size, "the launch at line %u is not a statement of its own in a block", kl_ast_line(l->call));
             return false;
         }
     }
@@ -1410,7 +1403,7 @@ static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const gs_kernel
                     bv != k->coef) {
                     st = kl_rule_not_applicable(r->err,
                                                 "the index steps blocks by %lld, which is not the block size at line %u",
-                                                (long long)k->coef, line_of(l->call));
+                                                (long long)k->coef, kl_ast_line(l->call));
                     free(gt);
                     break;
                 }
@@ -1431,7 +1424,7 @@ static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const gs_kernel
                 }
                 if (ts_node_is_null(stmt) || !kl_rules_starts_line(ctx, ts_node_start_byte(stmt))) {
                     st = kl_rule_not_applicable(r->err, "the launch at line %u does not start its own line",
-                                                line_of(l->call));
+                                                kl_ast_line(l->call));
                     free(gt);
                     break;
                 }
@@ -1478,12 +1471,12 @@ static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const gs_kernel
                     st = kl_rule_not_applicable(r->err,
                                                 "the grid at line %u is neither a capped ceil-div nor recomputable from "
                                                 "the bound %s and a constant 1-D block size",
-                                                line_of(l->call), k->bound);
+                                                kl_ast_line(l->call), k->bound);
                 } else if (k->coef && bv != k->coef) {
                     /* the loops step by coef * gridDim.x: with another block, ceil(N / block) blocks may not cover N */
                     st = kl_rule_not_applicable(r->err,
                                                 "the index steps blocks by %lld, which is not the block size at line %u",
-                                                (long long)k->coef, line_of(l->call));
+                                                (long long)k->coef, kl_ast_line(l->call));
                 } else {
                     char *at = kl_node_text(ctx->src, ts_node_named_child(l->args, (uint32_t)idx));
                     char *bt = kl_node_text(ctx->src, b);

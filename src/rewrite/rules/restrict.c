@@ -17,7 +17,6 @@ static const kl_rule_param restrict_params[] = {{"ldg", ldg_values, "0"}};
 
 static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 /* How a pointer parameter is used in the kernel. */
 typedef enum use_kind { USE_READ = 0, USE_WRITE = 1, USE_UNKNOWN = 2, USE_ESCAPE = 3 } use_kind;
@@ -141,7 +140,7 @@ static void alias_decl(scan *s, TSNode init)
     bool is_auto = is_type(ty, "placeholder_type_specifier") || kl_node_text_is(src, ty, "auto");
     TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(init, "declarator", 10));
     if (ts_node_is_null(nm)) {
-        worse(s->u, USE_UNKNOWN, "%s is used in a declaration at line %u", s->name, line_of(init));
+        worse(s->u, USE_UNKNOWN, "%s is used in a declaration at line %u", s->name, kl_ast_line(init));
         return;
     }
     char *alias = kl_node_text(src, nm);
@@ -162,7 +161,7 @@ static void alias_decl(scan *s, TSNode init)
     }
     if (!is_const) {
         /* a non-const alias: the parameter cannot become const, and writes through it are writes */
-        if (!is_auto) worse(s->u, USE_UNKNOWN, "%s has a non-const alias declared at line %u", s->name, line_of(init));
+        if (!is_auto) worse(s->u, USE_UNKNOWN, "%s has a non-const alias declared at line %u", s->name, kl_ast_line(init));
         if (s->depth < 4) {
             scan sub = *s;
             sub.name = alias;
@@ -193,11 +192,11 @@ static void lvalue(scan *s, TSNode lv, bool plain_subscript)
         p = ts_node_parent(n);
     }
     if (is_type(p, "assignment_expression") && ts_node_eq(ts_node_child_by_field_name(p, "left", 4), n)) {
-        worse(s->u, USE_WRITE, "%s is written at line %u", s->name, line_of(p));
+        worse(s->u, USE_WRITE, "%s is written at line %u", s->name, kl_ast_line(p));
         return;
     }
     if (is_type(p, "update_expression")) {
-        worse(s->u, USE_WRITE, "%s is written at line %u", s->name, line_of(p));
+        worse(s->u, USE_WRITE, "%s is written at line %u", s->name, kl_ast_line(p));
         return;
     }
     if (is_type(p, "pointer_expression") && kl_node_text_is(src, ts_node_child_by_field_name(p, "operator", 8), "&")) {
@@ -208,11 +207,11 @@ static void lvalue(scan *s, TSNode lv, bool plain_subscript)
         is_type(ts_node_child_by_field_name(p, "declarator", 10), "reference_declarator") &&
         !decl_has_const(src, ts_node_parent(p))) {
         /* `float &r = p[i];`: writes through r are writes of the element */
-        worse(s->u, USE_WRITE, "%s is bound to a non-const reference at line %u", s->name, line_of(p));
+        worse(s->u, USE_WRITE, "%s is bound to a non-const reference at line %u", s->name, kl_ast_line(p));
         return;
     }
     if (is_type(p, "argument_list") && element_by_reference(src, p, n)) {
-        worse(s->u, USE_WRITE, "an element of %s is passed by non-const reference at line %u", s->name, line_of(p));
+        worse(s->u, USE_WRITE, "an element of %s is passed by non-const reference at line %u", s->name, kl_ast_line(p));
         return;
     }
     /* a read */
@@ -230,7 +229,7 @@ static void pointer_value(scan *s, TSNode v)
     const kl_source *src = s->ctx->src;
     TSNode n = up_parens(v);
     TSNode p = ts_node_parent(n);
-    unsigned line = line_of(v);
+    unsigned line = kl_ast_line(v);
     if (is_type(p, "binary_expression")) {
         char *op = kl_node_text(src, ts_node_child_by_field_name(p, "operator", 8));
         bool arith = op && (!strcmp(op, "+") || !strcmp(op, "-"));
@@ -322,7 +321,7 @@ static bool visit_ident(TSNode n, void *user)
     if (is_type(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "declarator", 10), n)) return true;
     if (is_type(p, "pointer_declarator") || is_type(p, "field_expression")) {
         if (is_type(p, "field_expression") && ts_node_eq(ts_node_child_by_field_name(p, "argument", 8), n))
-            worse(s->u, USE_UNKNOWN, "%s is used as a struct at line %u", s->name, line_of(n));
+            worse(s->u, USE_UNKNOWN, "%s is used as a struct at line %u", s->name, kl_ast_line(n));
         return true;
     }
     TSNode up = up_parens(n);
@@ -407,7 +406,7 @@ static bool distinct_args(const kl_rule_ctx *ctx, const char *kernel, const kl_a
             for (unsigned j = 0; j < nr && r; j++)
                 if (roots[j] && !strcmp(roots[j], r)) {
                     kl_snprintf(why, size, "the launch at line %u passes %s to two pointer parameters of %s",
-                                line_of(l->call), r, kernel);
+                                kl_ast_line(l->call), r, kernel);
                     ok = false;
                 }
             roots[nr++] = r;
@@ -435,7 +434,7 @@ static bool has_prototype(const kl_rule_ctx *ctx, const char *kernel, unsigned *
         TSNode fd = ts_node_child_by_field_name(d, "declarator", 10);
         if (!is_type(fd, "function_declarator")) continue;
         if (kl_node_text_is(ctx->src, ts_node_child_by_field_name(fd, "declarator", 10), kernel)) {
-            *line = line_of(d);
+            *line = kl_ast_line(d);
             return true;
         }
     }
@@ -493,7 +492,7 @@ static bool find_macro_use(TSNode n, void *user)
     char *body = ts_node_is_null(d) ? NULL : kl_node_text(m->ctx->src, ts_node_child_by_field_name(d, "value", 5));
     if (body && word_in(body, m->name)) {
         kl_snprintf(m->macro, sizeof m->macro, "%s", fname);
-        m->line = line_of(n);
+        m->line = kl_ast_line(n);
     }
     free(body);
     free(fname);

@@ -310,7 +310,7 @@ static bool scan_stores(TSNode n, void *user)
             named = a->write && ts_node_start_byte(a->node) == ts_node_start_byte(l) &&
                     ts_node_end_byte(a->node) == ts_node_end_byte(l);
         }
-        if (!named) s->line = ts_node_start_point(l).row + 1;
+        if (!named) s->line = kl_ast_line(l);
     }
     return !s->line;
 }
@@ -412,7 +412,7 @@ static const char *analyse(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
         for (unsigned p = 0; p < 2; p++)
             if (!invariant(ctx, ax, parts[p], g->loops[i].var, bad, sizeof bad)) {
                 kl_snprintf(buf, size, "'%s' (read by the loop at line %u) is assigned in the kernel", bad,
-                            ts_node_start_point(L).row + 1);
+                            kl_ast_line(L));
                 return buf;
             }
     }

@@ -45,7 +45,6 @@ const kl_rule_presets kl_presets_row_parallel = {&kl_rule_row_parallel, rp_prese
 static const TSNode null_node = {{0}, 0, 0};
 
 static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 static void node_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 {
@@ -68,16 +67,10 @@ static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
     buf[k] = '\0';
 }
 
-static TSNode strip_parens(TSNode n)
-{
-    while (rb_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
-    return n;
-}
-
 static TSNode cond_expr(TSNode n)
 {
     if (rb_is(n, "condition_clause")) n = ts_node_named_child(n, 0);
-    return strip_parens(n);
+    return kl_ast_unparen(n);
 }
 
 static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op) { return text_is(ctx, rb_field(n, "operator"), op); }
@@ -99,7 +92,7 @@ static TSNode stmt_expr(TSNode st)
  * increments identifier v. */
 static bool increments(const kl_rule_ctx *ctx, TSNode n, const char *v, TSNode *step)
 {
-    n = strip_parens(n);
+    n = kl_ast_unparen(n);
     *step = null_node;
     if (rb_is(n, "update_expression"))
         return text_is(ctx, rb_field(n, "argument"), v) && op_is(ctx, n, "++");
@@ -202,7 +195,7 @@ static bool reduction_of(const kl_rule_ctx *ctx, TSNode n, const char *v, char *
         return op_is(ctx, n, "++") && uses == 1;
     }
     if (!rb_is(n, "assignment_expression") || !text_is(ctx, rb_field(n, "left"), v)) return false;
-    TSNode r = strip_parens(rb_field(n, "right"));
+    TSNode r = kl_ast_unparen(rb_field(n, "right"));
     if (op_is(ctx, n, "+=") || op_is(ctx, n, "-=")) {
         kl_snprintf(op, opsize, "+");
         return uses == 1;
@@ -273,7 +266,7 @@ typedef struct rp_row {
 static bool block_1d(const kl_rule_ctx *ctx, TSNode host, TSNode block, int64_t *v, char *w, size_t wn)
 {
     if (kl_const_eval(ctx->src, host, block, false, v, w, wn)) return true;
-    TSNode b = strip_parens(block);
+    TSNode b = kl_ast_unparen(block);
     TSNode decl = null_node;
     if (rb_is(b, "identifier")) {
         char name[64];
@@ -321,7 +314,7 @@ static bool launch_block(const kl_rule_ctx *ctx, const char *name, int64_t *bs, 
         char w[200] = "";
         if (ts_node_is_null(l->block) || !block_1d(ctx, l->host_fn, l->block, &v, w, sizeof w)) {
             kl_snprintf(why, wn, "the block size of %s at line %u is not a 1-D compile-time constant", name,
-                        line_of(l->call));
+                        kl_ast_line(l->call));
             ok = false;
         } else if ((*n)++ && v != *bs) {
             kl_snprintf(why, wn, "launches of %s use different block sizes (%lld and %lld)", name, (long long)*bs,
@@ -369,11 +362,11 @@ static bool plain_loop(const kl_rule_ctx *ctx, TSNode st, rp_loop *L, rp_row *r)
         TSNode d = single_init(init);
         if (ts_node_is_null(d))
             return why_set(r, "the loop at line %u does not declare its variable with a start value in its initializer",
-                           line_of(st));
+                           kl_ast_line(st));
         node_copy(ctx, kl_ast_declarator_name(d), L->var, sizeof L->var);
         L->start = rb_field(d, "value");
         L->update = rb_field(st, "update");
-        cond = strip_parens(rb_field(st, "condition"));
+        cond = kl_ast_unparen(rb_field(st, "condition"));
     } else if (rb_is(st, "while_statement")) {
         L->is_while = true;
         cond = cond_expr(rb_field(st, "condition"));
@@ -390,17 +383,17 @@ static bool plain_loop(const kl_rule_ctx *ctx, TSNode st, rp_loop *L, rp_row *r)
             }
         L->update = last;
         if (ts_node_is_null(L->start))
-            return why_set(r, "the while loop at line %u is not preceded by the declaration of its variable", line_of(st));
+            return why_set(r, "the while loop at line %u is not preceded by the declaration of its variable", kl_ast_line(st));
     } else {
-        return why_set(r, "line %u: a do-while loop over the row is not supported", line_of(st));
+        return why_set(r, "line %u: a do-while loop over the row is not supported", kl_ast_line(st));
     }
     if (!rb_is(cond, "binary_expression") || !text_is(ctx, rb_field(cond, "left"), L->var) ||
         (!op_is(ctx, cond, "<") && !op_is(ctx, cond, "<=")))
-        return why_set(r, "the loop at line %u is not `%s < bound`", line_of(st), L->var[0] ? L->var : "c");
+        return why_set(r, "the loop at line %u is not `%s < bound`", kl_ast_line(st), L->var[0] ? L->var : "c");
     TSNode step;
     TSNode upd = L->is_while ? stmt_expr(L->update) : L->update;
     if (ts_node_is_null(upd) || !increments(ctx, upd, L->var, &step) || (!ts_node_is_null(step) && !text_is(ctx, step, "1")))
-        return why_set(r, "the loop at line %u does not step %s by 1", line_of(st), L->var);
+        return why_set(r, "the loop at line %u does not step %s by 1", kl_ast_line(st), L->var);
     node_copy(ctx, L->start, L->start_text, sizeof L->start_text);
     return true;
 }
@@ -423,12 +416,12 @@ static bool is_atomic(const kl_rule_ctx *ctx, TSNode call)
  * `&p[i]`, `p + i`. False when it is a plain identifier or unknown. */
 static bool lvalue_array(const kl_rule_ctx *ctx, TSNode n, char *arr, size_t size, TSNode *index)
 {
-    n = strip_parens(n);
+    n = kl_ast_unparen(n);
     *index = null_node;
-    if (rb_is(n, "pointer_expression")) n = strip_parens(rb_field(n, "argument"));
-    if (rb_is(n, "field_expression")) n = strip_parens(rb_field(n, "argument"));
+    if (rb_is(n, "pointer_expression")) n = kl_ast_unparen(rb_field(n, "argument"));
+    if (rb_is(n, "field_expression")) n = kl_ast_unparen(rb_field(n, "argument"));
     if (rb_is(n, "subscript_expression")) {
-        TSNode a = strip_parens(rb_field(n, "argument"));
+        TSNode a = kl_ast_unparen(rb_field(n, "argument"));
         if (!rb_is(a, "identifier")) return false;
         node_copy(ctx, a, arr, size);
         *index = rb_field(n, "index");
@@ -438,7 +431,7 @@ static bool lvalue_array(const kl_rule_ctx *ctx, TSNode n, char *arr, size_t siz
         return true;
     }
     if (rb_is(n, "binary_expression") && op_is(ctx, n, "+")) {
-        TSNode a = strip_parens(rb_field(n, "left"));
+        TSNode a = kl_ast_unparen(rb_field(n, "left"));
         if (!rb_is(a, "identifier")) return false;
         node_copy(ctx, a, arr, size);
         *index = rb_field(n, "right");
@@ -475,37 +468,37 @@ static void memory_write(scan *s, TSNode n, TSNode target)
     char arr[64] = "";
     TSNode index;
     /* a field of a local struct (`m.s = …`): a scalar of the thread, not memory */
-    TSNode ft = strip_parens(target);
-    if (rb_is(ft, "field_expression") && rb_is(strip_parens(rb_field(ft, "argument")), "identifier") &&
+    TSNode ft = kl_ast_unparen(target);
+    if (rb_is(ft, "field_expression") && rb_is(kl_ast_unparen(rb_field(ft, "argument")), "identifier") &&
         !text_is(ctx, rb_field(ft, "operator"), "->")) {
         char v[64];
         TSNode dd;
-        node_copy(ctx, strip_parens(rb_field(ft, "argument")), v, sizeof v);
+        node_copy(ctx, kl_ast_unparen(rb_field(ft, "argument")), v, sizeof v);
         TSNode decl = find_decl(ctx, r->fn, v, &dd);
         if (rb_is(decl, "declaration") && (rb_is(dd, "identifier") || rb_is(dd, "init_declarator")) &&
             !rb_is(rb_field(dd, "declarator"), "pointer_declarator")) {
             if (s->loop >= 0 && ts_node_is_null(find_decl(ctx, r->loops[s->loop].node, v, NULL)))
                 why_set(r, "the loop at line %u carries the local %s with an update at line %u that is not a reduction "
                            "(sum, max, min, count)",
-                        line_of(r->loops[s->loop].node), v, line_of(n));
+                        kl_ast_line(r->loops[s->loop].node), v, kl_ast_line(n));
             return;
         }
     }
     if (!lvalue_array(ctx, target, arr, sizeof arr, &index)) {
-        why_set(r, "line %u writes through an expression that is not an array element", line_of(n));
+        why_set(r, "line %u writes through an expression that is not an array element", kl_ast_line(n));
         return;
     }
     /* a local array (not a pointer) */
     TSNode decl_d;
     TSNode decl = find_decl(ctx, r->fn, arr, &decl_d);
     if (!ts_node_is_null(decl) && rb_is(decl_d, "array_declarator")) {
-        why_set(r, "line %u writes the local array %s: its elements would be spread over the lanes", line_of(n), arr);
+        why_set(r, "line %u writes the local array %s: its elements would be spread over the lanes", kl_ast_line(n), arr);
         return;
     }
     if (s->loop >= 0) {
         const rp_loop *L = &r->loops[s->loop];
         if (ts_node_is_null(index)) {
-            why_set(r, "the store at line %u does not move with %s: the lanes would race", line_of(n), L->var);
+            why_set(r, "the store at line %u does not move with %s: the lanes would race", kl_ast_line(n), L->var);
             return;
         }
         kl_affine a = {0};
@@ -516,14 +509,14 @@ static void memory_write(scan *s, TSNode n, TSNode target)
         int64_t k = 0;
         bool moves = a.ok && kl_affine_coef_int(&a, L->var, &k) && k != 0;
         if (!a.ok && !L->is_while)
-            why_set(r, "the store at line %u has an index that is not affine in %s (%s)", line_of(n), L->var,
+            why_set(r, "the store at line %u has an index that is not affine in %s (%s)", kl_ast_line(n), L->var,
                     a.why ? a.why : "?");
         else if (!moves && !L->is_while)
-            why_set(r, "the store at line %u does not move with %s: the lanes would race", line_of(n), L->var);
+            why_set(r, "the store at line %u does not move with %s: the lanes would race", kl_ast_line(n), L->var);
         else if (L->is_while) {
             /* a while loop's variable is not a loop variable of the analysis: the index must name it */
             if (!rb_count_ident(ctx, index, L->var))
-                why_set(r, "the store at line %u does not move with %s: the lanes would race", line_of(n), L->var);
+                why_set(r, "the store at line %u does not move with %s: the lanes would race", kl_ast_line(n), L->var);
         }
         kl_affine_release(&a);
     } else {
@@ -531,7 +524,7 @@ static void memory_write(scan *s, TSNode n, TSNode target)
         TSNode st = n;
         while (!ts_node_is_null(st) && !rb_is(st, "expression_statement")) st = ts_node_parent(st);
         if (ts_node_is_null(st) || !rb_is(ts_node_parent(st), "compound_statement")) {
-            why_set(r, "the store at line %u is not a statement of its own in a block", line_of(n));
+            why_set(r, "the store at line %u is not a statement of its own in a block", kl_ast_line(n));
             return;
         }
         bool seen = false;
@@ -559,24 +552,24 @@ static void scalar_update(scan *s, TSNode n, TSNode target)
     node_copy(ctx, target, v, sizeof v);
     if (L->is_while && ts_node_eq(stmt_expr(L->update), n)) return;
     if (!strcmp(v, L->var)) {
-        why_set(r, "line %u assigns the loop variable %s inside the loop", line_of(n), v);
+        why_set(r, "line %u assigns the loop variable %s inside the loop", kl_ast_line(n), v);
         return;
     }
     if (!ts_node_is_null(find_decl(ctx, L->node, v, NULL))) return; /* a local of the loop */
     char op[16];
     if (!reduction_of(ctx, n, v, op, sizeof op)) {
         why_set(r, "the loop at line %u carries %s with an update at line %u that is not a reduction (sum, max, min, count)",
-                line_of(L->node), v, line_of(n));
+                kl_ast_line(L->node), v, kl_ast_line(n));
         return;
     }
     for (unsigned i = 0; i < L->nred; i++)
         if (!strcmp(L->reds[i].var, v)) {
             if (strcmp(L->reds[i].op, op))
-                why_set(r, "the loop at line %u updates %s by two different operations", line_of(L->node), v);
+                why_set(r, "the loop at line %u updates %s by two different operations", kl_ast_line(L->node), v);
             return;
         }
     if (L->nred >= RP_MAXRED) {
-        why_set(r, "the loop at line %u carries more than %d reductions", line_of(L->node), RP_MAXRED);
+        why_set(r, "the loop at line %u carries more than %d reductions", kl_ast_line(L->node), RP_MAXRED);
         return;
     }
     kl_snprintf(L->reds[L->nred].var, sizeof L->reds[L->nred].var, "%s", v);
@@ -608,7 +601,7 @@ static bool scan_visit(TSNode n, void *user)
                         !strcmp(t, "for_range_loop"))) {
         if (!top_level(s, n))
             return why_set(r, "the loop at line %u is inside a condition: the lanes' exchange needs every lane",
-                           line_of(n));
+                           kl_ast_line(n));
         if (r->nloops >= RP_MAXLOOP) return why_set(r, "more than %d loops over the row", RP_MAXLOOP);
         rp_loop *L = &r->loops[r->nloops];
         if (!plain_loop(ctx, n, L, r)) return false;
@@ -623,15 +616,15 @@ static bool scan_visit(TSNode n, void *user)
         return false;
     }
     if (!strcmp(t, "break_statement") && s->loop >= 0)
-        return why_set(r, "line %u: a break leaves the loop over the row early", line_of(n));
-    if (!strcmp(t, "goto_statement")) return why_set(r, "line %u: goto", line_of(n));
+        return why_set(r, "line %u: a break leaves the loop over the row early", kl_ast_line(n));
+    if (!strcmp(t, "goto_statement")) return why_set(r, "line %u: goto", kl_ast_line(n));
     if (!strcmp(t, "return_statement") && s->loop >= 0)
-        return why_set(r, "line %u: a return inside the loop over the row", line_of(n));
+        return why_set(r, "line %u: a return inside the loop over the row", kl_ast_line(n));
     if (!strcmp(t, "call_expression")) {
         char f[64];
         node_copy(ctx, rb_field(n, "function"), f, sizeof f);
         if (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp"))
-            return why_set(r, "line %u: %s: the threads already cooperate", line_of(n), f);
+            return why_set(r, "line %u: %s: the threads already cooperate", kl_ast_line(n), f);
         if (is_atomic(ctx, n) && ts_node_named_child_count(rb_field(n, "arguments")) >= 1) {
             memory_write(s, n, ts_node_named_child(rb_field(n, "arguments"), 0));
             return true;
@@ -639,7 +632,7 @@ static bool scan_visit(TSNode n, void *user)
         return true;
     }
     if (!strcmp(t, "assignment_expression") || !strcmp(t, "update_expression")) {
-        TSNode target = strip_parens(rb_field(n, !strcmp(t, "assignment_expression") ? "left" : "argument"));
+        TSNode target = kl_ast_unparen(rb_field(n, !strcmp(t, "assignment_expression") ? "left" : "argument"));
         if (rb_is(target, "identifier")) {
             scalar_update(s, n, target);
         } else {
@@ -685,7 +678,7 @@ static TSNode reduction_init(const kl_rule_ctx *ctx, TSNode loop, const char *v)
 static bool zero_literal(const kl_rule_ctx *ctx, TSNode n)
 {
     char t[32];
-    squeeze(ctx, strip_parens(n), t, sizeof t);
+    squeeze(ctx, kl_ast_unparen(n), t, sizeof t);
     static const char *const z[] = {"0", "0.0f", "0.f", "0.0", "0.", "0u", "0U", "0ull", "0ll", "0.0F", "0l", "0ul", NULL};
     for (unsigned i = 0; z[i]; i++)
         if (!strcmp(t, z[i])) return true;
@@ -715,9 +708,9 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
             const char *bc = kl_affine_coef(&a, "blockIdx.x");
             int64_t bci = 0;
             bool other = a.nterms != 2 || !a.const_is_int || a.const_int != 0;
-            if (other) why_set(r, "the row index at line %u is not blockIdx.x * B + threadIdx.x", line_of(st));
+            if (other) why_set(r, "the row index at line %u is not blockIdx.x * B + threadIdx.x", kl_ast_line(st));
             else if (!kl_affine_coef_int(&a, "blockIdx.x", &bci) && strcmp(bc, "blockDim.x"))
-                why_set(r, "the row index at line %u multiplies blockIdx.x by %s, not the block size", line_of(st), bc);
+                why_set(r, "the row index at line %u multiplies blockIdx.x by %s, not the block size", kl_ast_line(st), bc);
             r->decl = st;
             r->init = rb_field(d, "value");
             node_copy(ctx, kl_ast_declarator_name(d), r->row, sizeof r->row);
@@ -738,7 +731,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
         r->rbody = cons;
         r->from = ts_node_start_byte(cons);
         if (!ts_node_is_null(rb_next_stmt(st)))
-            why_set(r, "statements follow the row's guard at line %u", line_of(st));
+            why_set(r, "statements follow the row's guard at line %u", kl_ast_line(st));
     } else if (op_is(ctx, cond, ">=") && rb_is(cons, "return_statement") && ts_node_is_null(rb_field(st, "alternative"))) {
         r->early = true;
         r->rbody = r->body;
@@ -772,7 +765,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
         if (L->is_while) {
             unsigned all = rb_count_ident(ctx, r->rbody, L->var);
             unsigned in = rb_count_ident(ctx, L->node, L->var) + rb_count_ident(ctx, rb_prev_stmt(L->node), L->var);
-            if (all != in) return why_set(r, "%s is used after its while loop at line %u", L->var, line_of(L->node)), true;
+            if (all != in) return why_set(r, "%s is used after its while loop at line %u", L->var, kl_ast_line(L->node)), true;
         }
         /* a reduction read elsewhere in its loop is a loop-carried dependence (a prefix) */
         for (unsigned q = 0; q < L->nred; q++) {
@@ -785,8 +778,8 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
             stack[sp++] = rb_field(L->node, "body");
             while (sp) {
                 TSNode x = stack[--sp];
-                if ((rb_is(x, "assignment_expression") && text_is(ctx, strip_parens(rb_field(x, "left")), rd->var)) ||
-                    (rb_is(x, "update_expression") && text_is(ctx, strip_parens(rb_field(x, "argument")), rd->var))) {
+                if ((rb_is(x, "assignment_expression") && text_is(ctx, kl_ast_unparen(rb_field(x, "left")), rd->var)) ||
+                    (rb_is(x, "update_expression") && text_is(ctx, kl_ast_unparen(rb_field(x, "argument")), rd->var))) {
                     in_red += rb_count_ident(ctx, x, rd->var);
                     continue;
                 }
@@ -796,14 +789,14 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
             if (uses != in_red)
                 return why_set(r, "%s is read inside the loop at line %u besides its own update: a loop-carried "
                                   "dependence that is not a reduction (a prefix?)",
-                               rd->var, line_of(L->node)),
+                               rd->var, kl_ast_line(L->node)),
                        true;
             if (!strcmp(rd->op, "+")) {
                 TSNode init = reduction_init(ctx, L->node, rd->var);
                 if (ts_node_is_null(init) || !zero_literal(ctx, init))
                     return why_set(r, "the sum %s of the loop at line %u does not start at 0 right before it: every "
                                       "lane would add its start",
-                                   rd->var, line_of(L->node)),
+                                   rd->var, kl_ast_line(L->node)),
                            true;
             }
         }
@@ -819,7 +812,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
                         (W->loop == R->loop || !strcmp(r->loops[W->loop].start_text, r->loops[R->loop].start_text));
             if (!same)
                 return why_set(r, "%s is written at line %u and read at line %u: another lane may read what one wrote",
-                               W->array, line_of(W->node), line_of(R->node)),
+                               W->array, kl_ast_line(W->node), kl_ast_line(R->node)),
                        true;
         }
     }
@@ -871,14 +864,14 @@ static bool pwhy(rp_present *p, const char *fmt, ...)
 /* Is n the lane: the lane's name or threadIdx.x itself? */
 static bool is_lane(const kl_rule_ctx *ctx, const rp_present *p, TSNode n)
 {
-    n = strip_parens(n);
+    n = kl_ast_unparen(n);
     return text_is(ctx, n, p->lane) || rb_is_builtin(ctx, n, "threadIdx", 'x');
 }
 
 /* `c = lane`, `c = lane + S`, `c = S + lane`: *rest = S (null for the lane alone). */
 static bool lane_start(const kl_rule_ctx *ctx, const rp_present *p, TSNode v, TSNode *rest)
 {
-    v = strip_parens(v);
+    v = kl_ast_unparen(v);
     *rest = null_node;
     if (is_lane(ctx, p, v)) return true;
     if (rb_is(v, "binary_expression") && op_is(ctx, v, "+")) {
@@ -898,7 +891,7 @@ static bool lane_start(const kl_rule_ctx *ctx, const rp_present *p, TSNode v, TS
 static bool group_step(const kl_rule_ctx *ctx, const rp_present *p, TSNode step)
 {
     if (ts_node_is_null(step)) return false;
-    if (!p->warp && rb_is_builtin(ctx, strip_parens(step), "blockDim", 'x')) return true;
+    if (!p->warp && rb_is_builtin(ctx, kl_ast_unparen(step), "blockDim", 'x')) return true;
     int64_t v = 0;
     return kl_const_eval(ctx->src, p->fn, step, false, &v, NULL, 0) && v == p->group;
 }
@@ -1057,14 +1050,14 @@ static bool left_visit(TSNode n, void *user)
         char f[64];
         node_copy(ctx, rb_field(n, "function"), f, sizeof f);
         if (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp"))
-            return pwhy(p, "line %u: %s is not part of a reduction this transform recognises", line_of(n), f);
+            return pwhy(p, "line %u: %s is not part of a reduction this transform recognises", kl_ast_line(n), f);
     }
     if (rb_is(n, "field_expression") && rb_is_builtin(ctx, n, "threadIdx", 0))
         return pwhy(p, "line %u uses threadIdx other than as the lane of a loop over the row: the threads share the row "
                        "in another way",
-                    line_of(n));
+                    kl_ast_line(n));
     if (rb_is(n, "identifier") && p->lane[0] && strcmp(p->lane, "threadIdx.x") && text_is(ctx, n, p->lane))
-        return pwhy(p, "line %u uses the lane %s other than as the start of a loop over the row", line_of(n), p->lane);
+        return pwhy(p, "line %u uses the lane %s other than as the start of a loop over the row", kl_ast_line(n), p->lane);
     return true;
 }
 
@@ -1116,7 +1109,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char *name,
                 rb_is(rb_field(pv, "left"), "parenthesized_expression")) {
                 p->row_decl = prev;
                 p->row_init = pv;
-                p->row_e = strip_parens(rb_field(pv, "left"));
+                p->row_e = kl_ast_unparen(rb_field(pv, "left"));
             }
         }
         break;
@@ -1141,7 +1134,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char *name,
         for (uint32_t i = 0; i < c && ts_node_is_null(p->row_decl); i++) {
             TSNode st = ts_node_named_child(p->body, i);
             TSNode d = single_init(st);
-            if (!ts_node_is_null(d) && rb_is_builtin(ctx, strip_parens(rb_field(d, "value")), "blockIdx", 'x')) {
+            if (!ts_node_is_null(d) && rb_is_builtin(ctx, kl_ast_unparen(rb_field(d, "value")), "blockIdx", 'x')) {
                 p->row_decl = st;
                 p->row_init = rb_field(d, "value");
             }
@@ -1180,7 +1173,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         for (unsigned k = 0; k < r->nloops; k++)
             for (unsigned q = 0; q < r->loops[k].nred; q++)
                 json_array_append_new(reds, json_pack("{s:s, s:s, s:i}", "var", r->loops[k].reds[q].var, "op",
-                                                      r->loops[k].reds[q].op, "loop_line", (int)line_of(r->loops[k].node)));
+                                                      r->loops[k].reds[q].op, "loop_line", (int)kl_ast_line(r->loops[k].node)));
         json_object_set_new(f, "reductions", reds);
         json_object_set_new(f, "early_return", json_boolean(r->early));
         if (r->why[0]) json_object_set_new(f, "why_not", json_string(r->why));
@@ -1244,7 +1237,7 @@ static void var_type(const kl_rule_ctx *ctx, TSNode fn, const char *v, char *buf
  * variable g, `dim3(g.x * M, g.y, g.z)`. */
 static kl_status grid_mul(const kl_rule_ctx *ctx, const kl_launch_site *l, const char *mult, kl_edits *out)
 {
-    TSNode g = l->grid, gs = strip_parens(g);
+    TSNode g = l->grid, gs = kl_ast_unparen(g);
     char gt[256];
     node_copy(ctx, g, gt, sizeof gt);
     if (rb_is(gs, "call_expression") && text_is(ctx, rb_field(gs, "function"), "dim3") &&
@@ -1271,16 +1264,16 @@ static kl_status grid_mul(const kl_rule_ctx *ctx, const kl_launch_site *l, const
 static bool grid_unmul(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode *mult, uint32_t *a, uint32_t *b,
                        char *text, size_t size)
 {
-    TSNode g = strip_parens(l->grid), x = g;
+    TSNode g = kl_ast_unparen(l->grid), x = g;
     bool d3 = rb_is(g, "call_expression") && text_is(ctx, rb_field(g, "function"), "dim3");
     if (d3) {
         TSNode args = rb_field(g, "arguments");
         if (ts_node_named_child_count(args) < 1) return false;
-        x = strip_parens(ts_node_named_child(args, 0));
+        x = kl_ast_unparen(ts_node_named_child(args, 0));
     }
     if (!rb_is(x, "binary_expression") || !op_is(ctx, x, "*")) return false;
-    *mult = strip_parens(rb_field(x, "right"));
-    TSNode left = strip_parens(rb_field(x, "left"));
+    *mult = kl_ast_unparen(rb_field(x, "right"));
+    TSNode left = kl_ast_unparen(rb_field(x, "left"));
     if (d3) {
         /* dim3(g.x * M, g.y, g.z) -> g */
         char full[300], gx[128];
@@ -1439,7 +1432,7 @@ static kl_status remove_launches(const kl_rule_ctx *ctx, const rp_present *p, co
         if (p->warp) {
             if (!mul || !text_is(ctx, mult, "32")) {
                 st = kl_rule_not_applicable(err, "the grid of the launch at line %u is not `G * 32` (rows -> warps)",
-                                            line_of(l->call));
+                                            kl_ast_line(l->call));
                 break;
             }
             st = kl_edits_add(out, ga, gb, lt);
@@ -1454,9 +1447,9 @@ static kl_status remove_launches(const kl_rule_ctx *ctx, const rp_present *p, co
             if (st == KL_OK) st = kl_edits_add(out, ts_node_start_byte(l->block), ts_node_end_byte(l->block), rt);
             continue;
         }
-        if (rb_is(strip_parens(l->grid), "call_expression")) {
+        if (rb_is(kl_ast_unparen(l->grid), "call_expression")) {
             st = kl_rule_not_applicable(err, "the grid of the launch at line %u is a dim3 not of the form dim3(G * B, …)",
-                                        line_of(l->call));
+                                        kl_ast_line(l->call));
             break;
         }
         char gt[256];

@@ -80,7 +80,6 @@ const kl_rule_presets kl_presets_smem_tile = {&kl_rule_smem_tile, st_presets, si
 
 /* ---- small helpers ----------------------------------------------------------------------------- */
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 static TSNode strip(TSNode n)
 {
@@ -307,7 +306,7 @@ static bool launch_block(const kl_rule_ctx *ctx, const char *name, int64_t dim[3
             free(nm);
         }
         if (ts_node_is_null(list)) {
-            kl_snprintf(why, wsize, "the block of the launch at line %u is not a dim3 of constants", line_of(ls[i].call));
+            kl_snprintf(why, wsize, "the block of the launch at line %u is not a dim3 of constants", kl_ast_line(ls[i].call));
             return false;
         }
         int64_t d[3] = {1, 1, 1};
@@ -326,7 +325,7 @@ static bool launch_block(const kl_rule_ctx *ctx, const char *name, int64_t dim[3
             if (!ok) {
                 kl_snprintf(why, wsize, "the block extent '%.*s' at line %u is not a compile-time constant",
                             (int)(ts_node_end_byte(a) - ts_node_start_byte(a)), ctx->text + ts_node_start_byte(a),
-                            line_of(a));
+                            kl_ast_line(a));
                 return false;
             }
             d[k] = v;
@@ -513,7 +512,7 @@ static bool loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode fn, T
                            char *why, size_t wsize)
 {
 #define PWHY(...) (kl_snprintf(why, wsize, __VA_ARGS__), false)
-    unsigned ln = line_of(loop);
+    unsigned ln = kl_ast_line(loop);
     TSNode fbody = kl_ast_function_body(fn);
     TSNode par = ts_node_parent(loop);
     memset(pl, 0, sizeof *pl);
@@ -521,17 +520,17 @@ static bool loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode fn, T
         pl->form = 'N';
         for (TSNode q = rb_prev_stmt(loop); !ts_node_is_null(q); q = rb_prev_stmt(q)) {
             if (early_return(q)) {
-                if (pl->form == 'R') return PWHY("%s:%u: two early returns before the loop", src, line_of(q));
+                if (pl->form == 'R') return PWHY("%s:%u: two early returns before the loop", src, kl_ast_line(q));
                 pl->form = 'R';
                 pl->guard = q;
             } else if (count_type(q, "return_statement", NULL) || count_type(q, "goto_statement", NULL))
-                return PWHY("%s:%u: a return before the loop would skip the barriers", src, line_of(q));
+                return PWHY("%s:%u: a return before the loop would skip the barriers", src, kl_ast_line(q));
         }
         if (pl->form == 'R')
             for (TSNode q = rb_next_stmt(pl->guard); !ts_node_eq(q, loop); q = rb_next_stmt(q)) {
                 if (!hoistable(ctx, q))
                     return PWHY("%s:%u: the statement between the early return and the loop reads memory or calls "
-                                "a function: it cannot run in the threads that returned", src, line_of(q));
+                                "a function: it cannot run in the threads that returned", src, kl_ast_line(q));
                 if (pl->npre < 32) pl->pre[pl->npre++] = q;
             }
     } else if (rb_is(par, "compound_statement") && rb_is(ts_node_parent(par), "if_statement") &&
@@ -541,14 +540,14 @@ static bool loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode fn, T
         pl->guard = ts_node_parent(par);
         for (TSNode q = rb_prev_stmt(pl->guard); !ts_node_is_null(q); q = rb_prev_stmt(q))
             if (count_type(q, "return_statement", NULL) || count_type(q, "goto_statement", NULL))
-                return PWHY("%s:%u: a return before the loop would skip the barriers", src, line_of(q));
+                return PWHY("%s:%u: a return before the loop would skip the barriers", src, kl_ast_line(q));
         for (uint32_t i = 0; i < ts_node_named_child_count(par); i++) {
             TSNode q = ts_node_named_child(par, i);
             if (ts_node_eq(q, loop)) break;
             if (rb_is(q, "comment")) continue;
             if (!hoistable(ctx, q))
                 return PWHY("%s:%u: the statement before the loop reads memory or calls a function: it cannot move "
-                            "out of the guard", src, line_of(q));
+                            "out of the guard", src, kl_ast_line(q));
             if (pl->npre < 32) pl->pre[pl->npre++] = q;
         }
         if (rb_line_end(ctx, ts_node_start_byte(par)) > ts_node_start_byte(ts_node_named_child(par, 0)) ||
@@ -561,7 +560,7 @@ static bool loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode fn, T
         return PWHY("%s:%u: the loop does not start its line", src, ln);
     for (unsigned i = 0; i < pl->npre; i++)
         if (!kl_rules_starts_line(ctx, ts_node_start_byte(pl->pre[i])))
-            return PWHY("%s:%u: the statements are not one a line", src, line_of(pl->pre[i]));
+            return PWHY("%s:%u: the statements are not one a line", src, kl_ast_line(pl->pre[i]));
     return true;
 #undef PWHY
 }
@@ -590,7 +589,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     g->loop = loop;
     int li = kl_affine_loop_index(ax, loop);
     const char *src = kl_source_name(ctx->src);
-    unsigned ln = line_of(loop);
+    unsigned ln = kl_ast_line(loop);
 #define WHY(...) (kl_snprintf(g->why, sizeof g->why, __VA_ARGS__), false)
     if (li < 0 || !rb_is(loop, "for_statement")) return WHY("%s:%u: not a for loop", src, ln);
     const kl_ax_loop *L = kl_affine_loop(ax, (unsigned)li);
@@ -630,11 +629,11 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
             kl_snprintf(op, sizeof op, "%.*s", (int)(ts_node_end_byte(o) - ts_node_start_byte(o)), ctx->text + ts_node_start_byte(o));
         }
         if (!rb_is(stmts[i], "expression_statement") || strcmp(op, "+=") || !rb_is(rb_field(e, "left"), "identifier"))
-            return WHY("%s:%u: the loop body is not `acc += X * Y` accumulations into locals", src, line_of(stmts[i]));
+            return WHY("%s:%u: the loop body is not `acc += X * Y` accumulations into locals", src, kl_ast_line(stmts[i]));
         char b[8];
         if (strcmp(binop(ctx, strip(rb_field(e, "right")), b, sizeof b), "*"))
             return WHY("%s:%u: the accumulated value is not a product (a zero-padded tile adds 0*0 terms, which only a "
-                       "product of the operands keeps exact)", src, line_of(stmts[i]));
+                       "product of the operands keeps exact)", src, kl_ast_line(stmts[i]));
         rb_walk(rb_field(e, "right"), sub_visit, &ss);
     }
     if (count_type(g->body, "call_expression", NULL) > 2 * ns + 2 && 0) return false;
@@ -644,11 +643,11 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         TSNode s = ss.subs[i];
         TSNode base = rb_field(s, "argument"), ix = rb_field(s, "indices");
         if (!rb_is(base, "identifier") || ts_node_named_child_count(ix) != 1)
-            return WHY("%s:%u: '%.*s' is not a 1-D subscript of a pointer", src, line_of(s),
+            return WHY("%s:%u: '%.*s' is not a 1-D subscript of a pointer", src, kl_ast_line(s),
                        (int)(ts_node_end_byte(s) - ts_node_start_byte(s)), ctx->text + ts_node_start_byte(s));
         TSNode index = ts_node_named_child(ix, 0);
         if (!uses_of(ctx, index, L->var)) continue;
-        if (nvar >= 2) return WHY("%s:%u: more than two operands vary along '%s'", src, line_of(s), L->var);
+        if (nvar >= 2) return WHY("%s:%u: more than two operands vary along '%s'", src, kl_ast_line(s), L->var);
         g->op[nvar] = s;
         g->idx[nvar] = index;
         nvar++;
@@ -667,13 +666,13 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (dx[i] < 0 || dy[i] < 0 || dz[i] < 0) {
             kl_affine a = {0};
             kl_affine_of(ax, g->idx[i], &a);
-            kl_snprintf(g->why, sizeof g->why, "%s:%u: the index of '%.*s' is not affine (%s)", src, line_of(g->op[i]),
+            kl_snprintf(g->why, sizeof g->why, "%s:%u: the index of '%.*s' is not affine (%s)", src, kl_ast_line(g->op[i]),
                 (int)(ts_node_end_byte(g->op[i]) - ts_node_start_byte(g->op[i])), ctx->text + ts_node_start_byte(g->op[i]),
                 a.why ? a.why : "unknown");
             kl_affine_release(&a);
             return false;
         }
-        if (dz[i]) return WHY("%s:%u: the operand depends on threadIdx.z", src, line_of(g->op[i]));
+        if (dz[i]) return WHY("%s:%u: the operand depends on threadIdx.z", src, kl_ast_line(g->op[i]));
     }
     if (dx[0] && !dx[1]) {
         TSNode t = g->op[0];
@@ -687,14 +686,14 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     }
     if (dx[0]) return WHY("%s:%u: both operands depend on threadIdx.x: no row of the block shares one", src, ln);
     if (dy[1]) return WHY("%s:%u: the operand '%.*s' depends on both threadIdx.x and threadIdx.y: the threads of a block "
-                          "share no tile of it", src, line_of(g->op[1]),
+                          "share no tile of it", src, kl_ast_line(g->op[1]),
                           (int)(ts_node_end_byte(g->op[1]) - ts_node_start_byte(g->op[1])), ctx->text + ts_node_start_byte(g->op[1]));
     for (int i = 0; i < 2; i++) {
         TSNode base = rb_field(g->op[i], "argument");
         uint32_t a = ts_node_start_byte(base), b = ts_node_end_byte(base);
         kl_snprintf(g->arr[i], sizeof g->arr[i], "%.*s", (int)(b - a), ctx->text + a);
         if (!elem_of(ctx, ax, fn, g->arr[i], g->elem[i], sizeof g->elem[i]))
-            return WHY("%s:%u: the element type of '%s' is unknown", src, line_of(g->op[i]), g->arr[i]);
+            return WHY("%s:%u: the element type of '%s' is unknown", src, kl_ast_line(g->op[i]), g->arr[i]);
     }
     /* the structure: top level, inside an if guard, or after an early return */
     placement pl;
@@ -708,13 +707,13 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         TSNode parts[MAXC];
         unsigned np = 0;
         split_on(ctx, c, g->form == 'I' ? "&&" : "||", parts, &np, MAXC);
-        if (np > MAXC) return WHY("%s:%u: the guard has too many conditions", src, line_of(g->guard));
+        if (np > MAXC) return WHY("%s:%u: the guard has too many conditions", src, kl_ast_line(g->guard));
         for (unsigned i = 0; i < np; i++) {
             int px = depends(ax, ctx, parts[i], "threadIdx.x"), py = depends(ax, ctx, parts[i], "threadIdx.y");
             if (px < 0 || py < 0 || (px && py)) {
                 kl_snprintf(g->why, sizeof g->why,
                             "%s:%u: the guard condition '%.*s' %s: it bounds neither operand's loads", src,
-                            line_of(parts[i]), (int)(ts_node_end_byte(parts[i]) - ts_node_start_byte(parts[i])),
+                            kl_ast_line(parts[i]), (int)(ts_node_end_byte(parts[i]) - ts_node_start_byte(parts[i])),
                             ctx->text + ts_node_start_byte(parts[i]),
                             px < 0 || py < 0 ? "is not affine in the thread indices" : "depends on both threadIdx.x and threadIdx.y");
                 kl_strbuf_release(&gs[0]);
@@ -748,7 +747,7 @@ static kl_status apply_gemm(const kl_rule_ctx *ctx, const ga *g, int64_t tile, k
     const char *src = kl_source_name(ctx->src);
     if (tile != g->dim[0])
         return kl_rule_not_applicable(err, "%s:%u: tile %lld differs from the %lldx%lld block; change the block size "
-                                      "first (block-size)", src, line_of(g->loop), (long long)tile,
+                                      "first (block-size)", src, kl_ast_line(g->loop), (long long)tile,
                                       (long long)g->dim[0], (long long)g->dim[1]);
     const char *k = g->L->var;
     char k0[64], kk[64], as[80], bs[80], base[80];
@@ -811,7 +810,7 @@ static kl_status apply_gemm(const kl_rule_ctx *ctx, const ga *g, int64_t tile, k
         int delta = (int)(strlen(ind) + strlen(unit)) - (int)strlen(lind);
         body = reindent_node_text(lind, raw, delta);
         free(raw);
-        if (!body) return kl_rule_not_applicable(err, "%s:%u: the loop body is indented with tabs", src, line_of(g->loop));
+        if (!body) return kl_rule_not_applicable(err, "%s:%u: the loop body is indented with tabs", src, kl_ast_line(g->loop));
     }
     /* the pre statements, moved out of the guard */
     if (g->form == 'I' && g->npre) {
@@ -819,7 +818,7 @@ static kl_status apply_gemm(const kl_rule_ctx *ctx, const ga *g, int64_t tile, k
         uint32_t b = rb_line_end(ctx, ts_node_end_byte(g->pre[g->npre - 1]) - 1);
         pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
         if (!pre) return kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs", src,
-                                                line_of(g->pre[0]));
+                                                kl_ast_line(g->pre[0]));
     }
     {
         kl_strbuf sb = KL_STRBUF_INIT;
@@ -1200,13 +1199,13 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     p->C = kl_affine_loop(ax, (unsigned)ci);
     /* from here on the shape is the tiled GEMM: say why when it cannot be undone */
     if (!p->T->var || !p->T->start || !p->T->bound || !p->T->step || !p->T->cmp || strcmp(p->T->cmp, "<"))
-        return WHY("%s:%u: the tile loop is not `for (t = S; t < B; t += step)`", src, line_of(tl));
+        return WHY("%s:%u: the tile loop is not `for (t = S; t < B; t += step)`", src, kl_ast_line(tl));
     if (!p->C->var || !p->C->start || strcmp(p->C->start, "0") || !p->C->step_is_int || p->C->step_int != 1 ||
         !p->C->trip_known || !p->C->cmp || strcmp(p->C->cmp, "<"))
-        return WHY("%s:%u: the loop over the tile is not `for (kk = 0; kk < TILE; kk++)`", src, line_of(p->cl));
+        return WHY("%s:%u: the loop over the tile is not `for (kk = 0; kk < TILE; kk++)`", src, kl_ast_line(p->cl));
     int64_t tile = p->C->trip;
     TSNode init = rb_field(tl, "initializer");
-    if (!rb_is(init, "declaration")) return WHY("%s:%u: the tile loop does not declare its variable", src, line_of(tl));
+    if (!rb_is(init, "declaration")) return WHY("%s:%u: the tile loop does not declare its variable", src, kl_ast_line(tl));
     TSNode ty = rb_field(init, "type");
     kl_snprintf(p->ttype, sizeof p->ttype, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                 ctx->text + ts_node_start_byte(ty));
@@ -1227,7 +1226,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                 char b[8];
                 if (depends(ax, ctx, s, tv) == 0) continue;
                 if (strcmp(binop(ctx, s, b, sizeof b), "<") || depends(ax, ctx, rb_field(s, "right"), tv) != 0)
-                    return WHY("%s:%u: the load's k condition is not `k < K`", src, line_of(s));
+                    return WHY("%s:%u: the load's k condition is not `k < K`", src, kl_ast_line(s));
                 squeezed(ctx, rb_field(s, "right"), bound[i], sizeof bound[i]);
                 kl_affine a = {0};
                 kl_affine_of(ax, rb_field(s, "left"), &a);
@@ -1249,12 +1248,12 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                 if (dt == 1 && other_d == 0) kd = d;
             }
         }
-        if (kd < 0) return WHY("%s:%u: cannot tell which thread index of the load moves along k", src, line_of(l->stmt));
+        if (kd < 0) return WHY("%s:%u: cannot tell which thread index of the load moves along k", src, kl_ast_line(l->stmt));
         l->kdim = kd;
     }
     if (p->ld[0].kdim == p->ld[1].kdim && p->ld[0].thr[p->ld[0].kdim] == p->ld[1].thr[p->ld[1].kdim] && 0)
         return false;
-    if (strcmp(bound[0], bound[1])) return WHY("%s:%u: the two loads bound k differently", src, line_of(tl));
+    if (strcmp(bound[0], bound[1])) return WHY("%s:%u: the two loads bound k differently", src, kl_ast_line(tl));
     /* the naive loop: k from the tile loop's start, up to the bound */
     bool k0_style = p->T->step_is_int ? p->T->step_int == tile : false;
     if (!k0_style) {
@@ -1274,7 +1273,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         char tb[256];
         squeeze_str(p->T->bound, tb, sizeof tb);
         if (bound[0][0] && strcmp(tb, bound[0]))
-            return WHY("%s:%u: the tile loop runs to '%s' but the loads to '%s'", src, line_of(tl), p->T->bound, bound[0]);
+            return WHY("%s:%u: the tile loop runs to '%s' but the loads to '%s'", src, kl_ast_line(tl), p->T->bound, bound[0]);
         kl_snprintf(p->bound, sizeof p->bound, "%s", p->T->bound);
     } else if (p->T->step_is_int && p->T->step_int == 1 && !strcmp(p->T->start, "0")) {
         if (!bound[0][0]) kl_snprintf(p->bound, sizeof p->bound, "(%s) * %lld", p->T->bound, (long long)tile);
@@ -1294,11 +1293,11 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                 break;
             }
             if (!ok)
-                return WHY("%s:%u: the tile count '%s' is not (%s + %lld) / %lld", src, line_of(tl), p->T->bound, bound[0],
+                return WHY("%s:%u: the tile count '%s' is not (%s + %lld) / %lld", src, kl_ast_line(tl), p->T->bound, bound[0],
                            (long long)tile - 1, (long long)tile);
             kl_snprintf(p->bound, sizeof p->bound, "%s", bound[0]);
         }
-    } else return WHY("%s:%u: the tile loop steps by '%s', not by the tile (%lld) or by 1", src, line_of(tl), p->T->step,
+    } else return WHY("%s:%u: the tile loop steps by '%s', not by the tile (%lld) or by 1", src, kl_ast_line(tl), p->T->step,
                       (long long)tile);
     /* the shared arrays: declared once each, used only by the loads and the compute loop */
     for (int i = 0; i < 2; i++) {
@@ -1306,11 +1305,11 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         rb_walk(kl_ast_function_body(fn), decl_find_visit, &df);
         if (ts_node_is_null(df.decl)) return WHY("%s: '%s' is not a __shared__ array of the kernel", src, p->ld[i].arr);
         if (i == 1 && ts_node_eq(df.decl, p->decl[0])) {
-            if (df.ndecls != 2) return WHY("%s:%u: the declaration declares other arrays too", src, line_of(df.decl));
+            if (df.ndecls != 2) return WHY("%s:%u: the declaration declares other arrays too", src, kl_ast_line(df.decl));
             continue;
         }
         if (df.ndecls != 1 && !(df.ndecls == 2 && i == 0))
-            return WHY("%s:%u: the declaration declares other arrays too", src, line_of(df.decl));
+            return WHY("%s:%u: the declaration declares other arrays too", src, kl_ast_line(df.decl));
         p->decl[p->ndecl++] = df.decl;
     }
     read_scan rs = {.ctx = ctx, .arr = {p->ld[0].arr, p->ld[1].arr}};
@@ -1325,10 +1324,10 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         unsigned in_reads = 0;
         for (unsigned r = 0; r < rs.n; r++) in_reads += uses_of(ctx, rs.reads[r], p->C->var);
         if (in_reads != uses_of(ctx, rb_field(p->cl, "body"), p->C->var))
-            return WHY("%s:%u: '%s' is used outside the tile subscripts", src, line_of(p->cl), p->C->var);
+            return WHY("%s:%u: '%s' is used outside the tile subscripts", src, kl_ast_line(p->cl), p->C->var);
     }
     if (uses_of(ctx, rb_field(p->cl, "body"), tv))
-        return WHY("%s:%u: the loop over the tile uses '%s'", src, line_of(p->cl), tv);
+        return WHY("%s:%u: the loop over the tile uses '%s'", src, kl_ast_line(p->cl), tv);
     /* where the guard went: after the tile loop */
     TSNode parts_all[2][MAXC];
     unsigned npa[2] = {0, 0};
@@ -1344,7 +1343,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     p->form = 'N';
     if (npa[0] + npa[1]) {
         if (!rb_is(nx, "if_statement") || !ts_node_is_null(rb_field(nx, "alternative")))
-            return WHY("%s:%u: the loads are guarded but no store guard follows the tile loop", src, line_of(tl));
+            return WHY("%s:%u: the loads are guarded but no store guard follows the tile loop", src, kl_ast_line(tl));
         p->form = early_return(nx) ? 'R' : 'I';
         p->after = nx;
         TSNode gparts[MAXC];
@@ -1367,11 +1366,11 @@ static bool analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                 }
                 if (!found)
                     return WHY("%s:%u: the load condition '%s' is not part of the guard at line %u", src,
-                               line_of(parts_all[i][c]), want, line_of(nx));
+                               kl_ast_line(parts_all[i][c]), want, kl_ast_line(nx));
             }
     }
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(tl)))
-        return WHY("%s:%u: the tile loop does not start its line", src, line_of(tl));
+        return WHY("%s:%u: the tile loop does not start its line", src, kl_ast_line(tl));
     /* the declarations right before the tile loop that only it and later code use */
     for (TSNode s = rb_prev_stmt(tl); !ts_node_is_null(s) && p->form != 'N'; s = rb_prev_stmt(s)) {
         if (!rb_is(s, "declaration") || !hoistable(ctx, s) || !kl_rules_starts_line(ctx, ts_node_start_byte(s))) break;
@@ -1445,7 +1444,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp *p, 
         squeezed(ctx, sub[l->kdim], s1, sizeof s1);
         int od = !l->kdim;
         if (strcmp(s1, p->C->var) || thread_index(ax, sub[od]) != l->thr[od]) {
-            kl_rule_not_applicable(err, "%s:%u: the tile read '%.*s' is not at [thread][%s] as loaded", src, line_of(rd),
+            kl_rule_not_applicable(err, "%s:%u: the tile read '%.*s' is not at [thread][%s] as loaded", src, kl_ast_line(rd),
                                    (int)(ts_node_end_byte(rd) - ts_node_start_byte(rd)), ctx->text + ts_node_start_byte(rd),
                                    p->C->var);
             goto done;
@@ -1458,7 +1457,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp *p, 
         kl_affine ea = {0};
         kl_affine_of(ax, l->gidx, &ea);
         if (!ea.ok) {
-            kl_rule_not_applicable(err, "%s:%u: the load's index is not affine (%s)", src, line_of(l->stmt),
+            kl_rule_not_applicable(err, "%s:%u: the load's index is not affine (%s)", src, kl_ast_line(l->stmt),
                                    ea.why ? ea.why : "");
             kl_affine_release(&ea);
             goto done;
@@ -1531,7 +1530,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp *p, 
         if (!ok || !etext) {
             free(etext);
             kl_rule_not_applicable(err, "%s:%u: cannot find the k coordinate (%s times '%s' plus %s) in the load's index",
-                                   src, line_of(l->stmt), ratio[0] ? ratio : "?", p->T->var, thr);
+                                   src, kl_ast_line(l->stmt), ratio[0] ? ratio : "?", p->T->var, thr);
             goto done;
         }
         kl_strbuf sb = KL_STRBUF_INIT;
@@ -1553,7 +1552,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp *p, 
         char *body = raw ? reindent_node_text(cind, raw, (int)strlen(ind) - (int)strlen(cind)) : NULL;
         free(raw);
         if (!body) {
-            kl_rule_not_applicable(err, "%s:%u: the loop over the tile is indented with tabs", src, line_of(p->cl));
+            kl_rule_not_applicable(err, "%s:%u: the loop over the tile is indented with tabs", src, kl_ast_line(p->cl));
             goto done;
         }
         kl_strbuf sb = KL_STRBUF_INIT;
@@ -1584,7 +1583,7 @@ static kl_status remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp
         kl_affine_of(ax, l->gidx, &ea);
         bool ok = ea.ok;
         kl_affine_release(&ea);
-        if (!ok) return kl_rule_not_applicable(err, "%s:%u: the load's index is not affine", src, line_of(l->stmt));
+        if (!ok) return kl_rule_not_applicable(err, "%s:%u: the load's index is not affine", src, kl_ast_line(l->stmt));
     }
     char ind[64], gind[64], unit[8] = "    ";
     rb_indent_of(ctx, ts_node_start_byte(p->tl), ind, sizeof ind);
@@ -1612,7 +1611,7 @@ static kl_status remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp
             uint32_t b = rb_line_end(ctx, ts_node_end_byte(p->pre[p->npre - 1]) - 1);
             pre = rb_reindent(ctx->text + a, b - a, (int)strlen(iind) - (int)strlen(ind));
             if (!pre) {
-                st = kl_rule_not_applicable(err, "%s:%u: tabs in the indentation", src, line_of(p->pre[0]));
+                st = kl_rule_not_applicable(err, "%s:%u: tabs in the indentation", src, kl_ast_line(p->pre[0]));
                 goto cleanup;
             }
         }
@@ -1623,7 +1622,7 @@ static kl_status remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const gp
             uint32_t at = rb_line_end(ctx, ts_node_start_byte(cons));
             if (at > ts_node_start_byte(first) && !ts_node_is_null(first)) {
                 st = kl_rule_not_applicable(err, "%s:%u: the guard's block does not open on a line of its own", src,
-                                            line_of(p->after));
+                                            kl_ast_line(p->after));
                 goto cleanup;
             }
             KL_TRY(kl_edits_addf(out, at, at, "%s%s%s\n", pre ? pre : "", iind, loop));
@@ -1788,19 +1787,19 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
     /* not this shape (the GEMM tiles are reloaded inside their loop): no site */
     if (!rb_is_syncthreads(ctx, h->sync) || kl_affine_loop_enclosing(ax, load) >= 0) return false;
     if (!rb_is(ts_node_parent(load), "compound_statement") || !ts_node_eq(ts_node_parent(load), kl_ast_function_body(fn)))
-        return WHY("%s:%u: the load is not at the kernel's top level", src, line_of(load));
+        return WHY("%s:%u: the load is not at the kernel's top level", src, kl_ast_line(load));
     TSNode l = rb_field(store, "left");
     h->sub[0] = kl_ast_subscript_index(rb_field(l, "argument"));
     h->sub[1] = kl_ast_subscript_index(l);
     for (int i = 0; i < 2; i++) {
         if (!rb_is(h->sub[i], "identifier"))
-            return WHY("%s:%u: the tile is stored at a subscript that is not a variable", src, line_of(store));
+            return WHY("%s:%u: the tile is stored at a subscript that is not a variable", src, kl_ast_line(store));
         uint32_t sa = ts_node_start_byte(h->sub[i]), sb = ts_node_end_byte(h->sub[i]);
         kl_snprintf(h->sv[i], sizeof h->sv[i], "%.*s", (int)(sb - sa), ctx->text + sa);
     }
     h->value = rb_field(store, "right");
     if (!text_is(ctx, rb_field(store, "operator"), "="))
-        return WHY("%s:%u: the tile is updated, not stored", src, line_of(store));
+        return WHY("%s:%u: the tile is updated, not stored", src, kl_ast_line(store));
     /* the value: from sy, sx, locals of the load defined from them, and block-uniform values */
     TSNode work[16];
     unsigned nw = 0, done = 0;
@@ -1815,7 +1814,7 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
             if (rb_is(n, "field_expression")) {
                 TSNode arg = rb_field(n, "argument");
                 if (text_is(ctx, arg, "threadIdx"))
-                    return WHY("%s:%u: the tile's value depends on the thread", src, line_of(n));
+                    return WHY("%s:%u: the tile's value depends on the thread", src, kl_ast_line(n));
                 continue;
             }
             if (rb_is(n, "identifier")) {
@@ -1828,7 +1827,7 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
                     bool seen = false;
                     for (unsigned q = 0; q < h->nv; q++) seen |= ts_node_eq(h->vdecls[q], dl);
                     if (!seen) {
-                        if (h->nv >= 8 || nw >= 16) return WHY("%s:%u: too many locals in the load", src, line_of(dl));
+                        if (h->nv >= 8 || nw >= 16) return WHY("%s:%u: too many locals in the load", src, kl_ast_line(dl));
                         h->vdecls[h->nv++] = dl;
                         work[nw++] = dl;
                     }
@@ -1837,7 +1836,7 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
                 /* a value of the kernel outside the load: must not depend on the thread */
                 if (depends(ax, ctx, n, "threadIdx.x") == 1 || depends(ax, ctx, n, "threadIdx.y") == 1 ||
                     depends(ax, ctx, n, "threadIdx.z") == 1)
-                    return WHY("%s:%u: the tile's value depends on '%s', which differs between threads", src, line_of(n), nm);
+                    return WHY("%s:%u: the tile's value depends on '%s', which differs between threads", src, kl_ast_line(n), nm);
                 continue;
             }
             if (rb_is(n, "call_expression")) {
@@ -1847,7 +1846,7 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
             if (rb_is(n, "assignment_expression") || rb_is(n, "update_expression")) {
                 /* the tree may read `a < b && c >= d` as a template and an assignment: judge the text */
                 if (text_assigns(ctx, n))
-                    return WHY("%s:%u: the tile's value has side effects ('%.*s')", src, line_of(n),
+                    return WHY("%s:%u: the tile's value has side effects ('%.*s')", src, kl_ast_line(n),
                                (int)(ts_node_end_byte(n) - ts_node_start_byte(n)), ctx->text + ts_node_start_byte(n));
             }
             for (uint32_t c = 0; c < ts_node_named_child_count(n) && sp < 256; c++) stack[sp++] = ts_node_named_child(n, c);
@@ -1858,14 +1857,14 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
         TSNode v;
         TSNode dl = local_decl(ctx, h->load, h->sv[i], &v);
         if (ts_node_is_null(dl))
-            return WHY("%s:%u: the tile coordinate '%s' is not declared in the load", src, line_of(store), h->sv[i]);
+            return WHY("%s:%u: the tile coordinate '%s' is not declared in the load", src, kl_ast_line(store), h->sv[i]);
         /* a loop's own variable (`for (int sy = threadIdx.y; sy < SH; sy += BY)`) is updated only there */
         TSNode lp = ts_node_parent(dl);
         bool loop_var = rb_is(lp, "for_statement") && ts_node_eq(rb_field(lp, "initializer"), dl) &&
                         kl_affine_loop_index(ax, lp) >= 0 && kl_affine_loop(ax, (unsigned)kl_affine_loop_index(ax, lp))->var &&
                         !strcmp(kl_affine_loop(ax, (unsigned)kl_affine_loop_index(ax, lp))->var, h->sv[i]);
         if (!loop_var && kl_affine_assign_count(ax, h->sv[i]) > 1)
-            return WHY("%s:%u: the tile coordinate '%s' is assigned more than once", src, line_of(store), h->sv[i]);
+            return WHY("%s:%u: the tile coordinate '%s' is assigned more than once", src, kl_ast_line(store), h->sv[i]);
     }
     /* every other use of the tile, after the barrier, is a read S[a][b] */
     read_scan rs = {.ctx = ctx, .arr = {h->arr, h->arr}};
@@ -1879,7 +1878,7 @@ static bool analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, T
         if (!strcmp(h->elem, "float") && !ts_node_is_null(vector_read(ctx, rs.reads[r], &width))) continue;
         if ((rb_is(p, "assignment_expression") && ts_node_eq(rb_field(p, "left"), rs.reads[r])) || rb_is(p, "update_expression") ||
             (rb_is(p, "pointer_expression") && text_is(ctx, rb_field(p, "operator"), "&")))
-            return WHY("%s:%u: '%s' is written or its address taken after the barrier", src, line_of(p), h->arr);
+            return WHY("%s:%u: '%s' is written or its address taken after the barrier", src, kl_ast_line(p), h->arr);
     }
 #undef WHY
     return true;
@@ -2055,17 +2054,17 @@ static bool stencil_path(const kl_rule_ctx *ctx, sa *s)
         if (rb_is(p, "if_statement") || rb_is(p, "conditional_expression")) {
             TSNode cons = rb_field(p, "consequence");
             if (!ts_node_eq(c, cons))
-                return SWHY("%s:%u: the read sits in the condition or the else branch of a conditional", src, line_of(p));
+                return SWHY("%s:%u: the read sits in the condition or the else branch of a conditional", src, kl_ast_line(p));
             split_on(ctx, rb_is(p, "if_statement") ? if_cond(p) : rb_field(p, "condition"), "&&", parts, &np, SMAXC);
         } else if (rb_is(p, "else_clause"))
-            return SWHY("%s:%u: the read sits in an else branch", src, line_of(p));
+            return SWHY("%s:%u: the read sits in an else branch", src, kl_ast_line(p));
         else if (rb_is(p, "compound_statement")) {
             for (TSNode q = rb_prev_stmt(c); !ts_node_is_null(q); q = rb_prev_stmt(q)) {
                 if (!is_continue_if(q)) continue;
                 TSNode ps[SMAXC];
                 unsigned nq = 0;
                 split_on(ctx, if_cond(q), "||", ps, &nq, SMAXC);
-                if (nq > SMAXC || s->nconj + nq > SMAXC) return SWHY("%s:%u: too many conditions", src, line_of(q));
+                if (nq > SMAXC || s->nconj + nq > SMAXC) return SWHY("%s:%u: too many conditions", src, kl_ast_line(q));
                 for (unsigned i = 0; i < nq; i++) {
                     s->conj[s->nconj] = ps[i];
                     s->neg[s->nconj++] = true;
@@ -2073,7 +2072,7 @@ static bool stencil_path(const kl_rule_ctx *ctx, sa *s)
             }
         }
         (void)negated;
-        if (np > SMAXC || s->nconj + np > SMAXC) return SWHY("%s:%u: too many conditions", src, line_of(p));
+        if (np > SMAXC || s->nconj + np > SMAXC) return SWHY("%s:%u: too many conditions", src, kl_ast_line(p));
         for (unsigned i = 0; i < np; i++) {
             s->conj[s->nconj] = parts[i];
             s->neg[s->nconj++] = false;
@@ -2112,7 +2111,7 @@ static bool tile_expressible(const kl_rule_ctx *ctx, kl_affine_ctx *ax, sa *s, T
     bool ok = a.ok;
     if (!ok)
         kl_snprintf(s->why, sizeof s->why, "%s:%u: '%.*s' is not affine in the thread indices and loop offsets (%s)", src,
-                    line_of(e), (int)(ts_node_end_byte(e) - ts_node_start_byte(e)), ctx->text + ts_node_start_byte(e),
+                    kl_ast_line(e), (int)(ts_node_end_byte(e) - ts_node_start_byte(e)), ctx->text + ts_node_start_byte(e),
                     a.why ? a.why : "unknown");
     static const char axes[] = "xyz";
     for (int k = 0; k < 3 && ok; k++) {
@@ -2130,12 +2129,12 @@ static bool tile_expressible(const kl_rule_ctx *ctx, kl_affine_ctx *ax, sa *s, T
         ok = false;
         if (has_dim)
             kl_snprintf(s->why, sizeof s->why, "%s:%u: '%.*s' moves with %s by %s but with its loop offset by %s: its "
-                        "value is not a function of the tile position", src, line_of(e),
+                        "value is not a function of the tile position", src, kl_ast_line(e),
                         (int)(ts_node_end_byte(e) - ts_node_start_byte(e)), ctx->text + ts_node_start_byte(e), thr,
                         ct ? ct : "0", cv ? cv : "0");
         else
             kl_snprintf(s->why, sizeof s->why, "%s:%u: '%.*s' depends on %s, along which the stencil has no offset", src,
-                        line_of(e), (int)(ts_node_end_byte(e) - ts_node_start_byte(e)), ctx->text + ts_node_start_byte(e),
+                        kl_ast_line(e), (int)(ts_node_end_byte(e) - ts_node_start_byte(e)), ctx->text + ts_node_start_byte(e),
                         thr);
     }
     for (unsigned t = 0; t < a.nterms && ok; t++) {
@@ -2145,7 +2144,7 @@ static bool tile_expressible(const kl_rule_ctx *ctx, kl_affine_ctx *ax, sa *s, T
         if (!known) {
             ok = false;
             kl_snprintf(s->why, sizeof s->why, "%s:%u: '%.*s' depends on the loop variable '%s', which is not a stencil "
-                        "offset", src, line_of(e), (int)(ts_node_end_byte(e) - ts_node_start_byte(e)),
+                        "offset", src, kl_ast_line(e), (int)(ts_node_end_byte(e) - ts_node_start_byte(e)),
                         ctx->text + ts_node_start_byte(e), v);
         }
     }
@@ -2236,13 +2235,13 @@ static bool stencil_decls(const kl_rule_ctx *ctx, kl_affine_ctx *ax, sa *s)
                 found = true;
                 if (!hoistable(ctx, st))
                     return SWHY("%s:%u: the declaration of '%s' reads memory or calls a function: the tile load cannot "
-                                "repeat it", src, line_of(st), nm);
+                                "repeat it", src, kl_ast_line(st), nm);
                 if (kl_affine_assign_count(ax, nm) > 1)
-                    return SWHY("%s:%u: '%s' is assigned more than once", src, line_of(st), nm);
+                    return SWHY("%s:%u: '%s' is assigned more than once", src, kl_ast_line(st), nm);
                 bool seen = false;
                 for (unsigned q = 0; q < s->d[d].ndecls; q++) seen |= ts_node_eq(s->d[d].decls[q], st);
                 if (!seen) {
-                    if (s->d[d].ndecls >= 16) return SWHY("%s:%u: too many declarations in the loop", src, line_of(st));
+                    if (s->d[d].ndecls >= 16) return SWHY("%s:%u: too many declarations in the loop", src, kl_ast_line(st));
                     s->d[d].decls[s->d[d].ndecls++] = st;
                     rb_walk(st, ident_visit, &is);
                 }
@@ -2253,9 +2252,9 @@ static bool stencil_decls(const kl_rule_ctx *ctx, kl_affine_ctx *ax, sa *s)
         rb_walk(s->outer, decl_scan_visit, &ds);
         if (!ts_node_is_null(ds.found))
             return SWHY("%s:%u: '%s' is declared inside the loops where a tile load cannot repeat it", src,
-                        line_of(ds.found), nm);
+                        kl_ast_line(ds.found), nm);
     }
-    if (is.n >= is.max) return SWHY("%s:%u: too many names in the read's guard", src, line_of(s->read));
+    if (is.n >= is.max) return SWHY("%s:%u: too many names in the read's guard", src, kl_ast_line(s->read));
     for (unsigned d = 0; d < s->nd; d++)
         for (unsigned i = 0; i < s->d[d].ndecls; i++)
             for (unsigned j = i + 1; j < s->d[d].ndecls; j++)
@@ -2309,7 +2308,7 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     s->fn = fn;
     s->outer = outer;
     const char *src = kl_source_name(ctx->src);
-    unsigned ln = line_of(outer);
+    unsigned ln = kl_ast_line(outer);
     if (ts_node_has_error(outer)) return SWHY("%s:%u: the loop does not parse", src, ln);
     /* the read: one subscript of a pointer parameter moving with a loop offset as with a thread index */
     const kl_ax_access *rd = NULL;
@@ -2327,32 +2326,32 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         if (!moves) continue;
         if (rd)
             return SWHY("%s:%u: two reads ('%s' at lines %u and %u) move with the thread and the loop offsets; one "
-                        "stencil operand is tiled", src, ln, a->array, line_of(rd->node), line_of(a->node));
+                        "stencil operand is tiled", src, ln, a->array, kl_ast_line(rd->node), kl_ast_line(a->node));
         rd = a;
     }
     if (!rd) return SWHY("%s:%u: no read moves with a loop offset as with a thread index", src, ln);
     s->read = rd->node;
     kl_snprintf(s->arr, sizeof s->arr, "%s", rd->array);
     if (rd->ndims != 1 || !rb_is(s->read, "subscript_expression"))
-        return SWHY("%s:%u: the read of '%s' is not a 1-D subscript", src, line_of(s->read), s->arr);
+        return SWHY("%s:%u: the read of '%s' is not a 1-D subscript", src, kl_ast_line(s->read), s->arr);
     s->ridx = kl_ast_subscript_index(s->read);
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
         const kl_ax_access *a = kl_affine_access(ax, i);
         if (a->write && !strcmp(a->array, s->arr))
-            return SWHY("%s:%u: '%s' is written in the kernel: a tile of it would go stale", src, line_of(a->node), s->arr);
+            return SWHY("%s:%u: '%s' is written in the kernel: a tile of it would go stale", src, kl_ast_line(a->node), s->arr);
         if (a != rd && !strcmp(a->array, s->arr) && node_in(a->node, outer))
-            return SWHY("%s:%u: '%s' is read twice in the loop; one read is tiled", src, line_of(a->node), s->arr);
+            return SWHY("%s:%u: '%s' is read twice in the loop; one read is tiled", src, kl_ast_line(a->node), s->arr);
     }
     if (!elem_of(ctx, ax, fn, s->arr, s->elem, sizeof s->elem))
-        return SWHY("%s:%u: the element type of '%s' is unknown", src, line_of(s->read), s->arr);
+        return SWHY("%s:%u: the element type of '%s' is unknown", src, kl_ast_line(s->read), s->arr);
     /* the loops from the read out to the outer one */
     TSNode loops[4];
     unsigned nl = 0;
     for (TSNode n = ts_node_parent(s->read); !ts_node_is_null(n); n = ts_node_parent(n)) {
         if (rb_is(n, "while_statement") || rb_is(n, "do_statement"))
-            return SWHY("%s:%u: the read sits in a while loop", src, line_of(n));
+            return SWHY("%s:%u: the read sits in a while loop", src, kl_ast_line(n));
         if (rb_is(n, "for_statement")) {
-            if (nl >= 3) return SWHY("%s:%u: more than two loops around the read", src, line_of(n));
+            if (nl >= 3) return SWHY("%s:%u: more than two loops around the read", src, kl_ast_line(n));
             loops[nl++] = n;
         }
         if (ts_node_eq(n, outer)) break;
@@ -2363,16 +2362,16 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         sdim *D = &s->d[d];
         D->loop = loops[nl - 1 - d];
         int li = kl_affine_loop_index(ax, D->loop);
-        if (li < 0) return SWHY("%s:%u: the loop is not understood", src, line_of(D->loop));
+        if (li < 0) return SWHY("%s:%u: the loop is not understood", src, kl_ast_line(D->loop));
         D->L = kl_affine_loop(ax, (unsigned)li);
         const kl_ax_loop *L = D->L;
         if (!L->var || !L->start || !L->bound || !L->cmp || (strcmp(L->cmp, "<") && strcmp(L->cmp, "<=")) ||
             !L->step_is_int || L->step_int != 1)
-            return SWHY("%s:%u: the loop is not `for (T v = S; v < B; v++)` (or `v <= B`)", src, line_of(D->loop));
+            return SWHY("%s:%u: the loop is not `for (T v = S; v < B; v++)` (or `v <= B`)", src, kl_ast_line(D->loop));
         if (strlen(L->bound) > 160 || strlen(L->start) > 60 || strlen(L->var) > 48)
-            return SWHY("%s:%u: the loop's bounds are too long to rewrite", src, line_of(D->loop));
+            return SWHY("%s:%u: the loop's bounds are too long to rewrite", src, kl_ast_line(D->loop));
         TSNode init = rb_field(D->loop, "initializer");
-        if (!rb_is(init, "declaration")) return SWHY("%s:%u: the loop does not declare its variable", src, line_of(D->loop));
+        if (!rb_is(init, "declaration")) return SWHY("%s:%u: the loop does not declare its variable", src, kl_ast_line(D->loop));
         TSNode ty = rb_field(init, "type");
         kl_snprintf(D->type, sizeof D->type, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                     ctx->text + ts_node_start_byte(ty));
@@ -2382,7 +2381,7 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         else if (cv && cy && !strcmp(cv, cy)) D->axis = 'y';
         else
             return SWHY("%s:%u: the offset '%s' moves the read of '%s' by %s, unlike threadIdx.x (%s) and threadIdx.y (%s)",
-                        src, line_of(D->loop), L->var, s->arr, cv ? cv : "0", cx ? cx : "0", cy ? cy : "0");
+                        src, kl_ast_line(D->loop), L->var, s->arr, cv ? cv : "0", cx ? cx : "0", cy ? cy : "0");
         D->fixed = L->trip_known && L->trip >= 1;
         D->ntrip = L->trip;
         trip_text(L, D->trip, sizeof D->trip);
@@ -2404,7 +2403,7 @@ static bool analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     for (unsigned d = 0; d < s->nd; d++)
         if (nb[d] < 2)
             return SWHY("%s:%u: the read of '%s' is not guarded on both sides along %s ('%s'): a halo tile would load "
-                        "outside the image", src, line_of(s->read), s->arr, s->d[d].axis == 'x' ? "x" : "y", s->d[d].L->var);
+                        "outside the image", src, kl_ast_line(s->read), s->arr, s->d[d].axis == 'x' ? "x" : "y", s->d[d].L->var);
     if (!stencil_decls(ctx, ax, s)) return false;
     /* where the loop sits: the barrier must be reached by every thread */
     placement pl;
@@ -2478,7 +2477,7 @@ static char *stencil_value(const kl_rule_ctx *ctx, const sa *s)
 static kl_status apply_stencil(const kl_rule_ctx *ctx, sa *s, int64_t maxr, kl_edits *out, kl_error *err)
 {
     const char *src = kl_source_name(ctx->src);
-    unsigned ln = line_of(s->outer);
+    unsigned ln = kl_ast_line(s->outer);
     if (maxr < 1 || maxr > 32)
         return kl_rule_not_applicable(err, "%s:%u: max_radius %lld is outside 1..32", src, ln, (long long)maxr);
     char tname[96], base[80];
@@ -2560,7 +2559,7 @@ static kl_status apply_stencil(const kl_rule_ctx *ctx, sa *s, int64_t maxr, kl_e
                 free(t);
                 if (!r) {
                     st = kl_rule_not_applicable(err, "%s:%u: the declaration is indented with tabs", src,
-                                                line_of(D->decls[q]));
+                                                kl_ast_line(D->decls[q]));
                     goto cleanup;
                 }
                 kl_strbuf_addf(&sb, "%s%s%s\n", bind, li, r);
@@ -2644,7 +2643,7 @@ static kl_status apply_stencil(const kl_rule_ctx *ctx, sa *s, int64_t maxr, kl_e
         if (!pre) {
             free(decl);
             st = kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs", src,
-                                        line_of(s->pre[0]));
+                                        kl_ast_line(s->pre[0]));
             goto cleanup;
         }
     }
@@ -2822,7 +2821,7 @@ static kl_status widen_launches(const kl_rule_ctx *ctx, const sa *s, int ox, kl_
 static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, int ox, kl_edits *out, kl_error *err)
 {
     const char *src = kl_source_name(ctx->src);
-    unsigned ln = line_of(s->outer);
+    unsigned ln = kl_ast_line(s->outer);
 #define RWHY(...) kl_rule_not_applicable(err, __VA_ARGS__)
     if (s->nd != 2 || s->d[0].axis != 'y' || s->d[1].axis != 'x')
         return RWHY("%s:%u: outputs_x needs a 2-D stencil whose outer offset loop moves along y", src, ln);
@@ -2837,7 +2836,7 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         !rb_is(asg, "assignment_expression") || !text_is(ctx, rb_field(asg, "operator"), "+=") ||
         !ts_node_eq(rb_field(asg, "right"), mul) || !rb_is(ts_node_parent(asg), "expression_statement") ||
         !rb_is(rb_field(asg, "left"), "identifier"))
-        return RWHY("%s:%u: the read is not in `acc += e * %s[…];`", src, line_of(s->read), s->arr);
+        return RWHY("%s:%u: the read is not in `acc += e * %s[…];`", src, kl_ast_line(s->read), s->arr);
     TSNode accstmt = ts_node_parent(asg);
     TSNode E = ts_node_eq(strip(rb_field(mul, "left")), s->read) ? rb_field(mul, "right") : rb_field(mul, "left");
     char acc[64];
@@ -2864,7 +2863,7 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
     {
         char et[512];
         squeezed(ctx, E, et, sizeof et);
-        if (strstr(et, "threadIdx.x")) return RWHY("%s:%u: the factor `%s` depends on threadIdx.x", src, line_of(E), et);
+        if (strstr(et, "threadIdx.x")) return RWHY("%s:%u: the factor `%s` depends on threadIdx.x", src, kl_ast_line(E), et);
         char names[32][64];
         ident_scan is = {.ctx = ctx, .names = names, .max = 32};
         rb_walk(E, ident_visit, &is);
@@ -2874,14 +2873,14 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
             rb_walk(s->outer, decl_scan_visit, &ds);
             if (!ts_node_is_null(ds.found) && !ts_node_eq(ds.found, rb_field(s->d[0].loop, "initializer")) &&
                 !ts_node_eq(ds.found, rb_field(s->d[1].loop, "initializer")))
-                return RWHY("%s:%u: the factor `%s` reads '%s', declared in the loops", src, line_of(E), et, names[w]);
+                return RWHY("%s:%u: the factor `%s` reads '%s', declared in the loops", src, kl_ast_line(E), et, names[w]);
             for (uint32_t k = 0; k < ts_node_named_child_count(fbody); k++) {
                 TSNode q = ts_node_named_child(fbody, k);
                 if (ts_node_eq(q, s->guard)) break;
                 char qt[512];
                 squeezed(ctx, q, qt, sizeof qt);
                 if (declares(ctx, q, names[w]) && strstr(qt, "threadIdx.x"))
-                    return RWHY("%s:%u: the factor `%s` reads '%s', which depends on threadIdx.x", src, line_of(E), et,
+                    return RWHY("%s:%u: the factor `%s` reads '%s', which depends on threadIdx.x", src, kl_ast_line(E), et,
                                 names[w]);
             }
         }
@@ -2890,9 +2889,9 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
     for (TSNode c = accstmt; !ts_node_eq(c, s->outer); c = ts_node_parent(c)) {
         TSNode p = ts_node_parent(c);
         if (rb_is(p, "compound_statement") && !only_decls_and(p, c))
-            return RWHY("%s:%u: the loop does more than accumulate `%s`", src, line_of(p), acc);
+            return RWHY("%s:%u: the loop does more than accumulate `%s`", src, kl_ast_line(p), acc);
         if (rb_is(p, "if_statement") && !ts_node_is_null(rb_field(p, "alternative")))
-            return RWHY("%s:%u: the sum sits in an if with an else", src, line_of(p));
+            return RWHY("%s:%u: the sum sits in an if with an else", src, kl_ast_line(p));
     }
     /* the statements before the guard: declarations, run per output too */
     TSNode fbody = kl_ast_function_body(s->fn);
@@ -2902,7 +2901,7 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         TSNode q = ts_node_named_child(fbody, k);
         if (ts_node_eq(q, s->guard)) break;
         if (rb_is(q, "comment")) continue;
-        if (!hoistable(ctx, q)) return RWHY("%s:%u: the statement before the guard is not a plain declaration", src, line_of(q));
+        if (!hoistable(ctx, q)) return RWHY("%s:%u: the statement before the guard is not a plain declaration", src, kl_ast_line(q));
         if (!any) ta = rb_line_start(ctx, ts_node_start_byte(q));
         tb = rb_line_end(ctx, ts_node_end_byte(q) - 1);
         any = true;
@@ -2980,7 +2979,7 @@ static kl_status apply_stencil_rt(const kl_rule_ctx *ctx, sa *s, int64_t maxr, i
         pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
         if (!pre) {
             stt = kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs or left of it",
-                                         src, line_of(s->pre[0]));
+                                         src, kl_ast_line(s->pre[0]));
             goto done;
         }
     } else pre = kl_strdup("");
@@ -3433,14 +3432,14 @@ static kl_status remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         if (!same) {
             free(f);
             return kl_rule_not_applicable(err, "%s:%u: the loop reading the tile and its fallback differ by more than the "
-                                          "tile reads", src, line_of(p->compute));
+                                          "tile reads", src, kl_ast_line(p->compute));
         }
         char find[64];
         rb_indent_of(ctx, ts_node_start_byte(p->fallback), find, sizeof find);
         orig = reindent_node_text(find, f, (int)strlen(cind) - (int)strlen(find));
         free(f);
         if (!orig) return kl_rule_not_applicable(err, "%s:%u: the fallback loop is indented with tabs", src,
-                                                 line_of(p->fallback));
+                                                 kl_ast_line(p->fallback));
     } else {
         /* every read happens under the load's guard, with the same locals */
         sa s;
@@ -3448,7 +3447,7 @@ static kl_status remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         char want[1024] = "";
         if (!ts_node_is_null(p->cond)) {
             if (ts_node_end_byte(p->cond) - ts_node_start_byte(p->cond) >= sizeof want - 1)
-                return kl_rule_not_applicable(err, "%s:%u: the load's guard is too long", src, line_of(p->cond));
+                return kl_rule_not_applicable(err, "%s:%u: the load's guard is too long", src, kl_ast_line(p->cond));
             squeezed(ctx, p->cond, want, sizeof want);
         }
         for (unsigned r = 0; r < p->nreads; r++) {
@@ -3467,14 +3466,14 @@ static kl_status remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
             if (!have) goto oom;
             if (strlen(have) >= 1000) {
                 free(have);
-                return kl_rule_not_applicable(err, "%s:%u: the tile read's guard is too long", src, line_of(p->reads[r]));
+                return kl_rule_not_applicable(err, "%s:%u: the tile read's guard is too long", src, kl_ast_line(p->reads[r]));
             }
             char hs[1024];
             squeeze_str(have, hs, sizeof hs);
             free(have);
             if (strcmp(hs, want))
                 return kl_rule_not_applicable(err, "%s:%u: the tile read is guarded by '%s', the load by '%s': the global "
-                                              "read could leave the image", src, line_of(p->reads[r]), hs, want);
+                                              "read could leave the image", src, kl_ast_line(p->reads[r]), hs, want);
         }
         /* the load's locals (but the offsets it maps from its coordinates) appear in the loop as they are */
         TSNode stack[128];
@@ -3502,7 +3501,7 @@ static kl_status remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
                 }
                 if (!found)
                     return kl_rule_not_applicable(err, "%s:%u: the load's declaration '%s' is not in the loop reading the "
-                                                  "tile", src, line_of(n), dt);
+                                                  "tile", src, kl_ast_line(n), dt);
                 continue;
             }
             for (uint32_t c = 0; c < ts_node_named_child_count(n) && sp_ < 128; c++) stack[sp_++] = ts_node_named_child(n, c);
@@ -3514,7 +3513,7 @@ static kl_status remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         uint32_t ls = rb_line_start(ctx, ts_node_start_byte(p->load));
         if (ls > b) {
             pre = rb_reindent(ctx->text + b, ls - b, (int)strlen(cind) - (int)strlen(ind));
-            if (!pre) return kl_rule_not_applicable(err, "%s:%u: tabs in the indentation", src, line_of(p->decl));
+            if (!pre) return kl_rule_not_applicable(err, "%s:%u: tabs in the indentation", src, kl_ast_line(p->decl));
         }
         KL_TRY(kl_edits_add(out, a, rb_line_end(ctx, ts_node_end_byte(p->load_end) - 1), ""));
         if (pre) {
@@ -3598,7 +3597,7 @@ static bool analyse_rt_present(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, r
     const char *src = kl_source_name(ctx->src);
     TSNode body = kl_ast_function_body(fn);
     if (!ts_node_eq(ts_node_parent(decl), body) || !rb_is(p->fdecl, "declaration"))
-        return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, line_of(decl));
+        return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, kl_ast_line(decl));
     p->top_a = rb_line_end(ctx, ts_node_start_byte(body));
     p->top_b = rb_line_start(ctx, ts_node_start_byte(c));
     /* pre: up to the `if (C)` with an else, or the first loop */
@@ -3617,7 +3616,7 @@ static bool analyse_rt_present(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, r
         TSNode st[40];
         unsigned n = rb_is(pb, "compound_statement") ? stmts_of(pb, st, 40) : 0;
         if (!n || n > 40 || !rb_is(st[n - 1], "if_statement") || !rb_is(rb_field(st[n - 1], "consequence"), "compound_statement"))
-            return RPWHY("%s:%u: the original loop under else is not as apply writes it", src, line_of(q));
+            return RPWHY("%s:%u: the original loop under else is not as apply writes it", src, kl_ast_line(q));
         p->orig_if = st[n - 1];
         return true;
     }
@@ -3627,7 +3626,7 @@ static bool analyse_rt_present(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, r
     for (; !ts_node_is_null(q) && n < 12; q = rb_next_stmt(q)) st[n++] = q;
     if (n < 7 || !rb_is(st[0], "for_statement") || !rb_is(st[1], "for_statement") || !rb_is_syncthreads(ctx, st[2]) ||
         !rb_is(st[n - 2], "for_statement") || !rb_is(st[n - 1], "for_statement"))
-        return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, line_of(decl));
+        return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, kl_ast_line(decl));
     p->ly = st[0], p->stage = st[1], p->yloop = st[n - 2], p->epi = st[n - 1];
     p->lx = only_for(rb_field(p->ly, "body"));
     if (ts_node_is_null(p->lx)) {
@@ -3635,7 +3634,7 @@ static bool analyse_rt_present(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, r
         for (uint32_t k = 0; k < ts_node_named_child_count(b); k++)
             if (rb_is(ts_node_named_child(b, k), "for_statement")) p->lx = ts_node_named_child(b, k);
     }
-    if (ts_node_is_null(p->lx)) return RPWHY("%s:%u: the tile load is not as apply writes it", src, line_of(p->ly));
+    if (ts_node_is_null(p->lx)) return RPWHY("%s:%u: the tile load is not as apply writes it", src, kl_ast_line(p->ly));
     return true;
 #undef RPWHY
 }
@@ -3698,7 +3697,7 @@ static kl_status remove_rt(const kl_rule_ctx *ctx, TSNode fn, const rtp *p, kl_e
         guard = rb_text(ctx, if_cond(p->orig_if));
         if (!inner || !guard) {
             st = kl_rule_not_applicable(err, "%s:%u: the original loop under else cannot be moved back", src,
-                                        line_of(p->orig_if));
+                                        kl_ast_line(p->orig_if));
             goto done;
         }
         kl_strbuf_addf(&sb, "%sif (%s) {\n%s%s%s}\n", ind, guard, pre, inner, ind);
@@ -3721,7 +3720,7 @@ static kl_status remove_rt(const kl_rule_ctx *ctx, TSNode fn, const rtp *p, kl_e
             if (rb_is(ts_node_named_child(xin, k), "for_statement")) xloop = ts_node_named_child(xin, k);
         if (!ny || !nx || !rb_is(val, "conditional_expression") || !rb_is(fasg, "assignment_expression") ||
             !rb_is(eif, "if_statement") || !rb_is(accasg, "assignment_expression") || ts_node_is_null(xloop)) {
-            st = kl_rule_not_applicable(err, "%s:%u: the register tile is not laid out as apply writes it", src, line_of(p->decl));
+            st = kl_rule_not_applicable(err, "%s:%u: the register tile is not laid out as apply writes it", src, kl_ast_line(p->decl));
             goto done;
         }
         char *cond = rb_text(ctx, rb_field(val, "condition")), *read = rb_text(ctx, rb_field(val, "consequence"));

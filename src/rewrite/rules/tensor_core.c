@@ -80,7 +80,6 @@ static const kl_rule_preset tc_presets[] = {
 };
 const kl_rule_presets kl_presets_tensor_core = {&kl_rule_tensor_core, tc_presets, sizeof tc_presets / sizeof tc_presets[0]};
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 /* The text of n into buf (truncated); "" for a null node. */
 static void text_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
@@ -94,12 +93,6 @@ static void text_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 }
 
 static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
-
-static TSNode unparen(TSNode n)
-{
-    while (rb_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
-    return n;
-}
 
 /* The statements of a compound statement (comments skipped), at most max. */
 static unsigned stmts_of(TSNode block, TSNode *out, unsigned max)
@@ -135,7 +128,7 @@ static TSNode if_cond(TSNode ifs)
         TSNode v = rb_field(c, "value");
         c = ts_node_is_null(v) ? ts_node_named_child(c, 0) : v;
     }
-    return unparen(c);
+    return kl_ast_unparen(c);
 }
 
 static bool is_16bit(const char *t) { return !strcmp(t, "__nv_bfloat16") || !strcmp(t, "nv_bfloat16") || !strcmp(t, "__half") || !strcmp(t, "half"); }
@@ -168,7 +161,7 @@ typedef struct tc_naive {
 static TSNode converted(const kl_rule_ctx *ctx, TSNode e)
 {
     TSNode null = {{0}, 0, 0};
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     TSNode inner = null;
     if (rb_is(e, "call_expression")) {
         TSNode f = rb_field(e, "function");
@@ -189,7 +182,7 @@ static TSNode converted(const kl_rule_ctx *ctx, TSNode e)
         text_to(ctx, rb_field(e, "type"), tt, sizeof tt);
         if (!strcmp(tt, "float")) inner = rb_field(e, "value");
     }
-    inner = unparen(inner);
+    inner = kl_ast_unparen(inner);
     return rb_is(inner, "subscript_expression") && rb_is(rb_field(inner, "argument"), "identifier") ? inner : null;
 }
 
@@ -199,7 +192,7 @@ static bool mac_stmt(const kl_rule_ctx *ctx, TSNode st, char *acc, size_t size, 
     if (!rb_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return false;
     TSNode e = ts_node_named_child(st, 0);
     if (!rb_is(e, "assignment_expression")) return false;
-    TSNode l = rb_field(e, "left"), r = unparen(rb_field(e, "right"));
+    TSNode l = rb_field(e, "left"), r = kl_ast_unparen(rb_field(e, "right"));
     char op[8];
     text_to(ctx, rb_field(e, "operator"), op, sizeof op);
     if (!rb_is(l, "identifier")) return false;
@@ -208,7 +201,7 @@ static bool mac_stmt(const kl_rule_ctx *ctx, TSNode st, char *acc, size_t size, 
         if (!rb_is(r, "binary_expression") || !text_is(ctx, rb_field(r, "operator"), "+") ||
             !text_is(ctx, rb_field(r, "left"), acc))
             return false;
-        r = unparen(rb_field(r, "right"));
+        r = kl_ast_unparen(rb_field(r, "right"));
     } else if (strcmp(op, "+=")) {
         return false;
     }
@@ -345,12 +338,12 @@ static bool deps_visit(TSNode n, void *user)
                    ((!strcmp(name, "blockIdx") || !strcmp(name, "gridDim")) && strcmp(f, "z"));
         if (bad)
             kl_snprintf(d->why, sizeof d->why, "`%s.%s` at line %u: only blockIdx.z / gridDim.z keep their meaning in the "
-                        "tiled kernel", name, f, line_of(n));
+                        "tiled kernel", name, f, kl_ast_line(n));
         return false;
     }
     if (rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n)) {
         if (callee_reads_builtins(d->ctx, name))
-            kl_snprintf(d->why, sizeof d->why, "`%s` (line %u) reads thread or block indices", name, line_of(n));
+            kl_snprintf(d->why, sizeof d->why, "`%s` (line %u) reads thread or block indices", name, kl_ast_line(n));
         return false;
     }
     for (unsigned i = 0; i < 4; i++)
@@ -358,7 +351,7 @@ static bool deps_visit(TSNode n, void *user)
     int pi = kl_affine_param_index(d->ax, name);
     if (pi >= 0) {
         if (kl_affine_assign_count(d->ax, name) > 0)
-            kl_snprintf(d->why, sizeof d->why, "the parameter %s is assigned in the kernel (line %u)", name, line_of(n));
+            kl_snprintf(d->why, sizeof d->why, "the parameter %s is assigned in the kernel (line %u)", name, kl_ast_line(n));
         return false;
     }
     if (in_prologue(d->ctx, d->g, name)) return false;
@@ -366,7 +359,7 @@ static bool deps_visit(TSNode n, void *user)
     rb_walk(d->g->body, local_visit, &f);
     if (f.found)
         kl_snprintf(d->why, sizeof d->why, "`%s` at line %u is a local of the kernel that the tiled form cannot rebind", name,
-                    line_of(n));
+                    kl_ast_line(n));
     return false;
 }
 
@@ -383,9 +376,9 @@ static bool deps_ok(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tc_naive *g
 /* The guard `X < M && Y < N` (early: `X >= M || Y >= N`): the two names and bounds. */
 static bool guard_parts(const kl_rule_ctx *ctx, TSNode c, bool early, char *x, char *m, char *y, char *n, size_t size)
 {
-    c = unparen(c);
+    c = kl_ast_unparen(c);
     if (!rb_is(c, "binary_expression") || !text_is(ctx, rb_field(c, "operator"), early ? "||" : "&&")) return false;
-    TSNode s[2] = {unparen(rb_field(c, "left")), unparen(rb_field(c, "right"))};
+    TSNode s[2] = {kl_ast_unparen(rb_field(c, "left")), kl_ast_unparen(rb_field(c, "right"))};
     char *names[2] = {x, y}, *bounds[2] = {m, n};
     for (int i = 0; i < 2; i++) {
         if (!rb_is(s[i], "binary_expression") || !text_is(ctx, rb_field(s[i], "operator"), early ? ">=" : "<") ||
@@ -442,12 +435,12 @@ static bool analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     kl_snprintf(g->elem, sizeof g->elem, "%s", ex);
 #define WHY(...) (kl_snprintf(g->why, sizeof g->why, __VA_ARGS__), true)
     if (!L->start || strcmp(L->start, "0") || !L->cmp || strcmp(L->cmp, "<") || !L->step_is_int || L->step_int != 1)
-        return WHY("the loop over %s at line %u is not `for (%s = 0; %s < K; %s++)`", L->var, line_of(L->node), L->var,
+        return WHY("the loop over %s at line %u is not `for (%s = 0; %s < K; %s++)`", L->var, kl_ast_line(L->node), L->var,
                    L->var, L->var);
     kl_snprintf(g->K, sizeof g->K, "%s", L->bound ? L->bound : "");
     TSNode init = rb_field(L->node, "initializer");
     if (!rb_is(init, "declaration"))
-        return WHY("the loop at line %u does not declare %s", line_of(L->node), L->var);
+        return WHY("the loop at line %u does not declare %s", kl_ast_line(L->node), L->var);
     char kt[64];
     text_to(ctx, rb_field(init, "type"), kt, sizeof kt);
     strip_const(kt, g->ktype, sizeof g->ktype);
@@ -455,42 +448,42 @@ static bool analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     TSNode block = ts_node_parent(L->node);
     TSNode st[8];
     unsigned ns = stmts_of(block, st, 8), at = 0;
-    if (!rb_is(block, "compound_statement") || ns > 8) return WHY("the loop at line %u is not in a plain block", line_of(L->node));
+    if (!rb_is(block, "compound_statement") || ns > 8) return WHY("the loop at line %u is not in a plain block", kl_ast_line(L->node));
     while (at < ns && !ts_node_eq(st[at], L->node)) at++;
     if (at == 0 || at + 2 != ns)
-        return WHY("the loop at line %u is not preceded by `float %s = 0.0f;` and followed by the store alone", line_of(L->node),
+        return WHY("the loop at line %u is not preceded by `float %s = 0.0f;` and followed by the store alone", kl_ast_line(L->node),
                    g->acc);
     g->accdecl = st[at - 1];
     g->store = st[at + 1];
     TSNode av;
     char at_t[32], av_t[32];
     if (!ts_node_eq(top_decl(ctx, block, g->acc, &av), g->accdecl) || ts_node_named_child_count(g->accdecl) != 2)
-        return WHY("%s is not declared right before the loop at line %u", g->acc, line_of(L->node));
+        return WHY("%s is not declared right before the loop at line %u", g->acc, kl_ast_line(L->node));
     text_to(ctx, rb_field(g->accdecl, "type"), at_t, sizeof at_t);
     text_to(ctx, av, av_t, sizeof av_t);
     if (strcmp(at_t, "float") || (strcmp(av_t, "0") && strcmp(av_t, "0.0f") && strcmp(av_t, "0.f") && strcmp(av_t, "0.0")))
         return WHY("the accumulator %s (line %u) is not a float starting at 0: f32 accumulation is what the fragments do",
-                   g->acc, line_of(g->accdecl));
+                   g->acc, kl_ast_line(g->accdecl));
     if (!rb_is(g->store, "expression_statement") || rb_count_ident(ctx, g->store, g->acc) == 0)
-        return WHY("the statement after the loop (line %u) does not store %s", line_of(g->store), g->acc);
+        return WHY("the statement after the loop (line %u) does not store %s", kl_ast_line(g->store), g->acc);
     /* the guard */
     char gx[64], gy[64];
     if (ts_node_eq(block, g->body)) {
         g->early = true;
         if (at < 2 || !rb_is(st[at - 2], "if_statement") || !ts_node_is_null(rb_field(st[at - 2], "alternative")))
-            return WHY("no `if (row >= M || col >= N) return;` before the accumulator (line %u)", line_of(g->accdecl));
+            return WHY("no `if (row >= M || col >= N) return;` before the accumulator (line %u)", kl_ast_line(g->accdecl));
         g->guard = st[at - 2];
         TSNode ret[2];
         if (stmts_of(rb_field(g->guard, "consequence"), ret, 2) != 1 || !rb_is(ret[0], "return_statement"))
-            return WHY("the guard at line %u does not just return", line_of(g->guard));
+            return WHY("the guard at line %u does not just return", kl_ast_line(g->guard));
     } else {
         g->guard = ts_node_parent(block);
         TSNode top = ts_node_parent(g->guard);
         if (!rb_is(g->guard, "if_statement") || !ts_node_is_null(rb_field(g->guard, "alternative")) || !ts_node_eq(top, g->body))
-            return WHY("the loop at line %u is not under an `if (row < M && col < N)` of the kernel's body", line_of(L->node));
+            return WHY("the loop at line %u is not under an `if (row < M && col < N)` of the kernel's body", kl_ast_line(L->node));
     }
     if (!guard_parts(ctx, if_cond(g->guard), g->early, gx, g->M, gy, g->N, sizeof gx))
-        return WHY("the guard at line %u is not `row %s M %s col %s N`", line_of(g->guard), g->early ? ">=" : "<",
+        return WHY("the guard at line %u is not `row %s M %s col %s N`", kl_ast_line(g->guard), g->early ? ">=" : "<",
                    g->early ? "||" : "&&", g->early ? ">=" : "<");
     /* row and col: declared at the top, one output per thread along different axes; the row is
      * the one along y (the staging tile is then stored along x, the col) */
@@ -501,7 +494,7 @@ static bool analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     if (!xa || !ya || xa == ya)
         return WHY("%s and %s (lines %u, %u) are not one output per thread on a 2-D grid (blockIdx * B + threadIdx along two "
                    "different axes)",
-                   gx, gy, line_of(xd), line_of(yd));
+                   gx, gy, kl_ast_line(xd), kl_ast_line(yd));
     bool swap = xa == 'x';
     kl_snprintf(g->row, sizeof g->row, "%s", swap ? gy : gx);
     kl_snprintf(g->col, sizeof g->col, "%s", swap ? gx : gy);
@@ -517,11 +510,11 @@ static bool analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     else if (USES(y, g->row, g->col) && USES(x, g->col, g->row)) g->aacc = y, g->bacc = x;
     else
         return WHY("the operands at line %u do not split into one that uses %s (not %s) and one that uses %s (not %s)",
-                   line_of(one[0]), g->row, g->col, g->col, g->row);
+                   kl_ast_line(one[0]), g->row, g->col, g->col, g->row);
 #undef USES
     unsigned ndecl = ts_node_eq(g->rdecl, g->cdecl) ? 2 : 1;
     if (ts_node_named_child_count(g->rdecl) != ndecl + 1 || ts_node_named_child_count(g->cdecl) != ndecl + 1)
-        return WHY("the declaration at line %u declares other names too", line_of(g->rdecl));
+        return WHY("the declaration at line %u declares other names too", kl_ast_line(g->rdecl));
     char t[64];
     text_to(ctx, rb_field(g->rdecl, "type"), t, sizeof t);
     strip_const(t, g->rtype, sizeof g->rtype);
@@ -535,35 +528,35 @@ static bool analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (ts_node_eq(top[i], g->rdecl) || ts_node_eq(top[i], g->cdecl)) continue;
         if (ts_node_eq(top[i], g->guard)) {
             if (!g->early && i + 1 != nt)
-                return WHY("statements follow the guarded block (line %u)", line_of(top[i + 1]));
+                return WHY("statements follow the guarded block (line %u)", kl_ast_line(top[i + 1]));
             if (g->early && i + 4 != nt)
                 return WHY("statements other than the accumulator, the loop and the store follow the guard (line %u)",
-                           line_of(g->guard));
+                           kl_ast_line(g->guard));
             break;
         }
         if (!rb_is(top[i], "declaration"))
-            return WHY("the statement at line %u is not a declaration the tiled form can keep", line_of(top[i]));
+            return WHY("the statement at line %u is not a declaration the tiled form can keep", kl_ast_line(top[i]));
         if (g->npro == MAXPRO) return WHY("too many declarations in the kernel");
         g->prologue[g->npro++] = top[i];
     }
     for (unsigned i = 0; i < g->npro; i++) {
         char w[64];
-        kl_snprintf(w, sizeof w, "the declaration at line %u", line_of(g->prologue[i]));
+        kl_snprintf(w, sizeof w, "the declaration at line %u", kl_ast_line(g->prologue[i]));
         if (!deps_ok(ctx, ax, g, g->prologue[i], NULL, NULL, NULL, g->why, sizeof g->why, w)) return true;
         if (rb_count_ident(ctx, g->prologue[i], g->row) || rb_count_ident(ctx, g->prologue[i], g->col))
-            return WHY("the declaration at line %u uses %s or %s", line_of(g->prologue[i]), g->row, g->col);
+            return WHY("the declaration at line %u uses %s or %s", kl_ast_line(g->prologue[i]), g->row, g->col);
     }
     /* what each piece may depend on */
     char wa[80], wb[80];
-    kl_snprintf(wa, sizeof wa, "A's element at line %u", line_of(g->aacc));
-    kl_snprintf(wb, sizeof wb, "B's element at line %u", line_of(g->bacc));
+    kl_snprintf(wa, sizeof wa, "A's element at line %u", kl_ast_line(g->aacc));
+    kl_snprintf(wb, sizeof wb, "B's element at line %u", kl_ast_line(g->bacc));
     if (!deps_ok(ctx, ax, g, g->aacc, g->row, g->k, NULL, g->why, sizeof g->why, wa) ||
         !deps_ok(ctx, ax, g, g->bacc, g->k, g->col, NULL, g->why, sizeof g->why, wb) ||
         !deps_ok(ctx, ax, g, g->store, g->row, g->col, g->acc, g->why, sizeof g->why, "the store") ||
         !deps_ok(ctx, ax, g, if_cond(g->guard), g->row, g->col, NULL, g->why, sizeof g->why, "the guard"))
         return true;
     TSNode cond = rb_field(L->node, "condition");
-    if (!ts_node_is_null(cond) && !deps_ok(ctx, ax, g, rb_field(unparen(cond), "right"), NULL, NULL, NULL, g->why,
+    if (!ts_node_is_null(cond) && !deps_ok(ctx, ax, g, rb_field(kl_ast_unparen(cond), "right"), NULL, NULL, NULL, g->why,
                                            sizeof g->why, "the loop bound"))
         return true;
     /* A and B must not be what the store writes */
@@ -571,7 +564,7 @@ static bool analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     text_to(ctx, rb_field(g->aacc, "argument"), ab, sizeof ab);
     text_to(ctx, rb_field(g->bacc, "argument"), bb, sizeof bb);
     if (rb_count_ident(ctx, g->store, ab) || rb_count_ident(ctx, g->store, bb))
-        return WHY("the store at line %u touches %s or %s, which the loop reads", line_of(g->store), ab, bb);
+        return WHY("the store at line %u touches %s or %s, which the loop reads", kl_ast_line(g->store), ab, bb);
 #undef WHY
     return true;
 }
@@ -691,14 +684,14 @@ static bool plan_launches(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         memset(p, 0, sizeof *p);
         p->l = l;
         if (ts_node_is_null(l->grid) || ts_node_is_null(l->block)) {
-            kl_snprintf(why, size, "the launch at line %u has no grid and block", line_of(l->call));
+            kl_snprintf(why, size, "the launch at line %u has no grid and block", kl_ast_line(l->call));
             return false;
         }
         cfg_read(ctx, l, l->grid, &p->grid);
         cfg_read(ctx, l, l->block, &p->block);
         if (!host_bound(ctx, ax, fn, l, M, p->m, sizeof p->m) || !host_bound(ctx, ax, fn, l, N, p->n, sizeof p->n)) {
             kl_snprintf(why, size, "the bounds %s and %s are not parameters or file-level constants that the launch at line %u "
-                        "can use", M, N, line_of(l->call));
+                        "can use", M, N, kl_ast_line(l->call));
             return false;
         }
     }
@@ -1362,10 +1355,10 @@ static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
             w->consts = c;
             if (sscanf(t, "constexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;", &w->fm, &w->fn_, &w->wm,
                        &w->wn) != 4)
-                return WHY("the tile constants at line %u are not the ones apply writes", line_of(c));
+                return WHY("the tile constants at line %u are not the ones apply writes", kl_ast_line(c));
             break;
         }
-        if (!rb_is(c, "declaration") || w->npro == MAXPRO) return WHY("the statement at line %u is not a declaration", line_of(c));
+        if (!rb_is(c, "declaration") || w->npro == MAXPRO) return WHY("the statement at line %u is not a declaration", kl_ast_line(c));
         w->prologue[w->npro++] = c;
     }
     TSNode loader = {0};
@@ -1394,7 +1387,7 @@ static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
     char t[64];
     text_to(ctx, rb_field(kd, "type"), t, sizeof t);
     strip_const(t, w->ktype, sizeof w->ktype);
-    text_to(ctx, rb_field(unparen(rb_field(w->k0loop, "condition")), "right"), w->K, sizeof w->K);
+    text_to(ctx, rb_field(kl_ast_unparen(rb_field(w->k0loop, "condition")), "right"), w->K, sizeof w->K);
     TSNode loads[2];
     unsigned nl = 0;
     TSNode lbody = rb_field(w->k0loop, "body");
@@ -1416,17 +1409,17 @@ static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
           tile_load_vec(ctx, loads[0], w->rtype, w->row, t1, w->k, w->M, kb1, w->a_text, sizeof w->a_text, zero)) ||
         !(tile_load(ctx, loads[1], t2, k2, w->ctype, w->col, kb2, w->N, w->b_text, sizeof w->b_text, zero) ||
           tile_load_vec(ctx, loads[1], t2, k2, w->ctype, w->col, kb2, w->N, w->b_text, sizeof w->b_text, zero)))
-        return WHY("the tile loads of the k loop at line %u are not the ones apply writes", line_of(w->k0loop));
+        return WHY("the tile loads of the k loop at line %u are not the ones apply writes", kl_ast_line(w->k0loop));
     (void)k1;
     /* the element type: from the zero, `T(0.0f)` */
     const char *paren = strchr(zero, '(');
     kl_snprintf(w->elem, sizeof w->elem, "%.*s", paren ? (int)(paren - zero) : 0, zero);
-    if (!w->elem[0] || strcmp(k2, w->k)) return WHY("the tile loads at line %u disagree", line_of(w->k0loop));
+    if (!w->elem[0] || strcmp(k2, w->k)) return WHY("the tile loads at line %u disagree", kl_ast_line(w->k0loop));
     /* the store loop: row, col, then `if (g) { float acc = …; store }` or `if (g) continue; float acc = …; store` */
     TSNode s[8];
     unsigned ns = stmts_of(rb_field(w->eloop, "body"), s, 8);
     if (ns < 3 || ns > 8 || !rb_is(s[2], "if_statement"))
-        return WHY("the store loop at line %u is not the one apply writes", line_of(w->eloop));
+        return WHY("the store loop at line %u is not the one apply writes", kl_ast_line(w->eloop));
     text_to(ctx, if_cond(s[2]), w->guard, sizeof w->guard);
     TSNode cons = rb_field(s[2], "consequence");
     TSNode rest[8];
@@ -1436,12 +1429,12 @@ static bool analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tc_wmma *w)
         nr = ns - 3;
         for (unsigned k = 0; k < nr; k++) rest[k] = s[3 + k];
     } else {
-        if (ns != 3) return WHY("the store loop at line %u has statements after its guard", line_of(w->eloop));
+        if (ns != 3) return WHY("the store loop at line %u has statements after its guard", kl_ast_line(w->eloop));
         nr = stmts_of(cons, rest, 8);
     }
     char at[64];
     if (nr < 2 || nr > 5 || !decl_name(ctx, rest[0], at, w->acc, sizeof w->acc) || strcmp(at, "float"))
-        return WHY("the store loop at line %u does not read the accumulator back", line_of(w->eloop));
+        return WHY("the store loop at line %u does not read the accumulator back", kl_ast_line(w->eloop));
     for (unsigned k = 1; k < nr; k++) w->store[w->nstore++] = rest[k];
 #undef WHY
     return true;
@@ -1556,14 +1549,14 @@ static void foreign_why(const kl_rule_ctx *ctx, TSNode fn, const mma_scan *m, ch
                     "(%s%s): a scalar loop needs each accumulator's (row, col) in the m16n8k16 layout and the shared tiles "
                     "the fragments came from, which the analysis does not derive from PTX; remove %sthe register tile first, "
                     "or bring the kernel to the wmma form",
-                    line_of(m->hit), m->what,
+                    kl_ast_line(m->hit), m->what,
                     strstr(body, "ldmatrix") ? "loaded by ldmatrix from shared memory" : "loaded from registers",
                     cpa ? ", filled by a cp.async pipeline" : "", cpa ? "the cp.async pipeline and " : "");
     else
         kl_snprintf(why, size,
                     "the wmma code at line %u is not the form apply writes (a `" MARKER "` block with guarded tile loads "
                     "and a staged store): its fragments' sources and layout are not analysed",
-                    line_of(m->hit));
+                    kl_ast_line(m->hit));
     free(t);
 }
 
@@ -1704,7 +1697,7 @@ static bool ldmatrix_helper(const kl_rule_ctx *ctx, const char *name, bool trans
 static bool plain_loop(const kl_rule_ctx *ctx, TSNode loop, char *v, char *bound, size_t bsize)
 {
     if (!rb_is(loop, "for_statement")) return false;
-    TSNode init = rb_field(loop, "initializer"), cond = unparen(rb_field(loop, "condition")), upd = rb_field(loop, "update");
+    TSNode init = rb_field(loop, "initializer"), cond = kl_ast_unparen(rb_field(loop, "condition")), upd = rb_field(loop, "update");
     if (!rb_is(init, "declaration") || ts_node_named_child_count(init) != 2) return false;
     TSNode d = ts_node_named_child(init, 1);
     if (!rb_is(d, "init_declarator") || !text_is(ctx, rb_field(d, "value"), "0")) return false;
@@ -1836,7 +1829,7 @@ static bool is_warp_index(const kl_rule_ctx *ctx, TSNode field)
     TSNode p = ts_node_parent(field);
     while (rb_is(p, "parenthesized_expression")) p = ts_node_parent(p);
     if (!rb_is(p, "binary_expression") || !rb_is_builtin(ctx, field, "threadIdx", 'x')) return false;
-    TSNode l = unparen(rb_field(p, "left"));
+    TSNode l = kl_ast_unparen(rb_field(p, "left"));
     if (!ts_node_eq(l, field)) return false;
     long long c = 0;
     TSNode fn = p;
@@ -1854,7 +1847,7 @@ static bool uni_visit(TSNode n, void *user)
     if (rb_is(n, "field_expression")) {
         TSNode a = rb_field(n, "argument");
         if (text_is(u->ctx, a, "threadIdx") && !is_warp_index(u->ctx, n))
-            kl_snprintf(u->why, u->size, "line %u reads threadIdx other than as the warp (threadIdx.x / 32)", line_of(n));
+            kl_snprintf(u->why, u->size, "line %u reads threadIdx other than as the warp (threadIdx.x / 32)", kl_ast_line(n));
         return false;
     }
     if (rb_is(n, "identifier")) {
@@ -1863,7 +1856,7 @@ static bool uni_visit(TSNode n, void *user)
         TSNode par = ts_node_parent(n);
         if (rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n)) {
             if (callee_reads_builtins(u->ctx, nm))
-                kl_snprintf(u->why, u->size, "`%s` (line %u) reads thread or block indices", nm, line_of(n));
+                kl_snprintf(u->why, u->size, "`%s` (line %u) reads thread or block indices", nm, kl_ast_line(n));
             return false;
         }
         warp_uniform(u->ctx, u->body, nm, u->depth + 1, u->why, u->size);
@@ -1904,7 +1897,7 @@ static bool assign_visit(TSNode n, void *user)
     TSNode target = {{0}, 0, 0};
     if (rb_is(n, "assignment_expression")) target = rb_field(n, "left");
     if (rb_is(n, "update_expression")) target = rb_field(n, "argument");
-    if (!ts_node_is_null(target) && text_is(a->ctx, unparen(target), a->name)) {
+    if (!ts_node_is_null(target) && text_is(a->ctx, kl_ast_unparen(target), a->name)) {
         /* a loop's own update (`kk++`) keeps its value the same in every lane */
         TSNode p = ts_node_parent(n);
         if (!(rb_is(p, "for_statement") && ts_node_eq(rb_field(p, "update"), n))) a->found = true;
@@ -1932,13 +1925,13 @@ static bool warp_uniform(const kl_rule_ctx *ctx, TSNode body, const char *name, 
     assign_find a = {ctx, name, false};
     rb_walk(body, assign_visit, &a);
     if (a.found) {
-        kl_snprintf(why, size, "`%s` (line %u) is assigned after its declaration", name, line_of(f.decl));
+        kl_snprintf(why, size, "`%s` (line %u) is assigned after its declaration", name, kl_ast_line(f.decl));
         return false;
     }
     TSNode v = rb_is(f.dc, "init_declarator") ? rb_field(f.dc, "value") : (TSNode){{0}, 0, 0};
     if (ts_node_is_null(v)) {
         if (tt_is_shared_decl(ctx, f.decl)) return true;
-        kl_snprintf(why, size, "`%s` (line %u) has no initial value", name, line_of(f.decl));
+        kl_snprintf(why, size, "`%s` (line %u) has no initial value", name, kl_ast_line(f.decl));
         return false;
     }
     uni_scan u = {ctx, body, depth, why, size};
@@ -1965,7 +1958,7 @@ static void render_children(ptx_render *r, TSNode n, kl_strbuf *sb)
 static bool lane_op(const ptx_render *r, TSNode n, const char *op)
 {
     return rb_is(n, "binary_expression") && text_is(r->ctx, rb_field(n, "operator"), op) &&
-           text_is(r->ctx, unparen(rb_field(n, "left")), r->lane) && text_is(r->ctx, rb_field(n, "right"), "16");
+           text_is(r->ctx, kl_ast_unparen(rb_field(n, "left")), r->lane) && text_is(r->ctx, rb_field(n, "right"), "16");
 }
 
 static void render_paren(kl_strbuf *sb, const char *s, bool paren)
@@ -1996,7 +1989,7 @@ static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
     if (rb_is(n, "field_expression")) {
         if (text_is(r->ctx, rb_field(n, "argument"), "threadIdx") && !is_warp_index(r->ctx, n)) {
             kl_snprintf(r->why, sizeof r->why, "the ldmatrix address at line %u reads threadIdx other than through the lane `%s`",
-                        line_of(n), r->lane);
+                        kl_ast_line(n), r->lane);
             return;
         }
         render_children(r, n, sb);
@@ -2010,7 +2003,7 @@ static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
         if (callee) {
             if (callee_reads_builtins(r->ctx, nm))
                 kl_snprintf(r->why, sizeof r->why, "`%s` (line %u) in the ldmatrix address reads thread or block indices", nm,
-                            line_of(n));
+                            kl_ast_line(n));
             kl_strbuf_adds(sb, nm);
             return;
         }
@@ -2030,7 +2023,7 @@ static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
             }
             kl_strbuf inner = KL_STRBUF_INIT;
             r->depth++;
-            render(r, unparen(r->loc[i].value), &inner);
+            render(r, kl_ast_unparen(r->loc[i].value), &inner);
             r->depth--;
             const char *s = kl_strbuf_str(&inner);
             render_paren(sb, s, !in_paren && !simple_text(s));
@@ -2040,7 +2033,7 @@ static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
         char why[300] = "";
         if (!warp_uniform(r->ctx, r->body, nm, 0, why, sizeof why)) {
             kl_snprintf(r->why, sizeof r->why, "the ldmatrix address at line %u uses `%s`, which may differ between lanes: %s",
-                        line_of(n), nm, why);
+                        kl_ast_line(n), nm, why);
             return;
         }
         kl_strbuf_adds(sb, nm);
@@ -2059,7 +2052,7 @@ static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
 static char *element_read(ptx_render *r, TSNode ptr, const char *off)
 {
     kl_strbuf sb = KL_STRBUF_INIT;
-    TSNode p = unparen(ptr);
+    TSNode p = kl_ast_unparen(ptr);
     TSNode leftmost = p;
     while (rb_is(leftmost, "binary_expression") && text_is(r->ctx, rb_field(leftmost, "operator"), "+"))
         leftmost = rb_field(leftmost, "left");
@@ -2101,7 +2094,7 @@ static bool find_lane(const kl_rule_ctx *ctx, TSNode body, char *lane)
         for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
             TSNode dc = ts_node_named_child(d, k);
             if (!rb_is(dc, "init_declarator")) continue;
-            TSNode v = unparen(rb_field(dc, "value"));
+            TSNode v = kl_ast_unparen(rb_field(dc, "value"));
             if (!squeezed_is(ctx, v, "threadIdx.x%32") && !squeezed_is(ctx, v, "threadIdx.x&31")) continue;
             text_to(ctx, kl_ast_declarator_name(dc), lane, 64);
             assign_find a = {ctx, lane, false};
@@ -2120,7 +2113,7 @@ static bool analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, tc_ptx *p
     p->body = kl_ast_function_body(fn);
     p->call = hit;
 #define WHY(...) (kl_snprintf(p->why, sizeof p->why, __VA_ARGS__), false)
-    unsigned ln = line_of(hit);
+    unsigned ln = kl_ast_line(hit);
     if (!rb_is(hit, "call_expression") || !rb_is(rb_field(hit, "function"), "identifier"))
         return WHY("the mma.sync at line %u is not a call of a __device__ helper", ln);
     text_to(ctx, rb_field(hit, "function"), p->helpers[0], 64);
@@ -2141,7 +2134,7 @@ static bool analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, tc_ptx *p
     p->outer = ts_node_parent(p->inner);
     if (rb_is(p->outer, "compound_statement")) {
         TSNode one[2];
-        if (body_stmts(p->outer, one, 2) != 1) return WHY("the loop at line %u is not alone in its loop", line_of(p->inner));
+        if (body_stmts(p->outer, one, 2) != 1) return WHY("the loop at line %u is not alone in its loop", kl_ast_line(p->inner));
         p->outer = ts_node_parent(p->outer);
     }
     char b1[128], b2[128];
@@ -2149,9 +2142,9 @@ static bool analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, tc_ptx *p
         !plain_loop(ctx, p->outer, p->v1, b1, sizeof b1))
         return WHY("the mma call at line %u is not in a nest `for (mi = 0; mi < FM; mi++) for (ni = 0; ni < FN; ni++)`", ln);
     p->block = ts_node_parent(p->outer);
-    if (!rb_is(p->block, "compound_statement")) return WHY("the mma nest at line %u is not in a block", line_of(p->outer));
+    if (!rb_is(p->block, "compound_statement")) return WHY("the mma nest at line %u is not in a block", kl_ast_line(p->outer));
     if (!for_header(ctx, p->outer, p->hdr1, sizeof p->hdr1) || !for_header(ctx, p->inner, p->hdr2, sizeof p->hdr2))
-        return WHY("the mma nest's loop headers (line %u) are not on one line each", line_of(p->outer));
+        return WHY("the mma nest's loop headers (line %u) are not on one line each", kl_ast_line(p->outer));
     /* the operands: ACC[mi][ni], AF[mi], BF[ni][0], BF[ni][1] */
     TSNode args = rb_field(hit, "arguments");
     if (ts_node_named_child_count(args) != 4) return WHY("the mma call at line %u does not take 4 operands", ln);
@@ -2178,49 +2171,49 @@ static bool analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, tc_ptx *p
     /* the four statements before the nest: the fragment arrays and their loads */
     TSNode stmts[64];
     unsigned ns = body_stmts(p->block, stmts, 64), at = 0;
-    if (ns > 64) return WHY("the block of the mma nest (line %u) is too long", line_of(p->block));
+    if (ns > 64) return WHY("the block of the mma nest (line %u) is too long", kl_ast_line(p->block));
     while (at < ns && !ts_node_eq(stmts[at], p->outer)) at++;
-    if (at < 4 || at + 1 != ns) return WHY("the mma nest at line %u is not the last of a block that loads its fragments", line_of(p->outer));
+    if (at < 4 || at + 1 != ns) return WHY("the mma nest at line %u is not the last of a block that loads its fragments", kl_ast_line(p->outer));
     for (unsigned i = at - 4; i < at; i++) {
         TSNode s = stmts[i];
         if (rb_is(s, "declaration")) {
-            if (ts_node_is_null(single_declarator(s))) return WHY("the declaration at line %u declares more than one name", line_of(s));
+            if (ts_node_is_null(single_declarator(s))) return WHY("the declaration at line %u declares more than one name", kl_ast_line(s));
             char nm[64];
             text_to(ctx, kl_ast_declarator_name(single_declarator(s)), nm, sizeof nm);
             if (!strcmp(nm, af) && ts_node_is_null(p->adecl)) p->adecl = s;
             else if (!strcmp(nm, bf) && ts_node_is_null(p->bdecl)) p->bdecl = s;
-            else return WHY("the declaration at line %u is not one of the fragments %s, %s", line_of(s), af, bf);
+            else return WHY("the declaration at line %u is not one of the fragments %s, %s", kl_ast_line(s), af, bf);
         } else if (rb_is(s, "for_statement")) {
             if (rb_count_ident(ctx, s, af) && ts_node_is_null(p->aloop)) p->aloop = s;
             else if (rb_count_ident(ctx, s, bf) && ts_node_is_null(p->bloop)) p->bloop = s;
-            else return WHY("the loop at line %u loads neither %s nor %s", line_of(s), af, bf);
+            else return WHY("the loop at line %u loads neither %s nor %s", kl_ast_line(s), af, bf);
         } else {
-            return WHY("the statement at line %u is neither a fragment declaration nor its load", line_of(s));
+            return WHY("the statement at line %u is neither a fragment declaration nor its load", kl_ast_line(s));
         }
     }
     if (ts_node_is_null(p->adecl) || ts_node_is_null(p->bdecl) || ts_node_is_null(p->aloop) || ts_node_is_null(p->bloop))
-        return WHY("the four statements before the mma nest (line %u) are not %s, %s and their loads", line_of(p->outer), af, bf);
+        return WHY("the four statements before the mma nest (line %u) are not %s, %s and their loads", kl_ast_line(p->outer), af, bf);
     if (ts_node_start_byte(p->adecl) > ts_node_start_byte(p->aloop) || ts_node_start_byte(p->bdecl) > ts_node_start_byte(p->bloop))
-        return WHY("a fragment array is loaded before its declaration (line %u)", line_of(p->aloop));
+        return WHY("a fragment array is loaded before its declaration (line %u)", kl_ast_line(p->aloop));
     p->first = stmts[at - 4];
     if (!rb_line_blank_before(ctx, tt_pragma_above(ctx, ts_node_start_byte(p->first))) ||
         rb_line_end(ctx, ts_node_end_byte(p->outer) - 1) != rb_line_end(ctx, ts_node_end_byte(p->outer)))
-        return WHY("the fragment code (lines %u-%u) does not sit on lines of its own", line_of(p->first), line_of(p->outer));
+        return WHY("the fragment code (lines %u-%u) does not sit on lines of its own", kl_ast_line(p->first), kl_ast_line(p->outer));
     char t[96];
     kl_snprintf(t, sizeof t, "uint32_t%s[%s][4];", af, b1);
     char t2[96];
     kl_snprintf(t2, sizeof t2, "uint32_t%s[%s][2];", bf, b2);
     if (!squeezed_is(ctx, p->adecl, t) || !squeezed_is(ctx, p->bdecl, t2))
         return WHY("the fragments are not declared `uint32_t %s[%s][4]; uint32_t %s[%s][2];` (lines %u, %u)", af, b1, bf, b2,
-                   line_of(p->adecl), line_of(p->bdecl));
+                   kl_ast_line(p->adecl), kl_ast_line(p->bdecl));
     if (rb_count_ident(ctx, p->block, af) != 3 || rb_count_ident(ctx, p->block, bf) != 7)
         return WHY("the fragments %s, %s are used other than by their loads and the mma call", af, bf);
     /* B's n-tiles come in pairs: FN must be even */
     long long fnv = 0;
-    TSNode bnode = rb_field(unparen(rb_field(p->inner, "condition")), "right");
+    TSNode bnode = rb_field(kl_ast_unparen(rb_field(p->inner, "condition")), "right");
     if (!rb_const_eval(ctx, p->body, bnode, &fnv) || fnv <= 0 || fnv % 2)
         return WHY("the n-tile count %s (line %u) is not a known even number (B fragments come in pairs from ldmatrix.x4.trans)",
-                   b2, line_of(p->inner));
+                   b2, kl_ast_line(p->inner));
     /* the A load: for (i = 0; i < FM; i++) { locals; LDM(AF[i], PTR); } */
     char iv[64], ib[128], fname[64];
     TSNode ls[PTX_MAXLOC + 8], cargs[3];
@@ -2228,44 +2221,44 @@ static bool analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, tc_ptx *p
     ptx_local aloc[PTX_MAXLOC], bloc[PTX_MAXLOC];
     unsigned na = 0, nb = 0;
     if (!plain_loop(ctx, p->aloop, iv, ib, sizeof ib) || strcmp(ib, b1))
-        return WHY("the A fragment loop at line %u is not `for (i = 0; i < %s; i++)`", line_of(p->aloop), b1);
+        return WHY("the A fragment loop at line %u is not `for (i = 0; i < %s; i++)`", kl_ast_line(p->aloop), b1);
     nls = body_stmts(rb_field(p->aloop, "body"), ls, PTX_MAXLOC + 8);
     kl_snprintf(want, sizeof want, "%s[%s]", af, iv);
     if (nls < 1 || nls > PTX_MAXLOC + 1 || !call_stmt(ctx, ls[nls - 1], fname, cargs, 3, &nargs) || nargs != 2 ||
         !squeezed_is(ctx, cargs[0], want) || !ldmatrix_helper(ctx, fname, false) || !loop_locals(ctx, ls, nls - 1, aloc, &na))
         return WHY("the A fragment loop at line %u is not `const int` locals and one ldmatrix.x4 helper call into %s[%s]",
-                   line_of(p->aloop), af, iv);
+                   kl_ast_line(p->aloop), af, iv);
     kl_snprintf(p->helpers[1], 64, "%s", fname);
     TSNode aptr = cargs[1];
     /* the B load: for (j = 0; j < FN / 2; j++) { locals; uint32_t R[4]; LDMT(R, PTR); BF[2*j][0] = R[0]; … } */
     char jv[64], jb[128];
     if (!plain_loop(ctx, p->bloop, jv, jb, sizeof jb))
-        return WHY("the B fragment loop at line %u is not `for (j = 0; j < %s / 2; j++)`", line_of(p->bloop), b2);
+        return WHY("the B fragment loop at line %u is not `for (j = 0; j < %s / 2; j++)`", kl_ast_line(p->bloop), b2);
     long long jn = 0;
-    if (!rb_const_eval(ctx, p->body, rb_field(unparen(rb_field(p->bloop, "condition")), "right"), &jn) || jn * 2 != fnv)
-        return WHY("the B fragment loop at line %u does not load %s / 2 pairs of n-tiles", line_of(p->bloop), b2);
+    if (!rb_const_eval(ctx, p->body, rb_field(kl_ast_unparen(rb_field(p->bloop, "condition")), "right"), &jn) || jn * 2 != fnv)
+        return WHY("the B fragment loop at line %u does not load %s / 2 pairs of n-tiles", kl_ast_line(p->bloop), b2);
     nls = body_stmts(rb_field(p->bloop, "body"), ls, PTX_MAXLOC + 8);
     if (nls < 6 || nls > PTX_MAXLOC + 6)
-        return WHY("the B fragment loop at line %u is not locals, `uint32_t r[4];`, ldmatrix.x4.trans and four moves", line_of(p->bloop));
+        return WHY("the B fragment loop at line %u is not locals, `uint32_t r[4];`, ldmatrix.x4.trans and four moves", kl_ast_line(p->bloop));
     unsigned rd = nls - 6;
     char rn[64];
     if (ts_node_is_null(single_declarator(ls[rd])))
-        return WHY("the B fragment loop at line %u does not declare its four registers", line_of(p->bloop));
+        return WHY("the B fragment loop at line %u does not declare its four registers", kl_ast_line(p->bloop));
     text_to(ctx, kl_ast_declarator_name(single_declarator(ls[rd])), rn, sizeof rn);
     kl_snprintf(t, sizeof t, "uint32_t%s[4];", rn);
     if (!squeezed_is(ctx, ls[rd], t) || !call_stmt(ctx, ls[rd + 1], fname, cargs, 3, &nargs) || nargs != 2 ||
         !text_is(ctx, cargs[0], rn) || !ldmatrix_helper(ctx, fname, true) || !loop_locals(ctx, ls, rd, bloc, &nb))
         return WHY("the B fragment loop at line %u is not `const int` locals, `uint32_t r[4];` and one ldmatrix.x4.trans helper "
-                   "call into r", line_of(p->bloop));
+                   "call into r", kl_ast_line(p->bloop));
     kl_snprintf(p->helpers[2], 64, "%s", fname);
     TSNode bptr = cargs[1];
     for (unsigned i = 0; i < 4; i++) {
         kl_snprintf(want, sizeof want, "%s[2*%s%s][%u]=%s[%u];", bf, jv, i >= 2 ? "+1" : "", i % 2, rn, i);
         if (!squeezed_is(ctx, ls[rd + 2 + i], want))
             return WHY("line %u does not read `%s[2 * %s%s][%u] = %s[%u];`: the registers of ldmatrix.x4.trans are b0, b1 of "
-                       "n-tile 2j, then of 2j + 1", line_of(ls[rd + 2 + i]), bf, jv, i >= 2 ? " + 1" : "", i % 2, rn, i);
+                       "n-tile 2j, then of 2j + 1", kl_ast_line(ls[rd + 2 + i]), bf, jv, i >= 2 ? " + 1" : "", i % 2, rn, i);
     }
-    if (rb_count_ident(ctx, p->bloop, rn) != 6) return WHY("the registers %s of line %u are used elsewhere", rn, line_of(ls[rd]));
+    if (rb_count_ident(ctx, p->bloop, rn) != 6) return WHY("the registers %s of line %u are used elsewhere", rn, kl_ast_line(ls[rd]));
     /* the element reads: A (r, k) from lane r + 16 (k / 8), element k % 8; B (k, n) of n-tile ni from lane k + 16 (ni % 2)
      * in iteration ni / 2, element n */
     char ito[80], jto[80];
@@ -2379,7 +2372,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         bool ptx = !ours && !w.why[0] && !strstr(m.what, "mma_sync") && analyse_ptx(ctx, fn, m.hit, &px);
         if (!ours && !ptx && !w.why[0]) {
             if (px.why[0] && !strstr(m.what, "mma_sync"))
-                kl_snprintf(w.why, sizeof w.why, "the mma.sync at line %u is not removable: %s", line_of(m.hit), px.why);
+                kl_snprintf(w.why, sizeof w.why, "the mma.sync at line %u is not removable: %s", kl_ast_line(m.hit), px.why);
             else
                 foreign_why(ctx, fn, &m, w.why, sizeof w.why);
         }

@@ -32,7 +32,6 @@ static const kl_rule_param vec_params[] = {{"width", width_values, "4"}};
 static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
 static char *text_of(const kl_rule_ctx *ctx, TSNode n) { return ts_node_is_null(n) ? NULL : rb_text(ctx, n); }
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 static bool node_in(TSNode n, TSNode outer)
 {
@@ -313,7 +312,7 @@ bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, 
                 kl_snprintf(why, size,
                             "the scalar fallback of the %s path at line %u (the remainder that loop leaves): "
                             "vectorizing it would only add another guard and another scalar loop",
-                            vt, line_of(prev));
+                            vt, kl_ast_line(prev));
                 return true;
             }
         }
@@ -330,7 +329,7 @@ bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, 
                 kl_snprintf(why, size,
                             "the scalar fallback of the %s path at line %u (the other branch of its guard): "
                             "vectorizing it would only add another guard and another scalar loop",
-                            vt, line_of(ifs));
+                            vt, kl_ast_line(ifs));
                 return true;
             }
         }
@@ -514,7 +513,7 @@ static bool guard_visit(TSNode n, void *user)
     if (!g->seen_st && vec_width(g->ctx, g->fn, rb_field(n, "consequence"))) g->before = true;
     if (g->p->nsame < sizeof g->p->same_guard / sizeof g->p->same_guard[0]) g->p->same_guard[g->p->nsame++] = n;
     else kl_snprintf(g->p->why, sizeof g->p->why, "more than %zu vector paths on the guard at line %u",
-                     sizeof g->p->same_guard / sizeof g->p->same_guard[0], line_of(g->st));
+                     sizeof g->p->same_guard / sizeof g->p->same_guard[0], kl_ast_line(g->st));
     return false;
 }
 
@@ -533,10 +532,10 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
         p->kind = 'E';
         if (vec_width(ctx, fn, alt))
             kl_snprintf(p->why, sizeof p->why, "the else branch at line %u uses vector types too: no scalar path to keep",
-                        line_of(alt));
+                        kl_ast_line(alt));
         else if (rb_is(alt, "if_statement"))
             kl_snprintf(p->why, sizeof p->why, "the else branch at line %u is another if: not a plain scalar path",
-                        line_of(alt));
+                        kl_ast_line(alt));
         guard_walk g = {ctx, fn, st, text_of(ctx, rb_field(st, "condition")), p, false, false};
         rb_walk(kl_ast_function_body(fn), guard_visit, &g);
         free(g.cond);
@@ -547,7 +546,7 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
             if (vec_width(ctx, fn, a2) || rb_is(a2, "if_statement"))
                 kl_snprintf(p->why, sizeof p->why,
                             "the vector path at line %u shares its guard but has no plain scalar else path",
-                            line_of(p->same_guard[i]));
+                            kl_ast_line(p->same_guard[i]));
         }
         return true;
     }
@@ -616,7 +615,7 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
         kl_snprintf(p->why, sizeof p->why,
                     "the scalar tail at line %u starts at `%s`, not at the vector loop's end `%s * %d + %s`: it is not "
                     "proven to cover the whole range alone",
-                    line_of(nx), ivt ? ivt : "?", L && L->bound ? L->bound : "?", w, s0[0] ? s0 : "?");
+                    kl_ast_line(nx), ivt ? ivt : "?", L && L->bound ? L->bound : "?", w, s0[0] ? s0 : "?");
     }
     free(ivt);
     return true;
@@ -654,9 +653,9 @@ static bool body_visit(TSNode n, void *user)
     if (b->why) return false;
     if (rb_is(n, "break_statement") || rb_is(n, "continue_statement") || rb_is(n, "return_statement") ||
         rb_is(n, "goto_statement"))
-        b->why = "a break, continue, return or goto", b->line = line_of(n);
+        b->why = "a break, continue, return or goto", b->line = kl_ast_line(n);
     else if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement"))
-        b->why = "an inner loop", b->line = line_of(n);
+        b->why = "an inner loop", b->line = kl_ast_line(n);
     return b->why == NULL;
 }
 
@@ -804,7 +803,7 @@ static void strided_checks(const kl_rule_ctx *ctx, kl_affine_ctx *ax, va *v)
             kl_snprintf(v->why, sizeof v->why,
                         "the loop body writes %s at line %u, not at the loop's element: with other elements per thread "
                         "that store would change",
-                        a->array, line_of(a->node));
+                        a->array, kl_ast_line(a->node));
             return;
         }
     }
@@ -881,13 +880,13 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (!contig) {
             if (x) {
                 kl_snprintf(v->why, sizeof v->why, "%s is read at line %u at an index other than %s", a->array,
-                            line_of(a->node), x->index);
+                            kl_ast_line(a->node), x->index);
                 free(idx);
                 return true;
             }
             if (a->write && pointer) {
                 kl_snprintf(v->why, sizeof v->why, "the body writes %s at line %u, an index not contiguous in %s",
-                            a->array, line_of(a->node), L->var);
+                            a->array, kl_ast_line(a->node), L->var);
                 free(idx);
                 return true;
             }
@@ -895,7 +894,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
             continue;
         }
         if (!rb_is(a->node, "subscript_expression") || !idx) {
-            kl_snprintf(v->why, sizeof v->why, "the access to %s at line %u is not a subscript", a->array, line_of(a->node));
+            kl_snprintf(v->why, sizeof v->why, "the access to %s at line %u is not a subscript", a->array, kl_ast_line(a->node));
             free(idx);
             return true;
         }
@@ -925,7 +924,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         x->write |= a->write;
         if (conditional(a->node, L->node)) {
             kl_snprintf(v->why, sizeof v->why, "the access to %s at line %u is conditional: a vector access would touch "
-                        "elements the loop may not", a->array, line_of(a->node));
+                        "elements the loop may not", a->array, kl_ast_line(a->node));
             return true;
         }
         if (a->write) {
@@ -936,12 +935,12 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
                        (ts_node_eq(stmt, body) || ts_node_eq(ts_node_parent(stmt), body));
             if (!top) {
                 kl_snprintf(v->why, sizeof v->why, "the store to %s at line %u is not a statement of the loop body",
-                            a->array, line_of(a->node));
+                            a->array, kl_ast_line(a->node));
                 return true;
             }
             if (!ts_node_is_null(v->store) && !ts_node_eq(v->store, stmt)) {
                 kl_snprintf(v->why, sizeof v->why, "more than one store in the loop body (lines %u and %u)",
-                            line_of(v->store), line_of(stmt));
+                            kl_ast_line(v->store), kl_ast_line(stmt));
                 return true;
             }
             v->store = stmt;
@@ -1269,7 +1268,7 @@ static kl_status apply_strided(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode
     const kl_ax_loop *L = v->L;
     TSNode loop = L->node, body = rb_field(loop, "body");
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
-        return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", line_of(loop));
+        return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", kl_ast_line(loop));
     const char *vt = width == 4 ? "float4" : "float2";
     char ind[64], nv[32], vv[32];
     kl_rules_indent(ctx, ts_node_start_byte(loop), ind, sizeof ind);
@@ -1314,7 +1313,7 @@ static kl_status apply_strided(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode
     if (st == KL_OK && !add_lanes(&sb, ctx, v, body, width, ind, "    ")) {
         kl_strbuf_release(&sb);
         free(start), free(stride), free(btext);
-        return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", line_of(body));
+        return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", kl_ast_line(body));
     }
     for (unsigned k = 0; k < v->narr; k++)
         if (v->arr[k].write)
@@ -1348,11 +1347,11 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
     char ind[64];
     kl_rules_indent(ctx, ts_node_start_byte(loop), ind, sizeof ind);
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
-        return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", line_of(loop));
+        return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", kl_ast_line(loop));
     kl_strbuf sb = KL_STRBUF_INIT;
     TSNode init = rb_field(loop, "initializer");
     if (!ts_node_is_null(init) && !L->start)
-        return kl_rule_not_applicable(err, "the start of the loop over %s at line %u is not read", L->var, line_of(loop));
+        return kl_rule_not_applicable(err, "the start of the loop over %s at line %u is not read", L->var, kl_ast_line(loop));
     kl_strbuf_addf(&sb, "{\n");
     /* the loop's start, kept in the variable the vector loop advances (none: it goes on from its value) */
     if (ts_node_is_null(init)) {
@@ -1377,7 +1376,7 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
     }
     if (!add_lanes(&sb, ctx, v, body, width, ind, "            ")) {
         kl_strbuf_release(&sb);
-        return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", line_of(body));
+        return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", kl_ast_line(body));
     }
     for (unsigned k = 0; k < v->narr; k++)
         if (v->arr[k].write)

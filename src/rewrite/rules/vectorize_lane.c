@@ -14,13 +14,6 @@
 #include "syntax/affine.h"
 #include "util/util.h"
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
-
-static TSNode unparen(TSNode n)
-{
-    while (rb_is(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
-    return n;
-}
 
 /* ---- who a thread is ----------------------------------------------------------------------------- */
 
@@ -37,9 +30,9 @@ static bool decl_visit(TSNode n, void *user)
     if (rb_is(n, "init_declarator") && rb_text_is(d->ctx, kl_ast_declarator_name(n), d->name)) {
         d->decls++;
         d->value = rb_field(n, "value");
-    } else if (rb_is(n, "assignment_expression") && rb_text_is(d->ctx, unparen(rb_field(n, "left")), d->name)) {
+    } else if (rb_is(n, "assignment_expression") && rb_text_is(d->ctx, kl_ast_unparen(rb_field(n, "left")), d->name)) {
         d->assigns++;
-    } else if (rb_is(n, "update_expression") && rb_text_is(d->ctx, unparen(rb_field(n, "argument")), d->name)) {
+    } else if (rb_is(n, "update_expression") && rb_text_is(d->ctx, kl_ast_unparen(rb_field(n, "argument")), d->name)) {
         d->assigns++;
     }
     return true;
@@ -61,7 +54,7 @@ static TSNode local_value(const kl_rule_ctx *ctx, TSNode fn, TSNode id)
 /* `threadIdx.D` (through locals holding it): D, else 0. */
 static char thread_dim(const kl_rule_ctx *ctx, TSNode fn, TSNode e, unsigned depth)
 {
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     if (depth > 4) return 0;
     if (rb_is(e, "cast_expression")) return thread_dim(ctx, fn, rb_field(e, "value"), depth + 1);
     if (rb_is(e, "field_expression") && rb_text_is(ctx, rb_field(e, "argument"), "threadIdx")) {
@@ -78,7 +71,7 @@ static char thread_dim(const kl_rule_ctx *ctx, TSNode fn, TSNode e, unsigned dep
 
 static bool is_warp_size(const kl_rule_ctx *ctx, TSNode fn, TSNode e, long long *k)
 {
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     if (rb_text_is(ctx, e, "warpSize")) {
         *k = 32;
         return true;
@@ -89,7 +82,7 @@ static bool is_warp_size(const kl_rule_ctx *ctx, TSNode fn, TSNode e, long long 
 /* A lane index: `tid % M` or `tid & (M - 1)` with tid a thread index (through locals): M, else 0. */
 static long long lane_mod(const kl_rule_ctx *ctx, TSNode fn, TSNode e, unsigned depth)
 {
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     if (depth > 4) return 0;
     if (rb_is(e, "cast_expression")) return lane_mod(ctx, fn, rb_field(e, "value"), depth + 1);
     if (rb_is(e, "binary_expression")) {
@@ -97,11 +90,11 @@ static long long lane_mod(const kl_rule_ctx *ctx, TSNode fn, TSNode e, unsigned 
         long long m = 0;
         if (!thread_dim(ctx, fn, rb_field(e, "left"), 0)) return 0;
         if (rb_text_is(ctx, op, "%") && is_warp_size(ctx, fn, rb_field(e, "right"), &m) && m > 1) return m;
-        TSNode r = unparen(rb_field(e, "right"));
+        TSNode r = kl_ast_unparen(rb_field(e, "right"));
         if (rb_text_is(ctx, op, "&")) {
             /* & (warpSize - 1), & 31 */
             if (rb_is(r, "binary_expression") && rb_text_is(ctx, rb_field(r, "operator"), "-") &&
-                rb_text_is(ctx, unparen(rb_field(r, "left")), "warpSize") && rb_const_eval(ctx, fn, rb_field(r, "right"), &m) &&
+                rb_text_is(ctx, kl_ast_unparen(rb_field(r, "left")), "warpSize") && rb_const_eval(ctx, fn, rb_field(r, "right"), &m) &&
                 m == 1)
                 return 32;
             if (rb_const_eval(ctx, fn, r, &m) && m > 0 && ((m + 1) & m) == 0) return m + 1;
@@ -118,10 +111,10 @@ int kl_vl_recognise(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, const char *
     memset(L, 0, sizeof *L);
     why[0] = '\0';
     if (!rb_is(loop, "for_statement")) return 0;
-    TSNode upd = unparen(rb_field(loop, "update")), stride = {{0}, 0, 0};
+    TSNode upd = kl_ast_unparen(rb_field(loop, "update")), stride = {{0}, 0, 0};
     if (rb_is(upd, "assignment_expression") && rb_text_is(ctx, rb_field(upd, "operator"), "+=") &&
-        rb_text_is(ctx, unparen(rb_field(upd, "left")), var))
-        stride = unparen(rb_field(upd, "right"));
+        rb_text_is(ctx, kl_ast_unparen(rb_field(upd, "left")), var))
+        stride = kl_ast_unparen(rb_field(upd, "right"));
     if (ts_node_is_null(stride)) return 0;
     /* the step: a warp's or a block's size */
     char bdim = 0;
@@ -230,13 +223,13 @@ static red *red_of(body_scan *b, const char *name)
  * (the target and the operand), 0 when it is no reduction. */
 static unsigned plain_reduction(const kl_rule_ctx *ctx, TSNode rhs, const char *name)
 {
-    rhs = unparen(rhs);
+    rhs = kl_ast_unparen(rhs);
     if (rb_is(rhs, "binary_expression")) {
         TSNode op = rb_field(rhs, "operator");
         if (!rb_text_is(ctx, op, "+") && !rb_text_is(ctx, op, "*") && !rb_text_is(ctx, op, "|") &&
             !rb_text_is(ctx, op, "&") && !rb_text_is(ctx, op, "^"))
             return 0;
-        if (rb_text_is(ctx, unparen(rb_field(rhs, "left")), name) || rb_text_is(ctx, unparen(rb_field(rhs, "right")), name))
+        if (rb_text_is(ctx, kl_ast_unparen(rb_field(rhs, "left")), name) || rb_text_is(ctx, kl_ast_unparen(rb_field(rhs, "right")), name))
             return 2;
         return 0;
     }
@@ -246,8 +239,8 @@ static unsigned plain_reduction(const kl_rule_ctx *ctx, TSNode rhs, const char *
         bool known = false;
         for (unsigned i = 0; fns[i] && !known; i++) known = rb_text_is(ctx, f, fns[i]);
         if (!known || ts_node_named_child_count(args) != 2) return 0;
-        if (rb_text_is(ctx, unparen(ts_node_named_child(args, 0)), name) ||
-            rb_text_is(ctx, unparen(ts_node_named_child(args, 1)), name))
+        if (rb_text_is(ctx, kl_ast_unparen(ts_node_named_child(args, 0)), name) ||
+            rb_text_is(ctx, kl_ast_unparen(ts_node_named_child(args, 1)), name))
             return 2;
     }
     return 0;
@@ -266,7 +259,7 @@ static bool body_visit(TSNode n, void *user)
                 kl_snprintf(b->why, b->size,
                             "the loop body calls %s (line %u): with other elements per thread the threads would "
                             "run it a different number of times",
-                            f, line_of(n));
+                            f, kl_ast_line(n));
                 break;
             }
         free(f);
@@ -274,13 +267,13 @@ static bool body_visit(TSNode n, void *user)
     }
     TSNode target = {{0}, 0, 0};
     bool update = false;
-    if (rb_is(n, "assignment_expression")) target = unparen(rb_field(n, "left"));
-    else if (rb_is(n, "update_expression")) target = unparen(rb_field(n, "argument")), update = true;
+    if (rb_is(n, "assignment_expression")) target = kl_ast_unparen(rb_field(n, "left"));
+    else if (rb_is(n, "update_expression")) target = kl_ast_unparen(rb_field(n, "argument")), update = true;
     if (!rb_is(target, "identifier")) return true;
     char *name = rb_text(b->ctx, target);
     if (!name) return true;
     if (!strcmp(name, b->var)) {
-        kl_snprintf(b->why, b->size, "the loop body assigns the loop variable %s (line %u)", name, line_of(n));
+        kl_snprintf(b->why, b->size, "the loop body assigns the loop variable %s (line %u)", name, kl_ast_line(n));
     } else if (!declared_in(b->ctx, b->body, name)) {
         /* a scalar living across passes: a reduction, or the order of the elements shows */
         unsigned uses = 0;
@@ -297,12 +290,12 @@ static bool body_visit(TSNode n, void *user)
             kl_snprintf(b->why, b->size,
                         "the loop body sets %s at line %u other than as a sum, product, min or max: with other "
                         "elements per thread, in another order, its value would change",
-                        name, line_of(n));
+                        name, kl_ast_line(n));
         else if (under_condition(n, b->body))
             kl_snprintf(b->why, b->size,
                         "the update of %s at line %u is conditional (an arg-max, a first match): which elements a "
                         "thread sees decides it, and the vector loop changes that",
-                        name, line_of(n));
+                        name, kl_ast_line(n));
         else if (!r)
             kl_snprintf(b->why, b->size, "the loop body updates more than %d scalars", VL_MAXRED);
         else r->expect += uses;
@@ -328,8 +321,8 @@ static bool set_visit(TSNode n, void *user)
     set_scan *s = user;
     if (s->yes) return false;
     TSNode t = {{0}, 0, 0};
-    if (rb_is(n, "assignment_expression")) t = unparen(rb_field(n, "left"));
-    else if (rb_is(n, "update_expression")) t = unparen(rb_field(n, "argument"));
+    if (rb_is(n, "assignment_expression")) t = kl_ast_unparen(rb_field(n, "left"));
+    else if (rb_is(n, "update_expression")) t = kl_ast_unparen(rb_field(n, "argument"));
     s->yes = !ts_node_is_null(t) && rb_is(t, "identifier") && rb_text_is(s->ctx, t, s->name);
     return !s->yes;
 }
@@ -371,7 +364,7 @@ static bool sub_visit(TSNode n, void *user)
     if (!a.bad[0]) rb_walk(ix, invariant_visit, &a);
     if (a.bad[0]) {
         kl_snprintf(s->bad, sizeof s->bad, "%s", a.bad);
-        s->line = line_of(n);
+        s->line = kl_ast_line(n);
     }
     return !s->bad[0];
 }
@@ -396,7 +389,7 @@ bool kl_vl_body_ok(const kl_rule_ctx *ctx, TSNode loop, const char *var, char *w
         }
     }
     assigned_scan a = {ctx, body, ""};
-    rb_walk(unparen(rb_field(unparen(rb_field(loop, "condition")), "right")), invariant_visit, &a);
+    rb_walk(kl_ast_unparen(rb_field(kl_ast_unparen(rb_field(loop, "condition")), "right")), invariant_visit, &a);
     if (a.bad[0]) {
         kl_snprintf(why, size, "the loop body sets %s, which the loop's bound reads", a.bad);
         return false;

@@ -47,12 +47,6 @@ static bool text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
     return true;
 }
 
-static TSNode unparen(TSNode n)
-{
-    while (rb_is(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
-    return n;
-}
-
 static bool same_poly(const rb_poly *a, const rb_poly *b)
 {
     if (a->opaque || b->opaque || a->n != 1 || b->n != 1) return false;
@@ -162,8 +156,8 @@ static bool assigned_visit(TSNode n, void *user)
     assigned_scan *a = user;
     if (a->yes) return false;
     TSNode t = {0};
-    if (rb_is(n, "assignment_expression")) t = unparen(rb_field(n, "left"));
-    else if (rb_is(n, "update_expression")) t = unparen(rb_field(n, "argument"));
+    if (rb_is(n, "assignment_expression")) t = kl_ast_unparen(rb_field(n, "left"));
+    else if (rb_is(n, "update_expression")) t = kl_ast_unparen(rb_field(n, "argument"));
     if (!ts_node_is_null(t) && rb_is(t, "identifier") && rb_text_is(a->ctx, t, a->name)) a->yes = true;
     return !a->yes;
 }
@@ -193,7 +187,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rb_affine *ra, TSNo
 {
     memset(L, 0, sizeof *L);
     L->loop = loop;
-    TSNode init = rb_field(loop, "initializer"), cond = unparen(rb_field(loop, "condition")),
+    TSNode init = rb_field(loop, "initializer"), cond = kl_ast_unparen(rb_field(loop, "condition")),
            upd = rb_field(loop, "update");
     if (!rb_is(init, "declaration") || ts_node_named_child_count(init) != 2) return 0;
     TSNode d = rb_field(init, "declarator");
@@ -212,14 +206,14 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rb_affine *ra, TSNo
     if (!rb_grid_index(&pv, &g, true)) return 0;
     /* i += S, S the grid's thread count */
     if (!rb_is(upd, "assignment_expression") || !rb_text_is(ctx, rb_field(upd, "operator"), "+=") ||
-        !rb_text_is(ctx, unparen(rb_field(upd, "left")), L->var))
+        !rb_text_is(ctx, kl_ast_unparen(rb_field(upd, "left")), L->var))
         return 0;
     L->stride = rb_field(upd, "right");
     rb_affine_eval(ra, L->stride, &ps);
     if (!same_poly(&ps, &g)) return 0;
     /* i < N */
     if (!rb_is(cond, "binary_expression") || !rb_text_is(ctx, rb_field(cond, "operator"), "<") ||
-        !rb_text_is(ctx, unparen(rb_field(cond, "left")), L->var))
+        !rb_text_is(ctx, kl_ast_unparen(rb_field(cond, "left")), L->var))
         return 0;
     L->bound = rb_field(cond, "right");
     L->body = rb_field(loop, "body");
@@ -296,12 +290,12 @@ typedef struct vs_present {
  * as the left operand whole). */
 static bool tail_start(const kl_rule_ctx *ctx, TSNode value, const char *nv, long long *w, TSNode *v)
 {
-    value = unparen(value);
+    value = kl_ast_unparen(value);
     if (!rb_is(value, "binary_expression") || !rb_text_is(ctx, rb_field(value, "operator"), "+")) return false;
     for (int side = 0; side < 2; side++) {
-        TSNode m = unparen(rb_field(value, side ? "right" : "left"));
+        TSNode m = kl_ast_unparen(rb_field(value, side ? "right" : "left"));
         if (!rb_is(m, "binary_expression") || !rb_text_is(ctx, rb_field(m, "operator"), "*")) continue;
-        if (!rb_text_is(ctx, unparen(rb_field(m, "left")), nv)) continue;
+        if (!rb_text_is(ctx, kl_ast_unparen(rb_field(m, "left")), nv)) continue;
         if (!rb_const_eval(ctx, (TSNode){0}, rb_field(m, "right"), w) || *w < 2) continue;
         *v = rb_field(value, side ? "left" : "right");
         return true;
@@ -350,9 +344,9 @@ static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
     if (!text_copy(ctx, rb_declarator_name(d), nv, sizeof nv)) return false;
     TSNode vl = rb_next_stmt(decl), tl = ts_node_is_null(vl) ? vl : next_stmt(vl);
     if (!rb_is(vl, "for_statement") || !rb_is(tl, "for_statement")) return false;
-    TSNode vc = unparen(rb_field(vl, "condition")), vi = rb_field(vl, "initializer");
+    TSNode vc = kl_ast_unparen(rb_field(vl, "condition")), vi = rb_field(vl, "initializer");
     if (!rb_is(vc, "binary_expression") || !rb_text_is(ctx, rb_field(vc, "operator"), "<") ||
-        !rb_text_is(ctx, unparen(rb_field(vc, "right")), nv) || !rb_is(vi, "declaration"))
+        !rb_text_is(ctx, kl_ast_unparen(rb_field(vc, "right")), nv) || !rb_is(vi, "declaration"))
         return false;
     TSNode ti = rb_field(tl, "initializer");
     if (!rb_is(ti, "declaration")) return false;

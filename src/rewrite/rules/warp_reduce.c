@@ -33,12 +33,6 @@ static TSNode unwrap1(TSNode n)
     return n;
 }
 
-static TSNode strip_parens(TSNode n)
-{
-    while (rb_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
-    return n;
-}
-
 /* The assignment of an expression statement, or a null node. */
 static TSNode stmt_assign(TSNode st)
 {
@@ -69,7 +63,6 @@ static void node_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
     kl_snprintf(buf, size, "%.*s", (int)(b - a), ctx->text + a);
 }
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 typedef struct decl_find {
     const kl_rule_ctx *ctx;
@@ -159,7 +152,7 @@ static bool kernel_block(const kl_rule_ctx *ctx, TSNode fn, const char *name, in
         int64_t v;
         if (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &v, w, sizeof w)) {
             kl_snprintf(why, wn, "the block size of %s at line %u is not a 1-D compile-time constant (%s)", name,
-                        line_of(l->call), ts_node_is_null(l->block) ? "absent" : w);
+                        kl_ast_line(l->call), ts_node_is_null(l->block) ? "absent" : w);
             ok = false;
         } else if (n++ && v != *bs) {
             kl_snprintf(why, wn, "launches of %s use different block sizes (%lld and %lld)", name, (long long)*bs,
@@ -261,7 +254,7 @@ typedef struct wr_step {
  * of the second argument. */
 static bool shfl_call(const kl_rule_ctx *ctx, TSNode n, const char *var, bool *xor_, char *arg_val, size_t size)
 {
-    n = strip_parens(n);
+    n = kl_ast_unparen(n);
     if (!rb_is(n, "call_expression")) return false;
     TSNode f = rb_field(n, "function"), args = rb_field(n, "arguments");
     bool x = text_is(ctx, f, "__shfl_xor_sync"), d = text_is(ctx, f, "__shfl_down_sync");
@@ -284,7 +277,7 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
         TSNode a = stmt_assign(body);
         if (ts_node_is_null(a) || !rb_is(rb_field(a, "left"), "identifier")) return false;
         node_copy(ctx, rb_field(a, "left"), s->val, sizeof s->val);
-        TSNode r = strip_parens(rb_field(a, "right"));
+        TSNode r = kl_ast_unparen(rb_field(a, "right"));
         if (op_is(ctx, a, "+=")) {
             if (!shfl_call(ctx, r, var, &s->xor_, av, sizeof av) || strcmp(av, s->val)) return false;
             kl_snprintf(s->op, sizeof s->op, "+");
@@ -320,7 +313,7 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
     }
     TSNode la = stmt_assign(last);
     if (ts_node_is_null(la) || !op_is(ctx, la, "=") || !rb_is(rb_field(la, "left"), "identifier")) return false;
-    TSNode r = strip_parens(rb_field(la, "right"));
+    TSNode r = kl_ast_unparen(rb_field(la, "right"));
     if (!rb_is(r, "call_expression") || !rb_is(rb_field(r, "function"), "identifier") ||
         ts_node_named_child_count(rb_field(r, "arguments")) != 2)
         return false;
@@ -400,7 +393,7 @@ static bool warp_step(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool
     if (rb_is(st, "for_statement")) return shuffle_loop(ctx, ax, st, first, s);
     TSNode a = stmt_assign(st);
     if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rb_is(rb_field(a, "left"), "identifier")) return false;
-    TSNode r = strip_parens(rb_field(a, "right"));
+    TSNode r = kl_ast_unparen(rb_field(a, "right"));
     if (!rb_is(r, "call_expression") || !rb_is(rb_field(r, "function"), "identifier")) return false;
     TSNode args = rb_field(r, "arguments");
     if (ts_node_named_child_count(args) != 1) return false;
@@ -475,7 +468,7 @@ static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
     if (op_is(ctx, a, "+=")) {
         if (strcmp(p->s.op, "+")) return false;
     } else if (op_is(ctx, a, "=")) {
-        r = strip_parens(r);
+        r = kl_ast_unparen(r);
         TSNode f = rb_field(r, "function");
         bool plus = rb_is(r, "binary_expression") && op_is(ctx, r, "+") && !strcmp(p->s.op, "+");
         bool call = rb_is(r, "call_expression") && text_is(ctx, f, p->s.op);
@@ -546,7 +539,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         kl_snprintf(p->why, sizeof p->why,
                     "a warp-level reduction of %s: no shared stage between warps follows (line %u: expected "
                     "`if (lane == 0) part[warp] = %s;`)",
-                    p->s.val, ts_node_is_null(st) ? line_of(step) : line_of(st), p->s.val);
+                    p->s.val, ts_node_is_null(st) ? kl_ast_line(step) : kl_ast_line(st), p->s.val);
         return;
     }
     TSNode arr = rb_field(rb_field(a, "left"), "argument");
@@ -557,7 +550,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         kl_snprintf(p->why, sizeof p->why,
                     "a warp-level reduction of %s: its result is stored per warp at line %u with no __syncthreads() "
                     "and no stage between warps after it",
-                    p->s.val, line_of(st));
+                    p->s.val, kl_ast_line(st));
         return;
     }
     TSNode f = rb_next_stmt(p->sync);
@@ -568,7 +561,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     kl_snprintf(p->why, sizeof p->why,
                 "line %u: the partials in %s are not combined by a loop over them nor by a second warp step of the "
                 "same operation",
-                ts_node_is_null(f) ? line_of(p->sync) : line_of(f), p->part);
+                ts_node_is_null(f) ? kl_ast_line(p->sync) : kl_ast_line(f), p->part);
 }
 
 /* ---- the applicable side: the shared-memory tree ------------------------------------------------- */
@@ -596,8 +589,8 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
         !rb_is_syncthreads(ctx, sync) || !ts_node_is_null(rb_next_stmt(sync)))
         return false;
     /* if (tid < s) */
-    TSNode c = strip_parens(rb_field(ifs, "condition"));
-    if (rb_is(c, "condition_clause")) c = strip_parens(ts_node_named_child(c, 0));
+    TSNode c = kl_ast_unparen(rb_field(ifs, "condition"));
+    if (rb_is(c, "condition_clause")) c = kl_ast_unparen(ts_node_named_child(c, 0));
     TSNode tid = {{0}, 0, 0};
     char *lt = NULL;
     TSNode rhs;
@@ -632,7 +625,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     char self[300];
     kl_snprintf(self, sizeof self, "%s[%s]", t->sh, t->tid);
     if (strcmp(lidx, self)) return false;
-    TSNode r = strip_parens(rb_field(a, "right"));
+    TSNode r = kl_ast_unparen(rb_field(a, "right"));
     char rt[300], x[300], y[300];
     if (op_is(ctx, a, "+=")) {
         squeeze(ctx, r, rt, sizeof rt);

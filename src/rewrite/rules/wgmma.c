@@ -39,7 +39,6 @@
 #include "syntax/affine.h"
 #include "util/util.h"
 
-static unsigned line_of(TSNode n) { return ts_node_start_point(n).row + 1; }
 
 static void text_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 {
@@ -48,12 +47,6 @@ static void text_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
         return;
     }
     tt_copy_text(ctx, n, buf, size);
-}
-
-static TSNode unparen(TSNode n)
-{
-    while (rb_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
-    return n;
 }
 
 static unsigned count_sub(const char *s, const char *sub)
@@ -195,7 +188,7 @@ typedef struct wg_form {
 static bool desc_call(const kl_rule_ctx *ctx, TSNode e, const char *dname, char *start, size_t ssize, char *lead,
                       char *stride, size_t size, TSNode *snode)
 {
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     if (!rb_is(e, "call_expression") || !rb_text_is(ctx, rb_field(e, "function"), dname)) return false;
     TSNode a = rb_field(e, "arguments");
     if (ts_node_named_child_count(a) != 3) return false;
@@ -253,7 +246,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
     w->body = kl_ast_function_body(fn);
     w->call = hit;
 #define WHY(...) (kl_snprintf(w->why, sizeof w->why, __VA_ARGS__), false)
-    unsigned ln = line_of(hit);
+    unsigned ln = kl_ast_line(hit);
     text_to(ctx, rb_field(hit, "function"), w->wname, sizeof w->wname);
     if (!wgmma_helper(ctx, w->wname, &w->n, w->dtype, &w->trans_b, w->why, sizeof w->why))
         return w->why[0] ? false : WHY("%s (line %u) is not a wgmma helper", w->wname, ln);
@@ -296,7 +289,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
         return WHY("the accumulators %s are not declared once as `float %s[%s][%d][4]`", w->acc, w->acc, w->fm, w->n / 8);
     text_to(ctx, rb_field(a2, "size"), w->fn_dim, sizeof w->fn_dim);
     /* the descriptors */
-    TSNode dac = unparen(da);
+    TSNode dac = kl_ast_unparen(da);
     if (rb_is(dac, "call_expression")) text_to(ctx, rb_field(dac, "function"), w->dname, sizeof w->dname);
     char alead[128];
     if (!w->dname[0] || !desc_helper(ctx, w->dname) ||
@@ -304,13 +297,13 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
         return WHY("the A descriptor at line %u is not a call of a 128-byte-swizzle descriptor helper (start, lead, stride)",
                    ln);
     TSNode block = ts_node_parent(w->loop);
-    if (!rb_is(block, "compound_statement")) return WHY("the wgmma loop at line %u is not in a block", line_of(w->loop));
+    if (!rb_is(block, "compound_statement")) return WHY("the wgmma loop at line %u is not in a block", kl_ast_line(w->loop));
     w->block = block;
     TSNode bs[4], bnode = {{0}, 0, 0};
     unsigned nb = kl_tc_body_stmts(block, bs, 4);
-    if (rb_is(unparen(db), "identifier")) {
+    if (rb_is(kl_ast_unparen(db), "identifier")) {
         char dbn[64];
-        text_to(ctx, unparen(db), dbn, sizeof dbn);
+        text_to(ctx, kl_ast_unparen(db), dbn, sizeof dbn);
         TSNode dc = {{0}, 0, 0};
         unsigned ndc = 0;
         for (uint32_t k = 0; nb == 2 && rb_is(bs[0], "declaration") && k < ts_node_named_child_count(bs[0]); k++)
@@ -343,7 +336,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
     for (unsigned i = 0; i < w->nsync; i++)
         if (!rb_line_blank_before(ctx, ts_node_start_byte(w->sync[i])) ||
             rb_line_end(ctx, ts_node_end_byte(w->sync[i])) != rb_line_end(ctx, ts_node_end_byte(w->sync[i]) - 1))
-            return WHY("the wgmma fence/commit/wait at line %u does not sit on a line of its own", line_of(w->sync[i]));
+            return WHY("the wgmma fence/commit/wait at line %u does not sit on a line of its own", kl_ast_line(w->sync[i]));
     /* names the mma.sync form introduces; tensor-core's next step adds kl_e, kl_r, kl_c, kl_x */
     static const char *const mine[] = {"kl_ar", "kl_ak", "kl_bk", "kl_bn", "kl_b", "kl_nj", "kl_ni", "kl_af", "kl_bf",
                                        "kl_e",  "kl_r",  "kl_c",  "kl_x"};
@@ -529,7 +522,7 @@ static bool call_visit(TSNode n, void *user)
         if (t && strstr(t, "wgmma.mma_async")) {
             c->hit = n;
             kl_snprintf(c->why, sizeof c->why, "the wgmma at line %u is asm in the kernel, not a call of a helper",
-                        line_of(n));
+                        kl_ast_line(n));
         }
         free(t);
     }

@@ -136,6 +136,46 @@ static void row_cache_what_is_no_site(void **state)
     json_decref(s);
 }
 
+/* Others' idioms: the stride through a local (`const int stride = blockDim.x;`, the launch's block a
+ * local dim3), the row indexed in place and written to another buffer at the whole-matrix subscript:
+ * refused while that buffer may alias the row, applied when it is __restrict__. */
+static void row_cache_reads_other_idioms(void **state)
+{
+    (void)state;
+    static const char fmt[] =
+        "#define THREADS 128\n"
+        "__global__ void k(const float* x, float* %s y, int n)\n"
+        "{\n"
+        "    const int tid = threadIdx.x;\n"
+        "    const int stride = blockDim.x;\n"
+        "    const float* row = x + (size_t)blockIdx.x * n;\n"
+        "    float s = 0.f;\n"
+        "    for (int i = tid; i < n; i += stride) s += row[i];\n"
+        "    for (int i = tid; i < n; i += stride) y[(size_t)blockIdx.x * n + i] = row[i] / s;\n"
+        "}\n"
+        "void go(const float* x, float* y, int r, int n) { dim3 block(THREADS); k<<<r, block>>>(x, y, n); }\n";
+    char text[2048];
+    kl_snprintf(text, sizeof text, fmt, "");
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_rewrite("t.cu", text, strlen(text), NULL, "row-cache", "k:8", false, NULL, &out, &note, &err),
+                     KL_ERR_NOT_APPLICABLE);
+    assert_non_null(strstr(err.message, "may alias it"));
+    kl_snprintf(text, sizeof text, fmt, "__restrict__");
+    json_t *sites = sites_of(text, "row-cache");
+    assert_int_equal(json_array_size(sites), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(sites, 0), "direction")), "applicable");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(json_array_get(sites, 0), "features"), "stride")), 128);
+    json_decref(sites);
+    err = (kl_error){0};
+    if (kl_rules_rewrite("t.cu", text, strlen(text), NULL, "row-cache", "k:8", false, NULL, &out, &note, &err) != KL_OK)
+        fail_msg("refused: %s", err.message);
+    assert_non_null(strstr(out, "(n) <= 32 * 128"));
+    assert_non_null(strstr(out, "y[(size_t)blockIdx.x * n + i] = kl_rc[kl_k] / s;"));
+    free(out);
+    free(note);
+}
+
 /* The catalog does not take a register cache out: remove says so. */
 static void row_cache_is_forward_only(void **state)
 {
@@ -156,6 +196,7 @@ int main(void)
         cmocka_unit_test(row_cache_applies),
         cmocka_unit_test(row_cache_refuses_what_it_would_change),
         cmocka_unit_test(row_cache_what_is_no_site),
+        cmocka_unit_test(row_cache_reads_other_idioms),
         cmocka_unit_test(row_cache_is_forward_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -120,15 +120,43 @@ static bool block_width(const kl_rule_ctx *ctx, const char *kernel, long long *w
     return true;
 }
 
-/* The loop's stride S: an integer step, or blockDim.x read from the launches. */
-static bool loop_stride(const kl_rule_ctx *ctx, const char *kernel, const kl_ax_loop *L, long long *s)
+/* The initializer of local `name` of fn when the kernel assigns it there only, else a null node. */
+typedef struct init_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode value;
+} init_find;
+
+static bool init_visit(TSNode n, void *user)
+{
+    init_find *f = user;
+    if (!ts_node_is_null(f->value)) return false;
+    if (!rb_is(n, "declaration")) return true;
+    TSNode dds[8];
+    unsigned nd = rb_declarators(n, dds, 8);
+    for (unsigned k = 0; k < nd; k++)
+        if (rb_is(dds[k], "init_declarator") && rb_text_is(f->ctx, rb_field(dds[k], "declarator"), f->name))
+            f->value = rb_field(dds[k], "value");
+    return false;
+}
+
+/* The loop's stride S: an integer step, or blockDim.x read from the launches — written so, or
+ * through a local assigned once (`const int stride = blockDim.x;`). */
+static bool loop_stride(const kl_rule_ctx *ctx, const char *kernel, TSNode fn, kl_affine_ctx *ax, const kl_ax_loop *L,
+                        long long *s)
 {
     if (L->step_is_int) {
         *s = L->step_int;
         return L->step_int > 0;
     }
-    if (L->step && !strcmp(L->step, "blockDim.x")) return block_width(ctx, kernel, s);
-    return false;
+    if (!L->step) return false;
+    if (!strcmp(L->step, "blockDim.x")) return block_width(ctx, kernel, s);
+    init_find f = {ctx, L->step, {{0}, 0, 0}};
+    if (kl_affine_assign_count(ax, L->step) != 1) return false;
+    rb_walk(rb_field(fn, "body"), init_visit, &f);
+    if (ts_node_is_null(f.value)) return false;
+    if (rb_text_is(ctx, kl_ast_unparen(f.value), "blockDim.x")) return block_width(ctx, kernel, s);
+    return rb_const_eval(ctx, fn, f.value, s) && *s > 0;
 }
 
 typedef struct body_scan {
@@ -212,52 +240,6 @@ static bool loop_decl_type(const kl_rule_ctx *ctx, TSNode loop, char *type, size
     /* qualifiers before the type go with it (`const int`, `unsigned int`) */
     kl_snprintf(type, size, "%.*s", (int)(b - a), ctx->text + a);
     return true;
-}
-
-/* The element type of array `name` in function fn: a pointer parameter's pointee, or a local
- * pointer's declared type without qualifiers. */
-static bool elem_type(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *out, size_t size)
-{
-    int pi = kl_affine_param_index(ax, name);
-    if (pi >= 0) {
-        const kl_param_info *p = kl_affine_param(ax, (unsigned)pi);
-        if (!p->pointer || !p->elem) return false;
-        kl_snprintf(out, size, "%s", p->elem);
-        return true;
-    }
-    /* a local: `const float* xr = …;` */
-    TSNode body = rb_field(fn, "body");
-    bool found = false;
-    /* the body's statements and the blocks inside them (if, nested blocks) */
-    TSNode stack[64];
-    unsigned ns = 0;
-    stack[ns++] = body;
-    while (ns && !found) {
-        TSNode blk = stack[--ns];
-        uint32_t c = ts_node_named_child_count(blk);
-        for (uint32_t i = 0; i < c && !found; i++) {
-            TSNode d = ts_node_named_child(blk, i);
-            if (rb_is(d, "compound_statement") || rb_is(d, "if_statement")) {
-                TSNode inner = rb_is(d, "if_statement") ? rb_field(d, "consequence") : d;
-                if (!ts_node_is_null(inner) && ns < 64) stack[ns++] = inner;
-                continue;
-            }
-            if (!rb_is(d, "declaration")) continue;
-            TSNode dds[8];
-            unsigned nd = rb_declarators(d, dds, 8);
-            for (unsigned k = 0; k < nd && !found; k++) {
-                TSNode dd = rb_is(dds[k], "init_declarator") ? rb_field(dds[k], "declarator") : dds[k];
-                if (!rb_is(dd, "pointer_declarator")) continue;
-                TSNode id = rb_declarator_name(dd);
-                if (ts_node_is_null(id) || !rb_text_is(ctx, id, name)) continue;
-                char *ty = rb_text(ctx, rb_field(d, "type"));
-                if (ty) kl_snprintf(out, size, "%s", ty);
-                free(ty);
-                found = ty != NULL;
-            }
-        }
-    }
-    return found;
 }
 
 static bool is_scalar_elem(const char *t)
@@ -366,7 +348,7 @@ static const char *analyse(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
             }
         }
         char et[64] = "";
-        if (!elem_type(ctx, ax, fn, g->keys[k].array, et, sizeof et)) {
+        if (!rb_pointer_elem(ctx, ax, fn, g->keys[k].array, et, sizeof et)) {
             kl_snprintf(buf, size, "the element type of '%s' is not known (not a pointer parameter or local)",
                         g->keys[k].array);
             return buf;
@@ -458,8 +440,17 @@ static const char *analyse(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
                     norm_text(ctx, kl_ast_subscript_index(a->node), g->loops[li].var, norm, sizeof norm);
         bool held = false;
         for (unsigned k = 0; same && k < g->nkeys; k++) held |= !strcmp(norm, g->keys[k].norm);
-        if (!held) {
-            kl_snprintf(buf, size, "'%s' is written at line %u at a subscript other than the row's", a->array, line);
+        /* another buffer, which cannot alias the row (__restrict__ on one side, or a task whose
+         * buffers are distinct), may be written anywhere in the last loop */
+        bool apart = li == (int)g->last && (ctx->task || rb_pointer_restrict(ctx, ax, fn, a->array));
+        for (unsigned k = 0; apart && k < g->nkeys; k++)
+            apart = strcmp(a->array, g->keys[k].array) && (ctx->task || rb_pointer_restrict(ctx, ax, fn, a->array) ||
+                                                          rb_pointer_restrict(ctx, ax, fn, g->keys[k].array));
+        if (!held && !apart) {
+            kl_snprintf(buf, size,
+                        "'%s' is written at line %u at a subscript other than the row's, and may alias it (neither is "
+                        "__restrict__ and no task says the buffers are distinct)",
+                        a->array, line);
             return buf;
         }
     }
@@ -481,7 +472,7 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
         long long s = 0;
         /* a loop spread over a warp or a block: ITEMS values per thread cover ITEMS * S elements (a
          * thread's own loop, S = 1, would be cached only for rows of a few dozen) */
-        if (!loop_stride(ctx, name, L, &s) || s < 32) continue;
+        if (!loop_stride(ctx, name, fn, ax, L, &s) || s < 32) continue;
         rc_group g;
         memset(&g, 0, sizeof g);
         g.stride = s;
@@ -498,7 +489,7 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
             if (used[j] || M->kind != KL_LOOP_FOR || !M->var || !ts_node_eq(ts_node_parent(M->node), parent)) continue;
             long long sm = 0;
             char stj[160], bdj[160], ty[64];
-            if (!loop_stride(ctx, name, M, &sm) || sm != s || !M->cmp || strcmp(M->cmp, "<")) continue;
+            if (!loop_stride(ctx, name, fn, ax, M, &sm) || sm != s || !M->cmp || strcmp(M->cmp, "<")) continue;
             if (!norm_text(ctx, ts_node_child_by_field_name(rb_field(M->node, "initializer"), "declarator", 10), M->var,
                            stj, sizeof stj) ||
                 strcmp(stj, st0))

@@ -43,6 +43,69 @@ bool rb_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
     return b - a == k && b <= ctx->len && !memcmp(ctx->text + a, s, k);
 }
 
+typedef struct ptr_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    int found;            /* 0 not yet, 1 a pointer, -1 declared but not a pointer */
+    char type[64];
+    char base[64];        /* the first identifier of its initializer (`x + row * cols`: x) */
+} ptr_find;
+
+static bool ptr_visit(TSNode n, void *user)
+{
+    ptr_find *f = user;
+    if (f->found) return false;
+    if (!rb_is(n, "declaration")) return true;
+    for (uint32_t k = 0; k < ts_node_named_child_count(n); k++) {
+        TSNode dc = ts_node_named_child(n, k);
+        TSNode nm = kl_ast_declarator_name(dc);
+        if (!rb_text_is(f->ctx, nm, f->name)) continue;
+        TSNode inner = rb_is(dc, "init_declarator") ? rb_field(dc, "declarator") : dc;
+        f->found = rb_is(inner, "pointer_declarator") ? 1 : -1;
+        TSNode v = rb_is(dc, "init_declarator") ? rb_field(dc, "value") : (TSNode){{0}, 0, 0};
+        while (!ts_node_is_null(v) && !rb_is(v, "identifier") && ts_node_named_child_count(v) > 0)
+            v = ts_node_named_child(v, 0);
+        if (rb_is(v, "identifier")) {
+            char *b = rb_text(f->ctx, v);
+            kl_snprintf(f->base, sizeof f->base, "%s", b ? b : "");
+            free(b);
+        }
+        char *t = rb_text(f->ctx, rb_field(n, "type"));
+        kl_snprintf(f->type, sizeof f->type, "%s", t ? t : "");
+        free(t);
+        return false;
+    }
+    return true;
+}
+
+/* Is the pointer name __restrict__: a parameter declared so, or a local pointer initialised
+ * from one (`const float* xr = x + row * cols;`)? */
+bool rb_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name)
+{
+    int pi = kl_affine_param_index(ax, name);
+    if (pi >= 0) return kl_affine_param(ax, (unsigned)pi)->is_restrict;
+    ptr_find f = {ctx, name, 0, "", ""};
+    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    if (f.found != 1 || !f.base[0]) return false;
+    pi = kl_affine_param_index(ax, f.base);
+    return pi >= 0 && kl_affine_param(ax, (unsigned)pi)->is_restrict;
+}
+
+/* Is name a pointer (a parameter, or a local declared `T* p`)? Its element type into buf. */
+bool rb_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size)
+{
+    int pi = kl_affine_param_index(ax, name);
+    if (pi >= 0) {
+        const kl_param_info *p = kl_affine_param(ax, (unsigned)pi);
+        kl_snprintf(buf, size, "%s", p->pointer ? p->elem : "");
+        return p->pointer;
+    }
+    ptr_find f = {ctx, name, 0, "", ""};
+    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    kl_snprintf(buf, size, "%s", f.type);
+    return f.found == 1;
+}
+
 unsigned rb_declarators(TSNode n, TSNode *out, unsigned max)
 {
     unsigned k = 0;

@@ -33,6 +33,12 @@ TSNode rb_declarator_name(TSNode decl);
  * most max into out; how many. Read through a cursor: this tree-sitter's
  * ts_node_field_name_for_child names the wrong child after a comma. */
 unsigned rb_declarators(TSNode n, TSNode *out, unsigned max);
+/* Is name a pointer of function fn (a parameter, or a local declared `T* p`)? Its element type
+ * (without qualifiers) into buf. */
+bool rb_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size);
+/* Is the pointer name __restrict__: a parameter declared so, or a local pointer initialised from one
+ * (`const float* xr = x + row * cols;`)? */
+bool rb_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name);
 /* Is n the CUDA builtin `b.c`, e.g. rb_is_builtin(ctx, n, "threadIdx", 'x')? c == 0: any. */
 bool rb_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c);
 /* Does the subtree use identifier `name` (as an identifier node, not a field)? */

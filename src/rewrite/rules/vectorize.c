@@ -667,71 +667,6 @@ static bool conditional(TSNode n, TSNode body)
     return false;
 }
 
-typedef struct ptr_find {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    int found;            /* 0 not yet, 1 a pointer, -1 declared but not a pointer */
-    char type[64];
-    char base[64];        /* the first identifier of its initializer (`x + row * cols`: x) */
-} ptr_find;
-
-
-
-static bool ptr_visit(TSNode n, void *user)
-{
-    ptr_find *f = user;
-    if (f->found) return false;
-    if (!rb_is(n, "declaration")) return true;
-    for (uint32_t k = 0; k < ts_node_named_child_count(n); k++) {
-        TSNode dc = ts_node_named_child(n, k);
-        TSNode nm = kl_ast_declarator_name(dc);
-        if (!text_is(f->ctx, nm, f->name)) continue;
-        TSNode inner = rb_is(dc, "init_declarator") ? rb_field(dc, "declarator") : dc;
-        f->found = rb_is(inner, "pointer_declarator") ? 1 : -1;
-        TSNode v = rb_is(dc, "init_declarator") ? rb_field(dc, "value") : (TSNode){{0}, 0, 0};
-        while (!ts_node_is_null(v) && !rb_is(v, "identifier") && ts_node_named_child_count(v) > 0)
-            v = ts_node_named_child(v, 0);
-        if (rb_is(v, "identifier")) {
-            char *b = text_of(f->ctx, v);
-            kl_snprintf(f->base, sizeof f->base, "%s", b ? b : "");
-            free(b);
-        }
-        char *t = text_of(f->ctx, rb_field(n, "type"));
-        kl_snprintf(f->type, sizeof f->type, "%s", t ? t : "");
-        free(t);
-        return false;
-    }
-    return true;
-}
-
-/* Is the pointer name __restrict__: a parameter declared so, or a local pointer initialised
- * from one (`const float* xr = x + row * cols;`)? */
-static bool is_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name)
-{
-    int pi = kl_affine_param_index(ax, name);
-    if (pi >= 0) return kl_affine_param(ax, (unsigned)pi)->is_restrict;
-    ptr_find f = {ctx, name, 0, "", ""};
-    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
-    if (f.found != 1 || !f.base[0]) return false;
-    pi = kl_affine_param_index(ax, f.base);
-    return pi >= 0 && kl_affine_param(ax, (unsigned)pi)->is_restrict;
-}
-
-/* Is name a pointer (a parameter, or a local declared `T* p`)? Its element type into buf. */
-static bool elem_type(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size)
-{
-    int pi = kl_affine_param_index(ax, name);
-    if (pi >= 0) {
-        const kl_param_info *p = kl_affine_param(ax, (unsigned)pi);
-        kl_snprintf(buf, size, "%s", p->pointer ? p->elem : "");
-        return p->pointer;
-    }
-    ptr_find f = {ctx, name, 0, "", ""};
-    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
-    kl_snprintf(buf, size, "%s", f.type);
-    return f.found == 1;
-}
-
 /* Is the index of access a `E + var` (var once, as a term of a sum, E free of it), read on the tree:
  * what the thread-strided form accepts when the affine analysis gave up on E (`row * cols + c` with
  * `row = (blockIdx.x * blockDim.x + threadIdx.x) / 32`); vectorize_lane.c checks that E is the same
@@ -771,7 +706,7 @@ static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn,
         char et[64];
         (void)c;
         if (node_in(a->node, body) && unit_index(ctx, a, L->var, !L->step_is_int || L->step_int != 1) &&
-            !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
+            !a->is_shared && rb_pointer_elem(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
             return true;
     }
     return false;
@@ -831,7 +766,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         char et[64];
         (void)c;
         if (node_in(a->node, body) && unit_index(ctx, a, L->var, v->strided) &&
-            !a->is_shared && elem_type(ctx, ax, fn, a->array, et, sizeof et))
+            !a->is_shared && rb_pointer_elem(ctx, ax, fn, a->array, et, sizeof et))
             contiguous++;
     }
     if (!contiguous) return false; /* nothing contiguous along the loop: not a site */
@@ -853,7 +788,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (!node_in(a->node, body)) continue;
         int64_t c = 0;
         char et0[64] = "";
-        bool pointer = !a->is_shared && elem_type(ctx, ax, fn, a->array, et0, sizeof et0);
+        bool pointer = !a->is_shared && rb_pointer_elem(ctx, ax, fn, a->array, et0, sizeof et0);
         (void)c;
         bool contig = pointer && unit_index(ctx, a, L->var, v->strided) && a->ndims == 1;
         if (contig && strcmp(et0, "float")) {
@@ -957,7 +892,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (!w->write) continue;
         for (unsigned m = 0; m < v->narr; m++) {
             if (m == k || !v->arr[m].read) continue;
-            bool restrict_ = is_restrict(ctx, ax, fn, w->name) || is_restrict(ctx, ax, fn, v->arr[m].name);
+            bool restrict_ = rb_pointer_restrict(ctx, ax, fn, w->name) || rb_pointer_restrict(ctx, ax, fn, v->arr[m].name);
             if (!restrict_ && !ctx->task) {
                 kl_snprintf(v->why, sizeof v->why,
                             "%s may alias %s (neither is __restrict__ and no task says the buffers are distinct): "

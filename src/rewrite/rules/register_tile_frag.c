@@ -1,0 +1,665 @@
+/* register-tile: the per-warp fragment tile of the hgemm expert after tensor-core's remove (remove;
+ * register_tile.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/register_tile.h"
+
+#define NAME "register-tile"
+
+/* ---- the per-warp fragment tile (the hgemm expert after tensor-core's remove) ---------------------- */
+/*
+ * A kernel whose threads hold the accumulators of an mma warp tile, `float acc[FM][FN][4]`,
+ * zero-filled and updated by one `acc[..][..][..] += x * y;`, its tiles loaded by one call of a
+ * `__device__` helper (the pipeline gone: double-buffer first) that reads each operand once
+ * element-wise, `cond ? P[X * LD + Y] : zero` (P a pointer parameter of the helper given a pointer
+ * parameter of the kernel; `zero` 0 or a local holding `__float2bfloat16(0.0f)`), and storing
+ * elements `cvt(v)` of the accumulator through `T* dst = C + X * LD + Y;` (`dst[0] = …`, `dst[1] =
+ * …`) or `C[X * LD + Y] = …` under guards on both coordinates. What sits in the branch of an
+ * `if (T)` on a template parameter with an element-wise `else` (the 16-byte cp.async copies and
+ * bf16x2 stores of the aligned instance) is not read: both instances become the same kernel.
+ * The bounds name the product as for the general form; remove writes it as the
+ * one-output-per-thread shared-tile GEMM (16 x 16), with the operands converted to float in the
+ * product and the store's conversion kept, like naive.cu.
+ */
+
+
+static bool rf_is_acc3(const kl_rule_ctx *ctx, TSNode n, const char *acc)
+{
+    int depth = 0;
+    while (rb_is(n, "subscript_expression")) n = tt_field(n, "argument"), depth++;
+    return depth == 3 && rb_text_is(ctx, n, acc);
+}
+
+/* Is n inside the first branch of `if (T)` (else: inside its else branch) with T a template
+ * parameter of f and an else branch? */
+static bool rf_template_if(const kl_rule_ctx *ctx, const rb_func *f, TSNode n, bool in_else)
+{
+    if (!f->templated) return false;
+    TSNode tp = tt_field(f->outer, "parameters");
+    for (TSNode ch = n, p = tt_parent(n); !ts_node_is_null(p) && !ts_node_eq(ch, f->body); ch = p, p = tt_parent(p)) {
+        if (!rb_is(p, "if_statement") || ts_node_is_null(tt_field(p, "alternative"))) continue;
+        if (!ts_node_eq(ch, tt_field(p, in_else ? "alternative" : "consequence"))) continue;
+        TSNode c = register_tile__rg_strip(tt_field(tt_field(p, "condition"), "value"));
+        if (ts_node_is_null(c)) c = register_tile__rg_strip(tt_field(p, "condition"));
+        if (!rb_is(c, "identifier")) continue;
+        char name[64];
+        tt_copy_text(ctx, c, name, sizeof name);
+        if (!ts_node_is_null(tp) && tt_uses(ctx->text, ts_node_start_byte(tp), ts_node_end_byte(tp), name)) return true;
+    }
+    return false;
+}
+
+static bool rf_in_template_branch(const kl_rule_ctx *ctx, const rb_func *f, TSNode n)
+{
+    return rf_template_if(ctx, f, n, false);
+}
+
+/* The guards of n as rg_guards, an else branch of a template `if (T)` allowed. */
+static bool rf_guards(const kl_rule_ctx *ctx, const rb_func *f, TSNode n, register_tile__rg_guard *g, unsigned *ng)
+{
+    *ng = 0;
+    TSNode ch = n;
+    for (TSNode p = tt_parent(n); !ts_node_is_null(p); ch = p, p = tt_parent(p)) {
+        if (rb_is(p, "conditional_expression") || rb_is(p, "if_statement")) {
+            if (ts_node_eq(ch, tt_field(p, "consequence"))) register_tile__rg_add_cond(ctx, tt_field(p, "condition"), false, g, ng);
+            else if (ts_node_eq(ch, tt_field(p, "alternative")) && !rf_template_if(ctx, f, ch, true)) return false;
+        } else if (rb_is(p, "compound_statement")) {
+            for (TSNode s = rb_prev_stmt(ch); !ts_node_is_null(s); s = rb_prev_stmt(s)) {
+                TSNode c;
+                if (register_tile__rg_skip_if(ctx, s, &c)) register_tile__rg_add_cond(ctx, c, true, g, ng);
+            }
+        }
+        if (ts_node_eq(p, f->body)) break;
+    }
+    return true;
+}
+
+/* A zero: a literal 0, E(0.0f), __float2bfloat16(0.0f) / __float2half(0.0f), or a local of f
+ * initialised so. */
+static bool rf_zero(const kl_rule_ctx *ctx, const rb_func *f, TSNode v, int depth)
+{
+    v = register_tile__rg_strip(v);
+    if (register_tile__rg_zero(ctx, v)) return true;
+    if (rb_is(v, "call_expression")) {
+        TSNode args = tt_field(v, "arguments");
+        return tt_child_count(args) == 1 && register_tile__rg_zero(ctx, tt_child(args, 0));
+    }
+    if (rb_is(v, "identifier") && depth == 0) {
+        char name[64], pat[96];
+        tt_copy_text(ctx, v, name, sizeof name);
+        kl_snprintf(pat, sizeof pat, "%s =", name);
+        uint32_t ms[2], me[2];
+        if (tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 2) != 1) return false;
+        TSNode d = tt_parent(ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], ms[0] + (uint32_t)strlen(name)));
+        if (!rb_is(d, "init_declarator")) return false;
+        return rf_zero(ctx, f, tt_field(d, "value"), 1);
+    }
+    return false;
+}
+
+typedef struct rf_walk {
+    const kl_rule_ctx *ctx;
+    const rb_func *f;
+    const char *acc;
+    unsigned updates, fills, others;
+    bool zuse;
+} rf_walk;
+
+static bool rf_visit(TSNode n, void *user)
+{
+    rf_walk *w = user;
+    const kl_rule_ctx *ctx = w->ctx;
+    if (rb_is_builtin(ctx, n, "blockIdx", 'z') || rb_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
+    if (rb_is(n, "assignment_expression") && rf_is_acc3(ctx, tt_field(n, "left"), w->acc)) {
+        TSNode r = register_tile__rg_strip(tt_field(n, "right"));
+        if (rb_text_is(ctx, tt_field(n, "operator"), "+=") && rb_is(r, "binary_expression") &&
+            rb_text_is(ctx, tt_field(r, "operator"), "*"))
+            w->updates++;
+        else if (rb_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r))
+            w->fills++;
+        else
+            w->others++;
+    }
+    return true;
+}
+
+/* Is there a fragment tile in f? Fills acc_decl and acc. */
+bool register_tile__rf_detect(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rf *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!f->global || ts_node_is_null(f->body)) return false;
+    TSNode st[MAXSTMT];
+    unsigned n = tt_stmts(f->body, st, MAXSTMT);
+    for (unsigned i = 0; i < n && i < MAXSTMT; i++) {
+        if (!rb_is(st[i], "declaration") || tt_is_shared_decl(ctx, st[i])) continue;
+        TSNode d = tt_field(st[i], "declarator"), d2 = tt_field(d, "declarator"), d3 = tt_field(d2, "declarator");
+        if (!rb_is(d, "array_declarator") || !rb_is(d2, "array_declarator") || !rb_is(d3, "array_declarator") ||
+            !rb_is(tt_field(d3, "declarator"), "identifier"))
+            continue;
+        long long a, b, c;
+        if (!rb_const_eval(ctx, f->def, tt_field(d, "size"), &c) || !rb_const_eval(ctx, f->def, tt_field(d2, "size"), &b) ||
+            !rb_const_eval(ctx, f->def, tt_field(d3, "size"), &a) || c != 4)
+            continue;
+        r->acc_decl = st[i];
+        tt_copy_text(ctx, tt_field(d3, "declarator"), r->acc, sizeof r->acc);
+        break;
+    }
+    if (ts_node_is_null(r->acc_decl)) return false;
+    rf_walk w = {.ctx = ctx, .f = f, .acc = r->acc};
+    rb_walk(f->body, rf_visit, &w);
+    return w.updates == 1;
+}
+
+/* The kernel-side text (and node) of a bound: a parameter of the helper becomes the argument the
+ * kernel passes for it (an identifier), anything else must be a constant. */
+static bool rf_bound(const kl_rule_ctx *ctx, const rb_func *h, TSNode call, TSNode b, char *out, size_t size, TSNode *kn)
+{
+    *kn = (TSNode){0};
+    if (!h) {
+        tt_copy_text(ctx, b, out, size);
+        *kn = b;
+        return true;
+    }
+    if (rb_is(b, "identifier")) {
+        char name[64];
+        tt_copy_text(ctx, b, name, sizeof name);
+        unsigned np = tt_child_count(h->params);
+        for (unsigned i = 0, k = 0; i < np; i++) {
+            TSNode p = tt_child(h->params, i);
+            if (!rb_is(p, "parameter_declaration")) continue;
+            if (rb_text_is(ctx, rb_declarator_name(tt_field(p, "declarator")), name)) {
+                TSNode arg = tt_child(tt_field(call, "arguments"), k);
+                if (!rb_is(arg, "identifier")) return false;
+                tt_copy_text(ctx, arg, out, size);
+                *kn = arg;
+                return true;
+            }
+            k++;
+        }
+    }
+    long long v;
+    if (!rb_const_eval(ctx, h->def, b, &v)) return false;
+    tt_copy_text(ctx, b, out, size);
+    return true;
+}
+
+/* The helper parameter a kernel pointer parameter is passed as in call (index of the argument
+ * among the call's), or -1. */
+static int rf_arg_index(const kl_rule_ctx *ctx, TSNode call, const char *name)
+{
+    TSNode args = tt_field(call, "arguments");
+    int found = -1;
+    for (unsigned i = 0; i < tt_child_count(args); i++)
+        if (rb_text_is(ctx, tt_child(args, i), name)) {
+            if (found >= 0) return -2;
+            found = (int)i;
+        }
+    return found;
+}
+
+static TSNode rf_param_at(const rb_func *h, int k)
+{
+    unsigned np = tt_child_count(h->params);
+    for (unsigned i = 0, j = 0; i < np; i++) {
+        TSNode p = tt_child(h->params, i);
+        if (!rb_is(p, "parameter_declaration")) continue;
+        if ((int)j++ == k) return p;
+    }
+    return (TSNode){0};
+}
+
+typedef struct rf_uses {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    TSNode hits[16];
+    unsigned n;
+} rf_uses;
+
+static bool rf_uses_visit(TSNode n, void *user)
+{
+    rf_uses *u = user;
+    if (rb_is(n, "identifier") && rb_text_is(u->ctx, n, u->name)) {
+        if (u->n < 16) u->hits[u->n] = n;
+        u->n++;
+    }
+    return true;
+}
+
+/* The one element read of pointer `name` in function g (other uses only in a template branch):
+ * into o, with its guards' bounds. */
+static bool rf_read(const kl_rule_ctx *ctx, const rb_func *g, const char *name, register_tile__rg_operand *o, char *why, size_t size)
+{
+    rf_uses u = {.ctx = ctx, .name = name};
+    rb_walk(g->body, rf_uses_visit, &u);
+    if (u.n > 16) {
+        kl_snprintf(why, size, "%s is used %u times in %s", name, u.n, g->name);
+        return false;
+    }
+    TSNode read = {0};
+    for (unsigned i = 0; i < u.n; i++) {
+        TSNode p = tt_parent(u.hits[i]);
+        bool elem = rb_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), u.hits[i]) &&
+                    !rb_is(tt_parent(p), "subscript_expression");
+        if (elem && !rf_in_template_branch(ctx, g, p)) {
+            if (!ts_node_is_null(read)) {
+                kl_snprintf(why, size, "%s is read twice element-wise in %s (lines %u and %u)", name, g->name,
+                            ts_node_start_point(read).row + 1, ts_node_start_point(p).row + 1);
+                return false;
+            }
+            read = p;
+        } else if (!rf_in_template_branch(ctx, g, u.hits[i])) {
+            kl_snprintf(why, size, "%s at line %u is used other than as a scalar element", name,
+                        ts_node_start_point(u.hits[i]).row + 1);
+            return false;
+        }
+    }
+    if (ts_node_is_null(read)) {
+        kl_snprintf(why, size, "%s is not read element-wise in %s", name, g->name);
+        return false;
+    }
+    unsigned l = ts_node_start_point(read).row + 1;
+    TSNode c = tt_parent(read);
+    while (rb_is(c, "parenthesized_expression")) c = tt_parent(c);
+    if (!rb_is(c, "conditional_expression") || !ts_node_eq(register_tile__rg_strip(tt_field(c, "consequence")), read) ||
+        !rf_zero(ctx, g, tt_field(c, "alternative"), 0)) {
+        kl_snprintf(why, size, "the read at line %u is not guarded as `cond ? P[...] : 0`", l);
+        return false;
+    }
+    o->at = read;
+    kl_snprintf(o->ptr, sizeof o->ptr, "%s", name);
+    register_tile__rg_guard gs[RG_MAXG];
+    unsigned ng;
+    if (!rf_guards(ctx, g, read, gs, &ng)) {
+        kl_snprintf(why, size, "the read at line %u sits in an else branch", l);
+        return false;
+    }
+    return register_tile__rg_operand_index(ctx, g, o, gs, ng, why, size);
+}
+
+/* The stored value: cvt(v) with v an element of acc or a local initialised with one. */
+static bool rf_value(const kl_rule_ctx *ctx, const rb_func *f, const register_tile__rf *r, TSNode v, char *cvt, size_t size)
+{
+    v = register_tile__rg_strip(v);
+    cvt[0] = 0;
+    if (rb_is(v, "call_expression")) {
+        TSNode args = tt_field(v, "arguments");
+        if (tt_child_count(args) != 1 || !rb_is(tt_field(v, "function"), "identifier")) return false;
+        tt_copy_text(ctx, tt_field(v, "function"), cvt, size);
+        static const char *const ok[] = {"__float2bfloat16", "__float2bfloat16_rn", "__float2half", "__float2half_rn"};
+        bool known = false;
+        for (unsigned i = 0; i < 4; i++) known |= !strcmp(cvt, ok[i]);
+        if (!known) return false;
+        v = register_tile__rg_strip(tt_child(args, 0));
+    }
+    if (rf_is_acc3(ctx, v, r->acc)) return true;
+    if (!rb_is(v, "identifier")) return false;
+    char name[64], pat[96];
+    tt_copy_text(ctx, v, name, sizeof name);
+    kl_snprintf(pat, sizeof pat, "%s =", name);
+    uint32_t ms[2], me[2];
+    if (tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 2) != 1) return false;
+    TSNode d = tt_parent(ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], ms[0] + (uint32_t)strlen(name)));
+    return rb_is(d, "init_declarator") && rf_is_acc3(ctx, register_tile__rg_strip(tt_field(d, "value")), r->acc);
+}
+
+/* The stores: every element write of C in f (directly or through one local `T* d = C + idx;`),
+ * all at the same X, LD, bounds and conversion; the first one's index into r->op[2]. */
+static bool rf_stores(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rf *r, const char *C, char *why, size_t size)
+{
+    rf_uses u = {.ctx = ctx, .name = C};
+    rb_walk(f->body, rf_uses_visit, &u);
+    unsigned nstores = 0;
+    for (unsigned i = 0; i < u.n && i < 16; i++) {
+        TSNode h = u.hits[i], p = tt_parent(h);
+        unsigned l = ts_node_start_point(h).row + 1;
+        TSNode idx = {0};
+        char alias[64] = "";
+        if (rb_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), h)) {
+            idx = tt_field(p, "index");
+            if (ts_node_is_null(idx)) idx = kl_ast_subscript_index(p);
+        } else if (rb_is(p, "binary_expression") && rb_text_is(ctx, tt_field(p, "operator"), "+")) {
+            TSNode top = p;
+            while (rb_is(tt_parent(top), "binary_expression") && rb_text_is(ctx, tt_field(tt_parent(top), "operator"), "+"))
+                top = tt_parent(top);
+            if (!rb_is(tt_parent(top), "init_declarator")) {
+                kl_snprintf(why, size, "%s at line %u is used other than as a stored element", C, l);
+                return false;
+            }
+            idx = top;
+            p = top;
+            TSNode dn = tt_field(tt_parent(p), "declarator");
+            while (rb_is(dn, "pointer_declarator")) dn = tt_field(dn, "declarator");
+            if (!rb_is(dn, "identifier")) {
+                kl_snprintf(why, size, "%s at line %u initialises something other than a local pointer", C, l);
+                return false;
+            }
+            tt_copy_text(ctx, dn, alias, sizeof alias);
+        } else {
+            kl_snprintf(why, size, "%s at line %u is used other than as a stored element", C, l);
+            return false;
+        }
+        /* the writes: P[idx] itself, or alias[e] for integer e */
+        TSNode writes[8];
+        char extras[8][16];
+        unsigned nw = 0;
+        if (!alias[0]) {
+            writes[nw] = p;
+            extras[nw++][0] = 0;
+        } else {
+            rf_uses au = {.ctx = ctx, .name = alias};
+            rb_walk(f->body, rf_uses_visit, &au);
+            for (unsigned k = 0; k < au.n && k < 16; k++) {
+                TSNode a = au.hits[k], ap = tt_parent(a);
+                if (rb_is(ap, "init_declarator") || rb_is(ap, "pointer_declarator")) continue;
+                if (rf_in_template_branch(ctx, f, a)) continue;
+                TSNode ei = tt_field(ap, "index");
+                if (ts_node_is_null(ei)) ei = kl_ast_subscript_index(ap);
+                long long e;
+                if (!rb_is(ap, "subscript_expression") || !rb_is(ei, "number_literal") ||
+                    !rb_const_eval(ctx, f->def, ei, &e) || e < 0 || e > 15 || nw >= 8) {
+                    kl_snprintf(why, size, "%s at line %u is used other than as `%s[e] = …` (e a literal)", alias,
+                                ts_node_start_point(a).row + 1, alias);
+                    return false;
+                }
+                writes[nw] = ap;
+                if (e) kl_snprintf(extras[nw], sizeof extras[0], "%lld", e);
+                else extras[nw][0] = 0;
+                nw++;
+            }
+            if (au.n > 16 || !nw) {
+                kl_snprintf(why, size, "%s (line %u) is not written element-wise", alias, l);
+                return false;
+            }
+        }
+        for (unsigned k = 0; k < nw; k++) {
+            TSNode w = writes[k], as = tt_parent(w);
+            unsigned wl = ts_node_start_point(w).row + 1;
+            if (!rb_is(as, "assignment_expression") || !ts_node_eq(tt_field(as, "left"), w) ||
+                !rb_text_is(ctx, tt_field(as, "operator"), "=") || !rb_is(tt_parent(as), "expression_statement")) {
+                kl_snprintf(why, size, "the write at line %u is not one plain store `C[...] = value;`", wl);
+                return false;
+            }
+            char cvt[64];
+            if (!rf_value(ctx, f, r, tt_field(as, "right"), cvt, sizeof cvt)) {
+                kl_snprintf(why, size, "the value stored at line %u is not an element of %s (converted or not)", wl, r->acc);
+                return false;
+            }
+            register_tile__rg_operand o;
+            memset(&o, 0, sizeof o);
+            o.at = w;
+            kl_snprintf(o.ptr, sizeof o.ptr, "%s", C);
+            register_tile__rg_guard gs[RG_MAXG];
+            unsigned ng;
+            if (!rf_guards(ctx, f, tt_parent(as), gs, &ng)) {
+                kl_snprintf(why, size, "the store at line %u sits in an else branch", wl);
+                return false;
+            }
+            if (!register_tile__rg_index_split(ctx, f, &o, idx, extras[k], gs, ng, why, size)) return false;
+            if (!nstores) {
+                r->op[2] = o;
+                kl_snprintf(r->cvt_out, sizeof r->cvt_out, "%s", cvt);
+            } else if (strcmp(o.x, r->op[2].x) || !register_tile__rg_same(ctx, o.ld, r->op[2].ld) || !register_tile__rg_same(ctx, o.bx, r->op[2].bx) ||
+                       !register_tile__rg_same(ctx, o.by, r->op[2].by) || strcmp(cvt, r->cvt_out)) {
+                kl_snprintf(why, size, "the stores at lines %u and %u differ in row, stride, bounds or conversion",
+                            ts_node_start_point(r->op[2].at).row + 1, wl);
+                return false;
+            }
+            nstores++;
+        }
+    }
+    if (u.n > 16 || !nstores) {
+        kl_snprintf(why, size, "%s is not stored element-wise", C);
+        return false;
+    }
+    return true;
+}
+
+/* The full analysis: 1, or 0 with why. */
+int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb_func *fs, unsigned nf, register_tile__rf *r, char *why,
+                      size_t size)
+{
+    unsigned line = ts_node_start_point(r->acc_decl).row + 1;
+    rf_walk w = {.ctx = ctx, .f = f, .acc = r->acc};
+    rb_walk(f->body, rf_visit, &w);
+    if (w.zuse) {
+        kl_snprintf(why, size, "%s uses blockIdx.z / gridDim.z (a batched or split product)", f->name);
+        return 0;
+    }
+    if (w.fills < 1 || w.others) {
+        kl_snprintf(why, size, "the accumulator %s (line %u) is not zero-filled then only updated", r->acc, line);
+        return 0;
+    }
+    /* the kernel's pointer parameters: the two passed to one helper call, the one stored */
+    char ptrs[3][64];
+    unsigned np = 0, nparams = tt_child_count(f->params);
+    for (unsigned i = 0; i < nparams && np < 4; i++) {
+        TSNode p = tt_child(f->params, i);
+        if (!rb_is(p, "parameter_declaration")) continue;
+        char name[64];
+        tt_copy_text(ctx, rb_declarator_name(tt_field(p, "declarator")), name, sizeof name);
+        if (!rb_pointer_param(ctx, f, name, NULL, 0)) continue;
+        if (np == 3) {
+            kl_snprintf(why, size, "%s has more than three pointer parameters", f->name);
+            return 0;
+        }
+        kl_snprintf(ptrs[np++], sizeof ptrs[0], "%s", name);
+    }
+    if (np != 3) {
+        kl_snprintf(why, size, "%s has %u pointer parameters, not A, B and C", f->name, np);
+        return 0;
+    }
+    int stored = -1, reads = 0;
+    for (unsigned k = 0; k < 3; k++) {
+        rf_uses u = {.ctx = ctx, .name = ptrs[k]};
+        rb_walk(f->body, rf_uses_visit, &u);
+        bool arg = u.n == 1 && rb_is(tt_parent(u.hits[0]), "argument_list");
+        if (arg) {
+            TSNode call = tt_parent(tt_parent(u.hits[0]));
+            if (reads && !ts_node_eq(call, r->call)) {
+                kl_snprintf(why, size, "the operands are loaded by two calls (lines %u and %u)", ts_node_start_point(r->call).row + 1,
+                            ts_node_start_point(call).row + 1);
+                return 0;
+            }
+            r->call = call;
+            reads++;
+        } else if (u.n > 1 && rb_is(tt_parent(u.hits[0]), "argument_list")) {
+            kl_snprintf(why, size, "%s is passed %u times (a pipeline's prologue and prefetch): remove double-buffer first", ptrs[k],
+                        u.n);
+            return 0;
+        } else {
+            if (stored >= 0) {
+                kl_snprintf(why, size, "%s and %s are both used in %s other than as arguments of the tile loads", ptrs[stored],
+                            ptrs[k], f->name);
+                return 0;
+            }
+            stored = (int)k;
+        }
+    }
+    if (reads != 2 || stored < 0) {
+        kl_snprintf(why, size, "%s does not load two operands through one call and store one result", f->name);
+        return 0;
+    }
+    char hname[128];
+    {
+        const char *t = ctx->text + ts_node_start_byte(r->call);
+        size_t k = 0;
+        while (k + 1 < sizeof hname && (t[k] == '_' || (t[k] >= 'a' && t[k] <= 'z') || (t[k] >= 'A' && t[k] <= 'Z') ||
+                                        (t[k] >= '0' && t[k] <= '9')))
+            hname[k] = t[k], k++;
+        hname[k] = 0;
+    }
+    r->helper = rb_function_named(fs, nf, hname);
+    if (!r->helper || ts_node_is_null(r->helper->body) || r->helper->global) {
+        kl_snprintf(why, size, "the tile loads at line %u are not a __device__ helper of the file",
+                    ts_node_start_point(r->call).row + 1);
+        return 0;
+    }
+    if (tt_uses(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), "__syncthreads") &&
+        tt_count(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), hname) != 1) {
+        kl_snprintf(why, size, "%s is called more than once (a pipeline): remove double-buffer first", hname);
+        return 0;
+    }
+    r->nreads = 0;
+    for (unsigned k = 0; k < 3; k++) {
+        if ((int)k == stored) continue;
+        int ai = rf_arg_index(ctx, r->call, ptrs[k]);
+        TSNode hp = ai >= 0 ? rf_param_at(r->helper, ai) : (TSNode){0};
+        if (ts_node_is_null(hp)) {
+            kl_snprintf(why, size, "%s is not passed once to %s", ptrs[k], hname);
+            return 0;
+        }
+        char hpn[64];
+        tt_copy_text(ctx, rb_declarator_name(tt_field(hp, "declarator")), hpn, sizeof hpn);
+        register_tile__rg_operand *o = &r->op[r->nreads];
+        if (!rf_read(ctx, r->helper, hpn, o, why, size)) return 0;
+        kl_snprintf(o->ptr, sizeof o->ptr, "%s", ptrs[k]);
+        if (!rf_bound(ctx, r->helper, r->call, o->bx, r->bx[r->nreads], sizeof r->bx[0], &r->kbx[r->nreads]) ||
+            !rf_bound(ctx, r->helper, r->call, o->by, r->by[r->nreads], sizeof r->by[0], &r->kby[r->nreads])) {
+            kl_snprintf(why, size, "a bound of %s in %s is not a size the kernel passes", ptrs[k], hname);
+            return 0;
+        }
+        TSNode kn;
+        if (!rf_bound(ctx, r->helper, r->call, o->ld, r->ld[r->nreads], sizeof r->ld[0], &kn)) {
+            kl_snprintf(why, size, "the stride of %s in %s is not a size the kernel passes", ptrs[k], hname);
+            return 0;
+        }
+        r->nreads++;
+    }
+    if (!rf_stores(ctx, f, r, ptrs[stored], why, size)) return 0;
+    register_tile__rg_norm(ctx, r->op[2].bx, r->bx[2], sizeof r->bx[2]);
+    register_tile__rg_norm(ctx, r->op[2].by, r->by[2], sizeof r->by[2]);
+    tt_copy_text(ctx, r->op[2].ld, r->ld[2], sizeof r->ld[2]);
+    r->kbx[2] = r->op[2].bx;
+    r->kby[2] = r->op[2].by;
+    for (unsigned k = 0; k < 3; k++)
+        if (!register_tile__rg_invariant(ctx, f, r->kbx[k]) || !register_tile__rg_invariant(ctx, f, r->kby[k])) {
+            kl_snprintf(why, size, "a bound of %s is not the same in every thread", r->op[k].ptr);
+            return 0;
+        }
+    if (!rb_pointer_param(ctx, f, r->op[0].ptr, r->elem, sizeof r->elem)) return 0;
+    char e2[64];
+    if (!rb_pointer_param(ctx, f, r->op[1].ptr, e2, sizeof e2) || strcmp(e2, r->elem)) {
+        kl_snprintf(why, size, "%s and %s hold different element types", r->op[0].ptr, r->op[1].ptr);
+        return 0;
+    }
+    return 1;
+}
+
+/* The roles: a bound text shared by the reads is K; M pairs A with C's row, N B with C's column. */
+static int rf_solve(const register_tile__rf *g, register_tile__rg_roles *out)
+{
+    int found = 0;
+    for (int a = 0; a < 2; a++)
+        for (int akx = 0; akx < 2; akx++)
+            for (int bkx = 0; bkx < 2; bkx++)
+                for (int crx = 0; crx < 2; crx++) {
+                    int b = 1 - a;
+                    const char *ak = akx ? g->bx[a] : g->by[a], *am = akx ? g->by[a] : g->bx[a];
+                    const char *bk = bkx ? g->bx[b] : g->by[b], *bn = bkx ? g->by[b] : g->bx[b];
+                    const char *cm = crx ? g->bx[2] : g->by[2], *cn = crx ? g->by[2] : g->bx[2];
+                    if (strcmp(ak, bk) || strcmp(am, cm) || strcmp(bn, cn)) continue;
+                    register_tile__rg_roles r = {a, akx, bkx, crx};
+                    if (a == 1) r = (register_tile__rg_roles){0, bkx, akx, !crx};
+                    if (found && r.a == out->a && r.a_kx == out->a_kx && r.b_kx == out->b_kx && r.c_rowx == out->c_rowx) continue;
+                    if (found) return 2;
+                    *out = r;
+                    found = 1;
+                }
+    return found;
+}
+
+/* The conversion of a 16-bit element to float for the product ("" for float). */
+static const char *rf_cvt_in(const char *elem)
+{
+    if (strstr(elem, "bfloat16")) return "__bfloat162float";
+    if (strstr(elem, "half")) return "__half2float";
+    return "";
+}
+
+kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const rb_func *fs, unsigned nf, register_tile__rf *g,
+                                 kl_edits *out, kl_error *err)
+{
+    char why[320];
+    if (!register_tile__rf_analyse(ctx, f, fs, nf, g, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    register_tile__rg_roles r;
+    int ns = rf_solve(g, &r);
+    if (ns != 1)
+        return kl_rule_not_applicable(err,
+                                      ns ? "the bounds of %s, %s and %s do not tell M, N and K apart (the same text "
+                                           "bounds two dimensions)"
+                                         : "the bounds of %s, %s and %s are not those of one product (A: M x K, B: K x N, "
+                                           "C: M x N)",
+                                      g->op[0].ptr, g->op[1].ptr, g->op[2].ptr);
+    int ia = r.a, ib = 1 - r.a;
+    const register_tile__rg_operand *A = &g->op[ia], *B = &g->op[ib], *C = &g->op[2];
+    const char *M = r.a_kx ? g->by[ia] : g->bx[ia], *K = r.a_kx ? g->bx[ia] : g->by[ia];
+    const char *N = r.b_kx ? g->by[ib] : g->bx[ib];
+    TSNode Mb = r.a_kx ? g->kby[ia] : g->kbx[ia], Nb = r.b_kx ? g->kby[ib] : g->kbx[ib];
+    if (ts_node_is_null(Mb) || ts_node_is_null(Nb)) {
+        Mb = r.c_rowx ? g->kbx[2] : g->kby[2];
+        Nb = r.c_rowx ? g->kby[2] : g->kbx[2];
+    }
+    {
+        uint32_t ms[2], me[2];
+        if (tt_find(ctx->text, ts_node_start_byte(f->outer), ts_node_start_byte(f->body), "__launch_bounds__", ms, me, 2))
+            return kl_rule_not_applicable(err, "%s has __launch_bounds__: remove launch-bounds first (the new block is %d x %d)",
+                                          f->name, RG_TILE, RG_TILE);
+    }
+    char row[32], col[32], k0[32], kk[32], as[32], bs[32], acc[32];
+    register_tile__rg_name(ctx, f, "row", row, sizeof row);
+    register_tile__rg_name(ctx, f, "col", col, sizeof col);
+    register_tile__rg_name(ctx, f, "k0", k0, sizeof k0);
+    register_tile__rg_name(ctx, f, "kk", kk, sizeof kk);
+    register_tile__rg_name(ctx, f, "As", as, sizeof as);
+    register_tile__rg_name(ctx, f, "Bs", bs, sizeof bs);
+    register_tile__rg_name(ctx, f, "acc", acc, sizeof acc);
+    const char *cvt = rf_cvt_in(g->elem);
+    char zero[96];
+    if (cvt[0]) kl_snprintf(zero, sizeof zero, "%s(0.0f)", g->elem);
+    else kl_snprintf(zero, sizeof zero, "0.0f");
+    char ind[64];
+    rb_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
+    char ak[64], bk[64], aidx[400], bidx[400], cidx[400];
+    kl_snprintf(ak, sizeof ak, "(%s + threadIdx.x)", k0);
+    kl_snprintf(bk, sizeof bk, "(%s + threadIdx.y)", k0);
+    if (r.a_kx) kl_snprintf(aidx, sizeof aidx, "%s%s * %s + %s", A->cast, ak, g->ld[ia], row);
+    else kl_snprintf(aidx, sizeof aidx, "%s%s * %s + %s", A->cast, row, g->ld[ia], ak);
+    if (r.b_kx) kl_snprintf(bidx, sizeof bidx, "%s%s * %s + %s", B->cast, bk, g->ld[ib], col);
+    else kl_snprintf(bidx, sizeof bidx, "%s%s * %s + %s", B->cast, col, g->ld[ib], bk);
+    if (r.c_rowx) kl_snprintf(cidx, sizeof cidx, "%s%s * %s + %s", C->cast, row, g->ld[2], col);
+    else kl_snprintf(cidx, sizeof cidx, "%s%s * %s + %s", C->cast, col, g->ld[2], row);
+    const char *i1 = ind;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addf(&sb, "{\n%s    // smem-tile: %d x %d tiles of %s and %s in shared memory (one output per thread)\n", i1, RG_TILE,
+                   RG_TILE, A->ptr, B->ptr);
+    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, g->elem, as, RG_TILE, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, g->elem, bs, RG_TILE, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.y * %d + threadIdx.y;\n", i1, row, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.x * %d + threadIdx.x;\n", i1, col, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    float %s = 0.0f;\n", i1, acc);
+    kl_strbuf_addf(&sb, "%s    for (int %s = 0; %s < %s; %s += %d) {\n", i1, k0, k0, K, k0, RG_TILE);
+    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s < %s && %s + threadIdx.x < %s ? %s[%s] : %s;\n", i1, as,
+                   row, M, k0, K, A->ptr, aidx, zero);
+    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s + threadIdx.y < %s && %s < %s ? %s[%s] : %s;\n", i1, bs,
+                   k0, K, col, N, B->ptr, bidx, zero);
+    kl_strbuf_addf(&sb, "%s        __syncthreads();\n", i1);
+    kl_strbuf_addf(&sb, "%s        for (int %s = 0; %s < %d; %s++) {\n", i1, kk, kk, RG_TILE, kk);
+    if (cvt[0])
+        kl_strbuf_addf(&sb, "%s            %s += %s(%s[threadIdx.y][%s]) * %s(%s[%s][threadIdx.x]);\n", i1, acc, cvt, as, kk, cvt,
+                       bs, kk);
+    else
+        kl_strbuf_addf(&sb, "%s            %s += %s[threadIdx.y][%s] * %s[%s][threadIdx.x];\n", i1, acc, as, kk, bs, kk);
+    kl_strbuf_addf(&sb, "%s        }\n%s        __syncthreads();\n%s    }\n", i1, i1, i1);
+    kl_strbuf_addf(&sb, "%s    if (%s < %s && %s < %s) {\n%s        %s[%s] = %s%s%s%s;\n%s    }\n%s}", i1, row, M, col, N, i1,
+                   C->ptr, cidx, g->cvt_out, g->cvt_out[0] ? "(" : "", acc, g->cvt_out[0] ? ")" : "", i1, i1);
+    kl_status st;
+    if (sb.failed) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    else st = kl_edits_add(out, ts_node_start_byte(f->body), ts_node_end_byte(f->body), kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
+    return register_tile__rg_relaunch(ctx, f, Mb, Nb, true, out, err);
+}
+

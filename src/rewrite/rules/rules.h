@@ -1,6 +1,7 @@
 /*
- * The rules rewriter's catalog: one file per transform (src/rewrite/rules/<name>.c), each
- * with both directions. A transform finds sites — where its optimization is PRESENT (the
+ * The rules rewriter's catalog: one file per transform (src/rewrite/rules/<name>.c; a large one split
+ * along its forms, <name>_<form>.c with a private <name>.h), most with both directions (wgmma
+ * removes only, row-cache applies only). A transform finds sites — where its optimization is PRESENT (the
  * backward walk removes it) and where it COULD BE APPLIED (the optimizer adds it) — and
  * turns a site into text edits, spliced at byte ranges so the rest of the file, comments
  * included, is untouched. The result is always parsed back before it is returned.

@@ -95,6 +95,7 @@ static void row_cache_refuses_what_it_would_change(void **state)
     expect("", "s += xr[c];", "y[0] = s;", "between the reads the cache merges");
     expect("", "s += xr[c];", "cols = cols - 1;", "'cols' (read by the loop at line 7) is assigned");
     expect("", "s += xr[c]; ((float*)x)[c] = 0.0f;", "", "goes where the analysis cannot follow");
+    expect("", "s += xr[c]; atomicAdd(&y[0], 1.0f);", "", "goes where the analysis cannot follow");
 }
 
 /* Not a site: a row read once, loops of other forms, a thread's own loop (stride 1). */

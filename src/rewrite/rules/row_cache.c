@@ -265,8 +265,9 @@ static unsigned popcount(unsigned x)
 }
 
 /* A store in [from, to) that the access analysis does not name (`((float*)p)[i] = …`, `*q = …`, a
- * member through a pointer): its line, or 0 when every store there is one of ax's accesses. */
+ * member through a pointer, an atomic): its line, or 0 when every store there is one of ax's accesses. */
 typedef struct store_scan {
+    const kl_rule_ctx *ctx;
     kl_affine_ctx *ax;
     uint32_t from, to;
     unsigned line;
@@ -277,6 +278,13 @@ static bool scan_stores(TSNode n, void *user)
     store_scan *s = user;
     if (s->line || ts_node_end_byte(n) <= s->from || ts_node_start_byte(n) >= s->to) return !s->line;
     const char *t = ts_node_type(n);
+    if (!strcmp(t, "call_expression")) {
+        /* an atomic writes memory the access analysis does not list as a store */
+        TSNode f = rb_field(n, "function");
+        uint32_t a = ts_node_start_byte(f), b = ts_node_end_byte(f);
+        if (rb_is(f, "identifier") && b - a > 6 && !memcmp(s->ctx->text + a, "atomic", 6)) s->line = kl_ast_line(n);
+        return !s->line;
+    }
     TSNode l = !strcmp(t, "assignment_expression") ? rb_field(n, "left")
              : !strcmp(t, "update_expression")     ? rb_field(n, "argument")
                                                    : (TSNode){0};
@@ -416,7 +424,7 @@ static const char *analyse(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
      * where only at a subscript the cache holds */
     uint32_t from = ts_node_start_byte(g->loops[g->first].node), to = ts_node_end_byte(g->loops[g->last].node);
     uint32_t last_from = ts_node_start_byte(g->loops[g->last].node);
-    store_scan ss = {ax, from, to, 0};
+    store_scan ss = {ctx, ax, from, to, 0};
     rb_walk(rb_field(fn, "body"), scan_stores, &ss);
     if (ss.line) {
         kl_snprintf(buf, size, "a store at line %u, between the reads the cache merges, goes where the analysis "

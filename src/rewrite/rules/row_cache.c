@@ -605,6 +605,28 @@ static char *body_text(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const rc_group
     return kl_strbuf_detach(&sb, NULL);
 }
 
+/* The text of loop R's read of key q as the loop writes it (`xr[c]`), new string; NULL when none. */
+static char *key_read(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const rc_group *g, const rc_loop *R, unsigned q)
+{
+    for (unsigned x = 0; x < kl_affine_access_count(ax); x++) {
+        const kl_ax_access *ac = kl_affine_access(ax, x);
+        char norm[256];
+        if (ac->loop == R->index && rb_is(ac->node, "subscript_expression") && !strcmp(ac->array, g->keys[q].array) &&
+            norm_text(ctx, kl_ast_subscript_index(ac->node), R->var, norm, sizeof norm) && !strcmp(norm, g->keys[q].norm))
+            return rb_text(ctx, ac->node);
+    }
+    return NULL;
+}
+
+/* `if (ON) { #pragma unroll for (int K = 0; K < ITEMS; K++) { const T v = (START) + K * S;` at ind. */
+static void open_cached(kl_strbuf *sb, const char *ind, const char *on, const char *k, long long items, const rc_loop *R,
+                        const char *start, long long S)
+{
+    kl_strbuf_addf(sb, "%sif (%s) {\n%s    #pragma unroll\n%s    for (int %s = 0; %s < %lld; %s++) {\n", ind, on, ind, ind, k,
+                   k, items, k);
+    kl_strbuf_addf(sb, "%s        const %s %s = (%s) + %s * %lld;\n", ind, R->type, R->var, start, k, S);
+}
+
 static kl_status apply_group(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, rc_group *g,
                              const char *why, void *user)
 {
@@ -642,7 +664,7 @@ static kl_status apply_group(const kl_rule_ctx *ctx, const char *name, TSNode fn
         uint32_t at = ts_node_start_byte(R->node);
         if (!kl_rules_starts_line(ctx, at))
             return kl_rule_not_applicable(ra->err, "%s: the loop at line %u does not start its own line", ra->site->id,
-                                          ts_node_start_point(R->node).row + 1);
+                                          kl_ast_line(R->node));
         uint32_t a = kl_ast_line_start(ctx->text, L->has_pragma_unroll ? L->pragma_start : at);
         uint32_t b = ts_node_end_byte(R->node);
         char ind[64];
@@ -651,14 +673,7 @@ static kl_status apply_group(const kl_rule_ctx *ctx, const char *name, TSNode fn
         if (i == first) {
             kl_strbuf_addf(&sb, "%s// row-cache: ", ind);
             for (unsigned q = 0; q < g->nkeys; q++) {
-                char *t = NULL;
-                for (unsigned x = 0; x < kl_affine_access_count(ax) && !t; x++) {
-                    const kl_ax_access *ac = kl_affine_access(ax, x);
-                    char norm[256];
-                    if (ac->loop == R->index && rb_is(ac->node, "subscript_expression") && !strcmp(ac->array, g->keys[q].array) &&
-                        norm_text(ctx, kl_ast_subscript_index(ac->node), R->var, norm, sizeof norm) && !strcmp(norm, g->keys[q].norm))
-                        t = rb_text(ctx, ac->node);
-                }
+                char *t = key_read(ctx, ax, g, R, q);
                 kl_strbuf_addf(&sb, "%s%s", q ? " and " : "", t ? t : g->keys[q].array);
                 free(t);
             }
@@ -667,23 +682,12 @@ static kl_status apply_group(const kl_rule_ctx *ctx, const char *name, TSNode fn
             for (unsigned q = 0; q < g->nkeys; q++) kl_strbuf_addf(&sb, "%s%s %s[%lld];\n", ind, g->elem, names[q], items);
             kl_strbuf_addf(&sb, "%sconst bool %s = (long long)(%s) >= 0 && (%s) <= %lld * %lld;\n", ind, on, L0->start, L0->bound,
                            items, S);
-            kl_strbuf_addf(&sb, "%sif (%s) {\n%s    #pragma unroll\n%s    for (int %s = 0; %s < %lld; %s++) {\n", ind, on, ind,
-                           ind, k, k, items, k);
-            kl_strbuf_addf(&sb, "%s        const %s %s = (%s) + %s * %lld;\n", ind, R->type, R->var, L0->start, k, S);
+            open_cached(&sb, ind, on, k, items, R, L0->start, S);
             kl_strbuf_addf(&sb, "%s        if (%s < (%s)) {\n", ind, R->var, L0->bound);
             for (unsigned q = 0; q < g->nkeys; q++) {
-                /* the read as the loop writes it */
-                for (unsigned x = 0; x < kl_affine_access_count(ax); x++) {
-                    const kl_ax_access *ac = kl_affine_access(ax, x);
-                    char norm[256];
-                    if (ac->loop != R->index || !rb_is(ac->node, "subscript_expression") || strcmp(ac->array, g->keys[q].array) ||
-                        !norm_text(ctx, kl_ast_subscript_index(ac->node), R->var, norm, sizeof norm) || strcmp(norm, g->keys[q].norm))
-                        continue;
-                    char *t = rb_text(ctx, ac->node);
-                    kl_strbuf_addf(&sb, "%s            %s[%s] = %s;\n", ind, names[q], k, t ? t : "");
-                    free(t);
-                    break;
-                }
+                char *t = key_read(ctx, ax, g, R, q);
+                if (t) kl_strbuf_addf(&sb, "%s            %s[%s] = %s;\n", ind, names[q], k, t);
+                free(t);
             }
             kl_strbuf_addf(&sb, "%s        }\n%s    }\n%s}\n", ind, ind, ind);
         }
@@ -692,11 +696,9 @@ static kl_status apply_group(const kl_rule_ctx *ctx, const char *name, TSNode fn
         if (!body || !orig) {
             free(body), free(orig), kl_strbuf_release(&sb);
             return kl_rule_not_applicable(ra->err, "%s: the loop at line %u is indented with tabs", ra->site->id,
-                                          ts_node_start_point(R->node).row + 1);
+                                          kl_ast_line(R->node));
         }
-        kl_strbuf_addf(&sb, "%sif (%s) {\n%s    #pragma unroll\n%s    for (int %s = 0; %s < %lld; %s++) {\n", ind, on, ind,
-                       ind, k, k, items, k);
-        kl_strbuf_addf(&sb, "%s        const %s %s = (%s) + %s * %lld;\n", ind, R->type, R->var, L->start, k, S);
+        open_cached(&sb, ind, on, k, items, R, L->start, S);
         kl_strbuf_addf(&sb, "%s        if (%s < (%s)) %s\n", ind, R->var, L->bound, body);
         kl_strbuf_addf(&sb, "%s    }\n%s} else {\n%s\n%s}", ind, ind, orig, ind);
         free(body), free(orig);

@@ -782,17 +782,19 @@ static bool holds_variant(const opt_version *v)
  * pushed the start out of the beam before a block per row was judged. */
 static void prune_beam(run *r)
 {
-    unsigned open = 0;
-    for (unsigned i = 0; i < r->nversions; i++) open += r->versions[i].open && !holds_variant(&r->versions[i]);
-    while (open > r->beam) {
+    /* the beam counts the open versions that hold no untried variant */
+    unsigned n = 0;
+    for (unsigned i = 0; i < r->nversions; i++)
+        n += r->versions[i].open && !holds_variant(&r->versions[i]);
+    while (n > r->beam) {
         int worst = -1;
         for (unsigned i = 0; i < r->nversions; i++)
-            if (r->versions[i].open && (int)i != r->best && !holds_variant(&r->versions[i]) &&
-                (worst < 0 || r->versions[i].cum <= r->versions[worst].cum))
+            if (r->versions[i].open && (int)i != r->best && (worst < 0 || r->versions[i].cum <= r->versions[worst].cum) &&
+                !holds_variant(&r->versions[i]))
                 worst = (int)i;
         if (worst < 0) break;
         r->versions[worst].open = false;
-        open--;
+        n--;
     }
 }
 

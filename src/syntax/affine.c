@@ -1424,6 +1424,13 @@ static bool scan_local(TSNode n, void *user)
     return true;
 }
 
+TSNode kl_ast_local_init(const kl_source *src, TSNode fn, const char *name)
+{
+    local_scan ls = {src, name, null_node, 0};
+    kl_ast_walk(kl_ast_function_body(fn), scan_local, &ls);
+    return ls.assigns == 1 ? ls.init : null_node;
+}
+
 typedef struct ceval {
     const kl_source *src;
     TSNode scope;
@@ -1675,9 +1682,8 @@ static bool rt(rteval *r, TSNode n, int depth)
         if (name && is_fn_param(r->src, r->fn, name)) {
             yes = rt_found(r, n, "a parameter of the function");
         } else if (name) {
-            local_scan ls = {r->src, name, null_node, 0};
-            kl_ast_walk(kl_ast_function_body(r->fn), scan_local, &ls);
-            if (ls.assigns == 1 && !ts_node_is_null(ls.init)) yes = rt(r, ls.init, depth + 1);
+            TSNode init = kl_ast_local_init(r->src, r->fn, name);
+            if (!ts_node_is_null(init)) yes = rt(r, init, depth + 1);
         }
         free(name);
         return yes;

@@ -61,6 +61,10 @@ bool kl_ast_function_has(const kl_source *src, TSNode fn, const char *qualifier)
 /* n without the parentheses around it: the expression inside each parenthesized_expression (its
  * first named child that is not a comment), as long as there is one. */
 TSNode kl_ast_unparen(TSNode n);
+/* The initializer of local `name` of function fn when the function assigns it there only (a
+ * declaration with an initializer, no other assignment, ++, -- or address taken); a null node
+ * otherwise. */
+TSNode kl_ast_local_init(const kl_source *src, TSNode fn, const char *name);
 /* The 1-based line where n starts. */
 unsigned kl_ast_line(TSNode n);
 /* The index of a subscript `a[i]` (the grammar's `indices` list holds one; older grammars name it

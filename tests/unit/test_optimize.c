@@ -271,7 +271,7 @@ static void test_budget_too_small_is_refused(void **state)
 /* The rounds of a run in the cards' order: not closed doors nor variants of a step that paid
  * (ranking 3 tries those first, test_a_step_that_closes_a_door and
  * test_a_winning_steps_variants_keep_its_parent_open): their indices into d's rounds, at most max. */
-static size_t undoored(const json_t *d, size_t *idx, size_t max)
+static size_t in_card_order(const json_t *d, size_t *idx, size_t max)
 {
     size_t n = 0, i;
     json_t *r;
@@ -295,7 +295,7 @@ static void test_skills_rank_by_card_gain(void **state)
         o.ranking = ranking;
         json_t *d = run_doc(f, &o, KL_OK);
         size_t ix[16];
-        assert_true(undoored(d, ix, 16) >= 3);
+        assert_true(in_card_order(d, ix, 16) >= 3);
         if (ranking == 2) assert_int_equal(ix[2], 2);
         /* the card that gained most is tried first, then the next */
         assert_int_equal(ix[0], 0);
@@ -451,7 +451,7 @@ static void test_lineage_path_is_followed(void **state)
         o.ranking = ranking;
         json_t *d = run_doc(f, &o, KL_OK);
         size_t ix[16];
-        assert_true(undoored(d, ix, 16) >= 2);
+        assert_true(in_card_order(d, ix, 16) >= 2);
         assert_string_equal(round_str(d, ix[0], "transform"), "row-parallel");
         assert_string_equal(round_str(d, ix[1], "transform"), "unroll");
         json_decref(d);

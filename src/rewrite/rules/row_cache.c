@@ -50,7 +50,7 @@ typedef struct rc_key {
 typedef struct rc_group {
     rc_loop loops[RC_MAXLOOPS];
     unsigned n;
-    char start[160], bound[160];
+    char bound[160];
     long long stride;
     rc_key keys[RC_MAXKEYS];
     unsigned nkeys;
@@ -120,30 +120,9 @@ static bool block_width(const kl_rule_ctx *ctx, const char *kernel, long long *w
     return true;
 }
 
-/* The initializer of local `name` of fn when the kernel assigns it there only, else a null node. */
-typedef struct init_find {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    TSNode value;
-} init_find;
-
-static bool init_visit(TSNode n, void *user)
-{
-    init_find *f = user;
-    if (!ts_node_is_null(f->value)) return false;
-    if (!rb_is(n, "declaration")) return true;
-    TSNode dds[8];
-    unsigned nd = rb_declarators(n, dds, 8);
-    for (unsigned k = 0; k < nd; k++)
-        if (rb_is(dds[k], "init_declarator") && rb_text_is(f->ctx, rb_field(dds[k], "declarator"), f->name))
-            f->value = rb_field(dds[k], "value");
-    return false;
-}
-
 /* The loop's stride S: an integer step, or blockDim.x read from the launches — written so, or
  * through a local assigned once (`const int stride = blockDim.x;`). */
-static bool loop_stride(const kl_rule_ctx *ctx, const char *kernel, TSNode fn, kl_affine_ctx *ax, const kl_ax_loop *L,
-                        long long *s)
+static bool loop_stride(const kl_rule_ctx *ctx, const char *kernel, TSNode fn, const kl_ax_loop *L, long long *s)
 {
     if (L->step_is_int) {
         *s = L->step_int;
@@ -151,12 +130,10 @@ static bool loop_stride(const kl_rule_ctx *ctx, const char *kernel, TSNode fn, k
     }
     if (!L->step) return false;
     if (!strcmp(L->step, "blockDim.x")) return block_width(ctx, kernel, s);
-    init_find f = {ctx, L->step, {{0}, 0, 0}};
-    if (kl_affine_assign_count(ax, L->step) != 1) return false;
-    rb_walk(rb_field(fn, "body"), init_visit, &f);
-    if (ts_node_is_null(f.value)) return false;
-    if (rb_text_is(ctx, kl_ast_unparen(f.value), "blockDim.x")) return block_width(ctx, kernel, s);
-    return rb_const_eval(ctx, fn, f.value, s) && *s > 0;
+    TSNode init = kl_ast_local_init(ctx->src, fn, L->step);
+    if (ts_node_is_null(init)) return false;
+    if (rb_text_is(ctx, kl_ast_unparen(init), "blockDim.x")) return block_width(ctx, kernel, s);
+    return rb_const_eval(ctx, fn, init, s) && *s > 0;
 }
 
 typedef struct body_scan {
@@ -307,10 +284,9 @@ static bool scan_stores(TSNode n, void *user)
 
 /* Fill g's keys from the accesses, check what makes the rewrite sound; NULL when it is, else why
  * not (into buf). */
-static const char *analyse(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, rc_group *g,
+static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, rc_group *g,
                            char *buf, size_t size)
 {
-    (void)name;
     /* candidate keys: 1-D reads whose innermost loop is one of the group's */
     rc_key cand[32];
     unsigned ncand = 0;
@@ -361,10 +337,7 @@ static const char *analyse(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
                         g->keys[k].array);
             return buf;
         }
-        char *q = et;
-        if (!strncmp(q, "const ", 6)) q += 6;
-        size_t ql = strlen(q);
-        while (ql && (q[ql - 1] == ' ' || q[ql - 1] == '*')) q[--ql] = '\0';
+        const char *q = et; /* the pointee without qualifiers */
         if (!is_scalar_elem(q)) {
             kl_snprintf(buf, size, "'%s' holds %s, not a scalar type", g->keys[k].array, q);
             return buf;
@@ -480,7 +453,7 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
         long long s = 0;
         /* a loop spread over a warp or a block: ITEMS values per thread cover ITEMS * S elements (a
          * thread's own loop, S = 1, would be cached only for rows of a few dozen) */
-        if (!loop_stride(ctx, name, fn, ax, L, &s) || s < 32) continue;
+        if (!loop_stride(ctx, name, fn, L, &s) || s < 32) continue;
         rc_group g;
         memset(&g, 0, sizeof g);
         g.stride = s;
@@ -488,7 +461,6 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
         if (!norm_text(ctx, ts_node_child_by_field_name(rb_field(L->node, "initializer"), "declarator", 10), L->var, st0,
                        sizeof st0))
             continue;
-        kl_snprintf(g.start, sizeof g.start, "%s", L->start);
         kl_snprintf(g.bound, sizeof g.bound, "%s", L->bound);
         if (!norm_text(ctx, rb_field(L->node, "condition"), L->var, bd0, sizeof bd0)) continue;
         TSNode parent = ts_node_parent(L->node);
@@ -497,7 +469,7 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
             if (used[j] || M->kind != KL_LOOP_FOR || !M->var || !ts_node_eq(ts_node_parent(M->node), parent)) continue;
             long long sm = 0;
             char stj[160], bdj[160], ty[64];
-            if (!loop_stride(ctx, name, fn, ax, M, &sm) || sm != s || !M->cmp || strcmp(M->cmp, "<")) continue;
+            if (!loop_stride(ctx, name, fn, M, &sm) || sm != s || !M->cmp || strcmp(M->cmp, "<")) continue;
             if (!norm_text(ctx, ts_node_child_by_field_name(rb_field(M->node, "initializer"), "declarator", 10), M->var,
                            stj, sizeof stj) ||
                 strcmp(stj, st0))
@@ -513,7 +485,7 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
         }
         if (g.n < 2) continue;
         char why[256];
-        const char *w = analyse(ctx, name, fn, ax, &g, why, sizeof why);
+        const char *w = analyse(ctx, fn, ax, &g, why, sizeof why);
         st = cb(ctx, name, fn, ax, &g, w, user);
     }
     free(used);

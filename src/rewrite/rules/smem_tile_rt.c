@@ -88,6 +88,18 @@ static uint32_t pragmas_above(const kl_rule_ctx *ctx, uint32_t off)
     return lead;
 }
 
+/* The directive lines in [a, b) (pragmas_above's), each trimmed and written after indent. */
+static void add_directives(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const char *indent, kl_strbuf *sb)
+{
+    for (uint32_t qa = a; qa < b;) {
+        uint32_t qe = rb_line_end(ctx, qa), qb = qe;
+        while (qb > qa && isspace((unsigned char)ctx->text[qb - 1])) qb--;
+        kl_strbuf_addf(sb, "%s%.*s\n", indent, (int)(qb - qa), ctx->text + qa);
+        qa = qe;
+        while (qa < b && isspace((unsigned char)ctx->text[qa])) qa++;
+    }
+}
+
 /* Every launch of the kernel covers the same columns with blocks OX times as wide: the grid's x
  * extent G becomes (G + OX - 1) / OX (ceil(ceil(w / B) / OX) = ceil(w / (B * OX))). */
 static kl_status widen_launches(const kl_rule_ctx *ctx, const smem_tile__sa *s, int ox, kl_edits *out, kl_error *err)
@@ -418,14 +430,7 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         }
         uint32_t ya = ts_node_start_byte(Y->loop), yb = ts_node_start_byte(rb_field(Y->loop, "body"));
         uint32_t xa = ts_node_start_byte(X->loop), xb = ts_node_start_byte(rb_field(X->loop, "body"));
-        if (ts_node_eq(Y->loop, s->outer))
-            for (uint32_t qa = lead; qa < ya;) { /* the loop's own directives (`#pragma unroll`) */
-                uint32_t qe = rb_line_end(ctx, qa), qb = qe;
-                while (qb > qa && isspace((unsigned char)ctx->text[qb - 1])) qb--;
-                kl_strbuf_addf(&sb, "%s%.*s\n", in1, (int)(qb - qa), ctx->text + qa);
-                qa = qe;
-                while (qa < ya && isspace((unsigned char)ctx->text[qa])) qa++;
-            }
+        if (ts_node_eq(Y->loop, s->outer)) add_directives(ctx, lead, ya, in1, &sb); /* the loop's own `#pragma unroll` */
         kl_strbuf_addf(&sb, "%s%.*s{\n", in1, (int)(yb - ya), ctx->text + ya);
         kl_strbuf_addf(&sb, "%s%s%s %s[%lld];\n", in1, unit, s->elem, rown, (long long)rn);
         kl_strbuf_addf(&sb, "%s%s#pragma unroll\n%s%sfor (int %s = 0; %s < %lld; %s++) {\n", in1, unit, in1, unit, cn, cn,
@@ -487,13 +492,9 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
             free(p3);
             goto oom;
         }
-        for (uint32_t qa = lead; qa < ts_node_start_byte(s->outer);) {
-            uint32_t qe = rb_line_end(ctx, qa), qb = qe;
-            while (qb > qa && isspace((unsigned char)ctx->text[qb - 1])) qb--;
-            kl_strbuf_addf(&sb, "%s%s%s%s%.*s\n", ind, unit, unit, unit, (int)(qb - qa), ctx->text + qa);
-            qa = qe;
-            while (qa < ts_node_start_byte(s->outer) && isspace((unsigned char)ctx->text[qa])) qa++;
-        }
+        char in3[256];
+        kl_snprintf(in3, sizeof in3, "%s%s%s%s", ind, unit, unit, unit);
+        add_directives(ctx, lead, ts_node_start_byte(s->outer), in3, &sb);
         kl_strbuf_addf(&sb, "%s%s%s%s%s\n", ind, unit, unit, unit, l2);
         kl_strbuf_adds(&sb, p3);
         free(l2);

@@ -27,6 +27,10 @@
  * (prune_beam). */
 #define OPT_STALE_AFTER 2
 #define OPT_STALE_MAX 32
+/* A gain a walk tells from noise: lineage's --probe-min-gain default. A card below it says
+ * "this did not pay where it was measured"; under ranking 4 a step below it has no variant
+ * tried next. */
+#define OPT_PAYS 1.05
 
 /* The search revision a stored run was made by (1: stored before runs said). */
 json_int_t opt_search_revision(const json_t *doc);
@@ -53,6 +57,9 @@ typedef struct opt_cand {
     bool off_path;            /* skills, ranking 3: its site is in a function the bench shape does not
                                  run (the general path of a dispatch): tried after everything else */
     bool tried;               /* judged, or skipped as a duplicate or as its parent's edit */
+    bool judged;              /* judged by this run (a round of its own) */
+    unsigned judged_at;       /* the round that judged it (1-based; 0 while not judged) */
+    double gain;              /* what it gained over its version when judged (0: rejected) */
     bool prepared;            /* handed to prepare (compiled) */
 } opt_cand;
 
@@ -83,10 +90,15 @@ typedef struct opt_policy_ctx {
     bool admitted_only;
     json_t *memory;                /* memory: array of records (borrowed) */
     json_t *skipped;               /* skills: records of cards not tried, appended (borrowed) */
+    unsigned ranking;              /* skills: the ranking's revision (2 to 4) */
 } opt_policy_ctx;
 
 /* The skills ranking's revision (kl_optimize_options.ranking), part of a skills run's key as
- * OPT_SKILLS_RANKING_PREFIX N: 3 (2026-12-03; the default, measured), a step that closes
+ * OPT_SKILLS_RANKING_PREFIX N: 4 (2026-12-04; the default, measured), the run's own evidence
+ * weighed: a card's dtype is where it was measured (unlike, not failing), its admission trials
+ * join its gain, the run's own gains calibrate E (expect_run), a step's parameters are searched
+ * where its judgements differ and sampled where they agree (mark_spread, sampled), a new best
+ * under OPT_PAYS has no variant, and deferred transforms take turns; 3 (2026-12-03), a step that closes
  * another transform's door (the child no longer proposes it) has that door tried at the parent
  * first, and among the transforms the run's own judgements defer, the one that failed fewer times
  * goes first (softmax: a vectorized row loop closed row-parallel's door; blur: smem-tile's preset

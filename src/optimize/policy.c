@@ -103,8 +103,9 @@ static void site_of(const opt_cand *c, char *kernel, size_t size, unsigned *line
  * conditions at the bench shape, correctness conditions at every check shape, `requires`
  * against the transforms present. The first failing condition (else the first unknown) is
  * kept to say why. */
-static kl_status match_card(const kl_skill *card, const kl_source *src, const kl_task *task, const opt_cand *c,
-                            const char *const *present, unsigned npresent, card_verdict *out, kl_error *err)
+static kl_status match_card(const kl_skill *card, const kl_source *src, const kl_task *task, unsigned ranking,
+                            const opt_cand *c, const char *const *present, unsigned npresent, card_verdict *out,
+                            kl_error *err)
 {
     memset(out, 0, sizeof *out);
     char kernel[128];
@@ -120,8 +121,13 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
      * (anchor.pattern.site_features: its form, its guard, how it returns) describes that site; the
      * rule checks what it needs itself before it proposes, and the gate checks the result. Failing
      * here, it makes the card unlike this site (it speaks at half weight each), not wrong for it.
-     * The card's observables (dtype, access, reduction…), speed and correctness conditions and
-     * `requires` fail as ever. */
+     * Ranking 4: so does its element type (`dtype`): the rule picks what depends on the type
+     * itself (vector widths by element size, tensor cores only where the type has them) before it
+     * proposes, and the gate judges the result, so a card measured on bf16 is evidence from
+     * elsewhere on f32, not a condition shown to fail there (sgemm's smem-tile and register-tile
+     * waited behind every noise step for hgemm's `dtype == "bf16"`; histogram's bytes waited so
+     * for vectorize). The card's other observables (access, reduction…), speed and correctness
+     * conditions and `requires` fail as ever. */
     const json_t *described =
         json_object_get(json_object_get(json_object_get(kl_skill_doc(card), "anchor"), "pattern"), "site_features");
     bool hard = m.nmissing > 0, unknown = m.requires_unknown;
@@ -132,7 +138,8 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
         char name[64];
         size_t n = strcspn(ck->predicate, " =!<>%");
         kl_snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), ck->predicate);
-        if (ck->kind && !strcmp(ck->kind, "static") && json_object_get(described, name)) {
+        if (ck->kind && !strcmp(ck->kind, "static") &&
+            (json_object_get(described, name) || (ranking >= 4 && !strcmp(name, "dtype")))) {
             if (out->unlike++ == 0) kl_snprintf(out->unlike_pred, sizeof out->unlike_pred, "%s", ck->predicate);
             ck->truth = KL_TRUTH_HOLDS; /* not a failure of the card: counted as unlike */
             continue;
@@ -160,8 +167,13 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
 
 /* The geometric mean of a card's measured gains where its walk measured the step (labels
  * "bench" and "path": the bench shape, or a shape that runs the step's path; all rows when
- * there is none), and the share of its recorded contexts where it hurt (risks). */
-static void card_gain(const kl_skill *card, double *gain, double *hurt)
+ * there is none), and the share of its recorded contexts where it hurt (risks). Ranking 4 adds
+ * the gains its roundtrip admission measured (`admission.trials`, the card applied forward from
+ * the card alone, on its own lineage and on other tasks; a left-out task's trials are taken out
+ * of the card before it gets here, kl_skill_list_load_excluding): restrict's walk measured 1.15x
+ * once, its trials 1.00x and 1.02x, and a card that promised 1.07x kept sgemm's runs on restrict
+ * steps while smem-tile waited. */
+static void card_gain(const kl_skill *card, unsigned ranking, double *gain, double *hurt)
 {
     const json_t *doc = kl_skill_doc(card);
     const json_t *eff = json_object_get(doc, "effect");
@@ -174,6 +186,17 @@ static void card_gain(const kl_skill *card, double *gain, double *hurt)
             const char *label = json_string_value(json_object_get(e, "label"));
             if (pass == 0 && label && strcmp(label, "bench") && strcmp(label, "path")) continue;
             double s = json_number_value(json_object_get(e, "speedup"));
+            if (s > 0) {
+                sum += log(s);
+                n++;
+            }
+        }
+    }
+    if (ranking >= 4) {
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(json_object_get(doc, "admission"), "trials"), i, t) {
+            double s = json_number_value(json_object_get(t, "gain"));
             if (s > 0) {
                 sum += log(s);
                 n++;
@@ -251,10 +274,6 @@ static unsigned present_transforms(const opt_version *ver, const kl_task *task, 
     return n;
 }
 
-/* A gain a walk tells from noise: lineage's --probe-min-gain default. A card below it says
- * "this did not pay where it was measured". */
-#define OPT_PAYS 1.05
-
 /* E of a proposal no card speaks for: an optimization whose conditions are all unknown,
  * ranked as if it might just pay. Below every card that paid where its conditions hold, above
  * every card whose measured gain is noise (launch-bounds at 1.00x: "this did not pay where it
@@ -300,7 +319,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             if (pc->admitted_only && !card_admitted(card)) continue;
             ncards++;
             card_verdict cv;
-            st = match_card(card, src, pc->task, c, present, npresent, &cv, err);
+            st = match_card(card, src, pc->task, pc->ranking, c, present, npresent, &cv, err);
             if (st != KL_OK) break;
             if (cv.truth == KL_TRUTH_FAILS) {
                 if (nfail++ == 0)
@@ -319,7 +338,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
                 continue;
             }
             double g, hurt;
-            card_gain(card, &g, &hurt);
+            card_gain(card, pc->ranking, &g, &hurt);
             double w = (cv.truth == KL_TRUTH_HOLDS ? 1.0 : 0.5) * (1.0 - hurt / 2) * pow(0.5, cv.unlike);
             bool same_params = params_equal(c->params, json_object_get(kl_skill_doc(card), "params"));
             if (!same_params) w *= 0.8;

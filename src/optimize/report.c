@@ -141,9 +141,9 @@ char *kl_optimize_markdown(const char *doc_json)
     any = false;
     json_array_foreach(json_object_get(d, "rounds"), i, r) {
         const json_t *c = json_object_get(r, "candidate");
-        if (!json_is_true(json_object_get(c, "variant"))) continue;
-        char *pj = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
         const char *why = str(c, "why"), *at = strstr(why, "a variant of ");
+        if (!json_is_true(json_object_get(c, "variant")) || !at) continue;
+        char *pj = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
         kl_strbuf_addf(&sb, "%s`%s` %s from v%lld at round %lld (%s)",
                        any ? "; " : "\nTried next as a variant of a step that made a new best (other parameters): ",
                        str(c, "transform"), pj ? pj : "", (long long)json_integer_value(json_object_get(r, "from")),
@@ -152,6 +152,30 @@ char *kl_optimize_markdown(const char *doc_json)
         any = true;
     }
     if (any) kl_strbuf_adds(&sb, ".\n");
+    /* skills, ranking 4: a step's parameters searched where its judgements differed (mark_spread),
+     * and alternatives that waited once sampled */
+    for (int pass = 0; pass < 2; pass++) {
+        any = false;
+        json_array_foreach(json_object_get(d, "rounds"), i, r) {
+            const json_t *c = json_object_get(r, "candidate");
+            const char *why = str(c, "why"), *at = strstr(why, "the step's parameters matter here");
+            if (pass == 0 ? !(json_is_true(json_object_get(c, "variant")) && at)
+                          : !json_is_true(json_object_get(c, "sampled")))
+                continue;
+            char *pj = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+            kl_strbuf_addf(&sb, "%s`%s` %s from v%lld at round %lld%s%s%s",
+                           any             ? "; "
+                           : pass == 0     ? "\nSearched next because the step's judgements differed (its parameters matter): "
+                                           : "\nWaited as an alternative already sampled (two of the step's parameters judged "
+                                             "there, gaining alike or no better than the best): ",
+                           str(c, "transform"), pj ? pj : "", (long long)json_integer_value(json_object_get(r, "from")),
+                           (long long)json_integer_value(json_object_get(r, "round")), pass == 0 ? ", gains " : "",
+                           pass == 0 ? at + strlen("the step's parameters matter here ") : "", "");
+            free(pj);
+            any = true;
+        }
+        if (any) kl_strbuf_adds(&sb, ".\n");
+    }
     /* skills, ranking 3: what went first because a step closed its door */
     any = false;
     json_array_foreach(json_object_get(d, "rounds"), i, r) {

@@ -69,8 +69,14 @@ typedef struct run {
     /* skills: the transforms this run's own judgements advise against now (see run_stale) */
     char stale[OPT_STALE_MAX][64];
     unsigned stale_n[OPT_STALE_MAX]; /* how many times each failed since the last new best */
-    unsigned ranking;          /* skills: the ranking's revision (2 or 3) */
+    unsigned ranking;          /* skills: the ranking's revision (2 to 4) */
     unsigned nstale;
+    /* skills, ranking 4: what each transform this run judged gained here (run_calibrate) */
+    char cal[OPT_STALE_MAX][64];
+    double cal_log[OPT_STALE_MAX]; /* the sum of the logs of its passing gains */
+    unsigned cal_n[OPT_STALE_MAX], ncal;
+    char turn[OPT_STALE_MAX][64]; /* ranking 4: the transforms judged since the last new best */
+    unsigned turn_n[OPT_STALE_MAX], nturn;
 } run;
 
 static void say(run *r, kl_optimize_event ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -274,6 +280,9 @@ static void mark_variant(run *r, unsigned vi)
 {
     const opt_version *v = &r->versions[vi];
     if (v->parent < 0 || v->kept || v->gain < r->min_gain) return;
+    /* ranking 4: a new best by less than a walk tells from noise says little about its parameters
+     * (softmax's runs spent a call on the other width after each 1.03x vectorize step) */
+    if (r->ranking >= 4 && v->gain < OPT_PAYS) return;
     opt_version *p = &r->versions[v->parent];
     opt_cand *var = NULL;
     for (unsigned i = 0; i < p->ncands; i++) {
@@ -426,15 +435,121 @@ static void run_stale(run *r)
             if (!strcmp(seen[k].t, r->stale[i])) r->stale_n[i] = seen[k].n;
 }
 
+/* Skills, ranking 4: what version v's judgements of one step (c's transform at c's site, any
+ * parameters) say about its parameters. n: how many were judged; flat: all passed, gaining alike
+ * (the highest less than OPT_PAYS over the lowest: the parameters made no difference); misses:
+ * how many were judged after the one that gained most. */
+typedef struct step_tally {
+    unsigned n, misses;
+    bool flat;
+    double lo, hi;
+} step_tally;
+
+static step_tally tally_step(const opt_version *v, const opt_cand *c)
+{
+    step_tally t = {0, 0, true, 0, 0};
+    unsigned best_at = 0;
+    for (unsigned i = 0; i < v->ncands; i++) {
+        const opt_cand *x = &v->cands[i];
+        if (!x->judged || strcmp(x->transform, c->transform) || strcmp(x->site, c->site)) continue;
+        if (x->gain <= 0) t.flat = false;
+        if (t.n == 0 || x->gain < t.lo) t.lo = x->gain;
+        if (t.n == 0 || x->gain > t.hi) t.hi = x->gain, best_at = x->judged_at;
+        t.n++;
+    }
+    if (t.n && t.lo > 0 && t.hi >= t.lo * OPT_PAYS) t.flat = false;
+    for (unsigned i = 0; i < v->ncands; i++) {
+        const opt_cand *x = &v->cands[i];
+        if (x->judged && x->judged_at > best_at && !strcmp(x->transform, c->transform) && !strcmp(x->site, c->site))
+            t.misses++;
+    }
+    return t;
+}
+
+/* Skills, ranking 4: is c an alternative the run has sampled enough? Its version judged two or more
+ * proposals of the same step, and they gained alike (histogram: privatize with 16 copies and with 1,
+ * 5.98x both; the other counts waited before anything from the privatized kernel), or the last
+ * OPT_STALE_AFTER of them did no better than the best (mark_spread searched the parameters). */
+static bool sampled(const opt_version *v, const opt_cand *c)
+{
+    step_tally t = tally_step(v, c);
+    return t.n >= 2 && (t.flat || t.misses >= OPT_STALE_AFTER);
+}
+
 /* How far back a candidate goes: 0 expected to pay; 1 deferred by the policy (skills: a card
  * measured no gain, or lost, or every card fails here); 2 deferred by this run's own judgements
  * of its transform (run_stale) — after what the cards defer, since what the run saw fail here
  * is stronger evidence than what a card saw elsewhere; 3 (ranking 3) its site does not run at the
  * bench shape (mark_off_path); -2 (ranking 3) a door a step closed (mark_door); -1 (ranking 3,
- * search revision 5) a variant of a step that made a new best (mark_variant). */
-static int cand_tier(const run *r, const opt_cand *c)
+ * search revision 5) a variant of a step that made a new best (mark_variant); 2 (ranking 4) an
+ * alternative the run has sampled (sampled()), unless a step just marked it a door or a variant. */
+static int cand_tier(const run *r, const opt_version *v, const opt_cand *c)
 {
-    return c->off_path ? 3 : is_stale(r, c->transform) ? 2 : c->door ? -2 : c->variant ? -1 : c->defer ? 1 : 0;
+    if (c->off_path) return 3;
+    if (is_stale(r, c->transform)) return 2;
+    if (c->door) return -2;
+    if (c->variant) return -1;
+    if (r->ranking >= 4 && r->opt->policy == KL_POLICY_SKILLS && sampled(v, c)) return 2;
+    return c->defer ? 1 : 0;
+}
+
+/* Skills, ranking 4: E as this run has seen its transform pay. The card's (or the prior's) E
+ * counts as one judgement and each passing judgement of the transform in this run as another
+ * (the geometric mean of them all): on softmax the vectorize card promised 1.45x at every site
+ * and the run's own steps gained 1.47, 1.00, 0.96, 1.03x; what a transform did on this kernel
+ * says more than what it did elsewhere, and more the more often it was seen. */
+static double expect_run(const run *r, const opt_cand *c)
+{
+    if (r->ranking < 4 || c->expect <= 0) return c->expect;
+    for (unsigned i = 0; i < r->ncal; i++)
+        if (!strcmp(r->cal[i], c->transform)) return exp((log(c->expect) + r->cal_log[i]) / (1 + r->cal_n[i]));
+    return c->expect;
+}
+
+/* Skills, ranking 4: how many times the run judged the transform since its last new best. */
+static unsigned turns(const run *r, const char *transform)
+{
+    for (unsigned i = 0; i < r->nturn; i++)
+        if (!strcmp(r->turn[i], transform)) return r->turn_n[i];
+    return 0;
+}
+
+/* What each transform gained in this run's passing judgements (expect_run), and how many times
+ * each was judged since the last new best (turns). Read from the rounds, so a resumed run
+ * computes the same. */
+static void run_calibrate(run *r)
+{
+    r->ncal = r->nturn = 0;
+    if (r->opt->policy != KL_POLICY_SKILLS || r->ranking < 4) return;
+    size_t k;
+    json_t *o;
+    json_array_foreach(r->rounds, k, o) {
+        const char *t = json_string_value(json_object_get(json_object_get(o, "candidate"), "transform"));
+        const char *res = json_string_value(json_object_get(o, "result"));
+        if (res && !strcmp(res, "new best")) r->nturn = 0;
+        else if (t) {
+            unsigned i = 0;
+            while (i < r->nturn && strcmp(r->turn[i], t)) i++;
+            if (i == r->nturn && r->nturn < OPT_STALE_MAX) {
+                kl_snprintf(r->turn[r->nturn], sizeof r->turn[0], "%s", t);
+                r->turn_n[r->nturn++] = 0;
+            }
+            if (i < r->nturn) r->turn_n[i]++;
+        }
+        const json_t *j = json_object_get(o, "judgement");
+        double g = json_number_value(json_object_get(j, "speedup"));
+        if (!t || !json_is_true(json_object_get(j, "pass")) || !(g > 0)) continue;
+        unsigned i = 0;
+        while (i < r->ncal && strcmp(r->cal[i], t)) i++;
+        if (i == r->ncal) {
+            if (r->ncal == OPT_STALE_MAX) continue;
+            kl_snprintf(r->cal[r->ncal], sizeof r->cal[0], "%s", t);
+            r->cal_log[r->ncal] = 0;
+            r->cal_n[r->ncal++] = 0;
+        }
+        r->cal_log[i] += log(g);
+        r->cal_n[i]++;
+    }
 }
 
 /* Does candidate x of version vx go before y of vy? The lower tier (cand_tier) from whatever
@@ -443,18 +558,27 @@ static int cand_tier(const run *r, const opt_cand *c)
 static bool cand_before(const run *r, unsigned vx, const opt_cand *x, unsigned vy, const opt_cand *y)
 {
     const opt_version *a = &r->versions[vx], *b = &r->versions[vy];
-    int tx = cand_tier(r, x), ty = cand_tier(r, y);
+    int tx = cand_tier(r, a, x), ty = cand_tier(r, b, y);
     if (tx != ty) return tx < ty;
     if (tx == 2 && r->ranking >= 3) {
         unsigned nx = stale_count(r, x->transform), ny = stale_count(r, y->transform);
         if (nx != ny) return nx < ny;
     }
-    double mx = a->cum * x->expect, my = b->cum * y->expect;
+    /* ranking 4: among what the cards defer (noise where they were measured), the transform this
+     * run judged fewer times since its last new best goes first: the cards cannot tell them apart
+     * (1.02x against 1.00x), and histogram's runs judged restrict, launch-bounds and unroll twice
+     * each before grid-stride once (30x) */
+    if (tx == 1 && r->ranking >= 4) {
+        unsigned nx = turns(r, x->transform), ny = turns(r, y->transform);
+        if (nx != ny) return nx < ny;
+    }
+    double mx = a->cum * expect_run(r, x), my = b->cum * expect_run(r, y);
     if (mx > my * (1 + 1e-12)) return true;
     if (my > mx * (1 + 1e-12)) return false;
     if (a->cum != b->cum) return a->cum > b->cum;
     if (vx != vy) return vx < vy;
-    if (x->expect != y->expect) return x->expect > y->expect;
+    double ex = expect_run(r, x), ey = expect_run(r, y);
+    if (ex != ey) return ex > ey;
     return x->order < y->order;
 }
 
@@ -768,6 +892,32 @@ static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
                          KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, j, r->err);
 }
 
+/* Skills, ranking 4: after a judgement of candidate c of version vi, when the same step's
+ * judgements there differ (tally_step: not flat, by OPT_PAYS or more, or one was rejected), its
+ * parameters matter: the next untried proposal of the step (the highest E) is tried next, as a
+ * variant, until OPT_STALE_AFTER in a row do no better than the best of them. hgemm's tensor-core
+ * tiles from the naive kernel gained 3.4, 17.1, 10.5, 34.2 and 55.6x: a run that stopped after two
+ * kept 17.1x. */
+static void mark_spread(run *r, unsigned vi, const opt_cand *c)
+{
+    if (r->opt->policy != KL_POLICY_SKILLS || r->ranking < 4) return;
+    opt_version *v = &r->versions[vi];
+    step_tally t = tally_step(v, c);
+    if (t.n < 2 || t.flat || t.misses >= OPT_STALE_AFTER) return;
+    opt_cand *next = NULL;
+    for (unsigned i = 0; i < v->ncands; i++) {
+        opt_cand *x = &v->cands[i];
+        if (x->tried || x->off_path || strcmp(x->transform, c->transform) || strcmp(x->site, c->site)) continue;
+        if (x->variant) return; /* marked already */
+        if (!next || x->expect > next->expect || (x->expect == next->expect && x->order < next->order)) next = x;
+    }
+    if (!next) return;
+    next->variant = true;
+    size_t n = strlen(next->why);
+    kl_snprintf(next->why + n, sizeof next->why - n, "%sthe step's parameters matter here (%.2f to %.2fx so far)",
+                n ? "; " : "", t.lo, t.hi);
+}
+
 /* Does version v hold an untried variant of a step that made a new best (mark_variant)? */
 static bool holds_variant(const opt_version *v)
 {
@@ -821,8 +971,12 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     if (j.unmeasured)
         return kl_error_set(r->err, KL_ERR_UNMEASURED, "%s from version %u: no recorded verdict: %s", c->id, vi,
                             j.reason);
-    c->tried = true;
+    bool was_sampled = cand_tier(r, v, c) == 2 && !is_stale(r, c->transform);
+    double e_run = expect_run(r, c);
+    c->tried = c->judged = true;
     r->used++;
+    c->judged_at = (unsigned)json_array_size(r->rounds) + 1;
+    c->gain = j.pass && j.speedup > 0 ? j.speedup : 0;
     unsigned round = (unsigned)json_array_size(r->rounds) + 1;
     json_t *o = json_object();
     json_object_set_new(o, "round", json_integer(round));
@@ -838,6 +992,9 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     if (is_stale(r, c->transform)) json_object_set_new(cj, "stale", json_true());
     if (c->door) json_object_set_new(cj, "door", json_true());
     if (c->variant) json_object_set_new(cj, "variant", json_true());
+    if (was_sampled) json_object_set_new(cj, "sampled", json_true());
+    if (r->ranking >= 4 && r->opt->policy == KL_POLICY_SKILLS && e_run != c->expect)
+        json_object_set_new(cj, "expect_run", json_real(e_run));
     json_object_set_new(cj, "why", json_string(c->why));
     if (c->features) json_object_set(cj, "features", c->features);
     json_t *kf = opt_candidate_features(v->source, c);
@@ -892,6 +1049,8 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     unsigned nbefore = r->nstale;
     memcpy(before, r->stale, sizeof before);
     run_stale(r);
+    run_calibrate(r);
+    mark_spread(r, vi, &r->versions[vi].cands[ci]);
     json_t *now_stale = json_array();
     for (unsigned i = 0; i < r->nstale; i++) {
         bool was = false;
@@ -1128,8 +1287,9 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     kl_skill_list own = KL_SKILL_LIST_INIT;
     char *start_text = NULL, *mem_text = NULL;
     kl_status st = KL_OK;
-    if (r.ranking < 2 || r.ranking > 3) {
-        st = kl_error_set(err, KL_ERR_INVALID, "the skills ranking %u is not one of 2 and 3 (docs/optimize.md)", r.ranking);
+    if (r.ranking < 2 || r.ranking > 4) {
+        st = kl_error_set(err, KL_ERR_INVALID, "the skills ranking %u is not one of 2, 3 and 4 (docs/optimize.md)",
+                          r.ranking);
         goto cleanup;
     }
     if (r.budget < 2) {
@@ -1160,6 +1320,7 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     r.pc.policy = opt->policy;
     r.pc.task = task;
     r.pc.seed = opt->seed;
+    r.pc.ranking = r.ranking;
     r.pc.admitted_only = opt->admitted_only;
     unsigned ncards = 0, nmem = 0;
     char lib_hex[KL_HASH_HEX] = "", mem_hex[KL_HASH_HEX] = "";

@@ -41,7 +41,17 @@ typedef struct stand_in {
     unsigned interrupt_after; /* 0: never */
     volatile sig_atomic_t *interrupt;
     const char *broken;       /* a transform whose presence fails at "correct", or NULL */
+    bool blocks_matter;       /* __launch_bounds__(T, N) is worth 1 + N / 2 more (parameters that matter) */
 } stand_in;
+
+/* With stand_in.blocks_matter: what the minimum of blocks per multiprocessor is worth. */
+static double blocks_factor(const char *text)
+{
+    const char *lb = strstr(text, "__launch_bounds__(");
+    const char *comma = lb ? strchr(lb, ',') : NULL;
+    const char *close = lb ? strchr(lb, ')') : NULL;
+    return comma && close && comma < close ? 1 + atof(comma + 1) / 2 : 1;
+}
 
 /* What time_of found for a text (the catalog's analysis is the slow part of the stand-in: a run
  * judges the same versions again and again as baselines). Keyed by the text's hash, the task and
@@ -110,6 +120,10 @@ static kl_status stand_in_judge(void *user, const kl_task *task, const char *can
     bool bad = false, base_bad = false;
     double tc = time_of(task, cand_text, si->broken, &bad);
     double tb = time_of(task, base_text, NULL, &base_bad);
+    if (si->blocks_matter) {
+        tc /= blocks_factor(cand_text);
+        tb /= blocks_factor(base_text);
+    }
     out->pass = !bad;
     if (bad) {
         kl_snprintf(out->stage, sizeof out->stage, "correct");
@@ -394,6 +408,7 @@ static void test_a_card_unlike_the_site_still_speaks(void **state)
     for (unsigned i = 0; i < 2; i++) assert_int_equal(kl_skill_put(f->store, cards[i], &err), KL_OK);
     stand_in si = {0};
     kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 4);
+    o.ranking = 3; /* ranking 4 reads a card's dtype as unlike too (test_ranking4_a_cards_dtype_is_unlike) */
     json_t *d = run_doc(f, &o, KL_OK);
     /* softmax's naive kernel guards its row with an if block, not a return: the row-parallel card
      * is unlike it, speaks all the same and goes first */
@@ -660,8 +675,9 @@ static void test_what_the_run_saw_fail_goes_after_what_cards_defer(void **state)
  * On softmax's naive kernel a card promises vectorize 2x and none speaks for row-parallel (E =
  * 1.05); once a row loop is vectorized, row-parallel no longer applies (the catalog says the loop
  * is inside a condition), so the run tries row-parallel from the start right after, where it pays
- * 6x (ranking 3 is the default: a run that does not say gets it). Under ranking 2 the door is not seen: row-parallel waits behind every
- * vectorize step. The two rankings are two runs (the ranking is part of the key). */
+ * 6x (ranking 4, the default, keeps the doors: a run that does not say gets it). Under ranking 2
+ * the door is not seen: row-parallel waits behind every vectorize step. The two rankings are two
+ * runs (the ranking is part of the key). */
 static void test_a_step_that_closes_a_door(void **state)
 {
     fixture *f = *state;
@@ -669,7 +685,7 @@ static void test_a_step_that_closes_a_door(void **state)
     stand_in si = {0};
     kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 8);
     json_t *d = run_doc(f, &o, KL_OK);
-    assert_int_equal(json_integer_value(json_object_get(d, "ranking")), 3);
+    assert_int_equal(json_integer_value(json_object_get(d, "ranking")), KL_OPTIMIZE_RANKING);
     assert_string_equal(round_str(d, 0, "transform"), "vectorize");
     assert_string_equal(round_str(d, 1, "transform"), "row-parallel");
     json_t *r1 = json_array_get(json_object_get(d, "rounds"), 1);
@@ -678,7 +694,7 @@ static void test_a_step_that_closes_a_door(void **state)
     assert_non_null(strstr(round_str(d, 1, "why"), "its door: v1's vectorize closes it"));
     char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
     assert_non_null(strstr(md, "Tried first because a step closed its door"));
-    assert_non_null(strstr(md, "; ranking 3"));
+    assert_non_null(strstr(md, "; ranking 4"));
     free(text), free(md);
     const char *key3 = json_string_value(json_object_get(d, "key"));
     char k3[128];
@@ -691,7 +707,7 @@ static void test_a_step_that_closes_a_door(void **state)
     d = run_doc(f, &o2, KL_OK);
     assert_int_equal(json_integer_value(json_object_get(d, "ranking")), 2);
     assert_true(strcmp(json_string_value(json_object_get(d, "key")), k3) != 0);
-    assert_int_not_equal(s2.calls, 0); /* judged anew, not served from the ranking-3 run */
+    assert_int_not_equal(s2.calls, 0); /* judged anew, not served from the default ranking's run */
     size_t i;
     json_t *r;
     json_array_foreach(json_object_get(d, "rounds"), i, r) {
@@ -703,7 +719,7 @@ static void test_a_step_that_closes_a_door(void **state)
     /* a ranking that does not exist is refused before anything is judged */
     stand_in s3 = {0};
     kl_optimize_options o3 = options(f, &s3, KL_POLICY_SKILLS, 8);
-    o3.ranking = 4;
+    o3.ranking = 5;
     d = run_doc(f, &o3, KL_ERR_INVALID);
     assert_int_equal(s3.calls, 0);
     json_decref(d);
@@ -879,6 +895,253 @@ static void test_a_winning_steps_variants_keep_its_parent_open(void **state)
     char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
     assert_non_null(strstr(md, "Tried next as a variant of a step that made a new best"));
     free(text), free(md);
+    json_decref(d);
+}
+
+/* ---- ranking 4 ------------------------------------------------------------------------------- */
+
+static double round_num(const json_t *d, size_t r, const char *key)
+{
+    return json_number_value(
+        json_object_get(json_object_get(json_array_get(json_object_get(d, "rounds"), r), "candidate"), key));
+}
+
+/* Ranking 4: a card's element type is where it was measured, not a condition shown to fail: the
+ * f64 card speaks on softmax's f32 kernel at half weight and says it is unlike the site; ranking 3
+ * skips it (test_a_card_unlike_the_site_still_speaks). */
+static void test_ranking4_a_cards_dtype_is_unlike(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    assert_int_equal(kl_skill_put(f->store,
+                                  "{\"id\": \"fast-math-f64\", \"transform\": \"fast-math\", \"intent\": \"test card\","
+                                  " \"preconditions\": [{\"predicate\": \"dtype == \\\"f64\\\"\", \"kind\": \"static\","
+                                  " \"verified\": true}], \"effect\": [{\"label\": \"bench\", \"speedup\": 9.0}],"
+                                  " \"evidence\": {\"task\": \"other\"}}",
+                                  &err),
+                     KL_OK);
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 3);
+    o.ranking = 4;
+    json_t *d = run_doc(f, &o, KL_OK);
+    assert_string_equal(round_str(d, 0, "transform"), "fast-math");
+    assert_string_equal(round_str(d, 0, "card"), "fast-math-f64");
+    assert_non_null(strstr(round_str(d, 0, "why"), "unlike the site it was learned at (dtype == \"f64\")"));
+    assert_true(fabs(round_num(d, 0, "expect") - 5.0) < 1e-9); /* 1 + (9 - 1) / 2 */
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(d, "skipped"), i, s)
+        assert_string_not_equal(json_string_value(json_object_get(s, "card")), "fast-math-f64");
+    json_decref(d);
+    /* the same library under ranking 3: skipped, never the card of a round */
+    stand_in s3 = {0};
+    kl_optimize_options o3 = options(f, &s3, KL_POLICY_SKILLS, 3);
+    o3.ranking = 3;
+    d = run_doc(f, &o3, KL_OK);
+    bool skipped = false;
+    json_array_foreach(json_object_get(d, "skipped"), i, s)
+        skipped |= !strcmp(json_string_value(json_object_get(s, "card")), "fast-math-f64");
+    assert_true(skipped);
+    json_array_foreach(json_object_get(d, "rounds"), i, s) assert_null(round_str(d, i, "card"));
+    json_decref(d);
+}
+
+/* Ranking 4: the gains a card's roundtrip admission measured join its walk's: a card that gained
+ * 1.3x once and about nothing in three trials is noise, deferred behind what no card speaks for;
+ * ranking 3 reads the walk alone and tries it first. */
+static void test_ranking4_admission_trials_join_the_gain(void **state)
+{
+    fixture *f = *state;
+    kl_error err = {0};
+    assert_int_equal(kl_skill_put(f->store,
+                                  "{\"id\": \"launch-bounds-tr\", \"transform\": \"launch-bounds\", \"intent\": \"test card\","
+                                  " \"preconditions\": [], \"effect\": [{\"label\": \"bench\", \"speedup\": 1.3}],"
+                                  " \"evidence\": {\"task\": \"other\"}, \"admission\": {\"status\": \"rejected\", \"trials\": ["
+                                  "{\"task\": \"a\", \"site\": \"k:1\", \"gain\": 0.95, \"verdict\": \"lost\"},"
+                                  "{\"task\": \"b\", \"site\": \"k:1\", \"gain\": 0.95, \"verdict\": \"lost\"},"
+                                  "{\"task\": \"c\", \"site\": \"k:1\", \"gain\": 0.95, \"verdict\": \"lost\"}]}}",
+                                  &err),
+                     KL_OK);
+    for (unsigned ranking = 3; ranking <= 4; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 3);
+        o.ranking = ranking;
+        json_t *d = run_doc(f, &o, KL_OK);
+        if (ranking == 3) {
+            assert_string_equal(round_str(d, 0, "transform"), "launch-bounds");
+            assert_non_null(strstr(round_str(d, 0, "why"), "gain 1.30x"));
+        } else {
+            /* (1.3 x 0.95^3)^(1/4) = 1.03: below what a walk tells from noise */
+            assert_string_not_equal(round_str(d, 0, "transform"), "launch-bounds");
+            size_t i;
+            json_t *r;
+            json_array_foreach(json_object_get(d, "rounds"), i, r) {
+                if (strcmp(round_str(d, i, "transform"), "launch-bounds")) continue;
+                assert_non_null(strstr(round_str(d, i, "why"), "gain 1.03x"));
+                assert_true(json_is_true(json_object_get(json_object_get(r, "candidate"), "deferred")));
+            }
+        }
+        json_decref(d);
+    }
+}
+
+/* Ranking 4: a new best by less than a walk tells from noise (OPT_PAYS) has no variant tried
+ * next; ranking 3 tries one after any new best. The stand-in's launch-bounds pays 1.01x, a new
+ * best with min_gain 1.005. */
+static void test_ranking4_no_variant_after_a_noise_step(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "launch-bounds-t1", "launch-bounds", 1.5, NULL, NULL);
+    for (unsigned ranking = 3; ranking <= 4; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 3);
+        o.ranking = ranking;
+        o.min_gain = 1.005;
+        json_t *d = run_doc(f, &o, KL_OK);
+        assert_string_equal(round_str(d, 0, "transform"), "launch-bounds");
+        assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(d, "rounds"), 0), "result")),
+                            "new best");
+        bool variant = json_is_true(
+            json_object_get(json_object_get(json_array_get(json_object_get(d, "rounds"), 1), "candidate"), "variant"));
+        assert_int_equal(variant, ranking == 3);
+        json_decref(d);
+    }
+}
+
+/* Ranking 4: once a version has judged two proposals of one transform at one site (the step and
+ * its variant), its others there wait with what the run's own judgements defer ("sampled"): a
+ * card promises launch-bounds 1.5x, the stand-in pays 1.01x whatever the minimum of blocks (a new
+ * best with min_gain 1.005), and ranking 3 judges the start's third launch-bounds next. */
+static void test_ranking4_a_sampled_steps_alternatives_wait(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "launch-bounds-t1", "launch-bounds", 1.5, NULL, NULL);
+    unsigned third[5] = {0};
+    for (unsigned ranking = 3; ranking <= 4; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 8);
+        o.ranking = ranking;
+        o.min_gain = 1.005;
+        json_t *d = run_doc(f, &o, KL_OK);
+        size_t i, nlb = 0;
+        json_t *r;
+        json_array_foreach(json_object_get(d, "rounds"), i, r) {
+            if (json_integer_value(json_object_get(r, "from")) != 0 || strcmp(round_str(d, i, "transform"), "launch-bounds"))
+                continue;
+            if (++nlb == 3) {
+                third[ranking] = (unsigned)i + 1;
+                assert_int_equal(json_is_true(json_object_get(json_object_get(r, "candidate"), "sampled")), ranking == 4);
+            }
+        }
+        char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
+        if (ranking == 4 && third[4]) assert_non_null(strstr(md, "Waited as an alternative already sampled"));
+        if (ranking == 3) assert_null(strstr(md, "Waited as an alternative already sampled"));
+        free(text), free(md);
+        if (!third[ranking]) third[ranking] = 99; /* never judged within the budget */
+        json_decref(d);
+    }
+    assert_int_equal(third[3], 3);
+    assert_true(third[4] > 3);
+}
+
+/* Ranking 4: when a step's judgements at one version differ (here launch-bounds' minimum of blocks
+ * is worth 1 + N / 2 to the stand-in), its parameters matter, and its next proposal there is tried
+ * next, as a variant (mark_spread), until two in a row do no better than the best of them. */
+static void test_ranking4_parameters_that_matter_are_searched(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "launch-bounds-t1", "launch-bounds", 1.5, NULL, NULL);
+    stand_in si = {0};
+    si.blocks_matter = true;
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 8);
+    o.ranking = 4;
+    json_t *d = run_doc(f, &o, KL_OK);
+    size_t i, n = 0, spread = 0;
+    json_t *r;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        if (json_integer_value(json_object_get(r, "from")) != 0 || strcmp(round_str(d, i, "transform"), "launch-bounds"))
+            continue;
+        n++;
+        assert_true(i < n + 1); /* one after another from the start (a door may come between) */
+        if (strstr(round_str(d, i, "why"), "the step's parameters matter here")) {
+            spread++;
+            assert_true(json_is_true(json_object_get(json_object_get(r, "candidate"), "variant")));
+        }
+    }
+    assert_true(n >= 3);
+    assert_true(spread >= 1);
+    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
+    assert_non_null(strstr(md, "Searched next because the step's judgements differed"));
+    free(text), free(md);
+    json_decref(d);
+}
+
+/* Ranking 4: among what the cards defer, the transform judged fewer times since the last new best
+ * goes first. Every transform's card measured noise here (launch-bounds 1.04x, the rest 1.00x):
+ * ranking 3 judges launch-bounds' parameters one after another, ranking 4 takes the deferred
+ * transforms in turns. */
+static void test_ranking4_deferred_transforms_take_turns(void **state)
+{
+    fixture *f = *state;
+    static const char *const noise[] = {"vectorize", "row-parallel", "fast-math", "grid-stride", "block-size",
+                                        "unroll", "row-cache", "specialize", "restrict"};
+    char id[64];
+    for (unsigned i = 0; i < sizeof noise / sizeof noise[0]; i++) {
+        kl_snprintf(id, sizeof id, "%s-noise", noise[i]);
+        put_card(f, id, noise[i], 1.0, NULL, NULL);
+    }
+    put_card(f, "launch-bounds-noise", "launch-bounds", 1.04, NULL, NULL);
+    for (unsigned ranking = 3; ranking <= 4; ranking++) {
+        stand_in si = {0};
+        kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 3);
+        o.ranking = ranking;
+        o.beam = 1;
+        json_t *d = run_doc(f, &o, KL_OK);
+        /* the first judgement: the card that promised most; it does not pay (kept, 1.01x) */
+        assert_string_equal(round_str(d, 0, "transform"), "launch-bounds");
+        assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(d, "rounds"), 0), "result")),
+                            "kept");
+        assert_true(json_is_true(json_object_get(json_object_get(json_array_get(json_object_get(d, "rounds"), 1),
+                                                                 "candidate"),
+                                                 "deferred")));
+        /* the second: launch-bounds again under ranking 3, another deferred transform under ranking 4 */
+        if (ranking == 3) assert_string_equal(round_str(d, 1, "transform"), "launch-bounds");
+        else assert_string_not_equal(round_str(d, 1, "transform"), "launch-bounds");
+        json_decref(d);
+    }
+}
+
+/* Ranking 4: E as the run has seen the transform pay: a card promises vectorize 3x, the stand-in
+ * pays 1.5x; the next vectorize proposal is ranked at the geometric mean of its own E and the
+ * run's gains so far, and the round says so (expect_run). */
+static void test_ranking4_the_runs_own_gains_calibrate_e(void **state)
+{
+    fixture *f = *state;
+    put_card(f, "vectorize-t1", "vectorize", 3.0, NULL, NULL);
+    stand_in si = {0};
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 8);
+    o.ranking = 4;
+    json_t *d = run_doc(f, &o, KL_OK);
+    double logs = 0;
+    unsigned n = 0, checked = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(d, "rounds"), i, r) {
+        if (strcmp(round_str(d, i, "transform"), "vectorize")) continue;
+        double e = round_num(d, i, "expect");
+        if (n == 0) {
+            assert_null(json_object_get(json_object_get(r, "candidate"), "expect_run"));
+        } else {
+            assert_true(fabs(round_num(d, i, "expect_run") - exp((log(e) + logs) / (1 + n))) < 1e-9);
+            checked++;
+        }
+        const json_t *j = json_object_get(r, "judgement");
+        if (json_is_true(json_object_get(j, "pass"))) {
+            logs += log(json_number_value(json_object_get(j, "speedup")));
+            n++;
+        }
+    }
+    assert_true(checked >= 1);
     json_decref(d);
 }
 
@@ -1232,6 +1495,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_deferred_transforms_take_turns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_site_off_the_bench_path_goes_last, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_winning_steps_variants_keep_its_parent_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranking4_a_cards_dtype_is_unlike, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranking4_admission_trials_join_the_gain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranking4_no_variant_after_a_noise_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranking4_a_sampled_steps_alternatives_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranking4_the_runs_own_gains_calibrate_e, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranking4_parameters_that_matter_are_searched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ranking4_deferred_transforms_take_turns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_run_of_another_search_revision, setup, teardown),
         cmocka_unit_test_setup_teardown(test_blind_order_is_seeded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_prefers_what_paid_elsewhere, setup, teardown),

@@ -245,6 +245,15 @@ static const char *round_str(const json_t *d, size_t r, const char *key)
                                              key));
 }
 
+/* The run's Markdown report says `text`. */
+static void assert_report_says(const json_t *d, const char *text)
+{
+    char *json = json_dumps(d, 0), *md = kl_optimize_markdown(json);
+    assert_non_null(md);
+    if (!strstr(md, text)) fail_msg("the report does not say \"%s\"", text);
+    free(json), free(md);
+}
+
 /* ---- the budget ------------------------------------------------------------------------------ */
 
 static void test_budget_is_spent_exactly(void **state)
@@ -632,9 +641,7 @@ static void test_a_transform_that_did_not_pay_here_waits(void **state)
     for (size_t i = 0; i < n; i++)
         said |= json_array_size(json_object_get(json_array_get(rounds, i), "deferred_after")) > 0;
     assert_true(said);
-    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
-    assert_non_null(strstr(md, "Deferred by this run's own judgements"));
-    free(text), free(md);
+    assert_report_says(d, "Deferred by this run's own judgements");
     json_decref(d);
 }
 
@@ -692,10 +699,8 @@ static void test_a_step_that_closes_a_door(void **state)
     assert_int_equal(json_integer_value(json_object_get(r1, "from")), 0);
     assert_true(json_is_true(json_object_get(json_object_get(r1, "candidate"), "door")));
     assert_non_null(strstr(round_str(d, 1, "why"), "its door: v1's vectorize closes it"));
-    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
-    assert_non_null(strstr(md, "Tried first because a step closed its door"));
-    assert_non_null(strstr(md, "; ranking 4"));
-    free(text), free(md);
+    assert_report_says(d, "Tried first because a step closed its door");
+    assert_report_says(d, "; ranking 4");
     const char *key3 = json_string_value(json_object_get(d, "key"));
     char k3[128];
     kl_snprintf(k3, sizeof k3, "%s", key3);
@@ -892,9 +897,7 @@ static void test_a_winning_steps_variants_keep_its_parent_open(void **state)
     assert_string_equal(round_str(d, vr, "transform"), "row-parallel");
     assert_int_equal(json_integer_value(json_object_get(r1, "from")), 0);
     assert_non_null(strstr(round_str(d, vr, "why"), "a variant of v1's step, which paid"));
-    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
-    assert_non_null(strstr(md, "Tried next as a variant of a step that made a new best"));
-    free(text), free(md);
+    assert_report_says(d, "Tried next as a variant of a step that made a new best");
     json_decref(d);
 }
 
@@ -1070,9 +1073,7 @@ static void test_ranking4_parameters_that_matter_are_searched(void **state)
     }
     assert_true(n >= 3);
     assert_true(spread >= 1);
-    char *text = json_dumps(d, 0), *md = kl_optimize_markdown(text);
-    assert_non_null(strstr(md, "Searched next because the step's judgements differed"));
-    free(text), free(md);
+    assert_report_says(d, "Searched next because the step's judgements differed");
     json_decref(d);
 }
 

@@ -171,8 +171,8 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
  * the gains its roundtrip admission measured (`admission.trials`, the card applied forward from
  * the card alone, on its own lineage and on other tasks; a left-out task's trials are taken out
  * of the card before it gets here, kl_skill_list_load_excluding): restrict's walk measured 1.15x
- * once, its trials 1.00x and 1.02x, and a card that promised 1.07x kept sgemm's runs on restrict
- * steps while smem-tile waited. */
+ * and 1.00x, its trials 1.00x and 1.02x, and a card that promised 1.07x kept sgemm's runs on
+ * restrict steps while smem-tile waited. */
 static void card_gain(const kl_skill *card, unsigned ranking, double *gain, double *hurt)
 {
     const json_t *doc = kl_skill_doc(card);

@@ -163,14 +163,14 @@ char *kl_optimize_markdown(const char *doc_json)
                           : !json_is_true(json_object_get(c, "sampled")))
                 continue;
             char *pj = json_dumps(json_object_get(c, "params"), JSON_COMPACT | JSON_SORT_KEYS);
-            kl_strbuf_addf(&sb, "%s`%s` %s from v%lld at round %lld%s%s%s",
+            kl_strbuf_addf(&sb, "%s`%s` %s from v%lld at round %lld%s%s",
                            any             ? "; "
                            : pass == 0     ? "\nSearched next because the step's judgements differed (its parameters matter): "
                                            : "\nWaited as an alternative already sampled (two of the step's parameters judged "
                                              "there, gaining alike or no better than the best): ",
                            str(c, "transform"), pj ? pj : "", (long long)json_integer_value(json_object_get(r, "from")),
                            (long long)json_integer_value(json_object_get(r, "round")), pass == 0 ? ", gains " : "",
-                           pass == 0 ? at + strlen("the step's parameters matter here ") : "", "");
+                           pass == 0 ? at + strlen("the step's parameters matter here ") : "");
             free(pj);
             any = true;
         }

@@ -129,7 +129,7 @@ bool kl_const_eval(const kl_source *src, TSNode scope, TSNode expr, bool dim3_pr
                    size_t why_size);
 /* The same for a name (a local of scope assigned once, a macro, a file constant). scope is a
  * function_definition (its body is searched) or any node (searched as it is), or null. This is
- * the one constant evaluator: the rules' rb_const_eval/rb_const_name are this. */
+ * the one constant evaluator: the rules' rt_const_eval/rt_const_name are this. */
 bool kl_const_eval_name(const kl_source *src, TSNode scope, const char *name, int64_t *out, char *why,
                         size_t why_size);
 

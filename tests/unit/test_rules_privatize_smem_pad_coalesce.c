@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "util/util.h"
 
 /* ---- the driver ------------------------------------------------------------------------------ */

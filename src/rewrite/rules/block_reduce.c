@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 
 #define NAME "block-reduce"
 #define BR_MAX 16
@@ -31,7 +31,7 @@
 
 static TSNode strip(TSNode n)
 {
-    while (rb_is(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
+    while (rt_is(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
     return n;
 }
 
@@ -48,7 +48,7 @@ static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 /* The operator of an assignment / binary expression, read from the text between its operands. */
 static void op_of(const kl_rule_ctx *ctx, TSNode n, char *op, size_t size)
 {
-    TSNode l = rb_field(n, "left"), r = rb_field(n, "right");
+    TSNode l = rt_field(n, "left"), r = rt_field(n, "right");
     size_t k = 0;
     op[0] = '\0';
     if (ts_node_is_null(l) || ts_node_is_null(r)) return;
@@ -61,7 +61,7 @@ static bool is_zero_literal(const kl_rule_ctx *ctx, TSNode n)
 {
     char t[32];
     n = strip(n);
-    if (!rb_is(n, "number_literal")) return false;
+    if (!rt_is(n, "number_literal")) return false;
     squeeze(ctx, n, t, sizeof t);
     return !strcmp(t, "0") || !strcmp(t, "0.0f") || !strcmp(t, "0.f") || !strcmp(t, "0.0") || !strcmp(t, "0.0F") ||
            !strcmp(t, "0u");
@@ -70,26 +70,26 @@ static bool is_zero_literal(const kl_rule_ctx *ctx, TSNode n)
 /* `x += e;` as an expression statement: the left side and e. */
 static bool plus_assign(const kl_rule_ctx *ctx, TSNode stmt, TSNode *left, TSNode *right)
 {
-    if (!rb_is(stmt, "expression_statement")) return false;
+    if (!rt_is(stmt, "expression_statement")) return false;
     TSNode a = ts_node_named_child(stmt, 0);
-    if (!rb_is(a, "assignment_expression")) return false;
+    if (!rt_is(a, "assignment_expression")) return false;
     char op[4];
     op_of(ctx, a, op, sizeof op);
     if (strcmp(op, "+=")) return false;
-    *left = rb_field(a, "left");
-    *right = rb_field(a, "right");
+    *left = rt_field(a, "left");
+    *right = rt_field(a, "right");
     return true;
 }
 
 /* The single statement of a loop body or an if's consequence (`s;` or `{ s; }`). */
 static TSNode only_stmt(TSNode body)
 {
-    if (!rb_is(body, "compound_statement")) return body;
+    if (!rt_is(body, "compound_statement")) return body;
     TSNode s = {0};
     unsigned n = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(body); i++) {
         TSNode c = ts_node_named_child(body, i);
-        if (rb_is(c, "comment")) continue;
+        if (rt_is(c, "comment")) continue;
         s = c;
         n++;
     }
@@ -100,7 +100,7 @@ static TSNode only_stmt(TSNode body)
 static bool is_thread0(const kl_rule_ctx *ctx, TSNode cond)
 {
     char t[64];
-    if (rb_is(cond, "condition_clause")) cond = ts_node_named_child(cond, 0);
+    if (rt_is(cond, "condition_clause")) cond = ts_node_named_child(cond, 0);
     squeeze(ctx, strip(cond), t, sizeof t);
     return !strcmp(t, "threadIdx.x==0") || !strcmp(t, "0==threadIdx.x") || !strcmp(t, "!threadIdx.x");
 }
@@ -116,15 +116,15 @@ static TSNode top_stmt(TSNode body, TSNode n)
 
 /* A __device__ function of the file that sums its first argument over the block: barriers or
  * shuffles, combining with `+` only. */
-static const rb_func *block_sum_helper(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, TSNode call)
+static const rt_func *block_sum_helper(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, TSNode call)
 {
-    TSNode fn = rb_field(call, "function");
-    if (!rb_is(fn, "identifier")) return NULL;
+    TSNode fn = rt_field(call, "function");
+    if (!rt_is(fn, "identifier")) return NULL;
     char name[128];
     squeeze(ctx, fn, name, sizeof name);
-    const rb_func *h = rb_function_named(fs, nf, name);
+    const rt_func *h = rt_function_named(fs, nf, name);
     if (!h || h->global || ts_node_is_null(h->body)) return NULL;
-    char *t = rb_text(ctx, h->body);
+    char *t = rt_text(ctx, h->body);
     bool ok = t && (strstr(t, "__syncthreads") || strstr(t, "shfl")) && strstr(t, "+") && strstr(t, "return") &&
               !strstr(t, "max") && !strstr(t, "min") && !strstr(t, "*=") && !strstr(t, "blockIdx") &&
               !strstr(t, "atomic");
@@ -165,7 +165,7 @@ static bool use_visit(TSNode n, void *user)
 {
     use_scan *u = user;
     if (!ts_node_is_null(u->first)) return false;
-    if (rb_is(n, "identifier") && rb_text_is(u->ctx, n, u->name) && !in_ranges(u->allowed, ts_node_start_byte(n)))
+    if (rt_is(n, "identifier") && rt_text_is(u->ctx, n, u->name) && !in_ranges(u->allowed, ts_node_start_byte(n)))
         u->first = n;
     return true;
 }
@@ -173,7 +173,7 @@ static bool use_visit(TSNode n, void *user)
 static TSNode use_outside(const kl_rule_ctx *ctx, TSNode scope, const char *name, const ranges *allowed)
 {
     use_scan u = {.ctx = ctx, .name = name, .allowed = allowed};
-    rb_walk(scope, use_visit, &u);
+    rt_walk(scope, use_visit, &u);
     return u.first;
 }
 
@@ -195,29 +195,29 @@ typedef struct br_present {
 static void decl_name(const kl_rule_ctx *ctx, TSNode decl, char *buf, size_t size)
 {
     buf[0] = '\0';
-    TSNode nm = rb_declarator_name(rb_field(decl, "declarator"));
+    TSNode nm = rt_declarator_name(rt_field(decl, "declarator"));
     if (!ts_node_is_null(nm)) squeeze(ctx, nm, buf, size);
 }
 
 /* The element type of a declaration (without const/__shared__), normalised. */
 static void decl_elem(const kl_rule_ctx *ctx, TSNode decl, char *buf, size_t size)
 {
-    TSNode t = rb_field(decl, "type");
+    TSNode t = rt_field(decl, "type");
     buf[0] = '\0';
     if (!ts_node_is_null(t)) squeeze(ctx, t, buf, size);
 }
 
 /* Is name a local array declared at the top level of the kernel? */
-static bool local_array(const kl_rule_ctx *ctx, const rb_func *f, TSNode name)
+static bool local_array(const kl_rule_ctx *ctx, const rt_func *f, TSNode name)
 {
     char a[128];
     squeeze(ctx, name, a, sizeof a);
     for (uint32_t i = 0; i < ts_node_named_child_count(f->body); i++) {
         TSNode d = ts_node_named_child(f->body, i);
         char nm[128];
-        if (!rb_is(d, "declaration") || !rb_is(rb_field(d, "declarator"), "array_declarator")) continue;
+        if (!rt_is(d, "declaration") || !rt_is(rt_field(d, "declarator"), "array_declarator")) continue;
         decl_name(ctx, d, nm, sizeof nm);
-        char *t = rb_text(ctx, d);
+        char *t = rt_text(ctx, d);
         bool shared = t && strstr(t, "__shared__");
         free(t);
         if (!strcmp(nm, a) && !shared) return true;
@@ -227,7 +227,7 @@ static bool local_array(const kl_rule_ctx *ctx, const rb_func *f, TSNode name)
 
 /* The partial array A folded into v: `for (…) v += A[u];` (a top-level loop). The statements of A
  * (zeroing loops, updates) are added to p; false with p->why when A is used otherwise. */
-static bool fold_array(const kl_rule_ctx *ctx, const rb_func *f, br_present *p, TSNode loop, TSNode arr)
+static bool fold_array(const kl_rule_ctx *ctx, const rt_func *f, br_present *p, TSNode loop, TSNode arr)
 {
     char a[128];
     squeeze(ctx, arr, a, sizeof a);
@@ -236,7 +236,7 @@ static bool fold_array(const kl_rule_ctx *ctx, const rb_func *f, br_present *p, 
     for (uint32_t i = 0; i < ts_node_named_child_count(f->body); i++) {
         TSNode d = ts_node_named_child(f->body, i);
         char nm[128];
-        if (!rb_is(d, "declaration") || !rb_is(rb_field(d, "declarator"), "array_declarator")) continue;
+        if (!rt_is(d, "declaration") || !rt_is(rt_field(d, "declarator"), "array_declarator")) continue;
         decl_name(ctx, d, nm, sizeof nm);
         if (!strcmp(nm, a)) adecl = d;
     }
@@ -257,18 +257,18 @@ static bool fold_array(const kl_rule_ctx *ctx, const rb_func *f, br_present *p, 
         TSNode stmt = ts_node_parent(asg);
         TSNode l, r;
         char op[4] = "";
-        if (rb_is(asg, "assignment_expression")) op_of(ctx, asg, op, sizeof op);
-        if (!rb_is(sub, "subscript_expression") || !ts_node_eq(rb_field(sub, "argument"), u) ||
-            !rb_is(asg, "assignment_expression") || !ts_node_eq(rb_field(asg, "left"), sub) ||
-            !rb_is(stmt, "expression_statement")) {
+        if (rt_is(asg, "assignment_expression")) op_of(ctx, asg, op, sizeof op);
+        if (!rt_is(sub, "subscript_expression") || !ts_node_eq(rt_field(sub, "argument"), u) ||
+            !rt_is(asg, "assignment_expression") || !ts_node_eq(rt_field(asg, "left"), sub) ||
+            !rt_is(stmt, "expression_statement")) {
             kl_snprintf(p->why, sizeof p->why, "line %u uses the partials %s otherwise than `%s[k] += e`", kl_ast_line(u),
                         a, a);
             return false;
         }
-        if (!strcmp(op, "=") && is_zero_literal(ctx, rb_field(asg, "right"))) {
+        if (!strcmp(op, "=") && is_zero_literal(ctx, rt_field(asg, "right"))) {
             TSNode top = top_stmt(f->body, stmt);
             bool alone = ts_node_eq(top, stmt) ||
-                         (rb_is(top, "for_statement") && ts_node_eq(only_stmt(rb_field(top, "body")), stmt));
+                         (rt_is(top, "for_statement") && ts_node_eq(only_stmt(rt_field(top, "body")), stmt));
             if (!alone) {
                 kl_snprintf(p->why, sizeof p->why, "line %u zeroes %s inside other code", kl_ast_line(u), a);
                 return false;
@@ -291,7 +291,7 @@ static bool fold_array(const kl_rule_ctx *ctx, const rb_func *f, br_present *p, 
 /* Writes to pointer parameters in the tail of a ticket finish: only `out[0] = X` / `*out = X`. */
 typedef struct tail_scan {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
+    const rt_func *f;
     TSNode store;           /* the one store into a parameter */
     unsigned stores;
     TSNode bad;
@@ -302,30 +302,30 @@ static bool tail_visit(TSNode n, void *user)
     tail_scan *t = user;
     if (!ts_node_is_null(t->bad)) return false;
     TSNode target = {0};
-    if (rb_is(n, "assignment_expression")) target = strip(rb_field(n, "left"));
-    else if (rb_is(n, "update_expression")) target = strip(rb_field(n, "argument"));
-    else if (rb_is(n, "call_expression")) {
+    if (rt_is(n, "assignment_expression")) target = strip(rt_field(n, "left"));
+    else if (rt_is(n, "update_expression")) target = strip(rt_field(n, "argument"));
+    else if (rt_is(n, "call_expression")) {
         char fn[64];
-        squeeze(t->ctx, rb_field(n, "function"), fn, sizeof fn);
-        TSNode args = rb_field(n, "arguments");
+        squeeze(t->ctx, rt_field(n, "function"), fn, sizeof fn);
+        TSNode args = rt_field(n, "arguments");
         if (kl_str_starts(fn, "atomic") && ts_node_named_child_count(args) > 0) target = ts_node_named_child(args, 0);
     }
     if (ts_node_is_null(target)) return true;
     /* the base pointer */
     TSNode base = strip(target);
-    while (rb_is(base, "subscript_expression") || rb_is(base, "pointer_expression") || rb_is(base, "field_expression"))
-        base = strip(rb_field(base, rb_is(base, "subscript_expression") || rb_is(base, "field_expression") ? "argument"
+    while (rt_is(base, "subscript_expression") || rt_is(base, "pointer_expression") || rt_is(base, "field_expression"))
+        base = strip(rt_field(base, rt_is(base, "subscript_expression") || rt_is(base, "field_expression") ? "argument"
                                                                                                            : "argument"));
-    if (!rb_is(base, "identifier")) return true;
+    if (!rt_is(base, "identifier")) return true;
     char nm[128];
     squeeze(t->ctx, base, nm, sizeof nm);
-    if (!rb_pointer_param(t->ctx, t->f, nm, NULL, 0)) return true;
+    if (!rt_pointer_param(t->ctx, t->f, nm, NULL, 0)) return true;
     char tt[160];
     squeeze(t->ctx, target, tt, sizeof tt);
     char want0[160], want1[160];
     kl_snprintf(want0, sizeof want0, "%s[0]", nm);
     kl_snprintf(want1, sizeof want1, "*%s", nm);
-    if (rb_is(n, "assignment_expression") && (!strcmp(tt, want0) || !strcmp(tt, want1))) {
+    if (rt_is(n, "assignment_expression") && (!strcmp(tt, want0) || !strcmp(tt, want1))) {
         char op[4];
         op_of(t->ctx, n, op, sizeof op);
         if (!strcmp(op, "=")) {
@@ -338,48 +338,48 @@ static bool tail_visit(TSNode n, void *user)
     return false;
 }
 
-static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f, TSNode rdecl,
+static bool analyse_present(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f, TSNode rdecl,
                             br_present *p)
 {
     memset(p, 0, sizeof *p);
     p->rdecl = rdecl;
-    TSNode idecl = rb_field(rdecl, "declarator");
-    if (!rb_is(idecl, "init_declarator") || ts_node_named_child_count(rdecl) > 3) return false;
-    TSNode call = strip(rb_field(idecl, "value"));
-    if (!rb_is(call, "call_expression")) return false;
-    const rb_func *h = block_sum_helper(ctx, fs, nf, call);
-    TSNode args = rb_field(call, "arguments");
-    if (!h || ts_node_named_child_count(args) < 1 || !rb_is(strip(ts_node_named_child(args, 0)), "identifier"))
+    TSNode idecl = rt_field(rdecl, "declarator");
+    if (!rt_is(idecl, "init_declarator") || ts_node_named_child_count(rdecl) > 3) return false;
+    TSNode call = strip(rt_field(idecl, "value"));
+    if (!rt_is(call, "call_expression")) return false;
+    const rt_func *h = block_sum_helper(ctx, fs, nf, call);
+    TSNode args = rt_field(call, "arguments");
+    if (!h || ts_node_named_child_count(args) < 1 || !rt_is(strip(ts_node_named_child(args, 0)), "identifier"))
         return false;
     kl_snprintf(p->helper, sizeof p->helper, "%s", h->name);
     squeeze(ctx, strip(ts_node_named_child(args, 0)), p->v, sizeof p->v);
     decl_name(ctx, rdecl, p->r, sizeof p->r);
     /* the finish */
-    TSNode emit = rb_next_stmt(rdecl);
-    if (!rb_is(emit, "if_statement") || !ts_node_is_null(rb_field(emit, "alternative")) ||
-        !is_thread0(ctx, rb_field(emit, "condition")))
+    TSNode emit = rt_next_stmt(rdecl);
+    if (!rt_is(emit, "if_statement") || !ts_node_is_null(rt_field(emit, "alternative")) ||
+        !is_thread0(ctx, rt_field(emit, "condition")))
         return false;
     p->emit = emit;
-    TSNode one = only_stmt(rb_field(emit, "consequence"));
-    TSNode ex = rb_is(one, "expression_statement") ? strip(ts_node_named_child(one, 0)) : (TSNode){0};
+    TSNode one = only_stmt(rt_field(emit, "consequence"));
+    TSNode ex = rt_is(one, "expression_statement") ? strip(ts_node_named_child(one, 0)) : (TSNode){0};
     char fn[64] = "";
-    if (rb_is(ex, "call_expression")) squeeze(ctx, rb_field(ex, "function"), fn, sizeof fn);
-    TSNode eargs = rb_is(ex, "call_expression") ? rb_field(ex, "arguments") : (TSNode){0};
+    if (rt_is(ex, "call_expression")) squeeze(ctx, rt_field(ex, "function"), fn, sizeof fn);
+    TSNode eargs = rt_is(ex, "call_expression") ? rt_field(ex, "arguments") : (TSNode){0};
     if (!strcmp(fn, "atomicAdd") && ts_node_named_child_count(eargs) == 2 &&
-        rb_text_is(ctx, strip(ts_node_named_child(eargs, 1)), p->r)) {
+        rt_text_is(ctx, strip(ts_node_named_child(eargs, 1)), p->r)) {
         /* atomicAdd(out, r) / atomicAdd(&out[0], r) */
         TSNode a = strip(ts_node_named_child(eargs, 0));
         squeeze(ctx, a, p->addr, sizeof p->addr);
         char *o = p->addr;
         if (kl_str_starts(o, "&") && kl_str_ends(o, "[0]")) kl_snprintf(p->out, sizeof p->out, "%.*s", (int)(strlen(o) - 4), o + 1);
         else kl_snprintf(p->out, sizeof p->out, "%s", o);
-        if (!rb_pointer_param(ctx, f, p->out, p->elem, sizeof p->elem)) return false;
+        if (!rt_pointer_param(ctx, f, p->out, p->elem, sizeof p->elem)) return false;
         ranges_add(&p->del, ts_node_start_byte(rdecl), ts_node_end_byte(emit));
-        if (!ts_node_is_null(rb_next_stmt(emit)) && rb_count_ident(ctx, f->body, p->r) > 2)
+        if (!ts_node_is_null(rt_next_stmt(emit)) && rt_count_ident(ctx, f->body, p->r) > 2)
             kl_snprintf(p->why, sizeof p->why, "%s is used after line %u", p->r, kl_ast_line(emit));
     } else {
         /* a last-block ticket: G[blockIdx.x] = r; … and the rest of the kernel finishing into out[0] */
-        char *et = rb_text(ctx, emit);
+        char *et = rt_text(ctx, emit);
         char want[200];
         kl_snprintf(want, sizeof want, "[blockIdx.x] = %s;", p->r);
         bool stores = et && strstr(et, want);
@@ -387,28 +387,28 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
         if (!stores) return false;
         p->ticket = true;
         tail_scan t = {.ctx = ctx, .f = f};
-        for (TSNode s = emit; !ts_node_is_null(s); s = ts_node_next_named_sibling(s)) rb_walk(s, tail_visit, &t);
+        for (TSNode s = emit; !ts_node_is_null(s); s = ts_node_next_named_sibling(s)) rt_walk(s, tail_visit, &t);
         if (!ts_node_is_null(t.bad) || t.stores != 1) {
             kl_snprintf(p->why, sizeof p->why,
                         "the finish after line %u does not write its result once as out[0] = … (line %u)",
                         kl_ast_line(rdecl), kl_ast_line(ts_node_is_null(t.bad) ? emit : t.bad));
             return true;
         }
-        TSNode target = strip(rb_field(t.store, "left"));
-        TSNode base = strip(rb_field(target, "argument"));
+        TSNode target = strip(rt_field(t.store, "left"));
+        TSNode base = strip(rt_field(target, "argument"));
         squeeze(ctx, base, p->out, sizeof p->out);
         kl_snprintf(p->addr, sizeof p->addr, "%s", p->out);
-        rb_pointer_param(ctx, f, p->out, p->elem, sizeof p->elem);
+        rt_pointer_param(ctx, f, p->out, p->elem, sizeof p->elem);
         /* the stored value is a block sum too */
-        TSNode val = strip(rb_field(t.store, "right"));
+        TSNode val = strip(rt_field(t.store, "right"));
         bool summed = false;
-        if (rb_is(val, "identifier")) {
+        if (rt_is(val, "identifier")) {
             for (TSNode s = emit; !ts_node_is_null(s) && !summed; s = ts_node_next_named_sibling(s)) {
                 char nm[128];
-                if (!rb_is(s, "declaration")) continue;
+                if (!rt_is(s, "declaration")) continue;
                 decl_name(ctx, s, nm, sizeof nm);
-                TSNode cv = strip(rb_field(rb_field(s, "declarator"), "value"));
-                summed = rb_text_is(ctx, val, nm) && rb_is(cv, "call_expression") && block_sum_helper(ctx, fs, nf, cv);
+                TSNode cv = strip(rt_field(rt_field(s, "declarator"), "value"));
+                summed = rt_text_is(ctx, val, nm) && rt_is(cv, "call_expression") && block_sum_helper(ctx, fs, nf, cv);
             }
         }
         if (!summed) {
@@ -423,11 +423,11 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
     for (uint32_t i = 0; i < ts_node_named_child_count(f->body); i++) {
         TSNode d = ts_node_named_child(f->body, i);
         char nm[128];
-        if (!rb_is(d, "declaration") || ts_node_start_byte(d) >= ts_node_start_byte(rdecl)) continue;
+        if (!rt_is(d, "declaration") || ts_node_start_byte(d) >= ts_node_start_byte(rdecl)) continue;
         decl_name(ctx, d, nm, sizeof nm);
         if (strcmp(nm, p->v)) continue;
-        TSNode id = rb_field(d, "declarator");
-        if (rb_is(id, "init_declarator") && is_zero_literal(ctx, rb_field(id, "value")) && ts_node_named_child_count(d) <= 3)
+        TSNode id = rt_field(d, "declarator");
+        if (rt_is(id, "init_declarator") && is_zero_literal(ctx, rt_field(id, "value")) && ts_node_named_child_count(d) <= 3)
             p->vdecl = d;
     }
     if (ts_node_is_null(p->vdecl)) {
@@ -457,12 +457,12 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
             return true;
         }
         TSNode rs = strip(r), top = top_stmt(f->body, stmt);
-        if (rb_is(rs, "subscript_expression") && rb_is(top, "for_statement") &&
-            ts_node_eq(only_stmt(rb_field(top, "body")), stmt) && rb_is(strip(rb_field(rs, "argument")), "identifier") &&
-            local_array(ctx, f, strip(rb_field(rs, "argument")))) {
+        if (rt_is(rs, "subscript_expression") && rt_is(top, "for_statement") &&
+            ts_node_eq(only_stmt(rt_field(top, "body")), stmt) && rt_is(strip(rt_field(rs, "argument")), "identifier") &&
+            local_array(ctx, f, strip(rt_field(rs, "argument")))) {
             /* a fold of an array of partials */
             ranges_add(&allowed, ts_node_start_byte(top), ts_node_end_byte(top));
-            if (!fold_array(ctx, f, p, top, strip(rb_field(rs, "argument")))) return true;
+            if (!fold_array(ctx, f, p, top, strip(rt_field(rs, "argument")))) return true;
             allowed = p->del;
             ranges_add(&allowed, ts_node_start_byte(rdecl), ts_node_end_byte(rdecl));
             continue;
@@ -482,15 +482,15 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rb_func *fs, unsigned 
 }
 
 /* The candidate sum declarations of a kernel: top-level `T r = H(…);` with H a block-sum helper. */
-static unsigned sum_decls(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f, TSNode *out,
+static unsigned sum_decls(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f, TSNode *out,
                           unsigned max)
 {
     unsigned n = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(f->body) && n < max; i++) {
         TSNode d = ts_node_named_child(f->body, i);
-        if (!rb_is(d, "declaration")) continue;
-        TSNode v = strip(rb_field(rb_field(d, "declarator"), "value"));
-        if (rb_is(v, "call_expression") && block_sum_helper(ctx, fs, nf, v)) out[n++] = d;
+        if (!rt_is(d, "declaration")) continue;
+        TSNode v = strip(rt_field(rt_field(d, "declarator"), "value"));
+        if (rt_is(v, "call_expression") && block_sum_helper(ctx, fs, nf, v)) out[n++] = d;
     }
     return n;
 }
@@ -507,7 +507,7 @@ typedef struct br_apply {
 
 typedef struct apply_scan {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
+    const rt_func *f;
     br_apply *a;
     TSNode ret, yz, sync;   /* the first return, threadIdx.y/z, barrier or shuffle */
 } apply_scan;
@@ -516,18 +516,18 @@ static bool apply_visit(TSNode n, void *user)
 {
     apply_scan *s = user;
     br_apply *a = s->a;
-    if (rb_is(n, "return_statement") && ts_node_is_null(s->ret)) s->ret = n;
-    if (rb_is(n, "field_expression") && ts_node_is_null(s->yz) &&
-        (rb_text_is(s->ctx, n, "threadIdx.y") || rb_text_is(s->ctx, n, "threadIdx.z")))
+    if (rt_is(n, "return_statement") && ts_node_is_null(s->ret)) s->ret = n;
+    if (rt_is(n, "field_expression") && ts_node_is_null(s->yz) &&
+        (rt_text_is(s->ctx, n, "threadIdx.y") || rt_text_is(s->ctx, n, "threadIdx.z")))
         s->yz = n;
-    if (!rb_is(n, "call_expression")) return true;
+    if (!rt_is(n, "call_expression")) return true;
     char fn[64];
-    squeeze(s->ctx, rb_field(n, "function"), fn, sizeof fn);
+    squeeze(s->ctx, rt_field(n, "function"), fn, sizeof fn);
     if ((kl_str_starts(fn, "__syncthreads") || strstr(fn, "shfl") || kl_str_starts(fn, "__syncwarp")) &&
         ts_node_is_null(s->sync))
         s->sync = n;
     if (strcmp(fn, "atomicAdd")) return true;
-    TSNode args = rb_field(n, "arguments");
+    TSNode args = rt_field(n, "arguments");
     if (ts_node_named_child_count(args) != 2) return true;
     char addr[160], out[128], elem[64];
     squeeze(s->ctx, strip(ts_node_named_child(args, 0)), addr, sizeof addr);
@@ -535,7 +535,7 @@ static bool apply_visit(TSNode n, void *user)
         kl_snprintf(out, sizeof out, "%.*s", (int)(strlen(addr) - 4), addr + 1);
     else kl_snprintf(out, sizeof out, "%s", addr);
     /* only atomics into one address: a pointer parameter itself (or its first element) */
-    if (!rb_pointer_param(s->ctx, s->f, out, elem, sizeof elem)) return true;
+    if (!rt_pointer_param(s->ctx, s->f, out, elem, sizeof elem)) return true;
     if (a->out[0] && strcmp(a->out, out)) {
         if (!a->why[0]) kl_snprintf(a->why, sizeof a->why, "atomics into both %s and %s", a->out, out);
         return true;
@@ -545,8 +545,8 @@ static bool apply_visit(TSNode n, void *user)
         kl_snprintf(a->addr, sizeof a->addr, "%s", addr);
         kl_snprintf(a->elem, sizeof a->elem, "%s", elem);
     }
-    if (ts_node_is_null(a->first)) a->first = rb_is(ts_node_parent(n), "expression_statement") ? ts_node_parent(n) : n;
-    if (!rb_is(ts_node_parent(n), "expression_statement")) {
+    if (ts_node_is_null(a->first)) a->first = rt_is(ts_node_parent(n), "expression_statement") ? ts_node_parent(n) : n;
+    if (!rt_is(ts_node_parent(n), "expression_statement")) {
         if (!a->why[0])
             kl_snprintf(a->why, sizeof a->why, "the atomicAdd at line %u is not a statement of its own (its value is used)",
                         kl_ast_line(n));
@@ -560,11 +560,11 @@ static bool apply_visit(TSNode n, void *user)
     return true;
 }
 
-static void analyse_apply(const kl_rule_ctx *ctx, const rb_func *f, br_apply *a)
+static void analyse_apply(const kl_rule_ctx *ctx, const rt_func *f, br_apply *a)
 {
     memset(a, 0, sizeof *a);
     apply_scan s = {.ctx = ctx, .f = f, .a = a};
-    rb_walk(f->body, apply_visit, &s);
+    rt_walk(f->body, apply_visit, &s);
     if (ts_node_is_null(a->first)) return;
     if (!a->why[0] && !ts_node_is_null(s.ret))
         kl_snprintf(a->why, sizeof a->why, "a return at line %u: every thread must reach the block sum", kl_ast_line(s.ret));
@@ -576,10 +576,10 @@ static void analyse_apply(const kl_rule_ctx *ctx, const rb_func *f, br_apply *a)
     bool ok = false;
     for (int i = 0; types[i]; i++) ok = ok || !strcmp(a->elem, types[i]);
     if (!a->why[0] && !ok) kl_snprintf(a->why, sizeof a->why, "%s holds %s: no block sum for it", a->out, a->elem);
-    if (!a->why[0] && (rb_count_ident(ctx, f->body, "kl_part") || rb_count_ident(ctx, f->body, "kl_total")))
+    if (!a->why[0] && (rt_count_ident(ctx, f->body, "kl_part") || rt_count_ident(ctx, f->body, "kl_total")))
         kl_snprintf(a->why, sizeof a->why, "the kernel already names kl_part or kl_total");
     /* the other uses of out: none but the atomics */
-    if (!a->why[0] && rb_count_ident(ctx, f->body, a->out) != a->n)
+    if (!a->why[0] && rt_count_ident(ctx, f->body, a->out) != a->n)
         kl_snprintf(a->why, sizeof a->why, "%s is used otherwise than by the atomics", a->out);
 }
 
@@ -587,8 +587,8 @@ static void analyse_apply(const kl_rule_ctx *ctx, const rb_func *f, br_apply *a)
 
 static bool launches_1d(const kl_rule_ctx *ctx, const char *kernel, char *why, size_t size, unsigned *nl)
 {
-    rb_launch ls[16];
-    unsigned n = rb_launches(ctx, kernel, ls, 16);
+    rt_launch ls[16];
+    unsigned n = rt_launches(ctx, kernel, ls, 16);
     *nl = n;
     for (unsigned i = 0; i < n && i < 16; i++) {
         TSNode b = strip(ls[i].cfg[1]);
@@ -599,12 +599,12 @@ static bool launches_1d(const kl_rule_ctx *ctx, const char *kernel, char *why, s
             return false;
         }
         long long v;
-        if (rb_const_eval(ctx, ls[i].host.body, b, &v) && v > 1024) {
+        if (rt_const_eval(ctx, ls[i].host.body, b, &v) && v > 1024) {
             kl_snprintf(why, size, "the block at line %u has more than 1024 threads", kl_ast_line(ls[i].call));
             return false;
         }
         TSNode st = ts_node_parent(ls[i].call);
-        if (!rb_is(st, "expression_statement") || !rb_line_blank_before(ctx, ts_node_start_byte(st))) {
+        if (!rt_is(st, "expression_statement") || !rt_line_blank_before(ctx, ts_node_start_byte(st))) {
             kl_snprintf(why, size, "the launch at line %u is not a statement on its own line", kl_ast_line(ls[i].call));
             return false;
         }
@@ -616,11 +616,11 @@ static bool launches_1d(const kl_rule_ctx *ctx, const char *kernel, char *why, s
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     kl_status st = KL_OK;
     for (unsigned k = 0; k < nf && k < 64; k++) {
-        const rb_func *f = &fs[k];
+        const rt_func *f = &fs[k];
         if (!f->global || ts_node_is_null(f->body)) continue;
         TSNode ds[8];
         unsigned nd = sum_decls(ctx, fs, nf, f, ds, 8);
@@ -667,23 +667,23 @@ cleanup:
 static kl_status delete_lines(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const char *marker, kl_edits *out)
 {
     uint32_t s = a, e = b;
-    if (rb_line_blank_before(ctx, a)) {
-        s = rb_line_start(ctx, a);
-        uint32_t le = rb_line_end(ctx, b > a ? b - 1 : b);
+    if (rt_line_blank_before(ctx, a)) {
+        s = rt_line_start(ctx, a);
+        uint32_t le = rt_line_end(ctx, b > a ? b - 1 : b);
         bool blank_after = true;
         for (uint32_t i = b; i < le; i++)
             if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r') blank_after = false;
         if (blank_after) e = le;
         /* a `#pragma unroll` line just above belongs to the statement */
         if (s > 0) {
-            uint32_t ps = rb_line_start(ctx, s - 1);
+            uint32_t ps = rt_line_start(ctx, s - 1);
             const char *l = ctx->text + ps;
             while (*l == ' ' || *l == '\t') l++;
             if (kl_str_starts(l, "#pragma unroll")) s = ps;
         }
         /* a marker comment line just above */
         if (marker && s > 0) {
-            uint32_t ps = rb_line_start(ctx, s - 1);
+            uint32_t ps = rt_line_start(ctx, s - 1);
             const char *l = ctx->text + ps;
             while (*l == ' ' || *l == '\t') l++;
             if (!strncmp(l, "// ", 3) && kl_str_starts(l + 3, marker)) s = ps;
@@ -694,9 +694,9 @@ static kl_status delete_lines(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, co
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *f = rb_function_named(fs, nf, site->kernel);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = rt_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     TSNode ds[8];
     unsigned nd = sum_decls(ctx, fs, nf, f, ds, 8);
@@ -715,7 +715,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     for (unsigned i = 0; i < p.nacc && st == KL_OK; i++) {
         TSNode l, r;
         plus_assign(ctx, p.acc[i], &l, &r);
-        char *rt = rb_text(ctx, r);
+        char *rt = rt_text(ctx, r);
         st = rt ? kl_edits_addf(out, ts_node_start_byte(p.acc[i]), ts_node_end_byte(p.acc[i]), "atomicAdd(%s, %s);",
                                 p.addr, rt)
                 : KL_ERR_NOMEM;
@@ -742,14 +742,14 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         TSNode scope = pass ? root : f->body;
         for (uint32_t i = 0; i < ts_node_named_child_count(scope); i++) {
             TSNode dcl = ts_node_named_child(scope, i);
-            if (!rb_is(dcl, "declaration") || in_ranges(&gone, ts_node_start_byte(dcl))) continue;
-            char *t = rb_text(ctx, dcl);
+            if (!rt_is(dcl, "declaration") || in_ranges(&gone, ts_node_start_byte(dcl))) continue;
+            char *t = rt_text(ctx, dcl);
             bool cand = t && (pass ? kl_str_starts(t, "__device__") : strstr(t, "__shared__") != NULL) && !strchr(t, '(');
             free(t);
             if (!cand || ts_node_named_child_count(dcl) > 3) continue;
             char nm[128];
             decl_name(ctx, dcl, nm, sizeof nm);
-            if (!nm[0] || !rb_count_ident(ctx, f->body, nm)) continue;
+            if (!nm[0] || !rt_count_ident(ctx, f->body, nm)) continue;
             ranges al = gone;
             ranges_add(&al, ts_node_start_byte(dcl), ts_node_end_byte(dcl));
             if (!ts_node_is_null(use_outside(ctx, scope, nm, &al))) continue;
@@ -759,7 +759,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     }
     /* our own helper, when nothing calls it any more */
     if (kl_str_starts(p.helper, "kl_block_sum")) {
-        const rb_func *h = rb_function_named(fs, nf, p.helper);
+        const rt_func *h = rt_function_named(fs, nf, p.helper);
         ranges al = gone;
         if (h) ranges_add(&al, ts_node_start_byte(h->outer), ts_node_end_byte(h->outer));
         if (h && ts_node_is_null(use_outside(ctx, root, p.helper, &al)))
@@ -771,8 +771,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         st = delete_lines(ctx, m.a[i], m.b[i], NAME, out);
     /* a ticket wrote out: now it is added to, so launch() zeroes it first */
     if (st == KL_OK && p.ticket) {
-        rb_launch ls[16];
-        unsigned n = rb_launches(ctx, f->name, ls, 16);
+        rt_launch ls[16];
+        unsigned n = rt_launches(ctx, f->name, ls, 16);
         int idx = -1;
         for (uint32_t i = 0; i < ts_node_named_child_count(f->params); i++) {
             char nm[128];
@@ -784,12 +784,12 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
                 st = kl_rule_not_applicable(err, "the launch at line %u does not pass %s", kl_ast_line(ls[i].call), p.out);
                 break;
             }
-            char *arg = rb_text(ctx, ts_node_named_child(ls[i].args, (uint32_t)idx));
-            char *stream = ls[i].ncfg >= 4 && !ts_node_is_null(ls[i].cfg[3]) ? rb_text(ctx, ls[i].cfg[3]) : kl_strdup("0");
+            char *arg = rt_text(ctx, ts_node_named_child(ls[i].args, (uint32_t)idx));
+            char *stream = ls[i].ncfg >= 4 && !ts_node_is_null(ls[i].cfg[3]) ? rt_text(ctx, ls[i].cfg[3]) : kl_strdup("0");
             TSNode stmt = ts_node_parent(ls[i].call);
             char ind[64];
-            rb_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
-            uint32_t at = rb_line_start(ctx, ts_node_start_byte(stmt));
+            rt_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
+            uint32_t at = rt_line_start(ctx, ts_node_start_byte(stmt));
             st = arg && stream ? kl_edits_addf(out, at, at, "%scudaMemsetAsync(%s, 0, sizeof(%s), %s);\n", ind, arg, p.elem,
                                                stream)
                                : KL_ERR_NOMEM;
@@ -823,9 +823,9 @@ static const char helper_text[] =
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
     (void)params;
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *f = rb_function_named(fs, nf, site->kernel);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = rt_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     br_apply a;
     analyse_apply(ctx, f, &a);
@@ -839,12 +839,12 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
         return kl_rule_not_applicable(err, "the output's type %s is a template parameter", a.elem);
     kl_status st = KL_OK;
     /* the helper, once per file, before the kernel */
-    const rb_func *h = rb_function_named(fs, nf, "kl_block_sum");
+    const rt_func *h = rt_function_named(fs, nf, "kl_block_sum");
     if (!h) {
-        uint32_t at = rb_line_start(ctx, ts_node_start_byte(f->outer));
+        uint32_t at = rt_line_start(ctx, ts_node_start_byte(f->outer));
         /* above the kernel's comment lines */
         while (at > 0) {
-            uint32_t ps = rb_line_start(ctx, at - 1);
+            uint32_t ps = rt_line_start(ctx, at - 1);
             const char *l = ctx->text + ps;
             while (*l == ' ' || *l == '\t') l++;
             if (strncmp(l, "//", 2)) break;
@@ -855,19 +855,19 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     /* the partial */
     char ind[64];
     TSNode first = ts_node_named_child(f->body, 0);
-    rb_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
-    uint32_t top = rb_line_start(ctx, ts_node_start_byte(first));
+    rt_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
+    uint32_t top = rt_line_start(ctx, ts_node_start_byte(first));
     if (st == KL_OK) st = kl_edits_addf(out, top, top, "%s%s kl_part = 0;\n", ind, a.elem);
     for (unsigned i = 0; i < a.n && st == KL_OK; i++) {
         TSNode call = ts_node_named_child(a.atomics[i], 0);
-        char *v = rb_text(ctx, ts_node_named_child(rb_field(call, "arguments"), 1));
+        char *v = rt_text(ctx, ts_node_named_child(rt_field(call, "arguments"), 1));
         st = v ? kl_edits_addf(out, ts_node_start_byte(a.atomics[i]), ts_node_end_byte(a.atomics[i]), "kl_part += %s;", v)
                : KL_ERR_NOMEM;
         free(v);
     }
     /* the sum and one atomic per block, at the end of the kernel */
     TSNode last = ts_node_named_child(f->body, ts_node_named_child_count(f->body) - 1);
-    uint32_t end = rb_line_end(ctx, ts_node_end_byte(last) - 1);
+    uint32_t end = rt_line_end(ctx, ts_node_end_byte(last) - 1);
     if (st == KL_OK)
         st = kl_edits_addf(out, end, end, "%sconst %s kl_total = kl_block_sum(kl_part);\n%sif (threadIdx.x == 0) atomicAdd(%s, kl_total);\n",
                            ind, a.elem, ind, a.addr);

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 
 #define NAME "coalesce"
 #define MARKER "// coalesce: threadIdx.x on the contiguous dimension (x and y roles swapped)"
@@ -41,14 +41,14 @@ static const kl_rule_param coalesce_params[] = {{"rows_per_thread", rpt_values, 
  * tree-sitter-cuda misparse of `threadIdx.x < n)` as a template method. */
 static TSNode builtin_letter(const kl_rule_ctx *ctx, TSNode n)
 {
-    if (!rb_is(n, "field_expression")) return (TSNode){0};
-    TSNode arg = rb_field(n, "argument"), fld = rb_field(n, "field");
-    if (!rb_is(arg, "identifier")) return (TSNode){0};
+    if (!rt_is(n, "field_expression")) return (TSNode){0};
+    TSNode arg = rt_field(n, "argument"), fld = rt_field(n, "field");
+    if (!rt_is(arg, "identifier")) return (TSNode){0};
     bool b = false;
-    for (int i = 0; builtins[i]; i++) b |= rb_text_is(ctx, arg, builtins[i]);
+    for (int i = 0; builtins[i]; i++) b |= rt_text_is(ctx, arg, builtins[i]);
     if (!b) return (TSNode){0};
-    if (rb_is(fld, "template_method")) fld = rb_field(fld, "name");
-    if (rb_text_is(ctx, fld, "x") || rb_text_is(ctx, fld, "y")) return fld;
+    if (rt_is(fld, "template_method")) fld = rt_field(fld, "name");
+    if (rt_text_is(ctx, fld, "x") || rt_text_is(ctx, fld, "y")) return fld;
     return (TSNode){0};
 }
 
@@ -65,7 +65,7 @@ static bool swap_visit(TSNode n, void *user)
     TSNode l = builtin_letter(s->ctx, n);
     if (!ts_node_is_null(l)) {
         if (s->out && s->st == KL_OK)
-            s->st = kl_edits_add(s->out, ts_node_start_byte(l), ts_node_end_byte(l), rb_text_is(s->ctx, l, "x") ? "y" : "x");
+            s->st = kl_edits_add(s->out, ts_node_start_byte(l), ts_node_end_byte(l), rt_text_is(s->ctx, l, "x") ? "y" : "x");
         s->count++;
     }
     return true;
@@ -74,7 +74,7 @@ static bool swap_visit(TSNode n, void *user)
 /* Warp-synchronous constructs and thread-index reads outside the kernel's own text. */
 typedef struct hazards {
     const kl_rule_ctx *ctx;
-    const rb_func *fs;
+    const rt_func *fs;
     unsigned nf;
     TSNode at;
     char what[160];
@@ -83,7 +83,7 @@ typedef struct hazards {
 static bool uses_builtins(const kl_rule_ctx *ctx, TSNode n)
 {
     swap_collect s = {.ctx = ctx};
-    rb_walk(n, swap_visit, &s);
+    rt_walk(n, swap_visit, &s);
     return s.count > 0;
 }
 
@@ -91,10 +91,10 @@ static bool hazard_visit(TSNode n, void *user)
 {
     hazards *h = user;
     if (!ts_node_is_null(h->at)) return false;
-    if (!rb_is(n, "call_expression")) return true;
-    TSNode fn = rb_field(n, "function");
-    if (!rb_is(fn, "identifier")) return true;
-    char *name = rb_text(h->ctx, fn);
+    if (!rt_is(n, "call_expression")) return true;
+    TSNode fn = rt_field(n, "function");
+    if (!rt_is(fn, "identifier")) return true;
+    char *name = rt_text(h->ctx, fn);
     if (!name) return false;
     if (strstr(name, "__shfl") || strstr(name, "__syncwarp") || strstr(name, "__ballot") || strstr(name, "__any_sync") ||
         strstr(name, "__all_sync") || strstr(name, "__activemask") || strstr(name, "__match") ||
@@ -103,7 +103,7 @@ static bool hazard_visit(TSNode n, void *user)
         kl_snprintf(h->what, sizeof h->what, "'%s' is warp-synchronous: swapping x and y regroups the lanes of a warp",
                     name);
     } else {
-        const rb_func *callee = rb_function_named(h->fs, h->nf, name);
+        const rt_func *callee = rt_function_named(h->fs, h->nf, name);
         if (callee && uses_builtins(h->ctx, callee->body)) {
             h->at = n;
             kl_snprintf(h->what, sizeof h->what, "the helper '%s' reads thread or block indices and would not be relabelled",
@@ -114,8 +114,8 @@ static bool hazard_visit(TSNode n, void *user)
             uint32_t c = ts_node_named_child_count(root);
             for (uint32_t i = 0; i < c; i++) {
                 TSNode m = ts_node_named_child(root, i);
-                if (!rb_is(m, "preproc_function_def") || !rb_text_is(h->ctx, rb_field(m, "name"), name)) continue;
-                char *body = rb_text(h->ctx, rb_field(m, "value"));
+                if (!rt_is(m, "preproc_function_def") || !rt_text_is(h->ctx, rt_field(m, "name"), name)) continue;
+                char *body = rt_text(h->ctx, rt_field(m, "value"));
                 bool reads = body && (strstr(body, "threadIdx") || strstr(body, "blockIdx") || strstr(body, "blockDim") ||
                                       strstr(body, "gridDim"));
                 free(body);
@@ -132,21 +132,21 @@ static bool hazard_visit(TSNode n, void *user)
 }
 
 /* Object-like macros that read the indices, used in the kernel. */
-static bool macro_reads_builtins(const kl_rule_ctx *ctx, const rb_func *f, char *which, size_t size)
+static bool macro_reads_builtins(const kl_rule_ctx *ctx, const rt_func *f, char *which, size_t size)
 {
     TSNode root = kl_source_root(ctx->src);
     uint32_t c = ts_node_named_child_count(root);
     for (uint32_t i = 0; i < c; i++) {
         TSNode m = ts_node_named_child(root, i);
-        if (!rb_is(m, "preproc_def")) continue;
-        TSNode v = rb_field(m, "value");
+        if (!rt_is(m, "preproc_def")) continue;
+        TSNode v = rt_field(m, "value");
         if (ts_node_is_null(v)) continue;
-        char *body = rb_text(ctx, v);
-        char *name = rb_text(ctx, rb_field(m, "name"));
+        char *body = rt_text(ctx, v);
+        char *name = rt_text(ctx, rt_field(m, "name"));
         bool reads = body && name &&
                      (strstr(body, "threadIdx") || strstr(body, "blockIdx") || strstr(body, "blockDim") ||
                       strstr(body, "gridDim")) &&
-                     rb_count_ident(ctx, f->body, name) > 0;
+                     rt_count_ident(ctx, f->body, name) > 0;
         if (reads) kl_snprintf(which, size, "%s", name);
         free(body);
         free(name);
@@ -159,8 +159,8 @@ static bool macro_reads_builtins(const kl_rule_ctx *ctx, const rb_func *f, char 
 
 typedef struct tally {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
-    rb_affine *af;
+    const rt_func *f;
+    rt_affine *af;
     unsigned x_unit;     /* accesses coalesced along threadIdx.x */
     unsigned y_unit;     /* accesses strided along x but coalesced along threadIdx.y */
     unsigned strided;    /* strided along both */
@@ -170,29 +170,29 @@ typedef struct tally {
 
 /* Is the base of a subscript global memory: a pointer parameter, or a local pointer derived
  * from one? (Shared and local arrays are not.) */
-static bool global_base(const kl_rule_ctx *ctx, const rb_func *f, TSNode base)
+static bool global_base(const kl_rule_ctx *ctx, const rt_func *f, TSNode base)
 {
-    if (!rb_is(base, "identifier")) return false;
-    char *name = rb_text(ctx, base);
+    if (!rt_is(base, "identifier")) return false;
+    char *name = rt_text(ctx, base);
     if (!name) return false;
-    bool g = rb_pointer_param(ctx, f, name, NULL, 0);
+    bool g = rt_pointer_param(ctx, f, name, NULL, 0);
     if (!g) {
         /* `const float *row = x + ...;` */
         TSNode body = f->body;
         uint32_t c = ts_node_named_child_count(body);
         for (uint32_t i = 0; i < c && !g; i++) {
             TSNode d = ts_node_named_child(body, i);
-            if (!rb_is(d, "declaration")) continue;
-            TSNode dd = rb_field(d, "declarator");
-            if (!rb_is(dd, "init_declarator") || !rb_is(rb_field(dd, "declarator"), "pointer_declarator")) continue;
-            TSNode id = rb_declarator_name(dd);
-            if (!rb_text_is(ctx, id, name)) continue;
-            TSNode v = rb_field(dd, "value");
+            if (!rt_is(d, "declaration")) continue;
+            TSNode dd = rt_field(d, "declarator");
+            if (!rt_is(dd, "init_declarator") || !rt_is(rt_field(dd, "declarator"), "pointer_declarator")) continue;
+            TSNode id = rt_declarator_name(dd);
+            if (!rt_text_is(ctx, id, name)) continue;
+            TSNode v = rt_field(dd, "value");
             uint32_t np = ts_node_named_child_count(f->params);
             for (uint32_t k = 0; k < np && !g; k++) {
-                TSNode pid = rb_declarator_name(rb_field(ts_node_named_child(f->params, k), "declarator"));
-                char *pn = ts_node_is_null(pid) ? NULL : rb_text(ctx, pid);
-                if (pn && rb_pointer_param(ctx, f, pn, NULL, 0) && rb_count_ident(ctx, v, pn)) g = true;
+                TSNode pid = rt_declarator_name(rt_field(ts_node_named_child(f->params, k), "declarator"));
+                char *pn = ts_node_is_null(pid) ? NULL : rt_text(ctx, pid);
+                if (pn && rt_pointer_param(ctx, f, pn, NULL, 0) && rt_count_ident(ctx, v, pn)) g = true;
                 free(pn);
             }
         }
@@ -204,23 +204,23 @@ static bool global_base(const kl_rule_ctx *ctx, const rb_func *f, TSNode base)
 static bool tally_visit(TSNode n, void *user)
 {
     tally *t = user;
-    if (!rb_is(n, "subscript_expression")) return true;
-    TSNode base = rb_field(n, "argument");
+    if (!rt_is(n, "subscript_expression")) return true;
+    TSNode base = rt_field(n, "argument");
     if (!global_base(t->ctx, t->f, base)) return true;
     TSNode idx = kl_ast_subscript_index(n);
-    rb_poly p;
-    rb_affine_eval(t->af, idx, &p);
+    rt_poly p;
+    rt_affine_eval(t->af, idx, &p);
     /* a local pointer's offset counts too */
-    rb_poly b;
-    rb_affine_eval(t->af, base, &b);
-    int sx = rb_poly_stride(&p, RB_TX, NULL), sy = rb_poly_stride(&p, RB_TY, NULL);
+    rt_poly b;
+    rt_affine_eval(t->af, base, &b);
+    int sx = rt_poly_stride(&p, RB_TX, NULL), sy = rt_poly_stride(&p, RB_TY, NULL);
     if (!b.opaque) {
-        int bx = rb_poly_stride(&b, RB_TX, NULL), by = rb_poly_stride(&b, RB_TY, NULL);
+        int bx = rt_poly_stride(&b, RB_TX, NULL), by = rt_poly_stride(&b, RB_TY, NULL);
         if (bx) sx = sx ? -1 : bx;
         if (by) sy = sy ? -1 : by;
     }
     TSNode par = ts_node_parent(n);
-    bool write = rb_is(par, "assignment_expression") && ts_node_eq(rb_field(par, "left"), n);
+    bool write = rt_is(par, "assignment_expression") && ts_node_eq(rt_field(par, "left"), n);
     if (sx == 1) {
         t->x_unit++;
         write ? t->writes_x++ : t->reads_x++;
@@ -235,35 +235,35 @@ static bool tally_visit(TSNode n, void *user)
 
 /* The node whose first two named children are the x and y extents of a dim3 configuration
  * expression, or a null node with *why set. */
-static TSNode dim3_list(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg, char *why, size_t size)
+static TSNode dim3_list(const kl_rule_ctx *ctx, const rt_launch *l, TSNode cfg, char *why, size_t size)
 {
-    if (rb_is(cfg, "call_expression") && rb_text_is(ctx, rb_field(cfg, "function"), "dim3")) {
-        TSNode args = rb_field(cfg, "arguments");
+    if (rt_is(cfg, "call_expression") && rt_text_is(ctx, rt_field(cfg, "function"), "dim3")) {
+        TSNode args = rt_field(cfg, "arguments");
         if (ts_node_named_child_count(args) >= 2) return args;
         kl_snprintf(why, size, "'%.*s' is 1-D", (int)(ts_node_end_byte(cfg) - ts_node_start_byte(cfg)),
                     ctx->text + ts_node_start_byte(cfg));
         return (TSNode){0};
     }
-    if (rb_is(cfg, "identifier")) {
-        char *name = rb_text(ctx, cfg);
+    if (rt_is(cfg, "identifier")) {
+        char *name = rt_text(ctx, cfg);
         if (!name) return (TSNode){0};
         TSNode found = {0};
-        unsigned uses = rb_count_ident(ctx, l->host.body, name);
+        unsigned uses = rt_count_ident(ctx, l->host.body, name);
         uint32_t c = ts_node_named_child_count(l->host.body);
         for (uint32_t i = 0; i < c; i++) {
             TSNode d = ts_node_named_child(l->host.body, i);
-            if (!rb_is(d, "declaration") || !rb_text_is(ctx, rb_field(d, "type"), "dim3")) continue;
-            TSNode dd = rb_field(d, "declarator");
-            TSNode id = rb_declarator_name(dd);
-            if (ts_node_is_null(id) && rb_is(dd, "function_declarator")) id = rb_field(dd, "declarator");
-            if (!rb_text_is(ctx, id, name)) continue;
+            if (!rt_is(d, "declaration") || !rt_text_is(ctx, rt_field(d, "type"), "dim3")) continue;
+            TSNode dd = rt_field(d, "declarator");
+            TSNode id = rt_declarator_name(dd);
+            if (ts_node_is_null(id) && rt_is(dd, "function_declarator")) id = rt_field(dd, "declarator");
+            if (!rt_text_is(ctx, id, name)) continue;
             TSNode list = {0};
-            if (rb_is(dd, "function_declarator")) list = rb_field(dd, "parameters");
-            else if (rb_is(dd, "init_declarator")) {
-                TSNode v = rb_field(dd, "value");
-                if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) list = v;
-                else if (rb_is(v, "call_expression") && rb_text_is(ctx, rb_field(v, "function"), "dim3"))
-                    list = rb_field(v, "arguments");
+            if (rt_is(dd, "function_declarator")) list = rt_field(dd, "parameters");
+            else if (rt_is(dd, "init_declarator")) {
+                TSNode v = rt_field(dd, "value");
+                if (rt_is(v, "argument_list") || rt_is(v, "initializer_list")) list = v;
+                else if (rt_is(v, "call_expression") && rt_text_is(ctx, rt_field(v, "function"), "dim3"))
+                    list = rt_field(v, "arguments");
             }
             if (!ts_node_is_null(list) && ts_node_named_child_count(list) >= 2) found = list;
             else kl_snprintf(why, size, "'%s' is not declared as a 2-D dim3 in '%s'", name, l->host.name);
@@ -283,10 +283,10 @@ static TSNode dim3_list(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg, 
 }
 
 /* Edits swapping the x and y extents of every launch of the kernel. */
-static kl_status swap_launches(const kl_rule_ctx *ctx, const rb_func *f, kl_edits *out, kl_error *err)
+static kl_status swap_launches(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
 {
-    rb_launch ls[16];
-    unsigned n = rb_launches(ctx, f->name, ls, 16);
+    rt_launch ls[16];
+    unsigned n = rt_launches(ctx, f->name, ls, 16);
     if (!n)
         return kl_rule_not_applicable(err,
                             "%s: kernel '%s' is not launched in this file: its grid must change with the mapping",
@@ -305,7 +305,7 @@ static kl_status swap_launches(const kl_rule_ctx *ctx, const rb_func *f, kl_edit
             /* the same list may serve several launches only if it is a literal; a shared
              * variable was refused above */
             TSNode a = ts_node_named_child(list, 0), b = ts_node_named_child(list, 1);
-            char *ta = rb_text(ctx, a), *tb = rb_text(ctx, b);
+            char *ta = rt_text(ctx, a), *tb = rt_text(ctx, b);
             kl_status st = (!ta || !tb) ? KL_ERR_NOMEM : KL_OK;
             if (st == KL_OK && strcmp(ta, tb)) {
                 st = kl_edits_add(out, ts_node_start_byte(a), ts_node_end_byte(a), tb);
@@ -319,11 +319,11 @@ static kl_status swap_launches(const kl_rule_ctx *ctx, const rb_func *f, kl_edit
     return KL_OK;
 }
 
-static kl_status check_swappable(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f,
+static kl_status check_swappable(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f,
                                  kl_error *err)
 {
     hazards h = {.ctx = ctx, .fs = fs, .nf = nf};
-    rb_walk(f->body, hazard_visit, &h);
+    rt_walk(f->body, hazard_visit, &h);
     if (!ts_node_is_null(h.at)) {
         kl_span sp = kl_node_span(h.at);
         return kl_rule_not_applicable(err, "%s:%u:%u: %s", kl_source_name(ctx->src), sp.line, sp.column,
@@ -453,17 +453,17 @@ static char *squeeze(const char *s)
 
 static bool is_loop(TSNode n)
 {
-    return rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement") ||
-           rb_is(n, "for_range_loop");
+    return rt_is(n, "for_statement") || rt_is(n, "while_statement") || rt_is(n, "do_statement") ||
+           rt_is(n, "for_range_loop");
 }
 
 /* Is threadIdx.<c> (c 'x' or 'y') at n? */
 static bool is_thread_letter(const kl_rule_ctx *ctx, TSNode n, char c)
 {
     TSNode l = builtin_letter(ctx, n);
-    if (ts_node_is_null(l) || !rb_text_is(ctx, rb_field(n, "argument"), "threadIdx")) return false;
+    if (ts_node_is_null(l) || !rt_text_is(ctx, rt_field(n, "argument"), "threadIdx")) return false;
     char s[2] = {c, 0};
-    return rb_text_is(ctx, l, s);
+    return rt_text_is(ctx, l, s);
 }
 
 /* What the kernel does that the two phases could not repeat or regroup. */
@@ -480,35 +480,35 @@ static bool staged_visit(TSNode n, void *user)
 {
     staged_scan *s = user;
     if (!ts_node_is_null(s->bad)) return false;
-    if (rb_is(n, "return_statement")) s->has_return = true;
-    if (rb_is(n, "lambda_expression")) {
+    if (rt_is(n, "return_statement")) s->has_return = true;
+    if (rt_is(n, "lambda_expression")) {
         s->bad = n;
         kl_snprintf(s->why, sizeof s->why, "a lambda (the phases would run it twice)");
         return false;
     }
-    if (rb_is(n, "type_qualifier") && rb_text_is(s->ctx, n, "__shared__")) {
+    if (rt_is(n, "type_qualifier") && rt_text_is(s->ctx, n, "__shared__")) {
         s->bad = n;
         kl_snprintf(s->why, sizeof s->why, "shared memory already (the phases would share it)");
         return false;
     }
-    if (rb_is(n, "call_expression")) {
-        TSNode fn = rb_field(n, "function");
-        char *name = rb_is(fn, "identifier") ? rb_text(s->ctx, fn) : NULL;
+    if (rt_is(n, "call_expression")) {
+        TSNode fn = rt_field(n, "function");
+        char *name = rt_is(fn, "identifier") ? rt_text(s->ctx, fn) : NULL;
         if (name && (!strncmp(name, "atomic", 6) || !strncmp(name, "__syncthreads", 13) || !strcmp(name, "__threadfence"))) {
             s->bad = n;
             kl_snprintf(s->why, sizeof s->why, "'%s' (the phases would run it twice or out of order)", name);
         }
         free(name);
     }
-    if (rb_is(n, "assignment_expression")) {
-        TSNode l = rb_field(n, "left");
-        if (!rb_is(l, "identifier")) {
+    if (rt_is(n, "assignment_expression")) {
+        TSNode l = rt_field(n, "left");
+        if (!rt_is(l, "identifier")) {
             s->writes++;
             s->write = n;
         }
-    } else if (rb_is(n, "update_expression")) {
-        TSNode a = rb_field(n, "argument");
-        if (!rb_is(a, "identifier")) {
+    } else if (rt_is(n, "update_expression")) {
+        TSNode a = rt_field(n, "argument");
+        if (!rt_is(a, "identifier")) {
             s->bad = n;
             kl_snprintf(s->why, sizeof s->why, "an increment of memory");
         }
@@ -518,11 +518,11 @@ static bool staged_visit(TSNode n, void *user)
 
 /* The square block B of every launch of f, with the text naming it (a file-level constant
  * when both extents name the same one, else the number). */
-static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long long *edge, char *text, size_t size,
+static kl_status square_block(const kl_rule_ctx *ctx, const rt_func *f, long long *edge, char *text, size_t size,
                               kl_error *err)
 {
-    rb_launch ls[16];
-    unsigned n = rb_launches(ctx, f->name, ls, 16);
+    rt_launch ls[16];
+    unsigned n = rt_launches(ctx, f->name, ls, 16);
     if (!n)
         return kl_rule_not_applicable(err, "%s: kernel '%s' is not launched in this file: the tile is its block",
                                       kl_source_name(ctx->src), f->name);
@@ -532,11 +532,11 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long lon
         if (ls[i].ncfg < 2)
             return kl_rule_not_applicable(err, "%s:%u: a launch of '%s' without a block", kl_source_name(ctx->src),
                                           sp.line, f->name);
-        TSNode list = rb_dim3_args(ctx, &ls[i], ls[i].cfg[1]);
+        TSNode list = rt_dim3_args(ctx, &ls[i], ls[i].cfg[1]);
         uint32_t k = ts_node_is_null(list) ? 0 : ts_node_named_child_count(list);
         int64_t v[3] = {1, 1, 1};
         bool ok = k >= 2 && k <= 3;
-        for (uint32_t j = 0; ok && j < k; j++) ok = kl_const_eval(ctx->src, ls[i].host.def, rb_dim3_extent(list, j), false, &v[j], NULL, 0);
+        for (uint32_t j = 0; ok && j < k; j++) ok = kl_const_eval(ctx->src, ls[i].host.def, rt_dim3_extent(list, j), false, &v[j], NULL, 0);
         if (!ok)
             return kl_rule_not_applicable(err,
                                           "%s:%u: the block of this launch of '%s' is not a 2-D dim3 of compile-time "
@@ -553,10 +553,10 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long lon
                                           kl_source_name(ctx->src), sp.line, f->name, *edge, (long long)v[0]);
         *edge = v[0];
         /* a name both extents share, when it is a file-level constant */
-        char *a = rb_text(ctx, rb_dim3_extent(list, 0)), *b = rb_text(ctx, rb_dim3_extent(list, 1));
+        char *a = rt_text(ctx, rt_dim3_extent(list, 0)), *b = rt_text(ctx, rt_dim3_extent(list, 1));
         int64_t w;
-        TSNode e0 = rb_dim3_extent(list, 0);
-        bool named = a && b && !strcmp(a, b) && (rb_is(e0, "identifier") || rb_is(e0, "type_identifier")) &&
+        TSNode e0 = rt_dim3_extent(list, 0);
+        bool named = a && b && !strcmp(a, b) && (rt_is(e0, "identifier") || rt_is(e0, "type_identifier")) &&
                      kl_const_eval(ctx->src, (TSNode){0}, e0, false, &w, NULL, 0);
         if (i == 0) {
             if (named) kl_snprintf(text, size, "%s", a);
@@ -571,23 +571,23 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rb_func *f, long lon
 /* Edits making the block of every launch of f B x B/r: its y extent `E` becomes `E / r` (or
  * `(E) / r`). A local dim3 used by several launches is edited once; refused when host code
  * reads the block's extents (`block.y`), which would see the smaller block. */
-static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rb_func *f, long long r, kl_edits *out, kl_error *err)
+static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rt_func *f, long long r, kl_edits *out, kl_error *err)
 {
-    rb_launch ls[16];
-    unsigned n = rb_launches(ctx, f->name, ls, 16);
+    rt_launch ls[16];
+    unsigned n = rt_launches(ctx, f->name, ls, 16);
     uint32_t done[16];
     unsigned ndone = 0;
     for (unsigned i = 0; i < n; i++) {
         TSNode cfg = ls[i].cfg[1];
-        if (rb_is(cfg, "identifier")) {
-            char *name = rb_text(ctx, cfg);
-            unsigned uses = name ? rb_count_ident(ctx, ls[i].host.body, name) : 0;
+        if (rt_is(cfg, "identifier")) {
+            char *name = rt_text(ctx, cfg);
+            unsigned uses = name ? rt_count_ident(ctx, ls[i].host.body, name) : 0;
             free(name);
             unsigned launches_using = 0;
             for (unsigned j = 0; j < n; j++)
-                if (ts_node_eq(ls[j].host.def, ls[i].host.def) && rb_is(ls[j].cfg[1], "identifier") &&
+                if (ts_node_eq(ls[j].host.def, ls[i].host.def) && rt_is(ls[j].cfg[1], "identifier") &&
                     ts_node_start_byte(ls[j].cfg[1]) != ts_node_start_byte(cfg)) {
-                    char *a = rb_text(ctx, ls[j].cfg[1]), *b = rb_text(ctx, cfg);
+                    char *a = rt_text(ctx, ls[j].cfg[1]), *b = rt_text(ctx, cfg);
                     if (a && b && !strcmp(a, b)) launches_using++;
                     free(a);
                     free(b);
@@ -601,13 +601,13 @@ static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rb_func *f, long lo
                                               (int)(ts_node_end_byte(cfg) - ts_node_start_byte(cfg)),
                                               ctx->text + ts_node_start_byte(cfg));
         }
-        TSNode list = rb_dim3_args(ctx, &ls[i], cfg), ey = rb_dim3_extent(list, 1);
+        TSNode list = rt_dim3_args(ctx, &ls[i], cfg), ey = rt_dim3_extent(list, 1);
         uint32_t a = ts_node_start_byte(ey), b = ts_node_end_byte(ey);
         bool seen = false;
         for (unsigned j = 0; j < ndone; j++) seen |= done[j] == a;
         if (seen) continue;
         done[ndone++] = a;
-        bool atom = rb_is(ey, "identifier") || rb_is(ey, "number_literal") || rb_is(ey, "type_identifier");
+        bool atom = rt_is(ey, "identifier") || rt_is(ey, "number_literal") || rt_is(ey, "type_identifier");
         kl_status st = kl_edits_addf(out, a, b, atom ? "%.*s / %lld" : "(%.*s) / %lld", (int)(b - a), ctx->text + a, r);
         if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     }
@@ -628,21 +628,21 @@ static bool tswap_visit(TSNode n, void *user)
     tswap *t = user;
     if (ts_node_start_byte(n) >= t->skip_a && ts_node_end_byte(n) <= t->skip_b) return false;
     TSNode l = builtin_letter(t->ctx, n);
-    if (ts_node_is_null(l) || !rb_text_is(t->ctx, rb_field(n, "argument"), "threadIdx")) return true;
-    char to = rb_text_is(t->ctx, l, "x") ? (t->swap ? 'y' : 'x') : rb_text_is(t->ctx, l, "y") ? (t->swap ? 'x' : 'y') : 'z';
+    if (ts_node_is_null(l) || !rt_text_is(t->ctx, rt_field(n, "argument"), "threadIdx")) return true;
+    char to = rt_text_is(t->ctx, l, "x") ? (t->swap ? 'y' : 'x') : rt_text_is(t->ctx, l, "y") ? (t->swap ? 'x' : 'y') : 'z';
     if (to == 'y' && t->ty) se_add(t->e, ts_node_start_byte(n), ts_node_end_byte(l), t->ty);
     else if (t->swap && to != 'z') se_add(t->e, ts_node_start_byte(l), ts_node_end_byte(l), to == 'x' ? "x" : "y");
     return true;
 }
 
-static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f,
+static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f,
                               const json_t *params, kl_edits *out, kl_error *err)
 {
     const char *file = kl_source_name(ctx->src);
     kl_status st = check_swappable(ctx, fs, nf, f, err);
     if (st != KL_OK) return st;
     staged_scan sc = {.ctx = ctx};
-    rb_walk(f->body, staged_visit, &sc);
+    rt_walk(f->body, staged_visit, &sc);
     if (!ts_node_is_null(sc.bad)) {
         kl_span sp = kl_node_span(sc.bad);
         return kl_rule_not_applicable(err, "%s:%u: kernel '%s' uses %s", file, sp.line, f->name, sc.why);
@@ -650,14 +650,14 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
     if (sc.writes != 1)
         return kl_rule_not_applicable(err, "%s: kernel '%s' writes memory at %u places; the staged exchange moves one write",
                                       file, f->name, sc.writes);
-    TSNode w = sc.write, lhs = rb_field(w, "left"), rhs = rb_field(w, "right");
+    TSNode w = sc.write, lhs = rt_field(w, "left"), rhs = rt_field(w, "right");
     kl_span wsp = kl_node_span(w);
-    if (!rb_text_is(ctx, rb_field(w, "operator"), "=") || !rb_is(ts_node_parent(w), "expression_statement"))
+    if (!rt_text_is(ctx, rt_field(w, "operator"), "=") || !rt_is(ts_node_parent(w), "expression_statement"))
         return kl_rule_not_applicable(err, "%s:%u: the write is not a plain `dst[i] = value;` statement", file, wsp.line);
-    TSNode base = rb_field(lhs, "argument");
+    TSNode base = rt_field(lhs, "argument");
     char elem[128] = "";
-    char *bname = rb_is(lhs, "subscript_expression") && rb_is(base, "identifier") ? rb_text(ctx, base) : NULL;
-    bool param = bname && rb_pointer_param(ctx, f, bname, elem, sizeof elem) && elem[0];
+    char *bname = rt_is(lhs, "subscript_expression") && rt_is(base, "identifier") ? rt_text(ctx, base) : NULL;
+    bool param = bname && rt_pointer_param(ctx, f, bname, elem, sizeof elem) && elem[0];
     free(bname);
     if (!param)
         return kl_rule_not_applicable(err, "%s:%u: the write is not a subscript of a pointer parameter", file, wsp.line);
@@ -665,12 +665,12 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
         if (is_loop(a))
             return kl_rule_not_applicable(err, "%s:%u: the write is inside a loop: a thread writes more than the one element "
                                           "the tile holds for it", file, wsp.line);
-    rb_affine *af = rb_affine_new(ctx, f);
+    rt_affine *af = rt_affine_new(ctx, f);
     if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-    rb_poly p;
-    rb_affine_eval(af, kl_ast_subscript_index(lhs), &p);
-    int sx = rb_poly_stride(&p, RB_TX, NULL), sy = rb_poly_stride(&p, RB_TY, NULL);
-    rb_affine_free(af);
+    rt_poly p;
+    rt_affine_eval(af, kl_ast_subscript_index(lhs), &p);
+    int sx = rt_poly_stride(&p, RB_TX, NULL), sy = rt_poly_stride(&p, RB_TY, NULL);
+    rt_affine_free(af);
     if (sy != 1 || sx == 1)
         return kl_rule_not_applicable(err, "%s:%u: the write is not contiguous along threadIdx.y (and strided along .x)",
                                       file, wsp.line);
@@ -683,27 +683,27 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
     if (edge % rpt || edge / rpt < 1)
         return kl_rule_not_applicable(err, "%s: the %lld x %lld tile has no %lld equal parts of rows", file, edge, edge,
                                       (long long)rpt);
-    if (rpt > 1 && rb_count_ident(ctx, f->body, "blockDim"))
+    if (rpt > 1 && rt_count_ident(ctx, f->body, "blockDim"))
         return kl_rule_not_applicable(err,
                                       "%s: kernel '%s' reads blockDim, which a block of %lld x %lld would change "
                                       "(rows_per_thread=1 keeps the block)",
                                       file, f->name, edge, edge / rpt);
-    const char *tile = rb_count_ident(ctx, f->def, "tile") ? "coalesce_tile" : "tile";
-    if (rb_count_ident(ctx, f->def, tile))
+    const char *tile = rt_count_ident(ctx, f->def, "tile") ? "coalesce_tile" : "tile";
+    if (rt_count_ident(ctx, f->def, tile))
         return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'tile' and 'coalesce_tile'", file, f->name);
     char ty[32] = "", part[32] = "";
-    rb_fresh_name(ctx, f->def, "ty", ty, sizeof ty);
-    rb_fresh_name(ctx, f->def, "part", part, sizeof part);
+    rt_fresh_name(ctx, f->def, "ty", ty, sizeof ty);
+    rt_fresh_name(ctx, f->def, "part", part, sizeof part);
     /* the body between its braces, which must sit on lines of their own */
     uint32_t bs = ts_node_start_byte(f->body), be = ts_node_end_byte(f->body);
-    uint32_t a = rb_line_end(ctx, bs), b = rb_line_start(ctx, be - 1);
-    bool braces_ok = a <= b && rb_line_blank_before(ctx, be - 1);
+    uint32_t a = rt_line_end(ctx, bs), b = rt_line_start(ctx, be - 1);
+    bool braces_ok = a <= b && rt_line_blank_before(ctx, be - 1);
     for (uint32_t i = bs + 1; braces_ok && i + 1 < a; i++)
         if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r') braces_ok = false;
     if (!braces_ok || !ts_node_named_child_count(f->body))
         return kl_rule_not_applicable(err, "%s: kernel '%s': expected its body's braces on lines of their own", file, f->name);
     char ind[64] = "    ";
-    rb_indent_of(ctx, ts_node_start_byte(ts_node_named_child(f->body, 0)), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(ts_node_named_child(f->body, 0)), ind, sizeof ind);
     /* phase 1: the write goes into the tile; phase 2: the roles exchanged, the value from the tile.
      * With several rows per thread, the thread's row of the tile (threadIdx.y, after the
      * exchange) is `ty`, one of its rows per pass of a loop. */
@@ -716,13 +716,13 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rb_func *fs, unsigne
     se_add(&e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), load);
     if (rpt > 1) {
         tswap t1 = {ctx, &e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), false, ty};
-        rb_walk(f->body, tswap_visit, &t1);
+        rt_walk(f->body, tswap_visit, &t1);
     }
     tswap t2 = {ctx, &e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), true, rpt > 1 ? ty : NULL};
-    rb_walk(f->body, tswap_visit, &t2);
+    rt_walk(f->body, tswap_visit, &t2);
     int depth = rpt > 1 ? (sc.has_return ? 8 : 4) : 4;
     char *p1 = se_splice(ctx, a, b, &e1), *p2 = se_splice(ctx, a, b, &e2);
-    char *r1 = p1 ? rb_reindent(p1, strlen(p1), depth) : NULL, *r2 = p2 ? rb_reindent(p2, strlen(p2), depth) : NULL;
+    char *r1 = p1 ? rt_reindent(p1, strlen(p1), depth) : NULL, *r2 = p2 ? rt_reindent(p2, strlen(p2), depth) : NULL;
     kl_strbuf sb = KL_STRBUF_INIT;
     const char *open = sc.has_return ? "[&]() {" : "{", *close = sc.has_return ? "}();" : "}";
     if (r1 && r2 && rpt == 1) {
@@ -768,17 +768,17 @@ typedef struct staged_form {
 
 static bool is_atom(const kl_rule_ctx *ctx, TSNode n)
 {
-    return rb_is(n, "identifier") || is_thread_letter(ctx, n, 'x') || is_thread_letter(ctx, n, 'y');
+    return rt_is(n, "identifier") || is_thread_letter(ctx, n, 'x') || is_thread_letter(ctx, n, 'y');
 }
 
 /* The outer T[a][b] of a use of identifier T, or a null node. */
 static TSNode tile_access(TSNode use)
 {
     TSNode in = ts_node_parent(use);
-    if (!rb_is(in, "subscript_expression") || !ts_node_eq(rb_field(in, "argument"), use)) return (TSNode){0};
+    if (!rt_is(in, "subscript_expression") || !ts_node_eq(rt_field(in, "argument"), use)) return (TSNode){0};
     TSNode out = ts_node_parent(in);
-    if (!rb_is(out, "subscript_expression") || !ts_node_eq(rb_field(out, "argument"), in)) return (TSNode){0};
-    if (rb_is(ts_node_parent(out), "subscript_expression")) return (TSNode){0}; /* 3-D */
+    if (!rt_is(out, "subscript_expression") || !ts_node_eq(rt_field(out, "argument"), in)) return (TSNode){0};
+    if (rt_is(ts_node_parent(out), "subscript_expression")) return (TSNode){0}; /* 3-D */
     return out;
 }
 
@@ -796,7 +796,7 @@ static bool uses_visit(TSNode n, void *user)
 {
     uses *u = user;
     if (ts_node_eq(n, u->skip)) return false;
-    if (rb_is(n, "identifier") && rb_text_is(u->ctx, n, u->name)) {
+    if (rt_is(n, "identifier") && rt_text_is(u->ctx, n, u->name)) {
         if (u->n < 8) u->items[u->n] = n;
         u->n++;
     }
@@ -814,12 +814,12 @@ static bool after_visit(TSNode n, void *user)
 {
     after_scan *s = user;
     if (!ts_node_is_null(s->bad)) return false;
-    if (rb_is(n, "assignment_expression") && !ts_node_eq(n, s->write) && !rb_is(rb_field(n, "left"), "identifier"))
+    if (rt_is(n, "assignment_expression") && !ts_node_eq(n, s->write) && !rt_is(rt_field(n, "left"), "identifier"))
         s->bad = n;
-    else if (rb_is(n, "update_expression") && !rb_is(rb_field(n, "argument"), "identifier")) s->bad = n;
-    else if (rb_is(n, "call_expression")) {
-        TSNode fn = rb_field(n, "function");
-        char *name = rb_is(fn, "identifier") ? rb_text(s->ctx, fn) : NULL;
+    else if (rt_is(n, "update_expression") && !rt_is(rt_field(n, "argument"), "identifier")) s->bad = n;
+    else if (rt_is(n, "call_expression")) {
+        TSNode fn = rt_field(n, "function");
+        char *name = rt_is(fn, "identifier") ? rt_text(s->ctx, fn) : NULL;
         if (name && (!strncmp(name, "atomic", 6) || !strncmp(name, "__sync", 6))) s->bad = n;
         free(name);
     }
@@ -828,34 +828,34 @@ static bool after_visit(TSNode n, void *user)
 
 /* 1: f holds the staged form; 0: it holds none (no top-level barrier after a 2-D __shared__
  * tile); -1: it looks staged but cannot be undone here (why says why). */
-static int find_staged(const kl_rule_ctx *ctx, const rb_func *f, staged_form *sf, char *why, size_t size)
+static int find_staged(const kl_rule_ctx *ctx, const rt_func *f, staged_form *sf, char *why, size_t size)
 {
     memset(sf, 0, sizeof *sf);
     uint32_t c = ts_node_named_child_count(f->body);
     unsigned barriers = 0;
     for (uint32_t i = 0; i < c; i++) {
         TSNode s = ts_node_named_child(f->body, i);
-        if (rb_is_syncthreads(ctx, s)) {
+        if (rt_is_syncthreads(ctx, s)) {
             if (!barriers++) sf->barrier = s;
             continue;
         }
-        if (barriers || !rb_is(s, "declaration")) continue;
+        if (barriers || !rt_is(s, "declaration")) continue;
         bool shared = false;
         uint32_t k = ts_node_child_count(s);
         for (uint32_t j = 0; j < k; j++) {
             TSNode q = ts_node_child(s, j);
-            if (rb_is(q, "type_qualifier") && rb_text_is(ctx, q, "__shared__")) shared = true;
+            if (rt_is(q, "type_qualifier") && rt_text_is(ctx, q, "__shared__")) shared = true;
         }
-        TSNode d = rb_field(s, "declarator");
-        if (!shared || !rb_is(d, "array_declarator") || !rb_is(rb_field(d, "declarator"), "array_declarator") ||
-            !rb_is(rb_field(rb_field(d, "declarator"), "declarator"), "identifier"))
+        TSNode d = rt_field(s, "declarator");
+        if (!shared || !rt_is(d, "array_declarator") || !rt_is(rt_field(d, "declarator"), "array_declarator") ||
+            !rt_is(rt_field(rt_field(d, "declarator"), "declarator"), "identifier"))
             continue;
         if (!ts_node_is_null(sf->decl)) {
             kl_snprintf(why, size, "more than one 2-D __shared__ array before the barrier");
             return -1;
         }
         sf->decl = s;
-        char *name = rb_text(ctx, rb_declarator_name(d));
+        char *name = rt_text(ctx, rt_declarator_name(d));
         kl_snprintf(sf->tile, sizeof sf->tile, "%s", name ? name : "");
         free(name);
     }
@@ -865,18 +865,18 @@ static int find_staged(const kl_rule_ctx *ctx, const rb_func *f, staged_form *sf
         return -1;
     }
     uses u = {.ctx = ctx, .name = sf->tile, .skip = sf->decl};
-    rb_walk(f->body, uses_visit, &u);
+    rt_walk(f->body, uses_visit, &u);
     uint32_t bar = ts_node_start_byte(sf->barrier);
     TSNode load = {0};
     for (unsigned i = 0; i < u.n && i < 8; i++) {
         TSNode acc = tile_access(u.items[i]);
         TSNode par = ts_node_is_null(acc) ? acc : ts_node_parent(acc);
-        bool asg = rb_is(par, "assignment_expression") && rb_text_is(ctx, rb_field(par, "operator"), "=") &&
-                   rb_is(ts_node_parent(par), "expression_statement");
-        if (asg && ts_node_eq(rb_field(par, "left"), acc) && ts_node_start_byte(acc) < bar && ts_node_is_null(sf->store))
+        bool asg = rt_is(par, "assignment_expression") && rt_text_is(ctx, rt_field(par, "operator"), "=") &&
+                   rt_is(ts_node_parent(par), "expression_statement");
+        if (asg && ts_node_eq(rt_field(par, "left"), acc) && ts_node_start_byte(acc) < bar && ts_node_is_null(sf->store))
             sf->store = acc;
-        else if (asg && ts_node_eq(rb_field(par, "right"), acc) && ts_node_start_byte(acc) > bar &&
-                 ts_node_is_null(sf->write) && rb_is(rb_field(par, "left"), "subscript_expression")) {
+        else if (asg && ts_node_eq(rt_field(par, "right"), acc) && ts_node_start_byte(acc) > bar &&
+                 ts_node_is_null(sf->write) && rt_is(rt_field(par, "left"), "subscript_expression")) {
             sf->write = par;
             load = acc;
         } else {
@@ -892,11 +892,11 @@ static int find_staged(const kl_rule_ctx *ctx, const rb_func *f, staged_form *sf
         kl_snprintf(why, size, "'%s' is not stored once before the barrier and written out once after it", sf->tile);
         return -1;
     }
-    sf->i1 = sub_index(rb_field(sf->store, "argument"));
+    sf->i1 = sub_index(rt_field(sf->store, "argument"));
     sf->j1 = sub_index(sf->store);
-    sf->i2 = sub_index(rb_field(load, "argument"));
+    sf->i2 = sub_index(rt_field(load, "argument"));
     sf->j2 = sub_index(load);
-    char *t[4] = {rb_text(ctx, sf->i1), rb_text(ctx, sf->j1), rb_text(ctx, sf->i2), rb_text(ctx, sf->j2)};
+    char *t[4] = {rt_text(ctx, sf->i1), rt_text(ctx, sf->j1), rt_text(ctx, sf->i2), rt_text(ctx, sf->j2)};
     bool ok = t[0] && t[1] && t[2] && t[3] && strcmp(t[0], t[1]) && strcmp(t[2], t[3]) && is_atom(ctx, sf->i1) &&
               is_atom(ctx, sf->j1) && is_atom(ctx, sf->i2) && is_atom(ctx, sf->j2);
     for (int i = 0; i < 4; i++) free(t[i]);
@@ -907,7 +907,7 @@ static int find_staged(const kl_rule_ctx *ctx, const rb_func *f, staged_form *sf
     after_scan as = {.ctx = ctx, .write = sf->write};
     for (uint32_t i = 0; i < c; i++) {
         TSNode s = ts_node_named_child(f->body, i);
-        if (ts_node_start_byte(s) > bar) rb_walk(s, after_visit, &as);
+        if (ts_node_start_byte(s) > bar) rt_walk(s, after_visit, &as);
     }
     if (!ts_node_is_null(as.bad)) {
         kl_span sp = kl_node_span(as.bad);
@@ -931,16 +931,16 @@ static bool assign_visit(TSNode n, void *user)
 {
     assign_count *a = user;
     TSNode t = {0};
-    if (rb_is(n, "assignment_expression")) t = rb_field(n, "left");
-    else if (rb_is(n, "update_expression")) t = rb_field(n, "argument");
-    if (rb_is(t, "identifier") && rb_text_is(a->ctx, t, a->name)) a->n++;
+    if (rt_is(n, "assignment_expression")) t = rt_field(n, "left");
+    else if (rt_is(n, "update_expression")) t = rt_field(n, "argument");
+    if (rt_is(t, "identifier") && rt_text_is(a->ctx, t, a->name)) a->n++;
     return true;
 }
 
 static unsigned assigned_count(const kl_rule_ctx *ctx, TSNode body, const char *name)
 {
     assign_count a = {ctx, name, 0};
-    rb_walk(body, assign_visit, &a);
+    rt_walk(body, assign_visit, &a);
     return a.n;
 }
 
@@ -950,12 +950,12 @@ static bool decl_declares(const kl_rule_ctx *ctx, TSNode decl, const char *name,
     uint32_t k = ts_node_named_child_count(decl);
     for (uint32_t i = 0; i < k; i++) {
         TSNode d = ts_node_named_child(decl, i);
-        if (!rb_is(d, "init_declarator") && !rb_is(d, "identifier") && !rb_is(d, "pointer_declarator") &&
-            !rb_is(d, "array_declarator"))
+        if (!rt_is(d, "init_declarator") && !rt_is(d, "identifier") && !rt_is(d, "pointer_declarator") &&
+            !rt_is(d, "array_declarator"))
             continue;
-        TSNode id = rb_declarator_name(d);
-        if (ts_node_is_null(id) || !rb_text_is(ctx, id, name)) continue;
-        *value = rb_is(d, "init_declarator") ? rb_field(d, "value") : (TSNode){0};
+        TSNode id = rt_declarator_name(d);
+        if (ts_node_is_null(id) || !rt_text_is(ctx, id, name)) continue;
+        *value = rt_is(d, "init_declarator") ? rt_field(d, "value") : (TSNode){0};
         return true;
     }
     return false;
@@ -968,7 +968,7 @@ static nm_kind lookup(const kl_rule_ctx *ctx, TSNode body, TSNode at, const char
 {
     TSNode child = at;
     for (TSNode a = ts_node_parent(at); !ts_node_is_null(a); child = a, a = ts_node_parent(a)) {
-        if (rb_is(a, "compound_statement")) {
+        if (rt_is(a, "compound_statement")) {
             TSNode v = {0};
             bool any = false;
             uint32_t k = ts_node_named_child_count(a);
@@ -976,21 +976,21 @@ static nm_kind lookup(const kl_rule_ctx *ctx, TSNode body, TSNode at, const char
                 TSNode s = ts_node_named_child(a, i);
                 if (ts_node_start_byte(s) >= ts_node_start_byte(child)) break;
                 TSNode val = {0};
-                if (rb_is(s, "declaration") && decl_declares(ctx, s, name, &val)) {
+                if (rt_is(s, "declaration") && decl_declares(ctx, s, name, &val)) {
                     v = val;
                     any = true;
                 }
             }
             if (any) {
-                if (ts_node_is_null(v) || rb_is(v, "initializer_list") || rb_is(v, "argument_list") ||
+                if (ts_node_is_null(v) || rt_is(v, "initializer_list") || rt_is(v, "argument_list") ||
                     assigned_count(ctx, body, name))
                     return NM_VARYING;
                 *value = v;
                 return NM_LOCAL;
             }
-        } else if (rb_is(a, "for_statement")) {
-            TSNode init = rb_field(a, "initializer"), val;
-            if (rb_is(init, "declaration") && !ts_node_eq(child, init) && decl_declares(ctx, init, name, &val))
+        } else if (rt_is(a, "for_statement")) {
+            TSNode init = rt_field(a, "initializer"), val;
+            if (rt_is(init, "declaration") && !ts_node_eq(child, init) && decl_declares(ctx, init, name, &val))
                 return NM_VARYING;
         }
         if (ts_node_eq(a, body)) break;
@@ -1012,7 +1012,7 @@ typedef struct xlate {
 
 static bool atom_is(const kl_rule_ctx *ctx, TSNode n, TSNode atom)
 {
-    char *a = rb_text(ctx, n), *b = rb_text(ctx, atom);
+    char *a = rt_text(ctx, n), *b = rt_text(ctx, atom);
     bool eq = a && b && !strcmp(a, b);
     free(a);
     free(b);
@@ -1023,12 +1023,12 @@ static bool atom_is(const kl_rule_ctx *ctx, TSNode n, TSNode atom)
 static bool depends(xlate *x, TSNode n, const TSNode *atoms, int depth)
 {
     if (depth > 32) return true;
-    if ((rb_is(n, "identifier") || rb_is(n, "field_expression")) &&
+    if ((rt_is(n, "identifier") || rt_is(n, "field_expression")) &&
         (atom_is(x->ctx, n, atoms[0]) || atom_is(x->ctx, n, atoms[1])))
         return true;
     if (is_thread_letter(x->ctx, n, 'x') || is_thread_letter(x->ctx, n, 'y')) return true;
-    if (rb_is(n, "identifier")) {
-        char *name = rb_text(x->ctx, n);
+    if (rt_is(n, "identifier")) {
+        char *name = rt_text(x->ctx, n);
         TSNode v = {0};
         nm_kind k = name ? lookup(x->ctx, x->body, n, name, &v) : NM_VARYING;
         free(name);
@@ -1056,18 +1056,18 @@ static void match_local(xlate *x, const char *want, char *name, size_t size, boo
     *found = false;
     TSNode child = x->store;
     for (TSNode a = ts_node_parent(x->store); !ts_node_is_null(a) && !*found; child = a, a = ts_node_parent(a)) {
-        if (rb_is(a, "compound_statement")) {
+        if (rt_is(a, "compound_statement")) {
             uint32_t k = ts_node_named_child_count(a);
             for (uint32_t i = 0; i < k && !*found; i++) {
                 TSNode s = ts_node_named_child(a, i);
                 if (ts_node_start_byte(s) >= ts_node_start_byte(child)) break;
-                if (!rb_is(s, "declaration")) continue;
+                if (!rt_is(s, "declaration")) continue;
                 uint32_t m = ts_node_named_child_count(s);
                 for (uint32_t j = 0; j < m && !*found; j++) {
                     TSNode d = ts_node_named_child(s, j);
-                    if (!rb_is(d, "init_declarator")) continue;
-                    TSNode id = rb_declarator_name(d), v = rb_field(d, "value");
-                    char *nm = rb_text(x->ctx, id);
+                    if (!rt_is(d, "init_declarator")) continue;
+                    TSNode id = rt_declarator_name(d), v = rt_field(d, "value");
+                    char *nm = rt_text(x->ctx, id);
                     TSNode v2 = {0};
                     if (nm && lookup(x->ctx, x->body, x->store, nm, &v2) == NM_LOCAL && ts_node_eq(v2, v)) {
                         kl_strbuf e = KL_STRBUF_INIT;
@@ -1101,10 +1101,10 @@ static void emit(xlate *x, TSNode n, kl_strbuf *sb, bool subst, bool match, int 
         return;
     }
     const TSNode *atoms = subst ? x->from_atoms : x->to_atoms;
-    if (rb_is(n, "identifier") || rb_is(n, "field_expression")) {
+    if (rt_is(n, "identifier") || rt_is(n, "field_expression")) {
         for (int k = 0; k < 2; k++)
             if (atom_is(x->ctx, n, atoms[k])) {
-                char *t = rb_text(x->ctx, subst ? x->to_atoms[k] : n);
+                char *t = rt_text(x->ctx, subst ? x->to_atoms[k] : n);
                 if (t) kl_strbuf_adds(sb, t);
                 free(t);
                 return;
@@ -1117,8 +1117,8 @@ static void emit(xlate *x, TSNode n, kl_strbuf *sb, bool subst, bool match, int 
                     sp.line);
         return;
     }
-    if (rb_is(n, "identifier")) {
-        char *name = rb_text(x->ctx, n);
+    if (rt_is(n, "identifier")) {
+        char *name = rt_text(x->ctx, n);
         if (!name) {
             x->failed = true;
             return;
@@ -1168,25 +1168,25 @@ static void emit(xlate *x, TSNode n, kl_strbuf *sb, bool subst, bool match, int 
 /* The range deleting a top-level statement with the comment lines right above it. */
 static void stmt_with_comments(const kl_rule_ctx *ctx, TSNode s, uint32_t *a, uint32_t *b)
 {
-    rb_stmt_range(ctx, s, NULL, a, b);
+    rt_stmt_range(ctx, s, NULL, a, b);
     /* a comment after it on its line goes with it */
     TSNode next = ts_node_next_named_sibling(s);
-    if (rb_is(next, "comment") && ts_node_start_point(next).row == ts_node_end_point(s).row &&
-        rb_line_blank_before(ctx, ts_node_start_byte(s))) {
-        uint32_t e = rb_line_end(ctx, ts_node_end_byte(next) - 1);
+    if (rt_is(next, "comment") && ts_node_start_point(next).row == ts_node_end_point(s).row &&
+        rt_line_blank_before(ctx, ts_node_start_byte(s))) {
+        uint32_t e = rt_line_end(ctx, ts_node_end_byte(next) - 1);
         bool alone = true;
         for (uint32_t i = ts_node_end_byte(next); i < e; i++)
             if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
         if (alone) {
-            *a = rb_line_start(ctx, ts_node_start_byte(s));
+            *a = rt_line_start(ctx, ts_node_start_byte(s));
             *b = e;
         }
     }
-    if (*a != rb_line_start(ctx, ts_node_start_byte(s))) return;
-    for (TSNode p = ts_node_prev_named_sibling(s); rb_is(p, "comment"); p = ts_node_prev_named_sibling(p)) {
+    if (*a != rt_line_start(ctx, ts_node_start_byte(s))) return;
+    for (TSNode p = ts_node_prev_named_sibling(s); rt_is(p, "comment"); p = ts_node_prev_named_sibling(p)) {
         uint32_t pa = ts_node_start_byte(p);
-        if (!rb_line_blank_before(ctx, pa) || rb_line_end(ctx, ts_node_end_byte(p) - 1) != *a) break;
-        *a = rb_line_start(ctx, pa);
+        if (!rt_line_blank_before(ctx, pa) || rt_line_end(ctx, ts_node_end_byte(p) - 1) != *a) break;
+        *a = rt_line_start(ctx, pa);
     }
 }
 
@@ -1194,23 +1194,23 @@ static void stmt_with_comments(const kl_rule_ctx *ctx, TSNode s, uint32_t *a, ui
 static TSNode wrapper_block(const kl_rule_ctx *ctx, TSNode s)
 {
     (void)ctx;
-    if (rb_is(s, "compound_statement")) return s;
-    if (!rb_is(s, "expression_statement")) return (TSNode){0};
+    if (rt_is(s, "compound_statement")) return s;
+    if (!rt_is(s, "expression_statement")) return (TSNode){0};
     TSNode call = ts_node_named_child(s, 0);
-    if (!rb_is(call, "call_expression") || ts_node_named_child_count(rb_field(call, "arguments"))) return (TSNode){0};
-    TSNode lam = rb_field(call, "function");
-    if (!rb_is(lam, "lambda_expression")) return (TSNode){0};
-    return rb_field(lam, "body");
+    if (!rt_is(call, "call_expression") || ts_node_named_child_count(rt_field(call, "arguments"))) return (TSNode){0};
+    TSNode lam = rt_field(call, "function");
+    if (!rt_is(lam, "lambda_expression")) return (TSNode){0};
+    return rt_field(lam, "body");
 }
 
-static kl_status remove_staged(const kl_rule_ctx *ctx, const rb_func *f, const staged_form *sf, kl_edits *out,
+static kl_status remove_staged(const kl_rule_ctx *ctx, const rt_func *f, const staged_form *sf, kl_edits *out,
                                kl_error *err)
 {
     const char *file = kl_source_name(ctx->src);
     xlate x = {.ctx = ctx, .body = f->body, .from_atoms = {sf->i2, sf->j2}, .to_atoms = {sf->i1, sf->j1},
                .store = sf->store};
     kl_strbuf dst = KL_STRBUF_INIT;
-    emit(&x, rb_field(sf->write, "left"), &dst, true, true, 0);
+    emit(&x, rt_field(sf->write, "left"), &dst, true, true, 0);
     if (x.failed || dst.failed) {
         kl_status st = dst.failed ? KL_ERR_NOMEM : KL_ERR_NOT_APPLICABLE;
         kl_strbuf_release(&dst);
@@ -1220,8 +1220,8 @@ static kl_status remove_staged(const kl_rule_ctx *ctx, const rb_func *f, const s
     }
     kl_status st = KL_OK;
     uint32_t be = ts_node_end_byte(f->body);
-    uint32_t da, db, ba = rb_line_start(ctx, ts_node_start_byte(sf->barrier)), bb = rb_line_start(ctx, be - 1);
-    if (!rb_line_blank_before(ctx, be - 1)) bb = be - 1;
+    uint32_t da, db, ba = rt_line_start(ctx, ts_node_start_byte(sf->barrier)), bb = rt_line_start(ctx, be - 1);
+    if (!rt_line_blank_before(ctx, be - 1)) bb = be - 1;
     stmt_with_comments(ctx, sf->decl, &da, &db);
     /* the statements before the barrier: one block or lambda (this rule's form) is unwrapped */
     TSNode only = {0};
@@ -1230,7 +1230,7 @@ static kl_status remove_staged(const kl_rule_ctx *ctx, const rb_func *f, const s
     for (uint32_t i = 0; i < c; i++) {
         TSNode s = ts_node_named_child(f->body, i);
         if (ts_node_start_byte(s) >= ts_node_start_byte(sf->barrier)) break;
-        if (ts_node_eq(s, sf->decl) || rb_is(s, "comment")) continue;
+        if (ts_node_eq(s, sf->decl) || rt_is(s, "comment")) continue;
         stmts++;
         only = s;
     }
@@ -1238,11 +1238,11 @@ static kl_status remove_staged(const kl_rule_ctx *ctx, const rb_func *f, const s
     char *unwrapped = NULL;
     uint32_t ua = 0, ub = 0;
     if (!ts_node_is_null(blk) && ts_node_start_byte(sf->store) > ts_node_start_byte(blk) &&
-        ts_node_end_byte(sf->store) < ts_node_end_byte(blk) && rb_line_blank_before(ctx, ts_node_start_byte(only)) &&
-        rb_line_blank_before(ctx, ts_node_end_byte(blk) - 1)) {
-        uint32_t ia = rb_line_end(ctx, ts_node_start_byte(blk)), ib = rb_line_start(ctx, ts_node_end_byte(blk) - 1);
-        ua = rb_line_start(ctx, ts_node_start_byte(only));
-        ub = rb_line_end(ctx, ts_node_end_byte(only) - 1);
+        ts_node_end_byte(sf->store) < ts_node_end_byte(blk) && rt_line_blank_before(ctx, ts_node_start_byte(only)) &&
+        rt_line_blank_before(ctx, ts_node_end_byte(blk) - 1)) {
+        uint32_t ia = rt_line_end(ctx, ts_node_start_byte(blk)), ib = rt_line_start(ctx, ts_node_end_byte(blk) - 1);
+        ua = rt_line_start(ctx, ts_node_start_byte(only));
+        ub = rt_line_end(ctx, ts_node_end_byte(only) - 1);
         bool alone = ia <= ib && ub <= ba;
         for (uint32_t i = ts_node_end_byte(only); alone && i < ub; i++)
             if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
@@ -1253,7 +1253,7 @@ static kl_status remove_staged(const kl_rule_ctx *ctx, const rb_func *f, const s
             se_add(&e, ts_node_start_byte(sf->store), ts_node_end_byte(sf->store), kl_strbuf_str(&dst));
             char *inner = se_splice(ctx, ia, ib, &e);
             se_release(&e);
-            unwrapped = inner ? rb_reindent(inner, strlen(inner), -4) : NULL;
+            unwrapped = inner ? rt_reindent(inner, strlen(inner), -4) : NULL;
             free(inner);
         }
     }
@@ -1267,9 +1267,9 @@ static kl_status remove_staged(const kl_rule_ctx *ctx, const rb_func *f, const s
     for (uint32_t i = 0; i < c && st == KL_OK; i++) {
         TSNode n = ts_node_named_child(f->body, i);
         if (ts_node_start_byte(n) >= ba) break;
-        if (!rb_is(n, "comment") || !rb_has_marker(ctx, ts_node_start_byte(n), ts_node_end_byte(n), "coalesce:")) continue;
+        if (!rt_is(n, "comment") || !rt_has_marker(ctx, ts_node_start_byte(n), ts_node_end_byte(n), "coalesce:")) continue;
         uint32_t a, b;
-        rb_stmt_range(ctx, n, NULL, &a, &b);
+        rt_stmt_range(ctx, n, NULL, &a, &b);
         if (a >= da && b <= db) continue;
         if (ua < ub && a >= ua && b <= ub) continue;
         st = kl_edits_add(out, a, b, "");
@@ -1287,9 +1287,9 @@ static bool uses_letter(const kl_rule_ctx *ctx, TSNode body, const char *b, char
     while (more && !yes) {
         TSNode n = ts_tree_cursor_current_node(&cur);
         TSNode l = builtin_letter(ctx, n);
-        if (!ts_node_is_null(l) && rb_text_is(ctx, rb_field(n, "argument"), b)) {
+        if (!ts_node_is_null(l) && rt_text_is(ctx, rt_field(n, "argument"), b)) {
             char s1[2] = {c, 0};
-            yes = rb_text_is(ctx, l, s1);
+            yes = rt_text_is(ctx, l, s1);
         }
         if (ts_tree_cursor_goto_first_child(&cur)) continue;
         while (!ts_tree_cursor_goto_next_sibling(&cur))
@@ -1302,25 +1302,25 @@ static bool uses_letter(const kl_rule_ctx *ctx, TSNode body, const char *b, char
     return yes;
 }
 
-static bool has_marker(const kl_rule_ctx *ctx, const rb_func *f)
+static bool has_marker(const kl_rule_ctx *ctx, const rt_func *f)
 {
-    return rb_has_marker(ctx, ts_node_start_byte(f->body), ts_node_end_byte(f->body), "coalesce:");
+    return rt_has_marker(ctx, ts_node_start_byte(f->body), ts_node_end_byte(f->body), "coalesce:");
 }
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     kl_status st = KL_OK;
     for (unsigned i = 0; i < nf; i++) {
-        const rb_func *f = &fs[i];
+        const rt_func *f = &fs[i];
         if (!f->global) continue;
         if (!uses_letter(ctx, f->body, "threadIdx", 'x') || !uses_letter(ctx, f->body, "threadIdx", 'y')) continue;
-        rb_affine *af = rb_affine_new(ctx, f);
+        rt_affine *af = rt_affine_new(ctx, f);
         if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         tally t = {.ctx = ctx, .f = f, .af = af};
-        rb_walk(f->body, tally_visit, &t);
-        rb_affine_free(af);
+        rt_walk(f->body, tally_visit, &t);
+        rt_affine_free(af);
         kl_span sp = kl_node_span(f->def);
         char id[200];
         kl_snprintf(id, sizeof id, "%s:%u", f->name, sp.line);
@@ -1362,10 +1362,10 @@ cleanup:
     return st;
 }
 
-static kl_status swap_kernel(const kl_rule_ctx *ctx, const rb_func *f, kl_edits *out, kl_error *err)
+static kl_status swap_kernel(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
 {
     swap_collect s = {.ctx = ctx, .out = out, .st = KL_OK};
-    rb_walk(f->body, swap_visit, &s);
+    rt_walk(f->body, swap_visit, &s);
     if (s.st != KL_OK) return kl_error_set(err, s.st, "out of memory");
     return KL_OK;
 }
@@ -1373,9 +1373,9 @@ static kl_status swap_kernel(const kl_rule_ctx *ctx, const rb_func *f, kl_edits 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                        kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *f = rb_function_named(fs, nf, site->kernel);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = rt_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     json_t *ns = site->features ? json_object_get(site->features, "needs_staging") : NULL;
     if (ns && json_is_true(ns)) return apply_staged(ctx, fs, nf, f, params, out, err);
@@ -1386,9 +1386,9 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     /* the marker, first in the body */
     TSNode first = ts_node_named_child(f->body, 0);
     char ind[64] = "    ";
-    if (!ts_node_is_null(first)) rb_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
-    uint32_t at = rb_line_end(ctx, ts_node_start_byte(f->body));
-    if (!rb_line_blank_before(ctx, ts_node_end_byte(f->body) - 1) || at > ts_node_end_byte(f->body))
+    if (!ts_node_is_null(first)) rt_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
+    uint32_t at = rt_line_end(ctx, ts_node_start_byte(f->body));
+    if (!rt_line_blank_before(ctx, ts_node_end_byte(f->body) - 1) || at > ts_node_end_byte(f->body))
         return kl_rule_not_applicable(err, "%s: kernel '%s': expected its body's braces on lines of their own",
                             kl_source_name(ctx->src), f->name);
     if ((st = kl_edits_addf(out, at, at, "%s%s\n", ind, MARKER)) != KL_OK) return kl_error_set(err, st, "out of memory");
@@ -1397,9 +1397,9 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *f = rb_function_named(fs, nf, site->kernel);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = rt_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     staged_form sf;
     char why[300] = "";
@@ -1419,10 +1419,10 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     uint32_t c = ts_node_named_child_count(f->body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode n = ts_node_named_child(f->body, i);
-        if (!rb_is(n, "comment") || !rb_has_marker(ctx, ts_node_start_byte(n), ts_node_end_byte(n), "coalesce:"))
+        if (!rt_is(n, "comment") || !rt_has_marker(ctx, ts_node_start_byte(n), ts_node_end_byte(n), "coalesce:"))
             continue;
         uint32_t a, b;
-        rb_stmt_range(ctx, n, NULL, &a, &b);
+        rt_stmt_range(ctx, n, NULL, &a, &b);
         if ((st = kl_edits_add(out, a, b, "")) != KL_OK) return kl_error_set(err, st, "out of memory");
     }
     return KL_OK;

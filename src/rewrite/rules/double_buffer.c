@@ -61,7 +61,7 @@ typedef struct db_load {
 
 typedef struct db {
     const kl_rule_ctx *ctx;
-    rb_func f;
+    rt_func f;
     TSNode loop, body, cond, sync1, sync2;
     TSNode st[MAXSTMT];
     unsigned n, isync1;
@@ -81,11 +81,11 @@ static void shared_arrays(const kl_rule_ctx *ctx, TSNode body, db_array *arrs, u
     for (unsigned i = 0; i < k && i < MAXSTMT && *n < 8; i++) {
         if (!tt_is_shared_decl(ctx, st[i])) continue;
         TSNode d = tt_field(st[i], "declarator");
-        if (!rb_is(d, "array_declarator")) continue;
+        if (!rt_is(d, "array_declarator")) continue;
         TSNode first = d;
-        while (rb_is(tt_field(first, "declarator"), "array_declarator")) first = tt_field(first, "declarator");
+        while (rt_is(tt_field(first, "declarator"), "array_declarator")) first = tt_field(first, "declarator");
         TSNode id = tt_field(first, "declarator");
-        if (!rb_is(id, "identifier")) continue;
+        if (!rt_is(id, "identifier")) continue;
         db_array *a = &arrs[(*n)++];
         a->decl = st[i];
         a->ident = id;
@@ -106,21 +106,21 @@ static int array_index(const db *d, const char *name)
 static bool const_loop(const kl_rule_ctx *ctx, TSNode scope, TSNode f, char *var, size_t size, long long *trip,
                        TSNode *body)
 {
-    if (!rb_is(f, "for_statement")) return false;
+    if (!rt_is(f, "for_statement")) return false;
     TSNode init = tt_field(f, "initializer"), cond = tt_field(f, "condition"), upd = tt_field(f, "update");
     TSNode d = tt_field(init, "declarator");
-    if (!rb_is(d, "init_declarator") || !rb_is(tt_field(d, "declarator"), "identifier")) return false;
+    if (!rt_is(d, "init_declarator") || !rt_is(tt_field(d, "declarator"), "identifier")) return false;
     long long s;
-    if (!rb_const_eval(ctx, scope, tt_field(d, "value"), &s) || s != 0) return false;
+    if (!rt_const_eval(ctx, scope, tt_field(d, "value"), &s) || s != 0) return false;
     tt_copy_text(ctx, tt_field(d, "declarator"), var, size);
-    if (!rb_is(cond, "binary_expression") || !rb_text_is(ctx, tt_field(cond, "operator"), "<") ||
-        !rb_text_is(ctx, tt_field(cond, "left"), var) || !rb_const_eval(ctx, scope, tt_field(cond, "right"), trip))
+    if (!rt_is(cond, "binary_expression") || !rt_text_is(ctx, tt_field(cond, "operator"), "<") ||
+        !rt_text_is(ctx, tt_field(cond, "left"), var) || !rt_const_eval(ctx, scope, tt_field(cond, "right"), trip))
         return false;
-    if (!rb_is(upd, "update_expression") || !tt_uses(ctx->text, ts_node_start_byte(upd), ts_node_end_byte(upd), var) ||
+    if (!rt_is(upd, "update_expression") || !tt_uses(ctx->text, ts_node_start_byte(upd), ts_node_end_byte(upd), var) ||
         !tt_uses(ctx->text, ts_node_start_byte(upd), ts_node_end_byte(upd), "+"))
         return false;
     TSNode b = tt_field(f, "body");
-    if (rb_is(b, "compound_statement")) {
+    if (rt_is(b, "compound_statement")) {
         TSNode one[2];
         if (tt_stmts(b, one, 2) != 1) return false;
         b = one[0];
@@ -136,19 +136,19 @@ static bool parse_load(db *d, TSNode s, db_load *L)
     memset(L, 0, sizeof *L);
     L->stmt = s;
     TSNode b;
-    while (rb_is(s, "for_statement")) {
+    while (rt_is(s, "for_statement")) {
         if (L->nvars >= 2) return false;
         if (!const_loop(ctx, d->f.def, s, L->vars[L->nvars], sizeof L->vars[0], &L->trips[L->nvars], &b)) return false;
         L->nvars++;
         s = b;
     }
     TSNode as = tt_child(s, 0);
-    if (!rb_is(s, "expression_statement") || !rb_is(as, "assignment_expression") ||
-        !rb_text_is(ctx, tt_field(as, "operator"), "="))
+    if (!rt_is(s, "expression_statement") || !rt_is(as, "assignment_expression") ||
+        !rt_text_is(ctx, tt_field(as, "operator"), "="))
         return false;
     TSNode l = tt_field(as, "left");
-    while (rb_is(l, "subscript_expression")) l = tt_field(l, "argument");
-    if (!rb_is(l, "identifier") || !rb_is(tt_field(as, "left"), "subscript_expression")) return false;
+    while (rt_is(l, "subscript_expression")) l = tt_field(l, "argument");
+    if (!rt_is(l, "identifier") || !rt_is(tt_field(as, "left"), "subscript_expression")) return false;
     char name[64];
     tt_copy_text(ctx, l, name, sizeof name);
     L->arr = array_index(d, name);
@@ -168,17 +168,17 @@ static bool write_visit(TSNode n, void *user)
 {
     write_find *w = user;
     TSNode target = {0};
-    if (rb_is(n, "assignment_expression")) target = tt_field(n, "left");
-    else if (rb_is(n, "update_expression")) target = tt_field(n, "argument");
+    if (rt_is(n, "assignment_expression")) target = tt_field(n, "left");
+    else if (rt_is(n, "update_expression")) target = tt_field(n, "argument");
     if (ts_node_is_null(target)) return true;
-    while (rb_is(target, "subscript_expression") || rb_is(target, "parenthesized_expression"))
-        target = rb_is(target, "subscript_expression") ? tt_field(target, "argument") : tt_child(target, 0);
-    if (rb_is(target, "identifier") && rb_text_is(w->ctx, target, w->name)) w->hit = true;
+    while (rt_is(target, "subscript_expression") || rt_is(target, "parenthesized_expression"))
+        target = rt_is(target, "subscript_expression") ? tt_field(target, "argument") : tt_child(target, 0);
+    if (rt_is(target, "identifier") && rt_text_is(w->ctx, target, w->name)) w->hit = true;
     return true;
 }
 
 /* Analyse the one-stage form. 0: no tile loop; 1: applicable; -1: a tile loop, with why. */
-static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, size_t size)
+static int analyse(const kl_rule_ctx *ctx, const rt_func *f, db *d, char *why, size_t size)
 {
     memset(d, 0, sizeof *d);
     d->ctx = ctx;
@@ -190,12 +190,12 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
     TSNode st[MAXSTMT];
     unsigned n = tt_stmts(f->body, st, MAXSTMT);
     for (unsigned i = 0; i < n && i < MAXSTMT && ts_node_is_null(d->loop); i++) {
-        if (!rb_is(st[i], "for_statement")) continue;
+        if (!rt_is(st[i], "for_statement")) continue;
         TSNode b = tt_field(st[i], "body");
         TSNode bs[MAXSTMT];
-        unsigned bn = rb_is(b, "compound_statement") ? tt_stmts(b, bs, MAXSTMT) : 0;
+        unsigned bn = rt_is(b, "compound_statement") ? tt_stmts(b, bs, MAXSTMT) : 0;
         for (unsigned k = 0; k < bn && k < MAXSTMT; k++)
-            if (rb_is_syncthreads(ctx, bs[k])) d->loop = st[i];
+            if (rt_is_syncthreads(ctx, bs[k])) d->loop = st[i];
     }
     if (ts_node_is_null(d->loop)) return 0;
     unsigned line = ts_node_start_point(d->loop).row + 1;
@@ -211,25 +211,25 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
            upd = tt_field(d->loop, "update");
     TSNode id = tt_field(tt_field(init, "declarator"), "declarator");
     long long v0;
-    if (!rb_is(init, "declaration") || !rb_is(id, "identifier") ||
-        !rb_const_eval(ctx, f->def, tt_field(tt_field(init, "declarator"), "value"), &v0) || v0 != 0) {
+    if (!rt_is(init, "declaration") || !rt_is(id, "identifier") ||
+        !rt_const_eval(ctx, f->def, tt_field(tt_field(init, "declarator"), "value"), &v0) || v0 != 0) {
         kl_snprintf(why, size, "the tile loop at line %u does not declare its variable starting at 0", line);
         return -1;
     }
     tt_copy_text(ctx, id, d->var, sizeof d->var);
     tt_copy_text(ctx, tt_field(init, "type"), d->vtype, sizeof d->vtype);
     tt_copy_text(ctx, tt_field(tt_field(init, "declarator"), "value"), d->start, sizeof d->start);
-    if (!rb_is(cond, "binary_expression") || !rb_text_is(ctx, tt_field(cond, "operator"), "<") ||
-        !rb_text_is(ctx, tt_field(cond, "left"), d->var)) {
+    if (!rt_is(cond, "binary_expression") || !rt_text_is(ctx, tt_field(cond, "operator"), "<") ||
+        !rt_text_is(ctx, tt_field(cond, "left"), d->var)) {
         kl_snprintf(why, size, "the condition of the tile loop at line %u is not `%s < bound`", line, d->var);
         return -1;
     }
     d->cond = cond;
     long long sv;
-    if (rb_is(upd, "update_expression") && tt_uses(ctx->text, ts_node_start_byte(upd), ts_node_end_byte(upd), "+")) {
+    if (rt_is(upd, "update_expression") && tt_uses(ctx->text, ts_node_start_byte(upd), ts_node_end_byte(upd), "+")) {
         kl_snprintf(d->step, sizeof d->step, "1");
-    } else if (rb_is(upd, "assignment_expression") && rb_text_is(ctx, tt_field(upd, "operator"), "+=") &&
-               rb_text_is(ctx, tt_field(upd, "left"), d->var) && rb_const_eval(ctx, f->def, tt_field(upd, "right"), &sv) &&
+    } else if (rt_is(upd, "assignment_expression") && rt_text_is(ctx, tt_field(upd, "operator"), "+=") &&
+               rt_text_is(ctx, tt_field(upd, "left"), d->var) && rt_const_eval(ctx, f->def, tt_field(upd, "right"), &sv) &&
                sv > 0) {
         tt_copy_text(ctx, tt_field(upd, "right"), d->step, sizeof d->step);
     } else {
@@ -238,7 +238,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
     }
     /* the body: loads; __syncthreads(); compute; __syncthreads(); */
     unsigned i = 0;
-    for (; i < d->n && !rb_is_syncthreads(ctx, d->st[i]); i++) {
+    for (; i < d->n && !rt_is_syncthreads(ctx, d->st[i]); i++) {
         if (d->nloads >= 8 || !parse_load(d, d->st[i], &d->loads[d->nloads])) {
             kl_snprintf(why, size, "line %u of the tile loop is not a load of a shared array",
                         ts_node_start_point(d->st[i]).row + 1);
@@ -246,7 +246,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
         }
         d->nloads++;
     }
-    if (!d->nloads || i + 2 > d->n || !rb_is_syncthreads(ctx, d->st[d->n - 1])) {
+    if (!d->nloads || i + 2 > d->n || !rt_is_syncthreads(ctx, d->st[d->n - 1])) {
         kl_snprintf(why, size, "the tile loop at line %u is not loads, __syncthreads(), compute, __syncthreads()", line);
         return -1;
     }
@@ -270,7 +270,7 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
                 return -1;
             }
         write_find w = {ctx, a->name, false};
-        for (unsigned m = i + 1; m + 1 < d->n; m++) rb_walk(d->st[m], write_visit, &w);
+        for (unsigned m = i + 1; m + 1 < d->n; m++) rt_walk(d->st[m], write_visit, &w);
         if (w.hit) {
             kl_snprintf(why, size, "the compute of the tile loop at line %u writes %s", line, a->name);
             return -1;
@@ -295,12 +295,12 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, db *d, char *why, s
     for (unsigned k = 0; k < d->narrs; k++) {
         bool staged = false;
         for (unsigned m = 0; m < d->nloads; m++) staged |= d->loads[m].arr == (int)k;
-        long long sz = rb_type_size(d->arrs[k].elem);
+        long long sz = rt_type_size(d->arrs[k].elem);
         if (!sz) sz = 8;
         TSNode dd = tt_field(d->arrs[k].decl, "declarator");
-        while (rb_is(dd, "array_declarator")) {
+        while (rt_is(dd, "array_declarator")) {
             long long v;
-            if (!rb_const_eval(ctx, f->def, tt_field(dd, "size"), &v)) {
+            if (!rt_const_eval(ctx, f->def, tt_field(dd, "size"), &v)) {
                 kl_snprintf(why, size, "the size of %s is not a compile-time constant", d->arrs[k].name);
                 return -1;
             }
@@ -373,15 +373,15 @@ static char *cp_async_text(const db *d, const db_load *L, const char *stage, boo
     char *out = NULL;
     if (!tgt) return NULL;
     TSNode cond = {0}, src = r;
-    if (rb_is(r, "conditional_expression")) {
+    if (rt_is(r, "conditional_expression")) {
         cond = tt_field(r, "condition");
         src = tt_field(r, "consequence");
     }
     TSNode base = tt_field(src, "argument");
     char *ct = NULL, *st = NULL, *bt = NULL;
-    if (!ts_node_is_null(cond)) ct = next ? next_text(d, cond) : rb_text(ctx, cond);
-    st = next ? next_text(d, src) : rb_text(ctx, src);
-    bt = rb_text(ctx, base);
+    if (!ts_node_is_null(cond)) ct = next ? next_text(d, cond) : rt_text(ctx, cond);
+    st = next ? next_text(d, src) : rt_text(ctx, src);
+    bt = rt_text(ctx, base);
     kl_strbuf sb = KL_STRBUF_INIT;
     if (st && bt && (ts_node_is_null(cond) || ct)) {
         if (ct)
@@ -409,11 +409,11 @@ static bool cp_async_ok(const db *d, const db_load *L, char *why, size_t size)
         return false;
     }
     TSNode r = tt_field(L->assign, "right"), src = r;
-    if (rb_is(r, "conditional_expression")) {
+    if (rt_is(r, "conditional_expression")) {
         TSNode z = tt_field(r, "alternative");
         char zt[32];
         tt_copy_text(ctx, z, zt, sizeof zt);
-        if (!rb_is(z, "number_literal") || (strcmp(zt, "0") && strcmp(zt, "0.0f") && strcmp(zt, "0.f") &&
+        if (!rt_is(z, "number_literal") || (strcmp(zt, "0") && strcmp(zt, "0.0f") && strcmp(zt, "0.f") &&
                                             strcmp(zt, "0.0"))) {
             kl_snprintf(why, size, "cp.async: the load at line %u does not fall back to zero", line);
             return false;
@@ -423,9 +423,9 @@ static bool cp_async_ok(const db *d, const db_load *L, char *why, size_t size)
     TSNode base = tt_field(src, "argument");
     char elem[64] = "";
     char name[64];
-    if (rb_is(base, "identifier")) tt_copy_text(ctx, base, name, sizeof name);
-    if (!rb_is(src, "subscript_expression") || !rb_is(base, "identifier") ||
-        !rb_pointer_param(ctx, &d->f, name, elem, sizeof elem) || strcmp(elem, "float")) {
+    if (rt_is(base, "identifier")) tt_copy_text(ctx, base, name, sizeof name);
+    if (!rt_is(src, "subscript_expression") || !rt_is(base, "identifier") ||
+        !rt_pointer_param(ctx, &d->f, name, elem, sizeof elem) || strcmp(elem, "float")) {
         kl_snprintf(why, size, "cp.async: the load at line %u is not an element of an f32 pointer parameter", line);
         return false;
     }
@@ -438,8 +438,8 @@ static kl_status db_apply_edits(const db *d, bool cp, kl_edits *out, kl_error *e
 {
     const kl_rule_ctx *ctx = d->ctx;
     char ind[64], ind2[64];
-    rb_indent_of(ctx, ts_node_start_byte(d->loop), ind, sizeof ind);
-    rb_indent_of(ctx, ts_node_start_byte(d->st[0]), ind2, sizeof ind2);
+    rt_indent_of(ctx, ts_node_start_byte(d->loop), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(d->st[0]), ind2, sizeof ind2);
     kl_strbuf pro = KL_STRBUF_INIT, head = KL_STRBUF_INIT, tail = KL_STRBUF_INIT;
     kl_status st = KL_OK;
     char cur[160], next[256];
@@ -529,9 +529,9 @@ static kl_status db_apply_edits(const db *d, bool cp, kl_edits *out, kl_error *e
     if (cp) {
         /* the trailing barrier goes: the next iteration's barrier protects the stage */
         uint32_t s, e;
-        rb_stmt_range(ctx, d->sync2, NULL, &s, &e);
-        TSNode prev = rb_prev_stmt(d->sync2);
-        if (rb_line_blank_before(ctx, ts_node_start_byte(d->sync2)) && !ts_node_is_null(prev)) {
+        rt_stmt_range(ctx, d->sync2, NULL, &s, &e);
+        TSNode prev = rt_prev_stmt(d->sync2);
+        if (rt_line_blank_before(ctx, ts_node_start_byte(d->sync2)) && !ts_node_is_null(prev)) {
             s = ts_node_end_byte(prev);
             e = ts_node_end_byte(d->sync2);
         }
@@ -595,7 +595,7 @@ typedef struct db_present {
 static bool decl_named(const kl_rule_ctx *ctx, TSNode s, char *name, size_t size, TSNode *value)
 {
     TSNode d = tt_field(s, "declarator");
-    if (!rb_is(s, "declaration") || !rb_is(d, "init_declarator") || !rb_is(tt_field(d, "declarator"), "identifier"))
+    if (!rt_is(s, "declaration") || !rt_is(d, "init_declarator") || !rt_is(tt_field(d, "declarator"), "identifier"))
         return false;
     tt_copy_text(ctx, tt_field(d, "declarator"), name, size);
     *value = tt_field(d, "value");
@@ -629,12 +629,12 @@ static bool has_text(const char *text, size_t len, const char *w)
  * false. */
 static bool call_name(const kl_rule_ctx *ctx, TSNode s, char *name, size_t size)
 {
-    if (rb_is(s, "compound_statement")) {
+    if (rt_is(s, "compound_statement")) {
         TSNode one[2];
         if (tt_stmts(s, one, 2) != 1) return false;
         s = one[0];
     }
-    if (!rb_is(s, "expression_statement") || !rb_is(tt_child(s, 0), "call_expression")) return false;
+    if (!rt_is(s, "expression_statement") || !rt_is(tt_child(s, 0), "call_expression")) return false;
     const char *t = ctx->text + ts_node_start_byte(s);
     size_t k = 0;
     while (k + 1 < size && (t[k] == '_' || t[k] == ':' || (t[k] >= 'a' && t[k] <= 'z') || (t[k] >= 'A' && t[k] <= 'Z') ||
@@ -651,9 +651,9 @@ static int async_kind(const kl_rule_ctx *ctx, TSNode s)
     if (!call_name(ctx, s, name, sizeof name)) return 0;
     if (!strcmp(name, "__pipeline_wait_prior")) return 1;
     if (!strcmp(name, "__pipeline_commit")) return 2;
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *h = rb_function_named(fs, nf < 64 ? nf : 64, name);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *h = rt_function_named(fs, nf < 64 ? nf : 64, name);
     if (!h || ts_node_is_null(h->body) || h->global) return 0;
     const char *b = ctx->text + ts_node_start_byte(h->body);
     size_t len = ts_node_end_byte(h->body) - ts_node_start_byte(h->body);
@@ -664,7 +664,7 @@ static int async_kind(const kl_rule_ctx *ctx, TSNode s)
 
 /* The depth D of a prefetch `if (next < bound) load(… (next % D) …);` whose prologue fetches `ahead`
  * tiles: D an identifier, ahead a compile-time constant with 0 < ahead < D. */
-static bool ring_depth_of(const kl_rule_ctx *ctx, const rb_func *f, TSNode pre, TSNode ahead, char *depth, size_t size)
+static bool ring_depth_of(const kl_rule_ctx *ctx, const rt_func *f, TSNode pre, TSNode ahead, char *depth, size_t size)
 {
     const char *t = ctx->text + ts_node_start_byte(pre);
     size_t len = ts_node_end_byte(pre) - ts_node_start_byte(pre);
@@ -682,7 +682,7 @@ static bool ring_depth_of(const kl_rule_ctx *ctx, const rb_func *f, TSNode pre, 
     long long a = 0, d = 0;
     TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
     TSNode dn = ts_node_descendant_for_byte_range(root, (uint32_t)(q - ctx->text), (uint32_t)(q - ctx->text + k));
-    return rb_const_eval(ctx, f->def, ahead, &a) && rb_is(dn, "identifier") && rb_const_eval(ctx, f->def, dn, &d) && a > 0 &&
+    return rt_const_eval(ctx, f->def, ahead, &a) && rt_is(dn, "identifier") && rt_const_eval(ctx, f->def, dn, &d) && a > 0 &&
            a < d;
 }
 
@@ -692,9 +692,9 @@ static bool proxy_fence_stmt(const kl_rule_ctx *ctx, TSNode s)
 {
     char name[128];
     if (!call_name(ctx, s, name, sizeof name)) return false;
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *h = rb_function_named(fs, nf < 64 ? nf : 64, name);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *h = rt_function_named(fs, nf < 64 ? nf : 64, name);
     if (!h || ts_node_is_null(h->body) || h->global) return false;
     const char *b = ctx->text + ts_node_start_byte(h->body);
     return has_text(b, ts_node_end_byte(h->body) - ts_node_start_byte(h->body), "fence.proxy.async");
@@ -705,8 +705,8 @@ static bool computes_with_wgmma(const kl_rule_ctx *ctx, const db_present *p)
 {
     if (p->icompute >= p->n) return false;
     uint32_t cs = ts_node_start_byte(p->st[p->icompute]), ce = ts_node_end_byte(p->st[p->n - 1]);
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     for (unsigned i = 0; i < nf && i < 64; i++) {
         if (ts_node_is_null(fs[i].body) || fs[i].global || !fs[i].name[0]) continue;
         const char *b = ctx->text + ts_node_start_byte(fs[i].body);
@@ -717,32 +717,32 @@ static bool computes_with_wgmma(const kl_rule_ctx *ctx, const db_present *p)
     return false;
 }
 
-static bool find_ring(const kl_rule_ctx *ctx, const rb_func *f, TSNode *st, unsigned n, db_present *p)
+static bool find_ring(const kl_rule_ctx *ctx, const rt_func *f, TSNode *st, unsigned n, db_present *p)
 {
     for (unsigned i = 1; i < n && i < MAXSTMT; i++) {
         TSNode loop = st[i], pro = st[i - 1];
-        if (!rb_is(loop, "for_statement") || !rb_is(pro, "for_statement")) continue;
+        if (!rt_is(loop, "for_statement") || !rt_is(pro, "for_statement")) continue;
         TSNode body = tt_field(loop, "body");
-        if (!rb_is(body, "compound_statement")) continue;
+        if (!rt_is(body, "compound_statement")) continue;
         p->n = tt_stmts(body, p->st, MAXSTMT);
         if (p->n < 5 || p->n > MAXSTMT) continue;
         TSNode id = tt_field(tt_field(tt_field(loop, "initializer"), "declarator"), "declarator");
-        if (!rb_is(id, "identifier")) continue;
+        if (!rt_is(id, "identifier")) continue;
         /* wait; [proxy fence;] __syncthreads(); [const int next = …;] if (next < bound) load(…); commit(); */
         if (async_kind(ctx, p->st[0]) != 1) continue;
         unsigned b = proxy_fence_stmt(ctx, p->st[1]) ? 2 : 1;
-        if (!rb_is_syncthreads(ctx, p->st[b])) continue;
+        if (!rt_is_syncthreads(ctx, p->st[b])) continue;
         unsigned k = b + 1;
-        if (rb_is(p->st[k], "declaration")) k++;
-        if (k + 1 >= p->n || !rb_is(p->st[k], "if_statement") || async_kind(ctx, p->st[k + 1]) != 2) continue;
+        if (rt_is(p->st[k], "declaration")) k++;
+        if (k + 1 >= p->n || !rt_is(p->st[k], "if_statement") || async_kind(ctx, p->st[k + 1]) != 2) continue;
         /* the prologue: `for (s = 0; s < DEPTH - 1; s++)`, or `s < AHEAD` (a constant below the
          * depth, which the prefetch's stage `(next % DEPTH)` names: a ring that keeps more stages than
          * it fetches ahead, e.g. one whose readers finish a tile late) */
         TSNode pc = tt_field(pro, "condition"), pr = kl_ast_unparen(tt_field(pc, "right"));
-        if (!rb_is(pc, "binary_expression")) continue;
+        if (!rt_is(pc, "binary_expression")) continue;
         memset(p->depth, 0, sizeof p->depth);
-        if (rb_is(pr, "binary_expression") && rb_text_is(ctx, tt_field(pr, "operator"), "-") &&
-            rb_text_is(ctx, tt_field(pr, "right"), "1")) {
+        if (rt_is(pr, "binary_expression") && rt_text_is(ctx, tt_field(pr, "operator"), "-") &&
+            rt_text_is(ctx, tt_field(pr, "right"), "1")) {
             tt_copy_text(ctx, tt_field(pr, "left"), p->depth, sizeof p->depth);
         } else if (!ring_depth_of(ctx, f, p->st[k], pr, p->depth, sizeof p->depth)) {
             continue;
@@ -771,35 +771,35 @@ static bool find_ring(const kl_rule_ctx *ctx, const rb_func *f, TSNode *st, unsi
     return false;
 }
 
-static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, db_present *p)
+static bool find_present(const kl_rule_ctx *ctx, const rt_func *f, db_present *p)
 {
     memset(p, 0, sizeof *p);
     if (!f->global || ts_node_is_null(f->body)) return false;
     shared_arrays(ctx, f->body, p->arrs, &p->narrs);
     long long two;
     for (unsigned k = 0; k < p->narrs; k++)
-        p->staged[k] = rb_const_eval(ctx, f->def, p->arrs[k].first, &two) && two == 2 &&
-                       rb_is(tt_field(p->arrs[k].decl, "declarator"), "array_declarator") &&
+        p->staged[k] = rt_const_eval(ctx, f->def, p->arrs[k].first, &two) && two == 2 &&
+                       rt_is(tt_field(p->arrs[k].decl, "declarator"), "array_declarator") &&
                        !ts_node_eq(tt_field(p->arrs[k].decl, "declarator"), tt_parent(p->arrs[k].ident));
     TSNode st[MAXSTMT];
     unsigned n = tt_stmts(f->body, st, MAXSTMT);
     if (find_ring(ctx, f, st, n, p)) return true;
     p->n = 0;
     for (unsigned i = 0; i < n && i < MAXSTMT; i++) {
-        if (!rb_is(st[i], "for_statement")) continue;
+        if (!rt_is(st[i], "for_statement")) continue;
         TSNode body = tt_field(st[i], "body");
-        if (!rb_is(body, "compound_statement")) continue;
+        if (!rt_is(body, "compound_statement")) continue;
         p->n = tt_stmts(body, p->st, MAXSTMT);
         if (p->n < 3 || p->n > MAXSTMT) continue;
         TSNode id = tt_field(tt_field(tt_field(st[i], "initializer"), "declarator"), "declarator");
-        if (!rb_is(id, "identifier")) continue;
+        if (!rt_is(id, "identifier")) continue;
         tt_copy_text(ctx, id, p->var, sizeof p->var);
         TSNode v;
         p->loop = st[i];
         p->body = body;
         if (decl_named(ctx, p->st[0], p->cur, sizeof p->cur, &v) && !strcmp(p->cur, "kl_cur")) {
             /* ours: the prologue block and its barrier/commit before the loop */
-            if (i < 2 || !rb_is(st[i - 2], "compound_statement")) continue;
+            if (i < 2 || !rt_is(st[i - 2], "compound_statement")) continue;
             p->pro = st[i - 2];
             p->prosync = st[i - 1];
             p->curdecl = p->st[0];
@@ -813,8 +813,8 @@ static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, db_present *p
             if (!decl_named(ctx, p->st[k], p->cur, sizeof p->cur, &val)) continue;
             char want[96];
             kl_snprintf(want, sizeof want, "%s & 1", p->var);
-            char *vt = rb_text(ctx, val);
-            bool is = vt && tt_count(vt, 0, (uint32_t)strlen(vt), want) == 1 && rb_is(val, "binary_expression");
+            char *vt = rt_text(ctx, val);
+            bool is = vt && tt_count(vt, 0, (uint32_t)strlen(vt), want) == 1 && rt_is(val, "binary_expression");
             free(vt);
             if (!is) continue;
             p->curdecl = p->st[k];
@@ -828,11 +828,11 @@ static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, db_present *p
 /* The range of a statement with the comment lines right above it (and its whole lines). */
 static void stmt_with_comments(const kl_rule_ctx *ctx, TSNode s, uint32_t *start, uint32_t *end)
 {
-    rb_stmt_range(ctx, s, NULL, start, end);
+    rt_stmt_range(ctx, s, NULL, start, end);
     TSNode prev = ts_node_prev_named_sibling(s);
-    while (rb_is(prev, "comment") && rb_line_blank_before(ctx, ts_node_start_byte(prev)) &&
-           rb_line_end(ctx, ts_node_end_byte(prev)) == *start && *start != ts_node_start_byte(s)) {
-        *start = rb_line_start(ctx, ts_node_start_byte(prev));
+    while (rt_is(prev, "comment") && rt_line_blank_before(ctx, ts_node_start_byte(prev)) &&
+           rt_line_end(ctx, ts_node_end_byte(prev)) == *start && *start != ts_node_start_byte(s)) {
+        *start = rt_line_start(ctx, ts_node_start_byte(prev));
         prev = ts_node_prev_named_sibling(prev);
     }
 }
@@ -844,12 +844,12 @@ static kl_status drop_stage_decls(const kl_rule_ctx *ctx, const db_present *p, k
     unsigned dropped = 0;
     for (unsigned k = 0; k < p->narrs; k++) {
         if (!p->staged[k]) continue;
-        for (TSNode c = ts_node_prev_named_sibling(p->arrs[k].decl); !dropped && rb_is(c, "comment");
+        for (TSNode c = ts_node_prev_named_sibling(p->arrs[k].decl); !dropped && rt_is(c, "comment");
              c = ts_node_prev_named_sibling(c)) {
-            if (!rb_line_blank_before(ctx, ts_node_start_byte(c)) ||
+            if (!rt_line_blank_before(ctx, ts_node_start_byte(c)) ||
                 !kl_str_starts(ctx->text + ts_node_start_byte(c), "// double-buffer"))
                 continue;
-            DB_TRY(kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(c)), rb_line_end(ctx, ts_node_end_byte(c)), ""));
+            DB_TRY(kl_edits_add(out, rt_line_start(ctx, ts_node_start_byte(c)), rt_line_end(ctx, ts_node_end_byte(c)), ""));
         }
         TSNode first = tt_parent(p->arrs[k].ident);
         DB_TRY(kl_edits_add(out, ts_node_end_byte(p->arrs[k].ident), ts_node_end_byte(first), ""));
@@ -860,12 +860,12 @@ static kl_status drop_stage_decls(const kl_rule_ctx *ctx, const db_present *p, k
 }
 
 /* ours (regs / cp.async): the original loads come back from the prologue */
-static kl_status remove_ours(const kl_rule_ctx *ctx, const rb_func *f, const db_present *p, kl_edits *out, kl_error *err)
+static kl_status remove_ours(const kl_rule_ctx *ctx, const rt_func *f, const db_present *p, kl_edits *out, kl_error *err)
 {
     (void)f;
     unsigned line = ts_node_start_point(p->loop).row + 1;
     char ind2[64];
-    rb_indent_of(ctx, ts_node_start_byte(p->st[0]), ind2, sizeof ind2);
+    rt_indent_of(ctx, ts_node_start_byte(p->st[0]), ind2, sizeof ind2);
     TSNode ps[16];
     unsigned np = tt_stmts(p->pro, ps, 16);
     if (np < 2 || np > 16) return kl_rule_not_applicable(err, "the prologue before line %u is not the loads of the first tile", line);
@@ -877,9 +877,9 @@ static kl_status remove_ours(const kl_rule_ctx *ctx, const rb_func *f, const db_
             /* __pipeline_memcpy_async(&X[0][..], c ? &P[i] : P, sizeof(float)[, c ? 0 : sizeof(float)]); */
             TSNode s = ps[k], call = {0};
             TSNode wrap_s = s;
-            while (rb_is(s, "for_statement")) {
+            while (rt_is(s, "for_statement")) {
                 TSNode b = tt_field(s, "body");
-                if (rb_is(b, "compound_statement")) {
+                if (rt_is(b, "compound_statement")) {
                     TSNode one1[2];
                     if (tt_stmts(b, one1, 2) != 1) break;
                     b = one1[0];
@@ -892,9 +892,9 @@ static kl_status remove_ours(const kl_rule_ctx *ctx, const rb_func *f, const db_
             TSNode al = tt_field(call, "arguments");
             uint32_t c = tt_child_count(al);
             for (uint32_t m = 0; m < c && na < 4; m++)
-                if (!rb_is(tt_child(al, m), "comment")) args[na++] = tt_child(al, m);
-            if (!rb_is(call, "call_expression") || !rb_text_is(ctx, tt_field(call, "function"), "__pipeline_memcpy_async") ||
-                na < 3 || !rb_is(args[0], "pointer_expression")) {
+                if (!rt_is(tt_child(al, m), "comment")) args[na++] = tt_child(al, m);
+            if (!rt_is(call, "call_expression") || !rt_text_is(ctx, tt_field(call, "function"), "__pipeline_memcpy_async") ||
+                na < 3 || !rt_is(args[0], "pointer_expression")) {
                 kl_strbuf_release(&loads);
                 return kl_rule_not_applicable(err, "line %u of the prologue is not a cp.async of one element",
                                               ts_node_start_point(ps[k]).row + 1);
@@ -905,21 +905,21 @@ static kl_status remove_ours(const kl_rule_ctx *ctx, const rb_func *f, const db_
             {
                 /* drop the [0] right after the array name */
                 TSNode in = tgt;
-                while (rb_is(tt_field(in, "argument"), "subscript_expression")) in = tt_field(in, "argument");
+                while (rt_is(tt_field(in, "argument"), "subscript_expression")) in = tt_field(in, "argument");
                 uint32_t ns = ts_node_start_byte(in), ne = ts_node_end_byte(tt_field(in, "argument"));
                 kl_strbuf_add(&a, ctx->text + ns, ne - ns);
                 kl_strbuf_add(&a, ctx->text + ts_node_end_byte(in), ts_node_end_byte(tgt) - ts_node_end_byte(in));
             }
             TSNode src = args[1];
-            if (rb_is(src, "conditional_expression")) {
+            if (rt_is(src, "conditional_expression")) {
                 TSNode cons = tt_field(src, "consequence");
-                char *ct = rb_text(ctx, tt_field(src, "condition"));
-                char *st = rb_is(cons, "pointer_expression") ? rb_text(ctx, tt_field(cons, "argument")) : NULL;
+                char *ct = rt_text(ctx, tt_field(src, "condition"));
+                char *st = rt_is(cons, "pointer_expression") ? rt_text(ctx, tt_field(cons, "argument")) : NULL;
                 kl_strbuf_addf(&a, " = %s ? %s : 0.0f;", ct ? ct : "", st ? st : "");
                 free(ct);
                 free(st);
             } else {
-                char *st = rb_is(src, "pointer_expression") ? rb_text(ctx, tt_field(src, "argument")) : NULL;
+                char *st = rt_is(src, "pointer_expression") ? rt_text(ctx, tt_field(src, "argument")) : NULL;
                 kl_strbuf_addf(&a, " = %s;", st ? st : "");
                 free(st);
             }
@@ -967,7 +967,7 @@ static kl_status remove_ours(const kl_rule_ctx *ctx, const rb_func *f, const db_
     for (unsigned k = 0; k < p->n; k++) {
         bool end = p->form == DB_CP ? tt_uses(ctx->text, ts_node_start_byte(p->st[k]), ts_node_end_byte(p->st[k]),
                                               "__pipeline_commit")
-                                    : rb_is(p->st[k], "if_statement");
+                                    : rt_is(p->st[k], "if_statement");
         if (end) {
             ihead = k;
             break;
@@ -984,7 +984,7 @@ static kl_status remove_ours(const kl_rule_ctx *ctx, const rb_func *f, const db_
     TSNode last = p->st[p->n - 1];
     if (p->form == DB_REGS) {
         TSNode store = p->st[p->n - 2];
-        if (!rb_is_syncthreads(ctx, last) || !rb_is(store, "if_statement")) {
+        if (!rt_is_syncthreads(ctx, last) || !rt_is(store, "if_statement")) {
             st = kl_rule_not_applicable(err, "the tile loop at line %u does not end with the store and a barrier", line);
             goto done;
         }
@@ -1027,43 +1027,43 @@ static unsigned called_names(const kl_rule_ctx *ctx, TSNode s, char names[][64],
     unsigned n = 0;
     TSNode b = tt_field(s, "consequence");
     TSNode st[8];
-    unsigned k = rb_is(b, "compound_statement") ? tt_stmts(b, st, 8) : (st[0] = b, 1u);
+    unsigned k = rt_is(b, "compound_statement") ? tt_stmts(b, st, 8) : (st[0] = b, 1u);
     for (unsigned i = 0; i < k && i < 8 && n < max; i++) {
         TSNode c = tt_child(st[i], 0);
-        if (rb_is(st[i], "expression_statement") && rb_is(c, "call_expression"))
+        if (rt_is(st[i], "expression_statement") && rt_is(c, "call_expression"))
             tt_copy_text(ctx, tt_field(c, "function"), names[n++], 64);
     }
     return n;
 }
 
 /* The expert's form: see the top of the file. */
-static kl_status remove_expert(const kl_rule_ctx *ctx, const rb_func *f, const db_present *p, kl_edits *out,
+static kl_status remove_expert(const kl_rule_ctx *ctx, const rt_func *f, const db_present *p, kl_edits *out,
                                kl_error *err)
 {
     unsigned line = ts_node_start_point(p->loop).row + 1;
     char ind2[64];
-    rb_indent_of(ctx, ts_node_start_byte(p->curdecl), ind2, sizeof ind2);
+    rt_indent_of(ctx, ts_node_start_byte(p->curdecl), ind2, sizeof ind2);
     /* the prefetch (first `if` after the stage index) and the store (the `if` naming cur ^ 1) */
     char curx[96];
     kl_snprintf(curx, sizeof curx, "%s ^ 1", p->cur);
     TSNode pre = {0}, post = {0};
     unsigned ipre = 0, ipost = 0;
     for (unsigned k = 0; k < p->n; k++) {
-        if (!rb_is(p->st[k], "if_statement")) continue;
+        if (!rt_is(p->st[k], "if_statement")) continue;
         bool names_next = tt_uses(ctx->text, ts_node_start_byte(p->st[k]), ts_node_end_byte(p->st[k]), curx);
         if (names_next && ts_node_is_null(post)) post = p->st[k], ipost = k;
         else if (!names_next && ts_node_is_null(pre)) pre = p->st[k], ipre = k;
     }
     TSNode last = p->st[p->n - 1];
-    if (ts_node_is_null(pre) || ts_node_is_null(post) || ipre > ipost || ipost + 2 != p->n || !rb_is_syncthreads(ctx, last) ||
-        !rb_is_syncthreads(ctx, rb_prev_stmt(p->loop)))
+    if (ts_node_is_null(pre) || ts_node_is_null(post) || ipre > ipost || ipost + 2 != p->n || !rt_is_syncthreads(ctx, last) ||
+        !rt_is_syncthreads(ctx, rt_prev_stmt(p->loop)))
         return kl_rule_not_applicable(err, "the tile loop at line %u is not `if (next) load(next); compute; "
                                            "if (next) store(%s ^ 1); __syncthreads();` after a prologue and a barrier",
                                       line, p->cur);
     /* the next tile's expression in the prefetch: `var + 1` or `var + step` */
     TSNode upd = tt_field(p->loop, "update");
     char step[64] = "1";
-    if (rb_is(upd, "assignment_expression")) tt_copy_text(ctx, tt_field(upd, "right"), step, sizeof step);
+    if (rt_is(upd, "assignment_expression")) tt_copy_text(ctx, tt_field(upd, "right"), step, sizeof step);
     char nx2[160];
     kl_snprintf(nx2, sizeof nx2, "%s + %s", p->var, step);
     TSNode pb = tt_field(pre, "consequence");
@@ -1082,12 +1082,12 @@ static kl_status remove_expert(const kl_rule_ctx *ctx, const rb_func *f, const d
     char names[16][64];
     unsigned nn = called_names(ctx, pre, names, 8);
     nn += called_names(ctx, post, names + nn, 8);
-    TSNode bar = rb_prev_stmt(p->loop), first = bar;
-    for (TSNode s = rb_prev_stmt(bar); !ts_node_is_null(s); s = rb_prev_stmt(s)) {
+    TSNode bar = rt_prev_stmt(p->loop), first = bar;
+    for (TSNode s = rt_prev_stmt(bar); !ts_node_is_null(s); s = rt_prev_stmt(s)) {
         TSNode c = tt_child(s, 0);
-        if (!rb_is(s, "expression_statement") || !rb_is(c, "call_expression")) break;
+        if (!rt_is(s, "expression_statement") || !rt_is(c, "call_expression")) break;
         bool known = false;
-        for (unsigned k = 0; k < nn; k++) known |= rb_text_is(ctx, tt_field(c, "function"), names[k]);
+        for (unsigned k = 0; k < nn; k++) known |= rt_text_is(ctx, tt_field(c, "function"), names[k]);
         if (!known) break;
         first = s;
     }
@@ -1097,14 +1097,14 @@ static kl_status remove_expert(const kl_rule_ctx *ctx, const rb_func *f, const d
     }
     uint32_t a0, a1, b0, b1;
     stmt_with_comments(ctx, first, &a0, &a1);
-    rb_stmt_range(ctx, bar, NULL, &b0, &b1);
+    rt_stmt_range(ctx, bar, NULL, &b0, &b1);
     if ((st = kl_edits_add(out, a0, b1, "")) != KL_OK) goto done;
     /* the stage index and the prefetch become the loads of this tile, the stores and a barrier */
     {
         uint32_t c0, c1;
         stmt_with_comments(ctx, p->curdecl, &c0, &c1);
-        c0 = rb_line_blank_before(ctx, ts_node_start_byte(p->curdecl)) ? c0 : ts_node_start_byte(p->curdecl);
-        if (!rb_is(pb, "expression_statement") || !rb_is(sb, "expression_statement")) {
+        c0 = rt_line_blank_before(ctx, ts_node_start_byte(p->curdecl)) ? c0 : ts_node_start_byte(p->curdecl);
+        if (!rt_is(pb, "expression_statement") || !rt_is(sb, "expression_statement")) {
             st = kl_rule_not_applicable(err, "the prefetch and the store at line %u are not single statements",
                                         ts_node_start_point(pre).row + 1);
             goto done;
@@ -1118,14 +1118,14 @@ static kl_status remove_expert(const kl_rule_ctx *ctx, const rb_func *f, const d
             goto done;
         }
         uint32_t p0, p1;
-        rb_stmt_range(ctx, pre, NULL, &p0, &p1);
-        if (c0 != rb_line_start(ctx, ts_node_start_byte(p->curdecl)) || p1 != rb_line_end(ctx, ts_node_end_byte(pre))) {
+        rt_stmt_range(ctx, pre, NULL, &p0, &p1);
+        if (c0 != rt_line_start(ctx, ts_node_start_byte(p->curdecl)) || p1 != rt_line_end(ctx, ts_node_end_byte(pre))) {
             free(txt);
             st = kl_rule_not_applicable(err, "the stage index and the prefetch at line %u do not sit on lines of their own",
                                         ts_node_start_point(p->curdecl).row + 1);
             goto done;
         }
-        if (!ts_node_eq(rb_next_stmt(p->curdecl), pre)) {
+        if (!ts_node_eq(rt_next_stmt(p->curdecl), pre)) {
             free(txt);
             st = kl_rule_not_applicable(err, "the stage index at line %u is not right before the prefetch",
                                         ts_node_start_point(p->curdecl).row + 1);
@@ -1147,8 +1147,8 @@ static kl_status remove_expert(const kl_rule_ctx *ctx, const rb_func *f, const d
             if (ms[k] == ts_node_start_byte(p->arrs[m].ident)) continue;
             TSNode id = ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[k], me[k]);
             TSNode sub = tt_parent(id);
-            if (!rb_is(sub, "subscript_expression") || !ts_node_eq(tt_field(sub, "argument"), id) ||
-                !rb_is(tt_parent(sub), "subscript_expression")) {
+            if (!rt_is(sub, "subscript_expression") || !ts_node_eq(tt_field(sub, "argument"), id) ||
+                !rt_is(tt_parent(sub), "subscript_expression")) {
                 st = kl_rule_not_applicable(err, "%s at line %u is not indexed by stage, row and column", p->arrs[m].name,
                                             ts_node_start_point(id).row + 1);
                 goto done;
@@ -1199,21 +1199,21 @@ static unsigned stage_ranges(const char *text, uint32_t s, uint32_t e, const cha
 
 /* The ring (see find_ring): one stage, `load(this tile); commit; wait(0); __syncthreads();
  * compute; __syncthreads();`, the prologue gone. */
-static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_present *p, kl_edits *out, kl_error *err)
+static kl_status remove_ring(const kl_rule_ctx *ctx, const rt_func *f, const db_present *p, kl_edits *out, kl_error *err)
 {
     (void)f;
     unsigned line = ts_node_start_point(p->loop).row + 1;
     char ind2[64], pat[160], name[128], wname[128];
-    rb_indent_of(ctx, ts_node_start_byte(p->wait), ind2, sizeof ind2);
+    rt_indent_of(ctx, ts_node_start_byte(p->wait), ind2, sizeof ind2);
     /* the prefetch: `if (next < bound) load(…);`, next declared right before it (or the bound's
      * own local) */
     TSNode pc = kl_ast_unparen(tt_field(tt_field(p->pre, "condition"), "value"));
     if (ts_node_is_null(pc)) pc = kl_ast_unparen(tt_field(p->pre, "condition"));
     TSNode lc = tt_field(p->loop, "condition"), call = tt_field(p->pre, "consequence");
-    if (!ts_node_is_null(tt_field(p->pre, "alternative")) || !rb_is(pc, "binary_expression") ||
-        !rb_text_is(ctx, tt_field(pc, "operator"), "<") || !rb_is(tt_field(pc, "left"), "identifier") ||
-        !rb_is(lc, "binary_expression") || !rb_text_is(ctx, tt_field(lc, "operator"), "<") ||
-        !rb_text_is(ctx, tt_field(lc, "left"), p->var))
+    if (!ts_node_is_null(tt_field(p->pre, "alternative")) || !rt_is(pc, "binary_expression") ||
+        !rt_text_is(ctx, tt_field(pc, "operator"), "<") || !rt_is(tt_field(pc, "left"), "identifier") ||
+        !rt_is(lc, "binary_expression") || !rt_text_is(ctx, tt_field(lc, "operator"), "<") ||
+        !rt_text_is(ctx, tt_field(lc, "left"), p->var))
         return kl_rule_not_applicable(err, "the prefetch at line %u is not `if (next < bound) load(…);`",
                                       ts_node_start_point(p->pre).row + 1);
     char bound[160], lbound[160], next[64];
@@ -1223,7 +1223,7 @@ static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_
     if (strcmp(bound, lbound))
         return kl_rule_not_applicable(err, "the prefetch at line %u is bounded by %s, the tile loop by %s",
                                       ts_node_start_point(p->pre).row + 1, bound, lbound);
-    if (rb_is(call, "compound_statement")) {
+    if (rt_is(call, "compound_statement")) {
         TSNode one[2];
         if (tt_stmts(call, one, 2) != 1)
             return kl_rule_not_applicable(err, "the prefetch at line %u is not one call", ts_node_start_point(p->pre).row + 1);
@@ -1241,12 +1241,12 @@ static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_
     /* the prologue: only the same load (guarded or not) and the commit */
     {
         TSNode pb = tt_field(p->pro, "body"), ps[8];
-        unsigned np = rb_is(pb, "compound_statement") ? tt_stmts(pb, ps, 8) : 0;
+        unsigned np = rt_is(pb, "compound_statement") ? tt_stmts(pb, ps, 8) : 0;
         bool ok = np >= 1 && np <= 8, loads = false;
         for (unsigned k = 0; ok && k < np; k++) {
             TSNode c = ps[k];
             char nm[128];
-            if (rb_is(c, "if_statement") && ts_node_is_null(tt_field(c, "alternative"))) c = tt_field(c, "consequence");
+            if (rt_is(c, "if_statement") && ts_node_is_null(tt_field(c, "alternative"))) c = tt_field(c, "consequence");
             if (async_kind(ctx, c) == 2) continue;
             ok = call_name(ctx, c, nm, sizeof nm) && !strcmp(nm, name);
             loads |= ok;
@@ -1311,9 +1311,9 @@ static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_
         }
         /* one level less indented when it sat under the if */
         char ci[64], ii[64];
-        rb_indent_of(ctx, ts_node_start_byte(call), ci, sizeof ci);
-        rb_indent_of(ctx, ts_node_start_byte(p->pre), ii, sizeof ii);
-        if (strlen(ci) > strlen(ii) && rb_line_blank_before(ctx, ts_node_start_byte(call))) {
+        rt_indent_of(ctx, ts_node_start_byte(call), ci, sizeof ci);
+        rt_indent_of(ctx, ts_node_start_byte(p->pre), ii, sizeof ii);
+        if (strlen(ci) > strlen(ii) && rt_line_blank_before(ctx, ts_node_start_byte(call))) {
             moved = tt_indent_tail(loadt, -(int)(strlen(ci) - strlen(ii)));
             if (moved) {
                 free(loadt);
@@ -1324,7 +1324,7 @@ static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_
     }
     /* the head of the loop: load, commit, wait for everything, barrier */
     {
-        char *commit = rb_text(ctx, p->commit);
+        char *commit = rt_text(ctx, p->commit);
         if (!commit) {
             st = KL_ERR_NOMEM;
             goto done;
@@ -1338,14 +1338,14 @@ static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_
         free(commit);
         uint32_t w0, w1, c0, c1;
         stmt_with_comments(ctx, p->wait, &w0, &w1);
-        rb_stmt_range(ctx, p->commit, NULL, &c0, &c1);
-        if (w0 != rb_line_start(ctx, ts_node_start_byte(p->wait)) && w0 == ts_node_start_byte(p->wait)) {
+        rt_stmt_range(ctx, p->commit, NULL, &c0, &c1);
+        if (w0 != rt_line_start(ctx, ts_node_start_byte(p->wait)) && w0 == ts_node_start_byte(p->wait)) {
             kl_strbuf_release(&h);
             st = kl_rule_not_applicable(err, "the wait at line %u does not sit on a line of its own",
                                         ts_node_start_point(p->wait).row + 1);
             goto done;
         }
-        if (c1 != rb_line_end(ctx, ts_node_end_byte(p->commit))) {
+        if (c1 != rt_line_end(ctx, ts_node_end_byte(p->commit))) {
             kl_strbuf_release(&h);
             st = kl_rule_not_applicable(err, "the commit at line %u does not sit on a line of its own",
                                         ts_node_start_point(p->commit).row + 1);
@@ -1380,16 +1380,16 @@ static kl_status remove_ring(const kl_rule_ctx *ctx, const rb_func *f, const db_
         stmt_with_comments(ctx, p->pro, &a0, &a1);
         /* a `#pragma unroll` above it, and the comment lines above that */
         uint32_t pg = tt_pragma_above(ctx, ts_node_start_byte(p->pro));
-        if (pg != ts_node_start_byte(p->pro) && a0 == rb_line_start(ctx, ts_node_start_byte(p->pro))) {
-            a0 = rb_line_start(ctx, pg);
+        if (pg != ts_node_start_byte(p->pro) && a0 == rt_line_start(ctx, ts_node_start_byte(p->pro))) {
+            a0 = rt_line_start(ctx, pg);
             while (a0 > 0) {
-                uint32_t l0 = rb_line_start(ctx, a0 - 1), k = l0;
+                uint32_t l0 = rt_line_start(ctx, a0 - 1), k = l0;
                 while (k < a0 && (ctx->text[k] == ' ' || ctx->text[k] == '\t')) k++;
                 if (k + 1 >= a0 || ctx->text[k] != '/' || ctx->text[k + 1] != '/') break;
                 a0 = l0;
             }
         }
-        if (a0 == rb_line_start(ctx, a0) && a0 >= 2 && ctx->text[a0 - 1] == '\n' && ctx->text[a0 - 2] == '\n' &&
+        if (a0 == rt_line_start(ctx, a0) && a0 >= 2 && ctx->text[a0 - 1] == '\n' && ctx->text[a0 - 2] == '\n' &&
             a1 < ctx->len && ctx->text[a1] == '\n')
             a1++;
         st = kl_edits_add(out, a0, a1, "");
@@ -1406,8 +1406,8 @@ done:
 
 static kl_status db_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     for (unsigned i = 0; i < nf && i < 64; i++) {
         db *d = malloc(sizeof *d);
         if (!d) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -1460,10 +1460,10 @@ static kl_status db_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     return KL_OK;
 }
 
-static const rb_func *site_function(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs)
+static const rt_func *site_function(const kl_rule_ctx *ctx, const kl_site *site, rt_func *fs)
 {
-    unsigned nf = rb_functions(ctx, fs, 64);
-    return rb_function_named(fs, nf < 64 ? nf : 64, site->kernel);
+    unsigned nf = rt_functions(ctx, fs, 64);
+    return rt_function_named(fs, nf < 64 ? nf : 64, site->kernel);
 }
 
 static kl_status db_apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
@@ -1472,8 +1472,8 @@ static kl_status db_apply(const kl_rule_ctx *ctx, const kl_site *site, const jso
     const char *via = "regs";
     kl_rule_param_str(&kl_rule_double_buffer, params, "via", &via);
     bool cp = !strcmp(via, "cp.async");
-    rb_func fs[64];
-    const rb_func *f = site_function(ctx, site, fs);
+    rt_func fs[64];
+    const rt_func *f = site_function(ctx, site, fs);
     if (!f) return kl_rule_not_applicable(err, "no kernel %s", site->kernel);
     db *d = malloc(sizeof *d);
     if (!d) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -1496,8 +1496,8 @@ cleanup:
 
 static kl_status db_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rb_func fs[64];
-    const rb_func *f = site_function(ctx, site, fs);
+    rt_func fs[64];
+    const rt_func *f = site_function(ctx, site, fs);
     db_present *p = malloc(sizeof *p);
     if (!p) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     kl_status st;

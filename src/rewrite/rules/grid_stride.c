@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -479,10 +479,10 @@ static bool nonneg(const gs_prove *p, TSNode e, int depth)
 }
 
 /* p == u * g for a positive integer u (0 when not). */
-static long long multiple_of(const rb_poly *p, const rb_poly *g)
+static long long multiple_of(const rt_poly *p, const rt_poly *g)
 {
     if (p->opaque || p->n != 1 || g->n != 1) return 0;
-    const rb_term *a = &p->t[0], *b = &g->t[0];
+    const rt_term *a = &p->t[0], *b = &g->t[0];
     if (a->deg != b->deg || memcmp(a->sym, b->sym, a->deg) || a->coef <= 0 || a->coef % b->coef) return 0;
     return a->coef / b->coef;
 }
@@ -507,17 +507,17 @@ static bool addends(const kl_source *src, TSNode e, TSNode *out, unsigned *n, un
 /* value = start + C*blockIdx.x + threadIdx.x (in any order): the grid's thread count into g and
  * the start (an addend free of thread and block indexes; a null node when there is none). The
  * addends that hold the indexes must sum to exactly the global thread index. */
-static bool split_index(const kl_source *src, rb_affine *ra, TSNode value, rb_poly *g, TSNode *start)
+static bool split_index(const kl_source *src, rt_affine *ra, TSNode value, rt_poly *g, TSNode *start)
 {
     TSNode ad[8];
     unsigned n = 0;
     *start = (TSNode){0};
     if (!addends(src, value, ad, &n, 8)) return false;
-    rb_poly sum = {0};
+    rt_poly sum = {0};
     unsigned nstart = 0;
     for (unsigned i = 0; i < n; i++) {
-        rb_poly p;
-        rb_affine_eval(ra, ad[i], &p);
+        rt_poly p;
+        rt_affine_eval(ra, ad[i], &p);
         if (!(p.deps & thread_block_deps) && !(p.deps & (1u << RB_GX))) {
             /* the start: one addend (more would need their sum) */
             if (nstart++) return false;
@@ -547,7 +547,7 @@ static bool split_index(const kl_source *src, rb_affine *ra, TSNode value, rb_po
     for (unsigned u = 0; u < sum.n; u++)
         if (sum.t[u].coef) sum.t[k++] = sum.t[u];
     sum.n = k;
-    return rb_grid_index(&sum, g, false);
+    return rt_grid_index(&sum, g, false);
 }
 
 /* The top-level declaration `T name = value;` before stmt in fbody (a null node when none). */
@@ -630,7 +630,7 @@ static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t 
                 if (ts_node_start_byte(d) >= ra[r] && ts_node_start_byte(d) < rb[r]) in = true;
             if (in) continue;
             bool grid = has_text(src, d, "blockIdx") || has_text(src, d, "gridDim");
-            for (unsigned l = 0; l < nloc && !grid; l++) grid = rb_count_ident(ctx, d, locals[l]) > 0;
+            for (unsigned l = 0; l < nloc && !grid; l++) grid = rt_count_ident(ctx, d, locals[l]) > 0;
             if (!grid) continue;
             TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
             if (ts_node_is_null(nm) || ts_node_named_child_count(d) > 3) {
@@ -659,7 +659,7 @@ static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t 
     unsigned nh = kl_ast_functions(src, "__device__", helpers, 64);
     for (unsigned h = 0; h < nh && h < 64 && !why[0]; h++) {
         char *name = kl_ast_function_name(src, helpers[h]);
-        if (name && rb_count_ident(ctx, fbody, name) &&
+        if (name && rt_count_ident(ctx, fbody, name) &&
             (has_text(src, helpers[h], "blockIdx") || has_text(src, helpers[h], "gridDim")))
             kl_snprintf(why, size, "the helper %s uses blockIdx/gridDim: the grid's size would change it", name);
         free(name);
@@ -685,23 +685,23 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         kl_snprintf(why, size, "%u grid-stride loops in the kernel", nl);
         return GS_FORM;
     }
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *f = NULL;
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = NULL;
     for (unsigned i = 0; i < nf && i < 64; i++)
         if (ts_node_eq(fs[i].def, fn)) f = &fs[i];
     if (!f) {
         kl_snprintf(why, size, "the kernel's definition cannot be followed");
         return GS_FORM;
     }
-    rb_affine *ra = rb_affine_new(ctx, f);
+    rt_affine *ra = rt_affine_new(ctx, f);
     if (!ra) {
         kl_snprintf(why, size, "out of memory");
         return GS_FORM;
     }
     gs_loopinfo li[GS_MAXLOOPS];
     memset(li, 0, sizeof li);
-    rb_poly g = {0};
+    rt_poly g = {0};
     int level = GS_OK;
     for (unsigned i = 0; i < nl && level == GS_OK; i++) {
         gs_loopinfo *L = &li[i];
@@ -754,7 +754,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
             break;
         }
         /* start + the global thread index */
-        rb_poly pg;
+        rt_poly pg;
         TSNode e = kl_ast_unparen(value);
         if (!split_index(src, ra, e, &pg, &L->start)) {
             kl_snprintf(why, size, "the index of the loop at line %u is not <start> + blockIdx.x * <block> + threadIdx.x",
@@ -773,13 +773,13 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         if (is_type(upd, "assignment_expression")) binary_op(src, upd, aop, sizeof aop);
         TSNode ul = ts_node_child_by_field_name(upd, "left", 4);
         if (!strcmp(aop, "+=") && is_type(ul, "identifier") && kl_node_text_is(src, ul, L->var)) {
-            rb_poly ps;
-            rb_affine_eval(ra, ts_node_child_by_field_name(upd, "right", 5), &ps);
+            rt_poly ps;
+            rt_affine_eval(ra, ts_node_child_by_field_name(upd, "right", 5), &ps);
             L->u = multiple_of(&ps, &g);
         }
         if (!ts_node_is_null(pnode)) {
-            rb_poly pp;
-            rb_affine_eval(ra, pnode, &pp);
+            rt_poly pp;
+            rt_affine_eval(ra, pnode, &pp);
             L->k = multiple_of(&pp, &g);
             if (L->k == 0) L->u = 0;
         }
@@ -791,15 +791,15 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
             level = GS_FORM;
         }
         free(ut);
-        rb_poly pb;
-        rb_affine_eval(ra, L->bound, &pb);
+        rt_poly pb;
+        rt_affine_eval(ra, L->bound, &pb);
         if (level == GS_OK && (pb.deps & (thread_block_deps | (1u << RB_GX)))) {
             kl_snprintf(why, size, "the bound of the loop at line %u depends on the thread or the grid", line);
             level = GS_FORM;
         }
         /* an unrolled loop is followed by its remainder: the next statement, the same index and bound */
         if (level == GS_OK && i > 0 && li[i - 1].u >= 2) {
-            TSNode nx = rb_next_stmt(li[i - 1].stmt);
+            TSNode nx = rt_next_stmt(li[i - 1].stmt);
             char *b0 = kl_node_text(src, li[i - 1].bound), *b1 = kl_node_text(src, L->bound);
             if (!ts_node_eq(nx, s) || L->declares || L->u != 1 || strcmp(L->var, li[i - 1].var) || !b0 || !b1 ||
                 strcmp(b0, b1)) {
@@ -818,7 +818,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         free(b0);
         level = GS_FORM;
     }
-    uint32_t ra_[GS_MAXRANGES], rb_[GS_MAXRANGES];
+    uint32_t ra_[GS_MAXRANGES], rt_[GS_MAXRANGES];
     unsigned nr = 0;
     /* each index is used only by its loops (and its declaration) */
     for (unsigned i = 0; i < nl && level == GS_OK; i++) {
@@ -827,9 +827,9 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
             if (!strcmp(li[j].var, li[i].var) && li[j].declares == li[i].declares &&
                 (li[i].declares ? j == i : true)) {
                 ra_[nr] = ts_node_start_byte(li[j].stmt);
-                rb_[nr++] = ts_node_end_byte(li[j].stmt);
+                rt_[nr++] = ts_node_end_byte(li[j].stmt);
             }
-        use_scan us = {src, li[i].var, ra_, rb_, nr, ts_node_start_byte(li[i].decl), ts_node_end_byte(li[i].decl), 0,
+        use_scan us = {src, li[i].var, ra_, rt_, nr, ts_node_start_byte(li[i].decl), ts_node_end_byte(li[i].decl), 0,
                        NULL};
         kl_ast_walk(fbody, use_visit, &us);
         if (us.line) {
@@ -865,13 +865,13 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         nr = 0;
         for (unsigned i = 0; i < nl && nr + 2 < GS_MAXRANGES; i++) {
             ra_[nr] = ts_node_start_byte(li[i].stmt);
-            rb_[nr++] = li[i].u >= 2 ? ts_node_end_byte(li[i].stmt) : ts_node_start_byte(li[i].body);
+            rt_[nr++] = li[i].u >= 2 ? ts_node_end_byte(li[i].stmt) : ts_node_start_byte(li[i].body);
             if (!li[i].declares) {
                 ra_[nr] = ts_node_start_byte(li[i].decl);
-                rb_[nr++] = ts_node_end_byte(li[i].decl);
+                rt_[nr++] = ts_node_end_byte(li[i].decl);
             }
         }
-        grid_free(ctx, fn, ra_, rb_, &nr, why, size);
+        grid_free(ctx, fn, ra_, rt_, &nr, why, size);
         if (why[0]) level = GS_PROOF;
     }
     if (level == GS_OK) {
@@ -902,7 +902,7 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         k->coef = g.t[0].deg == 2 ? 0 : g.t[0].coef;
     }
     for (unsigned i = 0; i < nl; i++) free(li[i].var);
-    rb_affine_free(ra);
+    rt_affine_free(ra);
     return level;
 }
 

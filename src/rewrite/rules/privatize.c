@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 
 #define NAME "privatize"
 #define SMEM_LIMIT (48 * 1024)
@@ -23,38 +23,38 @@ static const char *const atomic_names[] = {"atomicAdd", "atomicAdd_block", NULL}
 
 static bool is_atomic_add(const kl_rule_ctx *ctx, TSNode call)
 {
-    if (!rb_is(call, "call_expression")) return false;
-    TSNode fn = rb_field(call, "function");
+    if (!rt_is(call, "call_expression")) return false;
+    TSNode fn = rt_field(call, "function");
     for (int i = 0; atomic_names[i]; i++)
-        if (rb_text_is(ctx, fn, atomic_names[i])) return true;
+        if (rt_text_is(ctx, fn, atomic_names[i])) return true;
     return false;
 }
 
 /* The table pointer and index of an atomic's address: `&P[i]` or `P + i` / `i + P`. */
 static bool atomic_target(const kl_rule_ctx *ctx, TSNode call, TSNode *ptr, TSNode *index)
 {
-    TSNode args = rb_field(call, "arguments");
+    TSNode args = rt_field(call, "arguments");
     if (ts_node_named_child_count(args) != 2) return false;
     TSNode addr = ts_node_named_child(args, 0);
-    while (rb_is(addr, "parenthesized_expression")) addr = ts_node_named_child(addr, 0);
-    if (rb_is(addr, "pointer_expression") && rb_text_is(ctx, rb_field(addr, "operator"), "&")) {
-        TSNode s = rb_field(addr, "argument");
-        if (!rb_is(s, "subscript_expression")) return false;
-        TSNode base = rb_field(s, "argument");
-        TSNode idx = rb_field(s, "indices");
-        if (!rb_is(base, "identifier") || ts_node_is_null(idx) || ts_node_named_child_count(idx) != 1) return false;
+    while (rt_is(addr, "parenthesized_expression")) addr = ts_node_named_child(addr, 0);
+    if (rt_is(addr, "pointer_expression") && rt_text_is(ctx, rt_field(addr, "operator"), "&")) {
+        TSNode s = rt_field(addr, "argument");
+        if (!rt_is(s, "subscript_expression")) return false;
+        TSNode base = rt_field(s, "argument");
+        TSNode idx = rt_field(s, "indices");
+        if (!rt_is(base, "identifier") || ts_node_is_null(idx) || ts_node_named_child_count(idx) != 1) return false;
         *ptr = base;
         *index = ts_node_named_child(idx, 0);
         return true;
     }
-    if (rb_is(addr, "binary_expression") && rb_text_is(ctx, rb_field(addr, "operator"), "+")) {
-        TSNode l = rb_field(addr, "left"), r = rb_field(addr, "right");
-        if (rb_is(l, "identifier")) {
+    if (rt_is(addr, "binary_expression") && rt_text_is(ctx, rt_field(addr, "operator"), "+")) {
+        TSNode l = rt_field(addr, "left"), r = rt_field(addr, "right");
+        if (rt_is(l, "identifier")) {
             *ptr = l;
             *index = r;
             return true;
         }
-        if (rb_is(r, "identifier")) {
+        if (rt_is(r, "identifier")) {
             *ptr = r;
             *index = l;
             return true;
@@ -77,11 +77,11 @@ typedef struct scan {
 static bool scan_visit(TSNode n, void *user)
 {
     scan *s = user;
-    if (rb_is(n, "return_statement")) s->returns++;
-    if (rb_is(n, "lambda_expression")) return true;
-    if (rb_is(n, "call_expression") && is_atomic_add(s->ctx, n)) {
+    if (rt_is(n, "return_statement")) s->returns++;
+    if (rt_is(n, "lambda_expression")) return true;
+    if (rt_is(n, "call_expression") && is_atomic_add(s->ctx, n)) {
         TSNode p, i;
-        if (atomic_target(s->ctx, n, &p, &i) && rb_text_is(s->ctx, p, s->name)) {
+        if (atomic_target(s->ctx, n, &p, &i) && rt_text_is(s->ctx, p, s->name)) {
             if (s->atomics < 64) {
                 s->atomic_nodes[s->atomics] = p;
                 s->index_nodes[s->atomics] = i;
@@ -89,15 +89,15 @@ static bool scan_visit(TSNode n, void *user)
             s->atomics++;
             s->uses++;
             /* the index and value may still use the name: count those as other uses */
-            TSNode args = rb_field(n, "arguments");
-            s->uses += rb_count_ident(s->ctx, i, s->name) + rb_count_ident(s->ctx, ts_node_named_child(args, 1), s->name);
+            TSNode args = rt_field(n, "arguments");
+            s->uses += rt_count_ident(s->ctx, i, s->name) + rt_count_ident(s->ctx, ts_node_named_child(args, 1), s->name);
             TSNode val = ts_node_named_child(args, 1);
-            if (ts_node_is_null(s->other_use) && rb_count_ident(s->ctx, i, s->name)) s->other_use = i;
-            if (ts_node_is_null(s->other_use) && rb_count_ident(s->ctx, val, s->name)) s->other_use = val;
+            if (ts_node_is_null(s->other_use) && rt_count_ident(s->ctx, i, s->name)) s->other_use = i;
+            if (ts_node_is_null(s->other_use) && rt_count_ident(s->ctx, val, s->name)) s->other_use = val;
             return false;
         }
     }
-    if (rb_is(n, "identifier") && rb_text_is(s->ctx, n, s->name)) {
+    if (rt_is(n, "identifier") && rt_text_is(s->ctx, n, s->name)) {
         s->uses++;
         if (ts_node_is_null(s->other_use)) s->other_use = n;
     }
@@ -114,18 +114,18 @@ typedef struct local_once {
 static bool local_once_visit(TSNode n, void *user)
 {
     local_once *lo = user;
-    if (rb_is(n, "init_declarator")) {
-        TSNode d = rb_field(n, "declarator");
-        if (rb_is(d, "identifier") && rb_text_is(lo->ctx, d, lo->nm)) {
+    if (rt_is(n, "init_declarator")) {
+        TSNode d = rt_field(n, "declarator");
+        if (rt_is(d, "identifier") && rt_text_is(lo->ctx, d, lo->nm)) {
             lo->defs++;
-            lo->def = rb_field(n, "value");
+            lo->def = rt_field(n, "value");
         }
-    } else if (rb_is(n, "assignment_expression")) {
-        TSNode l = rb_field(n, "left");
-        if (rb_is(l, "identifier") && rb_text_is(lo->ctx, l, lo->nm)) lo->assigns++;
-    } else if (rb_is(n, "update_expression")) {
-        TSNode l = rb_field(n, "argument");
-        if (rb_is(l, "identifier") && rb_text_is(lo->ctx, l, lo->nm)) lo->assigns++;
+    } else if (rt_is(n, "assignment_expression")) {
+        TSNode l = rt_field(n, "left");
+        if (rt_is(l, "identifier") && rt_text_is(lo->ctx, l, lo->nm)) lo->assigns++;
+    } else if (rt_is(n, "update_expression")) {
+        TSNode l = rt_field(n, "argument");
+        if (rt_is(l, "identifier") && rt_text_is(lo->ctx, l, lo->nm)) lo->assigns++;
     }
     return true;
 }
@@ -138,21 +138,21 @@ typedef struct uses_yz {
 static bool uses_yz_visit(TSNode n, void *user)
 {
     uses_yz *u = user;
-    if (rb_is_builtin(u->ctx, n, "threadIdx", 'y') || rb_is_builtin(u->ctx, n, "threadIdx", 'z')) u->yes = true;
+    if (rt_is_builtin(u->ctx, n, "threadIdx", 'y') || rt_is_builtin(u->ctx, n, "threadIdx", 'z')) u->yes = true;
     return !u->yes;
 }
 
 /* Is an index provably in [0, bins)? Sets *bins when it proves a bound on its own. */
-static bool index_bound(const kl_rule_ctx *ctx, const rb_func *f, TSNode idx, long long *bins)
+static bool index_bound(const kl_rule_ctx *ctx, const rt_func *f, TSNode idx, long long *bins)
 {
-    while (rb_is(idx, "parenthesized_expression") || rb_is(idx, "cast_expression"))
-        idx = rb_is(idx, "cast_expression") ? rb_field(idx, "value") : ts_node_named_child(idx, 0);
-    if (rb_is(idx, "subscript_expression")) {
-        TSNode base = rb_field(idx, "argument");
+    while (rt_is(idx, "parenthesized_expression") || rt_is(idx, "cast_expression"))
+        idx = rt_is(idx, "cast_expression") ? rt_field(idx, "value") : ts_node_named_child(idx, 0);
+    if (rt_is(idx, "subscript_expression")) {
+        TSNode base = rt_field(idx, "argument");
         char elem[64];
-        if (rb_is(base, "identifier")) {
-            char *nm = rb_text(ctx, base);
-            bool ptr = nm && rb_pointer_param(ctx, f, nm, elem, sizeof elem);
+        if (rt_is(base, "identifier")) {
+            char *nm = rt_text(ctx, base);
+            bool ptr = nm && rt_pointer_param(ctx, f, nm, elem, sizeof elem);
             free(nm);
             if (ptr && (strstr(elem, "uint8_t") || strstr(elem, "unsigned char"))) {
                 *bins = 256;
@@ -161,22 +161,22 @@ static bool index_bound(const kl_rule_ctx *ctx, const rb_func *f, TSNode idx, lo
         }
         return false;
     }
-    if (rb_is(idx, "binary_expression") && rb_text_is(ctx, rb_field(idx, "operator"), "&")) {
+    if (rt_is(idx, "binary_expression") && rt_text_is(ctx, rt_field(idx, "operator"), "&")) {
         long long m;
-        if (rb_const_eval(ctx, f->body, rb_field(idx, "right"), &m) ||
-            rb_const_eval(ctx, f->body, rb_field(idx, "left"), &m)) {
+        if (rt_const_eval(ctx, f->body, rt_field(idx, "right"), &m) ||
+            rt_const_eval(ctx, f->body, rt_field(idx, "left"), &m)) {
             if (m >= 0 && m < (1 << 20)) {
                 *bins = m + 1;
                 return true;
             }
         }
     }
-    if (rb_is(idx, "identifier")) {
+    if (rt_is(idx, "identifier")) {
         /* a local defined once, never reassigned, from a bounded expression */
-        char *nm = rb_text(ctx, idx);
+        char *nm = rt_text(ctx, idx);
         if (!nm) return false;
         local_once lo = {.ctx = ctx, .nm = nm};
-        rb_walk(f->body, local_once_visit, &lo);
+        rt_walk(f->body, local_once_visit, &lo);
         free(nm);
         if (lo.defs == 1 && !lo.assigns && !ts_node_is_null(lo.def)) return index_bound(ctx, f, lo.def, bins);
     }
@@ -211,13 +211,13 @@ typedef struct table {
     char why_not[256];       /* non-empty: apply is not applicable */
 } table;
 
-static void analyse_table(const kl_rule_ctx *ctx, const rb_func *f, const char *name, table *t)
+static void analyse_table(const kl_rule_ctx *ctx, const rt_func *f, const char *name, table *t)
 {
     memset(t, 0, sizeof *t);
     kl_snprintf(t->name, sizeof t->name, "%s", name);
-    rb_pointer_param(ctx, f, name, t->elem, sizeof t->elem);
+    rt_pointer_param(ctx, f, name, t->elem, sizeof t->elem);
     scan s = {.ctx = ctx, .name = name};
-    rb_walk(f->body, scan_visit, &s);
+    rt_walk(f->body, scan_visit, &s);
     t->atomics = s.atomics;
     t->returns = s.returns;
     if (s.atomics) t->first_atomic = s.atomic_nodes[0];
@@ -251,7 +251,7 @@ static void analyse_table(const kl_rule_ctx *ctx, const rb_func *f, const char *
         t->bins_from = "index";
     }
     t->bins = bins;
-    unsigned esz = rb_type_size(t->elem);
+    unsigned esz = rt_type_size(t->elem);
     if (!esz) {
         kl_snprintf(t->why_not, sizeof t->why_not, "%s: the element type '%s' of '%s' is not a known scalar",
                     f->name, t->elem, name);
@@ -279,11 +279,11 @@ typedef struct present {
 
 static bool is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
 {
-    if (!rb_is(d, "declaration")) return false;
+    if (!rt_is(d, "declaration")) return false;
     uint32_t c = ts_node_named_child_count(d);
     for (uint32_t i = 0; i < c; i++) {
         TSNode ch = ts_node_named_child(d, i);
-        if (rb_is(ch, "type_qualifier") && rb_text_is(ctx, ch, "__shared__")) return true;
+        if (rt_is(ch, "type_qualifier") && rt_text_is(ctx, ch, "__shared__")) return true;
     }
     return false;
 }
@@ -298,24 +298,24 @@ typedef struct zf {
 static bool zf_visit(TSNode n, void *user)
 {
     zf *z = user;
-    if (rb_is(n, "assignment_expression")) {
-        TSNode l = rb_field(n, "left"), r = rb_field(n, "right");
-        if (rb_is(l, "subscript_expression") && rb_text_is(z->ctx, rb_field(l, "argument"), z->s)) {
+    if (rt_is(n, "assignment_expression")) {
+        TSNode l = rt_field(n, "left"), r = rt_field(n, "right");
+        if (rt_is(l, "subscript_expression") && rt_text_is(z->ctx, rt_field(l, "argument"), z->s)) {
             long long v;
-            if (rb_text_is(z->ctx, rb_field(n, "operator"), "=") && rb_const_eval(z->ctx, (TSNode){0}, r, &v) && !v)
+            if (rt_text_is(z->ctx, rt_field(n, "operator"), "=") && rt_const_eval(z->ctx, (TSNode){0}, r, &v) && !v)
                 z->zero_assigns++;
             else z->other++;
             return false;
         }
     }
-    if (rb_is(n, "call_expression")) z->other++;
+    if (rt_is(n, "call_expression")) z->other++;
     return true;
 }
 
 /* Is statement st a merge `atomicAdd(&G[i], S[i])` (possibly in a for/if)? Sets global. */
 typedef struct mg {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
+    const rt_func *f;
     const char *s;
     char global[64];
     unsigned merges, other_calls;
@@ -324,14 +324,14 @@ typedef struct mg {
 static bool mg_visit(TSNode n, void *user)
 {
     mg *m = user;
-    if (rb_is(n, "call_expression")) {
+    if (rt_is(n, "call_expression")) {
         TSNode p, i;
         if (is_atomic_add(m->ctx, n) && atomic_target(m->ctx, n, &p, &i)) {
-            TSNode val = ts_node_named_child(rb_field(n, "arguments"), 1);
-            char *g = rb_text(m->ctx, p);
+            TSNode val = ts_node_named_child(rt_field(n, "arguments"), 1);
+            char *g = rt_text(m->ctx, p);
             /* the value is S[i] or a local read from it: the statement as a whole reads S */
             (void)val;
-            if (g && rb_pointer_param(m->ctx, m->f, g, NULL, 0) && strcmp(g, m->s)) {
+            if (g && rt_pointer_param(m->ctx, m->f, g, NULL, 0) && strcmp(g, m->s)) {
                 kl_snprintf(m->global, sizeof m->global, "%s", g);
                 m->merges++;
             } else m->other_calls++;
@@ -343,12 +343,12 @@ static bool mg_visit(TSNode n, void *user)
     return true;
 }
 
-static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, TSNode decl, present *p)
+static bool find_present(const kl_rule_ctx *ctx, const rt_func *f, TSNode decl, present *p)
 {
     memset(p, 0, sizeof *p);
-    TSNode d = rb_field(decl, "declarator");
-    if (!rb_is(d, "array_declarator") || rb_is(rb_field(d, "declarator"), "array_declarator")) return false;
-    TSNode id = rb_declarator_name(d);
+    TSNode d = rt_field(decl, "declarator");
+    if (!rt_is(d, "array_declarator") || rt_is(rt_field(d, "declarator"), "array_declarator")) return false;
+    TSNode id = rt_declarator_name(d);
     if (ts_node_is_null(id)) return false;
     uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
     if (b - a >= sizeof p->shared) return false;
@@ -359,37 +359,37 @@ static bool find_present(const kl_rule_ctx *ctx, const rb_func *f, TSNode decl, 
     uint32_t c = ts_node_named_child_count(p->block);
     for (uint32_t i = 0; i < c; i++) {
         TSNode st = ts_node_named_child(p->block, i);
-        if (ts_node_eq(st, decl) || rb_is(st, "comment")) continue;
-        if (!rb_count_ident(ctx, st, p->shared)) continue;
+        if (ts_node_eq(st, decl) || rt_is(st, "comment")) continue;
+        if (!rt_count_ident(ctx, st, p->shared)) continue;
         if (ts_node_is_null(p->init)) {
             zf z = {.ctx = ctx, .s = p->shared};
-            rb_walk(st, zf_visit, &z);
+            rt_walk(st, zf_visit, &z);
             if (z.zero_assigns && !z.other) {
                 p->init = st;
-                TSNode nx = rb_next_stmt(st);
-                if (rb_is_syncthreads(ctx, nx)) p->init_sync = nx;
+                TSNode nx = rt_next_stmt(st);
+                if (rt_is_syncthreads(ctx, nx)) p->init_sync = nx;
                 continue;
             }
         }
         mg m = {.ctx = ctx, .f = f, .s = p->shared};
-        rb_walk(st, mg_visit, &m);
-        if (m.merges && !m.other_calls && (rb_is(st, "for_statement") || rb_is(st, "if_statement") ||
-                                           rb_is(st, "expression_statement"))) {
+        rt_walk(st, mg_visit, &m);
+        if (m.merges && !m.other_calls && (rt_is(st, "for_statement") || rt_is(st, "if_statement") ||
+                                           rt_is(st, "expression_statement"))) {
             p->merge = st;
             kl_snprintf(p->global, sizeof p->global, "%s", m.global);
-            TSNode pv = rb_prev_stmt(st);
-            if (rb_is_syncthreads(ctx, pv)) p->merge_sync = pv;
+            TSNode pv = rt_prev_stmt(st);
+            if (rt_is_syncthreads(ctx, pv)) p->merge_sync = pv;
         }
     }
     if (ts_node_is_null(p->init) || ts_node_is_null(p->merge) || ts_node_is_null(p->init_sync) ||
         ts_node_is_null(p->merge_sync))
         return false;
     /* the body between, when apply wrapped it in a lambda */
-    TSNode between = rb_next_stmt(p->init_sync);
-    if (rb_is(between, "expression_statement") && ts_node_eq(rb_next_stmt(between), p->merge_sync)) {
+    TSNode between = rt_next_stmt(p->init_sync);
+    if (rt_is(between, "expression_statement") && ts_node_eq(rt_next_stmt(between), p->merge_sync)) {
         TSNode call = ts_node_named_child(between, 0);
-        if (rb_is(call, "call_expression") && rb_is(rb_field(call, "function"), "lambda_expression") &&
-            ts_node_named_child_count(rb_field(call, "arguments")) == 0)
+        if (rt_is(call, "call_expression") && rt_is(rt_field(call, "function"), "lambda_expression") &&
+            ts_node_named_child_count(rt_field(call, "arguments")) == 0)
             p->lambda_stmt = between;
     }
     return true;
@@ -408,18 +408,18 @@ typedef struct replicas {
 /* Is e the lane expression `threadIdx.x % R` / `threadIdx.x & (R-1)`? Sets *r. */
 static bool lane_expr(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *r)
 {
-    while (rb_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
-    if (!rb_is(e, "binary_expression")) return false;
-    TSNode l = rb_field(e, "left"), rt = rb_field(e, "right");
-    while (rb_is(l, "parenthesized_expression")) l = ts_node_named_child(l, 0);
-    if (!rb_is_builtin(ctx, l, "threadIdx", 'x')) return false;
+    while (rt_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
+    if (!rt_is(e, "binary_expression")) return false;
+    TSNode l = rt_field(e, "left"), rt = rt_field(e, "right");
+    while (rt_is(l, "parenthesized_expression")) l = ts_node_named_child(l, 0);
+    if (!rt_is_builtin(ctx, l, "threadIdx", 'x')) return false;
     long long v;
-    if (!rb_const_eval(ctx, scope, rt, &v)) return false;
-    if (rb_text_is(ctx, rb_field(e, "operator"), "%") && v >= 2) {
+    if (!rt_const_eval(ctx, scope, rt, &v)) return false;
+    if (rt_text_is(ctx, rt_field(e, "operator"), "%") && v >= 2) {
         *r = v;
         return true;
     }
-    if (rb_text_is(ctx, rb_field(e, "operator"), "&") && v >= 1 && ((v + 1) & v) == 0) {
+    if (rt_text_is(ctx, rt_field(e, "operator"), "&") && v >= 1 && ((v + 1) & v) == 0) {
         *r = v + 1;
         return true;
     }
@@ -427,30 +427,30 @@ static bool lane_expr(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long 
 }
 
 /* The alias of shared table s in the kernel body: `T* A = s + lane;` or `T* A = &s[lane];`. */
-static bool find_replicas(const kl_rule_ctx *ctx, const rb_func *f, const present *p, replicas *rep)
+static bool find_replicas(const kl_rule_ctx *ctx, const rt_func *f, const present *p, replicas *rep)
 {
     memset(rep, 0, sizeof *rep);
     uint32_t c = ts_node_named_child_count(p->block);
     for (uint32_t i = 0; i < c; i++) {
         TSNode st = ts_node_named_child(p->block, i);
-        if (!rb_is(st, "declaration") || ts_node_named_child_count(st) < 2) continue;
-        TSNode d = rb_field(st, "declarator");
-        if (!rb_is(d, "init_declarator") || !rb_is(rb_field(d, "declarator"), "pointer_declarator")) continue;
-        TSNode v = rb_field(d, "value");
-        while (rb_is(v, "parenthesized_expression")) v = ts_node_named_child(v, 0);
+        if (!rt_is(st, "declaration") || ts_node_named_child_count(st) < 2) continue;
+        TSNode d = rt_field(st, "declarator");
+        if (!rt_is(d, "init_declarator") || !rt_is(rt_field(d, "declarator"), "pointer_declarator")) continue;
+        TSNode v = rt_field(d, "value");
+        while (rt_is(v, "parenthesized_expression")) v = ts_node_named_child(v, 0);
         TSNode lane = {0};
-        if (rb_is(v, "binary_expression") && rb_text_is(ctx, rb_field(v, "operator"), "+")) {
-            if (rb_text_is(ctx, rb_field(v, "left"), p->shared)) lane = rb_field(v, "right");
-            else if (rb_text_is(ctx, rb_field(v, "right"), p->shared)) lane = rb_field(v, "left");
-        } else if (rb_is(v, "pointer_expression") && rb_text_is(ctx, rb_field(v, "operator"), "&")) {
-            TSNode s = rb_field(v, "argument");
-            TSNode idx = rb_field(s, "indices");
-            if (rb_is(s, "subscript_expression") && rb_text_is(ctx, rb_field(s, "argument"), p->shared) &&
+        if (rt_is(v, "binary_expression") && rt_text_is(ctx, rt_field(v, "operator"), "+")) {
+            if (rt_text_is(ctx, rt_field(v, "left"), p->shared)) lane = rt_field(v, "right");
+            else if (rt_text_is(ctx, rt_field(v, "right"), p->shared)) lane = rt_field(v, "left");
+        } else if (rt_is(v, "pointer_expression") && rt_text_is(ctx, rt_field(v, "operator"), "&")) {
+            TSNode s = rt_field(v, "argument");
+            TSNode idx = rt_field(s, "indices");
+            if (rt_is(s, "subscript_expression") && rt_text_is(ctx, rt_field(s, "argument"), p->shared) &&
                 !ts_node_is_null(idx) && ts_node_named_child_count(idx) == 1)
                 lane = ts_node_named_child(idx, 0);
         }
         if (ts_node_is_null(lane) || !lane_expr(ctx, f->body, lane, &rep->copies)) continue;
-        TSNode id = rb_declarator_name(d);
+        TSNode id = rt_declarator_name(d);
         uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
         if (ts_node_is_null(id) || b - a >= sizeof rep->name) continue;
         memcpy(rep->name, ctx->text + a, b - a);
@@ -464,15 +464,15 @@ static bool find_replicas(const kl_rule_ctx *ctx, const rb_func *f, const presen
 /* Is idx `e * R` / `R * e`? *e receives e. */
 static bool times_copies(const kl_rule_ctx *ctx, TSNode scope, TSNode idx, long long r, TSNode *e)
 {
-    while (rb_is(idx, "parenthesized_expression")) idx = ts_node_named_child(idx, 0);
-    if (!rb_is(idx, "binary_expression") || !rb_text_is(ctx, rb_field(idx, "operator"), "*")) return false;
+    while (rt_is(idx, "parenthesized_expression")) idx = ts_node_named_child(idx, 0);
+    if (!rt_is(idx, "binary_expression") || !rt_text_is(ctx, rt_field(idx, "operator"), "*")) return false;
     long long v;
-    if (rb_const_eval(ctx, scope, rb_field(idx, "right"), &v) && v == r) {
-        *e = rb_field(idx, "left");
+    if (rt_const_eval(ctx, scope, rt_field(idx, "right"), &v) && v == r) {
+        *e = rt_field(idx, "left");
         return true;
     }
-    if (rb_const_eval(ctx, scope, rb_field(idx, "left"), &v) && v == r) {
-        *e = rb_field(idx, "right");
+    if (rt_const_eval(ctx, scope, rt_field(idx, "left"), &v) && v == r) {
+        *e = rt_field(idx, "right");
         return true;
     }
     return false;
@@ -480,7 +480,7 @@ static bool times_copies(const kl_rule_ctx *ctx, TSNode scope, TSNode idx, long 
 
 typedef struct rep_walk {
     const kl_rule_ctx *ctx;
-    const rb_func *fs;
+    const rt_func *fs;
     unsigned nf;
     TSNode scope;            /* for constants */
     const char *ptr;         /* the name whose uses are checked (the alias or a helper's parameter) */
@@ -490,7 +490,7 @@ typedef struct rep_walk {
     kl_edits *out;
     kl_status st;
     TSNode bad;              /* first use that is neither an atomic target `&ptr[e * R]` nor a helper argument */
-    const rb_func *helpers[8];
+    const rt_func *helpers[8];
     unsigned helper_arg[8], nhelpers, calls;
 } rep_walk;
 
@@ -499,17 +499,17 @@ static bool rep_visit(TSNode n, void *user)
     rep_walk *w = user;
     if (!ts_node_is_null(w->bad) || w->st != KL_OK) return false;
     if (!ts_node_is_null(w->skip) && ts_node_eq(n, w->skip)) return false;
-    if (rb_is(n, "call_expression") && is_atomic_add(w->ctx, n)) {
-        TSNode args = rb_field(n, "arguments");
+    if (rt_is(n, "call_expression") && is_atomic_add(w->ctx, n)) {
+        TSNode args = rt_field(n, "arguments");
         TSNode addr = ts_node_named_child(args, 0);
-        while (rb_is(addr, "parenthesized_expression")) addr = ts_node_named_child(addr, 0);
+        while (rt_is(addr, "parenthesized_expression")) addr = ts_node_named_child(addr, 0);
         TSNode p, i, e;
-        if (atomic_target(w->ctx, n, &p, &i) && rb_text_is(w->ctx, p, w->ptr) && rb_is(addr, "pointer_expression")) {
+        if (atomic_target(w->ctx, n, &p, &i) && rt_text_is(w->ctx, p, w->ptr) && rt_is(addr, "pointer_expression")) {
             if (!times_copies(w->ctx, w->scope, i, w->copies, &e)) {
                 w->bad = i;
                 return false;
             }
-            char *et = rb_text(w->ctx, e);
+            char *et = rt_text(w->ctx, e);
             if (!et) {
                 w->st = KL_ERR_NOMEM;
                 return false;
@@ -517,22 +517,22 @@ static bool rep_visit(TSNode n, void *user)
             w->st = kl_edits_addf(w->out, ts_node_start_byte(addr), ts_node_end_byte(addr), "&%s[%s]",
                                   w->to ? w->to : w->ptr, et);
             free(et);
-            if (rb_count_ident(w->ctx, e, w->ptr) || rb_count_ident(w->ctx, ts_node_named_child(args, 1), w->ptr))
+            if (rt_count_ident(w->ctx, e, w->ptr) || rt_count_ident(w->ctx, ts_node_named_child(args, 1), w->ptr))
                 w->bad = e;
             return false;
         }
     }
-    if (rb_is(n, "call_expression") && w->to) {
+    if (rt_is(n, "call_expression") && w->to) {
         /* the alias passed whole to a __device__ helper */
-        TSNode fn = rb_field(n, "function");
-        TSNode args = rb_field(n, "arguments");
-        char *nm = rb_is(fn, "identifier") ? rb_text(w->ctx, fn) : NULL;
-        const rb_func *h = nm ? rb_function_named(w->fs, w->nf, nm) : NULL;
+        TSNode fn = rt_field(n, "function");
+        TSNode args = rt_field(n, "arguments");
+        char *nm = rt_is(fn, "identifier") ? rt_text(w->ctx, fn) : NULL;
+        const rt_func *h = nm ? rt_function_named(w->fs, w->nf, nm) : NULL;
         free(nm);
         uint32_t na = ts_node_named_child_count(args);
         for (uint32_t k = 0; h && h->device && !h->global && k < na; k++) {
             TSNode a = ts_node_named_child(args, k);
-            if (!rb_text_is(w->ctx, a, w->ptr)) continue;
+            if (!rt_text_is(w->ctx, a, w->ptr)) continue;
             unsigned j = 0;
             while (j < w->nhelpers && !(w->helpers[j] == h && w->helper_arg[j] == k)) j++;
             if (j == w->nhelpers && j < 8) {
@@ -544,11 +544,11 @@ static bool rep_visit(TSNode n, void *user)
             w->st = kl_edits_add(w->out, ts_node_start_byte(a), ts_node_end_byte(a), w->to);
             /* the other arguments must not use the alias */
             for (uint32_t o = 0; o < na; o++)
-                if (o != k) rb_walk(ts_node_named_child(args, o), rep_visit, w);
+                if (o != k) rt_walk(ts_node_named_child(args, o), rep_visit, w);
             return false;
         }
     }
-    if (rb_is(n, "identifier") && rb_text_is(w->ctx, n, w->ptr)) w->bad = n;
+    if (rt_is(n, "identifier") && rt_text_is(w->ctx, n, w->ptr)) w->bad = n;
     return true;
 }
 
@@ -564,22 +564,22 @@ typedef struct merge_check {
 static bool merge_visit(TSNode n, void *user)
 {
     merge_check *m = user;
-    if (!rb_is(n, "subscript_expression") || !rb_text_is(m->ctx, rb_field(n, "argument"), m->s)) return true;
+    if (!rt_is(n, "subscript_expression") || !rt_text_is(m->ctx, rt_field(n, "argument"), m->s)) return true;
     m->reads++;
-    TSNode idx = rb_field(n, "indices");
+    TSNode idx = rt_field(n, "indices");
     if (ts_node_is_null(idx) || ts_node_named_child_count(idx) != 1) return false;
     TSNode e = ts_node_named_child(idx, 0), base;
-    if (!rb_is(e, "binary_expression") || !rb_text_is(m->ctx, rb_field(e, "operator"), "+")) return false;
-    if (!times_copies(m->ctx, m->scope, rb_field(e, "left"), m->copies, &base) &&
-        !times_copies(m->ctx, m->scope, rb_field(e, "right"), m->copies, &base))
+    if (!rt_is(e, "binary_expression") || !rt_text_is(m->ctx, rt_field(e, "operator"), "+")) return false;
+    if (!times_copies(m->ctx, m->scope, rt_field(e, "left"), m->copies, &base) &&
+        !times_copies(m->ctx, m->scope, rt_field(e, "right"), m->copies, &base))
         return false;
     /* inside a `for (... l = 0; l < R; l++)` */
     for (TSNode p = ts_node_parent(n); !ts_node_is_null(p); p = ts_node_parent(p)) {
-        if (!rb_is(p, "for_statement")) continue;
-        TSNode cond = rb_field(p, "condition");
+        if (!rt_is(p, "for_statement")) continue;
+        TSNode cond = rt_field(p, "condition");
         long long v;
-        if (rb_is(cond, "binary_expression") && rb_text_is(m->ctx, rb_field(cond, "operator"), "<") &&
-            rb_const_eval(m->ctx, m->scope, rb_field(cond, "right"), &v) && v == m->copies) {
+        if (rt_is(cond, "binary_expression") && rt_text_is(m->ctx, rt_field(cond, "operator"), "<") &&
+            rt_const_eval(m->ctx, m->scope, rt_field(cond, "right"), &v) && v == m->copies) {
             m->good++;
             break;
         }
@@ -608,18 +608,18 @@ static bool count_other_visit(TSNode n, void *user)
     count_other *c = user;
     for (int i = 0; i < 4; i++)
         if (!ts_node_is_null(c->skip[i]) && ts_node_eq(n, c->skip[i])) return false;
-    if (rb_is(n, "identifier") && rb_text_is(c->ctx, n, c->s) && ts_node_is_null(c->first)) c->first = n;
+    if (rt_is(n, "identifier") && rt_text_is(c->ctx, n, c->s) && ts_node_is_null(c->first)) c->first = n;
     return ts_node_is_null(c->first);
 }
 
 /* Remove R interleaved replicas: atomics go to the global table directly, the alias, the
  * table, its fill and the merge go. */
-static kl_status remove_replicas(const kl_rule_ctx *ctx, const rb_func *fs, unsigned nf, const rb_func *f,
+static kl_status remove_replicas(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f,
                                  const present *p, const replicas *rep, kl_edits *out, kl_error *err)
 {
     const char *file = kl_source_name(ctx->src);
     count_other co = {.ctx = ctx, .s = p->shared, .skip = {p->decl, p->init, p->merge, rep->alias}};
-    rb_walk(f->body, count_other_visit, &co);
+    rt_walk(f->body, count_other_visit, &co);
     if (!ts_node_is_null(co.first)) {
         kl_span sp = kl_node_span(co.first);
         return kl_rule_not_applicable(err,
@@ -628,7 +628,7 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rb_func *fs, unsi
                                       file, sp.line, sp.column, p->shared, rep->name);
     }
     merge_check mc = {.ctx = ctx, .scope = f->body, .s = p->shared, .copies = rep->copies};
-    rb_walk(p->merge, merge_visit, &mc);
+    rt_walk(p->merge, merge_visit, &mc);
     if (!mc.reads || mc.good != mc.reads) {
         kl_span sp = kl_node_span(p->merge);
         return kl_rule_not_applicable(err,
@@ -637,10 +637,10 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rb_func *fs, unsi
                                       file, sp.line, rep->copies, p->shared, rep->copies, rep->copies);
     }
     char gelem[64] = "";
-    rb_pointer_param(ctx, f, p->global, gelem, sizeof gelem);
+    rt_pointer_param(ctx, f, p->global, gelem, sizeof gelem);
     rep_walk w = {.ctx = ctx, .fs = fs, .nf = nf, .scope = f->body, .ptr = rep->name, .to = p->global,
                   .copies = rep->copies, .skip = rep->alias, .out = out, .st = KL_OK};
-    rb_walk(f->body, rep_visit, &w);
+    rt_walk(f->body, rep_visit, &w);
     if (w.st != KL_OK) return kl_error_set(err, w.st, "out of memory");
     if (!ts_node_is_null(w.bad)) {
         kl_span sp = kl_node_span(w.bad);
@@ -652,21 +652,21 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rb_func *fs, unsi
     TSNode root = f->outer;
     while (!ts_node_is_null(ts_node_parent(root))) root = ts_node_parent(root);
     for (unsigned j = 0; j < w.nhelpers; j++) {
-        const rb_func *h = w.helpers[j];
+        const rt_func *h = w.helpers[j];
         for (unsigned o = 0; o < w.nhelpers; o++)
             if (o != j && w.helpers[o] == h)
                 return kl_rule_not_applicable(err, "%s: '%s' is passed to %s in more than one place", file, rep->name,
                                               h->name);
         /* every call of the helper passes the alias: changing it changes no other caller */
-        unsigned mentions = rb_count_ident(ctx, root, h->name);
+        unsigned mentions = rt_count_ident(ctx, root, h->name);
         if (w.nhelpers != 1 || mentions != w.calls + 1)
             return kl_rule_not_applicable(err, "%s: %s is also called other than with '%s'", file, h->name,
                                           rep->name);
         TSNode prm = ts_node_named_child(h->params, w.helper_arg[j]);
-        TSNode pid = rb_declarator_name(rb_field(prm, "declarator"));
-        char *pn = ts_node_is_null(pid) ? NULL : rb_text(ctx, pid);
+        TSNode pid = rt_declarator_name(rt_field(prm, "declarator"));
+        char *pn = ts_node_is_null(pid) ? NULL : rt_text(ctx, pid);
         char pelem[64] = "";
-        if (!pn || !rb_pointer_param(ctx, h, pn, pelem, sizeof pelem)) {
+        if (!pn || !rt_pointer_param(ctx, h, pn, pelem, sizeof pelem)) {
             free(pn);
             return kl_rule_not_applicable(err, "%s: parameter %u of %s is not a pointer", file, w.helper_arg[j] + 1,
                                           h->name);
@@ -678,7 +678,7 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rb_func *fs, unsi
         }
         rep_walk hw = {.ctx = ctx, .fs = fs, .nf = nf, .scope = h->body, .ptr = pn, .to = NULL,
                        .copies = rep->copies, .out = out, .st = KL_OK};
-        rb_walk(h->body, rep_visit, &hw);
+        rt_walk(h->body, rep_visit, &hw);
         free(pn);
         if (hw.st != KL_OK) return kl_error_set(err, hw.st, "out of memory");
         if (!ts_node_is_null(hw.bad)) {
@@ -693,11 +693,11 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rb_func *fs, unsi
     TSNode drop[5] = {p->decl, p->init, p->init_sync, rep->alias, p->merge_sync};
     for (int i = 0; i < 5; i++) {
         uint32_t a, b;
-        rb_stmt_range(ctx, drop[i], NAME, &a, &b);
+        rt_stmt_range(ctx, drop[i], NAME, &a, &b);
         KL_TRY(kl_edits_add(out, a, b, ""));
     }
     uint32_t a, b;
-    rb_stmt_range(ctx, p->merge, "Merge", &a, &b);
+    rt_stmt_range(ctx, p->merge, "Merge", &a, &b);
     KL_TRY(kl_edits_add(out, a, b, ""));
 cleanup:
     if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
@@ -719,15 +719,15 @@ static bool decl_visit(TSNode n, void *user)
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     kl_status st = KL_OK;
     for (unsigned k = 0; k < nf; k++) {
-        const rb_func *f = &fs[k];
+        const rt_func *f = &fs[k];
         if (!f->global) continue;
         /* present: shared tables merged into a global one */
         decl_collect dc = {.ctx = ctx};
-        rb_walk(f->body, decl_visit, &dc);
+        rt_walk(f->body, decl_visit, &dc);
         for (unsigned i = 0; i < dc.n; i++) {
             present p;
             if (!find_present(ctx, f, dc.items[i], &p)) continue;
@@ -742,19 +742,19 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
             else kl_snprintf(note, sizeof note, "per-block copy '%s' of '%s', merged at the end", p.shared, p.global);
             json_t *feat = json_pack("{s:s, s:s, s:b, s:b, s:I}", "shared", p.shared, "global", p.global, "wrapped_body",
                                      !ts_node_is_null(p.lambda_stmt), "marker",
-                                     rb_has_marker(ctx, ts_node_start_byte(f->body), ts_node_end_byte(f->body), NAME),
+                                     rt_has_marker(ctx, ts_node_start_byte(f->body), ts_node_end_byte(f->body), NAME),
                                      "copies", (json_int_t)copies);
             KL_TRY(kl_sites_add(out, id, KL_SITE_PRESENT, sp, f->name, feat, json_pack("{s:I}", "copies", (json_int_t)copies), note));
         }
         /* applicable: pointer parameters used as atomicAdd targets */
         uint32_t np = ts_node_is_null(f->params) ? 0 : ts_node_named_child_count(f->params);
         for (uint32_t i = 0; i < np; i++) {
-            TSNode id = rb_declarator_name(rb_field(ts_node_named_child(f->params, i), "declarator"));
+            TSNode id = rt_declarator_name(rt_field(ts_node_named_child(f->params, i), "declarator"));
             if (ts_node_is_null(id)) continue;
-            char *name = rb_text(ctx, id);
+            char *name = rt_text(ctx, id);
             if (!name) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
             table t;
-            if (rb_pointer_param(ctx, f, name, NULL, 0)) analyse_table(ctx, f, name, &t);
+            if (rt_pointer_param(ctx, f, name, NULL, 0)) analyse_table(ctx, f, name, &t);
             else t.atomics = 0;
             free(name);
             if (!t.atomics) continue;
@@ -774,10 +774,10 @@ cleanup:
     return st;
 }
 
-static const rb_func *site_func(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, unsigned *nf)
+static const rt_func *site_func(const kl_rule_ctx *ctx, const kl_site *site, rt_func *fs, unsigned *nf)
 {
-    *nf = rb_functions(ctx, fs, 64);
-    return rb_function_named(fs, *nf, site->kernel);
+    *nf = rt_functions(ctx, fs, 64);
+    return rt_function_named(fs, *nf, site->kernel);
 }
 
 /* The table name: the site id's last part. */
@@ -790,12 +790,12 @@ static const char *site_what(const kl_site *site)
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                        kl_error *err)
 {
-    rb_func fs[64];
+    rt_func fs[64];
     unsigned nf;
-    const rb_func *f = site_func(ctx, site, fs, &nf);
+    const rt_func *f = site_func(ctx, site, fs, &nf);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     table t;
-    if (!rb_pointer_param(ctx, f, site_what(site), NULL, 0))
+    if (!rt_pointer_param(ctx, f, site_what(site), NULL, 0))
         return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: kernel '%s' has no pointer parameter '%s'",
                             kl_source_name(ctx->src), f->name, site_what(site));
     analyse_table(ctx, f, site_what(site), &t);
@@ -806,12 +806,12 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     /* the private copy's name must be free */
     char priv[96];
     kl_snprintf(priv, sizeof priv, "%s_priv", t.name);
-    if (rb_count_ident(ctx, f->outer, priv))
+    if (rt_count_ident(ctx, f->outer, priv))
         return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the name '%s'",
                             kl_source_name(ctx->src), f->name, priv);
     /* blocks of more than one dimension need a linear thread index */
     uses_yz yz = {ctx, false};
-    rb_walk(f->body, uses_yz_visit, &yz);
+    rt_walk(f->body, uses_yz_visit, &yz);
     bool multi_dim = yz.yes;
     const char *tid = multi_dim ? "threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)" : "threadIdx.x";
     const char *nthreads = multi_dim ? "blockDim.x * blockDim.y * blockDim.z" : "blockDim.x";
@@ -822,13 +822,13 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     TSNode first = ts_node_named_child(f->body, 0);
     if (ts_node_is_null(first))
         return kl_rule_not_applicable(err, "%s: kernel '%s' is empty", kl_source_name(ctx->src), f->name);
-    rb_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(first), ind, sizeof ind);
     kl_status st = KL_OK;
     uint32_t open = ts_node_start_byte(f->body) + 1;
     uint32_t close = ts_node_end_byte(f->body) - 1;
-    uint32_t body_start = rb_line_end(ctx, open);
-    uint32_t body_end = rb_line_start(ctx, close);
-    if (body_end < body_start || !rb_line_blank_before(ctx, close))
+    uint32_t body_start = rt_line_end(ctx, open);
+    uint32_t body_end = rt_line_start(ctx, close);
+    if (body_end < body_start || !rt_line_blank_before(ctx, close))
         return kl_rule_not_applicable(err,
                             "%s: kernel '%s': expected its body's braces on lines of their own",
                             kl_source_name(ctx->src), f->name);
@@ -839,14 +839,14 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     char lane[96] = "";
     if (copies > 1) {
         /* the copies live in 48 KiB of static shared memory at most */
-        long long bytes = t.bins * copies * (long long)rb_type_size(elem);
-        if (!rb_type_size(elem) || bytes > 48 * 1024)
+        long long bytes = t.bins * copies * (long long)rt_type_size(elem);
+        if (!rt_type_size(elem) || bytes > 48 * 1024)
             return kl_rule_not_applicable(err,
                                           "%s: %lld copies of the %lld entries of '%s' (%s) take %lld bytes of shared "
                                           "memory, over the 48 KiB a block can declare",
                                           kl_source_name(ctx->src), (long long)copies, t.bins, t.name, elem, bytes);
         kl_snprintf(lane, sizeof lane, "%s_lane", t.name);
-        if (rb_count_ident(ctx, f->outer, lane))
+        if (rt_count_ident(ctx, f->outer, lane))
             return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the name '%s'", kl_source_name(ctx->src),
                                           f->name, lane);
     }
@@ -872,7 +872,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
                              ind, t.name, ind, elem, priv, size, ind, tid, size, nthreads, priv, ind));
     /* the atomic targets: P -> the copy; with several copies, P[i] -> lane[(i) * C] */
     scan s = {.ctx = ctx, .name = t.name};
-    rb_walk(f->body, scan_visit, &s);
+    rt_walk(f->body, scan_visit, &s);
     if (s.atomics > 64)
         return kl_rule_not_applicable(err, "%s: kernel '%s' has %u atomics into '%s', more than 64",
                                       kl_source_name(ctx->src), f->name, s.atomics, t.name);
@@ -883,8 +883,8 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
         if (st == KL_OK && copies > 1) {
             TSNode ix = s.index_nodes[i];
             uint32_t a = ts_node_start_byte(ix), b = ts_node_end_byte(ix);
-            bool atom = rb_is(ix, "identifier") || rb_is(ix, "number_literal") || rb_is(ix, "subscript_expression") ||
-                        rb_is(ix, "call_expression") || rb_is(ix, "parenthesized_expression");
+            bool atom = rt_is(ix, "identifier") || rt_is(ix, "number_literal") || rt_is(ix, "subscript_expression") ||
+                        rt_is(ix, "call_expression") || rt_is(ix, "parenthesized_expression");
             st = kl_edits_addf(&targets, a, b, atom ? "%.*s * %lld" : "(%.*s) * %lld", (int)(b - a), ctx->text + a,
                                (long long)copies);
         }
@@ -894,7 +894,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
          * the moved text with the atomic targets rewritten, indented one level deeper */
         char *text = NULL;
         st = kl_edits_apply_range(&targets, ctx->text, body_start, body_end, &text, err);
-        char *moved = st == KL_OK ? rb_reindent(text, strlen(text), 4) : NULL;
+        char *moved = st == KL_OK ? rt_reindent(text, strlen(text), 4) : NULL;
         free(text);
         if (st == KL_OK)
             st = moved ? kl_edits_addf(out, body_start, body_end, "%s[&]() {\n%s%s}();\n", ind, moved, ind) : KL_ERR_NOMEM;
@@ -941,28 +941,28 @@ static bool rename_visit(TSNode n, void *user)
     rename_collect *r = user;
     for (int i = 0; i < 4; i++)
         if (!ts_node_is_null(r->skip[i]) && ts_node_eq(n, r->skip[i])) return false;
-    if (rb_is(n, "call_expression") && is_atomic_add(r->ctx, n)) {
+    if (rt_is(n, "call_expression") && is_atomic_add(r->ctx, n)) {
         TSNode p, i;
-        if (atomic_target(r->ctx, n, &p, &i) && rb_text_is(r->ctx, p, r->s)) {
+        if (atomic_target(r->ctx, n, &p, &i) && rt_text_is(r->ctx, p, r->s)) {
             if (r->st == KL_OK) r->st = kl_edits_add(r->out, ts_node_start_byte(p), ts_node_end_byte(p), r->g);
             /* the index and the value are ordinary uses */
-            rb_walk(i, rename_visit, r);
-            rb_walk(ts_node_named_child(rb_field(n, "arguments"), 1), rename_visit, r);
+            rt_walk(i, rename_visit, r);
+            rt_walk(ts_node_named_child(rt_field(n, "arguments"), 1), rename_visit, r);
             return false;
         }
     }
-    if (rb_is(n, "identifier") && rb_text_is(r->ctx, n, r->s) && ts_node_is_null(r->other)) r->other = n;
+    if (rt_is(n, "identifier") && rt_text_is(r->ctx, n, r->s) && ts_node_is_null(r->other)) r->other = n;
     return true;
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rb_func fs[64];
+    rt_func fs[64];
     unsigned nf;
-    const rb_func *f = site_func(ctx, site, fs, &nf);
+    const rt_func *f = site_func(ctx, site, fs, &nf);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     decl_collect dc = {.ctx = ctx};
-    rb_walk(f->body, decl_visit, &dc);
+    rt_walk(f->body, decl_visit, &dc);
     present p;
     bool found = false;
     for (unsigned i = 0; i < dc.n && !found; i++)
@@ -977,7 +977,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     kl_status st = KL_OK;
     /* every other use of the shared table must be an atomicAdd target */
     rename_collect r = {.ctx = ctx, .s = p.shared, .out = out, .g = p.global, .skip = {p.decl, p.init, p.merge}, .st = KL_OK};
-    rb_walk(f->body, rename_visit, &r);
+    rt_walk(f->body, rename_visit, &r);
     if (r.st != KL_OK) return kl_error_set(err, r.st, "out of memory");
     if (!ts_node_is_null(r.other)) {
         kl_span sp = kl_node_span(r.other);
@@ -989,21 +989,21 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     TSNode drop[4] = {p.decl, p.init, p.init_sync, p.merge_sync};
     for (int i = 0; i < 4; i++) {
         uint32_t a, b;
-        rb_stmt_range(ctx, drop[i], NAME, &a, &b);
+        rt_stmt_range(ctx, drop[i], NAME, &a, &b);
         KL_TRY(kl_edits_add(out, a, b, ""));
     }
     uint32_t a, b;
-    rb_stmt_range(ctx, p.merge, NULL, &a, &b);
+    rt_stmt_range(ctx, p.merge, NULL, &a, &b);
     KL_TRY(kl_edits_add(out, a, b, ""));
     if (!ts_node_is_null(p.lambda_stmt)) {
         /* unwrap `[&]() {` ... `}();`, moving the body back out by 4 columns */
         TSNode call = ts_node_named_child(p.lambda_stmt, 0);
-        TSNode lam = rb_field(call, "function");
-        TSNode body = rb_field(lam, "body");
+        TSNode lam = rt_field(call, "function");
+        TSNode body = rt_field(lam, "body");
         uint32_t s0, s1;
-        rb_stmt_range(ctx, p.lambda_stmt, NULL, &s0, &s1);
-        uint32_t in0 = rb_line_end(ctx, ts_node_start_byte(body));
-        uint32_t in1 = rb_line_start(ctx, ts_node_end_byte(body) - 1);
+        rt_stmt_range(ctx, p.lambda_stmt, NULL, &s0, &s1);
+        uint32_t in0 = rt_line_end(ctx, ts_node_start_byte(body));
+        uint32_t in1 = rt_line_start(ctx, ts_node_end_byte(body) - 1);
         if (in1 < in0 || s0 == ts_node_start_byte(p.lambda_stmt))
             return kl_rule_not_applicable(err, "%s: kernel '%s': the wrapped body is not laid out one statement a line",
                                 kl_source_name(ctx->src), f->name);
@@ -1025,7 +1025,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
             }
         }
         kl_strbuf_add(&sb, ctx->text + pos, in1 - pos);
-        char *inner = sb.failed ? NULL : rb_reindent(kl_strbuf_str(&sb), sb.len, -4);
+        char *inner = sb.failed ? NULL : rt_reindent(kl_strbuf_str(&sb), sb.len, -4);
         kl_strbuf_release(&sb);
         if (!inner) {
             kl_edits_release(&keep);

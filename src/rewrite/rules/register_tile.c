@@ -48,8 +48,8 @@ const kl_rule_presets kl_presets_register_tile = {&kl_rule_register_tile, rt_pre
 
 static kl_status rt_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     for (unsigned i = 0; i < nf && i < 64; i++) {
         register_tile__rt *a = malloc(sizeof *a);
         if (!a) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -125,10 +125,10 @@ static kl_status rt_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     return KL_OK;
 }
 
-static const rb_func *site_function(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, unsigned *nf)
+static const rt_func *site_function(const kl_rule_ctx *ctx, const kl_site *site, rt_func *fs, unsigned *nf)
 {
-    *nf = rb_functions(ctx, fs, 64);
-    return rb_function_named(fs, *nf < 64 ? *nf : 64, site->kernel);
+    *nf = rt_functions(ctx, fs, 64);
+    return rt_function_named(fs, *nf < 64 ? *nf : 64, site->kernel);
 }
 
 static kl_status rt_apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
@@ -137,9 +137,9 @@ static kl_status rt_apply(const kl_rule_ctx *ctx, const kl_site *site, const jso
     int64_t tm = 4, tn = 4;
     kl_rule_param_int(&kl_rule_register_tile, params, "TM", &tm);
     kl_rule_param_int(&kl_rule_register_tile, params, "TN", &tn);
-    rb_func fs[64];
+    rt_func fs[64];
     unsigned nf;
-    const rb_func *f = site_function(ctx, site, fs, &nf);
+    const rt_func *f = site_function(ctx, site, fs, &nf);
     if (!f) return kl_rule_not_applicable(err, "no kernel %s", site->kernel);
     register_tile__rt *a = malloc(sizeof *a);
     if (!a) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -153,8 +153,8 @@ static kl_status rt_apply(const kl_rule_ctx *ctx, const kl_site *site, const jso
     long long bytes = 0;
     for (unsigned k = 0; k < 2; k++) {
         long long d0, d1;
-        unsigned es = rb_type_size(a->tiles[k].elem);
-        if (!rb_const_eval(ctx, f->def, a->tiles[k].dims[0], &d0) || !rb_const_eval(ctx, f->def, a->tiles[k].dims[1], &d1)) {
+        unsigned es = rt_type_size(a->tiles[k].elem);
+        if (!rt_const_eval(ctx, f->def, a->tiles[k].dims[0], &d0) || !rt_const_eval(ctx, f->def, a->tiles[k].dims[1], &d1)) {
             st = kl_rule_not_applicable(err, "the shape of %s is not a compile-time constant", a->tiles[k].name);
             goto cleanup;
         }
@@ -169,7 +169,7 @@ static kl_status rt_apply(const kl_rule_ctx *ctx, const kl_site *site, const jso
     {
         long long tp = a->tiles[0].side == 1 ? a->tiles[0].grow_val : a->tiles[1].grow_val;
         long long tq = a->tiles[0].side == 2 ? a->tiles[0].grow_val : a->tiles[1].grow_val;
-        long long words = rb_type_size(a->acc_type) == 8 ? 2 : 1;
+        long long words = rt_type_size(a->acc_type) == 8 ? 2 : 1;
         long long regs = tm * tn * words + tm + tn, threads = tp * tq;
         if (threads > 0 && regs * threads > 65536) {
             st = kl_rule_not_applicable(err, "TM x TN = %lld x %lld needs at least %lld registers per thread (the accumulators "
@@ -189,9 +189,9 @@ cleanup:
 
 static kl_status rt_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rb_func fs[64];
+    rt_func fs[64];
     unsigned nf;
-    const rb_func *f = site_function(ctx, site, fs, &nf);
+    const rt_func *f = site_function(ctx, site, fs, &nf);
     register_tile__rt_present pr;
     if (!f) return kl_rule_not_applicable(err, "no kernel %s", site->kernel);
     if (!register_tile__find_present(ctx, f, &pr)) {

@@ -40,7 +40,7 @@ typedef struct register_tile__rt_tile {
 
 typedef struct register_tile__rt {
     const kl_rule_ctx *ctx;
-    rb_func f;
+    rt_func f;
     char p, q;             /* 'x' / 'y' */
     TSNode stmts[MAXSTMT];
     unsigned nstmts, kidx;
@@ -103,7 +103,7 @@ typedef struct register_tile__rg_roles {
 
 typedef struct register_tile__rf {
     TSNode acc_decl, call;
-    const rb_func *helper;
+    const rt_func *helper;
     char acc[64], cvt_out[64];
     register_tile__rg_operand op[3];          /* A-or-B reads (in the helper), the store (in the kernel) */
     char bx[3][96], by[3][96]; /* the bounds as the kernel names them */
@@ -113,35 +113,35 @@ typedef struct register_tile__rf {
     unsigned nreads;
 } register_tile__rf;
 
-int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rt *a, char *why, size_t size);
+int register_tile__analyse(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rt *a, char *why, size_t size);
 kl_status register_tile__launch_edits(const register_tile__rt *a, bool apply, long long tm, long long tn, kl_edits *out, kl_error *err,
                               char *why, size_t size);
 kl_status register_tile__rt_apply_edits(const register_tile__rt *a, long long tm, long long tn, kl_edits *out, kl_error *err);
 bool register_tile__is_kl_loop(const kl_rule_ctx *ctx, TSNode f, const char *var);
-bool register_tile__find_present(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rt_present *pr);
-kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const register_tile__rt_present *pr, kl_edits *out,
+bool register_tile__find_present(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rt_present *pr);
+kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, const register_tile__rt_present *pr, kl_edits *out,
                                  kl_error *err);
 TSNode register_tile__rg_strip(TSNode n);
 void register_tile__rg_norm(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);
-bool register_tile__rg_invariant(const kl_rule_ctx *ctx, const rb_func *f, TSNode e);
+bool register_tile__rg_invariant(const kl_rule_ctx *ctx, const rt_func *f, TSNode e);
 void register_tile__rg_add_cond(const kl_rule_ctx *ctx, TSNode cond, bool negate, register_tile__rg_guard *g, unsigned *ng);
 bool register_tile__rg_skip_if(const kl_rule_ctx *ctx, TSNode s, TSNode *cond);
-bool register_tile__rg_operand_index(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg_operand *o, const register_tile__rg_guard *g, unsigned ng,
+bool register_tile__rg_operand_index(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg_operand *o, const register_tile__rg_guard *g, unsigned ng,
                              char *why, size_t size);
-bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg_operand *o, TSNode idx, const char *extra,
+bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg_operand *o, TSNode idx, const char *extra,
                            const register_tile__rg_guard *g, unsigned ng, char *why, size_t size);
 bool register_tile__rg_zero(const kl_rule_ctx *ctx, TSNode v);
-bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg *g);
-int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg *g, char *why, size_t size);
+bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g);
+int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, char *why, size_t size);
 bool register_tile__rg_same(const kl_rule_ctx *ctx, TSNode a, TSNode b);
-void register_tile__rg_name(const kl_rule_ctx *ctx, const rb_func *f, const char *base, char *out, size_t size);
-kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg *g, kl_edits *out, kl_error *err);
-kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rb_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
+void register_tile__rg_name(const kl_rule_ctx *ctx, const rt_func *f, const char *base, char *out, size_t size);
+kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, kl_edits *out, kl_error *err);
+kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rt_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
                              kl_error *err);
-bool register_tile__rf_detect(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rf *r);
-int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb_func *fs, unsigned nf, register_tile__rf *r, char *why,
+bool register_tile__rf_detect(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rf *r);
+int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt_func *fs, unsigned nf, register_tile__rf *r, char *why,
                       size_t size);
-kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const rb_func *fs, unsigned nf, register_tile__rf *g,
+kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, const rt_func *fs, unsigned nf, register_tile__rf *g,
                                  kl_edits *out, kl_error *err);
 
 #endif

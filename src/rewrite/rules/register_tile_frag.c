@@ -29,22 +29,22 @@
 static bool rf_is_acc3(const kl_rule_ctx *ctx, TSNode n, const char *acc)
 {
     int depth = 0;
-    while (rb_is(n, "subscript_expression")) n = tt_field(n, "argument"), depth++;
-    return depth == 3 && rb_text_is(ctx, n, acc);
+    while (rt_is(n, "subscript_expression")) n = tt_field(n, "argument"), depth++;
+    return depth == 3 && rt_text_is(ctx, n, acc);
 }
 
 /* Is n inside the first branch of `if (T)` (else: inside its else branch) with T a template
  * parameter of f and an else branch? */
-static bool rf_template_if(const kl_rule_ctx *ctx, const rb_func *f, TSNode n, bool in_else)
+static bool rf_template_if(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, bool in_else)
 {
     if (!f->templated) return false;
     TSNode tp = tt_field(f->outer, "parameters");
     for (TSNode ch = n, p = tt_parent(n); !ts_node_is_null(p) && !ts_node_eq(ch, f->body); ch = p, p = tt_parent(p)) {
-        if (!rb_is(p, "if_statement") || ts_node_is_null(tt_field(p, "alternative"))) continue;
+        if (!rt_is(p, "if_statement") || ts_node_is_null(tt_field(p, "alternative"))) continue;
         if (!ts_node_eq(ch, tt_field(p, in_else ? "alternative" : "consequence"))) continue;
         TSNode c = register_tile__rg_strip(tt_field(tt_field(p, "condition"), "value"));
         if (ts_node_is_null(c)) c = register_tile__rg_strip(tt_field(p, "condition"));
-        if (!rb_is(c, "identifier")) continue;
+        if (!rt_is(c, "identifier")) continue;
         char name[64];
         tt_copy_text(ctx, c, name, sizeof name);
         if (!ts_node_is_null(tp) && tt_uses(ctx->text, ts_node_start_byte(tp), ts_node_end_byte(tp), name)) return true;
@@ -52,22 +52,22 @@ static bool rf_template_if(const kl_rule_ctx *ctx, const rb_func *f, TSNode n, b
     return false;
 }
 
-static bool rf_in_template_branch(const kl_rule_ctx *ctx, const rb_func *f, TSNode n)
+static bool rf_in_template_branch(const kl_rule_ctx *ctx, const rt_func *f, TSNode n)
 {
     return rf_template_if(ctx, f, n, false);
 }
 
 /* The guards of n as rg_guards, an else branch of a template `if (T)` allowed. */
-static bool rf_guards(const kl_rule_ctx *ctx, const rb_func *f, TSNode n, register_tile__rg_guard *g, unsigned *ng)
+static bool rf_guards(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, register_tile__rg_guard *g, unsigned *ng)
 {
     *ng = 0;
     TSNode ch = n;
     for (TSNode p = tt_parent(n); !ts_node_is_null(p); ch = p, p = tt_parent(p)) {
-        if (rb_is(p, "conditional_expression") || rb_is(p, "if_statement")) {
+        if (rt_is(p, "conditional_expression") || rt_is(p, "if_statement")) {
             if (ts_node_eq(ch, tt_field(p, "consequence"))) register_tile__rg_add_cond(ctx, tt_field(p, "condition"), false, g, ng);
             else if (ts_node_eq(ch, tt_field(p, "alternative")) && !rf_template_if(ctx, f, ch, true)) return false;
-        } else if (rb_is(p, "compound_statement")) {
-            for (TSNode s = rb_prev_stmt(ch); !ts_node_is_null(s); s = rb_prev_stmt(s)) {
+        } else if (rt_is(p, "compound_statement")) {
+            for (TSNode s = rt_prev_stmt(ch); !ts_node_is_null(s); s = rt_prev_stmt(s)) {
                 TSNode c;
                 if (register_tile__rg_skip_if(ctx, s, &c)) register_tile__rg_add_cond(ctx, c, true, g, ng);
             }
@@ -79,22 +79,22 @@ static bool rf_guards(const kl_rule_ctx *ctx, const rb_func *f, TSNode n, regist
 
 /* A zero: a literal 0, E(0.0f), __float2bfloat16(0.0f) / __float2half(0.0f), or a local of f
  * initialised so. */
-static bool rf_zero(const kl_rule_ctx *ctx, const rb_func *f, TSNode v, int depth)
+static bool rf_zero(const kl_rule_ctx *ctx, const rt_func *f, TSNode v, int depth)
 {
     v = register_tile__rg_strip(v);
     if (register_tile__rg_zero(ctx, v)) return true;
-    if (rb_is(v, "call_expression")) {
+    if (rt_is(v, "call_expression")) {
         TSNode args = tt_field(v, "arguments");
         return tt_child_count(args) == 1 && register_tile__rg_zero(ctx, tt_child(args, 0));
     }
-    if (rb_is(v, "identifier") && depth == 0) {
+    if (rt_is(v, "identifier") && depth == 0) {
         char name[64], pat[96];
         tt_copy_text(ctx, v, name, sizeof name);
         kl_snprintf(pat, sizeof pat, "%s =", name);
         uint32_t ms[2], me[2];
         if (tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 2) != 1) return false;
         TSNode d = tt_parent(ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], ms[0] + (uint32_t)strlen(name)));
-        if (!rb_is(d, "init_declarator")) return false;
+        if (!rt_is(d, "init_declarator")) return false;
         return rf_zero(ctx, f, tt_field(d, "value"), 1);
     }
     return false;
@@ -102,7 +102,7 @@ static bool rf_zero(const kl_rule_ctx *ctx, const rb_func *f, TSNode v, int dept
 
 typedef struct rf_walk {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
+    const rt_func *f;
     const char *acc;
     unsigned updates, fills, others;
     bool zuse;
@@ -112,13 +112,13 @@ static bool rf_visit(TSNode n, void *user)
 {
     rf_walk *w = user;
     const kl_rule_ctx *ctx = w->ctx;
-    if (rb_is_builtin(ctx, n, "blockIdx", 'z') || rb_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
-    if (rb_is(n, "assignment_expression") && rf_is_acc3(ctx, tt_field(n, "left"), w->acc)) {
+    if (rt_is_builtin(ctx, n, "blockIdx", 'z') || rt_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
+    if (rt_is(n, "assignment_expression") && rf_is_acc3(ctx, tt_field(n, "left"), w->acc)) {
         TSNode r = register_tile__rg_strip(tt_field(n, "right"));
-        if (rb_text_is(ctx, tt_field(n, "operator"), "+=") && rb_is(r, "binary_expression") &&
-            rb_text_is(ctx, tt_field(r, "operator"), "*"))
+        if (rt_text_is(ctx, tt_field(n, "operator"), "+=") && rt_is(r, "binary_expression") &&
+            rt_text_is(ctx, tt_field(r, "operator"), "*"))
             w->updates++;
-        else if (rb_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r))
+        else if (rt_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r))
             w->fills++;
         else
             w->others++;
@@ -127,21 +127,21 @@ static bool rf_visit(TSNode n, void *user)
 }
 
 /* Is there a fragment tile in f? Fills acc_decl and acc. */
-bool register_tile__rf_detect(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rf *r)
+bool register_tile__rf_detect(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rf *r)
 {
     memset(r, 0, sizeof *r);
     if (!f->global || ts_node_is_null(f->body)) return false;
     TSNode st[MAXSTMT];
     unsigned n = tt_stmts(f->body, st, MAXSTMT);
     for (unsigned i = 0; i < n && i < MAXSTMT; i++) {
-        if (!rb_is(st[i], "declaration") || tt_is_shared_decl(ctx, st[i])) continue;
+        if (!rt_is(st[i], "declaration") || tt_is_shared_decl(ctx, st[i])) continue;
         TSNode d = tt_field(st[i], "declarator"), d2 = tt_field(d, "declarator"), d3 = tt_field(d2, "declarator");
-        if (!rb_is(d, "array_declarator") || !rb_is(d2, "array_declarator") || !rb_is(d3, "array_declarator") ||
-            !rb_is(tt_field(d3, "declarator"), "identifier"))
+        if (!rt_is(d, "array_declarator") || !rt_is(d2, "array_declarator") || !rt_is(d3, "array_declarator") ||
+            !rt_is(tt_field(d3, "declarator"), "identifier"))
             continue;
         long long a, b, c;
-        if (!rb_const_eval(ctx, f->def, tt_field(d, "size"), &c) || !rb_const_eval(ctx, f->def, tt_field(d2, "size"), &b) ||
-            !rb_const_eval(ctx, f->def, tt_field(d3, "size"), &a) || c != 4)
+        if (!rt_const_eval(ctx, f->def, tt_field(d, "size"), &c) || !rt_const_eval(ctx, f->def, tt_field(d2, "size"), &b) ||
+            !rt_const_eval(ctx, f->def, tt_field(d3, "size"), &a) || c != 4)
             continue;
         r->acc_decl = st[i];
         tt_copy_text(ctx, tt_field(d3, "declarator"), r->acc, sizeof r->acc);
@@ -149,13 +149,13 @@ bool register_tile__rf_detect(const kl_rule_ctx *ctx, const rb_func *f, register
     }
     if (ts_node_is_null(r->acc_decl)) return false;
     rf_walk w = {.ctx = ctx, .f = f, .acc = r->acc};
-    rb_walk(f->body, rf_visit, &w);
+    rt_walk(f->body, rf_visit, &w);
     return w.updates == 1;
 }
 
 /* The kernel-side text (and node) of a bound: a parameter of the helper becomes the argument the
  * kernel passes for it (an identifier), anything else must be a constant. */
-static bool rf_bound(const kl_rule_ctx *ctx, const rb_func *h, TSNode call, TSNode b, char *out, size_t size, TSNode *kn)
+static bool rf_bound(const kl_rule_ctx *ctx, const rt_func *h, TSNode call, TSNode b, char *out, size_t size, TSNode *kn)
 {
     *kn = (TSNode){0};
     if (!h) {
@@ -163,16 +163,16 @@ static bool rf_bound(const kl_rule_ctx *ctx, const rb_func *h, TSNode call, TSNo
         *kn = b;
         return true;
     }
-    if (rb_is(b, "identifier")) {
+    if (rt_is(b, "identifier")) {
         char name[64];
         tt_copy_text(ctx, b, name, sizeof name);
         unsigned np = tt_child_count(h->params);
         for (unsigned i = 0, k = 0; i < np; i++) {
             TSNode p = tt_child(h->params, i);
-            if (!rb_is(p, "parameter_declaration")) continue;
-            if (rb_text_is(ctx, rb_declarator_name(tt_field(p, "declarator")), name)) {
+            if (!rt_is(p, "parameter_declaration")) continue;
+            if (rt_text_is(ctx, rt_declarator_name(tt_field(p, "declarator")), name)) {
                 TSNode arg = tt_child(tt_field(call, "arguments"), k);
-                if (!rb_is(arg, "identifier")) return false;
+                if (!rt_is(arg, "identifier")) return false;
                 tt_copy_text(ctx, arg, out, size);
                 *kn = arg;
                 return true;
@@ -181,7 +181,7 @@ static bool rf_bound(const kl_rule_ctx *ctx, const rb_func *h, TSNode call, TSNo
         }
     }
     long long v;
-    if (!rb_const_eval(ctx, h->def, b, &v)) return false;
+    if (!rt_const_eval(ctx, h->def, b, &v)) return false;
     tt_copy_text(ctx, b, out, size);
     return true;
 }
@@ -193,19 +193,19 @@ static int rf_arg_index(const kl_rule_ctx *ctx, TSNode call, const char *name)
     TSNode args = tt_field(call, "arguments");
     int found = -1;
     for (unsigned i = 0; i < tt_child_count(args); i++)
-        if (rb_text_is(ctx, tt_child(args, i), name)) {
+        if (rt_text_is(ctx, tt_child(args, i), name)) {
             if (found >= 0) return -2;
             found = (int)i;
         }
     return found;
 }
 
-static TSNode rf_param_at(const rb_func *h, int k)
+static TSNode rf_param_at(const rt_func *h, int k)
 {
     unsigned np = tt_child_count(h->params);
     for (unsigned i = 0, j = 0; i < np; i++) {
         TSNode p = tt_child(h->params, i);
-        if (!rb_is(p, "parameter_declaration")) continue;
+        if (!rt_is(p, "parameter_declaration")) continue;
         if ((int)j++ == k) return p;
     }
     return (TSNode){0};
@@ -221,7 +221,7 @@ typedef struct rf_uses {
 static bool rf_uses_visit(TSNode n, void *user)
 {
     rf_uses *u = user;
-    if (rb_is(n, "identifier") && rb_text_is(u->ctx, n, u->name)) {
+    if (rt_is(n, "identifier") && rt_text_is(u->ctx, n, u->name)) {
         if (u->n < 16) u->hits[u->n] = n;
         u->n++;
     }
@@ -230,10 +230,10 @@ static bool rf_uses_visit(TSNode n, void *user)
 
 /* The one element read of pointer `name` in function g (other uses only in a template branch):
  * into o, with its guards' bounds. */
-static bool rf_read(const kl_rule_ctx *ctx, const rb_func *g, const char *name, register_tile__rg_operand *o, char *why, size_t size)
+static bool rf_read(const kl_rule_ctx *ctx, const rt_func *g, const char *name, register_tile__rg_operand *o, char *why, size_t size)
 {
     rf_uses u = {.ctx = ctx, .name = name};
-    rb_walk(g->body, rf_uses_visit, &u);
+    rt_walk(g->body, rf_uses_visit, &u);
     if (u.n > 16) {
         kl_snprintf(why, size, "%s is used %u times in %s", name, u.n, g->name);
         return false;
@@ -241,8 +241,8 @@ static bool rf_read(const kl_rule_ctx *ctx, const rb_func *g, const char *name, 
     TSNode read = {0};
     for (unsigned i = 0; i < u.n; i++) {
         TSNode p = tt_parent(u.hits[i]);
-        bool elem = rb_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), u.hits[i]) &&
-                    !rb_is(tt_parent(p), "subscript_expression");
+        bool elem = rt_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), u.hits[i]) &&
+                    !rt_is(tt_parent(p), "subscript_expression");
         if (elem && !rf_in_template_branch(ctx, g, p)) {
             if (!ts_node_is_null(read)) {
                 kl_snprintf(why, size, "%s is read twice element-wise in %s (lines %u and %u)", name, g->name,
@@ -262,8 +262,8 @@ static bool rf_read(const kl_rule_ctx *ctx, const rb_func *g, const char *name, 
     }
     unsigned l = ts_node_start_point(read).row + 1;
     TSNode c = tt_parent(read);
-    while (rb_is(c, "parenthesized_expression")) c = tt_parent(c);
-    if (!rb_is(c, "conditional_expression") || !ts_node_eq(register_tile__rg_strip(tt_field(c, "consequence")), read) ||
+    while (rt_is(c, "parenthesized_expression")) c = tt_parent(c);
+    if (!rt_is(c, "conditional_expression") || !ts_node_eq(register_tile__rg_strip(tt_field(c, "consequence")), read) ||
         !rf_zero(ctx, g, tt_field(c, "alternative"), 0)) {
         kl_snprintf(why, size, "the read at line %u is not guarded as `cond ? P[...] : 0`", l);
         return false;
@@ -280,13 +280,13 @@ static bool rf_read(const kl_rule_ctx *ctx, const rb_func *g, const char *name, 
 }
 
 /* The stored value: cvt(v) with v an element of acc or a local initialised with one. */
-static bool rf_value(const kl_rule_ctx *ctx, const rb_func *f, const register_tile__rf *r, TSNode v, char *cvt, size_t size)
+static bool rf_value(const kl_rule_ctx *ctx, const rt_func *f, const register_tile__rf *r, TSNode v, char *cvt, size_t size)
 {
     v = register_tile__rg_strip(v);
     cvt[0] = 0;
-    if (rb_is(v, "call_expression")) {
+    if (rt_is(v, "call_expression")) {
         TSNode args = tt_field(v, "arguments");
-        if (tt_child_count(args) != 1 || !rb_is(tt_field(v, "function"), "identifier")) return false;
+        if (tt_child_count(args) != 1 || !rt_is(tt_field(v, "function"), "identifier")) return false;
         tt_copy_text(ctx, tt_field(v, "function"), cvt, size);
         static const char *const ok[] = {"__float2bfloat16", "__float2bfloat16_rn", "__float2half", "__float2half_rn"};
         bool known = false;
@@ -295,44 +295,44 @@ static bool rf_value(const kl_rule_ctx *ctx, const rb_func *f, const register_ti
         v = register_tile__rg_strip(tt_child(args, 0));
     }
     if (rf_is_acc3(ctx, v, r->acc)) return true;
-    if (!rb_is(v, "identifier")) return false;
+    if (!rt_is(v, "identifier")) return false;
     char name[64], pat[96];
     tt_copy_text(ctx, v, name, sizeof name);
     kl_snprintf(pat, sizeof pat, "%s =", name);
     uint32_t ms[2], me[2];
     if (tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 2) != 1) return false;
     TSNode d = tt_parent(ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], ms[0] + (uint32_t)strlen(name)));
-    return rb_is(d, "init_declarator") && rf_is_acc3(ctx, register_tile__rg_strip(tt_field(d, "value")), r->acc);
+    return rt_is(d, "init_declarator") && rf_is_acc3(ctx, register_tile__rg_strip(tt_field(d, "value")), r->acc);
 }
 
 /* The stores: every element write of C in f (directly or through one local `T* d = C + idx;`),
  * all at the same X, LD, bounds and conversion; the first one's index into r->op[2]. */
-static bool rf_stores(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rf *r, const char *C, char *why, size_t size)
+static bool rf_stores(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rf *r, const char *C, char *why, size_t size)
 {
     rf_uses u = {.ctx = ctx, .name = C};
-    rb_walk(f->body, rf_uses_visit, &u);
+    rt_walk(f->body, rf_uses_visit, &u);
     unsigned nstores = 0;
     for (unsigned i = 0; i < u.n && i < 16; i++) {
         TSNode h = u.hits[i], p = tt_parent(h);
         unsigned l = ts_node_start_point(h).row + 1;
         TSNode idx = {0};
         char alias[64] = "";
-        if (rb_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), h)) {
+        if (rt_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), h)) {
             idx = tt_field(p, "index");
             if (ts_node_is_null(idx)) idx = kl_ast_subscript_index(p);
-        } else if (rb_is(p, "binary_expression") && rb_text_is(ctx, tt_field(p, "operator"), "+")) {
+        } else if (rt_is(p, "binary_expression") && rt_text_is(ctx, tt_field(p, "operator"), "+")) {
             TSNode top = p;
-            while (rb_is(tt_parent(top), "binary_expression") && rb_text_is(ctx, tt_field(tt_parent(top), "operator"), "+"))
+            while (rt_is(tt_parent(top), "binary_expression") && rt_text_is(ctx, tt_field(tt_parent(top), "operator"), "+"))
                 top = tt_parent(top);
-            if (!rb_is(tt_parent(top), "init_declarator")) {
+            if (!rt_is(tt_parent(top), "init_declarator")) {
                 kl_snprintf(why, size, "%s at line %u is used other than as a stored element", C, l);
                 return false;
             }
             idx = top;
             p = top;
             TSNode dn = tt_field(tt_parent(p), "declarator");
-            while (rb_is(dn, "pointer_declarator")) dn = tt_field(dn, "declarator");
-            if (!rb_is(dn, "identifier")) {
+            while (rt_is(dn, "pointer_declarator")) dn = tt_field(dn, "declarator");
+            if (!rt_is(dn, "identifier")) {
                 kl_snprintf(why, size, "%s at line %u initialises something other than a local pointer", C, l);
                 return false;
             }
@@ -350,16 +350,16 @@ static bool rf_stores(const kl_rule_ctx *ctx, const rb_func *f, register_tile__r
             extras[nw++][0] = 0;
         } else {
             rf_uses au = {.ctx = ctx, .name = alias};
-            rb_walk(f->body, rf_uses_visit, &au);
+            rt_walk(f->body, rf_uses_visit, &au);
             for (unsigned k = 0; k < au.n && k < 16; k++) {
                 TSNode a = au.hits[k], ap = tt_parent(a);
-                if (rb_is(ap, "init_declarator") || rb_is(ap, "pointer_declarator")) continue;
+                if (rt_is(ap, "init_declarator") || rt_is(ap, "pointer_declarator")) continue;
                 if (rf_in_template_branch(ctx, f, a)) continue;
                 TSNode ei = tt_field(ap, "index");
                 if (ts_node_is_null(ei)) ei = kl_ast_subscript_index(ap);
                 long long e;
-                if (!rb_is(ap, "subscript_expression") || !rb_is(ei, "number_literal") ||
-                    !rb_const_eval(ctx, f->def, ei, &e) || e < 0 || e > 15 || nw >= 8) {
+                if (!rt_is(ap, "subscript_expression") || !rt_is(ei, "number_literal") ||
+                    !rt_const_eval(ctx, f->def, ei, &e) || e < 0 || e > 15 || nw >= 8) {
                     kl_snprintf(why, size, "%s at line %u is used other than as `%s[e] = …` (e a literal)", alias,
                                 ts_node_start_point(a).row + 1, alias);
                     return false;
@@ -377,8 +377,8 @@ static bool rf_stores(const kl_rule_ctx *ctx, const rb_func *f, register_tile__r
         for (unsigned k = 0; k < nw; k++) {
             TSNode w = writes[k], as = tt_parent(w);
             unsigned wl = ts_node_start_point(w).row + 1;
-            if (!rb_is(as, "assignment_expression") || !ts_node_eq(tt_field(as, "left"), w) ||
-                !rb_text_is(ctx, tt_field(as, "operator"), "=") || !rb_is(tt_parent(as), "expression_statement")) {
+            if (!rt_is(as, "assignment_expression") || !ts_node_eq(tt_field(as, "left"), w) ||
+                !rt_text_is(ctx, tt_field(as, "operator"), "=") || !rt_is(tt_parent(as), "expression_statement")) {
                 kl_snprintf(why, size, "the write at line %u is not one plain store `C[...] = value;`", wl);
                 return false;
             }
@@ -418,12 +418,12 @@ static bool rf_stores(const kl_rule_ctx *ctx, const rb_func *f, register_tile__r
 }
 
 /* The full analysis: 1, or 0 with why. */
-int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb_func *fs, unsigned nf, register_tile__rf *r, char *why,
+int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt_func *fs, unsigned nf, register_tile__rf *r, char *why,
                       size_t size)
 {
     unsigned line = ts_node_start_point(r->acc_decl).row + 1;
     rf_walk w = {.ctx = ctx, .f = f, .acc = r->acc};
-    rb_walk(f->body, rf_visit, &w);
+    rt_walk(f->body, rf_visit, &w);
     if (w.zuse) {
         kl_snprintf(why, size, "%s uses blockIdx.z / gridDim.z (a batched or split product)", f->name);
         return 0;
@@ -437,10 +437,10 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb
     unsigned np = 0, nparams = tt_child_count(f->params);
     for (unsigned i = 0; i < nparams && np < 4; i++) {
         TSNode p = tt_child(f->params, i);
-        if (!rb_is(p, "parameter_declaration")) continue;
+        if (!rt_is(p, "parameter_declaration")) continue;
         char name[64];
-        tt_copy_text(ctx, rb_declarator_name(tt_field(p, "declarator")), name, sizeof name);
-        if (!rb_pointer_param(ctx, f, name, NULL, 0)) continue;
+        tt_copy_text(ctx, rt_declarator_name(tt_field(p, "declarator")), name, sizeof name);
+        if (!rt_pointer_param(ctx, f, name, NULL, 0)) continue;
         if (np == 3) {
             kl_snprintf(why, size, "%s has more than three pointer parameters", f->name);
             return 0;
@@ -454,8 +454,8 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb
     int stored = -1, reads = 0;
     for (unsigned k = 0; k < 3; k++) {
         rf_uses u = {.ctx = ctx, .name = ptrs[k]};
-        rb_walk(f->body, rf_uses_visit, &u);
-        bool arg = u.n == 1 && rb_is(tt_parent(u.hits[0]), "argument_list");
+        rt_walk(f->body, rf_uses_visit, &u);
+        bool arg = u.n == 1 && rt_is(tt_parent(u.hits[0]), "argument_list");
         if (arg) {
             TSNode call = tt_parent(tt_parent(u.hits[0]));
             if (reads && !ts_node_eq(call, r->call)) {
@@ -465,7 +465,7 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb
             }
             r->call = call;
             reads++;
-        } else if (u.n > 1 && rb_is(tt_parent(u.hits[0]), "argument_list")) {
+        } else if (u.n > 1 && rt_is(tt_parent(u.hits[0]), "argument_list")) {
             kl_snprintf(why, size, "%s is passed %u times (a pipeline's prologue and prefetch): remove double-buffer first", ptrs[k],
                         u.n);
             return 0;
@@ -491,7 +491,7 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb
             hname[k] = t[k], k++;
         hname[k] = 0;
     }
-    r->helper = rb_function_named(fs, nf, hname);
+    r->helper = rt_function_named(fs, nf, hname);
     if (!r->helper || ts_node_is_null(r->helper->body) || r->helper->global) {
         kl_snprintf(why, size, "the tile loads at line %u are not a __device__ helper of the file",
                     ts_node_start_point(r->call).row + 1);
@@ -512,7 +512,7 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb
             return 0;
         }
         char hpn[64];
-        tt_copy_text(ctx, rb_declarator_name(tt_field(hp, "declarator")), hpn, sizeof hpn);
+        tt_copy_text(ctx, rt_declarator_name(tt_field(hp, "declarator")), hpn, sizeof hpn);
         register_tile__rg_operand *o = &r->op[r->nreads];
         if (!rf_read(ctx, r->helper, hpn, o, why, size)) return 0;
         kl_snprintf(o->ptr, sizeof o->ptr, "%s", ptrs[k]);
@@ -539,9 +539,9 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rb_func *f, const rb
             kl_snprintf(why, size, "a bound of %s is not the same in every thread", r->op[k].ptr);
             return 0;
         }
-    if (!rb_pointer_param(ctx, f, r->op[0].ptr, r->elem, sizeof r->elem)) return 0;
+    if (!rt_pointer_param(ctx, f, r->op[0].ptr, r->elem, sizeof r->elem)) return 0;
     char e2[64];
-    if (!rb_pointer_param(ctx, f, r->op[1].ptr, e2, sizeof e2) || strcmp(e2, r->elem)) {
+    if (!rt_pointer_param(ctx, f, r->op[1].ptr, e2, sizeof e2) || strcmp(e2, r->elem)) {
         kl_snprintf(why, size, "%s and %s hold different element types", r->op[0].ptr, r->op[1].ptr);
         return 0;
     }
@@ -579,7 +579,7 @@ static const char *rf_cvt_in(const char *elem)
     return "";
 }
 
-kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const rb_func *fs, unsigned nf, register_tile__rf *g,
+kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, const rt_func *fs, unsigned nf, register_tile__rf *g,
                                  kl_edits *out, kl_error *err)
 {
     char why[320];
@@ -621,7 +621,7 @@ kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rb_func *
     if (cvt[0]) kl_snprintf(zero, sizeof zero, "%s(0.0f)", g->elem);
     else kl_snprintf(zero, sizeof zero, "0.0f");
     char ind[64];
-    rb_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
     char ak[64], bk[64], aidx[400], bidx[400], cidx[400];
     kl_snprintf(ak, sizeof ak, "(%s + threadIdx.x)", k0);
     kl_snprintf(bk, sizeof bk, "(%s + threadIdx.y)", k0);

@@ -31,7 +31,7 @@
 
 TSNode register_tile__rg_strip(TSNode n)
 {
-    while (rb_is(n, "parenthesized_expression") && tt_child_count(n) == 1) n = tt_child(n, 0);
+    while (rt_is(n, "parenthesized_expression") && tt_child_count(n) == 1) n = tt_child(n, 0);
     return n;
 }
 
@@ -50,7 +50,7 @@ void register_tile__rg_norm(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t 
 static unsigned rg_flatten(const kl_rule_ctx *ctx, TSNode n, const char *op, TSNode *out, unsigned n0, unsigned max)
 {
     n = register_tile__rg_strip(n);
-    if (rb_is(n, "binary_expression") && rb_text_is(ctx, tt_field(n, "operator"), op)) {
+    if (rt_is(n, "binary_expression") && rt_text_is(ctx, tt_field(n, "operator"), op)) {
         n0 = rg_flatten(ctx, tt_field(n, "left"), op, out, n0, max);
         return rg_flatten(ctx, tt_field(n, "right"), op, out, n0, max);
     }
@@ -60,21 +60,21 @@ static unsigned rg_flatten(const kl_rule_ctx *ctx, TSNode n, const char *op, TSN
 
 /* Is e the same in every thread and iteration: literals, non-pointer parameters and
  * file-level constants, combined by arithmetic? */
-bool register_tile__rg_invariant(const kl_rule_ctx *ctx, const rb_func *f, TSNode e)
+bool register_tile__rg_invariant(const kl_rule_ctx *ctx, const rt_func *f, TSNode e)
 {
     e = register_tile__rg_strip(e);
-    if (rb_is(e, "number_literal")) return true;
-    if (rb_is(e, "identifier")) {
+    if (rt_is(e, "number_literal")) return true;
+    if (rt_is(e, "identifier")) {
         char name[64];
         long long v;
         tt_copy_text(ctx, e, name, sizeof name);
-        if (!ts_node_is_null(rb_param(ctx, f, name))) return !rb_pointer_param(ctx, f, name, NULL, 0);
-        return rb_const_name(ctx, f->def, name, &v);
+        if (!ts_node_is_null(rt_param(ctx, f, name))) return !rt_pointer_param(ctx, f, name, NULL, 0);
+        return rt_const_name(ctx, f->def, name, &v);
     }
-    if (rb_is(e, "binary_expression")) {
+    if (rt_is(e, "binary_expression")) {
         const char *ops[] = {"+", "-", "*", "/", "%"};
         for (unsigned i = 0; i < 5; i++)
-            if (rb_text_is(ctx, tt_field(e, "operator"), ops[i]))
+            if (rt_text_is(ctx, tt_field(e, "operator"), ops[i]))
                 return register_tile__rg_invariant(ctx, f, tt_field(e, "left")) && register_tile__rg_invariant(ctx, f, tt_field(e, "right"));
     }
     return false;
@@ -85,16 +85,16 @@ bool register_tile__rg_invariant(const kl_rule_ctx *ctx, const rb_func *f, TSNod
  * refused later). */
 void register_tile__rg_add_cond(const kl_rule_ctx *ctx, TSNode cond, bool negate, register_tile__rg_guard *g, unsigned *ng)
 {
-    if (rb_is(cond, "condition_clause")) cond = tt_field(cond, "value");
+    if (rt_is(cond, "condition_clause")) cond = tt_field(cond, "value");
     TSNode parts[RG_MAXG];
     unsigned n = rg_flatten(ctx, cond, negate ? "||" : "&&", parts, 0, RG_MAXG);
     for (unsigned i = 0; i < n && i < RG_MAXG && *ng < RG_MAXG; i++) {
         TSNode c = parts[i];
-        if (!rb_is(c, "binary_expression")) continue;
+        if (!rt_is(c, "binary_expression")) continue;
         TSNode l = tt_field(c, "left"), r = tt_field(c, "right"), o = tt_field(c, "operator");
         TSNode lhs = {0}, b = {0};
-        if (rb_text_is(ctx, o, negate ? ">=" : "<")) lhs = l, b = r;
-        else if (rb_text_is(ctx, o, negate ? "<=" : ">")) lhs = r, b = l;
+        if (rt_text_is(ctx, o, negate ? ">=" : "<")) lhs = l, b = r;
+        else if (rt_text_is(ctx, o, negate ? "<=" : ">")) lhs = r, b = l;
         if (ts_node_is_null(lhs)) continue;
         register_tile__rg_norm(ctx, lhs, g[*ng].lhs, sizeof g[*ng].lhs);
         g[*ng].bound = register_tile__rg_strip(b);
@@ -105,15 +105,15 @@ void register_tile__rg_add_cond(const kl_rule_ctx *ctx, TSNode cond, bool negate
 /* Is s `if (c) continue;`, `if (c) break;` or `if (c) return;` (braced or not, no else)? */
 bool register_tile__rg_skip_if(const kl_rule_ctx *ctx, TSNode s, TSNode *cond)
 {
-    if (!rb_is(s, "if_statement") || !ts_node_is_null(tt_field(s, "alternative"))) return false;
+    if (!rt_is(s, "if_statement") || !ts_node_is_null(tt_field(s, "alternative"))) return false;
     TSNode c = tt_field(s, "consequence");
-    if (rb_is(c, "compound_statement")) {
+    if (rt_is(c, "compound_statement")) {
         TSNode one[2];
         if (tt_stmts(c, one, 2) != 1) return false;
         c = one[0];
     }
-    if (!rb_is(c, "continue_statement") && !rb_is(c, "break_statement") &&
-        !(rb_is(c, "return_statement") && tt_child_count(c) == 0))
+    if (!rt_is(c, "continue_statement") && !rt_is(c, "break_statement") &&
+        !(rt_is(c, "return_statement") && tt_child_count(c) == 0))
         return false;
     (void)ctx;
     *cond = tt_field(s, "condition");
@@ -128,11 +128,11 @@ static bool rg_guards(const kl_rule_ctx *ctx, TSNode n, TSNode body, register_ti
     *ng = 0;
     TSNode ch = n;
     for (TSNode p = tt_parent(n); !ts_node_is_null(p); ch = p, p = tt_parent(p)) {
-        if (rb_is(p, "conditional_expression") || rb_is(p, "if_statement")) {
+        if (rt_is(p, "conditional_expression") || rt_is(p, "if_statement")) {
             if (ts_node_eq(ch, tt_field(p, "consequence"))) register_tile__rg_add_cond(ctx, tt_field(p, "condition"), false, g, ng);
             else if (ts_node_eq(ch, tt_field(p, "alternative"))) return false;
-        } else if (rb_is(p, "compound_statement")) {
-            for (TSNode s = rb_prev_stmt(ch); !ts_node_is_null(s); s = rb_prev_stmt(s)) {
+        } else if (rt_is(p, "compound_statement")) {
+            for (TSNode s = rt_prev_stmt(ch); !ts_node_is_null(s); s = rt_prev_stmt(s)) {
                 TSNode c;
                 if (register_tile__rg_skip_if(ctx, s, &c)) register_tile__rg_add_cond(ctx, c, true, g, ng);
             }
@@ -142,11 +142,11 @@ static bool rg_guards(const kl_rule_ctx *ctx, TSNode n, TSNode body, register_ti
     return true;
 }
 
-bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg_operand *o, TSNode idx, const char *extra,
+bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg_operand *o, TSNode idx, const char *extra,
                            const register_tile__rg_guard *g, unsigned ng, char *why, size_t size);
 
 /* index = X * LD + Y (X possibly cast), with X and Y bounded by guards. */
-bool register_tile__rg_operand_index(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg_operand *o, const register_tile__rg_guard *g, unsigned ng,
+bool register_tile__rg_operand_index(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg_operand *o, const register_tile__rg_guard *g, unsigned ng,
                              char *why, size_t size)
 {
     unsigned line = ts_node_start_point(o->at).row + 1;
@@ -164,7 +164,7 @@ bool register_tile__rg_operand_index(const kl_rule_ctx *ctx, const rb_func *f, r
 
 /* The index expression idx (plus the constant term `extra` when not NULL: an element offset
  * from a local pointer) as X * LD + Y, X and Y bounded by guards. */
-bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg_operand *o, TSNode idx, const char *extra,
+bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg_operand *o, TSNode idx, const char *extra,
                            const register_tile__rg_guard *g, unsigned ng, char *why, size_t size)
 {
     unsigned line = ts_node_start_point(o->at).row + 1;
@@ -174,7 +174,7 @@ bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rb_func *f, reg
     TSNode x = {0};
     for (unsigned i = 0; i < nt && i < 16; i++) {
         TSNode t = terms[i];
-        if (!rb_is(t, "binary_expression") || !rb_text_is(ctx, tt_field(t, "operator"), "*")) continue;
+        if (!rt_is(t, "binary_expression") || !rt_text_is(ctx, tt_field(t, "operator"), "*")) continue;
         TSNode l = tt_field(t, "left"), r = tt_field(t, "right");
         bool li = register_tile__rg_invariant(ctx, f, l), ri = register_tile__rg_invariant(ctx, f, r);
         if (li == ri) continue;
@@ -193,7 +193,7 @@ bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rb_func *f, reg
     }
     x = register_tile__rg_strip(x);
     o->cast[0] = 0;
-    if (rb_is(x, "cast_expression")) {
+    if (rt_is(x, "cast_expression")) {
         char ty[40];
         tt_copy_text(ctx, tt_field(x, "type"), ty, sizeof ty);
         kl_snprintf(o->cast, sizeof o->cast, "(%s)", ty);
@@ -232,7 +232,7 @@ bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rb_func *f, reg
 
 typedef struct rg_walk {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
+    const rt_func *f;
     register_tile__rg *g;
     unsigned updates, fills, others, zdims;
     bool zuse;
@@ -244,15 +244,15 @@ typedef struct rg_walk {
 static bool rg_acc_elem(const kl_rule_ctx *ctx, TSNode n, const char *acc)
 {
     int depth = 0;
-    while (rb_is(n, "subscript_expression")) n = tt_field(n, "argument"), depth++;
-    return depth == 2 && rb_text_is(ctx, n, acc);
+    while (rt_is(n, "subscript_expression")) n = tt_field(n, "argument"), depth++;
+    return depth == 2 && rt_text_is(ctx, n, acc);
 }
 
 bool register_tile__rg_zero(const kl_rule_ctx *ctx, TSNode v)
 {
     v = register_tile__rg_strip(v);
-    if (rb_is(v, "cast_expression")) v = register_tile__rg_strip(tt_field(v, "value"));
-    if (!rb_is(v, "number_literal")) return false;
+    if (rt_is(v, "cast_expression")) v = register_tile__rg_strip(tt_field(v, "value"));
+    if (!rt_is(v, "number_literal")) return false;
     char t[32];
     tt_copy_text(ctx, v, t, sizeof t);
     return strtod(t, NULL) == 0.0;
@@ -262,27 +262,27 @@ static bool rg_visit(TSNode n, void *user)
 {
     rg_walk *w = user;
     const kl_rule_ctx *ctx = w->ctx;
-    if (rb_is_builtin(ctx, n, "blockIdx", 'z') || rb_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
-    if (rb_is(n, "assignment_expression") && rg_acc_elem(ctx, tt_field(n, "left"), w->g->acc)) {
+    if (rt_is_builtin(ctx, n, "blockIdx", 'z') || rt_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
+    if (rt_is(n, "assignment_expression") && rg_acc_elem(ctx, tt_field(n, "left"), w->g->acc)) {
         TSNode r = register_tile__rg_strip(tt_field(n, "right"));
-        if (rb_text_is(ctx, tt_field(n, "operator"), "+=") && rb_is(r, "binary_expression") &&
-            rb_text_is(ctx, tt_field(r, "operator"), "*")) {
+        if (rt_text_is(ctx, tt_field(n, "operator"), "+=") && rt_is(r, "binary_expression") &&
+            rt_text_is(ctx, tt_field(r, "operator"), "*")) {
             w->updates++;
             w->g->update = n;
-        } else if (rb_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r)) {
+        } else if (rt_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r)) {
             w->fills++;
             w->g->fill = r;
         } else {
             w->others++;
         }
     }
-    if (rb_is(n, "identifier")) {
+    if (rt_is(n, "identifier")) {
         char name[64];
         tt_copy_text(ctx, n, name, sizeof name);
-        if (rb_pointer_param(ctx, w->f, name, NULL, 0)) {
+        if (rt_pointer_param(ctx, w->f, name, NULL, 0)) {
             TSNode p = tt_parent(n);
-            if (rb_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), n) &&
-                !rb_is(tt_parent(p), "subscript_expression")) {
+            if (rt_is(p, "subscript_expression") && ts_node_eq(tt_field(p, "argument"), n) &&
+                !rt_is(tt_parent(p), "subscript_expression")) {
                 if (w->nsubs < 8) w->subs[w->nsubs] = p;
                 w->nsubs++;
             } else if (ts_node_is_null(w->bad)) {
@@ -295,25 +295,25 @@ static bool rg_visit(TSNode n, void *user)
 
 /* Is there a general register tile in f (an accumulator array updated by an outer product
  * beside two shared tiles)? Fills acc_decl, acc, tm, tn. */
-bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg *g)
+bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g)
 {
     memset(g, 0, sizeof *g);
     if (!f->global || ts_node_is_null(f->body)) return false;
     TSNode st[MAXSTMT];
     unsigned n = tt_stmts(f->body, st, MAXSTMT);
     for (unsigned i = 0; i < n && i < MAXSTMT; i++) {
-        if (!rb_is(st[i], "declaration")) continue;
+        if (!rt_is(st[i], "declaration")) continue;
         if (tt_is_shared_decl(ctx, st[i])) {
             g->nshared++;
             continue;
         }
         TSNode d = tt_field(st[i], "declarator");
         TSNode in = tt_field(d, "declarator");
-        if (!ts_node_is_null(g->acc_decl) || !rb_is(d, "array_declarator") || !rb_is(in, "array_declarator") ||
-            !rb_is(tt_field(in, "declarator"), "identifier"))
+        if (!ts_node_is_null(g->acc_decl) || !rt_is(d, "array_declarator") || !rt_is(in, "array_declarator") ||
+            !rt_is(tt_field(in, "declarator"), "identifier"))
             continue;
-        if (!rb_const_eval(ctx, f->def, tt_field(in, "size"), &g->tm) ||
-            !rb_const_eval(ctx, f->def, tt_field(d, "size"), &g->tn) || g->tm * g->tn < 2)
+        if (!rt_const_eval(ctx, f->def, tt_field(in, "size"), &g->tm) ||
+            !rt_const_eval(ctx, f->def, tt_field(d, "size"), &g->tn) || g->tm * g->tn < 2)
             continue;
         if (i + 1 < n && register_tile__is_kl_loop(ctx, st[i + 1], "kl_i")) return false; /* apply's own form */
         g->acc_decl = st[i];
@@ -322,15 +322,15 @@ bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rb_func *f, register
     }
     if (ts_node_is_null(g->acc_decl) || g->nshared != 2) return false;
     rg_walk w = {.ctx = ctx, .f = f, .g = g};
-    rb_walk(f->body, rg_visit, &w);
+    rt_walk(f->body, rg_visit, &w);
     return w.updates == 1;
 }
 
 /* The full analysis of a detected tile: 1, or 0 with why. */
-int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg *g, char *why, size_t size)
+int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, char *why, size_t size)
 {
     rg_walk w = {.ctx = ctx, .f = f, .g = g};
-    rb_walk(f->body, rg_visit, &w);
+    rt_walk(f->body, rg_visit, &w);
     unsigned line = ts_node_start_point(g->acc_decl).row + 1;
     if (w.zuse) {
         kl_snprintf(why, size, "%s uses blockIdx.z / gridDim.z (a batched or split product)", f->name);
@@ -359,11 +359,11 @@ int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rb_func *f, register
     unsigned n = tt_stmts(f->body, st, MAXSTMT);
     g->elem[0] = 0;
     for (unsigned i = 0; i < n && i < MAXSTMT; i++) {
-        if (!rb_is(st[i], "declaration") || !tt_is_shared_decl(ctx, st[i])) continue;
+        if (!rt_is(st[i], "declaration") || !tt_is_shared_decl(ctx, st[i])) continue;
         char ty[64];
         tt_copy_text(ctx, tt_field(st[i], "type"), ty, sizeof ty);
         unsigned dims = 0;
-        for (TSNode d = tt_field(st[i], "declarator"); rb_is(d, "array_declarator"); d = tt_field(d, "declarator")) dims++;
+        for (TSNode d = tt_field(st[i], "declarator"); rt_is(d, "array_declarator"); d = tt_field(d, "declarator")) dims++;
         if (dims != 2) {
             kl_snprintf(why, size, "the shared tile at line %u has %u dimensions, not 2 (stages: remove double-buffer first)",
                         ts_node_start_point(st[i]).row + 1, dims);
@@ -381,22 +381,22 @@ int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rb_func *f, register
         TSNode s = w.subs[i];
         unsigned l = ts_node_start_point(s).row + 1;
         TSNode p = tt_parent(s);
-        while (rb_is(p, "parenthesized_expression")) p = tt_parent(p);
+        while (rt_is(p, "parenthesized_expression")) p = tt_parent(p);
         register_tile__rg_operand *o;
         register_tile__rg_guard gs[RG_MAXG];
         unsigned ng = 0;
-        if (rb_is(p, "assignment_expression") && ts_node_eq(tt_field(p, "left"), s)) {
-            if (stored || !rb_text_is(ctx, tt_field(p, "operator"), "=") ||
-                !rb_is(tt_parent(p), "expression_statement")) {
+        if (rt_is(p, "assignment_expression") && ts_node_eq(tt_field(p, "left"), s)) {
+            if (stored || !rt_text_is(ctx, tt_field(p, "operator"), "=") ||
+                !rt_is(tt_parent(p), "expression_statement")) {
                 kl_snprintf(why, size, "the write at line %u is not one plain store `C[...] = value;`", l);
                 return 0;
             }
             /* the stored value: an accumulator element, directly or through a local pointer into it */
             TSNode v = register_tile__rg_strip(tt_field(p, "right"));
             TSNode base = v;
-            while (rb_is(base, "subscript_expression")) base = tt_field(base, "argument");
-            bool ok = rb_is(v, "subscript_expression") && rb_is(base, "identifier");
-            if (ok && !rb_text_is(ctx, base, g->acc)) {
+            while (rt_is(base, "subscript_expression")) base = tt_field(base, "argument");
+            bool ok = rt_is(v, "subscript_expression") && rt_is(base, "identifier");
+            if (ok && !rt_text_is(ctx, base, g->acc)) {
                 char bname[64];
                 tt_copy_text(ctx, base, bname, sizeof bname);
                 /* `T *v = &acc[...]` or `= acc[...]` declared once in the kernel */
@@ -406,7 +406,7 @@ int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rb_func *f, register
                 unsigned k1 = tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 4);
                 kl_snprintf(pat, sizeof pat, "* %s = %s", bname, g->acc);
                 unsigned k2 = tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 4);
-                ok = k1 + k2 == 1 && rb_count_ident(ctx, f->body, bname) >= 2;
+                ok = k1 + k2 == 1 && rt_count_ident(ctx, f->body, bname) >= 2;
                 /* and never assigned again */
                 kl_snprintf(pat, sizeof pat, "%s =", bname);
                 ok = ok && tt_count(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat) == 1;
@@ -428,7 +428,7 @@ int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rb_func *f, register
             }
             o = &g->op[g->nreads++];
             TSNode c = p;
-            if (!rb_is(c, "conditional_expression") || !ts_node_eq(register_tile__rg_strip(tt_field(c, "consequence")), s) ||
+            if (!rt_is(c, "conditional_expression") || !ts_node_eq(register_tile__rg_strip(tt_field(c, "consequence")), s) ||
                 !register_tile__rg_zero(ctx, tt_field(c, "alternative"))) {
                 kl_snprintf(why, size, "the read at line %u is not guarded as `cond ? P[...] : 0`", l);
                 return 0;
@@ -488,28 +488,28 @@ static int rg_solve(const kl_rule_ctx *ctx, const register_tile__rg *g, register
 }
 
 /* A name not taken by a parameter or a file-level constant: base, else kl_<base>. */
-void register_tile__rg_name(const kl_rule_ctx *ctx, const rb_func *f, const char *base, char *out, size_t size)
+void register_tile__rg_name(const kl_rule_ctx *ctx, const rt_func *f, const char *base, char *out, size_t size)
 {
     long long v;
-    bool taken = !ts_node_is_null(rb_param(ctx, f, base)) || rb_const_name(ctx, f->def, base, &v);
+    bool taken = !ts_node_is_null(rt_param(ctx, f, base)) || rt_const_name(ctx, f->def, base, &v);
     kl_snprintf(out, size, "%s%s", taken ? "kl_" : "", base);
 }
 
 /* The launch argument passed for bound b (a parameter of f), or b's own text. */
-static char *rg_host_bound(const kl_rule_ctx *ctx, const rb_func *f, const rb_launch *l, TSNode b)
+static char *rg_host_bound(const kl_rule_ctx *ctx, const rt_func *f, const rt_launch *l, TSNode b)
 {
-    if (rb_is(b, "identifier")) {
+    if (rt_is(b, "identifier")) {
         char name[64];
         tt_copy_text(ctx, b, name, sizeof name);
         unsigned np = tt_child_count(f->params);
         for (unsigned i = 0, k = 0; i < np; i++) {
             TSNode p = tt_child(f->params, i);
-            if (!rb_is(p, "parameter_declaration")) continue;
-            if (rb_text_is(ctx, rb_declarator_name(tt_field(p, "declarator")), name)) {
+            if (!rt_is(p, "parameter_declaration")) continue;
+            if (rt_text_is(ctx, rt_declarator_name(tt_field(p, "declarator")), name)) {
                 TSNode arg = tt_child(l->args, k);
                 if (ts_node_is_null(arg)) return NULL;
-                char *t = rb_text(ctx, arg);
-                if (!t || rb_is(arg, "identifier") || rb_is(arg, "number_literal")) return t;
+                char *t = rt_text(ctx, arg);
+                if (!t || rt_is(arg, "identifier") || rt_is(arg, "number_literal")) return t;
                 size_t n = strlen(t) + 3;
                 char *w = malloc(n);
                 if (w) kl_snprintf(w, n, "(%s)", t);
@@ -520,27 +520,27 @@ static char *rg_host_bound(const kl_rule_ctx *ctx, const rb_func *f, const rb_la
         }
     }
     /* a constant: only when it names no parameter */
-    return rb_text(ctx, b);
+    return rt_text(ctx, b);
 }
 
 /* Is the local dim3 named by launch l's configuration argument `which` used only as that
  * argument of launches of f (so its extents may change)? */
-static bool rg_local_only_here(const kl_rule_ctx *ctx, const rb_func *f, const rb_launch *ls, unsigned nl,
-                               const rb_launch *l, int which)
+static bool rg_local_only_here(const kl_rule_ctx *ctx, const rt_func *f, const rt_launch *ls, unsigned nl,
+                               const rt_launch *l, int which)
 {
     char name[64];
     tt_copy_text(ctx, l->cfg[which], name, sizeof name);
     unsigned uses = 0;
     for (unsigned i = 0; i < nl; i++)
-        if (ts_node_eq(ls[i].host.def, l->host.def) && rb_text_is(ctx, ls[i].cfg[which], name)) uses++;
+        if (ts_node_eq(ls[i].host.def, l->host.def) && rt_text_is(ctx, ls[i].cfg[which], name)) uses++;
     (void)f;
-    return rb_count_ident(ctx, l->host.body, name) == uses + 1;
+    return rt_count_ident(ctx, l->host.body, name) == uses + 1;
 }
 
-kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rb_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
+kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rt_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
                              kl_error *err);
 
-kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rg *g, kl_edits *out, kl_error *err)
+kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, kl_edits *out, kl_error *err)
 {
     char why[320];
     if (!register_tile__rg_analyse(ctx, f, g, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
@@ -570,7 +570,7 @@ kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rb_func *
             long long v = -1;
             char *end = NULL;
             if (t[0] >= '0' && t[0] <= '9') v = strtoll(t, &end, 0);
-            else if (!rb_const_name(ctx, f->def, t, &v)) v = -1;
+            else if (!rt_const_name(ctx, f->def, t, &v)) v = -1;
             if (v < RG_TILE * RG_TILE)
                 return kl_rule_not_applicable(err, "__launch_bounds__(%s) of %s does not allow the %d x %d block of one "
                                                    "output per thread", t, f->name, RG_TILE, RG_TILE);
@@ -583,9 +583,9 @@ kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rb_func *
     register_tile__rg_name(ctx, f, "kk", kk, sizeof kk);
     register_tile__rg_name(ctx, f, "As", as, sizeof as);
     register_tile__rg_name(ctx, f, "Bs", bs, sizeof bs);
-    char *M = rb_text(ctx, Mb), *N = rb_text(ctx, Nb), *K = rb_text(ctx, Kb);
-    char *lda = rb_text(ctx, A->ld), *ldb = rb_text(ctx, B->ld), *ldc = rb_text(ctx, C->ld);
-    char *za = rb_text(ctx, A->zero), *zb = rb_text(ctx, B->zero), *zacc = rb_text(ctx, g->fill);
+    char *M = rt_text(ctx, Mb), *N = rt_text(ctx, Nb), *K = rt_text(ctx, Kb);
+    char *lda = rt_text(ctx, A->ld), *ldb = rt_text(ctx, B->ld), *ldc = rt_text(ctx, C->ld);
+    char *za = rt_text(ctx, A->zero), *zb = rt_text(ctx, B->zero), *zacc = rt_text(ctx, g->fill);
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_status st = KL_OK;
     if (!M || !N || !K || !lda || !ldb || !ldc || !za || !zb || !zacc) {
@@ -593,7 +593,7 @@ kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rb_func *
         goto cleanup;
     }
     char ind[64];
-    rb_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
     char ak[64], bk[64], aidx[400], bidx[400], cidx[400];
     kl_snprintf(ak, sizeof ak, "(%s + threadIdx.x)", k0);
     kl_snprintf(bk, sizeof bk, "(%s + threadIdx.y)", k0);
@@ -640,12 +640,12 @@ cleanup:
 
 /* Every launch of f: a TILE x TILE block, a grid over C (Mb, Nb: f's bounds of C's rows and
  * columns); no_smem: a dynamic shared memory size becomes 0 (the new body declares its tiles). */
-kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rb_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
+kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rt_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
                              kl_error *err)
 {
     kl_status st = KL_OK;
-    rb_launch ls[16];
-    unsigned nl = rb_launches(ctx, f->name, ls, 16);
+    rt_launch ls[16];
+    unsigned nl = rt_launches(ctx, f->name, ls, 16);
     if (nl == 0 || nl > 16) return kl_rule_not_applicable(err, "%s is not launched in the file", f->name);
     uint32_t done[32];
     unsigned ndone = 0;
@@ -660,10 +660,10 @@ kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rb_func *f, T
         unsigned gn = 0;
         if (!hm || !hn) {
             st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        } else if (rb_is(ls[i].cfg[0], "identifier") && tt_dim3_args(ctx, ls[i].host.body, ls[i].cfg[0], ga, &gn) &&
+        } else if (rt_is(ls[i].cfg[0], "identifier") && tt_dim3_args(ctx, ls[i].host.body, ls[i].cfg[0], ga, &gn) &&
                    gn >= 2 && rg_local_only_here(ctx, f, ls, nl, &ls[i], 0)) {
             /* a local dim3: its extents */
-            if (gn == 3 && !rb_text_is(ctx, ga[2], "1")) {
+            if (gn == 3 && !rt_text_is(ctx, ga[2], "1")) {
                 st = kl_rule_not_applicable(err, "the grid of the launch at line %u has a z extent", line);
             } else {
                 bool seen = false;
@@ -684,13 +684,13 @@ kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rb_func *f, T
         TSNode ba[3];
         unsigned bn = 0;
         if (st != KL_OK) {
-        } else if (rb_is(ls[i].cfg[1], "identifier") && tt_dim3_args(ctx, ls[i].host.body, ls[i].cfg[1], ba, &bn) &&
+        } else if (rt_is(ls[i].cfg[1], "identifier") && tt_dim3_args(ctx, ls[i].host.body, ls[i].cfg[1], ba, &bn) &&
                    bn >= 2 && rg_local_only_here(ctx, f, ls, nl, &ls[i], 1)) {
             bool seen = false;
             for (unsigned k = 0; k < ndone; k++) seen |= done[k] == ts_node_start_byte(ba[0]);
             if (!seen && ndone < 32) {
                 done[ndone++] = ts_node_start_byte(ba[0]);
-                if (bn == 3 && !rb_text_is(ctx, ba[2], "1"))
+                if (bn == 3 && !rt_text_is(ctx, ba[2], "1"))
                     st = kl_rule_not_applicable(err, "the block of the launch at line %u has a z extent", line);
                 else
                     st = kl_edits_addf(out, ts_node_start_byte(ba[0]), ts_node_end_byte(ba[1]), "%d, %d", RG_TILE, RG_TILE);
@@ -699,7 +699,7 @@ kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rb_func *f, T
             st = kl_edits_addf(out, ts_node_start_byte(ls[i].cfg[1]), ts_node_end_byte(ls[i].cfg[1]), "dim3(%d, %d)",
                                RG_TILE, RG_TILE);
         }
-        if (st == KL_OK && no_smem && ls[i].ncfg >= 3 && !ts_node_is_null(ls[i].cfg[2]) && !rb_text_is(ctx, ls[i].cfg[2], "0"))
+        if (st == KL_OK && no_smem && ls[i].ncfg >= 3 && !ts_node_is_null(ls[i].cfg[2]) && !rt_text_is(ctx, ls[i].cfg[2], "0"))
             st = kl_edits_add(out, ts_node_start_byte(ls[i].cfg[2]), ts_node_end_byte(ls[i].cfg[2]), "0");
         if (st == KL_ERR_NOMEM) st = kl_error_set(err, st, "out of memory");
         free(hm);

@@ -60,12 +60,12 @@ typedef struct tile_find {
 static bool tile_find_visit(TSNode n, void *user)
 {
     tile_find *t = user;
-    if (!rb_is(n, "identifier")) return true;
+    if (!rt_is(n, "identifier")) return true;
     for (unsigned k = 0; k < t->a->ntiles; k++) {
-        if (!rb_text_is(t->a->ctx, n, t->a->tiles[k].name)) continue;
+        if (!rt_text_is(t->a->ctx, n, t->a->tiles[k].name)) continue;
         TSNode in = tt_parent(n);
         TSNode out = tt_parent(in);
-        if (!rb_is(in, "subscript_expression") || !rb_is(out, "subscript_expression") ||
+        if (!rt_is(in, "subscript_expression") || !rt_is(out, "subscript_expression") ||
             !ts_node_eq(tt_field(in, "argument"), n) || !ts_node_eq(tt_field(out, "argument"), in)) {
             t->bad = true;
             continue;
@@ -142,8 +142,8 @@ static bool hidden_index(const kl_rule_ctx *ctx, const register_tile__rt *a, cha
         }
         i = le + 1;
     }
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     for (unsigned i = 0; i < nf && i < 64; i++) {
         if (!strcmp(fs[i].name, a->f.name) || ts_node_is_null(fs[i].body)) continue;
         uint32_t s = ts_node_start_byte(fs[i].body), e = ts_node_end_byte(fs[i].body);
@@ -163,7 +163,7 @@ static bool split_kloop(register_tile__rt *a, char *why, size_t size)
     TSNode body = tt_field(a->kloop, "body");
     unsigned line = ts_node_start_point(a->kloop).row + 1;
     TSNode st[32];
-    unsigned n = rb_is(body, "compound_statement") ? tt_stmts(body, st, 32) : 0;
+    unsigned n = rt_is(body, "compound_statement") ? tt_stmts(body, st, 32) : 0;
     if (n < 4 || n > 32) {
         kl_snprintf(why, size, "the tile loop at line %u is not loads, __syncthreads(), the product loop, "
                                "__syncthreads()", line);
@@ -171,16 +171,16 @@ static bool split_kloop(register_tile__rt *a, char *why, size_t size)
     }
     unsigned i = 0;
     a->nloads = 0;
-    for (; i < n && !rb_is_syncthreads(ctx, st[i]); i++) {
+    for (; i < n && !rt_is_syncthreads(ctx, st[i]); i++) {
         TSNode as = tt_child(st[i], 0);
-        if (!rb_is(st[i], "expression_statement") || !rb_is(as, "assignment_expression") || a->nloads >= 8) {
+        if (!rt_is(st[i], "expression_statement") || !rt_is(as, "assignment_expression") || a->nloads >= 8) {
             kl_snprintf(why, size, "line %u in the tile loop is not a load of a shared tile",
                         ts_node_start_point(st[i]).row + 1);
             return false;
         }
         a->loads[a->nloads++] = st[i];
     }
-    if (i + 3 != n || !a->nloads || !rb_is(st[i + 1], "for_statement") || !rb_is_syncthreads(ctx, st[i + 2])) {
+    if (i + 3 != n || !a->nloads || !rt_is(st[i + 1], "for_statement") || !rt_is_syncthreads(ctx, st[i + 2])) {
         kl_snprintf(why, size, "the tile loop at line %u is not loads, __syncthreads(), one product loop, "
                                "__syncthreads()", line);
         return false;
@@ -197,7 +197,7 @@ static bool find_update(register_tile__rt *a, char *why, size_t size)
     const kl_rule_ctx *ctx = a->ctx;
     TSNode b = tt_field(a->inner, "body");
     unsigned line = ts_node_start_point(a->inner).row + 1;
-    if (rb_is(b, "compound_statement")) {
+    if (rt_is(b, "compound_statement")) {
         TSNode one[2];
         if (tt_stmts(b, one, 2) != 1) {
             kl_snprintf(why, size, "the product loop at line %u has more than one statement", line);
@@ -206,14 +206,14 @@ static bool find_update(register_tile__rt *a, char *why, size_t size)
         b = one[0];
     }
     TSNode as = tt_child(b, 0);
-    if (!rb_is(b, "expression_statement") || !rb_is(as, "assignment_expression") ||
-        !rb_text_is(ctx, tt_field(as, "operator"), "+=") || !rb_is(tt_field(as, "left"), "identifier")) {
+    if (!rt_is(b, "expression_statement") || !rt_is(as, "assignment_expression") ||
+        !rt_text_is(ctx, tt_field(as, "operator"), "+=") || !rt_is(tt_field(as, "left"), "identifier")) {
         kl_snprintf(why, size, "the product loop at line %u is not `acc += a * b;`", line);
         return false;
     }
     TSNode r = tt_field(as, "right");
-    while (rb_is(r, "parenthesized_expression")) r = tt_child(r, 0);
-    if (!rb_is(r, "binary_expression") || !rb_text_is(ctx, tt_field(r, "operator"), "*")) {
+    while (rt_is(r, "parenthesized_expression")) r = tt_child(r, 0);
+    if (!rt_is(r, "binary_expression") || !rt_text_is(ctx, tt_field(r, "operator"), "*")) {
         kl_snprintf(why, size, "the update at line %u is not a product of two tile elements", line);
         return false;
     }
@@ -231,7 +231,7 @@ static bool find_update(register_tile__rt *a, char *why, size_t size)
 }
 
 /* Analyse kernel f. 0: not the form at all (no site); 1: applicable; -1: the form, but `why`. */
-int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rt *a, char *why, size_t size)
+int register_tile__analyse(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rt *a, char *why, size_t size)
 {
     memset(a, 0, sizeof *a);
     a->ctx = ctx;
@@ -250,8 +250,8 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
         if (tt_is_shared_decl(ctx, s)) {
             nshared++;
             TSNode d = tt_field(s, "declarator");
-            if (a->ntiles < 2 && rb_is(d, "array_declarator") && rb_is(tt_field(d, "declarator"), "array_declarator") &&
-                rb_is(tt_field(tt_field(d, "declarator"), "declarator"), "identifier")) {
+            if (a->ntiles < 2 && rt_is(d, "array_declarator") && rt_is(tt_field(d, "declarator"), "array_declarator") &&
+                rt_is(tt_field(tt_field(d, "declarator"), "declarator"), "identifier")) {
                 register_tile__rt_tile *t = &a->tiles[a->ntiles++];
                 t->decl = s;
                 t->dims[1] = tt_field(d, "size");
@@ -259,7 +259,7 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
                 tt_copy_text(ctx, tt_field(tt_field(d, "declarator"), "declarator"), t->name, sizeof t->name);
                 tt_copy_text(ctx, tt_field(s, "type"), t->elem, sizeof t->elem);
             }
-        } else if (rb_is(s, "for_statement") &&
+        } else if (rt_is(s, "for_statement") &&
                    tt_uses(ctx->text, ts_node_start_byte(s), ts_node_end_byte(s), "__syncthreads")) {
             if (have_loop) return 0;
             have_loop = true;
@@ -289,22 +289,22 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
     /* the locals declared at the top level */
     for (unsigned i = 0; i < n; i++) {
         TSNode s = a->stmts[i];
-        if (!rb_is(s, "declaration") || tt_is_shared_decl(ctx, s)) continue;
+        if (!rt_is(s, "declaration") || tt_is_shared_decl(ctx, s)) continue;
         if (i > a->kidx) continue;
         uint32_t c = tt_child_count(s);
         for (uint32_t k = 0; k < c; k++) {
             TSNode d = tt_child(s, k);
-            TSNode id = rb_is(d, "init_declarator") ? tt_field(d, "declarator") : d;
-            if (!rb_is(id, "identifier") || a->nlocals >= MAXLOCAL) continue;
+            TSNode id = rt_is(d, "init_declarator") ? tt_field(d, "declarator") : d;
+            if (!rt_is(id, "identifier") || a->nlocals >= MAXLOCAL) continue;
             register_tile__rt_local *L = &a->locals[a->nlocals++];
             memset(L, 0, sizeof *L);
             tt_copy_text(ctx, id, L->name, sizeof L->name);
             L->decl = s;
-            if (rb_is(d, "init_declarator")) L->value = tt_field(d, "value");
+            if (rt_is(d, "init_declarator")) L->value = tt_field(d, "value");
         }
     }
     for (unsigned i = 0; i < n; i++)
-        if (i < a->kidx && !rb_is(a->stmts[i], "declaration")) {
+        if (i < a->kidx && !rt_is(a->stmts[i], "declaration")) {
             kl_snprintf(why, size, "line %u before the tile loop is not a declaration",
                         ts_node_start_point(a->stmts[i]).row + 1);
             goto done;
@@ -313,8 +313,8 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
 
     /* the tiles of the update: e1 reads the A tile at [threadIdx.p][k], e2 the B tile */
     tile_find t1 = {.a = a, .tile = -1}, t2 = {.a = a, .tile = -1};
-    rb_walk(a->e1, tile_find_visit, &t1);
-    rb_walk(a->e2, tile_find_visit, &t2);
+    rt_walk(a->e1, tile_find_visit, &t1);
+    rt_walk(a->e2, tile_find_visit, &t2);
     if (t1.count != 1 || t2.count != 1 || t1.bad || t2.bad || t1.tile == t2.tile) {
         kl_snprintf(why, size, "the update at line %u does not multiply an element of each shared tile",
                     ts_node_start_point(a->upd).row + 1);
@@ -334,12 +334,12 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
         t->side = w + 1;
         if (w == 0) a->p = s0 == 1 ? l0 : l1;
         else a->q = s0 == 1 ? l0 : l1;
-        if (!rb_const_eval(ctx, f->def, t->dims[t->grow], &t->grow_val) || t->grow_val <= 0) {
+        if (!rt_const_eval(ctx, f->def, t->dims[t->grow], &t->grow_val) || t->grow_val <= 0) {
             kl_snprintf(why, size, "the size of %s is not a compile-time constant", t->name);
             goto done;
         }
         TSNode g = t->dims[t->grow];
-        if (rb_is(g, "identifier") || rb_is(g, "number_literal")) tt_copy_text(ctx, g, t->stride, sizeof t->stride);
+        if (rt_is(g, "identifier") || rt_is(g, "number_literal")) tt_copy_text(ctx, g, t->stride, sizeof t->stride);
         else kl_snprintf(t->stride, sizeof t->stride, "%lld", t->grow_val);
     }
     if (a->p == a->q) {
@@ -400,7 +400,7 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
         TSNode d = acc->decl;
         uint32_t nd = 0, c = tt_child_count(d);
         for (uint32_t k = 0; k < c; k++)
-            if (rb_is(tt_child(d, k), "init_declarator") || rb_is(tt_child(d, k), "identifier"))
+            if (rt_is(tt_child(d, k), "init_declarator") || rt_is(tt_child(d, k), "identifier"))
                 nd++;
         if (nd != 1) {
             kl_snprintf(why, size, "the accumulator %s is declared with other variables (line %u)", acc->name,
@@ -429,11 +429,11 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
         for (unsigned i = 0; i < a->nloads; i++) {
             TSNode as = tt_child(a->loads[i], 0);
             tile_find tf = {.a = a, .tile = -1};
-            rb_walk(tt_field(as, "left"), tile_find_visit, &tf);
+            rt_walk(tt_field(as, "left"), tile_find_visit, &tf);
             tile_find tr = {.a = a, .tile = -1};
-            rb_walk(tt_field(as, "right"), tile_find_visit, &tr);
+            rt_walk(tt_field(as, "right"), tile_find_visit, &tr);
             unsigned line = ts_node_start_point(a->loads[i]).row + 1;
-            if (tf.count != 1 || tf.bad || tr.count || tr.bad || !rb_text_is(ctx, tt_field(as, "operator"), "=")) {
+            if (tf.count != 1 || tf.bad || tr.count || tr.bad || !rt_text_is(ctx, tt_field(as, "operator"), "=")) {
                 kl_snprintf(why, size, "line %u in the tile loop is not a load of one shared tile", line);
                 goto done;
             }
@@ -466,7 +466,7 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rb_func *f, register_ti
     for (unsigned i = a->kidx + 1; i < n; i++) {
         TSNode s = a->stmts[i];
         const char *tn[2] = {a->tiles[0].name, a->tiles[1].name};
-        if (uses_any(ctx, s, tn, 2) || rb_is(s, "declaration") ||
+        if (uses_any(ctx, s, tn, 2) || rt_is(s, "declaration") ||
             tt_uses(ctx->text, ts_node_start_byte(s), ts_node_end_byte(s), "__syncthreads")) {
             kl_snprintf(why, size, "line %u after the tile loop is not a statement this transform can repeat per "
                                    "output", ts_node_start_point(s).row + 1);
@@ -483,13 +483,13 @@ done:
 
 static bool cfg_arg_value(const kl_rule_ctx *ctx, TSNode scope, TSNode arg, long long *v)
 {
-    if (rb_is(arg, "parameter_declaration")) {
+    if (rt_is(arg, "parameter_declaration")) {
         TSNode ty = tt_field(arg, "type");
         char name[64];
         tt_copy_text(ctx, ty, name, sizeof name);
-        return rb_const_name(ctx, scope, name, v);
+        return rt_const_name(ctx, scope, name, v);
     }
-    return rb_const_eval(ctx, scope, arg, v);
+    return rt_const_eval(ctx, scope, arg, v);
 }
 
 /* Check the launches of the kernel and add the grid edits (apply: wrap; remove: unwrap). */
@@ -497,8 +497,8 @@ kl_status register_tile__launch_edits(const register_tile__rt *a, bool apply, lo
                               char *why, size_t size)
 {
     const kl_rule_ctx *ctx = a->ctx;
-    rb_launch ls[16];
-    unsigned nl = rb_launches(ctx, a->f.name, ls, 16);
+    rt_launch ls[16];
+    unsigned nl = rt_launches(ctx, a->f.name, ls, 16);
     if (nl == 0 || nl > 16) {
         kl_snprintf(why, size, "%s is not launched in the file", a->f.name);
         return KL_ERR_NOT_APPLICABLE;
@@ -539,7 +539,7 @@ kl_status register_tile__launch_edits(const register_tile__rt *a, bool apply, lo
             char letter = d == 0 ? 'x' : 'y';
             long long f = letter == a->p ? tm : tn;
             if (apply) {
-                char *gt = rb_text(ctx, rb_is(g, "parameter_declaration") ? tt_field(g, "type") : g);
+                char *gt = rt_text(ctx, rt_is(g, "parameter_declaration") ? tt_field(g, "type") : g);
                 kl_status st = gt ? kl_edits_addf(out, ts_node_start_byte(g), ts_node_end_byte(g), "(%s + %lld) / %lld",
                                                    gt, f - 1, f)
                                   : KL_ERR_NOMEM;
@@ -552,14 +552,14 @@ kl_status register_tile__launch_edits(const register_tile__rt *a, bool apply, lo
                 kl_snprintf(want_r, sizeof want_r, "%lld", f);
                 kl_snprintf(want_k, sizeof want_k, "%lld", f - 1);
                 TSNode in = tt_child(l, 0);
-                if (!rb_is(g, "binary_expression") || !rb_text_is(ctx, tt_field(g, "operator"), "/") ||
-                    !rb_text_is(ctx, r, want_r) || !rb_is(l, "parenthesized_expression") ||
-                    !rb_is(in, "binary_expression") || !rb_text_is(ctx, tt_field(in, "operator"), "+") ||
-                    !rb_text_is(ctx, tt_field(in, "right"), want_k)) {
+                if (!rt_is(g, "binary_expression") || !rt_text_is(ctx, tt_field(g, "operator"), "/") ||
+                    !rt_text_is(ctx, r, want_r) || !rt_is(l, "parenthesized_expression") ||
+                    !rt_is(in, "binary_expression") || !rt_text_is(ctx, tt_field(in, "operator"), "+") ||
+                    !rt_text_is(ctx, tt_field(in, "right"), want_k)) {
                     kl_snprintf(why, size, "the grid of the launch at line %u is not divided by the register tile", line);
                     return KL_ERR_NOT_APPLICABLE;
                 }
-                char *e = rb_text(ctx, tt_field(in, "left"));
+                char *e = rt_text(ctx, tt_field(in, "left"));
                 kl_status st = e ? kl_edits_add(out, ts_node_start_byte(g), ts_node_end_byte(g), e) : KL_ERR_NOMEM;
                 free(e);
                 if (st != KL_OK) return kl_error_set(err, st, "out of memory");
@@ -640,7 +640,7 @@ static kl_status add_nest(const register_tile__rt *a, TSNode stmt, bool i, bool 
     register_tile__subs s;
     make_subs(a, i, j, acc, tm, tn, &s);
     char ind[64];
-    rb_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
     char *body = tt_subst(ctx->text, ts_node_start_byte(stmt), ts_node_end_byte(stmt), s.pairs, s.n);
     kl_strbuf sb = KL_STRBUF_INIT;
     if (body) nest_text(&sb, ind, i ? tm : 0, j ? tn : 0, body);
@@ -671,9 +671,9 @@ kl_status register_tile__rt_apply_edits(const register_tile__rt *a, long long tm
     for (unsigned k = 0; k < 2; k++) {
         const register_tile__rt_tile *t = &a->tiles[k];
         TSNode g = t->dims[t->grow];
-        char *gt = rb_text(ctx, g);
+        char *gt = rt_text(ctx, g);
         if (!gt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        bool simple = rb_is(g, "identifier") || rb_is(g, "number_literal");
+        bool simple = rt_is(g, "identifier") || rt_is(g, "number_literal");
         st = kl_edits_addf(out, ts_node_start_byte(g), ts_node_end_byte(g), simple ? "%lld * %s" : "%lld * (%s)",
                            t->side == 1 ? tm : tn, gt);
         free(gt);
@@ -683,7 +683,7 @@ kl_status register_tile__rt_apply_edits(const register_tile__rt *a, long long tm
     {
         const register_tile__rt_local *acc = &a->locals[a->acc];
         char ind[64];
-        rb_indent_of(ctx, ts_node_start_byte(acc->decl), ind, sizeof ind);
+        rt_indent_of(ctx, ts_node_start_byte(acc->decl), ind, sizeof ind);
         /* the initial value per output (a bias read at [row][col] moves with them) */
         register_tile__subs sv;
         make_subs(a, true, true, false, tm, tn, &sv);
@@ -710,7 +710,7 @@ kl_status register_tile__rt_apply_edits(const register_tile__rt *a, long long tm
     {
         TSNode body = tt_field(a->inner, "body");
         char ind[64];
-        rb_indent_of(ctx, ts_node_start_byte(a->inner), ind, sizeof ind);
+        rt_indent_of(ctx, ts_node_start_byte(a->inner), ind, sizeof ind);
         register_tile__subs si, sj;
         make_subs(a, true, false, false, tm, tn, &si);
         make_subs(a, false, true, false, tm, tn, &sj);
@@ -720,8 +720,8 @@ kl_status register_tile__rt_apply_edits(const register_tile__rt *a, long long tm
         const char *ta = a->acc_type, *tb = a->acc_type;
         for (unsigned k = 0; k < 2; k++) {
             TSNode e = a->tiles[k].side == 1 ? a->e1 : a->e2;
-            while (rb_is(e, "parenthesized_expression")) e = tt_child(e, 0);
-            if (rb_is(e, "subscript_expression")) *(a->tiles[k].side == 1 ? &ta : &tb) = a->tiles[k].elem;
+            while (rt_is(e, "parenthesized_expression")) e = tt_child(e, 0);
+            if (rt_is(e, "subscript_expression")) *(a->tiles[k].side == 1 ? &ta : &tb) = a->tiles[k].elem;
         }
         const char *accn = a->locals[a->acc].name;
         kl_strbuf sb = KL_STRBUF_INIT;
@@ -776,14 +776,14 @@ kl_status register_tile__rt_apply_edits(const register_tile__rt *a, long long tm
 /* Is the for statement `for (int <var> = 0; <var> < N; <var>++)`? */
 bool register_tile__is_kl_loop(const kl_rule_ctx *ctx, TSNode f, const char *var)
 {
-    if (!rb_is(f, "for_statement")) return false;
+    if (!rt_is(f, "for_statement")) return false;
     TSNode init = tt_field(f, "initializer");
     if (ts_node_is_null(init)) return false;
     TSNode d = tt_field(init, "declarator");
-    return rb_is(d, "init_declarator") && rb_text_is(ctx, tt_field(d, "declarator"), var);
+    return rt_is(d, "init_declarator") && rt_text_is(ctx, tt_field(d, "declarator"), var);
 }
 
-bool register_tile__find_present(const kl_rule_ctx *ctx, const rb_func *f, register_tile__rt_present *pr)
+bool register_tile__find_present(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rt_present *pr)
 {
     memset(pr, 0, sizeof *pr);
     if (!f->global || ts_node_is_null(f->body)) return false;
@@ -791,13 +791,13 @@ bool register_tile__find_present(const kl_rule_ctx *ctx, const rb_func *f, regis
     unsigned n = tt_stmts(f->body, st, MAXSTMT);
     for (unsigned i = 0; i + 1 < n && i + 1 < MAXSTMT; i++) {
         TSNode d = tt_field(st[i], "declarator");
-        if (!rb_is(st[i], "declaration") || tt_is_shared_decl(ctx, st[i]) || !rb_is(d, "array_declarator")) continue;
+        if (!rt_is(st[i], "declaration") || tt_is_shared_decl(ctx, st[i]) || !rt_is(d, "array_declarator")) continue;
         TSNode in = tt_field(d, "declarator");
-        if (!rb_is(in, "array_declarator") || !rb_is(tt_field(in, "declarator"), "identifier")) continue;
+        if (!rt_is(in, "array_declarator") || !rt_is(tt_field(in, "declarator"), "identifier")) continue;
         if (!register_tile__is_kl_loop(ctx, st[i + 1], "kl_i")) continue;
         tt_copy_text(ctx, tt_field(in, "declarator"), pr->acc, sizeof pr->acc);
-        if (!rb_const_eval(ctx, f->def, tt_field(in, "size"), &pr->tm) ||
-            !rb_const_eval(ctx, f->def, tt_field(d, "size"), &pr->tn))
+        if (!rt_const_eval(ctx, f->def, tt_field(in, "size"), &pr->tm) ||
+            !rt_const_eval(ctx, f->def, tt_field(d, "size"), &pr->tn))
             continue;
         pr->decl = st[i];
         pr->init = st[i + 1];
@@ -822,7 +822,7 @@ static TSNode nest_inner(const kl_rule_ctx *ctx, TSNode f, int *depth)
     while (register_tile__is_kl_loop(ctx, f, "kl_i") || register_tile__is_kl_loop(ctx, f, "kl_j")) {
         (*depth)++;
         TSNode b = tt_field(f, "body");
-        if (rb_is(b, "compound_statement")) {
+        if (rt_is(b, "compound_statement")) {
             TSNode one[2];
             if (tt_stmts(b, one, 2) != 1) return (TSNode){0};
             b = one[0];
@@ -872,7 +872,7 @@ static bool nest_visit(TSNode n, void *user)
     return true;
 }
 
-kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *f, const register_tile__rt_present *pr, kl_edits *out,
+kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, const register_tile__rt_present *pr, kl_edits *out,
                                  kl_error *err)
 {
     kl_status st = KL_OK;
@@ -882,7 +882,7 @@ kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *
     int depth;
     TSNode in = nest_inner(ctx, pr->init, &depth);
     TSNode as = tt_child(in, 0);
-    if (depth != 2 || !rb_is(in, "expression_statement") || !rb_is(as, "assignment_expression"))
+    if (depth != 2 || !rt_is(in, "expression_statement") || !rt_is(as, "assignment_expression"))
         return kl_rule_not_applicable(err, "the accumulator %s (line %u) is not filled by a kl_i/kl_j loop", pr->acc,
                                       line);
     {
@@ -906,22 +906,22 @@ kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *
         if (nm < 1) return kl_rule_not_applicable(err, "no register product (kl_a) in %s", f->name);
         TSNode root = kl_source_root(ctx->src);
         TSNode at = ts_node_descendant_for_byte_range(root, ms[0], me[0]);
-        prod = rb_ancestor(at, "compound_statement");
+        prod = rt_ancestor(at, "compound_statement");
         TSNode loop = tt_parent(prod);
         TSNode ps[8];
         unsigned np = tt_stmts(prod, ps, 8);
-        if (!rb_is(loop, "for_statement") || np != 5)
+        if (!rt_is(loop, "for_statement") || np != 5)
             return kl_rule_not_applicable(err, "the register product at line %u is not the form this transform writes",
                                           ts_node_start_point(prod).row + 1);
         TSNode a1 = tt_child(nest_inner(ctx, ps[2], &depth), 0);
         TSNode b1 = tt_child(nest_inner(ctx, ps[3], &depth), 0);
-        if (!rb_is(a1, "assignment_expression") || !rb_is(b1, "assignment_expression"))
+        if (!rt_is(a1, "assignment_expression") || !rt_is(b1, "assignment_expression"))
             return kl_rule_not_applicable(err, "the register loads at line %u are not the form this transform writes",
                                           ts_node_start_point(ps[2]).row + 1);
         char *e1 = unsubst(ctx->text, ts_node_start_byte(tt_field(a1, "right")), ts_node_end_byte(tt_field(a1, "right")), pr);
         char *e2 = unsubst(ctx->text, ts_node_start_byte(tt_field(b1, "right")), ts_node_end_byte(tt_field(b1, "right")), pr);
         char ind[64];
-        rb_indent_of(ctx, ts_node_start_byte(loop), ind, sizeof ind);
+        rt_indent_of(ctx, ts_node_start_byte(loop), ind, sizeof ind);
         st = e1 && e2 ? kl_edits_addf(out, ts_node_start_byte(prod), ts_node_end_byte(prod), "{\n%s    %s += %s * %s;\n%s}",
                                       ind, pr->acc, e1, e2, ind)
                       : KL_ERR_NOMEM;
@@ -931,7 +931,7 @@ kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *
         nf.skip_s[nf.nskip] = ts_node_start_byte(prod), nf.skip_e[nf.nskip++] = ts_node_end_byte(prod);
     }
     /* the other nests: back to one statement */
-    rb_walk(f->body, nest_visit, &nf);
+    rt_walk(f->body, nest_visit, &nf);
     uint32_t rs[72], re[72];
     unsigned nr = 0;
     for (unsigned i = 0; i < nf.nskip; i++) rs[nr] = nf.skip_s[i], re[nr++] = nf.skip_e[i];
@@ -971,14 +971,14 @@ kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rb_func *
     for (unsigned i = 0; i < n && i < MAXSTMT; i++) {
         if (!tt_is_shared_decl(ctx, st2[i])) continue;
         TSNode d = tt_field(st2[i], "declarator");
-        while (rb_is(d, "array_declarator")) {
+        while (rt_is(d, "array_declarator")) {
             TSNode sz = tt_field(d, "size");
             TSNode l = tt_field(sz, "left"), r = tt_field(sz, "right");
             long long k;
-            if (rb_is(sz, "binary_expression") && rb_text_is(ctx, tt_field(sz, "operator"), "*") &&
-                rb_is(l, "number_literal") && rb_const_eval(ctx, f->def, l, &k) && (k == pr->tm || k == pr->tn)) {
-                if (rb_is(r, "parenthesized_expression")) r = tt_child(r, 0);
-                char *rtx = rb_text(ctx, r);
+            if (rt_is(sz, "binary_expression") && rt_text_is(ctx, tt_field(sz, "operator"), "*") &&
+                rt_is(l, "number_literal") && rt_const_eval(ctx, f->def, l, &k) && (k == pr->tm || k == pr->tn)) {
+                if (rt_is(r, "parenthesized_expression")) r = tt_child(r, 0);
+                char *rtx = rt_text(ctx, r);
                 st = rtx ? kl_edits_add(out, ts_node_start_byte(sz), ts_node_end_byte(sz), rtx) : KL_ERR_NOMEM;
                 free(rtx);
                 if (st != KL_OK) return kl_error_set(err, st, "out of memory");

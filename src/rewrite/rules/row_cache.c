@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -96,22 +96,22 @@ static bool norm_text(const kl_rule_ctx *ctx, TSNode n, const char *var, char *b
  * dim3(W, 1[, 1])). */
 static bool block_width(const kl_rule_ctx *ctx, const char *kernel, long long *w)
 {
-    rb_launch ls[8];
-    unsigned n = rb_launches(ctx, kernel, ls, 8);
+    rt_launch ls[8];
+    unsigned n = rt_launches(ctx, kernel, ls, 8);
     if (n == 0 || n > 8) return false;
     long long seen = -1;
     for (unsigned i = 0; i < n; i++) {
         if (ls[i].ncfg < 2) return false;
         long long v = 0;
-        TSNode list = rb_dim3_args(ctx, &ls[i], ls[i].cfg[1]);
+        TSNode list = rt_dim3_args(ctx, &ls[i], ls[i].cfg[1]);
         if (!ts_node_is_null(list)) {
             long long y = 1, z = 1;
-            TSNode ex = rb_dim3_extent(list, 0), ey = rb_dim3_extent(list, 1), ez = rb_dim3_extent(list, 2);
-            if (ts_node_is_null(ex) || !rb_const_eval(ctx, ls[i].host.def, ex, &v)) return false;
-            if (!ts_node_is_null(ey) && !rb_const_eval(ctx, ls[i].host.def, ey, &y)) return false;
-            if (!ts_node_is_null(ez) && !rb_const_eval(ctx, ls[i].host.def, ez, &z)) return false;
+            TSNode ex = rt_dim3_extent(list, 0), ey = rt_dim3_extent(list, 1), ez = rt_dim3_extent(list, 2);
+            if (ts_node_is_null(ex) || !rt_const_eval(ctx, ls[i].host.def, ex, &v)) return false;
+            if (!ts_node_is_null(ey) && !rt_const_eval(ctx, ls[i].host.def, ey, &y)) return false;
+            if (!ts_node_is_null(ez) && !rt_const_eval(ctx, ls[i].host.def, ez, &z)) return false;
             if (y != 1 || z != 1) return false;
-        } else if (!rb_const_eval(ctx, ls[i].host.def, ls[i].cfg[1], &v))
+        } else if (!rt_const_eval(ctx, ls[i].host.def, ls[i].cfg[1], &v))
             return false;
         if (v <= 0 || (seen >= 0 && v != seen)) return false;
         seen = v;
@@ -132,8 +132,8 @@ static bool loop_stride(const kl_rule_ctx *ctx, const char *kernel, TSNode fn, c
     if (!strcmp(L->step, "blockDim.x")) return block_width(ctx, kernel, s);
     TSNode init = kl_ast_local_init(ctx->src, fn, L->step);
     if (ts_node_is_null(init)) return false;
-    if (rb_text_is(ctx, kl_ast_unparen(init), "blockDim.x")) return block_width(ctx, kernel, s);
-    return rb_const_eval(ctx, fn, init, s) && *s > 0;
+    if (rt_text_is(ctx, kl_ast_unparen(init), "blockDim.x")) return block_width(ctx, kernel, s);
+    return rt_const_eval(ctx, fn, init, s) && *s > 0;
 }
 
 typedef struct body_scan {
@@ -152,10 +152,10 @@ static bool scan_body(TSNode n, void *user)
     else if (!strcmp(t, "return_statement")) b->why = "a return";
     else if (!strcmp(t, "goto_statement")) b->why = "a goto";
     else if (!strcmp(t, "call_expression")) {
-        TSNode f = rb_field(n, "function");
+        TSNode f = rt_field(n, "function");
         char name[64] = "";
-        if (rb_is(f, "identifier") || rb_is(f, "template_function")) {
-            char *s = rb_text(b->ctx, f);
+        if (rt_is(f, "identifier") || rt_is(f, "template_function")) {
+            char *s = rt_text(b->ctx, f);
             if (s) kl_snprintf(name, sizeof name, "%s", s);
             free(s);
         }
@@ -164,8 +164,8 @@ static bool scan_body(TSNode n, void *user)
             !strncmp(name, "__reduce", 8))
             b->why = "a barrier or a warp collective";
     } else if (!strcmp(t, "assignment_expression") || !strcmp(t, "update_expression")) {
-        TSNode l = rb_field(n, !strcmp(t, "assignment_expression") ? "left" : "argument");
-        if (rb_is(l, "identifier") && rb_text_is(b->ctx, l, b->var)) b->why = "an assignment to the loop variable";
+        TSNode l = rt_field(n, !strcmp(t, "assignment_expression") ? "left" : "argument");
+        if (rt_is(l, "identifier") && rt_text_is(b->ctx, l, b->var)) b->why = "an assignment to the loop variable";
     }
     return b->why == NULL;
 }
@@ -184,12 +184,12 @@ static bool scan_invariant(TSNode n, void *user)
 {
     inv_scan *s = user;
     if (s->bad[0]) return false;
-    if (rb_is(n, "field_expression")) {
-        scan_invariant(rb_field(n, "argument"), user);
+    if (rt_is(n, "field_expression")) {
+        scan_invariant(rt_field(n, "argument"), user);
         return false;
     }
-    if (!rb_is(n, "identifier")) return true;
-    char *nm = rb_text(s->ctx, n);
+    if (!rt_is(n, "identifier")) return true;
+    char *nm = rt_text(s->ctx, n);
     /* a local's declaration counts once; a parameter is assigned only by the kernel's code */
     unsigned once = nm && kl_affine_param_index(s->ax, nm) >= 0 ? 0 : 1;
     if (nm && strcmp(nm, s->var) && kl_affine_assign_count(s->ax, nm) > once) kl_snprintf(s->bad, sizeof s->bad, "%s", nm);
@@ -200,7 +200,7 @@ static bool scan_invariant(TSNode n, void *user)
 static bool invariant(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode n, const char *var, char *bad, size_t size)
 {
     inv_scan s = {ctx, ax, var, ""};
-    if (!ts_node_is_null(n)) rb_walk(n, scan_invariant, &s);
+    if (!ts_node_is_null(n)) rt_walk(n, scan_invariant, &s);
     if (s.bad[0]) kl_snprintf(bad, size, "%s", s.bad);
     return !s.bad[0];
 }
@@ -208,9 +208,9 @@ static bool invariant(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode n, const
 /* The loop variable's declared type, when the loop declares it (`for (int c = …`). */
 static bool loop_decl_type(const kl_rule_ctx *ctx, TSNode loop, char *type, size_t size)
 {
-    TSNode init = rb_field(loop, "initializer");
-    if (!rb_is(init, "declaration")) return false;
-    TSNode ty = rb_field(init, "type");
+    TSNode init = rt_field(loop, "initializer");
+    if (!rt_is(init, "declaration")) return false;
+    TSNode ty = rt_field(init, "type");
     if (ts_node_is_null(ty)) return false;
     uint32_t a = ts_node_start_byte(init), b = ts_node_end_byte(ty);
     if (b - a + 1 > size) return false;
@@ -257,20 +257,20 @@ static bool scan_stores(TSNode n, void *user)
     const char *t = ts_node_type(n);
     if (!strcmp(t, "call_expression")) {
         /* an atomic writes memory the access analysis does not list as a store */
-        TSNode f = rb_field(n, "function");
+        TSNode f = rt_field(n, "function");
         uint32_t a = ts_node_start_byte(f), b = ts_node_end_byte(f);
-        if (rb_is(f, "identifier") && b - a > 6 && !memcmp(s->ctx->text + a, "atomic", 6)) s->line = kl_ast_line(n);
+        if (rt_is(f, "identifier") && b - a > 6 && !memcmp(s->ctx->text + a, "atomic", 6)) s->line = kl_ast_line(n);
         return !s->line;
     }
-    TSNode l = !strcmp(t, "assignment_expression") ? rb_field(n, "left")
-             : !strcmp(t, "update_expression")     ? rb_field(n, "argument")
+    TSNode l = !strcmp(t, "assignment_expression") ? rt_field(n, "left")
+             : !strcmp(t, "update_expression")     ? rt_field(n, "argument")
                                                    : (TSNode){0};
     /* a member of a local (`acc.m = …`) is a local */
-    while (!ts_node_is_null(l) && (rb_is(l, "parenthesized_expression") ||
-                                   (rb_is(l, "field_expression") && !ts_node_is_null(rb_field(l, "operator")) &&
-                                    !strcmp(ts_node_type(rb_field(l, "operator")), "."))))
-        l = rb_is(l, "field_expression") ? rb_field(l, "argument") : ts_node_named_child(l, 0);
-    if (!ts_node_is_null(l) && !rb_is(l, "identifier")) {
+    while (!ts_node_is_null(l) && (rt_is(l, "parenthesized_expression") ||
+                                   (rt_is(l, "field_expression") && !ts_node_is_null(rt_field(l, "operator")) &&
+                                    !strcmp(ts_node_type(rt_field(l, "operator")), "."))))
+        l = rt_is(l, "field_expression") ? rt_field(l, "argument") : ts_node_named_child(l, 0);
+    if (!ts_node_is_null(l) && !rt_is(l, "identifier")) {
         bool named = false;
         for (unsigned i = 0; i < kl_affine_access_count(s->ax) && !named; i++) {
             const kl_ax_access *a = kl_affine_access(s->ax, i);
@@ -293,7 +293,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
         const kl_ax_access *a = kl_affine_access(ax, i);
         if (a->write || !a->read || a->is_shared || a->ndims != 1 || a->loop < 0 ||
-            !rb_is(a->node, "subscript_expression"))
+            !rt_is(a->node, "subscript_expression"))
             continue;
         int li = -1;
         for (unsigned k = 0; k < g->n; k++)
@@ -332,7 +332,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
             }
         }
         char et[64] = "";
-        if (!rb_pointer_elem(ctx, ax, fn, g->keys[k].array, et, sizeof et)) {
+        if (!rt_pointer_elem(ctx, ax, fn, g->keys[k].array, et, sizeof et)) {
             kl_snprintf(buf, size, "the element type of '%s' is not known (not a pointer parameter or local)",
                         g->keys[k].array);
             return buf;
@@ -360,7 +360,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     for (unsigned i = 0; i < g->n; i++) {
         if (!(mask & (1u << i))) continue;
         body_scan b = {ctx, g->loops[i].var, NULL};
-        rb_walk(rb_field(g->loops[i].node, "body"), scan_body, &b);
+        rt_walk(rt_field(g->loops[i].node, "body"), scan_body, &b);
         if (b.why) {
             kl_snprintf(buf, size, "the loop at line %u has %s", ts_node_start_point(g->loops[i].node).row + 1, b.why);
             return buf;
@@ -371,7 +371,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     for (unsigned i = 0; i < g->n; i++) {
         if (!(mask & (1u << i))) continue;
         TSNode L = g->loops[i].node;
-        TSNode parts[2] = {rb_field(L, "initializer"), rb_field(L, "condition")};
+        TSNode parts[2] = {rt_field(L, "initializer"), rt_field(L, "condition")};
         for (unsigned p = 0; p < 2; p++)
             if (!invariant(ctx, ax, parts[p], g->loops[i].var, bad, sizeof bad)) {
                 kl_snprintf(buf, size, "'%s' (read by the loop at line %u) is assigned in the kernel", bad,
@@ -387,7 +387,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         if (li < 0) continue;
         bool keyed = false;
         for (unsigned k = 0; k < g->nkeys; k++) keyed |= !strcmp(a->array, g->keys[k].array);
-        if (keyed && rb_is(a->node, "subscript_expression") && !invariant(ctx, ax, kl_ast_subscript_index(a->node), g->loops[li].var, bad, sizeof bad)) {
+        if (keyed && rt_is(a->node, "subscript_expression") && !invariant(ctx, ax, kl_ast_subscript_index(a->node), g->loops[li].var, bad, sizeof bad)) {
             kl_snprintf(buf, size, "'%s' (in a subscript of '%s', line %u) is assigned in the kernel", bad, a->array,
                         ts_node_start_point(a->node).row + 1);
             return buf;
@@ -398,7 +398,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     uint32_t from = ts_node_start_byte(g->loops[g->first].node), to = ts_node_end_byte(g->loops[g->last].node);
     uint32_t last_from = ts_node_start_byte(g->loops[g->last].node);
     store_scan ss = {ctx, ax, from, to, 0};
-    rb_walk(rb_field(fn, "body"), scan_stores, &ss);
+    rt_walk(rt_field(fn, "body"), scan_stores, &ss);
     if (ss.line) {
         kl_snprintf(buf, size, "a store at line %u, between the reads the cache merges, goes where the analysis "
                                "cannot follow", ss.line);
@@ -417,16 +417,16 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         for (unsigned k = 0; k < g->n; k++)
             if (g->loops[k].index == a->loop) li = (int)k;
         char norm[256];
-        bool same = li == (int)g->last && a->ndims == 1 && rb_is(a->node, "subscript_expression") &&
+        bool same = li == (int)g->last && a->ndims == 1 && rt_is(a->node, "subscript_expression") &&
                     norm_text(ctx, kl_ast_subscript_index(a->node), g->loops[li].var, norm, sizeof norm);
         bool held = false;
         for (unsigned k = 0; same && k < g->nkeys; k++) held |= !strcmp(norm, g->keys[k].norm);
         /* another buffer, which cannot alias the row (__restrict__ on one side, or a task whose
          * buffers are distinct), may be written anywhere in the last loop */
-        bool apart = li == (int)g->last && (ctx->task || rb_pointer_restrict(ctx, ax, fn, a->array));
+        bool apart = li == (int)g->last && (ctx->task || rt_pointer_restrict(ctx, ax, fn, a->array));
         for (unsigned k = 0; apart && k < g->nkeys; k++)
-            apart = strcmp(a->array, g->keys[k].array) && (ctx->task || rb_pointer_restrict(ctx, ax, fn, a->array) ||
-                                                          rb_pointer_restrict(ctx, ax, fn, g->keys[k].array));
+            apart = strcmp(a->array, g->keys[k].array) && (ctx->task || rt_pointer_restrict(ctx, ax, fn, a->array) ||
+                                                          rt_pointer_restrict(ctx, ax, fn, g->keys[k].array));
         if (!held && !apart) {
             kl_snprintf(buf, size,
                         "'%s' is written at line %u at a subscript other than the row's, and may alias it (neither is "
@@ -458,11 +458,11 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
         memset(&g, 0, sizeof g);
         g.stride = s;
         char st0[160], bd0[160];
-        if (!norm_text(ctx, ts_node_child_by_field_name(rb_field(L->node, "initializer"), "declarator", 10), L->var, st0,
+        if (!norm_text(ctx, ts_node_child_by_field_name(rt_field(L->node, "initializer"), "declarator", 10), L->var, st0,
                        sizeof st0))
             continue;
         kl_snprintf(g.bound, sizeof g.bound, "%s", L->bound);
-        if (!norm_text(ctx, rb_field(L->node, "condition"), L->var, bd0, sizeof bd0)) continue;
+        if (!norm_text(ctx, rt_field(L->node, "condition"), L->var, bd0, sizeof bd0)) continue;
         TSNode parent = ts_node_parent(L->node);
         for (unsigned j = i; j < nl && g.n < RC_MAXLOOPS; j++) {
             const kl_ax_loop *M = kl_affine_loop(ax, j);
@@ -470,11 +470,11 @@ static kl_status each_group(const kl_rule_ctx *ctx, const char *name, TSNode fn,
             long long sm = 0;
             char stj[160], bdj[160], ty[64];
             if (!loop_stride(ctx, name, fn, M, &sm) || sm != s || !M->cmp || strcmp(M->cmp, "<")) continue;
-            if (!norm_text(ctx, ts_node_child_by_field_name(rb_field(M->node, "initializer"), "declarator", 10), M->var,
+            if (!norm_text(ctx, ts_node_child_by_field_name(rt_field(M->node, "initializer"), "declarator", 10), M->var,
                            stj, sizeof stj) ||
                 strcmp(stj, st0))
                 continue;
-            if (!norm_text(ctx, rb_field(M->node, "condition"), M->var, bdj, sizeof bdj) || strcmp(bdj, bd0)) continue;
+            if (!norm_text(ctx, rt_field(M->node, "condition"), M->var, bdj, sizeof bdj) || strcmp(bdj, bd0)) continue;
             if (!loop_decl_type(ctx, M->node, ty, sizeof ty)) continue;
             rc_loop *r = &g.loops[g.n++];
             r->index = (int)j;
@@ -547,7 +547,7 @@ static char *body_text(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const rc_group
     kl_edits ed = {0};
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
         const kl_ax_access *a = kl_affine_access(ax, i);
-        if (a->loop != g->loops[li].index || a->write || !rb_is(a->node, "subscript_expression")) continue;
+        if (a->loop != g->loops[li].index || a->write || !rt_is(a->node, "subscript_expression")) continue;
         char norm[256];
         if (!norm_text(ctx, kl_ast_subscript_index(a->node), g->loops[li].var, norm, sizeof norm)) continue;
         for (unsigned q = 0; q < g->nkeys; q++)
@@ -564,7 +564,7 @@ static char *body_text(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const rc_group
     if (st != KL_OK) return NULL;
     char *nl = strchr(t, '\n');
     if (!nl) return t;
-    char *rest = rb_reindent(nl + 1, strlen(nl + 1), delta);
+    char *rest = rt_reindent(nl + 1, strlen(nl + 1), delta);
     if (!rest) {
         free(t);
         return NULL;
@@ -583,9 +583,9 @@ static char *key_read(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const rc_group 
     for (unsigned x = 0; x < kl_affine_access_count(ax); x++) {
         const kl_ax_access *ac = kl_affine_access(ax, x);
         char norm[256];
-        if (ac->loop == R->index && rb_is(ac->node, "subscript_expression") && !strcmp(ac->array, g->keys[q].array) &&
+        if (ac->loop == R->index && rt_is(ac->node, "subscript_expression") && !strcmp(ac->array, g->keys[q].array) &&
             norm_text(ctx, kl_ast_subscript_index(ac->node), R->var, norm, sizeof norm) && !strcmp(norm, g->keys[q].norm))
-            return rb_text(ctx, ac->node);
+            return rt_text(ctx, ac->node);
     }
     return NULL;
 }
@@ -617,14 +617,14 @@ static kl_status apply_group(const kl_rule_ctx *ctx, const char *name, TSNode fn
     ra->done = true;
     const kl_ax_loop *L0 = kl_affine_loop(ax, (unsigned)g->loops[first].index);
     char names[RC_MAXKEYS][32], on[32], k[32];
-    TSNode scope = rb_field(fn, "body");
+    TSNode scope = rt_field(fn, "body");
     for (unsigned q = 0; q < g->nkeys; q++) {
         char base[32];
         kl_snprintf(base, sizeof base, q ? "kl_rc%u" : "kl_rc", q + 1);
-        rb_fresh_name(ctx, scope, base, names[q], sizeof names[q]);
+        rt_fresh_name(ctx, scope, base, names[q], sizeof names[q]);
     }
-    rb_fresh_name(ctx, scope, "kl_rc_on", on, sizeof on);
-    rb_fresh_name(ctx, scope, "kl_k", k, sizeof k);
+    rt_fresh_name(ctx, scope, "kl_rc_on", on, sizeof on);
+    rt_fresh_name(ctx, scope, "kl_k", k, sizeof k);
     long long items = ra->items, S = g->stride;
     kl_status st = KL_OK;
     for (unsigned i = first; i <= g->last && st == KL_OK; i++) {
@@ -663,8 +663,8 @@ static kl_status apply_group(const kl_rule_ctx *ctx, const char *name, TSNode fn
             }
             kl_strbuf_addf(&sb, "%s        }\n%s    }\n%s}\n", ind, ind, ind);
         }
-        char *body = body_text(ctx, ax, g, i, rb_field(R->node, "body"), names, k, 8);
-        char *orig = rb_reindent(ctx->text + a, b - a, 4);
+        char *body = body_text(ctx, ax, g, i, rt_field(R->node, "body"), names, k, 8);
+        char *orig = rt_reindent(ctx->text + a, b - a, 4);
         if (!body || !orig) {
             free(body), free(orig), kl_strbuf_release(&sb);
             return kl_rule_not_applicable(ra->err, "%s: the loop at line %u is indented with tabs", ra->site->id,

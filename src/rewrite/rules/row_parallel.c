@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -44,7 +44,7 @@ const kl_rule_presets kl_presets_row_parallel = {&kl_rule_row_parallel, rp_prese
 
 static const TSNode null_node = {{0}, 0, 0};
 
-static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
+static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
 
 static void node_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 {
@@ -69,11 +69,11 @@ static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 
 static TSNode cond_expr(TSNode n)
 {
-    if (rb_is(n, "condition_clause")) n = ts_node_named_child(n, 0);
+    if (rt_is(n, "condition_clause")) n = ts_node_named_child(n, 0);
     return kl_ast_unparen(n);
 }
 
-static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op) { return text_is(ctx, rb_field(n, "operator"), op); }
+static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op) { return text_is(ctx, rt_field(n, "operator"), op); }
 
 static bool is_inside(TSNode n, TSNode outer)
 {
@@ -84,7 +84,7 @@ static bool is_inside(TSNode n, TSNode outer)
 /* The expression of `X;`, or a null node. */
 static TSNode stmt_expr(TSNode st)
 {
-    if (!rb_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return null_node;
+    if (!rt_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return null_node;
     return ts_node_named_child(st, 0);
 }
 
@@ -94,11 +94,11 @@ static bool increments(const kl_rule_ctx *ctx, TSNode n, const char *v, TSNode *
 {
     n = kl_ast_unparen(n);
     *step = null_node;
-    if (rb_is(n, "update_expression"))
-        return text_is(ctx, rb_field(n, "argument"), v) && op_is(ctx, n, "++");
-    if (rb_is(n, "assignment_expression") && text_is(ctx, rb_field(n, "left"), v)) {
+    if (rt_is(n, "update_expression"))
+        return text_is(ctx, rt_field(n, "argument"), v) && op_is(ctx, n, "++");
+    if (rt_is(n, "assignment_expression") && text_is(ctx, rt_field(n, "left"), v)) {
         if (op_is(ctx, n, "+=")) {
-            *step = rb_field(n, "right");
+            *step = rt_field(n, "right");
             return true;
         }
     }
@@ -116,16 +116,16 @@ static bool decl_visit(TSNode n, void *user)
 {
     decl_find *d = user;
     if (!ts_node_is_null(d->decl)) return false;
-    if (rb_is(n, "declaration") || rb_is(n, "parameter_declaration")) {
+    if (rt_is(n, "declaration") || rt_is(n, "parameter_declaration")) {
         uint32_t c = ts_node_named_child_count(n);
         for (uint32_t i = 0; i < c; i++) {
             TSNode k = ts_node_named_child(n, i);
-            TSNode nm = rb_is(k, "identifier") ? k
-                        : rb_is(k, "function_declarator") ? rb_field(k, "declarator")
+            TSNode nm = rt_is(k, "identifier") ? k
+                        : rt_is(k, "function_declarator") ? rt_field(k, "declarator")
                                                            : kl_ast_declarator_name(k);
             if (!ts_node_is_null(nm) && text_is(d->ctx, nm, d->name) &&
-                (rb_is(k, "init_declarator") || rb_is(k, "identifier") || rb_is(k, "pointer_declarator") ||
-                 rb_is(k, "array_declarator") || rb_is(k, "reference_declarator") || rb_is(k, "function_declarator"))) {
+                (rt_is(k, "init_declarator") || rt_is(k, "identifier") || rt_is(k, "pointer_declarator") ||
+                 rt_is(k, "array_declarator") || rt_is(k, "reference_declarator") || rt_is(k, "function_declarator"))) {
                 d->decl = n;
                 d->declarator = k;
                 return false;
@@ -138,7 +138,7 @@ static bool decl_visit(TSNode n, void *user)
 static TSNode find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, TSNode *declarator)
 {
     decl_find d = {ctx, name, null_node, null_node};
-    rb_walk(in, decl_visit, &d);
+    rt_walk(in, decl_visit, &d);
     if (declarator) *declarator = d.declarator;
     return d.decl;
 }
@@ -147,32 +147,32 @@ static TSNode find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, TSN
 static kl_status delete_stmt(const kl_rule_ctx *ctx, TSNode st, kl_edits *out)
 {
     uint32_t a, b;
-    rb_stmt_range(ctx, st, NULL, &a, &b);
+    rt_stmt_range(ctx, st, NULL, &a, &b);
     return kl_edits_add(out, a, b, "");
 }
 
 /* A simple operand (identifier, number, call, field): no parentheses needed around it. */
 static bool simple_operand(TSNode n)
 {
-    return rb_is(n, "identifier") || rb_is(n, "number_literal") || rb_is(n, "call_expression") ||
-           rb_is(n, "field_expression") || rb_is(n, "parenthesized_expression") || rb_is(n, "subscript_expression");
+    return rt_is(n, "identifier") || rt_is(n, "number_literal") || rt_is(n, "call_expression") ||
+           rt_is(n, "field_expression") || rt_is(n, "parenthesized_expression") || rt_is(n, "subscript_expression");
 }
 
 /* The only declarator of a declaration when it is `T name = value` (qualifiers allowed), else null. */
 static TSNode single_init(TSNode decl)
 {
-    if (!rb_is(decl, "declaration")) return null_node;
+    if (!rt_is(decl, "declaration")) return null_node;
     TSNode found = null_node;
     uint32_t c = ts_node_named_child_count(decl);
     for (uint32_t i = 0; i < c; i++) {
         TSNode k = ts_node_named_child(decl, i);
-        if (rb_is(k, "init_declarator") || rb_is(k, "identifier") || rb_is(k, "pointer_declarator") ||
-            rb_is(k, "array_declarator")) {
+        if (rt_is(k, "init_declarator") || rt_is(k, "identifier") || rt_is(k, "pointer_declarator") ||
+            rt_is(k, "array_declarator")) {
             if (!ts_node_is_null(found)) return null_node;
             found = k;
         }
     }
-    return rb_is(found, "init_declarator") ? found : null_node;
+    return rt_is(found, "init_declarator") ? found : null_node;
 }
 
 /* ---- reductions ----------------------------------------------------------------------------------- */
@@ -189,27 +189,27 @@ static bool minmax_fn(const char *f)
  * counts, `-=`), or the min/max function. uses: how many times v appears in n. */
 static bool reduction_of(const kl_rule_ctx *ctx, TSNode n, const char *v, char *op, size_t opsize)
 {
-    unsigned uses = rb_count_ident(ctx, n, v);
-    if (rb_is(n, "update_expression")) {
+    unsigned uses = rt_count_ident(ctx, n, v);
+    if (rt_is(n, "update_expression")) {
         kl_snprintf(op, opsize, "+");
         return op_is(ctx, n, "++") && uses == 1;
     }
-    if (!rb_is(n, "assignment_expression") || !text_is(ctx, rb_field(n, "left"), v)) return false;
-    TSNode r = kl_ast_unparen(rb_field(n, "right"));
+    if (!rt_is(n, "assignment_expression") || !text_is(ctx, rt_field(n, "left"), v)) return false;
+    TSNode r = kl_ast_unparen(rt_field(n, "right"));
     if (op_is(ctx, n, "+=") || op_is(ctx, n, "-=")) {
         kl_snprintf(op, opsize, "+");
         return uses == 1;
     }
     if (!op_is(ctx, n, "=") || uses != 2) return false;
-    if (rb_is(r, "binary_expression") && op_is(ctx, r, "+") &&
-        (text_is(ctx, rb_field(r, "left"), v) || text_is(ctx, rb_field(r, "right"), v))) {
+    if (rt_is(r, "binary_expression") && op_is(ctx, r, "+") &&
+        (text_is(ctx, rt_field(r, "left"), v) || text_is(ctx, rt_field(r, "right"), v))) {
         kl_snprintf(op, opsize, "+");
         return true;
     }
-    if (rb_is(r, "call_expression") && ts_node_named_child_count(rb_field(r, "arguments")) == 2) {
+    if (rt_is(r, "call_expression") && ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
         char f[32];
-        node_copy(ctx, rb_field(r, "function"), f, sizeof f);
-        TSNode a0 = ts_node_named_child(rb_field(r, "arguments"), 0), a1 = ts_node_named_child(rb_field(r, "arguments"), 1);
+        node_copy(ctx, rt_field(r, "function"), f, sizeof f);
+        TSNode a0 = ts_node_named_child(rt_field(r, "arguments"), 0), a1 = ts_node_named_child(rt_field(r, "arguments"), 1);
         if (minmax_fn(f) && (text_is(ctx, a0, v) || text_is(ctx, a1, v))) {
             kl_snprintf(op, opsize, "%s", f);
             return true;
@@ -268,7 +268,7 @@ static bool block_1d(const kl_rule_ctx *ctx, TSNode host, TSNode block, int64_t 
     if (kl_const_eval(ctx->src, host, block, false, v, w, wn)) return true;
     TSNode b = kl_ast_unparen(block);
     TSNode decl = null_node;
-    if (rb_is(b, "identifier")) {
+    if (rt_is(b, "identifier")) {
         char name[64];
         node_copy(ctx, b, name, sizeof name);
         decl = find_decl(ctx, host, name, NULL);
@@ -290,7 +290,7 @@ static bool block_1d(const kl_rule_ctx *ctx, TSNode host, TSNode block, int64_t 
             return true;
         }
         long long cv = 0;
-        if (!rb_const_name(ctx, host, x, &cv)) return false;
+        if (!rt_const_name(ctx, host, x, &cv)) return false;
         *v = cv;
         return true;
     }
@@ -348,7 +348,7 @@ static TSNode decl_value_of(const kl_rule_ctx *ctx, TSNode st, const char *var)
 {
     TSNode d = single_init(st);
     if (ts_node_is_null(d) || !text_is(ctx, kl_ast_declarator_name(d), var)) return null_node;
-    return rb_field(d, "value");
+    return rt_field(d, "value");
 }
 
 /* A row loop: `for (T c = S; c < N; c++)` or `T c = S; while (c < N) { …; c++; }`. */
@@ -357,26 +357,26 @@ static bool plain_loop(const kl_rule_ctx *ctx, TSNode st, rp_loop *L, rp_row *r)
     memset(L, 0, sizeof *L);
     L->node = st;
     TSNode cond;
-    if (rb_is(st, "for_statement")) {
-        TSNode init = rb_field(st, "initializer");
+    if (rt_is(st, "for_statement")) {
+        TSNode init = rt_field(st, "initializer");
         TSNode d = single_init(init);
         if (ts_node_is_null(d))
             return why_set(r, "the loop at line %u does not declare its variable with a start value in its initializer",
                            kl_ast_line(st));
         node_copy(ctx, kl_ast_declarator_name(d), L->var, sizeof L->var);
-        L->start = rb_field(d, "value");
-        L->update = rb_field(st, "update");
-        cond = kl_ast_unparen(rb_field(st, "condition"));
-    } else if (rb_is(st, "while_statement")) {
+        L->start = rt_field(d, "value");
+        L->update = rt_field(st, "update");
+        cond = kl_ast_unparen(rt_field(st, "condition"));
+    } else if (rt_is(st, "while_statement")) {
         L->is_while = true;
-        cond = cond_expr(rb_field(st, "condition"));
-        if (rb_is(cond, "binary_expression")) node_copy(ctx, rb_field(cond, "left"), L->var, sizeof L->var);
-        L->start = decl_value_of(ctx, rb_prev_stmt(st), L->var);
-        TSNode body = rb_field(st, "body"), last = null_node;
-        if (rb_is(body, "compound_statement"))
+        cond = cond_expr(rt_field(st, "condition"));
+        if (rt_is(cond, "binary_expression")) node_copy(ctx, rt_field(cond, "left"), L->var, sizeof L->var);
+        L->start = decl_value_of(ctx, rt_prev_stmt(st), L->var);
+        TSNode body = rt_field(st, "body"), last = null_node;
+        if (rt_is(body, "compound_statement"))
             for (uint32_t i = ts_node_named_child_count(body); i-- > 0;) {
                 TSNode k = ts_node_named_child(body, i);
-                if (!rb_is(k, "comment")) {
+                if (!rt_is(k, "comment")) {
                     last = k;
                     break;
                 }
@@ -387,7 +387,7 @@ static bool plain_loop(const kl_rule_ctx *ctx, TSNode st, rp_loop *L, rp_row *r)
     } else {
         return why_set(r, "line %u: a do-while loop over the row is not supported", kl_ast_line(st));
     }
-    if (!rb_is(cond, "binary_expression") || !text_is(ctx, rb_field(cond, "left"), L->var) ||
+    if (!rt_is(cond, "binary_expression") || !text_is(ctx, rt_field(cond, "left"), L->var) ||
         (!op_is(ctx, cond, "<") && !op_is(ctx, cond, "<=")))
         return why_set(r, "the loop at line %u is not `%s < bound`", kl_ast_line(st), L->var[0] ? L->var : "c");
     TSNode step;
@@ -408,7 +408,7 @@ typedef struct scan {
 static bool is_atomic(const kl_rule_ctx *ctx, TSNode call)
 {
     char f[64];
-    node_copy(ctx, rb_field(call, "function"), f, sizeof f);
+    node_copy(ctx, rt_field(call, "function"), f, sizeof f);
     return !strncmp(f, "atomic", 6);
 }
 
@@ -418,26 +418,26 @@ static bool lvalue_array(const kl_rule_ctx *ctx, TSNode n, char *arr, size_t siz
 {
     n = kl_ast_unparen(n);
     *index = null_node;
-    if (rb_is(n, "pointer_expression")) n = kl_ast_unparen(rb_field(n, "argument"));
-    if (rb_is(n, "field_expression")) n = kl_ast_unparen(rb_field(n, "argument"));
-    if (rb_is(n, "subscript_expression")) {
-        TSNode a = kl_ast_unparen(rb_field(n, "argument"));
-        if (!rb_is(a, "identifier")) return false;
+    if (rt_is(n, "pointer_expression")) n = kl_ast_unparen(rt_field(n, "argument"));
+    if (rt_is(n, "field_expression")) n = kl_ast_unparen(rt_field(n, "argument"));
+    if (rt_is(n, "subscript_expression")) {
+        TSNode a = kl_ast_unparen(rt_field(n, "argument"));
+        if (!rt_is(a, "identifier")) return false;
         node_copy(ctx, a, arr, size);
-        *index = rb_field(n, "index");
+        *index = rt_field(n, "index");
         if (ts_node_is_null(*index) && ts_node_named_child_count(n) >= 2) *index = ts_node_named_child(n, 1);
-        if (rb_is(*index, "subscript_argument_list") && ts_node_named_child_count(*index) == 1)
+        if (rt_is(*index, "subscript_argument_list") && ts_node_named_child_count(*index) == 1)
             *index = ts_node_named_child(*index, 0);
         return true;
     }
-    if (rb_is(n, "binary_expression") && op_is(ctx, n, "+")) {
-        TSNode a = kl_ast_unparen(rb_field(n, "left"));
-        if (!rb_is(a, "identifier")) return false;
+    if (rt_is(n, "binary_expression") && op_is(ctx, n, "+")) {
+        TSNode a = kl_ast_unparen(rt_field(n, "left"));
+        if (!rt_is(a, "identifier")) return false;
         node_copy(ctx, a, arr, size);
-        *index = rb_field(n, "right");
+        *index = rt_field(n, "right");
         return true;
     }
-    if (rb_is(n, "identifier")) {
+    if (rt_is(n, "identifier")) {
         node_copy(ctx, n, arr, size);
         return true;
     }
@@ -469,14 +469,14 @@ static void memory_write(scan *s, TSNode n, TSNode target)
     TSNode index;
     /* a field of a local struct (`m.s = …`): a scalar of the thread, not memory */
     TSNode ft = kl_ast_unparen(target);
-    if (rb_is(ft, "field_expression") && rb_is(kl_ast_unparen(rb_field(ft, "argument")), "identifier") &&
-        !text_is(ctx, rb_field(ft, "operator"), "->")) {
+    if (rt_is(ft, "field_expression") && rt_is(kl_ast_unparen(rt_field(ft, "argument")), "identifier") &&
+        !text_is(ctx, rt_field(ft, "operator"), "->")) {
         char v[64];
         TSNode dd;
-        node_copy(ctx, kl_ast_unparen(rb_field(ft, "argument")), v, sizeof v);
+        node_copy(ctx, kl_ast_unparen(rt_field(ft, "argument")), v, sizeof v);
         TSNode decl = find_decl(ctx, r->fn, v, &dd);
-        if (rb_is(decl, "declaration") && (rb_is(dd, "identifier") || rb_is(dd, "init_declarator")) &&
-            !rb_is(rb_field(dd, "declarator"), "pointer_declarator")) {
+        if (rt_is(decl, "declaration") && (rt_is(dd, "identifier") || rt_is(dd, "init_declarator")) &&
+            !rt_is(rt_field(dd, "declarator"), "pointer_declarator")) {
             if (s->loop >= 0 && ts_node_is_null(find_decl(ctx, r->loops[s->loop].node, v, NULL)))
                 why_set(r, "the loop at line %u carries the local %s with an update at line %u that is not a reduction "
                            "(sum, max, min, count)",
@@ -491,7 +491,7 @@ static void memory_write(scan *s, TSNode n, TSNode target)
     /* a local array (not a pointer) */
     TSNode decl_d;
     TSNode decl = find_decl(ctx, r->fn, arr, &decl_d);
-    if (!ts_node_is_null(decl) && rb_is(decl_d, "array_declarator")) {
+    if (!ts_node_is_null(decl) && rt_is(decl_d, "array_declarator")) {
         why_set(r, "line %u writes the local array %s: its elements would be spread over the lanes", kl_ast_line(n), arr);
         return;
     }
@@ -515,15 +515,15 @@ static void memory_write(scan *s, TSNode n, TSNode target)
             why_set(r, "the store at line %u does not move with %s: the lanes would race", kl_ast_line(n), L->var);
         else if (L->is_while) {
             /* a while loop's variable is not a loop variable of the analysis: the index must name it */
-            if (!rb_count_ident(ctx, index, L->var))
+            if (!rt_count_ident(ctx, index, L->var))
                 why_set(r, "the store at line %u does not move with %s: the lanes would race", kl_ast_line(n), L->var);
         }
         kl_affine_release(&a);
     } else {
         /* one lane: the statement holding it, a statement of a block */
         TSNode st = n;
-        while (!ts_node_is_null(st) && !rb_is(st, "expression_statement")) st = ts_node_parent(st);
-        if (ts_node_is_null(st) || !rb_is(ts_node_parent(st), "compound_statement")) {
+        while (!ts_node_is_null(st) && !rt_is(st, "expression_statement")) st = ts_node_parent(st);
+        if (ts_node_is_null(st) || !rt_is(ts_node_parent(st), "compound_statement")) {
             why_set(r, "the store at line %u is not a statement of its own in a block", kl_ast_line(n));
             return;
         }
@@ -584,7 +584,7 @@ static bool top_level(const scan *s, TSNode n)
 {
     for (TSNode p = ts_node_parent(n); !ts_node_is_null(p); p = ts_node_parent(p)) {
         if (ts_node_eq(p, s->r->rbody)) return true;
-        if (!rb_is(p, "compound_statement")) return false;
+        if (!rt_is(p, "compound_statement")) return false;
     }
     return false;
 }
@@ -608,10 +608,10 @@ static bool scan_visit(TSNode n, void *user)
         r->nloops++;
         scan inner = *s;
         inner.loop = (int)(r->nloops - 1);
-        rb_walk(rb_field(n, "body"), scan_visit, &inner);
+        rt_walk(rt_field(n, "body"), scan_visit, &inner);
         if (!L->is_while) {
             /* reads in the condition and the start */
-            rb_walk(rb_field(n, "condition"), scan_visit, &inner);
+            rt_walk(rt_field(n, "condition"), scan_visit, &inner);
         }
         return false;
     }
@@ -622,23 +622,23 @@ static bool scan_visit(TSNode n, void *user)
         return why_set(r, "line %u: a return inside the loop over the row", kl_ast_line(n));
     if (!strcmp(t, "call_expression")) {
         char f[64];
-        node_copy(ctx, rb_field(n, "function"), f, sizeof f);
+        node_copy(ctx, rt_field(n, "function"), f, sizeof f);
         if (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp"))
             return why_set(r, "line %u: %s: the threads already cooperate", kl_ast_line(n), f);
-        if (is_atomic(ctx, n) && ts_node_named_child_count(rb_field(n, "arguments")) >= 1) {
-            memory_write(s, n, ts_node_named_child(rb_field(n, "arguments"), 0));
+        if (is_atomic(ctx, n) && ts_node_named_child_count(rt_field(n, "arguments")) >= 1) {
+            memory_write(s, n, ts_node_named_child(rt_field(n, "arguments"), 0));
             return true;
         }
         return true;
     }
     if (!strcmp(t, "assignment_expression") || !strcmp(t, "update_expression")) {
-        TSNode target = kl_ast_unparen(rb_field(n, !strcmp(t, "assignment_expression") ? "left" : "argument"));
-        if (rb_is(target, "identifier")) {
+        TSNode target = kl_ast_unparen(rt_field(n, !strcmp(t, "assignment_expression") ? "left" : "argument"));
+        if (rt_is(target, "identifier")) {
             scalar_update(s, n, target);
         } else {
             memory_write(s, n, target);
             /* the right side's reads */
-            if (!strcmp(t, "assignment_expression")) rb_walk(rb_field(n, "right"), scan_visit, s);
+            if (!strcmp(t, "assignment_expression")) rt_walk(rt_field(n, "right"), scan_visit, s);
             return false;
         }
         return true;
@@ -657,19 +657,19 @@ static bool scan_visit(TSNode n, void *user)
 static TSNode reduction_init(const kl_rule_ctx *ctx, TSNode loop, const char *v)
 {
     TSNode st = loop;
-    for (st = rb_prev_stmt(st); !ts_node_is_null(st); st = rb_prev_stmt(st)) {
-        if (!rb_count_ident(ctx, st, v)) continue;
-        if (rb_is(st, "declaration")) {
+    for (st = rt_prev_stmt(st); !ts_node_is_null(st); st = rt_prev_stmt(st)) {
+        if (!rt_count_ident(ctx, st, v)) continue;
+        if (rt_is(st, "declaration")) {
             uint32_t c = ts_node_named_child_count(st);
             for (uint32_t i = 0; i < c; i++) {
                 TSNode d = ts_node_named_child(st, i);
-                if (rb_is(d, "init_declarator") && text_is(ctx, kl_ast_declarator_name(d), v)) return rb_field(d, "value");
+                if (rt_is(d, "init_declarator") && text_is(ctx, kl_ast_declarator_name(d), v)) return rt_field(d, "value");
             }
             return null_node;
         }
         TSNode a = stmt_expr(st);
-        if (rb_is(a, "assignment_expression") && op_is(ctx, a, "=") && text_is(ctx, rb_field(a, "left"), v))
-            return rb_field(a, "right");
+        if (rt_is(a, "assignment_expression") && op_is(ctx, a, "=") && text_is(ctx, rt_field(a, "left"), v))
+            return rt_field(a, "right");
         return null_node;
     }
     return null_node;
@@ -701,7 +701,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
         TSNode d = single_init(st);
         if (ts_node_is_null(d)) continue;
         kl_affine a = {0};
-        if (kl_affine_of(ax, rb_field(d, "value"), &a) != KL_OK) return false;
+        if (kl_affine_of(ax, rt_field(d, "value"), &a) != KL_OK) return false;
         int64_t tx = 0;
         bool ok = a.ok && kl_affine_coef_int(&a, "threadIdx.x", &tx) && tx == 1 && kl_affine_coef(&a, "blockIdx.x");
         if (ok) {
@@ -712,7 +712,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
             else if (!kl_affine_coef_int(&a, "blockIdx.x", &bci) && strcmp(bc, "blockDim.x"))
                 why_set(r, "the row index at line %u multiplies blockIdx.x by %s, not the block size", kl_ast_line(st), bc);
             r->decl = st;
-            r->init = rb_field(d, "value");
+            r->init = rt_field(d, "value");
             node_copy(ctx, kl_ast_declarator_name(d), r->row, sizeof r->row);
             if (kl_affine_coef_int(&a, "blockIdx.x", &bci)) r->block = bci;
         }
@@ -720,19 +720,19 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
     }
     if (ts_node_is_null(r->decl) || !r->row[0]) return false;
     /* the guard: the next statements that use the row */
-    TSNode st = rb_next_stmt(r->decl);
-    while (rb_is(st, "declaration") && !rb_count_ident(ctx, st, r->row)) st = rb_next_stmt(st);
-    if (!rb_is(st, "if_statement")) return false;
-    TSNode cond = cond_expr(rb_field(st, "condition"));
-    TSNode cons = rb_field(st, "consequence");
-    if (!rb_is(cond, "binary_expression") || !text_is(ctx, rb_field(cond, "left"), r->row)) return false;
+    TSNode st = rt_next_stmt(r->decl);
+    while (rt_is(st, "declaration") && !rt_count_ident(ctx, st, r->row)) st = rt_next_stmt(st);
+    if (!rt_is(st, "if_statement")) return false;
+    TSNode cond = cond_expr(rt_field(st, "condition"));
+    TSNode cons = rt_field(st, "consequence");
+    if (!rt_is(cond, "binary_expression") || !text_is(ctx, rt_field(cond, "left"), r->row)) return false;
     r->guard = st;
-    if (op_is(ctx, cond, "<") && rb_is(cons, "compound_statement") && ts_node_is_null(rb_field(st, "alternative"))) {
+    if (op_is(ctx, cond, "<") && rt_is(cons, "compound_statement") && ts_node_is_null(rt_field(st, "alternative"))) {
         r->rbody = cons;
         r->from = ts_node_start_byte(cons);
-        if (!ts_node_is_null(rb_next_stmt(st)))
+        if (!ts_node_is_null(rt_next_stmt(st)))
             why_set(r, "statements follow the row's guard at line %u", kl_ast_line(st));
-    } else if (op_is(ctx, cond, ">=") && rb_is(cons, "return_statement") && ts_node_is_null(rb_field(st, "alternative"))) {
+    } else if (op_is(ctx, cond, ">=") && rt_is(cons, "return_statement") && ts_node_is_null(rt_field(st, "alternative"))) {
         r->early = true;
         r->rbody = r->body;
         r->from = ts_node_end_byte(st);
@@ -754,7 +754,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
     char early_why[400];
     kl_snprintf(early_why, sizeof early_why, "%s", r->why);
     r->why[0] = '\0';
-    rb_walk(r->rbody, scan_visit, &s);
+    rt_walk(r->rbody, scan_visit, &s);
     if (!r->nloops && !r->why[0]) return false; /* nothing to spread */
     if (early_why[0]) kl_snprintf(r->why, sizeof r->why, "%s", early_why);
     else if (why[0] && !r->why[0]) kl_snprintf(r->why, sizeof r->why, "%s", why);
@@ -763,24 +763,24 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
     for (unsigned k = 0; k < r->nloops; k++) {
         rp_loop *L = &r->loops[k];
         if (L->is_while) {
-            unsigned all = rb_count_ident(ctx, r->rbody, L->var);
-            unsigned in = rb_count_ident(ctx, L->node, L->var) + rb_count_ident(ctx, rb_prev_stmt(L->node), L->var);
+            unsigned all = rt_count_ident(ctx, r->rbody, L->var);
+            unsigned in = rt_count_ident(ctx, L->node, L->var) + rt_count_ident(ctx, rt_prev_stmt(L->node), L->var);
             if (all != in) return why_set(r, "%s is used after its while loop at line %u", L->var, kl_ast_line(L->node)), true;
         }
         /* a reduction read elsewhere in its loop is a loop-carried dependence (a prefix) */
         for (unsigned q = 0; q < L->nred; q++) {
             const rp_red *rd = &L->reds[q];
             /* each reduction statement uses v once (+=, ++) or twice (v = v + e, v = f(v, e)) */
-            unsigned uses = rb_count_ident(ctx, rb_field(L->node, "body"), rd->var);
+            unsigned uses = rt_count_ident(ctx, rt_field(L->node, "body"), rd->var);
             unsigned in_red = 0;
             TSNode stack[256];
             unsigned sp = 0;
-            stack[sp++] = rb_field(L->node, "body");
+            stack[sp++] = rt_field(L->node, "body");
             while (sp) {
                 TSNode x = stack[--sp];
-                if ((rb_is(x, "assignment_expression") && text_is(ctx, kl_ast_unparen(rb_field(x, "left")), rd->var)) ||
-                    (rb_is(x, "update_expression") && text_is(ctx, kl_ast_unparen(rb_field(x, "argument")), rd->var))) {
-                    in_red += rb_count_ident(ctx, x, rd->var);
+                if ((rt_is(x, "assignment_expression") && text_is(ctx, kl_ast_unparen(rt_field(x, "left")), rd->var)) ||
+                    (rt_is(x, "update_expression") && text_is(ctx, kl_ast_unparen(rt_field(x, "argument")), rd->var))) {
+                    in_red += rt_count_ident(ctx, x, rd->var);
                     continue;
                 }
                 uint32_t nc = ts_node_named_child_count(x);
@@ -865,7 +865,7 @@ static bool pwhy(rp_present *p, const char *fmt, ...)
 static bool is_lane(const kl_rule_ctx *ctx, const rp_present *p, TSNode n)
 {
     n = kl_ast_unparen(n);
-    return text_is(ctx, n, p->lane) || rb_is_builtin(ctx, n, "threadIdx", 'x');
+    return text_is(ctx, n, p->lane) || rt_is_builtin(ctx, n, "threadIdx", 'x');
 }
 
 /* `c = lane`, `c = lane + S`, `c = S + lane`: *rest = S (null for the lane alone). */
@@ -874,13 +874,13 @@ static bool lane_start(const kl_rule_ctx *ctx, const rp_present *p, TSNode v, TS
     v = kl_ast_unparen(v);
     *rest = null_node;
     if (is_lane(ctx, p, v)) return true;
-    if (rb_is(v, "binary_expression") && op_is(ctx, v, "+")) {
-        if (is_lane(ctx, p, rb_field(v, "right"))) {
-            *rest = rb_field(v, "left");
+    if (rt_is(v, "binary_expression") && op_is(ctx, v, "+")) {
+        if (is_lane(ctx, p, rt_field(v, "right"))) {
+            *rest = rt_field(v, "left");
             return true;
         }
-        if (is_lane(ctx, p, rb_field(v, "left"))) {
-            *rest = rb_field(v, "right");
+        if (is_lane(ctx, p, rt_field(v, "left"))) {
+            *rest = rt_field(v, "right");
             return true;
         }
     }
@@ -891,7 +891,7 @@ static bool lane_start(const kl_rule_ctx *ctx, const rp_present *p, TSNode v, TS
 static bool group_step(const kl_rule_ctx *ctx, const rp_present *p, TSNode step)
 {
     if (ts_node_is_null(step)) return false;
-    if (!p->warp && rb_is_builtin(ctx, kl_ast_unparen(step), "blockDim", 'x')) return true;
+    if (!p->warp && rt_is_builtin(ctx, kl_ast_unparen(step), "blockDim", 'x')) return true;
     int64_t v = 0;
     return kl_const_eval(ctx->src, p->fn, step, false, &v, NULL, 0) && v == p->group;
 }
@@ -902,26 +902,26 @@ static bool strided_loop(const kl_rule_ctx *ctx, const rp_present *p, TSNode st,
     memset(L, 0, sizeof *L);
     char var[64] = "";
     TSNode upd, step;
-    if (rb_is(st, "for_statement")) {
-        TSNode init = rb_field(st, "initializer");
+    if (rt_is(st, "for_statement")) {
+        TSNode init = rt_field(st, "initializer");
         TSNode d = single_init(init);
         if (ts_node_is_null(d)) return false;
         node_copy(ctx, kl_ast_declarator_name(d), var, sizeof var);
-        L->start = rb_field(d, "value");
-        upd = rb_field(st, "update");
+        L->start = rt_field(d, "value");
+        upd = rt_field(st, "update");
         L->update = upd;
-    } else if (rb_is(st, "while_statement")) {
-        TSNode cond = cond_expr(rb_field(st, "condition"));
-        if (!rb_is(cond, "binary_expression")) return false;
-        node_copy(ctx, rb_field(cond, "left"), var, sizeof var);
-        L->while_decl = rb_prev_stmt(st);
+    } else if (rt_is(st, "while_statement")) {
+        TSNode cond = cond_expr(rt_field(st, "condition"));
+        if (!rt_is(cond, "binary_expression")) return false;
+        node_copy(ctx, rt_field(cond, "left"), var, sizeof var);
+        L->while_decl = rt_prev_stmt(st);
         L->start = decl_value_of(ctx, L->while_decl, var);
-        TSNode body = rb_field(st, "body");
-        if (!rb_is(body, "compound_statement") || ts_node_is_null(L->start)) return false;
+        TSNode body = rt_field(st, "body");
+        if (!rt_is(body, "compound_statement") || ts_node_is_null(L->start)) return false;
         TSNode last = null_node;
         for (uint32_t i = ts_node_named_child_count(body); i-- > 0;) {
             TSNode k = ts_node_named_child(body, i);
-            if (!rb_is(k, "comment")) {
+            if (!rt_is(k, "comment")) {
                 last = k;
                 break;
             }
@@ -941,11 +941,11 @@ static bool strided_loop(const kl_rule_ctx *ctx, const rp_present *p, TSNode st,
 /* `for (int o = 16; o > 0; o >>= 1) v … __shfl_*_sync(…)` (or starting at 16 with /= 2). */
 static bool shuffle_loop(const kl_rule_ctx *ctx, TSNode st)
 {
-    if (!rb_is(st, "for_statement")) return false;
+    if (!rt_is(st, "for_statement")) return false;
     char t[400];
-    squeeze(ctx, rb_field(st, "initializer"), t, sizeof t);
+    squeeze(ctx, rt_field(st, "initializer"), t, sizeof t);
     if (!strstr(t, "=16")) return false;
-    squeeze(ctx, rb_field(st, "body"), t, sizeof t);
+    squeeze(ctx, rt_field(st, "body"), t, sizeof t);
     return strstr(t, "__shfl_xor_sync(") || strstr(t, "__shfl_down_sync(");
 }
 
@@ -964,11 +964,11 @@ static bool block_helper(const kl_rule_ctx *ctx, const char *name)
 /* `{ __shared__ T P[n]; if (lane % 32 == 0) P[lane / 32] = v; __syncthreads(); v = P[0]; for … }` */
 static bool shared_stage(const kl_rule_ctx *ctx, TSNode st)
 {
-    if (!rb_is(st, "compound_statement")) return false;
+    if (!rt_is(st, "compound_statement")) return false;
     TSNode first = ts_node_named_child(st, 0);
     char t[200];
     node_copy(ctx, first, t, sizeof t);
-    if (!rb_is(first, "declaration") || !strstr(t, "__shared__")) return false;
+    if (!rt_is(first, "declaration") || !strstr(t, "__shared__")) return false;
     char *all = kl_node_text(ctx->src, st);
     bool ok = all && strstr(all, "__syncthreads()");
     free(all);
@@ -985,10 +985,10 @@ static bool present_visit(TSNode n, void *user)
     pscan *s = user;
     rp_present *p = s->p;
     const kl_rule_ctx *ctx = s->ctx;
-    if (rb_is(n, "for_statement") || rb_is(n, "while_statement")) {
+    if (rt_is(n, "for_statement") || rt_is(n, "while_statement")) {
         if (shuffle_loop(ctx, n)) {
             if (p->ngone < 32) p->gone[p->ngone++] = n;
-            TSNode nx = rb_next_stmt(n);
+            TSNode nx = rt_next_stmt(n);
             if (!p->warp && shared_stage(ctx, nx) && p->ngone < 32) p->gone[p->ngone++] = nx;
             return false;
         }
@@ -996,20 +996,20 @@ static bool present_visit(TSNode n, void *user)
         if (strided_loop(ctx, p, n, &L) && p->nloops < RP_MAXLOOP) p->loops[p->nloops++] = L;
         return true;
     }
-    if (rb_is(n, "call_expression")) {
+    if (rt_is(n, "call_expression")) {
         char f[64];
-        node_copy(ctx, rb_field(n, "function"), f, sizeof f);
-        if (ts_node_named_child_count(rb_field(n, "arguments")) >= 1 && block_helper(ctx, f) && p->ncalls < 16) {
+        node_copy(ctx, rt_field(n, "function"), f, sizeof f);
+        if (ts_node_named_child_count(rt_field(n, "arguments")) >= 1 && block_helper(ctx, f) && p->ncalls < 16) {
             p->calls[p->ncalls++] = n;
             kl_snprintf(p->helper, sizeof p->helper, "%s", f);
             return false;
         }
         return true;
     }
-    if (rb_is(n, "if_statement") && ts_node_is_null(rb_field(n, "alternative"))) {
-        TSNode c = cond_expr(rb_field(n, "condition"));
-        if (rb_is(c, "binary_expression") && op_is(ctx, c, "==") && is_lane(ctx, p, rb_field(c, "left")) &&
-            text_is(ctx, rb_field(c, "right"), "0") && p->nifs < 16) {
+    if (rt_is(n, "if_statement") && ts_node_is_null(rt_field(n, "alternative"))) {
+        TSNode c = cond_expr(rt_field(n, "condition"));
+        if (rt_is(c, "binary_expression") && op_is(ctx, c, "==") && is_lane(ctx, p, rt_field(c, "left")) &&
+            text_is(ctx, rt_field(c, "right"), "0") && p->nifs < 16) {
             p->ifs[p->nifs++] = n;
             return true;
         }
@@ -1045,18 +1045,18 @@ static bool left_visit(TSNode n, void *user)
         if (is_inside(n, p->loops[i].start) || is_inside(n, p->loops[i].update)) return false;
     }
     for (unsigned i = 0; i < p->nifs; i++)
-        if (is_inside(n, rb_field(p->ifs[i], "condition"))) return false;
-    if (rb_is(n, "call_expression")) {
+        if (is_inside(n, rt_field(p->ifs[i], "condition"))) return false;
+    if (rt_is(n, "call_expression")) {
         char f[64];
-        node_copy(ctx, rb_field(n, "function"), f, sizeof f);
+        node_copy(ctx, rt_field(n, "function"), f, sizeof f);
         if (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp"))
             return pwhy(p, "line %u: %s is not part of a reduction this transform recognises", kl_ast_line(n), f);
     }
-    if (rb_is(n, "field_expression") && rb_is_builtin(ctx, n, "threadIdx", 0))
+    if (rt_is(n, "field_expression") && rt_is_builtin(ctx, n, "threadIdx", 0))
         return pwhy(p, "line %u uses threadIdx other than as the lane of a loop over the row: the threads share the row "
                        "in another way",
                     kl_ast_line(n));
-    if (rb_is(n, "identifier") && p->lane[0] && strcmp(p->lane, "threadIdx.x") && text_is(ctx, n, p->lane))
+    if (rt_is(n, "identifier") && p->lane[0] && strcmp(p->lane, "threadIdx.x") && text_is(ctx, n, p->lane))
         return pwhy(p, "line %u uses the lane %s other than as the start of a loop over the row", kl_ast_line(n), p->lane);
     return true;
 }
@@ -1067,16 +1067,16 @@ static void unused_shared(const kl_rule_ctx *ctx, rp_present *p)
     uint32_t c = ts_node_named_child_count(p->body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode st = ts_node_named_child(p->body, i);
-        if (!rb_is(st, "declaration")) continue;
+        if (!rt_is(st, "declaration")) continue;
         char t[200];
         node_copy(ctx, st, t, sizeof t);
         if (!strstr(t, "__shared__") || ts_node_named_child_count(st) < 2) continue;
         TSNode nm = kl_ast_declarator_name(ts_node_named_child(st, ts_node_named_child_count(st) - 1));
         char v[64];
         node_copy(ctx, nm, v, sizeof v);
-        unsigned all = rb_count_ident(ctx, p->body, v) - 1, in = 0;
-        for (unsigned k = 0; k < p->ncalls; k++) in += rb_count_ident(ctx, p->calls[k], v);
-        for (unsigned k = 0; k < p->ngone; k++) in += rb_count_ident(ctx, p->gone[k], v);
+        unsigned all = rt_count_ident(ctx, p->body, v) - 1, in = 0;
+        for (unsigned k = 0; k < p->ncalls; k++) in += rt_count_ident(ctx, p->calls[k], v);
+        for (unsigned k = 0; k < p->ngone; k++) in += rt_count_ident(ctx, p->gone[k], v);
         if (all == in && p->nshared < 16) p->shared[p->nshared++] = st;
     }
 }
@@ -1096,20 +1096,20 @@ static bool analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char *name,
         TSNode d = single_init(st);
         if (ts_node_is_null(d)) continue;
         char v[128];
-        squeeze(ctx, rb_field(d, "value"), v, sizeof v);
+        squeeze(ctx, rt_field(d, "value"), v, sizeof v);
         if (!strcmp(v, "threadIdx.x%32") || !strcmp(v, "threadIdx.x&31")) p->warp = true;
         else if (strcmp(v, "threadIdx.x")) continue;
         p->lane_decl = st;
         node_copy(ctx, kl_ast_declarator_name(d), p->lane, sizeof p->lane);
         /* the row of a warp: `T row = (E) / 32;` declared before it */
-        TSNode prev = rb_prev_stmt(st);
+        TSNode prev = rt_prev_stmt(st);
         if (p->warp && !ts_node_is_null(single_init(prev))) {
-            TSNode pv = rb_field(single_init(prev), "value");
-            if (rb_is(pv, "binary_expression") && op_is(ctx, pv, "/") && text_is(ctx, rb_field(pv, "right"), "32") &&
-                rb_is(rb_field(pv, "left"), "parenthesized_expression")) {
+            TSNode pv = rt_field(single_init(prev), "value");
+            if (rt_is(pv, "binary_expression") && op_is(ctx, pv, "/") && text_is(ctx, rt_field(pv, "right"), "32") &&
+                rt_is(rt_field(pv, "left"), "parenthesized_expression")) {
                 p->row_decl = prev;
                 p->row_init = pv;
-                p->row_e = kl_ast_unparen(rb_field(pv, "left"));
+                p->row_e = kl_ast_unparen(rt_field(pv, "left"));
             }
         }
         break;
@@ -1124,7 +1124,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char *name,
         p->group = -1;
     }
     pscan s = {ctx, p};
-    rb_walk(p->body, present_visit, &s);
+    rt_walk(p->body, present_visit, &s);
     if (!p->nloops) return false;
     if (!p->warp && !bs_ok) pwhy(p, "%s", why);
     if (p->warp && ts_node_is_null(p->row_decl))
@@ -1134,15 +1134,15 @@ static bool analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char *name,
         for (uint32_t i = 0; i < c && ts_node_is_null(p->row_decl); i++) {
             TSNode st = ts_node_named_child(p->body, i);
             TSNode d = single_init(st);
-            if (!ts_node_is_null(d) && rb_is_builtin(ctx, kl_ast_unparen(rb_field(d, "value")), "blockIdx", 'x')) {
+            if (!ts_node_is_null(d) && rt_is_builtin(ctx, kl_ast_unparen(rt_field(d, "value")), "blockIdx", 'x')) {
                 p->row_decl = st;
-                p->row_init = rb_field(d, "value");
+                p->row_init = rt_field(d, "value");
             }
         }
     }
     unused_shared(ctx, p);
     left_scan ls = {ctx, p};
-    rb_walk(p->body, left_visit, &ls);
+    rt_walk(p->body, left_visit, &ls);
     return true;
 }
 
@@ -1228,7 +1228,7 @@ static void combine_step(char *buf, size_t size, const char *op, const char *v, 
 static void var_type(const kl_rule_ctx *ctx, TSNode fn, const char *v, char *buf, size_t size)
 {
     TSNode decl = find_decl(ctx, fn, v, NULL);
-    TSNode t = rb_field(decl, "type");
+    TSNode t = rt_field(decl, "type");
     if (ts_node_is_null(t)) kl_snprintf(buf, size, "float");
     else node_copy(ctx, t, buf, size);
 }
@@ -1240,15 +1240,15 @@ static kl_status grid_mul(const kl_rule_ctx *ctx, const kl_launch_site *l, const
     TSNode g = l->grid, gs = kl_ast_unparen(g);
     char gt[256];
     node_copy(ctx, g, gt, sizeof gt);
-    if (rb_is(gs, "call_expression") && text_is(ctx, rb_field(gs, "function"), "dim3") &&
-        ts_node_named_child_count(rb_field(gs, "arguments")) >= 1) {
-        TSNode x = ts_node_named_child(rb_field(gs, "arguments"), 0);
+    if (rt_is(gs, "call_expression") && text_is(ctx, rt_field(gs, "function"), "dim3") &&
+        ts_node_named_child_count(rt_field(gs, "arguments")) >= 1) {
+        TSNode x = ts_node_named_child(rt_field(gs, "arguments"), 0);
         char xt[256];
         node_copy(ctx, x, xt, sizeof xt);
         return kl_edits_addf(out, ts_node_start_byte(x), ts_node_end_byte(x), simple_operand(x) ? "%s * %s" : "(%s) * %s",
                              xt, mult);
     }
-    if (rb_is(gs, "identifier")) {
+    if (rt_is(gs, "identifier")) {
         char tt[64];
         var_type(ctx, l->host_fn, gt, tt, sizeof tt);
         if (!strcmp(tt, "dim3"))
@@ -1265,15 +1265,15 @@ static bool grid_unmul(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode *
                        char *text, size_t size)
 {
     TSNode g = kl_ast_unparen(l->grid), x = g;
-    bool d3 = rb_is(g, "call_expression") && text_is(ctx, rb_field(g, "function"), "dim3");
+    bool d3 = rt_is(g, "call_expression") && text_is(ctx, rt_field(g, "function"), "dim3");
     if (d3) {
-        TSNode args = rb_field(g, "arguments");
+        TSNode args = rt_field(g, "arguments");
         if (ts_node_named_child_count(args) < 1) return false;
         x = kl_ast_unparen(ts_node_named_child(args, 0));
     }
-    if (!rb_is(x, "binary_expression") || !op_is(ctx, x, "*")) return false;
-    *mult = kl_ast_unparen(rb_field(x, "right"));
-    TSNode left = kl_ast_unparen(rb_field(x, "left"));
+    if (!rt_is(x, "binary_expression") || !op_is(ctx, x, "*")) return false;
+    *mult = kl_ast_unparen(rt_field(x, "right"));
+    TSNode left = kl_ast_unparen(rt_field(x, "left"));
     if (d3) {
         /* dim3(g.x * M, g.y, g.z) -> g */
         char full[300], gx[128];
@@ -1291,7 +1291,7 @@ static bool grid_unmul(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode *
                 return true;
             }
         }
-        TSNode x0 = ts_node_named_child(rb_field(g, "arguments"), 0);
+        TSNode x0 = ts_node_named_child(rt_field(g, "arguments"), 0);
         *a = ts_node_start_byte(x0), *b = ts_node_end_byte(x0);
     } else {
         *a = ts_node_start_byte(l->grid), *b = ts_node_end_byte(l->grid);
@@ -1350,8 +1350,8 @@ static kl_status apply_row(const kl_rule_ctx *ctx, const kl_site *site, const rp
         return kl_rule_not_applicable(err, "the block of %s is %lld threads, not a multiple of 32: warps would straddle rows",
                                       site->kernel, (long long)r->block);
     char lane[32], o[32];
-    rb_fresh_name(ctx, r->fn, "kl_lane", lane, sizeof lane);
-    rb_fresh_name(ctx, r->fn, "kl_o", o, sizeof o);
+    rt_fresh_name(ctx, r->fn, "kl_lane", lane, sizeof lane);
+    rt_fresh_name(ctx, r->fn, "kl_o", o, sizeof o);
     long long G = warp ? 32 : threads;
     char ind[64];
     kl_rules_indent(ctx, ts_node_start_byte(r->decl), ind, sizeof ind);
@@ -1361,7 +1361,7 @@ static kl_status apply_row(const kl_rule_ctx *ctx, const kl_site *site, const rp
     kl_status st = warp ? kl_edits_addf(out, ts_node_start_byte(r->init), ts_node_end_byte(r->init), "(%s) / 32", e)
                         : kl_edits_add(out, ts_node_start_byte(r->init), ts_node_end_byte(r->init), "blockIdx.x");
     free(e);
-    uint32_t le = rb_line_end(ctx, ts_node_end_byte(r->decl));
+    uint32_t le = rt_line_end(ctx, ts_node_end_byte(r->decl));
     if (st == KL_OK)
         st = kl_edits_addf(out, le, le, "%sconst int %s = threadIdx.x%s;\n", ind, lane, warp ? " % 32" : "");
     /* the loops */
@@ -1377,7 +1377,7 @@ static kl_status apply_row(const kl_rule_ctx *ctx, const kl_site *site, const rp
         if (!L->nred || st != KL_OK) continue;
         char lind[64];
         kl_rules_indent(ctx, ts_node_start_byte(L->node), lind, sizeof lind);
-        uint32_t at = rb_line_end(ctx, ts_node_end_byte(L->node));
+        uint32_t at = rt_line_end(ctx, ts_node_end_byte(L->node));
         kl_strbuf sb = KL_STRBUF_INIT;
         for (unsigned q = 0; q < L->nred; q++) {
             const rp_red *rd = &L->reds[q];
@@ -1388,7 +1388,7 @@ static kl_status apply_row(const kl_rule_ctx *ctx, const kl_site *site, const rp
             if (!warp) {
                 char type[64], part[32], pstep[200], pw[64];
                 var_type(ctx, r->fn, rd->var, type, sizeof type);
-                rb_fresh_name(ctx, r->fn, "kl_part", part, sizeof part);
+                rt_fresh_name(ctx, r->fn, "kl_part", part, sizeof part);
                 kl_snprintf(pw, sizeof pw, "%s[kl_w]", part);
                 combine_step(pstep, sizeof pstep, rd->op, rd->var, pw);
                 kl_strbuf_addf(&sb,
@@ -1447,7 +1447,7 @@ static kl_status remove_launches(const kl_rule_ctx *ctx, const rp_present *p, co
             if (st == KL_OK) st = kl_edits_add(out, ts_node_start_byte(l->block), ts_node_end_byte(l->block), rt);
             continue;
         }
-        if (rb_is(kl_ast_unparen(l->grid), "call_expression")) {
+        if (rt_is(kl_ast_unparen(l->grid), "call_expression")) {
             st = kl_rule_not_applicable(err, "the grid of the launch at line %u is a dim3 not of the form dim3(G * B, …)",
                                         kl_ast_line(l->call));
             break;
@@ -1480,7 +1480,7 @@ static bool bx_visit(TSNode n, void *user)
     bx_scan *s = user;
     if (s->st != KL_OK) return false;
     if (!ts_node_is_null(s->skip) && is_inside(n, s->skip)) return false;
-    if (rb_is(n, "field_expression") && rb_is_builtin(s->ctx, n, "blockIdx", 'x')) {
+    if (rt_is(n, "field_expression") && rt_is_builtin(s->ctx, n, "blockIdx", 'x')) {
         s->st = kl_edits_add(s->out, ts_node_start_byte(n), ts_node_end_byte(n), s->with);
         return false;
     }
@@ -1499,7 +1499,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
         if (!ts_node_is_null(L->start_rest)) node_copy(ctx, L->start_rest, rest, sizeof rest);
         st = kl_edits_add(out, ts_node_start_byte(L->start), ts_node_end_byte(L->start), rest);
         TSNode upd = L->is_while ? stmt_expr(L->update) : L->update;
-        TSNode var = rb_is(upd, "assignment_expression") ? rb_field(upd, "left") : rb_field(upd, "argument");
+        TSNode var = rt_is(upd, "assignment_expression") ? rt_field(upd, "left") : rt_field(upd, "argument");
         char v[64];
         node_copy(ctx, var, v, sizeof v);
         if (st == KL_OK) st = kl_edits_addf(out, ts_node_start_byte(upd), ts_node_end_byte(upd), "%s++", v);
@@ -1507,13 +1507,13 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
     for (unsigned k = 0; k < p->ngone && st == KL_OK; k++) st = delete_stmt(ctx, p->gone[k], out);
     for (unsigned k = 0; k < p->nshared && st == KL_OK; k++) st = delete_stmt(ctx, p->shared[k], out);
     for (unsigned k = 0; k < p->ncalls && st == KL_OK; k++) {
-        TSNode a0 = ts_node_named_child(rb_field(p->calls[k], "arguments"), 0);
+        TSNode a0 = ts_node_named_child(rt_field(p->calls[k], "arguments"), 0);
         char *t = kl_node_text(ctx->src, a0);
         st = t ? kl_edits_add(out, ts_node_start_byte(p->calls[k]), ts_node_end_byte(p->calls[k]), t) : KL_ERR_NOMEM;
         free(t);
     }
     for (unsigned k = 0; k < p->nifs && st == KL_OK; k++) {
-        TSNode cons = rb_field(p->ifs[k], "consequence");
+        TSNode cons = rt_field(p->ifs[k], "consequence");
         st = kl_edits_add(out, ts_node_start_byte(p->ifs[k]), ts_node_start_byte(cons), "");
     }
     if (st == KL_OK && !ts_node_is_null(p->lane_decl)) st = delete_stmt(ctx, p->lane_decl, out);
@@ -1550,29 +1550,29 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
     }
     /* a block per row launched with R blocks: a row count parameter, a thread per row, a guard */
     char rows[32], row[32], ind[64];
-    rb_fresh_name(ctx, p->fn, "kl_rows", rows, sizeof rows);
+    rt_fresh_name(ctx, p->fn, "kl_rows", rows, sizeof rows);
     TSNode ps = kl_ast_function_params(p->fn);
     uint32_t close = ts_node_end_byte(ps) - 1;
     st = kl_edits_addf(out, close, close, "%sint %s", ts_node_named_child_count(ps) ? ", " : "", rows);
     TSNode first = ts_node_named_child(p->body, 0);
-    while (rb_is(first, "comment")) first = ts_node_next_named_sibling(first);
+    while (rt_is(first, "comment")) first = ts_node_next_named_sibling(first);
     kl_rules_indent(ctx, ts_node_start_byte(first), ind, sizeof ind);
     if (st == KL_OK && !ts_node_is_null(p->row_decl)) {
         char name[64];
         node_copy(ctx, kl_ast_declarator_name(single_init(p->row_decl)), name, sizeof name);
         st = kl_edits_add(out, ts_node_start_byte(p->row_init), ts_node_end_byte(p->row_init),
                           "blockIdx.x * blockDim.x + threadIdx.x");
-        uint32_t le = rb_line_end(ctx, ts_node_end_byte(p->row_decl));
+        uint32_t le = rt_line_end(ctx, ts_node_end_byte(p->row_decl));
         if (st == KL_OK) st = kl_edits_addf(out, le, le, "%sif (%s >= %s) return;\n", ind, name, rows);
         bx_scan bs = {ctx, out, name, p->row_decl, KL_OK};
-        if (st == KL_OK) rb_walk(p->body, bx_visit, &bs), st = bs.st;
+        if (st == KL_OK) rt_walk(p->body, bx_visit, &bs), st = bs.st;
     } else if (st == KL_OK) {
-        rb_fresh_name(ctx, p->fn, "kl_row", row, sizeof row);
-        uint32_t at = rb_line_start(ctx, ts_node_start_byte(first));
+        rt_fresh_name(ctx, p->fn, "kl_row", row, sizeof row);
+        uint32_t at = rt_line_start(ctx, ts_node_start_byte(first));
         st = kl_edits_addf(out, at, at, "%sconst int %s = blockIdx.x * blockDim.x + threadIdx.x;\n%sif (%s >= %s) return;\n",
                            ind, row, ind, row, rows);
         bx_scan bs = {ctx, out, row, null_node, KL_OK};
-        if (st == KL_OK) rb_walk(p->body, bx_visit, &bs), st = bs.st;
+        if (st == KL_OK) rt_walk(p->body, bx_visit, &bs), st = bs.st;
     }
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }

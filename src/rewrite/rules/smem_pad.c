@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 
 #define NAME "smem-pad"
 
@@ -33,11 +33,11 @@ typedef struct shared_array {
 
 static bool is_shared(const kl_rule_ctx *ctx, TSNode d)
 {
-    if (!rb_is(d, "declaration")) return false;
+    if (!rt_is(d, "declaration")) return false;
     uint32_t c = ts_node_named_child_count(d);
     for (uint32_t i = 0; i < c; i++) {
         TSNode ch = ts_node_named_child(d, i);
-        if (rb_is(ch, "type_qualifier") && rb_text_is(ctx, ch, "__shared__")) return true;
+        if (rt_is(ch, "type_qualifier") && rt_text_is(ctx, ch, "__shared__")) return true;
     }
     return false;
 }
@@ -45,16 +45,16 @@ static bool is_shared(const kl_rule_ctx *ctx, TSNode d)
 static bool shared_array_of(const kl_rule_ctx *ctx, TSNode decl, shared_array *a)
 {
     memset(a, 0, sizeof *a);
-    TSNode d = rb_field(decl, "declarator");
+    TSNode d = rt_field(decl, "declarator");
     TSNode chain[4];
     unsigned n = 0;
-    while (rb_is(d, "array_declarator") && n < 4) {
+    while (rt_is(d, "array_declarator") && n < 4) {
         chain[n++] = d;
-        d = rb_field(d, "declarator");
+        d = rt_field(d, "declarator");
     }
-    if (!rb_is(d, "identifier") || n < 2 || rb_is(d, "array_declarator")) return false;
+    if (!rt_is(d, "identifier") || n < 2 || rt_is(d, "array_declarator")) return false;
     for (unsigned i = 0; i < n; i++) {
-        a->dims[i] = rb_field(chain[n - 1 - i], "size");
+        a->dims[i] = rt_field(chain[n - 1 - i], "size");
         if (ts_node_is_null(a->dims[i])) return false;
     }
     a->ndims = n;
@@ -63,8 +63,8 @@ static bool shared_array_of(const kl_rule_ctx *ctx, TSNode decl, shared_array *a
     if (e - s >= sizeof a->name) return false;
     memcpy(a->name, ctx->text + s, e - s);
     a->name[e - s] = '\0';
-    TSNode ty = rb_field(decl, "type");
-    char *t = ts_node_is_null(ty) ? NULL : rb_text(ctx, ty);
+    TSNode ty = rt_field(decl, "type");
+    char *t = ts_node_is_null(ty) ? NULL : rt_text(ctx, ty);
     kl_snprintf(a->elem, sizeof a->elem, "%s", t ? t : "");
     free(t);
     return true;
@@ -85,10 +85,10 @@ typedef struct uses {
 static unsigned vector_cast_bytes(const kl_rule_ctx *ctx, TSNode addr)
 {
     TSNode args = ts_node_parent(addr);
-    if (!rb_is(args, "argument_list") || ts_node_named_child_count(args) != 1) return 0;
+    if (!rt_is(args, "argument_list") || ts_node_named_child_count(args) != 1) return 0;
     TSNode call = ts_node_parent(args);
-    if (!rb_is(call, "call_expression")) return 0;
-    char *fn = rb_text(ctx, rb_field(call, "function"));
+    if (!rt_is(call, "call_expression")) return 0;
+    char *fn = rt_text(ctx, rt_field(call, "function"));
     unsigned bytes = 0;
     if (fn && !strncmp(fn, "reinterpret_cast", 16) && strchr(fn, '*')) {
         if (strstr(fn, "float4") || strstr(fn, "int4")) bytes = 16;
@@ -97,7 +97,7 @@ static unsigned vector_cast_bytes(const kl_rule_ctx *ctx, TSNode addr)
     free(fn);
     /* the cast pointer is dereferenced at once: `*reinterpret_cast<…>(…)` */
     TSNode d = ts_node_parent(call);
-    if (!rb_is(d, "pointer_expression") || !rb_text_is(ctx, rb_field(d, "operator"), "*")) return 0;
+    if (!rt_is(d, "pointer_expression") || !rt_text_is(ctx, rt_field(d, "operator"), "*")) return 0;
     return bytes;
 }
 
@@ -105,16 +105,16 @@ static bool uses_visit(TSNode n, void *user)
 {
     uses *u = user;
     if (ts_node_eq(n, u->arr->decl)) return false;
-    if (!rb_is(n, "identifier") || !rb_text_is(u->ctx, n, u->arr->name)) return true;
+    if (!rt_is(n, "identifier") || !rt_text_is(u->ctx, n, u->arr->name)) return true;
     TSNode p = n;
     unsigned depth = 0;
-    while (rb_is(ts_node_parent(p), "subscript_expression") &&
-           ts_node_eq(rb_field(ts_node_parent(p), "argument"), p)) {
+    while (rt_is(ts_node_parent(p), "subscript_expression") &&
+           ts_node_eq(rt_field(ts_node_parent(p), "argument"), p)) {
         p = ts_node_parent(p);
         depth++;
     }
-    bool addr = rb_is(ts_node_parent(p), "pointer_expression") &&
-                rb_text_is(u->ctx, rb_field(ts_node_parent(p), "operator"), "&");
+    bool addr = rt_is(ts_node_parent(p), "pointer_expression") &&
+                rt_text_is(u->ctx, rt_field(ts_node_parent(p), "operator"), "&");
     unsigned vb = addr && depth == u->arr->ndims ? vector_cast_bytes(u->ctx, ts_node_parent(p)) : 0;
     if (vb) {
         /* a vector access starting at one element of a row (float4 reads of a tile row) */
@@ -131,12 +131,12 @@ static unsigned access_indices(TSNode acc, TSNode *idx, unsigned max)
 {
     unsigned n = 0;
     TSNode chain[4];
-    while (rb_is(acc, "subscript_expression") && n < 4) {
+    while (rt_is(acc, "subscript_expression") && n < 4) {
         chain[n++] = acc;
-        acc = rb_field(acc, "argument");
+        acc = rt_field(acc, "argument");
     }
     for (unsigned i = 0; i < n && i < max; i++) {
-        TSNode ind = rb_field(chain[n - 1 - i], "indices");
+        TSNode ind = rt_field(chain[n - 1 - i], "indices");
         idx[i] = ts_node_named_child(ind, 0);
     }
     return n;
@@ -148,39 +148,39 @@ static bool padding_present(const kl_rule_ctx *ctx, const shared_array *a, TSNod
 {
     TSNode last = a->dims[a->ndims - 1];
     *base = (TSNode){0};
-    if (rb_is(last, "binary_expression") && rb_text_is(ctx, rb_field(last, "operator"), "+") &&
-        rb_const_eval(ctx, scope, rb_field(last, "right"), k) && *k >= 1 && *k <= 8) {
-        TSNode e = rb_field(last, "left");
-        char *et = rb_text(ctx, e);
+    if (rt_is(last, "binary_expression") && rt_text_is(ctx, rt_field(last, "operator"), "+") &&
+        rt_const_eval(ctx, scope, rt_field(last, "right"), k) && *k >= 1 && *k <= 8) {
+        TSNode e = rt_field(last, "left");
+        char *et = rt_text(ctx, e);
         bool match = false;
-        for (unsigned i = 0; i + 1 < a->ndims && et; i++) match |= rb_text_is(ctx, a->dims[i], et);
+        for (unsigned i = 0; i + 1 < a->ndims && et; i++) match |= rt_text_is(ctx, a->dims[i], et);
         free(et);
         /* or the added columns are named as padding (PAD, PAD_A, kPad …) */
-        TSNode right = rb_field(last, "right");
-        if (!match && rb_is(right, "identifier")) {
-            char *rt = rb_text(ctx, right);
+        TSNode right = rt_field(last, "right");
+        if (!match && rt_is(right, "identifier")) {
+            char *rt = rt_text(ctx, right);
             for (char *c = rt; c && *c; c++) *c = (char)toupper((unsigned char)*c);
             match = rt && strstr(rt, "PAD");
             free(rt);
         }
         long long lv, dv;
-        if (!match && rb_const_eval(ctx, scope, e, &lv))
+        if (!match && rt_const_eval(ctx, scope, e, &lv))
             for (unsigned i = 0; i + 1 < a->ndims; i++)
-                match |= rb_const_eval(ctx, scope, a->dims[i], &dv) && dv == lv;
+                match |= rt_const_eval(ctx, scope, a->dims[i], &dv) && dv == lv;
         /* or a `smem-pad` comment on the declaration's line or the line above */
-        uint32_t ls = rb_line_start(ctx, ts_node_start_byte(a->decl));
-        uint32_t from = ls > 0 ? rb_line_start(ctx, ls - 1) : 0;
-        if (match || rb_has_marker(ctx, from, rb_line_end(ctx, ts_node_end_byte(a->decl)), NAME)) {
+        uint32_t ls = rt_line_start(ctx, ts_node_start_byte(a->decl));
+        uint32_t from = ls > 0 ? rt_line_start(ctx, ls - 1) : 0;
+        if (match || rt_has_marker(ctx, from, rt_line_end(ctx, ts_node_end_byte(a->decl)), NAME)) {
             *base = e;
             return true;
         }
         return false;
     }
-    if (rb_is(last, "number_literal")) {
+    if (rt_is(last, "number_literal")) {
         long long lv, dv;
-        if (!rb_const_eval(ctx, scope, last, &lv)) return false;
+        if (!rt_const_eval(ctx, scope, last, &lv)) return false;
         for (unsigned i = 0; i + 1 < a->ndims; i++)
-            if (rb_const_eval(ctx, scope, a->dims[i], &dv) && lv - dv >= 1 && lv - dv <= 8 && (dv % 8) == 0) {
+            if (rt_const_eval(ctx, scope, a->dims[i], &dv) && lv - dv >= 1 && lv - dv <= 8 && (dv % 8) == 0) {
                 *k = lv - dv;
                 return true;
             }
@@ -213,19 +213,19 @@ static bool decls_visit(TSNode n, void *user)
 
 /* Why an access pattern conflicts: the first access with its outer index moving across
  * threadIdx.x and its last index not; *degree receives the conflict degree. */
-static TSNode column_access(const kl_rule_ctx *ctx, rb_affine *af, const shared_array *a, const uses *u,
+static TSNode column_access(const kl_rule_ctx *ctx, rt_affine *af, const shared_array *a, const uses *u,
                             unsigned row_words, unsigned *degree)
 {
     for (unsigned i = 0; i < u->n; i++) {
         TSNode idx[4];
         unsigned n = access_indices(u->accesses[i], idx, 4);
         if (n != a->ndims) continue;
-        rb_poly outer, inner;
-        rb_affine_eval(af, idx[n - 2], &outer);
-        rb_affine_eval(af, idx[n - 1], &inner);
+        rt_poly outer, inner;
+        rt_affine_eval(af, idx[n - 2], &outer);
+        rt_affine_eval(af, idx[n - 1], &inner);
         long long k = 0;
-        int so = rb_poly_stride(&outer, RB_TX, &k);
-        int si = rb_poly_stride(&inner, RB_TX, NULL);
+        int so = rt_poly_stride(&outer, RB_TX, &k);
+        int si = rt_poly_stride(&inner, RB_TX, NULL);
         if ((so == 1 || so == 2) && si == 0) {
             unsigned step = (unsigned)(row_words * (k < 0 ? -k : k)) % 32;
             /* lanes l and l' collide when (l-l')*step = 0 mod 32: gcd(step,32) lanes share a bank */
@@ -242,13 +242,13 @@ static TSNode column_access(const kl_rule_ctx *ctx, rb_affine *af, const shared_
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     kl_status st = KL_OK;
     for (unsigned f = 0; f < nf; f++) {
         if (!fs[f].global && !fs[f].device) continue;
         decls d = {.ctx = ctx};
-        rb_walk(fs[f].body, decls_visit, &d);
+        rt_walk(fs[f].body, decls_visit, &d);
         for (unsigned i = 0; i < d.n; i++) {
             shared_array a;
             if (!shared_array_of(ctx, d.items[i], &a)) continue;
@@ -257,7 +257,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
             kl_snprintf(id, sizeof id, "%s:%u:%s", fs[f].name, sp.line, a.name);
             long long k;
             TSNode base;
-            unsigned esz = rb_type_size(a.elem);
+            unsigned esz = rt_type_size(a.elem);
             if (padding_present(ctx, &a, fs[f].body, &k, &base)) {
                 json_t *feat = json_pack("{s:s, s:s, s:i, s:I}", "array", a.name, "dtype", a.elem, "dims",
                                          (int)a.ndims, "elem_bytes", (json_int_t)esz);
@@ -268,15 +268,15 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
                 continue;
             }
             long long row;
-            if (!esz || !rb_const_eval(ctx, fs[f].body, a.dims[a.ndims - 1], &row) || row <= 0) continue;
+            if (!esz || !rt_const_eval(ctx, fs[f].body, a.dims[a.ndims - 1], &row) || row <= 0) continue;
             if ((row * esz) % 4) continue;
             uses u = {.ctx = ctx, .arr = &a};
-            rb_walk(fs[f].body, uses_visit, &u);
-            rb_affine *af = rb_affine_new(ctx, &fs[f]);
+            rt_walk(fs[f].body, uses_visit, &u);
+            rt_affine *af = rt_affine_new(ctx, &fs[f]);
             if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
             unsigned degree = 0;
             TSNode acc = column_access(ctx, af, &a, &u, (unsigned)(row * esz / 4), &degree);
-            rb_affine_free(af);
+            rt_affine_free(af);
             if (ts_node_is_null(acc)) continue;
             kl_span asp = kl_node_span(acc);
             json_t *feat = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:i, s:b}", "array", a.name, "dtype", a.elem,
@@ -295,20 +295,20 @@ cleanup:
 }
 
 /* The array a site is about: by kernel and name (the id's last part). */
-static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, const rb_func **f,
+static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rt_func *fs, const rt_func **f,
                             shared_array *a, uses *u, kl_error *err)
 {
-    unsigned nf = rb_functions(ctx, fs, 64);
-    *f = rb_function_named(fs, nf, site->kernel);
+    unsigned nf = rt_functions(ctx, fs, 64);
+    *f = rt_function_named(fs, nf, site->kernel);
     if (!*f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     const char *want = strrchr(site->id, ':');
     want = want ? want + 1 : site->id;
     decls d = {.ctx = ctx};
-    rb_walk((*f)->body, decls_visit, &d);
+    rt_walk((*f)->body, decls_visit, &d);
     for (unsigned i = 0; i < d.n; i++)
         if (shared_array_of(ctx, d.items[i], a) && !strcmp(a->name, want)) {
             *u = (uses){.ctx = ctx, .arr = a};
-            rb_walk((*f)->body, uses_visit, u);
+            rt_walk((*f)->body, uses_visit, u);
             if (!ts_node_is_null(u->bad)) {
                 kl_span sp = kl_node_span(u->bad);
                 return kl_rule_not_applicable(err,
@@ -324,8 +324,8 @@ static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rb_func
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rb_func fs[64];
-    const rb_func *f;
+    rt_func fs[64];
+    const rt_func *f;
     shared_array a;
     uses u;
     kl_status st = site_array(ctx, site, fs, &f, &a, &u, err);
@@ -340,11 +340,11 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         /* vector accesses stay aligned only if the unpadded row is a multiple of the vector */
         long long lv, row = -1;
         if (!ts_node_is_null(base)) {
-            if (!rb_const_eval(ctx, f->body, base, &row)) row = -1;
-        } else if (rb_const_eval(ctx, f->body, last, &lv)) {
+            if (!rt_const_eval(ctx, f->body, base, &row)) row = -1;
+        } else if (rt_const_eval(ctx, f->body, last, &lv)) {
             row = lv - k;
         }
-        unsigned eb = rb_type_size(a.elem);
+        unsigned eb = rt_type_size(a.elem);
         if (row < 0 || !eb || (row * eb) % u.vec_bytes != 0) {
             kl_span sp = kl_node_span(u.vec_at);
             return kl_rule_not_applicable(err,
@@ -354,23 +354,23 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         }
     }
     if (!ts_node_is_null(base)) {
-        char *bt = rb_text(ctx, base);
+        char *bt = rt_text(ctx, base);
         if (!bt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         st = kl_edits_add(out, ts_node_start_byte(last), ts_node_end_byte(last), bt);
         free(bt);
     } else {
         long long lv;
-        rb_const_eval(ctx, f->body, last, &lv);
+        rt_const_eval(ctx, f->body, last, &lv);
         st = kl_edits_addf(out, ts_node_start_byte(last), ts_node_end_byte(last), "%lld", lv - k);
     }
     if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     /* an expert's `// smem-pad: ...` comment right above the declaration goes with the padding */
     TSNode prev = ts_node_prev_named_sibling(a.decl);
-    if (rb_is(prev, "comment") && rb_has_marker(ctx, ts_node_start_byte(prev), ts_node_end_byte(prev), NAME) &&
-        rb_line_blank_before(ctx, ts_node_start_byte(prev)) &&
-        rb_line_end(ctx, ts_node_end_byte(prev)) == rb_line_start(ctx, ts_node_start_byte(a.decl))) {
+    if (rt_is(prev, "comment") && rt_has_marker(ctx, ts_node_start_byte(prev), ts_node_end_byte(prev), NAME) &&
+        rt_line_blank_before(ctx, ts_node_start_byte(prev)) &&
+        rt_line_end(ctx, ts_node_end_byte(prev)) == rt_line_start(ctx, ts_node_start_byte(a.decl))) {
         uint32_t s0, s1;
-        rb_stmt_range(ctx, prev, NULL, &s0, &s1);
+        rt_stmt_range(ctx, prev, NULL, &s0, &s1);
         if ((st = kl_edits_add(out, s0, s1, "")) != KL_OK) return kl_error_set(err, st, "out of memory");
     }
     return KL_OK;
@@ -379,8 +379,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                        kl_error *err)
 {
-    rb_func fs[64];
-    const rb_func *f;
+    rt_func fs[64];
+    const rt_func *f;
     shared_array a;
     uses u;
     kl_status st = site_array(ctx, site, fs, &f, &a, &u, err);
@@ -397,11 +397,11 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
         return kl_rule_not_applicable(err, "%s: the rows of '%s' are already padded",
                             kl_source_name(ctx->src), a.name);
     long long row;
-    if (!rb_const_eval(ctx, f->body, a.dims[a.ndims - 1], &row))
+    if (!rt_const_eval(ctx, f->body, a.dims[a.ndims - 1], &row))
         return kl_rule_not_applicable(err,
                             "%s: the row length of '%s' is not a compile-time constant",
                             kl_source_name(ctx->src), a.name);
-    unsigned eb = rb_type_size(a.elem);
+    unsigned eb = rt_type_size(a.elem);
     if (u.vec_bytes && (!eb || ((row + pad) * eb) % u.vec_bytes != 0)) {
         kl_span sp = kl_node_span(u.vec_at);
         return kl_rule_not_applicable(err,
@@ -410,9 +410,9 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
                                       kl_source_name(ctx->src), sp.line, sp.column, a.name, u.vec_bytes, pad);
     }
     TSNode last = a.dims[a.ndims - 1];
-    char *lt = rb_text(ctx, last);
+    char *lt = rt_text(ctx, last);
     if (!lt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-    bool simple = rb_is(last, "number_literal") || rb_is(last, "identifier") || rb_is(last, "parenthesized_expression");
+    bool simple = rt_is(last, "number_literal") || rt_is(last, "identifier") || rt_is(last, "parenthesized_expression");
     st = kl_edits_addf(out, ts_node_start_byte(last), ts_node_end_byte(last), simple ? "%s + %lld" : "(%s) + %lld",
                        lt, pad);
     free(lt);

@@ -82,11 +82,11 @@ const kl_rule_presets kl_presets_smem_tile = {&kl_rule_smem_tile, st_presets, si
 
 TSNode smem_tile__strip(TSNode n)
 {
-    while (rb_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
+    while (rt_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
     return n;
 }
 
-bool smem_tile__text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
+bool smem_tile__text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
 
 bool smem_tile__node_in(TSNode n, TSNode outer)
 {
@@ -113,8 +113,8 @@ void smem_tile__squeeze_str(const char *s, char *buf, size_t size)
 const char *smem_tile__binop(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 {
     buf[0] = '\0';
-    if (!rb_is(n, "binary_expression")) return buf;
-    TSNode op = rb_field(n, "operator");
+    if (!rt_is(n, "binary_expression")) return buf;
+    TSNode op = rt_field(n, "operator");
     uint32_t a = ts_node_start_byte(op), b = ts_node_end_byte(op);
     if (b - a < size) {
         memcpy(buf, ctx->text + a, b - a);
@@ -129,8 +129,8 @@ void smem_tile__split_on(const kl_rule_ctx *ctx, TSNode n, const char *op, TSNod
     char b[8];
     TSNode s = smem_tile__strip(n);
     if (!strcmp(smem_tile__binop(ctx, s, b, sizeof b), op)) {
-        smem_tile__split_on(ctx, rb_field(s, "left"), op, out, k, max);
-        smem_tile__split_on(ctx, rb_field(s, "right"), op, out, k, max);
+        smem_tile__split_on(ctx, rt_field(s, "left"), op, out, k, max);
+        smem_tile__split_on(ctx, rt_field(s, "right"), op, out, k, max);
         return;
     }
     if (*k < max) out[*k] = n;
@@ -148,7 +148,7 @@ char *smem_tile__negate(const kl_rule_ctx *ctx, TSNode c)
     bool done = false;
     for (int i = 0; i < 6 && !done; i++) {
         if (strcmp(b, ops[i][0])) continue;
-        TSNode l = rb_field(s, "left"), r = rb_field(s, "right");
+        TSNode l = rt_field(s, "left"), r = rt_field(s, "right");
         kl_strbuf_add(&sb, ctx->text + ts_node_start_byte(l), ts_node_end_byte(l) - ts_node_start_byte(l));
         kl_strbuf_addf(&sb, " %s ", ops[i][1]);
         kl_strbuf_add(&sb, ctx->text + ts_node_start_byte(r), ts_node_end_byte(r) - ts_node_start_byte(r));
@@ -170,11 +170,11 @@ int smem_tile__depends(kl_affine_ctx *ax, const kl_rule_ctx *ctx, TSNode n, cons
     char b[8];
     smem_tile__binop(ctx, n, b, sizeof b);
     if (b[0] && (strchr("<>=!&|", b[0]) != NULL)) {
-        int l = smem_tile__depends(ax, ctx, rb_field(n, "left"), var), r = smem_tile__depends(ax, ctx, rb_field(n, "right"), var);
+        int l = smem_tile__depends(ax, ctx, rt_field(n, "left"), var), r = smem_tile__depends(ax, ctx, rt_field(n, "right"), var);
         if (l < 0 || r < 0) return -1;
         return l || r;
     }
-    if (rb_is(n, "unary_expression")) return smem_tile__depends(ax, ctx, rb_field(n, "argument"), var);
+    if (rt_is(n, "unary_expression")) return smem_tile__depends(ax, ctx, rt_field(n, "argument"), var);
     kl_affine a = {0};
     if (kl_affine_of(ax, n, &a) != KL_OK) return -1;
     int r = a.ok ? kl_affine_coef(&a, var) != NULL : -1;
@@ -213,7 +213,7 @@ char *smem_tile__reindent_node_text(const char *first_ind, const char *text, int
     kl_strbuf_adds(&sb, text);
     char *full = kl_strbuf_detach(&sb, NULL);
     if (!full) return NULL;
-    char *r = rb_reindent(full, strlen(full), delta);
+    char *r = rt_reindent(full, strlen(full), delta);
     free(full);
     if (!r) return NULL;
     size_t skip = 0;
@@ -224,7 +224,7 @@ char *smem_tile__reindent_node_text(const char *first_ind, const char *text, int
 }
 
 /* Identifier uses of name in n, skipping field names. */
-unsigned smem_tile__uses_of(const kl_rule_ctx *ctx, TSNode n, const char *name) { return rb_count_ident(ctx, n, name); }
+unsigned smem_tile__uses_of(const kl_rule_ctx *ctx, TSNode n, const char *name) { return rt_count_ident(ctx, n, name); }
 
 /* A name not used in the function: base, else kl_<base>. */
 void smem_tile__fresh_name(const kl_rule_ctx *ctx, TSNode fn, const char *base, char *buf, size_t size)
@@ -241,8 +241,8 @@ void smem_tile__fresh_name(const kl_rule_ctx *ctx, TSNode fn, const char *base, 
 bool smem_tile__launch_block(const kl_rule_ctx *ctx, const char *name, int64_t dim[3], char text[3][64], char *why,
                          size_t wsize)
 {
-    rb_launch ls[8];
-    unsigned n = rb_launches(ctx, name, ls, 8);
+    rt_launch ls[8];
+    unsigned n = rt_launches(ctx, name, ls, 8);
     if (!n) {
         kl_snprintf(why, wsize, "kernel '%s' is not launched in the file: its block size is unknown", name);
         return false;
@@ -251,7 +251,7 @@ bool smem_tile__launch_block(const kl_rule_ctx *ctx, const char *name, int64_t d
         TSNode cfg = smem_tile__strip(ls[i].cfg[1]);
         TSNode list = {0};
         long long scalar;
-        if (!ts_node_is_null(cfg) && !rb_is(cfg, "call_expression") && rb_const_eval(ctx, ls[i].host.body, cfg, &scalar)) {
+        if (!ts_node_is_null(cfg) && !rt_is(cfg, "call_expression") && rt_const_eval(ctx, ls[i].host.body, cfg, &scalar)) {
             /* a 1-D block: a constant number of threads */
             int64_t d[3] = {scalar, 1, 1};
             if (i > 0 && (d[0] != dim[0] || dim[1] != 1 || dim[2] != 1)) {
@@ -262,37 +262,37 @@ bool smem_tile__launch_block(const kl_rule_ctx *ctx, const char *name, int64_t d
             char t[64];
             smem_tile__squeezed(ctx, cfg, t, sizeof t);
             long long cv;
-            bool named = t[0] && (isalpha((unsigned char)t[0]) || t[0] == '_') && rb_const_name(ctx, (TSNode){0}, t, &cv);
+            bool named = t[0] && (isalpha((unsigned char)t[0]) || t[0] == '_') && rt_const_name(ctx, (TSNode){0}, t, &cv);
             kl_snprintf(text[0], 64, "%s", named ? t : "");
             if (!named) kl_snprintf(text[0], 64, "%lld", scalar);
             kl_snprintf(text[1], 64, "1");
             kl_snprintf(text[2], 64, "1");
             continue;
         }
-        if (rb_is(cfg, "call_expression") && smem_tile__text_is(ctx, rb_field(cfg, "function"), "dim3"))
-            list = rb_field(cfg, "arguments");
-        else if (rb_is(cfg, "identifier")) {
-            char *nm = rb_text(ctx, cfg);
+        if (rt_is(cfg, "call_expression") && smem_tile__text_is(ctx, rt_field(cfg, "function"), "dim3"))
+            list = rt_field(cfg, "arguments");
+        else if (rt_is(cfg, "identifier")) {
+            char *nm = rt_text(ctx, cfg);
             uint32_t c = ts_node_named_child_count(ls[i].host.body);
             for (uint32_t k = 0; nm && k < c; k++) {
                 TSNode d = ts_node_named_child(ls[i].host.body, k);
-                if (!rb_is(d, "declaration")) continue;
+                if (!rt_is(d, "declaration")) continue;
                 char ty[64];
-                smem_tile__squeezed(ctx, rb_field(d, "type"), ty, sizeof ty);
+                smem_tile__squeezed(ctx, rt_field(d, "type"), ty, sizeof ty);
                 if (strcmp(ty, "dim3")) continue;
                 TSNode dds[16];
-                unsigned ndd = rb_declarators(d, dds, 16);
+                unsigned ndd = rt_declarators(d, dds, 16);
                 for (unsigned j = 0; j < ndd; j++) {
                     TSNode dd = dds[j];
-                    TSNode id = rb_declarator_name(dd);
-                    if (ts_node_is_null(id) && rb_is(dd, "function_declarator")) id = rb_field(dd, "declarator");
+                    TSNode id = rt_declarator_name(dd);
+                    if (ts_node_is_null(id) && rt_is(dd, "function_declarator")) id = rt_field(dd, "declarator");
                     if (!smem_tile__text_is(ctx, id, nm)) continue;
-                    if (rb_is(dd, "function_declarator")) list = rb_field(dd, "parameters");
-                    else if (rb_is(dd, "init_declarator")) {
-                        TSNode v = rb_field(dd, "value");
-                        if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) list = v;
-                        else if (rb_is(v, "call_expression") && smem_tile__text_is(ctx, rb_field(v, "function"), "dim3"))
-                            list = rb_field(v, "arguments");
+                    if (rt_is(dd, "function_declarator")) list = rt_field(dd, "parameters");
+                    else if (rt_is(dd, "init_declarator")) {
+                        TSNode v = rt_field(dd, "value");
+                        if (rt_is(v, "argument_list") || rt_is(v, "initializer_list")) list = v;
+                        else if (rt_is(v, "call_expression") && smem_tile__text_is(ctx, rt_field(v, "function"), "dim3"))
+                            list = rt_field(v, "arguments");
                     }
                 }
             }
@@ -308,13 +308,13 @@ bool smem_tile__launch_block(const kl_rule_ctx *ctx, const char *name, int64_t d
             TSNode a = ts_node_named_child(list, k);
             long long v = 0;
             bool ok;
-            if (rb_is(a, "parameter_declaration")) {
+            if (rt_is(a, "parameter_declaration")) {
                 char t[64];
                 smem_tile__squeezed(ctx, a, t, sizeof t);
                 char *end = NULL;
                 v = strtoll(t, &end, 10);
-                ok = (end && end != t && !*end) || rb_const_name(ctx, (TSNode){0}, t, &v);
-            } else ok = rb_const_eval(ctx, ls[i].host.body, a, &v);
+                ok = (end && end != t && !*end) || rt_const_name(ctx, (TSNode){0}, t, &v);
+            } else ok = rt_const_eval(ctx, ls[i].host.body, a, &v);
             if (!ok) {
                 kl_snprintf(why, wsize, "the block extent '%.*s' at line %u is not a compile-time constant",
                             (int)(ts_node_end_byte(a) - ts_node_start_byte(a)), ctx->text + ts_node_start_byte(a),
@@ -325,7 +325,7 @@ bool smem_tile__launch_block(const kl_rule_ctx *ctx, const char *name, int64_t d
             char t[64];
             smem_tile__squeezed(ctx, a, t, sizeof t);
             long long cv;
-            bool named = t[0] && (isalpha((unsigned char)t[0]) || t[0] == '_') && rb_const_name(ctx, (TSNode){0}, t, &cv);
+            bool named = t[0] && (isalpha((unsigned char)t[0]) || t[0] == '_') && rt_const_name(ctx, (TSNode){0}, t, &cv);
             if (named) kl_snprintf(text[k], 64, "%s", t);
             else kl_snprintf(text[k], 64, "%lld", (long long)v);
         }
@@ -355,13 +355,13 @@ bool smem_tile__elem_of(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
         uint32_t c = ts_node_named_child_count(body);
         for (uint32_t i = 0; i < c && !e; i++) {
             TSNode d = ts_node_named_child(body, i);
-            if (!rb_is(d, "declaration")) continue;
+            if (!rt_is(d, "declaration")) continue;
             for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
                 TSNode dd = ts_node_named_child(d, k);
-                TSNode inner = rb_is(dd, "init_declarator") ? rb_field(dd, "declarator") : dd;
-                if (!rb_is(inner, "pointer_declarator")) continue;
-                if (!smem_tile__text_is(ctx, rb_declarator_name(inner), name)) continue;
-                TSNode ty = rb_field(d, "type");
+                TSNode inner = rt_is(dd, "init_declarator") ? rt_field(dd, "declarator") : dd;
+                if (!rt_is(inner, "pointer_declarator")) continue;
+                if (!smem_tile__text_is(ctx, rt_declarator_name(inner), name)) continue;
+                TSNode ty = rt_field(d, "type");
                 kl_snprintf(local, sizeof local, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                             ctx->text + ts_node_start_byte(ty));
                 e = local;
@@ -387,16 +387,16 @@ void smem_tile__zero_of(const char *elem, char *buf, size_t size)
 /* Is the statement `if (c) return;` (or `{ return; }`), no else? */
 bool smem_tile__early_return(TSNode st)
 {
-    if (!rb_is(st, "if_statement") || !ts_node_is_null(rb_field(st, "alternative"))) return false;
-    TSNode c = rb_field(st, "consequence");
-    if (rb_is(c, "compound_statement") && ts_node_named_child_count(c) == 1) c = ts_node_named_child(c, 0);
-    return rb_is(c, "return_statement") && ts_node_named_child_count(c) == 0;
+    if (!rt_is(st, "if_statement") || !ts_node_is_null(rt_field(st, "alternative"))) return false;
+    TSNode c = rt_field(st, "consequence");
+    if (rt_is(c, "compound_statement") && ts_node_named_child_count(c) == 1) c = ts_node_named_child(c, 0);
+    return rt_is(c, "return_statement") && ts_node_named_child_count(c) == 0;
 }
 
 TSNode smem_tile__if_cond(TSNode st)
 {
-    TSNode c = rb_field(st, "condition");
-    if (rb_is(c, "condition_clause")) c = rb_field(c, "value");
+    TSNode c = rt_field(st, "condition");
+    if (rt_is(c, "condition_clause")) c = rt_field(c, "value");
     return c;
 }
 
@@ -409,8 +409,8 @@ typedef struct count_scan {
 static bool count_visit(TSNode n, void *user)
 {
     count_scan *c = user;
-    if (rb_is(n, "lambda_expression")) return false;
-    if (rb_is(n, c->type)) {
+    if (rt_is(n, "lambda_expression")) return false;
+    if (rt_is(n, c->type)) {
         if (!c->n) c->first = n;
         c->n++;
     }
@@ -420,7 +420,7 @@ static bool count_visit(TSNode n, void *user)
 unsigned smem_tile__count_type(TSNode n, const char *type, TSNode *first)
 {
     count_scan c = {.type = type};
-    rb_walk(n, count_visit, &c);
+    rt_walk(n, count_visit, &c);
     if (first) *first = c.first;
     return c.n;
 }
@@ -436,7 +436,7 @@ typedef struct shared_list {
 static bool shared_visit(TSNode n, void *user)
 {
     shared_list *s = user;
-    if (rb_is(n, "declaration")) {
+    if (rt_is(n, "declaration")) {
         char t[32];
         smem_tile__squeezed(s->ctx, n, t, sizeof t);
         if (!strncmp(t, "__shared__", 10) && s->n < 16) s->items[s->n++] = n;
@@ -451,7 +451,7 @@ static bool apply_candidate(const kl_rule_ctx *ctx, kl_affine_ctx *ax, unsigned 
 {
     const kl_ax_loop *L = kl_affine_loop(ax, li);
     if (L->kind != KL_LOOP_FOR || !L->var || L->parent >= 0) return false;
-    TSNode body = rb_field(L->node, "body");
+    TSNode body = rt_field(L->node, "body");
     if (smem_tile__count_type(body, "for_statement", NULL) || smem_tile__count_type(body, "while_statement", NULL)) return false;
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
         const kl_ax_access *a = kl_affine_access(ax, i);
@@ -500,12 +500,12 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     }
     /* present: staged tiles read after one barrier */
     shared_list sl = {.ctx = ctx};
-    rb_walk(kl_ast_function_body(fn), shared_visit, &sl);
+    rt_walk(kl_ast_function_body(fn), shared_visit, &sl);
     for (unsigned i = 0; i < sl.n; i++) {
         smem_tile__rtp rp;
         if (smem_tile__analyse_rt_present(ctx, fn, sl.items[i], &rp)) {
             char arr[64];
-            TSNode dn = rb_declarator_name(rb_field(sl.items[i], "declarator"));
+            TSNode dn = rt_declarator_name(rt_field(sl.items[i], "declarator"));
             smem_tile__squeezed(ctx, dn, arr, sizeof arr);
             kl_site_id(id, sizeof id, name, sl.items[i], arr);
             json_t *feat = json_pack("{s:s, s:s, s:i, s:b}", "shape", "stencil", "tile", arr, "outputs_x", rp.ox, "fallback",
@@ -639,12 +639,12 @@ static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn,
             return KL_OK;
         }
         shared_list sl = {.ctx = ctx};
-        rb_walk(kl_ast_function_body(fn), shared_visit, &sl);
+        rt_walk(kl_ast_function_body(fn), shared_visit, &sl);
         for (unsigned i = 0; i < sl.n; i++) {
             smem_tile__rtp rp;
             if (smem_tile__analyse_rt_present(ctx, fn, sl.items[i], &rp)) {
                 char arr[64];
-                smem_tile__squeezed(ctx, rb_declarator_name(rb_field(sl.items[i], "declarator")), arr, sizeof arr);
+                smem_tile__squeezed(ctx, rt_declarator_name(rt_field(sl.items[i], "declarator")), arr, sizeof arr);
                 kl_site_id(id, sizeof id, name, sl.items[i], arr);
                 if (strcmp(id, x->site->id)) {
                     i++;

@@ -6,7 +6,7 @@
 #ifndef KL_SMEM_TILE_H
 #define KL_SMEM_TILE_H
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 
 #define SMAXC 24

@@ -31,28 +31,28 @@ static bool hoist_visit(TSNode n, void *user)
 {
     hoist_scan *r = user;
     if (r->reads) return false;
-    if (rb_is(n, "call_expression")) r->reads = true;
-    if (rb_is(n, "pointer_expression")) {
-        if (!smem_tile__text_is(r->ctx, rb_field(n, "operator"), "&")) r->reads = true;
-        else if (rb_is(smem_tile__strip(rb_field(n, "argument")), "subscript_expression")) {
+    if (rt_is(n, "call_expression")) r->reads = true;
+    if (rt_is(n, "pointer_expression")) {
+        if (!smem_tile__text_is(r->ctx, rt_field(n, "operator"), "&")) r->reads = true;
+        else if (rt_is(smem_tile__strip(rt_field(n, "argument")), "subscript_expression")) {
             /* &p[i]: the address; its index may still read */
-            TSNode s = smem_tile__strip(rb_field(n, "argument"));
-            rb_walk(rb_field(s, "indices"), hoist_visit, r);
+            TSNode s = smem_tile__strip(rt_field(n, "argument"));
+            rt_walk(rt_field(s, "indices"), hoist_visit, r);
             return false;
         }
     }
-    if (rb_is(n, "subscript_expression")) r->reads = true;
+    if (rt_is(n, "subscript_expression")) r->reads = true;
     return !r->reads;
 }
 
 bool smem_tile__hoistable(const kl_rule_ctx *ctx, TSNode d)
 {
-    if (!rb_is(d, "declaration")) return false;
+    if (!rt_is(d, "declaration")) return false;
     char ty[512];
     smem_tile__squeezed(ctx, d, ty, sizeof ty);
     if (strstr(ty, "__shared__") || strstr(ty, "static")) return false;
     hoist_scan r = {ctx, false};
-    rb_walk(d, hoist_visit, &r);
+    rt_walk(d, hoist_visit, &r);
     return !r.reads;
 }
 
@@ -72,7 +72,7 @@ bool smem_tile__loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode f
     memset(pl, 0, sizeof *pl);
     if (ts_node_eq(par, fbody)) {
         pl->form = 'N';
-        for (TSNode q = rb_prev_stmt(loop); !ts_node_is_null(q); q = rb_prev_stmt(q)) {
+        for (TSNode q = rt_prev_stmt(loop); !ts_node_is_null(q); q = rt_prev_stmt(q)) {
             if (smem_tile__early_return(q)) {
                 if (pl->form == 'R') return PWHY("%s:%u: two early returns before the loop", src, kl_ast_line(q));
                 pl->form = 'R';
@@ -81,31 +81,31 @@ bool smem_tile__loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode f
                 return PWHY("%s:%u: a return before the loop would skip the barriers", src, kl_ast_line(q));
         }
         if (pl->form == 'R')
-            for (TSNode q = rb_next_stmt(pl->guard); !ts_node_eq(q, loop); q = rb_next_stmt(q)) {
+            for (TSNode q = rt_next_stmt(pl->guard); !ts_node_eq(q, loop); q = rt_next_stmt(q)) {
                 if (!smem_tile__hoistable(ctx, q))
                     return PWHY("%s:%u: the statement between the early return and the loop reads memory or calls "
                                 "a function: it cannot run in the threads that returned", src, kl_ast_line(q));
                 if (pl->npre < 32) pl->pre[pl->npre++] = q;
             }
-    } else if (rb_is(par, "compound_statement") && rb_is(ts_node_parent(par), "if_statement") &&
+    } else if (rt_is(par, "compound_statement") && rt_is(ts_node_parent(par), "if_statement") &&
                ts_node_eq(ts_node_parent(ts_node_parent(par)), fbody) &&
-               ts_node_is_null(rb_field(ts_node_parent(par), "alternative"))) {
+               ts_node_is_null(rt_field(ts_node_parent(par), "alternative"))) {
         pl->form = 'I';
         pl->guard = ts_node_parent(par);
-        for (TSNode q = rb_prev_stmt(pl->guard); !ts_node_is_null(q); q = rb_prev_stmt(q))
+        for (TSNode q = rt_prev_stmt(pl->guard); !ts_node_is_null(q); q = rt_prev_stmt(q))
             if (smem_tile__count_type(q, "return_statement", NULL) || smem_tile__count_type(q, "goto_statement", NULL))
                 return PWHY("%s:%u: a return before the loop would skip the barriers", src, kl_ast_line(q));
         for (uint32_t i = 0; i < ts_node_named_child_count(par); i++) {
             TSNode q = ts_node_named_child(par, i);
             if (ts_node_eq(q, loop)) break;
-            if (rb_is(q, "comment")) continue;
+            if (rt_is(q, "comment")) continue;
             if (!smem_tile__hoistable(ctx, q))
                 return PWHY("%s:%u: the statement before the loop reads memory or calls a function: it cannot move "
                             "out of the guard", src, kl_ast_line(q));
             if (pl->npre < 32) pl->pre[pl->npre++] = q;
         }
-        if (rb_line_end(ctx, ts_node_start_byte(par)) > ts_node_start_byte(ts_node_named_child(par, 0)) ||
-            !rb_line_blank_before(ctx, ts_node_end_byte(par) - 1))
+        if (rt_line_end(ctx, ts_node_start_byte(par)) > ts_node_start_byte(ts_node_named_child(par, 0)) ||
+            !rt_line_blank_before(ctx, ts_node_end_byte(par) - 1))
             return PWHY("%s:%u: the guard and the loop are not laid out one statement a line", src, ln);
     } else
         return PWHY("%s:%u: the loop is not at the kernel's top level nor directly inside its output guard (a "
@@ -128,7 +128,7 @@ typedef struct sub_scan {
 static bool sub_visit(TSNode n, void *user)
 {
     sub_scan *s = user;
-    if (rb_is(n, "subscript_expression")) {
+    if (rt_is(n, "subscript_expression")) {
         if (s->n < 16) s->subs[s->n] = n;
         s->n++;
         return false;
@@ -145,30 +145,30 @@ bool smem_tile__analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode 
     const char *src = kl_source_name(ctx->src);
     unsigned ln = kl_ast_line(loop);
 #define WHY(...) (kl_snprintf(g->why, sizeof g->why, __VA_ARGS__), false)
-    if (li < 0 || !rb_is(loop, "for_statement")) return WHY("%s:%u: not a for loop", src, ln);
+    if (li < 0 || !rt_is(loop, "for_statement")) return WHY("%s:%u: not a for loop", src, ln);
     const kl_ax_loop *L = kl_affine_loop(ax, (unsigned)li);
     g->L = L;
     if (!L->var || !L->cmp || strcmp(L->cmp, "<") || !L->step_is_int || L->step_int != 1 || !L->start || !L->bound)
         return WHY("%s:%u: the loop is not `for (T k = S; k < K; k++)`", src, ln);
     if (L->parent >= 0) return WHY("%s:%u: the loop is nested in another loop", src, ln);
-    TSNode init = rb_field(loop, "initializer");
-    if (!rb_is(init, "declaration")) return WHY("%s:%u: the loop does not declare its variable", src, ln);
-    smem_tile__squeezed(ctx, rb_field(init, "type"), g->type, sizeof g->type);
+    TSNode init = rt_field(loop, "initializer");
+    if (!rt_is(init, "declaration")) return WHY("%s:%u: the loop does not declare its variable", src, ln);
+    smem_tile__squeezed(ctx, rt_field(init, "type"), g->type, sizeof g->type);
     if (!strcmp(g->type, "unsigned")) kl_snprintf(g->type, sizeof g->type, "unsigned");
     /* the raw type text (keeps `size_t`, `unsigned int`) */
     {
-        TSNode ty = rb_field(init, "type");
+        TSNode ty = rt_field(init, "type");
         kl_snprintf(g->type, sizeof g->type, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                     ctx->text + ts_node_start_byte(ty));
     }
-    g->body = rb_field(loop, "body");
+    g->body = rt_field(loop, "body");
     /* the body: `acc += X * Y;` statements */
     TSNode stmts[16];
     unsigned ns = 0;
-    if (rb_is(g->body, "compound_statement")) {
+    if (rt_is(g->body, "compound_statement")) {
         for (uint32_t i = 0; i < ts_node_named_child_count(g->body); i++) {
             TSNode s = ts_node_named_child(g->body, i);
-            if (rb_is(s, "comment")) continue;
+            if (rt_is(s, "comment")) continue;
             if (ns < 16) stmts[ns] = s;
             ns++;
         }
@@ -178,25 +178,25 @@ bool smem_tile__analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode 
     for (unsigned i = 0; i < ns; i++) {
         TSNode e = ts_node_named_child(stmts[i], 0);
         char op[8] = "";
-        if (rb_is(e, "assignment_expression")) {
-            TSNode o = rb_field(e, "operator");
+        if (rt_is(e, "assignment_expression")) {
+            TSNode o = rt_field(e, "operator");
             kl_snprintf(op, sizeof op, "%.*s", (int)(ts_node_end_byte(o) - ts_node_start_byte(o)), ctx->text + ts_node_start_byte(o));
         }
-        if (!rb_is(stmts[i], "expression_statement") || strcmp(op, "+=") || !rb_is(rb_field(e, "left"), "identifier"))
+        if (!rt_is(stmts[i], "expression_statement") || strcmp(op, "+=") || !rt_is(rt_field(e, "left"), "identifier"))
             return WHY("%s:%u: the loop body is not `acc += X * Y` accumulations into locals", src, kl_ast_line(stmts[i]));
         char b[8];
-        if (strcmp(smem_tile__binop(ctx, smem_tile__strip(rb_field(e, "right")), b, sizeof b), "*"))
+        if (strcmp(smem_tile__binop(ctx, smem_tile__strip(rt_field(e, "right")), b, sizeof b), "*"))
             return WHY("%s:%u: the accumulated value is not a product (a zero-padded tile adds 0*0 terms, which only a "
                        "product of the operands keeps exact)", src, kl_ast_line(stmts[i]));
-        rb_walk(rb_field(e, "right"), sub_visit, &ss);
+        rt_walk(rt_field(e, "right"), sub_visit, &ss);
     }
     if (smem_tile__count_type(g->body, "call_expression", NULL) > 2 * ns + 2 && 0) return false;
     /* the operands: subscripts varying along k */
     unsigned nvar = 0;
     for (unsigned i = 0; i < ss.n && i < 16; i++) {
         TSNode s = ss.subs[i];
-        TSNode base = rb_field(s, "argument"), ix = rb_field(s, "indices");
-        if (!rb_is(base, "identifier") || ts_node_named_child_count(ix) != 1)
+        TSNode base = rt_field(s, "argument"), ix = rt_field(s, "indices");
+        if (!rt_is(base, "identifier") || ts_node_named_child_count(ix) != 1)
             return WHY("%s:%u: '%.*s' is not a 1-D subscript of a pointer", src, kl_ast_line(s),
                        (int)(ts_node_end_byte(s) - ts_node_start_byte(s)), ctx->text + ts_node_start_byte(s));
         TSNode index = ts_node_named_child(ix, 0);
@@ -243,7 +243,7 @@ bool smem_tile__analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode 
                           "share no tile of it", src, kl_ast_line(g->op[1]),
                           (int)(ts_node_end_byte(g->op[1]) - ts_node_start_byte(g->op[1])), ctx->text + ts_node_start_byte(g->op[1]));
     for (int i = 0; i < 2; i++) {
-        TSNode base = rb_field(g->op[i], "argument");
+        TSNode base = rt_field(g->op[i], "argument");
         uint32_t a = ts_node_start_byte(base), b = ts_node_end_byte(base);
         kl_snprintf(g->arr[i], sizeof g->arr[i], "%.*s", (int)(b - a), ctx->text + a);
         if (!smem_tile__elem_of(ctx, ax, fn, g->arr[i], g->elem[i], sizeof g->elem[i]))
@@ -274,7 +274,7 @@ bool smem_tile__analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode 
                 kl_strbuf_release(&gs[1]);
                 return false;
             }
-            char *t = g->form == 'I' ? rb_text(ctx, smem_tile__strip(parts[i])) : smem_tile__negate(ctx, parts[i]);
+            char *t = g->form == 'I' ? rt_text(ctx, smem_tile__strip(parts[i])) : smem_tile__negate(ctx, parts[i]);
             if (!t) break;
             if (!px) kl_strbuf_addf(&gs[0], "%s%s", gs[0].len ? " && " : "", t);
             if (!py) kl_strbuf_addf(&gs[1], "%s%s", gs[1].len ? " && " : "", t);
@@ -317,8 +317,8 @@ kl_status smem_tile__apply_gemm(const kl_rule_ctx *ctx, const smem_tile__ga *g, 
     const char *T = g->tile_text;
     char ind[64], lind[64], unit[64];
     TSNode anchor = g->form == 'N' ? g->loop : g->guard;
-    rb_indent_of(ctx, ts_node_start_byte(anchor), ind, sizeof ind);
-    rb_indent_of(ctx, ts_node_start_byte(g->loop), lind, sizeof lind);
+    rt_indent_of(ctx, ts_node_start_byte(anchor), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(g->loop), lind, sizeof lind);
     if (g->form == 'I' && strlen(lind) > strlen(ind)) kl_snprintf(unit, sizeof unit, "%s", lind + strlen(ind));
     else kl_snprintf(unit, sizeof unit, "    ");
     kl_status st = KL_OK;
@@ -334,7 +334,7 @@ kl_status smem_tile__apply_gemm(const kl_rule_ctx *ctx, const smem_tile__ga *g, 
         stack[sp++] = g->idx[i];
         while (sp) {
             TSNode n = stack[--sp];
-            if (rb_is(n, "identifier") && smem_tile__text_is(ctx, n, k)) {
+            if (rt_is(n, "identifier") && smem_tile__text_is(ctx, n, k)) {
                 if (nr < 16) reps[nr++] = (smem_tile__rep){ts_node_start_byte(n), ts_node_end_byte(n), sub};
                 continue;
             }
@@ -368,9 +368,9 @@ kl_status smem_tile__apply_gemm(const kl_rule_ctx *ctx, const smem_tile__ga *g, 
     }
     /* the pre statements, moved out of the guard */
     if (g->form == 'I' && g->npre) {
-        uint32_t a = rb_line_start(ctx, ts_node_start_byte(g->pre[0]));
-        uint32_t b = rb_line_end(ctx, ts_node_end_byte(g->pre[g->npre - 1]) - 1);
-        pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
+        uint32_t a = rt_line_start(ctx, ts_node_start_byte(g->pre[0]));
+        uint32_t b = rt_line_end(ctx, ts_node_end_byte(g->pre[g->npre - 1]) - 1);
+        pre = rt_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
         if (!pre) return kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs", src,
                                                 kl_ast_line(g->pre[0]));
     }
@@ -393,22 +393,22 @@ kl_status smem_tile__apply_gemm(const kl_rule_ctx *ctx, const smem_tile__ga *g, 
         if (!decls) goto oom;
         if (g->form == 'I') {
             /* decls, pre and the tile loop before the guard; pre and the loop leave it */
-            st = kl_edits_addf(out, rb_line_start(ctx, ts_node_start_byte(g->guard)),
-                               rb_line_start(ctx, ts_node_start_byte(g->guard)), "%s%s%s%s\n", decls, pre ? pre : "", ind,
+            st = kl_edits_addf(out, rt_line_start(ctx, ts_node_start_byte(g->guard)),
+                               rt_line_start(ctx, ts_node_start_byte(g->guard)), "%s%s%s%s\n", decls, pre ? pre : "", ind,
                                loop_text);
-            uint32_t a = rb_line_start(ctx, ts_node_start_byte(g->npre ? g->pre[0] : g->loop));
-            uint32_t b = rb_line_end(ctx, ts_node_end_byte(g->loop) - 1);
+            uint32_t a = rt_line_start(ctx, ts_node_start_byte(g->npre ? g->pre[0] : g->loop));
+            uint32_t b = rt_line_end(ctx, ts_node_end_byte(g->loop) - 1);
             if (st == KL_OK) st = kl_edits_add(out, a, b, "");
         } else if (g->form == 'R') {
-            uint32_t a = rb_line_start(ctx, ts_node_start_byte(g->guard));
-            uint32_t b = rb_line_end(ctx, ts_node_end_byte(g->guard) - 1);
+            uint32_t a = rt_line_start(ctx, ts_node_start_byte(g->guard));
+            uint32_t b = rt_line_end(ctx, ts_node_end_byte(g->guard) - 1);
             st = kl_edits_add(out, a, b, decls);
-            guard_text = rb_text(ctx, g->guard);
+            guard_text = rt_text(ctx, g->guard);
             if (st == KL_OK && guard_text)
                 st = kl_edits_addf(out, ts_node_start_byte(g->loop), ts_node_end_byte(g->loop), "%s\n%s%s", loop_text, ind,
                                    guard_text);
         } else {
-            st = kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(g->loop)), rb_line_start(ctx, ts_node_start_byte(g->loop)),
+            st = kl_edits_add(out, rt_line_start(ctx, ts_node_start_byte(g->loop)), rt_line_start(ctx, ts_node_start_byte(g->loop)),
                               decls);
             if (st == KL_OK) st = kl_edits_add(out, ts_node_start_byte(g->loop), ts_node_end_byte(g->loop), loop_text);
         }
@@ -449,18 +449,18 @@ static int thread_index(kl_affine_ctx *ax, TSNode n)
 bool smem_tile__zero_value(const kl_rule_ctx *ctx, TSNode v)
 {
     v = smem_tile__strip(v);
-    if (rb_is(v, "number_literal")) {
+    if (rt_is(v, "number_literal")) {
         char t[32];
         smem_tile__squeezed(ctx, v, t, sizeof t);
         for (char *p = t; *p; p++)
             if (*p != '0' && *p != '.' && *p != 'f' && *p != 'F') return false;
         return true;
     }
-    if (rb_is(v, "call_expression")) {
-        TSNode args = rb_field(v, "arguments");
+    if (rt_is(v, "call_expression")) {
+        TSNode args = rt_field(v, "arguments");
         return ts_node_named_child_count(args) == 1 && smem_tile__zero_value(ctx, ts_node_named_child(args, 0));
     }
-    if (rb_is(v, "cast_expression")) return smem_tile__zero_value(ctx, rb_field(v, "value"));
+    if (rt_is(v, "cast_expression")) return smem_tile__zero_value(ctx, rt_field(v, "value"));
     return false;
 }
 
@@ -470,58 +470,58 @@ static bool parse_load(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, sme
     memset(l, 0, sizeof *l);
     l->stmt = st;
     TSNode asg = {0};
-    if (rb_is(st, "expression_statement")) {
+    if (rt_is(st, "expression_statement")) {
         asg = ts_node_named_child(st, 0);
-        if (!rb_is(asg, "assignment_expression") || !smem_tile__text_is(ctx, rb_field(asg, "operator"), "=")) return false;
-        TSNode r = smem_tile__strip(rb_field(asg, "right"));
-        if (rb_is(r, "conditional_expression")) {
-            if (!smem_tile__zero_value(ctx, rb_field(r, "alternative"))) return false;
-            l->cond = rb_field(r, "condition");
-            l->value = smem_tile__strip(rb_field(r, "consequence"));
+        if (!rt_is(asg, "assignment_expression") || !smem_tile__text_is(ctx, rt_field(asg, "operator"), "=")) return false;
+        TSNode r = smem_tile__strip(rt_field(asg, "right"));
+        if (rt_is(r, "conditional_expression")) {
+            if (!smem_tile__zero_value(ctx, rt_field(r, "alternative"))) return false;
+            l->cond = rt_field(r, "condition");
+            l->value = smem_tile__strip(rt_field(r, "consequence"));
         } else l->value = r;
-    } else if (rb_is(st, "if_statement")) {
-        TSNode c = rb_field(st, "consequence"), e = rb_field(st, "alternative");
-        if (rb_is(e, "else_clause")) e = ts_node_named_child(e, 0);
-        if (rb_is(c, "compound_statement") && ts_node_named_child_count(c) == 1) c = ts_node_named_child(c, 0);
-        if (rb_is(e, "compound_statement") && ts_node_named_child_count(e) == 1) e = ts_node_named_child(e, 0);
-        if (!rb_is(c, "expression_statement") || !rb_is(e, "expression_statement")) return false;
+    } else if (rt_is(st, "if_statement")) {
+        TSNode c = rt_field(st, "consequence"), e = rt_field(st, "alternative");
+        if (rt_is(e, "else_clause")) e = ts_node_named_child(e, 0);
+        if (rt_is(c, "compound_statement") && ts_node_named_child_count(c) == 1) c = ts_node_named_child(c, 0);
+        if (rt_is(e, "compound_statement") && ts_node_named_child_count(e) == 1) e = ts_node_named_child(e, 0);
+        if (!rt_is(c, "expression_statement") || !rt_is(e, "expression_statement")) return false;
         asg = ts_node_named_child(c, 0);
         TSNode a2 = ts_node_named_child(e, 0);
-        if (!rb_is(asg, "assignment_expression") || !rb_is(a2, "assignment_expression")) return false;
+        if (!rt_is(asg, "assignment_expression") || !rt_is(a2, "assignment_expression")) return false;
         char t1[256], t2[256];
-        smem_tile__squeezed(ctx, rb_field(asg, "left"), t1, sizeof t1);
-        smem_tile__squeezed(ctx, rb_field(a2, "left"), t2, sizeof t2);
-        if (strcmp(t1, t2) || !smem_tile__zero_value(ctx, rb_field(a2, "right"))) return false;
+        smem_tile__squeezed(ctx, rt_field(asg, "left"), t1, sizeof t1);
+        smem_tile__squeezed(ctx, rt_field(a2, "left"), t2, sizeof t2);
+        if (strcmp(t1, t2) || !smem_tile__zero_value(ctx, rt_field(a2, "right"))) return false;
         l->cond = smem_tile__if_cond(st);
-        l->value = smem_tile__strip(rb_field(asg, "right"));
+        l->value = smem_tile__strip(rt_field(asg, "right"));
     } else return false;
-    TSNode t = rb_field(asg, "left");
-    if (!rb_is(t, "subscript_expression")) return false;
-    TSNode inner = rb_field(t, "argument");
-    if (!rb_is(inner, "subscript_expression") || !rb_is(rb_field(inner, "argument"), "identifier")) return false;
+    TSNode t = rt_field(asg, "left");
+    if (!rt_is(t, "subscript_expression")) return false;
+    TSNode inner = rt_field(t, "argument");
+    if (!rt_is(inner, "subscript_expression") || !rt_is(rt_field(inner, "argument"), "identifier")) return false;
     l->target = t;
     l->sub[0] = kl_ast_subscript_index(inner);
     l->sub[1] = kl_ast_subscript_index(t);
-    uint32_t a = ts_node_start_byte(rb_field(inner, "argument")), b = ts_node_end_byte(rb_field(inner, "argument"));
+    uint32_t a = ts_node_start_byte(rt_field(inner, "argument")), b = ts_node_end_byte(rt_field(inner, "argument"));
     kl_snprintf(l->arr, sizeof l->arr, "%.*s", (int)(b - a), ctx->text + a);
     for (int i = 0; i < 2; i++) l->thr[i] = thread_index(ax, l->sub[i]);
     if (!l->thr[0] || !l->thr[1] || l->thr[0] == l->thr[1]) return false;
-    if (!rb_is(l->value, "subscript_expression") || !rb_is(rb_field(l->value, "argument"), "identifier")) return false;
-    TSNode ix = rb_field(l->value, "indices");
+    if (!rt_is(l->value, "subscript_expression") || !rt_is(rt_field(l->value, "argument"), "identifier")) return false;
+    TSNode ix = rt_field(l->value, "indices");
     if (ts_node_named_child_count(ix) != 1) return false;
     l->gidx = ts_node_named_child(ix, 0);
-    a = ts_node_start_byte(rb_field(l->value, "argument")), b = ts_node_end_byte(rb_field(l->value, "argument"));
+    a = ts_node_start_byte(rt_field(l->value, "argument")), b = ts_node_end_byte(rt_field(l->value, "argument"));
     kl_snprintf(l->garr, sizeof l->garr, "%.*s", (int)(b - a), ctx->text + a);
     return true;
 }
 
 static bool is_shared_decl_of(const kl_rule_ctx *ctx, TSNode d, const char *name, unsigned *ndecls)
 {
-    if (!rb_is(d, "declaration")) return false;
+    if (!rt_is(d, "declaration")) return false;
     bool shared = false;
     for (uint32_t i = 0; i < ts_node_named_child_count(d); i++) {
         TSNode ch = ts_node_named_child(d, i);
-        if ((rb_is(ch, "type_qualifier") || rb_is(ch, "storage_class_specifier") || rb_is(ch, "attribute_specifier")) &&
+        if ((rt_is(ch, "type_qualifier") || rt_is(ch, "storage_class_specifier") || rt_is(ch, "attribute_specifier")) &&
             smem_tile__text_is(ctx, ch, "__shared__"))
             shared = true;
     }
@@ -534,9 +534,9 @@ static bool is_shared_decl_of(const kl_rule_ctx *ctx, TSNode d, const char *name
     unsigned n = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(d); i++) {
         TSNode ch = ts_node_named_child(d, i);
-        if (!rb_is(ch, "array_declarator") && !rb_is(ch, "init_declarator")) continue;
+        if (!rt_is(ch, "array_declarator") && !rt_is(ch, "init_declarator")) continue;
         n++;
-        if (smem_tile__text_is(ctx, rb_declarator_name(ch), name)) found = true;
+        if (smem_tile__text_is(ctx, rt_declarator_name(ch), name)) found = true;
     }
     *ndecls = n;
     return found;
@@ -589,8 +589,8 @@ typedef struct kpart {
 static bool kpart_visit(TSNode n, void *user)
 {
     kpart *k = user;
-    if (!rb_count_ident(k->ctx, n, k->tvar)) return false;
-    if (rb_is(n, "parenthesized_expression") || rb_is(n, "binary_expression")) {
+    if (!rt_count_ident(k->ctx, n, k->tvar)) return false;
+    if (rt_is(n, "parenthesized_expression") || rt_is(n, "binary_expression")) {
         if (affine_equal(k->ax, n, k->want)) {
             if (k->n < 8) k->found[k->n] = n;
             k->n++;
@@ -606,7 +606,7 @@ static bool k_replace(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode e, const
                       const char *thr_var, const char *kname, smem_tile__rep *reps, unsigned *nr, char **owned)
 {
     kpart kp = {.ctx = ctx, .ax = ax, .want = want, .tvar = tvar};
-    rb_walk(e, kpart_visit, &kp);
+    rt_walk(e, kpart_visit, &kp);
     *owned = NULL;
     if (kp.n && kp.n <= 8) {
         for (unsigned i = 0; i < kp.n; i++)
@@ -675,11 +675,11 @@ static bool k_replace(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode e, const
 bool smem_tile__read_visit(TSNode n, void *user)
 {
     smem_tile__read_scan *r = user;
-    if (rb_is(n, "subscript_expression")) {
-        TSNode in = rb_field(n, "argument");
-        if (rb_is(in, "subscript_expression") && rb_is(rb_field(in, "argument"), "identifier")) {
+    if (rt_is(n, "subscript_expression")) {
+        TSNode in = rt_field(n, "argument");
+        if (rt_is(in, "subscript_expression") && rt_is(rt_field(in, "argument"), "identifier")) {
             for (int i = 0; i < 2; i++)
-                if (smem_tile__text_is(r->ctx, rb_field(in, "argument"), r->arr[i])) {
+                if (smem_tile__text_is(r->ctx, rt_field(in, "argument"), r->arr[i])) {
                     if (r->n < 32) r->reads[r->n] = n;
                     r->n++;
                     return true;
@@ -699,18 +699,18 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     int ti = kl_affine_loop_index(ax, tl);
     if (ti < 0) return false;
     p->T = kl_affine_loop(ax, (unsigned)ti);
-    TSNode body = rb_field(tl, "body");
-    if (!rb_is(body, "compound_statement")) return false;
+    TSNode body = rt_field(tl, "body");
+    if (!rt_is(body, "compound_statement")) return false;
     TSNode st[12];
     unsigned ns = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(body); i++) {
         TSNode s = ts_node_named_child(body, i);
-        if (rb_is(s, "comment") || rb_is(s, "preproc_call")) continue;
+        if (rt_is(s, "comment") || rt_is(s, "preproc_call")) continue;
         if (ns >= 12) return false;
         st[ns++] = s;
     }
     /* loads, sync, compute loop, sync */
-    if (ns != 5 || !rb_is_syncthreads(ctx, st[2]) || !rb_is_syncthreads(ctx, st[4]) || !rb_is(st[3], "for_statement"))
+    if (ns != 5 || !rt_is_syncthreads(ctx, st[2]) || !rt_is_syncthreads(ctx, st[4]) || !rt_is(st[3], "for_statement"))
         return false;
     for (int i = 0; i < 2; i++)
         if (!parse_load(ctx, ax, st[i], &p->ld[i])) return false;
@@ -726,9 +726,9 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         !p->C->trip_known || !p->C->cmp || strcmp(p->C->cmp, "<"))
         return WHY("%s:%u: the loop over the tile is not `for (kk = 0; kk < TILE; kk++)`", src, kl_ast_line(p->cl));
     int64_t tile = p->C->trip;
-    TSNode init = rb_field(tl, "initializer");
-    if (!rb_is(init, "declaration")) return WHY("%s:%u: the tile loop does not declare its variable", src, kl_ast_line(tl));
-    TSNode ty = rb_field(init, "type");
+    TSNode init = rt_field(tl, "initializer");
+    if (!rt_is(init, "declaration")) return WHY("%s:%u: the tile loop does not declare its variable", src, kl_ast_line(tl));
+    TSNode ty = rt_field(init, "type");
     kl_snprintf(p->ttype, sizeof p->ttype, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                 ctx->text + ts_node_start_byte(ty));
     const char *tv = p->T->var;
@@ -747,11 +747,11 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
                 TSNode s = smem_tile__strip(parts[c]);
                 char b[8];
                 if (smem_tile__depends(ax, ctx, s, tv) == 0) continue;
-                if (strcmp(smem_tile__binop(ctx, s, b, sizeof b), "<") || smem_tile__depends(ax, ctx, rb_field(s, "right"), tv) != 0)
+                if (strcmp(smem_tile__binop(ctx, s, b, sizeof b), "<") || smem_tile__depends(ax, ctx, rt_field(s, "right"), tv) != 0)
                     return WHY("%s:%u: the load's k condition is not `k < K`", src, kl_ast_line(s));
-                smem_tile__squeezed(ctx, rb_field(s, "right"), bound[i], sizeof bound[i]);
+                smem_tile__squeezed(ctx, rt_field(s, "right"), bound[i], sizeof bound[i]);
                 kl_affine a = {0};
-                kl_affine_of(ax, rb_field(s, "left"), &a);
+                kl_affine_of(ax, rt_field(s, "left"), &a);
                 for (int d = 0; d < 2 && a.ok; d++) {
                     char thr[16];
                     kl_snprintf(thr, sizeof thr, "threadIdx.%c", l->thr[d]);
@@ -780,11 +780,11 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     bool k0_style = p->T->step_is_int ? p->T->step_int == tile : false;
     if (!k0_style) {
         long long sv;
-        TSNode upd = rb_field(tl, "update");
+        TSNode upd = rt_field(tl, "update");
         (void)upd;
         char s2[64];
         smem_tile__squeeze_str(p->T->step, s2, sizeof s2);
-        if (rb_const_name(ctx, fn, s2, &sv) && sv == tile) k0_style = true;
+        if (rt_const_name(ctx, fn, s2, &sv) && sv == tile) k0_style = true;
     }
     char kbase[64];
     size_t tl_len = strlen(tv);
@@ -809,7 +809,7 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
                 /* the tile size by name: (K + TILE - 1) / TILE */
                 const char *slash = strrchr(tb, '/');
                 long long v;
-                if (!slash || !rb_const_name(ctx, fn, slash + 1, &v) || v != tile) break;
+                if (!slash || !rt_const_name(ctx, fn, slash + 1, &v) || v != tile) break;
                 kl_snprintf(want2, sizeof want2, "(%s+%s-1)/%s", bound[0], slash + 1, slash + 1);
                 ok = !strcmp(tb, want2);
                 break;
@@ -824,7 +824,7 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     /* the shared arrays: declared once each, used only by the loads and the compute loop */
     for (int i = 0; i < 2; i++) {
         decl_find df = {.ctx = ctx, .name = p->ld[i].arr};
-        rb_walk(kl_ast_function_body(fn), decl_find_visit, &df);
+        rt_walk(kl_ast_function_body(fn), decl_find_visit, &df);
         if (ts_node_is_null(df.decl)) return WHY("%s: '%s' is not a __shared__ array of the kernel", src, p->ld[i].arr);
         if (i == 1 && ts_node_eq(df.decl, p->decl[0])) {
             if (df.ndecls != 2) return WHY("%s:%u: the declaration declares other arrays too", src, kl_ast_line(df.decl));
@@ -835,20 +835,20 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         p->decl[p->ndecl++] = df.decl;
     }
     smem_tile__read_scan rs = {.ctx = ctx, .arr = {p->ld[0].arr, p->ld[1].arr}};
-    rb_walk(rb_field(p->cl, "body"), smem_tile__read_visit, &rs);
+    rt_walk(rt_field(p->cl, "body"), smem_tile__read_visit, &rs);
     unsigned all = smem_tile__uses_of(ctx, kl_ast_function_body(fn), p->ld[0].arr) + smem_tile__uses_of(ctx, kl_ast_function_body(fn), p->ld[1].arr);
-    if (rs.n > 32 || all != rs.n + 2 + 2 + (ts_node_is_null(p->ld[0].cond) || rb_is(p->ld[0].stmt, "expression_statement") ? 0 : 1) +
-                                 (ts_node_is_null(p->ld[1].cond) || rb_is(p->ld[1].stmt, "expression_statement") ? 0 : 1))
+    if (rs.n > 32 || all != rs.n + 2 + 2 + (ts_node_is_null(p->ld[0].cond) || rt_is(p->ld[0].stmt, "expression_statement") ? 0 : 1) +
+                                 (ts_node_is_null(p->ld[1].cond) || rt_is(p->ld[1].stmt, "expression_statement") ? 0 : 1))
         return WHY("%s: the tiles '%s' and '%s' are used other than by the loads and the loop over the tile", src,
                    p->ld[0].arr, p->ld[1].arr);
-    if (smem_tile__uses_of(ctx, rb_field(p->cl, "body"), p->C->var) != 0) {
+    if (smem_tile__uses_of(ctx, rt_field(p->cl, "body"), p->C->var) != 0) {
         /* every use of kk must be a tile subscript */
         unsigned in_reads = 0;
         for (unsigned r = 0; r < rs.n; r++) in_reads += smem_tile__uses_of(ctx, rs.reads[r], p->C->var);
-        if (in_reads != smem_tile__uses_of(ctx, rb_field(p->cl, "body"), p->C->var))
+        if (in_reads != smem_tile__uses_of(ctx, rt_field(p->cl, "body"), p->C->var))
             return WHY("%s:%u: '%s' is used outside the tile subscripts", src, kl_ast_line(p->cl), p->C->var);
     }
-    if (smem_tile__uses_of(ctx, rb_field(p->cl, "body"), tv))
+    if (smem_tile__uses_of(ctx, rt_field(p->cl, "body"), tv))
         return WHY("%s:%u: the loop over the tile uses '%s'", src, kl_ast_line(p->cl), tv);
     /* where the guard went: after the tile loop */
     TSNode parts_all[2][MAXC];
@@ -861,10 +861,10 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         for (unsigned c = 0; c < np && c < MAXC; c++)
             if (smem_tile__depends(ax, ctx, parts[c], tv) == 0) parts_all[i][npa[i]++] = parts[c];
     }
-    TSNode nx = rb_next_stmt(tl);
+    TSNode nx = rt_next_stmt(tl);
     p->form = 'N';
     if (npa[0] + npa[1]) {
-        if (!rb_is(nx, "if_statement") || !ts_node_is_null(rb_field(nx, "alternative")))
+        if (!rt_is(nx, "if_statement") || !ts_node_is_null(rt_field(nx, "alternative")))
             return WHY("%s:%u: the loads are guarded but no store guard follows the tile loop", src, kl_ast_line(tl));
         p->form = smem_tile__early_return(nx) ? 'R' : 'I';
         p->after = nx;
@@ -894,13 +894,13 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(tl)))
         return WHY("%s:%u: the tile loop does not start its line", src, kl_ast_line(tl));
     /* the declarations right before the tile loop that only it and later code use */
-    for (TSNode s = rb_prev_stmt(tl); !ts_node_is_null(s) && p->form != 'N'; s = rb_prev_stmt(s)) {
-        if (!rb_is(s, "declaration") || !smem_tile__hoistable(ctx, s) || !kl_rules_starts_line(ctx, ts_node_start_byte(s))) break;
+    for (TSNode s = rt_prev_stmt(tl); !ts_node_is_null(s) && p->form != 'N'; s = rt_prev_stmt(s)) {
+        if (!rt_is(s, "declaration") || !smem_tile__hoistable(ctx, s) || !kl_rules_starts_line(ctx, ts_node_start_byte(s))) break;
         bool used = false, in_guard = false;
         for (uint32_t k = 0; k < ts_node_named_child_count(s); k++) {
-            TSNode nm = rb_declarator_name(ts_node_named_child(s, k));
+            TSNode nm = rt_declarator_name(ts_node_named_child(s, k));
             if (ts_node_is_null(nm)) continue;
-            char *t = rb_text(ctx, nm);
+            char *t = rt_text(ctx, nm);
             if (!t) break;
             if (smem_tile__uses_of(ctx, tl, t)) used = true;
             if (smem_tile__uses_of(ctx, smem_tile__if_cond(nx), t)) in_guard = true;
@@ -932,12 +932,12 @@ static bool outside_visit(TSNode n, void *user)
     outside_scan *o = user;
     for (unsigned i = 0; i < o->nr; i++)
         if (ts_node_start_byte(n) >= o->reps[i].a && ts_node_end_byte(n) <= o->reps[i].b) return false;
-    if (rb_is(n, "call_expression")) {
+    if (rt_is(n, "call_expression")) {
         /* a macro or helper: its arguments carry the dependence (the affine analysis expands it) */
-        rb_walk(rb_field(n, "arguments"), outside_visit, o);
+        rt_walk(rt_field(n, "arguments"), outside_visit, o);
         return false;
     }
-    if (rb_is(n, "identifier") || rb_is(n, "field_expression")) {
+    if (rt_is(n, "identifier") || rt_is(n, "field_expression")) {
         if (smem_tile__depends(o->ax, o->ctx, n, o->thr) != 0) o->bad = true;
         return false;
     }
@@ -949,16 +949,16 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const smem_ti
 {
     const char *src = kl_source_name(ctx->src);
     smem_tile__read_scan rs = {.ctx = ctx, .arr = {p->ld[0].arr, p->ld[1].arr}};
-    TSNode cb = rb_field(p->cl, "body");
-    rb_walk(cb, smem_tile__read_visit, &rs);
+    TSNode cb = rt_field(p->cl, "body");
+    rt_walk(cb, smem_tile__read_visit, &rs);
     smem_tile__rep reps[32];
     char *texts[32] = {0};
     unsigned nr = 0;
     char *result = NULL;
     for (unsigned r = 0; r < rs.n && r < 32; r++) {
         TSNode rd = rs.reads[r];
-        TSNode in = rb_field(rd, "argument");
-        int li = smem_tile__text_is(ctx, rb_field(in, "argument"), p->ld[0].arr) ? 0 : 1;
+        TSNode in = rt_field(rd, "argument");
+        int li = smem_tile__text_is(ctx, rt_field(in, "argument"), p->ld[0].arr) ? 0 : 1;
         const smem_tile__tload *l = &p->ld[li];
         TSNode sub[2] = {kl_ast_subscript_index(in), kl_ast_subscript_index(rd)};
         /* the k dimension reads kk, the other the load's own thread index */
@@ -1044,7 +1044,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const smem_ti
                 if (!(reps[q].a >= ts_node_start_byte(l->gidx) && reps[q].b <= ts_node_end_byte(l->gidx))) reps[keep++] = reps[q];
             nr = keep;
             outside_scan os = {ctx, ax, local, nl, thr, false};
-            rb_walk(l->gidx, outside_visit, &os);
+            rt_walk(l->gidx, outside_visit, &os);
             if (os.bad) ok = false;
             else etext = smem_tile__splice(ctx, ts_node_start_byte(l->gidx), ts_node_end_byte(l->gidx), local, nl);
         }
@@ -1070,7 +1070,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const smem_ti
     {
         char *raw = smem_tile__splice(ctx, ts_node_start_byte(cb), ts_node_end_byte(cb), reps, nr);
         char cind[64];
-        rb_indent_of(ctx, ts_node_start_byte(p->cl), cind, sizeof cind);
+        rt_indent_of(ctx, ts_node_start_byte(p->cl), cind, sizeof cind);
         char *body = raw ? smem_tile__reindent_node_text(cind, raw, (int)strlen(ind) - (int)strlen(cind)) : NULL;
         free(raw);
         if (!body) {
@@ -1108,40 +1108,40 @@ kl_status smem_tile__remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
         if (!ok) return kl_rule_not_applicable(err, "%s:%u: the load's index is not affine", src, kl_ast_line(l->stmt));
     }
     char ind[64], gind[64], unit[8] = "    ";
-    rb_indent_of(ctx, ts_node_start_byte(p->tl), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(p->tl), ind, sizeof ind);
     kl_status st = KL_OK;
     char *loop = NULL, *pre = NULL, *after = NULL;
     /* the shared declarations (with a marker comment above) */
     for (unsigned i = 0; i < p->ndecl; i++) {
         uint32_t a, b;
-        rb_stmt_range(ctx, p->decl[i], NAME, &a, &b);
+        rt_stmt_range(ctx, p->decl[i], NAME, &a, &b);
         KL_TRY(kl_edits_add(out, a, b, ""));
     }
     if (p->form == 'I') {
-        TSNode cons = rb_field(p->after, "consequence");
-        bool compound = rb_is(cons, "compound_statement");
+        TSNode cons = rt_field(p->after, "consequence");
+        bool compound = rt_is(cons, "compound_statement");
         TSNode first = compound ? ts_node_named_child(cons, 0) : cons;
-        rb_indent_of(ctx, ts_node_start_byte(p->after), gind, sizeof gind);
+        rt_indent_of(ctx, ts_node_start_byte(p->after), gind, sizeof gind);
         char iind[64];
         if (compound && !ts_node_is_null(first) && kl_rules_starts_line(ctx, ts_node_start_byte(first)))
-            rb_indent_of(ctx, ts_node_start_byte(first), iind, sizeof iind);
+            rt_indent_of(ctx, ts_node_start_byte(first), iind, sizeof iind);
         else kl_snprintf(iind, sizeof iind, "%s%s", gind, unit);
         loop = naive_loop(ctx, ax, p, iind, err);
         if (!loop) return err->status;
         if (p->npre) {
-            uint32_t a = rb_line_start(ctx, ts_node_start_byte(p->pre[0]));
-            uint32_t b = rb_line_end(ctx, ts_node_end_byte(p->pre[p->npre - 1]) - 1);
-            pre = rb_reindent(ctx->text + a, b - a, (int)strlen(iind) - (int)strlen(ind));
+            uint32_t a = rt_line_start(ctx, ts_node_start_byte(p->pre[0]));
+            uint32_t b = rt_line_end(ctx, ts_node_end_byte(p->pre[p->npre - 1]) - 1);
+            pre = rt_reindent(ctx->text + a, b - a, (int)strlen(iind) - (int)strlen(ind));
             if (!pre) {
                 st = kl_rule_not_applicable(err, "%s:%u: tabs in the indentation", src, kl_ast_line(p->pre[0]));
                 goto cleanup;
             }
         }
-        uint32_t a = rb_line_start(ctx, ts_node_start_byte(p->npre ? p->pre[0] : p->tl));
-        uint32_t b = rb_line_end(ctx, ts_node_end_byte(p->tl) - 1);
+        uint32_t a = rt_line_start(ctx, ts_node_start_byte(p->npre ? p->pre[0] : p->tl));
+        uint32_t b = rt_line_end(ctx, ts_node_end_byte(p->tl) - 1);
         KL_TRY(kl_edits_add(out, a, b, ""));
         if (compound) {
-            uint32_t at = rb_line_end(ctx, ts_node_start_byte(cons));
+            uint32_t at = rt_line_end(ctx, ts_node_start_byte(cons));
             if (at > ts_node_start_byte(first) && !ts_node_is_null(first)) {
                 st = kl_rule_not_applicable(err, "%s:%u: the guard's block does not open on a line of its own", src,
                                             kl_ast_line(p->after));
@@ -1149,7 +1149,7 @@ kl_status smem_tile__remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
             }
             KL_TRY(kl_edits_addf(out, at, at, "%s%s%s\n", pre ? pre : "", iind, loop));
         } else {
-            after = rb_text(ctx, cons);
+            after = rt_text(ctx, cons);
             if (!after) goto oom;
             KL_TRY(kl_edits_addf(out, ts_node_start_byte(cons), ts_node_end_byte(cons), "{\n%s%s%s\n%s%s\n%s}",
                                  pre ? pre : "", iind, loop, iind, after, gind));
@@ -1159,11 +1159,11 @@ kl_status smem_tile__remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
         if (!loop) return err->status;
         if (p->form == 'R') {
             uint32_t a, b;
-            rb_stmt_range(ctx, p->after, NULL, &a, &b);
-            after = rb_text(ctx, p->after);
+            rt_stmt_range(ctx, p->after, NULL, &a, &b);
+            after = rt_text(ctx, p->after);
             if (!after) goto oom;
             KL_TRY(kl_edits_add(out, a, b, ""));
-            uint32_t at = rb_line_start(ctx, ts_node_start_byte(p->npre ? p->pre[0] : p->tl));
+            uint32_t at = rt_line_start(ctx, ts_node_start_byte(p->npre ? p->pre[0] : p->tl));
             KL_TRY(kl_edits_addf(out, at, at, "%s%s\n", ind, after));
         }
         KL_TRY(kl_edits_add(out, ts_node_start_byte(p->tl), ts_node_end_byte(p->tl), loop));

@@ -36,10 +36,10 @@ typedef struct bx_sub {
 static bool bx_visit(TSNode n, void *user)
 {
     bx_sub *b = user;
-    if (!rb_is(n, "field_expression")) return true;
-    TSNode arg = rb_field(n, "argument"), fld = rb_field(n, "field");
-    if (rb_is(fld, "template_method")) fld = rb_field(fld, "name");
-    if (!rb_is(arg, "identifier") || !smem_tile__text_is(b->ctx, fld, "x")) return true;
+    if (!rt_is(n, "field_expression")) return true;
+    TSNode arg = rt_field(n, "argument"), fld = rt_field(n, "field");
+    if (rt_is(fld, "template_method")) fld = rt_field(fld, "name");
+    if (!rt_is(arg, "identifier") || !smem_tile__text_is(b->ctx, fld, "x")) return true;
     const char *to = smem_tile__text_is(b->ctx, arg, "threadIdx") ? b->tx : smem_tile__text_is(b->ctx, arg, "blockIdx") ? b->bx : NULL;
     if (smem_tile__text_is(b->ctx, arg, "gridDim")) b->grid = true;
     if (to && b->n < 64) b->reps[b->n++] = (smem_tile__rep){ts_node_start_byte(n), ts_node_end_byte(fld), to};
@@ -54,7 +54,7 @@ static char *subst_x(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, TSNode scop
     bx_sub s = {.ctx = ctx, .tx = tx, .bx = bx};
     for (uint32_t i = 0; i < ts_node_named_child_count(scope); i++) {
         TSNode c = ts_node_named_child(scope, i);
-        if (ts_node_start_byte(c) >= a && ts_node_end_byte(c) <= b) rb_walk(c, bx_visit, &s);
+        if (ts_node_start_byte(c) >= a && ts_node_end_byte(c) <= b) rt_walk(c, bx_visit, &s);
     }
     if (grid) *grid |= s.grid;
     return s.n >= 64 ? NULL : smem_tile__splice(ctx, a, b, s.reps, s.n);
@@ -65,7 +65,7 @@ static bool only_decls_and(TSNode c, TSNode keep)
 {
     for (uint32_t i = 0; i < ts_node_named_child_count(c); i++) {
         TSNode q = ts_node_named_child(c, i);
-        if (ts_node_eq(q, keep) || rb_is(q, "comment") || rb_is(q, "declaration") || smem_tile__is_continue_if(q)) continue;
+        if (ts_node_eq(q, keep) || rt_is(q, "comment") || rt_is(q, "declaration") || smem_tile__is_continue_if(q)) continue;
         return false;
     }
     return true;
@@ -77,10 +77,10 @@ static bool only_decls_and(TSNode c, TSNode keep)
 static uint32_t pragmas_above(const kl_rule_ctx *ctx, uint32_t off)
 {
     uint32_t lead = off;
-    while (rb_line_blank_before(ctx, lead)) {
-        uint32_t ls = rb_line_start(ctx, lead);
+    while (rt_line_blank_before(ctx, lead)) {
+        uint32_t ls = rt_line_start(ctx, lead);
         if (ls == 0) break;
-        uint32_t k = rb_line_start(ctx, ls - 1);
+        uint32_t k = rt_line_start(ctx, ls - 1);
         while (k < ls && (ctx->text[k] == ' ' || ctx->text[k] == '\t')) k++;
         if (ls - k < 7 || memcmp(ctx->text + k, "#pragma", 7)) break;
         lead = k;
@@ -92,7 +92,7 @@ static uint32_t pragmas_above(const kl_rule_ctx *ctx, uint32_t off)
 static void add_directives(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const char *indent, kl_strbuf *sb)
 {
     for (uint32_t qa = a; qa < b;) {
-        uint32_t qe = rb_line_end(ctx, qa), qb = qe;
+        uint32_t qe = rt_line_end(ctx, qa), qb = qe;
         while (qb > qa && isspace((unsigned char)ctx->text[qb - 1])) qb--;
         kl_strbuf_addf(sb, "%s%.*s\n", indent, (int)(qb - qa), ctx->text + qa);
         qa = qe;
@@ -105,29 +105,29 @@ static void add_directives(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const
 static kl_status widen_launches(const kl_rule_ctx *ctx, const smem_tile__sa *s, int ox, kl_edits *out, kl_error *err)
 {
     const char *src = kl_source_name(ctx->src);
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *f = NULL;
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = NULL;
     for (unsigned i = 0; i < nf && !f; i++)
         if (ts_node_eq(fs[i].def, s->fn)) f = &fs[i];
     if (!f) return kl_rule_not_applicable(err, "%s: the kernel is not a function of the file", src);
-    rb_launch ls[16];
-    unsigned n = rb_launches(ctx, f->name, ls, 16);
+    rt_launch ls[16];
+    unsigned n = rt_launches(ctx, f->name, ls, 16);
     if (!n) return kl_rule_not_applicable(err, "%s: kernel '%s' is not launched in this file", src, f->name);
     uint32_t done[16];
     unsigned nd = 0;
     for (unsigned i = 0; i < n; i++) {
         TSNode cfg = ls[i].cfg[0];
-        TSNode list = ls[i].ncfg ? rb_dim3_args(ctx, &ls[i], cfg) : (TSNode){0};
+        TSNode list = ls[i].ncfg ? rt_dim3_args(ctx, &ls[i], cfg) : (TSNode){0};
         if (ts_node_is_null(list) || ts_node_named_child_count(list) < 2)
             return kl_rule_not_applicable(err, "%s:%u: the grid of this launch is not a dim3 of the file", src,
                                           kl_node_span(ls[i].call).line);
-        if (rb_is(cfg, "identifier")) {
+        if (rt_is(cfg, "identifier")) {
             char nm[64];
             smem_tile__squeezed(ctx, cfg, nm, sizeof nm);
             unsigned launches = 0;
             for (unsigned j = 0; j < n; j++)
-                if (ts_node_eq(ls[j].host.def, ls[i].host.def) && rb_is(ls[j].cfg[0], "identifier") &&
+                if (ts_node_eq(ls[j].host.def, ls[i].host.def) && rt_is(ls[j].cfg[0], "identifier") &&
                     smem_tile__text_is(ctx, ls[j].cfg[0], nm))
                     launches++;
             if (smem_tile__uses_of(ctx, ls[i].host.body, nm) != 1 + launches) {
@@ -139,7 +139,7 @@ static kl_status widen_launches(const kl_rule_ctx *ctx, const smem_tile__sa *s, 
                 continue;
             }
         }
-        TSNode ex = rb_dim3_extent(list, 0);
+        TSNode ex = rt_dim3_extent(list, 0);
         uint32_t a = ts_node_start_byte(ex), b = ts_node_end_byte(ex);
         bool seen = false;
         for (unsigned j = 0; j < nd; j++) seen |= done[j] == a;
@@ -163,17 +163,17 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
     if (maxr < 1 || maxr > 32) return RWHY("%s:%u: max_radius %lld is outside 1..32", src, ln, (long long)maxr);
     /* the accumulation: ACC += E * READ */
     TSNode st = ts_node_parent(s->read);
-    while (rb_is(st, "parenthesized_expression")) st = ts_node_parent(st);
+    while (rt_is(st, "parenthesized_expression")) st = ts_node_parent(st);
     TSNode mul = st, asg = ts_node_parent(mul);
-    if (!rb_is(mul, "binary_expression") || !smem_tile__text_is(ctx, rb_field(mul, "operator"), "*") ||
-        !rb_is(asg, "assignment_expression") || !smem_tile__text_is(ctx, rb_field(asg, "operator"), "+=") ||
-        !ts_node_eq(rb_field(asg, "right"), mul) || !rb_is(ts_node_parent(asg), "expression_statement") ||
-        !rb_is(rb_field(asg, "left"), "identifier"))
+    if (!rt_is(mul, "binary_expression") || !smem_tile__text_is(ctx, rt_field(mul, "operator"), "*") ||
+        !rt_is(asg, "assignment_expression") || !smem_tile__text_is(ctx, rt_field(asg, "operator"), "+=") ||
+        !ts_node_eq(rt_field(asg, "right"), mul) || !rt_is(ts_node_parent(asg), "expression_statement") ||
+        !rt_is(rt_field(asg, "left"), "identifier"))
         return RWHY("%s:%u: the read is not in `acc += e * %s[…];`", src, kl_ast_line(s->read), s->arr);
     TSNode accstmt = ts_node_parent(asg);
-    TSNode E = ts_node_eq(smem_tile__strip(rb_field(mul, "left")), s->read) ? rb_field(mul, "right") : rb_field(mul, "left");
+    TSNode E = ts_node_eq(smem_tile__strip(rt_field(mul, "left")), s->read) ? rt_field(mul, "right") : rt_field(mul, "left");
     char acc[64];
-    uint32_t aa = ts_node_start_byte(rb_field(asg, "left")), ab = ts_node_end_byte(rb_field(asg, "left"));
+    uint32_t aa = ts_node_start_byte(rt_field(asg, "left")), ab = ts_node_end_byte(rt_field(asg, "left"));
     kl_snprintf(acc, sizeof acc, "%.*s", (int)(ab - aa), ctx->text + aa);
     if (smem_tile__uses_of(ctx, s->outer, acc) != 1) return RWHY("%s:%u: '%s' is used in the loop besides the sum", src, ln, acc);
     /* ACC: declared in pre with an initializer */
@@ -183,9 +183,9 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         TSNode d = s->pre[i];
         for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
             TSNode dd = ts_node_named_child(d, k);
-            if (rb_is(dd, "init_declarator") && smem_tile__text_is(ctx, rb_field(dd, "declarator"), acc)) {
-                accinit = rb_field(dd, "value");
-                TSNode ty = rb_field(d, "type");
+            if (rt_is(dd, "init_declarator") && smem_tile__text_is(ctx, rt_field(dd, "declarator"), acc)) {
+                accinit = rt_field(dd, "value");
+                TSNode ty = rt_field(d, "type");
                 kl_snprintf(acctype, sizeof acctype, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                             ctx->text + ts_node_start_byte(ty));
             }
@@ -199,13 +199,13 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         if (strstr(et, "threadIdx.x")) return RWHY("%s:%u: the factor `%s` depends on threadIdx.x", src, kl_ast_line(E), et);
         char names[32][64];
         smem_tile__ident_scan is = {.ctx = ctx, .names = names, .max = 32};
-        rb_walk(E, smem_tile__ident_visit, &is);
+        rt_walk(E, smem_tile__ident_visit, &is);
         TSNode fbody = kl_ast_function_body(s->fn);
         for (unsigned w = 0; w < is.n && w < 32; w++) {
             smem_tile__decl_scan ds = {.ctx = ctx, .name = names[w]};
-            rb_walk(s->outer, smem_tile__decl_scan_visit, &ds);
-            if (!ts_node_is_null(ds.found) && !ts_node_eq(ds.found, rb_field(s->d[0].loop, "initializer")) &&
-                !ts_node_eq(ds.found, rb_field(s->d[1].loop, "initializer")))
+            rt_walk(s->outer, smem_tile__decl_scan_visit, &ds);
+            if (!ts_node_is_null(ds.found) && !ts_node_eq(ds.found, rt_field(s->d[0].loop, "initializer")) &&
+                !ts_node_eq(ds.found, rt_field(s->d[1].loop, "initializer")))
                 return RWHY("%s:%u: the factor `%s` reads '%s', declared in the loops", src, kl_ast_line(E), et, names[w]);
             for (uint32_t k = 0; k < ts_node_named_child_count(fbody); k++) {
                 TSNode q = ts_node_named_child(fbody, k);
@@ -221,9 +221,9 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
     /* the loops hold only declarations, continues and the way to the sum */
     for (TSNode c = accstmt; !ts_node_eq(c, s->outer); c = ts_node_parent(c)) {
         TSNode p = ts_node_parent(c);
-        if (rb_is(p, "compound_statement") && !only_decls_and(p, c))
+        if (rt_is(p, "compound_statement") && !only_decls_and(p, c))
             return RWHY("%s:%u: the loop does more than accumulate `%s`", src, kl_ast_line(p), acc);
-        if (rb_is(p, "if_statement") && !ts_node_is_null(rb_field(p, "alternative")))
+        if (rt_is(p, "if_statement") && !ts_node_is_null(rt_field(p, "alternative")))
             return RWHY("%s:%u: the sum sits in an if with an else", src, kl_ast_line(p));
     }
     /* the statements before the guard: declarations, run per output too */
@@ -233,16 +233,16 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
     for (uint32_t k = 0; k < ts_node_named_child_count(fbody); k++) {
         TSNode q = ts_node_named_child(fbody, k);
         if (ts_node_eq(q, s->guard)) break;
-        if (rb_is(q, "comment")) continue;
+        if (rt_is(q, "comment")) continue;
         if (!smem_tile__hoistable(ctx, q)) return RWHY("%s:%u: the statement before the guard is not a plain declaration", src, kl_ast_line(q));
-        if (!any) ta = rb_line_start(ctx, ts_node_start_byte(q));
-        tb = rb_line_end(ctx, ts_node_end_byte(q) - 1);
+        if (!any) ta = rt_line_start(ctx, ts_node_start_byte(q));
+        tb = rt_line_end(ctx, ts_node_end_byte(q) - 1);
         any = true;
     }
     if (!any) return RWHY("%s:%u: no declaration of the thread's column before the guard", src, ln);
-    if (!ts_node_is_null(rb_next_stmt(s->guard))) return RWHY("%s:%u: statements follow the output guard", src, ln);
+    if (!ts_node_is_null(rt_next_stmt(s->guard))) return RWHY("%s:%u: statements follow the output guard", src, ln);
     /* the guard's body: pre, the loop, post */
-    TSNode gbody = rb_field(s->guard, "consequence");
+    TSNode gbody = rt_field(s->guard, "consequence");
     uint32_t pa = 0, pb = 0;
     bool after = false, havepost = false;
     for (uint32_t k = 0; k < ts_node_named_child_count(gbody); k++) {
@@ -252,8 +252,8 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
             continue;
         }
         if (!after) continue;
-        if (!havepost) pa = rb_line_start(ctx, ts_node_start_byte(q));
-        pb = rb_line_end(ctx, ts_node_end_byte(q) - 1);
+        if (!havepost) pa = rt_line_start(ctx, ts_node_start_byte(q));
+        pb = rt_line_end(ctx, ts_node_end_byte(q) - 1);
         havepost = true;
     }
     if (!havepost) return RWHY("%s:%u: nothing after the loop stores the sum", src, ln);
@@ -297,8 +297,8 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         goto done;
     }
     char ind[64], unit[64], lind[64];
-    rb_indent_of(ctx, ts_node_start_byte(s->guard), ind, sizeof ind);
-    rb_indent_of(ctx, ts_node_start_byte(s->outer), lind, sizeof lind);
+    rt_indent_of(ctx, ts_node_start_byte(s->guard), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(s->outer), lind, sizeof lind);
     if (strlen(lind) <= strlen(ind)) {
         stt = RWHY("%s:%u: the loop is not indented inside the guard", src, ln);
         goto done;
@@ -307,19 +307,19 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
     /* directives right before the loop (`#pragma unroll`) belong to it, not to the statements before it */
     uint32_t lead = pragmas_above(ctx, ts_node_start_byte(s->outer));
     if (s->npre) {
-        uint32_t a = rb_line_start(ctx, ts_node_start_byte(s->pre[0]));
-        uint32_t b = rb_line_start(ctx, lead);
-        pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
+        uint32_t a = rt_line_start(ctx, ts_node_start_byte(s->pre[0]));
+        uint32_t b = rt_line_start(ctx, lead);
+        pre = rt_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
         if (!pre) {
             stt = kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs or left of it",
                                          src, kl_ast_line(s->pre[0]));
             goto done;
         }
     } else pre = kl_strdup("");
-    post = havepost ? rb_reindent(ctx->text + pa, pb - pa, 0) : kl_strdup("");
-    guardtxt = rb_text(ctx, smem_tile__if_cond(s->guard));
-    etext = rb_text(ctx, E);
-    ltext = rb_text(ctx, s->outer);
+    post = havepost ? rt_reindent(ctx->text + pa, pb - pa, 0) : kl_strdup("");
+    guardtxt = rt_text(ctx, smem_tile__if_cond(s->guard));
+    etext = rt_text(ctx, E);
+    ltext = rt_text(ctx, s->outer);
     if (!top || !top_c || !pre || !post || !guardtxt || !etext || !ltext) goto oom;
     /* the run-time condition (counts within max_radius) */
     {
@@ -339,8 +339,8 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
     value = smem_tile__stencil_value(ctx, s);
     if (!value) goto oom;
     /* the body, written whole */
-    uint32_t body_a = rb_line_end(ctx, ts_node_start_byte(fbody)), body_b = rb_line_start(ctx, ts_node_end_byte(fbody) - 1);
-    if (body_a > ta || !rb_line_blank_before(ctx, ts_node_end_byte(fbody) - 1)) {
+    uint32_t body_a = rt_line_end(ctx, ts_node_start_byte(fbody)), body_b = rt_line_start(ctx, ts_node_end_byte(fbody) - 1);
+    if (body_a > ta || !rt_line_blank_before(ctx, ts_node_end_byte(fbody) - 1)) {
         stt = RWHY("%s: expected the kernel's braces on lines of their own", src);
         goto done;
     }
@@ -372,8 +372,8 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         else kl_strbuf_addf(&sb, "%s%s%s %s = (%s) + %s - (int)threadIdx.y;\n", in1, unit, Y->type, Y->L->var, Y->L->start, Y->svar);
         for (unsigned q = 0; q < Y->ndecls; q++) {
             char dind[64];
-            rb_indent_of(ctx, ts_node_start_byte(Y->decls[q]), dind, sizeof dind);
-            char *t = rb_text(ctx, Y->decls[q]);
+            rt_indent_of(ctx, ts_node_start_byte(Y->decls[q]), dind, sizeof dind);
+            char *t = rt_text(ctx, Y->decls[q]);
             char *r = t ? smem_tile__reindent_node_text(dind, t, (int)(strlen(in1) + strlen(unit)) - (int)strlen(dind)) : NULL;
             free(t);
             if (!r) goto oom;
@@ -389,8 +389,8 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
                            X->L->start, X->svar, ox);
         for (unsigned q = 0; q < X->ndecls; q++) {
             char dind[64];
-            rb_indent_of(ctx, ts_node_start_byte(X->decls[q]), dind, sizeof dind);
-            char *t = rb_text(ctx, X->decls[q]);
+            rt_indent_of(ctx, ts_node_start_byte(X->decls[q]), dind, sizeof dind);
+            char *t = rt_text(ctx, X->decls[q]);
             char *r = t ? smem_tile__reindent_node_text(dind, t, (int)(strlen(in1) + 2 * strlen(unit)) - (int)strlen(dind)) : NULL;
             free(t);
             if (!r) goto oom;
@@ -423,13 +423,13 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         kl_strbuf_addf(&sb, "%s%s %s[%d];\n", in1, acctype, accn, ox);
         kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int %s = 0; %s < %d; %s++) %s[%s] = ", in1, in1, cn, cn, ox, cn, accn, cn);
         {
-            char *it = rb_text(ctx, accinit);
+            char *it = rt_text(ctx, accinit);
             if (!it) goto oom;
             kl_strbuf_addf(&sb, "%s;\n", it);
             free(it);
         }
-        uint32_t ya = ts_node_start_byte(Y->loop), yb = ts_node_start_byte(rb_field(Y->loop, "body"));
-        uint32_t xa = ts_node_start_byte(X->loop), xb = ts_node_start_byte(rb_field(X->loop, "body"));
+        uint32_t ya = ts_node_start_byte(Y->loop), yb = ts_node_start_byte(rt_field(Y->loop, "body"));
+        uint32_t xa = ts_node_start_byte(X->loop), xb = ts_node_start_byte(rt_field(X->loop, "body"));
         if (ts_node_eq(Y->loop, s->outer)) add_directives(ctx, lead, ya, in1, &sb); /* the loop's own `#pragma unroll` */
         kl_strbuf_addf(&sb, "%s%.*s{\n", in1, (int)(yb - ya), ctx->text + ya);
         kl_strbuf_addf(&sb, "%s%s%s %s[%lld];\n", in1, unit, s->elem, rown, (long long)rn);
@@ -457,13 +457,13 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         kl_strbuf_addf(&sb, "%s%s}\n%s}\n", in1, unit, in1);
         /* the outputs */
         kl_strbuf_addf(&sb, "%sfor (int %s = 0; %s < %d; %s++) {\n", in1, cn, cn, ox, cn);
-        char *t2 = rb_reindent(top_c, strlen(top_c), (int)(strlen(in1) + strlen(unit)) - (int)strlen(ind));
+        char *t2 = rt_reindent(top_c, strlen(top_c), (int)(strlen(in1) + strlen(unit)) - (int)strlen(ind));
         if (!t2) goto oom;
         kl_strbuf_adds(&sb, t2);
         free(t2);
         kl_strbuf_addf(&sb, "%s%s%s = %s[%s];\n", in1, unit, acc, accn, cn);
         kl_strbuf_addf(&sb, "%s%sif (%s) {\n", in1, unit, guardtxt);
-        char *p2 = rb_reindent(post, strlen(post), (int)(strlen(in1) + 2 * strlen(unit)) - (int)strlen(lind));
+        char *p2 = rt_reindent(post, strlen(post), (int)(strlen(in1) + 2 * strlen(unit)) - (int)strlen(lind));
         if (!p2) goto oom;
         kl_strbuf_adds(&sb, p2);
         free(p2);
@@ -473,8 +473,8 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         /* counts beyond max_radius: the original loop, per output */
         kl_strbuf_addf(&sb, "%s} else {\n", ind);
         kl_strbuf_addf(&sb, "%s%sfor (int %s = 0; %s < %d; %s++) {\n", ind, unit, cn, cn, ox, cn);
-        char *t2 = rb_reindent(top_c, strlen(top_c), 2 * (int)strlen(unit));
-        char *p2 = rb_reindent(pre, strlen(pre), 2 * (int)strlen(unit));
+        char *t2 = rt_reindent(top_c, strlen(top_c), 2 * (int)strlen(unit));
+        char *p2 = rt_reindent(pre, strlen(pre), 2 * (int)strlen(unit));
         if (!t2 || !p2) {
             free(t2);
             free(p2);
@@ -486,7 +486,7 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         free(p2);
         kl_strbuf_addf(&sb, "%s%s%sif (%s) {\n", ind, unit, unit, guardtxt);
         char *l2 = smem_tile__reindent_node_text(lind, ltext, (int)(strlen(ind) + 3 * strlen(unit)) - (int)strlen(lind));
-        char *p3 = rb_reindent(post, strlen(post), (int)(strlen(ind) + 3 * strlen(unit)) - (int)strlen(lind));
+        char *p3 = rt_reindent(post, strlen(post), (int)(strlen(ind) + 3 * strlen(unit)) - (int)strlen(lind));
         if (!l2 || !p3) {
             free(l2);
             free(p3);
@@ -528,7 +528,7 @@ unsigned smem_tile__stmts_of(TSNode compound, TSNode *out, unsigned max)
     unsigned n = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(compound); i++) {
         TSNode c = ts_node_named_child(compound, i);
-        if (rb_is(c, "comment")) continue;
+        if (rt_is(c, "comment")) continue;
         if (n < max) out[n] = c;
         n++;
     }
@@ -552,45 +552,45 @@ unsigned smem_tile__stmts_of(TSNode compound, TSNode *out, unsigned max)
 static TSNode only_for(TSNode compound)
 {
     TSNode st[4];
-    return smem_tile__stmts_of(compound, st, 4) == 1 && rb_is(st[0], "for_statement") ? st[0] : (TSNode){0};
+    return smem_tile__stmts_of(compound, st, 4) == 1 && rt_is(st[0], "for_statement") ? st[0] : (TSNode){0};
 }
 
 bool smem_tile__analyse_rt_present(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, smem_tile__rtp *p)
 {
     memset(p, 0, sizeof *p);
     TSNode c = ts_node_prev_named_sibling(decl);
-    if (!rb_is(c, "comment") || !rb_has_marker(ctx, ts_node_start_byte(c), ts_node_end_byte(c), RT_MARKER)) return false;
-    char *mt = rb_text(ctx, c);
+    if (!rt_is(c, "comment") || !rt_has_marker(ctx, ts_node_start_byte(c), ts_node_end_byte(c), RT_MARKER)) return false;
+    char *mt = rt_text(ctx, c);
     const char *at = mt ? strstr(mt, " outputs per thread along x") : NULL;
     while (at && at > mt && at[-1] >= '0' && at[-1] <= '9') at--;
     p->ox = at ? atoi(at) : 0;
     free(mt);
     if (p->ox < 2) return false;
     p->marker = c, p->decl = decl;
-    p->fdecl = rb_next_stmt(decl);
+    p->fdecl = rt_next_stmt(decl);
 #define RPWHY(...) (kl_snprintf(p->why, sizeof p->why, __VA_ARGS__), true)
     const char *src = kl_source_name(ctx->src);
     TSNode body = kl_ast_function_body(fn);
-    if (!ts_node_eq(ts_node_parent(decl), body) || !rb_is(p->fdecl, "declaration"))
+    if (!ts_node_eq(ts_node_parent(decl), body) || !rt_is(p->fdecl, "declaration"))
         return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, kl_ast_line(decl));
-    p->top_a = rb_line_end(ctx, ts_node_start_byte(body));
-    p->top_b = rb_line_start(ctx, ts_node_start_byte(c));
+    p->top_a = rt_line_end(ctx, ts_node_start_byte(body));
+    p->top_b = rt_line_start(ctx, ts_node_start_byte(c));
     /* pre: up to the `if (C)` with an else, or the first loop */
-    TSNode q = rb_next_stmt(p->fdecl);
-    p->pre_a = p->pre_b = rb_line_end(ctx, ts_node_end_byte(p->fdecl) - 1);
-    while (!ts_node_is_null(q) && rb_is(q, "declaration")) {
-        p->pre_b = rb_line_end(ctx, ts_node_end_byte(q) - 1);
-        q = rb_next_stmt(q);
+    TSNode q = rt_next_stmt(p->fdecl);
+    p->pre_a = p->pre_b = rt_line_end(ctx, ts_node_end_byte(p->fdecl) - 1);
+    while (!ts_node_is_null(q) && rt_is(q, "declaration")) {
+        p->pre_b = rt_line_end(ctx, ts_node_end_byte(q) - 1);
+        q = rt_next_stmt(q);
     }
-    if (rb_is(q, "if_statement") && !ts_node_is_null(rb_field(q, "alternative"))) {
+    if (rt_is(q, "if_statement") && !ts_node_is_null(rt_field(q, "alternative"))) {
         p->cond_if = q;
-        TSNode alt = rb_field(q, "alternative");
-        if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
-        TSNode per = rb_is(alt, "compound_statement") ? only_for(alt) : (TSNode){0};
-        TSNode pb = ts_node_is_null(per) ? per : rb_field(per, "body");
+        TSNode alt = rt_field(q, "alternative");
+        if (rt_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+        TSNode per = rt_is(alt, "compound_statement") ? only_for(alt) : (TSNode){0};
+        TSNode pb = ts_node_is_null(per) ? per : rt_field(per, "body");
         TSNode st[40];
-        unsigned n = rb_is(pb, "compound_statement") ? smem_tile__stmts_of(pb, st, 40) : 0;
-        if (!n || n > 40 || !rb_is(st[n - 1], "if_statement") || !rb_is(rb_field(st[n - 1], "consequence"), "compound_statement"))
+        unsigned n = rt_is(pb, "compound_statement") ? smem_tile__stmts_of(pb, st, 40) : 0;
+        if (!n || n > 40 || !rt_is(st[n - 1], "if_statement") || !rt_is(rt_field(st[n - 1], "consequence"), "compound_statement"))
             return RPWHY("%s:%u: the original loop under else is not as apply writes it", src, kl_ast_line(q));
         p->orig_if = st[n - 1];
         return true;
@@ -598,16 +598,16 @@ bool smem_tile__analyse_rt_present(const kl_rule_ctx *ctx, TSNode fn, TSNode dec
     /* a compile-time count: load loops, factor staging, barrier, accumulators, compute, epilogue */
     TSNode st[12];
     unsigned n = 0;
-    for (; !ts_node_is_null(q) && n < 12; q = rb_next_stmt(q)) st[n++] = q;
-    if (n < 7 || !rb_is(st[0], "for_statement") || !rb_is(st[1], "for_statement") || !rb_is_syncthreads(ctx, st[2]) ||
-        !rb_is(st[n - 2], "for_statement") || !rb_is(st[n - 1], "for_statement"))
+    for (; !ts_node_is_null(q) && n < 12; q = rt_next_stmt(q)) st[n++] = q;
+    if (n < 7 || !rt_is(st[0], "for_statement") || !rt_is(st[1], "for_statement") || !rt_is_syncthreads(ctx, st[2]) ||
+        !rt_is(st[n - 2], "for_statement") || !rt_is(st[n - 1], "for_statement"))
         return RPWHY("%s:%u: the register tile is not laid out as apply writes it", src, kl_ast_line(decl));
     p->ly = st[0], p->stage = st[1], p->yloop = st[n - 2], p->epi = st[n - 1];
-    p->lx = only_for(rb_field(p->ly, "body"));
+    p->lx = only_for(rt_field(p->ly, "body"));
     if (ts_node_is_null(p->lx)) {
-        TSNode b = rb_field(p->ly, "body");
+        TSNode b = rt_field(p->ly, "body");
         for (uint32_t k = 0; k < ts_node_named_child_count(b); k++)
-            if (rb_is(ts_node_named_child(b, k), "for_statement")) p->lx = ts_node_named_child(b, k);
+            if (rt_is(ts_node_named_child(b, k), "for_statement")) p->lx = ts_node_named_child(b, k);
     }
     if (ts_node_is_null(p->lx)) return RPWHY("%s:%u: the tile load is not as apply writes it", src, kl_ast_line(p->ly));
     return true;
@@ -632,13 +632,13 @@ static char *unsubst(const char *t, int ox)
 /* The statements of a loop body after its first (the offset declaration), each on its line. */
 static void body_decls_after_first(const kl_rule_ctx *ctx, TSNode loop, const char *ind, kl_strbuf *sb, TSNode stop)
 {
-    TSNode b = rb_field(loop, "body");
+    TSNode b = rt_field(loop, "body");
     TSNode st[16];
     unsigned n = smem_tile__stmts_of(b, st, 16);
     for (unsigned k = 1; k < n && k < 16; k++) {
         if (!ts_node_is_null(stop) && ts_node_eq(st[k], stop)) break;
-        if (!rb_is(st[k], "declaration")) continue;
-        char *t = rb_text(ctx, st[k]);
+        if (!rt_is(st[k], "declaration")) continue;
+        char *t = rt_text(ctx, st[k]);
         if (t) kl_strbuf_addf(sb, "%s%s\n", ind, t);
         free(t);
     }
@@ -650,7 +650,7 @@ kl_status smem_tile__remove_rt(const kl_rule_ctx *ctx, TSNode fn, const smem_til
     if (p->why[0]) return kl_rule_not_applicable(err, "%s", p->why);
     TSNode body = kl_ast_function_body(fn);
     char ind[64], unit[64] = "    ";
-    rb_indent_of(ctx, ts_node_start_byte(p->decl), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(p->decl), ind, sizeof ind);
     if (!ind[0] || strchr(ind, '\t')) kl_snprintf(unit, sizeof unit, "    ");
     else kl_snprintf(unit, sizeof unit, "%s", ind);
     kl_status st = KL_OK;
@@ -660,16 +660,16 @@ kl_status smem_tile__remove_rt(const kl_rule_ctx *ctx, TSNode fn, const smem_til
     char *top2 = top ? unsubst(top, p->ox) : NULL;
     free(top);
     top = top2;
-    pre = rb_reindent(ctx->text + p->pre_a, p->pre_b - p->pre_a, (int)strlen(unit));
+    pre = rt_reindent(ctx->text + p->pre_a, p->pre_b - p->pre_a, (int)strlen(unit));
     if (!top || !pre) goto oom;
     kl_strbuf_adds(&sb, top);
     if (!ts_node_is_null(p->cond_if)) {
-        TSNode cons = rb_field(p->orig_if, "consequence");
-        uint32_t a = rb_line_end(ctx, ts_node_start_byte(cons)), b = rb_line_start(ctx, ts_node_end_byte(cons) - 1);
+        TSNode cons = rt_field(p->orig_if, "consequence");
+        uint32_t a = rt_line_end(ctx, ts_node_start_byte(cons)), b = rt_line_start(ctx, ts_node_end_byte(cons) - 1);
         char cind[64];
-        rb_indent_of(ctx, a, cind, sizeof cind);
-        inner = b > a ? rb_reindent(ctx->text + a, b - a, (int)(strlen(ind) + strlen(unit)) - (int)strlen(cind)) : NULL;
-        guard = rb_text(ctx, smem_tile__if_cond(p->orig_if));
+        rt_indent_of(ctx, a, cind, sizeof cind);
+        inner = b > a ? rt_reindent(ctx->text + a, b - a, (int)(strlen(ind) + strlen(unit)) - (int)strlen(cind)) : NULL;
+        guard = rt_text(ctx, smem_tile__if_cond(p->orig_if));
         if (!inner || !guard) {
             st = kl_rule_not_applicable(err, "%s:%u: the original loop under else cannot be moved back", src,
                                         kl_ast_line(p->orig_if));
@@ -678,41 +678,41 @@ kl_status smem_tile__remove_rt(const kl_rule_ctx *ctx, TSNode fn, const smem_til
         kl_strbuf_addf(&sb, "%sif (%s) {\n%s%s%s}\n", ind, guard, pre, inner, ind);
     } else {
         /* rebuild: the load's offsets and locals, guard and read; the factor; the sum; the epilogue's guard and store */
-        TSNode lyb = rb_field(p->ly, "body"), lxb = rb_field(p->lx, "body");
+        TSNode lyb = rt_field(p->ly, "body"), lxb = rt_field(p->lx, "body");
         TSNode ys[16], xs[16], ss[8], es[24];
-        unsigned ny = smem_tile__stmts_of(lyb, ys, 16), nx = smem_tile__stmts_of(lxb, xs, 16), ns = smem_tile__stmts_of(rb_field(p->stage, "body"), ss, 8);
-        unsigned ne = smem_tile__stmts_of(rb_field(p->epi, "body"), es, 24);
+        unsigned ny = smem_tile__stmts_of(lyb, ys, 16), nx = smem_tile__stmts_of(lxb, xs, 16), ns = smem_tile__stmts_of(rt_field(p->stage, "body"), ss, 8);
+        unsigned ne = smem_tile__stmts_of(rt_field(p->epi, "body"), es, 24);
         TSNode store = nx ? xs[nx - 1] : (TSNode){0};
-        TSNode asg = rb_is(store, "expression_statement") ? ts_node_named_child(store, 0) : (TSNode){0};
-        TSNode val = rb_is(asg, "assignment_expression") ? rb_field(asg, "right") : (TSNode){0};
+        TSNode asg = rt_is(store, "expression_statement") ? ts_node_named_child(store, 0) : (TSNode){0};
+        TSNode val = rt_is(asg, "assignment_expression") ? rt_field(asg, "right") : (TSNode){0};
         TSNode fst = ns ? ss[ns - 1] : (TSNode){0};
-        TSNode fasg = rb_is(fst, "expression_statement") ? ts_node_named_child(fst, 0) : (TSNode){0};
+        TSNode fasg = rt_is(fst, "expression_statement") ? ts_node_named_child(fst, 0) : (TSNode){0};
         TSNode eif = ne ? es[ne - 1] : (TSNode){0};
-        TSNode accasg = ne >= 2 && rb_is(es[ne - 2], "expression_statement") ? ts_node_named_child(es[ne - 2], 0) : (TSNode){0};
-        TSNode xin = rb_field(p->yloop, "body");
+        TSNode accasg = ne >= 2 && rt_is(es[ne - 2], "expression_statement") ? ts_node_named_child(es[ne - 2], 0) : (TSNode){0};
+        TSNode xin = rt_field(p->yloop, "body");
         TSNode xloop = {0};
         for (uint32_t k = 0; k < ts_node_named_child_count(xin); k++)
-            if (rb_is(ts_node_named_child(xin, k), "for_statement")) xloop = ts_node_named_child(xin, k);
-        if (!ny || !nx || !rb_is(val, "conditional_expression") || !rb_is(fasg, "assignment_expression") ||
-            !rb_is(eif, "if_statement") || !rb_is(accasg, "assignment_expression") || ts_node_is_null(xloop)) {
+            if (rt_is(ts_node_named_child(xin, k), "for_statement")) xloop = ts_node_named_child(xin, k);
+        if (!ny || !nx || !rt_is(val, "conditional_expression") || !rt_is(fasg, "assignment_expression") ||
+            !rt_is(eif, "if_statement") || !rt_is(accasg, "assignment_expression") || ts_node_is_null(xloop)) {
             st = kl_rule_not_applicable(err, "%s:%u: the register tile is not laid out as apply writes it", src, kl_ast_line(p->decl));
             goto done;
         }
-        char *cond = rb_text(ctx, rb_field(val, "condition")), *read = rb_text(ctx, rb_field(val, "consequence"));
-        char *fac = rb_text(ctx, rb_field(fasg, "right")), *acc = rb_text(ctx, rb_field(accasg, "left"));
-        guard = rb_text(ctx, smem_tile__if_cond(eif));
-        TSNode econs = rb_field(eif, "consequence");
-        uint32_t ea = rb_line_end(ctx, ts_node_start_byte(econs)), eb = rb_line_start(ctx, ts_node_end_byte(econs) - 1);
+        char *cond = rt_text(ctx, rt_field(val, "condition")), *read = rt_text(ctx, rt_field(val, "consequence"));
+        char *fac = rt_text(ctx, rt_field(fasg, "right")), *acc = rt_text(ctx, rt_field(accasg, "left"));
+        guard = rt_text(ctx, smem_tile__if_cond(eif));
+        TSNode econs = rt_field(eif, "consequence");
+        uint32_t ea = rt_line_end(ctx, ts_node_start_byte(econs)), eb = rt_line_start(ctx, ts_node_end_byte(econs) - 1);
         char eind[64];
-        rb_indent_of(ctx, ea, eind, sizeof eind);
-        char *post = eb > ea ? rb_reindent(ctx->text + ea, eb - ea, (int)(strlen(ind) + strlen(unit)) - (int)strlen(eind)) : NULL;
+        rt_indent_of(ctx, ea, eind, sizeof eind);
+        char *post = eb > ea ? rt_reindent(ctx->text + ea, eb - ea, (int)(strlen(ind) + strlen(unit)) - (int)strlen(eind)) : NULL;
         if (cond && read && fac && acc && guard && post) {
             char i1[160], i2[160], i3[160];
             kl_snprintf(i1, sizeof i1, "%s%s", ind, unit);
             kl_snprintf(i2, sizeof i2, "%s%s", i1, unit);
             kl_snprintf(i3, sizeof i3, "%s%s", i2, unit);
-            uint32_t ya = ts_node_start_byte(p->yloop), yb = ts_node_start_byte(rb_field(p->yloop, "body"));
-            uint32_t xa = ts_node_start_byte(xloop), xb = ts_node_start_byte(rb_field(xloop, "body"));
+            uint32_t ya = ts_node_start_byte(p->yloop), yb = ts_node_start_byte(rt_field(p->yloop, "body"));
+            uint32_t xa = ts_node_start_byte(xloop), xb = ts_node_start_byte(rt_field(xloop, "body"));
             kl_strbuf_addf(&sb, "%sif (%s) {\n%s", ind, guard, pre);
             kl_strbuf_addf(&sb, "%s%.*s{\n", i1, (int)(yb - ya), ctx->text + ya);
             body_decls_after_first(ctx, p->ly, i2, &sb, p->lx);
@@ -728,32 +728,32 @@ kl_status smem_tile__remove_rt(const kl_rule_ctx *ctx, TSNode fn, const smem_til
         if (st != KL_OK) goto oom;
     }
     if (sb.failed) goto oom;
-    st = kl_edits_add(out, p->top_a, rb_line_start(ctx, ts_node_end_byte(body) - 1), kl_strbuf_str(&sb));
+    st = kl_edits_add(out, p->top_a, rt_line_start(ctx, ts_node_end_byte(body) - 1), kl_strbuf_str(&sb));
     /* the grids: (G + N - 1) / N -> G */
     if (st == KL_OK) {
-        rb_func fs[64];
-        unsigned nf = rb_functions(ctx, fs, 64);
-        const rb_func *f = NULL;
+        rt_func fs[64];
+        unsigned nf = rt_functions(ctx, fs, 64);
+        const rt_func *f = NULL;
         for (unsigned i = 0; i < nf && !f; i++)
             if (ts_node_eq(fs[i].def, fn)) f = &fs[i];
-        rb_launch ls[16];
-        unsigned nl = f ? rb_launches(ctx, f->name, ls, 16) : 0;
+        rt_launch ls[16];
+        unsigned nl = f ? rt_launches(ctx, f->name, ls, 16) : 0;
         uint32_t done[16];
         unsigned nd = 0;
         for (unsigned i = 0; i < nl && st == KL_OK; i++) {
-            TSNode list = ls[i].ncfg ? rb_dim3_args(ctx, &ls[i], ls[i].cfg[0]) : (TSNode){0};
-            TSNode ex = ts_node_is_null(list) ? list : smem_tile__strip(rb_dim3_extent(list, 0));
-            TSNode num = rb_is(ex, "binary_expression") ? smem_tile__strip(rb_field(ex, "left")) : (TSNode){0};
+            TSNode list = ls[i].ncfg ? rt_dim3_args(ctx, &ls[i], ls[i].cfg[0]) : (TSNode){0};
+            TSNode ex = ts_node_is_null(list) ? list : smem_tile__strip(rt_dim3_extent(list, 0));
+            TSNode num = rt_is(ex, "binary_expression") ? smem_tile__strip(rt_field(ex, "left")) : (TSNode){0};
             long long d = 0, a1 = 0;
-            if (!rb_is(num, "binary_expression") || !smem_tile__text_is(ctx, rb_field(ex, "operator"), "/") ||
-                !rb_const_eval(ctx, (TSNode){0}, rb_field(ex, "right"), &d) || d != p->ox ||
-                !smem_tile__text_is(ctx, rb_field(num, "operator"), "+") ||
-                !rb_const_eval(ctx, (TSNode){0}, rb_field(num, "right"), &a1) || a1 != p->ox - 1) {
+            if (!rt_is(num, "binary_expression") || !smem_tile__text_is(ctx, rt_field(ex, "operator"), "/") ||
+                !rt_const_eval(ctx, (TSNode){0}, rt_field(ex, "right"), &d) || d != p->ox ||
+                !smem_tile__text_is(ctx, rt_field(num, "operator"), "+") ||
+                !rt_const_eval(ctx, (TSNode){0}, rt_field(num, "right"), &a1) || a1 != p->ox - 1) {
                 st = kl_rule_not_applicable(err, "%s:%u: the grid of this launch is not `(G + %d) / %d`", src,
                                             kl_node_span(ls[i].call).line, p->ox - 1, p->ox);
                 break;
             }
-            if (rb_is(ls[i].cfg[0], "identifier")) {
+            if (rt_is(ls[i].cfg[0], "identifier")) {
                 /* a grid local shared with other kernels' launches stays: they were widened with it */
                 char nm[64];
                 smem_tile__squeezed(ctx, ls[i].cfg[0], nm, sizeof nm);
@@ -770,9 +770,9 @@ kl_status smem_tile__remove_rt(const kl_rule_ctx *ctx, TSNode fn, const smem_til
             for (unsigned j = 0; j < nd; j++) seen |= done[j] == ts_node_start_byte(ex);
             if (seen) continue;
             if (nd < 16) done[nd++] = ts_node_start_byte(ex);
-            TSNode g = rb_field(num, "left");
-            char *gt = rb_text(ctx, g);
-            st = gt ? kl_edits_add(out, ts_node_start_byte(rb_dim3_extent(list, 0)), ts_node_end_byte(rb_dim3_extent(list, 0)), gt)
+            TSNode g = rt_field(num, "left");
+            char *gt = rt_text(ctx, g);
+            st = gt ? kl_edits_add(out, ts_node_start_byte(rt_dim3_extent(list, 0)), ts_node_end_byte(rt_dim3_extent(list, 0)), gt)
                     : KL_ERR_NOMEM;
             free(gt);
         }

@@ -22,17 +22,17 @@ typedef struct store_scan {
 static bool store_visit(TSNode n, void *user)
 {
     store_scan *s = user;
-    if (rb_is(n, "assignment_expression")) {
-        TSNode l = rb_field(n, "left");
-        if (rb_is(l, "subscript_expression") && rb_is(rb_field(l, "argument"), "subscript_expression") &&
-            smem_tile__text_is(s->ctx, rb_field(rb_field(l, "argument"), "argument"), s->arr)) {
+    if (rt_is(n, "assignment_expression")) {
+        TSNode l = rt_field(n, "left");
+        if (rt_is(l, "subscript_expression") && rt_is(rt_field(l, "argument"), "subscript_expression") &&
+            smem_tile__text_is(s->ctx, rt_field(rt_field(l, "argument"), "argument"), s->arr)) {
             if (s->nstores < 4) s->stores[s->nstores] = n;
             s->nstores++;
-            rb_walk(rb_field(n, "right"), store_visit, s);
+            rt_walk(rt_field(n, "right"), store_visit, s);
             return false;
         }
     }
-    if (rb_is(n, "identifier") && smem_tile__text_is(s->ctx, n, s->arr)) s->reads++;
+    if (rt_is(n, "identifier") && smem_tile__text_is(s->ctx, n, s->arr)) s->reads++;
     return true;
 }
 
@@ -44,8 +44,8 @@ static TSNode local_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, TS
     stack[sp++] = in;
     while (sp) {
         TSNode n = stack[--sp];
-        if (rb_is(n, "init_declarator") && smem_tile__text_is(ctx, rb_declarator_name(rb_field(n, "declarator")), name)) {
-            *value = rb_field(n, "value");
+        if (rt_is(n, "init_declarator") && smem_tile__text_is(ctx, rt_declarator_name(rt_field(n, "declarator")), name)) {
+            *value = rt_field(n, "value");
             return ts_node_parent(n);
         }
         for (uint32_t c = 0; c < ts_node_named_child_count(n) && sp < 128; c++) stack[sp++] = ts_node_named_child(n, c);
@@ -80,18 +80,18 @@ static bool text_assigns(const kl_rule_ctx *ctx, TSNode n)
 static TSNode vector_read(const kl_rule_ctx *ctx, TSNode rd, int *width)
 {
     TSNode amp = ts_node_parent(rd);
-    if (!rb_is(amp, "pointer_expression") || !smem_tile__text_is(ctx, rb_field(amp, "operator"), "&")) return (TSNode){0};
+    if (!rt_is(amp, "pointer_expression") || !smem_tile__text_is(ctx, rt_field(amp, "operator"), "&")) return (TSNode){0};
     TSNode args = ts_node_parent(amp);
-    if (!rb_is(args, "argument_list") || ts_node_named_child_count(args) != 1) return (TSNode){0};
+    if (!rt_is(args, "argument_list") || ts_node_named_child_count(args) != 1) return (TSNode){0};
     TSNode call = ts_node_parent(args);
-    if (!rb_is(call, "call_expression")) return (TSNode){0};
+    if (!rt_is(call, "call_expression")) return (TSNode){0};
     char fn[128];
-    smem_tile__squeezed(ctx, rb_field(call, "function"), fn, sizeof fn);
+    smem_tile__squeezed(ctx, rt_field(call, "function"), fn, sizeof fn);
     if (!strcmp(fn, "reinterpret_cast<constfloat4*>") || !strcmp(fn, "reinterpret_cast<floatconst4*>")) *width = 4;
     else if (!strcmp(fn, "reinterpret_cast<constfloat2*>")) *width = 2;
     else return (TSNode){0};
     TSNode deref = ts_node_parent(call);
-    if (!rb_is(deref, "pointer_expression") || !smem_tile__text_is(ctx, rb_field(deref, "operator"), "*")) return (TSNode){0};
+    if (!rt_is(deref, "pointer_expression") || !smem_tile__text_is(ctx, rt_field(deref, "operator"), "*")) return (TSNode){0};
     return deref;
 }
 
@@ -100,18 +100,18 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
     memset(h, 0, sizeof *h);
     h->decl = decl;
     const char *src = kl_source_name(ctx->src);
-    TSNode d = rb_field(decl, "declarator");
-    if (!rb_is(d, "array_declarator") || !rb_is(rb_field(d, "declarator"), "array_declarator")) return false;
+    TSNode d = rt_field(decl, "declarator");
+    if (!rt_is(d, "array_declarator") || !rt_is(rt_field(d, "declarator"), "array_declarator")) return false;
     if (ts_node_named_child_count(decl) > 3) return false;
-    TSNode id = rb_declarator_name(d);
+    TSNode id = rt_declarator_name(d);
     uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
     kl_snprintf(h->arr, sizeof h->arr, "%.*s", (int)(b - a), ctx->text + a);
-    TSNode ty = rb_field(decl, "type");
+    TSNode ty = rt_field(decl, "type");
     kl_snprintf(h->elem, sizeof h->elem, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                 ctx->text + ts_node_start_byte(ty));
     /* one statement after the declaration stores into it, then a barrier, then only reads */
     store_scan all = {.ctx = ctx, .arr = h->arr};
-    rb_walk(kl_ast_function_body(fn), store_visit, &all);
+    rt_walk(kl_ast_function_body(fn), store_visit, &all);
     if (all.nstores != 1) return false;
     TSNode store = all.stores[0];
     TSNode load = store;
@@ -122,22 +122,22 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
 #define WHY(...) (kl_snprintf(h->why, sizeof h->why, __VA_ARGS__), true)
     h->load = load;
     h->store = store;
-    h->sync = rb_next_stmt(load);
+    h->sync = rt_next_stmt(load);
     /* not this shape (the GEMM tiles are reloaded inside their loop): no site */
-    if (!rb_is_syncthreads(ctx, h->sync) || kl_affine_loop_enclosing(ax, load) >= 0) return false;
-    if (!rb_is(ts_node_parent(load), "compound_statement") || !ts_node_eq(ts_node_parent(load), kl_ast_function_body(fn)))
+    if (!rt_is_syncthreads(ctx, h->sync) || kl_affine_loop_enclosing(ax, load) >= 0) return false;
+    if (!rt_is(ts_node_parent(load), "compound_statement") || !ts_node_eq(ts_node_parent(load), kl_ast_function_body(fn)))
         return WHY("%s:%u: the load is not at the kernel's top level", src, kl_ast_line(load));
-    TSNode l = rb_field(store, "left");
-    h->sub[0] = kl_ast_subscript_index(rb_field(l, "argument"));
+    TSNode l = rt_field(store, "left");
+    h->sub[0] = kl_ast_subscript_index(rt_field(l, "argument"));
     h->sub[1] = kl_ast_subscript_index(l);
     for (int i = 0; i < 2; i++) {
-        if (!rb_is(h->sub[i], "identifier"))
+        if (!rt_is(h->sub[i], "identifier"))
             return WHY("%s:%u: the tile is stored at a subscript that is not a variable", src, kl_ast_line(store));
         uint32_t sa = ts_node_start_byte(h->sub[i]), sb = ts_node_end_byte(h->sub[i]);
         kl_snprintf(h->sv[i], sizeof h->sv[i], "%.*s", (int)(sb - sa), ctx->text + sa);
     }
-    h->value = rb_field(store, "right");
-    if (!smem_tile__text_is(ctx, rb_field(store, "operator"), "="))
+    h->value = rt_field(store, "right");
+    if (!smem_tile__text_is(ctx, rt_field(store, "operator"), "="))
         return WHY("%s:%u: the tile is updated, not stored", src, kl_ast_line(store));
     /* the value: from sy, sx, locals of the load defined from them, and block-uniform values */
     TSNode work[16];
@@ -150,13 +150,13 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
         stack[sp++] = e;
         while (sp) {
             TSNode n = stack[--sp];
-            if (rb_is(n, "field_expression")) {
-                TSNode arg = rb_field(n, "argument");
+            if (rt_is(n, "field_expression")) {
+                TSNode arg = rt_field(n, "argument");
                 if (smem_tile__text_is(ctx, arg, "threadIdx"))
                     return WHY("%s:%u: the tile's value depends on the thread", src, kl_ast_line(n));
                 continue;
             }
-            if (rb_is(n, "identifier")) {
+            if (rt_is(n, "identifier")) {
                 char nm[64];
                 smem_tile__squeezed(ctx, n, nm, sizeof nm);
                 if (!strcmp(nm, h->sv[0]) || !strcmp(nm, h->sv[1])) continue;
@@ -178,11 +178,11 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
                     return WHY("%s:%u: the tile's value depends on '%s', which differs between threads", src, kl_ast_line(n), nm);
                 continue;
             }
-            if (rb_is(n, "call_expression")) {
-                stack[sp++] = rb_field(n, "arguments");
+            if (rt_is(n, "call_expression")) {
+                stack[sp++] = rt_field(n, "arguments");
                 continue;
             }
-            if (rb_is(n, "assignment_expression") || rb_is(n, "update_expression")) {
+            if (rt_is(n, "assignment_expression") || rt_is(n, "update_expression")) {
                 /* the tree may read `a < b && c >= d` as a template and an assignment: judge the text */
                 if (text_assigns(ctx, n))
                     return WHY("%s:%u: the tile's value has side effects ('%.*s')", src, kl_ast_line(n),
@@ -199,7 +199,7 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
             return WHY("%s:%u: the tile coordinate '%s' is not declared in the load", src, kl_ast_line(store), h->sv[i]);
         /* a loop's own variable (`for (int sy = threadIdx.y; sy < SH; sy += BY)`) is updated only there */
         TSNode lp = ts_node_parent(dl);
-        bool loop_var = rb_is(lp, "for_statement") && ts_node_eq(rb_field(lp, "initializer"), dl) &&
+        bool loop_var = rt_is(lp, "for_statement") && ts_node_eq(rt_field(lp, "initializer"), dl) &&
                         kl_affine_loop_index(ax, lp) >= 0 && kl_affine_loop(ax, (unsigned)kl_affine_loop_index(ax, lp))->var &&
                         !strcmp(kl_affine_loop(ax, (unsigned)kl_affine_loop_index(ax, lp))->var, h->sv[i]);
         if (!loop_var && kl_affine_assign_count(ax, h->sv[i]) > 1)
@@ -207,7 +207,7 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
     }
     /* every other use of the tile, after the barrier, is a read S[a][b] */
     smem_tile__read_scan rs = {.ctx = ctx, .arr = {h->arr, h->arr}};
-    for (TSNode s = rb_next_stmt(h->sync); !ts_node_is_null(s); s = rb_next_stmt(s)) rb_walk(s, smem_tile__read_visit, &rs);
+    for (TSNode s = rt_next_stmt(h->sync); !ts_node_is_null(s); s = rt_next_stmt(s)) rt_walk(s, smem_tile__read_visit, &rs);
     if (rs.n > 32) return WHY("%s: more than 32 reads of '%s'", src, h->arr);
     if (smem_tile__uses_of(ctx, kl_ast_function_body(fn), h->arr) != rs.n + 2)
         return WHY("%s: '%s' is used other than by its load and reads after the barrier", src, h->arr);
@@ -215,8 +215,8 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
         TSNode p = ts_node_parent(rs.reads[r]);
         int width = 0;
         if (!strcmp(h->elem, "float") && !ts_node_is_null(vector_read(ctx, rs.reads[r], &width))) continue;
-        if ((rb_is(p, "assignment_expression") && ts_node_eq(rb_field(p, "left"), rs.reads[r])) || rb_is(p, "update_expression") ||
-            (rb_is(p, "pointer_expression") && smem_tile__text_is(ctx, rb_field(p, "operator"), "&")))
+        if ((rt_is(p, "assignment_expression") && ts_node_eq(rt_field(p, "left"), rs.reads[r])) || rt_is(p, "update_expression") ||
+            (rt_is(p, "pointer_expression") && smem_tile__text_is(ctx, rt_field(p, "operator"), "&")))
             return WHY("%s:%u: '%s' is written or its address taken after the barrier", src, kl_ast_line(p), h->arr);
     }
 #undef WHY
@@ -229,7 +229,7 @@ kl_status smem_tile__remove_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNo
     const char *src = kl_source_name(ctx->src);
     if (h->why[0]) return kl_rule_not_applicable(err, "%s", h->why);
     char ind[64];
-    rb_indent_of(ctx, ts_node_start_byte(h->load), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(h->load), ind, sizeof ind);
     kl_status st = KL_OK;
     kl_strbuf sb = KL_STRBUF_INIT;
     /* the value's locals, in document order */
@@ -245,13 +245,13 @@ kl_status smem_tile__remove_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNo
     kl_strbuf_addf(&sb, "%s// " NAME " removed: '%s' reads global memory where the tile was loaded from it\n", ind, h->arr);
     kl_strbuf_addf(&sb, "%sauto %s = [&](int %s, int %s) -> %s {\n", ind, h->arr, h->sv[0], h->sv[1], h->elem);
     for (unsigned i = 0; i < nv; i++) {
-        char *t = rb_text(ctx, vd[i]);
+        char *t = rt_text(ctx, vd[i]);
         if (!t) goto oom;
         kl_strbuf_addf(&sb, "%s    %s\n", ind, t);
         free(t);
     }
     {
-        char *v = rb_text(ctx, h->value);
+        char *v = rt_text(ctx, h->value);
         if (!v) goto oom;
         kl_strbuf_addf(&sb, "%s    return %s;\n%s};\n", ind, v, ind);
         free(v);
@@ -259,27 +259,27 @@ kl_status smem_tile__remove_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNo
     if (sb.failed) goto oom;
     {
         uint32_t a, b, a2, b2, a3, b3;
-        rb_stmt_range(ctx, h->decl, NAME, &a, &b);
+        rt_stmt_range(ctx, h->decl, NAME, &a, &b);
         KL_TRY(kl_edits_add(out, a, b, ""));
-        rb_stmt_range(ctx, h->load, NULL, &a2, &b2);
+        rt_stmt_range(ctx, h->load, NULL, &a2, &b2);
         /* a comment / pragma line right above the load goes with it */
-        uint32_t ls = rb_line_start(ctx, a2);
+        uint32_t ls = rt_line_start(ctx, a2);
         if (ls > 0) {
-            uint32_t pl = rb_line_start(ctx, ls - 1);
+            uint32_t pl = rt_line_start(ctx, ls - 1);
             const char *t = ctx->text + pl;
             while (*t == ' ' || *t == '\t') t++;
             if (!strncmp(t, "#pragma", 7) && pl >= b) a2 = pl;
         }
         KL_TRY(kl_edits_add(out, a2, b2, kl_strbuf_str(&sb)));
-        rb_stmt_range(ctx, h->sync, NULL, &a3, &b3);
+        rt_stmt_range(ctx, h->sync, NULL, &a3, &b3);
         KL_TRY(kl_edits_add(out, a3, b3, ""));
     }
     {
         smem_tile__read_scan rs = {.ctx = ctx, .arr = {h->arr, h->arr}};
-        for (TSNode s = rb_next_stmt(h->sync); !ts_node_is_null(s); s = rb_next_stmt(s)) rb_walk(s, smem_tile__read_visit, &rs);
+        for (TSNode s = rt_next_stmt(h->sync); !ts_node_is_null(s); s = rt_next_stmt(s)) rt_walk(s, smem_tile__read_visit, &rs);
         for (unsigned r = 0; r < rs.n && r < 32; r++) {
             TSNode rd = rs.reads[r];
-            TSNode in = rb_field(rd, "argument");
+            TSNode in = rt_field(rd, "argument");
             TSNode s0 = kl_ast_subscript_index(in), s1 = kl_ast_subscript_index(rd);
             int width = 0;
             TSNode deref = vector_read(ctx, rd, &width);
@@ -340,10 +340,10 @@ bool smem_tile__simple_token(const char *s)
 
 bool smem_tile__is_continue_if(TSNode st)
 {
-    if (!rb_is(st, "if_statement") || !ts_node_is_null(rb_field(st, "alternative"))) return false;
-    TSNode c = rb_field(st, "consequence");
-    if (rb_is(c, "compound_statement") && ts_node_named_child_count(c) == 1) c = ts_node_named_child(c, 0);
-    return rb_is(c, "continue_statement");
+    if (!rt_is(st, "if_statement") || !ts_node_is_null(rt_field(st, "alternative"))) return false;
+    TSNode c = rt_field(st, "consequence");
+    if (rt_is(c, "compound_statement") && ts_node_named_child_count(c) == 1) c = ts_node_named_child(c, 0);
+    return rt_is(c, "continue_statement");
 }
 
 /* The conditions under which control reaches the read inside the loop nest: the conjuncts of the
@@ -358,15 +358,15 @@ static bool stencil_path(const kl_rule_ctx *ctx, smem_tile__sa *s)
         TSNode parts[SMAXC];
         unsigned np = 0;
         bool negated = false;
-        if (rb_is(p, "if_statement") || rb_is(p, "conditional_expression")) {
-            TSNode cons = rb_field(p, "consequence");
+        if (rt_is(p, "if_statement") || rt_is(p, "conditional_expression")) {
+            TSNode cons = rt_field(p, "consequence");
             if (!ts_node_eq(c, cons))
                 return SWHY("%s:%u: the read sits in the condition or the else branch of a conditional", src, kl_ast_line(p));
-            smem_tile__split_on(ctx, rb_is(p, "if_statement") ? smem_tile__if_cond(p) : rb_field(p, "condition"), "&&", parts, &np, SMAXC);
-        } else if (rb_is(p, "else_clause"))
+            smem_tile__split_on(ctx, rt_is(p, "if_statement") ? smem_tile__if_cond(p) : rt_field(p, "condition"), "&&", parts, &np, SMAXC);
+        } else if (rt_is(p, "else_clause"))
             return SWHY("%s:%u: the read sits in an else branch", src, kl_ast_line(p));
-        else if (rb_is(p, "compound_statement")) {
-            for (TSNode q = rb_prev_stmt(c); !ts_node_is_null(q); q = rb_prev_stmt(q)) {
+        else if (rt_is(p, "compound_statement")) {
+            for (TSNode q = rt_prev_stmt(c); !ts_node_is_null(q); q = rt_prev_stmt(q)) {
                 if (!smem_tile__is_continue_if(q)) continue;
                 TSNode ps[SMAXC];
                 unsigned nq = 0;
@@ -409,10 +409,10 @@ static bool tile_expressible(const kl_rule_ctx *ctx, kl_affine_ctx *ax, smem_til
     char b[8];
     smem_tile__binop(ctx, e, b, sizeof b);
     if (b[0] && cmp_op(b))
-        return tile_expressible(ctx, ax, s, rb_field(e, "left"), mask) &&
-               tile_expressible(ctx, ax, s, rb_field(e, "right"), mask);
-    if (rb_is(e, "unary_expression") && smem_tile__text_is(ctx, rb_field(e, "operator"), "!"))
-        return tile_expressible(ctx, ax, s, rb_field(e, "argument"), mask);
+        return tile_expressible(ctx, ax, s, rt_field(e, "left"), mask) &&
+               tile_expressible(ctx, ax, s, rt_field(e, "right"), mask);
+    if (rt_is(e, "unary_expression") && smem_tile__text_is(ctx, rt_field(e, "operator"), "!"))
+        return tile_expressible(ctx, ax, s, rt_field(e, "argument"), mask);
     kl_affine a = {0};
     if (kl_affine_of(ax, e, &a) != KL_OK) return SWHY("out of memory");
     bool ok = a.ok;
@@ -463,7 +463,7 @@ static bool tile_expressible(const kl_rule_ctx *ctx, kl_affine_ctx *ax, smem_til
 bool smem_tile__ident_visit(TSNode n, void *user)
 {
     smem_tile__ident_scan *s = user;
-    if (rb_is(n, "identifier")) {
+    if (rt_is(n, "identifier")) {
         char nm[64];
         smem_tile__squeezed(s->ctx, n, nm, sizeof nm);
         for (unsigned i = 0; i < s->n; i++)
@@ -471,8 +471,8 @@ bool smem_tile__ident_visit(TSNode n, void *user)
         if (s->n < s->max) kl_snprintf(s->names[s->n++], 64, "%s", nm);
         return false;
     }
-    if (rb_is(n, "field_expression")) {
-        rb_walk(rb_field(n, "argument"), smem_tile__ident_visit, user);
+    if (rt_is(n, "field_expression")) {
+        rt_walk(rt_field(n, "argument"), smem_tile__ident_visit, user);
         return false;
     }
     return true;
@@ -481,13 +481,13 @@ bool smem_tile__ident_visit(TSNode n, void *user)
 /* Does declaration d declare `name`? */
 bool smem_tile__declares(const kl_rule_ctx *ctx, TSNode d, const char *name)
 {
-    if (!rb_is(d, "declaration")) return false;
+    if (!rt_is(d, "declaration")) return false;
     for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
         TSNode ch = ts_node_named_child(d, k);
-        if (!rb_is(ch, "init_declarator") && !rb_is(ch, "identifier") && !rb_is(ch, "array_declarator") &&
-            !rb_is(ch, "pointer_declarator"))
+        if (!rt_is(ch, "init_declarator") && !rt_is(ch, "identifier") && !rt_is(ch, "array_declarator") &&
+            !rt_is(ch, "pointer_declarator"))
             continue;
-        if (smem_tile__text_is(ctx, rb_declarator_name(ch), name) || (rb_is(ch, "identifier") && smem_tile__text_is(ctx, ch, name))) return true;
+        if (smem_tile__text_is(ctx, rt_declarator_name(ch), name) || (rt_is(ch, "identifier") && smem_tile__text_is(ctx, ch, name))) return true;
     }
     return false;
 }
@@ -497,7 +497,7 @@ bool smem_tile__decl_scan_visit(TSNode n, void *user)
 {
     smem_tile__decl_scan *d = user;
     if (!ts_node_is_null(d->found)) return false;
-    if (rb_is(n, "declaration") && smem_tile__declares(d->ctx, n, d->name)) {
+    if (rt_is(n, "declaration") && smem_tile__declares(d->ctx, n, d->name)) {
         d->found = n;
         return false;
     }
@@ -511,8 +511,8 @@ static bool stencil_decls(const kl_rule_ctx *ctx, kl_affine_ctx *ax, smem_tile__
     const char *src = kl_source_name(ctx->src);
     char names[96][64];
     smem_tile__ident_scan is = {.ctx = ctx, .names = names, .max = 96};
-    rb_walk(s->ridx, smem_tile__ident_visit, &is);
-    for (unsigned i = 0; i < s->nconj; i++) rb_walk(s->conj[i], smem_tile__ident_visit, &is);
+    rt_walk(s->ridx, smem_tile__ident_visit, &is);
+    for (unsigned i = 0; i < s->nconj; i++) rt_walk(s->conj[i], smem_tile__ident_visit, &is);
     for (unsigned w = 0; w < is.n; w++) {
         const char *nm = names[w];
         bool loopvar = false;
@@ -520,8 +520,8 @@ static bool stencil_decls(const kl_rule_ctx *ctx, kl_affine_ctx *ax, smem_tile__
         if (loopvar) continue;
         bool found = false;
         for (unsigned d = 0; d < s->nd && !found; d++) {
-            TSNode body = rb_field(s->d[d].loop, "body");
-            if (!rb_is(body, "compound_statement")) continue;
+            TSNode body = rt_field(s->d[d].loop, "body");
+            if (!rt_is(body, "compound_statement")) continue;
             /* the child of the body on the way to the read */
             TSNode path = s->read;
             while (!ts_node_is_null(path) && !ts_node_eq(ts_node_parent(path), body)) path = ts_node_parent(path);
@@ -540,13 +540,13 @@ static bool stencil_decls(const kl_rule_ctx *ctx, kl_affine_ctx *ax, smem_tile__
                 if (!seen) {
                     if (s->d[d].ndecls >= 16) return SWHY("%s:%u: too many declarations in the loop", src, kl_ast_line(st));
                     s->d[d].decls[s->d[d].ndecls++] = st;
-                    rb_walk(st, smem_tile__ident_visit, &is);
+                    rt_walk(st, smem_tile__ident_visit, &is);
                 }
             }
         }
         if (found) continue;
         smem_tile__decl_scan ds = {.ctx = ctx, .name = nm};
-        rb_walk(s->outer, smem_tile__decl_scan_visit, &ds);
+        rt_walk(s->outer, smem_tile__decl_scan_visit, &ds);
         if (!ts_node_is_null(ds.found))
             return SWHY("%s:%u: '%s' is declared inside the loops where a tile load cannot repeat it", src,
                         kl_ast_line(ds.found), nm);
@@ -629,7 +629,7 @@ bool smem_tile__analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (!rd) return SWHY("%s:%u: no read moves with a loop offset as with a thread index", src, ln);
     s->read = rd->node;
     kl_snprintf(s->arr, sizeof s->arr, "%s", rd->array);
-    if (rd->ndims != 1 || !rb_is(s->read, "subscript_expression"))
+    if (rd->ndims != 1 || !rt_is(s->read, "subscript_expression"))
         return SWHY("%s:%u: the read of '%s' is not a 1-D subscript", src, kl_ast_line(s->read), s->arr);
     s->ridx = kl_ast_subscript_index(s->read);
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
@@ -645,9 +645,9 @@ bool smem_tile__analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     TSNode loops[4];
     unsigned nl = 0;
     for (TSNode n = ts_node_parent(s->read); !ts_node_is_null(n); n = ts_node_parent(n)) {
-        if (rb_is(n, "while_statement") || rb_is(n, "do_statement"))
+        if (rt_is(n, "while_statement") || rt_is(n, "do_statement"))
             return SWHY("%s:%u: the read sits in a while loop", src, kl_ast_line(n));
-        if (rb_is(n, "for_statement")) {
+        if (rt_is(n, "for_statement")) {
             if (nl >= 3) return SWHY("%s:%u: more than two loops around the read", src, kl_ast_line(n));
             loops[nl++] = n;
         }
@@ -667,9 +667,9 @@ bool smem_tile__analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
             return SWHY("%s:%u: the loop is not `for (T v = S; v < B; v++)` (or `v <= B`)", src, kl_ast_line(D->loop));
         if (strlen(L->bound) > 160 || strlen(L->start) > 60 || strlen(L->var) > 48)
             return SWHY("%s:%u: the loop's bounds are too long to rewrite", src, kl_ast_line(D->loop));
-        TSNode init = rb_field(D->loop, "initializer");
-        if (!rb_is(init, "declaration")) return SWHY("%s:%u: the loop does not declare its variable", src, kl_ast_line(D->loop));
-        TSNode ty = rb_field(init, "type");
+        TSNode init = rt_field(D->loop, "initializer");
+        if (!rt_is(init, "declaration")) return SWHY("%s:%u: the loop does not declare its variable", src, kl_ast_line(D->loop));
+        TSNode ty = rt_field(init, "type");
         kl_snprintf(D->type, sizeof D->type, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                     ctx->text + ts_node_start_byte(ty));
         const char *cv = kl_affine_coef(&rd->flat, L->var);
@@ -723,10 +723,10 @@ static char *conj_text(const kl_rule_ctx *ctx, TSNode c, bool neg)
     TSNode s = smem_tile__strip(c);
     char b[8];
     smem_tile__binop(ctx, s, b, sizeof b);
-    bool wrap = !rb_is(c, "parenthesized_expression") &&
-                (!strcmp(b, "||") || rb_is(s, "conditional_expression") || rb_is(s, "assignment_expression") ||
-                 rb_is(s, "comma_expression"));
-    char *t = rb_text(ctx, c);
+    bool wrap = !rt_is(c, "parenthesized_expression") &&
+                (!strcmp(b, "||") || rt_is(s, "conditional_expression") || rt_is(s, "assignment_expression") ||
+                 rt_is(s, "comma_expression"));
+    char *t = rt_text(ctx, c);
     if (!t || !wrap) return t;
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_addf(&sb, "(%s)", t);
@@ -761,7 +761,7 @@ char *smem_tile__stencil_value(const kl_rule_ctx *ctx, const smem_tile__sa *s)
         kl_strbuf_addf(&vb, "%s%s", i ? " && " : "", t);
         free(t);
     }
-    char *rt = rb_text(ctx, s->read);
+    char *rt = rt_text(ctx, s->read);
     if (!rt) {
         kl_strbuf_release(&vb);
         return NULL;
@@ -807,7 +807,7 @@ kl_status smem_tile__apply_stencil(const kl_rule_ctx *ctx, smem_tile__sa *s, int
             kl_strbuf_addf(&cond, "%s%s <= 2 * %lld + 1", cond.len ? " && " : "", D->trip, (long long)maxr);
         }
     }
-    unsigned esize = rb_type_size(s->elem);
+    unsigned esize = rt_type_size(s->elem);
     if (!esize) esize = 8;
     if (elems * esize > 48 * 1024) {
         kl_strbuf_release(&cond);
@@ -818,8 +818,8 @@ kl_status smem_tile__apply_stencil(const kl_rule_ctx *ctx, smem_tile__sa *s, int
     if (!ctext) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     char ind[64], lind[64], unit[64];
     TSNode anchor = s->form == 'N' ? s->outer : s->guard;
-    rb_indent_of(ctx, ts_node_start_byte(anchor), ind, sizeof ind);
-    rb_indent_of(ctx, ts_node_start_byte(s->outer), lind, sizeof lind);
+    rt_indent_of(ctx, ts_node_start_byte(anchor), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(s->outer), lind, sizeof lind);
     if (s->form == 'I' && strlen(lind) > strlen(ind)) kl_snprintf(unit, sizeof unit, "%s", lind + strlen(ind));
     else if (ind[0] && !strchr(ind, '\t')) kl_snprintf(unit, sizeof unit, "%s", ind);
     else kl_snprintf(unit, sizeof unit, "    ");
@@ -850,8 +850,8 @@ kl_status smem_tile__apply_stencil(const kl_rule_ctx *ctx, smem_tile__sa *s, int
                                smem_tile__simple_token(st0) ? "" : "(", D->L->start, smem_tile__simple_token(st0) ? "" : ")", D->svar, D->axis);
             for (unsigned q = 0; q < D->ndecls; q++) {
                 char dind[64];
-                rb_indent_of(ctx, ts_node_start_byte(D->decls[q]), dind, sizeof dind);
-                char *t = rb_text(ctx, D->decls[q]);
+                rt_indent_of(ctx, ts_node_start_byte(D->decls[q]), dind, sizeof dind);
+                char *t = rt_text(ctx, D->decls[q]);
                 char *r = t ? smem_tile__reindent_node_text(dind, t, (int)(strlen(bind) + strlen(li)) - (int)strlen(dind)) : NULL;
                 free(t);
                 if (!r) {
@@ -910,7 +910,7 @@ kl_status smem_tile__apply_stencil(const kl_rule_ctx *ctx, smem_tile__sa *s, int
     if (runtime) {
         smem_tile__rep r = {ts_node_start_byte(s->read), ts_node_end_byte(s->read), tread};
         char *raw = smem_tile__splice(ctx, ts_node_start_byte(s->outer), ts_node_end_byte(s->outer), &r, 1);
-        char *otext = rb_text(ctx, s->outer);
+        char *otext = rt_text(ctx, s->outer);
         if (!raw || !otext) {
             free(raw);
             free(otext);
@@ -934,9 +934,9 @@ kl_status smem_tile__apply_stencil(const kl_rule_ctx *ctx, smem_tile__sa *s, int
         }
     }
     if (s->form == 'I' && s->npre) {
-        uint32_t a = rb_line_start(ctx, ts_node_start_byte(s->pre[0]));
-        uint32_t b = rb_line_start(ctx, ts_node_start_byte(s->outer));
-        pre = rb_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
+        uint32_t a = rt_line_start(ctx, ts_node_start_byte(s->pre[0]));
+        uint32_t b = rt_line_start(ctx, ts_node_start_byte(s->outer));
+        pre = rt_reindent(ctx->text + a, b - a, (int)strlen(ind) - (int)strlen(lind));
         if (!pre) {
             free(decl);
             st = kl_rule_not_applicable(err, "%s:%u: the statements before the loop are indented with tabs", src,
@@ -945,21 +945,21 @@ kl_status smem_tile__apply_stencil(const kl_rule_ctx *ctx, smem_tile__sa *s, int
         }
     }
     if (s->form == 'I') {
-        uint32_t at = rb_line_start(ctx, ts_node_start_byte(s->guard));
+        uint32_t at = rt_line_start(ctx, ts_node_start_byte(s->guard));
         st = kl_edits_addf(out, at, at, "%s%s%s%s\n", decl, pre ? pre : "", ind, load);
         if (st == KL_OK && s->npre)
-            st = kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(s->pre[0])),
-                              rb_line_start(ctx, ts_node_start_byte(s->outer)), "");
+            st = kl_edits_add(out, rt_line_start(ctx, ts_node_start_byte(s->pre[0])),
+                              rt_line_start(ctx, ts_node_start_byte(s->outer)), "");
     } else if (s->form == 'R') {
-        uint32_t a = rb_line_start(ctx, ts_node_start_byte(s->guard));
-        uint32_t b = rb_line_end(ctx, ts_node_end_byte(s->guard) - 1);
+        uint32_t a = rt_line_start(ctx, ts_node_start_byte(s->guard));
+        uint32_t b = rt_line_end(ctx, ts_node_end_byte(s->guard) - 1);
         st = kl_edits_add(out, a, b, decl);
-        guard_text = rb_text(ctx, s->guard);
+        guard_text = rt_text(ctx, s->guard);
         if (!guard_text) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        uint32_t at = rb_line_start(ctx, ts_node_start_byte(s->outer));
+        uint32_t at = rt_line_start(ctx, ts_node_start_byte(s->outer));
         if (st == KL_OK) st = kl_edits_addf(out, at, at, "%s%s\n%s%s\n", ind, load, ind, guard_text);
     } else {
-        uint32_t at = rb_line_start(ctx, ts_node_start_byte(s->outer));
+        uint32_t at = rt_line_start(ctx, ts_node_start_byte(s->outer));
         st = kl_edits_addf(out, at, at, "%s%s%s\n", decl, ind, load);
     }
     free(decl);
@@ -999,11 +999,11 @@ typedef struct chain_scan {
 static bool chain_visit(TSNode n, void *user)
 {
     chain_scan *c = user;
-    if (!rb_is(n, "subscript_expression")) return true;
+    if (!rt_is(n, "subscript_expression")) return true;
     unsigned depth = 0;
     TSNode b = n;
-    while (rb_is(b, "subscript_expression")) b = rb_field(b, "argument"), depth++;
-    if (!rb_is(b, "identifier") || !smem_tile__text_is(c->ctx, b, c->arr)) return true;
+    while (rt_is(b, "subscript_expression")) b = rt_field(b, "argument"), depth++;
+    if (!rt_is(b, "identifier") || !smem_tile__text_is(c->ctx, b, c->arr)) return true;
     if (c->n < 40) c->chains[c->n] = n, c->depth[c->n] = depth;
     c->n++;
     return false;
@@ -1014,19 +1014,19 @@ static TSNode outermost_for(TSNode n, TSNode stop)
 {
     TSNode best = {0};
     for (TSNode p = ts_node_parent(n); !ts_node_is_null(p) && !ts_node_eq(p, stop); p = ts_node_parent(p))
-        if (rb_is(p, "for_statement")) best = p;
+        if (rt_is(p, "for_statement")) best = p;
     return best;
 }
 
 static TSNode only_stmt(TSNode compound)
 {
-    if (rb_is(compound, "else_clause")) compound = ts_node_named_child(compound, 0);
-    if (!rb_is(compound, "compound_statement")) return compound;
+    if (rt_is(compound, "else_clause")) compound = ts_node_named_child(compound, 0);
+    if (!rt_is(compound, "compound_statement")) return compound;
     TSNode one = {0};
     unsigned n = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(compound); i++) {
         TSNode c = ts_node_named_child(compound, i);
-        if (rb_is(c, "comment")) continue;
+        if (rt_is(c, "comment")) continue;
         one = c;
         n++;
     }
@@ -1041,21 +1041,21 @@ bool smem_tile__analyse_stencil_present(const kl_rule_ctx *ctx, kl_affine_ctx *a
     p->decl = decl;
     TSNode fbody = kl_ast_function_body(fn);
     if (!ts_node_eq(ts_node_parent(decl), fbody) || ts_node_named_child_count(decl) > 3) return false;
-    TSNode d = rb_field(decl, "declarator");
-    if (!rb_is(d, "array_declarator")) return false;
-    p->nd = rb_is(rb_field(d, "declarator"), "array_declarator") ? 2 : 1;
-    if (p->nd == 2 && rb_is(rb_field(rb_field(d, "declarator"), "declarator"), "array_declarator")) return false;
-    TSNode id = rb_declarator_name(d);
+    TSNode d = rt_field(decl, "declarator");
+    if (!rt_is(d, "array_declarator")) return false;
+    p->nd = rt_is(rt_field(d, "declarator"), "array_declarator") ? 2 : 1;
+    if (p->nd == 2 && rt_is(rt_field(rt_field(d, "declarator"), "declarator"), "array_declarator")) return false;
+    TSNode id = rt_declarator_name(d);
     kl_snprintf(p->arr, sizeof p->arr, "%.*s", (int)(ts_node_end_byte(id) - ts_node_start_byte(id)),
                 ctx->text + ts_node_start_byte(id));
     chain_scan cs = {.ctx = ctx, .arr = p->arr};
-    rb_walk(fbody, chain_visit, &cs);
+    rt_walk(fbody, chain_visit, &cs);
     if (cs.n > 40 || smem_tile__uses_of(ctx, fbody, p->arr) != cs.n + 1) return false;
     for (unsigned i = 0; i < cs.n; i++) {
         if (cs.depth[i] != p->nd) return false;
         TSNode par = ts_node_parent(cs.chains[i]);
-        if (rb_is(par, "assignment_expression") && ts_node_eq(rb_field(par, "left"), cs.chains[i])) {
-            if (!ts_node_is_null(p->store) || !smem_tile__text_is(ctx, rb_field(par, "operator"), "=")) return false;
+        if (rt_is(par, "assignment_expression") && ts_node_eq(rt_field(par, "left"), cs.chains[i])) {
+            if (!ts_node_is_null(p->store) || !smem_tile__text_is(ctx, rt_field(par, "operator"), "=")) return false;
             p->store = par;
         } else if (p->nreads < 32)
             p->reads[p->nreads++] = cs.chains[i];
@@ -1063,40 +1063,40 @@ bool smem_tile__analyse_stencil_present(const kl_rule_ctx *ctx, kl_affine_ctx *a
     }
     if (ts_node_is_null(p->store) || !p->nreads) return false;
     /* the value: cond ? G[idx] : 0 */
-    TSNode v = smem_tile__strip(rb_field(p->store, "right"));
-    if (rb_is(v, "conditional_expression")) {
-        if (!smem_tile__zero_value(ctx, rb_field(v, "alternative"))) return false;
-        p->cond = rb_field(v, "condition");
-        p->gread = smem_tile__strip(rb_field(v, "consequence"));
+    TSNode v = smem_tile__strip(rt_field(p->store, "right"));
+    if (rt_is(v, "conditional_expression")) {
+        if (!smem_tile__zero_value(ctx, rt_field(v, "alternative"))) return false;
+        p->cond = rt_field(v, "condition");
+        p->gread = smem_tile__strip(rt_field(v, "consequence"));
     } else p->gread = v;
-    if (!rb_is(p->gread, "subscript_expression") || !rb_is(rb_field(p->gread, "argument"), "identifier")) return false;
+    if (!rt_is(p->gread, "subscript_expression") || !rt_is(rt_field(p->gread, "argument"), "identifier")) return false;
     /* the load: `if (C) { loops; __syncthreads(); }`, or the loops and a barrier */
     p->load = p->store;
     while (!ts_node_is_null(p->load) && !ts_node_eq(ts_node_parent(p->load), fbody)) p->load = ts_node_parent(p->load);
     if (ts_node_is_null(p->load) || ts_node_start_byte(p->load) < ts_node_end_byte(decl)) return false;
     TSNode loops;
-    if (rb_is(p->load, "if_statement")) {
-        TSNode cons = rb_field(p->load, "consequence");
-        if (!ts_node_is_null(rb_field(p->load, "alternative")) || !rb_is(cons, "compound_statement")) return false;
+    if (rt_is(p->load, "if_statement")) {
+        TSNode cons = rt_field(p->load, "consequence");
+        if (!ts_node_is_null(rt_field(p->load, "alternative")) || !rt_is(cons, "compound_statement")) return false;
         TSNode st[3];
         unsigned ns = smem_tile__stmts_of(cons, st, 3);
-        if (ns != 2 || !rb_is(st[0], "for_statement") || !rb_is_syncthreads(ctx, st[1])) return false;
+        if (ns != 2 || !rt_is(st[0], "for_statement") || !rt_is_syncthreads(ctx, st[1])) return false;
         p->runtime = true;
         p->load_end = p->load;
         loops = st[0];
-    } else if (rb_is(p->load, "for_statement")) {
-        p->load_end = rb_next_stmt(p->load);
-        if (!rb_is_syncthreads(ctx, p->load_end)) return false;
+    } else if (rt_is(p->load, "for_statement")) {
+        p->load_end = rt_next_stmt(p->load);
+        if (!rt_is_syncthreads(ctx, p->load_end)) return false;
         loops = p->load;
     } else return false;
     /* the load's loops start at the thread index: `for (int sy = threadIdx.y; …)` */
     unsigned nfor = 0;
     for (TSNode q = ts_node_parent(p->store); !ts_node_is_null(q) && !ts_node_eq(q, ts_node_parent(loops));
          q = ts_node_parent(q)) {
-        if (!rb_is(q, "for_statement")) continue;
+        if (!rt_is(q, "for_statement")) continue;
         nfor++;
         char init[128];
-        smem_tile__squeezed(ctx, rb_field(q, "initializer"), init, sizeof init);
+        smem_tile__squeezed(ctx, rt_field(q, "initializer"), init, sizeof init);
         if (!strstr(init, "=threadIdx.")) return false;
     }
     if (nfor != p->nd) return false;
@@ -1108,37 +1108,37 @@ bool smem_tile__analyse_stencil_present(const kl_rule_ctx *ctx, kl_affine_ctx *a
         if (r && !ts_node_eq(t, T)) return false;
         T = t;
         TSNode ch = p->reads[r];
-        for (unsigned k = 0; k < p->nd; k++, ch = rb_field(ch, "argument")) {
+        for (unsigned k = 0; k < p->nd; k++, ch = rt_field(ch, "argument")) {
             char sub[256];
             smem_tile__squeezed(ctx, kl_ast_subscript_index(ch), sub, sizeof sub);
             if (strlen(sub) < 13 || strncmp(sub, "threadIdx.", 10) || sub[11] != '+') return false;
         }
         TSNode par = ts_node_parent(p->reads[r]);
-        if (rb_is(par, "update_expression") || (rb_is(par, "pointer_expression") && smem_tile__text_is(ctx, rb_field(par, "operator"), "&"))) return false;
+        if (rt_is(par, "update_expression") || (rt_is(par, "pointer_expression") && smem_tile__text_is(ctx, rt_field(par, "operator"), "&"))) return false;
     }
     if (p->runtime) {
         TSNode X = ts_node_parent(ts_node_parent(T));
-        if (!rb_is(ts_node_parent(T), "compound_statement") || !rb_is(X, "if_statement")) return false;
+        if (!rt_is(ts_node_parent(T), "compound_statement") || !rt_is(X, "if_statement")) return false;
         char c1[256], c2[256];
         smem_tile__squeezed(ctx, smem_tile__if_cond(X), c1, sizeof c1);
         smem_tile__squeezed(ctx, smem_tile__if_cond(p->load), c2, sizeof c2);
-        TSNode alt = rb_field(X, "alternative");
+        TSNode alt = rt_field(X, "alternative");
         if (strcmp(c1, c2) || ts_node_is_null(alt)) return false;
-        p->tiled = only_stmt(rb_field(X, "consequence"));
+        p->tiled = only_stmt(rt_field(X, "consequence"));
         p->fallback = only_stmt(alt);
-        if (!ts_node_eq(p->tiled, T) || !rb_is(p->fallback, "for_statement")) return false;
+        if (!ts_node_eq(p->tiled, T) || !rt_is(p->fallback, "for_statement")) return false;
         p->compute = X;
     } else p->compute = T;
     /* where the guard is */
     TSNode par = ts_node_parent(p->compute);
-    TSNode after = rb_next_stmt(p->load_end);
+    TSNode after = rt_next_stmt(p->load_end);
     if (ts_node_eq(par, fbody)) {
-        if (smem_tile__early_return(after) && ts_node_eq(rb_next_stmt(after), p->compute)) {
+        if (smem_tile__early_return(after) && ts_node_eq(rt_next_stmt(after), p->compute)) {
             p->form = 'R';
             p->guard = after;
         } else if (ts_node_eq(after, p->compute)) p->form = 'N';
         else return false;
-    } else if (rb_is(par, "compound_statement") && rb_is(ts_node_parent(par), "if_statement") &&
+    } else if (rt_is(par, "compound_statement") && rt_is(ts_node_parent(par), "if_statement") &&
                ts_node_eq(ts_node_parent(ts_node_parent(par)), fbody) && ts_node_eq(ts_node_parent(par), after)) {
         p->form = 'I';
         p->guard = after;
@@ -1151,7 +1151,7 @@ bool smem_tile__analyse_stencil_present(const kl_rule_ctx *ctx, kl_affine_ctx *a
 /* The loop with every tile read written back as the global read it holds. New string. */
 static char *stencil_untiled(const kl_rule_ctx *ctx, const smem_tile__sp *p, TSNode loop)
 {
-    char *g = rb_text(ctx, p->gread);
+    char *g = rt_text(ctx, p->gread);
     if (!g) return NULL;
     smem_tile__rep reps[32];
     unsigned nr = 0;
@@ -1168,11 +1168,11 @@ kl_status smem_tile__remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, T
     kl_status st = KL_OK;
     char *orig = NULL, *pre = NULL, *gtext = NULL, *g = NULL;
     char ind[64], cind[64];
-    rb_indent_of(ctx, ts_node_start_byte(p->decl), ind, sizeof ind);
-    rb_indent_of(ctx, ts_node_start_byte(p->compute), cind, sizeof cind);
+    rt_indent_of(ctx, ts_node_start_byte(p->decl), ind, sizeof ind);
+    rt_indent_of(ctx, ts_node_start_byte(p->compute), cind, sizeof cind);
     if (p->runtime) {
         /* the fallback is the loop itself: check that the tiled branch is it with the reads from the tile */
-        char *t = stencil_untiled(ctx, p, p->tiled), *f = rb_text(ctx, p->fallback);
+        char *t = stencil_untiled(ctx, p, p->tiled), *f = rt_text(ctx, p->fallback);
         bool same = false;
         if (t && f) {
             size_t n1 = strlen(t) + 1, n2 = strlen(f) + 1;
@@ -1193,7 +1193,7 @@ kl_status smem_tile__remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, T
                                           "tile reads", src, kl_ast_line(p->compute));
         }
         char find[64];
-        rb_indent_of(ctx, ts_node_start_byte(p->fallback), find, sizeof find);
+        rt_indent_of(ctx, ts_node_start_byte(p->fallback), find, sizeof find);
         orig = smem_tile__reindent_node_text(find, f, (int)strlen(cind) - (int)strlen(find));
         free(f);
         if (!orig) return kl_rule_not_applicable(err, "%s:%u: the fallback loop is indented with tabs", src,
@@ -1239,7 +1239,7 @@ kl_status smem_tile__remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, T
         stack[sp_++] = p->load;
         while (sp_) {
             TSNode n = stack[--sp_];
-            if (rb_is(n, "declaration") && !rb_is(ts_node_parent(n), "for_statement")) {
+            if (rt_is(n, "declaration") && !rt_is(ts_node_parent(n), "for_statement")) {
                 char dt[512];
                 smem_tile__squeezed(ctx, n, dt, sizeof dt);
                 if (strstr(dt, "(int)threadIdx.")) continue;
@@ -1249,7 +1249,7 @@ kl_status smem_tile__remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, T
                 st2[sq++] = p->compute;
                 while (sq && !found) {
                     TSNode m = st2[--sq];
-                    if (rb_is(m, "declaration")) {
+                    if (rt_is(m, "declaration")) {
                         char mt[512];
                         smem_tile__squeezed(ctx, m, mt, sizeof mt);
                         found = !strcmp(mt, dt);
@@ -1266,30 +1266,30 @@ kl_status smem_tile__remove_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, T
         }
     }
     uint32_t a, b;
-    rb_stmt_range(ctx, p->decl, NAME, &a, &b);
+    rt_stmt_range(ctx, p->decl, NAME, &a, &b);
     if (p->form == 'I') {
-        uint32_t ls = rb_line_start(ctx, ts_node_start_byte(p->load));
+        uint32_t ls = rt_line_start(ctx, ts_node_start_byte(p->load));
         if (ls > b) {
-            pre = rb_reindent(ctx->text + b, ls - b, (int)strlen(cind) - (int)strlen(ind));
+            pre = rt_reindent(ctx->text + b, ls - b, (int)strlen(cind) - (int)strlen(ind));
             if (!pre) return kl_rule_not_applicable(err, "%s:%u: tabs in the indentation", src, kl_ast_line(p->decl));
         }
-        KL_TRY(kl_edits_add(out, a, rb_line_end(ctx, ts_node_end_byte(p->load_end) - 1), ""));
+        KL_TRY(kl_edits_add(out, a, rt_line_end(ctx, ts_node_end_byte(p->load_end) - 1), ""));
         if (pre) {
-            uint32_t at = rb_line_start(ctx, ts_node_start_byte(p->compute));
+            uint32_t at = rt_line_start(ctx, ts_node_start_byte(p->compute));
             KL_TRY(kl_edits_add(out, at, at, pre));
         }
     } else {
         if (p->form == 'R') {
-            gtext = rb_text(ctx, p->guard);
+            gtext = rt_text(ctx, p->guard);
             if (!gtext) goto oom;
             KL_TRY(kl_edits_addf(out, a, b, "%s%s\n", ind, gtext));
         } else KL_TRY(kl_edits_add(out, a, b, ""));
-        KL_TRY(kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(p->load)),
-                            rb_line_start(ctx, ts_node_start_byte(p->compute)), ""));
+        KL_TRY(kl_edits_add(out, rt_line_start(ctx, ts_node_start_byte(p->load)),
+                            rt_line_start(ctx, ts_node_start_byte(p->compute)), ""));
     }
     if (p->runtime) KL_TRY(kl_edits_add(out, ts_node_start_byte(p->compute), ts_node_end_byte(p->compute), orig));
     else {
-        g = rb_text(ctx, p->gread);
+        g = rt_text(ctx, p->gread);
         if (!g) goto oom;
         for (unsigned r = 0; r < p->nreads; r++)
             KL_TRY(kl_edits_add(out, ts_node_start_byte(p->reads[r]), ts_node_end_byte(p->reads[r]), g));

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -149,7 +149,7 @@ static bool line_comment(const kl_rule_ctx *ctx, uint32_t ls)
  * may be followed by a `//` comment, which goes with it); false otherwise. */
 static bool whole_lines(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, uint32_t *ra, uint32_t *rb)
 {
-    if (!rb_line_blank_before(ctx, a)) return false;
+    if (!rt_line_blank_before(ctx, a)) return false;
     uint32_t e = b;
     while (e < ctx->len && (ctx->text[e] == ' ' || ctx->text[e] == '\t' || ctx->text[e] == '\r')) e++;
     if (e + 1 < ctx->len && ctx->text[e] == '/' && ctx->text[e + 1] == '/')
@@ -216,20 +216,20 @@ static void emit_block(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, const cha
 /* ---- functions, kernels, reach ------------------------------------------------------------------- */
 
 typedef struct fileinfo {
-    rb_func fs[SP_MAXFN];
+    rt_func fs[SP_MAXFN];
     unsigned nf;
     int kernel_of[SP_MAXFN];    /* bit index of a __global__ function, -1 otherwise */
     uint64_t reach[SP_MAXFN];   /* host functions: the kernels they launch, through file helpers */
 } fileinfo;
 
-static bool is_host(const rb_func *f) { return !f->global && !f->device; }
+static bool is_host(const rt_func *f) { return !f->global && !f->device; }
 
 /* The name a call calls: `f(…)`, `f<…>(…)`, `k<<<…>>>(…)`. */
 static TSNode callee_name(TSNode call)
 {
-    TSNode f = rb_field(call, "function");
-    if (rb_is(f, "template_function")) f = rb_field(f, "name");
-    return rb_is(f, "identifier") ? f : (TSNode){0};
+    TSNode f = rt_field(call, "function");
+    if (rt_is(f, "template_function")) f = rt_field(f, "name");
+    return rt_is(f, "identifier") ? f : (TSNode){0};
 }
 
 static bool is_launch(TSNode call) { return !ts_node_is_null(kl_ast_child_of_type(call, "kernel_call_syntax")); }
@@ -238,7 +238,7 @@ static int func_index(const kl_rule_ctx *ctx, const fileinfo *fi, TSNode name)
 {
     if (ts_node_is_null(name)) return -1;
     for (unsigned i = 0; i < fi->nf; i++)
-        if (rb_text_is(ctx, name, fi->fs[i].name)) return (int)i;
+        if (rt_text_is(ctx, name, fi->fs[i].name)) return (int)i;
     return -1;
 }
 
@@ -253,7 +253,7 @@ typedef struct reach_walk {
 static bool reach_visit(TSNode n, void *user)
 {
     reach_walk *w = user;
-    if (!rb_is(n, "call_expression")) return true;
+    if (!rt_is(n, "call_expression")) return true;
     int f = func_index(w->ctx, w->fi, callee_name(n));
     if (f < 0 || f >= 64) return true;
     if (is_launch(n)) {
@@ -268,21 +268,21 @@ static bool reach_visit(TSNode n, void *user)
 static uint64_t reach_of(const kl_rule_ctx *ctx, const fileinfo *fi, TSNode n)
 {
     reach_walk w = {ctx, fi, 0, true, 0};
-    if (!ts_node_is_null(n)) rb_walk(n, reach_visit, &w);
+    if (!ts_node_is_null(n)) rt_walk(n, reach_visit, &w);
     return w.mask;
 }
 
 static void file_info(const kl_rule_ctx *ctx, fileinfo *fi)
 {
     memset(fi, 0, sizeof *fi);
-    fi->nf = rb_functions(ctx, fi->fs, SP_MAXFN);
+    fi->nf = rt_functions(ctx, fi->fs, SP_MAXFN);
     int nk = 0;
     for (unsigned i = 0; i < fi->nf; i++) fi->kernel_of[i] = fi->fs[i].global && nk < 64 ? nk++ : -1;
     /* direct launches, then the helpers' reach until nothing changes */
     uint64_t calls[SP_MAXFN];
     for (unsigned i = 0; i < fi->nf; i++) {
         reach_walk w = {ctx, fi, 0, false, 0};
-        if (is_host(&fi->fs[i])) rb_walk(fi->fs[i].body, reach_visit, &w);
+        if (is_host(&fi->fs[i])) rt_walk(fi->fs[i].body, reach_visit, &w);
         fi->reach[i] = w.mask;
         calls[i] = w.calls;
     }
@@ -304,7 +304,7 @@ static const char *kernel_name(const fileinfo *fi, int bit)
     return "";
 }
 
-static const rb_func *kernel_func(const fileinfo *fi, int bit)
+static const rt_func *kernel_func(const fileinfo *fi, int bit)
 {
     for (unsigned i = 0; i < fi->nf; i++)
         if (fi->kernel_of[i] == bit) return &fi->fs[i];
@@ -315,8 +315,8 @@ static const rb_func *kernel_func(const fileinfo *fi, int bit)
 
 static TSNode unparen(TSNode e)
 {
-    while (rb_is(e, "parenthesized_expression") || rb_is(e, "condition_clause")) {
-        TSNode in = rb_is(e, "condition_clause") ? rb_field(e, "value") : ts_node_named_child(e, 0);
+    while (rt_is(e, "parenthesized_expression") || rt_is(e, "condition_clause")) {
+        TSNode in = rt_is(e, "condition_clause") ? rt_field(e, "value") : ts_node_named_child(e, 0);
         if (ts_node_is_null(in)) break;
         e = in;
     }
@@ -334,15 +334,15 @@ static bool is_const(const kl_rule_ctx *ctx, TSNode scope, TSNode e)
 static int cond_class(const kl_rule_ctx *ctx, TSNode scope, TSNode e)
 {
     e = unparen(e);
-    if (rb_is(e, "unary_expression")) {
-        char *op = rb_text(ctx, rb_field(e, "operator"));
-        int r = op && !strcmp(op, "!") ? -cond_class(ctx, scope, rb_field(e, "argument")) : 0;
+    if (rt_is(e, "unary_expression")) {
+        char *op = rt_text(ctx, rt_field(e, "operator"));
+        int r = op && !strcmp(op, "!") ? -cond_class(ctx, scope, rt_field(e, "argument")) : 0;
         free(op);
         return r;
     }
-    if (!rb_is(e, "binary_expression")) return 0;
-    TSNode l = rb_field(e, "left"), r = rb_field(e, "right");
-    char *op = rb_text(ctx, rb_field(e, "operator"));
+    if (!rt_is(e, "binary_expression")) return 0;
+    TSNode l = rt_field(e, "left"), r = rt_field(e, "right");
+    char *op = rt_text(ctx, rt_field(e, "operator"));
     if (!op) return 0;
     int out = 0;
     if (!strcmp(op, "||") || !strcmp(op, "&&")) {
@@ -377,7 +377,7 @@ typedef struct branch {
 typedef struct dispatch {
     sp_form form;
     TSNode stmt;             /* the if / switch */
-    const rb_func *host;
+    const rt_func *host;
     branch br[SP_MAXBR];
     unsigned nbr;
     int general;             /* branch index, -1 when undecided */
@@ -399,47 +399,47 @@ static TSNode last_stmt(TSNode compound)
     uint32_t c = ts_node_named_child_count(compound);
     for (uint32_t i = c; i-- > 0;) {
         TSNode k = ts_node_named_child(compound, i);
-        if (!rb_is(k, "comment")) return k;
+        if (!rt_is(k, "comment")) return k;
     }
     return (TSNode){0};
 }
 
 static bool ends_with_return(TSNode s)
 {
-    if (rb_is(s, "return_statement")) return ts_node_named_child_count(s) == 0;
-    if (!rb_is(s, "compound_statement")) return false;
+    if (rt_is(s, "return_statement")) return ts_node_named_child_count(s) == 0;
+    if (!rt_is(s, "compound_statement")) return false;
     TSNode l = last_stmt(s);
-    return rb_is(l, "return_statement") && ts_node_named_child_count(l) == 0;
+    return rt_is(l, "return_statement") && ts_node_named_child_count(l) == 0;
 }
 
 /* Recognise a dispatch at statement s of host h. False: not one (kernels not different). */
-static bool dispatch_at(const kl_rule_ctx *ctx, const fileinfo *fi, const rb_func *h, TSNode s, dispatch *d)
+static bool dispatch_at(const kl_rule_ctx *ctx, const fileinfo *fi, const rt_func *h, TSNode s, dispatch *d)
 {
     memset(d, 0, sizeof *d);
     d->stmt = s;
     d->host = h;
     d->general = -1;
     unsigned line = ts_node_start_point(s).row + 1;
-    if (rb_is(s, "if_statement")) {
-        TSNode alt = rb_field(s, "alternative");
+    if (rt_is(s, "if_statement")) {
+        TSNode alt = rt_field(s, "alternative");
         if (ts_node_is_null(alt)) {
-            TSNode cons = rb_field(s, "consequence");
+            TSNode cons = rt_field(s, "consequence");
             if (!ends_with_return(cons)) return false;
             d->form = FORM_RETURN;
-            d->br[0] = (branch){rb_field(s, "condition"), cons, reach_of(ctx, fi, cons)};
+            d->br[0] = (branch){rt_field(s, "condition"), cons, reach_of(ctx, fi, cons)};
             d->br[1] = (branch){.mask = rest_mask(ctx, fi, s)};
             d->nbr = 2;
         } else {
             d->form = FORM_CHAIN;
             TSNode cur = s;
             while (d->nbr < SP_MAXBR) {
-                TSNode cons = rb_field(cur, "consequence");
-                d->br[d->nbr++] = (branch){rb_field(cur, "condition"), cons, reach_of(ctx, fi, cons)};
-                TSNode a = rb_field(cur, "alternative");
+                TSNode cons = rt_field(cur, "consequence");
+                d->br[d->nbr++] = (branch){rt_field(cur, "condition"), cons, reach_of(ctx, fi, cons)};
+                TSNode a = rt_field(cur, "alternative");
                 if (ts_node_is_null(a)) break;
                 TSNode in = ts_node_named_child(a, 0);
-                while (rb_is(in, "comment")) in = ts_node_next_named_sibling(in);
-                if (rb_is(in, "if_statement")) {
+                while (rt_is(in, "comment")) in = ts_node_next_named_sibling(in);
+                if (rt_is(in, "if_statement")) {
                     cur = in;
                     continue;
                 }
@@ -447,14 +447,14 @@ static bool dispatch_at(const kl_rule_ctx *ctx, const fileinfo *fi, const rb_fun
                 break;
             }
         }
-    } else if (rb_is(s, "switch_statement")) {
+    } else if (rt_is(s, "switch_statement")) {
         d->form = FORM_SWITCH;
-        TSNode body = rb_field(s, "body");
+        TSNode body = rt_field(s, "body");
         uint32_t c = ts_node_named_child_count(body);
         for (uint32_t i = 0; i < c && d->nbr < SP_MAXBR; i++) {
             TSNode cs = ts_node_named_child(body, i);
-            if (!rb_is(cs, "case_statement")) continue;
-            d->br[d->nbr++] = (branch){rb_field(cs, "value"), cs, reach_of(ctx, fi, cs)};
+            if (!rt_is(cs, "case_statement")) continue;
+            d->br[d->nbr++] = (branch){rt_field(cs, "value"), cs, reach_of(ctx, fi, cs)};
         }
     } else {
         return false;
@@ -492,7 +492,7 @@ static bool dispatch_at(const kl_rule_ctx *ctx, const fileinfo *fi, const rb_fun
         } else if (nunb == 1 && ts_node_is_null(unknown)) {
             d->general = unbounded;
         } else {
-            char *ct = rb_text(ctx, unparen(ts_node_is_null(unknown) ? d->br[0].cond : unknown));
+            char *ct = rt_text(ctx, unparen(ts_node_is_null(unknown) ? d->br[0].cond : unknown));
             kl_snprintf(d->why, sizeof d->why,
                         "cannot tell which branch is general at line %u: the condition '%s' neither bounds the sizes "
                         "(==, <, <=) nor admits unbounded ones (>, >=, !=)%s",
@@ -519,23 +519,23 @@ static char *dispatch_condition(const kl_rule_ctx *ctx, const dispatch *d)
 {
     kl_strbuf sb = KL_STRBUF_INIT;
     if (d->form == FORM_SWITCH) {
-        char *v = rb_text(ctx, unparen(rb_field(d->stmt, "condition")));
+        char *v = rt_text(ctx, unparen(rt_field(d->stmt, "condition")));
         for (unsigned i = 0; i < d->nbr; i++) {
             if (ts_node_is_null(d->br[i].cond)) continue;
-            char *c = rb_text(ctx, d->br[i].cond);
+            char *c = rt_text(ctx, d->br[i].cond);
             kl_strbuf_addf(&sb, "%s%s == %s", sb.len ? " || " : "", v ? v : "?", c ? c : "?");
             free(c);
         }
         free(v);
     } else if (d->general >= 0 && !ts_node_is_null(d->br[d->general].cond)) {
-        char *c = rb_text(ctx, unparen(d->br[d->general].cond));
+        char *c = rt_text(ctx, unparen(d->br[d->general].cond));
         kl_strbuf_adds(&sb, c ? c : "?");
         free(c);
     } else {
         /* the general branch is the else: the specialized branches' conditions */
         for (unsigned i = 0; i < d->nbr; i++) {
             if (ts_node_is_null(d->br[i].cond)) continue;
-            char *c = rb_text(ctx, unparen(d->br[i].cond));
+            char *c = rt_text(ctx, unparen(d->br[i].cond));
             kl_strbuf_addf(&sb, "%s%s", sb.len ? " || " : "", c ? c : "?");
             free(c);
         }
@@ -544,15 +544,15 @@ static char *dispatch_condition(const kl_rule_ctx *ctx, const dispatch *d)
     return r ? r : kl_strdup("");
 }
 
-static bool template_on_size(const kl_rule_ctx *ctx, const rb_func *f)
+static bool template_on_size(const kl_rule_ctx *ctx, const rt_func *f)
 {
     if (!f || !f->templated) return false;
-    TSNode tl = rb_field(f->outer, "parameters");
+    TSNode tl = rt_field(f->outer, "parameters");
     uint32_t c = ts_node_named_child_count(tl);
     for (uint32_t i = 0; i < c; i++) {
         TSNode p = ts_node_named_child(tl, i);
-        if (!rb_is(p, "parameter_declaration") && !rb_is(p, "optional_parameter_declaration")) continue;
-        char *t = rb_text(ctx, rb_field(p, "type"));
+        if (!rt_is(p, "parameter_declaration") && !rt_is(p, "optional_parameter_declaration")) continue;
+        char *t = rt_text(ctx, rt_field(p, "type"));
         bool sized = t && (!strcmp(t, "int") || !strcmp(t, "unsigned") || !strcmp(t, "size_t") ||
                            !strcmp(t, "unsigned int") || !strcmp(t, "long"));
         free(t);
@@ -623,7 +623,7 @@ typedef struct loopbound {
     unsigned loops;
 } loopbound;
 
-static bool find_loop_bound(const kl_rule_ctx *ctx, const rb_func *k, loopbound *lb, char *why, size_t wsize)
+static bool find_loop_bound(const kl_rule_ctx *ctx, const rt_func *k, loopbound *lb, char *why, size_t wsize)
 {
     kl_affine_ctx *ax = NULL;
     kl_error e = {0};
@@ -678,21 +678,21 @@ static bool name_taken(const kl_rule_ctx *ctx, const fileinfo *fi, const char *n
         /* inside the kernel, or at file level (a constant, a macro) */
         if (t.items[i].start >= a && t.items[i].start < b) taken = true;
         TSNode n = ts_node_descendant_for_byte_range(kl_source_root(ctx->src), t.items[i].start, t.items[i].end);
-        if (ts_node_is_null(kl_ast_enclosing_function(n)) && !rb_is(ts_node_parent(n), "template_parameter_list") &&
-            ts_node_is_null(rb_ancestor(n, "template_parameter_list")))
+        if (ts_node_is_null(kl_ast_enclosing_function(n)) && !rt_is(ts_node_parent(n), "template_parameter_list") &&
+            ts_node_is_null(rt_ancestor(n, "template_parameter_list")))
             taken = true;
     }
     free(t.items);
     return taken;
 }
 
-static kl_status add_applicable(const kl_rule_ctx *ctx, const fileinfo *fi, const rb_func *k, kl_sites *out)
+static kl_status add_applicable(const kl_rule_ctx *ctx, const fileinfo *fi, const rt_func *k, kl_sites *out)
 {
     loopbound lb = {0};
     char why[300] = "";
     if (k->templated || !find_loop_bound(ctx, k, &lb, why, sizeof why)) return KL_OK;
-    rb_launch ls[16];
-    unsigned nl = rb_launches(ctx, k->name, ls, 16);
+    rt_launch ls[16];
+    unsigned nl = rt_launches(ctx, k->name, ls, 16);
     if (nl == 0) return KL_OK;
     char up[64], tname[200];
     upper_name(lb.param, up, sizeof up);
@@ -712,7 +712,7 @@ static kl_status add_applicable(const kl_rule_ctx *ctx, const fileinfo *fi, cons
     for (unsigned i = 0; i < nl && !json_object_get(f, "why_not"); i++) {
         TSNode stmt = ts_node_parent(ls[i].call);
         unsigned line = ts_node_start_point(ls[i].call).row + 1;
-        if (!rb_is(stmt, "expression_statement") || !rb_is(ts_node_parent(stmt), "compound_statement")) {
+        if (!rt_is(stmt, "expression_statement") || !rt_is(ts_node_parent(stmt), "compound_statement")) {
             kl_snprintf(why, sizeof why, "the launch of %s at line %u is not a statement of its own in a block",
                         k->name, line);
             json_object_set_new(f, "why_not", json_string(why));
@@ -725,7 +725,7 @@ static kl_status add_applicable(const kl_rule_ctx *ctx, const fileinfo *fi, cons
         } else {
             TSNode arg = ts_node_named_child(ls[i].args, (uint32_t)lb.index);
             bool pure = true;
-            char *at = rb_text(ctx, arg);
+            char *at = rt_text(ctx, arg);
             if (at && (strchr(at, '(') || strstr(at, "++") || strstr(at, "--") || strchr(at, '='))) pure = false;
             free(at);
             if (!pure) {
@@ -754,7 +754,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     file_info(ctx, fi);
     kl_status st = KL_OK;
     for (unsigned i = 0; i < fi->nf && st == KL_OK; i++) {
-        const rb_func *h = &fi->fs[i];
+        const rt_func *h = &fi->fs[i];
         if (!is_host(h)) continue;
         uint32_t c = ts_node_named_child_count(h->body);
         for (uint32_t k = 0; k < c && st == KL_OK; k++) {
@@ -781,16 +781,16 @@ typedef struct plan {
 /* Names declared at the top level of a block (or by one statement). */
 static void declared_names(const kl_rule_ctx *ctx, TSNode n, char names[][64], unsigned *nn, unsigned max)
 {
-    uint32_t c = rb_is(n, "compound_statement") || rb_is(n, "case_statement") ? ts_node_named_child_count(n) : 1;
+    uint32_t c = rt_is(n, "compound_statement") || rt_is(n, "case_statement") ? ts_node_named_child_count(n) : 1;
     for (uint32_t i = 0; i < c; i++) {
-        TSNode s = rb_is(n, "compound_statement") || rb_is(n, "case_statement") ? ts_node_named_child(n, i) : n;
-        if (!rb_is(s, "declaration")) continue;
+        TSNode s = rt_is(n, "compound_statement") || rt_is(n, "case_statement") ? ts_node_named_child(n, i) : n;
+        if (!rt_is(s, "declaration")) continue;
         TSNode ds[16];
-        unsigned k = rb_declarators(s, ds, 16);
+        unsigned k = rt_declarators(s, ds, 16);
         for (unsigned j = 0; j < k && *nn < max; j++) {
             TSNode d = ds[j];
-            if (rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
-            TSNode id = rb_declarator_name(d);
+            if (rt_is(d, "function_declarator")) d = rt_field(d, "declarator");
+            TSNode id = rt_declarator_name(d);
             if (ts_node_is_null(id)) continue;
             uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
             size_t L = b - a < 63 ? b - a : 63;
@@ -807,7 +807,7 @@ static bool general_range(const kl_rule_ctx *ctx, const dispatch *d, bool drop_r
 {
     TSNode body = d->br[d->general].body;
     *scope = body;
-    if (rb_is(body, "case_statement")) {
+    if (rt_is(body, "case_statement")) {
         /* the statements after `default:`; a trailing break goes; a lone block is unwrapped */
         uint32_t c = ts_node_named_child_count(body);
         TSNode first = {0}, last = {0};
@@ -816,15 +816,15 @@ static bool general_range(const kl_rule_ctx *ctx, const dispatch *d, bool drop_r
             TSNode k = ts_node_named_child(body, i);
             if (ts_node_is_null(first)) first = k;
             last = k;
-            if (!rb_is(k, "comment")) nst++;
+            if (!rt_is(k, "comment")) nst++;
         }
-        if (rb_is(last, "break_statement")) {
+        if (rt_is(last, "break_statement")) {
             TSNode p = ts_node_prev_named_sibling(last);
             nst--;
             last = p;
         }
         if (ts_node_is_null(first) || ts_node_is_null(last) || nst == 0) return false;
-        if (nst == 1 && rb_is(first, "compound_statement") && ts_node_eq(first, last)) {
+        if (nst == 1 && rt_is(first, "compound_statement") && ts_node_eq(first, last)) {
             body = first;
         } else {
             *a = ts_node_start_byte(first);
@@ -833,16 +833,16 @@ static bool general_range(const kl_rule_ctx *ctx, const dispatch *d, bool drop_r
         }
         *scope = body;
     }
-    if (rb_is(body, "compound_statement")) {
+    if (rt_is(body, "compound_statement")) {
         uint32_t c = ts_node_named_child_count(body);
         if (c == 0) return false;
         TSNode first = ts_node_named_child(body, 0), last = ts_node_named_child(body, c - 1);
         TSNode ls = last_stmt(body);
-        if (drop_return && rb_is(ls, "return_statement") && ts_node_named_child_count(ls) == 0) {
+        if (drop_return && rt_is(ls, "return_statement") && ts_node_named_child_count(ls) == 0) {
             TSNode p = ts_node_prev_named_sibling(ls);
             if (ts_node_is_null(p)) return false;
             last = p;
-        } else if (rb_is(ls, "break_statement")) {
+        } else if (rt_is(ls, "break_statement")) {
             TSNode p = ts_node_prev_named_sibling(ls);
             if (ts_node_is_null(p)) return false;
             last = p;
@@ -863,10 +863,10 @@ typedef struct break_find {
 static bool break_visit(TSNode n, void *user)
 {
     break_find *bf = user;
-    if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement") ||
-        rb_is(n, "switch_statement") || rb_is(n, "lambda_expression"))
+    if (rt_is(n, "for_statement") || rt_is(n, "while_statement") || rt_is(n, "do_statement") ||
+        rt_is(n, "switch_statement") || rt_is(n, "lambda_expression"))
         return false;
-    if (rb_is(n, "break_statement") || rb_is(n, "continue_statement")) bf->found = true;
+    if (rt_is(n, "break_statement") || rt_is(n, "continue_statement")) bf->found = true;
     return !bf->found;
 }
 
@@ -878,7 +878,7 @@ static kl_status host_edits(const kl_rule_ctx *ctx, const dispatch *d, plan *p, 
         return kl_rule_not_applicable(err, "the dispatch at line %u shares its lines with other code", line);
     TSNode hbody = d->host->body;
     TSNode after = ts_node_next_named_sibling(d->stmt);
-    while (rb_is(after, "comment") && ts_node_start_point(after).row == ts_node_end_point(d->stmt).row)
+    while (rt_is(after, "comment") && ts_node_start_point(after).row == ts_node_end_point(d->stmt).row)
         after = ts_node_next_named_sibling(after);
     bool last_in_host = ts_node_eq(ts_node_parent(d->stmt), hbody) && ts_node_is_null(after);
     char ind[64];
@@ -904,12 +904,12 @@ static kl_status host_edits(const kl_rule_ctx *ctx, const dispatch *d, plan *p, 
         uint32_t c = ts_node_named_child_count(body);
         for (uint32_t i = 0; i < c; i++) {
             TSNode k = ts_node_named_child(body, i);
-            if (ts_node_start_byte(k) >= ga && ts_node_end_byte(k) <= gb) rb_walk(k, break_visit, &bf);
-            else if (rb_is(k, "compound_statement")) {
+            if (ts_node_start_byte(k) >= ga && ts_node_end_byte(k) <= gb) rt_walk(k, break_visit, &bf);
+            else if (rt_is(k, "compound_statement")) {
                 uint32_t cc = ts_node_named_child_count(k);
                 for (uint32_t j = 0; j < cc; j++) {
                     TSNode q = ts_node_named_child(k, j);
-                    if (ts_node_start_byte(q) >= ga && ts_node_end_byte(q) <= gb) rb_walk(q, break_visit, &bf);
+                    if (ts_node_start_byte(q) >= ga && ts_node_end_byte(q) <= gb) rt_walk(q, break_visit, &bf);
                 }
             }
         }
@@ -987,13 +987,13 @@ static void item_of(const kl_rule_ctx *ctx, TSNode n, item *it)
     it->start = ts_node_start_byte(n);
     it->end = ts_node_end_byte(n);
     TSNode in = n;
-    if (rb_is(n, "template_declaration")) {
+    if (rt_is(n, "template_declaration")) {
         uint32_t c = ts_node_named_child_count(n);
         in = (TSNode){0};
         for (uint32_t i = 0; i < c; i++) {
             TSNode k = ts_node_named_child(n, i);
-            if (rb_is(k, "function_definition") || rb_is(k, "declaration") || rb_is(k, "struct_specifier") ||
-                rb_is(k, "class_specifier"))
+            if (rt_is(k, "function_definition") || rt_is(k, "declaration") || rt_is(k, "struct_specifier") ||
+                rt_is(k, "class_specifier"))
                 in = k;
         }
         if (ts_node_is_null(in)) {
@@ -1005,22 +1005,22 @@ static void item_of(const kl_rule_ctx *ctx, TSNode n, item *it)
     if (!strcmp(t, "static_assert_declaration")) {
         it->is_assert = true;
     } else if (!strcmp(t, "function_definition")) {
-        TSNode d = rb_field(in, "declarator");
-        while (!ts_node_is_null(d) && !rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
-        TSNode nm = rb_field(d, "declarator");
-        item_add_name(it, ctx, rb_is(nm, "identifier") ? nm : (TSNode){0});
+        TSNode d = rt_field(in, "declarator");
+        while (!ts_node_is_null(d) && !rt_is(d, "function_declarator")) d = rt_field(d, "declarator");
+        TSNode nm = rt_field(d, "declarator");
+        item_add_name(it, ctx, rt_is(nm, "identifier") ? nm : (TSNode){0});
     } else if (!strcmp(t, "declaration") || !strcmp(t, "type_definition")) {
         TSNode ds[16];
-        unsigned k = rb_declarators(in, ds, 16);
+        unsigned k = rt_declarators(in, ds, 16);
         for (unsigned j = 0; j < k; j++) {
             TSNode d = ds[j];
-            if (rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
-            item_add_name(it, ctx, rb_declarator_name(d));
+            if (rt_is(d, "function_declarator")) d = rt_field(d, "declarator");
+            item_add_name(it, ctx, rt_declarator_name(d));
         }
         if (it->nnames == 0) it->root = true;
     } else if (!strcmp(t, "struct_specifier") || !strcmp(t, "class_specifier") || !strcmp(t, "preproc_def") ||
                !strcmp(t, "preproc_function_def")) {
-        item_add_name(it, ctx, rb_field(in, "name"));
+        item_add_name(it, ctx, rt_field(in, "name"));
     } else {
         it->root = true;
     }
@@ -1109,13 +1109,13 @@ static kl_status dead_locals(const kl_rule_ctx *ctx, const toks *tk, const dispa
         for (uint32_t i = 0; i < c; i++) {
             TSNode s = ts_node_named_child(body, i);
             uint32_t a = ts_node_start_byte(s), b = ts_node_end_byte(s);
-            if (!rb_is(s, "declaration") || ranges_has(&p->removed, a)) continue;
+            if (!rt_is(s, "declaration") || ranges_has(&p->removed, a)) continue;
             char names[8][64];
             unsigned nn = 0;
             declared_names(ctx, s, names, &nn, 8);
             if (nn == 0) continue;
             /* only pure initializers: no calls but dim3/min/max */
-            char *txt = rb_text(ctx, s);
+            char *txt = rt_text(ctx, s);
             bool pure = txt != NULL;
             for (const char *q = txt; pure && q && (q = strchr(q, '(')); q++) {
                 const char *e = q;
@@ -1316,7 +1316,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         st = kl_rule_not_applicable(err, "no dispatch at %s", site->id);
         goto cleanup;
     }
-    const rb_func *h = NULL;
+    const rt_func *h = NULL;
     for (unsigned i = 0; i < fi->nf; i++)
         if (ts_node_eq(ts_node_parent(s), fi->fs[i].body)) h = &fi->fs[i];
     dispatch d;
@@ -1336,7 +1336,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     uint32_t c = ts_node_named_child_count(root);
     for (uint32_t i = 0; i < c && n < SP_MAXITEM; i++) {
         TSNode k = ts_node_named_child(root, i);
-        if (rb_is(k, "comment")) continue;
+        if (rt_is(k, "comment")) continue;
         item_of(ctx, k, &items[n++]);
     }
     deadctx dc = {ctx, &tk, items, n, p};
@@ -1384,9 +1384,9 @@ typedef struct ident_walk {
 static bool ident_visit(TSNode n, void *user)
 {
     ident_walk *w = user;
-    if (rb_is(n, "identifier") && rb_text_is(w->ctx, n, w->name)) {
+    if (rt_is(n, "identifier") && rt_text_is(w->ctx, n, w->name)) {
         TSNode par = ts_node_parent(n);
-        if (rb_is(par, "field_expression") && ts_node_eq(rb_field(par, "field"), n)) return false;
+        if (rt_is(par, "field_expression") && ts_node_eq(rt_field(par, "field"), n)) return false;
         if (kl_edits_add(w->ed, ts_node_start_byte(n) - w->base, ts_node_end_byte(n) - w->base, w->repl) != KL_OK)
             w->failed = true;
     }
@@ -1403,24 +1403,24 @@ static bool ident_visit(TSNode n, void *user)
 static bool bench_value(const kl_rule_ctx *ctx, const char *kname, int index, long long *v)
 {
     if (!ctx->task || index < 0) return false;
-    rb_launch ls[16];
-    unsigned nl = rb_launches(ctx, kname, ls, 16);
+    rt_launch ls[16];
+    unsigned nl = rt_launches(ctx, kname, ls, 16);
     bool found = false;
     for (unsigned i = 0; i < nl; i++) {
         if (strcmp(ls[i].host.name, "launch") || ts_node_is_null(ls[i].args) ||
             ts_node_named_child_count(ls[i].args) <= (uint32_t)index)
             return false;
         TSNode arg = ts_node_named_child(ls[i].args, (uint32_t)index);
-        if (!rb_is(arg, "identifier")) return false;
+        if (!rt_is(arg, "identifier")) return false;
         long long here = 0;
         bool ok = false;
         uint32_t np = ts_node_named_child_count(ls[i].host.params), p = 0;
         for (uint32_t k = 0; k < np && !ok; k++) {
             TSNode pd = ts_node_named_child(ls[i].host.params, k);
-            if (!rb_is(pd, "parameter_declaration")) continue;
-            TSNode nm = kl_ast_declarator_name(rb_field(pd, "declarator"));
-            char *b = ts_node_is_null(nm) ? NULL : rb_text(ctx, nm);
-            bool same = b && rb_text_is(ctx, arg, b);
+            if (!rt_is(pd, "parameter_declaration")) continue;
+            TSNode nm = kl_ast_declarator_name(rt_field(pd, "declarator"));
+            char *b = ts_node_is_null(nm) ? NULL : rt_text(ctx, nm);
+            bool same = b && rt_text_is(ctx, arg, b);
             free(b);
             for (unsigned z = 0; same && p < ctx->task->nargs && z < ctx->task->nsizes && !ok; z++)
                 if (ctx->task->args[p].name && !strcmp(ctx->task->args[p].name, ctx->task->sizes[z])) {
@@ -1461,7 +1461,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     char *copy = NULL;
     if (!fi) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     file_info(ctx, fi);
-    const rb_func *k = rb_function_named(fi->fs, fi->nf, kname);
+    const rt_func *k = rt_function_named(fi->fs, fi->nf, kname);
     loopbound lb = {0};
     char w[300];
     if (!k || !find_loop_bound(ctx, k, &lb, w, sizeof w) || strcmp(lb.param, param)) {
@@ -1489,16 +1489,16 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     }
     /* the copy: renamed, the parameter replaced by the template constant, the loops unrolled */
     uint32_t ka = ts_node_start_byte(k->def), kb = ts_node_end_byte(k->def);
-    TSNode d = rb_field(k->def, "declarator");
-    while (!ts_node_is_null(d) && !rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
-    TSNode nm = rb_field(d, "declarator");
+    TSNode d = rt_field(k->def, "declarator");
+    while (!ts_node_is_null(d) && !rt_is(d, "function_declarator")) d = rt_field(d, "declarator");
+    TSNode nm = rt_field(d, "declarator");
     if (ts_node_is_null(nm)) {
         st = kl_rule_not_applicable(err, "the kernel at %s has no name", site->id);
         goto cleanup;
     }
     KL_TRY(kl_edits_add(&local, ts_node_start_byte(nm) - ka, ts_node_end_byte(nm) - ka, tk));
     ident_walk iw = {ctx, param, ka, &local, tp, false};
-    rb_walk(k->body, ident_visit, &iw);
+    rt_walk(k->body, ident_visit, &iw);
     if (iw.failed) {
         st = KL_ERR_NOMEM;
         goto cleanup;
@@ -1535,19 +1535,19 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
                              blank_after ? "\n\n" : "\n", kname, param, param, vlist, tp, copy));
     }
     /* the launches: a dispatch on the values, the original launch in the else */
-    rb_launch ls[16];
-    unsigned nl = rb_launches(ctx, kname, ls, 16);
+    rt_launch ls[16];
+    unsigned nl = rt_launches(ctx, kname, ls, 16);
     for (unsigned i = 0; i < nl; i++) {
         TSNode stmt = ts_node_parent(ls[i].call);
         uint32_t a = ts_node_start_byte(stmt), b = ts_node_end_byte(stmt);
         char ind[64], in2[80];
         kl_rules_indent(ctx, a, ind, sizeof ind);
         kl_snprintf(in2, sizeof in2, "%s    ", ind);
-        char *arg = rb_text(ctx, ts_node_named_child(ls[i].args, (uint32_t)lb.index));
-        char *fn = rb_text(ctx, rb_field(ls[i].call, "function"));
-        uint32_t after_fn = ts_node_end_byte(rb_field(ls[i].call, "function"));
-        bool simple = arg && (rb_is(ts_node_named_child(ls[i].args, (uint32_t)lb.index), "identifier") ||
-                              rb_is(ts_node_named_child(ls[i].args, (uint32_t)lb.index), "field_expression"));
+        char *arg = rt_text(ctx, ts_node_named_child(ls[i].args, (uint32_t)lb.index));
+        char *fn = rt_text(ctx, rt_field(ls[i].call, "function"));
+        uint32_t after_fn = ts_node_end_byte(rt_field(ls[i].call, "function"));
+        bool simple = arg && (rt_is(ts_node_named_child(ls[i].args, (uint32_t)lb.index), "identifier") ||
+                              rt_is(ts_node_named_child(ls[i].args, (uint32_t)lb.index), "field_expression"));
         kl_strbuf sb = KL_STRBUF_INIT;
         for (unsigned v = 0; v < nv; v++) {
             kl_strbuf_addf(&sb, "%sif (%s%s%s == %lld)\n%s%s<%lld>", v ? "else " : "", simple ? "" : "(", arg ? arg : "",

@@ -86,19 +86,19 @@ void tensor_core__text_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t si
     kl_snprintf(buf, size, "%.*s", (int)(b - a), ctx->text + a);
 }
 
-bool tensor_core__text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
+bool tensor_core__text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
 
 /* The statements of a compound statement (comments skipped), at most max. */
 unsigned tensor_core__stmts_of(TSNode block, TSNode *out, unsigned max)
 {
     unsigned n = 0;
-    if (!rb_is(block, "compound_statement")) {
+    if (!rt_is(block, "compound_statement")) {
         if (max) out[0] = block;
         return 1;
     }
     for (uint32_t i = 0; i < ts_node_named_child_count(block); i++) {
         TSNode c = ts_node_named_child(block, i);
-        if (rb_is(c, "comment")) continue;
+        if (rt_is(c, "comment")) continue;
         if (n < max) out[n] = c;
         n++;
     }
@@ -117,9 +117,9 @@ void tensor_core__strip_const(const char *t, char *out, size_t size)
 /* The condition of an if statement (the value inside the parentheses). */
 TSNode tensor_core__if_cond(TSNode ifs)
 {
-    TSNode c = rb_field(ifs, "condition");
-    if (rb_is(c, "condition_clause")) {
-        TSNode v = rb_field(c, "value");
+    TSNode c = rt_field(ifs, "condition");
+    if (rt_is(c, "condition_clause")) {
+        TSNode v = rt_field(c, "value");
         c = ts_node_is_null(v) ? ts_node_named_child(c, 0) : v;
     }
     return kl_ast_unparen(c);
@@ -151,7 +151,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     if (j->done) return KL_OK;
     if (j->site && strcmp(j->site->kernel, name)) return KL_OK;
     tensor_core__mma_scan m = {ctx, {{0}, 0, 0}, ""};
-    rb_walk(kl_ast_function_body(fn), tensor_core__mma_visit, &m);
+    rt_walk(kl_ast_function_body(fn), tensor_core__mma_visit, &m);
     if (!ts_node_is_null(m.hit)) {
         tensor_core__tc_wmma w;
         memset(&w, 0, sizeof w);

@@ -18,8 +18,8 @@ static TSNode converted(const kl_rule_ctx *ctx, TSNode e)
     TSNode null = {{0}, 0, 0};
     e = kl_ast_unparen(e);
     TSNode inner = null;
-    if (rb_is(e, "call_expression")) {
-        TSNode f = rb_field(e, "function");
+    if (rt_is(e, "call_expression")) {
+        TSNode f = rt_field(e, "function");
         char ft[64];
         tensor_core__text_to(ctx, f, ft, sizeof ft);
         char sq[64];
@@ -27,42 +27,42 @@ static TSNode converted(const kl_rule_ctx *ctx, TSNode e)
         for (const char *p = ft; *p && k + 1 < sizeof sq; p++)
             if (*p != ' ') sq[k++] = *p;
         sq[k] = '\0';
-        TSNode args = rb_field(e, "arguments");
+        TSNode args = rt_field(e, "arguments");
         if ((!strcmp(sq, "__bfloat162float") || !strcmp(sq, "__half2float") || !strcmp(sq, "float") ||
              !strcmp(sq, "static_cast<float>")) &&
             ts_node_named_child_count(args) == 1)
             inner = ts_node_named_child(args, 0);
-    } else if (rb_is(e, "cast_expression")) {
+    } else if (rt_is(e, "cast_expression")) {
         char tt[32];
-        tensor_core__text_to(ctx, rb_field(e, "type"), tt, sizeof tt);
-        if (!strcmp(tt, "float")) inner = rb_field(e, "value");
+        tensor_core__text_to(ctx, rt_field(e, "type"), tt, sizeof tt);
+        if (!strcmp(tt, "float")) inner = rt_field(e, "value");
     }
     inner = kl_ast_unparen(inner);
-    return rb_is(inner, "subscript_expression") && rb_is(rb_field(inner, "argument"), "identifier") ? inner : null;
+    return rt_is(inner, "subscript_expression") && rt_is(rt_field(inner, "argument"), "identifier") ? inner : null;
 }
 
 /* Does the statement read `acc += X * Y` / `acc = acc + X * Y`? X and Y into *x, *y. */
 static bool mac_stmt(const kl_rule_ctx *ctx, TSNode st, char *acc, size_t size, TSNode *x, TSNode *y)
 {
-    if (!rb_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return false;
+    if (!rt_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return false;
     TSNode e = ts_node_named_child(st, 0);
-    if (!rb_is(e, "assignment_expression")) return false;
-    TSNode l = rb_field(e, "left"), r = kl_ast_unparen(rb_field(e, "right"));
+    if (!rt_is(e, "assignment_expression")) return false;
+    TSNode l = rt_field(e, "left"), r = kl_ast_unparen(rt_field(e, "right"));
     char op[8];
-    tensor_core__text_to(ctx, rb_field(e, "operator"), op, sizeof op);
-    if (!rb_is(l, "identifier")) return false;
+    tensor_core__text_to(ctx, rt_field(e, "operator"), op, sizeof op);
+    if (!rt_is(l, "identifier")) return false;
     tensor_core__text_to(ctx, l, acc, size);
     if (!strcmp(op, "=")) {
-        if (!rb_is(r, "binary_expression") || !tensor_core__text_is(ctx, rb_field(r, "operator"), "+") ||
-            !tensor_core__text_is(ctx, rb_field(r, "left"), acc))
+        if (!rt_is(r, "binary_expression") || !tensor_core__text_is(ctx, rt_field(r, "operator"), "+") ||
+            !tensor_core__text_is(ctx, rt_field(r, "left"), acc))
             return false;
-        r = kl_ast_unparen(rb_field(r, "right"));
+        r = kl_ast_unparen(rt_field(r, "right"));
     } else if (strcmp(op, "+=")) {
         return false;
     }
-    if (!rb_is(r, "binary_expression") || !tensor_core__text_is(ctx, rb_field(r, "operator"), "*")) return false;
-    *x = converted(ctx, rb_field(r, "left"));
-    *y = converted(ctx, rb_field(r, "right"));
+    if (!rt_is(r, "binary_expression") || !tensor_core__text_is(ctx, rt_field(r, "operator"), "*")) return false;
+    *x = converted(ctx, rt_field(r, "left"));
+    *y = converted(ctx, rt_field(r, "right"));
     return !ts_node_is_null(*x) && !ts_node_is_null(*y);
 }
 
@@ -72,11 +72,11 @@ static TSNode top_decl(const kl_rule_ctx *ctx, TSNode body, const char *name, TS
     TSNode null = {{0}, 0, 0};
     for (uint32_t i = 0; i < ts_node_named_child_count(body); i++) {
         TSNode d = ts_node_named_child(body, i);
-        if (!rb_is(d, "declaration")) continue;
+        if (!rt_is(d, "declaration")) continue;
         for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
             TSNode dc = ts_node_named_child(d, k);
             if (!tensor_core__text_is(ctx, kl_ast_declarator_name(dc), name)) continue;
-            if (value) *value = rb_is(dc, "init_declarator") ? rb_field(dc, "value") : null;
+            if (value) *value = rt_is(dc, "init_declarator") ? rt_field(dc, "value") : null;
             return d;
         }
     }
@@ -88,7 +88,7 @@ static TSNode top_decl(const kl_rule_ctx *ctx, TSNode body, const char *name, TS
 static void elem_of(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode body, TSNode access, char *buf, size_t size)
 {
     char name[64];
-    tensor_core__text_to(ctx, rb_field(access, "argument"), name, sizeof name);
+    tensor_core__text_to(ctx, rt_field(access, "argument"), name, sizeof name);
     buf[0] = '\0';
     int pi = kl_affine_param_index(ax, name);
     if (pi >= 0) {
@@ -99,7 +99,7 @@ static void elem_of(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode body, TSNo
     TSNode d = top_decl(ctx, body, name, NULL);
     if (ts_node_is_null(d)) return;
     char t[64];
-    tensor_core__text_to(ctx, rb_field(d, "type"), t, sizeof t);
+    tensor_core__text_to(ctx, rt_field(d, "type"), t, sizeof t);
     tensor_core__strip_const(t, buf, size);
 }
 
@@ -107,9 +107,9 @@ static void elem_of(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode body, TSNo
 static bool template_type(const kl_rule_ctx *ctx, TSNode fn, const char *t)
 {
     TSNode outer = kl_ast_function_outer(fn);
-    if (!rb_is(outer, "template_declaration")) return false;
+    if (!rt_is(outer, "template_declaration")) return false;
     char ps[256], a[80], b[80];
-    tensor_core__text_to(ctx, rb_field(outer, "parameters"), ps, sizeof ps);
+    tensor_core__text_to(ctx, rt_field(outer, "parameters"), ps, sizeof ps);
     kl_snprintf(a, sizeof a, "typename %s", t);
     kl_snprintf(b, sizeof b, "class %s", t);
     return strstr(ps, a) || strstr(ps, b);
@@ -128,7 +128,7 @@ typedef struct deps {
 static bool in_prologue(const kl_rule_ctx *ctx, const tensor_core__tc_naive *g, const char *name)
 {
     for (unsigned i = 0; i < g->npro; i++)
-        if (rb_is(g->prologue[i], "declaration"))
+        if (rt_is(g->prologue[i], "declaration"))
             for (uint32_t k = 0; k < ts_node_named_child_count(g->prologue[i]); k++)
                 if (tensor_core__text_is(ctx, kl_ast_declarator_name(ts_node_named_child(g->prologue[i], k)), name)) return true;
     return false;
@@ -144,7 +144,7 @@ static bool local_visit(TSNode n, void *user)
 {
     local_find *f = user;
     if (f->found) return false;
-    if (rb_is(n, "declaration") || rb_is(n, "parameter_declaration"))
+    if (rt_is(n, "declaration") || rt_is(n, "parameter_declaration"))
         for (uint32_t k = 0; k < ts_node_named_child_count(n); k++)
             if (tensor_core__text_is(f->ctx, kl_ast_declarator_name(ts_node_named_child(n, k)), f->name)) f->found = true;
     return !f->found;
@@ -160,7 +160,7 @@ bool tensor_core__callee_reads_builtins(const kl_rule_ctx *ctx, const char *name
 {
     TSNode f = kl_ast_function_named(ctx->src, name);
     if (!ts_node_is_null(f)) {
-        char *t = rb_text(ctx, f);
+        char *t = rt_text(ctx, f);
         bool b = t && builtin_source(t);
         free(t);
         return b;
@@ -168,8 +168,8 @@ bool tensor_core__callee_reads_builtins(const kl_rule_ctx *ctx, const char *name
     TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
     for (uint32_t i = 0; i < ts_node_named_child_count(root); i++) {
         TSNode d = ts_node_named_child(root, i);
-        if ((rb_is(d, "preproc_function_def") || rb_is(d, "preproc_def")) && tensor_core__text_is(ctx, rb_field(d, "name"), name)) {
-            char *t = rb_text(ctx, d);
+        if ((rt_is(d, "preproc_function_def") || rt_is(d, "preproc_def")) && tensor_core__text_is(ctx, rt_field(d, "name"), name)) {
+            char *t = rt_text(ctx, d);
             bool b = t && builtin_source(t);
             free(t);
             return b;
@@ -182,13 +182,13 @@ static bool deps_visit(TSNode n, void *user)
 {
     deps *d = user;
     if (d->why[0]) return false;
-    if (!rb_is(n, "identifier")) return true;
+    if (!rt_is(n, "identifier")) return true;
     char name[64];
     tensor_core__text_to(d->ctx, n, name, sizeof name);
     TSNode par = ts_node_parent(n);
-    if (rb_is(par, "field_expression") && ts_node_eq(rb_field(par, "argument"), n)) {
+    if (rt_is(par, "field_expression") && ts_node_eq(rt_field(par, "argument"), n)) {
         char f[16];
-        tensor_core__text_to(d->ctx, rb_field(par, "field"), f, sizeof f);
+        tensor_core__text_to(d->ctx, rt_field(par, "field"), f, sizeof f);
         bool bad = !strcmp(name, "threadIdx") || !strcmp(name, "blockDim") ||
                    ((!strcmp(name, "blockIdx") || !strcmp(name, "gridDim")) && strcmp(f, "z"));
         if (bad)
@@ -196,7 +196,7 @@ static bool deps_visit(TSNode n, void *user)
                         "tiled kernel", name, f, kl_ast_line(n));
         return false;
     }
-    if (rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n)) {
+    if (rt_is(par, "call_expression") && ts_node_eq(rt_field(par, "function"), n)) {
         if (tensor_core__callee_reads_builtins(d->ctx, name))
             kl_snprintf(d->why, sizeof d->why, "`%s` (line %u) reads thread or block indices", name, kl_ast_line(n));
         return false;
@@ -211,7 +211,7 @@ static bool deps_visit(TSNode n, void *user)
     }
     if (in_prologue(d->ctx, d->g, name)) return false;
     local_find f = {d->ctx, name, false};
-    rb_walk(d->g->body, local_visit, &f);
+    rt_walk(d->g->body, local_visit, &f);
     if (f.found)
         kl_snprintf(d->why, sizeof d->why, "`%s` at line %u is a local of the kernel that the tiled form cannot rebind", name,
                     kl_ast_line(n));
@@ -223,7 +223,7 @@ static bool deps_ok(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core
                     const char *a1, const char *a2, char *why, size_t size, const char *what)
 {
     deps d = {ctx, ax, g, {a0, a1, a2, NULL}, ""};
-    rb_walk(n, deps_visit, &d);
+    rt_walk(n, deps_visit, &d);
     if (d.why[0]) kl_snprintf(why, size, "%s depends on %s", what, d.why);
     return !d.why[0];
 }
@@ -232,15 +232,15 @@ static bool deps_ok(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core
 bool tensor_core__guard_parts(const kl_rule_ctx *ctx, TSNode c, bool early, char *x, char *m, char *y, char *n, size_t size)
 {
     c = kl_ast_unparen(c);
-    if (!rb_is(c, "binary_expression") || !tensor_core__text_is(ctx, rb_field(c, "operator"), early ? "||" : "&&")) return false;
-    TSNode s[2] = {kl_ast_unparen(rb_field(c, "left")), kl_ast_unparen(rb_field(c, "right"))};
+    if (!rt_is(c, "binary_expression") || !tensor_core__text_is(ctx, rt_field(c, "operator"), early ? "||" : "&&")) return false;
+    TSNode s[2] = {kl_ast_unparen(rt_field(c, "left")), kl_ast_unparen(rt_field(c, "right"))};
     char *names[2] = {x, y}, *bounds[2] = {m, n};
     for (int i = 0; i < 2; i++) {
-        if (!rb_is(s[i], "binary_expression") || !tensor_core__text_is(ctx, rb_field(s[i], "operator"), early ? ">=" : "<") ||
-            !rb_is(rb_field(s[i], "left"), "identifier"))
+        if (!rt_is(s[i], "binary_expression") || !tensor_core__text_is(ctx, rt_field(s[i], "operator"), early ? ">=" : "<") ||
+            !rt_is(rt_field(s[i], "left"), "identifier"))
             return false;
-        tensor_core__text_to(ctx, rb_field(s[i], "left"), names[i], size);
-        tensor_core__text_to(ctx, rb_field(s[i], "right"), bounds[i], size);
+        tensor_core__text_to(ctx, rt_field(s[i], "left"), names[i], size);
+        tensor_core__text_to(ctx, rt_field(s[i], "right"), bounds[i], size);
     }
     return true;
 }
@@ -278,7 +278,7 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     g->loop = L->node;
     if (L->kind != KL_LOOP_FOR || !L->var) return false;
     TSNode one[2];
-    if (tensor_core__stmts_of(rb_field(L->node, "body"), one, 2) != 1) return false;
+    if (tensor_core__stmts_of(rt_field(L->node, "body"), one, 2) != 1) return false;
     TSNode x, y;
     if (!mac_stmt(ctx, one[0], g->acc, sizeof g->acc, &x, &y)) return false;
     kl_snprintf(g->k, sizeof g->k, "%s", L->var);
@@ -293,17 +293,17 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         return WHY("the loop over %s at line %u is not `for (%s = 0; %s < K; %s++)`", L->var, kl_ast_line(L->node), L->var,
                    L->var, L->var);
     kl_snprintf(g->K, sizeof g->K, "%s", L->bound ? L->bound : "");
-    TSNode init = rb_field(L->node, "initializer");
-    if (!rb_is(init, "declaration"))
+    TSNode init = rt_field(L->node, "initializer");
+    if (!rt_is(init, "declaration"))
         return WHY("the loop at line %u does not declare %s", kl_ast_line(L->node), L->var);
     char kt[64];
-    tensor_core__text_to(ctx, rb_field(init, "type"), kt, sizeof kt);
+    tensor_core__text_to(ctx, rt_field(init, "type"), kt, sizeof kt);
     tensor_core__strip_const(kt, g->ktype, sizeof g->ktype);
     /* float acc = 0; loop; store — the whole of an if's block, or the end of the kernel */
     TSNode block = ts_node_parent(L->node);
     TSNode st[8];
     unsigned ns = tensor_core__stmts_of(block, st, 8), at = 0;
-    if (!rb_is(block, "compound_statement") || ns > 8) return WHY("the loop at line %u is not in a plain block", kl_ast_line(L->node));
+    if (!rt_is(block, "compound_statement") || ns > 8) return WHY("the loop at line %u is not in a plain block", kl_ast_line(L->node));
     while (at < ns && !ts_node_eq(st[at], L->node)) at++;
     if (at == 0 || at + 2 != ns)
         return WHY("the loop at line %u is not preceded by `float %s = 0.0f;` and followed by the store alone", kl_ast_line(L->node),
@@ -314,27 +314,27 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     char at_t[32], av_t[32];
     if (!ts_node_eq(top_decl(ctx, block, g->acc, &av), g->accdecl) || ts_node_named_child_count(g->accdecl) != 2)
         return WHY("%s is not declared right before the loop at line %u", g->acc, kl_ast_line(L->node));
-    tensor_core__text_to(ctx, rb_field(g->accdecl, "type"), at_t, sizeof at_t);
+    tensor_core__text_to(ctx, rt_field(g->accdecl, "type"), at_t, sizeof at_t);
     tensor_core__text_to(ctx, av, av_t, sizeof av_t);
     if (strcmp(at_t, "float") || (strcmp(av_t, "0") && strcmp(av_t, "0.0f") && strcmp(av_t, "0.f") && strcmp(av_t, "0.0")))
         return WHY("the accumulator %s (line %u) is not a float starting at 0: f32 accumulation is what the fragments do",
                    g->acc, kl_ast_line(g->accdecl));
-    if (!rb_is(g->store, "expression_statement") || rb_count_ident(ctx, g->store, g->acc) == 0)
+    if (!rt_is(g->store, "expression_statement") || rt_count_ident(ctx, g->store, g->acc) == 0)
         return WHY("the statement after the loop (line %u) does not store %s", kl_ast_line(g->store), g->acc);
     /* the guard */
     char gx[64], gy[64];
     if (ts_node_eq(block, g->body)) {
         g->early = true;
-        if (at < 2 || !rb_is(st[at - 2], "if_statement") || !ts_node_is_null(rb_field(st[at - 2], "alternative")))
+        if (at < 2 || !rt_is(st[at - 2], "if_statement") || !ts_node_is_null(rt_field(st[at - 2], "alternative")))
             return WHY("no `if (row >= M || col >= N) return;` before the accumulator (line %u)", kl_ast_line(g->accdecl));
         g->guard = st[at - 2];
         TSNode ret[2];
-        if (tensor_core__stmts_of(rb_field(g->guard, "consequence"), ret, 2) != 1 || !rb_is(ret[0], "return_statement"))
+        if (tensor_core__stmts_of(rt_field(g->guard, "consequence"), ret, 2) != 1 || !rt_is(ret[0], "return_statement"))
             return WHY("the guard at line %u does not just return", kl_ast_line(g->guard));
     } else {
         g->guard = ts_node_parent(block);
         TSNode top = ts_node_parent(g->guard);
-        if (!rb_is(g->guard, "if_statement") || !ts_node_is_null(rb_field(g->guard, "alternative")) || !ts_node_eq(top, g->body))
+        if (!rt_is(g->guard, "if_statement") || !ts_node_is_null(rt_field(g->guard, "alternative")) || !ts_node_eq(top, g->body))
             return WHY("the loop at line %u is not under an `if (row < M && col < N)` of the kernel's body", kl_ast_line(L->node));
     }
     if (!tensor_core__guard_parts(ctx, tensor_core__if_cond(g->guard), g->early, gx, g->M, gy, g->N, sizeof gx))
@@ -360,7 +360,7 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     g->rdecl = swap ? yd : xd;
     g->cdecl = swap ? xd : yd;
     /* A: the operand that uses the row and not the col; B: the other way round */
-#define USES(n, a, b) (rb_count_ident(ctx, n, a) > 0 && rb_count_ident(ctx, n, b) == 0)
+#define USES(n, a, b) (rt_count_ident(ctx, n, a) > 0 && rt_count_ident(ctx, n, b) == 0)
     if (USES(x, g->row, g->col) && USES(y, g->col, g->row)) g->aacc = x, g->bacc = y;
     else if (USES(y, g->row, g->col) && USES(x, g->col, g->row)) g->aacc = y, g->bacc = x;
     else
@@ -371,9 +371,9 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (ts_node_named_child_count(g->rdecl) != ndecl + 1 || ts_node_named_child_count(g->cdecl) != ndecl + 1)
         return WHY("the declaration at line %u declares other names too", kl_ast_line(g->rdecl));
     char t[64];
-    tensor_core__text_to(ctx, rb_field(g->rdecl, "type"), t, sizeof t);
+    tensor_core__text_to(ctx, rt_field(g->rdecl, "type"), t, sizeof t);
     tensor_core__strip_const(t, g->rtype, sizeof g->rtype);
-    tensor_core__text_to(ctx, rb_field(g->cdecl, "type"), t, sizeof t);
+    tensor_core__text_to(ctx, rt_field(g->cdecl, "type"), t, sizeof t);
     tensor_core__strip_const(t, g->ctype, sizeof g->ctype);
     /* the rest of the body is the prologue: declarations that do not depend on the thread */
     TSNode top[MAXPRO + 8];
@@ -389,7 +389,7 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
                            kl_ast_line(g->guard));
             break;
         }
-        if (!rb_is(top[i], "declaration"))
+        if (!rt_is(top[i], "declaration"))
             return WHY("the statement at line %u is not a declaration the tiled form can keep", kl_ast_line(top[i]));
         if (g->npro == MAXPRO) return WHY("too many declarations in the kernel");
         g->prologue[g->npro++] = top[i];
@@ -398,7 +398,7 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         char w[64];
         kl_snprintf(w, sizeof w, "the declaration at line %u", kl_ast_line(g->prologue[i]));
         if (!deps_ok(ctx, ax, g, g->prologue[i], NULL, NULL, NULL, g->why, sizeof g->why, w)) return true;
-        if (rb_count_ident(ctx, g->prologue[i], g->row) || rb_count_ident(ctx, g->prologue[i], g->col))
+        if (rt_count_ident(ctx, g->prologue[i], g->row) || rt_count_ident(ctx, g->prologue[i], g->col))
             return WHY("the declaration at line %u uses %s or %s", kl_ast_line(g->prologue[i]), g->row, g->col);
     }
     /* what each piece may depend on */
@@ -410,15 +410,15 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         !deps_ok(ctx, ax, g, g->store, g->row, g->col, g->acc, g->why, sizeof g->why, "the store") ||
         !deps_ok(ctx, ax, g, tensor_core__if_cond(g->guard), g->row, g->col, NULL, g->why, sizeof g->why, "the guard"))
         return true;
-    TSNode cond = rb_field(L->node, "condition");
-    if (!ts_node_is_null(cond) && !deps_ok(ctx, ax, g, rb_field(kl_ast_unparen(cond), "right"), NULL, NULL, NULL, g->why,
+    TSNode cond = rt_field(L->node, "condition");
+    if (!ts_node_is_null(cond) && !deps_ok(ctx, ax, g, rt_field(kl_ast_unparen(cond), "right"), NULL, NULL, NULL, g->why,
                                            sizeof g->why, "the loop bound"))
         return true;
     /* A and B must not be what the store writes */
     char ab[64], bb[64];
-    tensor_core__text_to(ctx, rb_field(g->aacc, "argument"), ab, sizeof ab);
-    tensor_core__text_to(ctx, rb_field(g->bacc, "argument"), bb, sizeof bb);
-    if (rb_count_ident(ctx, g->store, ab) || rb_count_ident(ctx, g->store, bb))
+    tensor_core__text_to(ctx, rt_field(g->aacc, "argument"), ab, sizeof ab);
+    tensor_core__text_to(ctx, rt_field(g->bacc, "argument"), bb, sizeof bb);
+    if (rt_count_ident(ctx, g->store, ab) || rt_count_ident(ctx, g->store, bb))
         return WHY("the store at line %u touches %s or %s, which the loop reads", kl_ast_line(g->store), ab, bb);
 #undef WHY
     return true;
@@ -430,8 +430,8 @@ bool tensor_core__analyse_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
 static void cfg_args(const kl_rule_ctx *ctx, TSNode v, tensor_core__cfg *c)
 {
     TSNode args = v;
-    if (rb_is(v, "call_expression") && tensor_core__text_is(ctx, rb_field(v, "function"), "dim3")) args = rb_field(v, "arguments");
-    if (rb_is(args, "argument_list") || rb_is(args, "initializer_list") || rb_is(args, "parameter_list")) {
+    if (rt_is(v, "call_expression") && tensor_core__text_is(ctx, rt_field(v, "function"), "dim3")) args = rt_field(v, "arguments");
+    if (rt_is(args, "argument_list") || rt_is(args, "initializer_list") || rt_is(args, "parameter_list")) {
         c->nargs = 0;
         for (uint32_t i = 0; i < ts_node_named_child_count(args) && c->nargs < 3; i++)
             tensor_core__text_to(ctx, ts_node_named_child(args, i), c->args[c->nargs++], sizeof c->args[0]);
@@ -445,7 +445,7 @@ static void cfg_read(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode e, 
 {
     memset(c, 0, sizeof *c);
     c->expr = e;
-    if (rb_is(e, "identifier")) {
+    if (rt_is(e, "identifier")) {
         char name[64];
         tensor_core__text_to(ctx, e, name, sizeof name);
         TSNode body = kl_ast_function_body(l->host_fn);
@@ -456,8 +456,8 @@ static void cfg_read(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode e, 
             for (uint32_t k = 0; k < ts_node_named_child_count(d); k++)
                 if (tensor_core__text_is(ctx, kl_ast_declarator_name(ts_node_named_child(d, k)), name)) dc = ts_node_named_child(d, k);
         /* `dim3 block(BLOCK, BLOCK);` reads as a function declarator: its "parameters" are the arguments */
-        if (rb_is(dc, "function_declarator") && ts_node_is_null(v)) v = rb_field(dc, "parameters");
-        if (!ts_node_is_null(dc) && rb_count_ident(ctx, body, name) == 2 && ts_node_named_child_count(d) == 2 &&
+        if (rt_is(dc, "function_declarator") && ts_node_is_null(v)) v = rt_field(dc, "parameters");
+        if (!ts_node_is_null(dc) && rt_count_ident(ctx, body, name) == 2 && ts_node_named_child_count(d) == 2 &&
             !ts_node_is_null(v)) {
             c->decl = d;
             c->name = kl_ast_declarator_name(dc);
@@ -491,7 +491,7 @@ static bool host_bound(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, con
         TSNode a = ts_node_named_child(l->args, (uint32_t)pi);
         char t[150];
         tensor_core__text_to(ctx, a, t, sizeof t);
-        bool simple = rb_is(a, "identifier") || rb_is(a, "number_literal") || rb_is(a, "field_expression");
+        bool simple = rt_is(a, "identifier") || rt_is(a, "number_literal") || rt_is(a, "field_expression");
         kl_snprintf(buf, size, simple ? "%s" : "(%s)", t);
         return true;
     }
@@ -500,7 +500,7 @@ static bool host_bound(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, con
     /* a name the host sees too: a macro or a file-level constant */
     TSNode fb = kl_ast_function_body(fn);
     local_find f = {ctx, b, false};
-    rb_walk(fb, local_visit, &f);
+    rt_walk(fb, local_visit, &f);
     if (f.found) return false;
     kl_snprintf(buf, size, "%s", b);
     return true;
@@ -574,16 +574,16 @@ static uint32_t include_at(const kl_rule_ctx *ctx)
     uint32_t at = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(root); i++) {
         TSNode d = ts_node_named_child(root, i);
-        if (rb_is(d, "preproc_include")) at = ts_node_end_byte(d);
+        if (rt_is(d, "preproc_include")) at = ts_node_end_byte(d);
     }
-    if (at && ctx->text[at - 1] != '\n') at = rb_line_end(ctx, at);
+    if (at && ctx->text[at - 1] != '\n') at = rt_line_end(ctx, at);
     return at;
 }
 
 /* Is the access (a subscript) contiguous along variable v: coefficient 1 on it? */
 static bool unit_stride(kl_affine_ctx *ax, TSNode access, const char *v)
 {
-    if (!rb_is(access, "subscript_expression")) return false;
+    if (!rt_is(access, "subscript_expression")) return false;
     TSNode idx = kl_ast_subscript_index(access);
     kl_affine a;
     memset(&a, 0, sizeof a);
@@ -642,11 +642,11 @@ static void tile_copy_loop(kl_strbuf *sb, const char *in3, const char *in4, cons
  * threadIdx.x in the access and in col's definition? */
 static bool unit_stride_col(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g)
 {
-    if (!rb_is(g->bacc, "subscript_expression")) return false;
+    if (!rt_is(g->bacc, "subscript_expression")) return false;
     TSNode value = {0};
     for (uint32_t i = 0; i < ts_node_named_child_count(g->cdecl); i++) {
         TSNode d = ts_node_named_child(g->cdecl, i);
-        if (rb_is(d, "init_declarator") && rb_text_is(ctx, rb_field(d, "declarator"), g->col)) value = rb_field(d, "value");
+        if (rt_is(d, "init_declarator") && rt_text_is(ctx, rt_field(d, "declarator"), g->col)) value = rt_field(d, "value");
     }
     if (ts_node_is_null(value)) return false;
     TSNode idx = kl_ast_subscript_index(g->bacc);
@@ -675,7 +675,7 @@ static void tc_text_of(const kl_rule_ctx *ctx, const tensor_core__tc_naive *g, t
     char unit[16] = "    ";
     TSNode first = ts_node_named_child(g->body, 0);
     if (!ts_node_is_null(first)) {
-        rb_indent_of(ctx, ts_node_start_byte(first), unit, sizeof unit);
+        rt_indent_of(ctx, ts_node_start_byte(first), unit, sizeof unit);
         if (!unit[0] || !kl_rules_starts_line(ctx, ts_node_start_byte(first))) kl_snprintf(unit, sizeof unit, "    ");
     }
     t->in[0][0] = '\0';
@@ -683,7 +683,7 @@ static void tc_text_of(const kl_rule_ctx *ctx, const tensor_core__tc_naive *g, t
     tensor_core__text_to(ctx, g->aacc, t->a_text, sizeof t->a_text);
     tensor_core__text_to(ctx, g->bacc, t->b_text, sizeof t->b_text);
     tensor_core__text_to(ctx, tensor_core__if_cond(g->guard), t->guard, sizeof t->guard);
-    rb_indent_of(ctx, ts_node_start_byte(g->fn), t->fnind, sizeof t->fnind);
+    rt_indent_of(ctx, ts_node_start_byte(g->fn), t->fnind, sizeof t->fnind);
 }
 
 static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g, const char *kernel, int wm,
@@ -874,13 +874,13 @@ static kl_status launch_smem(const kl_rule_ctx *ctx, tensor_core__launch_plan *p
     for (unsigned i = 0; i < np; i++) {
         kl_launch_site *l = plans[i].l;
         TSNode stmt = ts_node_parent(l->call);
-        if (!rb_is(stmt, "expression_statement") || !rb_is(ts_node_parent(stmt), "compound_statement") ||
+        if (!rt_is(stmt, "expression_statement") || !rt_is(ts_node_parent(stmt), "compound_statement") ||
             !kl_rules_starts_line(ctx, ts_node_start_byte(stmt)))
             return kl_rule_not_applicable(err, "%s:%u: the launch is not a statement of its own in a block: "
                                           "cudaFuncSetAttribute cannot go before it", kl_source_name(ctx->src),
                                           kl_node_span(l->call).line);
         char ind[64];
-        rb_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
+        rt_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
         uint32_t fa = ts_node_start_byte(l->call), fb = ts_node_start_byte(l->config);
         kl_status st = kl_edits_addf(out, ts_node_start_byte(stmt), ts_node_start_byte(stmt),
                                      "cudaFuncSetAttribute(%.*s, cudaFuncAttributeMaxDynamicSharedMemorySize, %zu);\n%s",

@@ -8,7 +8,7 @@
 
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/tensor_core.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "rewrite/rules/tile_text.h"
 #include "syntax/affine.h"
 

@@ -15,7 +15,7 @@ static bool calls_mma_helper(const kl_rule_ctx *ctx, const char *name)
 {
     TSNode f = kl_ast_function_named(ctx->src, name);
     if (ts_node_is_null(f) || !kl_ast_function_has(ctx->src, f, "__device__")) return false;
-    char *t = rb_text(ctx, f);
+    char *t = rt_text(ctx, f);
     bool b = t && strstr(t, "mma.sync");
     free(t);
     return b;
@@ -25,19 +25,19 @@ bool tensor_core__mma_visit(TSNode n, void *user)
 {
     tensor_core__mma_scan *m = user;
     if (!ts_node_is_null(m->hit)) return false;
-    if (rb_is(n, "call_expression")) {
+    if (rt_is(n, "call_expression")) {
         char f[128];
-        tensor_core__text_to(m->ctx, rb_field(n, "function"), f, sizeof f);
+        tensor_core__text_to(m->ctx, rt_field(n, "function"), f, sizeof f);
         const char *base = strrchr(f, ':');
         base = base ? base + 1 : f;
-        if (!strcmp(base, "mma_sync") || (rb_is(rb_field(n, "function"), "identifier") && calls_mma_helper(m->ctx, f))) {
+        if (!strcmp(base, "mma_sync") || (rt_is(rt_field(n, "function"), "identifier") && calls_mma_helper(m->ctx, f))) {
             m->hit = n;
             kl_snprintf(m->what, sizeof m->what, "%s", f);
             return false;
         }
     }
-    if (rb_is(n, "gnu_asm_expression") || rb_is(n, "asm_statement")) {
-        char *t = rb_text(m->ctx, n);
+    if (rt_is(n, "gnu_asm_expression") || rt_is(n, "asm_statement")) {
+        char *t = rt_text(m->ctx, n);
         if (t && strstr(t, "mma.sync")) m->hit = n, kl_snprintf(m->what, sizeof m->what, "mma.sync PTX");
         free(t);
     }
@@ -47,9 +47,9 @@ bool tensor_core__mma_visit(TSNode n, void *user)
 /* Read the declaration `const T name = …;` into type and name. */
 static bool decl_name(const kl_rule_ctx *ctx, TSNode d, char *type, char *name, size_t size)
 {
-    if (!rb_is(d, "declaration") || ts_node_named_child_count(d) < 2) return false;
+    if (!rt_is(d, "declaration") || ts_node_named_child_count(d) < 2) return false;
     char t[64];
-    tensor_core__text_to(ctx, rb_field(d, "type"), t, sizeof t);
+    tensor_core__text_to(ctx, rt_field(d, "type"), t, sizeof t);
     tensor_core__strip_const(t, type, size);
     TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, ts_node_named_child_count(d) - 1));
     tensor_core__text_to(ctx, nm, name, size);
@@ -62,17 +62,17 @@ static bool tile_load(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n1, c
                       char *access, size_t asize, char *zero)
 {
     TSNode s[4];
-    if (!rb_is(loop, "for_statement") || tensor_core__stmts_of(rb_field(loop, "body"), s, 4) != 3) return false;
+    if (!rt_is(loop, "for_statement") || tensor_core__stmts_of(rt_field(loop, "body"), s, 4) != 3) return false;
     if (!decl_name(ctx, s[0], t1, n1, 64) || !decl_name(ctx, s[1], t2, n2, 64)) return false;
-    if (!rb_is(s[2], "expression_statement")) return false;
+    if (!rt_is(s[2], "expression_statement")) return false;
     TSNode asg = ts_node_named_child(s[2], 0);
-    if (!rb_is(asg, "assignment_expression")) return false;
-    TSNode c = rb_field(asg, "right");
-    if (!rb_is(c, "conditional_expression")) return false;
+    if (!rt_is(asg, "assignment_expression")) return false;
+    TSNode c = rt_field(asg, "right");
+    if (!rt_is(c, "conditional_expression")) return false;
     char x[64], y[64];
-    if (!tensor_core__guard_parts(ctx, rb_field(c, "condition"), false, x, b1, y, b2, 128) || strcmp(x, n1) || strcmp(y, n2)) return false;
-    tensor_core__text_to(ctx, rb_field(c, "consequence"), access, asize);
-    tensor_core__text_to(ctx, rb_field(c, "alternative"), zero, 64);
+    if (!tensor_core__guard_parts(ctx, rt_field(c, "condition"), false, x, b1, y, b2, 128) || strcmp(x, n1) || strcmp(y, n2)) return false;
+    tensor_core__text_to(ctx, rt_field(c, "consequence"), access, asize);
+    tensor_core__text_to(ctx, rt_field(c, "alternative"), zero, 64);
     return true;
 }
 
@@ -83,24 +83,24 @@ static bool tile_load_vec(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n
                           char *access, size_t asize, char *zero)
 {
     TSNode s[5], in[3];
-    if (!rb_is(loop, "for_statement") || tensor_core__stmts_of(rb_field(loop, "body"), s, 5) != 4) return false;
+    if (!rt_is(loop, "for_statement") || tensor_core__stmts_of(rt_field(loop, "body"), s, 5) != 4) return false;
     char tr[64], nr[64];
     if (!decl_name(ctx, s[0], tr, nr, 64) || !decl_name(ctx, s[1], t1, n1, 64) || !decl_name(ctx, s[2], t2, n2, 64) ||
-        !rb_is(s[3], "if_statement"))
+        !rt_is(s[3], "if_statement"))
         return false;
-    TSNode alt = rb_field(s[3], "alternative");
-    if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
-    if (!rb_is(alt, "compound_statement") || tensor_core__stmts_of(alt, in, 3) != 1 || !rb_is(in[0], "for_statement")) return false;
+    TSNode alt = rt_field(s[3], "alternative");
+    if (rt_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+    if (!rt_is(alt, "compound_statement") || tensor_core__stmts_of(alt, in, 3) != 1 || !rt_is(in[0], "for_statement")) return false;
     TSNode q[3];
-    if (tensor_core__stmts_of(rb_field(in[0], "body"), q, 3) != 2 || !rb_is(q[1], "expression_statement")) return false;
+    if (tensor_core__stmts_of(rt_field(in[0], "body"), q, 3) != 2 || !rt_is(q[1], "expression_statement")) return false;
     TSNode asg = ts_node_named_child(q[1], 0);
-    if (!rb_is(asg, "assignment_expression")) return false;
-    TSNode c = rb_field(asg, "right");
-    if (!rb_is(c, "conditional_expression")) return false;
+    if (!rt_is(asg, "assignment_expression")) return false;
+    TSNode c = rt_field(asg, "right");
+    if (!rt_is(c, "conditional_expression")) return false;
     char x[64], y[64];
-    if (!tensor_core__guard_parts(ctx, rb_field(c, "condition"), false, x, b1, y, b2, 128) || strcmp(x, n1) || strcmp(y, n2)) return false;
-    tensor_core__text_to(ctx, rb_field(c, "consequence"), access, asize);
-    tensor_core__text_to(ctx, rb_field(c, "alternative"), zero, 64);
+    if (!tensor_core__guard_parts(ctx, rt_field(c, "condition"), false, x, b1, y, b2, 128) || strcmp(x, n1) || strcmp(y, n2)) return false;
+    tensor_core__text_to(ctx, rt_field(c, "consequence"), access, asize);
+    tensor_core__text_to(ctx, rt_field(c, "alternative"), zero, 64);
     return true;
 }
 
@@ -113,9 +113,9 @@ static bool elane_visit(TSNode n, void *user)
 {
     elane_scan *e = user;
     if (!ts_node_is_null(e->found)) return false;
-    if (rb_is(n, "for_statement")) {
+    if (rt_is(n, "for_statement")) {
         char t[64];
-        tensor_core__text_to(e->ctx, rb_field(n, "initializer"), t, sizeof t);
+        tensor_core__text_to(e->ctx, rt_field(n, "initializer"), t, sizeof t);
         if (strstr(t, "kl_e = kl_lane")) {
             e->found = n;
             return false;
@@ -137,7 +137,7 @@ bool tensor_core__analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tensor_core__t
         TSNode c = ts_node_named_child(body, i);
         char t[32];
         tensor_core__text_to(ctx, c, t, sizeof t);
-        if (rb_is(c, "comment") && !strncmp(t, MARKER, strlen(MARKER))) {
+        if (rt_is(c, "comment") && !strncmp(t, MARKER, strlen(MARKER))) {
             w->marker = c;
             break;
         }
@@ -145,7 +145,7 @@ bool tensor_core__analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tensor_core__t
     if (ts_node_is_null(w->marker)) return false;
     for (i++; i < n; i++) {
         TSNode c = ts_node_named_child(body, i);
-        if (rb_is(c, "comment")) continue;
+        if (rt_is(c, "comment")) continue;
         char t[200];
         tensor_core__text_to(ctx, c, t, sizeof t);
         if (!strncmp(t, "constexpr int KL_FM", 19)) {
@@ -155,50 +155,50 @@ bool tensor_core__analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tensor_core__t
                 return WHY("the tile constants at line %u are not the ones apply writes", kl_ast_line(c));
             break;
         }
-        if (!rb_is(c, "declaration") || w->npro == MAXPRO) return WHY("the statement at line %u is not a declaration", kl_ast_line(c));
+        if (!rt_is(c, "declaration") || w->npro == MAXPRO) return WHY("the statement at line %u is not a declaration", kl_ast_line(c));
         w->prologue[w->npro++] = c;
     }
     TSNode loader = {0};
     for (; i < n; i++) {
         TSNode c = ts_node_named_child(body, i);
-        if (rb_is(c, "declaration") && ts_node_named_child_count(c) >= 2) {
+        if (rt_is(c, "declaration") && ts_node_named_child_count(c) >= 2) {
             /* the pipelined form: the tile loads sit in `auto kl_load = [&](…) { … };` */
             char nm[64], ty[64];
             if (decl_name(ctx, c, ty, nm, sizeof nm) && !strcmp(nm, "kl_load")) loader = c;
         }
-        if (!rb_is(c, "for_statement")) continue;
+        if (!rt_is(c, "for_statement")) continue;
         char t[64];
-        tensor_core__text_to(ctx, rb_field(c, "initializer"), t, sizeof t);
+        tensor_core__text_to(ctx, rt_field(c, "initializer"), t, sizeof t);
         if (strstr(t, "kl_k0 = 0")) w->k0loop = c;
         if (strstr(t, "kl_e = threadIdx.x")) w->eloop = c;
         if (ts_node_is_null(w->eloop) && !ts_node_is_null(w->k0loop) && !ts_node_eq(c, w->k0loop)) {
             /* the pipelined form: each warp stores its fragments, `for (kl_e = kl_lane; …)` inside */
             elane_scan es = {.ctx = ctx};
-            rb_walk(c, elane_visit, &es);
+            rt_walk(c, elane_visit, &es);
             if (!ts_node_is_null(es.found)) w->eloop = es.found;
         }
     }
     if (ts_node_is_null(w->consts) || ts_node_is_null(w->k0loop) || ts_node_is_null(w->eloop))
         return WHY("the kernel is not the wmma form apply writes (tile constants, k0 loop, store loop)");
-    TSNode kd = rb_field(w->k0loop, "initializer");
+    TSNode kd = rt_field(w->k0loop, "initializer");
     char t[64];
-    tensor_core__text_to(ctx, rb_field(kd, "type"), t, sizeof t);
+    tensor_core__text_to(ctx, rt_field(kd, "type"), t, sizeof t);
     tensor_core__strip_const(t, w->ktype, sizeof w->ktype);
-    tensor_core__text_to(ctx, rb_field(kl_ast_unparen(rb_field(w->k0loop, "condition")), "right"), w->K, sizeof w->K);
+    tensor_core__text_to(ctx, rt_field(kl_ast_unparen(rt_field(w->k0loop, "condition")), "right"), w->K, sizeof w->K);
     TSNode loads[2];
     unsigned nl = 0;
-    TSNode lbody = rb_field(w->k0loop, "body");
+    TSNode lbody = rt_field(w->k0loop, "body");
     if (!ts_node_is_null(loader)) {
         TSNode lam = {0};
         for (uint32_t k = 0; k < ts_node_named_child_count(loader); k++) {
             TSNode d = ts_node_named_child(loader, k);
-            if (rb_is(d, "init_declarator") && rb_is(rb_field(d, "value"), "lambda_expression")) lam = rb_field(d, "value");
+            if (rt_is(d, "init_declarator") && rt_is(rt_field(d, "value"), "lambda_expression")) lam = rt_field(d, "value");
         }
-        if (!ts_node_is_null(lam)) lbody = rb_field(lam, "body");
+        if (!ts_node_is_null(lam)) lbody = rt_field(lam, "body");
     }
     for (uint32_t k = 0; k < ts_node_named_child_count(lbody) && nl < 2; k++) {
         TSNode c = ts_node_named_child(lbody, k);
-        if (rb_is(c, "for_statement")) loads[nl++] = c;
+        if (rt_is(c, "for_statement")) loads[nl++] = c;
     }
     char t1[64], t2[64], k1[64], k2[64], kb1[128], kb2[128], zero[64];
     if (nl != 2 ||
@@ -214,14 +214,14 @@ bool tensor_core__analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tensor_core__t
     if (!w->elem[0] || strcmp(k2, w->k)) return WHY("the tile loads at line %u disagree", kl_ast_line(w->k0loop));
     /* the store loop: row, col, then `if (g) { float acc = …; store }` or `if (g) continue; float acc = …; store` */
     TSNode s[8];
-    unsigned ns = tensor_core__stmts_of(rb_field(w->eloop, "body"), s, 8);
-    if (ns < 3 || ns > 8 || !rb_is(s[2], "if_statement"))
+    unsigned ns = tensor_core__stmts_of(rt_field(w->eloop, "body"), s, 8);
+    if (ns < 3 || ns > 8 || !rt_is(s[2], "if_statement"))
         return WHY("the store loop at line %u is not the one apply writes", kl_ast_line(w->eloop));
     tensor_core__text_to(ctx, tensor_core__if_cond(s[2]), w->guard, sizeof w->guard);
-    TSNode cons = rb_field(s[2], "consequence");
+    TSNode cons = rt_field(s[2], "consequence");
     TSNode rest[8];
     unsigned nr;
-    if (rb_is(cons, "continue_statement")) {
+    if (rt_is(cons, "continue_statement")) {
         w->early = true;
         nr = ns - 3;
         for (unsigned k = 0; k < nr; k++) rest[k] = s[3 + k];
@@ -251,15 +251,15 @@ static kl_status launch_unsmem(const kl_rule_ctx *ctx, tensor_core__launch_plan 
     for (unsigned i = 0; i < np; i++) {
         kl_launch_site *l = plans[i].l;
         TSNode stmt = ts_node_parent(l->call);
-        TSNode prev = rb_is(stmt, "expression_statement") ? rb_prev_stmt(stmt) : (TSNode){0};
-        TSNode call = rb_is(prev, "expression_statement") ? ts_node_named_child(prev, 0) : (TSNode){0};
-        if (!rb_is(call, "call_expression") || !tensor_core__text_is(ctx, rb_field(call, "function"), "cudaFuncSetAttribute")) continue;
-        char *t = rb_text(ctx, call);
+        TSNode prev = rt_is(stmt, "expression_statement") ? rt_prev_stmt(stmt) : (TSNode){0};
+        TSNode call = rt_is(prev, "expression_statement") ? ts_node_named_child(prev, 0) : (TSNode){0};
+        if (!rt_is(call, "call_expression") || !tensor_core__text_is(ctx, rt_field(call, "function"), "cudaFuncSetAttribute")) continue;
+        char *t = rt_text(ctx, call);
         bool ours = t && strstr(t, "cudaFuncAttributeMaxDynamicSharedMemorySize");
         free(t);
         if (!ours) continue;
         uint32_t a, b;
-        rb_stmt_range(ctx, prev, NULL, &a, &b);
+        rt_stmt_range(ctx, prev, NULL, &a, &b);
         kl_status st = kl_edits_add(out, a, b, "");
         if (st == KL_OK && !ts_node_is_null(l->smem)) st = kl_edits_add(out, ts_node_start_byte(l->smem), ts_node_end_byte(l->smem), "0");
         if (st != KL_OK) return st;
@@ -288,11 +288,11 @@ kl_status tensor_core__remove_wmma(const kl_rule_ctx *ctx, const tensor_core__tc
         return kl_rule_not_applicable(err, "%s", why);
     }
     char in[16] = "    ", in2[24], in3[32], fnind[16];
-    rb_indent_of(ctx, ts_node_start_byte(w->marker), in, sizeof in);
+    rt_indent_of(ctx, ts_node_start_byte(w->marker), in, sizeof in);
     if (!in[0]) kl_snprintf(in, sizeof in, "    ");
     kl_snprintf(in2, sizeof in2, "%s%s", in, in);
     kl_snprintf(in3, sizeof in3, "%s%s", in2, in);
-    rb_indent_of(ctx, ts_node_start_byte(w->fn), fnind, sizeof fnind);
+    rt_indent_of(ctx, ts_node_start_byte(w->fn), fnind, sizeof fnind);
     const char *cv = to_float(w->elem);
     const char *sind = w->early ? in : in2;
     kl_strbuf sb = KL_STRBUF_INIT;
@@ -335,7 +335,7 @@ kl_status tensor_core__remove_wmma(const kl_rule_ctx *ctx, const tensor_core__tc
 /* Why a tensor-core kernel that is not apply's form cannot be taken back to a scalar loop. */
 void tensor_core__foreign_why(const kl_rule_ctx *ctx, TSNode fn, const tensor_core__mma_scan *m, char *why, size_t size)
 {
-    char *t = rb_text(ctx, fn);
+    char *t = rt_text(ctx, fn);
     const char *body = t ? t : "";
     bool ldm = strstr(body, "ldmatrix") != NULL, cpa = strstr(body, "cp_async") || strstr(body, "cp.async");
     bool ptx = !strstr(m->what, "mma_sync");
@@ -399,7 +399,7 @@ void tensor_core__ptx_release(tensor_core__tc_ptx *p)
 /* The text of n with blanks, quotes and `\n` escapes taken out: asm operands compare as one string. */
 char *tensor_core__squeeze(const kl_rule_ctx *ctx, TSNode n)
 {
-    char *t = rb_text(ctx, n);
+    char *t = rt_text(ctx, n);
     if (!t) return NULL;
     size_t k = 0;
     for (size_t i = 0; t[i]; i++) {
@@ -421,8 +421,8 @@ unsigned tensor_core__param_names(const kl_rule_ctx *ctx, TSNode fn, char names[
     unsigned n = 0;
     for (uint32_t i = 0; !ts_node_is_null(ps) && i < ts_node_named_child_count(ps); i++) {
         TSNode p = ts_node_named_child(ps, i);
-        if (!rb_is(p, "parameter_declaration")) continue;
-        if (n < max) tensor_core__text_to(ctx, kl_ast_declarator_name(rb_field(p, "declarator")), names[n], 64);
+        if (!rt_is(p, "parameter_declaration")) continue;
+        if (n < max) tensor_core__text_to(ctx, kl_ast_declarator_name(rt_field(p, "declarator")), names[n], 64);
         n++;
     }
     return n;
@@ -475,7 +475,7 @@ static bool ldmatrix_helper(const kl_rule_ctx *ctx, const char *name, bool trans
                 "ldmatrix.sync.aligned.m8n8.x4%s.shared.b16{%%0,%%1,%%2,%%3},[%%4];:=r(%s[0]),=r(%s[1]),=r(%s[2]),=r(%s[3]):r(",
                 trans ? ".trans" : "", ps[0], ps[0], ps[0], ps[0]);
     /* the address operand comes from the second parameter (directly, or through a local of the helper) */
-    bool ok = strstr(t, want) && rb_count_ident(ctx, kl_ast_function_body(f), ps[1]) > 0 && count_sub(t, "asm") == 1;
+    bool ok = strstr(t, want) && rt_count_ident(ctx, kl_ast_function_body(f), ps[1]) > 0 && count_sub(t, "asm") == 1;
     free(t);
     return ok;
 }
@@ -483,16 +483,16 @@ static bool ldmatrix_helper(const kl_rule_ctx *ctx, const char *name, bool trans
 /* `for (T v = 0; v < B; v++)` (or ++v): v and B's text. */
 bool tensor_core__plain_loop(const kl_rule_ctx *ctx, TSNode loop, char *v, char *bound, size_t bsize)
 {
-    if (!rb_is(loop, "for_statement")) return false;
-    TSNode init = rb_field(loop, "initializer"), cond = kl_ast_unparen(rb_field(loop, "condition")), upd = rb_field(loop, "update");
-    if (!rb_is(init, "declaration") || ts_node_named_child_count(init) != 2) return false;
+    if (!rt_is(loop, "for_statement")) return false;
+    TSNode init = rt_field(loop, "initializer"), cond = kl_ast_unparen(rt_field(loop, "condition")), upd = rt_field(loop, "update");
+    if (!rt_is(init, "declaration") || ts_node_named_child_count(init) != 2) return false;
     TSNode d = ts_node_named_child(init, 1);
-    if (!rb_is(d, "init_declarator") || !tensor_core__text_is(ctx, rb_field(d, "value"), "0")) return false;
+    if (!rt_is(d, "init_declarator") || !tensor_core__text_is(ctx, rt_field(d, "value"), "0")) return false;
     tensor_core__text_to(ctx, kl_ast_declarator_name(d), v, 64);
-    if (!rb_is(cond, "binary_expression") || !tensor_core__text_is(ctx, rb_field(cond, "operator"), "<") ||
-        !tensor_core__text_is(ctx, rb_field(cond, "left"), v))
+    if (!rt_is(cond, "binary_expression") || !tensor_core__text_is(ctx, rt_field(cond, "operator"), "<") ||
+        !tensor_core__text_is(ctx, rt_field(cond, "left"), v))
         return false;
-    tensor_core__text_to(ctx, rb_field(cond, "right"), bound, bsize);
+    tensor_core__text_to(ctx, rt_field(cond, "right"), bound, bsize);
     char u[80], a[80], b[80];
     tensor_core__text_to(ctx, upd, u, sizeof u);
     kl_snprintf(a, sizeof a, "%s++", v);
@@ -504,7 +504,7 @@ bool tensor_core__plain_loop(const kl_rule_ctx *ctx, TSNode loop, char *v, char 
 static bool for_header(const kl_rule_ctx *ctx, TSNode loop, char *buf, size_t size)
 {
     uint32_t end = 0;
-    TSNode body = rb_field(loop, "body");
+    TSNode body = rt_field(loop, "body");
     for (uint32_t i = 0; i < ts_node_child_count(loop); i++) {
         TSNode c = ts_node_child(loop, i);
         if (ts_node_eq(c, body)) break;
@@ -519,14 +519,14 @@ static bool for_header(const kl_rule_ctx *ctx, TSNode loop, char *buf, size_t si
 /* The statements of a block or loop body, comments and preprocessor lines (#pragma) skipped. */
 unsigned tensor_core__body_stmts(TSNode block, TSNode *out, unsigned max)
 {
-    if (!rb_is(block, "compound_statement")) {
+    if (!rt_is(block, "compound_statement")) {
         if (max) out[0] = block;
         return 1;
     }
     unsigned n = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(block); i++) {
         TSNode c = ts_node_named_child(block, i);
-        if (rb_is(c, "comment") || !strncmp(ts_node_type(c), "preproc_", 8)) continue;
+        if (rt_is(c, "comment") || !strncmp(ts_node_type(c), "preproc_", 8)) continue;
         if (n < max) out[n] = c;
         n++;
     }
@@ -536,11 +536,11 @@ unsigned tensor_core__body_stmts(TSNode block, TSNode *out, unsigned max)
 /* A call statement `f(args)`: the callee's name and the arguments. */
 static bool call_stmt(const kl_rule_ctx *ctx, TSNode st, char *f, TSNode *args, unsigned max, unsigned *n)
 {
-    if (!rb_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return false;
+    if (!rt_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return false;
     TSNode c = ts_node_named_child(st, 0);
-    if (!rb_is(c, "call_expression") || !rb_is(rb_field(c, "function"), "identifier")) return false;
-    tensor_core__text_to(ctx, rb_field(c, "function"), f, 64);
-    TSNode a = rb_field(c, "arguments");
+    if (!rt_is(c, "call_expression") || !rt_is(rt_field(c, "function"), "identifier")) return false;
+    tensor_core__text_to(ctx, rt_field(c, "function"), f, 64);
+    TSNode a = rt_field(c, "arguments");
     *n = ts_node_named_child_count(a);
     for (unsigned i = 0; i < *n && i < max; i++) args[i] = ts_node_named_child(a, i);
     return true;
@@ -559,8 +559,8 @@ static bool squeezed_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
 static TSNode single_declarator(TSNode d)
 {
     TSNode none = {{0}, 0, 0}, found = none;
-    if (!rb_is(d, "declaration")) return none;
-    TSNode type = rb_field(d, "type");
+    if (!rt_is(d, "declaration")) return none;
+    TSNode type = rt_field(d, "type");
     for (uint32_t i = 0; i < ts_node_named_child_count(d); i++) {
         TSNode c = ts_node_named_child(d, i);
         const char *t = ts_node_type(c);
@@ -577,9 +577,9 @@ static bool loop_locals(const kl_rule_ctx *ctx, TSNode *st, unsigned n, ptx_loca
     *nloc = 0;
     for (unsigned i = 0; i < n; i++) {
         TSNode d = single_declarator(st[i]);
-        if (!rb_is(d, "init_declarator") || *nloc == PTX_MAXLOC) return false;
+        if (!rt_is(d, "init_declarator") || *nloc == PTX_MAXLOC) return false;
         tensor_core__text_to(ctx, kl_ast_declarator_name(d), loc[*nloc].name, 64);
-        loc[*nloc].value = rb_field(d, "value");
+        loc[*nloc].value = rt_field(d, "value");
         (*nloc)++;
     }
     return true;
@@ -614,34 +614,34 @@ typedef struct uni_scan {
 static bool is_warp_index(const kl_rule_ctx *ctx, TSNode field)
 {
     TSNode p = ts_node_parent(field);
-    while (rb_is(p, "parenthesized_expression")) p = ts_node_parent(p);
-    if (!rb_is(p, "binary_expression") || !rb_is_builtin(ctx, field, "threadIdx", 'x')) return false;
-    TSNode l = kl_ast_unparen(rb_field(p, "left"));
+    while (rt_is(p, "parenthesized_expression")) p = ts_node_parent(p);
+    if (!rt_is(p, "binary_expression") || !rt_is_builtin(ctx, field, "threadIdx", 'x')) return false;
+    TSNode l = kl_ast_unparen(rt_field(p, "left"));
     if (!ts_node_eq(l, field)) return false;
     long long c = 0;
     TSNode fn = p;
-    while (!ts_node_is_null(fn) && !rb_is(fn, "function_definition")) fn = ts_node_parent(fn);
+    while (!ts_node_is_null(fn) && !rt_is(fn, "function_definition")) fn = ts_node_parent(fn);
     TSNode body = ts_node_is_null(fn) ? fn : kl_ast_function_body(fn);
-    if (!rb_const_eval(ctx, body, rb_field(p, "right"), &c)) return false;
-    return (tensor_core__text_is(ctx, rb_field(p, "operator"), "/") && c > 0 && c % 32 == 0) ||
-           (tensor_core__text_is(ctx, rb_field(p, "operator"), ">>") && c >= 5 && c < 32);
+    if (!rt_const_eval(ctx, body, rt_field(p, "right"), &c)) return false;
+    return (tensor_core__text_is(ctx, rt_field(p, "operator"), "/") && c > 0 && c % 32 == 0) ||
+           (tensor_core__text_is(ctx, rt_field(p, "operator"), ">>") && c >= 5 && c < 32);
 }
 
 static bool uni_visit(TSNode n, void *user)
 {
     uni_scan *u = user;
     if (u->why[0]) return false;
-    if (rb_is(n, "field_expression")) {
-        TSNode a = rb_field(n, "argument");
+    if (rt_is(n, "field_expression")) {
+        TSNode a = rt_field(n, "argument");
         if (tensor_core__text_is(u->ctx, a, "threadIdx") && !is_warp_index(u->ctx, n))
             kl_snprintf(u->why, u->size, "line %u reads threadIdx other than as the warp (threadIdx.x / 32)", kl_ast_line(n));
         return false;
     }
-    if (rb_is(n, "identifier")) {
+    if (rt_is(n, "identifier")) {
         char nm[64];
         tensor_core__text_to(u->ctx, n, nm, sizeof nm);
         TSNode par = ts_node_parent(n);
-        if (rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n)) {
+        if (rt_is(par, "call_expression") && ts_node_eq(rt_field(par, "function"), n)) {
             if (tensor_core__callee_reads_builtins(u->ctx, nm))
                 kl_snprintf(u->why, u->size, "`%s` (line %u) reads thread or block indices", nm, kl_ast_line(n));
             return false;
@@ -661,7 +661,7 @@ typedef struct decl_find {
 static bool decl_find_visit(TSNode n, void *user)
 {
     decl_find *f = user;
-    if (rb_is(n, "declaration"))
+    if (rt_is(n, "declaration"))
         for (uint32_t k = 0; k < ts_node_named_child_count(n); k++) {
             TSNode dc = ts_node_named_child(n, k);
             if (!tensor_core__text_is(f->ctx, kl_ast_declarator_name(dc), f->name)) continue;
@@ -682,12 +682,12 @@ static bool assign_visit(TSNode n, void *user)
     assign_find *a = user;
     if (a->found) return false;
     TSNode target = {{0}, 0, 0};
-    if (rb_is(n, "assignment_expression")) target = rb_field(n, "left");
-    if (rb_is(n, "update_expression")) target = rb_field(n, "argument");
+    if (rt_is(n, "assignment_expression")) target = rt_field(n, "left");
+    if (rt_is(n, "update_expression")) target = rt_field(n, "argument");
     if (!ts_node_is_null(target) && tensor_core__text_is(a->ctx, kl_ast_unparen(target), a->name)) {
         /* a loop's own update (`kk++`) keeps its value the same in every lane */
         TSNode p = ts_node_parent(n);
-        if (!(rb_is(p, "for_statement") && ts_node_eq(rb_field(p, "update"), n))) a->found = true;
+        if (!(rt_is(p, "for_statement") && ts_node_eq(rt_field(p, "update"), n))) a->found = true;
     }
     return !a->found;
 }
@@ -703,26 +703,26 @@ static bool warp_uniform(const kl_rule_ctx *ctx, TSNode body, const char *name, 
         return false;
     }
     decl_find f = {ctx, name, {{0}, 0, 0}, {{0}, 0, 0}, 0};
-    rb_walk(body, decl_find_visit, &f);
+    rt_walk(body, decl_find_visit, &f);
     if (!f.count) return true;
     if (f.count > 1) {
         kl_snprintf(why, size, "`%s` is declared %u times in the kernel", name, f.count);
         return false;
     }
     assign_find a = {ctx, name, false};
-    rb_walk(body, assign_visit, &a);
+    rt_walk(body, assign_visit, &a);
     if (a.found) {
         kl_snprintf(why, size, "`%s` (line %u) is assigned after its declaration", name, kl_ast_line(f.decl));
         return false;
     }
-    TSNode v = rb_is(f.dc, "init_declarator") ? rb_field(f.dc, "value") : (TSNode){{0}, 0, 0};
+    TSNode v = rt_is(f.dc, "init_declarator") ? rt_field(f.dc, "value") : (TSNode){{0}, 0, 0};
     if (ts_node_is_null(v)) {
         if (tt_is_shared_decl(ctx, f.decl)) return true;
         kl_snprintf(why, size, "`%s` (line %u) has no initial value", name, kl_ast_line(f.decl));
         return false;
     }
     uni_scan u = {ctx, body, depth, why, size};
-    rb_walk(v, uni_visit, &u);
+    rt_walk(v, uni_visit, &u);
     return !why[0];
 }
 
@@ -744,8 +744,8 @@ static void render_children(ptx_render *r, TSNode n, kl_strbuf *sb)
 /* `lane % 16` / `lane / 16` */
 static bool lane_op(const ptx_render *r, TSNode n, const char *op)
 {
-    return rb_is(n, "binary_expression") && tensor_core__text_is(r->ctx, rb_field(n, "operator"), op) &&
-           tensor_core__text_is(r->ctx, kl_ast_unparen(rb_field(n, "left")), r->lane) && tensor_core__text_is(r->ctx, rb_field(n, "right"), "16");
+    return rt_is(n, "binary_expression") && tensor_core__text_is(r->ctx, rt_field(n, "operator"), op) &&
+           tensor_core__text_is(r->ctx, kl_ast_unparen(rt_field(n, "left")), r->lane) && tensor_core__text_is(r->ctx, rt_field(n, "right"), "16");
 }
 
 static void render_paren(kl_strbuf *sb, const char *s, bool paren)
@@ -764,7 +764,7 @@ static bool simple_text(const char *s)
 static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
 {
     if (r->why[0]) return;
-    bool in_paren = rb_is(ts_node_parent(n), "parenthesized_expression");
+    bool in_paren = rt_is(ts_node_parent(n), "parenthesized_expression");
     if (lane_op(r, n, "%")) {
         render_paren(sb, r->mod16, !in_paren && !simple_text(r->mod16));
         return;
@@ -773,8 +773,8 @@ static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
         render_paren(sb, r->div16, !in_paren && !simple_text(r->div16));
         return;
     }
-    if (rb_is(n, "field_expression")) {
-        if (tensor_core__text_is(r->ctx, rb_field(n, "argument"), "threadIdx") && !is_warp_index(r->ctx, n)) {
+    if (rt_is(n, "field_expression")) {
+        if (tensor_core__text_is(r->ctx, rt_field(n, "argument"), "threadIdx") && !is_warp_index(r->ctx, n)) {
             kl_snprintf(r->why, sizeof r->why, "the ldmatrix address at line %u reads threadIdx other than through the lane `%s`",
                         kl_ast_line(n), r->lane);
             return;
@@ -782,11 +782,11 @@ static void render(ptx_render *r, TSNode n, kl_strbuf *sb)
         render_children(r, n, sb);
         return;
     }
-    if (rb_is(n, "identifier")) {
+    if (rt_is(n, "identifier")) {
         char nm[64];
         tensor_core__text_to(r->ctx, n, nm, sizeof nm);
         TSNode par = ts_node_parent(n);
-        bool callee = rb_is(par, "call_expression") && ts_node_eq(rb_field(par, "function"), n);
+        bool callee = rt_is(par, "call_expression") && ts_node_eq(rt_field(par, "function"), n);
         if (callee) {
             if (tensor_core__callee_reads_builtins(r->ctx, nm))
                 kl_snprintf(r->why, sizeof r->why, "`%s` (line %u) in the ldmatrix address reads thread or block indices", nm,
@@ -841,21 +841,21 @@ static char *element_read(ptx_render *r, TSNode ptr, const char *off)
     kl_strbuf sb = KL_STRBUF_INIT;
     TSNode p = kl_ast_unparen(ptr);
     TSNode leftmost = p;
-    while (rb_is(leftmost, "binary_expression") && tensor_core__text_is(r->ctx, rb_field(leftmost, "operator"), "+"))
-        leftmost = rb_field(leftmost, "left");
-    if (rb_is(p, "binary_expression") && tensor_core__text_is(r->ctx, rb_field(p, "operator"), "+") && rb_is(leftmost, "identifier")) {
+    while (rt_is(leftmost, "binary_expression") && tensor_core__text_is(r->ctx, rt_field(leftmost, "operator"), "+"))
+        leftmost = rt_field(leftmost, "left");
+    if (rt_is(p, "binary_expression") && tensor_core__text_is(r->ctx, rt_field(p, "operator"), "+") && rt_is(leftmost, "identifier")) {
         /* P + a + b …: P[a + b … + off]; the rest is rendered from the text after `P +` */
         TSNode first = ts_node_parent(leftmost); /* P + a */
         kl_strbuf rest = KL_STRBUF_INIT;
         render(r, leftmost, &sb);
-        TSNode right = rb_field(first, "right");
+        TSNode right = rt_field(first, "right");
         /* the text from the first operand after P to the end of the chain, rendered piecewise */
         render(r, right, &rest);
         for (TSNode q = ts_node_parent(first); !ts_node_is_null(q) && ts_node_start_byte(q) == ts_node_start_byte(p) &&
                                                ts_node_end_byte(q) <= ts_node_end_byte(p);
              q = ts_node_parent(q)) {
-            TSNode rr = rb_field(q, "right");
-            uint32_t gap = ts_node_end_byte(rb_field(q, "left"));
+            TSNode rr = rt_field(q, "right");
+            uint32_t gap = ts_node_end_byte(rt_field(q, "left"));
             kl_strbuf_add(&rest, r->ctx->text + gap, ts_node_start_byte(rr) - gap);
             render(r, rr, &rest);
             if (ts_node_eq(q, p)) break;
@@ -877,15 +877,15 @@ bool tensor_core__find_lane(const kl_rule_ctx *ctx, TSNode body, char *lane)
 {
     for (uint32_t i = 0; i < ts_node_named_child_count(body); i++) {
         TSNode d = ts_node_named_child(body, i);
-        if (!rb_is(d, "declaration")) continue;
+        if (!rt_is(d, "declaration")) continue;
         for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
             TSNode dc = ts_node_named_child(d, k);
-            if (!rb_is(dc, "init_declarator")) continue;
-            TSNode v = kl_ast_unparen(rb_field(dc, "value"));
+            if (!rt_is(dc, "init_declarator")) continue;
+            TSNode v = kl_ast_unparen(rt_field(dc, "value"));
             if (!squeezed_is(ctx, v, "threadIdx.x%32") && !squeezed_is(ctx, v, "threadIdx.x&31")) continue;
             tensor_core__text_to(ctx, kl_ast_declarator_name(dc), lane, 64);
             assign_find a = {ctx, lane, false};
-            rb_walk(body, assign_visit, &a);
+            rt_walk(body, assign_visit, &a);
             if (!a.found) return true;
         }
     }
@@ -901,9 +901,9 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     p->call = hit;
 #define WHY(...) (kl_snprintf(p->why, sizeof p->why, __VA_ARGS__), false)
     unsigned ln = kl_ast_line(hit);
-    if (!rb_is(hit, "call_expression") || !rb_is(rb_field(hit, "function"), "identifier"))
+    if (!rt_is(hit, "call_expression") || !rt_is(rt_field(hit, "function"), "identifier"))
         return WHY("the mma.sync at line %u is not a call of a __device__ helper", ln);
-    tensor_core__text_to(ctx, rb_field(hit, "function"), p->helpers[0], 64);
+    tensor_core__text_to(ctx, rt_field(hit, "function"), p->helpers[0], 64);
     if (!mma_helper(ctx, p->helpers[0], p->dtype))
         return WHY("%s (called at line %u) is not one mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32 with D = C and "
                    "its operands in parameter order (d[4], a[4], b0, b1)", p->helpers[0], ln);
@@ -913,39 +913,39 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     /* the mma nest */
     TSNode st = ts_node_parent(hit);
     p->inner = ts_node_parent(st);
-    if (rb_is(p->inner, "compound_statement")) {
+    if (rt_is(p->inner, "compound_statement")) {
         TSNode one[2];
         if (tensor_core__body_stmts(p->inner, one, 2) != 1) return WHY("the mma call at line %u is not alone in its loop", ln);
         p->inner = ts_node_parent(p->inner);
     }
     p->outer = ts_node_parent(p->inner);
-    if (rb_is(p->outer, "compound_statement")) {
+    if (rt_is(p->outer, "compound_statement")) {
         TSNode one[2];
         if (tensor_core__body_stmts(p->outer, one, 2) != 1) return WHY("the loop at line %u is not alone in its loop", kl_ast_line(p->inner));
         p->outer = ts_node_parent(p->outer);
     }
     char b1[128], b2[128];
-    if (!rb_is(st, "expression_statement") || !tensor_core__plain_loop(ctx, p->inner, p->v2, b2, sizeof b2) ||
+    if (!rt_is(st, "expression_statement") || !tensor_core__plain_loop(ctx, p->inner, p->v2, b2, sizeof b2) ||
         !tensor_core__plain_loop(ctx, p->outer, p->v1, b1, sizeof b1))
         return WHY("the mma call at line %u is not in a nest `for (mi = 0; mi < FM; mi++) for (ni = 0; ni < FN; ni++)`", ln);
     p->block = ts_node_parent(p->outer);
-    if (!rb_is(p->block, "compound_statement")) return WHY("the mma nest at line %u is not in a block", kl_ast_line(p->outer));
+    if (!rt_is(p->block, "compound_statement")) return WHY("the mma nest at line %u is not in a block", kl_ast_line(p->outer));
     if (!for_header(ctx, p->outer, p->hdr1, sizeof p->hdr1) || !for_header(ctx, p->inner, p->hdr2, sizeof p->hdr2))
         return WHY("the mma nest's loop headers (line %u) are not on one line each", kl_ast_line(p->outer));
     /* the operands: ACC[mi][ni], AF[mi], BF[ni][0], BF[ni][1] */
-    TSNode args = rb_field(hit, "arguments");
+    TSNode args = rt_field(hit, "arguments");
     if (ts_node_named_child_count(args) != 4) return WHY("the mma call at line %u does not take 4 operands", ln);
     TSNode d = ts_node_named_child(args, 0), a = ts_node_named_child(args, 1);
     TSNode b0 = ts_node_named_child(args, 2), bb1 = ts_node_named_child(args, 3);
     tensor_core__text_to(ctx, d, p->acc, sizeof p->acc);
     char af[64], bf[64], want[200];
-    if (!rb_is(a, "subscript_expression") || !rb_is(rb_field(a, "argument"), "identifier"))
+    if (!rt_is(a, "subscript_expression") || !rt_is(rt_field(a, "argument"), "identifier"))
         return WHY("the A operand at line %u is not a fragment array `AF[%s]`", ln, p->v1);
-    tensor_core__text_to(ctx, rb_field(a, "argument"), af, sizeof af);
-    if (!rb_is(b0, "subscript_expression") || !rb_is(rb_field(b0, "argument"), "subscript_expression") ||
-        !rb_is(rb_field(rb_field(b0, "argument"), "argument"), "identifier"))
+    tensor_core__text_to(ctx, rt_field(a, "argument"), af, sizeof af);
+    if (!rt_is(b0, "subscript_expression") || !rt_is(rt_field(b0, "argument"), "subscript_expression") ||
+        !rt_is(rt_field(rt_field(b0, "argument"), "argument"), "identifier"))
         return WHY("the B operands at line %u are not `BF[%s][0], BF[%s][1]`", ln, p->v2, p->v2);
-    tensor_core__text_to(ctx, rb_field(rb_field(b0, "argument"), "argument"), bf, sizeof bf);
+    tensor_core__text_to(ctx, rt_field(rt_field(b0, "argument"), "argument"), bf, sizeof bf);
     kl_snprintf(want, sizeof want, "%s[%s]", af, p->v1);
     bool ok = squeezed_is(ctx, a, want);
     kl_snprintf(want, sizeof want, "%s[%s][0]", bf, p->v2);
@@ -953,7 +953,7 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     kl_snprintf(want, sizeof want, "%s[%s][1]", bf, p->v2);
     ok = ok && squeezed_is(ctx, bb1, want);
     if (!ok) return WHY("the mma call at line %u does not read `%s[%s]`, `%s[%s][0]`, `%s[%s][1]`", ln, af, p->v1, bf, p->v2, bf, p->v2);
-    if (!rb_is(d, "subscript_expression") || rb_count_ident(ctx, d, p->v1) != 1 || rb_count_ident(ctx, d, p->v2) != 1)
+    if (!rt_is(d, "subscript_expression") || rt_count_ident(ctx, d, p->v1) != 1 || rt_count_ident(ctx, d, p->v2) != 1)
         return WHY("the accumulator operand `%s` at line %u is not indexed by %s and %s", p->acc, ln, p->v1, p->v2);
     /* the four statements before the nest: the fragment arrays and their loads */
     TSNode stmts[64];
@@ -963,16 +963,16 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     if (at < 4 || at + 1 != ns) return WHY("the mma nest at line %u is not the last of a block that loads its fragments", kl_ast_line(p->outer));
     for (unsigned i = at - 4; i < at; i++) {
         TSNode s = stmts[i];
-        if (rb_is(s, "declaration")) {
+        if (rt_is(s, "declaration")) {
             if (ts_node_is_null(single_declarator(s))) return WHY("the declaration at line %u declares more than one name", kl_ast_line(s));
             char nm[64];
             tensor_core__text_to(ctx, kl_ast_declarator_name(single_declarator(s)), nm, sizeof nm);
             if (!strcmp(nm, af) && ts_node_is_null(p->adecl)) p->adecl = s;
             else if (!strcmp(nm, bf) && ts_node_is_null(p->bdecl)) p->bdecl = s;
             else return WHY("the declaration at line %u is not one of the fragments %s, %s", kl_ast_line(s), af, bf);
-        } else if (rb_is(s, "for_statement")) {
-            if (rb_count_ident(ctx, s, af) && ts_node_is_null(p->aloop)) p->aloop = s;
-            else if (rb_count_ident(ctx, s, bf) && ts_node_is_null(p->bloop)) p->bloop = s;
+        } else if (rt_is(s, "for_statement")) {
+            if (rt_count_ident(ctx, s, af) && ts_node_is_null(p->aloop)) p->aloop = s;
+            else if (rt_count_ident(ctx, s, bf) && ts_node_is_null(p->bloop)) p->bloop = s;
             else return WHY("the loop at line %u loads neither %s nor %s", kl_ast_line(s), af, bf);
         } else {
             return WHY("the statement at line %u is neither a fragment declaration nor its load", kl_ast_line(s));
@@ -983,8 +983,8 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     if (ts_node_start_byte(p->adecl) > ts_node_start_byte(p->aloop) || ts_node_start_byte(p->bdecl) > ts_node_start_byte(p->bloop))
         return WHY("a fragment array is loaded before its declaration (line %u)", kl_ast_line(p->aloop));
     p->first = stmts[at - 4];
-    if (!rb_line_blank_before(ctx, tt_pragma_above(ctx, ts_node_start_byte(p->first))) ||
-        rb_line_end(ctx, ts_node_end_byte(p->outer) - 1) != rb_line_end(ctx, ts_node_end_byte(p->outer)))
+    if (!rt_line_blank_before(ctx, tt_pragma_above(ctx, ts_node_start_byte(p->first))) ||
+        rt_line_end(ctx, ts_node_end_byte(p->outer) - 1) != rt_line_end(ctx, ts_node_end_byte(p->outer)))
         return WHY("the fragment code (lines %u-%u) does not sit on lines of its own", kl_ast_line(p->first), kl_ast_line(p->outer));
     char t[96];
     kl_snprintf(t, sizeof t, "uint32_t%s[%s][4];", af, b1);
@@ -993,12 +993,12 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     if (!squeezed_is(ctx, p->adecl, t) || !squeezed_is(ctx, p->bdecl, t2))
         return WHY("the fragments are not declared `uint32_t %s[%s][4]; uint32_t %s[%s][2];` (lines %u, %u)", af, b1, bf, b2,
                    kl_ast_line(p->adecl), kl_ast_line(p->bdecl));
-    if (rb_count_ident(ctx, p->block, af) != 3 || rb_count_ident(ctx, p->block, bf) != 7)
+    if (rt_count_ident(ctx, p->block, af) != 3 || rt_count_ident(ctx, p->block, bf) != 7)
         return WHY("the fragments %s, %s are used other than by their loads and the mma call", af, bf);
     /* B's n-tiles come in pairs: FN must be even */
     long long fnv = 0;
-    TSNode bnode = rb_field(kl_ast_unparen(rb_field(p->inner, "condition")), "right");
-    if (!rb_const_eval(ctx, p->body, bnode, &fnv) || fnv <= 0 || fnv % 2)
+    TSNode bnode = rt_field(kl_ast_unparen(rt_field(p->inner, "condition")), "right");
+    if (!rt_const_eval(ctx, p->body, bnode, &fnv) || fnv <= 0 || fnv % 2)
         return WHY("the n-tile count %s (line %u) is not a known even number (B fragments come in pairs from ldmatrix.x4.trans)",
                    b2, kl_ast_line(p->inner));
     /* the A load: for (i = 0; i < FM; i++) { locals; LDM(AF[i], PTR); } */
@@ -1009,7 +1009,7 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     unsigned na = 0, nb = 0;
     if (!tensor_core__plain_loop(ctx, p->aloop, iv, ib, sizeof ib) || strcmp(ib, b1))
         return WHY("the A fragment loop at line %u is not `for (i = 0; i < %s; i++)`", kl_ast_line(p->aloop), b1);
-    nls = tensor_core__body_stmts(rb_field(p->aloop, "body"), ls, PTX_MAXLOC + 8);
+    nls = tensor_core__body_stmts(rt_field(p->aloop, "body"), ls, PTX_MAXLOC + 8);
     kl_snprintf(want, sizeof want, "%s[%s]", af, iv);
     if (nls < 1 || nls > PTX_MAXLOC + 1 || !call_stmt(ctx, ls[nls - 1], fname, cargs, 3, &nargs) || nargs != 2 ||
         !squeezed_is(ctx, cargs[0], want) || !ldmatrix_helper(ctx, fname, false) || !loop_locals(ctx, ls, nls - 1, aloc, &na))
@@ -1022,9 +1022,9 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     if (!tensor_core__plain_loop(ctx, p->bloop, jv, jb, sizeof jb))
         return WHY("the B fragment loop at line %u is not `for (j = 0; j < %s / 2; j++)`", kl_ast_line(p->bloop), b2);
     long long jn = 0;
-    if (!rb_const_eval(ctx, p->body, rb_field(kl_ast_unparen(rb_field(p->bloop, "condition")), "right"), &jn) || jn * 2 != fnv)
+    if (!rt_const_eval(ctx, p->body, rt_field(kl_ast_unparen(rt_field(p->bloop, "condition")), "right"), &jn) || jn * 2 != fnv)
         return WHY("the B fragment loop at line %u does not load %s / 2 pairs of n-tiles", kl_ast_line(p->bloop), b2);
-    nls = tensor_core__body_stmts(rb_field(p->bloop, "body"), ls, PTX_MAXLOC + 8);
+    nls = tensor_core__body_stmts(rt_field(p->bloop, "body"), ls, PTX_MAXLOC + 8);
     if (nls < 6 || nls > PTX_MAXLOC + 6)
         return WHY("the B fragment loop at line %u is not locals, `uint32_t r[4];`, ldmatrix.x4.trans and four moves", kl_ast_line(p->bloop));
     unsigned rd = nls - 6;
@@ -1045,7 +1045,7 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
             return WHY("line %u does not read `%s[2 * %s%s][%u] = %s[%u];`: the registers of ldmatrix.x4.trans are b0, b1 of "
                        "n-tile 2j, then of 2j + 1", kl_ast_line(ls[rd + 2 + i]), bf, jv, i >= 2 ? " + 1" : "", i % 2, rn, i);
     }
-    if (rb_count_ident(ctx, p->bloop, rn) != 6) return WHY("the registers %s of line %u are used elsewhere", rn, kl_ast_line(ls[rd]));
+    if (rt_count_ident(ctx, p->bloop, rn) != 6) return WHY("the registers %s of line %u are used elsewhere", rn, kl_ast_line(ls[rd]));
     /* the element reads: A (r, k) from lane r + 16 (k / 8), element k % 8; B (k, n) of n-tile ni from lane k + 16 (ni % 2)
      * in iteration ni / 2, element n */
     char ito[80], jto[80];
@@ -1063,7 +1063,7 @@ bool tensor_core__analyse_ptx(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, ten
     /* names the scalar loop introduces */
     static const char *const mine[] = {"kl_e", "kl_r", "kl_c", "kl_x"};
     for (unsigned i = 0; i < 4; i++)
-        if (rb_count_ident(ctx, p->body, mine[i])) return WHY("the kernel already uses the name %s", mine[i]);
+        if (rt_count_ident(ctx, p->body, mine[i])) return WHY("the kernel already uses the name %s", mine[i]);
 #undef WHY
     return true;
 }
@@ -1075,15 +1075,15 @@ static kl_status drop_helper(const kl_rule_ctx *ctx, const char *name, unsigned 
     TSNode f = kl_ast_function_named(ctx->src, name);
     if (ts_node_is_null(f)) return KL_OK;
     TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
-    if (rb_count_ident(ctx, root, name) != 1 + removed_uses) return KL_OK;
+    if (rt_count_ident(ctx, root, name) != 1 + removed_uses) return KL_OK;
     TSNode outer = kl_ast_function_outer(f);
-    uint32_t s = rb_line_start(ctx, ts_node_start_byte(outer)), e = rb_line_end(ctx, ts_node_end_byte(outer) - 1);
-    if (!rb_line_blank_before(ctx, ts_node_start_byte(outer))) return KL_OK;
+    uint32_t s = rt_line_start(ctx, ts_node_start_byte(outer)), e = rt_line_end(ctx, ts_node_end_byte(outer) - 1);
+    if (!rt_line_blank_before(ctx, ts_node_start_byte(outer))) return KL_OK;
     TSNode prev = ts_node_prev_sibling(outer);
-    if (rb_is(prev, "comment") && rb_line_end(ctx, ts_node_end_byte(prev) - 1) == s) {
-        char *c = rb_text(ctx, prev);
-        if (c && (strstr(c, "mma") || strstr(c, "ldmatrix")) && rb_line_blank_before(ctx, ts_node_start_byte(prev)))
-            s = rb_line_start(ctx, ts_node_start_byte(prev));
+    if (rt_is(prev, "comment") && rt_line_end(ctx, ts_node_end_byte(prev) - 1) == s) {
+        char *c = rt_text(ctx, prev);
+        if (c && (strstr(c, "mma") || strstr(c, "ldmatrix")) && rt_line_blank_before(ctx, ts_node_start_byte(prev)))
+            s = rt_line_start(ctx, ts_node_start_byte(prev));
         free(c);
     }
     /* one blank line of the two around it goes too */
@@ -1094,7 +1094,7 @@ static kl_status drop_helper(const kl_rule_ctx *ctx, const char *name, unsigned 
 kl_status tensor_core__remove_ptx(const kl_rule_ctx *ctx, const tensor_core__tc_ptx *p, kl_edits *out, kl_error *err)
 {
     char in[32] = "", in2[48], in3[64], in4[80], in5[96];
-    rb_indent_of(ctx, ts_node_start_byte(p->first), in, sizeof in);
+    rt_indent_of(ctx, ts_node_start_byte(p->first), in, sizeof in);
     kl_snprintf(in2, sizeof in2, "%s    ", in);
     kl_snprintf(in3, sizeof in3, "%s    ", in2);
     kl_snprintf(in4, sizeof in4, "%s    ", in3);
@@ -1119,8 +1119,8 @@ kl_status tensor_core__remove_ptx(const kl_rule_ctx *ctx, const tensor_core__tc_
     kl_status st = KL_ERR_NOMEM;
     if (!sb.failed) {
         uint32_t s = tt_pragma_above(ctx, ts_node_start_byte(p->first));
-        s = rb_line_start(ctx, s);
-        uint32_t e = rb_line_end(ctx, ts_node_end_byte(p->outer) - 1);
+        s = rt_line_start(ctx, s);
+        uint32_t e = rt_line_end(ctx, ts_node_end_byte(p->outer) - 1);
         st = kl_edits_add(out, s, e, kl_strbuf_str(&sb));
     }
     kl_strbuf_release(&sb);

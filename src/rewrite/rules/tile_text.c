@@ -272,7 +272,7 @@ unsigned tt_stmts(TSNode compound, TSNode *out, unsigned max)
     uint32_t c = tt_child_count(compound);
     for (uint32_t i = 0; i < c; i++) {
         TSNode ch = tt_child(compound, i);
-        if (rb_is(ch, "comment")) continue;
+        if (rt_is(ch, "comment")) continue;
         if (n < max) out[n] = ch;
         n++;
     }
@@ -281,10 +281,10 @@ unsigned tt_stmts(TSNode compound, TSNode *out, unsigned max)
 
 uint32_t tt_pragma_above(const kl_rule_ctx *ctx, uint32_t off)
 {
-    if (!rb_line_blank_before(ctx, off)) return off;
-    uint32_t ls = rb_line_start(ctx, off);
+    if (!rt_line_blank_before(ctx, off)) return off;
+    uint32_t ls = rt_line_start(ctx, off);
     if (ls == 0) return off;
-    uint32_t ps = rb_line_start(ctx, ls - 1);
+    uint32_t ps = rt_line_start(ctx, ls - 1);
     uint32_t k = ps;
     while (k < ls && (ctx->text[k] == ' ' || ctx->text[k] == '\t')) k++;
     static const char prag[] = "#pragma unroll";
@@ -302,7 +302,7 @@ static unsigned list_args(TSNode list, TSNode *args, unsigned max)
     uint32_t c = tt_child_count(list);
     for (uint32_t i = 0; i < c; i++) {
         TSNode ch = tt_child(list, i);
-        if (rb_is(ch, "comment")) continue;
+        if (rt_is(ch, "comment")) continue;
         if (n < max) args[n] = ch;
         n++;
     }
@@ -319,15 +319,15 @@ typedef struct dim3_find {
 static bool dim3_visit(TSNode n, void *user)
 {
     dim3_find *f = user;
-    if (!rb_is(n, "declaration")) return true;
+    if (!rt_is(n, "declaration")) return true;
     TSNode ty = tt_field(n, "type");
-    if (!rb_text_is(f->ctx, ty, "dim3")) return false;
+    if (!rt_text_is(f->ctx, ty, "dim3")) return false;
     uint32_t c = tt_child_count(n);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = tt_child(n, i);
-        if (!rb_is(d, "init_declarator") && !rb_is(d, "function_declarator")) continue;
+        if (!rt_is(d, "init_declarator") && !rt_is(d, "function_declarator")) continue;
         TSNode id = tt_field(d, "declarator");
-        if (rb_is(id, "identifier") && rb_text_is(f->ctx, id, f->name)) {
+        if (rt_is(id, "identifier") && rt_text_is(f->ctx, id, f->name)) {
             f->decl = d;
             f->count++;
         }
@@ -338,24 +338,24 @@ static bool dim3_visit(TSNode n, void *user)
 bool tt_dim3_args(const kl_rule_ctx *ctx, TSNode host_body, TSNode cfg, TSNode *args, unsigned *n)
 {
     *n = 0;
-    if (rb_is(cfg, "call_expression") && rb_text_is(ctx, tt_field(cfg, "function"), "dim3")) {
+    if (rt_is(cfg, "call_expression") && rt_text_is(ctx, tt_field(cfg, "function"), "dim3")) {
         *n = list_args(tt_field(cfg, "arguments"), args, 3);
         return *n >= 1 && *n <= 3;
     }
-    if (!rb_is(cfg, "identifier") || ts_node_is_null(host_body)) return false;
-    char *name = rb_text(ctx, cfg);
+    if (!rt_is(cfg, "identifier") || ts_node_is_null(host_body)) return false;
+    char *name = rt_text(ctx, cfg);
     if (!name) return false;
     dim3_find f = {.ctx = ctx, .name = name};
-    rb_walk(host_body, dim3_visit, &f);
+    rt_walk(host_body, dim3_visit, &f);
     free(name);
     if (f.count != 1) return false;
     TSNode list = {0};
-    if (rb_is(f.decl, "function_declarator")) {
+    if (rt_is(f.decl, "function_declarator")) {
         list = tt_field(f.decl, "parameters");
     } else {
         TSNode v = tt_field(f.decl, "value");
-        if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) list = v;
-        else if (rb_is(v, "call_expression") && rb_text_is(ctx, tt_field(v, "function"), "dim3"))
+        if (rt_is(v, "argument_list") || rt_is(v, "initializer_list")) list = v;
+        else if (rt_is(v, "call_expression") && rt_text_is(ctx, tt_field(v, "function"), "dim3"))
             list = tt_field(v, "arguments");
     }
     if (ts_node_is_null(list)) return false;
@@ -397,12 +397,12 @@ void tt_copy_text(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 
 bool tt_is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
 {
-    if (!rb_is(d, "declaration")) return false;
+    if (!rt_is(d, "declaration")) return false;
     uint32_t c = tt_child_count(d);
     for (uint32_t i = 0; i < c; i++) {
         TSNode ch = tt_child(d, i);
-        if ((rb_is(ch, "type_qualifier") || rb_is(ch, "storage_class_specifier")) &&
-            rb_text_is(ctx, ch, "__shared__"))
+        if ((rt_is(ch, "type_qualifier") || rt_is(ch, "storage_class_specifier")) &&
+            rt_text_is(ctx, ch, "__shared__"))
             return true;
     }
     return false;

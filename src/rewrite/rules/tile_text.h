@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 
 /* A replacement: every occurrence of the token sequence `from` ("threadIdx.y", "row",
  * "acc[kl_i][kl_j]") that is not a member (after `.` or `->`) becomes `to`. */
@@ -34,7 +34,7 @@ char *tt_indent_tail(const char *text, int delta);
 /* Does the identifier `name` occur in text[s,e) (as a token)? */
 bool tt_uses(const char *text, uint32_t s, uint32_t e, const char *name);
 
-/* A field of n, or a null node when n is null (rb_field needs a node). */
+/* A field of n, or a null node when n is null (rt_field needs a node). */
 TSNode tt_field(TSNode n, const char *field);
 /* ts_node_named_child / _named_child_count / _parent that accept a null node (null / 0 / null). */
 TSNode tt_child(TSNode n, uint32_t i);

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "rewrite/rules/vectorize_lane.h"
 #include "rewrite/rules/vectorize_stride.h"
 #include "syntax/affine.h"
@@ -28,9 +28,9 @@
 static const char *const width_values[] = {"4", "2", "8", "16", NULL}; /* 8, 16: bytes, grid-stride form */
 static const kl_rule_param vec_params[] = {{"width", width_values, "4"}};
 
-/* rb_text_is / rb_text that accept a null node (false / NULL). */
-static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
-static char *text_of(const kl_rule_ctx *ctx, TSNode n) { return ts_node_is_null(n) ? NULL : rb_text(ctx, n); }
+/* rt_text_is / rt_text that accept a null node (false / NULL). */
+static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
+static char *text_of(const kl_rule_ctx *ctx, TSNode n) { return ts_node_is_null(n) ? NULL : rt_text(ctx, n); }
 
 
 static bool node_in(TSNode n, TSNode outer)
@@ -58,7 +58,7 @@ static bool vec_visit(TSNode n, void *user)
 {
     vec_scan *v = user;
     if (v->width) return false;
-    if (rb_is(n, "type_identifier")) {
+    if (rt_is(n, "type_identifier")) {
         char t[64];
         uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
         kl_snprintf(t, sizeof t, "%.*s", (int)(b - a), v->ctx->text + a);
@@ -71,23 +71,23 @@ static bool vec_visit(TSNode n, void *user)
 static int vec_width(const kl_rule_ctx *ctx, TSNode fn, TSNode n)
 {
     vec_scan v = {ctx, fn, 0};
-    rb_walk(n, vec_visit, &v);
+    rt_walk(n, vec_visit, &v);
     if (v.width) return v.width;
     /* identifiers of the subtree declared in fn with a vector type (x4 = reinterpret_cast<…>) */
     TSNode body = kl_ast_function_body(fn);
     uint32_t c = ts_node_named_child_count(body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = ts_node_named_child(body, i);
-        if (!rb_is(d, "declaration")) continue;
-        char *t = text_of(ctx, rb_field(d, "type"));
+        if (!rt_is(d, "declaration")) continue;
+        char *t = text_of(ctx, rt_field(d, "type"));
         int w = t ? vec_type_width(t) : 0;
         free(t);
         if (!w) continue;
         for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
             TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
-            if (rb_is(nm, "identifier") && !node_in(nm, n)) {
+            if (rt_is(nm, "identifier") && !node_in(nm, n)) {
                 char *name = text_of(ctx, nm);
-                bool used = name && rb_count_ident(ctx, n, name) > 0;
+                bool used = name && rt_count_ident(ctx, n, name) > 0;
                 free(name);
                 if (used) return w;
             }
@@ -122,7 +122,7 @@ static bool vtype_visit(TSNode n, void *user)
 {
     vtype_scan *v = user;
     if (v->name[0]) return false;
-    if (rb_is(n, "type_identifier")) {
+    if (rt_is(n, "type_identifier")) {
         uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
         if (b - a < sizeof v->name) {
             char t[32];
@@ -143,15 +143,15 @@ static bool vlocal_visit(TSNode n, void *user)
 {
     vlocal_scan *v = user;
     if (v->name[0]) return false;
-    if (!rb_is(n, "declaration")) return true;
+    if (!rt_is(n, "declaration")) return true;
     vtype_scan t = {v->ctx, ""};
-    rb_walk(rb_field(n, "type"), vtype_visit, &t);
+    rt_walk(rt_field(n, "type"), vtype_visit, &t);
     if (!t.name[0]) return true;
     for (uint32_t k = 0; k < ts_node_named_child_count(n) && !v->name[0]; k++) {
         TSNode nm = kl_ast_declarator_name(ts_node_named_child(n, k));
-        if (!rb_is(nm, "identifier") || node_in(nm, v->in)) continue;
+        if (!rt_is(nm, "identifier") || node_in(nm, v->in)) continue;
         char *name = text_of(v->ctx, nm);
-        if (name && rb_count_ident(v->ctx, v->in, name) > 0) kl_snprintf(v->name, sizeof v->name, "%s", t.name);
+        if (name && rt_count_ident(v->ctx, v->in, name) > 0) kl_snprintf(v->name, sizeof v->name, "%s", t.name);
         free(name);
     }
     return false;
@@ -163,10 +163,10 @@ static bool vector_use(const kl_rule_ctx *ctx, TSNode fn, TSNode n, char *name, 
 {
     if (ts_node_is_null(n)) return false;
     vtype_scan t = {ctx, ""};
-    rb_walk(n, vtype_visit, &t);
+    rt_walk(n, vtype_visit, &t);
     if (!t.name[0]) {
         vlocal_scan l = {ctx, n, ""};
-        rb_walk(kl_ast_function_body(fn), vlocal_visit, &l);
+        rt_walk(kl_ast_function_body(fn), vlocal_visit, &l);
         memcpy(t.name, l.name, sizeof t.name);
     }
     if (t.name[0]) kl_snprintf(name, size, "%s", t.name);
@@ -192,11 +192,11 @@ static bool alias_visit(TSNode n, void *user)
 {
     alias_scan *a = user;
     if (a->yes) return false;
-    if (!rb_is(n, "init_declarator")) return true;
-    TSNode v = rb_field(n, "value");
-    if (ts_node_is_null(v) || rb_count_ident(a->ctx, v, a->name) == 0) return true;
+    if (!rt_is(n, "init_declarator")) return true;
+    TSNode v = rt_field(n, "value");
+    if (ts_node_is_null(v) || rt_count_ident(a->ctx, v, a->name) == 0) return true;
     char *nm = text_of(a->ctx, kl_ast_declarator_name(n));
-    a->yes = nm && strcmp(nm, a->name) && rb_count_ident(a->ctx, a->other, nm) > 0;
+    a->yes = nm && strcmp(nm, a->name) && rt_count_ident(a->ctx, a->other, nm) > 0;
     free(nm);
     return !a->yes;
 }
@@ -205,15 +205,15 @@ static bool arr_visit(TSNode n, void *user)
 {
     arr_scan *s = user;
     if (s->yes) return false;
-    if (!rb_is(n, "subscript_expression")) return true;
-    TSNode arr = rb_field(n, "argument");
-    if (!rb_is(arr, "identifier")) return true;
+    if (!rt_is(n, "subscript_expression")) return true;
+    TSNode arr = rt_field(n, "argument");
+    if (!rt_is(arr, "identifier")) return true;
     char *name = text_of(s->ctx, arr);
     if (!name) return true;
-    if (rb_count_ident(s->ctx, s->other, name) > 0) s->yes = true;
+    if (rt_count_ident(s->ctx, s->other, name) > 0) s->yes = true;
     else {
         alias_scan a = {s->ctx, name, s->other, false};
-        rb_walk(kl_ast_function_body(s->fn), alias_visit, &a);
+        rt_walk(kl_ast_function_body(s->fn), alias_visit, &a);
         s->yes = a.yes;
     }
     free(name);
@@ -224,7 +224,7 @@ static bool arr_visit(TSNode n, void *user)
 static bool touches_same_array(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, TSNode vec)
 {
     arr_scan s = {ctx, fn, vec, false};
-    rb_walk(loop, arr_visit, &s);
+    rt_walk(loop, arr_visit, &s);
     return s.yes;
 }
 
@@ -244,9 +244,9 @@ static bool ident_in_visit(TSNode n, void *user)
 {
     ident_in *s = user;
     if (s->yes) return false;
-    if (rb_is(n, "identifier")) {
+    if (rt_is(n, "identifier")) {
         char *name = text_of(s->ctx, n);
-        s->yes = name && rb_count_ident(s->ctx, s->where, name) > 0;
+        s->yes = name && rt_count_ident(s->ctx, s->where, name) > 0;
         free(name);
     }
     return !s->yes;
@@ -258,9 +258,9 @@ static bool cond_visit(TSNode n, void *user)
 {
     cond_scan *c = user;
     if (c->yes) return false;
-    if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement")) {
-        ident_in s = {c->ctx, rb_field(n, "condition"), false};
-        if (!ts_node_is_null(s.where)) rb_walk(c->start, ident_in_visit, &s);
+    if (rt_is(n, "for_statement") || rt_is(n, "while_statement") || rt_is(n, "do_statement")) {
+        ident_in s = {c->ctx, rt_field(n, "condition"), false};
+        if (!ts_node_is_null(s.where)) rt_walk(c->start, ident_in_visit, &s);
         c->yes = s.yes;
     }
     return !c->yes;
@@ -270,15 +270,15 @@ static bool cond_visit(TSNode n, void *user)
  * variable the vector part advanced), or a start computed from what bounds the vector part? */
 static bool continues(const kl_rule_ctx *ctx, TSNode loop, TSNode vec)
 {
-    if (!rb_is(loop, "for_statement")) return false;
-    TSNode init = rb_field(loop, "initializer");
+    if (!rt_is(loop, "for_statement")) return false;
+    TSNode init = rt_field(loop, "initializer");
     if (ts_node_is_null(init)) return true;
     TSNode start = init;
-    if (rb_is(init, "declaration")) start = rb_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
-    else if (rb_is(init, "assignment_expression")) start = rb_field(init, "right");
+    if (rt_is(init, "declaration")) start = rt_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
+    else if (rt_is(init, "assignment_expression")) start = rt_field(init, "right");
     if (ts_node_is_null(start)) return false;
     cond_scan c = {ctx, start, false};
-    rb_walk(vec, cond_visit, &c);
+    rt_walk(vec, cond_visit, &c);
     return c.yes;
 }
 
@@ -286,10 +286,10 @@ static bool continues(const kl_rule_ctx *ctx, TSNode loop, TSNode vec)
  * branch uses them. */
 static bool vector_stmt(const kl_rule_ctx *ctx, TSNode fn, TSNode st, char *vt, size_t size)
 {
-    if (rb_is(st, "for_statement") || rb_is(st, "while_statement") || rb_is(st, "do_statement"))
+    if (rt_is(st, "for_statement") || rt_is(st, "while_statement") || rt_is(st, "do_statement"))
         return vector_use(ctx, fn, st, vt, size);
-    if (rb_is(st, "if_statement") && ts_node_is_null(rb_field(st, "alternative")))
-        return vector_use(ctx, fn, rb_field(st, "consequence"), vt, size);
+    if (rt_is(st, "if_statement") && ts_node_is_null(rt_field(st, "alternative")))
+        return vector_use(ctx, fn, rt_field(st, "consequence"), vt, size);
     return false;
 }
 
@@ -303,10 +303,10 @@ bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, 
         if (ts_node_is_null(par)) break;
         /* (1) right after a vector part on the same array (declarations between them skipped):
          * the remainder it leaves, `for (; i < n; i++)`, `for (i = n4 * 4 + t; …)` */
-        if (first && rb_is(par, "compound_statement")) {
-            TSNode prev = rb_prev_stmt(st);
-            while (rb_is(prev, "declaration") || (!ts_node_is_null(prev) && kl_str_starts(ts_node_type(prev), "preproc")))
-                prev = rb_prev_stmt(prev);
+        if (first && rt_is(par, "compound_statement")) {
+            TSNode prev = rt_prev_stmt(st);
+            while (rt_is(prev, "declaration") || (!ts_node_is_null(prev) && kl_str_starts(ts_node_type(prev), "preproc")))
+                prev = rt_prev_stmt(prev);
             if (!ts_node_is_null(prev) && vector_stmt(ctx, fn, prev, vt, sizeof vt) &&
                 touches_same_array(ctx, fn, loop, prev) && continues(ctx, loop, prev)) {
                 kl_snprintf(why, size,
@@ -318,11 +318,11 @@ bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, 
         }
         /* (2) a branch of an if whose other branch is the vector path:
          * `if (aligned && n % 4 == 0) { float4 … } else { scalar }` */
-        TSNode ifs = rb_is(par, "else_clause") ? ts_node_parent(par) : par;
-        if (rb_is(ifs, "if_statement") && !ts_node_is_null(rb_field(ifs, "alternative"))) {
-            TSNode cons = rb_field(ifs, "consequence"), alt = rb_field(ifs, "alternative");
-            TSNode other = rb_is(par, "else_clause") ? cons : ts_node_eq(st, cons) ? alt : (TSNode){{0}, 0, 0};
-            TSNode mine = rb_is(par, "else_clause") ? alt : cons;
+        TSNode ifs = rt_is(par, "else_clause") ? ts_node_parent(par) : par;
+        if (rt_is(ifs, "if_statement") && !ts_node_is_null(rt_field(ifs, "alternative"))) {
+            TSNode cons = rt_field(ifs, "consequence"), alt = rt_field(ifs, "alternative");
+            TSNode other = rt_is(par, "else_clause") ? cons : ts_node_eq(st, cons) ? alt : (TSNode){{0}, 0, 0};
+            TSNode mine = rt_is(par, "else_clause") ? alt : cons;
             char mt[32];
             if (!ts_node_is_null(other) && vector_use(ctx, fn, other, vt, sizeof vt) &&
                 !vector_use(ctx, fn, mine, mt, sizeof mt)) {
@@ -333,11 +333,11 @@ bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, 
                 return true;
             }
         }
-        if (rb_is(par, "compound_statement")) {
-            TSNode p0 = rb_prev_stmt(st);
-            while (rb_is(p0, "declaration")) p0 = rb_prev_stmt(p0);
+        if (rt_is(par, "compound_statement")) {
+            TSNode p0 = rt_prev_stmt(st);
+            while (rt_is(p0, "declaration")) p0 = rt_prev_stmt(p0);
             if (!ts_node_is_null(p0)) first = false;
-        } else if (!rb_is(par, "if_statement") && !rb_is(par, "else_clause")) {
+        } else if (!rt_is(par, "if_statement") && !rt_is(par, "else_clause")) {
             first = false; /* a loop or a switch: what precedes it is not what this loop follows */
         }
         st = par;
@@ -373,7 +373,7 @@ static bool for_var(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode loop, char
     return true;
 }
 
-static bool empty_init(TSNode loop) { return ts_node_is_null(rb_field(loop, "initializer")); }
+static bool empty_init(TSNode loop) { return ts_node_is_null(rt_field(loop, "initializer")); }
 
 /* The value a local is declared with in fn's body (top level), as text; false when not found. */
 static bool local_init(const kl_rule_ctx *ctx, TSNode fn, const char *name, char *buf, size_t size)
@@ -382,13 +382,13 @@ static bool local_init(const kl_rule_ctx *ctx, TSNode fn, const char *name, char
     uint32_t c = ts_node_named_child_count(body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = ts_node_named_child(body, i);
-        if (!rb_is(d, "declaration")) continue;
+        if (!rt_is(d, "declaration")) continue;
         for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
             TSNode id = ts_node_named_child(d, k);
-            if (!rb_is(id, "init_declarator")) continue;
+            if (!rt_is(id, "init_declarator")) continue;
             TSNode nm = kl_ast_declarator_name(id);
             if (!text_is(ctx, nm, name)) continue;
-            TSNode v = rb_field(id, "value");
+            TSNode v = rt_field(id, "value");
             if (ts_node_is_null(v)) return false;
             char *t = text_of(ctx, v);
             kl_snprintf(buf, size, "%s", t ? t : "");
@@ -412,18 +412,18 @@ static void squeeze_text(const char *s, char *out, size_t size)
 static bool vector_part(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode st, char *var, size_t size,
                         int *width)
 {
-    if (rb_is(st, "for_statement")) {
+    if (rt_is(st, "for_statement")) {
         *width = vec_width(ctx, fn, st);
         return *width && for_var(ctx, ax, st, var, size);
     }
-    if (rb_is(st, "if_statement") && ts_node_is_null(rb_field(st, "alternative"))) {
-        TSNode b = rb_field(st, "consequence");
-        if (!rb_is(b, "compound_statement")) return vector_part(ctx, ax, fn, b, var, size, width);
+    if (rt_is(st, "if_statement") && ts_node_is_null(rt_field(st, "alternative"))) {
+        TSNode b = rt_field(st, "consequence");
+        if (!rt_is(b, "compound_statement")) return vector_part(ctx, ax, fn, b, var, size, width);
         unsigned loops = 0;
         for (uint32_t i = 0; i < ts_node_named_child_count(b); i++) {
             TSNode k = ts_node_named_child(b, i);
-            if (rb_is(k, "comment")) continue;
-            if (!vector_part(ctx, ax, fn, k, var, size, width) || !rb_is(k, "for_statement")) return false;
+            if (rt_is(k, "comment")) continue;
+            if (!vector_part(ctx, ax, fn, k, var, size, width) || !rt_is(k, "for_statement")) return false;
             loops++;
         }
         return loops > 0;
@@ -435,17 +435,17 @@ static bool vector_part(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TS
  * `const float4* x4 = reinterpret_cast<...>(x)`), occur in n? */
 static bool uses_param_or_alias(const kl_rule_ctx *ctx, TSNode fn, const char *param, TSNode n)
 {
-    if (rb_count_ident(ctx, n, param) > 0) return true;
+    if (rt_count_ident(ctx, n, param) > 0) return true;
     TSNode body = kl_ast_function_body(fn);
     uint32_t c = ts_node_named_child_count(body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = ts_node_named_child(body, i);
-        if (!rb_is(d, "declaration")) continue;
+        if (!rt_is(d, "declaration")) continue;
         for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
             TSNode id = ts_node_named_child(d, k);
-            if (!rb_is(id, "init_declarator") || rb_count_ident(ctx, rb_field(id, "value"), param) == 0) continue;
+            if (!rt_is(id, "init_declarator") || rt_count_ident(ctx, rt_field(id, "value"), param) == 0) continue;
             char *name = text_of(ctx, kl_ast_declarator_name(id));
-            bool used = name && rb_count_ident(ctx, n, name) > 0;
+            bool used = name && rt_count_ident(ctx, n, name) > 0;
             free(name);
             if (used) return true;
         }
@@ -459,18 +459,18 @@ static bool uses_param_or_alias(const kl_rule_ctx *ctx, TSNode fn, const char *p
  * reads, followed by its store loop). */
 static bool shares_array(const kl_rule_ctx *ctx, TSNode fn, const TSNode *del, unsigned ndel, TSNode tail)
 {
-    TSNode decl = rb_field(fn, "declarator");
+    TSNode decl = rt_field(fn, "declarator");
     TSNode params = {{0}, 0, 0};
-    for (TSNode d = decl; !ts_node_is_null(d); d = rb_field(d, "declarator"))
-        if (!ts_node_is_null(rb_field(d, "parameters"))) {
-            params = rb_field(d, "parameters");
+    for (TSNode d = decl; !ts_node_is_null(d); d = rt_field(d, "declarator"))
+        if (!ts_node_is_null(rt_field(d, "parameters"))) {
+            params = rt_field(d, "parameters");
             break;
         }
     if (ts_node_is_null(params)) return false;
     for (uint32_t i = 0; i < ts_node_named_child_count(params); i++) {
         TSNode p = ts_node_named_child(params, i);
-        TSNode pd = rb_field(p, "declarator");
-        if (!rb_is(p, "parameter_declaration") || !rb_is(pd, "pointer_declarator")) continue;
+        TSNode pd = rt_field(p, "declarator");
+        if (!rt_is(p, "parameter_declaration") || !rt_is(pd, "pointer_declarator")) continue;
         char *name = text_of(ctx, kl_ast_declarator_name(pd));
         if (!name) return false;
         bool in_vec = false;
@@ -502,15 +502,15 @@ static bool guard_visit(TSNode n, void *user)
         g->seen_st = true;
         return false;
     }
-    if (!rb_is(n, "if_statement") || ts_node_is_null(rb_field(n, "alternative"))) return true;
-    char *c = text_of(g->ctx, rb_field(n, "condition"));
+    if (!rt_is(n, "if_statement") || ts_node_is_null(rt_field(n, "alternative"))) return true;
+    char *c = text_of(g->ctx, rt_field(n, "condition"));
     bool same = c && g->cond && !strcmp(c, g->cond);
     free(c);
     /* every branch on the guard, vector types or not: the guard chooses the layout of the data,
      * and a branch without float4 may still read it in the vector path's order */
     if (!same) return true;
     /* the site is the first if on the guard that has vector accesses */
-    if (!g->seen_st && vec_width(g->ctx, g->fn, rb_field(n, "consequence"))) g->before = true;
+    if (!g->seen_st && vec_width(g->ctx, g->fn, rt_field(n, "consequence"))) g->before = true;
     if (g->p->nsame < sizeof g->p->same_guard / sizeof g->p->same_guard[0]) g->p->same_guard[g->p->nsame++] = n;
     else kl_snprintf(g->p->why, sizeof g->p->why, "more than %zu vector paths on the guard at line %u",
                      sizeof g->p->same_guard / sizeof g->p->same_guard[0], kl_ast_line(g->st));
@@ -523,27 +523,27 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
     memset(p, 0, sizeof *p);
     p->node = st;
     /* (1) if (guard) { vector } else { scalar } */
-    if (rb_is(st, "if_statement") && !ts_node_is_null(rb_field(st, "alternative"))) {
-        TSNode alt = rb_field(st, "alternative");
-        if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
-        int w = vec_width(ctx, fn, rb_field(st, "consequence"));
+    if (rt_is(st, "if_statement") && !ts_node_is_null(rt_field(st, "alternative"))) {
+        TSNode alt = rt_field(st, "alternative");
+        if (rt_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+        int w = vec_width(ctx, fn, rt_field(st, "consequence"));
         if (!w) return false;
         p->width = w;
         p->kind = 'E';
         if (vec_width(ctx, fn, alt))
             kl_snprintf(p->why, sizeof p->why, "the else branch at line %u uses vector types too: no scalar path to keep",
                         kl_ast_line(alt));
-        else if (rb_is(alt, "if_statement"))
+        else if (rt_is(alt, "if_statement"))
             kl_snprintf(p->why, sizeof p->why, "the else branch at line %u is another if: not a plain scalar path",
                         kl_ast_line(alt));
-        guard_walk g = {ctx, fn, st, text_of(ctx, rb_field(st, "condition")), p, false, false};
-        rb_walk(kl_ast_function_body(fn), guard_visit, &g);
+        guard_walk g = {ctx, fn, st, text_of(ctx, rt_field(st, "condition")), p, false, false};
+        rt_walk(kl_ast_function_body(fn), guard_visit, &g);
         free(g.cond);
         p->covered = g.before;
         for (unsigned i = 0; i < p->nsame && !p->why[0]; i++) {
-            TSNode a2 = rb_field(p->same_guard[i], "alternative");
-            if (rb_is(a2, "else_clause")) a2 = ts_node_named_child(a2, 0);
-            if (vec_width(ctx, fn, a2) || rb_is(a2, "if_statement"))
+            TSNode a2 = rt_field(p->same_guard[i], "alternative");
+            if (rt_is(a2, "else_clause")) a2 = ts_node_named_child(a2, 0);
+            if (vec_width(ctx, fn, a2) || rt_is(a2, "if_statement"))
                 kl_snprintf(p->why, sizeof p->why,
                             "the vector path at line %u shares its guard but has no plain scalar else path",
                             kl_ast_line(p->same_guard[i]));
@@ -555,24 +555,24 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
     if (!vector_part(ctx, ax, fn, st, var, sizeof var, &w)) return false;
     /* the enclosing if with an else is form (1): not a site of its own */
     TSNode par = ts_node_parent(st);
-    if (rb_is(par, "compound_statement")) par = ts_node_parent(par);
-    if (rb_is(par, "if_statement") && !ts_node_is_null(rb_field(par, "alternative"))) return false;
+    if (rt_is(par, "compound_statement")) par = ts_node_parent(par);
+    if (rt_is(par, "if_statement") && !ts_node_is_null(rt_field(par, "alternative"))) return false;
     /* only the first of consecutive vector parts is the site */
     char pv[64];
     int pw;
-    TSNode prev = rb_prev_stmt(st);
+    TSNode prev = rt_prev_stmt(st);
     if (!ts_node_is_null(prev) && vector_part(ctx, ax, fn, prev, pv, sizeof pv, &pw) && !strcmp(pv, var)) return false;
     p->width = w;
     p->del[p->ndel++] = st;
-    TSNode nx = rb_next_stmt(st);
+    TSNode nx = rt_next_stmt(st);
     char nv[64];
     int nw;
     while (!ts_node_is_null(nx) && p->ndel < 4 && vector_part(ctx, ax, fn, nx, nv, sizeof nv, &nw) && !strcmp(nv, var)) {
         p->del[p->ndel++] = nx;
-        nx = rb_next_stmt(nx);
+        nx = rt_next_stmt(nx);
     }
     char tv[64];
-    if (!rb_is(nx, "for_statement") || vec_width(ctx, fn, nx) || !for_var(ctx, ax, nx, tv, sizeof tv))
+    if (!rt_is(nx, "for_statement") || vec_width(ctx, fn, nx) || !for_var(ctx, ax, nx, tv, sizeof tv))
         return false; /* no scalar tail: vector accesses with no scalar form beside them (shared tiles …) */
     if (!shares_array(ctx, fn, p->del, p->ndel, nx)) return false;
     if (!strcmp(tv, var) && empty_init(nx)) {
@@ -583,10 +583,10 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
     p->kind = 'S';
     int li = kl_affine_loop_index(ax, p->del[p->ndel - 1]);
     const kl_ax_loop *L = li >= 0 ? kl_affine_loop(ax, (unsigned)li) : NULL;
-    TSNode init = rb_field(nx, "initializer");
+    TSNode init = rt_field(nx, "initializer");
     TSNode iv = {{0}, 0, 0};
-    if (rb_is(init, "declaration")) iv = rb_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
-    else if (rb_is(init, "assignment_expression")) iv = rb_field(init, "right");
+    if (rt_is(init, "declaration")) iv = rt_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
+    else if (rt_is(init, "assignment_expression")) iv = rt_field(init, "right");
     char s0[128] = "", it[256], want[400], want2[400];
     bool started = L && (L->start ? (kl_snprintf(s0, sizeof s0, "%s", L->start), true)
                                   : local_init(ctx, fn, var, s0, sizeof s0));
@@ -603,7 +603,7 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
             char wtext[64];
             kl_snprintf(wtext, sizeof wtext, "%.*s", (int)(plus - star - 1), star + 1);
             long long wv = 0;
-            ok = atoll(wtext) == w || (rb_const_name(ctx, fn, wtext, &wv) && wv == w);
+            ok = atoll(wtext) == w || (rt_const_name(ctx, fn, wtext, &wv) && wv == w);
         }
         kl_snprintf(want, sizeof want, "%s*%d+%s", b, w, sq);
         (void)want2;
@@ -651,10 +651,10 @@ static bool body_visit(TSNode n, void *user)
 {
     body_check *b = user;
     if (b->why) return false;
-    if (rb_is(n, "break_statement") || rb_is(n, "continue_statement") || rb_is(n, "return_statement") ||
-        rb_is(n, "goto_statement"))
+    if (rt_is(n, "break_statement") || rt_is(n, "continue_statement") || rt_is(n, "return_statement") ||
+        rt_is(n, "goto_statement"))
         b->why = "a break, continue, return or goto", b->line = kl_ast_line(n);
-    else if (rb_is(n, "for_statement") || rb_is(n, "while_statement") || rb_is(n, "do_statement"))
+    else if (rt_is(n, "for_statement") || rt_is(n, "while_statement") || rt_is(n, "do_statement"))
         b->why = "an inner loop", b->line = kl_ast_line(n);
     return b->why == NULL;
 }
@@ -663,7 +663,7 @@ static bool body_visit(TSNode n, void *user)
 static bool conditional(TSNode n, TSNode body)
 {
     for (TSNode p = ts_node_parent(n); !ts_node_is_null(p) && !ts_node_eq(p, body); p = ts_node_parent(p))
-        if (rb_is(p, "if_statement") || rb_is(p, "conditional_expression") || rb_is(p, "switch_statement")) return true;
+        if (rt_is(p, "if_statement") || rt_is(p, "conditional_expression") || rt_is(p, "switch_statement")) return true;
     return false;
 }
 
@@ -673,14 +673,14 @@ static bool conditional(TSNode n, TSNode body)
  * every pass. */
 static bool unit_term(const kl_rule_ctx *ctx, TSNode e, const char *var)
 {
-    while (rb_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
-    if (rb_is(e, "identifier")) return text_is(ctx, e, var);
-    if (!rb_is(e, "binary_expression")) return false;
-    TSNode op = rb_field(e, "operator"), l = rb_field(e, "left"), r = rb_field(e, "right");
+    while (rt_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
+    if (rt_is(e, "identifier")) return text_is(ctx, e, var);
+    if (!rt_is(e, "binary_expression")) return false;
+    TSNode op = rt_field(e, "operator"), l = rt_field(e, "left"), r = rt_field(e, "right");
     if (text_is(ctx, op, "+"))
-        return (unit_term(ctx, l, var) && rb_count_ident(ctx, r, var) == 0) ||
-               (unit_term(ctx, r, var) && rb_count_ident(ctx, l, var) == 0);
-    if (text_is(ctx, op, "-")) return unit_term(ctx, l, var) && rb_count_ident(ctx, r, var) == 0;
+        return (unit_term(ctx, l, var) && rt_count_ident(ctx, r, var) == 0) ||
+               (unit_term(ctx, r, var) && rt_count_ident(ctx, l, var) == 0);
+    if (text_is(ctx, op, "-")) return unit_term(ctx, l, var) && rt_count_ident(ctx, r, var) == 0;
     return false;
 }
 
@@ -688,25 +688,25 @@ static bool unit_index(const kl_rule_ctx *ctx, const kl_ax_access *a, const char
 {
     int64_t c = 0;
     if (a->flat.ok && kl_affine_coef_int(&a->flat, var, &c)) return c == 1;
-    if (!strided || a->ndims != 1 || !rb_is(a->node, "subscript_expression")) return false;
-    TSNode ix = rb_field(a->node, "index");
+    if (!strided || a->ndims != 1 || !rt_is(a->node, "subscript_expression")) return false;
+    TSNode ix = rt_field(a->node, "index");
     if (ts_node_is_null(ix)) ix = ts_node_named_child(a->node, 1);
-    if (rb_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
+    if (rt_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
     return !ts_node_is_null(ix) && unit_term(ctx, ix, var);
 }
 
 /* Does the body of loop L access an f32 array (not shared) at an index with coefficient 1 on its variable? */
 static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L)
 {
-    if (!L->var || !rb_is(L->node, "for_statement")) return false;
-    TSNode body = rb_field(L->node, "body");
+    if (!L->var || !rt_is(L->node, "for_statement")) return false;
+    TSNode body = rt_field(L->node, "body");
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
         const kl_ax_access *a = kl_affine_access(ax, i);
         int64_t c = 0;
         char et[64];
         (void)c;
         if (node_in(a->node, body) && unit_index(ctx, a, L->var, !L->step_is_int || L->step_int != 1) &&
-            !a->is_shared && rb_pointer_elem(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
+            !a->is_shared && rt_pointer_elem(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
             return true;
     }
     return false;
@@ -718,10 +718,10 @@ static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn,
  * keeps across passes (vectorize_lane.c). */
 static void strided_checks(const kl_rule_ctx *ctx, kl_affine_ctx *ax, va *v)
 {
-    TSNode loop = v->L->node, body = rb_field(loop, "body"), init = rb_field(loop, "initializer");
+    TSNode loop = v->L->node, body = rt_field(loop, "body"), init = rt_field(loop, "initializer");
     unsigned decls = 0;
-    for (uint32_t k = 0; rb_is(init, "declaration") && k < ts_node_named_child_count(init); k++)
-        decls += rb_is(ts_node_named_child(init, k), "init_declarator");
+    for (uint32_t k = 0; rt_is(init, "declaration") && k < ts_node_named_child_count(init); k++)
+        decls += rt_is(ts_node_named_child(init, k), "init_declarator");
     if (decls != 1 || !v->type[0]) {
         kl_snprintf(v->why, sizeof v->why,
                     "the loop over %s does not declare its variable alone (`for (int %s = …; …)`): the vector loop and "
@@ -757,7 +757,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (!form) return false;
         v->strided = true;
     }
-    TSNode body = rb_field(L->node, "body");
+    TSNode body = rt_field(L->node, "body");
     /* the accesses of the body with coefficient 1 on the loop variable */
     unsigned contiguous = 0;
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
@@ -766,19 +766,19 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         char et[64];
         (void)c;
         if (node_in(a->node, body) && unit_index(ctx, a, L->var, v->strided) &&
-            !a->is_shared && rb_pointer_elem(ctx, ax, fn, a->array, et, sizeof et))
+            !a->is_shared && rt_pointer_elem(ctx, ax, fn, a->array, et, sizeof et))
             contiguous++;
     }
     if (!contiguous) return false; /* nothing contiguous along the loop: not a site */
     body_check bc = {ctx, NULL, 0};
-    rb_walk(body, body_visit, &bc);
+    rt_walk(body, body_visit, &bc);
     if (bc.why) {
         kl_snprintf(v->why, sizeof v->why, "the loop body has %s (line %u)", bc.why, bc.line);
         return true;
     }
-    TSNode init = rb_field(L->node, "initializer");
-    if (rb_is(init, "declaration")) {
-        char *t = text_of(ctx, rb_field(init, "type"));
+    TSNode init = rt_field(L->node, "initializer");
+    if (rt_is(init, "declaration")) {
+        char *t = text_of(ctx, rt_field(init, "type"));
         kl_snprintf(v->type, sizeof v->type, "%s", t ? t : "int");
         free(t);
     }
@@ -788,7 +788,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (!node_in(a->node, body)) continue;
         int64_t c = 0;
         char et0[64] = "";
-        bool pointer = !a->is_shared && rb_pointer_elem(ctx, ax, fn, a->array, et0, sizeof et0);
+        bool pointer = !a->is_shared && rt_pointer_elem(ctx, ax, fn, a->array, et0, sizeof et0);
         (void)c;
         bool contig = pointer && unit_index(ctx, a, L->var, v->strided) && a->ndims == 1;
         if (contig && strcmp(et0, "float")) {
@@ -806,10 +806,10 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         for (unsigned k = 0; k < v->narr; k++)
             if (!strcmp(v->arr[k].name, a->array)) x = &v->arr[k];
         char *idx = NULL;
-        if (rb_is(a->node, "subscript_expression")) {
-            TSNode ix = rb_field(a->node, "index");
+        if (rt_is(a->node, "subscript_expression")) {
+            TSNode ix = rt_field(a->node, "index");
             if (ts_node_is_null(ix)) ix = ts_node_named_child(a->node, 1);
-            if (rb_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
+            if (rt_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
             if (!ts_node_is_null(ix)) idx = text_of(ctx, ix);
         }
         if (!contig) {
@@ -828,7 +828,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
             free(idx);
             continue;
         }
-        if (!rb_is(a->node, "subscript_expression") || !idx) {
+        if (!rt_is(a->node, "subscript_expression") || !idx) {
             kl_snprintf(v->why, sizeof v->why, "the access to %s at line %u is not a subscript", a->array, kl_ast_line(a->node));
             free(idx);
             return true;
@@ -866,7 +866,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
             /* the store: a statement of the body itself, `p[i] = e;` */
             TSNode asg = ts_node_parent(a->node);
             TSNode stmt = ts_node_parent(asg);
-            bool top = rb_is(asg, "assignment_expression") && rb_is(stmt, "expression_statement") &&
+            bool top = rt_is(asg, "assignment_expression") && rt_is(stmt, "expression_statement") &&
                        (ts_node_eq(stmt, body) || ts_node_eq(ts_node_parent(stmt), body));
             if (!top) {
                 kl_snprintf(v->why, sizeof v->why, "the store to %s at line %u is not a statement of the loop body",
@@ -892,7 +892,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         if (!w->write) continue;
         for (unsigned m = 0; m < v->narr; m++) {
             if (m == k || !v->arr[m].read) continue;
-            bool restrict_ = rb_pointer_restrict(ctx, ax, fn, w->name) || rb_pointer_restrict(ctx, ax, fn, v->arr[m].name);
+            bool restrict_ = rt_pointer_restrict(ctx, ax, fn, w->name) || rt_pointer_restrict(ctx, ax, fn, v->arr[m].name);
             if (!restrict_ && !ctx->task) {
                 kl_snprintf(v->why, sizeof v->why,
                             "%s may alias %s (neither is __restrict__ and no task says the buffers are distinct): "
@@ -922,7 +922,7 @@ static bool find_present_visit(TSNode n, void *user)
 {
     vfind *f = user;
     if (f->st != KL_OK) return false;
-    if (!rb_is(n, "if_statement") && !rb_is(n, "for_statement")) return true;
+    if (!rt_is(n, "if_statement") && !rt_is(n, "for_statement")) return true;
     if (kl_vs_present_loop(f->ctx, n)) return false; /* the grid-stride form's (vectorize_stride.c) */
     vp p;
     if (!present_at(f->ctx, f->ax, f->fn, n, &p)) return true;
@@ -950,7 +950,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 {
     kl_sites *out = user;
     vfind f = {ctx, ax, fn, name, out, KL_OK};
-    rb_walk(kl_ast_function_body(fn), find_present_visit, &f);
+    rt_walk(kl_ast_function_body(fn), find_present_visit, &f);
     if (f.st != KL_OK) return f.st;
     kl_status gs = kl_vs_find(ctx, name, fn, out);
     if (gs != KL_OK) return gs;
@@ -1020,7 +1020,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 /* The range of a statement, with a #pragma line right above it and a "// vectorize" marker. */
 static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uint32_t *a, uint32_t *b)
 {
-    rb_stmt_range(ctx, st, NULL, a, b);
+    rt_stmt_range(ctx, st, NULL, a, b);
     if (*a == ts_node_start_byte(st)) return;
     int li = kl_affine_loop_index(ax, st);
     if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
@@ -1037,13 +1037,13 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const
     kl_status st = KL_OK;
     for (unsigned k = 0; p->kind == 'E' && k <= p->nsame && st == KL_OK; k++) {
         TSNode node = k == 0 ? p->node : p->same_guard[k - 1];
-        TSNode alt = rb_field(node, "alternative");
-        if (rb_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
+        TSNode alt = rt_field(node, "alternative");
+        if (rt_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
         uint32_t a = ts_node_start_byte(node), b = ts_node_end_byte(node);
         uint32_t aa = ts_node_start_byte(alt), ab = ts_node_end_byte(alt);
         kl_strbuf sb = KL_STRBUF_INIT;
         kl_strbuf_add(&sb, ctx->text + aa, ab - aa);
-        if (!rb_is(alt, "compound_statement")) {
+        if (!rt_is(alt, "compound_statement")) {
             kl_strbuf_release(&sb);
             kl_strbuf_adds(&sb, "{ ");
             kl_strbuf_add(&sb, ctx->text + aa, ab - aa);
@@ -1093,8 +1093,8 @@ static void lane_add(lane_scan *s, TSNode n, const char *text)
 static bool lane_visit(TSNode n, void *user)
 {
     lane_scan *s = user;
-    if (rb_is(n, "subscript_expression")) {
-        TSNode arr = rb_field(n, "argument");
+    if (rt_is(n, "subscript_expression")) {
+        TSNode arr = rt_field(n, "argument");
         for (unsigned k = 0; k < s->v->narr; k++)
             if (text_is(s->ctx, arr, s->v->arr[k].name)) {
                 char t[160];
@@ -1103,7 +1103,7 @@ static bool lane_visit(TSNode n, void *user)
                 return false;
             }
     }
-    if (rb_is(n, "identifier") && text_is(s->ctx, n, s->var)) {
+    if (rt_is(n, "identifier") && text_is(s->ctx, n, s->var)) {
         char t[160];
         kl_snprintf(t, sizeof t, "(%s + %d)", s->var, s->lane);
         lane_add(s, n, t);
@@ -1117,7 +1117,7 @@ static char *lane_text(const kl_rule_ctx *ctx, const va *v, TSNode body, int lan
 {
     lane_edit e[64];
     lane_scan s = {ctx, v, e, 0, 64, lane, comp, v->L->var};
-    rb_walk(body, lane_visit, &s);
+    rt_walk(body, lane_visit, &s);
     if (s.n == s.cap) return NULL;
     kl_strbuf sb = KL_STRBUF_INIT;
     uint32_t pos = ts_node_start_byte(body), end = ts_node_end_byte(body);
@@ -1136,7 +1136,7 @@ static bool add_lanes(kl_strbuf *sb, const kl_rule_ctx *ctx, const va *v, TSNode
                       const char *more)
 {
     static const char *const comp[] = {"x", "y", "z", "w"};
-    bool braces = rb_is(body, "compound_statement");
+    bool braces = rt_is(body, "compound_statement");
     for (int lane = 0; lane < width; lane++) {
         char *lt = lane_text(ctx, v, body, lane, comp);
         if (!lt) return false;
@@ -1162,7 +1162,7 @@ typedef struct subst_scan {
 static bool subst_visit(TSNode n, void *user)
 {
     subst_scan *s = user;
-    if (s->st == KL_OK && rb_is(n, "identifier") && text_is(s->ctx, n, s->var))
+    if (s->st == KL_OK && rt_is(n, "identifier") && text_is(s->ctx, n, s->var))
         s->st = kl_edits_add(s->e, ts_node_start_byte(n), ts_node_end_byte(n), s->repl);
     return s->st == KL_OK;
 }
@@ -1171,7 +1171,7 @@ static char *subst_text(const kl_rule_ctx *ctx, TSNode n, const char *var, const
 {
     kl_edits e = {0};
     subst_scan s = {ctx, var, repl, &e, KL_OK};
-    rb_walk(n, subst_visit, &s);
+    rt_walk(n, subst_visit, &s);
     char *text = NULL;
     kl_error err = {0};
     if (s.st != KL_OK ||
@@ -1184,11 +1184,11 @@ static char *subst_text(const kl_rule_ctx *ctx, TSNode n, const char *var, const
 /* Can an expression be written as the left operand of `+` (and as it is before `* W`) unparenthesised? */
 static bool sum_operand(const kl_rule_ctx *ctx, TSNode n)
 {
-    if (rb_is(n, "identifier") || rb_is(n, "field_expression") || rb_is(n, "number_literal") ||
-        rb_is(n, "call_expression") || rb_is(n, "subscript_expression") || rb_is(n, "parenthesized_expression"))
+    if (rt_is(n, "identifier") || rt_is(n, "field_expression") || rt_is(n, "number_literal") ||
+        rt_is(n, "call_expression") || rt_is(n, "subscript_expression") || rt_is(n, "parenthesized_expression"))
         return true;
-    if (!rb_is(n, "binary_expression")) return false;
-    TSNode op = rb_field(n, "operator");
+    if (!rt_is(n, "binary_expression")) return false;
+    TSNode op = rt_field(n, "operator");
     return text_is(ctx, op, "*") || text_is(ctx, op, "/") || text_is(ctx, op, "%");
 }
 
@@ -1201,18 +1201,18 @@ static kl_status apply_strided(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode
 {
     if (v->why[0]) return kl_rule_not_applicable(err, "%s", v->why);
     const kl_ax_loop *L = v->L;
-    TSNode loop = L->node, body = rb_field(loop, "body");
+    TSNode loop = L->node, body = rt_field(loop, "body");
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
         return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", kl_ast_line(loop));
     const char *vt = width == 4 ? "float4" : "float2";
     char ind[64], nv[32], vv[32];
     kl_rules_indent(ctx, ts_node_start_byte(loop), ind, sizeof ind);
-    rb_fresh_name(ctx, fn, "nv", nv, sizeof nv);
-    rb_fresh_name(ctx, fn, "v", vv, sizeof vv);
+    rt_fresh_name(ctx, fn, "nv", nv, sizeof nv);
+    rt_fresh_name(ctx, fn, "v", vv, sizeof vv);
     char *start = text_of(ctx, v->vl.start), *stride = text_of(ctx, v->vl.stride);
-    TSNode cond = rb_field(loop, "condition");
-    while (rb_is(cond, "parenthesized_expression")) cond = ts_node_named_child(cond, 0);
-    TSNode bound = rb_field(cond, "right");
+    TSNode cond = rt_field(loop, "condition");
+    while (rt_is(cond, "parenthesized_expression")) cond = ts_node_named_child(cond, 0);
+    TSNode bound = rt_field(cond, "right");
     char *btext = text_of(ctx, bound);
     bool spar = !sum_operand(ctx, v->vl.start), bpar = !sum_operand(ctx, bound);
     kl_strbuf sb = KL_STRBUF_INIT;
@@ -1225,9 +1225,9 @@ static kl_status apply_strided(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode
     kl_strbuf_addf(&sb, "%sconst %s %s = ", ind, v->type, nv);
     for (unsigned k = 0; k < v->narr && st == KL_OK; k++) {
         /* the row's first element: the index at 0 */
-        TSNode sub = v->arr[k].first, ix = rb_field(sub, "index");
+        TSNode sub = v->arr[k].first, ix = rt_field(sub, "index");
         if (ts_node_is_null(ix)) ix = ts_node_named_child(sub, 1);
-        if (rb_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
+        if (rt_is(ix, "subscript_argument_list") && ts_node_named_child_count(ix) == 1) ix = ts_node_named_child(ix, 0);
         char *i0 = subst_text(ctx, ix, L->var, "0");
         if (!i0) st = KL_ERR_NOMEM;
         else kl_strbuf_addf(&sb, "%sreinterpret_cast<unsigned long long>(&%s[%s]) %% %d == 0", k ? " && " : "",
@@ -1278,13 +1278,13 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
     if (v->why[0]) return kl_rule_not_applicable(err, "%s", v->why);
     const kl_ax_loop *L = v->L;
     const char *vt = width == 4 ? "float4" : "float2";
-    TSNode loop = L->node, body = rb_field(loop, "body");
+    TSNode loop = L->node, body = rt_field(loop, "body");
     char ind[64];
     kl_rules_indent(ctx, ts_node_start_byte(loop), ind, sizeof ind);
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
         return kl_rule_not_applicable(err, "the loop at line %u does not start its own line", kl_ast_line(loop));
     kl_strbuf sb = KL_STRBUF_INIT;
-    TSNode init = rb_field(loop, "initializer");
+    TSNode init = rt_field(loop, "initializer");
     if (!ts_node_is_null(init) && !L->start)
         return kl_rule_not_applicable(err, "the start of the loop over %s at line %u is not read", L->var, kl_ast_line(loop));
     kl_strbuf_addf(&sb, "{\n");
@@ -1327,7 +1327,7 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
     } else {
         uint32_t ia = ts_node_start_byte(init), ib = ts_node_end_byte(init);
         kl_strbuf_add(&tail, ctx->text + la, ia - la);
-        if (rb_is(init, "declaration")) kl_strbuf_adds(&tail, ";"); /* the declaration held the ';' */
+        if (rt_is(init, "declaration")) kl_strbuf_adds(&tail, ";"); /* the declaration held the ';' */
         kl_strbuf_add(&tail, ctx->text + ib, lb - ib);
     }
     const char *tt = kl_strbuf_str(&tail);
@@ -1378,7 +1378,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
     if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
     r->ctx = ctx, r->ax = ax, r->fn = fn;
     if (r->site->dir == KL_SITE_PRESENT) {
-        rb_walk(kl_ast_function_body(fn), run_present_visit, r);
+        rt_walk(kl_ast_function_body(fn), run_present_visit, r);
         return KL_OK;
     }
     for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->done; i++) {

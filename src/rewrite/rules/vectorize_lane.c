@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "rewrite/rules/vectorize_lane.h"
 #include "syntax/affine.h"
 #include "util/util.h"
@@ -27,12 +27,12 @@ typedef struct decl_find {
 static bool decl_visit(TSNode n, void *user)
 {
     decl_find *d = user;
-    if (rb_is(n, "init_declarator") && rb_text_is(d->ctx, kl_ast_declarator_name(n), d->name)) {
+    if (rt_is(n, "init_declarator") && rt_text_is(d->ctx, kl_ast_declarator_name(n), d->name)) {
         d->decls++;
-        d->value = rb_field(n, "value");
-    } else if (rb_is(n, "assignment_expression") && rb_text_is(d->ctx, kl_ast_unparen(rb_field(n, "left")), d->name)) {
+        d->value = rt_field(n, "value");
+    } else if (rt_is(n, "assignment_expression") && rt_text_is(d->ctx, kl_ast_unparen(rt_field(n, "left")), d->name)) {
         d->assigns++;
-    } else if (rb_is(n, "update_expression") && rb_text_is(d->ctx, kl_ast_unparen(rb_field(n, "argument")), d->name)) {
+    } else if (rt_is(n, "update_expression") && rt_text_is(d->ctx, kl_ast_unparen(rt_field(n, "argument")), d->name)) {
         d->assigns++;
     }
     return true;
@@ -42,11 +42,11 @@ static bool decl_visit(TSNode n, void *user)
 static TSNode local_value(const kl_rule_ctx *ctx, TSNode fn, TSNode id)
 {
     TSNode none = {{0}, 0, 0};
-    if (!rb_is(id, "identifier")) return none;
-    char *name = rb_text(ctx, id);
+    if (!rt_is(id, "identifier")) return none;
+    char *name = rt_text(ctx, id);
     if (!name) return none;
     decl_find d = {ctx, name, none, 0, 0};
-    rb_walk(kl_ast_function_body(fn), decl_visit, &d);
+    rt_walk(kl_ast_function_body(fn), decl_visit, &d);
     free(name);
     return d.decls == 1 && !d.assigns ? d.value : none;
 }
@@ -56,12 +56,12 @@ static char thread_dim(const kl_rule_ctx *ctx, TSNode fn, TSNode e, unsigned dep
 {
     e = kl_ast_unparen(e);
     if (depth > 4) return 0;
-    if (rb_is(e, "cast_expression")) return thread_dim(ctx, fn, rb_field(e, "value"), depth + 1);
-    if (rb_is(e, "field_expression") && rb_text_is(ctx, rb_field(e, "argument"), "threadIdx")) {
-        TSNode f = rb_field(e, "field");
+    if (rt_is(e, "cast_expression")) return thread_dim(ctx, fn, rt_field(e, "value"), depth + 1);
+    if (rt_is(e, "field_expression") && rt_text_is(ctx, rt_field(e, "argument"), "threadIdx")) {
+        TSNode f = rt_field(e, "field");
         for (const char *d = "xyz"; *d; d++) {
             char s[2] = {*d, 0};
-            if (rb_text_is(ctx, f, s)) return *d;
+            if (rt_text_is(ctx, f, s)) return *d;
         }
         return 0;
     }
@@ -72,11 +72,11 @@ static char thread_dim(const kl_rule_ctx *ctx, TSNode fn, TSNode e, unsigned dep
 static bool is_warp_size(const kl_rule_ctx *ctx, TSNode fn, TSNode e, long long *k)
 {
     e = kl_ast_unparen(e);
-    if (rb_text_is(ctx, e, "warpSize")) {
+    if (rt_text_is(ctx, e, "warpSize")) {
         *k = 32;
         return true;
     }
-    return rb_const_eval(ctx, fn, e, k);
+    return rt_const_eval(ctx, fn, e, k);
 }
 
 /* A lane index: `tid % M` or `tid & (M - 1)` with tid a thread index (through locals): M, else 0. */
@@ -84,20 +84,20 @@ static long long lane_mod(const kl_rule_ctx *ctx, TSNode fn, TSNode e, unsigned 
 {
     e = kl_ast_unparen(e);
     if (depth > 4) return 0;
-    if (rb_is(e, "cast_expression")) return lane_mod(ctx, fn, rb_field(e, "value"), depth + 1);
-    if (rb_is(e, "binary_expression")) {
-        TSNode op = rb_field(e, "operator");
+    if (rt_is(e, "cast_expression")) return lane_mod(ctx, fn, rt_field(e, "value"), depth + 1);
+    if (rt_is(e, "binary_expression")) {
+        TSNode op = rt_field(e, "operator");
         long long m = 0;
-        if (!thread_dim(ctx, fn, rb_field(e, "left"), 0)) return 0;
-        if (rb_text_is(ctx, op, "%") && is_warp_size(ctx, fn, rb_field(e, "right"), &m) && m > 1) return m;
-        TSNode r = kl_ast_unparen(rb_field(e, "right"));
-        if (rb_text_is(ctx, op, "&")) {
+        if (!thread_dim(ctx, fn, rt_field(e, "left"), 0)) return 0;
+        if (rt_text_is(ctx, op, "%") && is_warp_size(ctx, fn, rt_field(e, "right"), &m) && m > 1) return m;
+        TSNode r = kl_ast_unparen(rt_field(e, "right"));
+        if (rt_text_is(ctx, op, "&")) {
             /* & (warpSize - 1), & 31 */
-            if (rb_is(r, "binary_expression") && rb_text_is(ctx, rb_field(r, "operator"), "-") &&
-                rb_text_is(ctx, kl_ast_unparen(rb_field(r, "left")), "warpSize") && rb_const_eval(ctx, fn, rb_field(r, "right"), &m) &&
+            if (rt_is(r, "binary_expression") && rt_text_is(ctx, rt_field(r, "operator"), "-") &&
+                rt_text_is(ctx, kl_ast_unparen(rt_field(r, "left")), "warpSize") && rt_const_eval(ctx, fn, rt_field(r, "right"), &m) &&
                 m == 1)
                 return 32;
-            if (rb_const_eval(ctx, fn, r, &m) && m > 0 && ((m + 1) & m) == 0) return m + 1;
+            if (rt_const_eval(ctx, fn, r, &m) && m > 0 && ((m + 1) & m) == 0) return m + 1;
         }
         return 0;
     }
@@ -110,26 +110,26 @@ int kl_vl_recognise(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, const char *
 {
     memset(L, 0, sizeof *L);
     why[0] = '\0';
-    if (!rb_is(loop, "for_statement")) return 0;
-    TSNode upd = kl_ast_unparen(rb_field(loop, "update")), stride = {{0}, 0, 0};
-    if (rb_is(upd, "assignment_expression") && rb_text_is(ctx, rb_field(upd, "operator"), "+=") &&
-        rb_text_is(ctx, kl_ast_unparen(rb_field(upd, "left")), var))
-        stride = kl_ast_unparen(rb_field(upd, "right"));
+    if (!rt_is(loop, "for_statement")) return 0;
+    TSNode upd = kl_ast_unparen(rt_field(loop, "update")), stride = {{0}, 0, 0};
+    if (rt_is(upd, "assignment_expression") && rt_text_is(ctx, rt_field(upd, "operator"), "+=") &&
+        rt_text_is(ctx, kl_ast_unparen(rt_field(upd, "left")), var))
+        stride = kl_ast_unparen(rt_field(upd, "right"));
     if (ts_node_is_null(stride)) return 0;
     /* the step: a warp's or a block's size */
     char bdim = 0;
     long long k = 0;
     bool konst = is_warp_size(ctx, fn, stride, &k) && k > 1;
-    if (rb_is(stride, "field_expression") && rb_text_is(ctx, rb_field(stride, "argument"), "blockDim")) {
-        TSNode f = rb_field(stride, "field");
-        bdim = rb_text_is(ctx, f, "x") ? 'x' : rb_text_is(ctx, f, "y") ? 'y' : rb_text_is(ctx, f, "z") ? 'z' : 0;
+    if (rt_is(stride, "field_expression") && rt_text_is(ctx, rt_field(stride, "argument"), "blockDim")) {
+        TSNode f = rt_field(stride, "field");
+        bdim = rt_text_is(ctx, f, "x") ? 'x' : rt_text_is(ctx, f, "y") ? 'y' : rt_text_is(ctx, f, "z") ? 'z' : 0;
     }
     if (!konst && !bdim) return 0;
-    TSNode init = rb_field(loop, "initializer"), start = {{0}, 0, 0};
-    if (rb_is(init, "declaration") && ts_node_named_child_count(init) >= 2) {
+    TSNode init = rt_field(loop, "initializer"), start = {{0}, 0, 0};
+    if (rt_is(init, "declaration") && ts_node_named_child_count(init) >= 2) {
         TSNode d = ts_node_named_child(init, ts_node_named_child_count(init) - 1);
-        if (rb_is(d, "init_declarator")) start = rb_field(d, "value");
-    } else if (rb_is(init, "assignment_expression")) start = rb_field(init, "right");
+        if (rt_is(d, "init_declarator")) start = rt_field(d, "value");
+    } else if (rt_is(init, "assignment_expression")) start = rt_field(init, "right");
     if (ts_node_is_null(start)) return 0;
     char td = thread_dim(ctx, fn, start, 0);
     long long m = lane_mod(ctx, fn, start, 0);
@@ -143,7 +143,7 @@ int kl_vl_recognise(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, const char *
         kl_snprintf(L->group, sizeof L->group, "block");
         return 1;
     }
-    char *st = rb_text(ctx, start), *sd = rb_text(ctx, stride);
+    char *st = rt_text(ctx, start), *sd = rt_text(ctx, stride);
     kl_snprintf(why, size,
                 "the loop over %s steps by %s but starts at `%s`, not at the thread's own index in a group of that "
                 "size (threadIdx.x with blockDim.x, a lane index with 32): the vectors would not be shared out "
@@ -183,10 +183,10 @@ static bool declared_visit(TSNode n, void *user)
 {
     declared_scan *d = user;
     if (d->yes) return false;
-    if (rb_is(n, "declaration"))
+    if (rt_is(n, "declaration"))
         for (uint32_t k = 0; k < ts_node_named_child_count(n) && !d->yes; k++) {
             TSNode nm = kl_ast_declarator_name(ts_node_named_child(n, k));
-            d->yes = rb_is(nm, "identifier") && rb_text_is(d->ctx, nm, d->name);
+            d->yes = rt_is(nm, "identifier") && rt_text_is(d->ctx, nm, d->name);
         }
     return !d->yes;
 }
@@ -195,15 +195,15 @@ static bool declared_visit(TSNode n, void *user)
 static bool declared_in(const kl_rule_ctx *ctx, TSNode n, const char *name)
 {
     declared_scan d = {ctx, name, false};
-    rb_walk(n, declared_visit, &d);
+    rt_walk(n, declared_visit, &d);
     return d.yes;
 }
 
 static bool under_condition(TSNode n, TSNode body)
 {
     for (TSNode p = ts_node_parent(n); !ts_node_is_null(p) && !ts_node_eq(p, body); p = ts_node_parent(p))
-        if (rb_is(p, "if_statement") || rb_is(p, "conditional_expression") || rb_is(p, "switch_statement") ||
-            rb_is(p, "binary_expression"))
+        if (rt_is(p, "if_statement") || rt_is(p, "conditional_expression") || rt_is(p, "switch_statement") ||
+            rt_is(p, "binary_expression"))
             return true; /* binary: `a && (s += x)` */
     return false;
 }
@@ -224,23 +224,23 @@ static red *red_of(body_scan *b, const char *name)
 static unsigned plain_reduction(const kl_rule_ctx *ctx, TSNode rhs, const char *name)
 {
     rhs = kl_ast_unparen(rhs);
-    if (rb_is(rhs, "binary_expression")) {
-        TSNode op = rb_field(rhs, "operator");
-        if (!rb_text_is(ctx, op, "+") && !rb_text_is(ctx, op, "*") && !rb_text_is(ctx, op, "|") &&
-            !rb_text_is(ctx, op, "&") && !rb_text_is(ctx, op, "^"))
+    if (rt_is(rhs, "binary_expression")) {
+        TSNode op = rt_field(rhs, "operator");
+        if (!rt_text_is(ctx, op, "+") && !rt_text_is(ctx, op, "*") && !rt_text_is(ctx, op, "|") &&
+            !rt_text_is(ctx, op, "&") && !rt_text_is(ctx, op, "^"))
             return 0;
-        if (rb_text_is(ctx, kl_ast_unparen(rb_field(rhs, "left")), name) || rb_text_is(ctx, kl_ast_unparen(rb_field(rhs, "right")), name))
+        if (rt_text_is(ctx, kl_ast_unparen(rt_field(rhs, "left")), name) || rt_text_is(ctx, kl_ast_unparen(rt_field(rhs, "right")), name))
             return 2;
         return 0;
     }
-    if (rb_is(rhs, "call_expression")) {
+    if (rt_is(rhs, "call_expression")) {
         static const char *const fns[] = {"fmaxf", "fminf", "fmax", "fmin", "max", "min", "::fmaxf", "::fminf", NULL};
-        TSNode f = rb_field(rhs, "function"), args = rb_field(rhs, "arguments");
+        TSNode f = rt_field(rhs, "function"), args = rt_field(rhs, "arguments");
         bool known = false;
-        for (unsigned i = 0; fns[i] && !known; i++) known = rb_text_is(ctx, f, fns[i]);
+        for (unsigned i = 0; fns[i] && !known; i++) known = rt_text_is(ctx, f, fns[i]);
         if (!known || ts_node_named_child_count(args) != 2) return 0;
-        if (rb_text_is(ctx, kl_ast_unparen(ts_node_named_child(args, 0)), name) ||
-            rb_text_is(ctx, kl_ast_unparen(ts_node_named_child(args, 1)), name))
+        if (rt_text_is(ctx, kl_ast_unparen(ts_node_named_child(args, 0)), name) ||
+            rt_text_is(ctx, kl_ast_unparen(ts_node_named_child(args, 1)), name))
             return 2;
     }
     return 0;
@@ -250,10 +250,10 @@ static bool body_visit(TSNode n, void *user)
 {
     body_scan *b = user;
     if (b->why[0]) return false;
-    if (rb_is(n, "call_expression")) {
+    if (rt_is(n, "call_expression")) {
         static const char *const coll[] = {"__syncthreads", "__syncwarp", "__shfl", "__ballot", "__any", "__all",
                                            "__activemask", "__reduce", "__match", NULL};
-        char *f = rb_text(b->ctx, rb_field(n, "function"));
+        char *f = rt_text(b->ctx, rt_field(n, "function"));
         for (unsigned i = 0; f && coll[i]; i++)
             if (kl_str_starts(f, coll[i])) {
                 kl_snprintf(b->why, b->size,
@@ -267,10 +267,10 @@ static bool body_visit(TSNode n, void *user)
     }
     TSNode target = {{0}, 0, 0};
     bool update = false;
-    if (rb_is(n, "assignment_expression")) target = kl_ast_unparen(rb_field(n, "left"));
-    else if (rb_is(n, "update_expression")) target = kl_ast_unparen(rb_field(n, "argument")), update = true;
-    if (!rb_is(target, "identifier")) return true;
-    char *name = rb_text(b->ctx, target);
+    if (rt_is(n, "assignment_expression")) target = kl_ast_unparen(rt_field(n, "left"));
+    else if (rt_is(n, "update_expression")) target = kl_ast_unparen(rt_field(n, "argument")), update = true;
+    if (!rt_is(target, "identifier")) return true;
+    char *name = rt_text(b->ctx, target);
     if (!name) return true;
     if (!strcmp(name, b->var)) {
         kl_snprintf(b->why, b->size, "the loop body assigns the loop variable %s (line %u)", name, kl_ast_line(n));
@@ -279,10 +279,10 @@ static bool body_visit(TSNode n, void *user)
         unsigned uses = 0;
         if (update) uses = 1;
         else {
-            TSNode op = rb_field(n, "operator");
-            if (rb_text_is(b->ctx, op, "=")) uses = plain_reduction(b->ctx, rb_field(n, "right"), name);
-            else if (rb_text_is(b->ctx, op, "+=") || rb_text_is(b->ctx, op, "-=") || rb_text_is(b->ctx, op, "*=") ||
-                     rb_text_is(b->ctx, op, "|=") || rb_text_is(b->ctx, op, "&=") || rb_text_is(b->ctx, op, "^="))
+            TSNode op = rt_field(n, "operator");
+            if (rt_text_is(b->ctx, op, "=")) uses = plain_reduction(b->ctx, rt_field(n, "right"), name);
+            else if (rt_text_is(b->ctx, op, "+=") || rt_text_is(b->ctx, op, "-=") || rt_text_is(b->ctx, op, "*=") ||
+                     rt_text_is(b->ctx, op, "|=") || rt_text_is(b->ctx, op, "&=") || rt_text_is(b->ctx, op, "^="))
                 uses = 1;
         }
         red *r = uses ? red_of(b, name) : NULL;
@@ -321,9 +321,9 @@ static bool set_visit(TSNode n, void *user)
     set_scan *s = user;
     if (s->yes) return false;
     TSNode t = {{0}, 0, 0};
-    if (rb_is(n, "assignment_expression")) t = kl_ast_unparen(rb_field(n, "left"));
-    else if (rb_is(n, "update_expression")) t = kl_ast_unparen(rb_field(n, "argument"));
-    s->yes = !ts_node_is_null(t) && rb_is(t, "identifier") && rb_text_is(s->ctx, t, s->name);
+    if (rt_is(n, "assignment_expression")) t = kl_ast_unparen(rt_field(n, "left"));
+    else if (rt_is(n, "update_expression")) t = kl_ast_unparen(rt_field(n, "argument"));
+    s->yes = !ts_node_is_null(t) && rt_is(t, "identifier") && rt_text_is(s->ctx, t, s->name);
     return !s->yes;
 }
 
@@ -332,11 +332,11 @@ static bool invariant_visit(TSNode n, void *user)
 {
     assigned_scan *a = user;
     if (a->bad[0]) return false;
-    if (!rb_is(n, "identifier")) return true;
-    char *name = rb_text(a->ctx, n);
+    if (!rt_is(n, "identifier")) return true;
+    char *name = rt_text(a->ctx, n);
     if (!name) return true;
     set_scan s = {a->ctx, name, false};
-    rb_walk(a->body, set_visit, &s);
+    rt_walk(a->body, set_visit, &s);
     if (s.yes || declared_in(a->ctx, a->body, name)) kl_snprintf(a->bad, sizeof a->bad, "%s", name);
     free(name);
     return !a->bad[0];
@@ -355,13 +355,13 @@ static bool sub_visit(TSNode n, void *user)
 {
     sub_scan *s = user;
     if (s->bad[0]) return false;
-    if (!rb_is(n, "subscript_expression")) return true;
-    TSNode ix = rb_field(n, "index");
+    if (!rt_is(n, "subscript_expression")) return true;
+    TSNode ix = rt_field(n, "index");
     if (ts_node_is_null(ix)) ix = ts_node_named_child(n, 1);
-    if (ts_node_is_null(ix) || rb_count_ident(s->ctx, ix, s->var) == 0) return true;
+    if (ts_node_is_null(ix) || rt_count_ident(s->ctx, ix, s->var) == 0) return true;
     assigned_scan a = {s->ctx, s->body, ""};
-    rb_walk(rb_field(n, "argument"), invariant_visit, &a);
-    if (!a.bad[0]) rb_walk(ix, invariant_visit, &a);
+    rt_walk(rt_field(n, "argument"), invariant_visit, &a);
+    if (!a.bad[0]) rt_walk(ix, invariant_visit, &a);
     if (a.bad[0]) {
         kl_snprintf(s->bad, sizeof s->bad, "%s", a.bad);
         s->line = kl_ast_line(n);
@@ -372,14 +372,14 @@ static bool sub_visit(TSNode n, void *user)
 bool kl_vl_body_ok(const kl_rule_ctx *ctx, TSNode loop, const char *var, char *why, size_t size)
 {
     why[0] = '\0';
-    TSNode body = rb_field(loop, "body");
+    TSNode body = rt_field(loop, "body");
     body_scan b = {.ctx = ctx, .loop = loop, .body = body, .var = var, .why = why, .size = size};
-    rb_walk(body, body_visit, &b);
+    rt_walk(body, body_visit, &b);
     if (why[0]) return false;
     /* every use of a reduction's scalar is its own update's: no update reads another's, none reads its own
      * twice, no other statement reads one */
     for (unsigned i = 0; i < b.nr; i++) {
-        unsigned uses = rb_count_ident(ctx, body, b.r[i].name);
+        unsigned uses = rt_count_ident(ctx, body, b.r[i].name);
         if (uses != b.r[i].expect) {
             kl_snprintf(why, size,
                         "the loop body reads %s besides updating it (a running value: an online max, a mean): "
@@ -389,13 +389,13 @@ bool kl_vl_body_ok(const kl_rule_ctx *ctx, TSNode loop, const char *var, char *w
         }
     }
     assigned_scan a = {ctx, body, ""};
-    rb_walk(kl_ast_unparen(rb_field(kl_ast_unparen(rb_field(loop, "condition")), "right")), invariant_visit, &a);
+    rt_walk(kl_ast_unparen(rt_field(kl_ast_unparen(rt_field(loop, "condition")), "right")), invariant_visit, &a);
     if (a.bad[0]) {
         kl_snprintf(why, size, "the loop body sets %s, which the loop's bound reads", a.bad);
         return false;
     }
     sub_scan s = {ctx, body, var, "", 0};
-    rb_walk(body, sub_visit, &s);
+    rt_walk(body, sub_visit, &s);
     if (s.bad[0]) {
         kl_snprintf(why, size,
                     "the access at line %u reads %s, which the loop body declares or sets: the vector loop needs "

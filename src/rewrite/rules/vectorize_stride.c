@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "rewrite/rules/vectorize_stride.h"
 #include "util/util.h"
 
@@ -47,7 +47,7 @@ static bool text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
     return true;
 }
 
-static bool same_poly(const rb_poly *a, const rb_poly *b)
+static bool same_poly(const rt_poly *a, const rt_poly *b)
 {
     if (a->opaque || b->opaque || a->n != 1 || b->n != 1) return false;
     return a->t[0].coef == b->t[0].coef && a->t[0].deg == b->t[0].deg && !memcmp(a->t[0].sym, b->t[0].sym, a->t[0].deg);
@@ -57,7 +57,7 @@ static bool same_poly(const rb_poly *a, const rb_poly *b)
 
 typedef struct vs_scan {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
+    const rt_func *f;
     vs_loop *L;
     TSNode bad;
     char why[200];
@@ -67,24 +67,24 @@ typedef struct vs_scan {
 static bool written(TSNode s)
 {
     TSNode p = ts_node_parent(s);
-    while (rb_is(p, "parenthesized_expression")) {
+    while (rt_is(p, "parenthesized_expression")) {
         s = p;
         p = ts_node_parent(p);
     }
-    if (rb_is(p, "assignment_expression") && ts_node_eq(rb_field(p, "left"), s)) return true;
-    if (rb_is(p, "update_expression")) return true;
-    if (rb_is(p, "pointer_expression")) return true;
+    if (rt_is(p, "assignment_expression") && ts_node_eq(rt_field(p, "left"), s)) return true;
+    if (rt_is(p, "update_expression")) return true;
+    if (rt_is(p, "pointer_expression")) return true;
     return false;
 }
 
 /* Is parameter `name` a pointer to const data (`const T *p`, `T const *p`)? */
-static bool const_data(const kl_rule_ctx *ctx, const rb_func *f, const char *name)
+static bool const_data(const kl_rule_ctx *ctx, const rt_func *f, const char *name)
 {
-    TSNode p = rb_param(ctx, f, name);
+    TSNode p = rt_param(ctx, f, name);
     uint32_t c = ts_node_is_null(p) ? 0 : ts_node_named_child_count(p);
     for (uint32_t i = 0; i < c; i++) {
         TSNode q = ts_node_named_child(p, i);
-        if (rb_is(q, "type_qualifier") && rb_text_is(ctx, q, "const")) return true;
+        if (rt_is(q, "type_qualifier") && rt_text_is(ctx, q, "const")) return true;
     }
     return false;
 }
@@ -93,30 +93,30 @@ static bool scan_visit(TSNode n, void *user)
 {
     vs_scan *s = user;
     if (!ts_node_is_null(s->bad)) return false;
-    const char *what = rb_is(n, "return_statement") ? "a return"
-                       : rb_is(n, "break_statement") ? "a break"
-                       : rb_is(n, "continue_statement") ? "a continue"
-                       : rb_is(n, "goto_statement") ? "a goto"
-                       : rb_is(n, "lambda_expression") ? "a lambda"
+    const char *what = rt_is(n, "return_statement") ? "a return"
+                       : rt_is(n, "break_statement") ? "a break"
+                       : rt_is(n, "continue_statement") ? "a continue"
+                       : rt_is(n, "goto_statement") ? "a goto"
+                       : rt_is(n, "lambda_expression") ? "a lambda"
                        : NULL;
-    if (!what && rb_is(n, "call_expression") && rb_text_is(s->ctx, rb_field(n, "function"), "__syncthreads"))
+    if (!what && rt_is(n, "call_expression") && rt_text_is(s->ctx, rt_field(n, "function"), "__syncthreads"))
         what = "a barrier";
     if (what) {
         s->bad = n;
         kl_snprintf(s->why, sizeof s->why, "the loop body holds %s (written once per element it would repeat)", what);
         return false;
     }
-    if (!rb_is(n, "identifier") || !rb_text_is(s->ctx, n, s->L->var)) return true;
+    if (!rt_is(n, "identifier") || !rt_text_is(s->ctx, n, s->L->var)) return true;
     TSNode list = ts_node_parent(n), sub = ts_node_parent(list);
-    TSNode arr = rb_field(sub, "argument");
-    if (!rb_is(sub, "subscript_expression") || !ts_node_eq(rb_field(sub, "indices"), list) ||
-        ts_node_named_child_count(list) != 1 || !rb_is(arr, "identifier")) {
+    TSNode arr = rt_field(sub, "argument");
+    if (!rt_is(sub, "subscript_expression") || !ts_node_eq(rt_field(sub, "indices"), list) ||
+        ts_node_named_child_count(list) != 1 || !rt_is(arr, "identifier")) {
         s->bad = n;
         kl_snprintf(s->why, sizeof s->why, "'%s' is used other than as the index of an array, p[%s]", s->L->var, s->L->var);
         return false;
     }
     char name[64], elem[64];
-    if (!text_copy(s->ctx, arr, name, sizeof name) || !rb_pointer_param(s->ctx, s->f, name, elem, sizeof elem)) {
+    if (!text_copy(s->ctx, arr, name, sizeof name) || !rt_pointer_param(s->ctx, s->f, name, elem, sizeof elem)) {
         s->bad = n;
         kl_snprintf(s->why, sizeof s->why, "'%.60s[%s]' is not a read of a pointer parameter", name, s->L->var);
         return false;
@@ -140,7 +140,7 @@ static bool scan_visit(TSNode n, void *user)
     const char *e = elem;
     while (!strncmp(e, "const ", 6)) e += 6;
     kl_snprintf(a->elem, sizeof a->elem, "%s", e);
-    a->size = rb_type_size(a->elem);
+    a->size = rt_type_size(a->elem);
     return false;
 }
 
@@ -156,9 +156,9 @@ static bool assigned_visit(TSNode n, void *user)
     assigned_scan *a = user;
     if (a->yes) return false;
     TSNode t = {0};
-    if (rb_is(n, "assignment_expression")) t = kl_ast_unparen(rb_field(n, "left"));
-    else if (rb_is(n, "update_expression")) t = kl_ast_unparen(rb_field(n, "argument"));
-    if (!ts_node_is_null(t) && rb_is(t, "identifier") && rb_text_is(a->ctx, t, a->name)) a->yes = true;
+    if (rt_is(n, "assignment_expression")) t = kl_ast_unparen(rt_field(n, "left"));
+    else if (rt_is(n, "update_expression")) t = kl_ast_unparen(rt_field(n, "argument"));
+    if (!ts_node_is_null(t) && rt_is(t, "identifier") && rt_text_is(a->ctx, t, a->name)) a->yes = true;
     return !a->yes;
 }
 
@@ -171,11 +171,11 @@ typedef struct bound_scan {
 static bool bound_visit(TSNode n, void *user)
 {
     bound_scan *b = user;
-    if (b->bad[0] || !rb_is(n, "identifier")) return !b->bad[0];
+    if (b->bad[0] || !rt_is(n, "identifier")) return !b->bad[0];
     char name[64];
     if (!text_copy(b->ctx, n, name, sizeof name)) return true;
     assigned_scan a = {b->ctx, name, false};
-    rb_walk(b->body, assigned_visit, &a);
+    rt_walk(b->body, assigned_visit, &a);
     if (a.yes) kl_snprintf(b->bad, sizeof b->bad, "%s", name);
     return true;
 }
@@ -183,17 +183,17 @@ static bool bound_visit(TSNode n, void *user)
 /* ---- the loop ---------------------------------------------------------------------------------- */
 
 /* 0: not this form; 1: the form (L->why says why it cannot be vectorized, or is empty). */
-static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rb_affine *ra, TSNode loop, vs_loop *L)
+static int analyse(const kl_rule_ctx *ctx, const rt_func *f, rt_affine *ra, TSNode loop, vs_loop *L)
 {
     memset(L, 0, sizeof *L);
     L->loop = loop;
-    TSNode init = rb_field(loop, "initializer"), cond = kl_ast_unparen(rb_field(loop, "condition")),
-           upd = rb_field(loop, "update");
-    if (!rb_is(init, "declaration") || ts_node_named_child_count(init) != 2) return 0;
-    TSNode d = rb_field(init, "declarator");
-    if (!rb_is(d, "init_declarator") || !rb_is(rb_field(d, "declarator"), "identifier")) return 0;
-    L->value = rb_field(d, "value");
-    if (!text_copy(ctx, rb_field(d, "declarator"), L->var, sizeof L->var)) return 0;
+    TSNode init = rt_field(loop, "initializer"), cond = kl_ast_unparen(rt_field(loop, "condition")),
+           upd = rt_field(loop, "update");
+    if (!rt_is(init, "declaration") || ts_node_named_child_count(init) != 2) return 0;
+    TSNode d = rt_field(init, "declarator");
+    if (!rt_is(d, "init_declarator") || !rt_is(rt_field(d, "declarator"), "identifier")) return 0;
+    L->value = rt_field(d, "value");
+    if (!text_copy(ctx, rt_field(d, "declarator"), L->var, sizeof L->var)) return 0;
     char type[64];
     uint32_t ta = ts_node_start_byte(init), tb = ts_node_start_byte(d);
     if (tb - ta >= sizeof type) return 0;
@@ -201,36 +201,36 @@ static int analyse(const kl_rule_ctx *ctx, const rb_func *f, rb_affine *ra, TSNo
     size_t tl = strlen(type);
     while (tl && (type[tl - 1] == ' ' || type[tl - 1] == '\t')) type[--tl] = '\0';
     kl_snprintf(L->type, sizeof L->type, "%s", type);
-    rb_poly pv, ps, g;
-    rb_affine_eval(ra, L->value, &pv);
-    if (!rb_grid_index(&pv, &g, true)) return 0;
+    rt_poly pv, ps, g;
+    rt_affine_eval(ra, L->value, &pv);
+    if (!rt_grid_index(&pv, &g, true)) return 0;
     /* i += S, S the grid's thread count */
-    if (!rb_is(upd, "assignment_expression") || !rb_text_is(ctx, rb_field(upd, "operator"), "+=") ||
-        !rb_text_is(ctx, kl_ast_unparen(rb_field(upd, "left")), L->var))
+    if (!rt_is(upd, "assignment_expression") || !rt_text_is(ctx, rt_field(upd, "operator"), "+=") ||
+        !rt_text_is(ctx, kl_ast_unparen(rt_field(upd, "left")), L->var))
         return 0;
-    L->stride = rb_field(upd, "right");
-    rb_affine_eval(ra, L->stride, &ps);
+    L->stride = rt_field(upd, "right");
+    rt_affine_eval(ra, L->stride, &ps);
     if (!same_poly(&ps, &g)) return 0;
     /* i < N */
-    if (!rb_is(cond, "binary_expression") || !rb_text_is(ctx, rb_field(cond, "operator"), "<") ||
-        !rb_text_is(ctx, kl_ast_unparen(rb_field(cond, "left")), L->var))
+    if (!rt_is(cond, "binary_expression") || !rt_text_is(ctx, rt_field(cond, "operator"), "<") ||
+        !rt_text_is(ctx, kl_ast_unparen(rt_field(cond, "left")), L->var))
         return 0;
-    L->bound = rb_field(cond, "right");
-    L->body = rb_field(loop, "body");
-    rb_poly pb;
-    rb_affine_eval(ra, L->bound, &pb);
-    if (rb_count_ident(ctx, L->bound, L->var) || rb_poly_thread_dependent(&pb) || rb_poly_depends(&pb, RB_BX)) {
+    L->bound = rt_field(cond, "right");
+    L->body = rt_field(loop, "body");
+    rt_poly pb;
+    rt_affine_eval(ra, L->bound, &pb);
+    if (rt_count_ident(ctx, L->bound, L->var) || rt_poly_thread_dependent(&pb) || rt_poly_depends(&pb, RB_BX)) {
         kl_snprintf(L->why, sizeof L->why, "the bound of '%s' is not the same for every thread and pass", L->var);
         return 1;
     }
     bound_scan bs = {ctx, L->body, ""};
-    rb_walk(L->bound, bound_visit, &bs);
+    rt_walk(L->bound, bound_visit, &bs);
     if (bs.bad[0]) {
         kl_snprintf(L->why, sizeof L->why, "the loop body assigns '%s', which the bound reads", bs.bad);
         return 1;
     }
     vs_scan s = {.ctx = ctx, .f = f, .L = L};
-    rb_walk(L->body, scan_visit, &s);
+    rt_walk(L->body, scan_visit, &s);
     if (!ts_node_is_null(s.bad)) {
         kl_snprintf(L->why, sizeof L->why, "%s (line %u)", s.why, kl_node_span(s.bad).line);
         return 1;
@@ -291,13 +291,13 @@ typedef struct vs_present {
 static bool tail_start(const kl_rule_ctx *ctx, TSNode value, const char *nv, long long *w, TSNode *v)
 {
     value = kl_ast_unparen(value);
-    if (!rb_is(value, "binary_expression") || !rb_text_is(ctx, rb_field(value, "operator"), "+")) return false;
+    if (!rt_is(value, "binary_expression") || !rt_text_is(ctx, rt_field(value, "operator"), "+")) return false;
     for (int side = 0; side < 2; side++) {
-        TSNode m = kl_ast_unparen(rb_field(value, side ? "right" : "left"));
-        if (!rb_is(m, "binary_expression") || !rb_text_is(ctx, rb_field(m, "operator"), "*")) continue;
-        if (!rb_text_is(ctx, kl_ast_unparen(rb_field(m, "left")), nv)) continue;
-        if (!rb_const_eval(ctx, (TSNode){0}, rb_field(m, "right"), w) || *w < 2) continue;
-        *v = rb_field(value, side ? "left" : "right");
+        TSNode m = kl_ast_unparen(rt_field(value, side ? "right" : "left"));
+        if (!rt_is(m, "binary_expression") || !rt_text_is(ctx, rt_field(m, "operator"), "*")) continue;
+        if (!rt_text_is(ctx, kl_ast_unparen(rt_field(m, "left")), nv)) continue;
+        if (!rt_const_eval(ctx, (TSNode){0}, rt_field(m, "right"), w) || *w < 2) continue;
+        *v = rt_field(value, side ? "left" : "right");
         return true;
     }
     return false;
@@ -305,7 +305,7 @@ static bool tail_start(const kl_rule_ctx *ctx, TSNode value, const char *nv, lon
 
 static char *squeezed(const kl_rule_ctx *ctx, TSNode n)
 {
-    char *t = rb_text(ctx, n);
+    char *t = rt_text(ctx, n);
     if (!t) return NULL;
     size_t k = 0;
     for (size_t i = 0; t[i]; i++)
@@ -327,7 +327,7 @@ static bool same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b)
  * scalar loop). */
 static TSNode next_stmt(TSNode n)
 {
-    do n = rb_next_stmt(n);
+    do n = rt_next_stmt(n);
     while (!ts_node_is_null(n) && kl_str_starts(ts_node_type(n), "preproc"));
     return n;
 }
@@ -337,35 +337,35 @@ static TSNode next_stmt(TSNode n)
 static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
 {
     memset(p, 0, sizeof *p);
-    if (!rb_is(decl, "declaration") || ts_node_named_child_count(decl) < 2) return false;
-    TSNode d = rb_field(decl, "declarator");
-    if (!rb_is(d, "init_declarator")) return false;
+    if (!rt_is(decl, "declaration") || ts_node_named_child_count(decl) < 2) return false;
+    TSNode d = rt_field(decl, "declarator");
+    if (!rt_is(d, "init_declarator")) return false;
     char nv[64];
-    if (!text_copy(ctx, rb_declarator_name(d), nv, sizeof nv)) return false;
-    TSNode vl = rb_next_stmt(decl), tl = ts_node_is_null(vl) ? vl : next_stmt(vl);
-    if (!rb_is(vl, "for_statement") || !rb_is(tl, "for_statement")) return false;
-    TSNode vc = kl_ast_unparen(rb_field(vl, "condition")), vi = rb_field(vl, "initializer");
-    if (!rb_is(vc, "binary_expression") || !rb_text_is(ctx, rb_field(vc, "operator"), "<") ||
-        !rb_text_is(ctx, kl_ast_unparen(rb_field(vc, "right")), nv) || !rb_is(vi, "declaration"))
+    if (!text_copy(ctx, rt_declarator_name(d), nv, sizeof nv)) return false;
+    TSNode vl = rt_next_stmt(decl), tl = ts_node_is_null(vl) ? vl : next_stmt(vl);
+    if (!rt_is(vl, "for_statement") || !rt_is(tl, "for_statement")) return false;
+    TSNode vc = kl_ast_unparen(rt_field(vl, "condition")), vi = rt_field(vl, "initializer");
+    if (!rt_is(vc, "binary_expression") || !rt_text_is(ctx, rt_field(vc, "operator"), "<") ||
+        !rt_text_is(ctx, kl_ast_unparen(rt_field(vc, "right")), nv) || !rt_is(vi, "declaration"))
         return false;
-    TSNode ti = rb_field(tl, "initializer");
-    if (!rb_is(ti, "declaration")) return false;
-    TSNode vd = rb_field(vi, "declarator"), td = rb_field(ti, "declarator");
-    if (!rb_is(vd, "init_declarator") || !rb_is(td, "init_declarator")) return false;
+    TSNode ti = rt_field(tl, "initializer");
+    if (!rt_is(ti, "declaration")) return false;
+    TSNode vd = rt_field(vi, "declarator"), td = rt_field(ti, "declarator");
+    if (!rt_is(vd, "init_declarator") || !rt_is(td, "init_declarator")) return false;
     TSNode start;
-    if (!tail_start(ctx, rb_field(td, "value"), nv, &p->width, &start)) return false;
-    if (!same_text(ctx, start, rb_field(vd, "value"))) return false;
-    if (!same_text(ctx, rb_field(vl, "update"), rb_field(tl, "update")) &&
-        !rb_text_is(ctx, rb_field(rb_field(vl, "update"), "operator"), "+="))
+    if (!tail_start(ctx, rt_field(td, "value"), nv, &p->width, &start)) return false;
+    if (!same_text(ctx, start, rt_field(vd, "value"))) return false;
+    if (!same_text(ctx, rt_field(vl, "update"), rt_field(tl, "update")) &&
+        !rt_text_is(ctx, rt_field(rt_field(vl, "update"), "operator"), "+="))
         return false;
-    p->decl = decl, p->vloop = vl, p->tail = tl, p->tail_value = rb_field(td, "value"), p->start = start;
+    p->decl = decl, p->vloop = vl, p->tail = tl, p->tail_value = rt_field(td, "value"), p->start = start;
     return true;
 }
 
 typedef struct vs_find_walk {
     const kl_rule_ctx *ctx;
-    const rb_func *f;
-    rb_affine *ra;
+    const rt_func *f;
+    rt_affine *ra;
     const char *name;
     kl_sites *out;
     kl_status st;
@@ -378,14 +378,14 @@ static bool find_visit(TSNode n, void *user)
     if (w->st != KL_OK) return false;
     if (ts_node_start_byte(n) >= w->skip_a && ts_node_end_byte(n) <= w->skip_b) return true;
     vs_present p;
-    if (rb_is(n, "declaration") && present_at(w->ctx, n, &p)) {
+    if (rt_is(n, "declaration") && present_at(w->ctx, n, &p)) {
         char id[256], note[200], wv[16];
         kl_site_id(id, sizeof id, w->name, p.vloop, NULL);
         /* the grid's form starts at the global thread index, the thread-strided one (a warp or a block
          * over a row: vectorize_lane.h) at the thread's index in its group */
-        rb_poly pv, g;
-        rb_affine_eval(w->ra, p.start, &pv);
-        bool grid = rb_grid_index(&pv, &g, true);
+        rt_poly pv, g;
+        rt_affine_eval(w->ra, p.start, &pv);
+        bool grid = rt_grid_index(&pv, &g, true);
         if (grid) kl_snprintf(note, sizeof note, "a grid-stride loop over %lld-element vectors, then the scalar loop", p.width);
         else
             kl_snprintf(note, sizeof note,
@@ -400,7 +400,7 @@ static bool find_visit(TSNode n, void *user)
         w->skip_a = ts_node_start_byte(p.vloop), w->skip_b = ts_node_end_byte(p.tail);
         return false;
     }
-    if (!rb_is(n, "for_statement")) return true;
+    if (!rt_is(n, "for_statement")) return true;
     vs_loop L;
     if (!analyse(w->ctx, w->f, w->ra, n, &L)) return true;
     json_t *arrs = json_array();
@@ -423,9 +423,9 @@ static bool find_visit(TSNode n, void *user)
     return true;
 }
 
-static const rb_func *func_of(const kl_rule_ctx *ctx, TSNode fn, rb_func *fs, unsigned max)
+static const rt_func *func_of(const kl_rule_ctx *ctx, TSNode fn, rt_func *fs, unsigned max)
 {
-    unsigned nf = rb_functions(ctx, fs, max);
+    unsigned nf = rt_functions(ctx, fs, max);
     for (unsigned i = 0; i < nf; i++)
         if (ts_node_eq(fs[i].def, fn)) return &fs[i];
     return NULL;
@@ -433,14 +433,14 @@ static const rb_func *func_of(const kl_rule_ctx *ctx, TSNode fn, rb_func *fs, un
 
 kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_sites *out)
 {
-    rb_func fs[64];
-    const rb_func *f = func_of(ctx, fn, fs, 64);
+    rt_func fs[64];
+    const rt_func *f = func_of(ctx, fn, fs, 64);
     if (!f) return KL_OK;
-    rb_affine *ra = rb_affine_new(ctx, f);
+    rt_affine *ra = rt_affine_new(ctx, f);
     if (!ra) return KL_ERR_NOMEM;
     vs_find_walk w = {ctx, f, ra, name, out, KL_OK, 0, 0};
-    rb_walk(f->body, find_visit, &w);
-    rb_affine_free(ra);
+    rt_walk(f->body, find_visit, &w);
+    rt_affine_free(ra);
     return w.st;
 }
 
@@ -468,11 +468,11 @@ static bool lane_visit(TSNode n, void *user)
 {
     lane_sub *s = user;
     if (s->st != KL_OK) return false;
-    if (!rb_is(n, "subscript_expression")) return true;
-    TSNode list = rb_field(n, "indices");
-    if (ts_node_named_child_count(list) != 1 || !rb_text_is(s->ctx, ts_node_named_child(list, 0), s->L->var)) return true;
+    if (!rt_is(n, "subscript_expression")) return true;
+    TSNode list = rt_field(n, "indices");
+    if (ts_node_named_child_count(list) != 1 || !rt_text_is(s->ctx, ts_node_named_child(list, 0), s->L->var)) return true;
     for (unsigned k = 0; k < s->L->narr; k++) {
-        if (!rb_text_is(s->ctx, rb_field(n, "argument"), s->L->arr[k].name)) continue;
+        if (!rt_text_is(s->ctx, rt_field(n, "argument"), s->L->arr[k].name)) continue;
         static const char comp[] = "xyzw";
         uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
         if (s->packed[k]) {
@@ -489,21 +489,21 @@ static bool lane_visit(TSNode n, void *user)
 /* Does the body declare anything at its top level (then each copy keeps its own braces)? */
 static bool declares(TSNode body)
 {
-    if (!rb_is(body, "compound_statement")) return rb_is(body, "declaration");
+    if (!rt_is(body, "compound_statement")) return rt_is(body, "declaration");
     uint32_t c = ts_node_named_child_count(body);
     for (uint32_t i = 0; i < c; i++)
-        if (rb_is(ts_node_named_child(body, i), "declaration")) return true;
+        if (rt_is(ts_node_named_child(body, i), "declaration")) return true;
     return false;
 }
 
-static kl_status site_loop(const kl_rule_ctx *ctx, const kl_site *site, rb_func *fs, const rb_func **f, TSNode *loop,
+static kl_status site_loop(const kl_rule_ctx *ctx, const kl_site *site, rt_func *fs, const rt_func **f, TSNode *loop,
                            kl_error *err)
 {
-    unsigned nf = rb_functions(ctx, fs, 64);
-    *f = rb_function_named(fs, nf, site->kernel);
+    unsigned nf = rt_functions(ctx, fs, 64);
+    *f = rt_function_named(fs, nf, site->kernel);
     if (!*f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     TSNode n = ts_node_descendant_for_byte_range((*f)->body, site->span.start, site->span.start);
-    while (!ts_node_is_null(n) && !(rb_is(n, "for_statement") && ts_node_start_byte(n) == site->span.start))
+    while (!ts_node_is_null(n) && !(rt_is(n, "for_statement") && ts_node_start_byte(n) == site->span.start))
         n = ts_node_parent(n);
     if (ts_node_is_null(n))
         return kl_rule_not_applicable(err, "%s:%u: no loop at the site %s", kl_source_name(ctx->src), site->span.line,
@@ -515,16 +515,16 @@ static kl_status site_loop(const kl_rule_ctx *ctx, const kl_site *site, rb_func 
 kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_edits *out, kl_error *err)
 {
     const char *file = kl_source_name(ctx->src);
-    rb_func fs[64];
-    const rb_func *f;
+    rt_func fs[64];
+    const rt_func *f;
     TSNode loop;
     kl_status st = site_loop(ctx, site, fs, &f, &loop, err);
     if (st != KL_OK) return st;
-    rb_affine *ra = rb_affine_new(ctx, f);
+    rt_affine *ra = rt_affine_new(ctx, f);
     if (!ra) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     vs_loop L;
     int form = analyse(ctx, f, ra, loop, &L);
-    rb_affine_free(ra);
+    rt_affine_free(ra);
     if (!form) return kl_rule_not_applicable(err, "%s:%u: not a grid-stride loop", file, site->span.line);
     if (L.why[0]) return kl_rule_not_applicable(err, "%s:%u: %s", file, site->span.line, L.why);
     char vt[VS_MAXARR][32], vname[VS_MAXARR][72];
@@ -535,16 +535,16 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
                                           width, L.arr[k].elem, L.arr[k].name);
         char want[72];
         kl_snprintf(want, sizeof want, "%s_v", L.arr[k].name);
-        rb_fresh_name(ctx, f->outer, want, vname[k], sizeof vname[k]);
+        rt_fresh_name(ctx, f->outer, want, vname[k], sizeof vname[k]);
     }
     char nv[32], v[32];
-    rb_fresh_name(ctx, f->outer, "nv", nv, sizeof nv);
-    rb_fresh_name(ctx, f->outer, "v", v, sizeof v);
+    rt_fresh_name(ctx, f->outer, "nv", nv, sizeof nv);
+    rt_fresh_name(ctx, f->outer, "v", v, sizeof v);
     if (!kl_rules_starts_line(ctx, ts_node_start_byte(loop)))
         return kl_rule_not_applicable(err, "%s:%u: the loop does not start its own line", file, site->span.line);
     char ind[64];
-    rb_indent_of(ctx, ts_node_start_byte(loop), ind, sizeof ind);
-    char *value = rb_text(ctx, L.value), *bound = rb_text(ctx, L.bound), *stride = rb_text(ctx, L.stride);
+    rt_indent_of(ctx, ts_node_start_byte(loop), ind, sizeof ind);
+    char *value = rt_text(ctx, L.value), *bound = rt_text(ctx, L.bound), *stride = rt_text(ctx, L.stride);
     kl_strbuf sb = KL_STRBUF_INIT;
     /* the marker, the element count in whole vectors (0 when an array is misaligned) */
     kl_strbuf_addf(&sb, "%s// vectorize: %d elements per load of", ind, width);
@@ -555,7 +555,7 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     for (unsigned k = 0; k < L.narr; k++)
         kl_strbuf_addf(&sb, "%sreinterpret_cast<unsigned long long>(%s) %% %u == 0", k ? " && " : "(", L.arr[k].name,
                        L.arr[k].size * (unsigned)width);
-    bool atom = rb_is(L.bound, "identifier") || rb_is(L.bound, "number_literal") || rb_is(L.bound, "field_expression");
+    bool atom = rt_is(L.bound, "identifier") || rt_is(L.bound, "number_literal") || rt_is(L.bound, "field_expression");
     kl_strbuf_addf(&sb, atom ? ") ? %s / %d : 0;\n" : ") ? (%s) / %d : 0;\n", bound, width);
     kl_strbuf_addf(&sb, "%sfor (%s %s = %s; %s < %s; %s += %s) {\n", ind, L.type, v, value, v, nv, v, stride);
     for (unsigned k = 0; k < L.narr; k++)
@@ -564,10 +564,10 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     /* the body once per element: its statements (inside braces of their own when it declares) */
     bool braces = declares(L.body), layout_ok = true;
     uint32_t ba, bb;
-    if (rb_is(L.body, "compound_statement")) {
-        ba = rb_line_end(ctx, ts_node_start_byte(L.body));
-        bb = rb_line_start(ctx, ts_node_end_byte(L.body) - 1);
-        layout_ok = bb >= ba && rb_line_blank_before(ctx, ts_node_end_byte(L.body) - 1);
+    if (rt_is(L.body, "compound_statement")) {
+        ba = rt_line_end(ctx, ts_node_start_byte(L.body));
+        bb = rt_line_start(ctx, ts_node_end_byte(L.body) - 1);
+        layout_ok = bb >= ba && rt_line_blank_before(ctx, ts_node_end_byte(L.body) - 1);
     } else {
         ba = ts_node_start_byte(L.body);
         bb = ts_node_end_byte(L.body);
@@ -575,17 +575,17 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     for (int lane = 0; lane < width && st == KL_OK && layout_ok; lane++) {
         kl_edits e = {0};
         lane_sub ls = {ctx, &L, vname, packed, lane, &e, KL_OK};
-        rb_walk(L.body, lane_visit, &ls);
+        rt_walk(L.body, lane_visit, &ls);
         char *text = NULL;
         st = ls.st == KL_OK ? kl_edits_apply_range(&e, ctx->text, ba, bb, &text, err) : ls.st;
         kl_edits_release(&e);
         if (st != KL_OK) break;
-        if (rb_is(L.body, "compound_statement")) {
+        if (rt_is(L.body, "compound_statement")) {
             /* its lines, moved from the body's indentation to the new loop's (+4, or +8 in braces) */
             char bind[64];
-            rb_indent_of(ctx, ba, bind, sizeof bind);
+            rt_indent_of(ctx, ba, bind, sizeof bind);
             int delta = (int)strlen(ind) + (braces ? 8 : 4) - (int)strlen(bind);
-            char *moved = rb_reindent(text, strlen(text), delta);
+            char *moved = rt_reindent(text, strlen(text), delta);
             if (!moved) layout_ok = false;
             else {
                 if (braces) kl_strbuf_addf(&sb, "%s    {\n", ind);
@@ -599,7 +599,7 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     }
     kl_strbuf_addf(&sb, "%s}\n%s", ind, ind);
     if (st == KL_OK && sb.failed) st = KL_ERR_NOMEM;
-    if (st == KL_OK && layout_ok) st = kl_edits_add(out, rb_line_start(ctx, ts_node_start_byte(loop)), ts_node_start_byte(loop), kl_strbuf_str(&sb));
+    if (st == KL_OK && layout_ok) st = kl_edits_add(out, rt_line_start(ctx, ts_node_start_byte(loop)), ts_node_start_byte(loop), kl_strbuf_str(&sb));
     if (st == KL_OK && layout_ok)
         st = kl_edits_addf(out, ts_node_start_byte(L.value), ts_node_end_byte(L.value), "%s + %s * %d", value, nv, width);
     kl_strbuf_release(&sb);
@@ -627,7 +627,7 @@ static bool present_visit(TSNode n, void *user)
     present_walk *w = user;
     if (w->found) return false;
     vs_present p;
-    if (rb_is(n, "declaration") && present_at(w->ctx, n, &p) && ts_node_start_byte(p.vloop) == w->at) {
+    if (rt_is(n, "declaration") && present_at(w->ctx, n, &p) && ts_node_start_byte(p.vloop) == w->at) {
         w->p = p;
         w->found = true;
         return false;
@@ -637,21 +637,21 @@ static bool present_visit(TSNode n, void *user)
 
 kl_status kl_vs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
-    const rb_func *f = rb_function_named(fs, nf, site->kernel);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = rt_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     present_walk w = {.ctx = ctx, .at = site->span.start};
-    rb_walk(f->body, present_visit, &w);
+    rt_walk(f->body, present_visit, &w);
     if (!w.found)
         return kl_rule_not_applicable(err, "%s:%u: no vector loop with its tail loop at the site %s",
                                       kl_source_name(ctx->src), site->span.line, site->id);
     uint32_t a, b, a2, b2;
-    rb_stmt_range(ctx, w.p.decl, VS_MARKER, &a, &b);
-    rb_stmt_range(ctx, w.p.vloop, NULL, &a2, &b2);
+    rt_stmt_range(ctx, w.p.decl, VS_MARKER, &a, &b);
+    rt_stmt_range(ctx, w.p.vloop, NULL, &a2, &b2);
     kl_status st = kl_edits_add(out, a, b2 > b ? b2 : b, "");
     if (st == KL_OK) {
-        char *v = rb_text(ctx, w.p.start);
+        char *v = rt_text(ctx, w.p.start);
         st = v ? kl_edits_add(out, ts_node_start_byte(w.p.tail_value), ts_node_end_byte(w.p.tail_value), v) : KL_ERR_NOMEM;
         free(v);
     }
@@ -660,8 +660,8 @@ kl_status kl_vs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *ou
 
 bool kl_vs_present_loop(const kl_rule_ctx *ctx, TSNode loop)
 {
-    if (!rb_is(loop, "for_statement")) return false;
-    TSNode d = rb_prev_stmt(loop);
+    if (!rt_is(loop, "for_statement")) return false;
+    TSNode d = rt_prev_stmt(loop);
     vs_present p;
     return !ts_node_is_null(d) && present_at(ctx, d, &p) && ts_node_eq(p.vloop, loop);
 }

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -22,14 +22,14 @@ static const kl_rule_param wr_params[] = {{"shuffle", shuffle_values, "xor"}};
 
 #define WR_MARKER "warp-reduce"
 
-/* rb_text_is that accepts a null node (false). */
-static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rb_text_is(ctx, n, s); }
+/* rt_text_is that accepts a null node (false). */
+static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
 
 /* ---- small tree helpers ------------------------------------------------------------------------ */
 
 static TSNode unwrap1(TSNode n)
 {
-    while (rb_is(n, "compound_statement") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
+    while (rt_is(n, "compound_statement") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
     return n;
 }
 
@@ -37,14 +37,14 @@ static TSNode unwrap1(TSNode n)
 static TSNode stmt_assign(TSNode st)
 {
     TSNode none = {0};
-    if (!rb_is(st, "expression_statement")) return none;
+    if (!rt_is(st, "expression_statement")) return none;
     TSNode a = ts_node_named_child(st, 0);
-    return rb_is(a, "assignment_expression") ? a : none;
+    return rt_is(a, "assignment_expression") ? a : none;
 }
 
 static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op)
 {
-    return text_is(ctx, rb_field(n, "operator"), op);
+    return text_is(ctx, rt_field(n, "operator"), op);
 }
 
 /* Text with the blanks removed, into buf. */
@@ -74,14 +74,14 @@ static bool decl_visit(TSNode n, void *user)
 {
     decl_find *d = user;
     if (!ts_node_is_null(d->decl)) return false;
-    if (rb_is(n, "parameter_declaration") || rb_is(n, "declaration")) {
+    if (rt_is(n, "parameter_declaration") || rt_is(n, "declaration")) {
         uint32_t c = ts_node_named_child_count(n);
         for (uint32_t i = 0; i < c; i++) {
             TSNode k = ts_node_named_child(n, i);
-            if (!rb_is(k, "init_declarator") && !rb_is(k, "identifier") && !rb_is(k, "pointer_declarator") &&
-                !rb_is(k, "array_declarator") && !rb_is(k, "reference_declarator"))
+            if (!rt_is(k, "init_declarator") && !rt_is(k, "identifier") && !rt_is(k, "pointer_declarator") &&
+                !rt_is(k, "array_declarator") && !rt_is(k, "reference_declarator"))
                 continue;
-            TSNode nm = rb_is(k, "identifier") ? k : kl_ast_declarator_name(k);
+            TSNode nm = rt_is(k, "identifier") ? k : kl_ast_declarator_name(k);
             if (!ts_node_is_null(nm) && text_is(d->ctx, nm, d->name)) {
                 d->decl = n;
                 return false;
@@ -96,10 +96,10 @@ static bool decl_visit(TSNode n, void *user)
 static bool decl_type(const kl_rule_ctx *ctx, TSNode fn, const char *name, TSNode *decl, char *type, size_t size)
 {
     decl_find d = {ctx, name, {{0}, 0, 0}};
-    rb_walk(fn, decl_visit, &d);
+    rt_walk(fn, decl_visit, &d);
     if (ts_node_is_null(d.decl)) return false;
     if (decl) *decl = d.decl;
-    TSNode t = rb_field(d.decl, "type");
+    TSNode t = rt_field(d.decl, "type");
     if (ts_node_is_null(t)) return false;
     node_copy(ctx, t, type, size);
     return type[0] != '\0';
@@ -118,7 +118,7 @@ static const char *dtype_of(const char *type)
  * unroll) and a "// warp-reduce" marker comment line above that. */
 static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uint32_t *a, uint32_t *b)
 {
-    rb_stmt_range(ctx, st, NULL, a, b);
+    rt_stmt_range(ctx, st, NULL, a, b);
     if (*a != ts_node_start_byte(st) || *a == 0) {
         int li = ax ? kl_affine_loop_index(ax, st) : -1;
         if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
@@ -183,9 +183,9 @@ typedef struct caller_find {
 static bool caller_visit(TSNode n, void *user)
 {
     caller_find *c = user;
-    if (rb_is(n, "call_expression")) {
-        TSNode f = rb_field(n, "function");
-        if (rb_is(f, "template_function")) f = rb_field(f, "name");
+    if (rt_is(n, "call_expression")) {
+        TSNode f = rt_field(n, "function");
+        if (rt_is(f, "template_function")) f = rt_field(f, "name");
         if (text_is(c->ctx, f, c->name)) c->calls++;
     }
     return true;
@@ -210,7 +210,7 @@ static bool block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int6
     unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
     for (unsigned i = 0; i < n && i < 256; i++) {
         caller_find c = {ctx, name, 0};
-        rb_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
+        rt_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
         if (c.calls && !ts_node_eq(fs[i], fn)) {
             char *cn = kl_ast_function_name(ctx->src, fs[i]);
             kl_snprintf(why, wn, "%s is called from the __device__ function %s (only calls from kernels are followed)",
@@ -224,7 +224,7 @@ static bool block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int6
     *bs = 0;
     for (unsigned i = 0; i < n && i < 256; i++) {
         caller_find c = {ctx, name, 0};
-        rb_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
+        rt_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
         if (!c.calls) continue;
         char *kn = kl_ast_function_name(ctx->src, fs[i]);
         int64_t v = 0;
@@ -255,8 +255,8 @@ typedef struct wr_step {
 static bool shfl_call(const kl_rule_ctx *ctx, TSNode n, const char *var, bool *xor_, char *arg_val, size_t size)
 {
     n = kl_ast_unparen(n);
-    if (!rb_is(n, "call_expression")) return false;
-    TSNode f = rb_field(n, "function"), args = rb_field(n, "arguments");
+    if (!rt_is(n, "call_expression")) return false;
+    TSNode f = rt_field(n, "function"), args = rt_field(n, "arguments");
     bool x = text_is(ctx, f, "__shfl_xor_sync"), d = text_is(ctx, f, "__shfl_down_sync");
     if (!x && !d) return false;
     uint32_t c = ts_node_named_child_count(args);
@@ -273,11 +273,11 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
 {
     body = unwrap1(body);
     char av[128];
-    if (rb_is(body, "expression_statement")) {
+    if (rt_is(body, "expression_statement")) {
         TSNode a = stmt_assign(body);
-        if (ts_node_is_null(a) || !rb_is(rb_field(a, "left"), "identifier")) return false;
-        node_copy(ctx, rb_field(a, "left"), s->val, sizeof s->val);
-        TSNode r = kl_ast_unparen(rb_field(a, "right"));
+        if (ts_node_is_null(a) || !rt_is(rt_field(a, "left"), "identifier")) return false;
+        node_copy(ctx, rt_field(a, "left"), s->val, sizeof s->val);
+        TSNode r = kl_ast_unparen(rt_field(a, "right"));
         if (op_is(ctx, a, "+=")) {
             if (!shfl_call(ctx, r, var, &s->xor_, av, sizeof av) || strcmp(av, s->val)) return false;
             kl_snprintf(s->op, sizeof s->op, "+");
@@ -285,13 +285,13 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
         }
         if (!op_is(ctx, a, "=")) return false;
         TSNode x, y;
-        if (rb_is(r, "binary_expression") && op_is(ctx, r, "+")) {
-            x = rb_field(r, "left"), y = rb_field(r, "right");
+        if (rt_is(r, "binary_expression") && op_is(ctx, r, "+")) {
+            x = rt_field(r, "left"), y = rt_field(r, "right");
             kl_snprintf(s->op, sizeof s->op, "+");
-        } else if (rb_is(r, "call_expression") && rb_is(rb_field(r, "function"), "identifier") &&
-                   ts_node_named_child_count(rb_field(r, "arguments")) == 2) {
-            x = ts_node_named_child(rb_field(r, "arguments"), 0), y = ts_node_named_child(rb_field(r, "arguments"), 1);
-            node_copy(ctx, rb_field(r, "function"), s->op, sizeof s->op);
+        } else if (rt_is(r, "call_expression") && rt_is(rt_field(r, "function"), "identifier") &&
+                   ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
+            x = ts_node_named_child(rt_field(r, "arguments"), 0), y = ts_node_named_child(rt_field(r, "arguments"), 1);
+            node_copy(ctx, rt_field(r, "function"), s->op, sizeof s->op);
         } else {
             return false;
         }
@@ -301,42 +301,42 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
             return true;
         return false;
     }
-    if (!rb_is(body, "compound_statement")) return false;
+    if (!rt_is(body, "compound_statement")) return false;
     uint32_t c = ts_node_named_child_count(body);
     TSNode last = {{0}, 0, 0};
     for (uint32_t i = c; i-- > 0;) {
         TSNode k = ts_node_named_child(body, i);
-        if (!rb_is(k, "comment")) {
+        if (!rt_is(k, "comment")) {
             last = k;
             break;
         }
     }
     TSNode la = stmt_assign(last);
-    if (ts_node_is_null(la) || !op_is(ctx, la, "=") || !rb_is(rb_field(la, "left"), "identifier")) return false;
-    TSNode r = kl_ast_unparen(rb_field(la, "right"));
-    if (!rb_is(r, "call_expression") || !rb_is(rb_field(r, "function"), "identifier") ||
-        ts_node_named_child_count(rb_field(r, "arguments")) != 2)
+    if (ts_node_is_null(la) || !op_is(ctx, la, "=") || !rt_is(rt_field(la, "left"), "identifier")) return false;
+    TSNode r = kl_ast_unparen(rt_field(la, "right"));
+    if (!rt_is(r, "call_expression") || !rt_is(rt_field(r, "function"), "identifier") ||
+        ts_node_named_child_count(rt_field(r, "arguments")) != 2)
         return false;
-    node_copy(ctx, rb_field(la, "left"), s->val, sizeof s->val);
-    node_copy(ctx, rb_field(r, "function"), s->op, sizeof s->op);
-    TSNode a0 = ts_node_named_child(rb_field(r, "arguments"), 0), a1 = ts_node_named_child(rb_field(r, "arguments"), 1);
+    node_copy(ctx, rt_field(la, "left"), s->val, sizeof s->val);
+    node_copy(ctx, rt_field(r, "function"), s->op, sizeof s->op);
+    TSNode a0 = ts_node_named_child(rt_field(r, "arguments"), 0), a1 = ts_node_named_child(rt_field(r, "arguments"), 1);
     TSNode none = {{0}, 0, 0};
     TSNode other = text_is(ctx, a0, s->val) ? a1 : text_is(ctx, a1, s->val) ? a0 : none;
-    if (!rb_is(other, "identifier")) return false;
+    if (!rt_is(other, "identifier")) return false;
     char y[64];
     node_copy(ctx, other, y, sizeof y);
     unsigned shuffles = 0;
     size_t vl = strlen(s->val), yl = strlen(y);
     for (uint32_t i = 0; i < c; i++) {
         TSNode k = ts_node_named_child(body, i);
-        if (ts_node_eq(k, last) || rb_is(k, "comment") || rb_is(k, "declaration")) continue;
+        if (ts_node_eq(k, last) || rt_is(k, "comment") || rt_is(k, "declaration")) continue;
         TSNode a = stmt_assign(k);
         if (ts_node_is_null(a) || !op_is(ctx, a, "=")) return false;
         char lt[128];
-        squeeze(ctx, rb_field(a, "left"), lt, sizeof lt);
+        squeeze(ctx, rt_field(a, "left"), lt, sizeof lt);
         bool xr;
         if (strncmp(lt, y, yl) || (lt[yl] && lt[yl] != '.')) return false;
-        if (!shfl_call(ctx, rb_field(a, "right"), var, &xr, av, sizeof av)) return false;
+        if (!shfl_call(ctx, rt_field(a, "right"), var, &xr, av, sizeof av)) return false;
         if (strncmp(av, s->val, vl) || (av[vl] && av[vl] != '.') || strcmp(av + vl, lt + yl)) return false;
         if (shuffles++ && xr != s->xor_) return false;
         s->xor_ = xr;
@@ -357,7 +357,7 @@ static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, b
     if (strcmp(L->step, ">>1") && strcmp(L->step, "/2") && strcmp(L->step, "<<1") && strcmp(L->step, "*2"))
         return false;
     memset(s, 0, sizeof *s);
-    return shuffle_body(ctx, rb_field(st, "body"), L->var, s);
+    return shuffle_body(ctx, rt_field(st, "body"), L->var, s);
 }
 
 /* A __device__ helper whose body is a shuffle loop over its first parameter, then `return` it. */
@@ -368,17 +368,17 @@ static bool warp_helper(const kl_rule_ctx *ctx, const char *name, wr_step *s)
     TSNode body = kl_ast_function_body(fn);
     TSNode ps = kl_ast_function_params(fn);
     if (ts_node_is_null(body) || ts_node_named_child_count(ps) < 1) return false;
-    TSNode p0 = kl_ast_declarator_name(rb_field(ts_node_named_child(ps, 0), "declarator"));
+    TSNode p0 = kl_ast_declarator_name(rt_field(ts_node_named_child(ps, 0), "declarator"));
     TSNode loop = {{0}, 0, 0}, ret = {{0}, 0, 0};
     uint32_t c = ts_node_named_child_count(body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode k = ts_node_named_child(body, i);
-        if (rb_is(k, "comment")) continue;
+        if (rt_is(k, "comment")) continue;
         if (ts_node_is_null(loop)) loop = k;
         else if (ts_node_is_null(ret)) ret = k;
         else return false;
     }
-    if (!rb_is(ret, "return_statement") || ts_node_named_child_count(ret) != 1 || ts_node_is_null(p0)) return false;
+    if (!rt_is(ret, "return_statement") || ts_node_named_child_count(ret) != 1 || ts_node_is_null(p0)) return false;
     kl_affine_ctx *hax = NULL;
     if (kl_affine_ctx_new(ctx->src, fn, &hax, NULL) != KL_OK) return false;
     bool ok = shuffle_loop(ctx, hax, loop, true, s) && text_is(ctx, p0, s->val) &&
@@ -390,17 +390,17 @@ static bool warp_helper(const kl_rule_ctx *ctx, const char *name, wr_step *s)
 /* A warp step: a shuffle loop, or `X = helper(X);` with a warp_helper. */
 static bool warp_step(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool first, wr_step *s)
 {
-    if (rb_is(st, "for_statement")) return shuffle_loop(ctx, ax, st, first, s);
+    if (rt_is(st, "for_statement")) return shuffle_loop(ctx, ax, st, first, s);
     TSNode a = stmt_assign(st);
-    if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rb_is(rb_field(a, "left"), "identifier")) return false;
-    TSNode r = kl_ast_unparen(rb_field(a, "right"));
-    if (!rb_is(r, "call_expression") || !rb_is(rb_field(r, "function"), "identifier")) return false;
-    TSNode args = rb_field(r, "arguments");
+    if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "identifier")) return false;
+    TSNode r = kl_ast_unparen(rt_field(a, "right"));
+    if (!rt_is(r, "call_expression") || !rt_is(rt_field(r, "function"), "identifier")) return false;
+    TSNode args = rt_field(r, "arguments");
     if (ts_node_named_child_count(args) != 1) return false;
     char x[64], fname[128];
-    node_copy(ctx, rb_field(a, "left"), x, sizeof x);
+    node_copy(ctx, rt_field(a, "left"), x, sizeof x);
     if (!text_is(ctx, ts_node_named_child(args, 0), x)) return false;
-    node_copy(ctx, rb_field(r, "function"), fname, sizeof fname);
+    node_copy(ctx, rt_field(r, "function"), fname, sizeof fname);
     if (!warp_helper(ctx, fname, s)) return false;
     kl_snprintf(s->val, sizeof s->val, "%s", x);
     kl_snprintf(s->helper, sizeof s->helper, "%s", fname);
@@ -426,52 +426,52 @@ typedef struct wr_present {
     bool b_rest;             /* B: the if holds other statements too (kept) */
 } wr_present;
 
-static bool expr_uses(const kl_rule_ctx *ctx, TSNode n, const char *name) { return rb_count_ident(ctx, n, name) > 0; }
+static bool expr_uses(const kl_rule_ctx *ctx, TSNode n, const char *name) { return rt_count_ident(ctx, n, name) > 0; }
 
 /* `X = <expr reading P>;` */
 static bool partial_load(const kl_rule_ctx *ctx, TSNode st, const char *x, const char *part)
 {
     TSNode a = stmt_assign(st);
-    return !ts_node_is_null(a) && op_is(ctx, a, "=") && text_is(ctx, rb_field(a, "left"), x) &&
-           expr_uses(ctx, rb_field(a, "right"), part);
+    return !ts_node_is_null(a) && op_is(ctx, a, "=") && text_is(ctx, rt_field(a, "left"), x) &&
+           expr_uses(ctx, rt_field(a, "right"), part);
 }
 
 /* The final stage, kind A: `[T] R = init;` then `for (...) R += P[w];` / `R = F(R, P[w]);`. */
 static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
 {
     TSNode init_val = {{0}, 0, 0};
-    if (rb_is(st, "declaration")) {
+    if (rt_is(st, "declaration")) {
         TSNode d = ts_node_named_child(st, ts_node_named_child_count(st) - 1);
-        if (!rb_is(d, "init_declarator") || ts_node_named_child_count(st) < 2) return false;
+        if (!rt_is(d, "init_declarator") || ts_node_named_child_count(st) < 2) return false;
         TSNode nm = kl_ast_declarator_name(d);
-        if (!rb_is(nm, "identifier")) return false;
+        if (!rt_is(nm, "identifier")) return false;
         node_copy(ctx, nm, p->a_res, sizeof p->a_res);
-        TSNode t = rb_field(st, "type");
+        TSNode t = rt_field(st, "type");
         node_copy(ctx, t, p->a_type, sizeof p->a_type);
         p->a_declared = true;
-        init_val = rb_field(d, "value");
+        init_val = rt_field(d, "value");
     } else {
         TSNode a = stmt_assign(st);
-        if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rb_is(rb_field(a, "left"), "identifier")) return false;
-        node_copy(ctx, rb_field(a, "left"), p->a_res, sizeof p->a_res);
-        init_val = rb_field(a, "right");
+        if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "identifier")) return false;
+        node_copy(ctx, rt_field(a, "left"), p->a_res, sizeof p->a_res);
+        init_val = rt_field(a, "right");
     }
     if (!strcmp(p->a_res, p->s.val)) return false;
     if (!ts_node_is_null(init_val) && (expr_uses(ctx, init_val, p->s.val))) return false;
-    TSNode loop = rb_next_stmt(st);
-    if (!rb_is(loop, "for_statement")) return false;
-    TSNode b = unwrap1(rb_field(loop, "body"));
+    TSNode loop = rt_next_stmt(st);
+    if (!rt_is(loop, "for_statement")) return false;
+    TSNode b = unwrap1(rt_field(loop, "body"));
     TSNode a = stmt_assign(b);
-    if (ts_node_is_null(a) || !text_is(ctx, rb_field(a, "left"), p->a_res)) return false;
-    TSNode r = rb_field(a, "right");
+    if (ts_node_is_null(a) || !text_is(ctx, rt_field(a, "left"), p->a_res)) return false;
+    TSNode r = rt_field(a, "right");
     if (!expr_uses(ctx, r, p->part)) return false;
     if (op_is(ctx, a, "+=")) {
         if (strcmp(p->s.op, "+")) return false;
     } else if (op_is(ctx, a, "=")) {
         r = kl_ast_unparen(r);
-        TSNode f = rb_field(r, "function");
-        bool plus = rb_is(r, "binary_expression") && op_is(ctx, r, "+") && !strcmp(p->s.op, "+");
-        bool call = rb_is(r, "call_expression") && text_is(ctx, f, p->s.op);
+        TSNode f = rt_field(r, "function");
+        bool plus = rt_is(r, "binary_expression") && op_is(ctx, r, "+") && !strcmp(p->s.op, "+");
+        bool call = rt_is(r, "call_expression") && text_is(ctx, f, p->s.op);
         if (!plus && !call) return false;
     } else {
         return false;
@@ -492,26 +492,26 @@ static bool same_op(const wr_step *a, const wr_step *b)
 static bool final_b(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, wr_present *p)
 {
     wr_step s2;
-    if (rb_is(st, "if_statement") && ts_node_is_null(rb_field(st, "alternative"))) {
-        TSNode body = rb_field(st, "consequence");
-        if (!rb_is(body, "compound_statement")) return false;
+    if (rt_is(st, "if_statement") && ts_node_is_null(rt_field(st, "alternative"))) {
+        TSNode body = rt_field(st, "consequence");
+        if (!rt_is(body, "compound_statement")) return false;
         TSNode first = ts_node_named_child(body, 0);
-        while (rb_is(first, "comment")) first = ts_node_next_named_sibling(first);
-        TSNode second = rb_next_stmt(first);
+        while (rt_is(first, "comment")) first = ts_node_next_named_sibling(first);
+        TSNode second = rt_next_stmt(first);
         if (!partial_load(ctx, first, p->s.val, p->part) || ts_node_is_null(second)) return false;
         if (!warp_step(ctx, ax, second, false, &s2) || !same_op(&s2, &p->s)) return false;
         p->b_load = first;
         p->b_step = second;
         p->b_if = st;
-        p->b_rest = !ts_node_is_null(rb_next_stmt(second));
+        p->b_rest = !ts_node_is_null(rt_next_stmt(second));
         p->final_kind = 'B';
         return true;
     }
     if (!partial_load(ctx, st, p->s.val, p->part)) return false;
-    TSNode nx = rb_next_stmt(st);
+    TSNode nx = rt_next_stmt(st);
     TSNode inner = nx;
-    if (rb_is(nx, "if_statement") && ts_node_is_null(rb_field(nx, "alternative")))
-        inner = unwrap1(rb_field(nx, "consequence"));
+    if (rt_is(nx, "if_statement") && ts_node_is_null(rt_field(nx, "alternative")))
+        inner = unwrap1(rt_field(nx, "consequence"));
     if (!warp_step(ctx, ax, inner, false, &s2) || !same_op(&s2, &p->s)) return false;
     p->b_load = st;
     p->b_step = nx;
@@ -523,37 +523,37 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
 {
     p->step = step;
     if (!decl_type(ctx, fn, p->s.val, NULL, p->type, sizeof p->type)) kl_snprintf(p->type, sizeof p->type, "float");
-    TSNode st = rb_next_stmt(step);
-    while (rb_is(st, "declaration") && p->ndecls < 8) {
+    TSNode st = rt_next_stmt(step);
+    while (rt_is(st, "declaration") && p->ndecls < 8) {
         p->decls[p->ndecls++] = st;
-        st = rb_next_stmt(st);
+        st = rt_next_stmt(st);
     }
     /* the lane-0 store */
-    TSNode cons = unwrap1(rb_field(st, "consequence"));
+    TSNode cons = unwrap1(rt_field(st, "consequence"));
     TSNode a = stmt_assign(cons);
     char ct[128] = "";
-    if (rb_is(st, "if_statement")) squeeze(ctx, rb_field(st, "condition"), ct, sizeof ct);
-    if (!rb_is(st, "if_statement") || !ts_node_is_null(rb_field(st, "alternative")) || ts_node_is_null(a) ||
-        !op_is(ctx, a, "=") || !rb_is(rb_field(a, "left"), "subscript_expression") ||
-        !text_is(ctx, rb_field(a, "right"), p->s.val) || !strstr(ct, "==0")) {
+    if (rt_is(st, "if_statement")) squeeze(ctx, rt_field(st, "condition"), ct, sizeof ct);
+    if (!rt_is(st, "if_statement") || !ts_node_is_null(rt_field(st, "alternative")) || ts_node_is_null(a) ||
+        !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "subscript_expression") ||
+        !text_is(ctx, rt_field(a, "right"), p->s.val) || !strstr(ct, "==0")) {
         kl_snprintf(p->why, sizeof p->why,
                     "a warp-level reduction of %s: no shared stage between warps follows (line %u: expected "
                     "`if (lane == 0) part[warp] = %s;`)",
                     p->s.val, ts_node_is_null(st) ? kl_ast_line(step) : kl_ast_line(st), p->s.val);
         return;
     }
-    TSNode arr = rb_field(rb_field(a, "left"), "argument");
+    TSNode arr = rt_field(rt_field(a, "left"), "argument");
     node_copy(ctx, arr, p->part, sizeof p->part);
     p->store = st;
-    p->sync = rb_next_stmt(st);
-    if (!rb_is_syncthreads(ctx, p->sync)) {
+    p->sync = rt_next_stmt(st);
+    if (!rt_is_syncthreads(ctx, p->sync)) {
         kl_snprintf(p->why, sizeof p->why,
                     "a warp-level reduction of %s: its result is stored per warp at line %u with no __syncthreads() "
                     "and no stage between warps after it",
                     p->s.val, kl_ast_line(st));
         return;
     }
-    TSNode f = rb_next_stmt(p->sync);
+    TSNode f = rt_next_stmt(p->sync);
     if (final_a(ctx, f, p) || final_b(ctx, ax, f, p)) {
         p->staged = true;
         return;
@@ -580,22 +580,22 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     if (!(!strcmp(L->cmp, ">") && !strcmp(L->bound, "0")) && !(!strcmp(L->cmp, ">=") && !strcmp(L->bound, "1")) &&
         !(!strcmp(L->cmp, "!=") && !strcmp(L->bound, "0")))
         return false;
-    TSNode body = rb_field(L->node, "body");
-    if (!rb_is(body, "compound_statement")) return false;
+    TSNode body = rt_field(L->node, "body");
+    if (!rt_is(body, "compound_statement")) return false;
     TSNode ifs = ts_node_named_child(body, 0);
-    while (rb_is(ifs, "comment")) ifs = ts_node_next_named_sibling(ifs);
-    TSNode sync = rb_next_stmt(ifs);
-    if (!rb_is(ifs, "if_statement") || !ts_node_is_null(rb_field(ifs, "alternative")) ||
-        !rb_is_syncthreads(ctx, sync) || !ts_node_is_null(rb_next_stmt(sync)))
+    while (rt_is(ifs, "comment")) ifs = ts_node_next_named_sibling(ifs);
+    TSNode sync = rt_next_stmt(ifs);
+    if (!rt_is(ifs, "if_statement") || !ts_node_is_null(rt_field(ifs, "alternative")) ||
+        !rt_is_syncthreads(ctx, sync) || !ts_node_is_null(rt_next_stmt(sync)))
         return false;
     /* if (tid < s) */
-    TSNode c = kl_ast_unparen(rb_field(ifs, "condition"));
-    if (rb_is(c, "condition_clause")) c = kl_ast_unparen(ts_node_named_child(c, 0));
+    TSNode c = kl_ast_unparen(rt_field(ifs, "condition"));
+    if (rt_is(c, "condition_clause")) c = kl_ast_unparen(ts_node_named_child(c, 0));
     TSNode tid = {{0}, 0, 0};
     char *lt = NULL;
     TSNode rhs;
-    if (rb_is(c, "binary_expression") && op_is(ctx, c, "<") && text_is(ctx, rb_field(c, "right"), L->var)) {
-        tid = rb_field(c, "left");
+    if (rt_is(c, "binary_expression") && op_is(ctx, c, "<") && text_is(ctx, rt_field(c, "right"), L->var)) {
+        tid = rt_field(c, "left");
     } else if (kl_ast_less_misparse(ctx->src, c, &lt, &rhs) && text_is(ctx, rhs, L->var)) {
         free(lt);
         return false; /* a field compared through the misparse: not a plain index */
@@ -611,13 +611,13 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     if (!tid_ok) return false;
     squeeze(ctx, tid, t->tid, sizeof t->tid);
     /* sh[tid] OP= sh[tid + s] */
-    TSNode a = stmt_assign(unwrap1(rb_field(ifs, "consequence")));
+    TSNode a = stmt_assign(unwrap1(rt_field(ifs, "consequence")));
     if (ts_node_is_null(a)) return false;
-    TSNode l = rb_field(a, "left");
-    if (!rb_is(l, "subscript_expression")) return false;
+    TSNode l = rt_field(a, "left");
+    if (!rt_is(l, "subscript_expression")) return false;
     char lidx[128], want1[300], want2[300];
-    TSNode arr = rb_field(l, "argument");
-    if (!rb_is(arr, "identifier")) return false;
+    TSNode arr = rt_field(l, "argument");
+    if (!rt_is(arr, "identifier")) return false;
     node_copy(ctx, arr, t->sh, sizeof t->sh);
     squeeze(ctx, l, lidx, sizeof lidx);
     kl_snprintf(want1, sizeof want1, "%s[%s+%s]", t->sh, t->tid, L->var);
@@ -625,7 +625,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     char self[300];
     kl_snprintf(self, sizeof self, "%s[%s]", t->sh, t->tid);
     if (strcmp(lidx, self)) return false;
-    TSNode r = kl_ast_unparen(rb_field(a, "right"));
+    TSNode r = kl_ast_unparen(rt_field(a, "right"));
     char rt[300], x[300], y[300];
     if (op_is(ctx, a, "+=")) {
         squeeze(ctx, r, rt, sizeof rt);
@@ -633,15 +633,15 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
         kl_snprintf(t->op, sizeof t->op, "+");
     } else if (op_is(ctx, a, "=")) {
         TSNode xn, yn;
-        if (rb_is(r, "binary_expression") && op_is(ctx, r, "+")) {
-            xn = rb_field(r, "left"), yn = rb_field(r, "right");
+        if (rt_is(r, "binary_expression") && op_is(ctx, r, "+")) {
+            xn = rt_field(r, "left"), yn = rt_field(r, "right");
             kl_snprintf(t->op, sizeof t->op, "+");
-        } else if (rb_is(r, "call_expression") && ts_node_named_child_count(rb_field(r, "arguments")) == 2) {
+        } else if (rt_is(r, "call_expression") && ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
             /* fmaxf, max, … or the file's own combining function (the tree already relies on
              * it being associative) */
-            if (!rb_is(rb_field(r, "function"), "identifier")) return false;
-            node_copy(ctx, rb_field(r, "function"), t->op, sizeof t->op);
-            xn = ts_node_named_child(rb_field(r, "arguments"), 0), yn = ts_node_named_child(rb_field(r, "arguments"), 1);
+            if (!rt_is(rt_field(r, "function"), "identifier")) return false;
+            node_copy(ctx, rt_field(r, "function"), t->op, sizeof t->op);
+            xn = ts_node_named_child(rt_field(r, "arguments"), 0), yn = ts_node_named_child(rt_field(r, "arguments"), 1);
         } else {
             return false;
         }
@@ -715,7 +715,7 @@ static bool scan_visit(TSNode n, void *user)
 {
     stmt_scan *sc = user;
     if (sc->st != KL_OK) return false;
-    if (!rb_is(n, "for_statement") && !rb_is(n, "expression_statement")) return true;
+    if (!rt_is(n, "for_statement") && !rt_is(n, "expression_statement")) return true;
     for (unsigned i = 0; i < sc->nskip; i++)
         if (ts_node_eq(sc->skip[i], n)) return false;
     wr_step s;
@@ -728,7 +728,7 @@ static bool scan_visit(TSNode n, void *user)
     analyse_present(sc->ctx, sc->ax, sc->fn, n, &p);
     if (p.staged && p.final_kind == 'B' && sc->nskip < 16) {
         TSNode inner = p.b_step;
-        if (rb_is(inner, "if_statement")) inner = unwrap1(rb_field(inner, "consequence"));
+        if (rt_is(inner, "if_statement")) inner = unwrap1(rt_field(inner, "consequence"));
         sc->skip[sc->nskip++] = inner;
     }
     sc->st = add_present(sc->ctx, sc->name, sc->fn, sc->ax, n, &s, sc->out);
@@ -741,7 +741,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     stmt_scan sc;
     memset(&sc, 0, sizeof sc);
     sc.ctx = ctx, sc.ax = ax, sc.fn = fn, sc.name = name, sc.out = wf->out, sc.st = KL_OK;
-    rb_walk(kl_ast_function_body(fn), scan_visit, &sc);
+    rt_walk(kl_ast_function_body(fn), scan_visit, &sc);
     if (sc.st != KL_OK) return sc.st;
     for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
         wr_tree t;
@@ -798,23 +798,23 @@ static kl_status edit_delete(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode s
 
 static bool call_visit(TSNode n, void *user)
 {
-    if (rb_is(n, "call_expression")) *(bool *)user = true;
+    if (rt_is(n, "call_expression")) *(bool *)user = true;
     return !*(bool *)user;
 }
 
 static bool has_call(TSNode n)
 {
     bool found = false;
-    rb_walk(n, call_visit, &found);
+    rt_walk(n, call_visit, &found);
     return found;
 }
 
 /* Uses of name in fn outside the nodes in skip[]. */
 static unsigned uses_outside(const kl_rule_ctx *ctx, TSNode fn, const char *name, const TSNode *skip, unsigned n)
 {
-    unsigned u = rb_count_ident(ctx, fn, name);
+    unsigned u = rt_count_ident(ctx, fn, name);
     for (unsigned i = 0; i < n; i++) {
-        unsigned k = rb_count_ident(ctx, skip[i], name);
+        unsigned k = rt_count_ident(ctx, skip[i], name);
         u = k > u ? 0 : u - k;
     }
     return u;
@@ -831,7 +831,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     uint32_t a, b;
     stmt_range(ctx, ax, p->step, &a, &b);
     kl_rules_indent(ctx, ts_node_start_byte(p->step), ind, sizeof ind);
-    rb_fresh_name(ctx, fn, "kl_red", red, sizeof red);
+    rt_fresh_name(ctx, fn, "kl_red", red, sizeof red);
     kl_snprintf(elem, sizeof elem, "%s[threadIdx.x]", red);
     kl_snprintf(elem_s, sizeof elem_s, "%s[threadIdx.x + s]", red);
     combine(comb, sizeof comb, p->s.op, elem, elem_s);
@@ -885,10 +885,10 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     TSNode cand[16];
     unsigned nc = 0;
     for (unsigned i = 0; i < p->ndecls; i++) cand[nc++] = p->decls[i];
-    for (TSNode d = rb_prev_stmt(p->step); rb_is(d, "declaration") && nc < 12; d = rb_prev_stmt(d)) cand[nc++] = d;
+    for (TSNode d = rt_prev_stmt(p->step); rt_is(d, "declaration") && nc < 12; d = rt_prev_stmt(d)) cand[nc++] = d;
     TSNode pdecl;
     char ptype[128];
-    if (decl_type(ctx, fn, p->part, &pdecl, ptype, sizeof ptype) && rb_is(pdecl, "declaration")) {
+    if (decl_type(ctx, fn, p->part, &pdecl, ptype, sizeof ptype) && rt_is(pdecl, "declaration")) {
         bool seen = false;
         for (unsigned i = 0; i < nc; i++) seen |= ts_node_eq(cand[i], pdecl);
         if (!seen) cand[nc++] = pdecl;
@@ -899,7 +899,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         uint32_t c = ts_node_named_child_count(d);
         for (uint32_t k = 0; k < c; k++) {
             TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
-            if (ts_node_is_null(nm) || !rb_is(nm, "identifier")) continue;
+            if (ts_node_is_null(nm) || !rt_is(nm, "identifier")) continue;
             char nmt[64];
             node_copy(ctx, nm, nmt, sizeof nmt);
             TSNode skip[17];
@@ -945,8 +945,8 @@ static bool find_struct(TSNode n, void *user)
 {
     struct_find *f = user;
     if (!ts_node_is_null(f->body)) return false;
-    if (!rb_is(n, "struct_specifier")) return !rb_is(n, "function_definition");
-    TSNode nm = rb_field(n, "name"), body = rb_field(n, "body");
+    if (!rt_is(n, "struct_specifier")) return !rt_is(n, "function_definition");
+    TSNode nm = rt_field(n, "name"), body = rt_field(n, "body");
     if (!ts_node_is_null(body) && text_is(f->ctx, nm, f->name)) f->body = body;
     return false;
 }
@@ -956,18 +956,18 @@ static bool find_struct(TSNode n, void *user)
 static unsigned struct_fields(const kl_rule_ctx *ctx, const char *name, char out[][64], unsigned max)
 {
     struct_find f = {ctx, name, {{0}, 0, 0}};
-    rb_walk(kl_source_root(ctx->src), find_struct, &f);
+    rt_walk(kl_source_root(ctx->src), find_struct, &f);
     if (ts_node_is_null(f.body)) return 0;
     unsigned n = 0;
     uint32_t c = ts_node_named_child_count(f.body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = ts_node_named_child(f.body, i);
-        if (rb_is(d, "comment")) continue;
-        if (!rb_is(d, "field_declaration") || n >= max) return 0;
+        if (rt_is(d, "comment")) continue;
+        if (!rt_is(d, "field_declaration") || n >= max) return 0;
         char ty[128];
-        node_copy(ctx, rb_field(d, "type"), ty, sizeof ty);
-        TSNode decl = rb_field(d, "declarator");
-        if (!shuffle_type(ty) || !rb_is(decl, "field_identifier") || ts_node_named_child_count(d) != 2) return 0;
+        node_copy(ctx, rt_field(d, "type"), ty, sizeof ty);
+        TSNode decl = rt_field(d, "declarator");
+        if (!shuffle_type(ty) || !rt_is(decl, "field_identifier") || ts_node_named_child_count(d) != 2) return 0;
         node_copy(ctx, decl, out[n], 64);
         n++;
     }
@@ -992,10 +992,10 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     }
     if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     int64_t start = 0;
-    TSNode init = rb_field(t->loop, "initializer");
+    TSNode init = rt_field(t->loop, "initializer");
     TSNode sv = {{0}, 0, 0};
-    if (rb_is(init, "declaration")) sv = rb_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
-    else if (rb_is(init, "assignment_expression")) sv = rb_field(init, "right");
+    if (rt_is(init, "declaration")) sv = rt_field(ts_node_named_child(init, ts_node_named_child_count(init) - 1), "value");
+    else if (rt_is(init, "assignment_expression")) sv = rt_field(init, "right");
     if (!ts_node_is_null(sv) && kl_const_eval(ctx->src, fn, sv, false, &start, NULL, 0) && start * 2 != bs)
         return kl_rule_not_applicable(err, "the tree starts at %s = %lld, which is not half the block size %lld",
                                       t->start, (long long)start, (long long)bs);
@@ -1003,12 +1003,12 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     kl_rule_param_str(&kl_rule_warp_reduce, params, "shuffle", &shuffle);
     const char *sh_fn = strcmp(shuffle, "down") ? "__shfl_xor_sync" : "__shfl_down_sync";
     char v[32], warp[32], step[300], load[300], shfl[200];
-    rb_fresh_name(ctx, fn, "kl_v", v, sizeof v);
-    rb_fresh_name(ctx, fn, "kl_warp", warp, sizeof warp);
+    rt_fresh_name(ctx, fn, "kl_v", v, sizeof v);
+    rt_fresh_name(ctx, fn, "kl_warp", warp, sizeof warp);
     kl_snprintf(shfl, sizeof shfl, "%s(0xffffffff, %s, o)", sh_fn, v);
     if (nfields) {
         char other[32];
-        rb_fresh_name(ctx, fn, "kl_o", other, sizeof other);
+        rt_fresh_name(ctx, fn, "kl_o", other, sizeof other);
         kl_strbuf sb = KL_STRBUF_INIT;
         kl_strbuf_addf(&sb, "{ %s %s;", t->type, other);
         for (unsigned i = 0; i < nfields; i++)
@@ -1082,7 +1082,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
     if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
     if (r->site->dir == KL_SITE_PRESENT) {
         run_scan rs = {r, ctx, ax, fn, name};
-        rb_walk(kl_ast_function_body(fn), run_present_visit, &rs);
+        rt_walk(kl_ast_function_body(fn), run_present_visit, &rs);
         return KL_OK;
     }
     for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->done; i++) {

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules.h"
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 #include "rewrite/rules/tensor_core.h"
 #include "rewrite/rules/tile_text.h"
 #include "syntax/affine.h"
@@ -150,12 +150,12 @@ enum { SYNC_NONE, SYNC_FENCE, SYNC_COMMIT, SYNC_WAIT, SYNC_PROXY };
  * wait, a proxy fence, or none. name gets the helper. */
 static int sync_kind(const kl_rule_ctx *ctx, TSNode st, char *name, size_t size)
 {
-    if (!rb_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return SYNC_NONE;
+    if (!rt_is(st, "expression_statement") || ts_node_named_child_count(st) != 1) return SYNC_NONE;
     TSNode c = ts_node_named_child(st, 0);
-    if (!rb_is(c, "call_expression") || ts_node_named_child_count(rb_field(c, "arguments")) != 0) return SYNC_NONE;
-    TSNode fnn = rb_field(c, "function");
-    if (rb_is(fnn, "template_function")) fnn = rb_field(fnn, "name");
-    if (!rb_is(fnn, "identifier")) return SYNC_NONE;
+    if (!rt_is(c, "call_expression") || ts_node_named_child_count(rt_field(c, "arguments")) != 0) return SYNC_NONE;
+    TSNode fnn = rt_field(c, "function");
+    if (rt_is(fnn, "template_function")) fnn = rt_field(fnn, "name");
+    if (!rt_is(fnn, "identifier")) return SYNC_NONE;
     text_to(ctx, fnn, name, size);
     char *t = helper_body(ctx, name, NULL);
     if (!t) return SYNC_NONE;
@@ -189,8 +189,8 @@ static bool desc_call(const kl_rule_ctx *ctx, TSNode e, const char *dname, char 
                       char *stride, size_t size, TSNode *snode)
 {
     e = kl_ast_unparen(e);
-    if (!rb_is(e, "call_expression") || !rb_text_is(ctx, rb_field(e, "function"), dname)) return false;
-    TSNode a = rb_field(e, "arguments");
+    if (!rt_is(e, "call_expression") || !rt_text_is(ctx, rt_field(e, "function"), dname)) return false;
+    TSNode a = rt_field(e, "arguments");
     if (ts_node_named_child_count(a) != 3) return false;
     if (snode) *snode = ts_node_named_child(a, 0);
     text_to(ctx, ts_node_named_child(a, 0), start, ssize);
@@ -209,7 +209,7 @@ static bool sync_visit(TSNode n, void *user)
 {
     sync_scan *s = user;
     char name[64];
-    if (!rb_is(n, "expression_statement")) return true;
+    if (!rt_is(n, "expression_statement")) return true;
     int k = sync_kind(s->ctx, n, name, sizeof name);
     if (k == SYNC_NONE || (k == SYNC_PROXY && s->bulk)) return false;
     if (s->w->nsync < WG_MAXSYNC) {
@@ -230,10 +230,10 @@ typedef struct acc_find {
 static bool acc_visit(TSNode n, void *user)
 {
     acc_find *a = user;
-    if (rb_is(n, "declaration"))
+    if (rt_is(n, "declaration"))
         for (uint32_t k = 0; k < ts_node_named_child_count(n); k++) {
             TSNode id = kl_ast_declarator_name(ts_node_named_child(n, k));
-            if (!ts_node_is_null(id) && rb_text_is(a->ctx, id, a->name)) a->decl = n, a->count++;
+            if (!ts_node_is_null(id) && rt_text_is(a->ctx, id, a->name)) a->decl = n, a->count++;
         }
     return true;
 }
@@ -247,29 +247,29 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
     w->call = hit;
 #define WHY(...) (kl_snprintf(w->why, sizeof w->why, __VA_ARGS__), false)
     unsigned ln = kl_ast_line(hit);
-    text_to(ctx, rb_field(hit, "function"), w->wname, sizeof w->wname);
+    text_to(ctx, rt_field(hit, "function"), w->wname, sizeof w->wname);
     if (!wgmma_helper(ctx, w->wname, &w->n, w->dtype, &w->trans_b, w->why, sizeof w->why))
         return w->why[0] ? false : WHY("%s (line %u) is not a wgmma helper", w->wname, ln);
     if (w->trans_b != 1)
         return WHY("the wgmma at line %u reads B K-major (imm-trans-b 0); the mma.sync form written reads an N-major B", ln);
     if (!kl_tc_find_lane(ctx, w->body, w->lane))
         return WHY("no `lane = threadIdx.x %% 32` at the top of the kernel: the fragment layout is per lane");
-    TSNode args = rb_field(hit, "arguments");
+    TSNode args = rt_field(hit, "arguments");
     if (ts_node_named_child_count(args) != 3) return WHY("the wgmma call at line %u does not take 3 operands", ln);
     TSNode d = ts_node_named_child(args, 0), da = ts_node_named_child(args, 1), db = ts_node_named_child(args, 2);
     /* the loop: for (mi = 0; mi < FM; mi++) WGMMA(ACC[mi], …); alone in its block (and the B descriptor) */
     TSNode st = ts_node_parent(hit);
     w->loop = ts_node_parent(st);
-    if (rb_is(w->loop, "compound_statement")) {
+    if (rt_is(w->loop, "compound_statement")) {
         TSNode one[2];
         if (kl_tc_body_stmts(w->loop, one, 2) != 1) return WHY("the wgmma call at line %u is not alone in its loop", ln);
         w->loop = ts_node_parent(w->loop);
     }
-    if (!rb_is(st, "expression_statement") || !kl_tc_plain_loop(ctx, w->loop, w->mi, w->fm, sizeof w->fm))
+    if (!rt_is(st, "expression_statement") || !kl_tc_plain_loop(ctx, w->loop, w->mi, w->fm, sizeof w->fm))
         return WHY("the wgmma call at line %u is not in a loop `for (mi = 0; mi < FM; mi++)`", ln);
-    if (!rb_is(d, "subscript_expression") || !rb_is(rb_field(d, "argument"), "identifier"))
+    if (!rt_is(d, "subscript_expression") || !rt_is(rt_field(d, "argument"), "identifier"))
         return WHY("the accumulator operand at line %u is not `ACC[%s]`", ln, w->mi);
-    text_to(ctx, rb_field(d, "argument"), w->acc, sizeof w->acc);
+    text_to(ctx, rt_field(d, "argument"), w->acc, sizeof w->acc);
     char want[200], *sq = kl_tc_squeeze(ctx, d);
     kl_snprintf(want, sizeof want, "%s[%s]", w->acc, w->mi);
     bool okd = sq && !strcmp(sq, want);
@@ -277,46 +277,46 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
     if (!okd) return WHY("the accumulator operand at line %u is not `%s[%s]`", ln, w->acc, w->mi);
     /* ACC: float ACC[FM][N / 8][4], declared once in the kernel */
     acc_find af = {ctx, w->acc, {{0}, 0, 0}, 0};
-    rb_walk(w->body, acc_visit, &af);
+    rt_walk(w->body, acc_visit, &af);
     TSNode adc = ts_node_is_null(af.decl) ? af.decl : ts_node_named_child(af.decl, 1);
-    TSNode a3 = rb_is(adc, "array_declarator") ? adc : (TSNode){{0}, 0, 0};
-    TSNode a2 = rb_is(rb_field(a3, "declarator"), "array_declarator") ? rb_field(a3, "declarator") : (TSNode){{0}, 0, 0};
-    TSNode a1 = rb_is(rb_field(a2, "declarator"), "array_declarator") ? rb_field(a2, "declarator") : (TSNode){{0}, 0, 0};
+    TSNode a3 = rt_is(adc, "array_declarator") ? adc : (TSNode){{0}, 0, 0};
+    TSNode a2 = rt_is(rt_field(a3, "declarator"), "array_declarator") ? rt_field(a3, "declarator") : (TSNode){{0}, 0, 0};
+    TSNode a1 = rt_is(rt_field(a2, "declarator"), "array_declarator") ? rt_field(a2, "declarator") : (TSNode){{0}, 0, 0};
     long long v4 = 0, vn = 0;
-    if (af.count != 1 || ts_node_is_null(a1) || !rb_text_is(ctx, rb_field(af.decl, "type"), "float") ||
-        !rb_const_eval(ctx, w->body, rb_field(a3, "size"), &v4) || v4 != 4 ||
-        !rb_const_eval(ctx, w->body, rb_field(a2, "size"), &vn) || vn != w->n / 8)
+    if (af.count != 1 || ts_node_is_null(a1) || !rt_text_is(ctx, rt_field(af.decl, "type"), "float") ||
+        !rt_const_eval(ctx, w->body, rt_field(a3, "size"), &v4) || v4 != 4 ||
+        !rt_const_eval(ctx, w->body, rt_field(a2, "size"), &vn) || vn != w->n / 8)
         return WHY("the accumulators %s are not declared once as `float %s[%s][%d][4]`", w->acc, w->acc, w->fm, w->n / 8);
-    text_to(ctx, rb_field(a2, "size"), w->fn_dim, sizeof w->fn_dim);
+    text_to(ctx, rt_field(a2, "size"), w->fn_dim, sizeof w->fn_dim);
     /* the descriptors */
     TSNode dac = kl_ast_unparen(da);
-    if (rb_is(dac, "call_expression")) text_to(ctx, rb_field(dac, "function"), w->dname, sizeof w->dname);
+    if (rt_is(dac, "call_expression")) text_to(ctx, rt_field(dac, "function"), w->dname, sizeof w->dname);
     char alead[128];
     if (!w->dname[0] || !desc_helper(ctx, w->dname) ||
         !desc_call(ctx, da, w->dname, w->astart, sizeof w->astart, alead, w->astride, sizeof w->astride, NULL))
         return WHY("the A descriptor at line %u is not a call of a 128-byte-swizzle descriptor helper (start, lead, stride)",
                    ln);
     TSNode block = ts_node_parent(w->loop);
-    if (!rb_is(block, "compound_statement")) return WHY("the wgmma loop at line %u is not in a block", kl_ast_line(w->loop));
+    if (!rt_is(block, "compound_statement")) return WHY("the wgmma loop at line %u is not in a block", kl_ast_line(w->loop));
     w->block = block;
     TSNode bs[4], bnode = {{0}, 0, 0};
     unsigned nb = kl_tc_body_stmts(block, bs, 4);
-    if (rb_is(kl_ast_unparen(db), "identifier")) {
+    if (rt_is(kl_ast_unparen(db), "identifier")) {
         char dbn[64];
         text_to(ctx, kl_ast_unparen(db), dbn, sizeof dbn);
         TSNode dc = {{0}, 0, 0};
         unsigned ndc = 0;
-        for (uint32_t k = 0; nb == 2 && rb_is(bs[0], "declaration") && k < ts_node_named_child_count(bs[0]); k++)
-            if (rb_is(ts_node_named_child(bs[0], k), "init_declarator")) dc = ts_node_named_child(bs[0], k), ndc++;
+        for (uint32_t k = 0; nb == 2 && rt_is(bs[0], "declaration") && k < ts_node_named_child_count(bs[0]); k++)
+            if (rt_is(ts_node_named_child(bs[0], k), "init_declarator")) dc = ts_node_named_child(bs[0], k), ndc++;
         if (ndc != 1) dc = (TSNode){{0}, 0, 0};
-        if (!rb_is(dc, "init_declarator") || !rb_text_is(ctx, kl_ast_declarator_name(dc), dbn) ||
+        if (!rt_is(dc, "init_declarator") || !rt_text_is(ctx, kl_ast_declarator_name(dc), dbn) ||
             !ts_node_eq(bs[1], w->loop) ||
-            !desc_call(ctx, rb_field(dc, "value"), w->dname, w->bstart, sizeof w->bstart, w->blead, w->bstride,
+            !desc_call(ctx, rt_field(dc, "value"), w->dname, w->bstart, sizeof w->bstart, w->blead, w->bstride,
                        sizeof w->bstride, &bnode))
             return WHY("the B descriptor %s (line %u) is not declared `const uint64_t %s = %s(…);` right before the wgmma "
                        "loop, alone with it in their block",
                        dbn, ln, dbn, w->dname);
-        if (rb_count_ident(ctx, w->body, dbn) != 2)
+        if (rt_count_ident(ctx, w->body, dbn) != 2)
             return WHY("the B descriptor %s is used other than by the wgmma call", dbn);
         w->dbdecl = bs[0];
     } else {
@@ -326,22 +326,22 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
                        w->dname);
     }
     /* B's fragments are loaded once for all mi: its start must not depend on mi */
-    if (rb_count_ident(ctx, bnode, w->mi)) return WHY("the B descriptor's start (line %u) depends on %s", ln, w->mi);
+    if (rt_count_ident(ctx, bnode, w->mi)) return WHY("the B descriptor's start (line %u) depends on %s", ln, w->mi);
     /* the fences, commits and waits of the kernel; proxy fences stay where bulk copies remain */
-    char *ft = rb_text(ctx, fn);
+    char *ft = rt_text(ctx, fn);
     sync_scan ss = {ctx, w, ft && strstr(ft, "cp.async.bulk")};
     free(ft);
-    rb_walk(w->body, sync_visit, &ss);
+    rt_walk(w->body, sync_visit, &ss);
     if (w->nsync > WG_MAXSYNC) return WHY("the kernel has more than %d wgmma fences, commits and waits", WG_MAXSYNC);
     for (unsigned i = 0; i < w->nsync; i++)
-        if (!rb_line_blank_before(ctx, ts_node_start_byte(w->sync[i])) ||
-            rb_line_end(ctx, ts_node_end_byte(w->sync[i])) != rb_line_end(ctx, ts_node_end_byte(w->sync[i]) - 1))
+        if (!rt_line_blank_before(ctx, ts_node_start_byte(w->sync[i])) ||
+            rt_line_end(ctx, ts_node_end_byte(w->sync[i])) != rt_line_end(ctx, ts_node_end_byte(w->sync[i]) - 1))
             return WHY("the wgmma fence/commit/wait at line %u does not sit on a line of its own", kl_ast_line(w->sync[i]));
     /* names the mma.sync form introduces; tensor-core's next step adds kl_e, kl_r, kl_c, kl_x */
     static const char *const mine[] = {"kl_ar", "kl_ak", "kl_bk", "kl_bn", "kl_b", "kl_nj", "kl_ni", "kl_af", "kl_bf",
                                        "kl_e",  "kl_r",  "kl_c",  "kl_x"};
     for (unsigned i = 0; i < sizeof mine / sizeof *mine; i++)
-        if (rb_count_ident(ctx, w->body, mine[i])) return WHY("the kernel already uses the name %s", mine[i]);
+        if (rt_count_ident(ctx, w->body, mine[i])) return WHY("the kernel already uses the name %s", mine[i]);
 #undef WHY
     return true;
 }
@@ -351,11 +351,11 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
 static void function_range(const kl_rule_ctx *ctx, TSNode f, uint32_t *s, uint32_t *e)
 {
     TSNode outer = kl_ast_function_outer(f);
-    *s = rb_line_start(ctx, ts_node_start_byte(outer));
-    *e = rb_line_end(ctx, ts_node_end_byte(outer) - 1);
-    for (TSNode prev = ts_node_prev_sibling(outer); rb_is(prev, "comment"); prev = ts_node_prev_sibling(prev)) {
-        uint32_t ps = rb_line_start(ctx, ts_node_start_byte(prev));
-        if (rb_line_end(ctx, ts_node_end_byte(prev) - 1) != *s || !rb_line_blank_before(ctx, ts_node_start_byte(prev)))
+    *s = rt_line_start(ctx, ts_node_start_byte(outer));
+    *e = rt_line_end(ctx, ts_node_end_byte(outer) - 1);
+    for (TSNode prev = ts_node_prev_sibling(outer); rt_is(prev, "comment"); prev = ts_node_prev_sibling(prev)) {
+        uint32_t ps = rt_line_start(ctx, ts_node_start_byte(prev));
+        if (rt_line_end(ctx, ts_node_end_byte(prev) - 1) != *s || !rt_line_blank_before(ctx, ts_node_start_byte(prev)))
             break;
         *s = ps;
     }
@@ -368,7 +368,7 @@ static kl_status drop_unused(const kl_rule_ctx *ctx, const char *name, unsigned 
     TSNode f = kl_ast_function_named(ctx->src, name);
     if (ts_node_is_null(f)) return KL_OK;
     TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
-    if (rb_count_ident(ctx, root, name) != 1 + removed_uses) return KL_OK;
+    if (rt_count_ident(ctx, root, name) != 1 + removed_uses) return KL_OK;
     uint32_t s, e;
     function_range(ctx, f, &s, &e);
     return kl_edits_add(out, s, e, "");
@@ -378,14 +378,14 @@ static kl_status remove_form(const kl_rule_ctx *ctx, const wg_form *w, kl_edits 
 {
     TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
     char sw[64], ldm[64], ldmt[64], mma[64], afn[64], bfn[64];
-    rb_fresh_name(ctx, root, "kl_sw128", sw, sizeof sw);
-    rb_fresh_name(ctx, root, "kl_ldmatrix_x4", ldm, sizeof ldm);
-    rb_fresh_name(ctx, root, "kl_ldmatrix_x4_trans", ldmt, sizeof ldmt);
+    rt_fresh_name(ctx, root, "kl_sw128", sw, sizeof sw);
+    rt_fresh_name(ctx, root, "kl_ldmatrix_x4", ldm, sizeof ldm);
+    rt_fresh_name(ctx, root, "kl_ldmatrix_x4_trans", ldmt, sizeof ldmt);
     char mbase[32];
     kl_snprintf(mbase, sizeof mbase, "kl_mma_%s", w->dtype);
-    rb_fresh_name(ctx, root, mbase, mma, sizeof mma);
-    rb_fresh_name(ctx, w->body, "kl_af", afn, sizeof afn);
-    rb_fresh_name(ctx, w->body, "kl_bf", bfn, sizeof bfn);
+    rt_fresh_name(ctx, root, mbase, mma, sizeof mma);
+    rt_fresh_name(ctx, w->body, "kl_af", afn, sizeof afn);
+    rt_fresh_name(ctx, w->body, "kl_bf", bfn, sizeof bfn);
     const char *elem = !strcmp(w->dtype, "bf16") ? "__nv_bfloat16" : "__half";
     const char *L = w->lane;
     kl_status st = KL_OK;
@@ -427,24 +427,24 @@ static kl_status remove_form(const kl_rule_ctx *ctx, const wg_form *w, kl_edits 
                    "}\n\n",
                    w->dtype, mma, w->dtype, w->dtype);
     if (sb.failed) goto nomem;
-    uint32_t kstart = rb_line_start(ctx, ts_node_start_byte(kl_ast_function_outer(w->fn)));
+    uint32_t kstart = rt_line_start(ctx, ts_node_start_byte(kl_ast_function_outer(w->fn)));
     /* a `//` comment block right above the kernel stays with it */
-    for (TSNode prev = ts_node_prev_sibling(kl_ast_function_outer(w->fn)); rb_is(prev, "comment");
+    for (TSNode prev = ts_node_prev_sibling(kl_ast_function_outer(w->fn)); rt_is(prev, "comment");
          prev = ts_node_prev_sibling(prev)) {
-        if (rb_line_end(ctx, ts_node_end_byte(prev) - 1) != kstart || !rb_line_blank_before(ctx, ts_node_start_byte(prev)))
+        if (rt_line_end(ctx, ts_node_end_byte(prev) - 1) != kstart || !rt_line_blank_before(ctx, ts_node_start_byte(prev)))
             break;
-        kstart = rb_line_start(ctx, ts_node_start_byte(prev));
+        kstart = rt_line_start(ctx, ts_node_start_byte(prev));
     }
     if ((st = kl_edits_add(out, kstart, kstart, kl_strbuf_str(&sb))) != KL_OK) goto done;
     kl_strbuf_release(&sb);
 
     /* the block: fragments, their loads, the mma nest */
     TSNode first = ts_node_named_child(w->block, 0);
-    uint32_t bs = rb_line_start(ctx, ts_node_start_byte(first));
+    uint32_t bs = rt_line_start(ctx, ts_node_start_byte(first));
     TSNode last = ts_node_named_child(w->block, ts_node_named_child_count(w->block) - 1);
-    uint32_t be = rb_line_end(ctx, ts_node_end_byte(last) - 1);
+    uint32_t be = rt_line_end(ctx, ts_node_end_byte(last) - 1);
     char in[32] = "";
-    rb_indent_of(ctx, ts_node_start_byte(first), in, sizeof in);
+    rt_indent_of(ctx, ts_node_start_byte(first), in, sizeof in);
     const char *mi = w->mi, *FM = w->fm, *FN = w->fn_dim;
     kl_strbuf_addf(&sb, "%suint32_t %s[%s][4];\n", in, afn, FM);
     kl_strbuf_addf(&sb, "%suint32_t %s[%s][2];\n", in, bfn, FN);
@@ -477,7 +477,7 @@ static kl_status remove_form(const kl_rule_ctx *ctx, const wg_form *w, kl_edits 
 
     /* the fences, commits and waits: their lines go */
     for (unsigned i = 0; i < w->nsync; i++) {
-        uint32_t s = rb_line_start(ctx, ts_node_start_byte(w->sync[i])), e = rb_line_end(ctx, ts_node_end_byte(w->sync[i]));
+        uint32_t s = rt_line_start(ctx, ts_node_start_byte(w->sync[i])), e = rt_line_end(ctx, ts_node_end_byte(w->sync[i]));
         if ((st = kl_edits_add(out, s, e, "")) != KL_OK) goto done;
     }
     /* helpers nothing uses any more */
@@ -510,15 +510,15 @@ static bool call_visit(TSNode n, void *user)
 {
     call_scan *c = user;
     if (!ts_node_is_null(c->hit)) return false;
-    if (rb_is(n, "call_expression") && rb_is(rb_field(n, "function"), "identifier")) {
+    if (rt_is(n, "call_expression") && rt_is(rt_field(n, "function"), "identifier")) {
         char f[64];
-        text_to(c->ctx, rb_field(n, "function"), f, sizeof f);
+        text_to(c->ctx, rt_field(n, "function"), f, sizeof f);
         char *t = helper_body(c->ctx, f, NULL);
         if (t && strstr(t, "wgmma.mma_async")) c->hit = n;
         free(t);
     }
-    if ((rb_is(n, "gnu_asm_expression") || rb_is(n, "asm_statement")) && ts_node_is_null(c->hit)) {
-        char *t = rb_text(c->ctx, n);
+    if ((rt_is(n, "gnu_asm_expression") || rt_is(n, "asm_statement")) && ts_node_is_null(c->hit)) {
+        char *t = rt_text(c->ctx, n);
         if (t && strstr(t, "wgmma.mma_async")) {
             c->hit = n;
             kl_snprintf(c->why, sizeof c->why, "the wgmma at line %u is asm in the kernel, not a call of a helper",
@@ -544,7 +544,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     wg_job *j = user;
     if (j->done || (j->site && strcmp(j->site->kernel, name))) return KL_OK;
     call_scan c = {ctx, {{0}, 0, 0}, ""};
-    rb_walk(kl_ast_function_body(fn), call_visit, &c);
+    rt_walk(kl_ast_function_body(fn), call_visit, &c);
     if (ts_node_is_null(c.hit)) return KL_OK;
     wg_form w;
     bool ok = !c.why[0] && analyse(ctx, fn, c.hit, &w);

@@ -1,121 +1,123 @@
 /*
- * Helpers shared by the catalog's transforms 9-16 (row-parallel, smem-tile, register-tile,
- * smem-pad, double-buffer, tensor-core, privatize, coalesce): tree navigation over a kernel,
+ * The rules' tree helpers (`rt_`), shared by most of the catalog's transforms (first written for
+ * transforms 9-16: row-parallel, smem-tile, register-tile, smem-pad, double-buffer, tensor-core,
+ * privatize, coalesce; the file was rules_b until 2026-12-04): tree navigation over a kernel,
  * compile-time constants, a small polynomial index analysis (which subscripts are affine in
  * thread/block indices and loop variables, and with which stride), and launch sites.
  *
- * When src/syntax/affine.h lands, the index analysis here should move there (or be
- * replaced by it); the interface is kept narrow for that reason.
+ * The polynomial analysis (rt_affine_*, rt_poly_*) was written before src/syntax/affine.h
+ * existed and is still separate from it; folding it in is open (docs/rules.md, issue 17). The
+ * interface is kept narrow for that reason.
  */
-#ifndef KL_RULES_B_H
-#define KL_RULES_B_H
+#ifndef KL_RULES_TREE_H
+#define KL_RULES_TREE_H
 
 #include "rewrite/rules/rules.h"
 #include "util/util.h"
 
 /* ---- tree navigation ----------------------------------------------------------------------- */
 
-TSNode rb_field(TSNode n, const char *field);
-bool rb_is(TSNode n, const char *type);
+TSNode rt_field(TSNode n, const char *field);
+bool rt_is(TSNode n, const char *type);
 /* The closest ancestor (or n itself) of the given type; a null node when none. */
-TSNode rb_ancestor(TSNode n, const char *type);
+TSNode rt_ancestor(TSNode n, const char *type);
 /* Call fn on n and every descendant in document order; fn returns false to skip the
  * node's children. */
-typedef bool (*rb_visit_fn)(TSNode n, void *user);
-void rb_walk(TSNode n, rb_visit_fn fn, void *user);
+typedef bool (*rt_visit_fn)(TSNode n, void *user);
+void rt_walk(TSNode n, rt_visit_fn fn, void *user);
 /* The text [start,end) of a node as a new string (free()). */
-char *rb_text(const kl_rule_ctx *ctx, TSNode n);
-bool rb_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s);
+char *rt_text(const kl_rule_ctx *ctx, TSNode n);
+bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s);
 /* The identifier that a declarator declares (through pointer/array/init/reference
  * declarators); a null node when none. */
-TSNode rb_declarator_name(TSNode decl);
+TSNode rt_declarator_name(TSNode decl);
 /* The children of declaration n in field `declarator` (`dim3 grid(…), block(16, 16);` has two), at
  * most max into out; how many. Read through a cursor: this tree-sitter's
  * ts_node_field_name_for_child names the wrong child after a comma. */
-unsigned rb_declarators(TSNode n, TSNode *out, unsigned max);
+unsigned rt_declarators(TSNode n, TSNode *out, unsigned max);
 /* Is name a pointer of function fn (a parameter, or a local declared `T* p`)? Its element type
  * (without qualifiers) into buf. */
-bool rb_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size);
+bool rt_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size);
 /* Is the pointer name __restrict__: a parameter declared so, or a local pointer initialised from one
  * (`const float* xr = x + row * cols;`)? */
-bool rb_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name);
-/* Is n the CUDA builtin `b.c`, e.g. rb_is_builtin(ctx, n, "threadIdx", 'x')? c == 0: any. */
-bool rb_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c);
+bool rt_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name);
+/* Is n the CUDA builtin `b.c`, e.g. rt_is_builtin(ctx, n, "threadIdx", 'x')? c == 0: any. */
+bool rt_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c);
 /* Does the subtree use identifier `name` (as an identifier node, not a field)? */
-unsigned rb_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name);
+unsigned rt_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name);
 /* A name not used in scope: base, base2, base3 … into buf. */
-void rb_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char *buf, size_t size);
+void rt_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char *buf, size_t size);
 /* The start of the line holding byte `off`, and the indentation (spaces/tabs) of that line,
  * copied into ind (at most size-1 bytes). */
-uint32_t rb_line_start(const kl_rule_ctx *ctx, uint32_t off);
-void rb_indent_of(const kl_rule_ctx *ctx, uint32_t off, char *ind, size_t size);
+uint32_t rt_line_start(const kl_rule_ctx *ctx, uint32_t off);
+void rt_indent_of(const kl_rule_ctx *ctx, uint32_t off, char *ind, size_t size);
 /* The byte just past the end of the line holding `off` (past its '\n'). */
-uint32_t rb_line_end(const kl_rule_ctx *ctx, uint32_t off);
+uint32_t rt_line_end(const kl_rule_ctx *ctx, uint32_t off);
 /* Is the text from the line start to `off` only blank? */
-bool rb_line_blank_before(const kl_rule_ctx *ctx, uint32_t off);
+bool rt_line_blank_before(const kl_rule_ctx *ctx, uint32_t off);
 
 /* The range to delete for a statement: whole lines when the statement is alone on its lines
  * (from the line start to past its newline), else the node itself. A comment line just above
  * that mentions `marker` (may be NULL) goes with it. */
-void rb_stmt_range(const kl_rule_ctx *ctx, TSNode stmt, const char *marker, uint32_t *start, uint32_t *end);
+void rt_stmt_range(const kl_rule_ctx *ctx, TSNode stmt, const char *marker, uint32_t *start, uint32_t *end);
 /* Re-indent text: add (delta > 0) or remove (delta < 0) |delta| spaces at the start of every
  * non-blank line. Removing fails (NULL) when a non-blank line has fewer spaces. New string. */
-char *rb_reindent(const char *text, size_t len, int delta);
+char *rt_reindent(const char *text, size_t len, int delta);
 /* Is the statement `__syncthreads();`? */
-bool rb_is_syncthreads(const kl_rule_ctx *ctx, TSNode stmt);
+bool rt_is_syncthreads(const kl_rule_ctx *ctx, TSNode stmt);
 /* The next / previous named sibling that is not a comment (null node when none). */
-TSNode rb_next_stmt(TSNode n);
-TSNode rb_prev_stmt(TSNode n);
+TSNode rt_next_stmt(TSNode n);
+TSNode rt_prev_stmt(TSNode n);
 
 /* ---- functions and kernels ----------------------------------------------------------------- */
 
-typedef struct rb_func {
+typedef struct rt_func {
     TSNode def;            /* function_definition */
     TSNode body;           /* compound_statement */
     TSNode params;         /* parameter_list */
     TSNode outer;          /* template_declaration when templated, else def */
     char name[128];
     bool global, device, templated;
-} rb_func;
+} rt_func;
 
 /* The functions of the file (top level and in namespaces), at most max. */
-unsigned rb_functions(const kl_rule_ctx *ctx, rb_func *out, unsigned max);
+unsigned rt_functions(const kl_rule_ctx *ctx, rt_func *out, unsigned max);
 /* The function (by name) or NULL. */
-const rb_func *rb_function_named(const rb_func *fs, unsigned n, const char *name);
+const rt_func *rt_function_named(const rt_func *fs, unsigned n, const char *name);
 /* The parameter declaration named `name` of f, or a null node. */
-TSNode rb_param(const kl_rule_ctx *ctx, const rb_func *f, const char *name);
+TSNode rt_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name);
 /* Is `name` a pointer parameter of f? elem (may be NULL) receives its element type text. */
-bool rb_pointer_param(const kl_rule_ctx *ctx, const rb_func *f, const char *name, char *elem, size_t size);
+bool rt_pointer_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name, char *elem, size_t size);
 /* A marker comment inside [start,end) containing `word` (an expert's "// smem-pad: ..."). */
-bool rb_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const char *word);
+bool rt_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const char *word);
 
 /* ---- launches -------------------------------------------------------------------------------- */
 
-typedef struct rb_launch {
+typedef struct rt_launch {
     TSNode call;           /* call_expression holding the kernel_call_syntax */
     TSNode config;         /* kernel_call_syntax */
     TSNode cfg[4];         /* grid, block, smem, stream (null nodes where absent) */
     unsigned ncfg;
     TSNode args;           /* argument_list */
-    rb_func host;          /* the function holding the launch */
-} rb_launch;
+    rt_func host;          /* the function holding the launch */
+} rt_launch;
 /* The launches of kernel `name`, at most max. */
-unsigned rb_launches(const kl_rule_ctx *ctx, const char *name, rb_launch *out, unsigned max);
+unsigned rt_launches(const kl_rule_ctx *ctx, const char *name, rt_launch *out, unsigned max);
 /* The extents of a launch's grid or block `cfg` (l->cfg[0] or [1]) when it is `dim3(a, b[, c])` or a
  * local `dim3 g(a, b)` / `dim3 g = dim3(…)` / `dim3 g{…}` of the launching function: the list
- * holding them (a null node otherwise); rb_dim3_extent gives extent i of it. */
-TSNode rb_dim3_args(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg);
-TSNode rb_dim3_extent(TSNode list, uint32_t i);
+ * holding them (a null node otherwise); rt_dim3_extent gives extent i of it. */
+TSNode rt_dim3_args(const kl_rule_ctx *ctx, const rt_launch *l, TSNode cfg);
+TSNode rt_dim3_extent(TSNode list, uint32_t i);
 
 /* ---- constants ------------------------------------------------------------------------------- */
 
 /* Evaluate an integer constant expression: literals, #define NAME value, const/constexpr
  * integer variables at file scope or in `scope` (may be a null node), sizeof of basic types,
  * + - * / % << >> & | and parentheses. */
-bool rb_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v);
-bool rb_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v);
+bool rt_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v);
+bool rt_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v);
 /* Byte size of a scalar element type name ("float" 4, "__half" 2, ...); 0 when unknown. */
-unsigned rb_type_size(const char *type);
+unsigned rt_type_size(const char *type);
 
 /* ---- index analysis -------------------------------------------------------------------------
  * Expressions are turned into polynomials over symbols with integer coefficients. Symbols are
@@ -133,40 +135,40 @@ enum {
     RB_TX, RB_TY, RB_TZ, RB_BX, RB_BY, RB_BZ, RB_DX, RB_DY, RB_DZ, RB_GX, RB_GY, RB_GZ, RB_NBUILTIN
 };
 
-typedef struct rb_term {
+typedef struct rt_term {
     long long coef;
     uint8_t deg;
     uint8_t sym[RB_MAXDEG];   /* sorted */
-} rb_term;
+} rt_term;
 
-typedef struct rb_poly {
-    rb_term t[RB_MAXTERM];
+typedef struct rt_poly {
+    rt_term t[RB_MAXTERM];
     unsigned n;
     bool opaque;              /* not a polynomial: only `deps` is meaningful */
     uint64_t deps;            /* symbols it depends on */
-} rb_poly;
+} rt_poly;
 
-typedef struct rb_affine rb_affine;
+typedef struct rt_affine rt_affine;
 
-/* An analysis of one function (a kernel). Owned by the caller (rb_affine_free). NULL on OOM. */
-rb_affine *rb_affine_new(const kl_rule_ctx *ctx, const rb_func *f);
-void rb_affine_free(rb_affine *a);
+/* An analysis of one function (a kernel). Owned by the caller (rt_affine_free). NULL on OOM. */
+rt_affine *rt_affine_new(const kl_rule_ctx *ctx, const rt_func *f);
+void rt_affine_free(rt_affine *a);
 /* The polynomial of an expression at its place in the function. */
-void rb_affine_eval(rb_affine *a, TSNode e, rb_poly *out);
+void rt_affine_eval(rt_affine *a, TSNode e, rt_poly *out);
 /* The symbol id of a name (interned), -1 when the table is full. */
-int rb_affine_sym(rb_affine *a, const char *name);
+int rt_affine_sym(rt_affine *a, const char *name);
 
 /* The stride of symbol `sym` in p: 0 absent, 1 unit (coefficient 1, linear), 2 a constant
  * other than 1 (*k receives it), 3 symbolic (multiplied by another symbol), -1 opaque
  * (depends on it, not affinely). */
-int rb_poly_stride(const rb_poly *p, int sym, long long *k);
-bool rb_poly_depends(const rb_poly *p, int sym);
+int rt_poly_stride(const rt_poly *p, int sym, long long *k);
+bool rt_poly_depends(const rt_poly *p, int sym);
 /* Is p the global thread index `C*blockIdx.x + threadIdx.x` (C a constant, or blockDim.x; with
  * any_symbol also another symbol, e.g. a template parameter)? The grid's thread count C*gridDim.x
  * into g. */
-bool rb_grid_index(const rb_poly *p, rb_poly *g, bool any_symbol);
+bool rt_grid_index(const rt_poly *p, rt_poly *g, bool any_symbol);
 /* Depends on any of threadIdx.{x,y,z}. */
-bool rb_poly_thread_dependent(const rb_poly *p);
+bool rt_poly_thread_dependent(const rt_poly *p);
 
 /* ---- the transforms (rows of the catalog, kl_rules[] in catalog.c) ---------------------------- */
 

@@ -1,34 +1,34 @@
-/* Helpers shared by transforms 9-16: tree navigation, constants, launches, index analysis. */
+/* The rules' tree helpers (rules_tree.h): tree navigation, constants, launches, index analysis. */
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/rules_b.h"
+#include "rewrite/rules/rules_tree.h"
 
 /* ---- tree navigation ----------------------------------------------------------------------- */
 
-TSNode rb_field(TSNode n, const char *field)
+TSNode rt_field(TSNode n, const char *field)
 {
     return ts_node_child_by_field_name(n, field, (uint32_t)strlen(field));
 }
 
-bool rb_is(TSNode n, const char *type) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), type); }
+bool rt_is(TSNode n, const char *type) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), type); }
 
-TSNode rb_ancestor(TSNode n, const char *type)
+TSNode rt_ancestor(TSNode n, const char *type)
 {
-    while (!ts_node_is_null(n) && !rb_is(n, type)) n = ts_node_parent(n);
+    while (!ts_node_is_null(n) && !rt_is(n, type)) n = ts_node_parent(n);
     return n;
 }
 
-void rb_walk(TSNode n, rb_visit_fn fn, void *user)
+void rt_walk(TSNode n, rt_visit_fn fn, void *user)
 {
     if (ts_node_is_null(n)) return;
     if (!fn(n, user)) return;
     uint32_t c = ts_node_child_count(n);
-    for (uint32_t i = 0; i < c; i++) rb_walk(ts_node_child(n, i), fn, user);
+    for (uint32_t i = 0; i < c; i++) rt_walk(ts_node_child(n, i), fn, user);
 }
 
-char *rb_text(const kl_rule_ctx *ctx, TSNode n)
+char *rt_text(const kl_rule_ctx *ctx, TSNode n)
 {
     uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
     if (b > ctx->len) b = (uint32_t)ctx->len;
@@ -36,7 +36,7 @@ char *rb_text(const kl_rule_ctx *ctx, TSNode n)
     return kl_strndup(ctx->text + a, b - a);
 }
 
-bool rb_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
+bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
 {
     uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
     size_t k = strlen(s);
@@ -55,22 +55,22 @@ static bool ptr_visit(TSNode n, void *user)
 {
     ptr_find *f = user;
     if (f->found) return false;
-    if (!rb_is(n, "declaration")) return true;
+    if (!rt_is(n, "declaration")) return true;
     for (uint32_t k = 0; k < ts_node_named_child_count(n); k++) {
         TSNode dc = ts_node_named_child(n, k);
         TSNode nm = kl_ast_declarator_name(dc);
-        if (!rb_text_is(f->ctx, nm, f->name)) continue;
-        TSNode inner = rb_is(dc, "init_declarator") ? rb_field(dc, "declarator") : dc;
-        f->found = rb_is(inner, "pointer_declarator") ? 1 : -1;
-        TSNode v = rb_is(dc, "init_declarator") ? rb_field(dc, "value") : (TSNode){{0}, 0, 0};
-        while (!ts_node_is_null(v) && !rb_is(v, "identifier") && ts_node_named_child_count(v) > 0)
+        if (!rt_text_is(f->ctx, nm, f->name)) continue;
+        TSNode inner = rt_is(dc, "init_declarator") ? rt_field(dc, "declarator") : dc;
+        f->found = rt_is(inner, "pointer_declarator") ? 1 : -1;
+        TSNode v = rt_is(dc, "init_declarator") ? rt_field(dc, "value") : (TSNode){{0}, 0, 0};
+        while (!ts_node_is_null(v) && !rt_is(v, "identifier") && ts_node_named_child_count(v) > 0)
             v = ts_node_named_child(v, 0);
-        if (rb_is(v, "identifier")) {
-            char *b = rb_text(f->ctx, v);
+        if (rt_is(v, "identifier")) {
+            char *b = rt_text(f->ctx, v);
             kl_snprintf(f->base, sizeof f->base, "%s", b ? b : "");
             free(b);
         }
-        char *t = rb_text(f->ctx, rb_field(n, "type"));
+        char *t = rt_text(f->ctx, rt_field(n, "type"));
         kl_snprintf(f->type, sizeof f->type, "%s", t ? t : "");
         free(t);
         return false;
@@ -80,19 +80,19 @@ static bool ptr_visit(TSNode n, void *user)
 
 /* Is the pointer name __restrict__: a parameter declared so, or a local pointer initialised
  * from one (`const float* xr = x + row * cols;`)? */
-bool rb_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name)
+bool rt_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name)
 {
     int pi = kl_affine_param_index(ax, name);
     if (pi >= 0) return kl_affine_param(ax, (unsigned)pi)->is_restrict;
     ptr_find f = {ctx, name, 0, "", ""};
-    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    rt_walk(kl_ast_function_body(fn), ptr_visit, &f);
     if (f.found != 1 || !f.base[0]) return false;
     pi = kl_affine_param_index(ax, f.base);
     return pi >= 0 && kl_affine_param(ax, (unsigned)pi)->is_restrict;
 }
 
 /* Is name a pointer (a parameter, or a local declared `T* p`)? Its element type into buf. */
-bool rb_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size)
+bool rt_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, char *buf, size_t size)
 {
     int pi = kl_affine_param_index(ax, name);
     if (pi >= 0) {
@@ -101,12 +101,12 @@ bool rb_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const
         return p->pointer;
     }
     ptr_find f = {ctx, name, 0, "", ""};
-    rb_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    rt_walk(kl_ast_function_body(fn), ptr_visit, &f);
     kl_snprintf(buf, size, "%s", f.type);
     return f.found == 1;
 }
 
-unsigned rb_declarators(TSNode n, TSNode *out, unsigned max)
+unsigned rt_declarators(TSNode n, TSNode *out, unsigned max)
 {
     unsigned k = 0;
     TSTreeCursor c = ts_tree_cursor_new(n);
@@ -120,12 +120,12 @@ unsigned rb_declarators(TSNode n, TSNode *out, unsigned max)
     return k;
 }
 
-TSNode rb_declarator_name(TSNode d)
+TSNode rt_declarator_name(TSNode d)
 {
     while (!ts_node_is_null(d)) {
         const char *t = ts_node_type(d);
         if (!strcmp(t, "identifier") || !strcmp(t, "field_identifier")) return d;
-        TSNode inner = rb_field(d, "declarator");
+        TSNode inner = rt_field(d, "declarator");
         if (ts_node_is_null(inner)) {
             /* reference_declarator has no field: its last named child */
             uint32_t k = ts_node_named_child_count(d);
@@ -137,14 +137,14 @@ TSNode rb_declarator_name(TSNode d)
     return (TSNode){0};
 }
 
-bool rb_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c)
+bool rt_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c)
 {
-    if (!rb_is(n, "field_expression")) return false;
-    TSNode arg = rb_field(n, "argument"), fld = rb_field(n, "field");
-    if (!rb_is(arg, "identifier") || !rb_text_is(ctx, arg, b) || ts_node_is_null(fld)) return false;
+    if (!rt_is(n, "field_expression")) return false;
+    TSNode arg = rt_field(n, "argument"), fld = rt_field(n, "field");
+    if (!rt_is(arg, "identifier") || !rt_text_is(ctx, arg, b) || ts_node_is_null(fld)) return false;
     if (!c) return true;
     char s[2] = {c, 0};
-    return rb_text_is(ctx, fld, s);
+    return rt_text_is(ctx, fld, s);
 }
 
 typedef struct count_ident {
@@ -156,32 +156,32 @@ typedef struct count_ident {
 static bool count_ident_visit(TSNode n, void *user)
 {
     count_ident *c = user;
-    if (rb_is(n, "identifier") && rb_text_is(c->ctx, n, c->name)) c->n++;
+    if (rt_is(n, "identifier") && rt_text_is(c->ctx, n, c->name)) c->n++;
     return true;
 }
 
-unsigned rb_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name)
+unsigned rt_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name)
 {
     count_ident c = {.ctx = ctx, .name = name};
-    rb_walk(n, count_ident_visit, &c);
+    rt_walk(n, count_ident_visit, &c);
     return c.n;
 }
 
-uint32_t rb_line_start(const kl_rule_ctx *ctx, uint32_t off)
+uint32_t rt_line_start(const kl_rule_ctx *ctx, uint32_t off)
 {
     while (off > 0 && ctx->text[off - 1] != '\n') off--;
     return off;
 }
 
-uint32_t rb_line_end(const kl_rule_ctx *ctx, uint32_t off)
+uint32_t rt_line_end(const kl_rule_ctx *ctx, uint32_t off)
 {
     while (off < ctx->len && ctx->text[off] != '\n') off++;
     return off < ctx->len ? off + 1 : off;
 }
 
-void rb_indent_of(const kl_rule_ctx *ctx, uint32_t off, char *ind, size_t size)
+void rt_indent_of(const kl_rule_ctx *ctx, uint32_t off, char *ind, size_t size)
 {
-    uint32_t s = rb_line_start(ctx, off);
+    uint32_t s = rt_line_start(ctx, off);
     size_t k = 0;
     while (s + k < ctx->len && (ctx->text[s + k] == ' ' || ctx->text[s + k] == '\t') && k + 1 < size) {
         ind[k] = ctx->text[s + k];
@@ -190,27 +190,27 @@ void rb_indent_of(const kl_rule_ctx *ctx, uint32_t off, char *ind, size_t size)
     ind[k] = '\0';
 }
 
-bool rb_line_blank_before(const kl_rule_ctx *ctx, uint32_t off)
+bool rt_line_blank_before(const kl_rule_ctx *ctx, uint32_t off)
 {
-    for (uint32_t s = rb_line_start(ctx, off); s < off; s++)
+    for (uint32_t s = rt_line_start(ctx, off); s < off; s++)
         if (ctx->text[s] != ' ' && ctx->text[s] != '\t') return false;
     return true;
 }
 
 /* ---- functions ----------------------------------------------------------------------------- */
 
-static void func_from_def(const kl_rule_ctx *ctx, TSNode def, TSNode outer, rb_func *f)
+static void func_from_def(const kl_rule_ctx *ctx, TSNode def, TSNode outer, rt_func *f)
 {
     memset(f, 0, sizeof *f);
     f->def = def;
     f->outer = outer;
     f->templated = !ts_node_eq(def, outer);
-    f->body = rb_field(def, "body");
-    TSNode d = rb_field(def, "declarator");
-    while (!ts_node_is_null(d) && !rb_is(d, "function_declarator")) d = rb_field(d, "declarator");
+    f->body = rt_field(def, "body");
+    TSNode d = rt_field(def, "declarator");
+    while (!ts_node_is_null(d) && !rt_is(d, "function_declarator")) d = rt_field(d, "declarator");
     if (!ts_node_is_null(d)) {
-        f->params = rb_field(d, "parameters");
-        TSNode nm = rb_field(d, "declarator");
+        f->params = rt_field(d, "parameters");
+        TSNode nm = rt_field(d, "declarator");
         if (!ts_node_is_null(nm)) {
             uint32_t a = ts_node_start_byte(nm), b = ts_node_end_byte(nm);
             size_t k = b - a < sizeof f->name - 1 ? b - a : sizeof f->name - 1;
@@ -222,24 +222,24 @@ static void func_from_def(const kl_rule_ctx *ctx, TSNode def, TSNode outer, rb_f
     uint32_t c = ts_node_child_count(def);
     for (uint32_t i = 0; i < c; i++) {
         TSNode ch = ts_node_child(def, i);
-        if (rb_is(ch, "__global__") || rb_text_is(ctx, ch, "__global__")) f->global = true;
-        if (rb_is(ch, "__device__") || rb_text_is(ctx, ch, "__device__")) f->device = true;
+        if (rt_is(ch, "__global__") || rt_text_is(ctx, ch, "__global__")) f->global = true;
+        if (rt_is(ch, "__device__") || rt_text_is(ctx, ch, "__device__")) f->device = true;
     }
 }
 
 typedef struct func_collect {
     const kl_rule_ctx *ctx;
-    rb_func *out;
+    rt_func *out;
     unsigned n, max;
 } func_collect;
 
 static bool func_visit(TSNode n, void *user)
 {
     func_collect *fc = user;
-    if (rb_is(n, "function_definition")) {
+    if (rt_is(n, "function_definition")) {
         if (fc->n < fc->max) {
             TSNode p = ts_node_parent(n);
-            func_from_def(fc->ctx, n, rb_is(p, "template_declaration") ? p : n, &fc->out[fc->n]);
+            func_from_def(fc->ctx, n, rt_is(p, "template_declaration") ? p : n, &fc->out[fc->n]);
             if (fc->out[fc->n].name[0] && !ts_node_is_null(fc->out[fc->n].body)) fc->n++;
         }
         return false;
@@ -247,48 +247,48 @@ static bool func_visit(TSNode n, void *user)
     return true;
 }
 
-unsigned rb_functions(const kl_rule_ctx *ctx, rb_func *out, unsigned max)
+unsigned rt_functions(const kl_rule_ctx *ctx, rt_func *out, unsigned max)
 {
     func_collect fc = {.ctx = ctx, .out = out, .max = max};
-    rb_walk(kl_source_root(ctx->src), func_visit, &fc);
+    rt_walk(kl_source_root(ctx->src), func_visit, &fc);
     return fc.n;
 }
 
-const rb_func *rb_function_named(const rb_func *fs, unsigned n, const char *name)
+const rt_func *rt_function_named(const rt_func *fs, unsigned n, const char *name)
 {
     for (unsigned i = 0; i < n; i++)
         if (!strcmp(fs[i].name, name)) return &fs[i];
     return NULL;
 }
 
-TSNode rb_param(const kl_rule_ctx *ctx, const rb_func *f, const char *name)
+TSNode rt_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name)
 {
     if (ts_node_is_null(f->params)) return (TSNode){0};
     uint32_t c = ts_node_named_child_count(f->params);
     for (uint32_t i = 0; i < c; i++) {
         TSNode p = ts_node_named_child(f->params, i);
-        TSNode id = rb_declarator_name(rb_field(p, "declarator"));
-        if (!ts_node_is_null(id) && rb_text_is(ctx, id, name)) return p;
+        TSNode id = rt_declarator_name(rt_field(p, "declarator"));
+        if (!ts_node_is_null(id) && rt_text_is(ctx, id, name)) return p;
     }
     return (TSNode){0};
 }
 
-bool rb_pointer_param(const kl_rule_ctx *ctx, const rb_func *f, const char *name, char *elem, size_t size)
+bool rt_pointer_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name, char *elem, size_t size)
 {
-    TSNode p = rb_param(ctx, f, name);
+    TSNode p = rt_param(ctx, f, name);
     if (ts_node_is_null(p)) return false;
-    TSNode d = rb_field(p, "declarator");
-    if (!rb_is(d, "pointer_declarator")) return false;
+    TSNode d = rt_field(p, "declarator");
+    if (!rt_is(d, "pointer_declarator")) return false;
     if (elem) {
-        TSNode t = rb_field(p, "type");
-        char *s = ts_node_is_null(t) ? NULL : rb_text(ctx, t);
+        TSNode t = rt_field(p, "type");
+        char *s = ts_node_is_null(t) ? NULL : rt_text(ctx, t);
         kl_snprintf(elem, size, "%s", s ? s : "");
         free(s);
     }
     return true;
 }
 
-bool rb_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const char *word)
+bool rt_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const char *word)
 {
     size_t k = strlen(word);
     for (uint32_t i = start; i + 2 < end; i++) {
@@ -307,49 +307,49 @@ bool rb_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const c
 typedef struct launch_collect {
     const kl_rule_ctx *ctx;
     const char *name;
-    rb_launch *out;
+    rt_launch *out;
     unsigned n, max;
-    const rb_func *host;
+    const rt_func *host;
 } launch_collect;
 
 static bool launch_visit(TSNode n, void *user)
 {
     launch_collect *lc = user;
-    if (!rb_is(n, "call_expression")) return true;
-    TSNode fn = rb_field(n, "function");
+    if (!rt_is(n, "call_expression")) return true;
+    TSNode fn = rt_field(n, "function");
     TSNode cfg = (TSNode){0};
     uint32_t c = ts_node_named_child_count(n);
     for (uint32_t i = 0; i < c; i++)
-        if (rb_is(ts_node_named_child(n, i), "kernel_call_syntax")) cfg = ts_node_named_child(n, i);
+        if (rt_is(ts_node_named_child(n, i), "kernel_call_syntax")) cfg = ts_node_named_child(n, i);
     if (ts_node_is_null(cfg)) return true;
-    if (rb_is(fn, "template_function")) fn = rb_field(fn, "name");
-    if (!rb_text_is(lc->ctx, fn, lc->name) || lc->n >= lc->max) return true;
-    rb_launch *l = &lc->out[lc->n++];
+    if (rt_is(fn, "template_function")) fn = rt_field(fn, "name");
+    if (!rt_text_is(lc->ctx, fn, lc->name) || lc->n >= lc->max) return true;
+    rt_launch *l = &lc->out[lc->n++];
     memset(l, 0, sizeof *l);
     l->call = n;
     l->config = cfg;
-    l->args = rb_field(n, "arguments");
+    l->args = rt_field(n, "arguments");
     l->host = *lc->host;
     uint32_t k = ts_node_named_child_count(cfg);
     for (uint32_t i = 0; i < k && l->ncfg < 4; i++) l->cfg[l->ncfg++] = ts_node_named_child(cfg, i);
     return true;
 }
 
-unsigned rb_launches(const kl_rule_ctx *ctx, const char *name, rb_launch *out, unsigned max)
+unsigned rt_launches(const kl_rule_ctx *ctx, const char *name, rt_launch *out, unsigned max)
 {
-    rb_func fs[64];
-    unsigned nf = rb_functions(ctx, fs, 64);
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
     launch_collect lc = {.ctx = ctx, .name = name, .out = out, .max = max};
     for (unsigned i = 0; i < nf; i++) {
         lc.host = &fs[i];
-        rb_walk(fs[i].body, launch_visit, &lc);
+        rt_walk(fs[i].body, launch_visit, &lc);
     }
     return lc.n;
 }
 
 /* ---- constants ------------------------------------------------------------------------------ */
 
-unsigned rb_type_size(const char *t)
+unsigned rt_type_size(const char *t)
 {
     static const struct {
         const char *name;
@@ -378,7 +378,7 @@ static bool parse_int_literal(const char *s, long long *v)
 }
 
 /* The one constant evaluator (kl_const_eval, syntax/affine.c). */
-bool rb_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v)
+bool rt_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v)
 {
     int64_t x = 0;
     if (!kl_const_eval(ctx->src, scope, e, false, &x, NULL, 0)) return false;
@@ -386,7 +386,7 @@ bool rb_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v)
     return true;
 }
 
-bool rb_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v)
+bool rt_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v)
 {
     int64_t x = 0;
     if (!kl_const_eval_name(ctx->src, scope, name, &x, NULL, 0)) return false;
@@ -396,38 +396,38 @@ bool rb_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long 
 
 /* ---- polynomials --------------------------------------------------------------------------- */
 
-static void poly_zero(rb_poly *p) { memset(p, 0, sizeof *p); }
+static void poly_zero(rt_poly *p) { memset(p, 0, sizeof *p); }
 
-static void poly_const(rb_poly *p, long long c)
+static void poly_const(rt_poly *p, long long c)
 {
     poly_zero(p);
-    if (c) p->t[p->n++] = (rb_term){c, 0, {0}};
+    if (c) p->t[p->n++] = (rt_term){c, 0, {0}};
 }
 
-static void poly_sym(rb_poly *p, int s)
+static void poly_sym(rt_poly *p, int s)
 {
     poly_zero(p);
     if (s < 0) {
         p->opaque = true;
         return;
     }
-    p->t[p->n++] = (rb_term){1, 1, {(uint8_t)s}};
+    p->t[p->n++] = (rt_term){1, 1, {(uint8_t)s}};
     p->deps = (uint64_t)1 << s;
 }
 
-static void poly_opaque(rb_poly *p, uint64_t deps)
+static void poly_opaque(rt_poly *p, uint64_t deps)
 {
     poly_zero(p);
     p->opaque = true;
     p->deps = deps;
 }
 
-static bool same_mono(const rb_term *a, const rb_term *b)
+static bool same_mono(const rt_term *a, const rt_term *b)
 {
     return a->deg == b->deg && !memcmp(a->sym, b->sym, a->deg);
 }
 
-static void poly_add_term(rb_poly *p, const rb_term *t)
+static void poly_add_term(rt_poly *p, const rt_term *t)
 {
     if (p->opaque || !t->coef) return;
     for (unsigned i = 0; i < p->n; i++)
@@ -444,9 +444,9 @@ static void poly_add_term(rb_poly *p, const rb_term *t)
     for (unsigned k = 0; k < t->deg; k++) p->deps |= (uint64_t)1 << t->sym[k];
 }
 
-static void poly_add(rb_poly *r, const rb_poly *a, const rb_poly *b, long long sign)
+static void poly_add(rt_poly *r, const rt_poly *a, const rt_poly *b, long long sign)
 {
-    rb_poly out;
+    rt_poly out;
     poly_zero(&out);
     out.deps = a->deps | b->deps;
     if (a->opaque || b->opaque) {
@@ -455,7 +455,7 @@ static void poly_add(rb_poly *r, const rb_poly *a, const rb_poly *b, long long s
     }
     for (unsigned i = 0; i < a->n; i++) poly_add_term(&out, &a->t[i]);
     for (unsigned i = 0; i < b->n; i++) {
-        rb_term t = b->t[i];
+        rt_term t = b->t[i];
         t.coef *= sign;
         poly_add_term(&out, &t);
     }
@@ -463,9 +463,9 @@ static void poly_add(rb_poly *r, const rb_poly *a, const rb_poly *b, long long s
     *r = out;
 }
 
-static void poly_mul(rb_poly *r, const rb_poly *a, const rb_poly *b)
+static void poly_mul(rt_poly *r, const rt_poly *a, const rt_poly *b)
 {
-    rb_poly out;
+    rt_poly out;
     poly_zero(&out);
     out.deps = a->deps | b->deps;
     if (a->opaque || b->opaque) {
@@ -479,12 +479,12 @@ static void poly_mul(rb_poly *r, const rb_poly *a, const rb_poly *b)
     }
     for (unsigned i = 0; i < a->n && !out.opaque; i++)
         for (unsigned j = 0; j < b->n && !out.opaque; j++) {
-            const rb_term *x = &a->t[i], *y = &b->t[j];
+            const rt_term *x = &a->t[i], *y = &b->t[j];
             if (x->deg + y->deg > RB_MAXDEG) {
                 out.opaque = true;
                 break;
             }
-            rb_term t = {x->coef * y->coef, (uint8_t)(x->deg + y->deg), {0}};
+            rt_term t = {x->coef * y->coef, (uint8_t)(x->deg + y->deg), {0}};
             /* merge the sorted symbol lists */
             unsigned p = 0, q = 0, k = 0;
             while (p < x->deg || q < y->deg) {
@@ -500,14 +500,14 @@ static void poly_mul(rb_poly *r, const rb_poly *a, const rb_poly *b)
     *r = out;
 }
 
-int rb_poly_stride(const rb_poly *p, int sym, long long *k)
+int rt_poly_stride(const rt_poly *p, int sym, long long *k)
 {
     if (sym < 0 || !(p->deps & ((uint64_t)1 << sym))) return 0;
     if (p->opaque) return -1;
     long long c = 0;
     bool symbolic = false, found = false;
     for (unsigned i = 0; i < p->n; i++) {
-        const rb_term *t = &p->t[i];
+        const rt_term *t = &p->t[i];
         unsigned cnt = 0;
         for (unsigned j = 0; j < t->deg; j++) cnt += t->sym[j] == sym;
         if (!cnt) continue;
@@ -523,18 +523,18 @@ int rb_poly_stride(const rb_poly *p, int sym, long long *k)
     return c == 0 ? 0 : 2;
 }
 
-bool rb_poly_depends(const rb_poly *p, int sym) { return sym >= 0 && (p->deps & ((uint64_t)1 << sym)); }
+bool rt_poly_depends(const rt_poly *p, int sym) { return sym >= 0 && (p->deps & ((uint64_t)1 << sym)); }
 
-bool rb_poly_thread_dependent(const rb_poly *p)
+bool rt_poly_thread_dependent(const rt_poly *p)
 {
-    return rb_poly_depends(p, RB_TX) || rb_poly_depends(p, RB_TY) || rb_poly_depends(p, RB_TZ);
+    return rt_poly_depends(p, RB_TX) || rt_poly_depends(p, RB_TY) || rt_poly_depends(p, RB_TZ);
 }
 
 /* ---- the analysis ---------------------------------------------------------------------------- */
 
 typedef struct binding {
     const char *name;
-    const rb_poly *poly;
+    const rt_poly *poly;
 } binding;
 
 typedef struct env {
@@ -546,9 +546,9 @@ typedef struct env {
 
 #define MAX_MACROS 16
 
-struct rb_affine {
+struct rt_affine {
     const kl_rule_ctx *ctx;
-    rb_func f;
+    rt_func f;
     char *names[RB_MAXSYM];
     unsigned nsym;
     kl_source *macro_src[MAX_MACROS];
@@ -560,16 +560,16 @@ static const char *const builtin_names[RB_NBUILTIN] = {
     "threadIdx.x", "threadIdx.y", "threadIdx.z", "blockIdx.x", "blockIdx.y", "blockIdx.z",
     "blockDim.x", "blockDim.y", "blockDim.z", "gridDim.x", "gridDim.y", "gridDim.z"};
 
-rb_affine *rb_affine_new(const kl_rule_ctx *ctx, const rb_func *f)
+rt_affine *rt_affine_new(const kl_rule_ctx *ctx, const rt_func *f)
 {
-    rb_affine *a = calloc(1, sizeof *a);
+    rt_affine *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->ctx = ctx;
     a->f = *f;
     for (unsigned i = 0; i < RB_NBUILTIN; i++) {
         a->names[i] = kl_strdup(builtin_names[i]);
         if (!a->names[i]) {
-            rb_affine_free(a);
+            rt_affine_free(a);
             return NULL;
         }
         a->nsym++;
@@ -577,7 +577,7 @@ rb_affine *rb_affine_new(const kl_rule_ctx *ctx, const rb_func *f)
     return a;
 }
 
-void rb_affine_free(rb_affine *a)
+void rt_affine_free(rt_affine *a)
 {
     if (!a) return;
     for (unsigned i = 0; i < a->nsym; i++) free(a->names[i]);
@@ -588,7 +588,7 @@ void rb_affine_free(rb_affine *a)
     free(a);
 }
 
-int rb_affine_sym(rb_affine *a, const char *name)
+int rt_affine_sym(rt_affine *a, const char *name)
 {
     for (unsigned i = 0; i < a->nsym; i++)
         if (!strcmp(a->names[i], name)) return (int)i;
@@ -613,7 +613,7 @@ static void node_copy(const env *E, TSNode n, char *buf, size_t size)
     buf[k] = '\0';
 }
 
-static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out);
+static void eval(rt_affine *a, const env *E, TSNode e, rt_poly *out);
 
 /* A local's single definition in the function, when it has one and is never reassigned. */
 typedef struct local_def {
@@ -628,43 +628,43 @@ static bool local_visit(TSNode n, void *user)
 {
     local_def *d = user;
     const kl_rule_ctx *ctx = d->ctx;
-    if (rb_is(n, "init_declarator") || rb_is(n, "array_declarator")) {
-        TSNode nm = rb_declarator_name(n);
-        if (!ts_node_is_null(nm) && rb_text_is(ctx, nm, d->name)) {
+    if (rt_is(n, "init_declarator") || rt_is(n, "array_declarator")) {
+        TSNode nm = rt_declarator_name(n);
+        if (!ts_node_is_null(nm) && rt_text_is(ctx, nm, d->name)) {
             d->decls++;
-            d->value = rb_field(n, "value");
+            d->value = rt_field(n, "value");
             TSNode p = ts_node_parent(n);
-            if (rb_is(p, "declaration") && rb_is(ts_node_parent(p), "for_statement")) d->loop_var = true;
+            if (rt_is(p, "declaration") && rt_is(ts_node_parent(p), "for_statement")) d->loop_var = true;
         }
-    } else if (rb_is(n, "assignment_expression")) {
-        TSNode l = rb_field(n, "left");
-        if (rb_is(l, "identifier") && rb_text_is(ctx, l, d->name)) d->assigns++;
-    } else if (rb_is(n, "update_expression")) {
-        TSNode l = rb_field(n, "argument");
-        if (rb_is(l, "identifier") && rb_text_is(ctx, l, d->name)) d->assigns++;
+    } else if (rt_is(n, "assignment_expression")) {
+        TSNode l = rt_field(n, "left");
+        if (rt_is(l, "identifier") && rt_text_is(ctx, l, d->name)) d->assigns++;
+    } else if (rt_is(n, "update_expression")) {
+        TSNode l = rt_field(n, "argument");
+        if (rt_is(l, "identifier") && rt_text_is(ctx, l, d->name)) d->assigns++;
     }
     return true;
 }
 
 /* A macro's body parsed as an expression: "int __kl_m = (BODY);" */
-static TSNode macro_expr(rb_affine *a, const char *name, TSNode *params, const char **mtext)
+static TSNode macro_expr(rt_affine *a, const char *name, TSNode *params, const char **mtext)
 {
     const kl_rule_ctx *ctx = a->ctx;
     TSNode root = kl_source_root(ctx->src);
     uint32_t c = ts_node_named_child_count(root);
     for (uint32_t i = 0; i < c; i++) {
         TSNode m = ts_node_named_child(root, i);
-        if (!rb_is(m, "preproc_function_def") && !rb_is(m, "preproc_def")) continue;
-        if (!rb_text_is(ctx, rb_field(m, "name"), name)) continue;
-        TSNode val = rb_field(m, "value");
+        if (!rt_is(m, "preproc_function_def") && !rt_is(m, "preproc_def")) continue;
+        if (!rt_text_is(ctx, rt_field(m, "name"), name)) continue;
+        TSNode val = rt_field(m, "value");
         if (ts_node_is_null(val)) return (TSNode){0};
-        *params = rb_field(m, "parameters");
+        *params = rt_field(m, "parameters");
         kl_source *ms = NULL;
         for (unsigned k = 0; k < a->nmacro; k++)
             if (!strcmp(a->macro_name[k], name)) ms = a->macro_src[k];
         if (!ms) {
             if (a->nmacro == MAX_MACROS) return (TSNode){0};
-            char *body = rb_text(ctx, val);
+            char *body = rt_text(ctx, val);
             kl_strbuf sb = KL_STRBUF_INIT;
             kl_strbuf_addf(&sb, "int __kl_m = (%s);\n", body ? body : "0");
             free(body);
@@ -685,13 +685,13 @@ static TSNode macro_expr(rb_affine *a, const char *name, TSNode *params, const c
         if (kl_source_partial(ms)) return (TSNode){0};
         *mtext = kl_source_text(ms, NULL);
         TSNode decl = ts_node_named_child(kl_source_root(ms), 0);
-        TSNode init = ts_node_is_null(decl) ? decl : rb_field(decl, "declarator");
-        return ts_node_is_null(init) ? init : rb_field(init, "value");
+        TSNode init = ts_node_is_null(decl) ? decl : rt_field(decl, "declarator");
+        return ts_node_is_null(init) ? init : rt_field(init, "value");
     }
     return (TSNode){0};
 }
 
-static void eval_ident(rb_affine *a, const env *E, TSNode e, rb_poly *out)
+static void eval_ident(rt_affine *a, const env *E, TSNode e, rt_poly *out)
 {
     char name[128];
     node_copy(E, e, name, sizeof name);
@@ -701,13 +701,13 @@ static void eval_ident(rb_affine *a, const env *E, TSNode e, rb_poly *out)
             return;
         }
     long long v;
-    if (rb_const_name(a->ctx, a->f.body, name, &v)) {
+    if (rt_const_name(a->ctx, a->f.body, name, &v)) {
         poly_const(out, v);
         return;
     }
     if (E->text == a->ctx->text && E->depth < 12) {
         local_def d = {.ctx = a->ctx, .name = name};
-        rb_walk(a->f.body, local_visit, &d);
+        rt_walk(a->f.body, local_visit, &d);
         if (d.decls == 1 && d.assigns == 0 && !d.loop_var && !ts_node_is_null(d.value)) {
             env E2 = *E;
             E2.depth++;
@@ -726,21 +726,21 @@ static void eval_ident(rb_affine *a, const env *E, TSNode e, rb_poly *out)
             }
         }
     }
-    poly_sym(out, rb_affine_sym(a, name));
+    poly_sym(out, rt_affine_sym(a, name));
 }
 
-static void eval_call(rb_affine *a, const env *E, TSNode e, rb_poly *out)
+static void eval_call(rt_affine *a, const env *E, TSNode e, rt_poly *out)
 {
-    TSNode fn = rb_field(e, "function"), args = rb_field(e, "arguments");
+    TSNode fn = rt_field(e, "function"), args = rt_field(e, "arguments");
     uint32_t na = ts_node_is_null(args) ? 0 : ts_node_named_child_count(args);
-    rb_poly argp[8];
+    rt_poly argp[8];
     uint64_t deps = 0;
     bool argok = na <= 8;
     for (uint32_t i = 0; i < na && i < 8; i++) {
         eval(a, E, ts_node_named_child(args, i), &argp[i]);
         deps |= argp[i].deps;
     }
-    if (!argok || !rb_is(fn, "identifier") || E->depth >= 12) {
+    if (!argok || !rt_is(fn, "identifier") || E->depth >= 12) {
         poly_opaque(out, deps);
         return;
     }
@@ -767,16 +767,16 @@ static void eval_call(rb_affine *a, const env *E, TSNode e, rb_poly *out)
         return;
     }
     /* a __device__ helper whose body is one return statement */
-    rb_func fs[64];
-    unsigned nf = rb_functions(a->ctx, fs, 64);
-    const rb_func *h = rb_function_named(fs, nf, name);
+    rt_func fs[64];
+    unsigned nf = rt_functions(a->ctx, fs, 64);
+    const rt_func *h = rt_function_named(fs, nf, name);
     if (h && !h->global && ts_node_named_child_count(h->body) == 1 &&
-        rb_is(ts_node_named_child(h->body, 0), "return_statement") && !ts_node_is_null(h->params) &&
+        rt_is(ts_node_named_child(h->body, 0), "return_statement") && !ts_node_is_null(h->params) &&
         ts_node_named_child_count(h->params) == na) {
         binding b[8];
         char pn[8][64];
         for (uint32_t i = 0; i < na; i++) {
-            TSNode id = rb_declarator_name(rb_field(ts_node_named_child(h->params, i), "declarator"));
+            TSNode id = rt_declarator_name(rt_field(ts_node_named_child(h->params, i), "declarator"));
             if (ts_node_is_null(id)) {
                 poly_opaque(out, deps);
                 return;
@@ -794,7 +794,7 @@ static void eval_call(rb_affine *a, const env *E, TSNode e, rb_poly *out)
     poly_opaque(out, deps);
 }
 
-static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out)
+static void eval(rt_affine *a, const env *E, TSNode e, rt_poly *out)
 {
     poly_zero(out);
     if (ts_node_is_null(e)) {
@@ -815,17 +815,17 @@ static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out)
         return;
     }
     if (!strcmp(t, "field_expression")) {
-        TSNode arg = rb_field(e, "argument"), fld = rb_field(e, "field");
+        TSNode arg = rt_field(e, "argument"), fld = rt_field(e, "field");
         char s[160];
         node_copy(E, e, s, sizeof s);
-        if (rb_is(arg, "identifier") && !ts_node_is_null(fld)) {
+        if (rt_is(arg, "identifier") && !ts_node_is_null(fld)) {
             for (int i = 0; i < RB_NBUILTIN; i++)
                 if (!strcmp(s, builtin_names[i])) {
                     poly_sym(out, i);
                     return;
                 }
         }
-        poly_sym(out, rb_affine_sym(a, s));
+        poly_sym(out, rt_affine_sym(a, s));
         return;
     }
     if (!strcmp(t, "parenthesized_expression")) {
@@ -833,13 +833,13 @@ static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out)
         return;
     }
     if (!strcmp(t, "cast_expression")) {
-        eval(a, E, rb_field(e, "value"), out);
+        eval(a, E, rt_field(e, "value"), out);
         return;
     }
     if (!strcmp(t, "unary_expression")) {
-        rb_poly x, zero;
-        eval(a, E, rb_field(e, "argument"), &x);
-        TSNode op = rb_field(e, "operator");
+        rt_poly x, zero;
+        eval(a, E, rt_field(e, "argument"), &x);
+        TSNode op = rt_field(e, "operator");
         poly_zero(&zero);
         if (node_is(E, op, "-")) poly_add(out, &zero, &x, -1);
         else if (node_is(E, op, "+")) *out = x;
@@ -847,16 +847,16 @@ static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out)
         return;
     }
     if (!strcmp(t, "binary_expression")) {
-        rb_poly x, y;
-        eval(a, E, rb_field(e, "left"), &x);
-        eval(a, E, rb_field(e, "right"), &y);
-        TSNode op = rb_field(e, "operator");
+        rt_poly x, y;
+        eval(a, E, rt_field(e, "left"), &x);
+        eval(a, E, rt_field(e, "right"), &y);
+        TSNode op = rt_field(e, "operator");
         if (node_is(E, op, "+")) poly_add(out, &x, &y, 1);
         else if (node_is(E, op, "-")) poly_add(out, &x, &y, -1);
         else if (node_is(E, op, "*")) poly_mul(out, &x, &y);
         else if (node_is(E, op, "<<") && !y.opaque && y.n == 1 && y.t[0].deg == 0 && y.t[0].coef >= 0 &&
                  y.t[0].coef < 31) {
-            rb_poly k;
+            rt_poly k;
             poly_const(&k, 1LL << y.t[0].coef);
             poly_mul(out, &x, &k);
         } else poly_opaque(out, x.deps | y.deps);
@@ -867,19 +867,19 @@ static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out)
         return;
     }
     if (!strcmp(t, "conditional_expression")) {
-        rb_poly c, x, y;
-        eval(a, E, rb_field(e, "condition"), &c);
-        eval(a, E, rb_field(e, "consequence"), &x);
-        eval(a, E, rb_field(e, "alternative"), &y);
+        rt_poly c, x, y;
+        eval(a, E, rt_field(e, "condition"), &c);
+        eval(a, E, rt_field(e, "consequence"), &x);
+        eval(a, E, rt_field(e, "alternative"), &y);
         poly_opaque(out, c.deps | x.deps | y.deps);
         return;
     }
     if (!strcmp(t, "subscript_expression")) {
-        rb_poly x, y;
-        eval(a, E, rb_field(e, "argument"), &x);
-        TSNode idx = rb_field(e, "indices");
+        rt_poly x, y;
+        eval(a, E, rt_field(e, "argument"), &x);
+        TSNode idx = rt_field(e, "indices");
         if (!ts_node_is_null(idx) && ts_node_named_child_count(idx)) idx = ts_node_named_child(idx, 0);
-        else idx = rb_field(e, "index");
+        else idx = rt_field(e, "index");
         eval(a, E, idx, &y);
         poly_opaque(out, x.deps | y.deps);
         return;
@@ -888,14 +888,14 @@ static void eval(rb_affine *a, const env *E, TSNode e, rb_poly *out)
     uint64_t deps = 0;
     uint32_t c = ts_node_named_child_count(e);
     for (uint32_t i = 0; i < c; i++) {
-        rb_poly x;
+        rt_poly x;
         eval(a, E, ts_node_named_child(e, i), &x);
         deps |= x.deps;
     }
     poly_opaque(out, deps);
 }
 
-void rb_affine_eval(rb_affine *a, TSNode e, rb_poly *out)
+void rt_affine_eval(rt_affine *a, TSNode e, rt_poly *out)
 {
     env E = {a->ctx->text, NULL, 0, 0};
     eval(a, &E, e, out);
@@ -903,33 +903,33 @@ void rb_affine_eval(rb_affine *a, TSNode e, rb_poly *out)
 
 /* ---- statements ----------------------------------------------------------------------------- */
 
-void rb_stmt_range(const kl_rule_ctx *ctx, TSNode stmt, const char *marker, uint32_t *start, uint32_t *end)
+void rt_stmt_range(const kl_rule_ctx *ctx, TSNode stmt, const char *marker, uint32_t *start, uint32_t *end)
 {
     uint32_t a = ts_node_start_byte(stmt), b = ts_node_end_byte(stmt);
-    uint32_t le = rb_line_end(ctx, b);
+    uint32_t le = rt_line_end(ctx, b);
     bool after_blank = true;
     for (uint32_t k = b; k < le; k++)
         if (ctx->text[k] != ' ' && ctx->text[k] != '\t' && ctx->text[k] != '\n' && ctx->text[k] != '\r')
             after_blank = false;
-    if (!rb_line_blank_before(ctx, a) || !after_blank) {
+    if (!rt_line_blank_before(ctx, a) || !after_blank) {
         *start = a;
         *end = b;
         return;
     }
-    a = rb_line_start(ctx, a);
+    a = rt_line_start(ctx, a);
     b = le;
     if (marker) {
         TSNode prev = ts_node_prev_named_sibling(stmt);
-        if (rb_is(prev, "comment") && rb_line_blank_before(ctx, ts_node_start_byte(prev)) &&
-            rb_line_end(ctx, ts_node_end_byte(prev)) == a &&
-            rb_has_marker(ctx, ts_node_start_byte(prev), ts_node_end_byte(prev), marker))
-            a = rb_line_start(ctx, ts_node_start_byte(prev));
+        if (rt_is(prev, "comment") && rt_line_blank_before(ctx, ts_node_start_byte(prev)) &&
+            rt_line_end(ctx, ts_node_end_byte(prev)) == a &&
+            rt_has_marker(ctx, ts_node_start_byte(prev), ts_node_end_byte(prev), marker))
+            a = rt_line_start(ctx, ts_node_start_byte(prev));
     }
     *start = a;
     *end = b;
 }
 
-char *rb_reindent(const char *text, size_t len, int delta)
+char *rt_reindent(const char *text, size_t len, int delta)
 {
     kl_strbuf sb = KL_STRBUF_INIT;
     size_t i = 0;
@@ -967,94 +967,94 @@ char *rb_reindent(const char *text, size_t len, int delta)
     return kl_strbuf_detach(&sb, NULL);
 }
 
-bool rb_is_syncthreads(const kl_rule_ctx *ctx, TSNode stmt)
+bool rt_is_syncthreads(const kl_rule_ctx *ctx, TSNode stmt)
 {
-    if (!rb_is(stmt, "expression_statement")) return false;
+    if (!rt_is(stmt, "expression_statement")) return false;
     TSNode c = ts_node_named_child(stmt, 0);
-    return rb_is(c, "call_expression") && rb_text_is(ctx, rb_field(c, "function"), "__syncthreads");
+    return rt_is(c, "call_expression") && rt_text_is(ctx, rt_field(c, "function"), "__syncthreads");
 }
 
-TSNode rb_next_stmt(TSNode n)
+TSNode rt_next_stmt(TSNode n)
 {
     do n = ts_node_next_named_sibling(n);
-    while (rb_is(n, "comment"));
+    while (rt_is(n, "comment"));
     return n;
 }
 
-TSNode rb_prev_stmt(TSNode n)
+TSNode rt_prev_stmt(TSNode n)
 {
     do n = ts_node_prev_named_sibling(n);
-    while (rb_is(n, "comment"));
+    while (rt_is(n, "comment"));
     return n;
 }
 
 /* The x, y, z extents of a launch configuration expression (a literal dim3(…), or a local dim3 of
  * the launching function): the list node holding them, or a null node. */
-TSNode rb_dim3_args(const kl_rule_ctx *ctx, const rb_launch *l, TSNode cfg)
+TSNode rt_dim3_args(const kl_rule_ctx *ctx, const rt_launch *l, TSNode cfg)
 {
-    if (rb_is(cfg, "call_expression") && rb_text_is(ctx, rb_field(cfg, "function"), "dim3"))
-        return rb_field(cfg, "arguments");
-    if (!rb_is(cfg, "identifier")) return (TSNode){0};
+    if (rt_is(cfg, "call_expression") && rt_text_is(ctx, rt_field(cfg, "function"), "dim3"))
+        return rt_field(cfg, "arguments");
+    if (!rt_is(cfg, "identifier")) return (TSNode){0};
     TSNode found = {0};
     uint32_t c = ts_node_named_child_count(l->host.body);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = ts_node_named_child(l->host.body, i);
-        if (!rb_is(d, "declaration") || !rb_text_is(ctx, rb_field(d, "type"), "dim3")) continue;
-        TSNode dd = rb_field(d, "declarator");
-        TSNode id = rb_is(dd, "function_declarator") ? rb_field(dd, "declarator") : rb_declarator_name(dd);
-        char *a = rb_text(ctx, id), *b = rb_text(ctx, cfg);
+        if (!rt_is(d, "declaration") || !rt_text_is(ctx, rt_field(d, "type"), "dim3")) continue;
+        TSNode dd = rt_field(d, "declarator");
+        TSNode id = rt_is(dd, "function_declarator") ? rt_field(dd, "declarator") : rt_declarator_name(dd);
+        char *a = rt_text(ctx, id), *b = rt_text(ctx, cfg);
         bool same = a && b && !strcmp(a, b);
         free(a);
         free(b);
         if (!same) continue;
-        if (rb_is(dd, "function_declarator")) found = rb_field(dd, "parameters");
-        else if (rb_is(dd, "init_declarator")) {
-            TSNode v = rb_field(dd, "value");
-            if (rb_is(v, "argument_list") || rb_is(v, "initializer_list")) found = v;
-            else if (rb_is(v, "call_expression") && rb_text_is(ctx, rb_field(v, "function"), "dim3"))
-                found = rb_field(v, "arguments");
+        if (rt_is(dd, "function_declarator")) found = rt_field(dd, "parameters");
+        else if (rt_is(dd, "init_declarator")) {
+            TSNode v = rt_field(dd, "value");
+            if (rt_is(v, "argument_list") || rt_is(v, "initializer_list")) found = v;
+            else if (rt_is(v, "call_expression") && rt_text_is(ctx, rt_field(v, "function"), "dim3"))
+                found = rt_field(v, "arguments");
         }
     }
     return found;
 }
 
 /* An extent of a dim3 list: the expression (a parameter_declaration holds it as its type). */
-TSNode rb_dim3_extent(TSNode list, uint32_t i)
+TSNode rt_dim3_extent(TSNode list, uint32_t i)
 {
     TSNode a = ts_node_named_child(list, i);
-    if (rb_is(a, "parameter_declaration")) a = rb_field(a, "type");
+    if (rt_is(a, "parameter_declaration")) a = rt_field(a, "type");
     return a;
 }
 
-bool rb_grid_index(const rb_poly *p, rb_poly *g, bool any_symbol)
+bool rt_grid_index(const rt_poly *p, rt_poly *g, bool any_symbol)
 {
     if (p->opaque || p->n != 2) return false;
     bool tx = false, bx = false;
     memset(g, 0, sizeof *g);
     for (unsigned i = 0; i < 2; i++) {
-        const rb_term *t = &p->t[i];
+        const rt_term *t = &p->t[i];
         if (t->deg == 1 && t->sym[0] == RB_TX && t->coef == 1) tx = true;
         else if (t->deg == 1 && t->sym[0] == RB_BX && t->coef > 0) {
             bx = true;
             g->n = 1;
-            g->t[0] = (rb_term){t->coef, 1, {RB_GX}};
+            g->t[0] = (rt_term){t->coef, 1, {RB_GX}};
         } else if (t->deg == 2 && t->sym[0] == RB_BX && t->coef > 0 && (any_symbol || t->coef == 1) &&
                    (t->sym[1] == RB_DX || (any_symbol && t->sym[1] >= RB_NBUILTIN))) {
             /* blockDim.x * blockIdx.x, or a template parameter / kernel argument times blockIdx.x */
             bx = true;
             g->n = 1;
-            g->t[0] = (rb_term){t->coef, 2, {RB_GX, t->sym[1]}};
+            g->t[0] = (rt_term){t->coef, 2, {RB_GX, t->sym[1]}};
             if (t->sym[1] < RB_GX) g->t[0].sym[0] = t->sym[1], g->t[0].sym[1] = RB_GX;
         }
     }
     return tx && bx;
 }
 
-void rb_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char *buf, size_t size)
+void rt_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char *buf, size_t size)
 {
     for (unsigned k = 1; k < 100; k++) {
         if (k == 1) kl_snprintf(buf, size, "%s", base);
         else kl_snprintf(buf, size, "%s%u", base, k);
-        if (!rb_count_ident(ctx, scope, buf)) return;
+        if (!rt_count_ident(ctx, scope, buf)) return;
     }
 }

@@ -28,20 +28,10 @@ void rt_walk(TSNode n, rt_visit_fn fn, void *user)
     for (uint32_t i = 0; i < c; i++) rt_walk(ts_node_child(n, i), fn, user);
 }
 
-char *rt_text(const kl_rule_ctx *ctx, TSNode n)
-{
-    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
-    if (b > ctx->len) b = (uint32_t)ctx->len;
-    if (a > b) a = b;
-    return kl_strndup(ctx->text + a, b - a);
-}
+/* ctx->text is ctx->src's text (catalog.c's view_open): the syntax stage's readers serve */
+char *rt_text(const kl_rule_ctx *ctx, TSNode n) { return kl_node_text(ctx->src, n); }
 
-bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
-{
-    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
-    size_t k = strlen(s);
-    return b - a == k && b <= ctx->len && !memcmp(ctx->text + a, s, k);
-}
+bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return kl_node_text_is(ctx->src, n, s); }
 
 typedef struct ptr_find {
     const kl_rule_ctx *ctx;

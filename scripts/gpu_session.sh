@@ -6,7 +6,8 @@
 #   scripts/gpu_session.sh suite      vendor timings and the suite table (record)
 #   scripts/gpu_session.sh lineage T… the backward walks of tasks T… (record)
 #   scripts/gpu_session.sh record T…  suite, rules sequences, walks; at most 8 files to $OUT
-#   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only
+#   scripts/gpu_session.sh walks T…   the worker's checks (KL_CHECK_S), then walks only (T: a suite
+#                                       task's name, or a task folder's path such as corpus/sumsq)
 #   scripts/gpu_session.sh catalog [T…] the rules catalog on the style corpus: every applicable
 #                                       site applied once and gated (scripts/gpu_catalog.sh)
 #   scripts/gpu_session.sh corpus [T…] the style corpus: every naive and expert kernel of corpus/
@@ -57,15 +58,17 @@ save_archive() { gzip -c archive/verdicts.jsonl >"$out/verdicts.jsonl.gz" 2>/dev
 # KL_RESTART / KL_CONTINUE: space-separated tasks walked with --restart / --continue.
 walk_tasks() {
     mkdir -p /tmp/walks
-    local t lim_var restart
-    for t in "$@"; do
-        log "lineage $t" | tee -a "$out/record.log"
+    local t lim_var restart dir
+    for dir in "$@"; do
+        # a name is a suite task (tasks/NAME); a path (corpus/matmul) is walked where it is
+        case "$dir" in */*) t=$(basename "$dir") ;; *) t=$dir dir="tasks/$dir" ;; esac
+        log "lineage $dir" | tee -a "$out/record.log"
         lim_var="KL_LINEAGE_S_$t"
         restart=()
         case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
         case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
         timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-120}}" "$KLINEAGE" --db "$db" --jobs "${KL_JOBS:-16}" --measure record lineage \
-            "tasks/$t" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
+            "$dir" "${restart[@]}" --probes "${KL_PROBES:-2}" --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" \
             >"/tmp/walks/lineage-$t.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
         grep -v '^\[' "/tmp/walks/lineage-$t.txt" | tail -40 >>"$out/record.log"

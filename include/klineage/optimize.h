@@ -49,9 +49,9 @@ kl_status kl_policy_parse(const char *name, kl_policy *out, kl_error *err);
 /* Defaults (docs/optimize.md). */
 #define KL_OPTIMIZE_BUDGET 40      /* gate calls */
 #define KL_OPTIMIZE_BEAM 4         /* versions kept open */
-/* The skills ranking a run uses unless told (--ranking): 4, measured and recorded on the H200
- * (docs/optimize.md); 3 and 2, the ones before, are recorded too. */
-#define KL_OPTIMIZE_RANKING 4u
+/* The skills ranking a run uses unless told (--ranking): 5, measured and recorded on the H200
+ * (docs/optimize.md); 4, 3 and 2, the ones before, are recorded too. */
+#define KL_OPTIMIZE_RANKING 5u
 #define KL_OPTIMIZE_MIN_GAIN 1.02  /* a new best is at least this much faster than the last */
 #define KL_OPTIMIZE_KEEP_FLOOR 0.90 /* a passing candidate at least this fast (over its parent) is
                                        kept as a version to go on from, even when it is no faster */
@@ -83,7 +83,7 @@ typedef struct kl_optimize_options {
     const char *const *memory_tasks; /* memory: only runs on these tasks (NULL-terminated); NULL: any
                                         other task */
     bool admitted_only;          /* skills: only cards whose admission passed */
-    unsigned ranking;            /* skills: the ranking's revision, 2, 3 or 4 (docs/optimize.md);
+    unsigned ranking;            /* skills: the ranking's revision, 2 to 5 (docs/optimize.md);
                                     0: KL_OPTIMIZE_RANKING. Part of the run's key */
     bool sanitize_final;         /* judge the returned kernel with the sanitizer stages (default
                                     in the CLI: on); costs no extra call: it is the final check */

@@ -314,7 +314,8 @@ char *kl_bench_optimize_markdown(const char *json_text)
         json_t *p;
         json_object_foreach(json_object_get(row, "policies"), k, p) {
             if (!device) device = json_string_value(json_object_get(p, "device"));
-            if (!date) date = json_string_value(json_object_get(p, "date"));
+            const char *when = json_string_value(json_object_get(p, "date"));
+            if (when && (!date || strcmp(when, date) > 0)) date = when; /* ISO 8601: the latest sorts last */
         }
     }
     kl_strbuf_addf(&sb, "Budget %lld gate calls per run%s; device: %s; last measured %s.\n\n",

@@ -107,8 +107,8 @@ KL_CMD(bench)
                 if (!parse_count(v, 100000, &oa.budget) || oa.budget < 2)
                     return cli_usage_error(cli, "--budget takes a count of gate calls, 2 or more, not '%s'", v);
             } else if (!strcmp(a, "--ranking")) {
-                if (!parse_count(v, 4, &oa.ranking) || oa.ranking < 2)
-                    return cli_usage_error(cli, "--ranking takes the skills ranking's revision, 2, 3 or 4, not '%s'", v);
+                if (!parse_count(v, 5, &oa.ranking) || oa.ranking < 2)
+                    return cli_usage_error(cli, "--ranking takes the skills ranking's revision, 2, 3, 4 or 5, not '%s'", v);
             } else if (!strcmp(a, "--seed")) {
                 if (!parse_count(v, 0xffffffffUL, &oa.seed)) return cli_usage_error(cli, "--seed takes a number, not '%s'", v);
             } else if (!strcmp(a, "--policies")) {

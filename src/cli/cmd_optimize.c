@@ -198,8 +198,8 @@ KL_CMD(optimize)
             if (!parse_real(v, 1.0, 10.0, &min_gain))
                 return cli_usage_error(cli, "--min-gain takes a ratio from 1 to 10 such as 1.02, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--ranking"))) {
-            if (!parse_uint(v, 4, &ranking) || ranking < 2)
-                return cli_usage_error(cli, "--ranking takes the skills ranking's revision, 2, 3 or 4, not '%s'", v);
+            if (!parse_uint(v, 5, &ranking) || ranking < 2)
+                return cli_usage_error(cli, "--ranking takes the skills ranking's revision, 2, 3, 4 or 5, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--seed"))) {
             if (!parse_uint(v, 0xffffffffUL, &seed)) return cli_usage_error(cli, "--seed takes a number, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "-o")) || (v = value_of(argc, argv, &i, "--output"))) {

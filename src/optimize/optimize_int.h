@@ -29,7 +29,7 @@
 #define OPT_STALE_MAX 32
 /* A gain a walk tells from noise: lineage's --probe-min-gain default. A card below it says
  * "this did not pay where it was measured"; under ranking 4 a step below it has no variant
- * tried next. */
+ * tried next (ranking 5: below its square). */
 #define OPT_PAYS 1.05
 
 /* The search revision a stored run was made by (1: stored before runs said). */
@@ -49,6 +49,7 @@ typedef struct opt_cand {
                                  proposal of every open version (skills) */
     double order;             /* rank among equal scores, lower first (policy's order) */
     char card[136];           /* the card behind E ("" when none) */
+    unsigned evidence;        /* how many gains that card's E averages (0: no card) */
     char why[256];            /* one line: how E was reached */
     bool door;                /* skills: a step from this version closed this transform's door
                                  (a child no longer proposes it): tried before the rest */
@@ -90,11 +91,17 @@ typedef struct opt_policy_ctx {
     bool admitted_only;
     json_t *memory;                /* memory: array of records (borrowed) */
     json_t *skipped;               /* skills: records of cards not tried, appended (borrowed) */
-    unsigned ranking;              /* skills: the ranking's revision (2 to 4) */
+    unsigned ranking;              /* skills: the ranking's revision (2 to 5) */
 } opt_policy_ctx;
 
 /* The skills ranking's revision (kl_optimize_options.ranking), part of a skills run's key as
- * OPT_SKILLS_RANKING_PREFIX N: 4 (2026-12-04; the default, measured), the run's own evidence
+ * OPT_SKILLS_RANKING_PREFIX N: 5 (2026-12-04, later; the default, measured), evidence weighed by
+ * how much of it there is and where it applies: a variant of a step another step overtook ranks
+ * as any proposal (variant_live), a step under OPT_PAYS² has no variant, an alternative of a step
+ * the version judged expects at most that step's gain (expect_here), among deferred proposals a
+ * card measured fewer times gets more benefit of the doubt (expect_doubt), a vector width is
+ * compared in bytes across element types (params_equal_bytes), and a card of another `shape` of
+ * its transform does not speak for the site (other_shape); 4 (2026-12-04), the run's own evidence
  * weighed: a card's dtype is where it was measured (unlike, not failing), its admission trials
  * join its gain, the run's own gains calibrate E (expect_run), a step's parameters are searched
  * where its judgements differ and sampled where they agree (mark_spread, sampled), a new best

@@ -85,6 +85,7 @@ typedef struct card_verdict {
     char predicate[160]; /* the first failing (or unknown) condition */
     char shape[128];     /* where it was decided ("" for a static condition or a missing transform) */
     char why[200];
+    char card_dtype[16], site_dtype[16]; /* a failing `dtype` condition's two sides ("" otherwise) */
 } card_verdict;
 
 /* Where a candidate sits: the kernel and line of its site id ("kernel:line[:what]"). */
@@ -96,6 +97,16 @@ static void site_of(const opt_cand *c, char *kernel, size_t size, unsigned *line
     memcpy(kernel, c->site, n);
     kernel[n] = '\0';
     *line = colon ? (unsigned)strtoul(colon + 1, NULL, 10) : 0;
+}
+
+/* The first double-quoted string of text into out ("" when there is none): a condition's value
+ * (`dtype == "f32"`) or what a check read (`dtype = "u8"`). */
+static void quoted(const char *text, char *out, size_t size)
+{
+    out[0] = '\0';
+    const char *a = text ? strchr(text, '"') : NULL;
+    const char *b = a ? strchr(a + 1, '"') : NULL;
+    if (b) kl_snprintf(out, size, "%.*s", (int)(b - a - 1), a + 1);
 }
 
 /* A card against a candidate site, through the one forward match of the skills stage
@@ -141,6 +152,10 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
         if (ck->kind && !strcmp(ck->kind, "static") &&
             (json_object_get(described, name) || (ranking >= 4 && !strcmp(name, "dtype")))) {
             if (out->unlike++ == 0) kl_snprintf(out->unlike_pred, sizeof out->unlike_pred, "%s", ck->predicate);
+            if (!strcmp(name, "dtype")) {
+                quoted(ck->predicate, out->card_dtype, sizeof out->card_dtype);
+                quoted(ck->why, out->site_dtype, sizeof out->site_dtype);
+            }
             ck->truth = KL_TRUTH_HOLDS; /* not a failure of the card: counted as unlike */
             continue;
         }
@@ -173,7 +188,7 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
  * of the card before it gets here, kl_skill_list_load_excluding): restrict's walk measured 1.15x
  * and 1.00x, its trials 1.00x and 1.02x, and a card that promised 1.07x kept sgemm's runs on
  * restrict steps while smem-tile waited. */
-static void card_gain(const kl_skill *card, unsigned ranking, double *gain, double *hurt)
+static void card_gain(const kl_skill *card, unsigned ranking, double *gain, double *hurt, unsigned *count)
 {
     const json_t *doc = kl_skill_doc(card);
     const json_t *eff = json_object_get(doc, "effect");
@@ -204,6 +219,7 @@ static void card_gain(const kl_skill *card, unsigned ranking, double *gain, doub
         }
     }
     *gain = n ? exp(sum / n) : 1.0;
+    *count = n;
     size_t risks = json_array_size(json_object_get(doc, "risks"));
     size_t neff = json_array_size(eff);
     *hurt = risks + neff ? (double)risks / (double)(risks + neff) : 0;
@@ -244,6 +260,65 @@ static bool params_equal(const char *cand_params, const json_t *card_params)
     bool same = t && !strcmp(t, cand_params);
     free(t);
     return same;
+}
+
+/* Bytes of an element type as the observables name it: bits after the letters, times the lanes
+ * after an `x` ("f32" 4, "u8" 1, "bf16" 2, "f32x4" 16); 0 when the name says neither. */
+static unsigned dtype_bytes(const char *name)
+{
+    const char *p = name;
+    while (*p && (*p < '0' || *p > '9')) p++;
+    char *end;
+    unsigned long bits = strtoul(p, &end, 10);
+    if (!*p || bits == 0 || bits % 8) return 0;
+    unsigned long lanes = *end == 'x' ? strtoul(end + 1, NULL, 10) : 1;
+    return lanes ? (unsigned)(bits / 8 * lanes) : 0;
+}
+
+/* Ranking 5: the card's parameters in bytes where a vector width is one of them and the card was
+ * measured on another element type. A card measured with `width` 4 on f32 (16-byte loads) speaks
+ * for `width` 16 on bytes, not for `width` 4 (histogram's u8 runs tried 4, then 8, then 16, each a
+ * new best). 1: the same (every other parameter equal, and width × element size); 0: not; -1: the
+ * comparison does not apply (no width, the same or an unknown element type). */
+static int params_equal_bytes(const char *cand_params, const json_t *card_params, const card_verdict *cv)
+{
+    unsigned cb = dtype_bytes(cv->card_dtype), sb = dtype_bytes(cv->site_dtype);
+    if (!cb || !sb || !strcmp(cv->card_dtype, cv->site_dtype) || !json_is_object(card_params) ||
+        !json_is_string(json_object_get(card_params, "width")))
+        return -1;
+    json_t *cand = json_loads(cand_params, 0, NULL);
+    if (!cand || !json_is_string(json_object_get(cand, "width"))) {
+        json_decref(cand);
+        return -1;
+    }
+    bool same = json_object_size(cand) == json_object_size(card_params);
+    const char *k;
+    json_t *x;
+    json_object_foreach(cand, k, x) {
+        if (!same) break;
+        const json_t *y = json_object_get(card_params, k);
+        if (!y) same = false;
+        else if (!strcmp(k, "width")) {
+            unsigned long wx = strtoul(json_string_value(x), NULL, 10), wy = strtoul(json_string_value(y), NULL, 10);
+            same = wx && wy && wx * sb == wy * cb;
+        } else same = json_equal(x, y);
+    }
+    json_decref(cand);
+    return same;
+}
+
+/* Ranking 5: is the card of another shape of its transform than the candidate's site? A rule
+ * that names its algorithm in the site feature `shape` (smem-tile: a GEMM's operand tiles, a
+ * stencil's halo tile, a row tile) has one card per shape, and a card of GEMM tiles says nothing
+ * of a stencil: its conditions (the reduction loop's contiguous access) describe the other
+ * algorithm. Such a card neither speaks for the site nor fails there. */
+static bool other_shape(const kl_skill *card, const opt_cand *c)
+{
+    const json_t *learned = json_object_get(
+        json_object_get(json_object_get(json_object_get(kl_skill_doc(card), "anchor"), "pattern"), "site_features"),
+        "shape");
+    const json_t *here = c->features ? json_object_get(c->features, "shape") : NULL;
+    return learned && here && !json_equal(learned, here);
 }
 
 /* The transforms the rules catalog sees present in a version (for `requires`), into out[]
@@ -309,14 +384,19 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
     kl_status st = KL_OK;
     for (unsigned i = 0; i < ver->ncands; i++) {
         opt_cand *c = &ver->cands[i];
+        c->evidence = 0;
         double best = -1, best_gain = 1;
         const char *best_card = NULL;
         char best_why[256] = "", fail_why[256] = "";
-        unsigned ncards = 0, nfail = 0;
+        unsigned ncards = 0, nfail = 0, nother = 0, best_n = 0;
         for (unsigned k = 0; k < pc->library->count; k++) {
             const kl_skill *card = pc->library->items[k];
             if (strcmp(kl_skill_transform(card), c->transform)) continue;
             if (pc->admitted_only && !card_admitted(card)) continue;
+            if (pc->ranking >= 5 && other_shape(card, c)) {
+                nother++;
+                continue;
+            }
             ncards++;
             card_verdict cv;
             st = match_card(card, src, pc->task, pc->ranking, c, present, npresent, &cv, err);
@@ -338,9 +418,12 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
                 continue;
             }
             double g, hurt;
-            card_gain(card, pc->ranking, &g, &hurt);
+            unsigned gn;
+            card_gain(card, pc->ranking, &g, &hurt, &gn);
             double w = (cv.truth == KL_TRUTH_HOLDS ? 1.0 : 0.5) * (1.0 - hurt / 2) * pow(0.5, cv.unlike);
-            bool same_params = params_equal(c->params, json_object_get(kl_skill_doc(card), "params"));
+            const json_t *card_params = json_object_get(kl_skill_doc(card), "params");
+            int in_bytes = pc->ranking >= 5 ? params_equal_bytes(c->params, card_params, &cv) : -1;
+            bool same_params = in_bytes >= 0 ? in_bytes == 1 : params_equal(c->params, card_params);
             if (!same_params) w *= 0.8;
             double e = g >= 1 ? 1 + (g - 1) * w : g;
             bool follows = v > 0 && card_follows(card, ver->card, ver->transform);
@@ -348,6 +431,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             if (e > best) {
                 best = e;
                 best_gain = g;
+                best_n = gn;
                 best_card = kl_skill_id(card);
                 char unlike[200] = "";
                 if (cv.unlike)
@@ -364,6 +448,7 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
         if (best_card) {
             c->expect = best;
             c->defer = best_gain < OPT_PAYS; /* its card measured noise, or a loss */
+            c->evidence = best_n;
             kl_snprintf(c->card, sizeof c->card, "%s", best_card);
             kl_snprintf(c->why, sizeof c->why, "%s", best_why);
         } else if (ncards && nfail == ncards) {
@@ -371,6 +456,13 @@ static kl_status score_skills(opt_policy_ctx *pc, const opt_version *versions, u
             c->defer = true;
             kl_snprintf(c->why, sizeof c->why, "every card of %s fails here (%u; %s): the catalog's proposal, tried last",
                         c->transform, ncards, fail_why);
+        } else if (nother) {
+            c->expect = OPT_PRIOR_UNKNOWN;
+            kl_snprintf(c->why, sizeof c->why,
+                        "no card of %s for a %s site (its %u card(s) are of another shape): unknown, ranked as if it "
+                        "just paid (%.2fx)",
+                        c->transform, json_string_value(json_object_get(c->features, "shape")) ?: "such", nother,
+                        OPT_PRIOR_UNKNOWN);
         } else {
             c->expect = OPT_PRIOR_UNKNOWN;
             kl_snprintf(c->why, sizeof c->why, "no card of %s: unknown, ranked as if it just paid (%.2fx)", c->transform,

@@ -69,7 +69,7 @@ typedef struct run {
     /* skills: the transforms this run's own judgements advise against now (see run_stale) */
     char stale[OPT_STALE_MAX][64];
     unsigned stale_n[OPT_STALE_MAX]; /* how many times each failed since the last new best */
-    unsigned ranking;          /* skills: the ranking's revision (2 to 4) */
+    unsigned ranking;          /* skills: the ranking's revision (2 to 5) */
     unsigned nstale;
     /* skills, ranking 4: what each transform this run judged gained here (run_calibrate) */
     char cal[OPT_STALE_MAX][64];
@@ -283,6 +283,9 @@ static void mark_variant(run *r, unsigned vi)
     /* ranking 4: a new best by less than a walk tells from noise says little about its parameters
      * (softmax's runs spent a call on the other width after each 1.03x vectorize step) */
     if (r->ranking >= 4 && v->gain < OPT_PAYS) return;
+    /* ranking 5: nor by less than twice that: a variant of a 1.06x step could add a few percent at
+     * most, and the call it takes finds more elsewhere (softmax: width 2 after width 4's 1.06x) */
+    if (r->ranking >= 5 && v->gain < OPT_PAYS * OPT_PAYS) return;
     opt_version *p = &r->versions[v->parent];
     opt_cand *var = NULL;
     for (unsigned i = 0; i < p->ncands; i++) {
@@ -476,6 +479,17 @@ static bool sampled(const opt_version *v, const opt_cand *c)
     return t.n >= 2 && (t.flat || t.misses >= OPT_STALE_AFTER);
 }
 
+/* Ranking 5: can a variant still lead? Its step's best judgement at its version (tally_step) put
+ * that version within OPT_PAYS of the run's best. Once another step overtook it, the variant
+ * ranks as any proposal (softmax: after a block per row made 26x from the start, the start's
+ * other vector width, a variant of the 1.47x step, still took call 5). Earlier rankings: always. */
+static bool variant_live(const run *r, const opt_version *v, const opt_cand *c)
+{
+    if (r->ranking < 5 || r->best < 0) return true;
+    step_tally t = tally_step(v, c);
+    return t.n == 0 || v->cum * t.hi * OPT_PAYS >= r->versions[r->best].cum;
+}
+
 /* How far back a candidate goes: 0 expected to pay; 1 deferred by the policy (skills: a card
  * measured no gain, or lost, or every card fails here); 2 deferred by this run's own judgements
  * of its transform (run_stale) — after what the cards defer, since what the run saw fail here
@@ -488,7 +502,7 @@ static int cand_tier(const run *r, const opt_version *v, const opt_cand *c)
     if (c->off_path) return 3;
     if (is_stale(r, c->transform)) return 2;
     if (c->door) return -2;
-    if (c->variant) return -1;
+    if (c->variant && variant_live(r, v, c)) return -1;
     if (r->ranking >= 4 && r->opt->policy == KL_POLICY_SKILLS && sampled(v, c)) return 2;
     return c->defer ? 1 : 0;
 }
@@ -504,6 +518,32 @@ static double expect_run(const run *r, const opt_cand *c)
     for (unsigned i = 0; i < r->ncal; i++)
         if (!strcmp(r->cal[i], c->transform)) return exp((log(c->expect) + r->cal_log[i]) / (1 + r->cal_n[i]));
     return c->expect;
+}
+
+/* Ranking 5: E of an alternative of a step this version already judged (the same transform at the
+ * same site, other parameters) is at most what the step's best judgement there gained: the run's
+ * own measurement of the very step says more than a card (softmax: after vectorize with width 4
+ * gained 1.06x at a row loop, the card's 1.15x for width 2 there took a call before fast-math).
+ * Where the judgements differ, mark_spread tries the parameters as variants all the same. */
+static double expect_here(const run *r, const opt_version *v, const opt_cand *c)
+{
+    double e = expect_run(r, c);
+    if (r->ranking < 5) return e;
+    step_tally t = tally_step(v, c);
+    return t.n && t.hi > 0 && t.hi < e ? t.hi : e;
+}
+
+/* Ranking 5: E with the benefit of the doubt its card's evidence leaves, among what the cards
+ * defer: a card's gain averages `evidence` measurements, each uncertain by about the gate's noise
+ * band (OPT_PAYS), so the bound is E × OPT_PAYS^(2/√n). Restrict's card averaged a dozen gains
+ * near 1.00x — it is noise; grid-stride's, with histogram left out, one (reduce_sum's tail loop,
+ * 1.00x) — it may be anything, and was 30x on histogram while restrict, launch-bounds and unroll
+ * went first. */
+static double expect_doubt(const run *r, const opt_version *v, const opt_cand *c)
+{
+    double e = expect_here(r, v, c);
+    if (r->ranking < 5 || c->evidence == 0) return e;
+    return e * pow(OPT_PAYS, 2.0 / sqrt((double)c->evidence));
 }
 
 /* Skills, ranking 4: how many times the run judged the transform since its last new best. */
@@ -571,13 +611,18 @@ static bool cand_before(const run *r, unsigned vx, const opt_cand *x, unsigned v
     if (tx == 1 && r->ranking >= 4) {
         unsigned nx = turns(r, x->transform), ny = turns(r, y->transform);
         if (nx != ny) return nx < ny;
+        if (r->ranking >= 5) {
+            double dx = a->cum * expect_doubt(r, a, x), dy = b->cum * expect_doubt(r, b, y);
+            if (dx > dy * (1 + 1e-12)) return true;
+            if (dy > dx * (1 + 1e-12)) return false;
+        }
     }
-    double mx = a->cum * expect_run(r, x), my = b->cum * expect_run(r, y);
+    double mx = a->cum * expect_here(r, a, x), my = b->cum * expect_here(r, b, y);
     if (mx > my * (1 + 1e-12)) return true;
     if (my > mx * (1 + 1e-12)) return false;
     if (a->cum != b->cum) return a->cum > b->cum;
     if (vx != vy) return vx < vy;
-    double ex = expect_run(r, x), ey = expect_run(r, y);
+    double ex = expect_here(r, a, x), ey = expect_here(r, b, y);
     if (ex != ey) return ex > ey;
     return x->order < y->order;
 }
@@ -972,7 +1017,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
         return kl_error_set(r->err, KL_ERR_UNMEASURED, "%s from version %u: no recorded verdict: %s", c->id, vi,
                             j.reason);
     bool was_sampled = cand_tier(r, v, c) == 2 && !is_stale(r, c->transform);
-    double e_run = expect_run(r, c);
+    double e_run = expect_here(r, v, c);
     c->tried = c->judged = true;
     r->used++;
     c->judged_at = (unsigned)json_array_size(r->rounds) + 1;
@@ -1287,8 +1332,8 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     kl_skill_list own = KL_SKILL_LIST_INIT;
     char *start_text = NULL, *mem_text = NULL;
     kl_status st = KL_OK;
-    if (r.ranking < 2 || r.ranking > 4) {
-        st = kl_error_set(err, KL_ERR_INVALID, "the skills ranking %u is not one of 2, 3 and 4 (docs/optimize.md)",
+    if (r.ranking < 2 || r.ranking > 5) {
+        st = kl_error_set(err, KL_ERR_INVALID, "the skills ranking %u is not one of 2, 3, 4 and 5 (docs/optimize.md)",
                           r.ranking);
         goto cleanup;
     }

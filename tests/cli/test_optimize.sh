@@ -97,7 +97,7 @@ grep -q "^\[replay\] Device: [0-9]* GB/s, [0-9.]* of the copy ceiling; [0-9.]* T
     -o "$tmp/fresh.cu" >"$tmp/fresh.out" 2>&1 || fail "optimize with an empty store: $(tail -3 "$tmp/fresh.out")"
 grep -q "the store had no skill cards: the library recorded in .* taken" "$tmp/fresh.out" ||
     fail "the library taken from the archive is not said"
-grep -q "library: [1-9][0-9]* card(s); ranking 4; left out: transpose" "$tmp/fresh.out" || fail "no library after taking it"
+grep -q "library: [1-9][0-9]* card(s); ranking 5; left out: transpose" "$tmp/fresh.out" || fail "no library after taking it"
 python3 - "$tmp/fresh.db" <<'PY' || fail "recorded verdicts came into the store with the library"
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])

@@ -1206,6 +1206,35 @@ done:
     return r;
 }
 
+/* The variable an lvalue names: `d` of `d`, `d.n`, `(d).m.k`; a null node for anything else
+ * (`p->n`, `a[i]`: not a write to a variable of the kernel's own). */
+static TSNode lvalue_variable(TSNode n)
+{
+    for (;;) {
+        if (type_is(n, "parenthesized_expression")) n = ts_node_named_child(n, 0);
+        else if (type_is(n, "field_expression") && !ts_node_is_null(ts_node_child_by_field_name(n, "operator", 8)) &&
+                 ts_node_type(ts_node_child_by_field_name(n, "operator", 8))[0] == '.')
+            n = ts_node_child_by_field_name(n, "argument", 8);
+        else return type_is(n, "identifier") ? n : (TSNode){0};
+    }
+}
+
+/* Is the field expression n (`d.n`, `d.dims.m`) a member of a kernel parameter passed by value (no
+ * pointer, no `->`) that the kernel never assigns, nor any member of it, nor takes its address? */
+static bool uniform_member(const kl_affine_ctx *ctx, const env *e, const kl_source *s, TSNode n)
+{
+    if (s != ctx->src) return false;
+    TSNode v = lvalue_variable(n);
+    if (ts_node_is_null(v)) return false;
+    char *name = kl_node_text(s, v);
+    bool ok = name != NULL;
+    for (unsigned i = 0; ok && i < e->nb; i++) ok = strcmp(e->b[i].name, name) != 0;
+    int p = ok ? kl_affine_param_index(ctx, name) : -1;
+    ok = ok && p >= 0 && !ctx->params[p].pointer && kl_affine_assign_count(ctx, name) == 0 && !local_find(ctx, name);
+    free(name);
+    return ok;
+}
+
 static form eval(kl_affine_ctx *ctx, const env *e, const kl_source *s, TSNode n, TSNode anchor, int depth)
 {
     if (depth > MAXDEPTH) return form_bad("expression nests too deeply to analyse");
@@ -1241,6 +1270,13 @@ static form eval(kl_affine_ctx *ctx, const env *e, const kl_source *s, TSNode n,
             char v[32];
             kl_snprintf(v, sizeof v, "%s.%s", a, f);
             r = form_const(poly_sym(ctx, v));
+        } else if (!e->in_helper && uniform_member(ctx, e, s, n)) {
+            /* a member of a struct passed by value and never written in the kernel (`p.n` of
+             * `struct Params p`): the same for every thread, a symbol like a size parameter */
+            char *v = kl_node_text(s, n), *sq = v ? squeeze(v) : NULL;
+            r = sq ? form_const(poly_sym(ctx, sq)) : form_bad("out of memory");
+            free(v);
+            free(sq);
         } else {
             r = form_badf(ctx, "reads the member '%s.%s' (line %u)", a, f, line_of(n));
         }
@@ -1734,7 +1770,8 @@ static kl_status counts_bump(kl_affine_ctx *ctx, const char *name, unsigned by)
 
 static kl_status bump_node(kl_affine_ctx *ctx, TSNode id, unsigned by)
 {
-    if (!type_is(id, "identifier")) return KL_OK;
+    if (!ts_node_is_null(id) && type_is(id, "field_expression")) id = lvalue_variable(id); /* d.n = …: d changes */
+    if (ts_node_is_null(id) || !type_is(id, "identifier")) return KL_OK;
     char *nm = kl_node_text(ctx->src, id);
     if (!nm) return KL_ERR_NOMEM;
     kl_status st = counts_bump(ctx, nm, by);
@@ -1823,6 +1860,7 @@ static bool scan_body(TSNode n, void *user)
         }
     } else if (!strcmp(t, "assignment_expression")) {
         TSNode l = ts_node_child_by_field_name(n, "left", 4);
+        if (type_is(l, "field_expression")) ss->st = bump_node(ctx, l, 1);
         if (type_is(l, "identifier")) {
             ss->st = bump_node(ctx, l, 1);
             /* a local declared without initializer and assigned once by `=`: its definition */

@@ -106,6 +106,42 @@ static void affine_sees_through_macros_helpers_locals(void **state)
     kl_source_free(src);
 }
 
+/* A member of a struct passed by value (`d.n` of `Dims d`) is the same for every thread: a symbol
+ * in the index, as a size parameter is; not when the kernel writes it, nor through a pointer. */
+static void affine_reads_members_of_a_struct_parameter(void **state)
+{
+    (void)state;
+    const char *t = "struct Dims { int n, m; };\n"
+                    "__global__ void k(const float *w, float *y, Dims d, Dims e, const Dims *p) {\n"
+                    "  int o = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "  float acc = 0.f;\n"
+                    "  for (int i = 0; i < d.m; ++i) acc += w[(size_t)i * d.n + o];\n"
+                    "  e.n = 3;\n"
+                    "  y[o * e.n] = w[o * p->n] + acc;\n"
+                    "}\n";
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("m.cu", t, strlen(t), &src, &err), KL_OK);
+    TSNode k[2];
+    assert_int_equal(kl_ast_functions(src, "__global__", k, 2), 1);
+    kl_affine_ctx *ax = NULL;
+    assert_int_equal(kl_affine_ctx_new(src, k[0], &ax, &err), KL_OK);
+    const kl_ax_access *a = access_of(ax, "w", 0);
+    assert_non_null(a);
+    assert_true(a->flat.ok);
+    assert_string_equal(kl_affine_coef(&a->flat, "i"), "d.n");
+    assert_string_equal(kl_affine_coef(&a->flat, "threadIdx.x"), "1");
+    const kl_ax_access *ye = access_of(ax, "y", 0);
+    assert_non_null(ye);
+    assert_false(ye->flat.ok); /* e.n is written in the kernel */
+    assert_non_null(strstr(ye->flat.why, "e.n"));
+    const kl_ax_access *wp = access_of(ax, "w", 1);
+    assert_non_null(wp);
+    assert_false(wp->flat.ok); /* p->n: read through a pointer */
+    kl_affine_ctx_free(ax);
+    kl_source_free(src);
+}
+
 static void const_eval_reads_macros_and_dim3(void **state)
 {
     (void)state;
@@ -259,6 +295,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(affine_sees_through_macros_helpers_locals),
+        cmocka_unit_test(affine_reads_members_of_a_struct_parameter),
         cmocka_unit_test(const_eval_reads_macros_and_dim3),
         cmocka_unit_test(backend_simplify_and_apply),
         cmocka_unit_test(rewrite_errors_name_the_problem),

@@ -150,6 +150,78 @@ static void warp_reduce_says_why_not(void **state)
     json_decref(s);
 }
 
+/* Helpers called as members: `S::f(v)` and `obj.f(v)` reach the one __device__ function of that
+ * name; with two of one name the call is not followed (no site). A loop over the partials that
+ * starts from a value other than the operation's identity keeps it: `r = 1.0f + v`. %s: the warp
+ * step's call, %s: the start of the loop over the partials. */
+#define MEMBER_FMT                                                                                              \
+    "struct WarpOps {\n"                                                                                    \
+    "    static __device__ float Reduce(float v)\n"                                                         \
+    "    {\n"                                                                                               \
+    "        for (int offset = warpSize / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffff, v, offset);\n" \
+    "        return v;\n"                                                                                   \
+    "    }\n"                                                                                               \
+    "};\n"                                                                                                  \
+    "struct Scale {\n"                                                                                      \
+    "    __device__ float %s(float v) { return 2.0f * v; }\n"                                               \
+    "};\n"                                                                                                  \
+    "__global__ void k(const float* x, float* y)\n"                                                         \
+    "{\n"                                                                                                   \
+    "    __shared__ float part[8];\n"                                                                       \
+    "    float v = x[blockIdx.x * 256 + threadIdx.x];\n"                                                    \
+    "    v = %s(v);\n"                                                                                      \
+    "    if (threadIdx.x %% 32 == 0) part[threadIdx.x / 32] = v;\n"                                         \
+    "    __syncthreads();\n"                                                                                \
+    "    float r = %s;\n"                                                                                   \
+    "    for (int w = 0; w < 8; w++) r += part[w];\n"                                                       \
+    "    if (threadIdx.x == 0) y[blockIdx.x] = r;\n"                                                        \
+    "}\n"                                                                                                   \
+    "extern \"C\" void launch(const float* x, float* y, int blocks, cudaStream_t s)\n"                     \
+    "{\n"                                                                                                   \
+    "    k<<<blocks, 256, 0, s>>>(x, y);\n"                                                                 \
+    "}\n"
+
+static void warp_reduce_member_helpers(void **state)
+{
+    (void)state;
+    char text[4096];
+    kl_error err = {0};
+    /* two functions named Reduce: which one `Scale().Reduce(v)` reaches is not followed */
+    kl_snprintf(text, sizeof text, MEMBER_FMT, "Reduce", "Scale().Reduce", "0.0f");
+    json_t *s = sites_of(text, "warp-reduce");
+    size_t i;
+    json_t *site;
+    json_array_foreach(s, i, site) {
+        const char *id = json_string_value(json_object_get(site, "site"));
+        if (!strncmp(id, "k:", 2)) fail_msg("a site in k through a call of an ambiguous name: %s", id);
+    }
+    json_decref(s);
+    /* the static member through its qualified name, the loop from 1.0f: present, and the start kept */
+    kl_snprintf(text, sizeof text, MEMBER_FMT, "Twice", "WarpOps::Reduce", "1.0f");
+    s = sites_of(text, "warp-reduce");
+    const char *id = site_where(s, "present", true);
+    assert_non_null(id);
+    assert_string_equal(id, "k:15");
+    op o = {.remove = true};
+    kl_snprintf(o.name, sizeof o.name, "warp-reduce");
+    kl_snprintf(o.site, sizeof o.site, "%s", id);
+    char *got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_non_null(strstr(got, "    float r = 1.0f + v;\n"));
+    assert_null(strstr(got, "part["));
+    free(got);
+    json_decref(s);
+    /* from 0.0f, the identity: the block's sum alone */
+    kl_snprintf(text, sizeof text, MEMBER_FMT, "Twice", "WarpOps::Reduce", "0.0f");
+    s = sites_of(text, "warp-reduce");
+    kl_snprintf(o.site, sizeof o.site, "%s", site_where(s, "present", true));
+    got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_non_null(strstr(got, "    float r = v;\n"));
+    free(got);
+    json_decref(s);
+}
+
 /* ---- vectorize ------------------------------------------------------------------------------------------ */
 
 /* Every float4 site of the f32 experts is removable, and the naive row loops of softmax,
@@ -290,6 +362,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(warp_reduce_says_why_not),
         cmocka_unit_test(warp_reduce_removes_from_experts),
+        cmocka_unit_test(warp_reduce_member_helpers),
         cmocka_unit_test(vectorize_says_why_not),
         cmocka_unit_test(vectorize_experts_and_naives),
     };

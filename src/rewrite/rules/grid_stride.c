@@ -25,6 +25,36 @@ static TSNode strip(TSNode n)
 
 /* ---- the kernel side ------------------------------------------------------------------------ */
 
+/* A `while (cond) { …; i += G; }` loop's step: the last statement of its body when that is an
+ * expression statement (else a null node). *expr receives the expression. */
+static TSNode while_step(TSNode s, TSNode *expr)
+{
+    TSNode none = {0}, body = ts_node_child_by_field_name(s, "body", 4), last = none;
+    *expr = none;
+    if (!is_type(s, "while_statement") || !is_type(body, "compound_statement")) return none;
+    for (uint32_t i = ts_node_named_child_count(body); i-- > 0;) {
+        TSNode k = ts_node_named_child(body, i);
+        if (!is_type(k, "comment")) {
+            last = k;
+            break;
+        }
+    }
+    if (!is_type(last, "expression_statement")) return none;
+    *expr = ts_node_named_child(last, 0);
+    return last;
+}
+
+/* A for's or a while's condition (a while's without the clause's parentheses). */
+static TSNode loop_cond(TSNode s)
+{
+    TSNode c = ts_node_child_by_field_name(s, "condition", 9);
+    if (is_type(c, "condition_clause")) {
+        TSNode v = ts_node_child_by_field_name(c, "value", 5);
+        c = ts_node_is_null(v) ? ts_node_named_child(c, 0) : v;
+    }
+    return c;
+}
+
 /* What one kernel holds: the index, its bound, the body, and where they are. */
 typedef struct gs_kernel {
     bool found;             /* a recognised shape (either direction) */
@@ -669,6 +699,7 @@ static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t 
 
 typedef struct gs_loopinfo {
     TSNode stmt, body, cond, decl, start, bound;  /* decl: the index's declaration (before, or in the for) */
+    TSNode step;            /* a while loop: the statement stepping its index, the body's last */
     char *var;
     long long u, k;         /* steps u grids; the condition is var + k grids < bound */
     bool declares;          /* the for declares its index */
@@ -710,8 +741,9 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
         L->stmt = s;
         L->body = ts_node_child_by_field_name(s, "body", 4);
         TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
-        TSNode cond = kl_ast_unparen(ts_node_child_by_field_name(s, "condition", 9));
+        TSNode cond = kl_ast_unparen(loop_cond(s));
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
+        if (is_type(s, "while_statement")) L->step = while_step(s, &upd);
         L->cond = cond;
         /* the condition: var < B or var + P < B */
         char op[4] = "";
@@ -836,8 +868,14 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
             kl_snprintf(why, size, "%s is also used outside the loops (line %u)", li[i].var, us.line);
             level = GS_PROOF;
         }
-        if (level == GS_OK && li[i].u == 1)
+        if (level == GS_OK && li[i].u == 1 && ts_node_is_null(li[i].step))
             check_body(src, fbody, li[i].stmt, li[i].body, li[i].body, li[i].var, why, size);
+        else if (level == GS_OK && li[i].u == 1) {
+            /* a while's body up to its step */
+            TSNode first = ts_node_named_child(li[i].body, 0), before = rt_prev_stmt(li[i].step);
+            if (!ts_node_is_null(before) && !ts_node_eq(li[i].step, first))
+                check_body(src, fbody, li[i].stmt, first, before, li[i].var, why, size);
+        }
         if (why[0]) level = GS_PROOF;
     }
     /* a size parameter N covering every loop: 0 <= bound <= N and start >= 0 */
@@ -863,9 +901,14 @@ static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, c
     if (level == GS_OK) {
         /* the grid's size matters nowhere else */
         nr = 0;
-        for (unsigned i = 0; i < nl && nr + 2 < GS_MAXRANGES; i++) {
+        for (unsigned i = 0; i < nl && nr + 3 < GS_MAXRANGES; i++) {
             ra_[nr] = ts_node_start_byte(li[i].stmt);
             rt_[nr++] = li[i].u >= 2 ? ts_node_end_byte(li[i].stmt) : ts_node_start_byte(li[i].body);
+            if (!ts_node_is_null(li[i].step)) {
+                /* a while's step is its header's update */
+                ra_[nr] = ts_node_start_byte(li[i].step);
+                rt_[nr++] = ts_node_end_byte(li[i].step);
+            }
             if (!li[i].declares) {
                 ra_[nr] = ts_node_start_byte(li[i].decl);
                 rt_[nr++] = ts_node_end_byte(li[i].decl);
@@ -917,8 +960,10 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     /* present: a for whose update steps by gridDim.x */
     for (uint32_t i = 0; i < c; i++) {
         TSNode s = ts_node_named_child(body, i);
-        if (!is_type(s, "for_statement")) continue;
+        bool is_while = is_type(s, "while_statement");
+        if (!is_type(s, "for_statement") && !is_while) continue;
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
+        if (is_while) while_step(s, &upd);
         if (ts_node_is_null(upd)) continue;
         bool stride = has_text(src, upd, "gridDim.x");
         if (!stride) {
@@ -944,6 +989,11 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         k->found = k->present = true;
         k->stmt = s;
         k->body = ts_node_child_by_field_name(s, "body", 4);
+        if (is_while) {
+            /* read as several loops over one grid (analyse_group), which knows the while form */
+            kl_snprintf(k->why, sizeof k->why, "the grid-stride while loop at line %u", kl_ast_line(s));
+            continue;
+        }
         TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
         TSNode cond = ts_node_child_by_field_name(s, "condition", 9);
         if (!is_type(init, "declaration") ||
@@ -1299,7 +1349,7 @@ static kl_status remove_group(const kl_rule_ctx *ctx, const gs_kernel *k, kl_edi
             st = kl_edits_add(out, a, b, "");
             continue;
         }
-        char *cond = kl_node_text(ctx->src, ts_node_child_by_field_name(s, "condition", 9));
+        char *cond = kl_node_text(ctx->src, loop_cond(s));
         kl_strbuf head = KL_STRBUF_INIT;
         if (k->gkind[i] == 2) {
             TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
@@ -1323,6 +1373,13 @@ static kl_status remove_group(const kl_rule_ctx *ctx, const gs_kernel *k, kl_edi
                                   : kl_edits_add(out, ts_node_start_byte(s), ts_node_start_byte(body), kl_strbuf_str(&head));
         kl_strbuf_release(&head);
         free(cond);
+        TSNode upd, step = while_step(s, &upd);
+        if (st == KL_OK && !ts_node_is_null(step)) {
+            /* a while's step goes with the loop (its index is used by its loops only) */
+            uint32_t a, b;
+            kl_rules_line_range(ctx, step, NULL, &a, &b);
+            st = kl_edits_add(out, a, b, "");
+        }
     }
     /* a local holding the grid's stride goes when only the loops' steps used it */
     TSNode fbody = ts_node_parent(k->gl[0]);
@@ -1331,6 +1388,7 @@ static kl_status remove_group(const kl_rule_ctx *ctx, const gs_kernel *k, kl_edi
     for (unsigned i = 0; i < k->ng; i++) {
         TSNode s = k->gl[i];
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
+        if (is_type(s, "while_statement")) while_step(s, &upd);
         ra[nr] = ts_node_start_byte(k->gkind[i] == 0 ? s : upd);
         rb[nr++] = ts_node_end_byte(k->gkind[i] == 0 ? s : upd);
     }

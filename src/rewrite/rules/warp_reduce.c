@@ -64,29 +64,6 @@ static void node_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 }
 
 
-/* The name a call calls: `f(…)`, `f<T>(…)`, `obj.f(…)` / `p->f(…)` (a member), `S<T>::f(…)` /
- * `ns::f(…)`, into buf; false (and "") for anything else (a call through a pointer expression). */
-static bool callee_name(const kl_rule_ctx *ctx, TSNode call, char *buf, size_t size)
-{
-    buf[0] = '\0';
-    TSNode f = rt_field(call, "function");
-    for (int guard = 0; guard < 8 && !ts_node_is_null(f); guard++) {
-        if (rt_is(f, "identifier") || rt_is(f, "field_identifier")) {
-            uint32_t a = ts_node_start_byte(f), b = ts_node_end_byte(f);
-            if (b - a + 1 > size) return false;
-            node_copy(ctx, f, buf, size);
-            return true;
-        }
-        if (rt_is(f, "template_function") || rt_is(f, "qualified_identifier") || rt_is(f, "template_method"))
-            f = rt_field(f, "name");
-        else if (rt_is(f, "field_expression"))
-            f = rt_field(f, "field");
-        else
-            return false;
-    }
-    return false;
-}
-
 typedef struct decl_find {
     const kl_rule_ctx *ctx;
     const char *name;
@@ -207,7 +184,7 @@ static bool caller_visit(TSNode n, void *user)
 {
     caller_find *c = user;
     char callee[128];
-    if (rt_is(n, "call_expression") && callee_name(c->ctx, n, callee, sizeof callee) && !strcmp(callee, c->name))
+    if (rt_is(n, "call_expression") && rt_callee_name(c->ctx, n, callee, sizeof callee) && !strcmp(callee, c->name))
         c->calls++;
     return true;
 }
@@ -381,30 +358,10 @@ static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, b
     return shuffle_body(ctx, rt_field(st, "body"), L->var, s);
 }
 
-/* The one __device__ function of the file named `name` (a free function or a struct's member); a
- * null node when there is none or several (overloads, two structs' members of one name: which one
- * a call reaches is not followed). */
-static TSNode device_fn_named(const kl_rule_ctx *ctx, const char *name)
-{
-    TSNode none = {{0}, 0, 0}, found = none;
-    TSNode fs[256];
-    unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
-    if (n > 256) return none;
-    for (unsigned i = 0; i < n; i++) {
-        char *fname = kl_ast_function_name(ctx->src, fs[i]);
-        bool same = fname && !strcmp(fname, name);
-        free(fname);
-        if (!same) continue;
-        if (!ts_node_is_null(found)) return none;
-        found = fs[i];
-    }
-    return found;
-}
-
 /* A __device__ helper whose body is a shuffle loop over its first parameter, then `return` it. */
 static bool warp_helper(const kl_rule_ctx *ctx, const char *name, wr_step *s)
 {
-    TSNode fn = device_fn_named(ctx, name);
+    TSNode fn = rt_device_fn_named(ctx, name);
     if (ts_node_is_null(fn)) return false;
     TSNode body = kl_ast_function_body(fn);
     TSNode ps = kl_ast_function_params(fn);
@@ -436,7 +393,7 @@ static bool warp_step(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool
     if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "identifier")) return false;
     TSNode r = kl_ast_unparen(rt_field(a, "right"));
     char x[64], fname[128];
-    if (!rt_is(r, "call_expression") || !callee_name(ctx, r, fname, sizeof fname)) return false;
+    if (!rt_is(r, "call_expression") || !rt_callee_name(ctx, r, fname, sizeof fname)) return false;
     TSNode args = rt_field(r, "arguments");
     if (ts_node_named_child_count(args) != 1) return false;
     node_copy(ctx, rt_field(a, "left"), x, sizeof x);

@@ -21,6 +21,7 @@ typedef struct reps {
     rep *v;
     unsigned n, cap;
     bool oom;
+    kl_strbuf bumped;  /* the pointers folded with their bumps, each followed by a space */
 } reps;
 
 /* A changed piece: [os, oe) of a step's input became [cs, ce) of its output. */
@@ -33,6 +34,7 @@ typedef struct step {
     piece *p;
     unsigned n;
     kl_source *out; /* the step's output, parsed */
+    char *bumped;   /* the pointers it folded with their bumps ("x y "), NULL when none */
 } step;
 
 struct kl_canon {
@@ -66,6 +68,7 @@ static void reps_release(reps *r)
 {
     for (unsigned i = 0; i < r->n; i++) free(r->v[i].text);
     free(r->v);
+    kl_strbuf_release(&r->bumped);
     memset(r, 0, sizeof *r);
 }
 
@@ -1052,6 +1055,7 @@ static void fold_pointer(const kl_source *src, TSNode fn, const char *name, unsi
     for (unsigned j = 0; j < nb; j++)
         reps_add(r, ts_node_start_byte(b[j].stmt), ts_node_end_byte(b[j].stmt), kl_strdup(""), group);
     if (r->n > before) kl_strbuf_addf(names, "%s%s%s", names->len ? ", " : "", name, nb ? " (bumped)" : "");
+    if (r->n > before && nb) kl_strbuf_addf(&r->bumped, "%s ", name);
 done:
     for (unsigned j = 0; j < nb; j++) {
         free(b[j].amount);
@@ -1126,7 +1130,7 @@ kl_status kl_canon_build(const kl_source *src, kl_canon **out, kl_error *err)
         reps r = {0};
         kl_strbuf what = KL_STRBUF_INIT;
         steps[s](cur, &r, &what);
-        if (r.oom || what.failed) {
+        if (r.oom || what.failed || r.bumped.failed) {
             reps_release(&r);
             kl_strbuf_release(&what);
             st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -1148,7 +1152,7 @@ kl_status kl_canon_build(const kl_source *src, kl_canon **out, kl_error *err)
             }
             if (kl_source_parse_text(kl_source_name(src), nt, strlen(nt), &ns, &perr) == KL_OK &&
                 kl_source_error_count(ns) <= kl_source_error_count(cur) && strcmp(nt, text)) {
-                c->st[c->nst++] = (step){p, np, ns};
+                c->st[c->nst++] = (step){p, np, ns, r.bumped.len ? kl_strbuf_detach(&r.bumped, NULL) : NULL};
                 cur = ns;
                 kl_strbuf_addf(&summary, "%s%s", summary.len ? "; " : "", kl_strbuf_str(&what));
             } else {
@@ -1180,6 +1184,7 @@ void kl_canon_free(kl_canon *c)
     if (!c) return;
     for (unsigned i = 0; i < c->nst; i++) {
         free(c->st[i].p);
+        free(c->st[i].bumped);
         kl_source_free(c->st[i].out);
     }
     free(c->summary);
@@ -1220,8 +1225,33 @@ static bool covers(uint32_t a, uint32_t b, const piece *q)
     return a <= q->cs && (q->ce < b || (q->ce == b && q->ce > q->cs));
 }
 
+/* Does text name `name` (as a whole identifier)? */
+static bool names_word(const char *text, const char *name, size_t len)
+{
+    if (!text || !len) return false;
+    for (const char *p = text; *p; p++) {
+        if (strncmp(p, name, len)) continue;
+        bool before = p > text && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        bool after = isalnum((unsigned char)p[len]) || p[len] == '_';
+        if (!before && !after) return true;
+    }
+    return false;
+}
+
 static bool map_step(const step *s, const kl_canon_edit *in, unsigned n, kl_canon_edit *out, char *why, size_t size)
 {
+    /* a pointer folded with its bumps means another address in the text as written wherever a bump
+     * came before: an edit naming it lands on the canonical form's meaning only there */
+    for (const char *b = s->bumped; b && *b;) {
+        const char *e = strchr(b, ' ');
+        size_t len = e ? (size_t)(e - b) : strlen(b);
+        for (unsigned i = 0; i < n; i++)
+            if (names_word(in[i].text, b, len)) {
+                kl_snprintf(why, size, "an edit names %.*s, a pointer the canonical form folded with its bumps", (int)len, b);
+                return false;
+            }
+        b += len + (e ? 1 : 0);
+    }
     for (unsigned i = 0; i < n; i++) {
         out[i].text = in[i].text;
         if (!map_point(s, in[i].start, &out[i].start) || !map_point(s, in[i].end, &out[i].end)) {

@@ -86,6 +86,36 @@ static void grid_stride_group_refuses(void **state)
     expect_not_applicable(mism, "grid-stride", "k:3", true, "steps blocks by 128, which is not the block size at line 6");
 }
 
+/* `while (cond) { …; i += G; }` read as a loop over one grid, and what it refuses. */
+static void grid_stride_while_refuses(void **state)
+{
+    (void)state;
+    /* the index goes on after the loop (a tail reads it): the loop is no element of its own */
+    const char *after = "__global__ void k(float *y, float *p, int n) {\n"
+                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                        "  while (i < n) {\n    y[i] = 1.f;\n    i += blockDim.x * gridDim.x;\n  }\n"
+                        "  if (i == n) p[0] = 2.f;\n}\n" LAUNCH1;
+    expect_not_applicable(after, "grid-stride", "k:3", true, "i is also used outside the loops (line 7)");
+    /* a partial per block after the loop */
+    const char *partials = "__global__ void k(float *y, float *p, int n) {\n"
+                           "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                           "  float s = 0.f;\n"
+                           "  while (i < n) {\n    y[i] = 1.f;\n    i += blockDim.x * gridDim.x;\n  }\n"
+                           "  if (threadIdx.x == 0) p[blockIdx.x] = s;\n}\n" LAUNCH1;
+    expect_not_applicable(partials, "grid-stride", "k:4", true, "line 8 uses blockIdx outside the grid-stride loops");
+    /* a body that steps the index besides its last statement */
+    const char *twice = "__global__ void k(float *y, float *p, int n) {\n"
+                        "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                        "  while (i < n) {\n    y[i] = 1.f;\n    i += 1;\n    i += blockDim.x * gridDim.x;\n  }\n}\n" LAUNCH1;
+    expect_not_applicable(twice, "grid-stride", "k:3", true, "assigns");
+    /* the index of a tile of four loads a block apart: several elements per step */
+    const char *tile = "__global__ void k(float *y, float *p, int n) {\n"
+                       "  int i = blockIdx.x * 1024 + threadIdx.x;\n"
+                       "  while (i + 768 < n) {\n    y[i] = 1.f; y[i + 256] = 1.f; y[i + 512] = 1.f; y[i + 768] = 1.f;\n"
+                       "    i += gridDim.x * 1024;\n  }\n}\n" LAUNCH1;
+    expect_not_applicable(tile, "grid-stride", "k:3", true, "not one grid of threads");
+}
+
 static void block_reduce_refuses(void **state)
 {
     (void)state;
@@ -195,6 +225,17 @@ static char *read_task(const char *task, const char *file)
     return text;
 }
 
+/* The sumsq expert's `while` loop over tiles of four float4 loads a block apart: seen, and refused
+ * with the reason (the same one the listing gives). */
+static void sumsq_expert_while(void **state)
+{
+    (void)state;
+    char *text = read_task("../corpus/sumsq", "expert.cu");
+    assert_null(present_site(text, "grid-stride", "the loop at line 84"));
+    expect_not_applicable(text, "grid-stride", "sumsq_partials:84", true, "the loop at line 84");
+    free(text);
+}
+
 static void reduce_sum_expert(void **state)
 {
     (void)state;
@@ -299,7 +340,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_stride_group_refuses),
+        cmocka_unit_test(grid_stride_while_refuses),
         cmocka_unit_test(block_reduce_refuses),
+        cmocka_unit_test(sumsq_expert_while),
         cmocka_unit_test(reduce_sum_expert),
         cmocka_unit_test(histogram_expert),
         cmocka_unit_test(grid_stride_after_the_guard),

@@ -193,12 +193,77 @@ static void row_parallel_says_why_not(void **state)
     free(rs);
 }
 
+/* A block-reduction helper called as a struct's member (the sumsq expert's `BlockSumT(temp).Sum(s)`)
+ * is a combine, replaced by its argument; a call of a __device__ function that cooperates otherwise
+ * (here a shuffle loop two calls down) is refused, not left to run with one thread per row. */
+#define HELPER_FMT                                                                                \
+    "__device__ float lanes(float v)\n"                                                          \
+    "{\n"                                                                                        \
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);\n"           \
+    "    return v;\n"                                                                            \
+    "}\n"                                                                                        \
+    "__device__ float twice(float v) { return lanes(v) * 2.0f; }\n"                              \
+    "struct Red {\n"                                                                             \
+    "    float* part;\n"                                                                         \
+    "    __device__ explicit Red(float* p) : part(p) {}\n"                                       \
+    "    __device__ float Sum(float v)\n"                                                        \
+    "    {\n"                                                                                    \
+    "        part[threadIdx.x] = v;\n"                                                           \
+    "        __syncthreads();\n"                                                                 \
+    "        for (int s = blockDim.x / 2; s > 0; s >>= 1) {\n"                                   \
+    "            if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];\n"             \
+    "            __syncthreads();\n"                                                             \
+    "        }\n"                                                                                \
+    "        return part[0];\n"                                                                  \
+    "    }\n"                                                                                    \
+    "};\n"                                                                                       \
+    "__global__ void k(const float* x, float* y, int cols)\n"                                    \
+    "{\n"                                                                                        \
+    "    __shared__ float part[256];\n"                                                          \
+    "    float s = 0.0f;\n"                                                                      \
+    "    for (int c = threadIdx.x; c < cols; c += 256) s += x[blockIdx.x * cols + c];\n"        \
+    "    const float total = %s;\n"                                                              \
+    "    if (threadIdx.x == 0) y[blockIdx.x] = total;\n"                                         \
+    "}\n"                                                                                        \
+    "extern \"C\" void launch(const float* x, float* y, int rows, int cols, cudaStream_t st)\n" \
+    "{\n"                                                                                        \
+    "    k<<<rows, 256, 0, st>>>(x, y, cols);\n"                                                 \
+    "}\n"
+
+static void row_parallel_member_helpers(void **state)
+{
+    (void)state;
+    char text[4096];
+    kl_snprintf(text, sizeof text, HELPER_FMT, "Red(part).Sum(s)");
+    json_t *s = sites_of(text, "row-parallel");
+    const char *id = site_where(s, "present", true);
+    assert_non_null(id);
+    op o = {.remove = true};
+    kl_snprintf(o.name, sizeof o.name, "row-parallel");
+    kl_snprintf(o.site, sizeof o.site, "%s", id);
+    kl_error err = {0};
+    char *got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_non_null(strstr(got, "    const float total = s;\n"));
+    assert_non_null(strstr(got, "for (int c = 0; c < cols; c++)"));
+    free(got);
+    json_decref(s);
+    /* twice(s) shuffles through lanes(): refused, naming the call */
+    kl_snprintf(text, sizeof text, HELPER_FMT, "twice(s)");
+    s = sites_of(text, "row-parallel");
+    id = site_where(s, "present", false);
+    assert_non_null(id);
+    expect_not_applicable(text, "row-parallel", id, true, "calls twice, a __device__ function of the file that");
+    json_decref(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(row_parallel_says_why_not),
         cmocka_unit_test(row_parallel_naives),
         cmocka_unit_test(row_parallel_experts),
+        cmocka_unit_test(row_parallel_member_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -150,6 +150,78 @@ static void warp_reduce_says_why_not(void **state)
     json_decref(s);
 }
 
+/* Helpers called as members: `S::f(v)` and `obj.f(v)` reach the one __device__ function of that
+ * name; with two of one name the call is not followed (no site). A loop over the partials that
+ * starts from a value other than the operation's identity keeps it: `r = 1.0f + v`. %s: the warp
+ * step's call, %s: the start of the loop over the partials. */
+#define MEMBER_FMT                                                                                              \
+    "struct WarpOps {\n"                                                                                    \
+    "    static __device__ float Reduce(float v)\n"                                                         \
+    "    {\n"                                                                                               \
+    "        for (int offset = warpSize / 2; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffff, v, offset);\n" \
+    "        return v;\n"                                                                                   \
+    "    }\n"                                                                                               \
+    "};\n"                                                                                                  \
+    "struct Scale {\n"                                                                                      \
+    "    __device__ float %s(float v) { return 2.0f * v; }\n"                                               \
+    "};\n"                                                                                                  \
+    "__global__ void k(const float* x, float* y)\n"                                                         \
+    "{\n"                                                                                                   \
+    "    __shared__ float part[8];\n"                                                                       \
+    "    float v = x[blockIdx.x * 256 + threadIdx.x];\n"                                                    \
+    "    v = %s(v);\n"                                                                                      \
+    "    if (threadIdx.x %% 32 == 0) part[threadIdx.x / 32] = v;\n"                                         \
+    "    __syncthreads();\n"                                                                                \
+    "    float r = %s;\n"                                                                                   \
+    "    for (int w = 0; w < 8; w++) r += part[w];\n"                                                       \
+    "    if (threadIdx.x == 0) y[blockIdx.x] = r;\n"                                                        \
+    "}\n"                                                                                                   \
+    "extern \"C\" void launch(const float* x, float* y, int blocks, cudaStream_t s)\n"                     \
+    "{\n"                                                                                                   \
+    "    k<<<blocks, 256, 0, s>>>(x, y);\n"                                                                 \
+    "}\n"
+
+static void warp_reduce_member_helpers(void **state)
+{
+    (void)state;
+    char text[4096];
+    kl_error err = {0};
+    /* two functions named Reduce: which one `Scale().Reduce(v)` reaches is not followed */
+    kl_snprintf(text, sizeof text, MEMBER_FMT, "Reduce", "Scale().Reduce", "0.0f");
+    json_t *s = sites_of(text, "warp-reduce");
+    size_t i;
+    json_t *site;
+    json_array_foreach(s, i, site) {
+        const char *id = json_string_value(json_object_get(site, "site"));
+        if (!strncmp(id, "k:", 2)) fail_msg("a site in k through a call of an ambiguous name: %s", id);
+    }
+    json_decref(s);
+    /* the static member through its qualified name, the loop from 1.0f: present, and the start kept */
+    kl_snprintf(text, sizeof text, MEMBER_FMT, "Twice", "WarpOps::Reduce", "1.0f");
+    s = sites_of(text, "warp-reduce");
+    const char *id = site_where(s, "present", true);
+    assert_non_null(id);
+    assert_string_equal(id, "k:15");
+    op o = {.remove = true};
+    kl_snprintf(o.name, sizeof o.name, "warp-reduce");
+    kl_snprintf(o.site, sizeof o.site, "%s", id);
+    char *got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_non_null(strstr(got, "    float r = 1.0f + v;\n"));
+    assert_null(strstr(got, "part["));
+    free(got);
+    json_decref(s);
+    /* from 0.0f, the identity: the block's sum alone */
+    kl_snprintf(text, sizeof text, MEMBER_FMT, "Twice", "WarpOps::Reduce", "0.0f");
+    s = sites_of(text, "warp-reduce");
+    kl_snprintf(o.site, sizeof o.site, "%s", site_where(s, "present", true));
+    got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_non_null(strstr(got, "    float r = v;\n"));
+    free(got);
+    json_decref(s);
+}
+
 /* ---- vectorize ------------------------------------------------------------------------------------------ */
 
 /* Every float4 site of the f32 experts is removable, and the naive row loops of softmax,
@@ -235,6 +307,74 @@ static const char *vec_reasons =
     "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) atomicAdd(y, x[i]);\n"
     "}\n";
 
+/* The cast form: a `const float4 *v` parameter cast at the launch from another argument. %s: the
+ * kernel's vector parameter, %s: a statement of the kernel, %s: the launch's argument for v. */
+#define CAST_FMT                                                                                   \
+    "__global__ void k(const float* x, %s, int off, int n4, float* out)\n"                         \
+    "{\n"                                                                                          \
+    "    const int i = blockIdx.x * blockDim.x + threadIdx.x;\n"                                   \
+    "    %s\n"                                                                                     \
+    "    if (i < n4) { const float4 q = v[i]; out[i] = q.x + q.y + q.z + q.w; }\n"                \
+    "}\n"                                                                                          \
+    "extern \"C\" void launch(const float* x, float* out, int n, cudaStream_t s)\n"              \
+    "{\n"                                                                                          \
+    "    const int off = 1, n4 = (n - 1) / 4;\n"                                                   \
+    "    k<<<(n4 + 127) / 128, 128, 0, s>>>(x, %s, off, n4, out);\n"                               \
+    "}\n"
+
+static void vectorize_cast_says_why_not(void **state)
+{
+    (void)state;
+    char text[2048];
+    /* the standard shape: v[i] becomes x[off + 4 * i] … */
+    kl_snprintf(text, sizeof text, CAST_FMT, "const float4* v", "", "reinterpret_cast<const float4*>(x + off)");
+    json_t *s = sites_of(text, "vectorize");
+    assert_string_equal(site_where(s, "present", true), "k:1:v");
+    op o = {.remove = true};
+    kl_snprintf(o.name, sizeof o.name, "vectorize");
+    kl_snprintf(o.site, sizeof o.site, "k:1:v");
+    kl_error err = {0};
+    char *got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_non_null(strstr(got, "const float4 q = make_float4(x[off + 4 * i], x[off + 4 * i + 1], x[off + 4 * i + 2], "
+                                "x[off + 4 * i + 3]);"));
+    /* removed, nothing is read through v any more: no site */
+    json_t *back = sites_of(got, "vectorize");
+    assert_null(site_where(back, "present", true));
+    assert_null(site_where(back, "present", false));
+    json_decref(back);
+    free(got);
+    json_decref(s);
+    /* the kernel changes the offset: the vectors no longer sit where the cast put them */
+    kl_snprintf(text, sizeof text, CAST_FMT, "const float4* v", "off = 0;", "reinterpret_cast<const float4*>(x + off)");
+    expect_not_applicable(text, "vectorize", "k:1:v", true, "line 4 changes off");
+    /* it bumps the base: read on the canonical form (the bump folded into x's subscripts), and the
+     * result is that form, not edits naming x after the bump in the text as written (canon.c) */
+    kl_snprintf(text, sizeof text, CAST_FMT, "const float4* v", "x += 1; out[0] = x[0];",
+                "reinterpret_cast<const float4*>(x + off)");
+    got = rewrite_op("t.cu", text, &o, &err);
+    if (!got) fail_msg("%s", err.message);
+    assert_null(strstr(got, "x += 1"));
+    assert_non_null(strstr(got, "make_float4(x[off + 4 * i]"));
+    free(got);
+    /* a pointer to non-const: writes through it are not followed */
+    kl_snprintf(text, sizeof text, CAST_FMT, "float4* v", "", "reinterpret_cast<float4*>(out)");
+    expect_not_applicable(text, "vectorize", "k:1:v", true, "not a pointer to const");
+    /* an offset the launch does not pass */
+    kl_snprintf(text, sizeof text, CAST_FMT, "const float4* v", "", "reinterpret_cast<const float4*>(x + n)");
+    expect_not_applicable(text, "vectorize", "k:1:v", true, "does not pass as an argument of its own");
+    /* v used otherwise than read as v[e] */
+    kl_snprintf(text, sizeof text, CAST_FMT, "const float4* v", "const float4* w = v + 1; (void)w;",
+                "reinterpret_cast<const float4*>(x + off)");
+    expect_not_applicable(text, "vectorize", "k:1:v", true, "line 4 uses v otherwise than reading v[e]");
+    /* a float4 buffer of its own (no cast at the launch): not this form, no site */
+    kl_snprintf(text, sizeof text, CAST_FMT, "const float4* v", "", "(const float4*)0 + 0");
+    s = sites_of(text, "vectorize");
+    assert_null(site_where(s, "present", true));
+    assert_null(site_where(s, "present", false));
+    json_decref(s);
+}
+
 static void vectorize_says_why_not(void **state)
 {
     (void)state;
@@ -290,7 +430,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(warp_reduce_says_why_not),
         cmocka_unit_test(warp_reduce_removes_from_experts),
+        cmocka_unit_test(warp_reduce_member_helpers),
         cmocka_unit_test(vectorize_says_why_not),
+        cmocka_unit_test(vectorize_cast_says_why_not),
         cmocka_unit_test(vectorize_experts_and_naives),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

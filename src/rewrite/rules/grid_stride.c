@@ -1,9 +1,11 @@
 /* grid-stride: one element per thread (`i = blockIdx.x*blockDim.x + threadIdx.x; if (i < n) …`) <->
  * a grid-stride loop over the elements, with the grid at the launch capped at a few waves of the
- * GPU's multiprocessors. */
+ * GPU's multiprocessors. Several loops over one grid (an expert's for and while loops, remove only)
+ * are grid_stride_group.c's (grid_stride.h). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "rewrite/rules/grid_stride.h"
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
@@ -25,25 +27,37 @@ static TSNode strip(TSNode n)
 
 /* ---- the kernel side ------------------------------------------------------------------------ */
 
-/* What one kernel holds: the index, its bound, the body, and where they are. */
-typedef struct gs_kernel {
-    bool found;             /* a recognised shape (either direction) */
-    bool present;           /* a grid-stride loop (else: one element per thread) */
-    bool early_return;      /* applicable shape: `if (i >= n) return;` then the rest */
-    TSNode decl;            /* the declaration of i (applicable) or the for's initializer (present) */
-    TSNode stmt;            /* the if_statement / for_statement */
-    TSNode body;            /* the if's consequence / the for's body */
-    TSNode last;            /* early return: the last statement of the function */
-    char *var, *init, *cond, *stride, *bound, *type;
-    int64_t coef;           /* the index's block coefficient when a constant (0: blockDim.x) */
-    bool group;             /* present, several loops or a non-standard one: analyse_group */
-    unsigned ng;
-    TSNode gl[8];           /* the loops */
-    int gkind[8];           /* 0 an unrolled main loop (goes), 1 over an index declared before, 2 declaring it */
-    char why[300];          /* not empty: the shape is there but cannot be rewritten */
-} gs_kernel;
+/* A `while (cond) { …; i += G; }` loop's step: the last statement of its body when that is an
+ * expression statement (else a null node). *expr receives the expression. */
+TSNode grid_stride__while_step(TSNode s, TSNode *expr)
+{
+    TSNode none = {0}, body = ts_node_child_by_field_name(s, "body", 4), last = none;
+    *expr = none;
+    if (!is_type(s, "while_statement") || !is_type(body, "compound_statement")) return none;
+    for (uint32_t i = ts_node_named_child_count(body); i-- > 0;) {
+        TSNode k = ts_node_named_child(body, i);
+        if (!is_type(k, "comment")) {
+            last = k;
+            break;
+        }
+    }
+    if (!is_type(last, "expression_statement")) return none;
+    *expr = ts_node_named_child(last, 0);
+    return last;
+}
 
-static void gs_kernel_release(gs_kernel *k)
+/* A for's or a while's condition (a while's without the clause's parentheses). */
+TSNode grid_stride__loop_cond(TSNode s)
+{
+    TSNode c = ts_node_child_by_field_name(s, "condition", 9);
+    if (is_type(c, "condition_clause")) {
+        TSNode v = ts_node_child_by_field_name(c, "value", 5);
+        c = ts_node_is_null(v) ? ts_node_named_child(c, 0) : v;
+    }
+    return c;
+}
+
+static void gs_kernel_release(grid_stride__kernel *k)
 {
     free(k->var);
     free(k->init);
@@ -143,7 +157,7 @@ static bool uses_word(const char *text, const char *var)
  * compound assignment, ++/--, an atomic), never a plain store to a place every element shares
  * (`smem[threadIdx.x] = x[i]` — a later element would overwrite it before the statements after
  * read it), and no call into a function of this file, whose writes the rule cannot see. The
- * updates of locals declared before are refused by check_body already. */
+ * updates of locals declared before are refused by grid_stride__check_body already. */
 typedef struct trailing_scan {
     const kl_source *src;
     const char *var;
@@ -222,7 +236,7 @@ static unsigned outer_names(const kl_source *src, TSNode fbody, TSNode stmt, cha
     return n;
 }
 
-static void check_body(const kl_source *src, TSNode fbody, TSNode stmt, TSNode from, TSNode to, const char *var,
+void grid_stride__check_body(const kl_source *src, TSNode fbody, TSNode stmt, TSNode from, TSNode to, const char *var,
                        char *why, size_t size)
 {
     body_scan b = {src, var, NULL, 0, "", 0};
@@ -334,7 +348,7 @@ static bool bound_of(const kl_source *src, kl_affine_ctx *ax, TSNode cond, const
     return *bound != NULL;
 }
 
-static char *decl_type(const kl_source *src, TSNode decl)
+char *grid_stride__decl_type(const kl_source *src, TSNode decl)
 {
     /* the declaration's text up to its declarator, without `const` */
     TSNode d = ts_node_child_by_field_name(decl, "declarator", 10);
@@ -347,7 +361,7 @@ static char *decl_type(const kl_source *src, TSNode decl)
     return kl_strbuf_detach(&sb, NULL);
 }
 
-static bool has_text(const kl_source *src, TSNode n, const char *needle)
+bool grid_stride__has_text(const kl_source *src, TSNode n, const char *needle)
 {
     char *t = kl_node_text(src, n);
     bool yes = t && strstr(t, needle);
@@ -355,235 +369,9 @@ static bool has_text(const kl_source *src, TSNode n, const char *needle)
     return yes;
 }
 
-/* ---- several loops over one grid (remove only) -----------------------------------------------------
- * An expert's loops: an unrolled main loop `for (; i + K*G < B; i += U*G)` followed by its remainder
- * `for (; i < B; i += G)` over an index declared before them, and/or loops that declare their index
- * `for (T j = S + <index>; j < B; j += G)`, all stepping by G = the grid's thread count. Removal sizes
- * the grid from a size parameter N with N >= B - S for every loop (N >= 0 assumed: a size): then G >= N,
- * every loop runs at most once per thread, and a main loop (K >= 1) never runs. */
-
-enum { GS_OK = 0, GS_FORM = 1, GS_PROOF = 2 };
-
-/* The operator of a binary expression, read from the text between its operands. */
-static void binary_op(const kl_source *src, TSNode n, char *op, size_t size)
+bool grid_stride__use_visit(TSNode n, void *user)
 {
-    TSNode l = ts_node_child_by_field_name(n, "left", 4), r = ts_node_child_by_field_name(n, "right", 5);
-    const char *t = kl_source_text(src, NULL);
-    size_t k = 0;
-    op[0] = '\0';
-    if (ts_node_is_null(l) || ts_node_is_null(r)) return;
-    for (uint32_t i = ts_node_end_byte(l); i < ts_node_start_byte(r) && k + 1 < size; i++)
-        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\n') op[k++] = t[i];
-    op[k] = '\0';
-}
-
-/* A cast to an integer type at least as wide as int. */
-static bool int_cast(const kl_source *src, TSNode cast)
-{
-    char *t = kl_node_text(src, ts_node_child_by_field_name(cast, "type", 4));
-    bool ok = t && !strstr(t, "char") && !strstr(t, "short") && !strstr(t, "*") &&
-              (strstr(t, "int") || strstr(t, "size_t") || strstr(t, "long") || strstr(t, "unsigned"));
-    free(t);
-    return ok;
-}
-
-/* The value of a local declared at the top level of the function with an initializer and never
- * assigned again; a null node otherwise. */
-static TSNode local_value(const kl_source *src, kl_affine_ctx *ax, TSNode fbody, const char *name)
-{
-    TSNode none = {0};
-    if (kl_affine_assign_count(ax, name) != 1) return none;
-    uint32_t c = ts_node_named_child_count(fbody);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode d = ts_node_named_child(fbody, i);
-        if (!is_type(d, "declaration")) continue;
-        uint32_t dc = ts_node_named_child_count(d);
-        for (uint32_t k = 0; k < dc; k++) {
-            TSNode id = ts_node_named_child(d, k);
-            if (!is_type(id, "init_declarator")) continue;
-            TSNode nm = ts_node_child_by_field_name(id, "declarator", 10);
-            if (is_type(nm, "identifier") && kl_node_text_is(src, nm, name))
-                return ts_node_child_by_field_name(id, "value", 5);
-        }
-    }
-    return none;
-}
-
-typedef struct gs_prove {
-    const kl_source *src;
-    kl_affine_ctx *ax;
-    TSNode fbody;
-    const char *n;          /* the size parameter, assumed >= 0 */
-} gs_prove;
-
-/* 0 <= e <= n */
-static bool le_size(const gs_prove *p, TSNode e, int depth)
-{
-    if (depth > 8) return false;
-    e = kl_ast_unparen(e);
-    if (is_type(e, "cast_expression"))
-        return int_cast(p->src, e) && le_size(p, ts_node_child_by_field_name(e, "value", 5), depth + 1);
-    if (is_type(e, "identifier")) {
-        if (kl_node_text_is(p->src, e, p->n)) return true;
-        char *name = kl_node_text(p->src, e);
-        TSNode v = name ? local_value(p->src, p->ax, p->fbody, name) : (TSNode){0};
-        free(name);
-        return !ts_node_is_null(v) && le_size(p, v, depth + 1);
-    }
-    if (is_type(e, "number_literal")) {
-        int64_t v;
-        return kl_const_eval(p->src, kl_affine_ctx_function(p->ax), e, false, &v, NULL, 0) && v == 0;
-    }
-    if (is_type(e, "conditional_expression"))
-        return le_size(p, ts_node_child_by_field_name(e, "consequence", 11), depth + 1) &&
-               le_size(p, ts_node_child_by_field_name(e, "alternative", 11), depth + 1);
-    if (is_type(e, "binary_expression")) {
-        char op[4];
-        binary_op(p->src, e, op, sizeof op);
-        int64_t v;
-        TSNode r = ts_node_child_by_field_name(e, "right", 5);
-        if ((!strcmp(op, "/") || !strcmp(op, ">>")) &&
-            kl_const_eval(p->src, kl_affine_ctx_function(p->ax), r, false, &v, NULL, 0) && v >= (op[0] == '/' ? 1 : 0))
-            return le_size(p, ts_node_child_by_field_name(e, "left", 4), depth + 1);
-    }
-    return false;
-}
-
-/* e >= 0 */
-static bool nonneg(const gs_prove *p, TSNode e, int depth)
-{
-    if (depth > 8) return false;
-    e = kl_ast_unparen(e);
-    int64_t v;
-    if (kl_const_eval(p->src, kl_affine_ctx_function(p->ax), e, false, &v, NULL, 0)) return v >= 0;
-    if (le_size(p, e, depth)) return true;
-    if (is_type(e, "cast_expression"))
-        return int_cast(p->src, e) && nonneg(p, ts_node_child_by_field_name(e, "value", 5), depth + 1);
-    if (is_type(e, "identifier")) {
-        char *name = kl_node_text(p->src, e);
-        TSNode val = name ? local_value(p->src, p->ax, p->fbody, name) : (TSNode){0};
-        free(name);
-        return !ts_node_is_null(val) && nonneg(p, val, depth + 1);
-    }
-    if (is_type(e, "conditional_expression"))
-        return nonneg(p, ts_node_child_by_field_name(e, "consequence", 11), depth + 1) &&
-               nonneg(p, ts_node_child_by_field_name(e, "alternative", 11), depth + 1);
-    if (is_type(e, "binary_expression")) {
-        char op[4];
-        binary_op(p->src, e, op, sizeof op);
-        if (!strcmp(op, "+") || !strcmp(op, "*") || !strcmp(op, "/") || !strcmp(op, ">>"))
-            return nonneg(p, ts_node_child_by_field_name(e, "left", 4), depth + 1) &&
-                   nonneg(p, ts_node_child_by_field_name(e, "right", 5), depth + 1);
-    }
-    return false;
-}
-
-/* p == u * g for a positive integer u (0 when not). */
-static long long multiple_of(const rt_poly *p, const rt_poly *g)
-{
-    if (p->opaque || p->n != 1 || g->n != 1) return 0;
-    const rt_term *a = &p->t[0], *b = &g->t[0];
-    if (a->deg != b->deg || memcmp(a->sym, b->sym, a->deg) || a->coef <= 0 || a->coef % b->coef) return 0;
-    return a->coef / b->coef;
-}
-
-static const uint64_t thread_block_deps = (1u << RB_TX) | (1u << RB_TY) | (1u << RB_TZ) | (1u << RB_BX) |
-                                          (1u << RB_BY) | (1u << RB_BZ);
-
-/* The addends of a sum (through parentheses), at most max; false when there are more. */
-static bool addends(const kl_source *src, TSNode e, TSNode *out, unsigned *n, unsigned max)
-{
-    e = kl_ast_unparen(e);
-    char op[4] = "";
-    if (is_type(e, "binary_expression")) binary_op(src, e, op, sizeof op);
-    if (!strcmp(op, "+"))
-        return addends(src, ts_node_child_by_field_name(e, "left", 4), out, n, max) &&
-               addends(src, ts_node_child_by_field_name(e, "right", 5), out, n, max);
-    if (*n == max) return false;
-    out[(*n)++] = e;
-    return true;
-}
-
-/* value = start + C*blockIdx.x + threadIdx.x (in any order): the grid's thread count into g and
- * the start (an addend free of thread and block indexes; a null node when there is none). The
- * addends that hold the indexes must sum to exactly the global thread index. */
-static bool split_index(const kl_source *src, rt_affine *ra, TSNode value, rt_poly *g, TSNode *start)
-{
-    TSNode ad[8];
-    unsigned n = 0;
-    *start = (TSNode){0};
-    if (!addends(src, value, ad, &n, 8)) return false;
-    rt_poly sum = {0};
-    unsigned nstart = 0;
-    for (unsigned i = 0; i < n; i++) {
-        rt_poly p;
-        rt_affine_eval(ra, ad[i], &p);
-        if (!(p.deps & thread_block_deps) && !(p.deps & (1u << RB_GX))) {
-            /* the start: one addend (more would need their sum) */
-            if (nstart++) return false;
-            *start = ad[i];
-            continue;
-        }
-        if (p.opaque) return false;
-        for (unsigned t = 0; t < p.n; t++) {
-            bool idx = false;
-            for (unsigned d = 0; d < p.t[t].deg; d++)
-                idx = idx || (p.t[t].sym[d] < RB_NBUILTIN && ((1u << p.t[t].sym[d]) & thread_block_deps));
-            if (!idx) return false;
-            bool merged = false;
-            for (unsigned u = 0; u < sum.n && !merged; u++)
-                if (sum.t[u].deg == p.t[t].deg && !memcmp(sum.t[u].sym, p.t[t].sym, p.t[t].deg)) {
-                    sum.t[u].coef += p.t[t].coef;
-                    merged = true;
-                }
-            if (!merged) {
-                if (sum.n == RB_MAXTERM) return false;
-                sum.t[sum.n++] = p.t[t];
-            }
-        }
-    }
-    /* drop cancelled terms */
-    unsigned k = 0;
-    for (unsigned u = 0; u < sum.n; u++)
-        if (sum.t[u].coef) sum.t[k++] = sum.t[u];
-    sum.n = k;
-    return rt_grid_index(&sum, g, false);
-}
-
-/* The top-level declaration `T name = value;` before stmt in fbody (a null node when none). */
-static TSNode top_decl_of(const kl_source *src, TSNode fbody, TSNode stmt, const char *name, TSNode *value)
-{
-    TSNode found = {0};
-    uint32_t c = ts_node_named_child_count(fbody);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode d = ts_node_named_child(fbody, i);
-        if (ts_node_start_byte(d) >= ts_node_start_byte(stmt)) break;
-        if (!is_type(d, "declaration") || ts_node_named_child_count(d) > 3) continue;
-        TSNode id = ts_node_child_by_field_name(d, "declarator", 10);
-        if (!is_type(id, "init_declarator")) continue;
-        TSNode nm = ts_node_child_by_field_name(id, "declarator", 10);
-        if (is_type(nm, "identifier") && kl_node_text_is(src, nm, name)) {
-            found = d;
-            *value = ts_node_child_by_field_name(id, "value", 5);
-        }
-    }
-    return found;
-}
-
-/* Identifier uses of `name` in n outside [skip_a, skip_b) and outside the allowed ranges. */
-typedef struct use_scan {
-    const kl_source *src;
-    const char *name;
-    const uint32_t *ra, *rb;
-    unsigned nr;
-    uint32_t skip_a, skip_b;
-    unsigned line;          /* the first use outside, 0 when none */
-    const char *prefix;     /* instead of name: field expressions starting with this ("blockIdx") */
-} use_scan;
-
-static bool use_visit(TSNode n, void *user)
-{
-    use_scan *u = user;
+    grid_stride__use_scan *u = user;
     if (u->line) return false;
     uint32_t a = ts_node_start_byte(n);
     bool hit = false;
@@ -604,14 +392,11 @@ static bool use_visit(TSNode n, void *user)
     return false;
 }
 
-#define GS_MAXLOOPS 8
-#define GS_MAXRANGES 48
-
 /* The grid's size must not matter outside the loops: blockIdx/gridDim, and the locals computed from
  * them, appear only in the loops' headers, in loops that go, in the declarations of the indexes and in
  * one another's definitions. `ra/rb` holds those ranges (loops' headers, dead loops, index
  * declarations) on entry and grows; *nr its count. */
-static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t *rb, unsigned *nr, char *why,
+void grid_stride__grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t *rb, unsigned *nr, char *why,
                       size_t size)
 {
     const kl_source *src = ctx->src;
@@ -629,7 +414,7 @@ static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t 
             for (unsigned r = 0; r < *nr; r++)
                 if (ts_node_start_byte(d) >= ra[r] && ts_node_start_byte(d) < rb[r]) in = true;
             if (in) continue;
-            bool grid = has_text(src, d, "blockIdx") || has_text(src, d, "gridDim");
+            bool grid = grid_stride__has_text(src, d, "blockIdx") || grid_stride__has_text(src, d, "gridDim");
             for (unsigned l = 0; l < nloc && !grid; l++) grid = rt_count_ident(ctx, d, locals[l]) > 0;
             if (!grid) continue;
             TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
@@ -647,8 +432,8 @@ static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t 
     const char *builtins[] = {"blockIdx", "gridDim"};
     for (unsigned b = 0; b < 2 + nloc && !why[0]; b++) {
         if (b >= 2 && !locals[b - 2]) continue;
-        use_scan u = {src, b < 2 ? NULL : locals[b - 2], ra, rb, *nr, 0, 0, 0, b < 2 ? builtins[b] : NULL};
-        kl_ast_walk(fbody, use_visit, &u);
+        grid_stride__use_scan u = {src, b < 2 ? NULL : locals[b - 2], ra, rb, *nr, 0, 0, 0, b < 2 ? builtins[b] : NULL};
+        kl_ast_walk(fbody, grid_stride__use_visit, &u);
         if (u.line)
             kl_snprintf(why, size,
                         "line %u uses %s outside the grid-stride loops' headers: the grid's size would change it",
@@ -660,253 +445,14 @@ static void grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t 
     for (unsigned h = 0; h < nh && h < 64 && !why[0]; h++) {
         char *name = kl_ast_function_name(src, helpers[h]);
         if (name && rt_count_ident(ctx, fbody, name) &&
-            (has_text(src, helpers[h], "blockIdx") || has_text(src, helpers[h], "gridDim")))
+            (grid_stride__has_text(src, helpers[h], "blockIdx") || grid_stride__has_text(src, helpers[h], "gridDim")))
             kl_snprintf(why, size, "the helper %s uses blockIdx/gridDim: the grid's size would change it", name);
         free(name);
     }
     for (unsigned l = 0; l < nloc; l++) free(locals[l]);
 }
 
-typedef struct gs_loopinfo {
-    TSNode stmt, body, cond, decl, start, bound;  /* decl: the index's declaration (before, or in the for) */
-    char *var;
-    long long u, k;         /* steps u grids; the condition is var + k grids < bound */
-    bool declares;          /* the for declares its index */
-} gs_loopinfo;
-
-/* Fills k's group fields and returns GS_OK, or says why (GS_FORM: not this shape; GS_PROOF: the shape,
- * but not provably one element per thread). */
-static int analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const TSNode *loops, unsigned nl,
-                         gs_kernel *k, char *why, size_t size)
-{
-    const kl_source *src = ctx->src;
-    TSNode fbody = kl_ast_function_body(fn);
-    if (nl > GS_MAXLOOPS) {
-        kl_snprintf(why, size, "%u grid-stride loops in the kernel", nl);
-        return GS_FORM;
-    }
-    rt_func fs[64];
-    unsigned nf = rt_functions(ctx, fs, 64);
-    const rt_func *f = NULL;
-    for (unsigned i = 0; i < nf && i < 64; i++)
-        if (ts_node_eq(fs[i].def, fn)) f = &fs[i];
-    if (!f) {
-        kl_snprintf(why, size, "the kernel's definition cannot be followed");
-        return GS_FORM;
-    }
-    rt_affine *ra = rt_affine_new(ctx, f);
-    if (!ra) {
-        kl_snprintf(why, size, "out of memory");
-        return GS_FORM;
-    }
-    gs_loopinfo li[GS_MAXLOOPS];
-    memset(li, 0, sizeof li);
-    rt_poly g = {0};
-    int level = GS_OK;
-    for (unsigned i = 0; i < nl && level == GS_OK; i++) {
-        gs_loopinfo *L = &li[i];
-        TSNode s = loops[i];
-        unsigned line = kl_ast_line(s);
-        L->stmt = s;
-        L->body = ts_node_child_by_field_name(s, "body", 4);
-        TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
-        TSNode cond = kl_ast_unparen(ts_node_child_by_field_name(s, "condition", 9));
-        TSNode upd = ts_node_child_by_field_name(s, "update", 6);
-        L->cond = cond;
-        /* the condition: var < B or var + P < B */
-        char op[4] = "";
-        if (is_type(cond, "binary_expression")) binary_op(src, cond, op, sizeof op);
-        TSNode lhs = is_type(cond, "binary_expression") ? kl_ast_unparen(ts_node_child_by_field_name(cond, "left", 4))
-                                                         : (TSNode){0};
-        TSNode pnode = {0}, vnode = lhs;
-        if (is_type(lhs, "binary_expression")) {
-            char op2[4];
-            binary_op(src, lhs, op2, sizeof op2);
-            vnode = strcmp(op2, "+") ? (TSNode){0} : ts_node_child_by_field_name(lhs, "left", 4);
-            pnode = ts_node_child_by_field_name(lhs, "right", 5);
-        }
-        if (strcmp(op, "<") || !is_type(vnode, "identifier")) {
-            kl_snprintf(why, size, "the loop condition at line %u is not <index> < <an invariant bound>", line);
-            level = GS_FORM;
-            break;
-        }
-        L->var = kl_node_text(src, vnode);
-        L->bound = ts_node_child_by_field_name(cond, "right", 5);
-        /* the index: declared by the for, or at the top level before it */
-        TSNode value = {0};
-        if (is_type(init, "declaration") &&
-            is_type(ts_node_child_by_field_name(init, "declarator", 10), "init_declarator")) {
-            TSNode idecl = ts_node_child_by_field_name(init, "declarator", 10);
-            if (!kl_node_text_is(src, ts_node_child_by_field_name(idecl, "declarator", 10), L->var ? L->var : "")) {
-                kl_snprintf(why, size, "the loop at line %u declares one index and tests another", line);
-                level = GS_FORM;
-                break;
-            }
-            L->decl = init;
-            L->declares = true;
-            value = ts_node_child_by_field_name(idecl, "value", 5);
-        } else if (ts_node_is_null(init)) {
-            L->decl = top_decl_of(src, fbody, s, L->var ? L->var : "", &value);
-        }
-        if (ts_node_is_null(L->decl) || ts_node_is_null(value)) {
-            kl_snprintf(why, size, "the grid-stride loop at line %u does not declare its index", line);
-            level = GS_FORM;
-            break;
-        }
-        /* start + the global thread index */
-        rt_poly pg;
-        TSNode e = kl_ast_unparen(value);
-        if (!split_index(src, ra, e, &pg, &L->start)) {
-            kl_snprintf(why, size, "the index of the loop at line %u is not <start> + blockIdx.x * <block> + threadIdx.x",
-                        line);
-            level = GS_FORM;
-            break;
-        }
-        if (i == 0) g = pg;
-        else if (pg.t[0].coef != g.t[0].coef || pg.t[0].deg != g.t[0].deg) {
-            kl_snprintf(why, size, "the loops at lines %u and %u index different grids", kl_ast_line(loops[0]), line);
-            level = GS_FORM;
-            break;
-        }
-        /* the step: var += u grids */
-        char aop[4] = "";
-        if (is_type(upd, "assignment_expression")) binary_op(src, upd, aop, sizeof aop);
-        TSNode ul = ts_node_child_by_field_name(upd, "left", 4);
-        if (!strcmp(aop, "+=") && is_type(ul, "identifier") && kl_node_text_is(src, ul, L->var)) {
-            rt_poly ps;
-            rt_affine_eval(ra, ts_node_child_by_field_name(upd, "right", 5), &ps);
-            L->u = multiple_of(&ps, &g);
-        }
-        if (!ts_node_is_null(pnode)) {
-            rt_poly pp;
-            rt_affine_eval(ra, pnode, &pp);
-            L->k = multiple_of(&pp, &g);
-            if (L->k == 0) L->u = 0;
-        }
-        char *ut = kl_node_text(src, upd);
-        bool main_loop = L->u >= 2 && L->k >= 1 && !L->declares;
-        if (L->u == 0 || (!main_loop && (L->u != 1 || L->k != 0))) {
-            kl_snprintf(why, size, "the loop at line %u steps by %s, not one grid of threads (several elements per step?)",
-                        line, ut ? ut : "?");
-            level = GS_FORM;
-        }
-        free(ut);
-        rt_poly pb;
-        rt_affine_eval(ra, L->bound, &pb);
-        if (level == GS_OK && (pb.deps & (thread_block_deps | (1u << RB_GX)))) {
-            kl_snprintf(why, size, "the bound of the loop at line %u depends on the thread or the grid", line);
-            level = GS_FORM;
-        }
-        /* an unrolled loop is followed by its remainder: the next statement, the same index and bound */
-        if (level == GS_OK && i > 0 && li[i - 1].u >= 2) {
-            TSNode nx = rt_next_stmt(li[i - 1].stmt);
-            char *b0 = kl_node_text(src, li[i - 1].bound), *b1 = kl_node_text(src, L->bound);
-            if (!ts_node_eq(nx, s) || L->declares || L->u != 1 || strcmp(L->var, li[i - 1].var) || !b0 || !b1 ||
-                strcmp(b0, b1)) {
-                kl_snprintf(why, size, "the unrolled loop at line %u is not followed by its remainder over %s < %s",
-                            kl_ast_line(li[i - 1].stmt), li[i - 1].var, b0 ? b0 : "?");
-                level = GS_FORM;
-            }
-            free(b0);
-            free(b1);
-        }
-    }
-    if (level == GS_OK && li[nl - 1].u >= 2) {
-        char *b0 = kl_node_text(src, li[nl - 1].bound);
-        kl_snprintf(why, size, "the unrolled loop at line %u is not followed by its remainder over %s < %s",
-                    kl_ast_line(li[nl - 1].stmt), li[nl - 1].var, b0 ? b0 : "?");
-        free(b0);
-        level = GS_FORM;
-    }
-    uint32_t ra_[GS_MAXRANGES], rt_[GS_MAXRANGES];
-    unsigned nr = 0;
-    /* each index is used only by its loops (and its declaration) */
-    for (unsigned i = 0; i < nl && level == GS_OK; i++) {
-        nr = 0;
-        for (unsigned j = 0; j < nl; j++)
-            if (!strcmp(li[j].var, li[i].var) && li[j].declares == li[i].declares &&
-                (li[i].declares ? j == i : true)) {
-                ra_[nr] = ts_node_start_byte(li[j].stmt);
-                rt_[nr++] = ts_node_end_byte(li[j].stmt);
-            }
-        use_scan us = {src, li[i].var, ra_, rt_, nr, ts_node_start_byte(li[i].decl), ts_node_end_byte(li[i].decl), 0,
-                       NULL};
-        kl_ast_walk(fbody, use_visit, &us);
-        if (us.line) {
-            kl_snprintf(why, size, "%s is also used outside the loops (line %u)", li[i].var, us.line);
-            level = GS_PROOF;
-        }
-        if (level == GS_OK && li[i].u == 1)
-            check_body(src, fbody, li[i].stmt, li[i].body, li[i].body, li[i].var, why, size);
-        if (why[0]) level = GS_PROOF;
-    }
-    /* a size parameter N covering every loop: 0 <= bound <= N and start >= 0 */
-    const char *size_param = NULL;
-    for (unsigned pi = 0; pi < kl_affine_param_count(ax) && level == GS_OK && !size_param; pi++) {
-        const kl_param_info *prm = kl_affine_param(ax, pi);
-        if (prm->pointer || !prm->elem || strstr(prm->elem, "bool") || strstr(prm->elem, "float") ||
-            strstr(prm->elem, "double") || strstr(prm->elem, "char"))
-            continue;
-        gs_prove pr = {src, ax, fbody, prm->name};
-        bool all = true;
-        for (unsigned i = 0; i < nl && all; i++)
-            all = le_size(&pr, li[i].bound, 0) && (ts_node_is_null(li[i].start) || nonneg(&pr, li[i].start, 0));
-        if (all) size_param = prm->name;
-    }
-    if (level == GS_OK && !size_param) {
-        kl_snprintf(why, size,
-                    "cannot show that the loops from line %u cover at most <a size parameter> indices each "
-                    "(every bound at most the parameter, every start at least 0)",
-                    kl_ast_line(loops[0]));
-        level = GS_PROOF;
-    }
-    if (level == GS_OK) {
-        /* the grid's size matters nowhere else */
-        nr = 0;
-        for (unsigned i = 0; i < nl && nr + 2 < GS_MAXRANGES; i++) {
-            ra_[nr] = ts_node_start_byte(li[i].stmt);
-            rt_[nr++] = li[i].u >= 2 ? ts_node_end_byte(li[i].stmt) : ts_node_start_byte(li[i].body);
-            if (!li[i].declares) {
-                ra_[nr] = ts_node_start_byte(li[i].decl);
-                rt_[nr++] = ts_node_end_byte(li[i].decl);
-            }
-        }
-        grid_free(ctx, fn, ra_, rt_, &nr, why, size);
-        if (why[0]) level = GS_PROOF;
-    }
-    if (level == GS_OK) {
-        free(k->var);
-        free(k->bound);
-        free(k->stride);
-        free(k->type);
-        free(k->init);
-        free(k->cond);
-        k->init = k->cond = NULL;
-        k->group = true;
-        k->ng = nl;
-        for (unsigned i = 0; i < nl; i++) {
-            k->gl[i] = li[i].stmt;
-            k->gkind[i] = li[i].u >= 2 ? 0 : li[i].declares ? 2 : 1;
-        }
-        k->stmt = loops[0];
-        k->body = li[0].body;
-        k->decl = li[0].decl;
-        k->var = kl_strdup(li[0].var);
-        k->bound = kl_strdup(size_param);
-        k->type = decl_type(src, li[0].decl);
-        kl_strbuf sb = KL_STRBUF_INIT;
-        if (g.t[0].deg == 2) kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
-        else kl_strbuf_addf(&sb, "%lld * gridDim.x", g.t[0].coef);
-        k->stride = kl_strbuf_detach(&sb, NULL);
-        kl_strbuf_release(&sb);
-        k->coef = g.t[0].deg == 2 ? 0 : g.t[0].coef;
-    }
-    for (unsigned i = 0; i < nl; i++) free(li[i].var);
-    rt_affine_free(ra);
-    return level;
-}
-
-static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, gs_kernel *k)
+static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, grid_stride__kernel *k)
 {
     const kl_source *src = ctx->src;
     memset(k, 0, sizeof *k);
@@ -917,10 +463,12 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     /* present: a for whose update steps by gridDim.x */
     for (uint32_t i = 0; i < c; i++) {
         TSNode s = ts_node_named_child(body, i);
-        if (!is_type(s, "for_statement")) continue;
+        bool is_while = is_type(s, "while_statement");
+        if (!is_type(s, "for_statement") && !is_while) continue;
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
+        if (is_while) grid_stride__while_step(s, &upd);
         if (ts_node_is_null(upd)) continue;
-        bool stride = has_text(src, upd, "gridDim.x");
+        bool stride = grid_stride__has_text(src, upd, "gridDim.x");
         if (!stride) {
             /* a step through a local: `i += stride` with `stride = gridDim.x * …` */
             TSNode r = is_type(upd, "assignment_expression") ? ts_node_child_by_field_name(upd, "right", 5) : upd;
@@ -928,7 +476,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
             if (rt) {
                 for (uint32_t j = 0; j < i && !stride; j++) {
                     TSNode d = ts_node_named_child(body, j);
-                    if (!is_type(d, "declaration") || !has_text(src, d, "gridDim.x")) continue;
+                    if (!is_type(d, "declaration") || !grid_stride__has_text(src, d, "gridDim.x")) continue;
                     TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
                     char *name = ts_node_is_null(nm) ? NULL : kl_node_text(src, nm);
                     if (name && strstr(rt, name)) stride = true;
@@ -944,6 +492,11 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         k->found = k->present = true;
         k->stmt = s;
         k->body = ts_node_child_by_field_name(s, "body", 4);
+        if (is_while) {
+            /* read as several loops over one grid (grid_stride__analyse_group), which knows the while form */
+            kl_snprintf(k->why, sizeof k->why, "the grid-stride while loop at line %u", kl_ast_line(s));
+            continue;
+        }
         TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
         TSNode cond = ts_node_child_by_field_name(s, "condition", 9);
         if (!is_type(init, "declaration") ||
@@ -957,7 +510,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         k->decl = init;
         k->var = kl_node_text(src, nm);
         k->init = kl_node_text(src, val);
-        k->type = decl_type(src, init);
+        k->type = grid_stride__decl_type(src, init);
         k->cond = kl_node_text(src, cond);
         char *stride_want = NULL;
         if (!index_form(src, ax, val, &stride_want, &k->coef, k->why, sizeof k->why)) continue;
@@ -973,7 +526,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         if (!k->why[0] && !bound_of(src, ax, cond, k->var, "<", &k->bound))
             kl_snprintf(k->why, sizeof k->why, "the loop condition at line %u is not %s < <an invariant bound>",
                         kl_ast_line(s), k->var);
-        if (!k->why[0]) check_body(src, body, s, k->body, k->body, k->var, k->why, sizeof k->why);
+        if (!k->why[0]) grid_stride__check_body(src, body, s, k->body, k->body, k->var, k->why, sizeof k->why);
         if (!k->why[0]) {
             /* the index must not be used outside the loop: it would be declared in the function's scope */
             for (uint32_t j = 0; j < c && !k->why[0]; j++) {
@@ -990,7 +543,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     if (k->found && (nloops > 1 || k->why[0] || !k->bound || kl_affine_param_index(ax, k->bound) < 0)) {
         /* not the standard single loop: several loops over one grid, proven against a size parameter */
         char gwhy[300] = "";
-        int level = analyse_group(ctx, fn, ax, gsl, nloops, k, gwhy, sizeof gwhy);
+        int level = grid_stride__analyse_group(ctx, fn, ax, gsl, nloops, k, gwhy, sizeof gwhy);
         if (level == GS_OK) k->why[0] = '\0';
         else if (gwhy[0]) kl_snprintf(k->why, sizeof k->why, "%s", gwhy);
     }
@@ -998,7 +551,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         /* the grid's size must matter nowhere but in the loop's header */
         uint32_t ra[GS_MAXRANGES] = {ts_node_start_byte(k->stmt)}, rb[GS_MAXRANGES] = {ts_node_start_byte(k->body)};
         unsigned nr = 1;
-        grid_free(ctx, fn, ra, rb, &nr, k->why, sizeof k->why);
+        grid_stride__grid_free(ctx, fn, ra, rb, &nr, k->why, sizeof k->why);
     }
     if (k->found) return;
     /* applicable: `T i = <global index>; [declarations] if (i < n) body` as the last statement, or
@@ -1007,11 +560,11 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         TSNode d = ts_node_named_child(body, i);
         if (!is_type(d, "declaration")) continue;
         TSNode idecl = ts_node_child_by_field_name(d, "declarator", 10);
-        if (!is_type(idecl, "init_declarator") || ts_node_named_child_count(d) > 2 + (has_text(src, d, "const") ? 1 : 0))
+        if (!is_type(idecl, "init_declarator") || ts_node_named_child_count(d) > 2 + (grid_stride__has_text(src, d, "const") ? 1 : 0))
             continue;
         TSNode nm = ts_node_child_by_field_name(idecl, "declarator", 10);
         TSNode val = ts_node_child_by_field_name(idecl, "value", 5);
-        if (!is_type(nm, "identifier") || !has_text(src, val, "threadIdx.x") || !has_text(src, val, "blockIdx.x"))
+        if (!is_type(nm, "identifier") || !grid_stride__has_text(src, val, "threadIdx.x") || !grid_stride__has_text(src, val, "blockIdx.x"))
             continue;
         char *var = kl_node_text(src, nm);
         if (!var) return;
@@ -1051,7 +604,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
         k->var = var;
         k->bound = bound;
         k->init = kl_node_text(src, val);
-        k->type = decl_type(src, d);
+        k->type = grid_stride__decl_type(src, d);
         k->cond = NULL;
         TSNode last = s;
         for (TSNode o = ts_node_next_named_sibling(s); !ts_node_is_null(o); o = ts_node_next_named_sibling(o))
@@ -1062,7 +615,7 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
             check_trailing(src, s, k->body, last, var, k->why, sizeof k->why);
         else if (early && ts_node_is_null(k->body))
             kl_snprintf(k->why, sizeof k->why, "nothing follows the early return at line %u", kl_ast_line(s));
-        if (!k->why[0]) check_body(src, body, s, k->body, early ? last : k->body, var, k->why, sizeof k->why);
+        if (!k->why[0]) grid_stride__check_body(src, body, s, k->body, early ? last : k->body, var, k->why, sizeof k->why);
     }
 }
 
@@ -1087,7 +640,7 @@ static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const
             char *t = kl_node_text(ctx->src, g);
             char pat[160];
             kl_snprintf(pat, sizeof pat, "dim3 %s", t ? t : "");
-            if (has_text(ctx->src, l->host_fn, pat)) {
+            if (grid_stride__has_text(ctx->src, l->host_fn, pat)) {
                 kl_snprintf(why, size, "the grid at line %u is a dim3", kl_ast_line(l->call));
                 free(t);
                 return false;
@@ -1153,12 +706,12 @@ typedef struct gs_run {
     bool found;
 } gs_run;
 
-static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const gs_kernel *k, const char *kernel);
+static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const grid_stride__kernel *k, const char *kernel);
 
 static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     kl_sites *out = user;
-    gs_kernel k;
+    grid_stride__kernel k;
     analyse_kernel(ctx, fn, ax, &k);
     kl_status st = KL_OK;
     if (!k.found) goto done;
@@ -1237,7 +790,6 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 
 /* ---- the rewrites --------------------------------------------------------------------------------- */
 
-
 static kl_status oom(kl_error *err) { return kl_error_set(err, KL_ERR_NOMEM, "out of memory"); }
 
 /* Add one indent unit to every line of [a, b) that starts inside it. */
@@ -1258,7 +810,7 @@ static kl_status indent_lines(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, co
     return KL_OK;
 }
 
-static kl_status apply_kernel(const kl_rule_ctx *ctx, gs_kernel *k, kl_edits *out)
+static kl_status apply_kernel(const kl_rule_ctx *ctx, grid_stride__kernel *k, kl_edits *out)
 {
     char ind[64];
     kl_rules_indent(ctx, ts_node_start_byte(k->stmt), ind, sizeof ind);
@@ -1285,82 +837,9 @@ static kl_status apply_kernel(const kl_rule_ctx *ctx, gs_kernel *k, kl_edits *ou
     return st;
 }
 
-/* Several loops: an unrolled main loop goes (with a `// grid-stride` line above it), a loop over an
- * index declared before becomes `if (cond) body`, one declaring its index `T j = E; if (cond) body`. */
-static kl_status remove_group(const kl_rule_ctx *ctx, const gs_kernel *k, kl_edits *out)
+static kl_status remove_kernel(const kl_rule_ctx *ctx, grid_stride__kernel *k, kl_edits *out)
 {
-    kl_status st = KL_OK;
-    for (unsigned i = 0; i < k->ng && st == KL_OK; i++) {
-        TSNode s = k->gl[i];
-        TSNode body = ts_node_child_by_field_name(s, "body", 4);
-        if (k->gkind[i] == 0) {
-            uint32_t a, b;
-            kl_rules_line_range(ctx, s, "grid-stride", &a, &b);
-            st = kl_edits_add(out, a, b, "");
-            continue;
-        }
-        char *cond = kl_node_text(ctx->src, ts_node_child_by_field_name(s, "condition", 9));
-        kl_strbuf head = KL_STRBUF_INIT;
-        if (k->gkind[i] == 2) {
-            TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
-            TSNode idecl = ts_node_child_by_field_name(init, "declarator", 10);
-            char *type = decl_type(ctx->src, init);
-            char *var = kl_node_text(ctx->src, ts_node_child_by_field_name(idecl, "declarator", 10));
-            char *val = kl_node_text(ctx->src, ts_node_child_by_field_name(idecl, "value", 5));
-            char ind[64];
-            kl_rules_indent(ctx, ts_node_start_byte(s), ind, sizeof ind);
-            bool own_line = kl_rules_starts_line(ctx, ts_node_start_byte(s));
-            if (type && var && val)
-                kl_strbuf_addf(&head, "%s %s = %s;%s%s", type, var, val, own_line ? "\n" : " ", own_line ? ind : "");
-            else
-                head.failed = true;
-            free(type);
-            free(var);
-            free(val);
-        }
-        kl_strbuf_addf(&head, "if (%s) ", cond ? cond : "");
-        st = head.failed || !cond ? KL_ERR_NOMEM
-                                  : kl_edits_add(out, ts_node_start_byte(s), ts_node_start_byte(body), kl_strbuf_str(&head));
-        kl_strbuf_release(&head);
-        free(cond);
-    }
-    /* a local holding the grid's stride goes when only the loops' steps used it */
-    TSNode fbody = ts_node_parent(k->gl[0]);
-    uint32_t ra[GS_MAXLOOPS], rb[GS_MAXLOOPS];
-    unsigned nr = 0;
-    for (unsigned i = 0; i < k->ng; i++) {
-        TSNode s = k->gl[i];
-        TSNode upd = ts_node_child_by_field_name(s, "update", 6);
-        ra[nr] = ts_node_start_byte(k->gkind[i] == 0 ? s : upd);
-        rb[nr++] = ts_node_end_byte(k->gkind[i] == 0 ? s : upd);
-    }
-    uint32_t c = ts_node_named_child_count(fbody);
-    for (uint32_t i = 0; i < c && st == KL_OK; i++) {
-        TSNode d = ts_node_named_child(fbody, i);
-        if (!is_type(d, "declaration") || ts_node_start_byte(d) >= ts_node_start_byte(k->gl[0]) ||
-            !has_text(ctx->src, d, "gridDim") || has_text(ctx->src, d, "blockIdx"))
-            continue;
-        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
-        char *name = ts_node_is_null(nm) ? NULL : kl_node_text(ctx->src, nm);
-        if (!name || ts_node_named_child_count(d) > 3) {
-            free(name);
-            continue;
-        }
-        use_scan u = {ctx->src, name, ra, rb, nr, ts_node_start_byte(d), ts_node_end_byte(d), 0, NULL};
-        kl_ast_walk(fbody, use_visit, &u);
-        if (!u.line) {
-            uint32_t a, b;
-            kl_rules_line_range(ctx, d, NULL, &a, &b);
-            st = kl_edits_add(out, a, b, "");
-        }
-        free(name);
-    }
-    return st;
-}
-
-static kl_status remove_kernel(const kl_rule_ctx *ctx, gs_kernel *k, kl_edits *out)
-{
-    if (k->group) return remove_group(ctx, k, out);
+    if (k->group) return grid_stride__remove_group(ctx, k, out);
     char ind[64];
     kl_rules_indent(ctx, ts_node_start_byte(k->stmt), ind, sizeof ind);
     kl_strbuf head = KL_STRBUF_INIT;
@@ -1373,7 +852,7 @@ static kl_status remove_kernel(const kl_rule_ctx *ctx, gs_kernel *k, kl_edits *o
     return st;
 }
 
-static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const gs_kernel *k, const char *kernel)
+static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const grid_stride__kernel *k, const char *kernel)
 {
     kl_launch_sites ls;
     kl_status st = kl_ast_launches(ctx->src, &ls, r->err);
@@ -1411,7 +890,7 @@ static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const gs_kernel
             bool have = false;
             for (unsigned q = 0; q < nq; q++)
                 if (ts_node_eq(queried[q], l->host_fn)) have = true;
-            if (!have && has_text(ctx->src, l->host_fn, sm_query)) have = true;
+            if (!have && grid_stride__has_text(ctx->src, l->host_fn, sm_query)) have = true;
             if (!have) {
                 /* before the launch; at the top of the host function when launches of the kernel
                  * there sit in different blocks (the query must be in scope for each) */
@@ -1516,7 +995,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
 {
     gs_run *r = user;
     if (strcmp(name, r->site->kernel)) return KL_OK;
-    gs_kernel k;
+    grid_stride__kernel k;
     analyse_kernel(ctx, fn, ax, &k);
     kl_status st = KL_OK;
     if (!k.found || k.present != r->remove ||

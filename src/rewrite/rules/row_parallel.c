@@ -953,8 +953,8 @@ static bool shuffle_loop(const kl_rule_ctx *ctx, TSNode st)
  * threadIdx.x, returning a value (block_sum, block_reduce). */
 static bool block_helper(const kl_rule_ctx *ctx, const char *name)
 {
-    TSNode fn = kl_ast_function_named(ctx->src, name);
-    if (ts_node_is_null(fn) || !kl_ast_function_has(ctx->src, fn, "__device__")) return false;
+    TSNode fn = rt_device_fn_named(ctx, name);
+    if (ts_node_is_null(fn)) return false;
     char *t = kl_node_text(ctx->src, kl_ast_function_body(fn));
     bool ok = t && strstr(t, "__syncthreads") && strstr(t, "threadIdx.x") && strstr(t, "return");
     free(t);
@@ -998,7 +998,8 @@ static bool present_visit(TSNode n, void *user)
     }
     if (rt_is(n, "call_expression")) {
         char f[64];
-        node_copy(ctx, rt_field(n, "function"), f, sizeof f);
+        /* `block_sum(v, part)`, or a member of a helper struct: `BlockSumT(temp).Sum(v)` */
+        if (!rt_callee_name(ctx, n, f, sizeof f)) return true;
         if (ts_node_named_child_count(rt_field(n, "arguments")) >= 1 && block_helper(ctx, f) && p->ncalls < 16) {
             p->calls[p->ncalls++] = n;
             kl_snprintf(p->helper, sizeof p->helper, "%s", f);
@@ -1022,6 +1023,48 @@ static bool in_any(TSNode n, const TSNode *v, unsigned k)
 {
     for (unsigned i = 0; i < k; i++)
         if (is_inside(n, v[i])) return true;
+    return false;
+}
+
+typedef struct coop_scan {
+    const kl_rule_ctx *ctx;
+    int depth;
+    bool found;
+} coop_scan;
+
+static bool cooperates(const kl_rule_ctx *ctx, const char *name, int depth);
+
+static bool coop_visit(TSNode n, void *user)
+{
+    coop_scan *c = user;
+    if (c->found) return false;
+    if (rt_is(n, "field_expression") && rt_is_builtin(c->ctx, n, "threadIdx", 0)) c->found = true;
+    if (rt_is(n, "call_expression")) {
+        char f[128];
+        if (rt_callee_name(c->ctx, n, f, sizeof f) &&
+            (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp") ||
+             cooperates(c->ctx, f, c->depth + 1)))
+            c->found = true;
+    }
+    return !c->found;
+}
+
+/* Does a __device__ function of the file named `name` (any of them), or one it calls, synchronise,
+ * shuffle or read threadIdx? (Past a depth of 4 calls: assumed so.) */
+static bool cooperates(const kl_rule_ctx *ctx, const char *name, int depth)
+{
+    if (depth > 4) return true;
+    TSNode fs[256];
+    unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
+    for (unsigned i = 0; i < n && i < 256; i++) {
+        char *fname = kl_ast_function_name(ctx->src, fs[i]);
+        bool same = fname && !strcmp(fname, name);
+        free(fname);
+        if (!same) continue;
+        coop_scan c = {ctx, depth, false};
+        rt_walk(kl_ast_function_body(fs[i]), coop_visit, &c);
+        if (c.found) return true;
+    }
     return false;
 }
 
@@ -1051,6 +1094,12 @@ static bool left_visit(TSNode n, void *user)
         node_copy(ctx, rt_field(n, "function"), f, sizeof f);
         if (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp"))
             return pwhy(p, "line %u: %s is not part of a reduction this transform recognises", kl_ast_line(n), f);
+        char callee[128];
+        if (rt_callee_name(ctx, n, callee, sizeof callee) && cooperates(ctx, callee, 0))
+            return pwhy(p,
+                        "line %u calls %s, a __device__ function of the file that synchronises, shuffles or reads "
+                        "threadIdx, and is not a block reduction this transform recognises",
+                        kl_ast_line(n), callee);
     }
     if (rt_is(n, "field_expression") && rt_is_builtin(ctx, n, "threadIdx", 0))
         return pwhy(p, "line %u uses threadIdx other than as the lane of a loop over the row: the threads share the row "

@@ -278,6 +278,51 @@ bool rt_pointer_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name
     return true;
 }
 
+/* The name a call calls: `f(…)`, `f<T>(…)`, `obj.f(…)` / `p->f(…)` (a member), `S<T>::f(…)` /
+ * `ns::f(…)`, into buf; false (and "") for anything else (a call through a pointer expression). */
+bool rt_callee_name(const kl_rule_ctx *ctx, TSNode call, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    TSNode f = rt_field(call, "function");
+    for (int guard = 0; guard < 8 && !ts_node_is_null(f); guard++) {
+        if (rt_is(f, "identifier") || rt_is(f, "field_identifier")) {
+            uint32_t a = ts_node_start_byte(f), b = ts_node_end_byte(f);
+            if (b - a + 1 > size) return false;
+            char *t = rt_text(ctx, f);
+            kl_snprintf(buf, size, "%s", t ? t : "");
+            free(t);
+            return t != NULL;
+        }
+        if (rt_is(f, "template_function") || rt_is(f, "qualified_identifier") || rt_is(f, "template_method"))
+            f = rt_field(f, "name");
+        else if (rt_is(f, "field_expression"))
+            f = rt_field(f, "field");
+        else
+            return false;
+    }
+    return false;
+}
+
+/* The one __device__ function of the file named `name` (a free function or a struct's member); a
+ * null node when there is none or several (overloads, two structs' members of one name: which one
+ * a call reaches is not followed). */
+TSNode rt_device_fn_named(const kl_rule_ctx *ctx, const char *name)
+{
+    TSNode none = {{0}, 0, 0}, found = none;
+    TSNode fs[256];
+    unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
+    if (n > 256) return none;
+    for (unsigned i = 0; i < n; i++) {
+        char *fname = kl_ast_function_name(ctx->src, fs[i]);
+        bool same = fname && !strcmp(fname, name);
+        free(fname);
+        if (!same) continue;
+        if (!ts_node_is_null(found)) return none;
+        found = fs[i];
+    }
+    return found;
+}
+
 bool rt_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const char *word)
 {
     size_t k = strlen(word);

@@ -88,6 +88,14 @@ const rt_func *rt_function_named(const rt_func *fs, unsigned n, const char *name
 TSNode rt_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name);
 /* Is `name` a pointer parameter of f? elem (may be NULL) receives its element type text. */
 bool rt_pointer_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name, char *elem, size_t size);
+/* The name a call calls: `f(…)`, `f<T>(…)`, `obj.f(…)` / `p->f(…)` (a member), `S<T>::f(…)` /
+ * `ns::f(…)`, into buf; false (and "") for anything else (a call through a pointer expression) or
+ * a name longer than size - 1. */
+bool rt_callee_name(const kl_rule_ctx *ctx, TSNode call, char *buf, size_t size);
+/* The one __device__ function of the file named `name` (a free function or a struct's member); a
+ * null node when there is none or several (overloads, two structs' members of one name: which one
+ * a call reaches is not followed). */
+TSNode rt_device_fn_named(const kl_rule_ctx *ctx, const char *name);
 /* A marker comment inside [start,end) containing `word` (an expert's "// smem-pad: ..."). */
 bool rt_has_marker(const kl_rule_ctx *ctx, uint32_t start, uint32_t end, const char *word);
 

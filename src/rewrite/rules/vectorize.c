@@ -21,6 +21,7 @@
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_tree.h"
 #include "rewrite/rules/vectorize_lane.h"
+#include "rewrite/rules/vectorize_cast.h"
 #include "rewrite/rules/vectorize_stride.h"
 #include "syntax/affine.h"
 #include "util/util.h"
@@ -953,6 +954,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     rt_walk(kl_ast_function_body(fn), find_present_visit, &f);
     if (f.st != KL_OK) return f.st;
     kl_status gs = kl_vs_find(ctx, name, fn, out);
+    if (gs == KL_OK) gs = kl_vc_find(ctx, name, fn, out);
     if (gs != KL_OK) return gs;
     for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
@@ -1408,6 +1410,7 @@ static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
     if (kl_vs_is_site(site)) return kl_vs_remove(ctx, site, out, err);
+    if (kl_vc_is_site(site)) return kl_vc_remove(ctx, site, out, err);
     return run(ctx, site, 0, out, err);
 }
 

@@ -183,11 +183,9 @@ typedef struct caller_find {
 static bool caller_visit(TSNode n, void *user)
 {
     caller_find *c = user;
-    if (rt_is(n, "call_expression")) {
-        TSNode f = rt_field(n, "function");
-        if (rt_is(f, "template_function")) f = rt_field(f, "name");
-        if (text_is(c->ctx, f, c->name)) c->calls++;
-    }
+    char callee[128];
+    if (rt_is(n, "call_expression") && rt_callee_name(c->ctx, n, callee, sizeof callee) && !strcmp(callee, c->name))
+        c->calls++;
     return true;
 }
 
@@ -363,8 +361,8 @@ static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, b
 /* A __device__ helper whose body is a shuffle loop over its first parameter, then `return` it. */
 static bool warp_helper(const kl_rule_ctx *ctx, const char *name, wr_step *s)
 {
-    TSNode fn = kl_ast_function_named(ctx->src, name);
-    if (ts_node_is_null(fn) || !kl_ast_function_has(ctx->src, fn, "__device__")) return false;
+    TSNode fn = rt_device_fn_named(ctx, name);
+    if (ts_node_is_null(fn)) return false;
     TSNode body = kl_ast_function_body(fn);
     TSNode ps = kl_ast_function_params(fn);
     if (ts_node_is_null(body) || ts_node_named_child_count(ps) < 1) return false;
@@ -394,13 +392,12 @@ static bool warp_step(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool
     TSNode a = stmt_assign(st);
     if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "identifier")) return false;
     TSNode r = kl_ast_unparen(rt_field(a, "right"));
-    if (!rt_is(r, "call_expression") || !rt_is(rt_field(r, "function"), "identifier")) return false;
+    char x[64], fname[128];
+    if (!rt_is(r, "call_expression") || !rt_callee_name(ctx, r, fname, sizeof fname)) return false;
     TSNode args = rt_field(r, "arguments");
     if (ts_node_named_child_count(args) != 1) return false;
-    char x[64], fname[128];
     node_copy(ctx, rt_field(a, "left"), x, sizeof x);
     if (!text_is(ctx, ts_node_named_child(args, 0), x)) return false;
-    node_copy(ctx, rt_field(r, "function"), fname, sizeof fname);
     if (!warp_helper(ctx, fname, s)) return false;
     kl_snprintf(s->val, sizeof s->val, "%s", x);
     kl_snprintf(s->helper, sizeof s->helper, "%s", fname);
@@ -420,20 +417,52 @@ typedef struct wr_present {
     char part[64];           /* P */
     char final_kind;         /* 'A': a loop over the partials; 'B': a second warp step */
     TSNode a_init, a_loop;   /* A: `T r = ...;` (or `r = ...;`) and the loop */
+    TSNode a_value;          /* A: the value r starts from */
     char a_res[64], a_type[128];
     bool a_declared;
     TSNode b_load, b_step, b_if; /* B: the load of the partials, the warp step, the if holding them */
     bool b_rest;             /* B: the if holds other statements too (kept) */
+    TSNode c_init, c_if;     /* C: `T R = init;` and the `if (first warp) { R = ..P..; R = step(R); … }` */
+    char c_res[64];          /* C: R */
 } wr_present;
 
 static bool expr_uses(const kl_rule_ctx *ctx, TSNode n, const char *name) { return rt_count_ident(ctx, n, name) > 0; }
+
+typedef struct part_find {
+    const kl_rule_ctx *ctx;
+    const char *part;
+    size_t len;
+    bool found;
+} part_find;
+
+static bool part_visit(TSNode n, void *user)
+{
+    part_find *f = user;
+    if (f->found) return false;
+    if (!rt_is(n, "field_expression")) return true;
+    char buf[256];
+    if (ts_node_end_byte(n) - ts_node_start_byte(n) >= sizeof buf) return true;
+    squeeze(f->ctx, n, buf, sizeof buf);
+    if (!strcmp(buf, f->part)) f->found = true;
+    return !f->found;
+}
+
+/* Does n read the partials' array `part`: a name (`red`), or a member of the helper's temporary
+ * storage (`temp.warp_sums`, `storage->sums`), compared without blanks? */
+static bool uses_part(const kl_rule_ctx *ctx, TSNode n, const char *part)
+{
+    if (!strchr(part, '.') && !strstr(part, "->")) return expr_uses(ctx, n, part);
+    part_find f = {ctx, part, strlen(part), false};
+    rt_walk(n, part_visit, &f);
+    return f.found;
+}
 
 /* `X = <expr reading P>;` */
 static bool partial_load(const kl_rule_ctx *ctx, TSNode st, const char *x, const char *part)
 {
     TSNode a = stmt_assign(st);
     return !ts_node_is_null(a) && op_is(ctx, a, "=") && text_is(ctx, rt_field(a, "left"), x) &&
-           expr_uses(ctx, rt_field(a, "right"), part);
+           uses_part(ctx, rt_field(a, "right"), part);
 }
 
 /* The final stage, kind A: `[T] R = init;` then `for (...) R += P[w];` / `R = F(R, P[w]);`. */
@@ -464,7 +493,7 @@ static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
     TSNode a = stmt_assign(b);
     if (ts_node_is_null(a) || !text_is(ctx, rt_field(a, "left"), p->a_res)) return false;
     TSNode r = rt_field(a, "right");
-    if (!expr_uses(ctx, r, p->part)) return false;
+    if (!uses_part(ctx, r, p->part)) return false;
     if (op_is(ctx, a, "+=")) {
         if (strcmp(p->s.op, "+")) return false;
     } else if (op_is(ctx, a, "=")) {
@@ -478,6 +507,7 @@ static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
     }
     p->a_init = st;
     p->a_loop = loop;
+    p->a_value = init_val;
     p->final_kind = 'A';
     return true;
 }
@@ -519,6 +549,49 @@ static bool final_b(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, wr_pre
     return true;
 }
 
+/* The final stage, kind C (the block-reduction helpers of CUB-like libraries): the result goes to
+ * another variable R, given its value for the other threads first: `[T] R = init;` then
+ * `if (first warp) { R = ..P..; R = step(R); rest }` (init reads neither the value nor P). */
+static bool final_c(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, wr_present *p)
+{
+    TSNode init_val = {{0}, 0, 0};
+    char res[64] = "";
+    if (rt_is(st, "declaration")) {
+        if (ts_node_named_child_count(st) != 2) return false;
+        TSNode d = ts_node_named_child(st, 1);
+        TSNode nm = kl_ast_declarator_name(d);
+        if (!rt_is(d, "init_declarator") || !rt_is(nm, "identifier")) return false;
+        node_copy(ctx, nm, res, sizeof res);
+        init_val = rt_field(d, "value");
+    } else {
+        TSNode a = stmt_assign(st);
+        if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "identifier")) return false;
+        node_copy(ctx, rt_field(a, "left"), res, sizeof res);
+        init_val = rt_field(a, "right");
+    }
+    if (ts_node_is_null(init_val) || !strcmp(res, p->s.val) || expr_uses(ctx, init_val, p->s.val) ||
+        uses_part(ctx, init_val, p->part))
+        return false;
+    TSNode ifs = rt_next_stmt(st);
+    if (!rt_is(ifs, "if_statement") || !ts_node_is_null(rt_field(ifs, "alternative"))) return false;
+    if (expr_uses(ctx, rt_field(ifs, "condition"), res)) return false;
+    TSNode body = rt_field(ifs, "consequence");
+    if (!rt_is(body, "compound_statement")) return false;
+    TSNode first = ts_node_named_child(body, 0);
+    while (rt_is(first, "comment")) first = ts_node_next_named_sibling(first);
+    TSNode second = rt_next_stmt(first);
+    if (!partial_load(ctx, first, res, p->part) || ts_node_is_null(second)) return false;
+    wr_step s2;
+    if (!warp_step(ctx, ax, second, false, &s2) || strcmp(s2.val, res) || strcmp(s2.op, p->s.op)) return false;
+    p->c_init = st;
+    p->c_if = ifs;
+    p->b_load = first;
+    p->b_step = second;
+    kl_snprintf(p->c_res, sizeof p->c_res, "%s", res);
+    p->final_kind = 'C';
+    return true;
+}
+
 static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode step, wr_present *p)
 {
     p->step = step;
@@ -543,7 +616,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         return;
     }
     TSNode arr = rt_field(rt_field(a, "left"), "argument");
-    node_copy(ctx, arr, p->part, sizeof p->part);
+    squeeze(ctx, arr, p->part, sizeof p->part);
     p->store = st;
     p->sync = rt_next_stmt(st);
     if (!rt_is_syncthreads(ctx, p->sync)) {
@@ -554,7 +627,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         return;
     }
     TSNode f = rt_next_stmt(p->sync);
-    if (final_a(ctx, f, p) || final_b(ctx, ax, f, p)) {
+    if (final_a(ctx, f, p) || final_b(ctx, ax, f, p) || final_c(ctx, ax, f, p)) {
         p->staged = true;
         return;
     }
@@ -685,8 +758,10 @@ static kl_status add_present(const kl_rule_ctx *ctx, const char *name, TSNode fn
     if (p.s.helper[0]) json_object_set_new(f, "warp_helper", json_string(p.s.helper));
     if (!kl_ast_function_has(ctx->src, fn, "__global__")) json_object_set_new(f, "device_helper", json_true());
     if (p.staged) {
-        json_object_set_new(f, "shared_stage", json_string(p.final_kind == 'A' ? "every thread reads the partials"
-                                                                               : "the first warp reduces the partials"));
+        json_object_set_new(f, "shared_stage",
+                            json_string(p.final_kind == 'A'   ? "every thread reads the partials"
+                                        : p.final_kind == 'B' ? "the first warp reduces the partials"
+                                                              : "the first warp reduces the partials into another variable"));
         json_object_set_new(f, "partials", json_string(p.part));
     }
     if (bs_ok) json_object_set_new(f, "block", json_integer(bs));
@@ -726,7 +801,7 @@ static bool scan_visit(TSNode n, void *user)
     memset(&p, 0, sizeof p);
     p.s = s;
     analyse_present(sc->ctx, sc->ax, sc->fn, n, &p);
-    if (p.staged && p.final_kind == 'B' && sc->nskip < 16) {
+    if (p.staged && (p.final_kind == 'B' || p.final_kind == 'C') && sc->nskip < 16) {
         TSNode inner = p.b_step;
         if (rt_is(inner, "if_statement")) inner = unwrap1(rt_field(inner, "consequence"));
         sc->skip[sc->nskip++] = inner;
@@ -820,6 +895,35 @@ static unsigned uses_outside(const kl_rule_ctx *ctx, TSNode fn, const char *name
     return u;
 }
 
+/* Is the text (blanks removed) a zero: `0`, `0.0f`, `0.f`, `0u`, `T(0)`, `(T)0` …? */
+static bool zero_text(const char *t)
+{
+    const char *open = strrchr(t, '(');
+    if (open && t[strlen(t) - 1] == ')') t = open + 1; /* T(0) */
+    else if (t[0] == '(' && strchr(t, ')')) t = strchr(t, ')') + 1; /* (T)0 */
+    bool digit = false;
+    for (; *t && *t != ')'; t++) {
+        if (*t == '0') digit = true;
+        else if (*t != '.' && !strchr("fFuUlL", *t)) return false;
+    }
+    return digit;
+}
+
+/* Does starting the loop over the partials from `init` leave their combination unchanged (init is
+ * the operation's identity)? Only what is known: 0 for +, minus infinity (or the type's lowest
+ * value) for the max functions. */
+static bool identity_init(const kl_rule_ctx *ctx, const char *op, TSNode init)
+{
+    char t[64];
+    if (ts_node_end_byte(init) - ts_node_start_byte(init) >= sizeof t) return false;
+    squeeze(ctx, init, t, sizeof t);
+    if (!strcmp(op, "+")) return zero_text(t);
+    if (!strcmp(op, "fmaxf") || !strcmp(op, "fmax") || !strcmp(op, "max"))
+        return !strcmp(t, "-INFINITY") || !strcmp(t, "-HUGE_VALF") || !strcmp(t, "-HUGE_VAL") ||
+               !strcmp(t, "-FLT_MAX") || !strcmp(t, "-DBL_MAX") || !strcmp(t, "INT_MIN");
+    return false;
+}
+
 static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name,
                                 const wr_present *p, kl_edits *out, kl_error *err)
 {
@@ -861,11 +965,41 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         stmt_range(ctx, ax, p->a_loop, &a2, &b2);
         char ind2[64];
         kl_rules_indent(ctx, ts_node_start_byte(p->a_init), ind2, sizeof ind2);
+        /* the loop started from its init: the block's result combined with it, unless it is the
+         * operation's identity (`float r = 0; r += P[w]` is the sum alone) */
+        char *init = ts_node_is_null(p->a_value) ? NULL : rt_text(ctx, p->a_value);
+        if (!ts_node_is_null(p->a_value) && !init) st = KL_ERR_NOMEM;
+        kl_strbuf first = KL_STRBUF_INIT;
+        if (!init || identity_init(ctx, p->s.op, p->a_value)) {
+            kl_strbuf_addf(&first, "%s", p->s.val);
+        } else {
+            TSNode iv = p->a_value;
+            bool atom = rt_is(iv, "identifier") || rt_is(iv, "number_literal") || rt_is(iv, "call_expression") ||
+                        rt_is(iv, "parenthesized_expression") || rt_is(iv, "field_expression") ||
+                        rt_is(iv, "subscript_expression");
+            if (!strcmp(p->s.op, "+")) kl_strbuf_addf(&first, atom ? "%s + %s" : "(%s) + %s", init, p->s.val);
+            else kl_strbuf_addf(&first, "%s(%s, %s)", p->s.op, init, p->s.val);
+        }
+        free(init);
+        if (first.failed) st = KL_ERR_NOMEM;
         if (st == KL_OK)
-            st = p->a_declared ? kl_edits_addf(out, a1, b2, "%s%s %s = %s;\n", ind2, p->a_type, p->a_res, p->s.val)
-                               : kl_edits_addf(out, a1, b2, "%s%s = %s;\n", ind2, p->a_res, p->s.val);
+            st = p->a_declared
+                     ? kl_edits_addf(out, a1, b2, "%s%s %s = %s;\n", ind2, p->a_type, p->a_res, kl_strbuf_str(&first))
+                     : kl_edits_addf(out, a1, b2, "%s%s = %s;\n", ind2, p->a_res, kl_strbuf_str(&first));
+        kl_strbuf_release(&first);
         gone[ng++] = p->a_loop;
         (void)a2, (void)b1;
+    } else if (p->final_kind == 'C') {
+        /* R keeps its value in the other threads; in the if it takes the block's result, which
+         * the tree left in every thread */
+        char ind2[64];
+        uint32_t a2, b2;
+        kl_rules_indent(ctx, ts_node_start_byte(p->b_step), ind2, sizeof ind2);
+        stmt_range(ctx, ax, p->b_step, &a2, &b2);
+        if (st == KL_OK) st = edit_delete(ctx, ax, p->b_load, out);
+        if (st == KL_OK) st = kl_edits_addf(out, a2, b2, "%s%s = %s;\n", ind2, p->c_res, p->s.val);
+        gone[ng++] = p->b_load;
+        gone[ng++] = p->b_step;
     } else {
         if (ts_node_is_null(p->b_if) || !p->b_rest) {
             if (st == KL_OK) st = edit_delete(ctx, ax, !ts_node_is_null(p->b_if) ? p->b_if : p->b_load, out);

@@ -1,0 +1,557 @@
+/* grid-stride, several loops over one grid (grid_stride.h): an expert's loops, for or while, proven
+ * to run at most once per thread once the grid is sized from a size parameter, and removed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rewrite/rules/grid_stride.h"
+#include "rewrite/rules/rules.h"
+#include "rewrite/rules/rules_tree.h"
+#include "syntax/affine.h"
+#include "util/util.h"
+
+/* ---- several loops over one grid (remove only) -----------------------------------------------------
+ * An expert's loops: an unrolled main loop `for (; i + K*G < B; i += U*G)` followed by its remainder
+ * `for (; i < B; i += G)` over an index declared before them, and/or loops that declare their index
+ * `for (T j = S + <index>; j < B; j += G)`, all stepping by G = the grid's thread count. Removal sizes
+ * the grid from a size parameter N with N >= B - S for every loop (N >= 0 assumed: a size): then G >= N,
+ * every loop runs at most once per thread, and a main loop (K >= 1) never runs. */
+
+/* The operator of a binary expression, read from the text between its operands. */
+static void binary_op(const kl_source *src, TSNode n, char *op, size_t size)
+{
+    TSNode l = ts_node_child_by_field_name(n, "left", 4), r = ts_node_child_by_field_name(n, "right", 5);
+    const char *t = kl_source_text(src, NULL);
+    size_t k = 0;
+    op[0] = '\0';
+    if (ts_node_is_null(l) || ts_node_is_null(r)) return;
+    for (uint32_t i = ts_node_end_byte(l); i < ts_node_start_byte(r) && k + 1 < size; i++)
+        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\n') op[k++] = t[i];
+    op[k] = '\0';
+}
+
+/* A cast to an integer type at least as wide as int. */
+static bool int_cast(const kl_source *src, TSNode cast)
+{
+    char *t = kl_node_text(src, ts_node_child_by_field_name(cast, "type", 4));
+    bool ok = t && !strstr(t, "char") && !strstr(t, "short") && !strstr(t, "*") &&
+              (strstr(t, "int") || strstr(t, "size_t") || strstr(t, "long") || strstr(t, "unsigned"));
+    free(t);
+    return ok;
+}
+
+/* The value of a local declared at the top level of the function with an initializer and never
+ * assigned again; a null node otherwise. */
+static TSNode local_value(const kl_source *src, kl_affine_ctx *ax, TSNode fbody, const char *name)
+{
+    TSNode none = {0};
+    if (kl_affine_assign_count(ax, name) != 1) return none;
+    uint32_t c = ts_node_named_child_count(fbody);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(fbody, i);
+        if (!rt_is(d, "declaration")) continue;
+        uint32_t dc = ts_node_named_child_count(d);
+        for (uint32_t k = 0; k < dc; k++) {
+            TSNode id = ts_node_named_child(d, k);
+            if (!rt_is(id, "init_declarator")) continue;
+            TSNode nm = ts_node_child_by_field_name(id, "declarator", 10);
+            if (rt_is(nm, "identifier") && kl_node_text_is(src, nm, name))
+                return ts_node_child_by_field_name(id, "value", 5);
+        }
+    }
+    return none;
+}
+
+typedef struct gs_prove {
+    const kl_source *src;
+    kl_affine_ctx *ax;
+    TSNode fbody;
+    const char *n;          /* the size parameter, assumed >= 0 */
+} gs_prove;
+
+/* 0 <= e <= n */
+static bool le_size(const gs_prove *p, TSNode e, int depth)
+{
+    if (depth > 8) return false;
+    e = kl_ast_unparen(e);
+    if (rt_is(e, "cast_expression"))
+        return int_cast(p->src, e) && le_size(p, ts_node_child_by_field_name(e, "value", 5), depth + 1);
+    if (rt_is(e, "identifier")) {
+        if (kl_node_text_is(p->src, e, p->n)) return true;
+        char *name = kl_node_text(p->src, e);
+        TSNode v = name ? local_value(p->src, p->ax, p->fbody, name) : (TSNode){0};
+        free(name);
+        return !ts_node_is_null(v) && le_size(p, v, depth + 1);
+    }
+    if (rt_is(e, "number_literal")) {
+        int64_t v;
+        return kl_const_eval(p->src, kl_affine_ctx_function(p->ax), e, false, &v, NULL, 0) && v == 0;
+    }
+    if (rt_is(e, "conditional_expression"))
+        return le_size(p, ts_node_child_by_field_name(e, "consequence", 11), depth + 1) &&
+               le_size(p, ts_node_child_by_field_name(e, "alternative", 11), depth + 1);
+    if (rt_is(e, "binary_expression")) {
+        char op[4];
+        binary_op(p->src, e, op, sizeof op);
+        int64_t v;
+        TSNode r = ts_node_child_by_field_name(e, "right", 5);
+        if ((!strcmp(op, "/") || !strcmp(op, ">>")) &&
+            kl_const_eval(p->src, kl_affine_ctx_function(p->ax), r, false, &v, NULL, 0) && v >= (op[0] == '/' ? 1 : 0))
+            return le_size(p, ts_node_child_by_field_name(e, "left", 4), depth + 1);
+    }
+    return false;
+}
+
+/* e >= 0 */
+static bool nonneg(const gs_prove *p, TSNode e, int depth)
+{
+    if (depth > 8) return false;
+    e = kl_ast_unparen(e);
+    int64_t v;
+    if (kl_const_eval(p->src, kl_affine_ctx_function(p->ax), e, false, &v, NULL, 0)) return v >= 0;
+    if (le_size(p, e, depth)) return true;
+    if (rt_is(e, "cast_expression"))
+        return int_cast(p->src, e) && nonneg(p, ts_node_child_by_field_name(e, "value", 5), depth + 1);
+    if (rt_is(e, "identifier")) {
+        char *name = kl_node_text(p->src, e);
+        TSNode val = name ? local_value(p->src, p->ax, p->fbody, name) : (TSNode){0};
+        free(name);
+        return !ts_node_is_null(val) && nonneg(p, val, depth + 1);
+    }
+    if (rt_is(e, "conditional_expression"))
+        return nonneg(p, ts_node_child_by_field_name(e, "consequence", 11), depth + 1) &&
+               nonneg(p, ts_node_child_by_field_name(e, "alternative", 11), depth + 1);
+    if (rt_is(e, "binary_expression")) {
+        char op[4];
+        binary_op(p->src, e, op, sizeof op);
+        if (!strcmp(op, "+") || !strcmp(op, "*") || !strcmp(op, "/") || !strcmp(op, ">>"))
+            return nonneg(p, ts_node_child_by_field_name(e, "left", 4), depth + 1) &&
+                   nonneg(p, ts_node_child_by_field_name(e, "right", 5), depth + 1);
+    }
+    return false;
+}
+
+/* p == u * g for a positive integer u (0 when not). */
+static long long multiple_of(const rt_poly *p, const rt_poly *g)
+{
+    if (p->opaque || p->n != 1 || g->n != 1) return 0;
+    const rt_term *a = &p->t[0], *b = &g->t[0];
+    if (a->deg != b->deg || memcmp(a->sym, b->sym, a->deg) || a->coef <= 0 || a->coef % b->coef) return 0;
+    return a->coef / b->coef;
+}
+
+static const uint64_t thread_block_deps = (1u << RB_TX) | (1u << RB_TY) | (1u << RB_TZ) | (1u << RB_BX) |
+                                          (1u << RB_BY) | (1u << RB_BZ);
+
+/* The addends of a sum (through parentheses), at most max; false when there are more. */
+static bool addends(const kl_source *src, TSNode e, TSNode *out, unsigned *n, unsigned max)
+{
+    e = kl_ast_unparen(e);
+    char op[4] = "";
+    if (rt_is(e, "binary_expression")) binary_op(src, e, op, sizeof op);
+    if (!strcmp(op, "+"))
+        return addends(src, ts_node_child_by_field_name(e, "left", 4), out, n, max) &&
+               addends(src, ts_node_child_by_field_name(e, "right", 5), out, n, max);
+    if (*n == max) return false;
+    out[(*n)++] = e;
+    return true;
+}
+
+/* value = start + C*blockIdx.x + threadIdx.x (in any order): the grid's thread count into g and
+ * the start (an addend free of thread and block indexes; a null node when there is none). The
+ * addends that hold the indexes must sum to exactly the global thread index. */
+static bool split_index(const kl_source *src, rt_affine *ra, TSNode value, rt_poly *g, TSNode *start)
+{
+    TSNode ad[8];
+    unsigned n = 0;
+    *start = (TSNode){0};
+    if (!addends(src, value, ad, &n, 8)) return false;
+    rt_poly sum = {0};
+    unsigned nstart = 0;
+    for (unsigned i = 0; i < n; i++) {
+        rt_poly p;
+        rt_affine_eval(ra, ad[i], &p);
+        if (!(p.deps & thread_block_deps) && !(p.deps & (1u << RB_GX))) {
+            /* the start: one addend (more would need their sum) */
+            if (nstart++) return false;
+            *start = ad[i];
+            continue;
+        }
+        if (p.opaque) return false;
+        for (unsigned t = 0; t < p.n; t++) {
+            bool idx = false;
+            for (unsigned d = 0; d < p.t[t].deg; d++)
+                idx = idx || (p.t[t].sym[d] < RB_NBUILTIN && ((1u << p.t[t].sym[d]) & thread_block_deps));
+            if (!idx) return false;
+            bool merged = false;
+            for (unsigned u = 0; u < sum.n && !merged; u++)
+                if (sum.t[u].deg == p.t[t].deg && !memcmp(sum.t[u].sym, p.t[t].sym, p.t[t].deg)) {
+                    sum.t[u].coef += p.t[t].coef;
+                    merged = true;
+                }
+            if (!merged) {
+                if (sum.n == RB_MAXTERM) return false;
+                sum.t[sum.n++] = p.t[t];
+            }
+        }
+    }
+    /* drop cancelled terms */
+    unsigned k = 0;
+    for (unsigned u = 0; u < sum.n; u++)
+        if (sum.t[u].coef) sum.t[k++] = sum.t[u];
+    sum.n = k;
+    return rt_grid_index(&sum, g, false);
+}
+
+/* The top-level declaration `T name = value;` before stmt in fbody (a null node when none). */
+static TSNode top_decl_of(const kl_source *src, TSNode fbody, TSNode stmt, const char *name, TSNode *value)
+{
+    TSNode found = {0};
+    uint32_t c = ts_node_named_child_count(fbody);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(fbody, i);
+        if (ts_node_start_byte(d) >= ts_node_start_byte(stmt)) break;
+        if (!rt_is(d, "declaration") || ts_node_named_child_count(d) > 3) continue;
+        TSNode id = ts_node_child_by_field_name(d, "declarator", 10);
+        if (!rt_is(id, "init_declarator")) continue;
+        TSNode nm = ts_node_child_by_field_name(id, "declarator", 10);
+        if (rt_is(nm, "identifier") && kl_node_text_is(src, nm, name)) {
+            found = d;
+            *value = ts_node_child_by_field_name(id, "value", 5);
+        }
+    }
+    return found;
+}
+
+typedef struct gs_loopinfo {
+    TSNode stmt, body, cond, decl, start, bound;  /* decl: the index's declaration (before, or in the for) */
+    TSNode step;            /* a while loop: the statement stepping its index, the body's last */
+    char *var;
+    long long u, k;         /* steps u grids; the condition is var + k grids < bound */
+    bool declares;          /* the for declares its index */
+} gs_loopinfo;
+
+/* Fills k's group fields and returns GS_OK, or says why (GS_FORM: not this shape; GS_PROOF: the shape,
+ * but not provably one element per thread). */
+int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const TSNode *loops, unsigned nl,
+                         grid_stride__kernel *k, char *why, size_t size)
+{
+    const kl_source *src = ctx->src;
+    TSNode fbody = kl_ast_function_body(fn);
+    if (nl > GS_MAXLOOPS) {
+        kl_snprintf(why, size, "%u grid-stride loops in the kernel", nl);
+        return GS_FORM;
+    }
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    const rt_func *f = NULL;
+    for (unsigned i = 0; i < nf && i < 64; i++)
+        if (ts_node_eq(fs[i].def, fn)) f = &fs[i];
+    if (!f) {
+        kl_snprintf(why, size, "the kernel's definition cannot be followed");
+        return GS_FORM;
+    }
+    rt_affine *ra = rt_affine_new(ctx, f);
+    if (!ra) {
+        kl_snprintf(why, size, "out of memory");
+        return GS_FORM;
+    }
+    gs_loopinfo li[GS_MAXLOOPS];
+    memset(li, 0, sizeof li);
+    rt_poly g = {0};
+    int level = GS_OK;
+    for (unsigned i = 0; i < nl && level == GS_OK; i++) {
+        gs_loopinfo *L = &li[i];
+        TSNode s = loops[i];
+        unsigned line = kl_ast_line(s);
+        L->stmt = s;
+        L->body = ts_node_child_by_field_name(s, "body", 4);
+        TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
+        TSNode cond = kl_ast_unparen(grid_stride__loop_cond(s));
+        TSNode upd = ts_node_child_by_field_name(s, "update", 6);
+        if (rt_is(s, "while_statement")) L->step = grid_stride__while_step(s, &upd);
+        L->cond = cond;
+        /* the condition: var < B or var + P < B */
+        char op[4] = "";
+        if (rt_is(cond, "binary_expression")) binary_op(src, cond, op, sizeof op);
+        TSNode lhs = rt_is(cond, "binary_expression") ? kl_ast_unparen(ts_node_child_by_field_name(cond, "left", 4))
+                                                         : (TSNode){0};
+        TSNode pnode = {0}, vnode = lhs;
+        if (rt_is(lhs, "binary_expression")) {
+            char op2[4];
+            binary_op(src, lhs, op2, sizeof op2);
+            vnode = strcmp(op2, "+") ? (TSNode){0} : ts_node_child_by_field_name(lhs, "left", 4);
+            pnode = ts_node_child_by_field_name(lhs, "right", 5);
+        }
+        if (strcmp(op, "<") || !rt_is(vnode, "identifier")) {
+            kl_snprintf(why, size, "the loop condition at line %u is not <index> < <an invariant bound>", line);
+            level = GS_FORM;
+            break;
+        }
+        L->var = kl_node_text(src, vnode);
+        L->bound = ts_node_child_by_field_name(cond, "right", 5);
+        /* the index: declared by the for, or at the top level before it */
+        TSNode value = {0};
+        if (rt_is(init, "declaration") &&
+            rt_is(ts_node_child_by_field_name(init, "declarator", 10), "init_declarator")) {
+            TSNode idecl = ts_node_child_by_field_name(init, "declarator", 10);
+            if (!kl_node_text_is(src, ts_node_child_by_field_name(idecl, "declarator", 10), L->var ? L->var : "")) {
+                kl_snprintf(why, size, "the loop at line %u declares one index and tests another", line);
+                level = GS_FORM;
+                break;
+            }
+            L->decl = init;
+            L->declares = true;
+            value = ts_node_child_by_field_name(idecl, "value", 5);
+        } else if (ts_node_is_null(init)) {
+            L->decl = top_decl_of(src, fbody, s, L->var ? L->var : "", &value);
+        }
+        if (ts_node_is_null(L->decl) || ts_node_is_null(value)) {
+            kl_snprintf(why, size, "the grid-stride loop at line %u does not declare its index", line);
+            level = GS_FORM;
+            break;
+        }
+        /* start + the global thread index */
+        rt_poly pg;
+        TSNode e = kl_ast_unparen(value);
+        if (!split_index(src, ra, e, &pg, &L->start)) {
+            kl_snprintf(why, size, "the index of the loop at line %u is not <start> + blockIdx.x * <block> + threadIdx.x",
+                        line);
+            level = GS_FORM;
+            break;
+        }
+        if (i == 0) g = pg;
+        else if (pg.t[0].coef != g.t[0].coef || pg.t[0].deg != g.t[0].deg) {
+            kl_snprintf(why, size, "the loops at lines %u and %u index different grids", kl_ast_line(loops[0]), line);
+            level = GS_FORM;
+            break;
+        }
+        /* the step: var += u grids */
+        char aop[4] = "";
+        if (rt_is(upd, "assignment_expression")) binary_op(src, upd, aop, sizeof aop);
+        TSNode ul = ts_node_child_by_field_name(upd, "left", 4);
+        if (!strcmp(aop, "+=") && rt_is(ul, "identifier") && kl_node_text_is(src, ul, L->var)) {
+            rt_poly ps;
+            rt_affine_eval(ra, ts_node_child_by_field_name(upd, "right", 5), &ps);
+            L->u = multiple_of(&ps, &g);
+        }
+        if (!ts_node_is_null(pnode)) {
+            rt_poly pp;
+            rt_affine_eval(ra, pnode, &pp);
+            L->k = multiple_of(&pp, &g);
+            if (L->k == 0) L->u = 0;
+        }
+        char *ut = kl_node_text(src, upd);
+        bool main_loop = L->u >= 2 && L->k >= 1 && !L->declares;
+        if (L->u == 0 || (!main_loop && (L->u != 1 || L->k != 0))) {
+            kl_snprintf(why, size, "the loop at line %u steps by %s, not one grid of threads (several elements per step?)",
+                        line, ut ? ut : "?");
+            level = GS_FORM;
+        }
+        free(ut);
+        rt_poly pb;
+        rt_affine_eval(ra, L->bound, &pb);
+        if (level == GS_OK && (pb.deps & (thread_block_deps | (1u << RB_GX)))) {
+            kl_snprintf(why, size, "the bound of the loop at line %u depends on the thread or the grid", line);
+            level = GS_FORM;
+        }
+        /* an unrolled loop is followed by its remainder: the next statement, the same index and bound */
+        if (level == GS_OK && i > 0 && li[i - 1].u >= 2) {
+            TSNode nx = rt_next_stmt(li[i - 1].stmt);
+            char *b0 = kl_node_text(src, li[i - 1].bound), *b1 = kl_node_text(src, L->bound);
+            if (!ts_node_eq(nx, s) || L->declares || L->u != 1 || strcmp(L->var, li[i - 1].var) || !b0 || !b1 ||
+                strcmp(b0, b1)) {
+                kl_snprintf(why, size, "the unrolled loop at line %u is not followed by its remainder over %s < %s",
+                            kl_ast_line(li[i - 1].stmt), li[i - 1].var, b0 ? b0 : "?");
+                level = GS_FORM;
+            }
+            free(b0);
+            free(b1);
+        }
+    }
+    if (level == GS_OK && li[nl - 1].u >= 2) {
+        char *b0 = kl_node_text(src, li[nl - 1].bound);
+        kl_snprintf(why, size, "the unrolled loop at line %u is not followed by its remainder over %s < %s",
+                    kl_ast_line(li[nl - 1].stmt), li[nl - 1].var, b0 ? b0 : "?");
+        free(b0);
+        level = GS_FORM;
+    }
+    uint32_t ra_[GS_MAXRANGES], rt_[GS_MAXRANGES];
+    unsigned nr = 0;
+    /* each index is used only by its loops (and its declaration) */
+    for (unsigned i = 0; i < nl && level == GS_OK; i++) {
+        nr = 0;
+        for (unsigned j = 0; j < nl; j++)
+            if (!strcmp(li[j].var, li[i].var) && li[j].declares == li[i].declares &&
+                (li[i].declares ? j == i : true)) {
+                ra_[nr] = ts_node_start_byte(li[j].stmt);
+                rt_[nr++] = ts_node_end_byte(li[j].stmt);
+            }
+        grid_stride__use_scan us = {src, li[i].var, ra_, rt_, nr, ts_node_start_byte(li[i].decl), ts_node_end_byte(li[i].decl), 0,
+                       NULL};
+        kl_ast_walk(fbody, grid_stride__use_visit, &us);
+        if (us.line) {
+            kl_snprintf(why, size, "%s is also used outside the loops (line %u)", li[i].var, us.line);
+            level = GS_PROOF;
+        }
+        if (level == GS_OK && li[i].u == 1 && ts_node_is_null(li[i].step))
+            grid_stride__check_body(src, fbody, li[i].stmt, li[i].body, li[i].body, li[i].var, why, size);
+        else if (level == GS_OK && li[i].u == 1) {
+            /* a while's body up to its step */
+            TSNode first = ts_node_named_child(li[i].body, 0), before = rt_prev_stmt(li[i].step);
+            if (!ts_node_is_null(before) && !ts_node_eq(li[i].step, first))
+                grid_stride__check_body(src, fbody, li[i].stmt, first, before, li[i].var, why, size);
+        }
+        if (why[0]) level = GS_PROOF;
+    }
+    /* a size parameter N covering every loop: 0 <= bound <= N and start >= 0 */
+    const char *size_param = NULL;
+    for (unsigned pi = 0; pi < kl_affine_param_count(ax) && level == GS_OK && !size_param; pi++) {
+        const kl_param_info *prm = kl_affine_param(ax, pi);
+        if (prm->pointer || !prm->elem || strstr(prm->elem, "bool") || strstr(prm->elem, "float") ||
+            strstr(prm->elem, "double") || strstr(prm->elem, "char"))
+            continue;
+        gs_prove pr = {src, ax, fbody, prm->name};
+        bool all = true;
+        for (unsigned i = 0; i < nl && all; i++)
+            all = le_size(&pr, li[i].bound, 0) && (ts_node_is_null(li[i].start) || nonneg(&pr, li[i].start, 0));
+        if (all) size_param = prm->name;
+    }
+    if (level == GS_OK && !size_param) {
+        kl_snprintf(why, size,
+                    "cannot show that the loops from line %u cover at most <a size parameter> indices each "
+                    "(every bound at most the parameter, every start at least 0)",
+                    kl_ast_line(loops[0]));
+        level = GS_PROOF;
+    }
+    if (level == GS_OK) {
+        /* the grid's size matters nowhere else */
+        nr = 0;
+        for (unsigned i = 0; i < nl && nr + 3 < GS_MAXRANGES; i++) {
+            ra_[nr] = ts_node_start_byte(li[i].stmt);
+            rt_[nr++] = li[i].u >= 2 ? ts_node_end_byte(li[i].stmt) : ts_node_start_byte(li[i].body);
+            if (!ts_node_is_null(li[i].step)) {
+                /* a while's step is its header's update */
+                ra_[nr] = ts_node_start_byte(li[i].step);
+                rt_[nr++] = ts_node_end_byte(li[i].step);
+            }
+            if (!li[i].declares) {
+                ra_[nr] = ts_node_start_byte(li[i].decl);
+                rt_[nr++] = ts_node_end_byte(li[i].decl);
+            }
+        }
+        grid_stride__grid_free(ctx, fn, ra_, rt_, &nr, why, size);
+        if (why[0]) level = GS_PROOF;
+    }
+    if (level == GS_OK) {
+        free(k->var);
+        free(k->bound);
+        free(k->stride);
+        free(k->type);
+        free(k->init);
+        free(k->cond);
+        k->init = k->cond = NULL;
+        k->group = true;
+        k->ng = nl;
+        for (unsigned i = 0; i < nl; i++) {
+            k->gl[i] = li[i].stmt;
+            k->gkind[i] = li[i].u >= 2 ? 0 : li[i].declares ? 2 : 1;
+        }
+        k->stmt = loops[0];
+        k->body = li[0].body;
+        k->decl = li[0].decl;
+        k->var = kl_strdup(li[0].var);
+        k->bound = kl_strdup(size_param);
+        k->type = grid_stride__decl_type(src, li[0].decl);
+        kl_strbuf sb = KL_STRBUF_INIT;
+        if (g.t[0].deg == 2) kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
+        else kl_strbuf_addf(&sb, "%lld * gridDim.x", g.t[0].coef);
+        k->stride = kl_strbuf_detach(&sb, NULL);
+        kl_strbuf_release(&sb);
+        k->coef = g.t[0].deg == 2 ? 0 : g.t[0].coef;
+    }
+    for (unsigned i = 0; i < nl; i++) free(li[i].var);
+    rt_affine_free(ra);
+    return level;
+}
+
+/* Several loops: an unrolled main loop goes (with a `// grid-stride` line above it), a loop over an
+ * index declared before becomes `if (cond) body`, one declaring its index `T j = E; if (cond) body`. */
+kl_status grid_stride__remove_group(const kl_rule_ctx *ctx, const grid_stride__kernel *k, kl_edits *out)
+{
+    kl_status st = KL_OK;
+    for (unsigned i = 0; i < k->ng && st == KL_OK; i++) {
+        TSNode s = k->gl[i];
+        TSNode body = ts_node_child_by_field_name(s, "body", 4);
+        if (k->gkind[i] == 0) {
+            uint32_t a, b;
+            kl_rules_line_range(ctx, s, "grid-stride", &a, &b);
+            st = kl_edits_add(out, a, b, "");
+            continue;
+        }
+        char *cond = kl_node_text(ctx->src, grid_stride__loop_cond(s));
+        kl_strbuf head = KL_STRBUF_INIT;
+        if (k->gkind[i] == 2) {
+            TSNode init = ts_node_child_by_field_name(s, "initializer", 11);
+            TSNode idecl = ts_node_child_by_field_name(init, "declarator", 10);
+            char *type = grid_stride__decl_type(ctx->src, init);
+            char *var = kl_node_text(ctx->src, ts_node_child_by_field_name(idecl, "declarator", 10));
+            char *val = kl_node_text(ctx->src, ts_node_child_by_field_name(idecl, "value", 5));
+            char ind[64];
+            kl_rules_indent(ctx, ts_node_start_byte(s), ind, sizeof ind);
+            bool own_line = kl_rules_starts_line(ctx, ts_node_start_byte(s));
+            if (type && var && val)
+                kl_strbuf_addf(&head, "%s %s = %s;%s%s", type, var, val, own_line ? "\n" : " ", own_line ? ind : "");
+            else
+                head.failed = true;
+            free(type);
+            free(var);
+            free(val);
+        }
+        kl_strbuf_addf(&head, "if (%s) ", cond ? cond : "");
+        st = head.failed || !cond ? KL_ERR_NOMEM
+                                  : kl_edits_add(out, ts_node_start_byte(s), ts_node_start_byte(body), kl_strbuf_str(&head));
+        kl_strbuf_release(&head);
+        free(cond);
+        TSNode upd, step = grid_stride__while_step(s, &upd);
+        if (st == KL_OK && !ts_node_is_null(step)) {
+            /* a while's step goes with the loop (its index is used by its loops only) */
+            uint32_t a, b;
+            kl_rules_line_range(ctx, step, NULL, &a, &b);
+            st = kl_edits_add(out, a, b, "");
+        }
+    }
+    /* a local holding the grid's stride goes when only the loops' steps used it */
+    TSNode fbody = ts_node_parent(k->gl[0]);
+    uint32_t ra[GS_MAXLOOPS], rb[GS_MAXLOOPS];
+    unsigned nr = 0;
+    for (unsigned i = 0; i < k->ng; i++) {
+        TSNode s = k->gl[i];
+        TSNode upd = ts_node_child_by_field_name(s, "update", 6);
+        if (rt_is(s, "while_statement")) grid_stride__while_step(s, &upd);
+        ra[nr] = ts_node_start_byte(k->gkind[i] == 0 ? s : upd);
+        rb[nr++] = ts_node_end_byte(k->gkind[i] == 0 ? s : upd);
+    }
+    uint32_t c = ts_node_named_child_count(fbody);
+    for (uint32_t i = 0; i < c && st == KL_OK; i++) {
+        TSNode d = ts_node_named_child(fbody, i);
+        if (!rt_is(d, "declaration") || ts_node_start_byte(d) >= ts_node_start_byte(k->gl[0]) ||
+            !grid_stride__has_text(ctx->src, d, "gridDim") || grid_stride__has_text(ctx->src, d, "blockIdx"))
+            continue;
+        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
+        char *name = ts_node_is_null(nm) ? NULL : kl_node_text(ctx->src, nm);
+        if (!name || ts_node_named_child_count(d) > 3) {
+            free(name);
+            continue;
+        }
+        grid_stride__use_scan u = {ctx->src, name, ra, rb, nr, ts_node_start_byte(d), ts_node_end_byte(d), 0, NULL};
+        kl_ast_walk(fbody, grid_stride__use_visit, &u);
+        if (!u.line) {
+            uint32_t a, b;
+            kl_rules_line_range(ctx, d, NULL, &a, &b);
+            st = kl_edits_add(out, a, b, "");
+        }
+        free(name);
+    }
+    return st;
+}
+

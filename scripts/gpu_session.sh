@@ -10,6 +10,9 @@
 #                                       task's name, or a task folder's path such as corpus/sumsq)
 #   scripts/gpu_session.sh catalog [T…] the rules catalog on the style corpus: every applicable
 #                                       site applied once and gated (scripts/gpu_catalog.sh)
+#   scripts/gpu_session.sh corpuswalks [T…] the style corpus's experts walked backward (default
+#                                       matmul sumsq) into their own archive, archive/corpus-walks.jsonl,
+#                                       and their own store: the corpus stays unseen by the card library
 #   scripts/gpu_session.sh corpus [T…] the style corpus: every naive and expert kernel of corpus/
 #                                       gated (record), the experts' table (scripts/gpu_corpus.sh)
 #   scripts/gpu_session.sh gatecorpus  the hardened gate (issue 18): worker smoke test, the corpus
@@ -176,6 +179,27 @@ walks)
     walk_tasks "$@"
     python3 scripts/verdict_times.py archive/verdicts.jsonl >>"$out/record.log" 2>&1
     tar czf "$out/walks.tgz" -C /tmp walks 2>/dev/null
+    ;;
+corpuswalks)
+    # The style corpus's experts walked backward (issue 17: at least 5 steps, a root within 1.5x of
+    # the naive kernel, the steps carrying 80 % of the expert's speedup). Their cards must not join
+    # the library the optimizer is measured with on the corpus (it would no longer be unseen), so
+    # the walks record into archive/corpus-walks.jsonl with a store of their own; replay with
+    #   klineage --measure replay lineage corpus/T --archive archive/corpus-walks.jsonl
+    # KL_LINEAGE_S_<task> (else KL_LINEAGE_S, 200) bounds each walk; a cut walk resumes.
+    cw_db=${KL_CORPUS_WALK_DB:-/tmp/klineage-corpus-walks.db}
+    touch archive/corpus-walks.jsonl
+    [ $# -eq 0 ] && set -- matmul sumsq
+    for t in "$@"; do
+        log "lineage corpus/$t" | tee -a "$out/record.log"
+        lim_var="KL_LINEAGE_S_$t"
+        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-200}}" "$KLINEAGE" --db "$cw_db" --jobs "${KL_JOBS:-16}" \
+            --measure record lineage "corpus/$t" --archive archive/corpus-walks.jsonl --probes "${KL_PROBES:-1}" \
+            --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" >"$out/lineage-corpus-$t.txt" 2>&1
+        echo "exit $?" | tee -a "$out/record.log"
+        grep -v '^\[' "$out/lineage-corpus-$t.txt" | tail -30 >>"$out/record.log"
+        gzip -c archive/corpus-walks.jsonl >"$out/corpus-walks.jsonl.gz"
+    done
     ;;
 catalog)
     # the rules catalog on the style corpus (issue 17): about 4 minutes; KL_CATALOG_S bounds it

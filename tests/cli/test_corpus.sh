@@ -106,6 +106,24 @@ PY
     [ $rc -eq 0 ] || fail "optimize corpus/$t: exit $rc"
 done
 
+# The experts' recorded backward walks (archive/corpus-walks.jsonl, kept apart from the main
+# archive so that the corpus stays unseen by the card library) replay without a GPU, as recorded:
+# every step the JSON lists is in the table, and the root's speed against the naive kernel is said.
+for t in matmul sumsq; do
+    grep -q "corpus/$t" "$KL_SOURCE_DIR/archive/corpus-walks.jsonl" 2>/dev/null || continue
+    "$KLINEAGE" --db "$T/walks.db" --measure replay --json lineage "$C/$t" \
+        --archive "$KL_SOURCE_DIR/archive/corpus-walks.jsonl" >"$T/walk.json" 2>"$T/walk.err"
+    rc=$?
+    [ $rc -eq 0 ] || { fail "replay of corpus/$t's recorded walk: exit $rc ($(tail -n 2 "$T/walk.err"))"; continue; }
+    python3 - "$T/walk.json" <<'PY' || fail "corpus/$t's replayed walk"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d.get("steps"), "no steps replayed"
+assert all(s.get("transform") for s in d["steps"]), "a step without its transform"
+assert d.get("root_vs_naive"), "the root is not compared with the naive kernel"
+PY
+done
+
 if [ $failures -ne 0 ]; then
     echo "$failures failures"
     exit 1

@@ -317,6 +317,23 @@ static void block_size_refuses_dependent_layouts(void **state)
     assert_non_null(strstr(why, "warp index"));
     json_decref(sites);
     free(text);
+    /* a thread count derived from the warp layout, in a namespace the launch opens (the matmul
+     * expert's style): refused for that, not as a name defined elsewhere */
+    const char *warps = "namespace lay {\n"
+                        "constexpr int WARPS_M = 2, WARPS_N = 4;\n"
+                        "constexpr int THREADS = WARPS_M * WARPS_N * 32;\n"
+                        "}\n"
+                        "__global__ void k(float *y) { y[threadIdx.x] = 1.0f; }\n"
+                        "extern \"C\" void launch(float *y)\n"
+                        "{\n"
+                        "    using namespace lay;\n"
+                        "    k<<<1, THREADS>>>(y);\n"
+                        "}\n";
+    sites = list_sites("warps.cu", warps, "block-size");
+    why = refusal_of(sites, "apply");
+    assert_non_null(why);
+    assert_non_null(strstr(why, "THREADS is derived from other constants (WARPS_M * WARPS_N * 32)"));
+    json_decref(sites);
     /* rows strided by the thread count from a start that is not the thread index */
     const char *rows = "#define THREADS 128\n"
                        "#define BM 64\n"

@@ -137,11 +137,73 @@ static void a_twin_without_scalar_path_blocks_removal(void **state)
     json_decref(sites);
 }
 
+/* The else branch of a template flag fills the vector path's float4 registers one lane at a time
+ * (`r.x = p[0]; …`, as SGEMM experts stage a tile): a scalar path, so the site is present and
+ * removable; an else that builds whole vectors (a make_float4, a macro around a float4 cast) is
+ * no scalar path. */
+static void lane_by_lane_registers_are_a_scalar_path(void **state)
+{
+    (void)state;
+    static const char *const fills[] = {
+        "r.x = p[0]; r.y = p[1]; r.z = p[2]; r.w = p[3];",
+        "r = make_float4(p[0], p[1], p[2], p[3]);",
+        "r = LD4(p);",
+    };
+    for (unsigned f = 0; f < 3; f++) {
+        char text[2048];
+        kl_snprintf(text, sizeof text,
+                    "#define LD4(q) (*reinterpret_cast<const float4*>(q))\n"
+                    "template <bool VEC>\n"
+                    "__global__ void k(const float* x, float* y, int n)\n"
+                    "{\n"
+                    "    const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;\n"
+                    "    if (i + 3 >= n) return;\n"
+                    "    const float* p = x + i;\n"
+                    "    float4 r;\n"
+                    "    if (VEC) {\n"
+                    "        r = LD4(p);\n"
+                    "    } else {\n"
+                    "        %s\n"
+                    "    }\n"
+                    "    y[i] = r.x + r.y + r.z + r.w;\n"
+                    "}\n"
+                    "extern \"C\" void launch(const float* x, float* y, int n, cudaStream_t s)\n"
+                    "{ k<true><<<(n + 1023) / 1024, 256, 0, s>>>(x, y, n); }\n",
+                    fills[f]);
+        json_t *sites = present_in(text, "k");
+        assert_int_equal(json_array_size(sites), 1);
+        json_t *s = json_array_get(sites, 0);
+        assert_string_equal(json_string_value(json_object_get(s, "site")), "k:9");
+        const char *dir = json_string_value(json_object_get(s, "direction"));
+        char *out = NULL, *note = NULL;
+        kl_error err = {0};
+        kl_status st = kl_rules_rewrite("t.cu", text, strlen(text), NULL, "vectorize", "k:9", true, NULL, &out, &note, &err);
+        if (f == 0) {
+            assert_string_equal(dir, "present");
+            assert_int_equal(st, KL_OK);
+            assert_null(strstr(out, "if (VEC)"));
+            assert_non_null(strstr(out, "r.w = p[3];"));
+            assert_null(strstr(out, "LD4(p);"));
+        } else {
+            assert_string_equal(dir, "refused");
+            const char *why = json_string_value(json_object_get(s, "reason"));
+            assert_non_null(why);
+            assert_non_null(strstr(why, "uses vector types too"));
+            assert_int_not_equal(st, KL_OK);
+            assert_non_null(strstr(err.message, "uses vector types too"));
+        }
+        free(out);
+        free(note);
+        json_decref(sites);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(one_site_for_paths_on_one_guard),
         cmocka_unit_test(a_twin_without_scalar_path_blocks_removal),
+        cmocka_unit_test(lane_by_lane_registers_are_a_scalar_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,6 +100,45 @@ static bool find_decl(const kl_source *src, TSNode scope, const char *name, TSNo
     return false;
 }
 
+/* Does scope (a function body, the file) hold `using namespace ns;` at its top level? */
+static bool uses_namespace(const kl_source *src, TSNode scope, TSNode ns)
+{
+    uint32_t c = ts_node_named_child_count(scope);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode u = ts_node_named_child(scope, i);
+        if (!is_type(u, "using_declaration") || ts_node_named_child_count(u) != 1) continue;
+        char *t = kl_node_text(src, u);
+        bool yes = t && strstr(t, "namespace");
+        free(t);
+        if (!yes) continue;
+        char *want = kl_node_text(src, ns), *got = kl_node_text(src, ts_node_named_child(u, 0));
+        yes = want && got && !strcmp(want, got);
+        free(want);
+        free(got);
+        if (yes) return true;
+    }
+    return false;
+}
+
+/* find_decl in the host function, the file, then the file's namespaces the host function or the
+ * file opens with `using namespace` (`namespace cfg { constexpr int THREADS = …; }`). */
+static bool find_decl_host(const kl_source *src, TSNode host_fn, const char *name, TSNode *decl, TSNode *value,
+                           TSNode *dnode)
+{
+    TSNode body = kl_ast_function_body(host_fn), root = kl_source_root(src);
+    if (find_decl(src, body, name, decl, value, dnode) || find_decl(src, root, name, decl, value, dnode)) return true;
+    uint32_t c = ts_node_named_child_count(root);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode ns = ts_node_named_child(root, i);
+        if (!is_type(ns, "namespace_definition")) continue;
+        TSNode nm = ts_node_child_by_field_name(ns, "name", 4), in = ts_node_child_by_field_name(ns, "body", 4);
+        if (ts_node_is_null(nm) || ts_node_is_null(in)) continue;
+        if ((uses_namespace(src, body, nm) || uses_namespace(src, root, nm)) && find_decl(src, in, name, decl, value, dnode))
+            return true;
+    }
+    return false;
+}
+
 static bool find_define(const kl_source *src, const char *name, TSNode *def, TSNode *value)
 {
     TSNode root = kl_source_root(src);
@@ -364,8 +403,7 @@ static bool block_value(bs_state *s, const kl_launch_site *l, TSNode e, int64_t 
     bool ok = false;
     if (!name) {
         kl_snprintf(why, size, "out of memory");
-    } else if (find_decl(src, kl_ast_function_body(l->host_fn), name, &decl, &value, &dn) ||
-               find_decl(src, kl_source_root(src), name, &decl, &value, &dn)) {
+    } else if (find_decl_host(src, l->host_fn, name, &decl, &value, &dn)) {
         ok = !ts_node_is_null(value) && kl_const_eval(src, l->host_fn, value, false, v, why, size);
     } else if (find_define(src, name, &decl, &value)) {
         char *t = kl_node_text(src, value), *end = NULL;
@@ -558,8 +596,7 @@ static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *
     kl_snprintf(d->name, sizeof d->name, "%s", d->text);
     TSNode decl, value, dn;
     char w[200] = "";
-    if (find_decl(src, kl_ast_function_body(l->host_fn), d->name, &decl, &value, &dn) ||
-        find_decl(src, kl_source_root(src), d->name, &decl, &value, &dn)) {
+    if (find_decl_host(src, l->host_fn, d->name, &decl, &value, &dn)) {
         d->def = decl;
         if (ts_node_is_null(value) || is_type(value, "argument_list") || is_type(value, "parameter_list") ||
             is_type(value, "initializer_list")) {
@@ -1445,8 +1482,7 @@ static kl_status add_launch(bs_state *s, unsigned i)
                 return KL_OK;
             }
         TSNode decl, value, dn;
-        if (find_decl(src, kl_ast_function_body(l->host_fn), name, &decl, &value, &dn) ||
-            find_decl(src, kl_source_root(src), name, &decl, &value, &dn)) {
+        if (find_decl_host(src, l->host_fn, name, &decl, &value, &dn)) {
             g.def = decl;
             if (!ts_node_is_null(value)) {
                 g.val_start = ts_node_start_byte(value);

@@ -346,6 +346,78 @@ bool kl_vec_fallback(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, char *why, 
     return false;
 }
 
+/* ---- an else branch that fills vector registers lane by lane ------------------------------------ */
+
+typedef struct regfill_scan {
+    const kl_rule_ctx *ctx;
+    TSNode fn, in;
+    bool vector;          /* a vector type, a vector macro or a whole vector local seen */
+} regfill_scan;
+
+/* Is name a function-like macro of the file whose body names a vector type or a reinterpret_cast
+ * (`#define FETCH_FLOAT4(ref) (*reinterpret_cast<const float4*>(&(ref)))`)? */
+static bool vector_macro(const kl_rule_ctx *ctx, const char *name)
+{
+    TSNode root = kl_source_root(ctx->src);
+    for (uint32_t i = 0; i < ts_node_named_child_count(root); i++) {
+        TSNode d = ts_node_named_child(root, i);
+        if (!rt_is(d, "preproc_function_def") || !text_is(ctx, rt_field(d, "name"), name)) continue;
+        char *v = text_of(ctx, rt_field(d, "value"));
+        bool vec = v && (strstr(v, "reinterpret_cast") || vec_type_width(v) || strstr(v, "make_"));
+        free(v);
+        return vec;
+    }
+    return false;
+}
+
+/* Is the identifier n (a vector local) used as one lane: `v.x`, `v[i].w`? */
+static bool lane_use(const kl_rule_ctx *ctx, TSNode n)
+{
+    TSNode p = ts_node_parent(n);
+    while (rt_is(p, "subscript_expression") && ts_node_eq(rt_field(p, "argument"), n)) {
+        n = p;
+        p = ts_node_parent(p);
+    }
+    if (!rt_is(p, "field_expression") || !ts_node_eq(rt_field(p, "argument"), n)) return false;
+    TSNode f = rt_field(p, "field");
+    return text_is(ctx, f, "x") || text_is(ctx, f, "y") || text_is(ctx, f, "z") || text_is(ctx, f, "w");
+}
+
+static bool regfill_visit(TSNode n, void *user)
+{
+    regfill_scan *l = user;
+    if (l->vector) return false;
+    if (rt_is(n, "type_identifier")) {
+        char *t = text_of(l->ctx, n);
+        l->vector = t && vector_type_name(t);
+        free(t);
+        return false;
+    }
+    if (rt_is(n, "call_expression") && rt_is(rt_field(n, "function"), "identifier")) {
+        char *f = text_of(l->ctx, rt_field(n, "function"));
+        l->vector = f && (vector_macro(l->ctx, f) || kl_str_starts(f, "make_") || !strcmp(f, "reinterpret_cast"));
+        free(f);
+        if (l->vector) return false;
+    }
+    if (rt_is(n, "identifier") && !lane_use(l->ctx, n)) {
+        vlocal_scan v = {l->ctx, n, ""};
+        rt_walk(kl_ast_function_body(l->fn), vlocal_visit, &v);
+        l->vector = v.name[0] != '\0';
+    }
+    return !l->vector;
+}
+
+/* Is the else branch alt a scalar path: no vector type, or vector locals written and read only
+ * lane by lane (`stage[i].x = p[0];` — the registers a float4 load fills, here filled element by
+ * element from scalar loads, in the same layout), no vector type, macro or make_ call? */
+static bool scalar_else(const kl_rule_ctx *ctx, TSNode fn, TSNode alt)
+{
+    if (!vec_width(ctx, fn, alt)) return true;
+    regfill_scan l = {ctx, fn, alt, false};
+    rt_walk(alt, regfill_visit, &l);
+    return !l.vector;
+}
+
 /* ---- present sites --------------------------------------------------------------------------------- */
 
 typedef struct vp {
@@ -531,7 +603,7 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
         if (!w) return false;
         p->width = w;
         p->kind = 'E';
-        if (vec_width(ctx, fn, alt))
+        if (!scalar_else(ctx, fn, alt))
             kl_snprintf(p->why, sizeof p->why, "the else branch at line %u uses vector types too: no scalar path to keep",
                         kl_ast_line(alt));
         else if (rt_is(alt, "if_statement"))
@@ -544,7 +616,7 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
         for (unsigned i = 0; i < p->nsame && !p->why[0]; i++) {
             TSNode a2 = rt_field(p->same_guard[i], "alternative");
             if (rt_is(a2, "else_clause")) a2 = ts_node_named_child(a2, 0);
-            if (vec_width(ctx, fn, a2) || rt_is(a2, "if_statement"))
+            if (!scalar_else(ctx, fn, a2) || rt_is(a2, "if_statement"))
                 kl_snprintf(p->why, sizeof p->why,
                             "the vector path at line %u shares its guard but has no plain scalar else path",
                             kl_ast_line(p->same_guard[i]));

@@ -57,7 +57,8 @@ save_archive() { gzip -c archive/verdicts.jsonl >"$out/verdicts.jsonl.gz" 2>/dev
 # The walks of tasks T…, each under its own limit (KL_LINEAGE_S_<task>, else KL_LINEAGE_S;
 # the proposals of a version compile KL_JOBS at a time, 16 by default: one at a time, a blur walk
 # spent most of its 200 s in nvcc;
-# SIGINT, then SIGKILL 20 s later — a killed walk loses what it did since its last export);
+# SIGINT, then SIGKILL 20 s later — a killed walk loses what it did since its last export;
+# corpuswalks waits 90 s: its GEMM's judgements take longer to stop);
 # KL_RESTART / KL_CONTINUE: space-separated tasks walked with --restart / --continue.
 walk_tasks() {
     mkdir -p /tmp/walks
@@ -193,7 +194,10 @@ corpuswalks)
     for t in "$@"; do
         log "lineage corpus/$t" | tee -a "$out/record.log"
         lim_var="KL_LINEAGE_S_$t"
-        timeout -k 20 -s INT "${!lim_var:-${KL_LINEAGE_S:-200}}" "$KLINEAGE" --db "$cw_db" --jobs "${KL_JOBS:-16}" \
+        # -k 90: a walk at matmul's 4096^3 did not stop within 20 s of SIGINT (a batch of judgements
+        # in flight) and its SIGKILL lost the walk, which is exported to the archive only when it
+        # stops (2026-12-04: four steps gone)
+        timeout -k 90 -s INT "${!lim_var:-${KL_LINEAGE_S:-200}}" "$KLINEAGE" --db "$cw_db" --jobs "${KL_JOBS:-16}" \
             --measure record lineage "corpus/$t" --archive archive/corpus-walks.jsonl --probes "${KL_PROBES:-1}" \
             --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" >"$out/lineage-corpus-$t.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"

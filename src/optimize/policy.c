@@ -109,6 +109,12 @@ static void quoted(const char *text, char *out, size_t size)
     if (b) kl_snprintf(out, size, "%.*s", (int)(b - a - 1), a + 1);
 }
 
+/* The site features a card was learned at (anchor.pattern.site_features), or NULL. */
+static const json_t *card_site_features(const kl_skill *card)
+{
+    return json_object_get(json_object_get(json_object_get(kl_skill_doc(card), "anchor"), "pattern"), "site_features");
+}
+
 /* A card against a candidate site, through the one forward match of the skills stage
  * (kl_skill_match_site): static conditions on the site's observables and features, speed
  * conditions at the bench shape, correctness conditions at every check shape, `requires`
@@ -139,8 +145,7 @@ static kl_status match_card(const kl_skill *card, const kl_source *src, const kl
      * waited behind every noise step for hgemm's `dtype == "bf16"`; histogram's bytes waited so
      * for vectorize). The card's other observables (access, reduction…), speed and correctness
      * conditions and `requires` fail as ever. */
-    const json_t *described =
-        json_object_get(json_object_get(json_object_get(kl_skill_doc(card), "anchor"), "pattern"), "site_features");
+    const json_t *described = card_site_features(card);
     bool hard = m.nmissing > 0, unknown = m.requires_unknown;
     for (unsigned i = 0; i < m.nchecks; i++) {
         kl_skill_check *ck = &m.checks[i];
@@ -314,9 +319,7 @@ static int params_equal_bytes(const char *cand_params, const json_t *card_params
  * algorithm. Such a card neither speaks for the site nor fails there. */
 static bool other_shape(const kl_skill *card, const opt_cand *c)
 {
-    const json_t *learned = json_object_get(
-        json_object_get(json_object_get(json_object_get(kl_skill_doc(card), "anchor"), "pattern"), "site_features"),
-        "shape");
+    const json_t *learned = json_object_get(card_site_features(card), "shape");
     const json_t *here = c->features ? json_object_get(c->features, "shape") : NULL;
     return learned && here && !json_equal(learned, here);
 }

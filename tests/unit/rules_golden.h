@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "klineage/rewrite.h"
 #include "rewrite/rules/rules.h"
@@ -79,7 +80,22 @@ static inline char *rewrite_op(const char *name, const char *text, const op *o, 
 
 static int golden_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* The golden cases in dir: every NAME.before.cu, sorted. Free each name and the array. */
+/* A case's NAME.test may take its input from a file of the repository instead of a copy:
+ * `// input: corpus/sumsq/expert.cu` (relative to $KL_SOURCE_DIR). The path into buf, or false. */
+static inline bool golden_input_of(const char *test_text, char *buf, size_t size)
+{
+    const char *in = test_text ? strstr(test_text, "// input: ") : NULL;
+    if (!in) return false;
+    in += strlen("// input: ");
+    size_t len = strcspn(in, "\r\n");
+    const char *root = getenv("KL_SOURCE_DIR");
+    if (!root) fail_msg("a golden case reads '// input: %.*s' but KL_SOURCE_DIR is not set", (int)len, in);
+    kl_snprintf(buf, size, "%s/%.*s", root, (int)len, in);
+    return true;
+}
+
+/* The golden cases in dir: every NAME.before.cu, and every NAME.test with an `// input:` line (named
+ * NAME.before.cu here too), sorted. Free each name and the array. */
 static inline char **golden_names(const char *dir, unsigned *n)
 {
     DIR *d = opendir(dir);
@@ -88,9 +104,26 @@ static inline char **golden_names(const char *dir, unsigned *n)
     struct dirent *e;
     *n = 0;
     while ((e = readdir(d))) {
-        if (!kl_str_ends(e->d_name, ".before.cu")) continue;
+        char name[600];
+        if (kl_str_ends(e->d_name, ".before.cu")) {
+            kl_snprintf(name, sizeof name, "%s", e->d_name);
+        } else if (kl_str_ends(e->d_name, ".test")) {
+            char tp[1200], bp[1200], in[1200];
+            size_t stem = strlen(e->d_name) - strlen(".test"), len;
+            kl_snprintf(tp, sizeof tp, "%s/%s", dir, e->d_name);
+            kl_snprintf(bp, sizeof bp, "%s/%.*s.before.cu", dir, (int)stem, e->d_name);
+            char *t = NULL;
+            kl_error err = {0};
+            bool input = access(bp, F_OK) != 0 && kl_file_read(tp, 0, &t, &len, &err) == KL_OK &&
+                         golden_input_of(t, in, sizeof in);
+            free(t);
+            if (!input) continue;
+            kl_snprintf(name, sizeof name, "%.*s.before.cu", (int)stem, e->d_name);
+        } else {
+            continue;
+        }
         names = realloc(names, (*n + 1) * sizeof *names);
-        names[(*n)++] = kl_strdup(e->d_name);
+        names[(*n)++] = kl_strdup(name);
     }
     closedir(d);
     qsort(names, *n, sizeof *names, golden_cmp);
@@ -281,14 +314,15 @@ static inline void golden_run_opts(const char *transform, const golden_opts *opt
         char *btext = NULL, *side = NULL;
         size_t blen;
         kl_error err = {0};
+        /* a case whose input keeps no test line: NAME.test beside it holds it, and may name the
+         * input itself (`// input: PATH`: a repository file taken as it is, not copied) */
+        char sp[1200];
+        kl_snprintf(sp, sizeof sp, "%.*s.test", (int)(strlen(before) - strlen(".before.cu")), before);
+        if (kl_file_read(sp, 0, &side, &blen, &err) != KL_OK) side = NULL;
+        golden_input_of(side, before, sizeof before); /* the input named there, else before.cu */
         assert_int_equal(kl_file_read(before, 0, &btext, &blen, &err), KL_OK);
         const char *hdr = strstr(btext, "// test: ");
-        if (!hdr) {
-            /* a case whose input keeps no test line: NAME.test beside it holds it */
-            char sp[1200];
-            kl_snprintf(sp, sizeof sp, "%.*s.test", (int)(strlen(before) - strlen(".before.cu")), before);
-            if (kl_file_read(sp, 0, &side, &blen, &err) == KL_OK) hdr = strstr(side, "// test: ");
-        }
+        if (!hdr && side) hdr = strstr(side, "// test: ");
         if (!hdr) fail_msg("%s: no '// test: ' line (in the file or in NAME.test)", before);
         const char *eol = strchr(hdr, '\n');
         size_t hlen = eol ? (size_t)(eol - hdr) : strlen(hdr);

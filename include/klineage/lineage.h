@@ -28,7 +28,8 @@ typedef enum kl_walk_event {
     KL_WALK_JUDGED,           /* one proposal judged (index, n) */
     KL_WALK_STEP,             /* a step admitted: text describes it */
     KL_WALK_PROBE,            /* probing a step */
-    KL_WALK_DONE
+    KL_WALK_DONE,
+    KL_WALK_STORED            /* the walk stored after a version: a moment to copy the store out */
 } kl_walk_event;
 typedef void (*kl_walk_progress_fn)(void *user, kl_walk_event ev, unsigned version, unsigned index, unsigned n,
                                     const char *text);

@@ -25,12 +25,19 @@ static void on_sigint(int sig)
 
 typedef struct progress_ctx {
     const kl_cli *cli;
-    const cli_measure *m;
+    cli_measure *m;
 } progress_ctx;
 
 static void on_progress(void *user, kl_walk_event ev, unsigned version, unsigned index, unsigned n, const char *text)
 {
     progress_ctx *p = user;
+    /* Recording, every step reaches the archive as it is stored: a walk killed later (a device
+     * call's limit, SIGKILL after a judgement that would not stop) keeps its steps and verdicts.
+     * The archive is renamed into place whole, so a kill during the export loses nothing. */
+    if (ev == KL_WALK_STORED) {
+        cli_measure_finish(p->cli, p->m);
+        return;
+    }
     if (p->cli->quiet) return;
     switch (ev) {
     case KL_WALK_JUDGED:

@@ -1174,6 +1174,7 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
             st = walk_version(&w, version, &moved);
             if (st != KL_OK) goto cleanup;
             KL_TRY(save(&w));
+            progress(&w, KL_WALK_STORED, version + (moved ? 1 : 0), 0, 0, "the walk stored");
             if (!moved) {
                 json_object_set_new(w.doc, "stop_reason", json_string("nothing more can be removed"));
                 break;

@@ -132,6 +132,12 @@ TSNode kl_ast_subscript_index(TSNode n)
 
 TSNode kl_ast_function_body(TSNode fn) { return ts_node_child_by_field_name(fn, "body", 4); }
 
+bool kl_ast_function_has_name(TSNode fn)
+{
+    TSNode d = function_declarator(fn);
+    return !ts_node_is_null(d) && !ts_node_is_null(ts_node_child_by_field_name(d, "declarator", 10));
+}
+
 char *kl_ast_function_name(const kl_source *src, TSNode fn)
 {
     TSNode d = function_declarator(fn);

@@ -54,6 +54,9 @@ TSNode kl_ast_function_named(const kl_source *src, const char *name);
 /* The function_definition's name, parameter_list, body (compound_statement); null
  * nodes / NULL when absent. The name is a new string (free()). */
 char *kl_ast_function_name(const kl_source *src, TSNode fn);
+/* False for a function whose declarator names nothing (a conversion operator `operator T*()`):
+ * kl_ast_function_name then gives NULL for that reason, not for want of memory. */
+bool kl_ast_function_has_name(TSNode fn);
 TSNode kl_ast_function_params(TSNode fn);
 TSNode kl_ast_function_body(TSNode fn);
 /* True if the function_definition carries the qualifier token ("__global__", …). */

@@ -414,6 +414,36 @@ static void unroll_runtime_pragma_is_no_site(void **state)
     json_decref(sites);
 }
 
+/* A conversion operator (`operator T*()` of a shared-memory helper struct) is a function without a
+ * declared name: the catalog skips it instead of failing the whole listing with "out of memory",
+ * and the kernel beside it keeps its sites. */
+static void conversion_operator_is_no_site(void **state)
+{
+    (void)state;
+    const char *text = "template <class T> struct Smem {\n"
+                       "    __device__ inline operator T *() { extern __shared__ int s_[]; return (T *)s_; }\n"
+                       "};\n"
+                       "__global__ void k(const float *x, float *y)\n"
+                       "{\n"
+                       "    float *s = Smem<float>();\n"
+                       "    for (int i = 0; i < 4; i++) s[i] = x[i];\n"
+                       "    y[threadIdx.x] = s[threadIdx.x % 4];\n"
+                       "}\n"
+                       "extern \"C\" void launch(const float *x, float *y) { k<<<1, 32, 16>>>(x, y); }\n";
+    json_t *sites = list_sites("op.cu", text, NULL);
+    bool unroll = false;
+    size_t i;
+    json_t *s;
+    json_array_foreach(sites, i, s) {
+        const char *t = json_string_value(json_object_get(s, "transform"));
+        const char *site = json_string_value(json_object_get(s, "site"));
+        if (!strcmp(t, "unroll") && !strcmp(site, "k:7")) unroll = true;
+        assert_null(strstr(site, "operator"));
+    }
+    assert_true(unroll);
+    json_decref(sites);
+}
+
 /* warp-reduce shuffles a struct of scalars field by field, and refuses one it cannot move (an
  * array field): nvcc has no __shfl_xor_sync for a struct. */
 static void warp_reduce_moves_structs_by_field(void **state)
@@ -600,6 +630,7 @@ int main(void)
         cmocka_unit_test(restrict_sees_reference_writes),
         cmocka_unit_test(block_size_refuses_dependent_layouts),
         cmocka_unit_test(unroll_runtime_pragma_is_no_site),
+        cmocka_unit_test(conversion_operator_is_no_site),
         cmocka_unit_test(warp_reduce_moves_structs_by_field),
         cmocka_unit_test(compile_check_refuses_what_nvcc_rejects),
         cmocka_unit_test(canonical_form_sites_map_back),

@@ -212,6 +212,9 @@ kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, 
     if (n > 256) n = 256;
     kl_status st = KL_OK;
     for (unsigned i = 0; i < n && st == KL_OK; i++) {
+        /* a function without a declared name (a conversion operator `operator T*()`, as in a
+         * shared-memory helper struct) holds no site: skipped, not taken for an allocation failure */
+        if (!kl_ast_function_has_name(fns[i])) continue;
         char *name = kl_ast_function_name(ctx->src, fns[i]);
         if (!name) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         kl_affine_ctx *ax = NULL;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rewrite/rules/row_step.h"
 #include "rewrite/rules/rules.h"
 #include "syntax/affine.h"
 #include "util/util.h"
@@ -899,6 +900,43 @@ static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_so
     TSNode body = kl_ast_function_body(fn);
     int tdim = ts_node_is_null(start) ? -1 : thread_dim(src, body, start, 0);
     char *stext = ts_node_is_null(start) ? NULL : kl_node_text(src, start);
+    if ((tdim < 0 || tdim > 1) && !ts_node_is_null(start)) {
+        /* `for (j = 0; j < TILE; j += BLOCK_ROWS)` over rows `threadIdx.y + j` (block_size_rows.c) */
+        int64_t s0 = -1;
+        char rwhy[300] = "";
+        int rdim = -1;
+        if (kl_const_eval(src, fn, start, false, &s0, NULL, 0) && s0 == 0) {
+            for (int k = both ? 1 : sdim; k >= 0 && rdim < 0 && !rwhy[0]; k--) {
+                if (kl_row_step_loop(src, fn, loop, var, k, rwhy, sizeof rwhy)) rdim = k;
+                if (!both) break;
+            }
+        }
+        if (rwhy[0]) {
+            kl_snprintf(why, size, "%s", rwhy);
+            free(stext);
+            goto done;
+        }
+        if (rdim >= 0) {
+            free(stext);
+            TSNode lb = loop_bound(src, loop, var), nlb = loop_bound(nsrc, nloop, var);
+            int64_t bo = 0, bn = 0, so = g->d[rdim].value, sn = ext_new[rdim];
+            char *bt = ts_node_is_null(lb) ? NULL : kl_node_text(src, lb);
+            if (ts_node_is_null(lb) || ts_node_is_null(nlb) || !kl_const_eval(src, fn, lb, false, &bo, NULL, 0) ||
+                !kl_const_eval(nsrc, nfn, nlb, false, &bn, NULL, 0) || so <= 0 || bo % so != 0)
+                kl_snprintf(why, size,
+                            "the loop at line %u steps %s by %s over rows threadIdx.%c + %s up to %s, not a compile-time "
+                            "multiple of %s: whether the block still covers its range cannot be checked",
+                            kl_ast_line(loop), var, st, "xyz"[rdim], var, bt ? bt : "an unknown bound", st);
+            else if (sn <= 0 || bn % sn != 0)
+                kl_snprintf(why, size,
+                            "the loop at line %u covers rows threadIdx.%c + %s, %s = 0, %s, ... < %s: with a %lldx%lld "
+                            "block %lld rows are not a multiple of %lld and the last step would pass the tile",
+                            kl_ast_line(loop), "xyz"[rdim], var, var, st, bt ? bt : "its bound", (long long)ext_new[0],
+                            (long long)ext_new[1], (long long)bn, (long long)sn);
+            free(bt);
+            goto done;
+        }
+    }
     if (tdim < 0 || tdim > 1) {
         kl_snprintf(why, size,
                     "the loop at line %u steps %s by %s from %s, not threadIdx.x or threadIdx.y: whether the block "

@@ -118,6 +118,35 @@ static void refuses_2d(void **state)
                        "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<1, dim3(BX, BY), 0, s>>>(y, n);\n}\n";
     expect_not_applicable(sync, "k:1:BXxBY", false, "{\"bx\": \"32\", \"by\": \"8\"}",
                           "the loop at line 5 holds __syncthreads() and its bound (n) is not a compile-time constant");
+    /* rows of a tile, `for (j = 0; j < TILE; j += ROWS)` over threadIdx.y + j: any ROWS dividing TILE */
+    const char *rows = "#define TILE 32\n#define ROWS 8\n"
+                       "__global__ void k(float *o, const float *in, int n) {\n"
+                       "  int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;\n"
+                       "  for (int j = 0; j < TILE; j += ROWS) o[(y + j) * n + x] = 2.f * in[(y + j) * n + x];\n}\n"
+                       "extern \"C\" void launch(const float *in, float *o, int n, cudaStream_t s) {\n"
+                       "  k<<<dim3(n / TILE, n / TILE), dim3(TILE, ROWS), 0, s>>>(o, in, n);\n}\n";
+    assert_int_equal(rewrite_src(rows, "k:1:TILExROWS", true, NULL, &out, &err), KL_OK);
+    assert_non_null(strstr(out, "#define TILE 16\n#define ROWS 16\n"));
+    free(out);
+    expect_not_applicable(rows, "k:1:TILExROWS", false, "{\"bx\": \"16\", \"by\": \"32\"}",
+                          "with a 16x32 block 16 rows are not a multiple of 32");
+    /* … but not when the body reads j, or the thread's row, on its own */
+    const char *rows_j = "#define TILE 32\n#define ROWS 8\n"
+                         "__global__ void k(float *o, const float *in, int n) {\n"
+                         "  int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;\n"
+                         "  for (int j = 0; j < TILE; j += ROWS) o[(y + j) * n + x] = in[(y + j) * n + x] + j;\n}\n"
+                         "extern \"C\" void launch(const float *in, float *o, int n, cudaStream_t s) {\n"
+                         "  k<<<dim3(n / TILE, n / TILE), dim3(TILE, ROWS), 0, s>>>(o, in, n);\n}\n";
+    expect_not_applicable(rows_j, "k:1:TILExROWS", true, NULL,
+                          "line 5 uses the loop variable other than added to the thread's row (j)");
+    const char *rows_y = "#define TILE 32\n#define ROWS 8\n"
+                         "__global__ void k(float *o, const float *in, int n) {\n"
+                         "  int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;\n"
+                         "  for (int j = 0; j < TILE; j += ROWS) o[(y + j) * n + x] = in[y * n + x + j];\n}\n"
+                         "extern \"C\" void launch(const float *in, float *o, int n, cudaStream_t s) {\n"
+                         "  k<<<dim3(n / TILE, n / TILE), dim3(TILE, ROWS), 0, s>>>(o, in, n);\n}\n";
+    expect_not_applicable(rows_y, "k:1:TILExROWS", true, NULL,
+                          "reads the thread index other than added to the loop variable (y)");
     /* a loop stepping by an extent from a start that is no thread index */
     const char *start = "constexpr int BX = 32, BY = 8;\n"
                         "__global__ void k(float *y, int n) {\n"

@@ -707,6 +707,10 @@ bool smem_tile__analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (!smem_tile__loop_placement(ctx, src, fn, outer, &pl, s->why, sizeof s->why)) return false;
     s->form = pl.form, s->guard = pl.guard, s->npre = pl.npre;
     memcpy(s->pre, pl.pre, sizeof pl.pre);
+    for (unsigned i = 0; i < pl.npre; i++)
+        if (pl.guarded[i])
+            return SWHY("%s:%u: the statement between the early return and the loop reads memory or calls a function: "
+                        "it cannot run in the threads that returned", src, kl_ast_line(pl.pre[i]));
     char bwhy[300];
     if (!smem_tile__launch_block(ctx, kname, s->dim, s->btext, bwhy, sizeof bwhy)) return SWHY("%s: %s", src, bwhy);
     if (s->dim[2] != 1 || (nl == 1 && s->dim[1] != 1))

@@ -560,7 +560,8 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rt_func *f, long lon
 /* Edits making the block of every launch of f B x B/r: its y extent `E` becomes `E / r` (or
  * `(E) / r`). A local dim3 used by several launches is edited once; refused when host code
  * reads the block's extents (`block.y`), which would see the smaller block. */
-static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rt_func *f, long long r, kl_edits *out, kl_error *err)
+static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rt_func *f, long long r, const char *rows, kl_edits *out,
+                               kl_error *err)
 {
     rt_launch ls[16];
     unsigned n = rt_launches(ctx, f->name, ls, 16);
@@ -597,7 +598,9 @@ static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rt_func *f, long lo
         if (seen) continue;
         done[ndone++] = a;
         bool atom = rt_is(ey, "identifier") || rt_is(ey, "number_literal") || rt_is(ey, "type_identifier");
-        kl_status st = kl_edits_addf(out, a, b, atom ? "%.*s / %lld" : "(%.*s) / %lld", (int)(b - a), ctx->text + a, r);
+        kl_status st = rows && rows[0] ? kl_edits_add(out, a, b, rows)
+                                       : kl_edits_addf(out, a, b, atom ? "%.*s / %lld" : "(%.*s) / %lld", (int)(b - a),
+                                                       ctx->text + a, r);
         if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     }
     return KL_OK;
@@ -622,6 +625,34 @@ static bool tswap_visit(TSNode n, void *user)
     if (to == 'y' && t->ty) co_se_add(t->e, ts_node_start_byte(n), ts_node_end_byte(l), t->ty);
     else if (t->swap && to != 'z') co_se_add(t->e, ts_node_start_byte(l), ts_node_end_byte(l), to == 'x' ? "x" : "y");
     return true;
+}
+
+/* The file-level definition of constant `name` (`#define N 16`, `constexpr int N = 16;`): true with
+ * its node and whether it is a #define. */
+static bool file_constant(const kl_rule_ctx *ctx, const char *name, TSNode *def, bool *define)
+{
+    if (!name[0] || (name[0] >= '0' && name[0] <= '9')) return false;
+    TSNode root = kl_source_root(ctx->src);
+    uint32_t n = ts_node_named_child_count(root);
+    for (uint32_t i = 0; i < n; i++) {
+        TSNode c = ts_node_named_child(root, i);
+        if (rt_is(c, "preproc_def") && rt_text_is(ctx, rt_field(c, "name"), name)) {
+            *def = c;
+            *define = true;
+            return true;
+        }
+        if (rt_is(c, "declaration")) {
+            TSNode ds[8];
+            unsigned k = rt_declarators(c, ds, 8);
+            for (unsigned j = 0; j < k && j < 8; j++)
+                if (rt_text_is(ctx, rt_declarator_name(ds[j]), name)) {
+                    *def = c;
+                    *define = false;
+                    return true;
+                }
+        }
+    }
+    return false;
 }
 
 static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f,
@@ -680,9 +711,22 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
     const char *tile = rt_count_ident(ctx, f->def, "tile") ? "coalesce_tile" : "tile";
     if (rt_count_ident(ctx, f->def, tile))
         return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'tile' and 'coalesce_tile'", file, f->name);
-    char ty[32] = "", part[32] = "";
+    char ty[32] = "", part[32] = "", rows_name[160] = "", step[200];
     rt_fresh_name(ctx, f->def, "ty", ty, sizeof ty);
-    rt_fresh_name(ctx, f->def, "part", part, sizeof part);
+    rt_fresh_name(ctx, f->def, "j", part, sizeof part);
+    /* the rows of the block: a constant beside the tile's (`#define BLOCK_ROWS 4`), the loops over
+     * rows stepping by it from 0 (the blog-style form block-size and coalesce read) */
+    TSNode cdef = {0};
+    bool define = false;
+    if (rpt > 1 && file_constant(ctx, btext, &cdef, &define)) {
+        char rbase[160];
+        kl_snprintf(rbase, sizeof rbase, "%s_ROWS", btext);
+        rt_fresh_name(ctx, ts_node_parent(f->def), rbase, rows_name, sizeof rows_name);
+        while (!ts_node_is_null(ts_node_parent(cdef)) && !rt_is(ts_node_parent(cdef), "translation_unit"))
+            cdef = ts_node_parent(cdef);
+    }
+    if (rows_name[0]) kl_snprintf(step, sizeof step, "%s", rows_name);
+    else kl_snprintf(step, sizeof step, "%s / %lld", btext, (long long)rpt);
     /* the body between its braces, which must sit on lines of their own */
     uint32_t bs = ts_node_start_byte(f->body), be = ts_node_end_byte(f->body);
     uint32_t a = rt_line_end(ctx, bs), b = rt_line_start(ctx, be - 1);
@@ -719,12 +763,12 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
         kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n%s__syncthreads();\n", ind, open, r1, ind, close, ind);
         kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n", ind, open, r2, ind, close);
     } else if (r1 && r2) {
-        kl_strbuf_addf(&sb, "%s%s; each thread moves %lld rows of it\n%s__shared__ %s %s[%s][%s];\n", ind, STAGED_MARKER,
-                       (long long)rpt, ind, elem, tile, btext, btext);
+        kl_strbuf_addf(&sb, rows_name[0] ? "%s%s; each thread moves %s / %s of its rows\n%s__shared__ %s %s[%s][%s];\n"
+                                         : "%s%s; each thread moves %s / (%s) of its rows\n%s__shared__ %s %s[%s][%s];\n",
+                       ind, STAGED_MARKER, btext, step, ind, elem, tile, btext, btext);
         for (int phase = 0; phase < 2; phase++) {
-            kl_strbuf_addf(&sb, "%sfor (int %s = 0; %s < %lld; %s++) {\n", ind, part, part, (long long)rpt, part);
-            kl_strbuf_addf(&sb, "%s    const unsigned int %s = threadIdx.y + %s * (%s / %lld);\n", ind, ty, part, btext,
-                           (long long)rpt);
+            kl_strbuf_addf(&sb, "%sfor (int %s = 0; %s < %s; %s += %s) {\n", ind, part, part, btext, part, step);
+            kl_strbuf_addf(&sb, "%s    const unsigned int %s = threadIdx.y + %s;\n", ind, ty, part);
             if (sc.has_return) kl_strbuf_addf(&sb, "%s    %s\n", ind, open);
             kl_strbuf_adds(&sb, phase ? r2 : r1);
             if (sc.has_return) kl_strbuf_addf(&sb, "%s    %s\n", ind, close);
@@ -733,6 +777,11 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
         }
     }
     st = (!r1 || !r2 || sb.failed) ? KL_ERR_NOMEM : kl_edits_add(out, a, b, kl_strbuf_str(&sb));
+    if (st == KL_OK && rows_name[0]) {
+        uint32_t at = rt_line_end(ctx, ts_node_end_byte(cdef) - 1);
+        if (define) st = kl_edits_addf(out, at, at, "#define %s %lld\n", rows_name, edge / rpt);
+        else st = kl_edits_addf(out, at, at, "constexpr int %s = %lld;\n", rows_name, edge / rpt);
+    }
     kl_strbuf_release(&sb);
     free(p1);
     free(p2);
@@ -741,7 +790,7 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
     co_se_release(&e1);
     co_se_release(&e2);
     if (st != KL_OK) return kl_error_set(err, st, "out of memory");
-    return rpt > 1 ? narrow_blocks(ctx, f, rpt, out, err) : KL_OK;
+    return rpt > 1 ? narrow_blocks(ctx, f, rpt, rows_name, out, err) : KL_OK;
 }
 
 /* ---- find / apply / remove ---------------------------------------------------------------------- */

@@ -24,7 +24,9 @@ typedef struct row_locals {
     int dim;
     char *name[ROW_MAX_LOCALS];
     bool row[ROW_MAX_LOCALS];
-    bool with_var[ROW_MAX_LOCALS]; /* every definition `R + v` (the loop's row itself): usable anywhere */
+    /* the locals declared in the loop's body (names borrowed from the text as new strings) */
+    char *rv[ROW_MAX_LOCALS];
+    unsigned nrv;
     unsigned n;
     bool overflow;
     bool grew;
@@ -91,6 +93,7 @@ typedef struct def_scan {
     TSNode defs[8];
     unsigned n;
     bool other;          /* updated otherwise, declared without a value, or more than 8 definitions */
+    bool declared;       /* an init_declarator of it was seen */
 } def_scan;
 
 static bool def_visit(TSNode n, void *user)
@@ -99,6 +102,7 @@ static bool def_visit(TSNode n, void *user)
     if (is_type(n, "init_declarator")) {
         TSNode id = ts_node_child_by_field_name(n, "declarator", 10);
         if (is_type(id, "identifier") && kl_node_text_is(d->src, id, d->name)) {
+            d->declared = true;
             if (d->n < 8) d->defs[d->n++] = ts_node_child_by_field_name(n, "value", 5);
             else d->other = true;
         }
@@ -204,8 +208,9 @@ static bool use_visit(TSNode n, void *user)
     use_scan *u = user;
     if (!ts_node_is_null(u->bad)) return false;
     const row_locals *r = u->r;
+    for (unsigned i = 0; is_type(n, "identifier") && i < r->nrv; i++)
+        if (kl_node_text_is(r->src, n, r->rv[i])) return true;
     int li = is_type(n, "identifier") ? local_index(r, r->src, n) : -1;
-    if (li >= 0 && r->with_var[li]) return true;
     if (is_thread(r->src, n, r->dim) || li >= 0) {
         /* a declaration's own name is not a use */
         TSNode p = ts_node_parent(n);
@@ -230,6 +235,27 @@ static bool use_visit(TSNode n, void *user)
             u->what = "uses the loop variable other than added to the thread's row";
         }
     }
+    return true;
+}
+
+typedef struct body_decls {
+    const kl_source *src;
+    row_locals *r;
+} body_decls;
+
+static bool body_decl_visit(TSNode n, void *user)
+{
+    body_decls *b = user;
+    if (!is_type(n, "init_declarator") && !(is_type(n, "identifier") && is_type(ts_node_parent(n), "declaration")))
+        return true;
+    TSNode id = is_type(n, "init_declarator") ? ts_node_child_by_field_name(n, "declarator", 10) : n;
+    if (!is_type(id, "identifier")) return true;
+    if (b->r->nrv >= ROW_MAX_LOCALS) {
+        b->r->overflow = true;
+        return false;
+    }
+    char *t = kl_node_text(b->src, id);
+    if (t) b->r->rv[b->r->nrv++] = t;
     return true;
 }
 
@@ -261,20 +287,10 @@ bool kl_row_step_loop(const kl_source *src, TSNode fn, TSNode loop, const char *
     row_locals r = {.src = src, .body = kl_ast_function_body(fn), .dim = dim};
     rows_of(&r);
     bool form = false;
-    /* locals of the row itself (`int row = threadIdx.y + j;`) */
-    for (unsigned i = 0; i < r.n; i++) {
-        def_scan d = {.src = src, .name = r.name[i]};
-        kl_ast_walk(r.body, def_visit, &d);
-        bool ok = !d.other && d.n > 0;
-        for (unsigned k = 0; k < d.n && ok; k++) {
-            TSNode e = kl_ast_unparen(d.defs[k]);
-            ok = is_type(e, "binary_expression") && kl_node_text_is(src, ts_node_child_by_field_name(e, "operator", 8), "+");
-            if (!ok) break;
-            TSNode a = ts_node_child_by_field_name(e, "left", 4), b = ts_node_child_by_field_name(e, "right", 5);
-            ok = (is_var(src, b, var) && is_row_expr(&r, a, 0)) || (is_var(src, a, var) && is_row_expr(&r, b, 0));
-        }
-        r.with_var[i] = ok;
-    }
+    /* locals declared in the body: their definitions there are checked where they stand (a thread
+     * row in them must be summed with v: `ty = threadIdx.y + j`), so their uses need no check */
+    body_decls bd = {src, &r};
+    kl_ast_walk(lbody, body_decl_visit, &bd);
     if (!r.overflow) {
         /* the variable is not changed in the body */
         def_scan d = {.src = src, .name = var};
@@ -296,5 +312,6 @@ bool kl_row_step_loop(const kl_source *src, TSNode fn, TSNode loop, const char *
         } else form = true;
     }
     for (unsigned i = 0; i < r.n; i++) free(r.name[i]);
+    for (unsigned i = 0; i < r.nrv; i++) free(r.rv[i]);
     return form;
 }

@@ -389,6 +389,36 @@ static void transpose_root(void **state)
     free(text);
 }
 
+/* coalesce's rows_per_thread writes loops over tile rows stepping by a rows constant from 0 (the
+ * blog style): block-size reads them, removal to 16x16, and moves the rows only to a divisor. */
+static void coalesce_rows_meet(void **state)
+{
+    (void)state;
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char path[1200];
+    kl_snprintf(path, sizeof path, "%s/rules/coalesce/staged_rows_per_thread.after.cu", data);
+    char *text = NULL;
+    size_t len;
+    kl_error err = {0};
+    assert_int_equal(kl_file_read(path, 0, &text, &len, &err), KL_OK);
+    json_t *arr = sites_of(path, text);
+    assert_non_null(site_of(arr, "transpose_naive:4:BLOCKxBLOCK_ROWS", "present"));
+    json_decref(arr);
+    char *out = NULL;
+    assert_int_equal(rewrite_src(text, "transpose_naive:4:BLOCKxBLOCK_ROWS", true, NULL, &out, &err), KL_OK);
+    assert_non_null(strstr(out, "#define BLOCK 16\n#define BLOCK_ROWS 16\n"));
+    free(out);
+    assert_int_equal(rewrite_src(text, "transpose_naive:4:BLOCKxBLOCK_ROWS", false, "{\"bx\": \"32\", \"by\": \"8\"}", &out,
+                                 &err),
+                     KL_OK);
+    assert_non_null(strstr(out, "#define BLOCK 32\n#define BLOCK_ROWS 8\n"));
+    free(out);
+    expect_not_applicable(text, "transpose_naive:4:BLOCKxBLOCK_ROWS", false, "{\"bx\": \"8\", \"by\": \"16\"}",
+                          "8 rows are not a multiple of 16");
+    free(text);
+}
+
 /* The backend proposes the removal on the transpose expert. */
 static void backend_2d(void **state)
 {
@@ -426,6 +456,7 @@ int main(void)
         cmocka_unit_test(params_2d),
         cmocka_unit_test(tasks_2d),
         cmocka_unit_test(transpose_root),
+        cmocka_unit_test(coalesce_rows_meet),
         cmocka_unit_test(backend_2d),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

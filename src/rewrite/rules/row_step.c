@@ -315,3 +315,69 @@ bool kl_row_step_loop(const kl_source *src, TSNode fn, TSNode loop, const char *
     for (unsigned i = 0; i < r.nrv; i++) free(r.rv[i]);
     return form;
 }
+
+/* A loop's bound when its condition is `v < B` (also as the grammar's template misparse). */
+TSNode kl_loop_bound(const kl_source *src, TSNode loop, const char *var)
+{
+    TSNode c = kl_ast_unparen(ts_node_child_by_field_name(loop, "condition", 9));
+    if (is_type(c, "binary_expression")) {
+        char *op = kl_node_text(src, ts_node_child_by_field_name(c, "operator", 8));
+        bool lt = op && !strcmp(op, "<");
+        free(op);
+        if (lt && kl_node_text_is(src, ts_node_child_by_field_name(c, "left", 4), var))
+            return ts_node_child_by_field_name(c, "right", 5);
+        return (TSNode){0};
+    }
+    char *lhs = NULL;
+    TSNode rhs = {0};
+    if (!ts_node_is_null(c) && kl_ast_less_misparse(src, c, &lhs, &rhs)) {
+        bool same = lhs && !strcmp(lhs, var);
+        free(lhs);
+        if (same) return rhs;
+    }
+    return (TSNode){0};
+}
+
+bool kl_row_step_check(const kl_source *src, TSNode fn, TSNode loop, const kl_source *nsrc, TSNode nloop, TSNode nfn,
+                       const char *var, const char *step, int sdim, const int64_t ext_old[2], const int64_t ext_new[2],
+                       char *why, size_t size)
+{
+    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
+    if (is_type(init, "declaration")) {
+        TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
+        if (is_type(d, "init_declarator")) start = ts_node_child_by_field_name(d, "value", 5);
+    } else if (is_type(init, "assignment_expression")) {
+        start = ts_node_child_by_field_name(init, "right", 5);
+    }
+    int64_t s0 = -1;
+    if (ts_node_is_null(start) || !kl_const_eval(src, fn, start, false, &s0, NULL, 0) || s0 != 0) return false;
+    /* the dimension: the step's, or (one constant for both extents) whichever row the body reads */
+    char rwhy[300] = "";
+    int rdim = -1;
+    for (int k = sdim < 0 ? 1 : sdim; k >= 0 && rdim < 0 && !rwhy[0]; k--) {
+        if (kl_row_step_loop(src, fn, loop, var, k, rwhy, sizeof rwhy)) rdim = k;
+        if (sdim >= 0) break;
+    }
+    if (rwhy[0]) {
+        kl_snprintf(why, size, "%s", rwhy);
+        return true;
+    }
+    if (rdim < 0) return false;
+    TSNode lb = kl_loop_bound(src, loop, var), nlb = kl_loop_bound(nsrc, nloop, var);
+    int64_t bo = 0, bn = 0, so = ext_old[rdim], sn = ext_new[rdim];
+    char *bt = ts_node_is_null(lb) ? NULL : kl_node_text(src, lb);
+    if (ts_node_is_null(lb) || ts_node_is_null(nlb) || !kl_const_eval(src, fn, lb, false, &bo, NULL, 0) ||
+        !kl_const_eval(nsrc, nfn, nlb, false, &bn, NULL, 0) || so <= 0 || bo % so != 0)
+        kl_snprintf(why, size,
+                    "the loop at line %u steps %s by %s over rows threadIdx.%c + %s up to %s, not a compile-time "
+                    "multiple of %s: whether the block still covers its range cannot be checked",
+                    kl_ast_line(loop), var, step, "xyz"[rdim], var, bt ? bt : "an unknown bound", step);
+    else if (sn <= 0 || bn % sn != 0)
+        kl_snprintf(why, size,
+                    "the loop at line %u covers rows threadIdx.%c + %s, %s = 0, %s, ... < %s: with a %lldx%lld "
+                    "block %lld rows are not a multiple of %lld and the last step would pass the tile",
+                    kl_ast_line(loop), "xyz"[rdim], var, var, step, bt ? bt : "its bound", (long long)ext_new[0],
+                    (long long)ext_new[1], (long long)bn, (long long)sn);
+    free(bt);
+    return true;
+}

@@ -166,6 +166,21 @@ static void smem_tile_says_why_not(void **state)
     /* … and a 1-D block split by a constant (a 16 x 16 tile of C written as one index) */
     gemm_expect("blockIdx.y * 16 + threadIdx.x / BLOCK", "blockIdx.x * 16 + threadIdx.x % BLOCK", dot, "256",
                 "('threadIdx.x / BLOCK' in the index of 'A'): smem-tile shares tiles between the rows of threadIdx.y");
+    /* the blog-style transposed exchange is coalesce's: smem-tile's refusal says so */
+    {
+        char *tt = NULL;
+        size_t tl = 0;
+        kl_error terr = {0};
+        char tpath[1200];
+        kl_snprintf(tpath, sizeof tpath, "%s/rules/coalesce/remove_staged_rows.before.cu", getenv("KL_TEST_DATA"));
+        assert_int_equal(kl_file_read(tpath, 0, &tt, &tl, &terr), KL_OK);
+        json_t *ts = sites_of(tt, "smem-tile");
+        const char *tid = site_where(ts, "present", false);
+        assert_non_null(tid);
+        expect_not_applicable(tt, "smem-tile", tid, true, "a transposed exchange");
+        json_decref(ts);
+        free(tt);
+    }
     /* a read between the early return and the loop: guarded for the threads that return (golden
      * apply_early_return_read); one through a call is not */
     {

@@ -163,9 +163,25 @@ static void smem_tile_says_why_not(void **state)
     /* a 1-D grid with div/mod: a row of C spans threads with different threadIdx.x */
     gemm_expect("(blockIdx.x * 256 + threadIdx.x) / N", "(blockIdx.x * 256 + threadIdx.x) % N", dot, "256",
                 "a linear index split by '/' and '%'");
-    /* … and a 1-D block split by a constant (a 16 x 16 tile of C written as one index) */
-    gemm_expect("blockIdx.y * 16 + threadIdx.x / BLOCK", "blockIdx.x * 16 + threadIdx.x % BLOCK", dot, "256",
-                "('threadIdx.x / BLOCK' in the index of 'A'): smem-tile shares tiles between the rows of threadIdx.y");
+    /* … a 1-D block of 256 split by 32 (a 32 x 8 tile of C written as one index): not a square block */
+    gemm_expect("blockIdx.y * 8 + threadIdx.x / 32", "blockIdx.x * 32 + threadIdx.x % 32", dot, "256",
+                "('threadIdx.x / 32' in the index of 'A'): smem-tile shares tiles between the rows of threadIdx.y");
+    /* … while a 1-D block of BLOCK * BLOCK split by BLOCK is the 2-D block dim3(BLOCK, BLOCK) (the canonical
+     * form reads it so, launch included; the whole file is given in that form) */
+    {
+        char text[4096];
+        kl_snprintf(text, sizeof text, GEMM_FMT, "blockIdx.y * 16 + threadIdx.x / BLOCK",
+                    "blockIdx.x * 16 + threadIdx.x % BLOCK", dot, "256");
+        json_t *ls = sites_of(text, "smem-tile");
+        const char *lid = site_where(ls, "applicable", true);
+        assert_non_null(lid);
+        char *got = run_op(text, lid, false, NULL);
+        assert_non_null(strstr(got, "int row = blockIdx.y * 16 + threadIdx.y;"));
+        assert_non_null(strstr(got, "dim3(BLOCK, BLOCK), 0, s>>>"));
+        assert_non_null(strstr(got, "As[threadIdx.y][threadIdx.x] = row < M"));
+        free(got);
+        json_decref(ls);
+    }
     /* the blog-style transposed exchange is coalesce's: smem-tile's refusal says so */
     {
         char *tt = NULL;

@@ -128,7 +128,8 @@ static void interior_path_guard_and_non_sites(void **state)
     free(out);
     free(known);
 
-    /* a flag that chooses code rather than dropping tests, and a thread-level choice between two code blocks */
+    /* a flag that chooses code rather than dropping tests, one that drops a test that is no bounds test (an
+     * accumulation), and a thread-level choice between two code blocks */
     static const char *none =
         "template <bool VEC>\n"
         "__device__ void put(const float* a, float* b, int x)\n"
@@ -136,11 +137,18 @@ static void interior_path_guard_and_non_sites(void **state)
         "    if (VEC) reinterpret_cast<float4*>(b)[x] = reinterpret_cast<const float4*>(a)[x];\n"
         "    else b[x] = a[x];\n"
         "}\n"
+        "template <bool ACC>\n"
+        "__device__ void acc(float* b, int x, float v, float beta)\n"
+        "{\n"
+        "    b[x] = v + (ACC && beta != 0.0f ? beta * b[x] : 0.0f);\n"
+        "}\n"
         "__global__ void k(const float* a, float* b, int n)\n"
         "{\n"
         "    const int x = blockIdx.x * blockDim.x + threadIdx.x;\n"
         "    if (n % 4 == 0) put<true>(a, b, x);\n"
         "    else put<false>(a, b, x);\n"
+        "    if (n > 4) acc<true>(b, x, 2.0f, 0.5f);\n"
+        "    else acc<false>(b, x, 2.0f, 0.5f);\n"
         "    if (x > 0 && x < n - 1) {\n"
         "        b[x] += a[x - 1];\n"
         "    } else {\n"

@@ -198,7 +198,23 @@ typedef struct flag_use {
     unsigned line; /* of the first use that is no test dropper */
 } flag_use;
 
-/* `P && t` / `!P || t` (P true runs t), `P || t` / `!P && t` (P false runs t): the value, or -1. */
+/* Does e hold a comparison < <= > >= (a bounds test)? Read from the text: the grammar may take `yy < 0 || yy >= h`
+ * for a template's arguments. */
+static bool has_relational(const kl_rule_ctx *ctx, TSNode e)
+{
+    uint32_t a = ts_node_start_byte(e), b = ts_node_end_byte(e);
+    for (uint32_t i = a; i < b; i++) {
+        char c = ctx->text[i];
+        if (c != '<' && c != '>') continue;
+        char prev = i > a ? ctx->text[i - 1] : ' ', next = i + 1 < b ? ctx->text[i + 1] : ' ';
+        if (next == c || prev == c || (c == '>' && prev == '-')) continue; /* << >> -> */
+        return true;
+    }
+    return false;
+}
+
+/* `P && t` / `!P || t` (P true runs t), `P || t` / `!P && t` (P false does): the value, or -1. The test t
+ * must be a bounds test: a comparison, or a name (a local holding one, `row_in`). */
 static int dropper_value(const kl_rule_ctx *ctx, TSNode id)
 {
     TSNode at = id;
@@ -215,8 +231,10 @@ static int dropper_value(const kl_rule_ctx *ctx, TSNode id)
     TSNode op = rt_field(p, "operator");
     bool conj = rt_text_is(ctx, op, "&&"), disj = rt_text_is(ctx, op, "||");
     if (!conj && !disj) return -1;
-    /* the flag is an operand of the test (either side) */
-    (void)at;
+    TSNode l = rt_field(p, "left"), r = rt_field(p, "right");
+    TSNode t = ts_node_start_byte(l) == ts_node_start_byte(at) ? r : l;
+    while (rt_is(t, "parenthesized_expression")) t = ts_node_named_child(t, 0);
+    if (!rt_is(t, "identifier") && !has_relational(ctx, t)) return -1;
     if (conj) return neg ? 0 : 1;
     return neg ? 1 : 0;
 }

@@ -117,25 +117,9 @@ static char *apply_reps(reps *r, const char *text, size_t len, piece **pieces, u
 static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
 static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
-static TSNode unparen(TSNode n)
-{
-    while (is_type(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
-    return n;
-}
-
-/* The text without blanks (new string). */
-static char *squeezed(const char *t)
-{
-    kl_strbuf sb = KL_STRBUF_INIT;
-    for (; t && *t; t++)
-        if (!isspace((unsigned char)*t)) kl_strbuf_addc(&sb, *t);
-    char *r = kl_strbuf_detach(&sb, NULL);
-    return r ? r : kl_strdup("");
-}
-
 static bool same_text(const char *a, const char *b)
 {
-    char *x = squeezed(a), *y = squeezed(b);
+    char *x = kl_str_unblank(a), *y = kl_str_unblank(b);
     bool same = x && y && !strcmp(x, y);
     free(x);
     free(y);
@@ -754,7 +738,7 @@ static bool loop_parts(const kl_source *src, TSNode loop, char **var, char **sta
         sv = ts_node_child_by_field_name(init, "right", 5);
     }
     if (!is_type(nm, "identifier") || ts_node_is_null(sv)) return false;
-    TSNode up = unparen(ts_node_child_by_field_name(loop, "update", 6));
+    TSNode up = kl_ast_unparen(ts_node_child_by_field_name(loop, "update", 6));
     TSNode uv = {0};
     if (is_type(up, "assignment_expression") &&
         kl_node_text_is(src, ts_node_child_by_field_name(up, "operator", 8), "+=")) {
@@ -793,7 +777,7 @@ static char *bump_term(const kl_source *src, TSNode fn, TSNode loop, TSNode x)
     else
         kl_strbuf_addf(&d, "(%s - %s)", var, start);
     char *dist = kl_strbuf_detach(&d, NULL);
-    TSNode xs = unparen(x);
+    TSNode xs = kl_ast_unparen(x);
     if (xt && dist && same_text(xt, stepv)) {
         kl_strbuf_adds(&sb, dist);
     } else if (xt && dist && same_text(stepv, "1")) {
@@ -895,16 +879,16 @@ static bool resolve_pointer(const kl_source *src, TSNode fn, const char *name, c
         TSNode k = ts_node_named_child(dl, i);
         if (is_type(k, "init_declarator") && !ts_node_eq(k, init)) return false; /* one name per declaration */
     }
-    TSNode v = unparen(ts_node_child_by_field_name(init, "value", 5));
+    TSNode v = kl_ast_unparen(ts_node_child_by_field_name(init, "value", 5));
     TSNode m = {{0}, 0, 0}, x = {{0}, 0, 0};
     if (is_type(v, "identifier")) {
         m = v;
     } else if (is_type(v, "binary_expression") && kl_node_text_is(src, ts_node_child_by_field_name(v, "operator", 8), "+")) {
-        TSNode l = unparen(ts_node_child_by_field_name(v, "left", 4)), rr = ts_node_child_by_field_name(v, "right", 5);
+        TSNode l = kl_ast_unparen(ts_node_child_by_field_name(v, "left", 4)), rr = ts_node_child_by_field_name(v, "right", 5);
         if (is_type(l, "identifier")) m = l, x = rr;
-        else if (is_type(unparen(rr), "identifier")) m = unparen(rr), x = ts_node_child_by_field_name(v, "left", 4);
+        else if (is_type(kl_ast_unparen(rr), "identifier")) m = kl_ast_unparen(rr), x = ts_node_child_by_field_name(v, "left", 4);
     } else if (is_type(v, "pointer_expression") && kl_node_text_is(src, ts_node_child_by_field_name(v, "operator", 8), "&")) {
-        TSNode sx = unparen(ts_node_child_by_field_name(v, "argument", 8));
+        TSNode sx = kl_ast_unparen(ts_node_child_by_field_name(v, "argument", 8));
         TSNode idx = ts_node_child_by_field_name(sx, "indices", 7);
         if (is_type(sx, "subscript_expression") && is_type(ts_node_child_by_field_name(sx, "argument", 8), "identifier") &&
             ts_node_named_child_count(idx) == 1)
@@ -1168,7 +1152,7 @@ static bool split_visit(TSNode n, void *user)
 /* Is name a constant of the file's top level (#define or a declaration), visible at the launch? */
 static bool file_level_name(const kl_source *src, TSNode n)
 {
-    n = unparen(n);
+    n = kl_ast_unparen(n);
     if (!is_type(n, "identifier")) return false;
     TSNode root = kl_source_root(src);
     uint32_t c = ts_node_named_child_count(root);
@@ -1215,7 +1199,7 @@ static void step_blocks(const kl_source *src, reps *r, kl_strbuf *summary)
             launches++;
         }
         if (ok && launches) {
-            char *ct = file_level_name(src, sc.ctext) ? kl_node_text(src, unparen(sc.ctext)) : NULL;
+            char *ct = file_level_name(src, sc.ctext) ? kl_node_text(src, kl_ast_unparen(sc.ctext)) : NULL;
             char dim[300];
             if (ct) kl_snprintf(dim, sizeof dim, "dim3(%s, %s)", ct, ct);
             else kl_snprintf(dim, sizeof dim, "dim3(%lld, %lld)", (long long)sc.c, (long long)sc.c);

@@ -1,3 +1,4 @@
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,19 @@ void kl_strbuf_addf(kl_strbuf *sb, const char *fmt, ...)
 const char *kl_strbuf_str(const kl_strbuf *sb) { return sb->buf ? sb->buf : ""; }
 
 char *kl_strdup(const char *s) { return s ? kl_strndup(s, strlen(s)) : NULL; }
+
+char *kl_str_unblank(const char *t)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    for (; t && *t; t++)
+        if (!isspace((unsigned char)*t)) kl_strbuf_addc(&sb, *t);
+    if (sb.failed) {
+        kl_strbuf_release(&sb);
+        return NULL;
+    }
+    char *r = kl_strbuf_detach(&sb, NULL);
+    return r ? r : kl_strdup("");
+}
 
 char *kl_strndup(const char *s, size_t n)
 {

@@ -100,15 +100,6 @@ bool kl_rule_param_int(const kl_rule *rule, const json_t *params, const char *na
     return true;
 }
 
-static char *squeeze_ws(const char *t)
-{
-    kl_strbuf sb = KL_STRBUF_INIT;
-    for (const char *p = t; *p; p++)
-        if (!isspace((unsigned char)*p)) kl_strbuf_addc(&sb, *p);
-    char *r = kl_strbuf_detach(&sb, NULL);
-    return r ? r : kl_strdup("");
-}
-
 /* The extern "C" launch()'s parameter list, spaces removed (new string), or NULL. */
 static char *launch_signature(const kl_source *src)
 {
@@ -118,7 +109,7 @@ static char *launch_signature(const kl_source *src)
     if (ts_node_is_null(ps)) return NULL;
     char *t = kl_node_text(src, ps);
     if (!t) return NULL;
-    char *s = squeeze_ws(t);
+    char *s = kl_str_unblank(t);
     free(t);
     return s;
 }

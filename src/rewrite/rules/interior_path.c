@@ -48,16 +48,6 @@ typedef struct ip_site {
     char why[300];       /* non-empty: present, but refused */
 } ip_site;
 
-static TSNode unparen(TSNode e)
-{
-    while (rt_is(e, "parenthesized_expression") || rt_is(e, "condition_clause")) {
-        TSNode in = rt_is(e, "condition_clause") ? rt_field(e, "value") : ts_node_named_child(e, 0);
-        if (ts_node_is_null(in)) break;
-        e = in;
-    }
-    return e;
-}
-
 /* The one statement of s: s itself, or the only statement of a compound `{ s; }`. */
 static TSNode single_stmt(TSNode s)
 {
@@ -101,28 +91,6 @@ static TSNode stmt_call(const kl_rule_ctx *ctx, TSNode s)
     call_find c = {ctx, {{0}, 0, 0}};
     rt_walk(s, call_visit, &c);
     return c.call;
-}
-
-/* Text without blanks, for comparing argument lists. */
-static char *squeeze(const kl_rule_ctx *ctx, TSNode n)
-{
-    char *t = rt_text(ctx, n);
-    if (!t) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; t[i]; i++)
-        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\n' && t[i] != '\r') t[k++] = t[i];
-    t[k] = '\0';
-    return t;
-}
-
-static bool same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b)
-{
-    if (ts_node_is_null(a) || ts_node_is_null(b)) return ts_node_is_null(a) && ts_node_is_null(b);
-    char *x = squeeze(ctx, a), *y = squeeze(ctx, b);
-    bool r = x && y && !strcmp(x, y);
-    free(x);
-    free(y);
-    return r;
 }
 
 /* Statements a and b read the same outside their calls ca and cb. */
@@ -177,7 +145,7 @@ static int bool_difference(const kl_rule_ctx *ctx, TSNode la, TSNode lb, unsigne
     if (na != nb || na > 16) return -1;
     int diffs = 0;
     for (unsigned i = 0; i < na; i++) {
-        if (same_text(ctx, ia[i], ib[i])) continue;
+        if (rt_same_text(ctx, ia[i], ib[i])) continue;
         bool at = rt_text_is(ctx, ia[i], "true"), af = rt_text_is(ctx, ia[i], "false");
         bool bt = rt_text_is(ctx, ib[i], "true"), bf = rt_text_is(ctx, ib[i], "false");
         if (!((at && bf) || (af && bt))) return -1;
@@ -418,7 +386,7 @@ done:
 /* A comparison as `lo REL hi` with REL < or <= (flipping > and >=); false for anything else. */
 static bool as_less(const kl_rule_ctx *ctx, TSNode e, TSNode *lo, TSNode *hi, bool *strict)
 {
-    e = unparen(e);
+    e = rt_unparen_cond(e);
     if (!rt_is(e, "binary_expression")) return false;
     TSNode op = rt_field(e, "operator");
     TSNode l = rt_field(e, "left"), r = rt_field(e, "right");
@@ -434,13 +402,13 @@ static bool implies_one(const kl_rule_ctx *ctx, const rt_func *f, TSNode cond, T
     TSNode a, b;
     bool gstrict;
     if (!as_less(ctx, guard, &a, &b, &gstrict)) return false;
-    cond = unparen(cond);
+    cond = rt_unparen_cond(cond);
     if (rt_is(cond, "identifier")) {
         char *t = rt_text(ctx, cond);
         TSNode init = t ? kl_ast_local_init(ctx->src, f->def, t) : (TSNode){{0}, 0, 0};
         free(t);
         if (ts_node_is_null(init)) return false;
-        cond = unparen(init);
+        cond = rt_unparen_cond(init);
     }
     kl_affine_ctx *ax = NULL;
     kl_error err = {0};
@@ -450,14 +418,14 @@ static bool implies_one(const kl_rule_ctx *ctx, const rt_func *f, TSNode cond, T
     unsigned sp = 0;
     stack[sp++] = cond;
     while (sp > 0 && !found) {
-        TSNode e = unparen(stack[--sp]);
+        TSNode e = rt_unparen_cond(stack[--sp]);
         if (rt_is(e, "binary_expression") && rt_text_is(ctx, rt_field(e, "operator"), "&&")) {
             if (sp + 2 <= 32) stack[sp++] = rt_field(e, "right"), stack[sp++] = rt_field(e, "left");
             continue;
         }
         TSNode c, b2;
         bool cstrict;
-        if (!as_less(ctx, e, &c, &b2, &cstrict) || !same_text(ctx, b, b2)) continue;
+        if (!as_less(ctx, e, &c, &b2, &cstrict) || !rt_same_text(ctx, b, b2)) continue;
         int64_t m;
         if (!max_difference(ctx, f, ax, a, c, &m)) continue;
         /* a <= c + m, c (<|<=) b: a < b when m < 0, or m <= 0 with c < b; a <= b when m <= 0 */
@@ -470,7 +438,7 @@ static bool implies_one(const kl_rule_ctx *ctx, const rt_func *f, TSNode cond, T
 /* ... and G a conjunction of such comparisons: each of them. */
 static bool implies(const kl_rule_ctx *ctx, const rt_func *f, TSNode cond, TSNode guard)
 {
-    guard = unparen(guard);
+    guard = rt_unparen_cond(guard);
     if (rt_is(guard, "binary_expression") && rt_text_is(ctx, rt_field(guard, "operator"), "&&"))
         return implies(ctx, f, cond, rt_field(guard, "left")) && implies(ctx, f, cond, rt_field(guard, "right"));
     return implies_one(ctx, f, cond, guard);
@@ -490,10 +458,10 @@ static bool recognise(const kl_rule_ctx *ctx, const rt_func *f, TSNode s, ip_sit
     TSNode guard = {{0}, 0, 0};
     if (rt_is(other, "if_statement")) {
         if (!ts_node_is_null(rt_field(other, "alternative"))) return false;
-        guard = unparen(rt_field(other, "condition"));
+        guard = rt_unparen_cond(rt_field(other, "condition"));
         other = rt_field(other, "consequence");
     }
-    site->cond = unparen(rt_field(s, "condition"));
+    site->cond = rt_unparen_cond(rt_field(s, "condition"));
     site->guard = guard;
     census cc = {.ctx = ctx};
     cond_deps(ctx, f->def, site->cond, &cc);
@@ -512,7 +480,7 @@ static bool recognise(const kl_rule_ctx *ctx, const rt_func *f, TSNode s, ip_sit
             unsigned pos = 0;
             bool a_true = false;
             int dt = bool_difference(ctx, ta, tb, &pos, &a_true);
-            int da = dt == 0 ? bool_difference(ctx, aa, ab, &pos, &a_true) : (same_text(ctx, aa, ab) ? 0 : -1);
+            int da = dt == 0 ? bool_difference(ctx, aa, ab, &pos, &a_true) : (rt_same_text(ctx, aa, ab) ? 0 : -1);
             if (dt < 0 || da < 0 || dt + da != 1) return false;
             TSNode fn = rt_device_fn_named(ctx, na);
             if (ts_node_is_null(fn)) return false;
@@ -525,7 +493,7 @@ static bool recognise(const kl_rule_ctx *ctx, const rt_func *f, TSNode s, ip_sit
             kl_snprintf(site->callee, sizeof site->callee, "%s", na);
             kl_snprintf(site->fast_callee, sizeof site->fast_callee, "%s", na);
         } else {
-            if (!same_text(ctx, ta, tb) || !same_text(ctx, aa, ab)) return false;
+            if (!rt_same_text(ctx, ta, tb) || !rt_same_text(ctx, aa, ab)) return false;
             TSNode fa2 = rt_device_fn_named(ctx, na), fb2 = rt_device_fn_named(ctx, nb);
             if (ts_node_is_null(fa2) || ts_node_is_null(fb2)) return false;
             TSNode pa[16], pb[16];
@@ -551,7 +519,7 @@ static bool recognise(const kl_rule_ctx *ctx, const rt_func *f, TSNode s, ip_sit
     TSNode c = site->cond;
     bool neg = false;
     while (rt_is(c, "unary_expression") && rt_text_is(ctx, rt_field(c, "operator"), "!"))
-        neg = !neg, c = unparen(rt_field(c, "argument"));
+        neg = !neg, c = rt_unparen_cond(rt_field(c, "argument"));
     bool disj = rt_is(c, "binary_expression") && rt_text_is(ctx, rt_field(c, "operator"), "||");
     bool then_edge = disj != neg;
     TSNode edge = then_edge ? then : other, inner = then_edge ? other : then;

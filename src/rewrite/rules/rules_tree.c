@@ -33,6 +33,34 @@ char *rt_text(const kl_rule_ctx *ctx, TSNode n) { return kl_node_text(ctx->src, 
 
 bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return kl_node_text_is(ctx->src, n, s); }
 
+char *rt_text_unblank(const kl_rule_ctx *ctx, TSNode n)
+{
+    char *t = rt_text(ctx, n);
+    char *u = t ? kl_str_unblank(t) : NULL;
+    free(t);
+    return u;
+}
+
+bool rt_same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b)
+{
+    if (ts_node_is_null(a) || ts_node_is_null(b)) return ts_node_is_null(a) && ts_node_is_null(b);
+    char *x = rt_text_unblank(ctx, a), *y = rt_text_unblank(ctx, b);
+    bool same = x && y && !strcmp(x, y);
+    free(x);
+    free(y);
+    return same;
+}
+
+TSNode rt_unparen_cond(TSNode e)
+{
+    while (rt_is(e, "parenthesized_expression") || rt_is(e, "condition_clause")) {
+        TSNode in = rt_is(e, "condition_clause") ? rt_field(e, "value") : ts_node_named_child(e, 0);
+        if (ts_node_is_null(in)) break;
+        e = in;
+    }
+    return e;
+}
+
 typedef struct ptr_find {
     const kl_rule_ctx *ctx;
     const char *name;

@@ -28,6 +28,12 @@ void rt_walk(TSNode n, rt_visit_fn fn, void *user);
 /* The text [start,end) of a node as a new string (free()). */
 char *rt_text(const kl_rule_ctx *ctx, TSNode n);
 bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s);
+/* n's text without blanks (new string; NULL when out of memory). */
+char *rt_text_unblank(const kl_rule_ctx *ctx, TSNode n);
+/* a and b are the same code but for blanks (two null nodes are; one is not). */
+bool rt_same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b);
+/* e inside its parentheses and condition clauses (`if (c)`'s `(c)`). */
+TSNode rt_unparen_cond(TSNode e);
 /* The identifier that a declarator declares (through pointer/array/init/reference
  * declarators); a null node when none. */
 TSNode rt_declarator_name(TSNode decl);

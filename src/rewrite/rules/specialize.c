@@ -313,16 +313,6 @@ static const rt_func *kernel_func(const fileinfo *fi, int bit)
 
 /* ---- conditions: which side admits the unbounded shapes ------------------------------------------- */
 
-static TSNode unparen(TSNode e)
-{
-    while (rt_is(e, "parenthesized_expression") || rt_is(e, "condition_clause")) {
-        TSNode in = rt_is(e, "condition_clause") ? rt_field(e, "value") : ts_node_named_child(e, 0);
-        if (ts_node_is_null(in)) break;
-        e = in;
-    }
-    return e;
-}
-
 static bool is_const(const kl_rule_ctx *ctx, TSNode scope, TSNode e)
 {
     int64_t v;
@@ -333,7 +323,7 @@ static bool is_const(const kl_rule_ctx *ctx, TSNode scope, TSNode e)
  * bounds them (equality, an upper bound: the specialized branch); 0: cannot tell. */
 static int cond_class(const kl_rule_ctx *ctx, TSNode scope, TSNode e)
 {
-    e = unparen(e);
+    e = rt_unparen_cond(e);
     if (rt_is(e, "unary_expression")) {
         char *op = rt_text(ctx, rt_field(e, "operator"));
         int r = op && !strcmp(op, "!") ? -cond_class(ctx, scope, rt_field(e, "argument")) : 0;
@@ -492,7 +482,7 @@ static bool dispatch_at(const kl_rule_ctx *ctx, const fileinfo *fi, const rt_fun
         } else if (nunb == 1 && ts_node_is_null(unknown)) {
             d->general = unbounded;
         } else {
-            char *ct = rt_text(ctx, unparen(ts_node_is_null(unknown) ? d->br[0].cond : unknown));
+            char *ct = rt_text(ctx, rt_unparen_cond(ts_node_is_null(unknown) ? d->br[0].cond : unknown));
             kl_snprintf(d->why, sizeof d->why,
                         "cannot tell which branch is general at line %u: the condition '%s' neither bounds the sizes "
                         "(==, <, <=) nor admits unbounded ones (>, >=, !=)%s",
@@ -519,7 +509,7 @@ static char *dispatch_condition(const kl_rule_ctx *ctx, const dispatch *d)
 {
     kl_strbuf sb = KL_STRBUF_INIT;
     if (d->form == FORM_SWITCH) {
-        char *v = rt_text(ctx, unparen(rt_field(d->stmt, "condition")));
+        char *v = rt_text(ctx, rt_unparen_cond(rt_field(d->stmt, "condition")));
         for (unsigned i = 0; i < d->nbr; i++) {
             if (ts_node_is_null(d->br[i].cond)) continue;
             char *c = rt_text(ctx, d->br[i].cond);
@@ -528,14 +518,14 @@ static char *dispatch_condition(const kl_rule_ctx *ctx, const dispatch *d)
         }
         free(v);
     } else if (d->general >= 0 && !ts_node_is_null(d->br[d->general].cond)) {
-        char *c = rt_text(ctx, unparen(d->br[d->general].cond));
+        char *c = rt_text(ctx, rt_unparen_cond(d->br[d->general].cond));
         kl_strbuf_adds(&sb, c ? c : "?");
         free(c);
     } else {
         /* the general branch is the else: the specialized branches' conditions */
         for (unsigned i = 0; i < d->nbr; i++) {
             if (ts_node_is_null(d->br[i].cond)) continue;
-            char *c = rt_text(ctx, unparen(d->br[i].cond));
+            char *c = rt_text(ctx, rt_unparen_cond(d->br[i].cond));
             kl_strbuf_addf(&sb, "%s%s", sb.len ? " || " : "", c ? c : "?");
             free(c);
         }

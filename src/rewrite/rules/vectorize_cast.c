@@ -115,16 +115,10 @@ static unsigned assigned_at(const kl_rule_ctx *ctx, TSNode body, const char *nam
     return a.line;
 }
 
-static TSNode unparen(TSNode n)
-{
-    while (rt_is(n, "parenthesized_expression") && ts_node_named_child_count(n) == 1) n = ts_node_named_child(n, 0);
-    return n;
-}
-
 /* `reinterpret_cast<const VT*>(E)` or `(const VT*)(E)`: E, and whether the type is VT. */
 static bool cast_of(const kl_rule_ctx *ctx, TSNode arg, const char *vt, TSNode *e)
 {
-    arg = unparen(arg);
+    arg = kl_ast_unparen(arg);
     TSNode type = {{0}, 0, 0};
     if (rt_is(arg, "cast_expression")) {
         type = rt_field(arg, "type");
@@ -157,7 +151,7 @@ static bool cast_of(const kl_rule_ctx *ctx, TSNode arg, const char *vt, TSNode *
  * node when there is none). */
 static bool base_offset(TSNode e, TSNode *p, TSNode *o)
 {
-    e = unparen(e);
+    e = kl_ast_unparen(e);
     *o = (TSNode){{0}, 0, 0};
     if (rt_is(e, "identifier")) {
         *p = e;
@@ -165,19 +159,19 @@ static bool base_offset(TSNode e, TSNode *p, TSNode *o)
     }
     TSNode a, b;
     if (rt_is(e, "binary_expression")) {
-        a = unparen(rt_field(e, "left")), b = unparen(rt_field(e, "right"));
+        a = kl_ast_unparen(rt_field(e, "left")), b = kl_ast_unparen(rt_field(e, "right"));
         TSNode op = ts_node_child(e, 1);
         if (strcmp(ts_node_type(op), "+")) return false;
-    } else if (rt_is(e, "pointer_expression") && rt_is(unparen(rt_field(e, "argument")), "subscript_expression")) {
-        TSNode s = unparen(rt_field(e, "argument"));
-        a = unparen(rt_field(s, "argument"));
+    } else if (rt_is(e, "pointer_expression") && rt_is(kl_ast_unparen(rt_field(e, "argument")), "subscript_expression")) {
+        TSNode s = kl_ast_unparen(rt_field(e, "argument"));
+        a = kl_ast_unparen(rt_field(s, "argument"));
         TSNode idx = rt_field(s, "indices");
         if (ts_node_is_null(idx)) idx = rt_field(s, "index");
         if (rt_is(idx, "subscript_argument_list")) {
             if (ts_node_named_child_count(idx) != 1) return false;
             idx = ts_node_named_child(idx, 0);
         }
-        b = unparen(idx);
+        b = kl_ast_unparen(idx);
         if (strcmp(ts_node_type(ts_node_child(e, 0)), "&")) return false;
     } else {
         return false;
@@ -194,7 +188,7 @@ static int arg_position(const kl_rule_ctx *ctx, TSNode args, TSNode name)
     char *want = rt_text(ctx, name);
     int at = -1;
     for (uint32_t i = 0; want && i < ts_node_named_child_count(args) && at < 0; i++) {
-        TSNode a = unparen(ts_node_named_child(args, i));
+        TSNode a = kl_ast_unparen(ts_node_named_child(args, i));
         if (rt_is(a, "identifier") && rt_text_is(ctx, a, want)) at = (int)i;
     }
     free(want);
@@ -390,7 +384,7 @@ bool kl_vc_is_site(const kl_site *site)
 static void operand(kl_strbuf *sb, const kl_rule_ctx *ctx, TSNode e)
 {
     char *t = rt_text(ctx, e);
-    TSNode u = unparen(e);
+    TSNode u = kl_ast_unparen(e);
     bool bare = rt_is(u, "identifier") || rt_is(u, "number_literal") || !ts_node_eq(u, e);
     kl_strbuf_addf(sb, bare ? "%s" : "(%s)", t ? t : "");
     if (!t) sb->failed = true;

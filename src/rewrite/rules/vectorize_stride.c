@@ -303,26 +303,6 @@ static bool tail_start(const kl_rule_ctx *ctx, TSNode value, const char *nv, lon
     return false;
 }
 
-static char *squeezed(const kl_rule_ctx *ctx, TSNode n)
-{
-    char *t = rt_text(ctx, n);
-    if (!t) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; t[i]; i++)
-        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\n' && t[i] != '\r') t[k++] = t[i];
-    t[k] = '\0';
-    return t;
-}
-
-static bool same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b)
-{
-    char *x = squeezed(ctx, a), *y = squeezed(ctx, b);
-    bool same = x && y && !strcmp(x, y);
-    free(x);
-    free(y);
-    return same;
-}
-
 /* The next statement, past comments and preprocessor lines (a `#pragma unroll` kept above the
  * scalar loop). */
 static TSNode next_stmt(TSNode n)
@@ -354,8 +334,8 @@ static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
     if (!rt_is(vd, "init_declarator") || !rt_is(td, "init_declarator")) return false;
     TSNode start;
     if (!tail_start(ctx, rt_field(td, "value"), nv, &p->width, &start)) return false;
-    if (!same_text(ctx, start, rt_field(vd, "value"))) return false;
-    if (!same_text(ctx, rt_field(vl, "update"), rt_field(tl, "update")) &&
+    if (!rt_same_text(ctx, start, rt_field(vd, "value"))) return false;
+    if (!rt_same_text(ctx, rt_field(vl, "update"), rt_field(tl, "update")) &&
         !rt_text_is(ctx, rt_field(rt_field(vl, "update"), "operator"), "+="))
         return false;
     p->decl = decl, p->vloop = vl, p->tail = tl, p->tail_value = rt_field(td, "value"), p->start = start;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules_tree.h"
+#include "rewrite/rules/tile_text.h"
 
 #define NAME "privatize"
 #define SMEM_LIMIT (48 * 1024)
@@ -276,17 +277,6 @@ typedef struct present {
     TSNode lambda_stmt;     /* `[&]() { ... }();` wrapping the body, or null */
     TSNode block;           /* the compound statement holding decl/init/merge */
 } present;
-
-static bool is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
-{
-    if (!rt_is(d, "declaration")) return false;
-    uint32_t c = ts_node_named_child_count(d);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode ch = ts_node_named_child(d, i);
-        if (rt_is(ch, "type_qualifier") && rt_text_is(ctx, ch, "__shared__")) return true;
-    }
-    return false;
-}
 
 /* Does statement st only zero-fill S (`S[..] = 0` inside a for/if, or on its own)? */
 typedef struct zf {
@@ -704,19 +694,6 @@ cleanup:
     return st;
 }
 
-typedef struct decl_collect {
-    const kl_rule_ctx *ctx;
-    TSNode items[32];
-    unsigned n;
-} decl_collect;
-
-static bool decl_visit(TSNode n, void *user)
-{
-    decl_collect *dc = user;
-    if (is_shared_decl(dc->ctx, n) && dc->n < 32) dc->items[dc->n++] = n;
-    return true;
-}
-
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
     rt_func fs[64];
@@ -726,11 +703,11 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         const rt_func *f = &fs[k];
         if (!f->global) continue;
         /* present: shared tables merged into a global one */
-        decl_collect dc = {.ctx = ctx};
-        rt_walk(f->body, decl_visit, &dc);
-        for (unsigned i = 0; i < dc.n; i++) {
+        TSNode decls[32];
+        unsigned nd = tt_shared_decls(ctx, f->body, decls, 32);
+        for (unsigned i = 0; i < nd; i++) {
             present p;
-            if (!find_present(ctx, f, dc.items[i], &p)) continue;
+            if (!find_present(ctx, f, decls[i], &p)) continue;
             kl_span sp = kl_node_span(p.decl);
             char id[256], note[256];
             kl_snprintf(id, sizeof id, "%s:%u:%s", f->name, sp.line, p.shared);
@@ -961,12 +938,12 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     unsigned nf;
     const rt_func *f = site_func(ctx, site, fs, &nf);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
-    decl_collect dc = {.ctx = ctx};
-    rt_walk(f->body, decl_visit, &dc);
+    TSNode decls[32];
+    unsigned nd = tt_shared_decls(ctx, f->body, decls, 32);
     present p;
     bool found = false;
-    for (unsigned i = 0; i < dc.n && !found; i++)
-        if (find_present(ctx, f, dc.items[i], &p) && !strcmp(p.shared, site_what(site))) found = true;
+    for (unsigned i = 0; i < nd && !found; i++)
+        if (find_present(ctx, f, decls[i], &p) && !strcmp(p.shared, site_what(site))) found = true;
     if (!found)
         return kl_rule_not_applicable(err,
                             "%s: kernel '%s': no shared table '%s' zero-filled, synchronised and merged into a "

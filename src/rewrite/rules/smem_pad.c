@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "rewrite/rules/rules_tree.h"
+#include "rewrite/rules/tile_text.h"
 
 #define NAME "smem-pad"
 
@@ -30,17 +31,6 @@ typedef struct shared_array {
     char name[64];
     char elem[64];
 } shared_array;
-
-static bool is_shared(const kl_rule_ctx *ctx, TSNode d)
-{
-    if (!rt_is(d, "declaration")) return false;
-    uint32_t c = ts_node_named_child_count(d);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode ch = ts_node_named_child(d, i);
-        if (rt_is(ch, "type_qualifier") && rt_text_is(ctx, ch, "__shared__")) return true;
-    }
-    return false;
-}
 
 static bool shared_array_of(const kl_rule_ctx *ctx, TSNode decl, shared_array *a)
 {
@@ -198,19 +188,6 @@ static unsigned gcd(unsigned a, unsigned b)
     return a;
 }
 
-typedef struct decls {
-    const kl_rule_ctx *ctx;
-    TSNode items[32];
-    unsigned n;
-} decls;
-
-static bool decls_visit(TSNode n, void *user)
-{
-    decls *d = user;
-    if (is_shared(d->ctx, n) && d->n < 32) d->items[d->n++] = n;
-    return true;
-}
-
 /* Why an access pattern conflicts: the first access with its outer index moving across
  * threadIdx.x and its last index not; *degree receives the conflict degree. */
 static TSNode column_access(const kl_rule_ctx *ctx, rt_affine *af, const shared_array *a, const uses *u,
@@ -247,11 +224,11 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     kl_status st = KL_OK;
     for (unsigned f = 0; f < nf; f++) {
         if (!fs[f].global && !fs[f].device) continue;
-        decls d = {.ctx = ctx};
-        rt_walk(fs[f].body, decls_visit, &d);
-        for (unsigned i = 0; i < d.n; i++) {
+        TSNode decls[32];
+        unsigned nd = tt_shared_decls(ctx, fs[f].body, decls, 32);
+        for (unsigned i = 0; i < nd; i++) {
             shared_array a;
-            if (!shared_array_of(ctx, d.items[i], &a)) continue;
+            if (!shared_array_of(ctx, decls[i], &a)) continue;
             kl_span sp = kl_node_span(a.decl);
             char id[256];
             kl_snprintf(id, sizeof id, "%s:%u:%s", fs[f].name, sp.line, a.name);
@@ -303,10 +280,10 @@ static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rt_func
     if (!*f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     const char *want = strrchr(site->id, ':');
     want = want ? want + 1 : site->id;
-    decls d = {.ctx = ctx};
-    rt_walk((*f)->body, decls_visit, &d);
-    for (unsigned i = 0; i < d.n; i++)
-        if (shared_array_of(ctx, d.items[i], a) && !strcmp(a->name, want)) {
+    TSNode decls[32];
+    unsigned nd = tt_shared_decls(ctx, (*f)->body, decls, 32);
+    for (unsigned i = 0; i < nd; i++)
+        if (shared_array_of(ctx, decls[i], a) && !strcmp(a->name, want)) {
             *u = (uses){.ctx = ctx, .arr = a};
             rt_walk((*f)->body, uses_visit, u);
             if (!ts_node_is_null(u->bad)) {

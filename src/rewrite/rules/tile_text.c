@@ -407,3 +407,23 @@ bool tt_is_shared_decl(const kl_rule_ctx *ctx, TSNode d)
     }
     return false;
 }
+
+typedef struct shared_decls {
+    const kl_rule_ctx *ctx;
+    TSNode *items;
+    unsigned n, max;
+} shared_decls;
+
+static bool shared_decl_visit(TSNode n, void *user)
+{
+    shared_decls *d = user;
+    if (d->n < d->max && tt_is_shared_decl(d->ctx, n)) d->items[d->n++] = n;
+    return true;
+}
+
+unsigned tt_shared_decls(const kl_rule_ctx *ctx, TSNode n, TSNode *items, unsigned max)
+{
+    shared_decls d = {ctx, items, 0, max};
+    rt_walk(n, shared_decl_visit, &d);
+    return d.n;
+}

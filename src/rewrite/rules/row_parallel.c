@@ -44,18 +44,6 @@ const kl_rule_presets kl_presets_row_parallel = {&kl_rule_row_parallel, rp_prese
 
 static const TSNode null_node = {{0}, 0, 0};
 
-static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
-
-static void node_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    if (ts_node_is_null(n)) {
-        if (size) buf[0] = '\0';
-        return;
-    }
-    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
-    kl_snprintf(buf, size, "%.*s", (int)(b - a), ctx->text + a);
-}
-
 /* Text with the blanks removed, into buf. */
 static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
 {
@@ -73,7 +61,7 @@ static TSNode cond_expr(TSNode n)
     return kl_ast_unparen(n);
 }
 
-static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op) { return text_is(ctx, rt_field(n, "operator"), op); }
+static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op) { return rt_text_is(ctx, rt_field(n, "operator"), op); }
 
 static bool is_inside(TSNode n, TSNode outer)
 {
@@ -95,8 +83,8 @@ static bool increments(const kl_rule_ctx *ctx, TSNode n, const char *v, TSNode *
     n = kl_ast_unparen(n);
     *step = null_node;
     if (rt_is(n, "update_expression"))
-        return text_is(ctx, rt_field(n, "argument"), v) && op_is(ctx, n, "++");
-    if (rt_is(n, "assignment_expression") && text_is(ctx, rt_field(n, "left"), v)) {
+        return rt_text_is(ctx, rt_field(n, "argument"), v) && op_is(ctx, n, "++");
+    if (rt_is(n, "assignment_expression") && rt_text_is(ctx, rt_field(n, "left"), v)) {
         if (op_is(ctx, n, "+=")) {
             *step = rt_field(n, "right");
             return true;
@@ -106,41 +94,9 @@ static bool increments(const kl_rule_ctx *ctx, TSNode n, const char *v, TSNode *
 }
 
 /* The declaration statement declaring `name` inside n (first), or a null node. */
-typedef struct decl_find {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    TSNode decl, declarator;
-} decl_find;
-
-static bool decl_visit(TSNode n, void *user)
-{
-    decl_find *d = user;
-    if (!ts_node_is_null(d->decl)) return false;
-    if (rt_is(n, "declaration") || rt_is(n, "parameter_declaration")) {
-        uint32_t c = ts_node_named_child_count(n);
-        for (uint32_t i = 0; i < c; i++) {
-            TSNode k = ts_node_named_child(n, i);
-            TSNode nm = rt_is(k, "identifier") ? k
-                        : rt_is(k, "function_declarator") ? rt_field(k, "declarator")
-                                                           : kl_ast_declarator_name(k);
-            if (!ts_node_is_null(nm) && text_is(d->ctx, nm, d->name) &&
-                (rt_is(k, "init_declarator") || rt_is(k, "identifier") || rt_is(k, "pointer_declarator") ||
-                 rt_is(k, "array_declarator") || rt_is(k, "reference_declarator") || rt_is(k, "function_declarator"))) {
-                d->decl = n;
-                d->declarator = k;
-                return false;
-            }
-        }
-    }
-    return true;
-}
-
 static TSNode find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, TSNode *declarator)
 {
-    decl_find d = {ctx, name, null_node, null_node};
-    rt_walk(in, decl_visit, &d);
-    if (declarator) *declarator = d.declarator;
-    return d.decl;
+    return rt_find_decl(ctx, in, name, true, declarator);
 }
 
 /* The range deleting a statement: its whole lines when alone on them. */
@@ -194,7 +150,7 @@ static bool reduction_of(const kl_rule_ctx *ctx, TSNode n, const char *v, char *
         kl_snprintf(op, opsize, "+");
         return op_is(ctx, n, "++") && uses == 1;
     }
-    if (!rt_is(n, "assignment_expression") || !text_is(ctx, rt_field(n, "left"), v)) return false;
+    if (!rt_is(n, "assignment_expression") || !rt_text_is(ctx, rt_field(n, "left"), v)) return false;
     TSNode r = kl_ast_unparen(rt_field(n, "right"));
     if (op_is(ctx, n, "+=") || op_is(ctx, n, "-=")) {
         kl_snprintf(op, opsize, "+");
@@ -202,15 +158,15 @@ static bool reduction_of(const kl_rule_ctx *ctx, TSNode n, const char *v, char *
     }
     if (!op_is(ctx, n, "=") || uses != 2) return false;
     if (rt_is(r, "binary_expression") && op_is(ctx, r, "+") &&
-        (text_is(ctx, rt_field(r, "left"), v) || text_is(ctx, rt_field(r, "right"), v))) {
+        (rt_text_is(ctx, rt_field(r, "left"), v) || rt_text_is(ctx, rt_field(r, "right"), v))) {
         kl_snprintf(op, opsize, "+");
         return true;
     }
     if (rt_is(r, "call_expression") && ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
         char f[32];
-        node_copy(ctx, rt_field(r, "function"), f, sizeof f);
+        rt_text_copy(ctx, rt_field(r, "function"), f, sizeof f);
         TSNode a0 = ts_node_named_child(rt_field(r, "arguments"), 0), a1 = ts_node_named_child(rt_field(r, "arguments"), 1);
-        if (minmax_fn(f) && (text_is(ctx, a0, v) || text_is(ctx, a1, v))) {
+        if (minmax_fn(f) && (rt_text_is(ctx, a0, v) || rt_text_is(ctx, a1, v))) {
             kl_snprintf(op, opsize, "%s", f);
             return true;
         }
@@ -270,12 +226,12 @@ static bool block_1d(const kl_rule_ctx *ctx, TSNode host, TSNode block, int64_t 
     TSNode decl = null_node;
     if (rt_is(b, "identifier")) {
         char name[64];
-        node_copy(ctx, b, name, sizeof name);
+        rt_text_copy(ctx, b, name, sizeof name);
         decl = find_decl(ctx, host, name, NULL);
         b = decl;
     }
     char t[256];
-    node_copy(ctx, b, t, sizeof t);
+    rt_text_copy(ctx, b, t, sizeof t);
     if (ts_node_is_null(b) || strchr(t, ',') || !strstr(t, "dim3")) return false;
     if (!ts_node_is_null(decl)) {
         /* `dim3 b(X);` (the grammar may read it as a function declarator): X between the parentheses */
@@ -347,7 +303,7 @@ static bool why_set(rp_row *r, const char *fmt, ...)
 static TSNode decl_value_of(const kl_rule_ctx *ctx, TSNode st, const char *var)
 {
     TSNode d = single_init(st);
-    if (ts_node_is_null(d) || !text_is(ctx, kl_ast_declarator_name(d), var)) return null_node;
+    if (ts_node_is_null(d) || !rt_text_is(ctx, kl_ast_declarator_name(d), var)) return null_node;
     return rt_field(d, "value");
 }
 
@@ -363,14 +319,14 @@ static bool plain_loop(const kl_rule_ctx *ctx, TSNode st, rp_loop *L, rp_row *r)
         if (ts_node_is_null(d))
             return why_set(r, "the loop at line %u does not declare its variable with a start value in its initializer",
                            kl_ast_line(st));
-        node_copy(ctx, kl_ast_declarator_name(d), L->var, sizeof L->var);
+        rt_text_copy(ctx, kl_ast_declarator_name(d), L->var, sizeof L->var);
         L->start = rt_field(d, "value");
         L->update = rt_field(st, "update");
         cond = kl_ast_unparen(rt_field(st, "condition"));
     } else if (rt_is(st, "while_statement")) {
         L->is_while = true;
         cond = cond_expr(rt_field(st, "condition"));
-        if (rt_is(cond, "binary_expression")) node_copy(ctx, rt_field(cond, "left"), L->var, sizeof L->var);
+        if (rt_is(cond, "binary_expression")) rt_text_copy(ctx, rt_field(cond, "left"), L->var, sizeof L->var);
         L->start = decl_value_of(ctx, rt_prev_stmt(st), L->var);
         TSNode body = rt_field(st, "body"), last = null_node;
         if (rt_is(body, "compound_statement"))
@@ -387,14 +343,14 @@ static bool plain_loop(const kl_rule_ctx *ctx, TSNode st, rp_loop *L, rp_row *r)
     } else {
         return why_set(r, "line %u: a do-while loop over the row is not supported", kl_ast_line(st));
     }
-    if (!rt_is(cond, "binary_expression") || !text_is(ctx, rt_field(cond, "left"), L->var) ||
+    if (!rt_is(cond, "binary_expression") || !rt_text_is(ctx, rt_field(cond, "left"), L->var) ||
         (!op_is(ctx, cond, "<") && !op_is(ctx, cond, "<=")))
         return why_set(r, "the loop at line %u is not `%s < bound`", kl_ast_line(st), L->var[0] ? L->var : "c");
     TSNode step;
     TSNode upd = L->is_while ? stmt_expr(L->update) : L->update;
-    if (ts_node_is_null(upd) || !increments(ctx, upd, L->var, &step) || (!ts_node_is_null(step) && !text_is(ctx, step, "1")))
+    if (ts_node_is_null(upd) || !increments(ctx, upd, L->var, &step) || (!ts_node_is_null(step) && !rt_text_is(ctx, step, "1")))
         return why_set(r, "the loop at line %u does not step %s by 1", kl_ast_line(st), L->var);
-    node_copy(ctx, L->start, L->start_text, sizeof L->start_text);
+    rt_text_copy(ctx, L->start, L->start_text, sizeof L->start_text);
     return true;
 }
 
@@ -408,7 +364,7 @@ typedef struct scan {
 static bool is_atomic(const kl_rule_ctx *ctx, TSNode call)
 {
     char f[64];
-    node_copy(ctx, rt_field(call, "function"), f, sizeof f);
+    rt_text_copy(ctx, rt_field(call, "function"), f, sizeof f);
     return !strncmp(f, "atomic", 6);
 }
 
@@ -423,7 +379,7 @@ static bool lvalue_array(const kl_rule_ctx *ctx, TSNode n, char *arr, size_t siz
     if (rt_is(n, "subscript_expression")) {
         TSNode a = kl_ast_unparen(rt_field(n, "argument"));
         if (!rt_is(a, "identifier")) return false;
-        node_copy(ctx, a, arr, size);
+        rt_text_copy(ctx, a, arr, size);
         *index = rt_field(n, "index");
         if (ts_node_is_null(*index) && ts_node_named_child_count(n) >= 2) *index = ts_node_named_child(n, 1);
         if (rt_is(*index, "subscript_argument_list") && ts_node_named_child_count(*index) == 1)
@@ -433,12 +389,12 @@ static bool lvalue_array(const kl_rule_ctx *ctx, TSNode n, char *arr, size_t siz
     if (rt_is(n, "binary_expression") && op_is(ctx, n, "+")) {
         TSNode a = kl_ast_unparen(rt_field(n, "left"));
         if (!rt_is(a, "identifier")) return false;
-        node_copy(ctx, a, arr, size);
+        rt_text_copy(ctx, a, arr, size);
         *index = rt_field(n, "right");
         return true;
     }
     if (rt_is(n, "identifier")) {
-        node_copy(ctx, n, arr, size);
+        rt_text_copy(ctx, n, arr, size);
         return true;
     }
     return false;
@@ -470,10 +426,10 @@ static void memory_write(scan *s, TSNode n, TSNode target)
     /* a field of a local struct (`m.s = …`): a scalar of the thread, not memory */
     TSNode ft = kl_ast_unparen(target);
     if (rt_is(ft, "field_expression") && rt_is(kl_ast_unparen(rt_field(ft, "argument")), "identifier") &&
-        !text_is(ctx, rt_field(ft, "operator"), "->")) {
+        !rt_text_is(ctx, rt_field(ft, "operator"), "->")) {
         char v[64];
         TSNode dd;
-        node_copy(ctx, kl_ast_unparen(rt_field(ft, "argument")), v, sizeof v);
+        rt_text_copy(ctx, kl_ast_unparen(rt_field(ft, "argument")), v, sizeof v);
         TSNode decl = find_decl(ctx, r->fn, v, &dd);
         if (rt_is(decl, "declaration") && (rt_is(dd, "identifier") || rt_is(dd, "init_declarator")) &&
             !rt_is(rt_field(dd, "declarator"), "pointer_declarator")) {
@@ -549,7 +505,7 @@ static void scalar_update(scan *s, TSNode n, TSNode target)
     if (s->loop < 0) return;
     rp_loop *L = &r->loops[s->loop];
     char v[64];
-    node_copy(ctx, target, v, sizeof v);
+    rt_text_copy(ctx, target, v, sizeof v);
     if (L->is_while && ts_node_eq(stmt_expr(L->update), n)) return;
     if (!strcmp(v, L->var)) {
         why_set(r, "line %u assigns the loop variable %s inside the loop", kl_ast_line(n), v);
@@ -622,7 +578,7 @@ static bool scan_visit(TSNode n, void *user)
         return why_set(r, "line %u: a return inside the loop over the row", kl_ast_line(n));
     if (!strcmp(t, "call_expression")) {
         char f[64];
-        node_copy(ctx, rt_field(n, "function"), f, sizeof f);
+        rt_text_copy(ctx, rt_field(n, "function"), f, sizeof f);
         if (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp"))
             return why_set(r, "line %u: %s: the threads already cooperate", kl_ast_line(n), f);
         if (is_atomic(ctx, n) && ts_node_named_child_count(rt_field(n, "arguments")) >= 1) {
@@ -663,12 +619,12 @@ static TSNode reduction_init(const kl_rule_ctx *ctx, TSNode loop, const char *v)
             uint32_t c = ts_node_named_child_count(st);
             for (uint32_t i = 0; i < c; i++) {
                 TSNode d = ts_node_named_child(st, i);
-                if (rt_is(d, "init_declarator") && text_is(ctx, kl_ast_declarator_name(d), v)) return rt_field(d, "value");
+                if (rt_is(d, "init_declarator") && rt_text_is(ctx, kl_ast_declarator_name(d), v)) return rt_field(d, "value");
             }
             return null_node;
         }
         TSNode a = stmt_expr(st);
-        if (rt_is(a, "assignment_expression") && op_is(ctx, a, "=") && text_is(ctx, rt_field(a, "left"), v))
+        if (rt_is(a, "assignment_expression") && op_is(ctx, a, "=") && rt_text_is(ctx, rt_field(a, "left"), v))
             return rt_field(a, "right");
         return null_node;
     }
@@ -713,7 +669,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
                 why_set(r, "the row index at line %u multiplies blockIdx.x by %s, not the block size", kl_ast_line(st), bc);
             r->decl = st;
             r->init = rt_field(d, "value");
-            node_copy(ctx, kl_ast_declarator_name(d), r->row, sizeof r->row);
+            rt_text_copy(ctx, kl_ast_declarator_name(d), r->row, sizeof r->row);
             if (kl_affine_coef_int(&a, "blockIdx.x", &bci)) r->block = bci;
         }
         kl_affine_release(&a);
@@ -725,7 +681,7 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
     if (!rt_is(st, "if_statement")) return false;
     TSNode cond = cond_expr(rt_field(st, "condition"));
     TSNode cons = rt_field(st, "consequence");
-    if (!rt_is(cond, "binary_expression") || !text_is(ctx, rt_field(cond, "left"), r->row)) return false;
+    if (!rt_is(cond, "binary_expression") || !rt_text_is(ctx, rt_field(cond, "left"), r->row)) return false;
     r->guard = st;
     if (op_is(ctx, cond, "<") && rt_is(cons, "compound_statement") && ts_node_is_null(rt_field(st, "alternative"))) {
         r->rbody = cons;
@@ -778,8 +734,8 @@ static bool analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
             stack[sp++] = rt_field(L->node, "body");
             while (sp) {
                 TSNode x = stack[--sp];
-                if ((rt_is(x, "assignment_expression") && text_is(ctx, kl_ast_unparen(rt_field(x, "left")), rd->var)) ||
-                    (rt_is(x, "update_expression") && text_is(ctx, kl_ast_unparen(rt_field(x, "argument")), rd->var))) {
+                if ((rt_is(x, "assignment_expression") && rt_text_is(ctx, kl_ast_unparen(rt_field(x, "left")), rd->var)) ||
+                    (rt_is(x, "update_expression") && rt_text_is(ctx, kl_ast_unparen(rt_field(x, "argument")), rd->var))) {
                     in_red += rt_count_ident(ctx, x, rd->var);
                     continue;
                 }
@@ -865,7 +821,7 @@ static bool pwhy(rp_present *p, const char *fmt, ...)
 static bool is_lane(const kl_rule_ctx *ctx, const rp_present *p, TSNode n)
 {
     n = kl_ast_unparen(n);
-    return text_is(ctx, n, p->lane) || rt_is_builtin(ctx, n, "threadIdx", 'x');
+    return rt_text_is(ctx, n, p->lane) || rt_is_builtin(ctx, n, "threadIdx", 'x');
 }
 
 /* `c = lane`, `c = lane + S`, `c = S + lane`: *rest = S (null for the lane alone). */
@@ -906,14 +862,14 @@ static bool strided_loop(const kl_rule_ctx *ctx, const rp_present *p, TSNode st,
         TSNode init = rt_field(st, "initializer");
         TSNode d = single_init(init);
         if (ts_node_is_null(d)) return false;
-        node_copy(ctx, kl_ast_declarator_name(d), var, sizeof var);
+        rt_text_copy(ctx, kl_ast_declarator_name(d), var, sizeof var);
         L->start = rt_field(d, "value");
         upd = rt_field(st, "update");
         L->update = upd;
     } else if (rt_is(st, "while_statement")) {
         TSNode cond = cond_expr(rt_field(st, "condition"));
         if (!rt_is(cond, "binary_expression")) return false;
-        node_copy(ctx, rt_field(cond, "left"), var, sizeof var);
+        rt_text_copy(ctx, rt_field(cond, "left"), var, sizeof var);
         L->while_decl = rt_prev_stmt(st);
         L->start = decl_value_of(ctx, L->while_decl, var);
         TSNode body = rt_field(st, "body");
@@ -967,7 +923,7 @@ static bool shared_stage(const kl_rule_ctx *ctx, TSNode st)
     if (!rt_is(st, "compound_statement")) return false;
     TSNode first = ts_node_named_child(st, 0);
     char t[200];
-    node_copy(ctx, first, t, sizeof t);
+    rt_text_copy(ctx, first, t, sizeof t);
     if (!rt_is(first, "declaration") || !strstr(t, "__shared__")) return false;
     char *all = kl_node_text(ctx->src, st);
     bool ok = all && strstr(all, "__syncthreads()");
@@ -1010,7 +966,7 @@ static bool present_visit(TSNode n, void *user)
     if (rt_is(n, "if_statement") && ts_node_is_null(rt_field(n, "alternative"))) {
         TSNode c = cond_expr(rt_field(n, "condition"));
         if (rt_is(c, "binary_expression") && op_is(ctx, c, "==") && is_lane(ctx, p, rt_field(c, "left")) &&
-            text_is(ctx, rt_field(c, "right"), "0") && p->nifs < 16) {
+            rt_text_is(ctx, rt_field(c, "right"), "0") && p->nifs < 16) {
             p->ifs[p->nifs++] = n;
             return true;
         }
@@ -1091,7 +1047,7 @@ static bool left_visit(TSNode n, void *user)
         if (is_inside(n, rt_field(p->ifs[i], "condition"))) return false;
     if (rt_is(n, "call_expression")) {
         char f[64];
-        node_copy(ctx, rt_field(n, "function"), f, sizeof f);
+        rt_text_copy(ctx, rt_field(n, "function"), f, sizeof f);
         if (!strcmp(f, "__syncthreads") || !strncmp(f, "__shfl", 6) || !strcmp(f, "__syncwarp"))
             return pwhy(p, "line %u: %s is not part of a reduction this transform recognises", kl_ast_line(n), f);
         char callee[128];
@@ -1105,7 +1061,7 @@ static bool left_visit(TSNode n, void *user)
         return pwhy(p, "line %u uses threadIdx other than as the lane of a loop over the row: the threads share the row "
                        "in another way",
                     kl_ast_line(n));
-    if (rt_is(n, "identifier") && p->lane[0] && strcmp(p->lane, "threadIdx.x") && text_is(ctx, n, p->lane))
+    if (rt_is(n, "identifier") && p->lane[0] && strcmp(p->lane, "threadIdx.x") && rt_text_is(ctx, n, p->lane))
         return pwhy(p, "line %u uses the lane %s other than as the start of a loop over the row", kl_ast_line(n), p->lane);
     return true;
 }
@@ -1118,11 +1074,11 @@ static void unused_shared(const kl_rule_ctx *ctx, rp_present *p)
         TSNode st = ts_node_named_child(p->body, i);
         if (!rt_is(st, "declaration")) continue;
         char t[200];
-        node_copy(ctx, st, t, sizeof t);
+        rt_text_copy(ctx, st, t, sizeof t);
         if (!strstr(t, "__shared__") || ts_node_named_child_count(st) < 2) continue;
         TSNode nm = kl_ast_declarator_name(ts_node_named_child(st, ts_node_named_child_count(st) - 1));
         char v[64];
-        node_copy(ctx, nm, v, sizeof v);
+        rt_text_copy(ctx, nm, v, sizeof v);
         unsigned all = rt_count_ident(ctx, p->body, v) - 1, in = 0;
         for (unsigned k = 0; k < p->ncalls; k++) in += rt_count_ident(ctx, p->calls[k], v);
         for (unsigned k = 0; k < p->ngone; k++) in += rt_count_ident(ctx, p->gone[k], v);
@@ -1149,12 +1105,12 @@ static bool analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char *name,
         if (!strcmp(v, "threadIdx.x%32") || !strcmp(v, "threadIdx.x&31")) p->warp = true;
         else if (strcmp(v, "threadIdx.x")) continue;
         p->lane_decl = st;
-        node_copy(ctx, kl_ast_declarator_name(d), p->lane, sizeof p->lane);
+        rt_text_copy(ctx, kl_ast_declarator_name(d), p->lane, sizeof p->lane);
         /* the row of a warp: `T row = (E) / 32;` declared before it */
         TSNode prev = rt_prev_stmt(st);
         if (p->warp && !ts_node_is_null(single_init(prev))) {
             TSNode pv = rt_field(single_init(prev), "value");
-            if (rt_is(pv, "binary_expression") && op_is(ctx, pv, "/") && text_is(ctx, rt_field(pv, "right"), "32") &&
+            if (rt_is(pv, "binary_expression") && op_is(ctx, pv, "/") && rt_text_is(ctx, rt_field(pv, "right"), "32") &&
                 rt_is(rt_field(pv, "left"), "parenthesized_expression")) {
                 p->row_decl = prev;
                 p->row_init = pv;
@@ -1279,7 +1235,7 @@ static void var_type(const kl_rule_ctx *ctx, TSNode fn, const char *v, char *buf
     TSNode decl = find_decl(ctx, fn, v, NULL);
     TSNode t = rt_field(decl, "type");
     if (ts_node_is_null(t)) kl_snprintf(buf, size, "float");
-    else node_copy(ctx, t, buf, size);
+    else rt_text_copy(ctx, t, buf, size);
 }
 
 /* Multiply the x extent of a launch's grid by mult: `G * M`, `dim3(X * M, Y)`, or for a dim3
@@ -1288,12 +1244,12 @@ static kl_status grid_mul(const kl_rule_ctx *ctx, const kl_launch_site *l, const
 {
     TSNode g = l->grid, gs = kl_ast_unparen(g);
     char gt[256];
-    node_copy(ctx, g, gt, sizeof gt);
-    if (rt_is(gs, "call_expression") && text_is(ctx, rt_field(gs, "function"), "dim3") &&
+    rt_text_copy(ctx, g, gt, sizeof gt);
+    if (rt_is(gs, "call_expression") && rt_text_is(ctx, rt_field(gs, "function"), "dim3") &&
         ts_node_named_child_count(rt_field(gs, "arguments")) >= 1) {
         TSNode x = ts_node_named_child(rt_field(gs, "arguments"), 0);
         char xt[256];
-        node_copy(ctx, x, xt, sizeof xt);
+        rt_text_copy(ctx, x, xt, sizeof xt);
         return kl_edits_addf(out, ts_node_start_byte(x), ts_node_end_byte(x), simple_operand(x) ? "%s * %s" : "(%s) * %s",
                              xt, mult);
     }
@@ -1314,7 +1270,7 @@ static bool grid_unmul(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode *
                        char *text, size_t size)
 {
     TSNode g = kl_ast_unparen(l->grid), x = g;
-    bool d3 = rt_is(g, "call_expression") && text_is(ctx, rt_field(g, "function"), "dim3");
+    bool d3 = rt_is(g, "call_expression") && rt_text_is(ctx, rt_field(g, "function"), "dim3");
     if (d3) {
         TSNode args = rt_field(g, "arguments");
         if (ts_node_named_child_count(args) < 1) return false;
@@ -1345,7 +1301,7 @@ static bool grid_unmul(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode *
     } else {
         *a = ts_node_start_byte(l->grid), *b = ts_node_end_byte(l->grid);
     }
-    node_copy(ctx, left, text, size);
+    rt_text_copy(ctx, left, text, size);
     return true;
 }
 
@@ -1366,7 +1322,7 @@ static kl_status apply_launches(const kl_rule_ctx *ctx, const char *name, bool w
             int64_t v = 0;
             if (kl_const_eval(ctx->src, l->host_fn, l->block, false, &v, NULL, 0)) {
                 char bt[240];
-                node_copy(ctx, l->block, bt, sizeof bt);
+                rt_text_copy(ctx, l->block, bt, sizeof bt);
                 kl_snprintf(m, sizeof m, simple_operand(l->block) ? "%s" : "(%s)", bt);
             } else {
                 block_1d(ctx, l->host_fn, l->block, &v, NULL, 0);
@@ -1474,12 +1430,12 @@ static kl_status remove_launches(const kl_rule_ctx *ctx, const rp_present *p, co
         const kl_launch_site *l = &ls.items[i];
         if (strcmp(l->kernel, name)) continue;
         char bt[256], lt[256];
-        node_copy(ctx, l->block, bt, sizeof bt);
+        rt_text_copy(ctx, l->block, bt, sizeof bt);
         TSNode mult;
         uint32_t ga, gb;
         bool mul = grid_unmul(ctx, l, &mult, &ga, &gb, lt, sizeof lt);
         if (p->warp) {
-            if (!mul || !text_is(ctx, mult, "32")) {
+            if (!mul || !rt_text_is(ctx, mult, "32")) {
                 st = kl_rule_not_applicable(err, "the grid of the launch at line %u is not `G * 32` (rows -> warps)",
                                             kl_ast_line(l->call));
                 break;
@@ -1491,7 +1447,7 @@ static kl_status remove_launches(const kl_rule_ctx *ctx, const rp_present *p, co
          * per row) to (R + B - 1) / B threads of B, R passed as the row count */
         if (!ts_node_is_null(p->row_decl) && mul && kl_const_eval(ctx->src, l->host_fn, mult, false, &(int64_t){0}, NULL, 0)) {
             char rt[256];
-            node_copy(ctx, mult, rt, sizeof rt);
+            rt_text_copy(ctx, mult, rt, sizeof rt);
             st = kl_edits_add(out, ga, gb, lt);
             if (st == KL_OK) st = kl_edits_add(out, ts_node_start_byte(l->block), ts_node_end_byte(l->block), rt);
             continue;
@@ -1502,7 +1458,7 @@ static kl_status remove_launches(const kl_rule_ctx *ctx, const rp_present *p, co
             break;
         }
         char gt[256];
-        node_copy(ctx, l->grid, gt, sizeof gt);
+        rt_text_copy(ctx, l->grid, gt, sizeof gt);
         bool bsim = simple_operand(l->block);
         st = kl_edits_addf(out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid), "(%s + %s%s%s - 1) / %s%s%s", gt,
                            bsim ? "" : "(", bt, bsim ? "" : ")", bsim ? "" : "(", bt, bsim ? "" : ")");
@@ -1545,12 +1501,12 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
     for (unsigned k = 0; k < p->nloops && st == KL_OK; k++) {
         const rp_sloop *L = &p->loops[k];
         char rest[200] = "0";
-        if (!ts_node_is_null(L->start_rest)) node_copy(ctx, L->start_rest, rest, sizeof rest);
+        if (!ts_node_is_null(L->start_rest)) rt_text_copy(ctx, L->start_rest, rest, sizeof rest);
         st = kl_edits_add(out, ts_node_start_byte(L->start), ts_node_end_byte(L->start), rest);
         TSNode upd = L->is_while ? stmt_expr(L->update) : L->update;
         TSNode var = rt_is(upd, "assignment_expression") ? rt_field(upd, "left") : rt_field(upd, "argument");
         char v[64];
-        node_copy(ctx, var, v, sizeof v);
+        rt_text_copy(ctx, var, v, sizeof v);
         if (st == KL_OK) st = kl_edits_addf(out, ts_node_start_byte(upd), ts_node_end_byte(upd), "%s++", v);
     }
     for (unsigned k = 0; k < p->ngone && st == KL_OK; k++) st = delete_stmt(ctx, p->gone[k], out);
@@ -1589,7 +1545,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
             uint32_t ga, gb;
             char lt[256];
             if (!grid_unmul(ctx, &ls.items[i], &b, &ga, &gb, lt, sizeof lt)) continue;
-            if (kl_const_eval(ctx->src, (TSNode){{0}, 0, 0}, b, false, &(int64_t){0}, NULL, 0)) node_copy(ctx, b, bt, sizeof bt);
+            if (kl_const_eval(ctx->src, (TSNode){{0}, 0, 0}, b, false, &(int64_t){0}, NULL, 0)) rt_text_copy(ctx, b, bt, sizeof bt);
             break;
         }
         kl_launch_sites_release(&ls);
@@ -1608,7 +1564,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, const kl_site *site, con
     kl_rules_indent(ctx, ts_node_start_byte(first), ind, sizeof ind);
     if (st == KL_OK && !ts_node_is_null(p->row_decl)) {
         char name[64];
-        node_copy(ctx, kl_ast_declarator_name(single_init(p->row_decl)), name, sizeof name);
+        rt_text_copy(ctx, kl_ast_declarator_name(single_init(p->row_decl)), name, sizeof name);
         st = kl_edits_add(out, ts_node_start_byte(p->row_init), ts_node_end_byte(p->row_init),
                           "blockIdx.x * blockDim.x + threadIdx.x");
         uint32_t le = rt_line_end(ctx, ts_node_end_byte(p->row_decl));

@@ -31,7 +31,55 @@ void rt_walk(TSNode n, rt_visit_fn fn, void *user)
 /* ctx->text is ctx->src's text (catalog.c's view_open): the syntax stage's readers serve */
 char *rt_text(const kl_rule_ctx *ctx, TSNode n) { return kl_node_text(ctx->src, n); }
 
-bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return kl_node_text_is(ctx->src, n, s); }
+bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s)
+{
+    return !ts_node_is_null(n) && kl_node_text_is(ctx->src, n, s);
+}
+
+typedef struct decl_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    bool functions;
+    TSNode decl, declarator;
+} decl_find;
+
+static bool decl_find_visit(TSNode n, void *user)
+{
+    decl_find *d = user;
+    if (!ts_node_is_null(d->decl)) return false;
+    if (!rt_is(n, "declaration") && !rt_is(n, "parameter_declaration")) return true;
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode k = ts_node_named_child(n, i);
+        bool fn = rt_is(k, "function_declarator");
+        if (!rt_is(k, "init_declarator") && !rt_is(k, "identifier") && !rt_is(k, "pointer_declarator") &&
+            !rt_is(k, "array_declarator") && !rt_is(k, "reference_declarator") && !(fn && d->functions))
+            continue;
+        TSNode nm = rt_is(k, "identifier") ? k : fn ? rt_field(k, "declarator") : kl_ast_declarator_name(k);
+        if (rt_text_is(d->ctx, nm, d->name)) {
+            d->decl = n;
+            d->declarator = k;
+            return false;
+        }
+    }
+    return true;
+}
+
+TSNode rt_find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, bool functions, TSNode *declarator)
+{
+    decl_find d = {ctx, name, functions, {{0}, 0, 0}, {{0}, 0, 0}};
+    rt_walk(in, decl_find_visit, &d);
+    if (declarator) *declarator = d.declarator;
+    return d.decl;
+}
+
+bool rt_text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
+{
+    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
+    if (b > ctx->len) a = b = 0;
+    kl_snprintf(buf, size, "%.*s", (int)(b - a), ctx->text + a);
+    return (size_t)(b - a) < size;
+}
 
 char *rt_text_unblank(const kl_rule_ctx *ctx, TSNode n)
 {

@@ -27,9 +27,16 @@ typedef bool (*rt_visit_fn)(TSNode n, void *user);
 void rt_walk(TSNode n, rt_visit_fn fn, void *user);
 /* The text [start,end) of a node as a new string (free()). */
 char *rt_text(const kl_rule_ctx *ctx, TSNode n);
-bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s);
+bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s); /* false for a null node */
+/* The first declaration or parameter declaration under `in` (document order) that declares `name`
+ * — a variable, pointer, array or reference; with `functions`, a function's declaration too —
+ * and its declarator; a null node when there is none. */
+TSNode rt_find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, bool functions, TSNode *declarator);
 /* n's text without blanks (new string; NULL when out of memory). */
 char *rt_text_unblank(const kl_rule_ctx *ctx, TSNode n);
+/* n's text into buf (size bytes with its NUL); false when it did not fit (buf then holds the
+ * start of it) — a caller comparing names refuses rather than compare a cut one. */
+bool rt_text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);
 /* a and b are the same code but for blanks (two null nodes are; one is not). */
 bool rt_same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b);
 /* e inside its parentheses and condition clauses (`if (c)`'s `(c)`). */

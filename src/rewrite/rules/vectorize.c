@@ -30,7 +30,6 @@ static const char *const width_values[] = {"4", "2", "8", "16", NULL}; /* 8, 16:
 static const kl_rule_param vec_params[] = {{"width", width_values, "4"}};
 
 /* rt_text_is / rt_text that accept a null node (false / NULL). */
-static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
 static char *text_of(const kl_rule_ctx *ctx, TSNode n) { return ts_node_is_null(n) ? NULL : rt_text(ctx, n); }
 
 
@@ -361,7 +360,7 @@ static bool vector_macro(const kl_rule_ctx *ctx, const char *name)
     TSNode root = kl_source_root(ctx->src);
     for (uint32_t i = 0; i < ts_node_named_child_count(root); i++) {
         TSNode d = ts_node_named_child(root, i);
-        if (!rt_is(d, "preproc_function_def") || !text_is(ctx, rt_field(d, "name"), name)) continue;
+        if (!rt_is(d, "preproc_function_def") || !rt_text_is(ctx, rt_field(d, "name"), name)) continue;
         char *v = text_of(ctx, rt_field(d, "value"));
         bool vec = v && (strstr(v, "reinterpret_cast") || vec_type_width(v) || strstr(v, "make_"));
         free(v);
@@ -380,7 +379,7 @@ static bool lane_use(const kl_rule_ctx *ctx, TSNode n)
     }
     if (!rt_is(p, "field_expression") || !ts_node_eq(rt_field(p, "argument"), n)) return false;
     TSNode f = rt_field(p, "field");
-    return text_is(ctx, f, "x") || text_is(ctx, f, "y") || text_is(ctx, f, "z") || text_is(ctx, f, "w");
+    return rt_text_is(ctx, f, "x") || rt_text_is(ctx, f, "y") || rt_text_is(ctx, f, "z") || rt_text_is(ctx, f, "w");
 }
 
 static bool regfill_visit(TSNode n, void *user)
@@ -460,7 +459,7 @@ static bool local_init(const kl_rule_ctx *ctx, TSNode fn, const char *name, char
             TSNode id = ts_node_named_child(d, k);
             if (!rt_is(id, "init_declarator")) continue;
             TSNode nm = kl_ast_declarator_name(id);
-            if (!text_is(ctx, nm, name)) continue;
+            if (!rt_text_is(ctx, nm, name)) continue;
             TSNode v = rt_field(id, "value");
             if (ts_node_is_null(v)) return false;
             char *t = text_of(ctx, v);
@@ -747,13 +746,13 @@ static bool conditional(TSNode n, TSNode body)
 static bool unit_term(const kl_rule_ctx *ctx, TSNode e, const char *var)
 {
     while (rt_is(e, "parenthesized_expression")) e = ts_node_named_child(e, 0);
-    if (rt_is(e, "identifier")) return text_is(ctx, e, var);
+    if (rt_is(e, "identifier")) return rt_text_is(ctx, e, var);
     if (!rt_is(e, "binary_expression")) return false;
     TSNode op = rt_field(e, "operator"), l = rt_field(e, "left"), r = rt_field(e, "right");
-    if (text_is(ctx, op, "+"))
+    if (rt_text_is(ctx, op, "+"))
         return (unit_term(ctx, l, var) && rt_count_ident(ctx, r, var) == 0) ||
                (unit_term(ctx, r, var) && rt_count_ident(ctx, l, var) == 0);
-    if (text_is(ctx, op, "-")) return unit_term(ctx, l, var) && rt_count_ident(ctx, r, var) == 0;
+    if (rt_text_is(ctx, op, "-")) return unit_term(ctx, l, var) && rt_count_ident(ctx, r, var) == 0;
     return false;
 }
 
@@ -1170,14 +1169,14 @@ static bool lane_visit(TSNode n, void *user)
     if (rt_is(n, "subscript_expression")) {
         TSNode arr = rt_field(n, "argument");
         for (unsigned k = 0; k < s->v->narr; k++)
-            if (text_is(s->ctx, arr, s->v->arr[k].name)) {
+            if (rt_text_is(s->ctx, arr, s->v->arr[k].name)) {
                 char t[160];
                 kl_snprintf(t, sizeof t, "kl_%s.%s", s->v->arr[k].name, s->comp[s->lane]);
                 lane_add(s, n, t);
                 return false;
             }
     }
-    if (rt_is(n, "identifier") && text_is(s->ctx, n, s->var)) {
+    if (rt_is(n, "identifier") && rt_text_is(s->ctx, n, s->var)) {
         char t[160];
         kl_snprintf(t, sizeof t, "(%s + %d)", s->var, s->lane);
         lane_add(s, n, t);
@@ -1236,7 +1235,7 @@ typedef struct subst_scan {
 static bool subst_visit(TSNode n, void *user)
 {
     subst_scan *s = user;
-    if (s->st == KL_OK && rt_is(n, "identifier") && text_is(s->ctx, n, s->var))
+    if (s->st == KL_OK && rt_is(n, "identifier") && rt_text_is(s->ctx, n, s->var))
         s->st = kl_edits_add(s->e, ts_node_start_byte(n), ts_node_end_byte(n), s->repl);
     return s->st == KL_OK;
 }
@@ -1263,7 +1262,7 @@ static bool sum_operand(const kl_rule_ctx *ctx, TSNode n)
         return true;
     if (!rt_is(n, "binary_expression")) return false;
     TSNode op = rt_field(n, "operator");
-    return text_is(ctx, op, "*") || text_is(ctx, op, "/") || text_is(ctx, op, "%");
+    return rt_text_is(ctx, op, "*") || rt_text_is(ctx, op, "/") || rt_text_is(ctx, op, "%");
 }
 
 /* The thread-strided form: before the loop, the number of whole vectors (0 when an address of the row

@@ -23,8 +23,6 @@ static const kl_rule_param wr_params[] = {{"shuffle", shuffle_values, "xor"}};
 #define WR_MARKER "warp-reduce"
 
 /* rt_text_is that accepts a null node (false). */
-static bool text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { return !ts_node_is_null(n) && rt_text_is(ctx, n, s); }
-
 /* ---- small tree helpers ------------------------------------------------------------------------ */
 
 static TSNode unwrap1(TSNode n)
@@ -44,7 +42,7 @@ static TSNode stmt_assign(TSNode st)
 
 static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op)
 {
-    return text_is(ctx, rt_field(n, "operator"), op);
+    return rt_text_is(ctx, rt_field(n, "operator"), op);
 }
 
 /* Text with the blanks removed, into buf. */
@@ -57,51 +55,16 @@ static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
     buf[k] = '\0';
 }
 
-static void node_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    uint32_t a = ts_node_start_byte(n), b = ts_node_end_byte(n);
-    kl_snprintf(buf, size, "%.*s", (int)(b - a), ctx->text + a);
-}
-
-
-typedef struct decl_find {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    TSNode decl;
-} decl_find;
-
-static bool decl_visit(TSNode n, void *user)
-{
-    decl_find *d = user;
-    if (!ts_node_is_null(d->decl)) return false;
-    if (rt_is(n, "parameter_declaration") || rt_is(n, "declaration")) {
-        uint32_t c = ts_node_named_child_count(n);
-        for (uint32_t i = 0; i < c; i++) {
-            TSNode k = ts_node_named_child(n, i);
-            if (!rt_is(k, "init_declarator") && !rt_is(k, "identifier") && !rt_is(k, "pointer_declarator") &&
-                !rt_is(k, "array_declarator") && !rt_is(k, "reference_declarator"))
-                continue;
-            TSNode nm = rt_is(k, "identifier") ? k : kl_ast_declarator_name(k);
-            if (!ts_node_is_null(nm) && text_is(d->ctx, nm, d->name)) {
-                d->decl = n;
-                return false;
-            }
-        }
-    }
-    return true;
-}
-
 /* The declaration (or parameter) of `name` in fn, with its type text, qualifiers such as const,
  * static, __shared__ and volatile left out. False when not found. */
 static bool decl_type(const kl_rule_ctx *ctx, TSNode fn, const char *name, TSNode *decl, char *type, size_t size)
 {
-    decl_find d = {ctx, name, {{0}, 0, 0}};
-    rt_walk(fn, decl_visit, &d);
-    if (ts_node_is_null(d.decl)) return false;
-    if (decl) *decl = d.decl;
-    TSNode t = rt_field(d.decl, "type");
+    TSNode found = rt_find_decl(ctx, fn, name, false, NULL);
+    if (ts_node_is_null(found)) return false;
+    if (decl) *decl = found;
+    TSNode t = rt_field(found, "type");
     if (ts_node_is_null(t)) return false;
-    node_copy(ctx, t, type, size);
+    rt_text_copy(ctx, t, type, size);
     return type[0] != '\0';
 }
 
@@ -255,11 +218,11 @@ static bool shfl_call(const kl_rule_ctx *ctx, TSNode n, const char *var, bool *x
     n = kl_ast_unparen(n);
     if (!rt_is(n, "call_expression")) return false;
     TSNode f = rt_field(n, "function"), args = rt_field(n, "arguments");
-    bool x = text_is(ctx, f, "__shfl_xor_sync"), d = text_is(ctx, f, "__shfl_down_sync");
+    bool x = rt_text_is(ctx, f, "__shfl_xor_sync"), d = rt_text_is(ctx, f, "__shfl_down_sync");
     if (!x && !d) return false;
     uint32_t c = ts_node_named_child_count(args);
     if (c < 3 || c > 4) return false;
-    if (!text_is(ctx, ts_node_named_child(args, 2), var)) return false;
+    if (!rt_text_is(ctx, ts_node_named_child(args, 2), var)) return false;
     *xor_ = x;
     squeeze(ctx, ts_node_named_child(args, 1), arg_val, size);
     return true;
@@ -274,7 +237,7 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
     if (rt_is(body, "expression_statement")) {
         TSNode a = stmt_assign(body);
         if (ts_node_is_null(a) || !rt_is(rt_field(a, "left"), "identifier")) return false;
-        node_copy(ctx, rt_field(a, "left"), s->val, sizeof s->val);
+        rt_text_copy(ctx, rt_field(a, "left"), s->val, sizeof s->val);
         TSNode r = kl_ast_unparen(rt_field(a, "right"));
         if (op_is(ctx, a, "+=")) {
             if (!shfl_call(ctx, r, var, &s->xor_, av, sizeof av) || strcmp(av, s->val)) return false;
@@ -289,13 +252,13 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
         } else if (rt_is(r, "call_expression") && rt_is(rt_field(r, "function"), "identifier") &&
                    ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
             x = ts_node_named_child(rt_field(r, "arguments"), 0), y = ts_node_named_child(rt_field(r, "arguments"), 1);
-            node_copy(ctx, rt_field(r, "function"), s->op, sizeof s->op);
+            rt_text_copy(ctx, rt_field(r, "function"), s->op, sizeof s->op);
         } else {
             return false;
         }
-        if (text_is(ctx, x, s->val) && shfl_call(ctx, y, var, &s->xor_, av, sizeof av) && !strcmp(av, s->val))
+        if (rt_text_is(ctx, x, s->val) && shfl_call(ctx, y, var, &s->xor_, av, sizeof av) && !strcmp(av, s->val))
             return true;
-        if (text_is(ctx, y, s->val) && shfl_call(ctx, x, var, &s->xor_, av, sizeof av) && !strcmp(av, s->val))
+        if (rt_text_is(ctx, y, s->val) && shfl_call(ctx, x, var, &s->xor_, av, sizeof av) && !strcmp(av, s->val))
             return true;
         return false;
     }
@@ -315,14 +278,14 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
     if (!rt_is(r, "call_expression") || !rt_is(rt_field(r, "function"), "identifier") ||
         ts_node_named_child_count(rt_field(r, "arguments")) != 2)
         return false;
-    node_copy(ctx, rt_field(la, "left"), s->val, sizeof s->val);
-    node_copy(ctx, rt_field(r, "function"), s->op, sizeof s->op);
+    rt_text_copy(ctx, rt_field(la, "left"), s->val, sizeof s->val);
+    rt_text_copy(ctx, rt_field(r, "function"), s->op, sizeof s->op);
     TSNode a0 = ts_node_named_child(rt_field(r, "arguments"), 0), a1 = ts_node_named_child(rt_field(r, "arguments"), 1);
     TSNode none = {{0}, 0, 0};
-    TSNode other = text_is(ctx, a0, s->val) ? a1 : text_is(ctx, a1, s->val) ? a0 : none;
+    TSNode other = rt_text_is(ctx, a0, s->val) ? a1 : rt_text_is(ctx, a1, s->val) ? a0 : none;
     if (!rt_is(other, "identifier")) return false;
     char y[64];
-    node_copy(ctx, other, y, sizeof y);
+    rt_text_copy(ctx, other, y, sizeof y);
     unsigned shuffles = 0;
     size_t vl = strlen(s->val), yl = strlen(y);
     for (uint32_t i = 0; i < c; i++) {
@@ -379,8 +342,8 @@ static bool warp_helper(const kl_rule_ctx *ctx, const char *name, wr_step *s)
     if (!rt_is(ret, "return_statement") || ts_node_named_child_count(ret) != 1 || ts_node_is_null(p0)) return false;
     kl_affine_ctx *hax = NULL;
     if (kl_affine_ctx_new(ctx->src, fn, &hax, NULL) != KL_OK) return false;
-    bool ok = shuffle_loop(ctx, hax, loop, true, s) && text_is(ctx, p0, s->val) &&
-              text_is(ctx, ts_node_named_child(ret, 0), s->val);
+    bool ok = shuffle_loop(ctx, hax, loop, true, s) && rt_text_is(ctx, p0, s->val) &&
+              rt_text_is(ctx, ts_node_named_child(ret, 0), s->val);
     kl_affine_ctx_free(hax);
     return ok;
 }
@@ -396,8 +359,8 @@ static bool warp_step(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool
     if (!rt_is(r, "call_expression") || !rt_callee_name(ctx, r, fname, sizeof fname)) return false;
     TSNode args = rt_field(r, "arguments");
     if (ts_node_named_child_count(args) != 1) return false;
-    node_copy(ctx, rt_field(a, "left"), x, sizeof x);
-    if (!text_is(ctx, ts_node_named_child(args, 0), x)) return false;
+    rt_text_copy(ctx, rt_field(a, "left"), x, sizeof x);
+    if (!rt_text_is(ctx, ts_node_named_child(args, 0), x)) return false;
     if (!warp_helper(ctx, fname, s)) return false;
     kl_snprintf(s->val, sizeof s->val, "%s", x);
     kl_snprintf(s->helper, sizeof s->helper, "%s", fname);
@@ -461,7 +424,7 @@ static bool uses_part(const kl_rule_ctx *ctx, TSNode n, const char *part)
 static bool partial_load(const kl_rule_ctx *ctx, TSNode st, const char *x, const char *part)
 {
     TSNode a = stmt_assign(st);
-    return !ts_node_is_null(a) && op_is(ctx, a, "=") && text_is(ctx, rt_field(a, "left"), x) &&
+    return !ts_node_is_null(a) && op_is(ctx, a, "=") && rt_text_is(ctx, rt_field(a, "left"), x) &&
            uses_part(ctx, rt_field(a, "right"), part);
 }
 
@@ -474,15 +437,15 @@ static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
         if (!rt_is(d, "init_declarator") || ts_node_named_child_count(st) < 2) return false;
         TSNode nm = kl_ast_declarator_name(d);
         if (!rt_is(nm, "identifier")) return false;
-        node_copy(ctx, nm, p->a_res, sizeof p->a_res);
+        rt_text_copy(ctx, nm, p->a_res, sizeof p->a_res);
         TSNode t = rt_field(st, "type");
-        node_copy(ctx, t, p->a_type, sizeof p->a_type);
+        rt_text_copy(ctx, t, p->a_type, sizeof p->a_type);
         p->a_declared = true;
         init_val = rt_field(d, "value");
     } else {
         TSNode a = stmt_assign(st);
         if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "identifier")) return false;
-        node_copy(ctx, rt_field(a, "left"), p->a_res, sizeof p->a_res);
+        rt_text_copy(ctx, rt_field(a, "left"), p->a_res, sizeof p->a_res);
         init_val = rt_field(a, "right");
     }
     if (!strcmp(p->a_res, p->s.val)) return false;
@@ -491,7 +454,7 @@ static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
     if (!rt_is(loop, "for_statement")) return false;
     TSNode b = unwrap1(rt_field(loop, "body"));
     TSNode a = stmt_assign(b);
-    if (ts_node_is_null(a) || !text_is(ctx, rt_field(a, "left"), p->a_res)) return false;
+    if (ts_node_is_null(a) || !rt_text_is(ctx, rt_field(a, "left"), p->a_res)) return false;
     TSNode r = rt_field(a, "right");
     if (!uses_part(ctx, r, p->part)) return false;
     if (op_is(ctx, a, "+=")) {
@@ -500,7 +463,7 @@ static bool final_a(const kl_rule_ctx *ctx, TSNode st, wr_present *p)
         r = kl_ast_unparen(r);
         TSNode f = rt_field(r, "function");
         bool plus = rt_is(r, "binary_expression") && op_is(ctx, r, "+") && !strcmp(p->s.op, "+");
-        bool call = rt_is(r, "call_expression") && text_is(ctx, f, p->s.op);
+        bool call = rt_is(r, "call_expression") && rt_text_is(ctx, f, p->s.op);
         if (!plus && !call) return false;
     } else {
         return false;
@@ -561,12 +524,12 @@ static bool final_c(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, wr_pre
         TSNode d = ts_node_named_child(st, 1);
         TSNode nm = kl_ast_declarator_name(d);
         if (!rt_is(d, "init_declarator") || !rt_is(nm, "identifier")) return false;
-        node_copy(ctx, nm, res, sizeof res);
+        rt_text_copy(ctx, nm, res, sizeof res);
         init_val = rt_field(d, "value");
     } else {
         TSNode a = stmt_assign(st);
         if (ts_node_is_null(a) || !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "identifier")) return false;
-        node_copy(ctx, rt_field(a, "left"), res, sizeof res);
+        rt_text_copy(ctx, rt_field(a, "left"), res, sizeof res);
         init_val = rt_field(a, "right");
     }
     if (ts_node_is_null(init_val) || !strcmp(res, p->s.val) || expr_uses(ctx, init_val, p->s.val) ||
@@ -608,7 +571,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     if (rt_is(st, "if_statement")) squeeze(ctx, rt_field(st, "condition"), ct, sizeof ct);
     if (!rt_is(st, "if_statement") || !ts_node_is_null(rt_field(st, "alternative")) || ts_node_is_null(a) ||
         !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "subscript_expression") ||
-        !text_is(ctx, rt_field(a, "right"), p->s.val) || !strstr(ct, "==0")) {
+        !rt_text_is(ctx, rt_field(a, "right"), p->s.val) || !strstr(ct, "==0")) {
         kl_snprintf(p->why, sizeof p->why,
                     "a warp-level reduction of %s: no shared stage between warps follows (line %u: expected "
                     "`if (lane == 0) part[warp] = %s;`)",
@@ -667,9 +630,9 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     TSNode tid = {{0}, 0, 0};
     char *lt = NULL;
     TSNode rhs;
-    if (rt_is(c, "binary_expression") && op_is(ctx, c, "<") && text_is(ctx, rt_field(c, "right"), L->var)) {
+    if (rt_is(c, "binary_expression") && op_is(ctx, c, "<") && rt_text_is(ctx, rt_field(c, "right"), L->var)) {
         tid = rt_field(c, "left");
-    } else if (kl_ast_less_misparse(ctx->src, c, &lt, &rhs) && text_is(ctx, rhs, L->var)) {
+    } else if (kl_ast_less_misparse(ctx->src, c, &lt, &rhs) && rt_text_is(ctx, rhs, L->var)) {
         free(lt);
         return false; /* a field compared through the misparse: not a plain index */
     }
@@ -691,7 +654,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     char lidx[128], want1[300], want2[300];
     TSNode arr = rt_field(l, "argument");
     if (!rt_is(arr, "identifier")) return false;
-    node_copy(ctx, arr, t->sh, sizeof t->sh);
+    rt_text_copy(ctx, arr, t->sh, sizeof t->sh);
     squeeze(ctx, l, lidx, sizeof lidx);
     kl_snprintf(want1, sizeof want1, "%s[%s+%s]", t->sh, t->tid, L->var);
     kl_snprintf(want2, sizeof want2, "%s[%s+%s]", t->sh, L->var, t->tid);
@@ -713,7 +676,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
             /* fmaxf, max, … or the file's own combining function (the tree already relies on
              * it being associative) */
             if (!rt_is(rt_field(r, "function"), "identifier")) return false;
-            node_copy(ctx, rt_field(r, "function"), t->op, sizeof t->op);
+            rt_text_copy(ctx, rt_field(r, "function"), t->op, sizeof t->op);
             xn = ts_node_named_child(rt_field(r, "arguments"), 0), yn = ts_node_named_child(rt_field(r, "arguments"), 1);
         } else {
             return false;
@@ -729,7 +692,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     TSNode decl;
     if (!decl_type(ctx, fn, t->sh, &decl, t->type, sizeof t->type)) return false;
     char dt[64];
-    node_copy(ctx, decl, dt, sizeof dt);
+    rt_text_copy(ctx, decl, dt, sizeof dt);
     if (!strstr(dt, "__shared__")) return false;
     kl_snprintf(t->start, sizeof t->start, "%s", L->start);
     t->loop = L->node;
@@ -1035,7 +998,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
             TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
             if (ts_node_is_null(nm) || !rt_is(nm, "identifier")) continue;
             char nmt[64];
-            node_copy(ctx, nm, nmt, sizeof nmt);
+            rt_text_copy(ctx, nm, nmt, sizeof nmt);
             TSNode skip[17];
             memcpy(skip, gone, ng * sizeof *skip);
             skip[ng] = d;
@@ -1081,7 +1044,7 @@ static bool find_struct(TSNode n, void *user)
     if (!ts_node_is_null(f->body)) return false;
     if (!rt_is(n, "struct_specifier")) return !rt_is(n, "function_definition");
     TSNode nm = rt_field(n, "name"), body = rt_field(n, "body");
-    if (!ts_node_is_null(body) && text_is(f->ctx, nm, f->name)) f->body = body;
+    if (!ts_node_is_null(body) && rt_text_is(f->ctx, nm, f->name)) f->body = body;
     return false;
 }
 
@@ -1099,10 +1062,10 @@ static unsigned struct_fields(const kl_rule_ctx *ctx, const char *name, char out
         if (rt_is(d, "comment")) continue;
         if (!rt_is(d, "field_declaration") || n >= max) return 0;
         char ty[128];
-        node_copy(ctx, rt_field(d, "type"), ty, sizeof ty);
+        rt_text_copy(ctx, rt_field(d, "type"), ty, sizeof ty);
         TSNode decl = rt_field(d, "declarator");
         if (!shuffle_type(ty) || !rt_is(decl, "field_identifier") || ts_node_named_child_count(d) != 2) return 0;
-        node_copy(ctx, decl, out[n], 64);
+        rt_text_copy(ctx, decl, out[n], 64);
         n++;
     }
     return n;

@@ -86,6 +86,59 @@ static void grid_stride_group_refuses(void **state)
     expect_not_applicable(mism, "grid-stride", "k:3", true, "steps blocks by 128, which is not the block size at line 6");
 }
 
+/* A partial sum added to by the loops (`acc += e`): removed only where it reaches memory by sums. */
+#define LAUNCH_SUM "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n" \
+                   "  k<<<64, 256, 0, s>>>(x, out, n);\n}\n"
+#define PAIR_LOOP "  float acc = 0.f;\n" \
+                  "  int i = blockIdx.x * blockDim.x * 2 + threadIdx.x;\n" \
+                  "  while (i < n) {\n    acc += x[i];\n    if (i + blockDim.x < n) acc += x[i + blockDim.x];\n" \
+                  "    i += blockDim.x * 2 * gridDim.x;\n  }\n"
+
+static void grid_stride_partial_sums(void **state)
+{
+    (void)state;
+    /* summed by shuffles and added once per warp: one pair per thread, ceil(n / 512) blocks */
+    const char *ok = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                     "  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
+                     "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);\n}\n" LAUNCH_SUM;
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", ok, strlen(ok), NULL, "grid-stride", "k:4", true, NULL, &out, &note, &err);
+    if (st != KL_OK) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "  if (i < n) {\n    acc += x[i];"));
+    assert_non_null(strstr(out, "k<<<(n + 2 * 256 - 1) / (2 * 256), 256, 0, s>>>"));
+    assert_null(strstr(out, "gridDim"));
+    free(out);
+    free(note);
+    /* a square of the partial is no sum of the elements' squares */
+    const char *square = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                         "  atomicAdd(out, acc * acc);\n}\n" LAUNCH_SUM;
+    expect_not_applicable(square, "grid-stride", "k:4", true, "line 9 uses the partial sum acc other than by a sum");
+    /* through a local first: the product is found on what the partial flows into */
+    const char *via = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                      "  float t = acc;\n  atomicAdd(out, t * 2.f);\n}\n" LAUNCH_SUM;
+    expect_not_applicable(via, "grid-stride", "k:4", true, "uses the partial sum t other than by a sum");
+    /* a plain store of each thread's partial */
+    const char *store = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                        "  out[threadIdx.x] = acc;\n}\n" LAUNCH_SUM;
+    expect_not_applicable(store, "grid-stride", "k:4", true, "line 9 stores to global memory other than by atomicAdd");
+    /* one partial per block: the block count follows the grid */
+    const char *per_block = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                            "  if (threadIdx.x == 0) out[blockIdx.x] = acc;\n}\n" LAUNCH_SUM;
+    expect_not_applicable(per_block, "grid-stride", "k:4", true, "line 9 stores one value per block");
+    /* a helper that squares what it is given is no sum either */
+    const char *helper = "__device__ float sq(float v) { return v * v; }\n"
+                         "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                         "  atomicAdd(out, sq(acc));\n}\n" LAUNCH_SUM;
+    expect_not_applicable(helper, "grid-stride", "k:5", true, "line 10 passes a partial sum to sq(acc)");
+    /* a block coefficient that is no whole number of blocks */
+    const char *odd = "__global__ void k(const float *x, float *out, int n) {\n"
+                      "  float acc = 0.f;\n  int i = blockIdx.x * 384 + threadIdx.x;\n"
+                      "  while (i < n) {\n    acc += x[i];\n    i += 384 * gridDim.x;\n  }\n"
+                      "  atomicAdd(out, acc);\n}\n" LAUNCH_SUM;
+    expect_not_applicable(odd, "grid-stride", "k:4", true, "steps blocks by 384, which is not the block size");
+}
+
 /* `while (cond) { …; i += G; }` read as a loop over one grid, and what it refuses. */
 static void grid_stride_while_refuses(void **state)
 {
@@ -341,6 +394,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_stride_group_refuses),
         cmocka_unit_test(grid_stride_while_refuses),
+        cmocka_unit_test(grid_stride_partial_sums),
         cmocka_unit_test(block_reduce_refuses),
         cmocka_unit_test(sumsq_expert_while),
         cmocka_unit_test(reduce_sum_expert),

@@ -621,6 +621,13 @@ static kl_status run_any(const kl_rule *r, const view *v, const site_pair *sp, c
     kl_status st2 = run_canonical(r, v, t, params, out, how, &e2);
     if (st2 == KL_ERR_NOMEM) return kl_error_set(err, st2, "out of memory");
     if (st2 == KL_OK && used) *used = t;
+    if (st2 == KL_ERR_NOT_APPLICABLE && st == KL_ERR_NOT_APPLICABLE && e2.message[0] &&
+        strstr(kl_canon_summary(v->canon), "bound ")) {
+        /* both refuse: where the canonical form bound the kernel's template parameters, it sees past a
+         * `blockSize` the text as written cannot evaluate, and its reason names the real obstacle */
+        kl_error_set(err, st2, "%s", e2.message);
+        return st2;
+    }
     return st2 == KL_OK ? KL_OK : st;
 }
 

@@ -12,6 +12,7 @@
 
 #define GS_MAXLOOPS 8
 #define GS_MAXRANGES 48
+#define GS_MAXACCUM 8
 
 enum { GS_OK = 0, GS_FORM = 1, GS_PROOF = 2 };
 
@@ -26,6 +27,7 @@ typedef struct grid_stride__kernel {
     TSNode last;            /* early return: the last statement of the function */
     char *var, *init, *cond, *stride, *bound, *type;
     int64_t coef;           /* the index's block coefficient when a constant (0: blockDim.x) */
+    int64_t mul;            /* with coef 0: the index's block coefficient is mul * blockDim.x (0 or 1: blockDim.x) */
     bool group;             /* present, several loops or a non-standard one: grid_stride__analyse_group */
     unsigned ng;
     TSNode gl[8];           /* the loops */
@@ -53,6 +55,10 @@ TSNode grid_stride__loop_cond(TSNode s);
  * (siblings) of the loop `stmt` in the function body fbody, over the index var; why says what fails. */
 void grid_stride__check_body(const kl_source *src, TSNode fbody, TSNode stmt, TSNode from, TSNode to, const char *var,
                              char *why, size_t size);
+/* The same, collecting the locals declared before the loop that the body only adds to (`s += e`: a
+ * partial sum) into accum (new strings, at most GS_MAXACCUM) instead of refusing them. */
+void grid_stride__check_body_acc(const kl_source *src, TSNode fbody, TSNode stmt, TSNode from, TSNode to,
+                                 const char *var, char **accum, unsigned *naccum, char *why, size_t size);
 /* The type text of a declaration (new string). */
 char *grid_stride__decl_type(const kl_source *src, TSNode decl);
 /* Does n's text contain needle? */

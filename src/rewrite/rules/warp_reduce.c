@@ -342,6 +342,17 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
     return shuffles > 0;
 }
 
+/* `for (… o = <start>; o > 0; …)` (or `o >= 1`): a halving loop's condition, down to 1. */
+static bool halving_to_one(const kl_rule_ctx *ctx, TSNode st, const char *var)
+{
+    char c[96];
+    squeeze(ctx, rt_field(st, "condition"), c, sizeof c);
+    char want1[96], want2[96];
+    kl_snprintf(want1, sizeof want1, "%s>0", var);
+    kl_snprintf(want2, sizeof want2, "%s>=1", var);
+    return !strcmp(c, want1) || !strcmp(c, want2);
+}
+
 /* A loop over the offsets 16, 8, 4, 2, 1 (or 1 .. 16; not first: from a smaller power of two)
  * whose body is a shuffle step. */
 static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool first, wr_step *s)
@@ -350,8 +361,15 @@ static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, b
     if (li < 0) return false;
     const kl_ax_loop *L = kl_affine_loop(ax, (unsigned)li);
     /* the first step covers the 32 lanes (5 offsets); the one over the partials may cover fewer */
-    if (L->kind != KL_LOOP_FOR || !L->var || !L->step || !L->trip_known) return false;
-    if (first ? L->trip != 5 : (L->trip < 1 || L->trip > 5)) return false;
+    if (L->kind != KL_LOOP_FOR || !L->var || !L->step) return false;
+    if (!L->trip_known) {
+        /* the step over the partials may start where the block size puts it, known at run time
+         * (`for (o = blockDim.x / (2 * warpSize); o > 0; o /= 2)`): halving down to 1 */
+        if (first || !halving_to_one(ctx, st, L->var) || (strcmp(L->step, ">>1") && strcmp(L->step, "/2")))
+            return false;
+    } else if (first ? L->trip != 5 : (L->trip < 1 || L->trip > 5)) {
+        return false;
+    }
     if (strcmp(L->step, ">>1") && strcmp(L->step, "/2") && strcmp(L->step, "<<1") && strcmp(L->step, "*2"))
         return false;
     memset(s, 0, sizeof *s);
@@ -413,6 +431,10 @@ typedef struct wr_present {
     char why[400];           /* else: why not */
     TSNode decls[8];         /* declarations between the step and the lane-0 store */
     unsigned ndecls;
+    TSNode mid[4];           /* declarations between the barrier and the stage over the partials
+                              * (`extent = blockSize / warpSize`, `ballot = __ballot_sync(mask, tid < extent)`) */
+    unsigned nmid;
+    TSNode a_if;             /* A inside `if (thread 0) { [T] R = init; for (…) R += P[w]; rest }` (kept) */
     TSNode store, sync;      /* `if (lane == 0) P[warp] = v;`, `__syncthreads();` */
     char part[64];           /* P */
     char final_kind;         /* 'A': a loop over the partials; 'B': a second warp step */
@@ -630,6 +652,27 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     if (final_a(ctx, f, p) || final_b(ctx, ax, f, p) || final_c(ctx, ax, f, p)) {
         p->staged = true;
         return;
+    }
+    /* declarations before the stage (an extent, a ballot's mask), each read by nothing before it */
+    while (rt_is(f, "declaration") && p->nmid < 4) {
+        p->mid[p->nmid++] = f;
+        f = rt_next_stmt(f);
+    }
+    if (p->nmid && final_b(ctx, ax, f, p)) {
+        p->staged = true;
+        return;
+    }
+    /* one thread combines the partials one after another and hands the result on (through shared
+     * memory): `if (tid == 0) { T r = init; for (w …) r += P[w]; total = r; }` */
+    if (rt_is(f, "if_statement") && ts_node_is_null(rt_field(f, "alternative")) &&
+        rt_is(rt_field(f, "consequence"), "compound_statement")) {
+        TSNode first = ts_node_named_child(rt_field(f, "consequence"), 0);
+        while (rt_is(first, "comment")) first = ts_node_next_named_sibling(first);
+        if (!expr_uses(ctx, rt_field(f, "condition"), p->s.val) && final_a(ctx, first, p)) {
+            p->a_if = f;
+            p->staged = true;
+            return;
+        }
     }
     kl_snprintf(p->why, sizeof p->why,
                 "line %u: the partials in %s are not combined by a loop over them nor by a second warp step of the "
@@ -884,6 +927,30 @@ static bool has_call(TSNode n)
     return found;
 }
 
+/* Is every call in n a vote (`__ballot_sync`, `__activemask`), which has no effect but its value? */
+typedef struct vote_scan {
+    const kl_rule_ctx *ctx;
+    bool other;
+} vote_scan;
+
+static bool vote_visit(TSNode n, void *user)
+{
+    vote_scan *v = user;
+    if (v->other) return false;
+    if (rt_is(n, "call_expression")) {
+        TSNode f = rt_field(n, "function");
+        if (!text_is(v->ctx, f, "__ballot_sync") && !text_is(v->ctx, f, "__activemask")) v->other = true;
+    }
+    return true;
+}
+
+static bool ballot_only(const kl_rule_ctx *ctx, TSNode n)
+{
+    vote_scan v = {ctx, false};
+    rt_walk(n, vote_visit, &v);
+    return !v.other;
+}
+
 /* Uses of name in fn outside the nodes in skip[]. */
 static unsigned uses_outside(const kl_rule_ctx *ctx, TSNode fn, const char *name, const TSNode *skip, unsigned n)
 {
@@ -952,7 +1019,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
                                  ind, p->type, red, (long long)bs, ind, red, p->s.val, ind, ind, ind, red, comb, ind, ind,
                                  ind, p->s.val, red, ind);
     /* the statements of the shared stage */
-    TSNode gone[16];
+    TSNode gone[32];
     unsigned ng = 0;
     gone[ng++] = p->step;
     gone[ng++] = p->store;
@@ -1019,6 +1086,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     TSNode cand[16];
     unsigned nc = 0;
     for (unsigned i = 0; i < p->ndecls; i++) cand[nc++] = p->decls[i];
+    for (unsigned i = 0; i < p->nmid; i++) cand[nc++] = p->mid[i];
     for (TSNode d = rt_prev_stmt(p->step); rt_is(d, "declaration") && nc < 12; d = rt_prev_stmt(d)) cand[nc++] = d;
     TSNode pdecl;
     char ptype[128];
@@ -1027,21 +1095,31 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         for (unsigned i = 0; i < nc; i++) seen |= ts_node_eq(cand[i], pdecl);
         if (!seen) cand[nc++] = pdecl;
     }
-    for (unsigned i = 0; i < nc && st == KL_OK; i++) {
-        TSNode d = cand[i];
-        bool used = has_call(d);
-        uint32_t c = ts_node_named_child_count(d);
-        for (uint32_t k = 0; k < c; k++) {
-            TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
-            if (ts_node_is_null(nm) || !rt_is(nm, "identifier")) continue;
-            char nmt[64];
-            node_copy(ctx, nm, nmt, sizeof nmt);
-            TSNode skip[17];
-            memcpy(skip, gone, ng * sizeof *skip);
-            skip[ng] = d;
-            if (uses_outside(ctx, fn, nmt, skip, ng + 1)) used = true;
+    /* to a fixed point: a declaration used only by one that goes (`extent`, read by the ballot's) goes too */
+    bool deleted[16] = {0};
+    for (bool more = true; more && st == KL_OK;) {
+        more = false;
+        for (unsigned i = 0; i < nc && st == KL_OK; i++) {
+            TSNode d = cand[i];
+            if (deleted[i]) continue;
+            bool used = has_call(d) && !ballot_only(ctx, d);
+            uint32_t c = ts_node_named_child_count(d);
+            for (uint32_t k = 0; k < c; k++) {
+                TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
+                if (ts_node_is_null(nm) || !rt_is(nm, "identifier")) continue;
+                char nmt[64];
+                node_copy(ctx, nm, nmt, sizeof nmt);
+                TSNode skip[33];
+                memcpy(skip, gone, ng * sizeof *skip);
+                skip[ng] = d;
+                if (uses_outside(ctx, fn, nmt, skip, ng + 1)) used = true;
+            }
+            if (!used && ng < 32) {
+                st = edit_delete(ctx, ax, d, out);
+                deleted[i] = more = true;
+                gone[ng++] = d;
+            }
         }
-        if (!used) st = edit_delete(ctx, ax, d, out);
     }
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }

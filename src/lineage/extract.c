@@ -369,6 +369,7 @@ static const struct {
     {"wgmma", {"dtype", NULL}},
     {"row-parallel", {"access", "reduction", NULL}},
     {"warp-reduce", {"reduction", NULL}},
+    {"tree-addressing", {"reduction", NULL}},
     {"block-reduce", {"reduction", "atomics", NULL}},
     {"privatize", {"atomics", NULL}},
     {"grid-stride", {"access", NULL}},

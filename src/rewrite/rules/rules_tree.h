@@ -178,10 +178,17 @@ bool rt_grid_index(const rt_poly *p, rt_poly *g, bool any_symbol);
 /* Depends on any of threadIdx.{x,y,z}. */
 bool rt_poly_thread_dependent(const rt_poly *p);
 
+/* The 1-D block size fn runs with, a power of two from 32 to 1024: a kernel's (its launches in the
+ * file, all the same compile-time constant, else its __launch_bounds__ when the file never launches
+ * it), or for a __device__ helper the largest of its calling kernels' (every caller a kernel). False
+ * with why otherwise. */
+bool rt_block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn);
+
 /* ---- the transforms (rows of the catalog, kl_rules[] in catalog.c) ---------------------------- */
 
 extern const kl_rule kl_rule_privatize;
 extern const kl_rule kl_rule_smem_pad;
 extern const kl_rule kl_rule_coalesce;
+extern const kl_rule kl_rule_tree_addressing;
 
 #endif

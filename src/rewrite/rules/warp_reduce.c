@@ -131,114 +131,6 @@ static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uin
     }
 }
 
-/* ---- the block size ------------------------------------------------------------------------ */
-
-static bool kernel_block(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
-{
-    /* the launches of the file first (they give the block exactly, and show a 2-D one); the
-     * __launch_bounds__ only when the file never launches the kernel (it is an upper bound) */
-    TSNode lb = kl_ast_child_of_type(fn, "launch_bounds");
-    char w[200] = "";
-    kl_launch_sites ls;
-    if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) {
-        kl_snprintf(why, wn, "out of memory");
-        return false;
-    }
-    bool ok = true;
-    unsigned n = 0;
-    for (unsigned i = 0; i < ls.count && ok; i++) {
-        const kl_launch_site *l = &ls.items[i];
-        if (strcmp(l->kernel, name)) continue;
-        int64_t v;
-        if (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &v, w, sizeof w)) {
-            kl_snprintf(why, wn, "the block size of %s at line %u is not a 1-D compile-time constant (%s)", name,
-                        kl_ast_line(l->call), ts_node_is_null(l->block) ? "absent" : w);
-            ok = false;
-        } else if (n++ && v != *bs) {
-            kl_snprintf(why, wn, "launches of %s use different block sizes (%lld and %lld)", name, (long long)*bs,
-                        (long long)v);
-            ok = false;
-        } else {
-            *bs = v;
-        }
-    }
-    kl_launch_sites_release(&ls);
-    if (ok && n == 0) {
-        if (!ts_node_is_null(lb) && ts_node_named_child_count(lb) >= 1 &&
-            kl_const_eval(ctx->src, fn, ts_node_named_child(lb, 0), false, bs, w, sizeof w))
-            return true;
-        kl_snprintf(why, wn, "%s has no __launch_bounds__ and the file never launches it: the block size is unknown",
-                    name);
-        ok = false;
-    }
-    return ok;
-}
-
-typedef struct caller_find {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    unsigned calls;
-} caller_find;
-
-static bool caller_visit(TSNode n, void *user)
-{
-    caller_find *c = user;
-    char callee[128];
-    if (rt_is(n, "call_expression") && rt_callee_name(c->ctx, n, callee, sizeof callee) && !strcmp(callee, c->name))
-        c->calls++;
-    return true;
-}
-
-static bool pow2_block(int64_t bs, const char *where, char *why, size_t wn)
-{
-    if (bs < 32 || bs > 1024 || (bs & (bs - 1))) {
-        kl_snprintf(why, wn, "the block size of %s is %lld, not a power of two from 32 to 1024", where, (long long)bs);
-        return false;
-    }
-    return true;
-}
-
-/* The block size fn runs with: its own (a kernel), or the largest of the kernels calling it (a
- * __device__ helper: every caller must be a kernel with a known power-of-two block). */
-static bool block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
-{
-    if (kl_ast_function_has(ctx->src, fn, "__global__"))
-        return kernel_block(ctx, fn, name, bs, why, wn) && pow2_block(*bs, name, why, wn);
-    TSNode fs[256];
-    unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
-    for (unsigned i = 0; i < n && i < 256; i++) {
-        caller_find c = {ctx, name, 0};
-        rt_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
-        if (c.calls && !ts_node_eq(fs[i], fn)) {
-            char *cn = kl_ast_function_name(ctx->src, fs[i]);
-            kl_snprintf(why, wn, "%s is called from the __device__ function %s (only calls from kernels are followed)",
-                        name, cn ? cn : "?");
-            free(cn);
-            return false;
-        }
-    }
-    n = kl_ast_functions(ctx->src, "__global__", fs, 256);
-    unsigned callers = 0;
-    *bs = 0;
-    for (unsigned i = 0; i < n && i < 256; i++) {
-        caller_find c = {ctx, name, 0};
-        rt_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
-        if (!c.calls) continue;
-        char *kn = kl_ast_function_name(ctx->src, fs[i]);
-        int64_t v = 0;
-        bool ok = kn && kernel_block(ctx, fs[i], kn, &v, why, wn) && pow2_block(v, kn, why, wn);
-        free(kn);
-        if (!ok) return false;
-        if (v > *bs) *bs = v;
-        callers++;
-    }
-    if (!callers) {
-        kl_snprintf(why, wn, "no kernel in the file calls %s: the block size is unknown", name);
-        return false;
-    }
-    return true;
-}
-
 /* ---- the present side: warp steps and the shared stage ---------------------------------------- */
 
 typedef struct wr_step {
@@ -794,7 +686,7 @@ static kl_status add_present(const kl_rule_ctx *ctx, const char *name, TSNode fn
     analyse_present(ctx, ax, fn, st, &p);
     int64_t bs = 0;
     char why[300] = "";
-    bool bs_ok = block_size(ctx, fn, name, &bs, why, sizeof why);
+    bool bs_ok = rt_block_size(ctx, fn, name, &bs, why, sizeof why);
     json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(p.type), "op", p.s.op, "shuffle",
                           p.s.xor_ ? "xor" : "down", "value", p.s.val);
     if (!f) return KL_ERR_NOMEM;
@@ -866,7 +758,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         if (!tree_loop(ctx, ax, fn, kl_affine_loop(ax, i), &t)) continue;
         int64_t bs = 0;
         char why[300] = "";
-        bool ok = block_size(ctx, fn, name, &bs, why, sizeof why);
+        bool ok = rt_block_size(ctx, fn, name, &bs, why, sizeof why);
         json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(t.type), "op", t.op, "shared", t.sh, "start",
                               t.start);
         if (!f) return KL_ERR_NOMEM;
@@ -997,7 +889,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (!p->staged) return kl_rule_not_applicable(err, "%s", p->why);
     int64_t bs = 0;
     char why[300];
-    if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    if (!rt_block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     char ind[64], red[32], comb[200], elem[96], elem_s[96];
     uint32_t a, b;
     stmt_range(ctx, ax, p->step, &a, &b);
@@ -1202,7 +1094,7 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                                           "scalar fields combined by a function)",
                                           t->sh, t->type);
     }
-    if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    if (!rt_block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     int64_t start = 0;
     TSNode init = rt_field(t->loop, "initializer");
     TSNode sv = {{0}, 0, 0};

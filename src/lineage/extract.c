@@ -371,6 +371,7 @@ static const struct {
     {"warp-reduce", {"reduction", NULL}},
     {"tree-addressing", {"reduction", NULL}},
     {"block-reduce", {"reduction", "atomics", NULL}},
+    {"two-pass", {"reduction", "atomics", NULL}},
     {"privatize", {"atomics", NULL}},
     {"grid-stride", {"access", NULL}},
     {"unroll", {"trip_known", NULL}},

@@ -139,6 +139,53 @@ static void grid_stride_partial_sums(void **state)
     expect_not_applicable(odd, "grid-stride", "k:4", true, "steps blocks by 384, which is not the block size");
 }
 
+/* two-pass: what it refuses, with the reason. */
+#define TP_K1 "__device__ float slots[64];\n" \
+              "__global__ void k1(const float *x, int n) {\n" \
+              "  float s = 0.f;\n" \
+              "  for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += 256 * gridDim.x) s += x[i];\n" \
+              "  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);\n" \
+              "  if (threadIdx.x == 0) slots[blockIdx.x] = s;\n}\n"
+#define TP_K2 "__global__ void k2(float *out, int m) {\n" \
+              "  float t = 0.f;\n  for (int b = 0; b < m; b++) t += slots[b];\n  out[0] = t;\n}\n"
+
+static void two_pass_refuses(void **state)
+{
+    (void)state;
+    /* the second launch is given another count than the first launch's grid */
+    const char *count = TP_K1 TP_K2 "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                                    "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 32);\n}\n";
+    expect_not_applicable(count, "two-pass", "k1:6", true, "passes 32 slots to k2, not the grid of the launch at line 14 (64)");
+    /* the second kernel reads a slot besides its loop */
+    const char *other = TP_K1 "__global__ void k2(float *out, int m) {\n"
+                              "  float t = 0.f;\n  for (int b = 0; b < m; b++) t += slots[b];\n  out[0] = t + slots[1];\n}\n"
+                              "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                              "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    expect_not_applicable(other, "two-pass", "k1:6", true, "line 11 uses slots besides the loop adding the slots");
+    /* launched twice: the count of which launch */
+    const char *twice = TP_K1 TP_K2 "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                                    "  k1<<<64, 256, 0, s>>>(x, n);\n  k1<<<64, 256, 0, s>>>(x, n);\n"
+                                    "  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    expect_not_applicable(twice, "two-pass", "k1:6", true, "k1 is launched 2 times in the file");
+    /* the same kernel over its own partials (the samples' reductions): one store serves both passes */
+    const char *self = "__global__ void r(const float *in, float *part, int n) {\n"
+                       "  float s = 0.f;\n"
+                       "  for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += 256 * gridDim.x) s += in[i];\n"
+                       "  if (threadIdx.x == 0) part[blockIdx.x] = s;\n}\n"
+                       "extern \"C\" void launch(const float *x, float *out, float *scratch, int n, cudaStream_t s) {\n"
+                       "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<1, 256, 0, s>>>(scratch, out, 64);\n}\n";
+    expect_not_applicable(self, "two-pass", "r:4", true, "r is launched 2 times in the file");
+    /* slots that atomicAdd cannot add */
+    const char *wide = "__device__ long long slots[64];\n"
+                       "__global__ void k1(const long long *x, int n) {\n"
+                       "  if (threadIdx.x == 0) slots[blockIdx.x] = x[blockIdx.x];\n}\n"
+                       "__global__ void k2(long long *out, int m) {\n"
+                       "  long long t = 0;\n  for (int b = 0; b < m; b++) t += slots[b];\n  out[0] = t;\n}\n"
+                       "extern \"C\" void launch(const long long *x, long long *out, int n, cudaStream_t s) {\n"
+                       "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    expect_not_applicable(wide, "two-pass", "k1:3", true, "the slots of slots are long long, which atomicAdd does not add");
+}
+
 /* `while (cond) { …; i += G; }` read as a loop over one grid, and what it refuses. */
 static void grid_stride_while_refuses(void **state)
 {
@@ -161,12 +208,32 @@ static void grid_stride_while_refuses(void **state)
                         "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                         "  while (i < n) {\n    y[i] = 1.f;\n    i += 1;\n    i += blockDim.x * gridDim.x;\n  }\n}\n" LAUNCH1;
     expect_not_applicable(twice, "grid-stride", "k:3", true, "assigns");
-    /* the index of a tile of four loads a block apart: several elements per step */
+    /* a tile of four loads a block apart, whole tiles only (no tail): one tile per thread, ceil(n / 1024)
+     * blocks of 256; a partial tile is skipped as before */
     const char *tile = "__global__ void k(float *y, float *p, int n) {\n"
                        "  int i = blockIdx.x * 1024 + threadIdx.x;\n"
                        "  while (i + 768 < n) {\n    y[i] = 1.f; y[i + 256] = 1.f; y[i + 512] = 1.f; y[i + 768] = 1.f;\n"
                        "    i += gridDim.x * 1024;\n  }\n}\n" LAUNCH1;
-    expect_not_applicable(tile, "grid-stride", "k:3", true, "not one grid of threads");
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    if (kl_rules_rewrite("t.cu", tile, strlen(tile), NULL, "grid-stride", "k:3", true, NULL, &out, &note, &err) != KL_OK)
+        fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "  if (i + 768 < n) {\n"));
+    assert_null(strstr(out, "gridDim"));
+    assert_non_null(strstr(out, "k<<<(n + 4 * 256 - 1) / (4 * 256), 256, 0, s>>>"));
+    free(out);
+    free(note);
+    /* the offset is not a whole number of loads: a step of several grids is still refused */
+    const char *two = "__global__ void k(float *y, float *p, int n) {\n"
+                      "  int i = blockIdx.x * 1024 + threadIdx.x;\n"
+                      "  while (i + 768 < n) {\n    y[i] = 1.f;\n    i += 2 * gridDim.x * 1024;\n  }\n}\n" LAUNCH1;
+    expect_not_applicable(two, "grid-stride", "k:3", true, "not one grid of threads");
+    /* after a tile loop the index may feed the tail of the last tile only */
+    const char *tail_bad = "__global__ void k(float *y, float *p, int n) {\n"
+                           "  int i = blockIdx.x * 512 + threadIdx.x;\n"
+                           "  while (i + 256 < n) {\n    y[i] = 1.f; y[i + 256] = 1.f;\n    i += gridDim.x * 512;\n  }\n"
+                           "  p[i % 7] = 1.f;\n}\n" LAUNCH1;
+    expect_not_applicable(tail_bad, "grid-stride", "k:3", true, "not as the tail of its last tile");
 }
 
 static void block_reduce_refuses(void **state)
@@ -284,8 +351,8 @@ static void sumsq_expert_while(void **state)
 {
     (void)state;
     char *text = read_task("../corpus/sumsq", "expert.cu");
-    assert_null(present_site(text, "grid-stride", "the loop at line 84"));
-    expect_not_applicable(text, "grid-stride", "sumsq_partials:84", true, "the loop at line 84");
+    /* the tile loop and its tail are read; the store of one sum per block is what stops it */
+    expect_not_applicable(text, "grid-stride", "sumsq_partials:84", true, "line 108 stores one value per block");
     free(text);
 }
 
@@ -395,6 +462,7 @@ int main(void)
         cmocka_unit_test(grid_stride_group_refuses),
         cmocka_unit_test(grid_stride_while_refuses),
         cmocka_unit_test(grid_stride_partial_sums),
+        cmocka_unit_test(two_pass_refuses),
         cmocka_unit_test(block_reduce_refuses),
         cmocka_unit_test(sumsq_expert_while),
         cmocka_unit_test(reduce_sum_expert),

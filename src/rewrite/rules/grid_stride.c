@@ -123,6 +123,17 @@ static bool scan_body(TSNode n, void *user)
         TSNode l = ts_node_child_by_field_name(n, !strcmp(t, "assignment_expression") ? "left" : "argument",
                                                !strcmp(t, "assignment_expression") ? 4 : 8);
         l = strip(l);
+        if (b->accum && is_type(l, "subscript_expression") && !strcmp(t, "assignment_expression") &&
+            kl_node_text_is(b->src, ts_node_child_by_field_name(n, "operator", 8), "+=")) {
+            /* `acc[u] += e` into a local array declared before: partial sums too */
+            TSNode base = strip(ts_node_child_by_field_name(l, "argument", 8));
+            for (unsigned k = 0; is_type(base, "identifier") && k < b->nouter; k++)
+                if (kl_node_text_is(b->src, base, b->outer[k])) {
+                    bool have = false;
+                    for (unsigned a = 0; a < *b->naccum; a++) have = have || !strcmp(b->accum[a], b->outer[k]);
+                    if (!have && *b->naccum < GS_MAXACCUM) b->accum[(*b->naccum)++] = kl_strdup(b->outer[k]);
+                }
+        }
         if (is_type(l, "identifier")) {
             if (kl_node_text_is(b->src, l, b->var)) {
                 kl_snprintf(b->why, sizeof b->why, "the body assigns the index %s at line %u", b->var, kl_ast_line(n));
@@ -413,6 +424,43 @@ bool grid_stride__use_visit(TSNode n, void *user)
     return false;
 }
 
+typedef struct block0_scan {
+    const kl_source *src;
+    uint32_t *ra, *rb;
+    unsigned *nr;
+    bool found;
+} block0_scan;
+
+/* `blockIdx.x == 0` / `0 == blockIdx.x` / `!=`: ranges of its own (they do not depend on the grid). */
+static bool block0_visit(TSNode n, void *user)
+{
+    block0_scan *b = user;
+    if (!is_type(n, "binary_expression")) return true;
+    char *op = kl_node_text(b->src, ts_node_child_by_field_name(n, "operator", 8));
+    char *l = kl_node_text(b->src, strip(ts_node_child_by_field_name(n, "left", 4)));
+    char *r = kl_node_text(b->src, strip(ts_node_child_by_field_name(n, "right", 5)));
+    bool hit = op && l && r && (!strcmp(op, "==") || !strcmp(op, "!=")) &&
+               ((!strcmp(l, "blockIdx.x") && !strcmp(r, "0")) || (!strcmp(r, "blockIdx.x") && !strcmp(l, "0")));
+    free(op);
+    free(l);
+    free(r);
+    if (!hit) return true;
+    b->found = true;
+    if (b->ra && *b->nr < GS_MAXRANGES) {
+        b->ra[*b->nr] = ts_node_start_byte(n);
+        b->rb[(*b->nr)++] = ts_node_end_byte(n);
+    }
+    return false;
+}
+
+bool grid_stride__has_block0(const kl_source *src, TSNode fn)
+{
+    unsigned nr = 0;
+    block0_scan b = {src, NULL, NULL, &nr, false};
+    kl_ast_walk(kl_ast_function_body(fn), block0_visit, &b);
+    return b.found;
+}
+
 /* The grid's size must not matter outside the loops: blockIdx/gridDim, and the locals computed from
  * them, appear only in the loops' headers, in loops that go, in the declarations of the indexes and in
  * one another's definitions. `ra/rb` holds those ranges (loops' headers, dead loops, index
@@ -450,6 +498,9 @@ void grid_stride__grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uin
             grew = true;
         }
     }
+    /* "is this block 0" is the same question in any grid of at least one block */
+    block0_scan b0 = {src, ra, rb, nr, false};
+    kl_ast_walk(fbody, block0_visit, &b0);
     const char *builtins[] = {"blockIdx", "gridDim"};
     for (unsigned b = 0; b < 2 + nloc && !why[0]; b++) {
         if (b >= 2 && !locals[b - 2]) continue;
@@ -1013,6 +1064,13 @@ static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const grid_stri
                     char *at = kl_node_text(ctx->src, ts_node_named_child(l->args, (uint32_t)idx));
                     char *bt = kl_node_text(ctx->src, b);
                     if (!at || !bt) st = KL_ERR_NOMEM;
+                    else if (k->block0 && m == 1)
+                        /* block 0 has work of its own (a head, a tail): at least one block when N is 0 */
+                        st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                           "(%s > 0 ? (%s + %s - 1) / %s : 1)", at, at, bt, bt);
+                    else if (k->block0)
+                        st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                           "(%s > 0 ? (%s + %lld * %s - 1) / (%lld * %s) : 1)", at, at, m, bt, m, bt);
                     else if (m == 1)
                         st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
                                            "(%s + %s - 1) / %s", at, bt, bt);

@@ -32,6 +32,8 @@ typedef struct grid_stride__kernel {
     unsigned ng;
     TSNode gl[8];           /* the loops */
     int gkind[8];           /* 0 an unrolled main loop (goes), 1 over an index declared before, 2 declaring it */
+    bool gkeep[8];          /* a while whose step stays (its index is read after it) */
+    bool block0;            /* the kernel tests `blockIdx.x == 0`: the recomputed grid is at least one block */
     char why[300];          /* not empty: the shape is there but cannot be rewritten */
 } grid_stride__kernel;
 
@@ -63,6 +65,9 @@ void grid_stride__check_body_acc(const kl_source *src, TSNode fbody, TSNode stmt
 char *grid_stride__decl_type(const kl_source *src, TSNode decl);
 /* Does n's text contain needle? */
 bool grid_stride__has_text(const kl_source *src, TSNode n, const char *needle);
+/* Does fn test `blockIdx.x == 0` (or `!= 0`)? Such a test does not depend on the grid's size, as long
+ * as there is a block. */
+bool grid_stride__has_block0(const kl_source *src, TSNode fn);
 /* kl_ast_walk visitor over a grid_stride__use_scan. */
 bool grid_stride__use_visit(TSNode n, void *user);
 /* The grid's size must not matter outside the loops (see grid_stride.c). */

@@ -294,8 +294,9 @@ static void flow_use(gs_flow *f, TSNode id, bool *grew)
             n = p;
             continue;
         }
-        if (rt_is(p, "subscript_expression") && ts_node_eq(ts_node_child_by_field_name(p, "argument", 8), n)) {
-            n = p; /* an element of a carrying array */
+        if ((rt_is(p, "subscript_expression") || rt_is(p, "field_expression")) &&
+            ts_node_eq(ts_node_child_by_field_name(p, "argument", 8), n)) {
+            n = p; /* an element of a carrying array, a member of a carrying struct (`temp.warp_sums`) */
             continue;
         }
         if (rt_is(p, "assignment_expression")) {
@@ -373,7 +374,7 @@ static bool flow_visit(TSNode n, void *user)
             TSNode p = ts_node_parent(n);
             /* the declaration of the name itself */
             if (rt_is(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "declarator", 10), n)) break;
-            if (rt_is(p, "array_declarator") || rt_is(p, "pointer_declarator")) break;
+            if (rt_is(p, "array_declarator") || rt_is(p, "pointer_declarator") || rt_is(p, "declaration")) break;
             flow_use(f, n, &fs->grew);
             break;
         }
@@ -388,6 +389,34 @@ static void flow_check(gs_flow *f)
         kl_ast_walk(kl_ast_function_body(f->fn), flow_visit, &fs);
         if (!fs.grew) return;
     }
+}
+
+typedef struct helper_store {
+    const kl_source *src;
+    TSNode params;
+    unsigned line;
+} helper_store;
+
+static bool helper_store_visit(TSNode n, void *user)
+{
+    helper_store *h = user;
+    if (h->line) return false;
+    if (!rt_is(n, "assignment_expression") && !rt_is(n, "update_expression")) return true;
+    TSNode l = ts_node_child_by_field_name(n, rt_is(n, "assignment_expression") ? "left" : "argument",
+                                           rt_is(n, "assignment_expression") ? 4 : 8);
+    TSNode b = lvalue_base(l);
+    if (ts_node_is_null(b)) return true;
+    char *name = kl_node_text(h->src, b);
+    bool global = name && rt_device_var(h->src, name, NULL);
+    for (uint32_t i = 0; name && !global && i < ts_node_named_child_count(h->params); i++) {
+        TSNode pd = ts_node_named_child(h->params, i);
+        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(pd, "declarator", 10));
+        if (!ts_node_is_null(nm) && kl_node_text_is(h->src, nm, name) && !ts_node_eq(kl_ast_unparen(l), b))
+            global = grid_stride__has_text(h->src, pd, "*");
+    }
+    free(name);
+    if (global) h->line = kl_ast_line(n);
+    return true;
 }
 
 /* A call to a function of the file: its body, with the parameter at argi tainted, must pass. */
@@ -418,9 +447,13 @@ static bool flow_helper(gs_flow *f, TSNode call, uint32_t argi)
     if (ts_node_is_null(pn)) return false;
     gs_flow sub = {f->src, h, {0}, 0, NULL, NULL, 0, "", f->depth + 1};
     flow_add(&sub, pn);
-    /* the helper's own stores must not reach global memory either */
     flow_check(&sub);
     bool ok = !sub.why[0];
+    /* the helper's own stores must not reach global memory either: none through its pointer
+     * parameters or into a __device__ variable */
+    helper_store hs = {f->src, ps, 0};
+    kl_ast_walk(kl_ast_function_body(h), helper_store_visit, &hs);
+    if (hs.line) ok = false;
     for (unsigned i = 0; i < sub.n; i++) free(sub.names[i]);
     return ok;
 }
@@ -437,6 +470,10 @@ static bool acc_read_visit(TSNode n, void *user)
     if (a->line) return false;
     if (!rt_is(n, "identifier") || !kl_node_text_is(a->src, n, a->name)) return true;
     TSNode p = ts_node_parent(n);
+    if (rt_is(p, "subscript_expression") && ts_node_eq(ts_node_child_by_field_name(p, "argument", 8), n)) {
+        n = p; /* an element: `acc[u] += e` */
+        p = ts_node_parent(p);
+    }
     char op[4] = "";
     if (rt_is(p, "assignment_expression")) binary_op(a->src, p, op, sizeof op);
     if (!(ts_node_eq(ts_node_child_by_field_name(p, "left", 4), n) && !strcmp(op, "+="))) a->line = kl_ast_line(n);
@@ -452,29 +489,6 @@ typedef struct gstore_scan {
     bool per_block;         /* the store's place depends on blockIdx */
 } gstore_scan;
 
-/* Is name a `__device__` variable of the file (top level, or in a namespace)? */
-static bool device_var(const kl_source *src, const char *name)
-{
-    TSNode stack[8] = {kl_source_root(src)};
-    unsigned ns = 1;
-    while (ns) {
-        TSNode scope = stack[--ns];
-        for (uint32_t i = 0; i < ts_node_named_child_count(scope); i++) {
-            TSNode d = ts_node_named_child(scope, i);
-            if (rt_is(d, "namespace_definition") && ns < 8) {
-                stack[ns++] = ts_node_child_by_field_name(d, "body", 4);
-                continue;
-            }
-            if (!rt_is(d, "declaration") || !grid_stride__has_text(src, d, "__device__")) continue;
-            for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
-                TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
-                if (!ts_node_is_null(nm) && kl_node_text_is(src, nm, name)) return true;
-            }
-        }
-    }
-    return false;
-}
-
 /* A plain store to a pointer parameter or a __device__ variable of the file, outside the loops. */
 static bool gstore_visit(TSNode n, void *user)
 {
@@ -489,7 +503,7 @@ static bool gstore_visit(TSNode n, void *user)
     if (rt_is(l, "identifier")) {
         /* a scalar __device__ variable of the file */
         char *name = kl_node_text(g->src, l);
-        bool global = name && device_var(g->src, name);
+        bool global = name && rt_device_var(g->src, name, NULL);
         free(name);
         if (global) g->line = kl_ast_line(n);
         return true;
@@ -499,7 +513,7 @@ static bool gstore_visit(TSNode n, void *user)
     char *name = kl_node_text(g->src, b);
     int pi = name ? kl_affine_param_index(g->ax, name) : -1;
     bool global = pi >= 0 && kl_affine_param(g->ax, (unsigned)pi)->pointer;
-    if (!global && name) global = device_var(g->src, name);
+    if (!global && name) global = rt_device_var(g->src, name, NULL);
     free(name);
     if (global) {
         g->line = kl_ast_line(n);
@@ -544,12 +558,117 @@ static TSNode block_decl_of(const kl_source *src, TSNode fbody, TSNode stmt, con
     return found;
 }
 
+/* After a tile loop (`while (i + K < B) { …; i += G; }`), the index may be read by the tail of the
+ * thread's last tile only: `T j = i + c;` (c free of threads and blocks) with j read in `j < B` and
+ * under an `if` testing it, or `i + c < B` itself. Whatever grid ran the loop, the tail then covers
+ * what is left of the tile where the index stopped, and nothing when the index passed B. */
+typedef struct tail_scan {
+    const kl_source *src;
+    const char *var;
+    TSNode bound;
+    const uint32_t *ra, *rb;
+    unsigned nr;
+    uint32_t skip_a, skip_b;
+    unsigned line;          /* the first use that is not such a tail */
+} tail_scan;
+
+/* `x < B` with B the loop's bound (as written). */
+static bool below_bound(const tail_scan *t, TSNode cmp, TSNode x)
+{
+    cmp = kl_ast_unparen(cmp);
+    if (!rt_is(cmp, "binary_expression")) return false;
+    char op[4];
+    binary_op(t->src, cmp, op, sizeof op);
+    char *b0 = kl_node_text(t->src, t->bound), *b1 = kl_node_text(t->src, ts_node_child_by_field_name(cmp, "right", 5));
+    bool ok = !strcmp(op, "<") && b0 && b1 && !strcmp(b0, b1) &&
+              ts_node_eq(kl_ast_unparen(ts_node_child_by_field_name(cmp, "left", 4)), kl_ast_unparen(x));
+    free(b0);
+    free(b1);
+    return ok;
+}
+
+/* Every use of name in scope: `name < B` as an if's condition, or inside that if's consequence. */
+static bool guarded_uses(const tail_scan *t, TSNode scope, const char *name, TSNode decl)
+{
+    typedef struct { TSNode n[32]; unsigned k; } ids;
+    ids found = {{{{0}, 0, 0}}, 0};
+    /* collect the identifiers */
+    TSNode stack[256];
+    unsigned sp = 0;
+    stack[sp++] = scope;
+    while (sp) {
+        TSNode n = stack[--sp];
+        if (ts_node_eq(n, decl)) continue;
+        if (rt_is(n, "identifier") && kl_node_text_is(t->src, n, name)) {
+            if (found.k == 32) return false;
+            found.n[found.k++] = n;
+        }
+        for (uint32_t c = ts_node_named_child_count(n); c-- > 0 && sp < 256;) stack[sp++] = ts_node_named_child(n, c);
+    }
+    for (unsigned k = 0; k < found.k; k++) {
+        bool ok = false;
+        for (TSNode p = ts_node_parent(found.n[k]); !ts_node_is_null(p) && !ok; p = ts_node_parent(p)) {
+            if (ts_node_eq(p, scope)) break;
+            if (!rt_is(p, "if_statement")) continue;
+            TSNode c = kl_ast_unparen(rt_field(p, "condition"));
+            if (rt_is(c, "condition_clause")) c = kl_ast_unparen(ts_node_named_child(c, 0));
+            TSNode cmp_l = kl_ast_unparen(rt_field(c, "left"));
+            if (!rt_is(cmp_l, "identifier") || !kl_node_text_is(t->src, cmp_l, name) || !below_bound(t, c, cmp_l)) continue;
+            /* the use is the condition's own, or under the consequence */
+            TSNode cons = rt_field(p, "consequence");
+            ok = ts_node_eq(found.n[k], cmp_l) ||
+                 (ts_node_start_byte(found.n[k]) >= ts_node_start_byte(cons) &&
+                  ts_node_end_byte(found.n[k]) <= ts_node_end_byte(cons));
+        }
+        if (!ok) return false;
+    }
+    return true;
+}
+
+static bool tail_visit(TSNode n, void *user)
+{
+    tail_scan *t = user;
+    if (t->line) return false;
+    uint32_t a = ts_node_start_byte(n);
+    if (a >= t->skip_a && a < t->skip_b) return false;
+    for (unsigned i = 0; i < t->nr; i++)
+        if (a >= t->ra[i] && a < t->rb[i]) return false;
+    if (!rt_is(n, "identifier") || !kl_node_text_is(t->src, n, t->var)) return true;
+    /* i + c (c free of threads and blocks) */
+    TSNode p = ts_node_parent(n), sum = n;
+    if (rt_is(p, "binary_expression")) {
+        char op[4];
+        binary_op(t->src, p, op, sizeof op);
+        TSNode other = ts_node_eq(ts_node_child_by_field_name(p, "left", 4), n) ? ts_node_child_by_field_name(p, "right", 5)
+                                                                                : ts_node_child_by_field_name(p, "left", 4);
+        if (!strcmp(op, "+") && !grid_stride__has_text(t->src, other, "threadIdx") &&
+            !grid_stride__has_text(t->src, other, "blockIdx") && !grid_stride__has_text(t->src, other, "gridDim"))
+            sum = p;
+    }
+    TSNode q = ts_node_parent(sum);
+    bool ok = false;
+    if (rt_is(q, "init_declarator") && ts_node_eq(rt_field(q, "value"), sum)) {
+        /* const T j = i + c; then j only under `if (j < B)` in the enclosing block */
+        TSNode decl = ts_node_parent(q), nm = kl_ast_declarator_name(rt_field(q, "declarator"));
+        char *name = kl_node_text(t->src, nm);
+        ok = name && rt_is(decl, "declaration") && guarded_uses(t, ts_node_parent(decl), name, decl);
+        free(name);
+    } else if (rt_is(q, "binary_expression") && below_bound(t, q, sum)) {
+        ok = rt_is(ts_node_parent(q), "condition_clause") || rt_is(ts_node_parent(q), "parenthesized_expression");
+    }
+    if (!ok) t->line = kl_ast_line(n);
+    return false;
+}
+
 typedef struct gs_loopinfo {
     TSNode stmt, body, cond, decl, start, bound;  /* decl: the index's declaration (before, or in the for) */
     TSNode step;            /* a while loop: the statement stepping its index, the body's last */
     char *var;
     long long u, k;         /* steps u grids; the condition is var + k grids < bound */
     bool declares;          /* the for declares its index */
+    bool tile;              /* a while over whole tiles: var + K < bound, K >= 0 not a multiple of the grid */
+    bool keep;              /* a while whose index is read after it: its step stays (the if leaves the index
+                             * where the loop, run at most once, left it) */
 } gs_loopinfo;
 
 /* Fills k's group fields and returns GS_OK, or says why (GS_FORM: not this shape; GS_PROOF: the shape,
@@ -664,7 +783,15 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             rt_poly pp;
             rt_affine_eval(ra, pnode, &pp);
             L->k = multiple_of(&pp, &pg);
-            if (L->k == 0) L->u = 0;
+            gs_prove pz = {src, ax, fbody, ""};
+            if (L->k == 0 && L->u == 1 && rt_is(s, "while_statement") && !(pp.deps & (thread_block_deps | (1u << RB_GX))) &&
+                nonneg(&pz, pnode, 0)) {
+                /* a tile of loads a block apart, whole tiles only: `while (i + (LOADS - 1) * BLOCK < n) { …;
+                 * i += one grid; }`; with one grid covering n it runs at most once (i + G + K >= n, K >= 0) */
+                L->tile = true;
+            } else if (L->k == 0) {
+                L->u = 0;
+            }
         }
         char *ut = kl_node_text(src, upd);
         bool main_loop = L->u >= 2 && L->k >= 1 && !L->declares;
@@ -717,7 +844,30 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         grid_stride__use_scan us = {src, li[i].var, ra_, rt_, nr, ts_node_start_byte(li[i].decl), ts_node_end_byte(li[i].decl), 0,
                        NULL};
         kl_ast_walk(fbody, grid_stride__use_visit, &us);
-        if (us.line) {
+        bool whiles = !li[i].declares;
+        for (unsigned j = 0; j < nl; j++)
+            if (!strcmp(li[j].var, li[i].var) && (ts_node_is_null(li[j].step) || li[j].u != 1 || !li[j].tile))
+                whiles = false;
+        if (us.line && whiles) {
+            tail_scan ts = {src, li[i].var, li[i].bound, ra_, rt_, nr, ts_node_start_byte(li[i].decl),
+                            ts_node_end_byte(li[i].decl), 0};
+            kl_ast_walk(fbody, tail_visit, &ts);
+            if (ts.line) {
+                kl_snprintf(why, size,
+                            "%s is also used outside the loops (line %u), not as the tail of its last tile "
+                            "(`T j = %s + c; if (j < bound) …`)",
+                            li[i].var, ts.line, li[i].var);
+                level = GS_PROOF;
+                whiles = false;
+                us.line = 0;
+            }
+        }
+        if (us.line && whiles) {
+            /* read after the loops (a tail over the last tile): each while keeps its step, so the index
+             * ends where the loop, run at most once, would have left it */
+            for (unsigned j = 0; j < nl; j++)
+                if (!strcmp(li[j].var, li[i].var)) li[j].keep = true;
+        } else if (us.line) {
             kl_snprintf(why, size, "%s is also used outside the loops (line %u)", li[i].var, us.line);
             level = GS_PROOF;
         }
@@ -800,7 +950,8 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             ra_[nr] = ts_node_start_byte(li[i].stmt);
             rt_[nr++] = li[i].u >= 2 ? ts_node_end_byte(li[i].stmt) : ts_node_start_byte(li[i].body);
             if (!ts_node_is_null(li[i].step)) {
-                /* a while's step is its header's update */
+                /* a while's step is its header's update (one kept advances the index past the bound:
+                 * what reads it after finds it where the last iteration of any grid leaves it) */
                 ra_[nr] = ts_node_start_byte(li[i].step);
                 rt_[nr++] = ts_node_end_byte(li[i].step);
             }
@@ -825,7 +976,9 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         for (unsigned i = 0; i < nl; i++) {
             k->gl[i] = li[i].stmt;
             k->gkind[i] = li[i].u >= 2 ? 0 : li[i].declares ? 2 : 1;
+            k->gkeep[i] = li[i].keep;
         }
+        k->block0 = grid_stride__has_block0(src, fn);
         k->stmt = loops[0];
         k->body = li[0].body;
         k->decl = li[0].decl;
@@ -860,6 +1013,18 @@ kl_status grid_stride__remove_group(const kl_rule_ctx *ctx, const grid_stride__k
             st = kl_edits_add(out, a, b, "");
             continue;
         }
+        if (rt_is(s, "while_statement")) {
+            /* `while (cond) body` -> `if (cond) body`: the keyword alone (the condition stays as written) */
+            st = kl_edits_add(out, ts_node_start_byte(s), ts_node_start_byte(s) + 5, "if");
+            TSNode upd, step = grid_stride__while_step(s, &upd);
+            if (st == KL_OK && !ts_node_is_null(step) && !k->gkeep[i]) {
+                /* the step goes with the loop (its index is used by its loops only) */
+                uint32_t a, b;
+                kl_rules_line_range(ctx, step, NULL, &a, &b);
+                st = kl_edits_add(out, a, b, "");
+            }
+            continue;
+        }
         char *cond = kl_node_text(ctx->src, grid_stride__loop_cond(s));
         kl_strbuf head = KL_STRBUF_INIT;
         if (k->gkind[i] == 2) {
@@ -885,7 +1050,7 @@ kl_status grid_stride__remove_group(const kl_rule_ctx *ctx, const grid_stride__k
         kl_strbuf_release(&head);
         free(cond);
         TSNode upd, step = grid_stride__while_step(s, &upd);
-        if (st == KL_OK && !ts_node_is_null(step)) {
+        if (st == KL_OK && !ts_node_is_null(step) && !k->gkeep[i]) {
             /* a while's step goes with the loop (its index is used by its loops only) */
             uint32_t a, b;
             kl_rules_line_range(ctx, step, NULL, &a, &b);
@@ -900,6 +1065,7 @@ kl_status grid_stride__remove_group(const kl_rule_ctx *ctx, const grid_stride__k
         TSNode s = k->gl[i];
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
         if (rt_is(s, "while_statement")) grid_stride__while_step(s, &upd);
+        if (k->gkeep[i]) continue; /* its step stays, and what it reads */
         ra[nr] = ts_node_start_byte(k->gkind[i] == 0 ? s : upd);
         rb[nr++] = ts_node_end_byte(k->gkind[i] == 0 ? s : upd);
     }

@@ -1201,3 +1201,32 @@ bool rt_block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t 
     }
     return true;
 }
+
+bool rt_device_var(const kl_source *src, const char *name, TSNode *decl)
+{
+    TSNode stack[8] = {kl_source_root(src)};
+    unsigned ns = 1;
+    while (ns) {
+        TSNode scope = stack[--ns];
+        for (uint32_t i = 0; i < ts_node_named_child_count(scope); i++) {
+            TSNode d = ts_node_named_child(scope, i);
+            if (rt_is(d, "namespace_definition") && ns < 8) {
+                stack[ns++] = ts_node_child_by_field_name(d, "body", 4);
+                continue;
+            }
+            if (!rt_is(d, "declaration")) continue;
+            char *dt = kl_node_text(src, d);
+            bool dev = dt && strstr(dt, "__device__");
+            free(dt);
+            if (!dev) continue;
+            for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+                TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
+                if (!ts_node_is_null(nm) && kl_node_text_is(src, nm, name)) {
+                    if (decl) *decl = d;
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}

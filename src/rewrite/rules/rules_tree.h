@@ -184,11 +184,16 @@ bool rt_poly_thread_dependent(const rt_poly *p);
  * with why otherwise. */
 bool rt_block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn);
 
+/* Is name a `__device__` variable of the file (top level, or in a namespace)? Its declaration
+ * into *decl (may be NULL). */
+bool rt_device_var(const kl_source *src, const char *name, TSNode *decl);
+
 /* ---- the transforms (rows of the catalog, kl_rules[] in catalog.c) ---------------------------- */
 
 extern const kl_rule kl_rule_privatize;
 extern const kl_rule kl_rule_smem_pad;
 extern const kl_rule kl_rule_coalesce;
 extern const kl_rule kl_rule_tree_addressing;
+extern const kl_rule kl_rule_two_pass;
 
 #endif

@@ -372,6 +372,7 @@ static const struct {
     {"tree-addressing", {"reduction", NULL}},
     {"block-reduce", {"reduction", "atomics", NULL}},
     {"two-pass", {"reduction", "atomics", NULL}},
+    {"accumulators", {"reduction", NULL}},
     {"privatize", {"atomics", NULL}},
     {"grid-stride", {"access", NULL}},
     {"unroll", {"trip_known", NULL}},

@@ -167,14 +167,27 @@ static void two_pass_refuses(void **state)
                                     "  k1<<<64, 256, 0, s>>>(x, n);\n  k1<<<64, 256, 0, s>>>(x, n);\n"
                                     "  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
     expect_not_applicable(twice, "two-pass", "k1:6", true, "k1 is launched 2 times in the file");
-    /* the same kernel over its own partials (the samples' reductions): one store serves both passes */
-    const char *self = "__global__ void r(const float *in, float *part, int n) {\n"
-                       "  float s = 0.f;\n"
-                       "  for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += 256 * gridDim.x) s += in[i];\n"
-                       "  if (threadIdx.x == 0) part[blockIdx.x] = s;\n}\n"
-                       "extern \"C\" void launch(const float *x, float *out, float *scratch, int n, cudaStream_t s) {\n"
-                       "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<1, 256, 0, s>>>(scratch, out, 64);\n}\n";
-    expect_not_applicable(self, "two-pass", "r:4", true, "r is launched 2 times in the file");
+    /* the same kernel over its own partials (the samples' reductions): its last launch must be one block
+     * over the slots, given the first launch's grid */
+#define SELF_K "__global__ void r(const float *in, float *part, int n) {\n" \
+               "  float s = 0.f;\n" \
+               "  for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += 256 * gridDim.x) s += in[i];\n" \
+               "  if (threadIdx.x == 0) part[blockIdx.x] = s;\n}\n" \
+               "extern \"C\" void launch(const float *x, float *out, float *scratch, int n, cudaStream_t s) {\n"
+    const char *self = SELF_K "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<1, 256, 0, s>>>(scratch, out, 64);\n}\n";
+    char *o = NULL, *note = NULL;
+    kl_error e = {0};
+    if (kl_rules_rewrite("t.cu", self, strlen(self), NULL, "two-pass", "r:4", true, NULL, &o, &note, &e) != KL_OK)
+        fail_msg("%s", e.message);
+    assert_non_null(strstr(o, "  if (threadIdx.x == 0) atomicAdd(&part[0], s);\n"));
+    assert_non_null(strstr(o, "  cudaMemsetAsync(scratch, 0, sizeof(float), s);\n  r<<<64, 256, 0, s>>>(x, scratch, n);\n"
+                              "  cudaMemsetAsync(out, 0, sizeof(float), s);\n  r<<<1, 256, 0, s>>>(scratch, out, 1);\n"));
+    free(o);
+    free(note);
+    const char *two_blocks = SELF_K "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<2, 256, 0, s>>>(scratch, out, 64);\n}\n";
+    expect_not_applicable(two_blocks, "two-pass", "r:4", true, "the last launch of r (line 8) is not one block");
+    const char *self_count = SELF_K "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<1, 256, 0, s>>>(scratch, out, 32);\n}\n";
+    expect_not_applicable(self_count, "two-pass", "r:4", true, "does not read the slots scratch over the first launches' grid (64)");
     /* slots that atomicAdd cannot add */
     const char *wide = "__device__ long long slots[64];\n"
                        "__global__ void k1(const long long *x, int n) {\n"

@@ -67,6 +67,10 @@ typedef struct tp_site {
     char count_param[64];
     int count_index;            /* the second kernel's parameter given the first launch's grid */
     char k2[128];
+    bool self;                  /* the kernel adds its own slots: launched for the partials, then once more
+                                 * with one block over them (the CUDA samples' reductions) */
+    TSNode first_top, final_top; /* self: the host's statements holding the first launch and the final one */
+    char scratch[128], out[128];
     char why[300];
 } tp_site;
 
@@ -185,6 +189,9 @@ static void elem_type(const kl_rule_ctx *ctx, TSNode decl, char *buf, size_t siz
     free(tt);
 }
 
+static void analyse_self(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const char *name, TSNode fn, int gp,
+                         tp_site *s);
+
 /* Analyse a kernel's per-block store, and the launches around it. */
 static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const char *name, TSNode fn, kl_affine_ctx *ax,
                     TSNode st, tp_site *s)
@@ -225,6 +232,10 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
     unsigned n1 = 0;
     for (unsigned i = 0; i < ls->count; i++)
         if (!strcmp(ls->items[i].kernel, name)) s->l1 = i, n1++;
+    if (n1 > 1 && !s->device_array) {
+        analyse_self(ctx, ls, name, fn, gp, s);
+        return;
+    }
     if (n1 != 1) {
         kl_snprintf(s->why, sizeof s->why, "%s is launched %u times in the file (one launch is followed)", name, n1);
         return;
@@ -328,6 +339,104 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
     }
 }
 
+/* The statement of the host function's body that holds n. */
+static TSNode host_top(TSNode host_fn, TSNode n)
+{
+    TSNode body = kl_ast_function_body(host_fn);
+    while (!ts_node_is_null(n) && !ts_node_eq(ts_node_parent(n), body)) n = ts_node_parent(n);
+    return n;
+}
+
+/* The samples' form: the kernel K(in, out, n) stores one sum per block into out; launch() runs it
+ * for the partials (`K<<<G, …>>>(x, S, n)`, possibly in the branches of an if, the same G and S
+ * each time), then once more with one block over them (`K<<<1, …>>>(S, OUT, G)`). With the store
+ * an atomicAdd into out[0], the first launches add everything into S[0] (zeroed before them) and
+ * the last one, given 1 element, adds S[0] into OUT[0] (zeroed before it). */
+static void analyse_self(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const char *name, TSNode fn, int gp,
+                         tp_site *s)
+{
+    s->self = true;
+    kl_snprintf(s->k2, sizeof s->k2, "%s", name);
+    unsigned idx[16], n = 0;
+    for (unsigned i = 0; i < ls->count && n < 16; i++)
+        if (!strcmp(ls->items[i].kernel, name)) idx[n++] = i;
+    const kl_launch_site *F = &ls->items[idx[n - 1]];
+    char g0[160] = "", s0[128] = "", t[160];
+    for (unsigned k = 0; k + 1 < n; k++) {
+        const kl_launch_site *l = &ls->items[idx[k]];
+        char gt[160], at[128];
+        squeeze(ctx, l->grid, gt, sizeof gt);
+        squeeze(ctx, launch_arg(l, gp), at, sizeof at);
+        if (!ts_node_eq(l->host_fn, F->host_fn) || (k && (strcmp(gt, g0) || strcmp(at, s0)))) {
+            kl_snprintf(s->why, sizeof s->why,
+                        "the launches of %s before the last (line %u) do not all write the same slots over the same grid "
+                        "in one host function",
+                        name, kl_ast_line(F->call));
+            return;
+        }
+        if (!k) {
+            kl_snprintf(g0, sizeof g0, "%s", gt);
+            kl_snprintf(s0, sizeof s0, "%s", at);
+        }
+    }
+    squeeze(ctx, F->grid, t, sizeof t);
+    char fo[128];
+    squeeze(ctx, launch_arg(F, gp), fo, sizeof fo);
+    if (strcmp(t, "1") || !strcmp(fo, s0)) {
+        kl_snprintf(s->why, sizeof s->why,
+                    "the last launch of %s (line %u) is not one block writing elsewhere than the slots %s", name,
+                    kl_ast_line(F->call), s0);
+        return;
+    }
+    /* the last launch reads the slots as its input and is given the first launches' grid as its count */
+    int pin = -1, pn = -1;
+    for (int k = 0; k < (int)ts_node_named_child_count(F->args); k++) {
+        char at[160];
+        squeeze(ctx, launch_arg(F, k), at, sizeof at);
+        if (!strcmp(at, s0) && pin < 0) pin = k;
+        else if (!strcmp(uncast(at), uncast(g0)) && pn < 0) pn = k;
+    }
+    if (pin < 0 || pn < 0) {
+        kl_snprintf(s->why, sizeof s->why,
+                    "the last launch of %s (line %u) does not read the slots %s over the first launches' grid (%s)", name,
+                    kl_ast_line(F->call), s0, g0);
+        return;
+    }
+    s->count_index = pn;
+    TSNode ps = kl_ast_function_params(fn);
+    for (uint32_t i = 0, k = 0; i < ts_node_named_child_count(ps); i++) {
+        TSNode pd = ts_node_named_child(ps, i);
+        if (!rt_is(pd, "parameter_declaration")) continue;
+        if ((int)k++ == pn) squeeze(ctx, kl_ast_declarator_name(rt_field(pd, "declarator")), s->count_param,
+                                    sizeof s->count_param);
+    }
+    s->l1 = idx[0];
+    s->l2 = idx[n - 1];
+    char *raw_s = rt_text(ctx, launch_arg(&ls->items[idx[0]], gp)), *raw_o = rt_text(ctx, launch_arg(F, gp));
+    kl_snprintf(s->scratch, sizeof s->scratch, "%s", raw_s ? raw_s : s0);
+    kl_snprintf(s->out, sizeof s->out, "%s", raw_o ? raw_o : fo);
+    free(raw_s);
+    free(raw_o);
+    /* the slots' parameter is written by the store only */
+    use_scan u = {ctx, s->g, {s->assign}, 1, 0};
+    rt_walk(kl_ast_function_body(fn), use_visit, &u);
+    if (u.line) {
+        kl_snprintf(s->why, sizeof s->why, "line %u uses %s besides the store", u.line, s->g);
+        return;
+    }
+    s->first_top = host_top(F->host_fn, ls->items[idx[0]].call);
+    s->final_top = host_top(F->host_fn, F->call);
+    for (unsigned k = 0; k + 1 < n; k++)
+        if (ts_node_eq(host_top(F->host_fn, ls->items[idx[k]].call), s->final_top) ||
+            ts_node_start_byte(ls->items[idx[k]].call) > ts_node_start_byte(F->call))
+            s->final_top = (TSNode){{0}, 0, 0};
+    if (ts_node_is_null(s->first_top) || ts_node_is_null(s->final_top)) {
+        kl_snprintf(s->why, sizeof s->why, "the last launch of %s (line %u) is not a statement after the others", name,
+                    kl_ast_line(F->call));
+        return;
+    }
+}
+
 /* `if (threadIdx.x == 0) G[blockIdx.x] = r;` at the top level of the kernel. */
 static bool per_block_store(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st)
 {
@@ -365,6 +474,19 @@ static kl_status rewrite(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
     TSNode cnt = launch_arg(l2, s->count_index);
     if (st == KL_OK) st = kl_edits_add(out, ts_node_start_byte(cnt), ts_node_end_byte(cnt), "1");
     char *stream = ts_node_is_null(l1->stream) ? kl_strdup("0") : rt_text(ctx, l1->stream);
+    if (s->self) {
+        /* zero the slots' first element before the first pass, the output's before the last */
+        char ind[64];
+        const char *outs[2] = {s->scratch, s->out};
+        TSNode tops[2] = {s->first_top, s->final_top};
+        for (unsigned k = 0; k < 2 && st == KL_OK && stream; k++) {
+            uint32_t at = kl_ast_line_start(ctx->text, ts_node_start_byte(tops[k]));
+            kl_rules_indent(ctx, ts_node_start_byte(tops[k]), ind, sizeof ind);
+            st = kl_edits_addf(out, at, at, "%scudaMemsetAsync(%s, 0, sizeof(%s), %s);\n", ind, outs[k], s->type, stream);
+        }
+        free(stream);
+        return stream ? st : KL_ERR_NOMEM;
+    }
     TSNode stmt = ts_node_parent(l1->call);
     uint32_t at = kl_ast_line_start(ctx->text, ts_node_start_byte(stmt));
     char ind[64];

@@ -373,6 +373,7 @@ static const struct {
     {"block-reduce", {"reduction", "atomics", NULL}},
     {"two-pass", {"reduction", "atomics", NULL}},
     {"accumulators", {"reduction", NULL}},
+    {"coarsen", {"access", NULL}},
     {"privatize", {"atomics", NULL}},
     {"grid-stride", {"access", NULL}},
     {"unroll", {"trip_known", NULL}},

@@ -14,7 +14,7 @@
 /* The catalog, in a fixed order: this is the order of sites, candidates and listings.
  * Transforms 9-16 are added here by their authors as they land (declared in rules_tree.h). */
 const kl_rule *const kl_rules[] = {
-    &kl_rule_unroll, &kl_rule_launch_bounds, &kl_rule_restrict, &kl_rule_fast_math, &kl_rule_vectorize, &kl_rule_grid_stride, &kl_rule_block_size, &kl_rule_warp_reduce, &kl_rule_tree_addressing, &kl_rule_smem_pad, &kl_rule_privatize, &kl_rule_block_reduce, &kl_rule_two_pass, &kl_rule_accumulators,
+    &kl_rule_unroll, &kl_rule_launch_bounds, &kl_rule_restrict, &kl_rule_fast_math, &kl_rule_vectorize, &kl_rule_grid_stride, &kl_rule_block_size, &kl_rule_warp_reduce, &kl_rule_tree_addressing, &kl_rule_smem_pad, &kl_rule_privatize, &kl_rule_block_reduce, &kl_rule_two_pass, &kl_rule_accumulators, &kl_rule_coarsen,
     &kl_rule_coalesce,
     &kl_rule_row_parallel,
     &kl_rule_specialize,

@@ -74,6 +74,12 @@ bool grid_stride__use_visit(TSNode n, void *user);
 void grid_stride__grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uint32_t *rb, unsigned *nr, char *why,
                             size_t size);
 
+/* The partial sums in names (locals or local arrays added to inside [ra, rb)) reach memory by sums
+ * only, and nothing is stored to global memory but by atomicAdd (grid_stride_group.c, "partial
+ * sums"); why says what fails. Shared with coarsen.c. */
+void grid_stride__partials_by_sums(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, char *const *names,
+                                   unsigned n, const uint32_t *ra, const uint32_t *rb, unsigned nr, char *why,
+                                   size_t size);
 /* grid_stride_group.c: fills k's group fields and returns GS_OK, or says why (GS_FORM: not this
  * shape; GS_PROOF: the shape, but not provably one element per thread). */
 int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const TSNode *loops, unsigned nl,

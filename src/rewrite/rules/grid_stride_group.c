@@ -231,6 +231,8 @@ typedef struct gs_flow {
     const kl_source *src;
     TSNode fn;              /* the function checked */
     char *names[24];        /* the tainted names */
+    uint32_t sa[24], sb[24]; /* where each is in scope: a local declared in a block, from its declaration to
+                              * the block's end (another variable of the same name elsewhere is not it) */
     unsigned n;
     const uint32_t *ra, *rb;  /* the loops: uses inside them are the loops' own */
     unsigned nr;
@@ -238,7 +240,19 @@ typedef struct gs_flow {
     int depth;              /* helper nesting */
 } gs_flow;
 
-static bool flow_add(gs_flow *f, TSNode id)
+static bool flow_add_scoped(gs_flow *f, TSNode id, uint32_t a, uint32_t b);
+
+static bool flow_add(gs_flow *f, TSNode id) { return flow_add_scoped(f, id, 0, UINT32_MAX); }
+
+/* A name declared at id: in scope from its declaration to the end of its block. */
+static bool flow_add_decl(gs_flow *f, TSNode id)
+{
+    TSNode blk = id;
+    while (!ts_node_is_null(blk) && !rt_is(blk, "compound_statement")) blk = ts_node_parent(blk);
+    return flow_add_scoped(f, id, ts_node_start_byte(id), ts_node_is_null(blk) ? UINT32_MAX : ts_node_end_byte(blk));
+}
+
+static bool flow_add_scoped(gs_flow *f, TSNode id, uint32_t sa, uint32_t sb)
 {
     char *t = kl_node_text(f->src, id);
     if (!t) return false;
@@ -252,6 +266,8 @@ static bool flow_add(gs_flow *f, TSNode id)
         kl_snprintf(f->why, sizeof f->why, "too many values computed from the partial sums to follow");
         return false;
     }
+    f->sa[f->n] = sa;
+    f->sb[f->n] = sb;
     f->names[f->n++] = t;
     return true;
 }
@@ -313,7 +329,7 @@ static void flow_use(gs_flow *f, TSNode id, bool *grew)
         if (rt_is(p, "init_declarator")) {
             TSNode b = kl_ast_declarator_name(ts_node_child_by_field_name(p, "declarator", 10));
             if (ts_node_is_null(b)) break;
-            if (flow_add(f, b)) *grew = true;
+            if (flow_add_decl(f, b)) *grew = true;
             return;
         }
         if (rt_is(p, "return_statement") || rt_is(p, "expression_statement")) return;
@@ -370,7 +386,7 @@ static bool flow_visit(TSNode n, void *user)
         if (a >= f->ra[r] && ts_node_end_byte(n) <= f->rb[r]) return false;
     if (!rt_is(n, "identifier")) return true;
     for (unsigned i = 0; i < f->n; i++)
-        if (kl_node_text_is(f->src, n, f->names[i])) {
+        if (a >= f->sa[i] && a < f->sb[i] && kl_node_text_is(f->src, n, f->names[i])) {
             TSNode p = ts_node_parent(n);
             /* the declaration of the name itself */
             if (rt_is(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "declarator", 10), n)) break;
@@ -445,7 +461,7 @@ static bool flow_helper(gs_flow *f, TSNode call, uint32_t argi)
     }
     TSNode pn = kl_ast_declarator_name(ts_node_child_by_field_name(pd, "declarator", 10));
     if (ts_node_is_null(pn)) return false;
-    gs_flow sub = {f->src, h, {0}, 0, NULL, NULL, 0, "", f->depth + 1};
+    gs_flow sub = {.src = f->src, .fn = h, .depth = f->depth + 1};
     flow_add(&sub, pn);
     flow_check(&sub);
     bool ok = !sub.why[0];
@@ -658,6 +674,36 @@ static bool tail_visit(TSNode n, void *user)
     }
     if (!ok) t->line = kl_ast_line(n);
     return false;
+}
+
+void grid_stride__partials_by_sums(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, char *const *names,
+                                   unsigned n, const uint32_t *ra, const uint32_t *rb, unsigned nr, char *why,
+                                   size_t size)
+{
+    const kl_source *src = ctx->src;
+    gstore_scan gsc = {src, ax, ra, rb, nr, 0, false};
+    kl_ast_walk(kl_ast_function_body(fn), gstore_visit, &gsc);
+    gs_flow fl = {.src = src, .fn = fn, .ra = ra, .rb = rb, .nr = nr};
+    for (unsigned a = 0; a < n && a < 24; a++) {
+        fl.sa[fl.n] = 0, fl.sb[fl.n] = UINT32_MAX;
+        fl.names[fl.n++] = kl_strdup(names[a]);
+    }
+    if (gsc.line && gsc.per_block)
+        kl_snprintf(why, size,
+                    "the loops add to %s, and line %u stores one value per block (indexed by blockIdx): a grid "
+                    "sized to cover the elements changes how many partial sums there are, and nothing shows the "
+                    "array holds them",
+                    names[0], gsc.line);
+    else if (gsc.line)
+        kl_snprintf(why, size,
+                    "the loops add to %s, and line %u stores to global memory other than by atomicAdd: one "
+                    "element per thread changes the partial sums it may store",
+                    names[0], gsc.line);
+    else {
+        flow_check(&fl);
+        if (fl.why[0]) kl_snprintf(why, size, "%s", fl.why);
+    }
+    for (unsigned a = 0; a < fl.n; a++) free(fl.names[a]);
 }
 
 typedef struct gs_loopinfo {
@@ -900,26 +946,7 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             ra_[nr] = ts_node_start_byte(li[i].stmt);
             rt_[nr++] = ts_node_end_byte(li[i].stmt);
         }
-        gstore_scan gsc = {src, ax, ra_, rt_, nr, 0, false};
-        kl_ast_walk(fbody, gstore_visit, &gsc);
-        gs_flow fl = {src, fn, {0}, 0, ra_, rt_, nr, "", 0};
-        for (unsigned a = 0; a < naccum && a < 24; a++) fl.names[fl.n++] = kl_strdup(accum[a]);
-        if (gsc.line && gsc.per_block)
-            kl_snprintf(why, size,
-                        "the loops add to %s, and line %u stores one value per block (indexed by blockIdx): a grid "
-                        "sized to cover the elements changes how many partial sums there are, and nothing shows the "
-                        "array holds them",
-                        accum[0], gsc.line);
-        else if (gsc.line)
-            kl_snprintf(why, size,
-                        "the loops add to %s, and line %u stores to global memory other than by atomicAdd: one "
-                        "element per thread changes the partial sums it may store",
-                        accum[0], gsc.line);
-        else {
-            flow_check(&fl);
-            if (fl.why[0]) kl_snprintf(why, size, "%s", fl.why);
-        }
-        for (unsigned a = 0; a < fl.n; a++) free(fl.names[a]);
+        grid_stride__partials_by_sums(ctx, fn, ax, accum, naccum, ra_, rt_, nr, why, size);
         if (why[0]) level = GS_PROOF;
     }
     for (unsigned a = 0; a < naccum; a++) free(accum[a]);

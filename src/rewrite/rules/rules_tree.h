@@ -196,5 +196,6 @@ extern const kl_rule kl_rule_coalesce;
 extern const kl_rule kl_rule_tree_addressing;
 extern const kl_rule kl_rule_two_pass;
 extern const kl_rule kl_rule_accumulators;
+extern const kl_rule kl_rule_coarsen;
 
 #endif

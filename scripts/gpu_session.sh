@@ -195,8 +195,9 @@ corpuswalks)
         log "lineage corpus/$t" | tee -a "$out/record.log"
         lim_var="KL_LINEAGE_S_$t"
         # -k 90: a walk at matmul's 4096^3 did not stop within 20 s of SIGINT (a batch of judgements
-        # in flight) and its SIGKILL lost the walk, which is exported to the archive only when it
-        # stops (2026-12-04: four steps gone)
+        # in flight) and its SIGKILL lost the walk (2026-12-04: four steps gone); since then a
+        # recording walk exports the archive after every stored version, so a kill loses at most
+        # the version in progress
         timeout -k 90 -s INT "${!lim_var:-${KL_LINEAGE_S:-200}}" "$KLINEAGE" --db "$cw_db" --jobs "${KL_JOBS:-16}" \
             --measure record lineage "corpus/$t" --archive archive/corpus-walks.jsonl --probes "${KL_PROBES:-1}" \
             --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" >"$out/lineage-corpus-$t.txt" 2>&1

@@ -1199,6 +1199,76 @@ static kl_status final_check(run *r, bool *done)
     }
 }
 
+
+/* A replayed run that met a missing verdict (begun here, or taken up from an earlier replay that
+ * stopped at the same place): the archive often holds the same run made with another library or memory (cards the store holds
+ * and the archive does not — learned here, or left by an older archive — change the library's
+ * fingerprint and so the run's key). Say so, with both fingerprints, rather than leave the reader
+ * with one candidate's missing verdict. */
+typedef struct other_run {
+    const run *r;
+    const json_t *lib, *mem; /* this run's */
+    char found[160];
+    char when[40]; /* the found run's last update: the newest finished one is named */
+} other_run;
+
+static bool same_str(const json_t *a, const json_t *b)
+{
+    const char *x = json_string_value(a), *y = json_string_value(b);
+    return (!x && !y) || (x && y && !strcmp(x, y));
+}
+
+static bool find_other_run(const char *key, const char *json, void *user)
+{
+    other_run *o = user;
+    const run *r = o->r;
+    (void)key;
+    json_t *d = json_loads(json, 0, NULL);
+    if (!d) return true;
+    const json_t *pol = json_object_get(r->doc, "policy");
+    bool same = same_str(json_object_get(d, "task"), json_object_get(r->doc, "task")) &&
+                same_str(json_object_get(d, "start"), json_object_get(r->doc, "start")) &&
+                same_str(json_object_get(d, "policy"), pol) &&
+                same_str(json_object_get(d, "leave_out"), json_object_get(r->doc, "leave_out")) &&
+                json_equal(json_object_get(d, "budget"), json_object_get(r->doc, "budget")) &&
+                json_equal(json_object_get(d, "seed"), json_object_get(r->doc, "seed")) &&
+                json_integer_value(json_object_get(d, "search")) == OPT_SEARCH_REVISION &&
+                (r->opt->policy != KL_POLICY_SKILLS ||
+                 json_equal(json_object_get(d, "ranking"), json_object_get(r->doc, "ranking")));
+    const json_t *lib = json_object_get(d, "library"), *mem = json_object_get(d, "memory");
+    const char *state = json_string_value(json_object_get(d, "state"));
+    const char *when = json_string_value(json_object_get(d, "updated"));
+    same = same && state && !strcmp(state, "done") && when && strcmp(when, o->when) > 0; /* the newest */
+    if (same && (!json_equal(lib, o->lib) || !json_equal(mem, o->mem))) {
+        kl_snprintf(o->when, sizeof o->when, "%s", when);
+        bool by_lib = !json_equal(lib, o->lib);
+        const json_t *theirs = by_lib ? lib : mem, *ours = by_lib ? o->lib : o->mem;
+        const char *count = by_lib ? "cards" : "records";
+        kl_snprintf(o->found, sizeof o->found, "%s of %lld %s (%.12s; this store's: %lld, %.12s)",
+                    by_lib ? "a library" : "a memory", (long long)json_integer_value(json_object_get(theirs, count)),
+                    count, json_string_value(json_object_get(theirs, "fingerprint")) ?: "?",
+                    (long long)json_integer_value(json_object_get(ours, count)),
+                    json_string_value(json_object_get(ours, "fingerprint")) ?: "?");
+    }
+    json_decref(d);
+    return true;
+}
+
+static void explain_other_run(const run *r)
+{
+    if (!r->doc) return;
+    other_run o = {r, json_object_get(r->doc, "library"), json_object_get(r->doc, "memory"), "", ""};
+    kl_error ignore = {0};
+    if (kl_store_each(r->opt->store, "optimize", NULL, find_other_run, &o, &ignore) != KL_OK || !o.found[0]) return;
+    char was[KL_ERROR_MAX];
+    kl_snprintf(was, sizeof was, "%s", r->err->message);
+    kl_error_set(r->err, KL_ERR_UNMEASURED,
+                 "%s; the store holds this run, finished, made with %s: it has skill cards or runs that the archive did "
+                 "not have when the run was recorded (learned here, or left by an older archive) — replay into a "
+                 "fresh store (--db FILE)",
+                 was, o.found);
+}
+
 /* ---- entry -------------------------------------------------------------------------------- */
 
 json_int_t opt_search_revision(const json_t *doc)
@@ -1456,6 +1526,7 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
         }
         st = one_round(&r, (unsigned)vi, (unsigned)ci);
         if (st == KL_ERR_UNMEASURED) {
+            explain_other_run(&r);
             save(&r);
             goto out;
         }

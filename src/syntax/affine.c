@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "syntax/affine.h"
+#include "syntax/memo.h"
 #include "util/util.h"
 
 static const TSNode null_node; /* a null node: zero-initialised */
@@ -1636,6 +1637,101 @@ static bool ce(ceval *c, const kl_source *s, TSNode n, int64_t *out)
     return ok;
 }
 
+/* The constant evaluator's memo on the source (syntax/memo.h): the file's macros, collected once,
+ * and each name's value by scope, so that a name is looked up once per scope and not at every
+ * use — a nest of constexpr sizes (THREADS = WARPS_M * WARPS_N * 32, …) read at every loop of a
+ * kernel walked the function and the file again for each name (seconds on one 220-line file). A
+ * failure keeps its reason: the nested one as text, or the kind that names the use (`at`). */
+typedef struct name_memo {
+    uint32_t scope_start, scope_end;
+    bool dim3, ok;
+    int64_t value;
+    char *name;
+    const char *at_kind; /* "assigned more than once" / "unknown name": said at the use */
+    char *why;           /* a nested failure's reason */
+} name_memo;
+
+typedef struct ce_memo {
+    macro_table macros;
+    bool macros_ok;
+    name_memo *names;
+    size_t n, cap;
+} ce_memo;
+
+static void ce_memo_release(void *p)
+{
+    ce_memo *m = p;
+    if (!m) return;
+    macros_release(&m->macros);
+    for (size_t i = 0; i < m->n; i++) free(m->names[i].name), free(m->names[i].why);
+    free(m->names);
+    free(m);
+}
+
+static ce_memo *ce_memo_of(const kl_source *src)
+{
+    ce_memo *m = kl_source_memo(src);
+    if (m) return m;
+    m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    macro_collect mc = {src, &m->macros, false};
+    kl_ast_walk(kl_source_root(src), collect_macro, &mc);
+    m->macros_ok = !mc.oom;
+    kl_source_set_memo(src, m, ce_memo_release);
+    return m;
+}
+
+static name_memo *memo_find(ce_memo *m, TSNode scope, bool dim3, const char *name)
+{
+    uint32_t a = ts_node_start_byte(scope), b = ts_node_end_byte(scope);
+    for (size_t i = 0; m && i < m->n; i++) {
+        name_memo *e = &m->names[i];
+        if (e->scope_start == a && e->scope_end == b && e->dim3 == dim3 && !strcmp(e->name, name)) return e;
+    }
+    return NULL;
+}
+
+static void memo_put(ce_memo *m, TSNode scope, bool dim3, const char *name, bool ok, int64_t value,
+                     const char *at_kind, const char *why)
+{
+    if (!m) return;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 64;
+        name_memo *v = realloc(m->names, cap * sizeof *v);
+        if (!v) return; /* not remembered: computed again next time */
+        m->names = v, m->cap = cap;
+    }
+    name_memo e = {ts_node_start_byte(scope), ts_node_end_byte(scope), dim3, ok, value, kl_strdup(name), at_kind,
+                   why && *why ? kl_strdup(why) : NULL};
+    if (!e.name) return;
+    m->names[m->n++] = e;
+}
+
+/* ce() of one node with a reason buffer of its own: what it says can be remembered whole. */
+static bool ce_keep_why(ceval *c, const kl_source *s, TSNode n, int64_t *out, char *why, size_t size)
+{
+    char *was = c->why;
+    size_t was_size = c->why_size;
+    why[0] = '\0';
+    c->why = why, c->why_size = size;
+    bool ok = ce(c, s, n, out);
+    c->why = was, c->why_size = was_size;
+    if (!ok && c->why && c->why_size && !c->why[0] && why[0]) snprintf(c->why, c->why_size, "%s", why);
+    return ok;
+}
+
+static bool ce_text_keep_why(ceval *c, const char *text, TSNode at, int64_t *out, char *why, size_t size)
+{
+    char *was = c->why;
+    size_t was_size = c->why_size;
+    why[0] = '\0';
+    c->why = why, c->why_size = size;
+    bool ok = ce_text(c, text, at, out);
+    c->why = was, c->why_size = was_size;
+    if (!ok && c->why && c->why_size && !c->why[0] && why[0]) snprintf(c->why, c->why_size, "%s", why);
+    return ok;
+}
+
 /* The value of a name at node `at`: a local of the scope assigned once, a macro, a file constant. */
 static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
 {
@@ -1645,28 +1741,49 @@ static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
         *out = 32;
         return true;
     }
+    ce_memo *m = ce_memo_of(src);
+    const name_memo *e = memo_find(m, c->scope, c->dim3, name);
+    if (e) {
+        if (e->ok) {
+            *out = e->value;
+            return true;
+        }
+        if (e->at_kind) return cfail(c, at, e->at_kind);
+        if (e->why && c->why && c->why_size && !c->why[0]) snprintf(c->why, c->why_size, "%s", e->why);
+        return false;
+    }
+    char why[KL_ERROR_MAX];
+    int64_t v = 0;
+    bool ok;
     local_scan ls = {src, name, null_node, 0};
     /* the scope: a function (its body is searched) or any node (searched as it is) */
     TSNode region = type_is(c->scope, "function_definition") ? kl_ast_function_body(c->scope) : c->scope;
     if (!ts_node_is_null(region)) kl_ast_walk(region, scan_local, &ls);
-    if (ls.assigns == 1 && !ts_node_is_null(ls.init)) return ce(c, src, ls.init, out);
-    if (ls.assigns > 1) return cfail(c, at, "assigned more than once");
-    /* macros */
-    macro_table mt = {0};
-    macro_collect mc = {src, &mt, false};
-    kl_ast_walk(kl_source_root(src), collect_macro, &mc);
-    const macro_def *md = macro_find(&mt, name);
-    if (md && !md->function_like && md->defs == 1) {
-        char *body = macro_body_clean(md->body);
-        bool ok = body && ce_text(c, body, at, out);
-        free(body);
-        macros_release(&mt);
-        return ok;
+    if (ls.assigns == 1 && !ts_node_is_null(ls.init)) {
+        ok = ce_keep_why(c, src, ls.init, &v, why, sizeof why);
+    } else if (ls.assigns > 1) {
+        memo_put(m, c->scope, c->dim3, name, false, 0, "assigned more than once", NULL);
+        return cfail(c, at, "assigned more than once");
+    } else {
+        macro_table none = {0};
+        const macro_def *md = macro_find(m && m->macros_ok ? &m->macros : &none, name);
+        if (md && !md->function_like && md->defs == 1) {
+            char *body = macro_body_clean(md->body);
+            ok = body && ce_text_keep_why(c, body, at, &v, why, sizeof why);
+            if (!body) return cfail(c, at, "out of memory"); /* not remembered */
+            free(body);
+        } else {
+            TSNode gi = global_const_init(src, name);
+            if (ts_node_is_null(gi)) {
+                memo_put(m, c->scope, c->dim3, name, false, 0, "unknown name", NULL);
+                return cfail(c, at, "unknown name");
+            }
+            ok = ce_keep_why(c, src, gi, &v, why, sizeof why);
+        }
     }
-    macros_release(&mt);
-    TSNode gi = global_const_init(src, name);
-    if (!ts_node_is_null(gi)) return ce(c, src, gi, out);
-    return cfail(c, at, "unknown name");
+    memo_put(m, c->scope, c->dim3, name, ok, v, NULL, ok ? NULL : why);
+    if (ok) *out = v;
+    return ok;
 }
 
 bool kl_const_eval_name(const kl_source *src, TSNode scope, const char *name, int64_t *out, char *why, size_t why_size)

@@ -22,6 +22,7 @@ typedef struct reps {
     unsigned n, cap;
     bool oom;
     kl_strbuf bumped;  /* the pointers folded with their bumps, each followed by a space */
+    bool whole;        /* the change holds only as a whole (a launch's block with its kernel) */
 } reps;
 
 /* A changed piece: [os, oe) of a step's input became [cs, ce) of its output. */
@@ -35,11 +36,12 @@ typedef struct step {
     unsigned n;
     kl_source *out; /* the step's output, parsed */
     char *bumped;   /* the pointers it folded with their bumps ("x y "), NULL when none */
+    bool whole;     /* no edit maps back through it (step 4: the block's shape changed with its kernel) */
 } step;
 
 struct kl_canon {
     const kl_source *orig;
-    step st[3];
+    step st[4];
     unsigned nst;
     char *summary;
 };
@@ -1130,6 +1132,127 @@ static void step_pointers(const kl_source *src, reps *r, kl_strbuf *summary)
     kl_strbuf_release(&names);
 }
 
+/* ---- step 4: a 1-D block read as rows and columns ---------------------------------------------
+ * A kernel whose every thread index is `threadIdx.x / C` or `threadIdx.x % C` (one compile-time C,
+ * no other thread index or blockDim, no helper of the file that reads them), launched only with a
+ * 1-D block of C * C threads, is the same program with the 2-D block dim3(C, C): threadIdx.x / C is
+ * threadIdx.y and threadIdx.x % C is threadIdx.x, the linear thread order (and so every warp) the
+ * same. The launch changes with the kernel, so no edit maps back through this step. */
+
+typedef struct split_scan {
+    const kl_source *src;
+    TSNode fn;
+    TSNode at[64];
+    bool row[64];
+    unsigned n;
+    int64_t c;
+    TSNode ctext;
+    bool bad;
+} split_scan;
+
+static bool split_visit(TSNode n, void *user)
+{
+    split_scan *s = user;
+    if (s->bad) return false;
+    if (is_type(n, "call_expression")) {
+        TSNode f = ts_node_child_by_field_name(n, "function", 8);
+        char *name = is_type(f, "identifier") ? kl_node_text(s->src, f) : NULL;
+        TSNode d = name ? kl_ast_function_named(s->src, name) : (TSNode){0};
+        char *t = ts_node_is_null(d) ? NULL : kl_node_text(s->src, d);
+        if (t && (strstr(t, "threadIdx") || strstr(t, "blockDim"))) s->bad = true;
+        free(name);
+        free(t);
+        return !s->bad;
+    }
+    if (!is_type(n, "field_expression")) return true;
+    TSNode arg = ts_node_child_by_field_name(n, "argument", 8);
+    if (!kl_node_text_is(s->src, arg, "threadIdx") && !kl_node_text_is(s->src, arg, "blockDim")) return true;
+    TSNode p = ts_node_parent(n), r = ts_node_child_by_field_name(p, "right", 5);
+    char *op = is_type(p, "binary_expression") ? kl_node_text(s->src, ts_node_child_by_field_name(p, "operator", 8)) : NULL;
+    int64_t v = 0;
+    bool split = kl_node_text_is(s->src, n, "threadIdx.x") && op && (!strcmp(op, "/") || !strcmp(op, "%")) &&
+                 ts_node_eq(ts_node_child_by_field_name(p, "left", 4), n) && kl_const_eval(s->src, s->fn, r, false, &v, NULL, 0) &&
+                 v > 1 && (!s->c || v == s->c) && s->n < 64;
+    if (split) {
+        s->c = v;
+        s->ctext = r;
+        s->row[s->n] = !strcmp(op, "/");
+        s->at[s->n++] = p;
+    } else s->bad = true;
+    free(op);
+    return false;
+}
+
+/* Is name a constant of the file's top level (#define or a declaration), visible at the launch? */
+static bool file_level_name(const kl_source *src, TSNode n)
+{
+    n = unparen(n);
+    if (!is_type(n, "identifier")) return false;
+    TSNode root = kl_source_root(src);
+    uint32_t c = ts_node_named_child_count(root);
+    for (uint32_t i = 0; i < c; i++) {
+        TSNode d = ts_node_named_child(root, i);
+        if (!is_type(d, "preproc_def")) continue;
+        char *a = kl_node_text(src, ts_node_child_by_field_name(d, "name", 4)), *b = kl_node_text(src, n);
+        bool same = a && b && !strcmp(a, b);
+        free(a);
+        free(b);
+        if (same) return true;
+    }
+    return false;
+}
+
+static void step_blocks(const kl_source *src, reps *r, kl_strbuf *summary)
+{
+    kl_launch_sites ls = {0};
+    if (kl_ast_launches(src, &ls, NULL) != KL_OK) {
+        r->oom = true;
+        return;
+    }
+    TSNode fns[64];
+    unsigned nf = kl_ast_functions(src, "__global__", fns, 64);
+    if (nf > 64) nf = 64;
+    for (unsigned f = 0; f < nf; f++) {
+        split_scan sc = {.src = src, .fn = fns[f]};
+        kl_ast_walk(kl_ast_function_body(fns[f]), split_visit, &sc);
+        bool rows = false, cols = false;
+        for (unsigned i = 0; i < sc.n; i++) {
+            if (sc.row[i]) rows = true;
+            else cols = true;
+        }
+        if (sc.bad || !rows || !cols || sc.c > 32) continue;
+        char *kname = kl_ast_function_name(src, fns[f]);
+        unsigned launches = 0;
+        bool ok = kname != NULL;
+        for (unsigned i = 0; ok && i < ls.count; i++) {
+            if (strcmp(ls.items[i].kernel, kname)) continue;
+            int64_t nt = 0;
+            TSNode b = ls.items[i].block;
+            ok = !ts_node_is_null(b) && kl_const_eval(src, ls.items[i].host_fn, b, false, &nt, NULL, 0) &&
+                 nt == sc.c * sc.c;
+            launches++;
+        }
+        if (ok && launches) {
+            char *ct = file_level_name(src, sc.ctext) ? kl_node_text(src, unparen(sc.ctext)) : NULL;
+            char dim[300];
+            if (ct) kl_snprintf(dim, sizeof dim, "dim3(%s, %s)", ct, ct);
+            else kl_snprintf(dim, sizeof dim, "dim3(%lld, %lld)", (long long)sc.c, (long long)sc.c);
+            for (unsigned i = 0; i < sc.n; i++)
+                reps_add(r, ts_node_start_byte(sc.at[i]), ts_node_end_byte(sc.at[i]),
+                         kl_strdup(sc.row[i] ? "threadIdx.y" : "threadIdx.x"), 0);
+            for (unsigned i = 0; i < ls.count; i++)
+                if (!strcmp(ls.items[i].kernel, kname))
+                    reps_add(r, ts_node_start_byte(ls.items[i].block), ts_node_end_byte(ls.items[i].block), kl_strdup(dim), 0);
+            r->whole = true;
+            kl_strbuf_addf(summary, "%sread the 1-D block of %s as %s (threadIdx.x / %lld, %% %lld)",
+                           summary->len ? "; " : "", kname, dim, (long long)sc.c, (long long)sc.c);
+            free(ct);
+        }
+        free(kname);
+    }
+    kl_launch_sites_release(&ls);
+}
+
 /* ---- building ----------------------------------------------------------------------------------- */
 
 typedef void (*step_fn)(const kl_source *src, reps *r, kl_strbuf *summary);
@@ -1141,10 +1264,10 @@ kl_status kl_canon_build(const kl_source *src, kl_canon **out, kl_error *err)
     kl_strbuf summary = KL_STRBUF_INIT;
     if (!c) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     c->orig = src;
-    static const step_fn steps[] = {step_macros, step_templates, step_pointers};
+    static const step_fn steps[] = {step_macros, step_templates, step_pointers, step_blocks};
     const kl_source *cur = src;
     kl_status st = KL_OK;
-    for (unsigned s = 0; s < 3; s++) {
+    for (unsigned s = 0; s < 4; s++) {
         reps r = {0};
         kl_strbuf what = KL_STRBUF_INIT;
         steps[s](cur, &r, &what);
@@ -1170,7 +1293,7 @@ kl_status kl_canon_build(const kl_source *src, kl_canon **out, kl_error *err)
             }
             if (kl_source_parse_text(kl_source_name(src), nt, strlen(nt), &ns, &perr) == KL_OK &&
                 kl_source_error_count(ns) <= kl_source_error_count(cur) && strcmp(nt, text)) {
-                c->st[c->nst++] = (step){p, np, ns, r.bumped.len ? kl_strbuf_detach(&r.bumped, NULL) : NULL};
+                c->st[c->nst++] = (step){p, np, ns, r.bumped.len ? kl_strbuf_detach(&r.bumped, NULL) : NULL, r.whole};
                 cur = ns;
                 kl_strbuf_addf(&summary, "%s%s", summary.len ? "; " : "", kl_strbuf_str(&what));
             } else {
@@ -1258,6 +1381,11 @@ static bool names_word(const char *text, const char *name, size_t len)
 
 static bool map_step(const step *s, const kl_canon_edit *in, unsigned n, kl_canon_edit *out, char *why, size_t size)
 {
+    if (s->whole && n) {
+        kl_snprintf(why, size, "the canonical form reads a 1-D block as a 2-D one, its launch with it: an edit holds "
+                               "only there");
+        return false;
+    }
     /* a pointer folded with its bumps means another address in the text as written wherever a bump
      * came before: an edit naming it lands on the canonical form's meaning only there */
     for (const char *b = s->bumped; b && *b;) {

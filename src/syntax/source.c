@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "syntax/memo.h"
 #include "syntax/syntax_int.h"
 #include "util/util.h"
 
@@ -15,6 +16,8 @@ struct kl_source {
     unsigned nerrors;
     TSNode errors[MAX_ERRORS];
     unsigned nerrors_total;
+    void *memo; /* syntax/memo.h: what analyses computed once over the tree */
+    void (*memo_release)(void *memo);
 };
 
 const TSTree *kl_source_tree(const kl_source *src) { return src->tree; }
@@ -476,9 +479,21 @@ kl_status kl_source_parse_file(const char *path, kl_source **out, kl_error *err)
     return st;
 }
 
+void *kl_source_memo(const kl_source *src) { return src->memo; }
+
+void kl_source_set_memo(const kl_source *src, void *memo, void (*release)(void *memo))
+{
+    /* the memo is not part of the source's value: what is derived from the tree, kept */
+    kl_source *s = (kl_source *)src;
+    if (s->memo && s->memo_release) s->memo_release(s->memo);
+    s->memo = memo;
+    s->memo_release = release;
+}
+
 void kl_source_free(kl_source *src)
 {
     if (!src) return;
+    if (src->memo && src->memo_release) src->memo_release(src->memo);
     if (src->tree) ts_tree_delete(src->tree);
     free(src->name);
     free(src->text);

@@ -164,6 +164,43 @@ static void const_eval_reads_macros_and_dim3(void **state)
     kl_source_free(src);
 }
 
+/* The evaluator remembers a name's value by scope (syntax/memo.h): asked again, a name gives the
+ * same value, and a name that is no constant is refused at each use with that use's line. */
+static void const_eval_remembers_by_scope(void **state)
+{
+    (void)state;
+    const char *t = "constexpr int A = 8;\n"
+                    "void launch(int n) {\n"
+                    "  k<<<1, A>>>();\n"
+                    "  k<<<1, Q>>>();\n"
+                    "  k<<<1, Q * 2>>>();\n"
+                    "  int m = n; k<<<1, m>>>();\n"
+                    "}\n";
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("m.cu", t, strlen(t), &src, &err), KL_OK);
+    kl_launch_sites ls;
+    assert_int_equal(kl_ast_launches(src, &ls, &err), KL_OK);
+    assert_int_equal(ls.count, 4);
+    TSNode fn = ls.items[0].host_fn;
+    int64_t v = 0;
+    char why[200];
+    for (int round = 0; round < 2; round++) {
+        assert_false(kl_const_eval(src, fn, ls.items[1].block, false, &v, why, sizeof why));
+        assert_non_null(strstr(why, "unknown name, line 4"));
+        assert_false(kl_const_eval(src, fn, ls.items[2].block, false, &v, why, sizeof why));
+        assert_non_null(strstr(why, "unknown name, line 5"));
+        /* a local assigned from a parameter: a run-time value */
+        assert_false(kl_const_eval(src, fn, ls.items[3].block, false, &v, why, sizeof why));
+        assert_non_null(strstr(why, "'n'"));
+        v = 0;
+        assert_true(kl_const_eval(src, fn, ls.items[0].block, false, &v, why, sizeof why));
+        assert_int_equal(v, 8);
+    }
+    kl_launch_sites_release(&ls);
+    kl_source_free(src);
+}
+
 /* `dim3 b(BLOCK, BLOCK)` reads as a function declaration (its arguments look like types); a
  * local dim3 of constants is a compile-time block size unless it is changed before the launch. */
 static void const_eval_dim3_locals(void **state)
@@ -297,6 +334,7 @@ int main(void)
         cmocka_unit_test(affine_sees_through_macros_helpers_locals),
         cmocka_unit_test(affine_reads_members_of_a_struct_parameter),
         cmocka_unit_test(const_eval_reads_macros_and_dim3),
+        cmocka_unit_test(const_eval_remembers_by_scope),
         cmocka_unit_test(backend_simplify_and_apply),
         cmocka_unit_test(rewrite_errors_name_the_problem),
         cmocka_unit_test(check_refuses_broken_results),

@@ -118,6 +118,35 @@ static void refuses_2d(void **state)
                        "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<1, dim3(BX, BY), 0, s>>>(y, n);\n}\n";
     expect_not_applicable(sync, "k:1:BXxBY", false, "{\"bx\": \"32\", \"by\": \"8\"}",
                           "the loop at line 5 holds __syncthreads() and its bound (n) is not a compile-time constant");
+    /* rows of a tile, `for (j = 0; j < TILE; j += ROWS)` over threadIdx.y + j: any ROWS dividing TILE */
+    const char *rows = "#define TILE 32\n#define ROWS 8\n"
+                       "__global__ void k(float *o, const float *in, int n) {\n"
+                       "  int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;\n"
+                       "  for (int j = 0; j < TILE; j += ROWS) o[(y + j) * n + x] = 2.f * in[(y + j) * n + x];\n}\n"
+                       "extern \"C\" void launch(const float *in, float *o, int n, cudaStream_t s) {\n"
+                       "  k<<<dim3(n / TILE, n / TILE), dim3(TILE, ROWS), 0, s>>>(o, in, n);\n}\n";
+    assert_int_equal(rewrite_src(rows, "k:1:TILExROWS", true, NULL, &out, &err), KL_OK);
+    assert_non_null(strstr(out, "#define TILE 16\n#define ROWS 16\n"));
+    free(out);
+    expect_not_applicable(rows, "k:1:TILExROWS", false, "{\"bx\": \"16\", \"by\": \"32\"}",
+                          "with a 16x32 block 16 rows are not a multiple of 32");
+    /* … but not when the body reads j, or the thread's row, on its own */
+    const char *rows_j = "#define TILE 32\n#define ROWS 8\n"
+                         "__global__ void k(float *o, const float *in, int n) {\n"
+                         "  int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;\n"
+                         "  for (int j = 0; j < TILE; j += ROWS) o[(y + j) * n + x] = in[(y + j) * n + x] + j;\n}\n"
+                         "extern \"C\" void launch(const float *in, float *o, int n, cudaStream_t s) {\n"
+                         "  k<<<dim3(n / TILE, n / TILE), dim3(TILE, ROWS), 0, s>>>(o, in, n);\n}\n";
+    expect_not_applicable(rows_j, "k:1:TILExROWS", true, NULL,
+                          "line 5 uses the loop variable other than added to the thread's row (j)");
+    const char *rows_y = "#define TILE 32\n#define ROWS 8\n"
+                         "__global__ void k(float *o, const float *in, int n) {\n"
+                         "  int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;\n"
+                         "  for (int j = 0; j < TILE; j += ROWS) o[(y + j) * n + x] = in[y * n + x + j];\n}\n"
+                         "extern \"C\" void launch(const float *in, float *o, int n, cudaStream_t s) {\n"
+                         "  k<<<dim3(n / TILE, n / TILE), dim3(TILE, ROWS), 0, s>>>(o, in, n);\n}\n";
+    expect_not_applicable(rows_y, "k:1:TILExROWS", true, NULL,
+                          "reads the thread index other than added to the loop variable (y)");
     /* a loop stepping by an extent from a start that is no thread index */
     const char *start = "constexpr int BX = 32, BY = 8;\n"
                         "__global__ void k(float *y, int n) {\n"
@@ -360,6 +389,36 @@ static void transpose_root(void **state)
     free(text);
 }
 
+/* coalesce's rows_per_thread writes loops over tile rows stepping by a rows constant from 0 (the
+ * blog style): block-size reads them, removal to 16x16, and moves the rows only to a divisor. */
+static void coalesce_rows_meet(void **state)
+{
+    (void)state;
+    const char *data = getenv("KL_TEST_DATA");
+    assert_non_null(data);
+    char path[1200];
+    kl_snprintf(path, sizeof path, "%s/rules/coalesce/staged_rows_per_thread.after.cu", data);
+    char *text = NULL;
+    size_t len;
+    kl_error err = {0};
+    assert_int_equal(kl_file_read(path, 0, &text, &len, &err), KL_OK);
+    json_t *arr = sites_of(path, text);
+    assert_non_null(site_of(arr, "transpose_naive:4:BLOCKxBLOCK_ROWS", "present"));
+    json_decref(arr);
+    char *out = NULL;
+    assert_int_equal(rewrite_src(text, "transpose_naive:4:BLOCKxBLOCK_ROWS", true, NULL, &out, &err), KL_OK);
+    assert_non_null(strstr(out, "#define BLOCK 16\n#define BLOCK_ROWS 16\n"));
+    free(out);
+    assert_int_equal(rewrite_src(text, "transpose_naive:4:BLOCKxBLOCK_ROWS", false, "{\"bx\": \"32\", \"by\": \"8\"}", &out,
+                                 &err),
+                     KL_OK);
+    assert_non_null(strstr(out, "#define BLOCK 32\n#define BLOCK_ROWS 8\n"));
+    free(out);
+    expect_not_applicable(text, "transpose_naive:4:BLOCKxBLOCK_ROWS", false, "{\"bx\": \"8\", \"by\": \"16\"}",
+                          "8 rows are not a multiple of 16");
+    free(text);
+}
+
 /* The backend proposes the removal on the transpose expert. */
 static void backend_2d(void **state)
 {
@@ -397,6 +456,7 @@ int main(void)
         cmocka_unit_test(params_2d),
         cmocka_unit_test(tasks_2d),
         cmocka_unit_test(transpose_root),
+        cmocka_unit_test(coalesce_rows_meet),
         cmocka_unit_test(backend_2d),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -617,6 +617,40 @@ static void canonical_form_sites_map_back(void **state)
     free(canon);
     free(summary);
     free(text);
+    /* a 1-D block of TILE * TILE threads read as threadIdx.x / TILE and % TILE is the 2-D block
+     * dim3(TILE, TILE), its launch with it: smem-tile applies there, the whole file in that form */
+    text = read_rel("tests/data/rules/idioms/gemm_split_block.cu");
+    assert_int_equal(kl_rules_canonical("s.cu", text, strlen(text), &canon, &summary, &err), KL_OK);
+    assert_non_null(strstr(canon, "const int r = blockIdx.y * TILE + threadIdx.y;"));
+    assert_non_null(strstr(canon, "const int c = blockIdx.x * TILE + threadIdx.x;"));
+    assert_non_null(strstr(canon, "matmul_flat_block<<<grid, dim3(TILE, TILE), 0, stream>>>"));
+    assert_non_null(strstr(summary, "read the 1-D block of matmul_flat_block as dim3(TILE, TILE)"));
+    free(canon);
+    free(summary);
+    sites = list_sites("s.cu", text, "smem-tile");
+    assert_int_equal(json_array_size(sites), 1);
+    s = json_array_get(sites, 0);
+    assert_string_equal(json_string_value(json_object_get(s, "direction")), "applicable");
+    out = apply_ok(text, "smem-tile", json_string_value(json_object_get(s, "site")), NULL);
+    assert_non_null(strstr(out, "__shared__ float As[TILE][TILE];"));
+    assert_non_null(strstr(out, "matmul_flat_block<<<grid, dim3(TILE, TILE), 0, stream>>>"));
+    json_decref(sites);
+    free(out);
+    /* … not when the thread index is read otherwise too (`threadIdx.x == 0`) */
+    const char *at = strstr(text, "    C[r * N + c] = sum;");
+    assert_non_null(at);
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_add(&sb, text, (size_t)(at - text));
+    kl_strbuf_adds(&sb, "    C[r * N + c] = sum + (threadIdx.x == 0);");
+    kl_strbuf_adds(&sb, at + strlen("    C[r * N + c] = sum;"));
+    char *other = kl_strbuf_detach(&sb, NULL);
+    assert_non_null(other);
+    assert_int_equal(kl_rules_canonical("s.cu", other, strlen(other), &canon, &summary, &err), KL_OK);
+    assert_true(!canon || !strstr(canon, "dim3(TILE, TILE)"));
+    free(canon);
+    free(summary);
+    free(other);
+    free(text);
 }
 
 /* Template parameters are bound one by one: the samples-style reduction launches `<float, THREADS,

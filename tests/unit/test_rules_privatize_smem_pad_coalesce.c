@@ -343,6 +343,35 @@ static void coalesce_refuses(void **state)
                           "}\n"
                           "void go(const float *x, float *y, int R, int C) { t<<<dim3(C / 16, R / 16), dim3(16, 16)>>>(x, y, R, C); }\n",
                           KL_SITE_PRESENT, NULL, NULL, "depends on 'i'");
+    /* remove, rows `threadIdx.y + j` of loops over rows (the blog-style transpose): the write's loop
+     * must read its row only as that sum (here `y` alone picks the output column) … */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "#define T 32\n#define R 8\n"
+                          "__global__ void t(float *o, const float *in, int w, int h)\n{\n"
+                          "    __shared__ float tile[T][T + 1];\n"
+                          "    int x = blockIdx.x * T + threadIdx.x, y = blockIdx.y * T + threadIdx.y;\n"
+                          "    for (int j = 0; j < T; j += R) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * w + x];\n"
+                          "    __syncthreads();\n"
+                          "    x = blockIdx.y * T + threadIdx.x;\n"
+                          "    y = blockIdx.x * T + threadIdx.y;\n"
+                          "    for (int j = 0; j < T; j += R) o[(y + j) * h + x + y] = tile[threadIdx.x][threadIdx.y + j];\n"
+                          "}\n"
+                          "void go(const float *in, float *o, int w, int h) { t<<<dim3(w / T, h / T), dim3(T, R)>>>(o, in, w, h); }\n",
+                          KL_SITE_PRESENT, NULL, NULL, "reads the thread index other than added to the loop variable (y)");
+    /* … and both sides must walk the same rows */
+    expect_not_applicable(&kl_rule_coalesce,
+                          "#define T 32\n#define R 8\n"
+                          "__global__ void t(float *o, const float *in, int w, int h)\n{\n"
+                          "    __shared__ float tile[T][T + 1];\n"
+                          "    int x = blockIdx.x * T + threadIdx.x, y = blockIdx.y * T + threadIdx.y;\n"
+                          "    for (int j = 0; j < T; j += R) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * w + x];\n"
+                          "    __syncthreads();\n"
+                          "    x = blockIdx.y * T + threadIdx.x;\n"
+                          "    y = blockIdx.x * T + threadIdx.y;\n"
+                          "    for (int j = 0; j < T / 2; j += R) o[(y + j) * h + x] = tile[threadIdx.x][threadIdx.y + j];\n"
+                          "}\n"
+                          "void go(const float *in, float *o, int w, int h) { t<<<dim3(w / T, h / T), dim3(T, R)>>>(o, in, w, h); }\n",
+                          KL_SITE_PRESENT, NULL, NULL, "the loops over the tile's rows at lines 7 and 11 differ");
     /* warp-synchronous code */
     expect_not_applicable(&kl_rule_coalesce,
                           "__global__ void k(const float *x, float *y, int C) {\n"

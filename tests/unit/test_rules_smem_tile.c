@@ -162,7 +162,63 @@ static void smem_tile_says_why_not(void **state)
     gemm_expect(row, col, dot, "dim3(BLOCK, BLOCK)", NULL);
     /* a 1-D grid with div/mod: a row of C spans threads with different threadIdx.x */
     gemm_expect("(blockIdx.x * 256 + threadIdx.x) / N", "(blockIdx.x * 256 + threadIdx.x) % N", dot, "256",
-                "not affine");
+                "a linear index split by '/' and '%'");
+    /* … a 1-D block of 256 split by 32 (a 32 x 8 tile of C written as one index): not a square block */
+    gemm_expect("blockIdx.y * 8 + threadIdx.x / 32", "blockIdx.x * 32 + threadIdx.x % 32", dot, "256",
+                "('threadIdx.x / 32' in the index of 'A'): smem-tile shares tiles between the rows of threadIdx.y");
+    /* … while a 1-D block of BLOCK * BLOCK split by BLOCK is the 2-D block dim3(BLOCK, BLOCK) (the canonical
+     * form reads it so, launch included; the whole file is given in that form) */
+    {
+        char text[4096];
+        kl_snprintf(text, sizeof text, GEMM_FMT, "blockIdx.y * 16 + threadIdx.x / BLOCK",
+                    "blockIdx.x * 16 + threadIdx.x % BLOCK", dot, "256");
+        json_t *ls = sites_of(text, "smem-tile");
+        const char *lid = site_where(ls, "applicable", true);
+        assert_non_null(lid);
+        char *got = run_op(text, lid, false, NULL);
+        assert_non_null(strstr(got, "int row = blockIdx.y * 16 + threadIdx.y;"));
+        assert_non_null(strstr(got, "dim3(BLOCK, BLOCK), 0, s>>>"));
+        assert_non_null(strstr(got, "As[threadIdx.y][threadIdx.x] = row < M"));
+        free(got);
+        json_decref(ls);
+    }
+    /* the blog-style transposed exchange is coalesce's: smem-tile's refusal says so */
+    {
+        char *tt = NULL;
+        size_t tl = 0;
+        kl_error terr = {0};
+        char tpath[1200];
+        kl_snprintf(tpath, sizeof tpath, "%s/rules/coalesce/remove_staged_rows.before.cu", getenv("KL_TEST_DATA"));
+        assert_int_equal(kl_file_read(tpath, 0, &tt, &tl, &terr), KL_OK);
+        json_t *ts = sites_of(tt, "smem-tile");
+        const char *tid = site_where(ts, "present", false);
+        assert_non_null(tid);
+        expect_not_applicable(tt, "smem-tile", tid, true, "a transposed exchange");
+        json_decref(ts);
+        free(tt);
+    }
+    /* a read between the early return and the loop: guarded for the threads that return (golden
+     * apply_early_return_read); one through a call is not */
+    {
+        static const char *call_read =
+            "#define TS 16\n"
+            "__device__ float first(const float* p, int i) { return p[i]; }\n"
+            "__global__ void d(const float* a, const float* b, const float* bias, float* o, int M, int N, int K) {\n"
+            "    int r = blockIdx.y * TS + threadIdx.y, c = blockIdx.x * TS + threadIdx.x;\n"
+            "    if (r >= M || c >= N) return;\n"
+            "    float s = first(bias, c);\n"
+            "    for (int k = 0; k < K; k++) s += a[r * K + k] * b[k * N + c];\n"
+            "    o[r * N + c] = s;\n"
+            "}\n"
+            "extern \"C\" void launch(const float* a, const float* b, const float* bias, float* o, int M, int N, int K, cudaStream_t st) {\n"
+            "    d<<<dim3((N + 15) / 16, (M + 15) / 16), dim3(TS, TS), 0, st>>>(a, b, bias, o, M, N, K);\n"
+            "}\n";
+        json_t *cs = sites_of(call_read, "smem-tile");
+        const char *cid = site_where(cs, "applicable", false);
+        assert_non_null(cid);
+        expect_not_applicable(call_read, "smem-tile", cid, false, "reads memory or calls a function");
+        json_decref(cs);
+    }
     /* not a product: the zero padding would change a max */
     gemm_expect(row, col, "acc += fmaxf(A[row * K + k], B[k * N + col]);", "dim3(BLOCK, BLOCK)", "not a product");
     /* the loop variable used outside the operands */

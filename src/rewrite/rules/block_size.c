@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rewrite/rules/row_step.h"
 #include "rewrite/rules/rules.h"
 #include "syntax/affine.h"
 #include "util/util.h"
@@ -927,27 +928,6 @@ static int thread_dim(const kl_source *src, TSNode body, TSNode e, int depth)
     return ts_node_is_null(f.value) ? -1 : thread_dim(src, body, f.value, depth + 1);
 }
 
-/* A loop's bound when its condition is `v < B` (also as the grammar's template misparse). */
-static TSNode loop_bound(const kl_source *src, TSNode loop, const char *var)
-{
-    TSNode c = kl_ast_unparen(ts_node_child_by_field_name(loop, "condition", 9));
-    if (is_type(c, "binary_expression")) {
-        char *op = kl_node_text(src, ts_node_child_by_field_name(c, "operator", 8));
-        bool lt = op && !strcmp(op, "<");
-        free(op);
-        if (lt && kl_node_text_is(src, ts_node_child_by_field_name(c, "left", 4), var))
-            return ts_node_child_by_field_name(c, "right", 5);
-        return (TSNode){0};
-    }
-    char *lhs = NULL;
-    TSNode rhs = {0};
-    if (!ts_node_is_null(c) && kl_ast_less_misparse(src, c, &lhs, &rhs)) {
-        bool same = lhs && !strcmp(lhs, var);
-        free(lhs);
-        if (same) return rhs;
-    }
-    return (TSNode){0};
-}
 
 /* The loop of the old kernel (with its twin in the changed file): a loop stepping by a block extent
  * must still cover its range (see the rules above). why is set when it would not. */
@@ -984,6 +964,14 @@ static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_so
     TSNode body = kl_ast_function_body(fn);
     int tdim = ts_node_is_null(start) ? -1 : thread_dim(src, body, start, 0);
     char *stext = ts_node_is_null(start) ? NULL : kl_node_text(src, start);
+    if ((tdim < 0 || tdim > 1) && !ts_node_is_null(start)) {
+        /* `for (j = 0; j < TILE; j += BLOCK_ROWS)` over rows `threadIdx.y + j` (row_step.c) */
+        int64_t ext_old[2] = {g->d[0].value, g->d[1].value};
+        if (kl_row_step_check(src, fn, loop, nsrc, nloop, nfn, var, st, both ? -1 : sdim, ext_old, ext_new, why, size)) {
+            free(stext);
+            goto done;
+        }
+    }
     if (tdim < 0 || tdim > 1) {
         kl_snprintf(why, size,
                     "the loop at line %u steps %s by %s from %s, not threadIdx.x or threadIdx.y: whether the block "
@@ -1002,7 +990,7 @@ static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_so
                     kl_ast_line(loop), "xy"[tdim], st, "xy"[sdim]);
         goto done;
     }
-    TSNode lb = loop_bound(src, loop, var), nlb = loop_bound(nsrc, nloop, var);
+    TSNode lb = kl_loop_bound(src, loop, var), nlb = kl_loop_bound(nsrc, nloop, var);
     char *lbody = kl_node_text(src, ts_node_child_by_field_name(loop, "body", 4));
     bool sync = lbody && strstr(lbody, "__syncthreads");
     free(lbody);
@@ -1224,7 +1212,7 @@ static void check_loop_1d(const kl_source *src, TSNode fn, TSNode loop, const bs
         free(t);
         goto done;
     }
-    TSNode bound = loop_bound(src, loop, var);
+    TSNode bound = kl_loop_bound(src, loop, var);
     int64_t b = 0;
     if (!ts_node_is_null(bound) && kl_const_eval(src, fn, bound, false, &b, NULL, 0) && b % old == 0 && b % nb != 0 &&
         has_barrier(src, ts_node_child_by_field_name(loop, "body", 4)))

@@ -24,6 +24,8 @@ const kl_rule *const kl_rules[] = {
     &kl_rule_register_tile,
     &kl_rule_double_buffer,
     &kl_rule_row_cache,
+    &kl_rule_interior_path,
+    &kl_rule_const_mem,
 };
 const unsigned kl_rules_count = sizeof kl_rules / sizeof kl_rules[0];
 

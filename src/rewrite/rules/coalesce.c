@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rewrite/rules/coalesce.h"
 #include "rewrite/rules/rules_tree.h"
 
 #define NAME "coalesce"
@@ -368,19 +369,7 @@ static kl_status check_swappable(const kl_rule_ctx *ctx, const rt_func *fs, unsi
 
 #define STAGED_MARKER "// coalesce: staged through a shared tile, so that the read and the write both move along threadIdx.x"
 
-/* A replacement inside the text: [start, end) -> text (owned). */
-typedef struct span_edit {
-    uint32_t start, end;
-    char *text;
-} span_edit;
-
-typedef struct span_edits {
-    span_edit *items;
-    unsigned count, cap;
-    bool failed;
-} span_edits;
-
-static void se_add(span_edits *e, uint32_t start, uint32_t end, const char *text)
+void co_se_add(span_edits *e, uint32_t start, uint32_t end, const char *text)
 {
     if (e->failed) return;
     if (e->count == e->cap) {
@@ -401,7 +390,7 @@ static void se_add(span_edits *e, uint32_t start, uint32_t end, const char *text
     e->items[e->count++] = (span_edit){start, end, t};
 }
 
-static void se_release(span_edits *e)
+void co_se_release(span_edits *e)
 {
     for (unsigned i = 0; i < e->count; i++) free(e->items[i].text);
     free(e->items);
@@ -416,7 +405,7 @@ static int se_cmp(const void *a, const void *b)
 
 /* The text [a, b) with the edits inside it applied (edits must not overlap); NULL on overlap or
  * when memory runs out. */
-static char *se_splice(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, span_edits *e)
+char *co_se_splice(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, span_edits *e)
 {
     if (e->failed) return NULL;
     if (e->count) qsort(e->items, e->count, sizeof *e->items, se_cmp);
@@ -441,7 +430,7 @@ static char *se_splice(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, span_edit
 }
 
 /* Text without blanks (for comparing definitions). */
-static char *squeeze(const char *s)
+char *co_squeeze(const char *s)
 {
     char *o = malloc(strlen(s) + 1), *p = o;
     if (!o) return NULL;
@@ -458,7 +447,7 @@ static bool is_loop(TSNode n)
 }
 
 /* Is threadIdx.<c> (c 'x' or 'y') at n? */
-static bool is_thread_letter(const kl_rule_ctx *ctx, TSNode n, char c)
+bool co_is_thread_letter(const kl_rule_ctx *ctx, TSNode n, char c)
 {
     TSNode l = builtin_letter(ctx, n);
     if (ts_node_is_null(l) || !rt_text_is(ctx, rt_field(n, "argument"), "threadIdx")) return false;
@@ -571,7 +560,8 @@ static kl_status square_block(const kl_rule_ctx *ctx, const rt_func *f, long lon
 /* Edits making the block of every launch of f B x B/r: its y extent `E` becomes `E / r` (or
  * `(E) / r`). A local dim3 used by several launches is edited once; refused when host code
  * reads the block's extents (`block.y`), which would see the smaller block. */
-static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rt_func *f, long long r, kl_edits *out, kl_error *err)
+static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rt_func *f, long long r, const char *rows, kl_edits *out,
+                               kl_error *err)
 {
     rt_launch ls[16];
     unsigned n = rt_launches(ctx, f->name, ls, 16);
@@ -608,7 +598,9 @@ static kl_status narrow_blocks(const kl_rule_ctx *ctx, const rt_func *f, long lo
         if (seen) continue;
         done[ndone++] = a;
         bool atom = rt_is(ey, "identifier") || rt_is(ey, "number_literal") || rt_is(ey, "type_identifier");
-        kl_status st = kl_edits_addf(out, a, b, atom ? "%.*s / %lld" : "(%.*s) / %lld", (int)(b - a), ctx->text + a, r);
+        kl_status st = rows && rows[0] ? kl_edits_add(out, a, b, rows)
+                                       : kl_edits_addf(out, a, b, atom ? "%.*s / %lld" : "(%.*s) / %lld", (int)(b - a),
+                                                       ctx->text + a, r);
         if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     }
     return KL_OK;
@@ -630,9 +622,37 @@ static bool tswap_visit(TSNode n, void *user)
     TSNode l = builtin_letter(t->ctx, n);
     if (ts_node_is_null(l) || !rt_text_is(t->ctx, rt_field(n, "argument"), "threadIdx")) return true;
     char to = rt_text_is(t->ctx, l, "x") ? (t->swap ? 'y' : 'x') : rt_text_is(t->ctx, l, "y") ? (t->swap ? 'x' : 'y') : 'z';
-    if (to == 'y' && t->ty) se_add(t->e, ts_node_start_byte(n), ts_node_end_byte(l), t->ty);
-    else if (t->swap && to != 'z') se_add(t->e, ts_node_start_byte(l), ts_node_end_byte(l), to == 'x' ? "x" : "y");
+    if (to == 'y' && t->ty) co_se_add(t->e, ts_node_start_byte(n), ts_node_end_byte(l), t->ty);
+    else if (t->swap && to != 'z') co_se_add(t->e, ts_node_start_byte(l), ts_node_end_byte(l), to == 'x' ? "x" : "y");
     return true;
+}
+
+/* The file-level definition of constant `name` (`#define N 16`, `constexpr int N = 16;`): true with
+ * its node and whether it is a #define. */
+static bool file_constant(const kl_rule_ctx *ctx, const char *name, TSNode *def, bool *define)
+{
+    if (!name[0] || (name[0] >= '0' && name[0] <= '9')) return false;
+    TSNode root = kl_source_root(ctx->src);
+    uint32_t n = ts_node_named_child_count(root);
+    for (uint32_t i = 0; i < n; i++) {
+        TSNode c = ts_node_named_child(root, i);
+        if (rt_is(c, "preproc_def") && rt_text_is(ctx, rt_field(c, "name"), name)) {
+            *def = c;
+            *define = true;
+            return true;
+        }
+        if (rt_is(c, "declaration")) {
+            TSNode ds[8];
+            unsigned k = rt_declarators(c, ds, 8);
+            for (unsigned j = 0; j < k && j < 8; j++)
+                if (rt_text_is(ctx, rt_declarator_name(ds[j]), name)) {
+                    *def = c;
+                    *define = false;
+                    return true;
+                }
+        }
+    }
+    return false;
 }
 
 static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f,
@@ -691,9 +711,22 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
     const char *tile = rt_count_ident(ctx, f->def, "tile") ? "coalesce_tile" : "tile";
     if (rt_count_ident(ctx, f->def, tile))
         return kl_rule_not_applicable(err, "%s: kernel '%s' already uses the names 'tile' and 'coalesce_tile'", file, f->name);
-    char ty[32] = "", part[32] = "";
+    char ty[32] = "", part[32] = "", rows_name[160] = "", step[200];
     rt_fresh_name(ctx, f->def, "ty", ty, sizeof ty);
-    rt_fresh_name(ctx, f->def, "part", part, sizeof part);
+    rt_fresh_name(ctx, f->def, "j", part, sizeof part);
+    /* the rows of the block: a constant beside the tile's (`#define BLOCK_ROWS 4`), the loops over
+     * rows stepping by it from 0 (the blog-style form block-size and coalesce read) */
+    TSNode cdef = {0};
+    bool define = false;
+    if (rpt > 1 && file_constant(ctx, btext, &cdef, &define)) {
+        char rbase[160];
+        kl_snprintf(rbase, sizeof rbase, "%s_ROWS", btext);
+        rt_fresh_name(ctx, ts_node_parent(f->def), rbase, rows_name, sizeof rows_name);
+        while (!ts_node_is_null(ts_node_parent(cdef)) && !rt_is(ts_node_parent(cdef), "translation_unit"))
+            cdef = ts_node_parent(cdef);
+    }
+    if (rows_name[0]) kl_snprintf(step, sizeof step, "%s", rows_name);
+    else kl_snprintf(step, sizeof step, "%s / %lld", btext, (long long)rpt);
     /* the body between its braces, which must sit on lines of their own */
     uint32_t bs = ts_node_start_byte(f->body), be = ts_node_end_byte(f->body);
     uint32_t a = rt_line_end(ctx, bs), b = rt_line_start(ctx, be - 1);
@@ -712,8 +745,8 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
     kl_snprintf(store, sizeof store, "%s[%s][threadIdx.x]", tile, row);
     kl_snprintf(load, sizeof load, "%s[threadIdx.x][%s]", tile, row);
     span_edits e1 = {0}, e2 = {0};
-    se_add(&e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), store);
-    se_add(&e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), load);
+    co_se_add(&e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), store);
+    co_se_add(&e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), load);
     if (rpt > 1) {
         tswap t1 = {ctx, &e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), false, ty};
         rt_walk(f->body, tswap_visit, &t1);
@@ -721,7 +754,7 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
     tswap t2 = {ctx, &e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), true, rpt > 1 ? ty : NULL};
     rt_walk(f->body, tswap_visit, &t2);
     int depth = rpt > 1 ? (sc.has_return ? 8 : 4) : 4;
-    char *p1 = se_splice(ctx, a, b, &e1), *p2 = se_splice(ctx, a, b, &e2);
+    char *p1 = co_se_splice(ctx, a, b, &e1), *p2 = co_se_splice(ctx, a, b, &e2);
     char *r1 = p1 ? rt_reindent(p1, strlen(p1), depth) : NULL, *r2 = p2 ? rt_reindent(p2, strlen(p2), depth) : NULL;
     kl_strbuf sb = KL_STRBUF_INIT;
     const char *open = sc.has_return ? "[&]() {" : "{", *close = sc.has_return ? "}();" : "}";
@@ -730,12 +763,12 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
         kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n%s__syncthreads();\n", ind, open, r1, ind, close, ind);
         kl_strbuf_addf(&sb, "%s%s\n%s%s%s\n", ind, open, r2, ind, close);
     } else if (r1 && r2) {
-        kl_strbuf_addf(&sb, "%s%s; each thread moves %lld rows of it\n%s__shared__ %s %s[%s][%s];\n", ind, STAGED_MARKER,
-                       (long long)rpt, ind, elem, tile, btext, btext);
+        kl_strbuf_addf(&sb, rows_name[0] ? "%s%s; each thread moves %s / %s of its rows\n%s__shared__ %s %s[%s][%s];\n"
+                                         : "%s%s; each thread moves %s / (%s) of its rows\n%s__shared__ %s %s[%s][%s];\n",
+                       ind, STAGED_MARKER, btext, step, ind, elem, tile, btext, btext);
         for (int phase = 0; phase < 2; phase++) {
-            kl_strbuf_addf(&sb, "%sfor (int %s = 0; %s < %lld; %s++) {\n", ind, part, part, (long long)rpt, part);
-            kl_strbuf_addf(&sb, "%s    const unsigned int %s = threadIdx.y + %s * (%s / %lld);\n", ind, ty, part, btext,
-                           (long long)rpt);
+            kl_strbuf_addf(&sb, "%sfor (int %s = 0; %s < %s; %s += %s) {\n", ind, part, part, btext, part, step);
+            kl_strbuf_addf(&sb, "%s    const unsigned int %s = threadIdx.y + %s;\n", ind, ty, part);
             if (sc.has_return) kl_strbuf_addf(&sb, "%s    %s\n", ind, open);
             kl_strbuf_adds(&sb, phase ? r2 : r1);
             if (sc.has_return) kl_strbuf_addf(&sb, "%s    %s\n", ind, close);
@@ -744,537 +777,20 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
         }
     }
     st = (!r1 || !r2 || sb.failed) ? KL_ERR_NOMEM : kl_edits_add(out, a, b, kl_strbuf_str(&sb));
+    if (st == KL_OK && rows_name[0]) {
+        uint32_t at = rt_line_end(ctx, ts_node_end_byte(cdef) - 1);
+        if (define) st = kl_edits_addf(out, at, at, "#define %s %lld\n", rows_name, edge / rpt);
+        else st = kl_edits_addf(out, at, at, "constexpr int %s = %lld;\n", rows_name, edge / rpt);
+    }
     kl_strbuf_release(&sb);
     free(p1);
     free(p2);
     free(r1);
     free(r2);
-    se_release(&e1);
-    se_release(&e2);
+    co_se_release(&e1);
+    co_se_release(&e2);
     if (st != KL_OK) return kl_error_set(err, st, "out of memory");
-    return rpt > 1 ? narrow_blocks(ctx, f, rpt, out, err) : KL_OK;
-}
-
-/* ---- removing a staged exchange ------------------------------------------------------------------ */
-
-typedef struct staged_form {
-    TSNode decl;           /* the tile's declaration (top level) */
-    char tile[128];
-    TSNode barrier;        /* the one top-level __syncthreads(); */
-    TSNode store;          /* T[i1][j1], left of `= v` before the barrier */
-    TSNode write;          /* `y[w] = T[i2][j2]` after it */
-    TSNode i1, j1, i2, j2;
-} staged_form;
-
-static bool is_atom(const kl_rule_ctx *ctx, TSNode n)
-{
-    return rt_is(n, "identifier") || is_thread_letter(ctx, n, 'x') || is_thread_letter(ctx, n, 'y');
-}
-
-/* The outer T[a][b] of a use of identifier T, or a null node. */
-static TSNode tile_access(TSNode use)
-{
-    TSNode in = ts_node_parent(use);
-    if (!rt_is(in, "subscript_expression") || !ts_node_eq(rt_field(in, "argument"), use)) return (TSNode){0};
-    TSNode out = ts_node_parent(in);
-    if (!rt_is(out, "subscript_expression") || !ts_node_eq(rt_field(out, "argument"), in)) return (TSNode){0};
-    if (rt_is(ts_node_parent(out), "subscript_expression")) return (TSNode){0}; /* 3-D */
-    return out;
-}
-
-static TSNode sub_index(TSNode s) { return kl_ast_subscript_index(s); }
-
-typedef struct uses {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    TSNode skip;
-    TSNode items[8];
-    unsigned n;
-} uses;
-
-static bool uses_visit(TSNode n, void *user)
-{
-    uses *u = user;
-    if (ts_node_eq(n, u->skip)) return false;
-    if (rt_is(n, "identifier") && rt_text_is(u->ctx, n, u->name)) {
-        if (u->n < 8) u->items[u->n] = n;
-        u->n++;
-    }
-    return true;
-}
-
-/* Memory side effects after the barrier other than the write itself. */
-typedef struct after_scan {
-    const kl_rule_ctx *ctx;
-    TSNode write;
-    TSNode bad;
-} after_scan;
-
-static bool after_visit(TSNode n, void *user)
-{
-    after_scan *s = user;
-    if (!ts_node_is_null(s->bad)) return false;
-    if (rt_is(n, "assignment_expression") && !ts_node_eq(n, s->write) && !rt_is(rt_field(n, "left"), "identifier"))
-        s->bad = n;
-    else if (rt_is(n, "update_expression") && !rt_is(rt_field(n, "argument"), "identifier")) s->bad = n;
-    else if (rt_is(n, "call_expression")) {
-        TSNode fn = rt_field(n, "function");
-        char *name = rt_is(fn, "identifier") ? rt_text(s->ctx, fn) : NULL;
-        if (name && (!strncmp(name, "atomic", 6) || !strncmp(name, "__sync", 6))) s->bad = n;
-        free(name);
-    }
-    return true;
-}
-
-/* 1: f holds the staged form; 0: it holds none (no top-level barrier after a 2-D __shared__
- * tile); -1: it looks staged but cannot be undone here (why says why). */
-static int find_staged(const kl_rule_ctx *ctx, const rt_func *f, staged_form *sf, char *why, size_t size)
-{
-    memset(sf, 0, sizeof *sf);
-    uint32_t c = ts_node_named_child_count(f->body);
-    unsigned barriers = 0;
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode s = ts_node_named_child(f->body, i);
-        if (rt_is_syncthreads(ctx, s)) {
-            if (!barriers++) sf->barrier = s;
-            continue;
-        }
-        if (barriers || !rt_is(s, "declaration")) continue;
-        bool shared = false;
-        uint32_t k = ts_node_child_count(s);
-        for (uint32_t j = 0; j < k; j++) {
-            TSNode q = ts_node_child(s, j);
-            if (rt_is(q, "type_qualifier") && rt_text_is(ctx, q, "__shared__")) shared = true;
-        }
-        TSNode d = rt_field(s, "declarator");
-        if (!shared || !rt_is(d, "array_declarator") || !rt_is(rt_field(d, "declarator"), "array_declarator") ||
-            !rt_is(rt_field(rt_field(d, "declarator"), "declarator"), "identifier"))
-            continue;
-        if (!ts_node_is_null(sf->decl)) {
-            kl_snprintf(why, size, "more than one 2-D __shared__ array before the barrier");
-            return -1;
-        }
-        sf->decl = s;
-        char *name = rt_text(ctx, rt_declarator_name(d));
-        kl_snprintf(sf->tile, sizeof sf->tile, "%s", name ? name : "");
-        free(name);
-    }
-    if (ts_node_is_null(sf->decl) || !barriers) return 0;
-    if (barriers > 1) {
-        kl_snprintf(why, size, "%u barriers at the top of the body; the staged exchange has one", barriers);
-        return -1;
-    }
-    uses u = {.ctx = ctx, .name = sf->tile, .skip = sf->decl};
-    rt_walk(f->body, uses_visit, &u);
-    uint32_t bar = ts_node_start_byte(sf->barrier);
-    TSNode load = {0};
-    for (unsigned i = 0; i < u.n && i < 8; i++) {
-        TSNode acc = tile_access(u.items[i]);
-        TSNode par = ts_node_is_null(acc) ? acc : ts_node_parent(acc);
-        bool asg = rt_is(par, "assignment_expression") && rt_text_is(ctx, rt_field(par, "operator"), "=") &&
-                   rt_is(ts_node_parent(par), "expression_statement");
-        if (asg && ts_node_eq(rt_field(par, "left"), acc) && ts_node_start_byte(acc) < bar && ts_node_is_null(sf->store))
-            sf->store = acc;
-        else if (asg && ts_node_eq(rt_field(par, "right"), acc) && ts_node_start_byte(acc) > bar &&
-                 ts_node_is_null(sf->write) && rt_is(rt_field(par, "left"), "subscript_expression")) {
-            sf->write = par;
-            load = acc;
-        } else {
-            kl_span sp = kl_node_span(u.items[i]);
-            kl_snprintf(why, size,
-                        "'%s' is used at line %u other than by one store before the barrier and one global write "
-                        "after it",
-                        sf->tile, sp.line);
-            return -1;
-        }
-    }
-    if (u.n > 8 || ts_node_is_null(sf->store) || ts_node_is_null(sf->write)) {
-        kl_snprintf(why, size, "'%s' is not stored once before the barrier and written out once after it", sf->tile);
-        return -1;
-    }
-    sf->i1 = sub_index(rt_field(sf->store, "argument"));
-    sf->j1 = sub_index(sf->store);
-    sf->i2 = sub_index(rt_field(load, "argument"));
-    sf->j2 = sub_index(load);
-    char *t[4] = {rt_text(ctx, sf->i1), rt_text(ctx, sf->j1), rt_text(ctx, sf->i2), rt_text(ctx, sf->j2)};
-    bool ok = t[0] && t[1] && t[2] && t[3] && strcmp(t[0], t[1]) && strcmp(t[2], t[3]) && is_atom(ctx, sf->i1) &&
-              is_atom(ctx, sf->j1) && is_atom(ctx, sf->i2) && is_atom(ctx, sf->j2);
-    for (int i = 0; i < 4; i++) free(t[i]);
-    if (!ok) {
-        kl_snprintf(why, size, "the subscripts of '%s' are not two distinct variables on each side", sf->tile);
-        return -1;
-    }
-    after_scan as = {.ctx = ctx, .write = sf->write};
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode s = ts_node_named_child(f->body, i);
-        if (ts_node_start_byte(s) > bar) rt_walk(s, after_visit, &as);
-    }
-    if (!ts_node_is_null(as.bad)) {
-        kl_span sp = kl_node_span(as.bad);
-        kl_snprintf(why, size, "line %u, after the barrier, has an effect besides the write (it would be lost)", sp.line);
-        return -1;
-    }
-    return 1;
-}
-
-/* ---- names, seen from a place in the kernel ---- */
-
-typedef enum { NM_OTHER, NM_LOCAL, NM_VARYING } nm_kind;
-
-typedef struct assign_count {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    unsigned n;
-} assign_count;
-
-static bool assign_visit(TSNode n, void *user)
-{
-    assign_count *a = user;
-    TSNode t = {0};
-    if (rt_is(n, "assignment_expression")) t = rt_field(n, "left");
-    else if (rt_is(n, "update_expression")) t = rt_field(n, "argument");
-    if (rt_is(t, "identifier") && rt_text_is(a->ctx, t, a->name)) a->n++;
-    return true;
-}
-
-static unsigned assigned_count(const kl_rule_ctx *ctx, TSNode body, const char *name)
-{
-    assign_count a = {ctx, name, 0};
-    rt_walk(body, assign_visit, &a);
-    return a.n;
-}
-
-/* A declaration's declarator for name: its value (init) or a null node (no initializer). */
-static bool decl_declares(const kl_rule_ctx *ctx, TSNode decl, const char *name, TSNode *value)
-{
-    uint32_t k = ts_node_named_child_count(decl);
-    for (uint32_t i = 0; i < k; i++) {
-        TSNode d = ts_node_named_child(decl, i);
-        if (!rt_is(d, "init_declarator") && !rt_is(d, "identifier") && !rt_is(d, "pointer_declarator") &&
-            !rt_is(d, "array_declarator"))
-            continue;
-        TSNode id = rt_declarator_name(d);
-        if (ts_node_is_null(id) || !rt_text_is(ctx, id, name)) continue;
-        *value = rt_is(d, "init_declarator") ? rt_field(d, "value") : (TSNode){0};
-        return true;
-    }
-    return false;
-}
-
-/* What `name` is at `at` inside body: a local with one definition (its value), something that
- * varies (a loop variable, a local assigned again or without initializer), or other (a
- * parameter, a file-level name). */
-static nm_kind lookup(const kl_rule_ctx *ctx, TSNode body, TSNode at, const char *name, TSNode *value)
-{
-    TSNode child = at;
-    for (TSNode a = ts_node_parent(at); !ts_node_is_null(a); child = a, a = ts_node_parent(a)) {
-        if (rt_is(a, "compound_statement")) {
-            TSNode v = {0};
-            bool any = false;
-            uint32_t k = ts_node_named_child_count(a);
-            for (uint32_t i = 0; i < k; i++) {
-                TSNode s = ts_node_named_child(a, i);
-                if (ts_node_start_byte(s) >= ts_node_start_byte(child)) break;
-                TSNode val = {0};
-                if (rt_is(s, "declaration") && decl_declares(ctx, s, name, &val)) {
-                    v = val;
-                    any = true;
-                }
-            }
-            if (any) {
-                if (ts_node_is_null(v) || rt_is(v, "initializer_list") || rt_is(v, "argument_list") ||
-                    assigned_count(ctx, body, name))
-                    return NM_VARYING;
-                *value = v;
-                return NM_LOCAL;
-            }
-        } else if (rt_is(a, "for_statement")) {
-            TSNode init = rt_field(a, "initializer"), val;
-            if (rt_is(init, "declaration") && !ts_node_eq(child, init) && decl_declares(ctx, init, name, &val))
-                return NM_VARYING;
-        }
-        if (ts_node_eq(a, body)) break;
-    }
-    return NM_OTHER;
-}
-
-/* ---- the write's destination, seen from the store ---- */
-
-typedef struct xlate {
-    const kl_rule_ctx *ctx;
-    TSNode body;
-    TSNode from_atoms[2];  /* i2, j2: replaced by … */
-    TSNode to_atoms[2];    /* … i1, j1 */
-    TSNode store;          /* the store's place (names visible there) */
-    char why[200];
-    bool failed;
-} xlate;
-
-static bool atom_is(const kl_rule_ctx *ctx, TSNode n, TSNode atom)
-{
-    char *a = rt_text(ctx, n), *b = rt_text(ctx, atom);
-    bool eq = a && b && !strcmp(a, b);
-    free(a);
-    free(b);
-    return eq;
-}
-
-/* Does expression n (at its place) depend on atoms[0..1], or on something that varies? */
-static bool depends(xlate *x, TSNode n, const TSNode *atoms, int depth)
-{
-    if (depth > 32) return true;
-    if ((rt_is(n, "identifier") || rt_is(n, "field_expression")) &&
-        (atom_is(x->ctx, n, atoms[0]) || atom_is(x->ctx, n, atoms[1])))
-        return true;
-    if (is_thread_letter(x->ctx, n, 'x') || is_thread_letter(x->ctx, n, 'y')) return true;
-    if (rt_is(n, "identifier")) {
-        char *name = rt_text(x->ctx, n);
-        TSNode v = {0};
-        nm_kind k = name ? lookup(x->ctx, x->body, n, name, &v) : NM_VARYING;
-        free(name);
-        if (k == NM_VARYING) return true;
-        return k == NM_LOCAL && depends(x, v, atoms, depth + 1);
-    }
-    uint32_t c = ts_node_named_child_count(n);
-    for (uint32_t i = 0; i < c; i++)
-        if (depends(x, ts_node_named_child(n, i), atoms, depth + 1)) return true;
-    return false;
-}
-
-/* The same local (by its value node) is visible from the store. */
-static bool visible_at_store(xlate *x, const char *name, TSNode value)
-{
-    TSNode v = {0};
-    return lookup(x->ctx, x->body, x->store, name, &v) == NM_LOCAL && ts_node_eq(v, value);
-}
-
-static void emit(xlate *x, TSNode n, kl_strbuf *sb, bool subst, bool match, int depth);
-
-/* A local of the store's side whose definition, expanded, is `want`: its name into name. */
-static void match_local(xlate *x, const char *want, char *name, size_t size, bool *found)
-{
-    *found = false;
-    TSNode child = x->store;
-    for (TSNode a = ts_node_parent(x->store); !ts_node_is_null(a) && !*found; child = a, a = ts_node_parent(a)) {
-        if (rt_is(a, "compound_statement")) {
-            uint32_t k = ts_node_named_child_count(a);
-            for (uint32_t i = 0; i < k && !*found; i++) {
-                TSNode s = ts_node_named_child(a, i);
-                if (ts_node_start_byte(s) >= ts_node_start_byte(child)) break;
-                if (!rt_is(s, "declaration")) continue;
-                uint32_t m = ts_node_named_child_count(s);
-                for (uint32_t j = 0; j < m && !*found; j++) {
-                    TSNode d = ts_node_named_child(s, j);
-                    if (!rt_is(d, "init_declarator")) continue;
-                    TSNode id = rt_declarator_name(d), v = rt_field(d, "value");
-                    char *nm = rt_text(x->ctx, id);
-                    TSNode v2 = {0};
-                    if (nm && lookup(x->ctx, x->body, x->store, nm, &v2) == NM_LOCAL && ts_node_eq(v2, v)) {
-                        kl_strbuf e = KL_STRBUF_INIT;
-                        xlate y = *x; /* a definition that does not expand is no candidate, not a failure */
-                        emit(&y, v, &e, false, false, 0);
-                        char *a1 = e.failed || y.failed ? NULL : squeeze(kl_strbuf_str(&e));
-                        if (a1 && !strcmp(a1, want)) {
-                            kl_snprintf(name, size, "%s", nm);
-                            *found = true;
-                        }
-                        free(a1);
-                        kl_strbuf_release(&e);
-                    }
-                    free(nm);
-                }
-            }
-        }
-        if (ts_node_eq(a, x->body)) break;
-    }
-}
-
-/* Write expression n: with subst, i2/j2 become i1/j1 and locals depending on them are inlined
- * (or named by an equal local of the store's side when match); without, locals depending on
- * the store's own i1/j1 are inlined (the form definitions are compared in). */
-static void emit(xlate *x, TSNode n, kl_strbuf *sb, bool subst, bool match, int depth)
-{
-    if (x->failed) return;
-    if (depth > 32) {
-        x->failed = true;
-        kl_snprintf(x->why, sizeof x->why, "its definitions nest too deeply");
-        return;
-    }
-    const TSNode *atoms = subst ? x->from_atoms : x->to_atoms;
-    if (rt_is(n, "identifier") || rt_is(n, "field_expression")) {
-        for (int k = 0; k < 2; k++)
-            if (atom_is(x->ctx, n, atoms[k])) {
-                char *t = rt_text(x->ctx, subst ? x->to_atoms[k] : n);
-                if (t) kl_strbuf_adds(sb, t);
-                free(t);
-                return;
-            }
-    }
-    if (is_thread_letter(x->ctx, n, 'x') || is_thread_letter(x->ctx, n, 'y')) {
-        x->failed = true;
-        kl_span sp = kl_node_span(n);
-        kl_snprintf(x->why, sizeof x->why, "the write's index reads threadIdx at line %u besides the tile's subscripts",
-                    sp.line);
-        return;
-    }
-    if (rt_is(n, "identifier")) {
-        char *name = rt_text(x->ctx, n);
-        if (!name) {
-            x->failed = true;
-            return;
-        }
-        TSNode v = {0};
-        nm_kind k = lookup(x->ctx, x->body, n, name, &v);
-        if (k == NM_VARYING) {
-            x->failed = true;
-            kl_span sp = kl_node_span(n);
-            kl_snprintf(x->why, sizeof x->why, "the write's index depends on '%s' (line %u), which the store's side lacks",
-                        name, sp.line);
-        } else if (k == NM_OTHER || (!depends(x, v, atoms, 0) && (!subst || visible_at_store(x, name, v)))) {
-            kl_strbuf_adds(sb, name);
-        } else {
-            bool found = false;
-            char other[128];
-            if (match) {
-                kl_strbuf raw = KL_STRBUF_INIT;
-                emit(x, v, &raw, subst, false, depth + 1);
-                char *want = raw.failed ? NULL : squeeze(kl_strbuf_str(&raw));
-                if (want && !x->failed) match_local(x, want, other, sizeof other, &found);
-                free(want);
-                kl_strbuf_release(&raw);
-            }
-            if (found) kl_strbuf_adds(sb, other);
-            else {
-                kl_strbuf_addc(sb, '(');
-                emit(x, v, sb, subst, match, depth + 1);
-                kl_strbuf_addc(sb, ')');
-            }
-        }
-        free(name);
-        return;
-    }
-    /* copy the node, writing its named children through emit */
-    uint32_t at = ts_node_start_byte(n);
-    uint32_t c = ts_node_named_child_count(n);
-    for (uint32_t i = 0; i < c && !x->failed; i++) {
-        TSNode ch = ts_node_named_child(n, i);
-        kl_strbuf_add(sb, x->ctx->text + at, ts_node_start_byte(ch) - at);
-        emit(x, ch, sb, subst, match, depth + 1);
-        at = ts_node_end_byte(ch);
-    }
-    kl_strbuf_add(sb, x->ctx->text + at, ts_node_end_byte(n) - at);
-}
-
-/* The range deleting a top-level statement with the comment lines right above it. */
-static void stmt_with_comments(const kl_rule_ctx *ctx, TSNode s, uint32_t *a, uint32_t *b)
-{
-    rt_stmt_range(ctx, s, NULL, a, b);
-    /* a comment after it on its line goes with it */
-    TSNode next = ts_node_next_named_sibling(s);
-    if (rt_is(next, "comment") && ts_node_start_point(next).row == ts_node_end_point(s).row &&
-        rt_line_blank_before(ctx, ts_node_start_byte(s))) {
-        uint32_t e = rt_line_end(ctx, ts_node_end_byte(next) - 1);
-        bool alone = true;
-        for (uint32_t i = ts_node_end_byte(next); i < e; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
-        if (alone) {
-            *a = rt_line_start(ctx, ts_node_start_byte(s));
-            *b = e;
-        }
-    }
-    if (*a != rt_line_start(ctx, ts_node_start_byte(s))) return;
-    for (TSNode p = ts_node_prev_named_sibling(s); rt_is(p, "comment"); p = ts_node_prev_named_sibling(p)) {
-        uint32_t pa = ts_node_start_byte(p);
-        if (!rt_line_blank_before(ctx, pa) || rt_line_end(ctx, ts_node_end_byte(p) - 1) != *a) break;
-        *a = rt_line_start(ctx, pa);
-    }
-}
-
-/* The block (or run-in-place lambda) statement s: its compound_statement, or a null node. */
-static TSNode wrapper_block(const kl_rule_ctx *ctx, TSNode s)
-{
-    (void)ctx;
-    if (rt_is(s, "compound_statement")) return s;
-    if (!rt_is(s, "expression_statement")) return (TSNode){0};
-    TSNode call = ts_node_named_child(s, 0);
-    if (!rt_is(call, "call_expression") || ts_node_named_child_count(rt_field(call, "arguments"))) return (TSNode){0};
-    TSNode lam = rt_field(call, "function");
-    if (!rt_is(lam, "lambda_expression")) return (TSNode){0};
-    return rt_field(lam, "body");
-}
-
-static kl_status remove_staged(const kl_rule_ctx *ctx, const rt_func *f, const staged_form *sf, kl_edits *out,
-                               kl_error *err)
-{
-    const char *file = kl_source_name(ctx->src);
-    xlate x = {.ctx = ctx, .body = f->body, .from_atoms = {sf->i2, sf->j2}, .to_atoms = {sf->i1, sf->j1},
-               .store = sf->store};
-    kl_strbuf dst = KL_STRBUF_INIT;
-    emit(&x, rt_field(sf->write, "left"), &dst, true, true, 0);
-    if (x.failed || dst.failed) {
-        kl_status st = dst.failed ? KL_ERR_NOMEM : KL_ERR_NOT_APPLICABLE;
-        kl_strbuf_release(&dst);
-        if (st == KL_ERR_NOMEM) return kl_error_set(err, st, "out of memory");
-        kl_span sp = kl_node_span(sf->write);
-        return kl_rule_not_applicable(err, "%s:%u: the write cannot be moved to the store: %s", file, sp.line, x.why);
-    }
-    kl_status st = KL_OK;
-    uint32_t be = ts_node_end_byte(f->body);
-    uint32_t da, db, ba = rt_line_start(ctx, ts_node_start_byte(sf->barrier)), bb = rt_line_start(ctx, be - 1);
-    if (!rt_line_blank_before(ctx, be - 1)) bb = be - 1;
-    stmt_with_comments(ctx, sf->decl, &da, &db);
-    /* the statements before the barrier: one block or lambda (this rule's form) is unwrapped */
-    TSNode only = {0};
-    unsigned stmts = 0;
-    uint32_t c = ts_node_named_child_count(f->body);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode s = ts_node_named_child(f->body, i);
-        if (ts_node_start_byte(s) >= ts_node_start_byte(sf->barrier)) break;
-        if (ts_node_eq(s, sf->decl) || rt_is(s, "comment")) continue;
-        stmts++;
-        only = s;
-    }
-    TSNode blk = stmts == 1 ? wrapper_block(ctx, only) : (TSNode){0};
-    char *unwrapped = NULL;
-    uint32_t ua = 0, ub = 0;
-    if (!ts_node_is_null(blk) && ts_node_start_byte(sf->store) > ts_node_start_byte(blk) &&
-        ts_node_end_byte(sf->store) < ts_node_end_byte(blk) && rt_line_blank_before(ctx, ts_node_start_byte(only)) &&
-        rt_line_blank_before(ctx, ts_node_end_byte(blk) - 1)) {
-        uint32_t ia = rt_line_end(ctx, ts_node_start_byte(blk)), ib = rt_line_start(ctx, ts_node_end_byte(blk) - 1);
-        ua = rt_line_start(ctx, ts_node_start_byte(only));
-        ub = rt_line_end(ctx, ts_node_end_byte(only) - 1);
-        bool alone = ia <= ib && ub <= ba;
-        for (uint32_t i = ts_node_end_byte(only); alone && i < ub; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
-        for (uint32_t i = ts_node_start_byte(blk) + 1; alone && i < ia; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\r' && ctx->text[i] != '\n') alone = false;
-        if (alone) {
-            span_edits e = {0};
-            se_add(&e, ts_node_start_byte(sf->store), ts_node_end_byte(sf->store), kl_strbuf_str(&dst));
-            char *inner = se_splice(ctx, ia, ib, &e);
-            se_release(&e);
-            unwrapped = inner ? rt_reindent(inner, strlen(inner), -4) : NULL;
-            free(inner);
-        }
-    }
-    if (unwrapped) st = kl_edits_add(out, ua, ub, unwrapped);
-    else st = kl_edits_add(out, ts_node_start_byte(sf->store), ts_node_end_byte(sf->store), kl_strbuf_str(&dst));
-    free(unwrapped);
-    kl_strbuf_release(&dst);
-    if (st == KL_OK) st = kl_edits_add(out, da, db, "");
-    if (st == KL_OK) st = kl_edits_add(out, ba, bb, "");
-    /* marker comments left before the barrier */
-    for (uint32_t i = 0; i < c && st == KL_OK; i++) {
-        TSNode n = ts_node_named_child(f->body, i);
-        if (ts_node_start_byte(n) >= ba) break;
-        if (!rt_is(n, "comment") || !rt_has_marker(ctx, ts_node_start_byte(n), ts_node_end_byte(n), "coalesce:")) continue;
-        uint32_t a, b;
-        rt_stmt_range(ctx, n, NULL, &a, &b);
-        if (a >= da && b <= db) continue;
-        if (ua < ub && a >= ua && b <= ub) continue;
-        st = kl_edits_add(out, a, b, "");
-    }
-    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+    return rpt > 1 ? narrow_blocks(ctx, f, rpt, rows_name, out, err) : KL_OK;
 }
 
 /* ---- find / apply / remove ---------------------------------------------------------------------- */
@@ -1329,10 +845,10 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
                                  "writes_along_y", (int)t.writes_y);
         staged_form sf;
         char why[300] = "";
-        int staged = find_staged(ctx, f, &sf, why, sizeof why);
+        int staged = co_find_staged(ctx, f, &sf, why, sizeof why);
         /* a tile and a barrier that are not the exchange (a stencil's halo…) are no site
          * unless the kernel says it is coalesced that way */
-        if (staged < 0 && !has_marker(ctx, f)) staged = 0;
+        if (staged < 0 && !has_marker(ctx, f) && !sf.exchange) staged = 0;
         if (staged) {
             json_object_set_new(feat, "staged", json_true());
             json_object_set_new(feat, "tile", json_string(sf.tile));
@@ -1403,8 +919,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     staged_form sf;
     char why[300] = "";
-    int staged = find_staged(ctx, f, &sf, why, sizeof why);
-    if (staged > 0) return remove_staged(ctx, f, &sf, out, err);
+    int staged = co_find_staged(ctx, f, &sf, why, sizeof why);
+    if (staged > 0) return co_remove_staged(ctx, f, &sf, out, err);
     if (staged < 0)
         return kl_rule_not_applicable(err, "%s: kernel '%s': the staged exchange cannot be undone: %s",
                                       kl_source_name(ctx->src), f->name, why);

@@ -122,7 +122,7 @@ static kl_status rt_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         free(a);
         if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     }
-    return KL_OK;
+    return register_tile__rs_find(ctx, out, err);
 }
 
 static const rt_func *site_function(const kl_rule_ctx *ctx, const kl_site *site, rt_func *fs, unsigned *nf)
@@ -189,6 +189,8 @@ cleanup:
 
 static kl_status rt_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
+    const char *form = json_string_value(json_object_get(site->features, "form"));
+    if (form && !strcmp(form, "stencil")) return register_tile__rs_remove(ctx, site, out, err);
     rt_func fs[64];
     unsigned nf;
     const rt_func *f = site_function(ctx, site, fs, &nf);

@@ -144,4 +144,9 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt
 kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, const rt_func *fs, unsigned nf, register_tile__rf *g,
                                  kl_edits *out, kl_error *err);
 
+/* register_tile_stencil.c: the stencil form (several outputs per thread over a constant of the file),
+ * remove only. Sites carry `form: stencil` and the constant in their features. */
+kl_status register_tile__rs_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err);
+kl_status register_tile__rs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err);
+
 #endif

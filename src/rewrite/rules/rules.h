@@ -158,6 +158,8 @@ extern const kl_rule kl_rule_double_buffer; /* double_buffer.c */
 extern const kl_rule kl_rule_block_reduce;  /* block_reduce.c */
 extern const kl_rule kl_rule_wgmma;         /* wgmma.c */
 extern const kl_rule kl_rule_row_cache;     /* row_cache.c */
+extern const kl_rule kl_rule_interior_path; /* interior_path.c */
+extern const kl_rule kl_rule_const_mem;     /* const_mem.c */
 /* Each is `extern const kl_rule kl_rule_<name>;` in <name>.c (docs/rules.md, "Status"). */
 
 /* ---- helpers for transforms (catalog.c) --------------------------------------------------------- */

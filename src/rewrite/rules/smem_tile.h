@@ -28,6 +28,7 @@ typedef struct smem_tile__ga {
     TSNode guard;
     TSNode pre[32];
     unsigned npre;
+    bool guarded[32];            /* see smem_tile__placement */
     char *gtext[2];              /* the load guards without the k part (may be empty), owned */
     int64_t dim[3];
     char tile_text[64];
@@ -39,6 +40,10 @@ typedef struct smem_tile__placement {
     TSNode guard;
     TSNode pre[32];
     unsigned npre;
+    /* after an early return ('R'): pre[i] is a declaration whose value reads memory
+     * (`float acc = bias[o];`), which the threads that returned must not read: the GEMM apply
+     * writes it `T v = (C) ? 0 : E;` with C the return's condition; the stencil refuses it */
+    bool guarded[32];
 } smem_tile__placement;
 
 typedef struct smem_tile__tload {

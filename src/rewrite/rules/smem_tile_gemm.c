@@ -45,6 +45,38 @@ static bool hoist_visit(TSNode n, void *user)
     return !r->reads;
 }
 
+/* A declaration of one variable whose value reads memory but calls nothing and assigns nothing
+ * (`float acc = bias[o];`): it may run guarded by a condition in threads that must not read. */
+typedef struct guard_scan {
+    bool bad;
+} guard_scan;
+
+static bool guard_visit(TSNode n, void *user)
+{
+    guard_scan *g = user;
+    if (rt_is(n, "call_expression") || rt_is(n, "assignment_expression") || rt_is(n, "update_expression") ||
+        rt_is(n, "lambda_expression"))
+        g->bad = true;
+    return !g->bad;
+}
+
+static bool guardable(const kl_rule_ctx *ctx, TSNode d)
+{
+    if (!rt_is(d, "declaration")) return false;
+    char ty[512];
+    smem_tile__squeezed(ctx, d, ty, sizeof ty);
+    if (strstr(ty, "__shared__") || strstr(ty, "static")) return false;
+    TSNode decls[2];
+    if (rt_declarators(d, decls, 2) != 1 || !rt_is(decls[0], "init_declarator") ||
+        !rt_is(rt_field(decls[0], "declarator"), "identifier"))
+        return false;
+    TSNode v = rt_field(decls[0], "value");
+    if (ts_node_is_null(v) || rt_is(v, "initializer_list") || rt_is(v, "argument_list")) return false;
+    guard_scan g = {false};
+    rt_walk(v, guard_visit, &g);
+    return !g.bad;
+}
+
 bool smem_tile__hoistable(const kl_rule_ctx *ctx, TSNode d)
 {
     if (!rt_is(d, "declaration")) return false;
@@ -82,10 +114,14 @@ bool smem_tile__loop_placement(const kl_rule_ctx *ctx, const char *src, TSNode f
         }
         if (pl->form == 'R')
             for (TSNode q = rt_next_stmt(pl->guard); !ts_node_eq(q, loop); q = rt_next_stmt(q)) {
-                if (!smem_tile__hoistable(ctx, q))
+                bool guard = !smem_tile__hoistable(ctx, q);
+                if (guard && !guardable(ctx, q))
                     return PWHY("%s:%u: the statement between the early return and the loop reads memory or calls "
                                 "a function: it cannot run in the threads that returned", src, kl_ast_line(q));
-                if (pl->npre < 32) pl->pre[pl->npre++] = q;
+                if (pl->npre < 32) {
+                    pl->guarded[pl->npre] = guard;
+                    pl->pre[pl->npre++] = q;
+                }
             }
     } else if (rt_is(par, "compound_statement") && rt_is(ts_node_parent(par), "if_statement") &&
                ts_node_eq(ts_node_parent(ts_node_parent(par)), fbody) &&
@@ -220,9 +256,22 @@ bool smem_tile__analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode 
         if (dx[i] < 0 || dy[i] < 0 || dz[i] < 0) {
             kl_affine a = {0};
             kl_affine_of(ax, g->idx[i], &a);
-            kl_snprintf(g->why, sizeof g->why, "%s:%u: the index of '%.*s' is not affine (%s)", src, kl_ast_line(g->op[i]),
-                (int)(ts_node_end_byte(g->op[i]) - ts_node_start_byte(g->op[i])), ctx->text + ts_node_start_byte(g->op[i]),
-                a.why ? a.why : "unknown");
+            const char *q = a.why ? strstr(a.why, "is not affine: '") : NULL;
+            if (q && (!strncmp(q + 16, "/' of an index", 14) || !strncmp(q + 16, "%' of an index", 14)))
+                /* `row = idx / n, col = idx % n`, `threadIdx.x / BLOCK_N`: a linearized grid or block */
+                kl_snprintf(g->why, sizeof g->why,
+                            "%s:%u: the output's row and column come from a linear index split by '/' and '%%' "
+                            "(%.*s in the index of '%.*s'): smem-tile shares tiles between the rows of threadIdx.y and "
+                            "the columns of threadIdx.x of a square 2-D block, which this launch does not have (a 2-D "
+                            "launch, rows from threadIdx.y and columns from threadIdx.x, would be tiled)",
+                            src, kl_ast_line(g->op[i]), (int)(q - a.why) - 1, a.why,
+                            (int)(ts_node_end_byte(rt_field(g->op[i], "argument")) -
+                                  ts_node_start_byte(rt_field(g->op[i], "argument"))),
+                            ctx->text + ts_node_start_byte(rt_field(g->op[i], "argument")));
+            else
+                kl_snprintf(g->why, sizeof g->why, "%s:%u: the index of '%.*s' is not affine (%s)", src,
+                            kl_ast_line(g->op[i]), (int)(ts_node_end_byte(g->op[i]) - ts_node_start_byte(g->op[i])),
+                            ctx->text + ts_node_start_byte(g->op[i]), a.why ? a.why : "unknown");
             kl_affine_release(&a);
             return false;
         }
@@ -254,6 +303,7 @@ bool smem_tile__analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode 
     if (!smem_tile__loop_placement(ctx, src, fn, loop, &pl, g->why, sizeof g->why)) return false;
     g->form = pl.form, g->guard = pl.guard, g->npre = pl.npre;
     memcpy(g->pre, pl.pre, sizeof pl.pre);
+    memcpy(g->guarded, pl.guarded, sizeof pl.guarded);
     /* the load guards from the output guard */
     kl_strbuf gs[2] = {KL_STRBUF_INIT, KL_STRBUF_INIT};
     if (g->form != 'N') {
@@ -404,6 +454,29 @@ kl_status smem_tile__apply_gemm(const kl_rule_ctx *ctx, const smem_tile__ga *g, 
             uint32_t b = rt_line_end(ctx, ts_node_end_byte(g->guard) - 1);
             st = kl_edits_add(out, a, b, decls);
             guard_text = rt_text(ctx, g->guard);
+            /* a value read from memory in the statements before the loop: not in the threads that
+             * return after it (they compute nothing that is stored) */
+            for (unsigned i = 0; i < g->npre && st == KL_OK; i++) {
+                if (!g->guarded[i]) continue;
+                TSNode one[1];
+                rt_declarators(g->pre[i], one, 1);
+                TSNode v = rt_field(one[0], "value"), ty = rt_field(g->pre[i], "type");
+                char *tt = rt_text(ctx, ty), *ct = rt_text(ctx, smem_tile__if_cond(g->guard));
+                char zero[96];
+                smem_tile__zero_of(tt ? tt : "", zero, sizeof zero);
+                bool atom = rt_is(v, "subscript_expression") || rt_is(v, "identifier") ||
+                            rt_is(v, "field_expression") || rt_is(v, "parenthesized_expression") ||
+                            rt_is(v, "pointer_expression");
+                TSNode cs = smem_tile__if_cond(g->guard);
+                bool cparen = rt_is(cs, "parenthesized_expression") || rt_is(cs, "condition_clause");
+                if (!tt || !ct) st = KL_ERR_NOMEM;
+                else
+                    st = kl_edits_addf(out, ts_node_start_byte(v), ts_node_start_byte(v), "%s%s%s ? %s : %s",
+                                       cparen ? "" : "(", ct, cparen ? "" : ")", zero, atom ? "" : "(");
+                if (st == KL_OK && !atom) st = kl_edits_add(out, ts_node_end_byte(v), ts_node_end_byte(v), ")");
+                free(tt);
+                free(ct);
+            }
             if (st == KL_OK && guard_text)
                 st = kl_edits_addf(out, ts_node_start_byte(g->loop), ts_node_end_byte(g->loop), "%s\n%s%s", loop_text, ind,
                                    guard_text);
@@ -1163,8 +1236,41 @@ kl_status smem_tile__remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
             after = rt_text(ctx, p->after);
             if (!after) goto oom;
             KL_TRY(kl_edits_add(out, a, b, ""));
-            uint32_t at = rt_line_start(ctx, ts_node_start_byte(p->npre ? p->pre[0] : p->tl));
+            /* `T v = (C) ? 0 : E;` (apply's guard of a read for the threads that return on C) right
+             * before the tiles: E again, after the return, which moves before the first of them */
+            TSNode anchor = p->npre ? p->pre[0] : p->tl;
+            char *ct = rt_text(ctx, smem_tile__strip(smem_tile__if_cond(p->after)));
+            if (!ct) goto oom;
+            TSNode guarded[8];
+            unsigned ng = 0;
+            for (TSNode q = rt_prev_stmt(p->tl); !ts_node_is_null(q) && rt_is(q, "declaration") && ng < 8;
+                 q = rt_prev_stmt(q)) {
+                char *qt = rt_text(ctx, q);
+                bool shared = qt && strstr(qt, "__shared__");
+                free(qt);
+                if (shared) break;
+                TSNode one[2];
+                if (rt_declarators(q, one, 2) != 1) continue;
+                TSNode v = rt_field(one[0], "value");
+                if (!rt_is(v, "conditional_expression") ||
+                    !smem_tile__text_is(ctx, smem_tile__strip(rt_field(v, "condition")), ct) ||
+                    !smem_tile__zero_value(ctx, rt_field(v, "consequence")))
+                    continue;
+                guarded[ng++] = v;
+                if (ts_node_start_byte(q) < ts_node_start_byte(anchor)) anchor = q;
+            }
+            free(ct);
+            uint32_t at = rt_line_start(ctx, ts_node_start_byte(anchor));
             KL_TRY(kl_edits_addf(out, at, at, "%s%s\n", ind, after));
+            for (unsigned i = 0; i < ng; i++) {
+                TSNode alt = rt_field(guarded[i], "alternative"), alt_in = smem_tile__strip(alt);
+                TSNode keep = rt_is(alt, "parenthesized_expression") ? alt_in : alt;
+                char *kt = rt_text(ctx, keep);
+                if (!kt) goto oom;
+                kl_status s2 = kl_edits_add(out, ts_node_start_byte(guarded[i]), ts_node_end_byte(guarded[i]), kt);
+                free(kt);
+                if (s2 != KL_OK) goto oom;
+            }
         }
         KL_TRY(kl_edits_add(out, ts_node_start_byte(p->tl), ts_node_end_byte(p->tl), loop));
     }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rewrite/rules/coalesce.h"
 #include "rewrite/rules/smem_tile.h"
 #include "util/util.h"
 
@@ -95,6 +96,20 @@ static TSNode vector_read(const kl_rule_ctx *ctx, TSNode rd, int *width)
     return deref;
 }
 
+/* Does kernel fn hold coalesce's staged exchange (coalesce_remove.c reads it)? */
+static bool coalesce_exchange(const kl_rule_ctx *ctx, TSNode fn)
+{
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    for (unsigned i = 0; i < nf && i < 64; i++) {
+        if (!ts_node_eq(fs[i].def, fn)) continue;
+        staged_form sf;
+        char why[300] = "";
+        return co_find_staged(ctx, &fs[i], &sf, why, sizeof why) > 0;
+    }
+    return false;
+}
+
 bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode decl, smem_tile__hp *h)
 {
     memset(h, 0, sizeof *h);
@@ -131,8 +146,13 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
     h->sub[0] = kl_ast_subscript_index(rt_field(l, "argument"));
     h->sub[1] = kl_ast_subscript_index(l);
     for (int i = 0; i < 2; i++) {
-        if (!rt_is(h->sub[i], "identifier"))
+        if (!rt_is(h->sub[i], "identifier")) {
+            if (coalesce_exchange(ctx, fn))
+                return WHY("%s:%u: the tile is stored at a subscript that is not a variable: it is a transposed exchange "
+                           "(`tile[threadIdx.y + j][threadIdx.x]` stored, read transposed), which coalesce removes",
+                           src, kl_ast_line(store));
             return WHY("%s:%u: the tile is stored at a subscript that is not a variable", src, kl_ast_line(store));
+        }
         uint32_t sa = ts_node_start_byte(h->sub[i]), sb = ts_node_end_byte(h->sub[i]);
         kl_snprintf(h->sv[i], sizeof h->sv[i], "%.*s", (int)(sb - sa), ctx->text + sa);
     }
@@ -707,6 +727,10 @@ bool smem_tile__analyse_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (!smem_tile__loop_placement(ctx, src, fn, outer, &pl, s->why, sizeof s->why)) return false;
     s->form = pl.form, s->guard = pl.guard, s->npre = pl.npre;
     memcpy(s->pre, pl.pre, sizeof pl.pre);
+    for (unsigned i = 0; i < pl.npre; i++)
+        if (pl.guarded[i])
+            return SWHY("%s:%u: the statement between the early return and the loop reads memory or calls a function: "
+                        "it cannot run in the threads that returned", src, kl_ast_line(pl.pre[i]));
     char bwhy[300];
     if (!smem_tile__launch_block(ctx, kname, s->dim, s->btext, bwhy, sizeof bwhy)) return SWHY("%s: %s", src, bwhy);
     if (s->dim[2] != 1 || (nl == 1 && s->dim[1] != 1))

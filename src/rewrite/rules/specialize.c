@@ -1080,7 +1080,9 @@ static void find_dead(deadctx *dc)
             if (dead) it->dead = changed = true;
         }
     }
-    /* a static_assert goes when every file-level name it mentions went */
+    /* a static_assert goes when a file-level name it mentions went: it spoke of what went, and kept it would
+     * name what is no longer there (the blur expert's `MAX_CONST_K / 2 < HALO` once const-mem has taken
+     * c_filt, MAX_CONST_K's other use, and register-tile the `OUT_X == 4` conjunct) */
     for (unsigned i = 0; i < dc->n; i++) {
         item *it = &dc->items[i];
         if (!it->is_assert) continue;
@@ -1095,7 +1097,7 @@ static void find_dead(deadctx *dc)
                         gone += dc->items[k].dead;
                     }
         }
-        if (named && named == gone) it->dead = true;
+        if (named && gone) it->dead = true;
     }
 }
 

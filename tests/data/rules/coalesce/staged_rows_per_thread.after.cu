@@ -2,13 +2,14 @@
 #include <cuda_runtime.h>
 
 #define BLOCK 16
+#define BLOCK_ROWS 4
 
 __global__ void transpose_naive(const float* x, float* y, int rows, int cols)
 {
-    // coalesce: staged through a shared tile, so that the read and the write both move along threadIdx.x; each thread moves 4 rows of it
+    // coalesce: staged through a shared tile, so that the read and the write both move along threadIdx.x; each thread moves BLOCK / BLOCK_ROWS of its rows
     __shared__ float tile[BLOCK][BLOCK];
-    for (int part = 0; part < 4; part++) {
-        const unsigned int ty = threadIdx.y + part * (BLOCK / 4);
+    for (int j = 0; j < BLOCK; j += BLOCK_ROWS) {
+        const unsigned int ty = threadIdx.y + j;
         int c = blockIdx.x * BLOCK + threadIdx.x;
         int r = blockIdx.y * BLOCK + ty;
         if (r < rows && c < cols) {
@@ -16,8 +17,8 @@ __global__ void transpose_naive(const float* x, float* y, int rows, int cols)
         }
     }
     __syncthreads();
-    for (int part = 0; part < 4; part++) {
-        const unsigned int ty = threadIdx.y + part * (BLOCK / 4);
+    for (int j = 0; j < BLOCK; j += BLOCK_ROWS) {
+        const unsigned int ty = threadIdx.y + j;
         int c = blockIdx.x * BLOCK + ty;
         int r = blockIdx.y * BLOCK + threadIdx.x;
         if (r < rows && c < cols) {
@@ -28,7 +29,7 @@ __global__ void transpose_naive(const float* x, float* y, int rows, int cols)
 
 extern "C" void launch(const float* x, float* y, int rows, int cols, cudaStream_t stream)
 {
-    dim3 block(BLOCK, BLOCK / 4);
+    dim3 block(BLOCK, BLOCK_ROWS);
     dim3 grid((cols + BLOCK - 1) / BLOCK, (rows + BLOCK - 1) / BLOCK);
     transpose_naive<<<grid, block, 0, stream>>>(x, y, rows, cols);
 }

@@ -2,15 +2,16 @@
 
 #define IDX(r, c, ld) ((r) * (ld) + (c))
 #define T_EDGE 32
+#define T_EDGE_ROWS 4
 
 /* dst (n x m) = src (m x n)^T for any element type; threads past the edge leave at once. */
 template <typename T>
 __global__ void transpose_t(const T* src, T* dst, int m, int n)
 {
-    // coalesce: staged through a shared tile, so that the read and the write both move along threadIdx.x; each thread moves 8 rows of it
+    // coalesce: staged through a shared tile, so that the read and the write both move along threadIdx.x; each thread moves T_EDGE / T_EDGE_ROWS of its rows
     __shared__ T tile[T_EDGE][T_EDGE];
-    for (int part = 0; part < 8; part++) {
-        const unsigned int ty = threadIdx.y + part * (T_EDGE / 8);
+    for (int j2 = 0; j2 < T_EDGE; j2 += T_EDGE_ROWS) {
+        const unsigned int ty = threadIdx.y + j2;
         [&]() {
             int j = blockIdx.x * T_EDGE + threadIdx.x;
             int i = blockIdx.y * T_EDGE + ty;
@@ -20,8 +21,8 @@ __global__ void transpose_t(const T* src, T* dst, int m, int n)
         }();
     }
     __syncthreads();
-    for (int part = 0; part < 8; part++) {
-        const unsigned int ty = threadIdx.y + part * (T_EDGE / 8);
+    for (int j2 = 0; j2 < T_EDGE; j2 += T_EDGE_ROWS) {
+        const unsigned int ty = threadIdx.y + j2;
         [&]() {
             int j = blockIdx.x * T_EDGE + ty;
             int i = blockIdx.y * T_EDGE + threadIdx.x;
@@ -35,7 +36,7 @@ __global__ void transpose_t(const T* src, T* dst, int m, int n)
 template <typename T>
 void transpose(const T* src, T* dst, int m, int n, cudaStream_t s)
 {
-    dim3 threads(T_EDGE, T_EDGE / 8);
+    dim3 threads(T_EDGE, T_EDGE_ROWS);
     dim3 blocks((n + T_EDGE - 1) / T_EDGE, (m + T_EDGE - 1) / T_EDGE);
     transpose_t<T><<<blocks, threads, 0, s>>>(src, dst, m, n);
 }

@@ -551,6 +551,7 @@ static void step_templates(const kl_source *src, reps *r, kl_strbuf *summary)
         b.skip = params;
         bool ok = kname != NULL;
         char *defaults[16] = {0};
+        bool differ[16] = {0};
         uint32_t np = ts_node_named_child_count(params);
         for (uint32_t i = 0; ok && i < np; i++) {
             TSNode p = ts_node_named_child(params, i);
@@ -578,7 +579,7 @@ static void step_templates(const kl_source *src, reps *r, kl_strbuf *summary)
             b.is_type[b.n] = ty;
             b.n++;
         }
-        /* every launch of the kernel names the same arguments */
+        /* what every launch of the kernel passes for each parameter */
         unsigned launches = 0;
         for (unsigned i = 0; ok && i < ls.count; i++) {
             if (strcmp(ls.items[i].kernel, kname)) continue;
@@ -593,13 +594,30 @@ static void step_templates(const kl_source *src, reps *r, kl_strbuf *summary)
             for (unsigned k = 0; ok && k < b.n; k++) {
                 char *v = k < na ? kl_node_text(src, ts_node_named_child(args, k))
                                  : defaults[k] ? kl_strdup(defaults[k]) : NULL;
-                if (!v) ok = false;
-                else if (!b.values[k]) b.values[k] = v, v = NULL;
-                else if (!same_text(b.values[k], v)) ok = false;
+                if (!v) differ[k] = true;
+                else if (!b.values[k] && !launches) b.values[k] = v, v = NULL;
+                else if (!b.values[k] || !same_text(b.values[k], v)) differ[k] = true;
                 free(v);
             }
             launches++;
         }
+        /* a parameter is bound when every launch gives it the same argument: `reduce<float, 256,
+         * true>` and `reduce<float, 256, false>` bind T and the block size, not the flag */
+        unsigned kept = 0;
+        for (unsigned k = 0; ok && k < b.n; k++) {
+            if (differ[k]) {
+                free(b.names[k]);
+                free(b.values[k]);
+                free(defaults[k]);
+                continue;
+            }
+            b.names[kept] = b.names[k];
+            b.values[kept] = b.values[k];
+            b.is_type[kept] = b.is_type[k];
+            defaults[kept] = defaults[k];
+            kept++;
+        }
+        if (ok) b.n = kept;
         if (ok && launches && b.n) {
             size_t before = r->n;
             kl_ast_walk(fns[f], bind_visit, &b);

@@ -86,6 +86,119 @@ static void grid_stride_group_refuses(void **state)
     expect_not_applicable(mism, "grid-stride", "k:3", true, "steps blocks by 128, which is not the block size at line 6");
 }
 
+/* A partial sum added to by the loops (`acc += e`): removed only where it reaches memory by sums. */
+#define LAUNCH_SUM "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n" \
+                   "  k<<<64, 256, 0, s>>>(x, out, n);\n}\n"
+#define PAIR_LOOP "  float acc = 0.f;\n" \
+                  "  int i = blockIdx.x * blockDim.x * 2 + threadIdx.x;\n" \
+                  "  while (i < n) {\n    acc += x[i];\n    if (i + blockDim.x < n) acc += x[i + blockDim.x];\n" \
+                  "    i += blockDim.x * 2 * gridDim.x;\n  }\n"
+
+static void grid_stride_partial_sums(void **state)
+{
+    (void)state;
+    /* summed by shuffles and added once per warp: one pair per thread, ceil(n / 512) blocks */
+    const char *ok = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                     "  for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);\n"
+                     "  if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);\n}\n" LAUNCH_SUM;
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    kl_status st = kl_rules_rewrite("t.cu", ok, strlen(ok), NULL, "grid-stride", "k:4", true, NULL, &out, &note, &err);
+    if (st != KL_OK) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "  if (i < n) {\n    acc += x[i];"));
+    assert_non_null(strstr(out, "k<<<(n + 2 * 256 - 1) / (2 * 256), 256, 0, s>>>"));
+    assert_null(strstr(out, "gridDim"));
+    free(out);
+    free(note);
+    /* a square of the partial is no sum of the elements' squares */
+    const char *square = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                         "  atomicAdd(out, acc * acc);\n}\n" LAUNCH_SUM;
+    expect_not_applicable(square, "grid-stride", "k:4", true, "line 9 uses the partial sum acc other than by a sum");
+    /* through a local first: the product is found on what the partial flows into */
+    const char *via = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                      "  float t = acc;\n  atomicAdd(out, t * 2.f);\n}\n" LAUNCH_SUM;
+    expect_not_applicable(via, "grid-stride", "k:4", true, "uses the partial sum t other than by a sum");
+    /* a plain store of each thread's partial */
+    const char *store = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                        "  out[threadIdx.x] = acc;\n}\n" LAUNCH_SUM;
+    expect_not_applicable(store, "grid-stride", "k:4", true, "line 9 stores to global memory other than by atomicAdd");
+    /* one partial per block: the block count follows the grid */
+    const char *per_block = "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                            "  if (threadIdx.x == 0) out[blockIdx.x] = acc;\n}\n" LAUNCH_SUM;
+    expect_not_applicable(per_block, "grid-stride", "k:4", true, "line 9 stores one value per block");
+    /* a helper that squares what it is given is no sum either */
+    const char *helper = "__device__ float sq(float v) { return v * v; }\n"
+                         "__global__ void k(const float *x, float *out, int n) {\n" PAIR_LOOP
+                         "  atomicAdd(out, sq(acc));\n}\n" LAUNCH_SUM;
+    expect_not_applicable(helper, "grid-stride", "k:5", true, "line 10 passes a partial sum to sq(acc)");
+    /* a block coefficient that is no whole number of blocks */
+    const char *odd = "__global__ void k(const float *x, float *out, int n) {\n"
+                      "  float acc = 0.f;\n  int i = blockIdx.x * 384 + threadIdx.x;\n"
+                      "  while (i < n) {\n    acc += x[i];\n    i += 384 * gridDim.x;\n  }\n"
+                      "  atomicAdd(out, acc);\n}\n" LAUNCH_SUM;
+    expect_not_applicable(odd, "grid-stride", "k:4", true, "steps blocks by 384, which is not the block size");
+}
+
+/* two-pass: what it refuses, with the reason. */
+#define TP_K1 "__device__ float slots[64];\n" \
+              "__global__ void k1(const float *x, int n) {\n" \
+              "  float s = 0.f;\n" \
+              "  for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += 256 * gridDim.x) s += x[i];\n" \
+              "  for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);\n" \
+              "  if (threadIdx.x == 0) slots[blockIdx.x] = s;\n}\n"
+#define TP_K2 "__global__ void k2(float *out, int m) {\n" \
+              "  float t = 0.f;\n  for (int b = 0; b < m; b++) t += slots[b];\n  out[0] = t;\n}\n"
+
+static void two_pass_refuses(void **state)
+{
+    (void)state;
+    /* the second launch is given another count than the first launch's grid */
+    const char *count = TP_K1 TP_K2 "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                                    "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 32);\n}\n";
+    expect_not_applicable(count, "two-pass", "k1:6", true, "passes 32 slots to k2, not the grid of the launch at line 14 (64)");
+    /* the second kernel reads a slot besides its loop */
+    const char *other = TP_K1 "__global__ void k2(float *out, int m) {\n"
+                              "  float t = 0.f;\n  for (int b = 0; b < m; b++) t += slots[b];\n  out[0] = t + slots[1];\n}\n"
+                              "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                              "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    expect_not_applicable(other, "two-pass", "k1:6", true, "line 11 uses slots besides the loop adding the slots");
+    /* launched twice: the count of which launch */
+    const char *twice = TP_K1 TP_K2 "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                                    "  k1<<<64, 256, 0, s>>>(x, n);\n  k1<<<64, 256, 0, s>>>(x, n);\n"
+                                    "  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    expect_not_applicable(twice, "two-pass", "k1:6", true, "k1 is launched 2 times in the file");
+    /* the same kernel over its own partials (the samples' reductions): its last launch must be one block
+     * over the slots, given the first launch's grid */
+#define SELF_K "__global__ void r(const float *in, float *part, int n) {\n" \
+               "  float s = 0.f;\n" \
+               "  for (int i = blockIdx.x * 256 + threadIdx.x; i < n; i += 256 * gridDim.x) s += in[i];\n" \
+               "  if (threadIdx.x == 0) part[blockIdx.x] = s;\n}\n" \
+               "extern \"C\" void launch(const float *x, float *out, float *scratch, int n, cudaStream_t s) {\n"
+    const char *self = SELF_K "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<1, 256, 0, s>>>(scratch, out, 64);\n}\n";
+    char *o = NULL, *note = NULL;
+    kl_error e = {0};
+    if (kl_rules_rewrite("t.cu", self, strlen(self), NULL, "two-pass", "r:4", true, NULL, &o, &note, &e) != KL_OK)
+        fail_msg("%s", e.message);
+    assert_non_null(strstr(o, "  if (threadIdx.x == 0) atomicAdd(&part[0], s);\n"));
+    assert_non_null(strstr(o, "  cudaMemsetAsync(scratch, 0, sizeof(float), s);\n  r<<<64, 256, 0, s>>>(x, scratch, n);\n"
+                              "  cudaMemsetAsync(out, 0, sizeof(float), s);\n  r<<<1, 256, 0, s>>>(scratch, out, 1);\n"));
+    free(o);
+    free(note);
+    const char *two_blocks = SELF_K "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<2, 256, 0, s>>>(scratch, out, 64);\n}\n";
+    expect_not_applicable(two_blocks, "two-pass", "r:4", true, "the last launch of r (line 8) is not one block");
+    const char *self_count = SELF_K "  r<<<64, 256, 0, s>>>(x, scratch, n);\n  r<<<1, 256, 0, s>>>(scratch, out, 32);\n}\n";
+    expect_not_applicable(self_count, "two-pass", "r:4", true, "does not read the slots scratch over the first launches' grid (64)");
+    /* slots that atomicAdd cannot add */
+    const char *wide = "__device__ long long slots[64];\n"
+                       "__global__ void k1(const long long *x, int n) {\n"
+                       "  if (threadIdx.x == 0) slots[blockIdx.x] = x[blockIdx.x];\n}\n"
+                       "__global__ void k2(long long *out, int m) {\n"
+                       "  long long t = 0;\n  for (int b = 0; b < m; b++) t += slots[b];\n  out[0] = t;\n}\n"
+                       "extern \"C\" void launch(const long long *x, long long *out, int n, cudaStream_t s) {\n"
+                       "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    expect_not_applicable(wide, "two-pass", "k1:3", true, "the slots of slots are long long, which atomicAdd does not add");
+}
+
 /* `while (cond) { …; i += G; }` read as a loop over one grid, and what it refuses. */
 static void grid_stride_while_refuses(void **state)
 {
@@ -108,12 +221,32 @@ static void grid_stride_while_refuses(void **state)
                         "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
                         "  while (i < n) {\n    y[i] = 1.f;\n    i += 1;\n    i += blockDim.x * gridDim.x;\n  }\n}\n" LAUNCH1;
     expect_not_applicable(twice, "grid-stride", "k:3", true, "assigns");
-    /* the index of a tile of four loads a block apart: several elements per step */
+    /* a tile of four loads a block apart, whole tiles only (no tail): one tile per thread, ceil(n / 1024)
+     * blocks of 256; a partial tile is skipped as before */
     const char *tile = "__global__ void k(float *y, float *p, int n) {\n"
                        "  int i = blockIdx.x * 1024 + threadIdx.x;\n"
                        "  while (i + 768 < n) {\n    y[i] = 1.f; y[i + 256] = 1.f; y[i + 512] = 1.f; y[i + 768] = 1.f;\n"
                        "    i += gridDim.x * 1024;\n  }\n}\n" LAUNCH1;
-    expect_not_applicable(tile, "grid-stride", "k:3", true, "not one grid of threads");
+    char *out = NULL, *note = NULL;
+    kl_error err = {0};
+    if (kl_rules_rewrite("t.cu", tile, strlen(tile), NULL, "grid-stride", "k:3", true, NULL, &out, &note, &err) != KL_OK)
+        fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "  if (i + 768 < n) {\n"));
+    assert_null(strstr(out, "gridDim"));
+    assert_non_null(strstr(out, "k<<<(n + 4 * 256 - 1) / (4 * 256), 256, 0, s>>>"));
+    free(out);
+    free(note);
+    /* the offset is not a whole number of loads: a step of several grids is still refused */
+    const char *two = "__global__ void k(float *y, float *p, int n) {\n"
+                      "  int i = blockIdx.x * 1024 + threadIdx.x;\n"
+                      "  while (i + 768 < n) {\n    y[i] = 1.f;\n    i += 2 * gridDim.x * 1024;\n  }\n}\n" LAUNCH1;
+    expect_not_applicable(two, "grid-stride", "k:3", true, "not one grid of threads");
+    /* after a tile loop the index may feed the tail of the last tile only */
+    const char *tail_bad = "__global__ void k(float *y, float *p, int n) {\n"
+                           "  int i = blockIdx.x * 512 + threadIdx.x;\n"
+                           "  while (i + 256 < n) {\n    y[i] = 1.f; y[i + 256] = 1.f;\n    i += gridDim.x * 512;\n  }\n"
+                           "  p[i % 7] = 1.f;\n}\n" LAUNCH1;
+    expect_not_applicable(tail_bad, "grid-stride", "k:3", true, "not as the tail of its last tile");
 }
 
 static void block_reduce_refuses(void **state)
@@ -231,8 +364,8 @@ static void sumsq_expert_while(void **state)
 {
     (void)state;
     char *text = read_task("../corpus/sumsq", "expert.cu");
-    assert_null(present_site(text, "grid-stride", "the loop at line 84"));
-    expect_not_applicable(text, "grid-stride", "sumsq_partials:84", true, "the loop at line 84");
+    /* the tile loop and its tail are read; the store of one sum per block is what stops it */
+    expect_not_applicable(text, "grid-stride", "sumsq_partials:84", true, "line 108 stores one value per block");
     free(text);
 }
 
@@ -341,6 +474,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(grid_stride_group_refuses),
         cmocka_unit_test(grid_stride_while_refuses),
+        cmocka_unit_test(grid_stride_partial_sums),
+        cmocka_unit_test(two_pass_refuses),
         cmocka_unit_test(block_reduce_refuses),
         cmocka_unit_test(sumsq_expert_while),
         cmocka_unit_test(reduce_sum_expert),

@@ -653,6 +653,32 @@ static void canonical_form_sites_map_back(void **state)
     free(text);
 }
 
+/* Template parameters are bound one by one: the samples-style reduction launches `<float, THREADS,
+ * true>` and `<float, THREADS, false>`, so T and blockSize are bound and nIsPow2 is not. The
+ * grid-stride refusal then names the obstacle the canonical form reaches (the per-block store),
+ * not the index the text as written cannot evaluate. */
+static void canonical_binds_agreeing_template_parameters(void **state)
+{
+    (void)state;
+    char *text = read_rel("tests/data/rules/idioms/reduce_pairs_ballot.cu");
+    char *canon = NULL, *summary = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rules_canonical("r.cu", text, strlen(text), &canon, &summary, &err), KL_OK);
+    assert_non_null(strstr(summary, "bound T = float, blockSize = THREADS (reduce_pairs"));
+    assert_null(strstr(summary, "nIsPow2 ="));
+    assert_non_null(strstr(canon, "unsigned int i = blockIdx.x * THREADS * 2 + threadIdx.x;"));
+    assert_non_null(strstr(canon, "if (nIsPow2 || i + THREADS < n)"));
+    json_t *sites = list_sites("r.cu", text, "grid-stride");
+    assert_int_equal(json_array_size(sites), 1);
+    const char *why = json_string_value(json_object_get(json_array_get(sites, 0), "reason"));
+    if (!why || !strstr(why, "line 46 stores one value per block"))
+        fail_msg("grid-stride's refusal: %s", why ? why : "(none)");
+    json_decref(sites);
+    free(canon);
+    free(summary);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -668,6 +694,7 @@ int main(void)
         cmocka_unit_test(warp_reduce_moves_structs_by_field),
         cmocka_unit_test(compile_check_refuses_what_nvcc_rejects),
         cmocka_unit_test(canonical_form_sites_map_back),
+        cmocka_unit_test(canonical_binds_agreeing_template_parameters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -128,6 +128,32 @@ static void block_size_refuses(void **state)
     const char *same = "#define B 256\n__global__ void k(float *y) { y[blockIdx.x * B + threadIdx.x] = 0.f; }\n"
                        "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n  k<<<n / B, B, 0, s>>>(y);\n}\n";
     expect_not_applicable(same, "block-size", "k:1:B", false, "{\"threads\": \"256\"}", "already 256");
+    /* a template argument equal to the block size that would not follow it (another constant) */
+    const char *targ = "#define BS 128\n#define THREADS 128\n"
+                       "template <unsigned int blockSize> __global__ void k(float *y) {\n"
+                       "  __shared__ float s[blockSize];\n  s[threadIdx.x] = y[threadIdx.x];\n"
+                       "  __syncthreads();\n  y[blockIdx.x * blockSize + threadIdx.x] = s[blockSize - 1 - threadIdx.x];\n}\n"
+                       "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n"
+                       "  k<BS><<<n / THREADS, THREADS, 0, s>>>(y);\n}\n";
+    expect_not_applicable(targ, "block-size", "k:2:THREADS", false, "{\"threads\": \"256\"}",
+                          "the launch at line 10 passes blockSize = BS to k, which the kernel reads, and it equals the "
+                          "block size (128)");
+    /* the same through the constant itself: it follows */
+    const char *follows = "#define THREADS 128\n"
+                          "template <unsigned int blockSize> __global__ void k(float *y) {\n"
+                          "  __shared__ float s[blockSize];\n  s[threadIdx.x] = y[threadIdx.x];\n"
+                          "  __syncthreads();\n  y[blockIdx.x * blockSize + threadIdx.x] = s[blockSize - 1 - threadIdx.x];\n}\n"
+                          "extern \"C\" void launch(float *y, int n, cudaStream_t s) {\n"
+                          "  k<THREADS><<<n / THREADS, THREADS, 0, s>>>(y);\n}\n";
+    char *fo = NULL, *fnote = NULL;
+    kl_error ferr = {0};
+    assert_int_equal(kl_rules_rewrite("t.cu", follows, strlen(follows), NULL, "block-size", "k:1:THREADS", false,
+                                      "{\"threads\": \"256\"}", &fo, &fnote, &ferr),
+                     KL_OK);
+    assert_non_null(strstr(fo, "#define THREADS 256"));
+    assert_non_null(strstr(fo, "k<THREADS><<<n / THREADS, THREADS, 0, s>>>(y);"));
+    free(fo);
+    free(fnote);
     char *out = NULL;
     kl_error err = {0};
     assert_int_equal(rewrite_src(same, "block-size", "k:1:B", false, "{\"threads\": \"1024\"}", &out, &err), KL_OK);

@@ -327,6 +327,87 @@ static bool derived(const char *t, uint32_t a, uint32_t b)
 }
 
 static void depends_1d(const kl_source *src, TSNode fn, const bs_group *g, int64_t nb, char *why, size_t size);
+static unsigned kernels_named(const kl_source *src, const char *kernel, TSNode *out, unsigned max);
+
+/* A template kernel told its block size twice: `reduce<float, 256, true><<<g, 256>>>` or
+ * `k<BS><<<g, THREADS>>>` with BS == THREADS. A non-type template argument of the launch whose value
+ * is the block size, naming a parameter the kernel reads, must change with the block: it does when
+ * it names the block's constant; a literal at a launch whose block is that literal is rewritten
+ * with it; anything else is refused (the kernel would index with the old size). */
+static kl_status template_args(bs_state *s, const bs_group *g, const kl_launch_site *l, int64_t nb, kl_edits *out,
+                               char *why, size_t size)
+{
+    const kl_source *src = s->ctx->src;
+    TSNode fn = ts_node_child_by_field_name(l->call, "function", 8);
+    if (!is_type(fn, "template_function")) return KL_OK;
+    TSNode args = ts_node_child_by_field_name(fn, "arguments", 9);
+    TSNode kf[4];
+    if (kernels_named(src, l->kernel, kf, 4) != 1) return KL_OK;
+    TSNode tpl = ts_node_parent(kf[0]);
+    if (!is_type(tpl, "template_declaration")) return KL_OK;
+    TSNode params = ts_node_child_by_field_name(tpl, "parameters", 10);
+    uint32_t np = 0;
+    TSNode pnames[16];
+    for (uint32_t i = 0; i < ts_node_named_child_count(params) && np < 16; i++) {
+        TSNode p = ts_node_named_child(params, i);
+        if (is_type(p, "comment")) continue;
+        TSNode nm = {0};
+        if (is_type(p, "parameter_declaration") || is_type(p, "optional_parameter_declaration"))
+            nm = kl_ast_declarator_name(ts_node_child_by_field_name(p, "declarator", 10));
+        pnames[np++] = nm; /* null: a type parameter */
+    }
+    uint32_t na = 0;
+    for (uint32_t i = 0; i < ts_node_named_child_count(args) && !why[0]; i++) {
+        TSNode a = ts_node_named_child(args, i);
+        if (is_type(a, "comment")) continue;
+        uint32_t k = na++;
+        if (k >= np || ts_node_is_null(pnames[k])) continue;
+        int64_t v;
+        char w[200];
+        bool known;
+        if (is_type(a, "type_descriptor")) {
+            /* `k<BS>`: the grammar reads a lone name there as a type */
+            char *t = kl_node_text(src, a);
+            known = t && kl_const_eval_name(src, l->host_fn, t, &v, w, sizeof w);
+            free(t);
+        } else {
+            known = kl_const_eval(src, l->host_fn, a, true, &v, w, sizeof w);
+        }
+        if (!known || v != g->value) continue;
+        char *pn = kl_node_text(src, pnames[k]);
+        /* read by its name, or by the argument's (the canonical form binds `blockSize` to `BS`) */
+        char *at0 = kl_node_text(src, a);
+        bool read = (pn && mentions(src, kl_ast_function_body(kf[0]), pn)) ||
+                    (at0 && !is_type(a, "number_literal") && mentions(src, kl_ast_function_body(kf[0]), at0));
+        free(at0);
+        if (read && g->name[0] && mentions(src, a, g->name)) read = false; /* follows the constant */
+        if (!read) {
+            free(pn);
+            continue;
+        }
+        if (!g->name[0] && is_type(a, "number_literal")) {
+            /* the launch's literal block and the literal argument: one size written twice */
+            if (out) {
+                kl_status st = kl_edits_addf(out, ts_node_start_byte(a), ts_node_end_byte(a), "%lld", (long long)nb);
+                if (st != KL_OK) {
+                    free(pn);
+                    return st;
+                }
+            }
+            free(pn);
+            continue;
+        }
+        char *at = kl_node_text(src, a);
+        kl_snprintf(why, size,
+                    "the launch at line %u passes %s = %s to %s, which the kernel reads, and it equals the block size "
+                    "(%lld): changing the block alone would leave it at %lld",
+                    kl_ast_line(l->call), pn ? pn : "?", at ? at : "?", l->kernel, (long long)g->value,
+                    (long long)g->value);
+        free(at);
+        free(pn);
+    }
+    return KL_OK;
+}
 
 /* Check a group can move from its size to nb, and (out set) write the edits. */
 static kl_status check_group(bs_state *s, bs_group *g, int64_t nb, kl_edits *out, char *why, size_t size)
@@ -362,6 +443,10 @@ static kl_status check_group(bs_state *s, bs_group *g, int64_t nb, kl_edits *out
                 free(t);
             }
             if (!why[0]) depends_1d(src, fns[f], g, nb, why, size);
+        }
+        if (!why[0]) {
+            kl_status tst = template_args(s, g, l, nb, out, why, size);
+            if (tst != KL_OK) return tst;
         }
         grid_scan gs = {src, g->value, nb, out, why, size, KL_OK};
         TSNode ge = grid_expr(src, l);

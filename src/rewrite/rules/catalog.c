@@ -14,7 +14,7 @@
 /* The catalog, in a fixed order: this is the order of sites, candidates and listings.
  * Transforms 9-16 are added here by their authors as they land (declared in rules_tree.h). */
 const kl_rule *const kl_rules[] = {
-    &kl_rule_unroll, &kl_rule_launch_bounds, &kl_rule_restrict, &kl_rule_fast_math, &kl_rule_vectorize, &kl_rule_grid_stride, &kl_rule_block_size, &kl_rule_warp_reduce, &kl_rule_smem_pad, &kl_rule_privatize, &kl_rule_block_reduce,
+    &kl_rule_unroll, &kl_rule_launch_bounds, &kl_rule_restrict, &kl_rule_fast_math, &kl_rule_vectorize, &kl_rule_grid_stride, &kl_rule_block_size, &kl_rule_warp_reduce, &kl_rule_tree_addressing, &kl_rule_smem_pad, &kl_rule_privatize, &kl_rule_block_reduce, &kl_rule_two_pass, &kl_rule_accumulators, &kl_rule_coarsen,
     &kl_rule_coalesce,
     &kl_rule_row_parallel,
     &kl_rule_specialize,
@@ -614,6 +614,13 @@ static kl_status run_any(const kl_rule *r, const view *v, const site_pair *sp, c
     kl_status st2 = run_canonical(r, v, t, params, out, how, &e2);
     if (st2 == KL_ERR_NOMEM) return kl_error_set(err, st2, "out of memory");
     if (st2 == KL_OK && used) *used = t;
+    if (st2 == KL_ERR_NOT_APPLICABLE && st == KL_ERR_NOT_APPLICABLE && e2.message[0] &&
+        strstr(kl_canon_summary(v->canon), "bound ")) {
+        /* both refuse: where the canonical form bound the kernel's template parameters, it sees past a
+         * `blockSize` the text as written cannot evaluate, and its reason names the real obstacle */
+        kl_error_set(err, st2, "%s", e2.message);
+        return st2;
+    }
     return st2 == KL_OK ? KL_OK : st;
 }
 

@@ -74,6 +74,8 @@ typedef struct body_scan {
     unsigned nouter;
     char why[300];
     int loops;              /* depth of loops (and switches) around the node being visited */
+    char **accum;           /* when not null: outer locals updated by `+=` are collected here, not refused */
+    unsigned *naccum;
 } body_scan;
 
 static bool scan_body(TSNode n, void *user)
@@ -121,6 +123,17 @@ static bool scan_body(TSNode n, void *user)
         TSNode l = ts_node_child_by_field_name(n, !strcmp(t, "assignment_expression") ? "left" : "argument",
                                                !strcmp(t, "assignment_expression") ? 4 : 8);
         l = strip(l);
+        if (b->accum && is_type(l, "subscript_expression") && !strcmp(t, "assignment_expression") &&
+            kl_node_text_is(b->src, ts_node_child_by_field_name(n, "operator", 8), "+=")) {
+            /* `acc[u] += e` into a local array declared before: partial sums too */
+            TSNode base = strip(ts_node_child_by_field_name(l, "argument", 8));
+            for (unsigned k = 0; is_type(base, "identifier") && k < b->nouter; k++)
+                if (kl_node_text_is(b->src, base, b->outer[k])) {
+                    bool have = false;
+                    for (unsigned a = 0; a < *b->naccum; a++) have = have || !strcmp(b->accum[a], b->outer[k]);
+                    if (!have && *b->naccum < GS_MAXACCUM) b->accum[(*b->naccum)++] = kl_strdup(b->outer[k]);
+                }
+        }
         if (is_type(l, "identifier")) {
             if (kl_node_text_is(b->src, l, b->var)) {
                 kl_snprintf(b->why, sizeof b->why, "the body assigns the index %s at line %u", b->var, kl_ast_line(n));
@@ -128,6 +141,14 @@ static bool scan_body(TSNode n, void *user)
             }
             for (unsigned k = 0; k < b->nouter; k++)
                 if (kl_node_text_is(b->src, l, b->outer[k])) {
+                    if (b->accum && !strcmp(t, "assignment_expression") &&
+                        kl_node_text_is(b->src, ts_node_child_by_field_name(n, "operator", 8), "+=")) {
+                        /* a partial sum: the group's removal checks where it goes after the loops */
+                        bool have = false;
+                        for (unsigned a = 0; a < *b->naccum; a++) have = have || !strcmp(b->accum[a], b->outer[k]);
+                        if (!have && *b->naccum < GS_MAXACCUM) b->accum[(*b->naccum)++] = kl_strdup(b->outer[k]);
+                        return true;
+                    }
                     kl_snprintf(b->why, sizeof b->why,
                                 "the body updates %s (line %u), declared before it: it would carry over between elements",
                                 b->outer[k], kl_ast_line(n));
@@ -239,9 +260,20 @@ static unsigned outer_names(const kl_source *src, TSNode fbody, TSNode stmt, cha
 void grid_stride__check_body(const kl_source *src, TSNode fbody, TSNode stmt, TSNode from, TSNode to, const char *var,
                        char *why, size_t size)
 {
-    body_scan b = {src, var, NULL, 0, "", 0};
+    grid_stride__check_body_acc(src, fbody, stmt, from, to, var, NULL, NULL, why, size);
+}
+
+void grid_stride__check_body_acc(const kl_source *src, TSNode fbody, TSNode stmt, TSNode from, TSNode to,
+                                 const char *var, char **accum, unsigned *naccum, char *why, size_t size)
+{
+    body_scan b = {src, var, NULL, 0, "", 0, accum, naccum};
+    /* a loop inside a top-level `if`: the names declared before that if, and before the loop in its branch */
+    TSNode top = stmt, block = ts_node_parent(stmt);
+    while (!ts_node_is_null(top) && !ts_node_eq(ts_node_parent(top), fbody) && !ts_node_is_null(ts_node_parent(top)))
+        top = ts_node_parent(top);
     char *names[64] = {0};
-    b.nouter = outer_names(src, fbody, stmt, names, 64);
+    b.nouter = outer_names(src, fbody, top, names, 64);
+    if (!ts_node_eq(block, fbody)) b.nouter += outer_names(src, block, stmt, names + b.nouter, 64 - b.nouter);
     b.outer = names;
     for (TSNode s = from; !ts_node_is_null(s); s = ts_node_next_named_sibling(s)) {
         kl_ast_walk(s, scan_body, &b);
@@ -392,6 +424,43 @@ bool grid_stride__use_visit(TSNode n, void *user)
     return false;
 }
 
+typedef struct block0_scan {
+    const kl_source *src;
+    uint32_t *ra, *rb;
+    unsigned *nr;
+    bool found;
+} block0_scan;
+
+/* `blockIdx.x == 0` / `0 == blockIdx.x` / `!=`: ranges of its own (they do not depend on the grid). */
+static bool block0_visit(TSNode n, void *user)
+{
+    block0_scan *b = user;
+    if (!is_type(n, "binary_expression")) return true;
+    char *op = kl_node_text(b->src, ts_node_child_by_field_name(n, "operator", 8));
+    char *l = kl_node_text(b->src, strip(ts_node_child_by_field_name(n, "left", 4)));
+    char *r = kl_node_text(b->src, strip(ts_node_child_by_field_name(n, "right", 5)));
+    bool hit = op && l && r && (!strcmp(op, "==") || !strcmp(op, "!=")) &&
+               ((!strcmp(l, "blockIdx.x") && !strcmp(r, "0")) || (!strcmp(r, "blockIdx.x") && !strcmp(l, "0")));
+    free(op);
+    free(l);
+    free(r);
+    if (!hit) return true;
+    b->found = true;
+    if (b->ra && *b->nr < GS_MAXRANGES) {
+        b->ra[*b->nr] = ts_node_start_byte(n);
+        b->rb[(*b->nr)++] = ts_node_end_byte(n);
+    }
+    return false;
+}
+
+bool grid_stride__has_block0(const kl_source *src, TSNode fn)
+{
+    unsigned nr = 0;
+    block0_scan b = {src, NULL, NULL, &nr, false};
+    kl_ast_walk(kl_ast_function_body(fn), block0_visit, &b);
+    return b.found;
+}
+
 /* The grid's size must not matter outside the loops: blockIdx/gridDim, and the locals computed from
  * them, appear only in the loops' headers, in loops that go, in the declarations of the indexes and in
  * one another's definitions. `ra/rb` holds those ranges (loops' headers, dead loops, index
@@ -429,6 +498,9 @@ void grid_stride__grid_free(const kl_rule_ctx *ctx, TSNode fn, uint32_t *ra, uin
             grew = true;
         }
     }
+    /* "is this block 0" is the same question in any grid of at least one block */
+    block0_scan b0 = {src, ra, rb, nr, false};
+    kl_ast_walk(fbody, block0_visit, &b0);
     const char *builtins[] = {"blockIdx", "gridDim"};
     for (unsigned b = 0; b < 2 + nloc && !why[0]; b++) {
         if (b >= 2 && !locals[b - 2]) continue;
@@ -460,9 +532,33 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     uint32_t c = ts_node_named_child_count(body);
     unsigned nloops = 0;
     TSNode gsl[GS_MAXLOOPS];
-    /* present: a for whose update steps by gridDim.x */
-    for (uint32_t i = 0; i < c; i++) {
+    /* the statements a grid-stride loop may be: the top level's, and those of the branches of a
+     * top-level `if (flag) { … } else { … }` whose condition is the same for every thread
+     * (`if (nIsPow2)`: a template flag or a parameter) */
+    TSNode cand[128];
+    unsigned ncand = 0;
+    for (uint32_t i = 0; i < c && ncand < 128; i++) {
         TSNode s = ts_node_named_child(body, i);
+        cand[ncand++] = s;
+        if (!is_type(s, "if_statement")) continue;
+        TSNode cond = ts_node_child_by_field_name(s, "condition", 9);
+        if (grid_stride__has_text(src, cond, "threadIdx") || grid_stride__has_text(src, cond, "blockIdx") ||
+            grid_stride__has_text(src, cond, "gridDim") || grid_stride__has_text(src, cond, "blockDim"))
+            continue;
+        TSNode br[2] = {ts_node_child_by_field_name(s, "consequence", 11), ts_node_child_by_field_name(s, "alternative", 11)};
+        for (unsigned b = 0; b < 2; b++) {
+            TSNode blk = br[b];
+            if (is_type(blk, "else_clause")) blk = ts_node_named_child(blk, 0);
+            if (!is_type(blk, "compound_statement")) continue;
+            for (uint32_t j = 0; j < ts_node_named_child_count(blk) && ncand < 128; j++) {
+                TSNode t = ts_node_named_child(blk, j);
+                if (is_type(t, "for_statement") || is_type(t, "while_statement")) cand[ncand++] = t;
+            }
+        }
+    }
+    /* present: a for whose update steps by gridDim.x */
+    for (uint32_t ci = 0; ci < ncand; ci++) {
+        TSNode s = cand[ci];
         bool is_while = is_type(s, "while_statement");
         if (!is_type(s, "for_statement") && !is_while) continue;
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
@@ -474,8 +570,11 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
             TSNode r = is_type(upd, "assignment_expression") ? ts_node_child_by_field_name(upd, "right", 5) : upd;
             char *rt = kl_node_text(src, r);
             if (rt) {
-                for (uint32_t j = 0; j < i && !stride; j++) {
-                    TSNode d = ts_node_named_child(body, j);
+                TSNode blocks[2] = {body, ts_node_parent(s)};
+                for (unsigned bi = 0; bi < (ts_node_eq(blocks[1], body) ? 1u : 2u); bi++)
+                for (uint32_t j = 0; j < ts_node_named_child_count(blocks[bi]) && !stride; j++) {
+                    TSNode d = ts_node_named_child(blocks[bi], j);
+                    if (ts_node_start_byte(d) >= ts_node_start_byte(s)) break;
                     if (!is_type(d, "declaration") || !grid_stride__has_text(src, d, "gridDim.x")) continue;
                     TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(d, "declarator", 10));
                     char *name = ts_node_is_null(nm) ? NULL : kl_node_text(src, nm);
@@ -622,8 +721,8 @@ static void analyse_kernel(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
 /* ---- the launch side ------------------------------------------------------------------------ */
 
 /* The launches of a kernel, checked: 1-D grid, a statement of its own in a block. */
-static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const char *kernel, unsigned *n, char *why,
-                        size_t size)
+static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const char *kernel, bool remove, unsigned *n,
+                        char *why, size_t size)
 {
     *n = 0;
     for (unsigned i = 0; i < ls->count; i++) {
@@ -648,7 +747,9 @@ static bool launches_ok(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const
             free(t);
         }
         TSNode st = ts_node_parent(l->call);
-        if (!is_type(st, "expression_statement") || !is_type(ts_node_parent(st), "compound_statement")) {
+        /* apply inserts the SM query before the launch; a removal only rewrites the grid (a launch
+         * may then be an if's branch: `if (pow2) k<T, true><<<…>>>(…); else …`) */
+        if (!is_type(st, "expression_statement") || (!remove && !is_type(ts_node_parent(st), "compound_statement"))) {
             kl_snprintf(why, size, "the launch at line %u is not a statement of its own in a block", kl_ast_line(l->call));
             return false;
         }
@@ -722,7 +823,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     }
     unsigned nl = 0;
     char why[300] = "";
-    bool lok = launches_ok(ctx, &ls, name, &nl, why, sizeof why);
+    bool lok = launches_ok(ctx, &ls, name, k.present, &nl, why, sizeof why);
     int64_t waves = 0;
     if (k.present) {
         for (unsigned i = 0; i < ls.count; i++) {
@@ -859,7 +960,7 @@ static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const grid_stri
     if (st != KL_OK) return st;
     char why[300] = "";
     unsigned nl = 0;
-    if (!launches_ok(ctx, &ls, kernel, &nl, why, sizeof why)) {
+    if (!launches_ok(ctx, &ls, kernel, r->remove, &nl, why, sizeof why)) {
         st = kl_rule_not_applicable(r->err, "%s", why);
         goto cleanup;
     }
@@ -951,17 +1052,31 @@ static kl_status launch_edits(const kl_rule_ctx *ctx, gs_run *r, const grid_stri
                                                 "the grid at line %u is neither a capped ceil-div nor recomputable from "
                                                 "the bound %s and a constant 1-D block size",
                                                 kl_ast_line(l->call), k->bound);
-                } else if (k->coef && bv != k->coef) {
-                    /* the loops step by coef * gridDim.x: with another block, ceil(N / block) blocks may not cover N */
+                } else if (k->coef && (bv <= 0 || k->coef % bv)) {
+                    /* the loops step by coef * gridDim.x: ceil(N / coef) blocks cover N, each thread once,
+                     * only when a block's threads tile its coef elements (or a whole multiple of them) */
                     st = kl_rule_not_applicable(r->err,
                                                 "the index steps blocks by %lld, which is not the block size at line %u",
                                                 (long long)k->coef, kl_ast_line(l->call));
                 } else {
+                    /* a block steps over m blocks of elements (the pair form): ceil(N / (m * B)) blocks */
+                    long long m = k->coef ? (long long)(k->coef / bv) : k->mul > 1 ? (long long)k->mul : 1;
                     char *at = kl_node_text(ctx->src, ts_node_named_child(l->args, (uint32_t)idx));
                     char *bt = kl_node_text(ctx->src, b);
-                    st = (at && bt) ? kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
-                                                    "(%s + %s - 1) / %s", at, bt, bt)
-                                    : KL_ERR_NOMEM;
+                    if (!at || !bt) st = KL_ERR_NOMEM;
+                    else if (k->block0 && m == 1)
+                        /* block 0 has work of its own (a head, a tail): at least one block when N is 0 */
+                        st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                           "(%s > 0 ? (%s + %s - 1) / %s : 1)", at, at, bt, bt);
+                    else if (k->block0)
+                        st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                           "(%s > 0 ? (%s + %lld * %s - 1) / (%lld * %s) : 1)", at, at, m, bt, m, bt);
+                    else if (m == 1)
+                        st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                           "(%s + %s - 1) / %s", at, bt, bt);
+                    else
+                        st = kl_edits_addf(r->out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
+                                           "(%s + %lld * %s - 1) / (%lld * %s)", at, m, bt, m, bt);
                     free(at);
                     free(bt);
                 }

@@ -199,11 +199,363 @@ static bool split_index(const kl_source *src, rt_affine *ra, TSNode value, rt_po
     for (unsigned u = 0; u < sum.n; u++)
         if (sum.t[u].coef) sum.t[k++] = sum.t[u];
     sum.n = k;
-    return rt_grid_index(&sum, g, false);
+    if (rt_grid_index(&sum, g, false)) return true;
+    /* m * blockDim.x * blockIdx.x + threadIdx.x (m >= 2): a block covers m blocks of elements per step
+     * (the pair form: `i = blockIdx.x * blockDim.x * 2 + threadIdx.x`, two loads a block apart) */
+    if (sum.n != 2) return false;
+    bool tx = false, bx = false;
+    for (unsigned u = 0; u < 2; u++) {
+        const rt_term *t = &sum.t[u];
+        if (t->deg == 1 && t->sym[0] == RB_TX && t->coef == 1) tx = true;
+        else if (t->deg == 2 && t->coef > 1 && ((t->sym[0] == RB_BX && t->sym[1] == RB_DX) ||
+                                                (t->sym[0] == RB_DX && t->sym[1] == RB_BX))) {
+            bx = true;
+            memset(g, 0, sizeof *g);
+            g->n = 1;
+            g->t[0] = (rt_term){t->coef, 2, {RB_DX, RB_GX}};
+        }
+    }
+    return tx && bx;
 }
 
-/* The top-level declaration `T name = value;` before stmt in fbody (a null node when none). */
+/* ---- partial sums: where a loop's `s += e` goes after the loops --------------------------------------
+ * A loop that runs once per thread instead of many leaves each thread's partial sum over fewer elements
+ * (and more threads). The result is the same only when the partials reach memory by sums: every use of
+ * a partial (and of what is computed from it) outside the loops is `+`, an assignment or `+=` into a local
+ * or an array (which then carries it), a shuffle's value, atomicAdd's value, a return, or the argument of
+ * a helper of the file whose body passes the same check; and nothing of the kernel is stored to global
+ * memory except by atomicAdd (a store per block, `out[blockIdx.x] = s`, is refused before: its count
+ * follows the grid). */
+
+typedef struct gs_flow {
+    const kl_source *src;
+    TSNode fn;              /* the function checked */
+    char *names[24];        /* the tainted names */
+    uint32_t sa[24], sb[24]; /* where each is in scope: a local declared in a block, from its declaration to
+                              * the block's end (another variable of the same name elsewhere is not it) */
+    unsigned n;
+    const uint32_t *ra, *rb;  /* the loops: uses inside them are the loops' own */
+    unsigned nr;
+    char why[300];
+    int depth;              /* helper nesting */
+} gs_flow;
+
+static bool flow_add_scoped(gs_flow *f, TSNode id, uint32_t a, uint32_t b);
+
+static bool flow_add(gs_flow *f, TSNode id) { return flow_add_scoped(f, id, 0, UINT32_MAX); }
+
+/* A name declared at id: in scope from its declaration to the end of its block. */
+static bool flow_add_decl(gs_flow *f, TSNode id)
+{
+    TSNode blk = id;
+    while (!ts_node_is_null(blk) && !rt_is(blk, "compound_statement")) blk = ts_node_parent(blk);
+    return flow_add_scoped(f, id, ts_node_start_byte(id), ts_node_is_null(blk) ? UINT32_MAX : ts_node_end_byte(blk));
+}
+
+static bool flow_add_scoped(gs_flow *f, TSNode id, uint32_t sa, uint32_t sb)
+{
+    char *t = kl_node_text(f->src, id);
+    if (!t) return false;
+    for (unsigned i = 0; i < f->n; i++)
+        if (!strcmp(f->names[i], t)) {
+            free(t);
+            return false;
+        }
+    if (f->n == 24) {
+        free(t);
+        kl_snprintf(f->why, sizeof f->why, "too many values computed from the partial sums to follow");
+        return false;
+    }
+    f->sa[f->n] = sa;
+    f->sb[f->n] = sb;
+    f->names[f->n++] = t;
+    return true;
+}
+
+/* The identifier an lvalue stores into: `a[i]`, `a.f`, `*p`, `(a)` down to a; a null node otherwise. */
+static TSNode lvalue_base(TSNode l)
+{
+    for (int d = 0; d < 8; d++) {
+        l = kl_ast_unparen(l);
+        if (rt_is(l, "identifier")) return l;
+        if (rt_is(l, "subscript_expression") || rt_is(l, "field_expression")) l = ts_node_child_by_field_name(l, "argument", 8);
+        else if (rt_is(l, "pointer_expression")) l = ts_node_child_by_field_name(l, "argument", 8);
+        else break;
+    }
+    return (TSNode){0};
+}
+
+static bool flow_helper(gs_flow *f, TSNode call, uint32_t argi);
+
+/* One use of a tainted name: its context up to the statement. New names may be tainted (*grew). */
+static void flow_use(gs_flow *f, TSNode id, bool *grew)
+{
+    TSNode n = id;
+    for (int d = 0; d < 16 && !f->why[0]; d++) {
+        TSNode p = ts_node_parent(n);
+        const char *pt = ts_node_type(p);
+        if (rt_is(p, "parenthesized_expression") || rt_is(p, "cast_expression")) {
+            n = p;
+            continue;
+        }
+        if (rt_is(p, "binary_expression")) {
+            char op[4];
+            binary_op(f->src, p, op, sizeof op);
+            if (strcmp(op, "+")) break;
+            n = p;
+            continue;
+        }
+        if (rt_is(p, "conditional_expression") &&
+            !ts_node_eq(ts_node_child_by_field_name(p, "condition", 9), n)) {
+            n = p;
+            continue;
+        }
+        if ((rt_is(p, "subscript_expression") || rt_is(p, "field_expression")) &&
+            ts_node_eq(ts_node_child_by_field_name(p, "argument", 8), n)) {
+            n = p; /* an element of a carrying array, a member of a carrying struct (`temp.warp_sums`) */
+            continue;
+        }
+        if (rt_is(p, "assignment_expression")) {
+            char op[4];
+            binary_op(f->src, p, op, sizeof op);
+            TSNode l = ts_node_child_by_field_name(p, "left", 4);
+            if (ts_node_eq(l, n)) return; /* stored into: `s += e`, `s = e` */
+            if (strcmp(op, "=") && strcmp(op, "+=")) break;
+            TSNode b = lvalue_base(l);
+            if (ts_node_is_null(b)) break;
+            if (flow_add(f, b)) *grew = true;
+            return;
+        }
+        if (rt_is(p, "init_declarator")) {
+            TSNode b = kl_ast_declarator_name(ts_node_child_by_field_name(p, "declarator", 10));
+            if (ts_node_is_null(b)) break;
+            if (flow_add_decl(f, b)) *grew = true;
+            return;
+        }
+        if (rt_is(p, "return_statement") || rt_is(p, "expression_statement")) return;
+        if (rt_is(p, "argument_list")) {
+            TSNode call = ts_node_parent(p);
+            char *fname = kl_node_text(f->src, ts_node_child_by_field_name(call, "function", 8));
+            uint32_t argi = 0;
+            for (uint32_t a = 0; a < ts_node_named_child_count(p); a++)
+                if (ts_node_eq(ts_node_named_child(p, a), n)) argi = a;
+            bool shfl = fname && kl_str_starts(fname, "__shfl") && argi == 1;
+            bool atomic = fname && !strcmp(fname, "atomicAdd") && argi == 1;
+            free(fname);
+            if (atomic) return;
+            if (shfl || flow_helper(f, call, argi)) {
+                n = call;
+                continue;
+            }
+            if (!f->why[0]) {
+                char *ct = kl_node_text(f->src, call);
+                kl_snprintf(f->why, sizeof f->why, "line %u passes a partial sum to %.80s%s", kl_ast_line(call),
+                            ct ? ct : "?", ct && strlen(ct) > 80 ? "…" : "");
+                free(ct);
+            }
+            return;
+        }
+        (void)pt;
+        break;
+    }
+    if (!f->why[0]) {
+        TSNode st = n;
+        while (!ts_node_is_null(ts_node_parent(st)) && !rt_is(ts_node_parent(st), "compound_statement"))
+            st = ts_node_parent(st);
+        char *t = kl_node_text(f->src, id);
+        kl_snprintf(f->why, sizeof f->why,
+                    "line %u uses the partial sum %s other than by a sum (+, +=, =, a shuffle, atomicAdd): one element "
+                    "per thread would change what it computes",
+                    kl_ast_line(ts_node_parent(n)), t ? t : "?");
+        free(t);
+    }
+}
+
+typedef struct flow_scan {
+    gs_flow *f;
+    bool grew;
+} flow_scan;
+
+static bool flow_visit(TSNode n, void *user)
+{
+    flow_scan *fs = user;
+    gs_flow *f = fs->f;
+    if (f->why[0]) return false;
+    uint32_t a = ts_node_start_byte(n);
+    for (unsigned r = 0; r < f->nr; r++)
+        if (a >= f->ra[r] && ts_node_end_byte(n) <= f->rb[r]) return false;
+    if (!rt_is(n, "identifier")) return true;
+    for (unsigned i = 0; i < f->n; i++)
+        if (a >= f->sa[i] && a < f->sb[i] && kl_node_text_is(f->src, n, f->names[i])) {
+            TSNode p = ts_node_parent(n);
+            /* the declaration of the name itself */
+            if (rt_is(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "declarator", 10), n)) break;
+            if (rt_is(p, "array_declarator") || rt_is(p, "pointer_declarator") || rt_is(p, "declaration")) break;
+            flow_use(f, n, &fs->grew);
+            break;
+        }
+    return true;
+}
+
+/* Every use of the tainted names in f->fn outside the loops, to a fixed point. */
+static void flow_check(gs_flow *f)
+{
+    for (int round = 0; round < 8 && !f->why[0]; round++) {
+        flow_scan fs = {f, false};
+        kl_ast_walk(kl_ast_function_body(f->fn), flow_visit, &fs);
+        if (!fs.grew) return;
+    }
+}
+
+typedef struct helper_store {
+    const kl_source *src;
+    TSNode params;
+    unsigned line;
+} helper_store;
+
+static bool helper_store_visit(TSNode n, void *user)
+{
+    helper_store *h = user;
+    if (h->line) return false;
+    if (!rt_is(n, "assignment_expression") && !rt_is(n, "update_expression")) return true;
+    TSNode l = ts_node_child_by_field_name(n, rt_is(n, "assignment_expression") ? "left" : "argument",
+                                           rt_is(n, "assignment_expression") ? 4 : 8);
+    TSNode b = lvalue_base(l);
+    if (ts_node_is_null(b)) return true;
+    char *name = kl_node_text(h->src, b);
+    bool global = name && rt_device_var(h->src, name, NULL);
+    for (uint32_t i = 0; name && !global && i < ts_node_named_child_count(h->params); i++) {
+        TSNode pd = ts_node_named_child(h->params, i);
+        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(pd, "declarator", 10));
+        if (!ts_node_is_null(nm) && kl_node_text_is(h->src, nm, name) && !ts_node_eq(kl_ast_unparen(l), b))
+            global = grid_stride__has_text(h->src, pd, "*");
+    }
+    free(name);
+    if (global) h->line = kl_ast_line(n);
+    return true;
+}
+
+/* A call to a function of the file: its body, with the parameter at argi tainted, must pass. */
+static bool flow_helper(gs_flow *f, TSNode call, uint32_t argi)
+{
+    if (f->depth >= 2) return false;
+    TSNode fnode = ts_node_child_by_field_name(call, "function", 8);
+    while (rt_is(fnode, "field_expression") || rt_is(fnode, "qualified_identifier") || rt_is(fnode, "template_function")) {
+        TSNode nx = rt_is(fnode, "field_expression")      ? ts_node_child_by_field_name(fnode, "field", 5)
+                    : rt_is(fnode, "qualified_identifier") ? ts_node_child_by_field_name(fnode, "name", 4)
+                                                           : ts_node_child_by_field_name(fnode, "name", 4);
+        if (ts_node_eq(nx, fnode) || ts_node_is_null(nx)) break;
+        fnode = nx;
+    }
+    char *name = kl_node_text(f->src, fnode);
+    TSNode h = name ? kl_ast_function_named(f->src, name) : (TSNode){0};
+    free(name);
+    if (ts_node_is_null(h)) return false;
+    TSNode ps = kl_ast_function_params(h);
+    uint32_t k = 0;
+    TSNode pd = {0};
+    for (uint32_t i = 0; i < ts_node_named_child_count(ps); i++) {
+        TSNode q = ts_node_named_child(ps, i);
+        if (!rt_is(q, "parameter_declaration")) continue;
+        if (k++ == argi) pd = q;
+    }
+    TSNode pn = kl_ast_declarator_name(ts_node_child_by_field_name(pd, "declarator", 10));
+    if (ts_node_is_null(pn)) return false;
+    gs_flow sub = {.src = f->src, .fn = h, .depth = f->depth + 1};
+    flow_add(&sub, pn);
+    flow_check(&sub);
+    bool ok = !sub.why[0];
+    /* the helper's own stores must not reach global memory either: none through its pointer
+     * parameters or into a __device__ variable */
+    helper_store hs = {f->src, ps, 0};
+    kl_ast_walk(kl_ast_function_body(h), helper_store_visit, &hs);
+    if (hs.line) ok = false;
+    for (unsigned i = 0; i < sub.n; i++) free(sub.names[i]);
+    return ok;
+}
+
+typedef struct acc_read_scan {
+    const kl_source *src;
+    const char *name;
+    unsigned line;          /* the first use that is not the left of `+=` */
+} acc_read_scan;
+
+static bool acc_read_visit(TSNode n, void *user)
+{
+    acc_read_scan *a = user;
+    if (a->line) return false;
+    if (!rt_is(n, "identifier") || !kl_node_text_is(a->src, n, a->name)) return true;
+    TSNode p = ts_node_parent(n);
+    if (rt_is(p, "subscript_expression") && ts_node_eq(ts_node_child_by_field_name(p, "argument", 8), n)) {
+        n = p; /* an element: `acc[u] += e` */
+        p = ts_node_parent(p);
+    }
+    char op[4] = "";
+    if (rt_is(p, "assignment_expression")) binary_op(a->src, p, op, sizeof op);
+    if (!(ts_node_eq(ts_node_child_by_field_name(p, "left", 4), n) && !strcmp(op, "+="))) a->line = kl_ast_line(n);
+    return true;
+}
+
+typedef struct gstore_scan {
+    const kl_source *src;
+    kl_affine_ctx *ax;
+    const uint32_t *ra, *rb;
+    unsigned nr;
+    unsigned line;
+    bool per_block;         /* the store's place depends on blockIdx */
+} gstore_scan;
+
+/* A plain store to a pointer parameter or a __device__ variable of the file, outside the loops. */
+static bool gstore_visit(TSNode n, void *user)
+{
+    gstore_scan *g = user;
+    if (g->line) return false;
+    for (unsigned r = 0; r < g->nr; r++)
+        if (ts_node_start_byte(n) >= g->ra[r] && ts_node_end_byte(n) <= g->rb[r]) return false;
+    if (!rt_is(n, "assignment_expression") && !rt_is(n, "update_expression")) return true;
+    TSNode l = ts_node_child_by_field_name(n, rt_is(n, "assignment_expression") ? "left" : "argument",
+                                           rt_is(n, "assignment_expression") ? 4 : 8);
+    l = kl_ast_unparen(l);
+    if (rt_is(l, "identifier")) {
+        /* a scalar __device__ variable of the file */
+        char *name = kl_node_text(g->src, l);
+        bool global = name && rt_device_var(g->src, name, NULL);
+        free(name);
+        if (global) g->line = kl_ast_line(n);
+        return true;
+    }
+    TSNode b = lvalue_base(l);
+    if (ts_node_is_null(b)) return true;
+    char *name = kl_node_text(g->src, b);
+    int pi = name ? kl_affine_param_index(g->ax, name) : -1;
+    bool global = pi >= 0 && kl_affine_param(g->ax, (unsigned)pi)->pointer;
+    if (!global && name) global = rt_device_var(g->src, name, NULL);
+    free(name);
+    if (global) {
+        g->line = kl_ast_line(n);
+        g->per_block = grid_stride__has_text(g->src, l, "blockIdx");
+    }
+    return true;
+}
+
+static TSNode block_decl_of(const kl_source *src, TSNode fbody, TSNode stmt, const char *name, TSNode *value);
+
+/* The declaration `T name = value;` before stmt in its block, or, for a loop in a branch of a
+ * top-level `if`, before that if at the top level (a null node when none). */
 static TSNode top_decl_of(const kl_source *src, TSNode fbody, TSNode stmt, const char *name, TSNode *value)
+{
+    TSNode block = ts_node_parent(stmt);
+    if (!ts_node_eq(block, fbody)) {
+        TSNode d = block_decl_of(src, block, stmt, name, value);
+        if (!ts_node_is_null(d)) return d;
+        TSNode top = stmt;
+        while (!ts_node_is_null(ts_node_parent(top)) && !ts_node_eq(ts_node_parent(top), fbody)) top = ts_node_parent(top);
+        stmt = top;
+    }
+    return block_decl_of(src, fbody, stmt, name, value);
+}
+
+static TSNode block_decl_of(const kl_source *src, TSNode fbody, TSNode stmt, const char *name, TSNode *value)
 {
     TSNode found = {0};
     uint32_t c = ts_node_named_child_count(fbody);
@@ -222,12 +574,147 @@ static TSNode top_decl_of(const kl_source *src, TSNode fbody, TSNode stmt, const
     return found;
 }
 
+/* After a tile loop (`while (i + K < B) { …; i += G; }`), the index may be read by the tail of the
+ * thread's last tile only: `T j = i + c;` (c free of threads and blocks) with j read in `j < B` and
+ * under an `if` testing it, or `i + c < B` itself. Whatever grid ran the loop, the tail then covers
+ * what is left of the tile where the index stopped, and nothing when the index passed B. */
+typedef struct tail_scan {
+    const kl_source *src;
+    const char *var;
+    TSNode bound;
+    const uint32_t *ra, *rb;
+    unsigned nr;
+    uint32_t skip_a, skip_b;
+    unsigned line;          /* the first use that is not such a tail */
+} tail_scan;
+
+/* `x < B` with B the loop's bound (as written). */
+static bool below_bound(const tail_scan *t, TSNode cmp, TSNode x)
+{
+    cmp = kl_ast_unparen(cmp);
+    if (!rt_is(cmp, "binary_expression")) return false;
+    char op[4];
+    binary_op(t->src, cmp, op, sizeof op);
+    char *b0 = kl_node_text(t->src, t->bound), *b1 = kl_node_text(t->src, ts_node_child_by_field_name(cmp, "right", 5));
+    bool ok = !strcmp(op, "<") && b0 && b1 && !strcmp(b0, b1) &&
+              ts_node_eq(kl_ast_unparen(ts_node_child_by_field_name(cmp, "left", 4)), kl_ast_unparen(x));
+    free(b0);
+    free(b1);
+    return ok;
+}
+
+/* Every use of name in scope: `name < B` as an if's condition, or inside that if's consequence. */
+static bool guarded_uses(const tail_scan *t, TSNode scope, const char *name, TSNode decl)
+{
+    typedef struct { TSNode n[32]; unsigned k; } ids;
+    ids found = {{{{0}, 0, 0}}, 0};
+    /* collect the identifiers */
+    TSNode stack[256];
+    unsigned sp = 0;
+    stack[sp++] = scope;
+    while (sp) {
+        TSNode n = stack[--sp];
+        if (ts_node_eq(n, decl)) continue;
+        if (rt_is(n, "identifier") && kl_node_text_is(t->src, n, name)) {
+            if (found.k == 32) return false;
+            found.n[found.k++] = n;
+        }
+        for (uint32_t c = ts_node_named_child_count(n); c-- > 0 && sp < 256;) stack[sp++] = ts_node_named_child(n, c);
+    }
+    for (unsigned k = 0; k < found.k; k++) {
+        bool ok = false;
+        for (TSNode p = ts_node_parent(found.n[k]); !ts_node_is_null(p) && !ok; p = ts_node_parent(p)) {
+            if (ts_node_eq(p, scope)) break;
+            if (!rt_is(p, "if_statement")) continue;
+            TSNode c = kl_ast_unparen(rt_field(p, "condition"));
+            if (rt_is(c, "condition_clause")) c = kl_ast_unparen(ts_node_named_child(c, 0));
+            TSNode cmp_l = kl_ast_unparen(rt_field(c, "left"));
+            if (!rt_is(cmp_l, "identifier") || !kl_node_text_is(t->src, cmp_l, name) || !below_bound(t, c, cmp_l)) continue;
+            /* the use is the condition's own, or under the consequence */
+            TSNode cons = rt_field(p, "consequence");
+            ok = ts_node_eq(found.n[k], cmp_l) ||
+                 (ts_node_start_byte(found.n[k]) >= ts_node_start_byte(cons) &&
+                  ts_node_end_byte(found.n[k]) <= ts_node_end_byte(cons));
+        }
+        if (!ok) return false;
+    }
+    return true;
+}
+
+static bool tail_visit(TSNode n, void *user)
+{
+    tail_scan *t = user;
+    if (t->line) return false;
+    uint32_t a = ts_node_start_byte(n);
+    if (a >= t->skip_a && a < t->skip_b) return false;
+    for (unsigned i = 0; i < t->nr; i++)
+        if (a >= t->ra[i] && a < t->rb[i]) return false;
+    if (!rt_is(n, "identifier") || !kl_node_text_is(t->src, n, t->var)) return true;
+    /* i + c (c free of threads and blocks) */
+    TSNode p = ts_node_parent(n), sum = n;
+    if (rt_is(p, "binary_expression")) {
+        char op[4];
+        binary_op(t->src, p, op, sizeof op);
+        TSNode other = ts_node_eq(ts_node_child_by_field_name(p, "left", 4), n) ? ts_node_child_by_field_name(p, "right", 5)
+                                                                                : ts_node_child_by_field_name(p, "left", 4);
+        if (!strcmp(op, "+") && !grid_stride__has_text(t->src, other, "threadIdx") &&
+            !grid_stride__has_text(t->src, other, "blockIdx") && !grid_stride__has_text(t->src, other, "gridDim"))
+            sum = p;
+    }
+    TSNode q = ts_node_parent(sum);
+    bool ok = false;
+    if (rt_is(q, "init_declarator") && ts_node_eq(rt_field(q, "value"), sum)) {
+        /* const T j = i + c; then j only under `if (j < B)` in the enclosing block */
+        TSNode decl = ts_node_parent(q), nm = kl_ast_declarator_name(rt_field(q, "declarator"));
+        char *name = kl_node_text(t->src, nm);
+        ok = name && rt_is(decl, "declaration") && guarded_uses(t, ts_node_parent(decl), name, decl);
+        free(name);
+    } else if (rt_is(q, "binary_expression") && below_bound(t, q, sum)) {
+        ok = rt_is(ts_node_parent(q), "condition_clause") || rt_is(ts_node_parent(q), "parenthesized_expression");
+    }
+    if (!ok) t->line = kl_ast_line(n);
+    return false;
+}
+
+void grid_stride__partials_by_sums(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, char *const *names,
+                                   unsigned n, const uint32_t *ra, const uint32_t *rb, unsigned nr, char *why,
+                                   size_t size)
+{
+    const kl_source *src = ctx->src;
+    gstore_scan gsc = {src, ax, ra, rb, nr, 0, false};
+    kl_ast_walk(kl_ast_function_body(fn), gstore_visit, &gsc);
+    gs_flow fl = {.src = src, .fn = fn, .ra = ra, .rb = rb, .nr = nr};
+    for (unsigned a = 0; a < n && a < 24; a++) {
+        fl.sa[fl.n] = 0, fl.sb[fl.n] = UINT32_MAX;
+        fl.names[fl.n++] = kl_strdup(names[a]);
+    }
+    if (gsc.line && gsc.per_block)
+        kl_snprintf(why, size,
+                    "the loops add to %s, and line %u stores one value per block (indexed by blockIdx): a grid "
+                    "sized to cover the elements changes how many partial sums there are, and nothing shows the "
+                    "array holds them",
+                    names[0], gsc.line);
+    else if (gsc.line)
+        kl_snprintf(why, size,
+                    "the loops add to %s, and line %u stores to global memory other than by atomicAdd: one "
+                    "element per thread changes the partial sums it may store",
+                    names[0], gsc.line);
+    else {
+        flow_check(&fl);
+        if (fl.why[0]) kl_snprintf(why, size, "%s", fl.why);
+    }
+    for (unsigned a = 0; a < fl.n; a++) free(fl.names[a]);
+}
+
 typedef struct gs_loopinfo {
     TSNode stmt, body, cond, decl, start, bound;  /* decl: the index's declaration (before, or in the for) */
     TSNode step;            /* a while loop: the statement stepping its index, the body's last */
     char *var;
     long long u, k;         /* steps u grids; the condition is var + k grids < bound */
     bool declares;          /* the for declares its index */
+    bool tile;              /* a while over whole tiles: var + K < bound, K >= 0 not a multiple of the grid */
+    bool keep;              /* a while whose index is read after it: its step stays (the if leaves the index
+                             * where the loop, run at most once, left it) */
 } gs_loopinfo;
 
 /* Fills k's group fields and returns GS_OK, or says why (GS_FORM: not this shape; GS_PROOF: the shape,
@@ -320,10 +807,14 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             break;
         }
         if (i == 0) g = pg;
-        else if (pg.t[0].coef != g.t[0].coef || pg.t[0].deg != g.t[0].deg) {
+        else if (pg.t[0].deg != g.t[0].deg || memcmp(pg.t[0].sym, g.t[0].sym, pg.t[0].deg)) {
             kl_snprintf(why, size, "the loops at lines %u and %u index different grids", kl_ast_line(loops[0]), line);
             level = GS_FORM;
             break;
+        } else if (pg.t[0].coef < g.t[0].coef) {
+            /* `if (nIsPow2)` pairs a block apart, else one element: the grid is sized by the smaller step,
+             * and covers the other loop too (it steps by more) */
+            g = pg;
         }
         /* the step: var += u grids */
         char aop[4] = "";
@@ -332,13 +823,21 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         if (!strcmp(aop, "+=") && rt_is(ul, "identifier") && kl_node_text_is(src, ul, L->var)) {
             rt_poly ps;
             rt_affine_eval(ra, ts_node_child_by_field_name(upd, "right", 5), &ps);
-            L->u = multiple_of(&ps, &g);
+            L->u = multiple_of(&ps, &pg);
         }
         if (!ts_node_is_null(pnode)) {
             rt_poly pp;
             rt_affine_eval(ra, pnode, &pp);
-            L->k = multiple_of(&pp, &g);
-            if (L->k == 0) L->u = 0;
+            L->k = multiple_of(&pp, &pg);
+            gs_prove pz = {src, ax, fbody, ""};
+            if (L->k == 0 && L->u == 1 && rt_is(s, "while_statement") && !(pp.deps & (thread_block_deps | (1u << RB_GX))) &&
+                nonneg(&pz, pnode, 0)) {
+                /* a tile of loads a block apart, whole tiles only: `while (i + (LOADS - 1) * BLOCK < n) { …;
+                 * i += one grid; }`; with one grid covering n it runs at most once (i + G + K >= n, K >= 0) */
+                L->tile = true;
+            } else if (L->k == 0) {
+                L->u = 0;
+            }
         }
         char *ut = kl_node_text(src, upd);
         bool main_loop = L->u >= 2 && L->k >= 1 && !L->declares;
@@ -377,6 +876,8 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
     }
     uint32_t ra_[GS_MAXRANGES], rt_[GS_MAXRANGES];
     unsigned nr = 0;
+    char *accum[GS_MAXACCUM];
+    unsigned naccum = 0;
     /* each index is used only by its loops (and its declaration) */
     for (unsigned i = 0; i < nl && level == GS_OK; i++) {
         nr = 0;
@@ -389,20 +890,66 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         grid_stride__use_scan us = {src, li[i].var, ra_, rt_, nr, ts_node_start_byte(li[i].decl), ts_node_end_byte(li[i].decl), 0,
                        NULL};
         kl_ast_walk(fbody, grid_stride__use_visit, &us);
-        if (us.line) {
+        bool whiles = !li[i].declares;
+        for (unsigned j = 0; j < nl; j++)
+            if (!strcmp(li[j].var, li[i].var) && (ts_node_is_null(li[j].step) || li[j].u != 1 || !li[j].tile))
+                whiles = false;
+        if (us.line && whiles) {
+            tail_scan ts = {src, li[i].var, li[i].bound, ra_, rt_, nr, ts_node_start_byte(li[i].decl),
+                            ts_node_end_byte(li[i].decl), 0};
+            kl_ast_walk(fbody, tail_visit, &ts);
+            if (ts.line) {
+                kl_snprintf(why, size,
+                            "%s is also used outside the loops (line %u), not as the tail of its last tile "
+                            "(`T j = %s + c; if (j < bound) …`)",
+                            li[i].var, ts.line, li[i].var);
+                level = GS_PROOF;
+                whiles = false;
+                us.line = 0;
+            }
+        }
+        if (us.line && whiles) {
+            /* read after the loops (a tail over the last tile): each while keeps its step, so the index
+             * ends where the loop, run at most once, would have left it */
+            for (unsigned j = 0; j < nl; j++)
+                if (!strcmp(li[j].var, li[i].var)) li[j].keep = true;
+        } else if (us.line) {
             kl_snprintf(why, size, "%s is also used outside the loops (line %u)", li[i].var, us.line);
             level = GS_PROOF;
         }
         if (level == GS_OK && li[i].u == 1 && ts_node_is_null(li[i].step))
-            grid_stride__check_body(src, fbody, li[i].stmt, li[i].body, li[i].body, li[i].var, why, size);
+            grid_stride__check_body_acc(src, fbody, li[i].stmt, li[i].body, li[i].body, li[i].var, accum, &naccum, why,
+                                        size);
         else if (level == GS_OK && li[i].u == 1) {
             /* a while's body up to its step */
             TSNode first = ts_node_named_child(li[i].body, 0), before = rt_prev_stmt(li[i].step);
             if (!ts_node_is_null(before) && !ts_node_eq(li[i].step, first))
-                grid_stride__check_body(src, fbody, li[i].stmt, first, before, li[i].var, why, size);
+                grid_stride__check_body_acc(src, fbody, li[i].stmt, first, before, li[i].var, accum, &naccum, why,
+                                            size);
         }
         if (why[0]) level = GS_PROOF;
     }
+    for (unsigned a = 0; a < naccum && level == GS_OK; a++) {
+        /* inside the loops a partial sum is only added to: a read would see the elements before */
+        acc_read_scan ar = {src, accum[a], 0};
+        for (unsigned i = 0; i < nl && !ar.line; i++) kl_ast_walk(li[i].body, acc_read_visit, &ar);
+        if (ar.line) {
+            kl_snprintf(why, size, "the body updates %s and reads it (line %u): it would carry over between elements",
+                        accum[a], ar.line);
+            level = GS_PROOF;
+        }
+    }
+    if (level == GS_OK && naccum) {
+        /* partial sums: they must reach memory by sums only (gs_flow) */
+        nr = 0;
+        for (unsigned i = 0; i < nl; i++) {
+            ra_[nr] = ts_node_start_byte(li[i].stmt);
+            rt_[nr++] = ts_node_end_byte(li[i].stmt);
+        }
+        grid_stride__partials_by_sums(ctx, fn, ax, accum, naccum, ra_, rt_, nr, why, size);
+        if (why[0]) level = GS_PROOF;
+    }
+    for (unsigned a = 0; a < naccum; a++) free(accum[a]);
     /* a size parameter N covering every loop: 0 <= bound <= N and start >= 0 */
     const char *size_param = NULL;
     for (unsigned pi = 0; pi < kl_affine_param_count(ax) && level == GS_OK && !size_param; pi++) {
@@ -430,7 +977,8 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             ra_[nr] = ts_node_start_byte(li[i].stmt);
             rt_[nr++] = li[i].u >= 2 ? ts_node_end_byte(li[i].stmt) : ts_node_start_byte(li[i].body);
             if (!ts_node_is_null(li[i].step)) {
-                /* a while's step is its header's update */
+                /* a while's step is its header's update (one kept advances the index past the bound:
+                 * what reads it after finds it where the last iteration of any grid leaves it) */
                 ra_[nr] = ts_node_start_byte(li[i].step);
                 rt_[nr++] = ts_node_end_byte(li[i].step);
             }
@@ -455,7 +1003,9 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         for (unsigned i = 0; i < nl; i++) {
             k->gl[i] = li[i].stmt;
             k->gkind[i] = li[i].u >= 2 ? 0 : li[i].declares ? 2 : 1;
+            k->gkeep[i] = li[i].keep;
         }
+        k->block0 = grid_stride__has_block0(src, fn);
         k->stmt = loops[0];
         k->body = li[0].body;
         k->decl = li[0].decl;
@@ -463,11 +1013,13 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         k->bound = kl_strdup(size_param);
         k->type = grid_stride__decl_type(src, li[0].decl);
         kl_strbuf sb = KL_STRBUF_INIT;
-        if (g.t[0].deg == 2) kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
+        if (g.t[0].deg == 2 && g.t[0].coef > 1) kl_strbuf_addf(&sb, "%lld * blockDim.x * gridDim.x", g.t[0].coef);
+        else if (g.t[0].deg == 2) kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
         else kl_strbuf_addf(&sb, "%lld * gridDim.x", g.t[0].coef);
         k->stride = kl_strbuf_detach(&sb, NULL);
         kl_strbuf_release(&sb);
         k->coef = g.t[0].deg == 2 ? 0 : g.t[0].coef;
+        k->mul = g.t[0].deg == 2 ? g.t[0].coef : 0;
     }
     for (unsigned i = 0; i < nl; i++) free(li[i].var);
     rt_affine_free(ra);
@@ -486,6 +1038,18 @@ kl_status grid_stride__remove_group(const kl_rule_ctx *ctx, const grid_stride__k
             uint32_t a, b;
             kl_rules_line_range(ctx, s, "grid-stride", &a, &b);
             st = kl_edits_add(out, a, b, "");
+            continue;
+        }
+        if (rt_is(s, "while_statement")) {
+            /* `while (cond) body` -> `if (cond) body`: the keyword alone (the condition stays as written) */
+            st = kl_edits_add(out, ts_node_start_byte(s), ts_node_start_byte(s) + 5, "if");
+            TSNode upd, step = grid_stride__while_step(s, &upd);
+            if (st == KL_OK && !ts_node_is_null(step) && !k->gkeep[i]) {
+                /* the step goes with the loop (its index is used by its loops only) */
+                uint32_t a, b;
+                kl_rules_line_range(ctx, step, NULL, &a, &b);
+                st = kl_edits_add(out, a, b, "");
+            }
             continue;
         }
         char *cond = kl_node_text(ctx->src, grid_stride__loop_cond(s));
@@ -513,7 +1077,7 @@ kl_status grid_stride__remove_group(const kl_rule_ctx *ctx, const grid_stride__k
         kl_strbuf_release(&head);
         free(cond);
         TSNode upd, step = grid_stride__while_step(s, &upd);
-        if (st == KL_OK && !ts_node_is_null(step)) {
+        if (st == KL_OK && !ts_node_is_null(step) && !k->gkeep[i]) {
             /* a while's step goes with the loop (its index is used by its loops only) */
             uint32_t a, b;
             kl_rules_line_range(ctx, step, NULL, &a, &b);
@@ -521,13 +1085,14 @@ kl_status grid_stride__remove_group(const kl_rule_ctx *ctx, const grid_stride__k
         }
     }
     /* a local holding the grid's stride goes when only the loops' steps used it */
-    TSNode fbody = ts_node_parent(k->gl[0]);
+    TSNode fbody = kl_ast_function_body(kl_ast_enclosing_function(k->gl[0]));
     uint32_t ra[GS_MAXLOOPS], rb[GS_MAXLOOPS];
     unsigned nr = 0;
     for (unsigned i = 0; i < k->ng; i++) {
         TSNode s = k->gl[i];
         TSNode upd = ts_node_child_by_field_name(s, "update", 6);
         if (rt_is(s, "while_statement")) grid_stride__while_step(s, &upd);
+        if (k->gkeep[i]) continue; /* its step stays, and what it reads */
         ra[nr] = ts_node_start_byte(k->gkind[i] == 0 ? s : upd);
         rb[nr++] = ts_node_end_byte(k->gkind[i] == 0 ? s : upd);
     }

@@ -1169,3 +1169,140 @@ void rt_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char 
         if (!rt_count_ident(ctx, scope, buf)) return;
     }
 }
+
+/* ---- the block size a kernel or a __device__ helper runs with (warp-reduce, tree-addressing) ---- */
+
+static bool rt_kernel_block_(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
+{
+    /* the launches of the file first (they give the block exactly, and show a 2-D one); the
+     * __launch_bounds__ only when the file never launches the kernel (it is an upper bound) */
+    TSNode lb = kl_ast_child_of_type(fn, "launch_bounds");
+    char w[200] = "";
+    kl_launch_sites ls;
+    if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) {
+        kl_snprintf(why, wn, "out of memory");
+        return false;
+    }
+    bool ok = true;
+    unsigned n = 0;
+    for (unsigned i = 0; i < ls.count && ok; i++) {
+        const kl_launch_site *l = &ls.items[i];
+        if (strcmp(l->kernel, name)) continue;
+        int64_t v;
+        if (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &v, w, sizeof w)) {
+            kl_snprintf(why, wn, "the block size of %s at line %u is not a 1-D compile-time constant (%s)", name,
+                        kl_ast_line(l->call), ts_node_is_null(l->block) ? "absent" : w);
+            ok = false;
+        } else if (n++ && v != *bs) {
+            kl_snprintf(why, wn, "launches of %s use different block sizes (%lld and %lld)", name, (long long)*bs,
+                        (long long)v);
+            ok = false;
+        } else {
+            *bs = v;
+        }
+    }
+    kl_launch_sites_release(&ls);
+    if (ok && n == 0) {
+        if (!ts_node_is_null(lb) && ts_node_named_child_count(lb) >= 1 &&
+            kl_const_eval(ctx->src, fn, ts_node_named_child(lb, 0), false, bs, w, sizeof w))
+            return true;
+        kl_snprintf(why, wn, "%s has no __launch_bounds__ and the file never launches it: the block size is unknown",
+                    name);
+        ok = false;
+    }
+    return ok;
+}
+
+typedef struct rt_caller_find {
+    const kl_rule_ctx *ctx;
+    const char *name;
+    unsigned calls;
+} rt_caller_find;
+
+static bool rt_caller_visit_(TSNode n, void *user)
+{
+    rt_caller_find *c = user;
+    char callee[128];
+    if (rt_is(n, "call_expression") && rt_callee_name(c->ctx, n, callee, sizeof callee) && !strcmp(callee, c->name))
+        c->calls++;
+    return true;
+}
+
+static bool rt_pow2_block_(int64_t bs, const char *where, char *why, size_t wn)
+{
+    if (bs < 32 || bs > 1024 || (bs & (bs - 1))) {
+        kl_snprintf(why, wn, "the block size of %s is %lld, not a power of two from 32 to 1024", where, (long long)bs);
+        return false;
+    }
+    return true;
+}
+
+/* The block size fn runs with: its own (a kernel), or the largest of the kernels calling it (a
+ * __device__ helper: every caller must be a kernel with a known power-of-two block). */
+bool rt_block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
+{
+    if (kl_ast_function_has(ctx->src, fn, "__global__"))
+        return rt_kernel_block_(ctx, fn, name, bs, why, wn) && rt_pow2_block_(*bs, name, why, wn);
+    TSNode fs[256];
+    unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
+    for (unsigned i = 0; i < n && i < 256; i++) {
+        rt_caller_find c = {ctx, name, 0};
+        rt_walk(kl_ast_function_body(fs[i]), rt_caller_visit_, &c);
+        if (c.calls && !ts_node_eq(fs[i], fn)) {
+            char *cn = kl_ast_function_name(ctx->src, fs[i]);
+            kl_snprintf(why, wn, "%s is called from the __device__ function %s (only calls from kernels are followed)",
+                        name, cn ? cn : "?");
+            free(cn);
+            return false;
+        }
+    }
+    n = kl_ast_functions(ctx->src, "__global__", fs, 256);
+    unsigned callers = 0;
+    *bs = 0;
+    for (unsigned i = 0; i < n && i < 256; i++) {
+        rt_caller_find c = {ctx, name, 0};
+        rt_walk(kl_ast_function_body(fs[i]), rt_caller_visit_, &c);
+        if (!c.calls) continue;
+        char *kn = kl_ast_function_name(ctx->src, fs[i]);
+        int64_t v = 0;
+        bool ok = kn && rt_kernel_block_(ctx, fs[i], kn, &v, why, wn) && rt_pow2_block_(v, kn, why, wn);
+        free(kn);
+        if (!ok) return false;
+        if (v > *bs) *bs = v;
+        callers++;
+    }
+    if (!callers) {
+        kl_snprintf(why, wn, "no kernel in the file calls %s: the block size is unknown", name);
+        return false;
+    }
+    return true;
+}
+
+bool rt_device_var(const kl_source *src, const char *name, TSNode *decl)
+{
+    TSNode stack[8] = {kl_source_root(src)};
+    unsigned ns = 1;
+    while (ns) {
+        TSNode scope = stack[--ns];
+        for (uint32_t i = 0; i < ts_node_named_child_count(scope); i++) {
+            TSNode d = ts_node_named_child(scope, i);
+            if (rt_is(d, "namespace_definition") && ns < 8) {
+                stack[ns++] = ts_node_child_by_field_name(d, "body", 4);
+                continue;
+            }
+            if (!rt_is(d, "declaration")) continue;
+            char *dt = kl_node_text(src, d);
+            bool dev = dt && strstr(dt, "__device__");
+            free(dt);
+            if (!dev) continue;
+            for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
+                TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
+                if (!ts_node_is_null(nm) && kl_node_text_is(src, nm, name)) {
+                    if (decl) *decl = d;
+                    return true;
+                }
+            }
+        }
+    }
+    return false;
+}

@@ -191,10 +191,24 @@ bool rt_grid_index(const rt_poly *p, rt_poly *g, bool any_symbol);
 /* Depends on any of threadIdx.{x,y,z}. */
 bool rt_poly_thread_dependent(const rt_poly *p);
 
+/* The 1-D block size fn runs with, a power of two from 32 to 1024: a kernel's (its launches in the
+ * file, all the same compile-time constant, else its __launch_bounds__ when the file never launches
+ * it), or for a __device__ helper the largest of its calling kernels' (every caller a kernel). False
+ * with why otherwise. */
+bool rt_block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn);
+
+/* Is name a `__device__` variable of the file (top level, or in a namespace)? Its declaration
+ * into *decl (may be NULL). */
+bool rt_device_var(const kl_source *src, const char *name, TSNode *decl);
+
 /* ---- the transforms (rows of the catalog, kl_rules[] in catalog.c) ---------------------------- */
 
 extern const kl_rule kl_rule_privatize;
 extern const kl_rule kl_rule_smem_pad;
 extern const kl_rule kl_rule_coalesce;
+extern const kl_rule kl_rule_tree_addressing;
+extern const kl_rule kl_rule_two_pass;
+extern const kl_rule kl_rule_accumulators;
+extern const kl_rule kl_rule_coarsen;
 
 #endif

@@ -94,114 +94,6 @@ static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uin
     }
 }
 
-/* ---- the block size ------------------------------------------------------------------------ */
-
-static bool kernel_block(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
-{
-    /* the launches of the file first (they give the block exactly, and show a 2-D one); the
-     * __launch_bounds__ only when the file never launches the kernel (it is an upper bound) */
-    TSNode lb = kl_ast_child_of_type(fn, "launch_bounds");
-    char w[200] = "";
-    kl_launch_sites ls;
-    if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) {
-        kl_snprintf(why, wn, "out of memory");
-        return false;
-    }
-    bool ok = true;
-    unsigned n = 0;
-    for (unsigned i = 0; i < ls.count && ok; i++) {
-        const kl_launch_site *l = &ls.items[i];
-        if (strcmp(l->kernel, name)) continue;
-        int64_t v;
-        if (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &v, w, sizeof w)) {
-            kl_snprintf(why, wn, "the block size of %s at line %u is not a 1-D compile-time constant (%s)", name,
-                        kl_ast_line(l->call), ts_node_is_null(l->block) ? "absent" : w);
-            ok = false;
-        } else if (n++ && v != *bs) {
-            kl_snprintf(why, wn, "launches of %s use different block sizes (%lld and %lld)", name, (long long)*bs,
-                        (long long)v);
-            ok = false;
-        } else {
-            *bs = v;
-        }
-    }
-    kl_launch_sites_release(&ls);
-    if (ok && n == 0) {
-        if (!ts_node_is_null(lb) && ts_node_named_child_count(lb) >= 1 &&
-            kl_const_eval(ctx->src, fn, ts_node_named_child(lb, 0), false, bs, w, sizeof w))
-            return true;
-        kl_snprintf(why, wn, "%s has no __launch_bounds__ and the file never launches it: the block size is unknown",
-                    name);
-        ok = false;
-    }
-    return ok;
-}
-
-typedef struct caller_find {
-    const kl_rule_ctx *ctx;
-    const char *name;
-    unsigned calls;
-} caller_find;
-
-static bool caller_visit(TSNode n, void *user)
-{
-    caller_find *c = user;
-    char callee[128];
-    if (rt_is(n, "call_expression") && rt_callee_name(c->ctx, n, callee, sizeof callee) && !strcmp(callee, c->name))
-        c->calls++;
-    return true;
-}
-
-static bool pow2_block(int64_t bs, const char *where, char *why, size_t wn)
-{
-    if (bs < 32 || bs > 1024 || (bs & (bs - 1))) {
-        kl_snprintf(why, wn, "the block size of %s is %lld, not a power of two from 32 to 1024", where, (long long)bs);
-        return false;
-    }
-    return true;
-}
-
-/* The block size fn runs with: its own (a kernel), or the largest of the kernels calling it (a
- * __device__ helper: every caller must be a kernel with a known power-of-two block). */
-static bool block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t *bs, char *why, size_t wn)
-{
-    if (kl_ast_function_has(ctx->src, fn, "__global__"))
-        return kernel_block(ctx, fn, name, bs, why, wn) && pow2_block(*bs, name, why, wn);
-    TSNode fs[256];
-    unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
-    for (unsigned i = 0; i < n && i < 256; i++) {
-        caller_find c = {ctx, name, 0};
-        rt_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
-        if (c.calls && !ts_node_eq(fs[i], fn)) {
-            char *cn = kl_ast_function_name(ctx->src, fs[i]);
-            kl_snprintf(why, wn, "%s is called from the __device__ function %s (only calls from kernels are followed)",
-                        name, cn ? cn : "?");
-            free(cn);
-            return false;
-        }
-    }
-    n = kl_ast_functions(ctx->src, "__global__", fs, 256);
-    unsigned callers = 0;
-    *bs = 0;
-    for (unsigned i = 0; i < n && i < 256; i++) {
-        caller_find c = {ctx, name, 0};
-        rt_walk(kl_ast_function_body(fs[i]), caller_visit, &c);
-        if (!c.calls) continue;
-        char *kn = kl_ast_function_name(ctx->src, fs[i]);
-        int64_t v = 0;
-        bool ok = kn && kernel_block(ctx, fs[i], kn, &v, why, wn) && pow2_block(v, kn, why, wn);
-        free(kn);
-        if (!ok) return false;
-        if (v > *bs) *bs = v;
-        callers++;
-    }
-    if (!callers) {
-        kl_snprintf(why, wn, "no kernel in the file calls %s: the block size is unknown", name);
-        return false;
-    }
-    return true;
-}
-
 /* ---- the present side: warp steps and the shared stage ---------------------------------------- */
 
 typedef struct wr_step {
@@ -305,6 +197,17 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
     return shuffles > 0;
 }
 
+/* `for (… o = <start>; o > 0; …)` (or `o >= 1`): a halving loop's condition, down to 1. */
+static bool halving_to_one(const kl_rule_ctx *ctx, TSNode st, const char *var)
+{
+    char c[96];
+    squeeze(ctx, rt_field(st, "condition"), c, sizeof c);
+    char want1[96], want2[96];
+    kl_snprintf(want1, sizeof want1, "%s>0", var);
+    kl_snprintf(want2, sizeof want2, "%s>=1", var);
+    return !strcmp(c, want1) || !strcmp(c, want2);
+}
+
 /* A loop over the offsets 16, 8, 4, 2, 1 (or 1 .. 16; not first: from a smaller power of two)
  * whose body is a shuffle step. */
 static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, bool first, wr_step *s)
@@ -313,8 +216,15 @@ static bool shuffle_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, b
     if (li < 0) return false;
     const kl_ax_loop *L = kl_affine_loop(ax, (unsigned)li);
     /* the first step covers the 32 lanes (5 offsets); the one over the partials may cover fewer */
-    if (L->kind != KL_LOOP_FOR || !L->var || !L->step || !L->trip_known) return false;
-    if (first ? L->trip != 5 : (L->trip < 1 || L->trip > 5)) return false;
+    if (L->kind != KL_LOOP_FOR || !L->var || !L->step) return false;
+    if (!L->trip_known) {
+        /* the step over the partials may start where the block size puts it, known at run time
+         * (`for (o = blockDim.x / (2 * warpSize); o > 0; o /= 2)`): halving down to 1 */
+        if (first || !halving_to_one(ctx, st, L->var) || (strcmp(L->step, ">>1") && strcmp(L->step, "/2")))
+            return false;
+    } else if (first ? L->trip != 5 : (L->trip < 1 || L->trip > 5)) {
+        return false;
+    }
     if (strcmp(L->step, ">>1") && strcmp(L->step, "/2") && strcmp(L->step, "<<1") && strcmp(L->step, "*2"))
         return false;
     memset(s, 0, sizeof *s);
@@ -376,6 +286,10 @@ typedef struct wr_present {
     char why[400];           /* else: why not */
     TSNode decls[8];         /* declarations between the step and the lane-0 store */
     unsigned ndecls;
+    TSNode mid[4];           /* declarations between the barrier and the stage over the partials
+                              * (`extent = blockSize / warpSize`, `ballot = __ballot_sync(mask, tid < extent)`) */
+    unsigned nmid;
+    TSNode a_if;             /* A inside `if (thread 0) { [T] R = init; for (…) R += P[w]; rest }` (kept) */
     TSNode store, sync;      /* `if (lane == 0) P[warp] = v;`, `__syncthreads();` */
     char part[64];           /* P */
     char final_kind;         /* 'A': a loop over the partials; 'B': a second warp step */
@@ -594,6 +508,27 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         p->staged = true;
         return;
     }
+    /* declarations before the stage (an extent, a ballot's mask), each read by nothing before it */
+    while (rt_is(f, "declaration") && p->nmid < 4) {
+        p->mid[p->nmid++] = f;
+        f = rt_next_stmt(f);
+    }
+    if (p->nmid && final_b(ctx, ax, f, p)) {
+        p->staged = true;
+        return;
+    }
+    /* one thread combines the partials one after another and hands the result on (through shared
+     * memory): `if (tid == 0) { T r = init; for (w …) r += P[w]; total = r; }` */
+    if (rt_is(f, "if_statement") && ts_node_is_null(rt_field(f, "alternative")) &&
+        rt_is(rt_field(f, "consequence"), "compound_statement")) {
+        TSNode first = ts_node_named_child(rt_field(f, "consequence"), 0);
+        while (rt_is(first, "comment")) first = ts_node_next_named_sibling(first);
+        if (!expr_uses(ctx, rt_field(f, "condition"), p->s.val) && final_a(ctx, first, p)) {
+            p->a_if = f;
+            p->staged = true;
+            return;
+        }
+    }
     kl_snprintf(p->why, sizeof p->why,
                 "line %u: the partials in %s are not combined by a loop over them nor by a second warp step of the "
                 "same operation",
@@ -714,7 +649,7 @@ static kl_status add_present(const kl_rule_ctx *ctx, const char *name, TSNode fn
     analyse_present(ctx, ax, fn, st, &p);
     int64_t bs = 0;
     char why[300] = "";
-    bool bs_ok = block_size(ctx, fn, name, &bs, why, sizeof why);
+    bool bs_ok = rt_block_size(ctx, fn, name, &bs, why, sizeof why);
     json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(p.type), "op", p.s.op, "shuffle",
                           p.s.xor_ ? "xor" : "down", "value", p.s.val);
     if (!f) return KL_ERR_NOMEM;
@@ -786,7 +721,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         if (!tree_loop(ctx, ax, fn, kl_affine_loop(ax, i), &t)) continue;
         int64_t bs = 0;
         char why[300] = "";
-        bool ok = block_size(ctx, fn, name, &bs, why, sizeof why);
+        bool ok = rt_block_size(ctx, fn, name, &bs, why, sizeof why);
         json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(t.type), "op", t.op, "shared", t.sh, "start",
                               t.start);
         if (!f) return KL_ERR_NOMEM;
@@ -847,6 +782,30 @@ static bool has_call(TSNode n)
     return found;
 }
 
+/* Is every call in n a vote (`__ballot_sync`, `__activemask`), which has no effect but its value? */
+typedef struct vote_scan {
+    const kl_rule_ctx *ctx;
+    bool other;
+} vote_scan;
+
+static bool vote_visit(TSNode n, void *user)
+{
+    vote_scan *v = user;
+    if (v->other) return false;
+    if (rt_is(n, "call_expression")) {
+        TSNode f = rt_field(n, "function");
+        if (!rt_text_is(v->ctx, f, "__ballot_sync") && !rt_text_is(v->ctx, f, "__activemask")) v->other = true;
+    }
+    return true;
+}
+
+static bool ballot_only(const kl_rule_ctx *ctx, TSNode n)
+{
+    vote_scan v = {ctx, false};
+    rt_walk(n, vote_visit, &v);
+    return !v.other;
+}
+
 /* Uses of name in fn outside the nodes in skip[]. */
 static unsigned uses_outside(const kl_rule_ctx *ctx, TSNode fn, const char *name, const TSNode *skip, unsigned n)
 {
@@ -893,7 +852,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (!p->staged) return kl_rule_not_applicable(err, "%s", p->why);
     int64_t bs = 0;
     char why[300];
-    if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    if (!rt_block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     char ind[64], red[32], comb[200], elem[96], elem_s[96];
     uint32_t a, b;
     stmt_range(ctx, ax, p->step, &a, &b);
@@ -915,7 +874,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
                                  ind, p->type, red, (long long)bs, ind, red, p->s.val, ind, ind, ind, red, comb, ind, ind,
                                  ind, p->s.val, red, ind);
     /* the statements of the shared stage */
-    TSNode gone[16];
+    TSNode gone[32];
     unsigned ng = 0;
     gone[ng++] = p->step;
     gone[ng++] = p->store;
@@ -982,6 +941,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     TSNode cand[16];
     unsigned nc = 0;
     for (unsigned i = 0; i < p->ndecls; i++) cand[nc++] = p->decls[i];
+    for (unsigned i = 0; i < p->nmid; i++) cand[nc++] = p->mid[i];
     for (TSNode d = rt_prev_stmt(p->step); rt_is(d, "declaration") && nc < 12; d = rt_prev_stmt(d)) cand[nc++] = d;
     TSNode pdecl;
     char ptype[128];
@@ -990,21 +950,31 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         for (unsigned i = 0; i < nc; i++) seen |= ts_node_eq(cand[i], pdecl);
         if (!seen) cand[nc++] = pdecl;
     }
-    for (unsigned i = 0; i < nc && st == KL_OK; i++) {
-        TSNode d = cand[i];
-        bool used = has_call(d);
-        uint32_t c = ts_node_named_child_count(d);
-        for (uint32_t k = 0; k < c; k++) {
-            TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
-            if (ts_node_is_null(nm) || !rt_is(nm, "identifier")) continue;
-            char nmt[64];
-            rt_text_copy(ctx, nm, nmt, sizeof nmt);
-            TSNode skip[17];
-            memcpy(skip, gone, ng * sizeof *skip);
-            skip[ng] = d;
-            if (uses_outside(ctx, fn, nmt, skip, ng + 1)) used = true;
+    /* to a fixed point: a declaration used only by one that goes (`extent`, read by the ballot's) goes too */
+    bool deleted[16] = {0};
+    for (bool more = true; more && st == KL_OK;) {
+        more = false;
+        for (unsigned i = 0; i < nc && st == KL_OK; i++) {
+            TSNode d = cand[i];
+            if (deleted[i]) continue;
+            bool used = has_call(d) && !ballot_only(ctx, d);
+            uint32_t c = ts_node_named_child_count(d);
+            for (uint32_t k = 0; k < c; k++) {
+                TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
+                if (ts_node_is_null(nm) || !rt_is(nm, "identifier")) continue;
+                char nmt[64];
+                rt_text_copy(ctx, nm, nmt, sizeof nmt);
+                TSNode skip[33];
+                memcpy(skip, gone, ng * sizeof *skip);
+                skip[ng] = d;
+                if (uses_outside(ctx, fn, nmt, skip, ng + 1)) used = true;
+            }
+            if (!used && ng < 32) {
+                st = edit_delete(ctx, ax, d, out);
+                deleted[i] = more = true;
+                gone[ng++] = d;
+            }
         }
-        if (!used) st = edit_delete(ctx, ax, d, out);
     }
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }
@@ -1087,7 +1057,7 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                                           "scalar fields combined by a function)",
                                           t->sh, t->type);
     }
-    if (!block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    if (!rt_block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     int64_t start = 0;
     TSNode init = rt_field(t->loop, "initializer");
     TSNode sv = {{0}, 0, 0};

@@ -332,6 +332,25 @@ bool db_find_present(const kl_rule_ctx *ctx, const rt_func *f, db_present *p)
             free(vt);
             if (!is) continue;
             p->curdecl = p->st[k];
+            kl_snprintf(p->nextx, sizeof p->nextx, "%s ^ 1", p->cur);
+            p->form = DB_EXPERT;
+            return true;
+        }
+        /* the stage written inline: staged arrays at `[<var> & 1]`, the store into `(<var> + 1) & 1` */
+        char now[96], next[96];
+        kl_snprintf(now, sizeof now, "[%s & 1]", p->var);
+        kl_snprintf(next, sizeof next, "(%s + 1) & 1", p->var);
+        uint32_t b0 = ts_node_start_byte(body), b1 = ts_node_end_byte(body);
+        bool staged_now = false;
+        for (unsigned k = 0; k < p->narrs; k++) {
+            char sub[160];
+            kl_snprintf(sub, sizeof sub, "%s%s", p->arrs[k].name, now);
+            staged_now |= p->staged[k] && tt_count(ctx->text, b0, b1, sub) > 0;
+        }
+        if (staged_now && tt_count(ctx->text, b0, b1, next) > 0) {
+            kl_snprintf(p->cur, sizeof p->cur, "%s & 1", p->var);
+            kl_snprintf(p->nextx, sizeof p->nextx, "%s", next);
+            p->curdecl = (TSNode){0};
             p->form = DB_EXPERT;
             return true;
         }

@@ -56,6 +56,7 @@ typedef struct db_present {
     TSNode st[MAXSTMT];
     unsigned n;
     char var[64], cur[64];
+    char nextx[96];  /* the staged form's next stage: `cur ^ 1`, `(s + 1) & 1` */
     /* the ring (DB_RING): the wait, the prefetch's call, the commit; the ring depth and the
      * local naming the tile the prefetch fetches */
     TSNode wait, call, commit, fence;

@@ -177,14 +177,16 @@ static void double_buffer_says_why_not(void **state)
 static char *staged_variant(const char *from, const char *to)
 {
     char *t = read_data_file("rules/double-buffer/staged_bumps.before.cu");
-    char *at = strstr(t, from);
-    if (!at) fail_msg("no '%s' in staged_bumps", from);
+    size_t off = 0, n = strlen(from);
+    while (t[off] && strncmp(t + off, from, n)) off++;
+    if (!t[off]) fail_msg("no '%s' in staged_bumps", from);
     kl_strbuf b = KL_STRBUF_INIT;
-    kl_strbuf_add(&b, t, (size_t)(at - t));
+    kl_strbuf_add(&b, t, off);
     kl_strbuf_adds(&b, to);
-    kl_strbuf_adds(&b, at + strlen(from));
+    kl_strbuf_adds(&b, t + off + strlen(from));
+    char *r = kl_strbuf_detach(&b, NULL);
     free(t);
-    return kl_strbuf_detach(&b, NULL);
+    return r;
 }
 
 static void double_buffer_staged_says_why_not(void **state)

@@ -1,0 +1,129 @@
+/* The rules catalog on tiles staged through registers by lambdas, the idiom of warp-tiled SGEMMs
+ * such as corpus/matmul/expert.cu (issue 17): smem-tile's lambda form (src/rewrite/rules/smem_tile_lambda.c),
+ * its refusals, and the expert taken through double-buffer, vectorize and smem-tile. Golden cases:
+ * tests/data/rules/smem-tile/remove_lambda_*, tests/data/rules/double-buffer/staged_*. */
+#include "rules_tile_test.h"
+
+/* Tiles staged through registers by lambdas (smem_tile_lambda.c): a text of tests/data/rules/smem-tile with
+ * `from` replaced by `to`. */
+static char *lambda_variant(const char *file, const char *from, const char *to)
+{
+    char rel[256];
+    kl_snprintf(rel, sizeof rel, "rules/smem-tile/%s", file);
+    char *t = read_data_file(rel);
+    size_t off = 0, n = strlen(from);
+    while (t[off] && strncmp(t + off, from, n)) off++;
+    if (!t[off]) fail_msg("no '%s' in %s", from, file);
+    kl_strbuf b = KL_STRBUF_INIT;
+    kl_strbuf_add(&b, t, off);
+    kl_strbuf_adds(&b, to);
+    kl_strbuf_adds(&b, t + off + strlen(from));
+    char *r = kl_strbuf_detach(&b, NULL);
+    free(t);
+    return r;
+}
+
+static void smem_tile_lambda_says_why_not(void **state)
+{
+    (void)state;
+    const char *wt = "remove_lambda_warptile.before.cu";
+    /* a tile read before the stash writes it */
+    char *t = lambda_variant(wt, "        fetch(s * BK);\n", "        acc[0][0][0][0] += sa[0][0];\n        fetch(s * BK);\n");
+    tile_expect_not_applicable(t, "smem-tile", true, NULL, "sa is read at line 58 before stash");
+    free(t);
+    /* a pointer the elements read moves between the fetch and the compute */
+    t = lambda_variant(wt, "        stash(0);\n        __syncthreads();\n", "        stash(0);\n        __syncthreads();\n        pa += 0;\n");
+    tile_expect_not_applicable(t, "smem-tile", true, NULL, "pa, which sa's elements read, is assigned at line 61");
+    free(t);
+    /* a value that depends on the thread, not on the element's coordinates */
+    t = lambda_variant(wt, "pa[(size_t)r * K + c] : 0.0f;", "pa[(size_t)r * K + c] : 0.0f + t;");
+    tile_expect_not_applicable(t, "smem-tile", true, NULL, "is not a function of its tile coordinates alone");
+    free(t);
+    /* the fetch called before the loop too (a prologue) */
+    t = lambda_variant(wt, "    const int slices = DIV_UP(K, BK);\n", "    const int slices = DIV_UP(K, BK);\n    fetch(0);\n");
+    tile_expect_not_applicable(t, "smem-tile", true, NULL, "is called outside the loop at line 57 (a prologue: remove double-buffer first)");
+    free(t);
+    /* two writes of one tile disagree: the y slot of A stored from the z register */
+    t = lambda_variant("remove_lambda_float4.before.cu", "As[kq + 1][r] = ga[v].y;", "As[kq + 1][r] = ga[v].z;");
+    tile_expect_not_applicable(t, "smem-tile", true, NULL, "the writes of As at lines 47 and 48 give different elements at the same coordinates");
+    free(t);
+    /* a tile written in the compute */
+    t = lambda_variant("remove_lambda_float4.before.cu", "            const float4 b = LD4(Bs[kk][tx * 4]);\n",
+                       "            const float4 b = LD4(Bs[kk][tx * 4]);\n            Bs[kk][0] = 0.0f;\n");
+    tile_expect_not_applicable(t, "smem-tile", true, NULL, "Bs at line 65 is written or aliased in the loop");
+    free(t);
+}
+
+/* corpus/matmul/expert.cu (a warp-tiled SGEMM of the style corpus): its tiles are a staged-through-lambdas
+ * site, refused while they have two stages and while the fetch has its float4 branch; once double-buffer
+ * and vectorize are gone, the tiles become functions read from global memory, no shared memory is left,
+ * and the result compiles. */
+static void smem_tile_lambda_matmul_expert(void **state)
+{
+    (void)state;
+    char *text = read_data_file("../../corpus/matmul/expert.cu");
+    const char *why = NULL;
+    json_t *s = tile_sites(text, "smem-tile");
+    assert_non_null(tile_site(s, "present", &why));
+    assert_non_null(why);
+    assert_non_null(strstr(why, "remove double-buffer first"));
+    json_decref(s);
+    kl_error err = {0};
+    s = tile_sites(text, "double-buffer");
+    char *cur = tile_rewrite(text, "double-buffer", tile_site(s, "present", NULL), true, NULL, &err);
+    if (!cur) fail_msg("%s", err.message);
+    json_decref(s);
+    s = tile_sites(cur, "smem-tile");
+    const char *id = tile_site(s, "present", &why);
+    assert_non_null(id);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "under a condition at line"));
+    assert_non_null(strstr(why, "remove vectorize first"));
+    json_decref(s);
+    for (int round = 0; round < 4; round++) {
+        s = tile_sites(cur, "vectorize");
+        const char *v = tile_site(s, "present", NULL);
+        char *next = v ? tile_rewrite(cur, "vectorize", v, true, NULL, &err) : NULL;
+        json_decref(s);
+        if (!next) break;
+        free(cur);
+        cur = next;
+    }
+    s = tile_sites(cur, "smem-tile");
+    why = NULL;
+    id = tile_site(s, "present", &why);
+    assert_non_null(id);
+    assert_null(why);
+    char *out = tile_rewrite(cur, "smem-tile", id, true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    json_decref(s);
+    assert_null(strstr(out, "__shared__"));
+    assert_null(strstr(out, "a_stage"));
+    assert_null(strstr(out, "__syncthreads"));
+    assert_null(strstr(out, "stash"));
+    assert_non_null(strstr(out, "auto As = [&](int k0, int kl_p, int kl_q) -> float { return (block_m0 + kl_q < m) && k0 + kl_p + 0 < k ? "
+                                "(a_tile + (size_t)kl_q * k + kl_p)[0] : 0.f; };"));
+    assert_non_null(strstr(out, "auto Bs = [&](int k0, int kl_p, int kl_q) -> float { return (k0 + kl_p < k) && block_n0 + kl_q + 0 < n ? "
+                                "(b_tile + (size_t)kl_p * n + kl_q)[0] : 0.f; };"));
+    assert_non_null(strstr(out, "make_float4(As(s * BK, kk, warp_m * WM + wm * (LANES_M * TM) + lane_m * TM), "));
+    char *dir = NULL;
+    assert_int_equal(kl_tempdir("rules-st-lambda", &dir, &err), KL_OK);
+    char *p = kl_path_join(dir, "matmul_no_tiles.cu");
+    assert_int_equal(kl_file_write(p, out, strlen(out), &err), KL_OK);
+    golden_nvcc_compile_all(&p, 1);
+    free(p);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(out);
+    free(cur);
+    free(text);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(smem_tile_lambda_says_why_not),
+        cmocka_unit_test(smem_tile_lambda_matmul_expert),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

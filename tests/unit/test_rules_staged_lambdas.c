@@ -9,7 +9,7 @@
 static char *lambda_variant(const char *file, const char *from, const char *to)
 {
     char rel[256];
-    kl_snprintf(rel, sizeof rel, "rules/smem-tile/%s", file);
+    kl_snprintf(rel, sizeof rel, strchr(file, '/') ? "rules/%s" : "rules/smem-tile/%s", file);
     char *t = read_data_file(rel);
     size_t off = 0, n = strlen(from);
     while (t[off] && strncmp(t + off, from, n)) off++;
@@ -119,11 +119,87 @@ static void smem_tile_lambda_matmul_expert(void **state)
     free(text);
 }
 
+/* register-tile's split form (register_tile_split.c) on our warp-tiled GEMM once its tiles are gone: the
+ * reasons it gives where a split would change what the kernel computes. */
+static void register_tile_split_says_why_not(void **state)
+{
+    (void)state;
+    const char *wt = "register-tile/remove_split_warptile.before.cu";
+    /* threads that share memory */
+    char *t = lambda_variant(wt, "    float acc[WMI][WNI][TM][TN];\n", "    __shared__ float spare[4];\n    float acc[WMI][WNI][TM][TN];\n");
+    tile_expect_not_applicable(t, "register-tile", true, NULL, "wt_gemm uses __shared__: its threads share work");
+    free(t);
+    /* an element of the accumulator read outside a loop over its dimension */
+    t = lambda_variant(wt, "    const int slices = DIV_UP(K, BK);\n", "    acc[1][0][0][0] += 1.0f;\n    const int slices = DIV_UP(K, BK);\n");
+    tile_expect_not_applicable(t, "register-tile", true, NULL,
+                               "acc at line 35 is not indexed along its dimension 1 (extent 2) by a loop `for (V = 0; V < 2; ++V)`");
+    free(t);
+    /* a loop over the dimension carrying a value from one iteration to the next */
+    t = lambda_variant(wt, "    for (int x = 0; x < WMI; ++x)\n        for (int i = 0; i < TM; ++i) {\n",
+                       "    float total = 0.0f;\n    for (int x = 0; x < WMI; ++x)\n        for (int i = 0; i < TM; ++i) {\n            total += acc[x][0][i][0];\n");
+    tile_expect_not_applicable(t, "register-tile", true, NULL, "line 54 writes state that outlives an iteration of the loop over x at line 52");
+    free(t);
+    /* an accumulator declared with its values */
+    t = lambda_variant("register-tile/remove_split_float4.before.cu", "float acc[4][4] = {};", "float acc[4][4] = {{1.0f}};");
+    tile_expect_not_applicable(t, "register-tile", true, NULL, "acc (line 24) is declared with its elements' initial values");
+    free(t);
+    /* no grid axis left: the kernel uses y and z */
+    t = lambda_variant(wt, "    const int bm = blockIdx.y * BM", "    const int bm = blockIdx.z * 0 + blockIdx.y * BM");
+    tile_expect_not_applicable(t, "register-tile", true, NULL, "wt_gemm uses blockIdx.y and blockIdx.z: no grid axis left");
+    free(t);
+}
+
+/* corpus/matmul/expert.cu walked down by the catalog's removals alone: double-buffer, vectorize, smem-tile, then
+ * register-tile four times (WM_ITERS, WN_ITERS, TM, TN): one output per thread on 2 x 2 x 4 x 4 times the
+ * blocks, and it compiles. */
+static void register_tile_split_matmul_expert(void **state)
+{
+    (void)state;
+    char *cur = read_data_file("../../corpus/matmul/expert.cu");
+    kl_error err = {0};
+    static const char *const steps[] = {"double-buffer", "vectorize", "vectorize", "vectorize", "smem-tile",
+                                        "register-tile", "register-tile", "register-tile", "register-tile"};
+    for (unsigned i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        json_t *s = tile_sites(cur, steps[i]);
+        const char *why = NULL;
+        const char *id = tile_site(s, "present", &why);
+        if (!id && !strcmp(steps[i], "vectorize")) {
+            json_decref(s);
+            continue;
+        }
+        if (!id || why) fail_msg("step %u: %s: %s", i, steps[i], why ? why : "no present site");
+        char *next = tile_rewrite(cur, steps[i], id, true, NULL, &err);
+        if (!next) fail_msg("step %u: %s@%s: %s", i, steps[i], id, err.message);
+        json_decref(s);
+        free(cur);
+        cur = next;
+    }
+    json_t *s = tile_sites(cur, "register-tile");
+    assert_null(tile_site(s, "present", NULL));
+    json_decref(s);
+    assert_non_null(strstr(cur, "    float acc[1][1][1][1];\n"));
+    assert_non_null(strstr(cur, "float a_frag[1][TM], b_frag[1][TN];"));
+    assert_non_null(strstr(cur, "const int kl_s4 = (int)(blockIdx.y / 16 % 4);"));
+    assert_non_null(strstr(cur, "<<<dim3((unsigned)blocks, 2 * 2 * 4 * 4), THREADS, 0, stream>>>"));
+    assert_null(strstr(cur, "__shared__"));
+    char *dir = NULL;
+    assert_int_equal(kl_tempdir("rules-rt-split", &dir, &err), KL_OK);
+    char *p = kl_path_join(dir, "matmul_one_output.cu");
+    assert_int_equal(kl_file_write(p, cur, strlen(cur), &err), KL_OK);
+    golden_nvcc_compile_all(&p, 1);
+    free(p);
+    kl_remove_tree(dir, NULL);
+    free(dir);
+    free(cur);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(smem_tile_lambda_says_why_not),
         cmocka_unit_test(smem_tile_lambda_matmul_expert),
+        cmocka_unit_test(register_tile_split_says_why_not),
+        cmocka_unit_test(register_tile_split_matmul_expert),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

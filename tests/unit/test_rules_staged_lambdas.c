@@ -178,7 +178,8 @@ static void register_tile_split_matmul_expert(void **state)
     assert_null(tile_site(s, "present", NULL));
     json_decref(s);
     assert_non_null(strstr(cur, "    float acc[1][1][1][1];\n"));
-    assert_non_null(strstr(cur, "float a_frag[1][TM], b_frag[1][TN];"));
+    assert_non_null(strstr(cur, "float a_frag[1][1], b_frag[1][1];"));
+    assert_non_null(strstr(cur, "if (kl_s3 == 0) a_frag[0][0] = v.x; if (kl_s3 == 1) a_frag[0][0] = v.y;"));
     assert_non_null(strstr(cur, "const int kl_s4 = (int)(blockIdx.y / 16 % 4);"));
     assert_non_null(strstr(cur, "<<<dim3((unsigned)blocks, 2 * 2 * 4 * 4), THREADS, 0, stream>>>"));
     assert_null(strstr(cur, "__shared__"));

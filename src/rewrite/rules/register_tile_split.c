@@ -185,6 +185,18 @@ static int enclosing_loop(const sp *s, TSNode e, TSNode n)
     return best;
 }
 
+/* Is n (an access whose subscript along the dimension is e) the target of `Y[…] = value;` with e a
+ * literal below the extent? */
+static bool const_write(const sp *s, TSNode n, TSNode e)
+{
+    e = register_tile__rg_strip(e);
+    long long v;
+    TSNode as = tt_parent(n);
+    return rt_is(e, "number_literal") && rt_const_eval(s->ctx, s->f->def, e, &v) && v >= 0 && v < s->E &&
+           rt_is(as, "assignment_expression") && ts_node_eq(tt_field(as, "left"), n) &&
+           rt_text_is(s->ctx, tt_field(as, "operator"), "=") && rt_is(tt_parent(as), "expression_statement");
+}
+
 static bool acc_check_visit(TSNode n, void *user)
 {
     acc_scan *c = user;
@@ -194,6 +206,8 @@ static bool acc_check_visit(TSNode n, void *user)
     if (a != c->arr) return true;
     int l = k == c->s->a[a].dims ? (c->any ? enclosing_loop(c->s, idx[c->dim], n) : enclosing_split(c->s, idx[c->dim], n)) : -1;
     if (l >= 0) c->hit[l] = true;
+    /* a fragment filled by constant subscripts, `Y[…][2] = v.z;`: kept only where the share is 2 */
+    if (l < 0 && c->any && k == c->s->a[a].dims && const_write(c->s, n, idx[c->dim])) return true;
     if (l < 0) {
         if (c->all && ts_node_is_null(c->bad)) c->bad = n;
         c->all = false;
@@ -577,6 +591,15 @@ kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *
             unsigned kk;
             if (access_of(s, chain, idx, &kk) != (int)k || kk != A->dims) continue;
             TSNode e = idx[A->split];
+            if (rt_is(register_tile__rg_strip(e), "number_literal")) {
+                /* `Y[…][c] = v;` → `if (kl_sN == c) Y[…][0] = v;` */
+                char *ct = rt_text(ctx, e);
+                char guard[160];
+                kl_snprintf(guard, sizeof guard, "if (%s == %s) ", kv, ct ? ct : "0");
+                free(ct);
+                uint32_t at = ts_node_start_byte(tt_parent(tt_parent(chain)));
+                if ((st = kl_edits_add(out, at, at, guard)) != KL_OK) goto done;
+            }
             if ((st = kl_edits_add(out, ts_node_start_byte(e), ts_node_end_byte(e), "0")) != KL_OK) goto done;
         }
     }

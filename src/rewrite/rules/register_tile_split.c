@@ -9,7 +9,7 @@
  * kernel uses y), each block's share `kl_sN = blockIdx.y / P % E` (P: the y extent before), every
  * loop `for (V = 0; V < E; ++V)` that indexes acc along d runs for V = kl_sN only, and acc along d
  * (and every local array indexed only by such loops along a dimension of extent E: the warp tile's
- * fragments) shrinks to 1, indexed by 0. Applied once per dimension, it ends at one output per
+ * fragments) shrinks to 1, indexed by 0; a `#pragma unroll` above such a loop goes. Applied once per dimension, it ends at one output per
  * thread (acc[1][1]…) with the block unchanged and E0·E1·… times the blocks.
  *
  * Sound when the iterations of those loops are independent: inside them only locals of the loop
@@ -573,6 +573,10 @@ kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *
         kl_snprintf(nb, sizeof nb, "%s + 1", kv);
         if ((st = kl_edits_add(out, ts_node_start_byte(v), ts_node_end_byte(v), kv)) != KL_OK) goto done;
         if ((st = kl_edits_add(out, ts_node_start_byte(bound), ts_node_end_byte(bound), nb)) != KL_OK) goto done;
+        /* a `#pragma unroll` above: nothing to unroll in a loop of one iteration */
+        uint32_t ls0 = rt_line_start(ctx, ts_node_start_byte(s->loops[l])),
+                 pa = rt_line_start(ctx, tt_pragma_above(ctx, ts_node_start_byte(s->loops[l])));
+        if (pa < ls0 && (st = kl_edits_add(out, pa, ls0, "")) != KL_OK) goto done;
     }
     /* the shrunk arrays: extent 1, index 0 */
     for (unsigned k = 0; k < s->na; k++) {

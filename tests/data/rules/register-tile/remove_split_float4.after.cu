@@ -30,7 +30,6 @@ __global__ void sgemm_tiles(const float* __restrict__ A, const float* __restrict
             const float4 a = make_float4(As(k0, kk, ty * 4), As(k0, kk, ty * 4 + 1), As(k0, kk, ty * 4 + 2), As(k0, kk, ty * 4 + 3));
             const float4 b = make_float4(Bs(k0, kk, tx * 4), Bs(k0, kk, tx * 4 + 1), Bs(k0, kk, tx * 4 + 2), Bs(k0, kk, tx * 4 + 3));
             const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
             for (int i = kl_s; i < kl_s + 1; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) acc[0][j] += av[i] * bv[j];

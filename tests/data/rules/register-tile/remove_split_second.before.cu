@@ -1,6 +1,5 @@
-// test: remove register-tile@sgemm_tiles:28
+// test: remove register-tile@sgemm_tiles:27
 // the second split: acc[1][4] after remove_split_float4; the grid z extent 4 becomes 4 * 4, the share blockIdx.z / 4 % 4
-// test: remove smem-tile@sgemm_tiles:43:put
 // float4 staging of our own: load() fills float4 registers element by element (zeros outside),
 // put() writes A transposed lane by lane (As[kq + 0..3][r]) and B with a float4 store macro; the
 // compute reads four rows of A and four columns of B with a float4 read macro; one stage, a
@@ -32,7 +31,6 @@ __global__ void sgemm_tiles(const float* __restrict__ A, const float* __restrict
             const float4 a = make_float4(As(k0, kk, ty * 4), As(k0, kk, ty * 4 + 1), As(k0, kk, ty * 4 + 2), As(k0, kk, ty * 4 + 3));
             const float4 b = make_float4(Bs(k0, kk, tx * 4), Bs(k0, kk, tx * 4 + 1), Bs(k0, kk, tx * 4 + 2), Bs(k0, kk, tx * 4 + 3));
             const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
             for (int i = kl_s; i < kl_s + 1; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j) acc[0][j] += av[i] * bv[j];

@@ -123,7 +123,7 @@ static kl_status rt_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
                     json_t *feat = json_pack("{s:s, s:s}", "accumulator", acc, "form", "split");
                     if (w2[0]) json_object_set_new(feat, "why_not", json_string(w2));
                     st = kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(decl), fs[i].name, feat, NULL,
-                                      "a register tile per thread (acc[D0][D1]...): one dimension's outputs go to other blocks");
+                                      "a register tile per thread (acc[D0][D1]...): its outputs go to more blocks, one per thread");
                 }
             }
             free(fr);

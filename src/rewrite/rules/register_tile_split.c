@@ -4,8 +4,9 @@
  * A kernel whose threads each hold an accumulator array `T acc[D0][D1]…` (a warp tile: WM_ITERS x
  * WN_ITERS x TM x TN, nested constexpr loops) and share nothing (no shared memory, barriers,
  * shuffles or atomics: what smem-tile's lambda form leaves) computes the outputs of each index along
- * a dimension d of acc independently. Remove takes the first dimension of extent E > 1 and gives
- * each of its indices to another block: the grid gets E times the blocks along y (or z when the
+ * a dimension d of acc independently. Remove takes each dimension of extent E > 1 in turn (each
+ * split on the text the previous one wrote; the site's edit is the whole file) and gives each of its
+ * indices to another block: the grid gets E times the blocks along y (or z when the
  * kernel uses y), each block's share `kl_sN = blockIdx.y / P % E` (P: the y extent before), every
  * loop `for (V = 0; V < E; ++V)` that indexes acc along d runs for V = kl_sN only, and acc along d
  * (and every local array indexed only by such loops along a dimension of extent E: the warp tile's
@@ -459,7 +460,8 @@ static char free_axis(const kl_rule_ctx *ctx, const rt_func *f)
     return 0;
 }
 
-kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
+/* One split: the first dimension of extent > 1. */
+static kl_status split_once(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
 {
     sp *s = malloc(sizeof *s);
     if (!s) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -613,6 +615,57 @@ oom:
 done:
     free(lt);
     free(s);
+    if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
+    return st;
+}
+
+/* Every dimension, one split after the other (each on the text the previous one wrote), as one
+ * edit of the whole file: the register tile is gone (acc[1][1]…, one output per thread). A split
+ * refused after the first leaves the splits before it (a sound program with a smaller tile). */
+kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
+{
+    char *text = malloc(ctx->len + 1);
+    if (!text) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    memcpy(text, ctx->text, ctx->len);
+    text[ctx->len] = 0;
+    char kernel[256];
+    kl_snprintf(kernel, sizeof kernel, "%s", f->name);
+    kl_status st = KL_OK;
+    unsigned done = 0;
+    for (unsigned round = 0; round < SP_DIM + 2; round++) {
+        kl_source *src = NULL;
+        kl_rule_ctx c = *ctx;
+        if (round) {
+            kl_error perr = {0};
+            if (kl_source_parse_text(kl_source_name(ctx->src), text, strlen(text), &src, &perr) != KL_OK) break;
+            c.src = src, c.text = text, c.len = strlen(text);
+        }
+        rt_func fs[64];
+        unsigned nf = rt_functions(&c, fs, 64);
+        const rt_func *g = rt_function_named(fs, nf < 64 ? nf : 64, kernel);
+        char acc[64], why[400];
+        TSNode decl;
+        if (!g || !register_tile__sp_detect(&c, g, acc, sizeof acc, &decl, why, sizeof why)) {
+            kl_source_free(src);
+            break;
+        }
+        kl_edits e = {0};
+        kl_error serr = {0};
+        st = split_once(&c, g, &e, round ? &serr : err);
+        char *next = NULL;
+        if (st == KL_OK) st = kl_edits_apply(&e, c.text, c.len, &next, err);
+        kl_edits_release(&e);
+        kl_source_free(src);
+        if (st != KL_OK) {
+            if (round && st == KL_ERR_NOT_APPLICABLE) st = KL_OK; /* keep the splits made */
+            break;
+        }
+        free(text);
+        text = next;
+        done++;
+    }
+    if (st == KL_OK && done) st = kl_edits_add(out, 0, (uint32_t)ctx->len, text);
+    free(text);
     if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
     return st;
 }

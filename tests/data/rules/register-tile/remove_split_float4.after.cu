@@ -13,6 +13,8 @@ __global__ void sgemm_tiles(const float* __restrict__ A, const float* __restrict
                             int K)
 {
     constexpr int AV = BM * BK / 4 / NT, BV = BK * BN / 4 / NT;
+    // register-tile: this block's share of acc's dimension 2 (extent 4)
+    const int kl_s2 = (int)(blockIdx.z / 4 % 4);
     // register-tile: this block's share of acc's dimension 1 (extent 4)
     const int kl_s = (int)(blockIdx.z / 1 % 4);
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -23,7 +25,7 @@ __global__ void sgemm_tiles(const float* __restrict__ A, const float* __restrict
     auto As = [&](int k0, int kl_p, int kl_q) -> float { return (m0 + kl_q < M) && k0 + kl_p + 0 < K ? A[(size_t)(m0 + kl_q) * K + k0 + kl_p + 0] : 0.0f; };
     auto Bs = [&](int k0, int kl_p, int kl_q) -> float { return (k0 + kl_p < K) && n0 + kl_q + 0 < N ? B[(size_t)(k0 + kl_p) * N + n0 + kl_q + 0] : 0.0f; };
 
-    float acc[1][4] = {};
+    float acc[1][1] = {};
     for (int k0 = 0; k0 < K; k0 += BK) {
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
@@ -31,17 +33,16 @@ __global__ void sgemm_tiles(const float* __restrict__ A, const float* __restrict
             const float4 b = make_float4(Bs(k0, kk, tx * 4), Bs(k0, kk, tx * 4 + 1), Bs(k0, kk, tx * 4 + 2), Bs(k0, kk, tx * 4 + 3));
             const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
             for (int i = kl_s; i < kl_s + 1; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) acc[0][j] += av[i] * bv[j];
+                for (int j = kl_s2; j < kl_s2 + 1; ++j) acc[0][0] += av[i] * bv[j];
         }
     }
     for (int i = kl_s; i < kl_s + 1; ++i)
-        for (int j = 0; j < 4; ++j)
-            if (m0 + ty * 4 + i < M && n0 + tx * 4 + j < N) C[(size_t)(m0 + ty * 4 + i) * N + n0 + tx * 4 + j] = acc[0][j];
+        for (int j = kl_s2; j < kl_s2 + 1; ++j)
+            if (m0 + ty * 4 + i < M && n0 + tx * 4 + j < N) C[(size_t)(m0 + ty * 4 + i) * N + n0 + tx * 4 + j] = acc[0][0];
 }
 
 extern "C" void launch(const float* A, const float* B, float* C, int M, int N, int K, cudaStream_t stream)
 {
-    const dim3 grid((N + 63) / 64, (M + 63) / 64, 4);
+    const dim3 grid((N + 63) / 64, (M + 63) / 64, 4 * 4);
     sgemm_tiles<64, 64, 16, 256><<<grid, 256, 0, stream>>>(A, B, C, M, N, K);
 }

@@ -1,5 +1,5 @@
 // test: remove register-tile@sgemm_tiles:27
-// the second split: acc[1][4] after remove_split_float4; the grid z extent 4 becomes 4 * 4, the share blockIdx.z / 4 % 4
+// a tile split once already, acc[1][4] (its first split): the grid z extent 4 becomes 4 * 4, the share blockIdx.z / 4 % 4
 // float4 staging of our own: load() fills float4 registers element by element (zeros outside),
 // put() writes A transposed lane by lane (As[kq + 0..3][r]) and B with a float4 store macro; the
 // compute reads four rows of A and four columns of B with a float4 read macro; one stage, a

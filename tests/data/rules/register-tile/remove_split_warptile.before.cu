@@ -1,7 +1,7 @@
 // test: remove register-tile@wt_gemm:29
 // our warp-tiled GEMM after smem-tile (smem-tile/remove_lambda_warptile): no shared memory left, so the
-// 2 x 1 x 4 x 4 tile splits over blocks: its first dimension (WMI) goes to blockIdx.z (the kernel uses y)
-// and shrinks to 1, the loops over it run for the block's share only
+// 2 x 1 x 4 x 4 tile splits over blocks: each dimension (WMI, TM, TN) goes to blockIdx.z (the kernel
+// uses y) and shrinks to 1, the loops over it run for the block's share only: one output per thread
 #include <cuda_runtime.h>
 
 #define DIV_UP(a, b) (((a) + (b) - 1) / (b))

@@ -1035,6 +1035,56 @@ static void with_comments(const kl_rule_ctx *ctx, TSNode s, uint32_t *a, uint32_
         *a = rt_line_start(ctx, ts_node_start_byte(c));
 }
 
+/* A float4 read v4 that initializes `[const] float4 v = …;` whose every later use in its block is
+ * `v.x`, `v.y`, `v.z` or `v.w` (read): the declaration, its block and the uses (at most 16). */
+static bool float4_local(const kl_rule_ctx *ctx, TSNode v4, TSNode *decl, TSNode *uses, unsigned *nu)
+{
+    TSNode init = tt_parent(v4);
+    while (rt_is(init, "parenthesized_expression")) init = tt_parent(init);
+    TSNode d = tt_parent(init);
+    TSNode ds[4];
+    if (!rt_is(init, "init_declarator") || !rt_is(d, "declaration") || rt_declarators(d, ds, 4) != 1 ||
+        !rt_is(tt_field(init, "declarator"), "identifier") || !rt_text_is(ctx, tt_field(d, "type"), "float4"))
+        return false;
+    TSNode blk = tt_parent(d);
+    if (!rt_is(blk, "compound_statement")) return false;
+    char name[64];
+    tt_copy_text(ctx, tt_field(init, "declarator"), name, sizeof name);
+    uint32_t ms[32], me[32];
+    unsigned n = tt_find(ctx->text, ts_node_end_byte(d), ts_node_end_byte(blk), name, ms, me, 32);
+    if (n > 16) return false;
+    *nu = 0;
+    for (unsigned k = 0; k < n; k++) {
+        TSNode id = ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[k], me[k]);
+        TSNode fe = tt_parent(id);
+        char f[8] = "";
+        if (rt_is(fe, "field_expression")) tt_copy_text(ctx, tt_field(fe, "field"), f, sizeof f);
+        if (!rt_is(fe, "field_expression") || !ts_node_eq(tt_field(fe, "argument"), id) || f[1] || !strchr("xyzw", f[0]) ||
+            !f[0])
+            return false;
+        TSNode up = tt_parent(fe);
+        if ((rt_is(up, "assignment_expression") && ts_node_eq(tt_field(up, "left"), fe)) || rt_is(up, "update_expression") ||
+            (rt_is(up, "pointer_expression") && rt_text_is(ctx, tt_field(up, "operator"), "&")))
+            return false;
+        uses[(*nu)++] = fe;
+    }
+    *decl = d;
+    return true;
+}
+
+/* `e + c` for the text of node e: parenthesized unless e is a sum, product, name, literal or call. */
+static void plus_const(const kl_rule_ctx *ctx, TSNode e, const char *et, int c, char *buf, size_t size)
+{
+    e = smem_tile__strip(e);
+    char op[4] = "";
+    if (rt_is(e, "binary_expression")) tt_copy_text(ctx, tt_field(e, "operator"), op, sizeof op);
+    bool bare = rt_is(e, "identifier") || rt_is(e, "number_literal") || rt_is(e, "call_expression") ||
+                rt_is(e, "subscript_expression") || rt_is(e, "field_expression") || !strcmp(op, "+") || !strcmp(op, "-") ||
+                !strcmp(op, "*") || !strcmp(op, "/") || !strcmp(op, "%");
+    if (!c) kl_snprintf(buf, size, "%s", et);
+    else kl_snprintf(buf, size, bare ? "%s + %d" : "(%s) + %d", et, c);
+}
+
 kl_status smem_tile__remove_lambda(const kl_rule_ctx *ctx, TSNode fn, kl_edits *out, kl_error *err)
 {
     lam *L = malloc(sizeof *L);
@@ -1113,13 +1163,36 @@ kl_status smem_tile__remove_lambda(const kl_rule_ctx *ctx, TSNode fn, kl_edits *
             char *x = rt_text(ctx, e1), *y = rt_text(ctx, e2);
             kl_strbuf r = KL_STRBUF_INIT;
             const char *k0 = L->karg ? L->karg : "", *sep = L->karg ? ", " : "";
-            TSNode v4 = float4_around(ctx, sub);
+            TSNode v4 = float4_around(ctx, sub), decl, uses[16];
+            unsigned nu = 0;
+            char yc[4][600];
+            for (int c = 0; c < 4 && y; c++) plus_const(ctx, e2, y, c, yc[c], sizeof yc[c]);
+            if (x && y && !ts_node_is_null(v4) && float4_local(ctx, v4, &decl, uses, &nu)) {
+                /* `const float4 v = LD4(T[a][b]); … v.y …` → `… T(k0, a, b + 1) …`: each lane read where it is used */
+                uint32_t a0, a1;
+                stmt_lines(ctx, decl, &a0, &a1);
+                if ((st = kl_edits_add(out, a0, a1, "")) != KL_OK) {
+                    free(x), free(y);
+                    goto done;
+                }
+                for (unsigned q = 0; q < nu && st == KL_OK; q++) {
+                    char f[8];
+                    tt_copy_text(ctx, tt_field(uses[q], "field"), f, sizeof f);
+                    int c = (int)(strchr("xyzw", f[0]) - "xyzw");
+                    char call[1400];
+                    kl_snprintf(call, sizeof call, "%s(%s%s%s, %s)", L->tname[t], k0, sep, x, yc[c]);
+                    st = kl_edits_add(out, ts_node_start_byte(uses[q]), ts_node_end_byte(uses[q]), call);
+                }
+                free(x), free(y);
+                if (st != KL_OK) goto done;
+                continue;
+            }
             if (x && y && ts_node_is_null(v4)) {
                 kl_strbuf_addf(&r, "%s(%s%s%s, %s)", L->tname[t], k0, sep, x, y);
             } else if (x && y) {
-                kl_strbuf_addf(&r, "make_float4(%s(%s%s%s, %s), %s(%s%s%s, %s + 1), %s(%s%s%s, %s + 2), %s(%s%s%s, %s + 3))",
-                               L->tname[t], k0, sep, x, y, L->tname[t], k0, sep, x, y, L->tname[t], k0, sep, x, y, L->tname[t],
-                               k0, sep, x, y);
+                kl_strbuf_addf(&r, "make_float4(%s(%s%s%s, %s), %s(%s%s%s, %s), %s(%s%s%s, %s), %s(%s%s%s, %s))", L->tname[t], k0,
+                               sep, x, yc[0], L->tname[t], k0, sep, x, yc[1], L->tname[t], k0, sep, x, yc[2], L->tname[t], k0,
+                               sep, x, yc[3]);
             }
             free(x), free(y);
             TSNode whole = ts_node_is_null(v4) ? sub : v4;

@@ -25,9 +25,7 @@ __global__ void sgemm_tiles(const float* __restrict__ A, const float* __restrict
     for (int k0 = 0; k0 < K; k0 += BK) {
 #pragma unroll
         for (int kk = 0; kk < BK; ++kk) {
-            const float4 a = make_float4(As(k0, kk, ty * 4), As(k0, kk, ty * 4 + 1), As(k0, kk, ty * 4 + 2), As(k0, kk, ty * 4 + 3));
-            const float4 b = make_float4(Bs(k0, kk, tx * 4), Bs(k0, kk, tx * 4 + 1), Bs(k0, kk, tx * 4 + 2), Bs(k0, kk, tx * 4 + 3));
-            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+            const float av[4] = {As(k0, kk, ty * 4), As(k0, kk, ty * 4 + 1), As(k0, kk, ty * 4 + 2), As(k0, kk, ty * 4 + 3)}, bv[4] = {Bs(k0, kk, tx * 4), Bs(k0, kk, tx * 4 + 1), Bs(k0, kk, tx * 4 + 2), Bs(k0, kk, tx * 4 + 3)};
 #pragma unroll
             for (int i = 0; i < 4; ++i)
 #pragma unroll

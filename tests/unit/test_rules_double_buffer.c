@@ -171,6 +171,51 @@ static void double_buffer_says_why_not(void **state)
     json_decref(s);
 }
 
+/* The register staging of tests/data/rules/double-buffer/staged_bumps (corpus/matmul's idiom): the pointer
+ * bumps in the prefetch move after the compute; where that would change what something reads, or the
+ * prefetch is not bumps then loads, it is refused with the reason. */
+static char *staged_variant(const char *from, const char *to)
+{
+    char *t = read_data_file("rules/double-buffer/staged_bumps.before.cu");
+    size_t off = 0, n = strlen(from);
+    while (t[off] && strncmp(t + off, from, n)) off++;
+    if (!t[off]) fail_msg("no '%s' in staged_bumps", from);
+    kl_strbuf b = KL_STRBUF_INIT;
+    kl_strbuf_add(&b, t, off);
+    kl_strbuf_adds(&b, to);
+    kl_strbuf_adds(&b, t + off + strlen(from));
+    char *r = kl_strbuf_detach(&b, NULL);
+    free(t);
+    return r;
+}
+
+static void double_buffer_staged_says_why_not(void **state)
+{
+    (void)state;
+    /* the compute reads a bumped pointer: after the move it would see this slice's pointer */
+    char *t = staged_variant("        if (more) stash(cur ^ 1);\n",
+                             "        acc[0][0][0][0] += pa[0];\n        if (more) stash(cur ^ 1);\n");
+    tile_expect_not_applicable(t, "double-buffer", true, NULL, "pa, bumped in the prefetch at line 62, is read by the compute");
+    free(t);
+    /* the store lambda reads a bumped pointer */
+    t = staged_variant("sb[buf][f / BN][f % BN] = rb[e];", "sb[buf][f / BN][f % BN] = rb[e] + pb[0];");
+    tile_expect_not_applicable(t, "double-buffer", true, NULL, "pb, bumped in the prefetch at line 62, is read by the compute or the store");
+    free(t);
+    /* a bump after the load: the load of the next slice saw the pointer before it */
+    t = staged_variant("            pb += (size_t)BK * N;\n            fetch((s + 1) * BK);\n",
+                       "            fetch((s + 1) * BK);\n            pb += (size_t)BK * N;\n");
+    tile_expect_not_applicable(t, "double-buffer", true, NULL, "is not pointer bumps followed by calls (line 65)");
+    free(t);
+    /* the stage index used before the prefetch */
+    t = staged_variant("const bool more = s + 1 < slices;", "const bool more = s + 1 < slices && cur >= 0;");
+    tile_expect_not_applicable(t, "double-buffer", true, NULL, "uses the stage index cur before the prefetch");
+    free(t);
+    /* a store of more than one call */
+    t = staged_variant("        if (more) stash(cur ^ 1);\n", "        if (more) { stash(cur ^ 1); stash(cur ^ 1); }\n");
+    tile_expect_not_applicable(t, "double-buffer", true, NULL, "is not a single call");
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +223,7 @@ int main(void)
         cmocka_unit_test(double_buffer_waits_for_wgmma),
         cmocka_unit_test(double_buffer_composes_with_register_tile),
         cmocka_unit_test(double_buffer_says_why_not),
+        cmocka_unit_test(double_buffer_staged_says_why_not),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -115,6 +115,16 @@ static kl_status rt_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
                 json_t *params = json_pack("{s:s, s:s}", "TM", tm, "TN", tn);
                 st = kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(g->acc_decl), fs[i].name, feat, params,
                                   "a TM x TN register tile per thread (an outer product into a 2-D accumulator)");
+            } else {
+                char acc[64], w2[400];
+                TSNode decl;
+                if (register_tile__sp_detect(ctx, &fs[i], acc, sizeof acc, &decl, w2, sizeof w2)) {
+                    kl_site_id(id, sizeof id, fs[i].name, decl, NULL);
+                    json_t *feat = json_pack("{s:s, s:s}", "accumulator", acc, "form", "split");
+                    if (w2[0]) json_object_set_new(feat, "why_not", json_string(w2));
+                    st = kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(decl), fs[i].name, feat, NULL,
+                                      "a register tile per thread (acc[D0][D1]...): its outputs go to more blocks, one per thread");
+                }
             }
             free(fr);
             free(g);
@@ -207,8 +217,12 @@ static kl_status rt_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits
         free(fr);
         register_tile__rg *g = malloc(sizeof *g);
         if (!g) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        char acc[64], w2[400];
+        TSNode decl;
         kl_status st = register_tile__rg_detect(ctx, f, g) ? register_tile__rg_remove_edits(ctx, f, g, out, err)
-                                            : kl_rule_not_applicable(err, "no register tile in %s", site->kernel);
+                       : register_tile__sp_detect(ctx, f, acc, sizeof acc, &decl, w2, sizeof w2)
+                           ? register_tile__sp_remove_edits(ctx, f, out, err)
+                           : kl_rule_not_applicable(err, "no register tile in %s", site->kernel);
         free(g);
         return st;
     }

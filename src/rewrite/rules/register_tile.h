@@ -2,7 +2,8 @@
  * src/rewrite/rules/register_tile*.c: the names are register_tile__*. register_tile.c holds the rule
  * (find, running a site); register_tile_simple.c the one-output-per-thread form (launches, text, apply
  * and remove); register_tile_general.c the general register-tiled GEMM of any author (remove);
- * register_tile_frag.c the per-warp fragment tile (remove). */
+ * register_tile_frag.c the per-warp fragment tile (remove); register_tile_split.c a thread's tile split over
+ * more blocks one dimension at a time (remove). */
 #ifndef KL_REGISTER_TILE_H
 #define KL_REGISTER_TILE_H
 
@@ -148,5 +149,11 @@ kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rt_func *
  * remove only. Sites carry `form: stencil` and the constant in their features. */
 kl_status register_tile__rs_find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err);
 kl_status register_tile__rs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err);
+
+/* register_tile_split.c: a register tile of threads that share nothing (acc[D0][D1]…), split over more
+ * blocks along its first dimension of extent > 1. */
+bool register_tile__sp_detect(const kl_rule_ctx *ctx, const rt_func *f, char *acc, size_t asize, TSNode *decl, char *why,
+                              size_t wsize);
+kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err);
 
 #endif

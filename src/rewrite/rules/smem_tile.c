@@ -547,6 +547,20 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(h.load), name, feat, json_object(), note);
         if (st != KL_OK) return st;
     }
+    /* present: tiles staged through registers by lambdas */
+    {
+        char why[480], what[64];
+        TSNode at;
+        if (smem_tile__lambda_site(ctx, fn, why, sizeof why, &at, what, sizeof what)) {
+            kl_site_id(id, sizeof id, name, at, what);
+            json_t *feat = json_pack("{s:s, s:s}", "shape", "lambda", "stash", what);
+            if (why[0]) json_object_set_new(feat, "why_not", json_string(why));
+            if (why[0]) kl_snprintf(note, sizeof note, "not applicable: %s", why);
+            else kl_snprintf(note, sizeof note, "tiles stored by '%s' from registers a lambda fetched", what);
+            st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(at), name, feat, json_object(), note);
+            if (st != KL_OK) return st;
+        }
+    }
     /* applicable: dot-product loops of kernels */
     if (!kl_ast_function_has(ctx->src, fn, "__global__")) return KL_OK;
     for (unsigned li = 0; li < kl_affine_loop_count(ax); li++) {
@@ -669,6 +683,16 @@ static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn,
             x->done = true;
             x->st = smem_tile__remove_halo(ctx, ax, fn, &h, x->out, x->err);
             return KL_OK;
+        }
+        char why[480], what[64];
+        TSNode at;
+        if (smem_tile__lambda_site(ctx, fn, why, sizeof why, &at, what, sizeof what)) {
+            kl_site_id(id, sizeof id, name, at, what);
+            if (!strcmp(id, x->site->id)) {
+                x->done = true;
+                x->st = smem_tile__remove_lambda(ctx, fn, x->out, x->err);
+                return KL_OK;
+            }
         }
         return KL_OK;
     }

@@ -2,7 +2,8 @@
  * src/rewrite/rules/smem_tile*.c: the names are smem_tile__*. smem_tile.c holds the helpers, find and
  * the running of a site; smem_tile_gemm.c the GEMM tile (apply and remove); smem_tile_stencil.c the
  * halo tile of a stencil and the staged tile with halo (apply and remove); smem_tile_rt.c the stencil
- * with several outputs per thread along x (apply and remove). */
+ * with several outputs per thread along x (apply and remove); smem_tile_lambda.c the tiles staged
+ * through registers by lambdas (remove). */
 #ifndef KL_SMEM_TILE_H
 #define KL_SMEM_TILE_H
 
@@ -198,6 +199,10 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
 kl_status smem_tile__remove_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const smem_tile__gp *p, kl_edits *out, kl_error *err);
 bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode decl, smem_tile__hp *h);
 kl_status smem_tile__remove_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const smem_tile__hp *h, kl_edits *out, kl_error *err);
+/* smem_tile_lambda.c: tiles filled by register staging through lambdas (fetch / stash). The site's
+ * node (the stash lambda's declaration) and name into at / what; why empty when it removes. */
+bool smem_tile__lambda_site(const kl_rule_ctx *ctx, TSNode fn, char *why, size_t wsize, TSNode *at, char *what, size_t size);
+kl_status smem_tile__remove_lambda(const kl_rule_ctx *ctx, TSNode fn, kl_edits *out, kl_error *err);
 bool smem_tile__simple_token(const char *s);
 bool smem_tile__is_continue_if(TSNode st);
 bool smem_tile__ident_visit(TSNode n, void *user);

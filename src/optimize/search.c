@@ -1199,12 +1199,11 @@ static kl_status final_check(run *r, bool *done)
     }
 }
 
-
 /* A replayed run that met a missing verdict (begun here, or taken up from an earlier replay that
- * stopped at the same place): the archive often holds the same run made with another library or memory (cards the store holds
- * and the archive does not — learned here, or left by an older archive — change the library's
- * fingerprint and so the run's key). Say so, with both fingerprints, rather than leave the reader
- * with one candidate's missing verdict. */
+ * stopped at the same place): the archive often holds the same run made with another library or
+ * memory (cards the store holds and the archive does not — learned here, or left by an older
+ * archive — change the library's fingerprint and so the run's key). Say so, with both
+ * fingerprints, rather than leave the reader with one candidate's missing verdict. */
 typedef struct other_run {
     const run *r;
     const json_t *lib, *mem; /* this run's */

@@ -499,13 +499,16 @@ typedef struct mini_src {
     bool ok;
 } mini_src;
 
+typedef struct ce_memo ce_memo;
+static ce_memo *ce_memo_of(const kl_source *src);
+
 struct kl_affine_ctx {
     const kl_source *src;
     TSNode fn;
     TSNode body;
     arena_block *arena;
     bool oom;
-    macro_table macros;
+    const macro_table *macros; /* the source's, from its memo (syntax/memo.h) */
     kl_param_info *params;
     unsigned nparams;
     local_var *locals;
@@ -1063,7 +1066,7 @@ static form eval_identifier(kl_affine_ctx *ctx, const env *e, const kl_source *s
             goto done;
         }
     }
-    const macro_def *md = macro_find(&ctx->macros, name);
+    const macro_def *md = macro_find(ctx->macros, name);
     if (md) {
         if (md->function_like) {
             r = form_badf(ctx, "macro '%s' used without arguments (line %u)", name, line_of(n));
@@ -1140,7 +1143,7 @@ static form eval_call(kl_affine_ctx *ctx, const env *e, const kl_source *s, TSNo
     if (!fname) return form_bad("out of memory");
     form r;
     unsigned na = ts_node_named_child_count(args);
-    const macro_def *md = type_is(fnode, "identifier") ? macro_find(&ctx->macros, fname) : NULL;
+    const macro_def *md = type_is(fnode, "identifier") ? macro_find(ctx->macros, fname) : NULL;
     if (md && md->function_like && md->defs == 1) {
         if (md->nparams != na) {
             r = form_badf(ctx, "macro '%s' takes %u arguments, given %u (line %u)", fname, md->nparams, na, line_of(n));
@@ -1651,12 +1654,12 @@ typedef struct name_memo {
     char *why;           /* a nested failure's reason */
 } name_memo;
 
-typedef struct ce_memo {
+struct ce_memo {
     macro_table macros;
     bool macros_ok;
     name_memo *names;
     size_t n, cap;
-} ce_memo;
+};
 
 static void ce_memo_release(void *p)
 {
@@ -1707,26 +1710,16 @@ static void memo_put(ce_memo *m, TSNode scope, bool dim3, const char *name, bool
     m->names[m->n++] = e;
 }
 
-/* ce() of one node with a reason buffer of its own: what it says can be remembered whole. */
-static bool ce_keep_why(ceval *c, const kl_source *s, TSNode n, int64_t *out, char *why, size_t size)
+/* ce() of node n of s — or, given text, ce_text() of that macro body — with a reason buffer of its
+ * own: what it says can be remembered whole, and reaches the caller's reason as before. */
+static bool ce_keep_why(ceval *c, const kl_source *s, TSNode n, const char *text, int64_t *out, char *why,
+                        size_t size)
 {
     char *was = c->why;
     size_t was_size = c->why_size;
     why[0] = '\0';
     c->why = why, c->why_size = size;
-    bool ok = ce(c, s, n, out);
-    c->why = was, c->why_size = was_size;
-    if (!ok && c->why && c->why_size && !c->why[0] && why[0]) snprintf(c->why, c->why_size, "%s", why);
-    return ok;
-}
-
-static bool ce_text_keep_why(ceval *c, const char *text, TSNode at, int64_t *out, char *why, size_t size)
-{
-    char *was = c->why;
-    size_t was_size = c->why_size;
-    why[0] = '\0';
-    c->why = why, c->why_size = size;
-    bool ok = ce_text(c, text, at, out);
+    bool ok = text ? ce_text(c, text, n, out) : ce(c, s, n, out);
     c->why = was, c->why_size = was_size;
     if (!ok && c->why && c->why_size && !c->why[0] && why[0]) snprintf(c->why, c->why_size, "%s", why);
     return ok;
@@ -1760,7 +1753,7 @@ static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
     TSNode region = type_is(c->scope, "function_definition") ? kl_ast_function_body(c->scope) : c->scope;
     if (!ts_node_is_null(region)) kl_ast_walk(region, scan_local, &ls);
     if (ls.assigns == 1 && !ts_node_is_null(ls.init)) {
-        ok = ce_keep_why(c, src, ls.init, &v, why, sizeof why);
+        ok = ce_keep_why(c, src, ls.init, NULL, &v, why, sizeof why);
     } else if (ls.assigns > 1) {
         memo_put(m, c->scope, c->dim3, name, false, 0, "assigned more than once", NULL);
         return cfail(c, at, "assigned more than once");
@@ -1769,7 +1762,7 @@ static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
         const macro_def *md = macro_find(m && m->macros_ok ? &m->macros : &none, name);
         if (md && !md->function_like && md->defs == 1) {
             char *body = macro_body_clean(md->body);
-            ok = body && ce_text_keep_why(c, body, at, &v, why, sizeof why);
+            ok = body && ce_keep_why(c, src, at, body, &v, why, sizeof why);
             if (!body) return cfail(c, at, "out of memory"); /* not remembered */
             free(body);
         } else {
@@ -1778,7 +1771,7 @@ static bool ce_name(ceval *c, const char *name, TSNode at, int64_t *out)
                 memo_put(m, c->scope, c->dim3, name, false, 0, "unknown name", NULL);
                 return cfail(c, at, "unknown name");
             }
-            ok = ce_keep_why(c, src, gi, &v, why, sizeof why);
+            ok = ce_keep_why(c, src, gi, NULL, &v, why, sizeof why);
         }
     }
     memo_put(m, c->scope, c->dim3, name, ok, v, NULL, ok ? NULL : why);
@@ -2494,9 +2487,9 @@ kl_status kl_affine_ctx_new(const kl_source *src, TSNode kernel, kl_affine_ctx *
                           line_of(kernel));
         goto cleanup;
     }
-    macro_collect mc = {src, &ctx->macros, false};
-    kl_ast_walk(kl_source_root(src), collect_macro, &mc);
-    if (mc.oom) goto oom;
+    const ce_memo *memo = ce_memo_of(src); /* the file's macros, collected once per source */
+    if (!memo || !memo->macros_ok) goto oom;
+    ctx->macros = &memo->macros;
     if (load_params(ctx) != KL_OK) goto oom;
     scan_state ss = {ctx, KL_OK};
     kl_ast_walk(ctx->body, scan_body, &ss);
@@ -2563,7 +2556,6 @@ cleanup:
 void kl_affine_ctx_free(kl_affine_ctx *ctx)
 {
     if (!ctx) return;
-    macros_release(&ctx->macros);
     for (unsigned i = 0; i < ctx->nparams; i++) {
         free(ctx->params[i].name);
         free(ctx->params[i].elem);

@@ -115,7 +115,6 @@ static char *apply_reps(reps *r, const char *text, size_t len, piece **pieces, u
 /* ---- small helpers -------------------------------------------------------------------------- */
 
 static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
-static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
 static bool same_text(const char *a, const char *b)
 {
@@ -141,7 +140,7 @@ static char *operand(const char *t)
     char *s = one_line(t);
     if (!s) return NULL;
     bool token = *s != '\0';
-    for (const char *p = s; *p && token; p++) token = ident_char(*p) || *p == '.';
+    for (const char *p = s; *p && token; p++) token = kl_ident_char(*p) || *p == '.';
     if (token) return s;
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_addf(&sb, "(%s)", s);
@@ -314,7 +313,7 @@ static void add_separated(kl_strbuf *sb, const char *s)
     static const char ops[] = "+-*/%<>=&|!^~.";
     char prev = sb->len ? sb->buf[sb->len - 1] : ' ';
     char first = *s;
-    if ((ident_char(prev) && ident_char(first)) || (strchr(ops, prev) && first && strchr(ops, first)))
+    if ((kl_ident_char(prev) && kl_ident_char(first)) || (strchr(ops, prev) && first && strchr(ops, first)))
         kl_strbuf_addc(sb, ' ');
     kl_strbuf_adds(sb, s);
 }
@@ -333,14 +332,14 @@ static char *expand_one(const macros *m, const macro *d, char **args, unsigned n
             const char *e = skip_literal(p);
             kl_strbuf_add(&sb, p, (size_t)(e - p));
             p = e;
-        } else if (ident_char(*p) && !isdigit((unsigned char)*p)) {
+        } else if (kl_ident_char(*p) && !isdigit((unsigned char)*p)) {
             const char *q = p;
-            while (ident_char(*q)) q++;
+            while (kl_ident_char(*q)) q++;
             bool done = false;
             for (unsigned i = 0; i < d->nparams && !done; i++)
                 if (strlen(d->params[i]) == (size_t)(q - p) && !memcmp(d->params[i], p, (size_t)(q - p))) {
                     add_separated(&sb, args[i]);
-                    if (*q && (ident_char(*q) || strchr("+-*/%<>=&|!^~.", *q))) kl_strbuf_addc(&sb, ' ');
+                    if (*q && (kl_ident_char(*q) || strchr("+-*/%<>=&|!^~.", *q))) kl_strbuf_addc(&sb, ' ');
                     done = true;
                 }
             if (!done) kl_strbuf_add(&sb, p, (size_t)(q - p));
@@ -391,13 +390,13 @@ static char *expand_text(const macros *m, const char *t, const bool *disabled, u
             kl_strbuf_addc(&sb, ' ');
             continue;
         }
-        if (!ident_char(*p) || isdigit((unsigned char)*p) || (p > t && ident_char(p[-1]))) {
+        if (!kl_ident_char(*p) || isdigit((unsigned char)*p) || (p > t && kl_ident_char(p[-1]))) {
             kl_strbuf_addc(&sb, *p == '\n' || *p == '\r' ? ' ' : *p);
             p++;
             continue;
         }
         const char *q = p;
-        while (ident_char(*q)) q++;
+        while (kl_ident_char(*q)) q++;
         const macro *d = macro_named(m, p, (size_t)(q - p));
         const char *paren = q;
         while (isspace((unsigned char)*paren)) paren++;

@@ -85,7 +85,6 @@ static void collect_errors(kl_source *src)
  * offset, so spans still index the original text; the pragmas are recovered by the model
  * (model.c). */
 
-static bool is_ident_char(unsigned char c) { return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
 
 static void blank(char *buf, size_t a, size_t b)
 {
@@ -102,7 +101,7 @@ size_t kl_pragma_line_end(const char *text, size_t len, size_t i, size_t *hash)
     size_t h = i++;
     while (i < len && (text[i] == ' ' || text[i] == '\t')) i++;
     if (len - i < 6 || memcmp(text + i, "pragma", 6) != 0) return 0;
-    if (i + 6 < len && is_ident_char((unsigned char)text[i + 6])) return 0;
+    if (i + 6 < len && kl_ident_char((unsigned char)text[i + 6])) return 0;
     size_t e = i + 6;
     while (e < len && text[e] != '\n') {
         if (text[e] == '\\' && (e + 1 < len && (text[e + 1] == '\n' || (text[e + 1] == '\r' && e + 2 < len && text[e + 2] == '\n')))) {
@@ -161,9 +160,9 @@ static void fix_asm_outputs(char *buf, size_t len, size_t open)
                 }
                 if (d != 0) return;
                 size_t close = e - 1, k = i + 1;
-                while (k < close && !(is_ident_char((unsigned char)buf[k]) && !(buf[k] >= '0' && buf[k] <= '9'))) k++;
+                while (k < close && !(kl_ident_char((unsigned char)buf[k]) && !(buf[k] >= '0' && buf[k] <= '9'))) k++;
                 size_t name_end = k;
-                while (name_end < close && is_ident_char((unsigned char)buf[name_end])) name_end++;
+                while (name_end < close && kl_ident_char((unsigned char)buf[name_end])) name_end++;
                 if (k < close) {
                     blank(buf, i + 1, k);
                     blank(buf, name_end, close);
@@ -188,17 +187,17 @@ static void fix_asm_outputs(char *buf, size_t len, size_t open)
 static void fix_asm(char *buf, size_t len)
 {
     for (size_t i = 0; i + 3 < len; i++) {
-        if ((i > 0 && is_ident_char((unsigned char)buf[i - 1])) || (buf[i] != 'a' && buf[i] != '_')) continue;
+        if ((i > 0 && kl_ident_char((unsigned char)buf[i - 1])) || (buf[i] != 'a' && buf[i] != '_')) continue;
         size_t n = 0;
         if (!memcmp(buf + i, "asm", 3)) n = 3;
         else if (len - i >= 7 && !memcmp(buf + i, "__asm__", 7)) n = 7;
         else if (len - i >= 5 && !memcmp(buf + i, "__asm", 5)) n = 5;
-        if (!n || (i + n < len && is_ident_char((unsigned char)buf[i + n]))) continue;
+        if (!n || (i + n < len && kl_ident_char((unsigned char)buf[i + n]))) continue;
         size_t k = i + n;
         for (;;) { /* blanks and qualifiers */
             while (k < len && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\n' || buf[k] == '\r')) k++;
             size_t w = k;
-            while (w < len && is_ident_char((unsigned char)buf[w])) w++;
+            while (w < len && kl_ident_char((unsigned char)buf[w])) w++;
             if (w == k) break;
             k = w;
         }
@@ -241,7 +240,7 @@ static void fix_member_comparisons(char *buf, size_t len)
         size_t k = i;
         while (k > 0 && (buf[k - 1] == ' ' || buf[k - 1] == '\t')) k--;
         size_t name_end = k;
-        while (k > 0 && is_ident_char((unsigned char)buf[k - 1])) k--;
+        while (k > 0 && kl_ident_char((unsigned char)buf[k - 1])) k--;
         if (k == name_end || (buf[k] >= '0' && buf[k] <= '9')) continue;
         /* ... preceded by '.' or "->" */
         size_t d = k;
@@ -269,12 +268,12 @@ static void blank_for_grammar(char *buf, size_t len)
         i = (size_t)(nl - buf) + 1;
     }
     for (size_t i = 0; i < len; i++) {
-        if (!is_ident_char((unsigned char)buf[i]) || (i > 0 && is_ident_char((unsigned char)buf[i - 1]))) continue;
+        if (!kl_ident_char((unsigned char)buf[i]) || (i > 0 && kl_ident_char((unsigned char)buf[i - 1]))) continue;
         if (buf[i] != '_' && buf[i] != 'C' && buf[i] != 'N') continue; /* the first letters of unknown_attrs */
         for (size_t a = 0; a < sizeof unknown_attrs / sizeof unknown_attrs[0]; a++) {
             size_t n = strlen(unknown_attrs[a].name);
             if (len - i < n || memcmp(buf + i, unknown_attrs[a].name, n) != 0) continue;
-            if (i + n < len && is_ident_char((unsigned char)buf[i + n])) continue;
+            if (i + n < len && kl_ident_char((unsigned char)buf[i + n])) continue;
             size_t end = i + n;
             if (unknown_attrs[a].takes_args) {
                 size_t k = end;
@@ -339,7 +338,7 @@ static kl_status check_limits(const char *name, const char *text, size_t len, kl
             size_t k = i + 1;
             while (k < len && (text[k] == ' ' || text[k] == '\t')) k++;
             size_t w = k;
-            while (w < len && is_ident_char((unsigned char)text[w])) w++;
+            while (w < len && kl_ident_char((unsigned char)text[w])) w++;
             size_t n = w - k;
             if ((n == 2 && !memcmp(text + k, "if", 2)) || (n == 5 && !memcmp(text + k, "ifdef", 5)) ||
                 (n == 6 && !memcmp(text + k, "ifndef", 6))) {
@@ -369,8 +368,8 @@ static kl_status check_limits(const char *name, const char *text, size_t len, kl
             i = skip_literal(text, len, i);
             continue;
         }
-        if (is_ident_char(c)) {
-            while (i < len && is_ident_char((unsigned char)text[i])) i++;
+        if (kl_ident_char(c)) {
+            while (i < len && kl_ident_char((unsigned char)text[i])) i++;
             continue;
         }
         if (c == '(' || c == '[' || c == '{') {

@@ -104,6 +104,8 @@ const char *kl_strbuf_str(const kl_strbuf *sb) { return sb->buf ? sb->buf : ""; 
 
 char *kl_strdup(const char *s) { return s ? kl_strndup(s, strlen(s)) : NULL; }
 
+bool kl_ident_char(char c) { return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
+
 char *kl_str_unblank(const char *t)
 {
     kl_strbuf sb = KL_STRBUF_INIT;

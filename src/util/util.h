@@ -65,6 +65,8 @@ char *kl_strdup(const char *s);
 /* t without its blanks (spaces, tabs, newlines), as a new string ("" for NULL); NULL only when
  * out of memory. For comparing code written with other spacing. */
 char *kl_str_unblank(const char *t);
+/* A character of a C identifier: a letter, a digit or '_' (ASCII, whatever the locale). */
+bool kl_ident_char(char c);
 char *kl_strndup(const char *s, size_t n);
 /* snprintf into a fixed buffer; returns false if it was truncated. */
 bool kl_snprintf(char *dst, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

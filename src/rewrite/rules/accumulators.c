@@ -12,16 +12,6 @@
 #include "syntax/affine.h"
 #include "util/util.h"
 
-static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    size_t k = 0;
-    if (!ts_node_is_null(n))
-        for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r')
-                buf[k++] = ctx->text[i];
-    buf[k] = '\0';
-}
-
 /* A zero as written: 0, 0.0, 0.f, 0.0f, 0u, T(0) … */
 static bool zero_text(const char *t)
 {
@@ -66,14 +56,14 @@ static bool full_loop(const kl_rule_ctx *ctx, TSNode loop, const acc_site *a, ch
     TSNode id = rt_field(init, "declarator");
     if (!rt_is(id, "init_declarator")) return false;
     char v0[32];
-    squeeze(ctx, rt_field(id, "value"), v0, sizeof v0);
+    rt_text_unblank_to(ctx, rt_field(id, "value"), v0, sizeof v0);
     if (strcmp(v0, "0")) return false;
-    squeeze(ctx, rt_field(id, "declarator"), var, vsize);
+    rt_text_unblank_to(ctx, rt_field(id, "declarator"), var, vsize);
     char c[128], want[128], u[64];
-    squeeze(ctx, rt_field(loop, "condition"), c, sizeof c);
+    rt_text_unblank_to(ctx, rt_field(loop, "condition"), c, sizeof c);
     kl_snprintf(want, sizeof want, "%s<%s", var, a->extent);
     if (strcmp(c, want)) return false;
-    squeeze(ctx, rt_field(loop, "update"), u, sizeof u);
+    rt_text_unblank_to(ctx, rt_field(loop, "update"), u, sizeof u);
     char w1[64], w2[64], w3[64];
     kl_snprintf(w1, sizeof w1, "++%s", var);
     kl_snprintf(w2, sizeof w2, "%s++", var);
@@ -100,13 +90,13 @@ static bool use_visit(TSNode n, void *user)
     TSNode g = ts_node_parent(p);
     if (rt_is(p, "subscript_expression") && rt_is(g, "assignment_expression") && ts_node_eq(rt_field(g, "left"), p)) {
         char op[8];
-        squeeze(u->ctx, rt_field(g, "operator"), op, sizeof op);
+        rt_text_unblank_to(u->ctx, rt_field(g, "operator"), op, sizeof op);
         if (!strcmp(op, "+=") && a->nupd < 32) {
             a->updates[a->nupd++] = p;
             return true;
         }
         char r[32];
-        squeeze(u->ctx, rt_field(g, "right"), r, sizeof r);
+        rt_text_unblank_to(u->ctx, rt_field(g, "right"), r, sizeof r);
         if (!strcmp(op, "=") && zero_text(r) && ts_node_is_null(a->zero_loop) && a->nzero < 32 &&
             rt_is(ts_node_parent(g), "expression_statement")) {
             a->zero_stmts[a->nzero++] = ts_node_parent(g);
@@ -126,15 +116,15 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, acc_site *a)
     memset(a, 0, sizeof *a);
     if (!rt_is(decl, "declaration") || ts_node_named_child_count(decl) != 2) return false;
     char dt[256];
-    squeeze(ctx, decl, dt, sizeof dt);
+    rt_text_unblank_to(ctx, decl, dt, sizeof dt);
     if (strstr(dt, "__shared__") || strstr(dt, "static") || strstr(dt, "extern")) return false;
     TSNode d = rt_field(decl, "declarator");
     if (!rt_is(d, "array_declarator")) return false;
     TSNode nm = rt_field(d, "declarator"), sz = rt_field(d, "size");
     if (!rt_is(nm, "identifier") || ts_node_is_null(sz)) return false;
-    squeeze(ctx, nm, a->name, sizeof a->name);
-    squeeze(ctx, sz, a->extent, sizeof a->extent);
-    squeeze(ctx, rt_field(decl, "type"), a->type, sizeof a->type);
+    rt_text_unblank_to(ctx, nm, a->name, sizeof a->name);
+    rt_text_unblank_to(ctx, sz, a->extent, sizeof a->extent);
+    rt_text_unblank_to(ctx, rt_field(decl, "type"), a->type, sizeof a->type);
     static const char *const num[] = {"float", "double", "int", "unsigned", "unsignedint", "long", "longlong", NULL};
     bool ok = false;
     for (const char *const *t = num; *t && !ok; t++) ok = !strcmp(a->type, *t);
@@ -155,9 +145,9 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, acc_site *a)
             TSNode as = ts_node_named_child(st, 0);
             if (rt_is(as, "assignment_expression")) {
                 char op[8], l[128], r[128], want[128];
-                squeeze(ctx, rt_field(as, "operator"), op, sizeof op);
-                squeeze(ctx, rt_field(as, "left"), l, sizeof l);
-                squeeze(ctx, rt_field(as, "right"), r, sizeof r);
+                rt_text_unblank_to(ctx, rt_field(as, "operator"), op, sizeof op);
+                rt_text_unblank_to(ctx, rt_field(as, "left"), l, sizeof l);
+                rt_text_unblank_to(ctx, rt_field(as, "right"), r, sizeof r);
                 kl_snprintf(want, sizeof want, "%s[%s]", a->name, var);
                 if (!strcmp(op, "=") && !strcmp(l, want) && zero_text(r) && ts_node_is_null(a->zero_loop)) {
                     a->zero_loop = n;
@@ -189,7 +179,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, acc_site *a)
     }
     if (ts_node_is_null(a->zero_loop) && a->nzero) {
         char r[32];
-        squeeze(ctx, rt_field(ts_node_named_child(a->zero_stmts[0], 0), "right"), r, sizeof r);
+        rt_text_unblank_to(ctx, rt_field(ts_node_named_child(a->zero_stmts[0], 0), "right"), r, sizeof r);
         kl_snprintf(a->zero, sizeof a->zero, "%s", r);
     }
     /* the zeroing comes before every update and the fold */

@@ -37,14 +37,6 @@ static TSNode strip(TSNode n)
 
 
 /* The text of n without blanks, into buf. */
-static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    size_t k = 0;
-    for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
-        if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n') buf[k++] = ctx->text[i];
-    buf[k] = '\0';
-}
-
 /* The operator of an assignment / binary expression, read from the text between its operands. */
 static void op_of(const kl_rule_ctx *ctx, TSNode n, char *op, size_t size)
 {
@@ -62,7 +54,7 @@ static bool is_zero_literal(const kl_rule_ctx *ctx, TSNode n)
     char t[32];
     n = strip(n);
     if (!rt_is(n, "number_literal")) return false;
-    squeeze(ctx, n, t, sizeof t);
+    rt_text_unblank_to(ctx, n, t, sizeof t);
     return !strcmp(t, "0") || !strcmp(t, "0.0f") || !strcmp(t, "0.f") || !strcmp(t, "0.0") || !strcmp(t, "0.0F") ||
            !strcmp(t, "0u");
 }
@@ -101,7 +93,7 @@ static bool is_thread0(const kl_rule_ctx *ctx, TSNode cond)
 {
     char t[64];
     if (rt_is(cond, "condition_clause")) cond = ts_node_named_child(cond, 0);
-    squeeze(ctx, strip(cond), t, sizeof t);
+    rt_text_unblank_to(ctx, strip(cond), t, sizeof t);
     return !strcmp(t, "threadIdx.x==0") || !strcmp(t, "0==threadIdx.x") || !strcmp(t, "!threadIdx.x");
 }
 
@@ -121,7 +113,7 @@ static const rt_func *block_sum_helper(const kl_rule_ctx *ctx, const rt_func *fs
     TSNode fn = rt_field(call, "function");
     if (!rt_is(fn, "identifier")) return NULL;
     char name[128];
-    squeeze(ctx, fn, name, sizeof name);
+    rt_text_unblank_to(ctx, fn, name, sizeof name);
     const rt_func *h = rt_function_named(fs, nf, name);
     if (!h || h->global || ts_node_is_null(h->body)) return NULL;
     char *t = rt_text(ctx, h->body);
@@ -196,7 +188,7 @@ static void decl_name(const kl_rule_ctx *ctx, TSNode decl, char *buf, size_t siz
 {
     buf[0] = '\0';
     TSNode nm = rt_declarator_name(rt_field(decl, "declarator"));
-    if (!ts_node_is_null(nm)) squeeze(ctx, nm, buf, size);
+    if (!ts_node_is_null(nm)) rt_text_unblank_to(ctx, nm, buf, size);
 }
 
 /* The element type of a declaration (without const/__shared__), normalised. */
@@ -204,14 +196,14 @@ static void decl_elem(const kl_rule_ctx *ctx, TSNode decl, char *buf, size_t siz
 {
     TSNode t = rt_field(decl, "type");
     buf[0] = '\0';
-    if (!ts_node_is_null(t)) squeeze(ctx, t, buf, size);
+    if (!ts_node_is_null(t)) rt_text_unblank_to(ctx, t, buf, size);
 }
 
 /* Is name a local array declared at the top level of the kernel? */
 static bool local_array(const kl_rule_ctx *ctx, const rt_func *f, TSNode name)
 {
     char a[128];
-    squeeze(ctx, name, a, sizeof a);
+    rt_text_unblank_to(ctx, name, a, sizeof a);
     for (uint32_t i = 0; i < ts_node_named_child_count(f->body); i++) {
         TSNode d = ts_node_named_child(f->body, i);
         char nm[128];
@@ -230,7 +222,7 @@ static bool local_array(const kl_rule_ctx *ctx, const rt_func *f, TSNode name)
 static bool fold_array(const kl_rule_ctx *ctx, const rt_func *f, br_present *p, TSNode loop, TSNode arr)
 {
     char a[128];
-    squeeze(ctx, arr, a, sizeof a);
+    rt_text_unblank_to(ctx, arr, a, sizeof a);
     /* its declaration: `T A[K];` at the top level */
     TSNode adecl = {0};
     for (uint32_t i = 0; i < ts_node_named_child_count(f->body); i++) {
@@ -306,7 +298,7 @@ static bool tail_visit(TSNode n, void *user)
     else if (rt_is(n, "update_expression")) target = strip(rt_field(n, "argument"));
     else if (rt_is(n, "call_expression")) {
         char fn[64];
-        squeeze(t->ctx, rt_field(n, "function"), fn, sizeof fn);
+        rt_text_unblank_to(t->ctx, rt_field(n, "function"), fn, sizeof fn);
         TSNode args = rt_field(n, "arguments");
         if (kl_str_starts(fn, "atomic") && ts_node_named_child_count(args) > 0) target = ts_node_named_child(args, 0);
     }
@@ -318,10 +310,10 @@ static bool tail_visit(TSNode n, void *user)
                                                                                                            : "argument"));
     if (!rt_is(base, "identifier")) return true;
     char nm[128];
-    squeeze(t->ctx, base, nm, sizeof nm);
+    rt_text_unblank_to(t->ctx, base, nm, sizeof nm);
     if (!rt_pointer_param(t->ctx, t->f, nm, NULL, 0)) return true;
     char tt[160];
-    squeeze(t->ctx, target, tt, sizeof tt);
+    rt_text_unblank_to(t->ctx, target, tt, sizeof tt);
     char want0[160], want1[160];
     kl_snprintf(want0, sizeof want0, "%s[0]", nm);
     kl_snprintf(want1, sizeof want1, "*%s", nm);
@@ -352,7 +344,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rt_func *fs, unsigned 
     if (!h || ts_node_named_child_count(args) < 1 || !rt_is(strip(ts_node_named_child(args, 0)), "identifier"))
         return false;
     kl_snprintf(p->helper, sizeof p->helper, "%s", h->name);
-    squeeze(ctx, strip(ts_node_named_child(args, 0)), p->v, sizeof p->v);
+    rt_text_unblank_to(ctx, strip(ts_node_named_child(args, 0)), p->v, sizeof p->v);
     decl_name(ctx, rdecl, p->r, sizeof p->r);
     /* the finish */
     TSNode emit = rt_next_stmt(rdecl);
@@ -363,13 +355,13 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rt_func *fs, unsigned 
     TSNode one = only_stmt(rt_field(emit, "consequence"));
     TSNode ex = rt_is(one, "expression_statement") ? strip(ts_node_named_child(one, 0)) : (TSNode){0};
     char fn[64] = "";
-    if (rt_is(ex, "call_expression")) squeeze(ctx, rt_field(ex, "function"), fn, sizeof fn);
+    if (rt_is(ex, "call_expression")) rt_text_unblank_to(ctx, rt_field(ex, "function"), fn, sizeof fn);
     TSNode eargs = rt_is(ex, "call_expression") ? rt_field(ex, "arguments") : (TSNode){0};
     if (!strcmp(fn, "atomicAdd") && ts_node_named_child_count(eargs) == 2 &&
         rt_text_is(ctx, strip(ts_node_named_child(eargs, 1)), p->r)) {
         /* atomicAdd(out, r) / atomicAdd(&out[0], r) */
         TSNode a = strip(ts_node_named_child(eargs, 0));
-        squeeze(ctx, a, p->addr, sizeof p->addr);
+        rt_text_unblank_to(ctx, a, p->addr, sizeof p->addr);
         char *o = p->addr;
         if (kl_str_starts(o, "&") && kl_str_ends(o, "[0]")) kl_snprintf(p->out, sizeof p->out, "%.*s", (int)(strlen(o) - 4), o + 1);
         else kl_snprintf(p->out, sizeof p->out, "%s", o);
@@ -396,7 +388,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rt_func *fs, unsigned 
         }
         TSNode target = strip(rt_field(t.store, "left"));
         TSNode base = strip(rt_field(target, "argument"));
-        squeeze(ctx, base, p->out, sizeof p->out);
+        rt_text_unblank_to(ctx, base, p->out, sizeof p->out);
         kl_snprintf(p->addr, sizeof p->addr, "%s", p->out);
         rt_pointer_param(ctx, f, p->out, p->elem, sizeof p->elem);
         /* the stored value is a block sum too */
@@ -522,7 +514,7 @@ static bool apply_visit(TSNode n, void *user)
         s->yz = n;
     if (!rt_is(n, "call_expression")) return true;
     char fn[64];
-    squeeze(s->ctx, rt_field(n, "function"), fn, sizeof fn);
+    rt_text_unblank_to(s->ctx, rt_field(n, "function"), fn, sizeof fn);
     if ((kl_str_starts(fn, "__syncthreads") || strstr(fn, "shfl") || kl_str_starts(fn, "__syncwarp")) &&
         ts_node_is_null(s->sync))
         s->sync = n;
@@ -530,7 +522,7 @@ static bool apply_visit(TSNode n, void *user)
     TSNode args = rt_field(n, "arguments");
     if (ts_node_named_child_count(args) != 2) return true;
     char addr[160], out[128], elem[64];
-    squeeze(s->ctx, strip(ts_node_named_child(args, 0)), addr, sizeof addr);
+    rt_text_unblank_to(s->ctx, strip(ts_node_named_child(args, 0)), addr, sizeof addr);
     if (kl_str_starts(addr, "&") && kl_str_ends(addr, "[0]"))
         kl_snprintf(out, sizeof out, "%.*s", (int)(strlen(addr) - 4), addr + 1);
     else kl_snprintf(out, sizeof out, "%s", addr);
@@ -593,7 +585,7 @@ static bool launches_1d(const kl_rule_ctx *ctx, const char *kernel, char *why, s
     for (unsigned i = 0; i < n && i < 16; i++) {
         TSNode b = strip(ls[i].cfg[1]);
         char t[160];
-        squeeze(ctx, b, t, sizeof t);
+        rt_text_unblank_to(ctx, b, t, sizeof t);
         if ((kl_str_starts(t, "dim3(") && strchr(t, ',')) || strchr(t, '{')) {
             kl_snprintf(why, size, "the block at line %u is not 1-D", kl_ast_line(ls[i].call));
             return false;

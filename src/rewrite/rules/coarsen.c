@@ -18,24 +18,12 @@
 
 #define CO_MAXK 8
 
-static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    size_t k = 0;
-    if (!ts_node_is_null(n))
-        for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r')
-                buf[k++] = ctx->text[i];
-    buf[k] = '\0';
-}
-
-static bool word_char(char c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
-
 /* t with every whole-word var replaced by rep, into out. */
 static void replace_word(const char *t, const char *var, const char *rep, char *out, size_t size)
 {
     size_t vl = strlen(var), k = 0;
     for (const char *p = t; *p && k + 1 < size;) {
-        if (!strncmp(p, var, vl) && (p == t || !word_char(p[-1])) && !word_char(p[vl]) && (p == t || p[-1] != '.')) {
+        if (!strncmp(p, var, vl) && (p == t || !kl_ident_char(p[-1])) && !kl_ident_char(p[vl]) && (p == t || p[-1] != '.')) {
             for (const char *r = rep; *r && k + 1 < size; r++) out[k++] = *r;
             p += vl;
         } else {
@@ -63,12 +51,12 @@ static bool find_factor(const kl_rule_ctx *ctx, TSNode e, unsigned k, co_site *s
     e = kl_ast_unparen(e);
     if (!rt_is(e, "binary_expression")) return false;
     char op[4];
-    squeeze(ctx, rt_field(e, "operator"), op, sizeof op);
+    rt_text_unblank_to(ctx, rt_field(e, "operator"), op, sizeof op);
     TSNode l = rt_field(e, "left"), r = rt_field(e, "right");
     if (!strcmp(op, "*")) {
         char lt[16], rt_[16], want[16];
-        squeeze(ctx, r, rt_, sizeof rt_);
-        squeeze(ctx, l, lt, sizeof lt);
+        rt_text_unblank_to(ctx, r, rt_, sizeof rt_);
+        rt_text_unblank_to(ctx, l, lt, sizeof lt);
         kl_snprintf(want, sizeof want, "%u", k);
         if (!strcmp(rt_, want)) {
             s->factor_a = ts_node_end_byte(l), s->factor_b = ts_node_end_byte(r);
@@ -90,14 +78,14 @@ static TSNode guard_offset(const kl_rule_ctx *ctx, TSNode c, const char *var, co
     if (rt_is(c, "condition_clause")) c = kl_ast_unparen(ts_node_named_child(c, 0));
     char op[4];
     if (!rt_is(c, "binary_expression")) return none;
-    squeeze(ctx, rt_field(c, "operator"), op, sizeof op);
+    rt_text_unblank_to(ctx, rt_field(c, "operator"), op, sizeof op);
     if (!strcmp(op, "||")) return guard_offset(ctx, rt_field(c, "right"), var, bound);
     char bt[128];
-    squeeze(ctx, rt_field(c, "right"), bt, sizeof bt);
+    rt_text_unblank_to(ctx, rt_field(c, "right"), bt, sizeof bt);
     if (strcmp(op, "<") || strcmp(bt, bound)) return none;
     TSNode l = kl_ast_unparen(rt_field(c, "left"));
     if (!rt_is(l, "binary_expression")) return none;
-    squeeze(ctx, rt_field(l, "operator"), op, sizeof op);
+    rt_text_unblank_to(ctx, rt_field(l, "operator"), op, sizeof op);
     if (strcmp(op, "+") || !rt_text_is(ctx, rt_field(l, "left"), var)) return none;
     return rt_field(l, "right");
 }
@@ -108,7 +96,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const 
     if (!rt_is(d, "declaration") || ts_node_named_child_count(d) > 3) return false;
     TSNode id = rt_field(d, "declarator");
     if (!rt_is(id, "init_declarator") || !rt_is(rt_field(id, "declarator"), "identifier")) return false;
-    squeeze(ctx, rt_field(id, "declarator"), s->var, sizeof s->var);
+    rt_text_unblank_to(ctx, rt_field(id, "declarator"), s->var, sizeof s->var);
     s->decl = d;
     s->init = rt_field(id, "value");
     rt_affine *ra = rt_affine_new(ctx, f);
@@ -133,7 +121,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const 
     while (rt_is(g, "declaration") && !rt_count_ident(ctx, g, s->var)) g = rt_next_stmt(g); /* `float s = 0;` */
     TSNode cons = rt_field(g, "consequence");
     char c[160], want[160];
-    squeeze(ctx, rt_field(g, "condition"), c, sizeof c);
+    rt_text_unblank_to(ctx, rt_field(g, "condition"), c, sizeof c);
     if (!rt_is(g, "if_statement") || !ts_node_is_null(rt_field(g, "alternative")) || !rt_is(cons, "compound_statement") ||
         strncmp(c, "(", 1) || strncmp(c + 1, s->var, strlen(s->var)) || c[1 + strlen(s->var)] != '<') {
         rt_affine_free(ra);
@@ -159,7 +147,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const 
         return false;
     }
     char s1[512];
-    squeeze(ctx, st[0], s1, sizeof s1);
+    rt_text_unblank_to(ctx, st[0], s1, sizeof s1);
     s->k = ns;
     int64_t bval = 0; /* B: the constant, or the multiple of blockDim.x */
     for (unsigned k = 1; k < ns; k++) {
@@ -176,10 +164,10 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const 
             return false;
         }
         char ot[128], rep[160], sk[512];
-        squeeze(ctx, off, ot, sizeof ot);
+        rt_text_unblank_to(ctx, off, ot, sizeof ot);
         kl_snprintf(rep, sizeof rep, "%s+%s", s->var, ot);
         replace_word(s1, s->var, rep, want, sizeof want);
-        squeeze(ctx, body, sk, sizeof sk);
+        rt_text_unblank_to(ctx, body, sk, sizeof sk);
         if (strcmp(sk, want)) {
             rt_affine_free(ra);
             return false;
@@ -264,7 +252,7 @@ static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co
         if (strcmp(l->kernel, kernel)) continue;
         n++;
         char bt[128], want_r[160], gt[256];
-        squeeze(ctx, l->block, bt, sizeof bt);
+        rt_text_unblank_to(ctx, l->block, bt, sizeof bt);
         int64_t bv = 0;
         char w[200];
         if (s->coef && (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &bv, w, sizeof w) ||
@@ -278,17 +266,17 @@ static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co
         bool ceil_div = false;
         if (rt_is(g, "binary_expression")) {
             char op[4], r[160];
-            squeeze(ctx, rt_field(g, "operator"), op, sizeof op);
-            squeeze(ctx, rt_field(g, "right"), r, sizeof r);
+            rt_text_unblank_to(ctx, rt_field(g, "operator"), op, sizeof op);
+            rt_text_unblank_to(ctx, rt_field(g, "right"), r, sizeof r);
             TSNode num = kl_ast_unparen(rt_field(g, "left"));
             if (!strcmp(op, "/") && !strcmp(r, want_r) && rt_is(num, "binary_expression")) {
-                squeeze(ctx, rt_field(num, "operator"), op, sizeof op);
-                squeeze(ctx, rt_field(num, "right"), r, sizeof r);
+                rt_text_unblank_to(ctx, rt_field(num, "operator"), op, sizeof op);
+                rt_text_unblank_to(ctx, rt_field(num, "right"), r, sizeof r);
                 TSNode sum = kl_ast_unparen(rt_field(num, "left"));
                 if (!strcmp(op, "-") && !strcmp(r, "1") && rt_is(sum, "binary_expression")) {
                     char kb[160];
-                    squeeze(ctx, rt_field(sum, "operator"), op, sizeof op);
-                    squeeze(ctx, rt_field(sum, "right"), r, sizeof r);
+                    rt_text_unblank_to(ctx, rt_field(sum, "operator"), op, sizeof op);
+                    rt_text_unblank_to(ctx, rt_field(sum, "right"), r, sizeof r);
                     kl_snprintf(kb, sizeof kb, "%u*%s", s->k, bt);
                     if (!strcmp(op, "+") && !strcmp(r, kb)) {
                         char *a = rt_text(ctx, rt_field(sum, "left")), *b = rt_text(ctx, l->block);
@@ -303,7 +291,7 @@ static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co
             }
         }
         if (!ceil_div && st == KL_OK) {
-            squeeze(ctx, l->grid, gt, sizeof gt);
+            rt_text_unblank_to(ctx, l->grid, gt, sizeof gt);
             char *t = rt_text(ctx, l->grid);
             st = t ? kl_edits_addf(out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid), "%u * (%s)", s->k, t)
                    : KL_ERR_NOMEM;

@@ -604,25 +604,20 @@ typedef struct run {
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-static bool ident_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
-
 /* Strip every __restrict__ / __restrict in the parameter list, with the blanks after it. */
 static kl_status strip_restrict(const kl_rule_ctx *ctx, TSNode ps, kl_edits *out)
 {
     uint32_t a = ts_node_start_byte(ps), b = ts_node_end_byte(ps);
     for (uint32_t i = a; i < b; i++) {
-        if (i > a && ident_char(ctx->text[i - 1])) continue;
+        if (i > a && kl_ident_char(ctx->text[i - 1])) continue;
         uint32_t l = 0;
         if (i + 12 <= b && !memcmp(ctx->text + i, "__restrict__", 12)) l = 12;
         else if (i + 10 <= b && !memcmp(ctx->text + i, "__restrict", 10)) l = 10;
-        if (!l || (i + l < b && ident_char(ctx->text[i + l]))) continue;
+        if (!l || (i + l < b && kl_ident_char(ctx->text[i + l]))) continue;
         uint32_t e = i + l;
         while (e < b && is_space(ctx->text[e])) e++;
         /* `float*__restrict__ x`: keep one space between the star and the name */
-        const char *keep = (i > a && ctx->text[i - 1] == '*' && e < b && ident_char(ctx->text[e]) && e == i + l)
+        const char *keep = (i > a && ctx->text[i - 1] == '*' && e < b && kl_ident_char(ctx->text[e]) && e == i + l)
                                ? " " : "";
         kl_status st = kl_edits_add(out, i, e, keep);
         if (st != KL_OK) return st;

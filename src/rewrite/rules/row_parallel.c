@@ -45,16 +45,6 @@ const kl_rule_presets kl_presets_row_parallel = {&kl_rule_row_parallel, rp_prese
 static const TSNode null_node = {{0}, 0, 0};
 
 /* Text with the blanks removed, into buf. */
-static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    size_t k = 0;
-    if (!ts_node_is_null(n))
-        for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r')
-                buf[k++] = ctx->text[i];
-    buf[k] = '\0';
-}
-
 static TSNode cond_expr(TSNode n)
 {
     if (rt_is(n, "condition_clause")) n = ts_node_named_child(n, 0);
@@ -409,7 +399,7 @@ static void add_acc(scan *s, TSNode node, const char *arr, TSNode index, bool wr
     }
     rp_acc *a = &r->acc[r->nacc++];
     kl_snprintf(a->array, sizeof a->array, "%s", arr);
-    squeeze(s->ctx, index, a->index, sizeof a->index);
+    rt_text_unblank_to(s->ctx, index, a->index, sizeof a->index);
     a->loop = s->loop;
     a->write = write;
     a->node = node;
@@ -634,7 +624,7 @@ static TSNode reduction_init(const kl_rule_ctx *ctx, TSNode loop, const char *v)
 static bool zero_literal(const kl_rule_ctx *ctx, TSNode n)
 {
     char t[32];
-    squeeze(ctx, kl_ast_unparen(n), t, sizeof t);
+    rt_text_unblank_to(ctx, kl_ast_unparen(n), t, sizeof t);
     static const char *const z[] = {"0", "0.0f", "0.f", "0.0", "0.", "0u", "0U", "0ull", "0ll", "0.0F", "0l", "0ul", NULL};
     for (unsigned i = 0; z[i]; i++)
         if (!strcmp(t, z[i])) return true;
@@ -899,9 +889,9 @@ static bool shuffle_loop(const kl_rule_ctx *ctx, TSNode st)
 {
     if (!rt_is(st, "for_statement")) return false;
     char t[400];
-    squeeze(ctx, rt_field(st, "initializer"), t, sizeof t);
+    rt_text_unblank_to(ctx, rt_field(st, "initializer"), t, sizeof t);
     if (!strstr(t, "=16")) return false;
-    squeeze(ctx, rt_field(st, "body"), t, sizeof t);
+    rt_text_unblank_to(ctx, rt_field(st, "body"), t, sizeof t);
     return strstr(t, "__shfl_xor_sync(") || strstr(t, "__shfl_down_sync(");
 }
 
@@ -1101,7 +1091,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char *name,
         TSNode d = single_init(st);
         if (ts_node_is_null(d)) continue;
         char v[128];
-        squeeze(ctx, rt_field(d, "value"), v, sizeof v);
+        rt_text_unblank_to(ctx, rt_field(d, "value"), v, sizeof v);
         if (!strcmp(v, "threadIdx.x%32") || !strcmp(v, "threadIdx.x&31")) p->warp = true;
         else if (strcmp(v, "threadIdx.x")) continue;
         p->lane_decl = st;
@@ -1282,12 +1272,12 @@ static bool grid_unmul(const kl_rule_ctx *ctx, const kl_launch_site *l, TSNode *
     if (d3) {
         /* dim3(g.x * M, g.y, g.z) -> g */
         char full[300], gx[128];
-        squeeze(ctx, g, full, sizeof full);
-        squeeze(ctx, left, gx, sizeof gx);
+        rt_text_unblank_to(ctx, g, full, sizeof full);
+        rt_text_unblank_to(ctx, left, gx, sizeof gx);
         size_t n = strlen(gx);
         if (n > 2 && !strcmp(gx + n - 2, ".x")) {
             char want[400], m[64];
-            squeeze(ctx, *mult, m, sizeof m);
+            rt_text_unblank_to(ctx, *mult, m, sizeof m);
             gx[n - 2] = '\0';
             kl_snprintf(want, sizeof want, "dim3(%s.x*%s,%s.y,%s.z)", gx, m, gx, gx);
             if (!strcmp(full, want)) {

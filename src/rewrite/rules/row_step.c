@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "rewrite/rules/row_step.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
-static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
 
 #define ROW_MAX_LOCALS 32
 
@@ -42,7 +42,7 @@ static int local_index(const row_locals *r, const kl_source *src, TSNode id)
 static bool is_thread(const kl_source *src, TSNode n, int dim)
 {
     static const char *const idx[] = {"threadIdx.x", "threadIdx.y", "threadIdx.z"};
-    return is_type(n, "field_expression") && kl_node_text_is(src, n, idx[dim]);
+    return rt_is(n, "field_expression") && kl_node_text_is(src, n, idx[dim]);
 }
 
 typedef struct mention_scan {
@@ -54,7 +54,7 @@ static bool mention_visit(TSNode n, void *user)
 {
     mention_scan *m = user;
     if (m->hit) return false;
-    if (is_thread(m->r->src, n, m->r->dim) || (is_type(n, "identifier") && local_index(m->r, m->r->src, n) >= 0))
+    if (is_thread(m->r->src, n, m->r->dim) || (rt_is(n, "identifier") && local_index(m->r, m->r->src, n) >= 0))
         m->hit = true;
     return !m->hit;
 }
@@ -73,12 +73,12 @@ static bool is_row_expr(const row_locals *r, TSNode e, int depth)
     e = kl_ast_unparen(e);
     if (depth > 16) return false;
     if (is_thread(r->src, e, r->dim)) return true;
-    if (is_type(e, "identifier")) {
+    if (rt_is(e, "identifier")) {
         int i = local_index(r, r->src, e);
         return i >= 0 && r->row[i];
     }
-    if (is_type(e, "cast_expression")) return is_row_expr(r, ts_node_child_by_field_name(e, "value", 5), depth + 1);
-    if (!is_type(e, "binary_expression") || !kl_node_text_is(r->src, ts_node_child_by_field_name(e, "operator", 8), "+"))
+    if (rt_is(e, "cast_expression")) return is_row_expr(r, ts_node_child_by_field_name(e, "value", 5), depth + 1);
+    if (!rt_is(e, "binary_expression") || !kl_node_text_is(r->src, ts_node_child_by_field_name(e, "operator", 8), "+"))
         return false;
     TSNode a = ts_node_child_by_field_name(e, "left", 4), b = ts_node_child_by_field_name(e, "right", 5);
     if (is_row_expr(r, a, depth + 1)) return !mentions_thread(r, b);
@@ -99,23 +99,23 @@ typedef struct def_scan {
 static bool def_visit(TSNode n, void *user)
 {
     def_scan *d = user;
-    if (is_type(n, "init_declarator")) {
+    if (rt_is(n, "init_declarator")) {
         TSNode id = ts_node_child_by_field_name(n, "declarator", 10);
-        if (is_type(id, "identifier") && kl_node_text_is(d->src, id, d->name)) {
+        if (rt_is(id, "identifier") && kl_node_text_is(d->src, id, d->name)) {
             d->declared = true;
             if (d->n < 8) d->defs[d->n++] = ts_node_child_by_field_name(n, "value", 5);
             else d->other = true;
         }
-    } else if (is_type(n, "assignment_expression")) {
+    } else if (rt_is(n, "assignment_expression")) {
         TSNode l = ts_node_child_by_field_name(n, "left", 4);
-        if (is_type(l, "identifier") && kl_node_text_is(d->src, l, d->name)) {
+        if (rt_is(l, "identifier") && kl_node_text_is(d->src, l, d->name)) {
             if (kl_node_text_is(d->src, ts_node_child_by_field_name(n, "operator", 8), "=") && d->n < 8)
                 d->defs[d->n++] = ts_node_child_by_field_name(n, "right", 5);
             else d->other = true;
         }
-    } else if (is_type(n, "update_expression")) {
+    } else if (rt_is(n, "update_expression")) {
         TSNode a = ts_node_child_by_field_name(n, "argument", 8);
-        if (is_type(a, "identifier") && kl_node_text_is(d->src, a, d->name)) d->other = true;
+        if (rt_is(a, "identifier") && kl_node_text_is(d->src, a, d->name)) d->other = true;
     }
     return true;
 }
@@ -128,9 +128,9 @@ typedef struct local_scan {
 static bool local_visit(TSNode n, void *user)
 {
     row_locals *r = ((local_scan *)user)->r;
-    if (!is_type(n, "init_declarator")) return true;
+    if (!rt_is(n, "init_declarator")) return true;
     TSNode id = ts_node_child_by_field_name(n, "declarator", 10);
-    if (!is_type(id, "identifier") || local_index(r, r->src, id) >= 0) return true;
+    if (!rt_is(id, "identifier") || local_index(r, r->src, id) >= 0) return true;
     char *name = kl_node_text(r->src, id);
     if (!name) return true;
     def_scan d = {.src = r->src, .name = name};
@@ -185,7 +185,7 @@ typedef struct use_scan {
 
 static bool is_var(const kl_source *src, TSNode n, const char *var)
 {
-    return is_type(kl_ast_unparen(n), "identifier") && kl_node_text_is(src, kl_ast_unparen(n), var);
+    return rt_is(kl_ast_unparen(n), "identifier") && kl_node_text_is(src, kl_ast_unparen(n), var);
 }
 
 /* n (a thread index or a dependent local) sits in a `+` chain that ends in `… + v`. */
@@ -193,8 +193,8 @@ static bool summed_with_var(const row_locals *r, TSNode n, const char *var)
 {
     TSNode child = n;
     for (TSNode p = ts_node_parent(n); !ts_node_is_null(p); child = p, p = ts_node_parent(p)) {
-        if (is_type(p, "parenthesized_expression")) continue;
-        if (!is_type(p, "binary_expression") || !kl_node_text_is(r->src, ts_node_child_by_field_name(p, "operator", 8), "+"))
+        if (rt_is(p, "parenthesized_expression")) continue;
+        if (!rt_is(p, "binary_expression") || !kl_node_text_is(r->src, ts_node_child_by_field_name(p, "operator", 8), "+"))
             return false;
         TSNode a = ts_node_child_by_field_name(p, "left", 4), b = ts_node_child_by_field_name(p, "right", 5);
         TSNode other = ts_node_eq(a, child) ? b : a;
@@ -208,24 +208,24 @@ static bool use_visit(TSNode n, void *user)
     use_scan *u = user;
     if (!ts_node_is_null(u->bad)) return false;
     const row_locals *r = u->r;
-    for (unsigned i = 0; is_type(n, "identifier") && i < r->nrv; i++)
+    for (unsigned i = 0; rt_is(n, "identifier") && i < r->nrv; i++)
         if (kl_node_text_is(r->src, n, r->rv[i])) return true;
-    int li = is_type(n, "identifier") ? local_index(r, r->src, n) : -1;
+    int li = rt_is(n, "identifier") ? local_index(r, r->src, n) : -1;
     if (is_thread(r->src, n, r->dim) || li >= 0) {
         /* a declaration's own name is not a use */
         TSNode p = ts_node_parent(n);
-        if (is_type(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "declarator", 10), n)) return true;
+        if (rt_is(p, "init_declarator") && ts_node_eq(ts_node_child_by_field_name(p, "declarator", 10), n)) return true;
         if (!summed_with_var(r, n, u->var)) {
             u->bad = n;
             u->what = "reads the thread index other than added to the loop variable";
         }
         return false;
     }
-    if (is_type(n, "identifier") && kl_node_text_is(r->src, n, u->var)) {
+    if (rt_is(n, "identifier") && kl_node_text_is(r->src, n, u->var)) {
         TSNode p = ts_node_parent(n);
-        while (is_type(p, "parenthesized_expression")) p = ts_node_parent(p);
+        while (rt_is(p, "parenthesized_expression")) p = ts_node_parent(p);
         bool ok = false;
-        if (is_type(p, "binary_expression") && kl_node_text_is(r->src, ts_node_child_by_field_name(p, "operator", 8), "+")) {
+        if (rt_is(p, "binary_expression") && kl_node_text_is(r->src, ts_node_child_by_field_name(p, "operator", 8), "+")) {
             TSNode a = ts_node_child_by_field_name(p, "left", 4), b = ts_node_child_by_field_name(p, "right", 5);
             TSNode other = ts_node_start_byte(a) <= ts_node_start_byte(n) && ts_node_end_byte(n) <= ts_node_end_byte(a) ? b : a;
             ok = is_row_expr(r, other, 0);
@@ -246,10 +246,10 @@ typedef struct body_decls {
 static bool body_decl_visit(TSNode n, void *user)
 {
     body_decls *b = user;
-    if (!is_type(n, "init_declarator") && !(is_type(n, "identifier") && is_type(ts_node_parent(n), "declaration")))
+    if (!rt_is(n, "init_declarator") && !(rt_is(n, "identifier") && rt_is(ts_node_parent(n), "declaration")))
         return true;
-    TSNode id = is_type(n, "init_declarator") ? ts_node_child_by_field_name(n, "declarator", 10) : n;
-    if (!is_type(id, "identifier")) return true;
+    TSNode id = rt_is(n, "init_declarator") ? ts_node_child_by_field_name(n, "declarator", 10) : n;
+    if (!rt_is(id, "identifier")) return true;
     if (b->r->nrv >= ROW_MAX_LOCALS) {
         b->r->overflow = true;
         return false;
@@ -268,7 +268,7 @@ typedef struct name_scan {
 static bool name_visit(TSNode n, void *user)
 {
     name_scan *s = user;
-    if (!s->hit && is_type(n, "identifier") && kl_node_text_is(s->src, n, s->name)) s->hit = true;
+    if (!s->hit && rt_is(n, "identifier") && kl_node_text_is(s->src, n, s->name)) s->hit = true;
     return !s->hit;
 }
 
@@ -320,7 +320,7 @@ bool kl_row_step_loop(const kl_source *src, TSNode fn, TSNode loop, const char *
 TSNode kl_loop_bound(const kl_source *src, TSNode loop, const char *var)
 {
     TSNode c = kl_ast_unparen(ts_node_child_by_field_name(loop, "condition", 9));
-    if (is_type(c, "binary_expression")) {
+    if (rt_is(c, "binary_expression")) {
         char *op = kl_node_text(src, ts_node_child_by_field_name(c, "operator", 8));
         bool lt = op && !strcmp(op, "<");
         free(op);
@@ -343,10 +343,10 @@ bool kl_row_step_check(const kl_source *src, TSNode fn, TSNode loop, const kl_so
                        char *why, size_t size)
 {
     TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
-    if (is_type(init, "declaration")) {
+    if (rt_is(init, "declaration")) {
         TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
-        if (is_type(d, "init_declarator")) start = ts_node_child_by_field_name(d, "value", 5);
-    } else if (is_type(init, "assignment_expression")) {
+        if (rt_is(d, "init_declarator")) start = ts_node_child_by_field_name(d, "value", 5);
+    } else if (rt_is(init, "assignment_expression")) {
         start = ts_node_child_by_field_name(init, "right", 5);
     }
     int64_t s0 = -1;

@@ -81,6 +81,24 @@ bool rt_text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
     return (size_t)(b - a) < size;
 }
 
+bool rt_text_unblank_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
+{
+    size_t k = 0;
+    bool fit = true;
+    if (!size) return false;
+    if (!ts_node_is_null(n))
+        for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && i < ctx->len; i++) {
+            if (isspace((unsigned char)ctx->text[i])) continue;
+            if (k + 1 >= size) {
+                fit = false;
+                break;
+            }
+            buf[k++] = ctx->text[i];
+        }
+    buf[k] = '\0';
+    return fit;
+}
+
 char *rt_text_unblank(const kl_rule_ctx *ctx, TSNode n)
 {
     char *t = rt_text(ctx, n);

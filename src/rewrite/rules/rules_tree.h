@@ -34,6 +34,8 @@ bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s); /* false for a
 TSNode rt_find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, bool functions, TSNode *declarator);
 /* n's text without blanks (new string; NULL when out of memory). */
 char *rt_text_unblank(const kl_rule_ctx *ctx, TSNode n);
+/* The same into buf (size bytes with its NUL; "" for a null node); false when it did not fit. */
+bool rt_text_unblank_to(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);
 /* n's text into buf (size bytes with its NUL); false when it did not fit (buf then holds the
  * start of it) — a caller comparing names refuses rather than compare a cut one. */
 bool rt_text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);

@@ -238,13 +238,8 @@ static bool ev_run(const char *expr, unsigned seed, long long p, long long q, lo
 /* text with blanks removed and outer parentheses stripped (new string). */
 static char *squeeze(const char *t)
 {
-    size_t n = strlen(t);
-    char *o = malloc(n + 1);
+    char *o = kl_str_unblank(t);
     if (!o) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (t[i] != ' ' && t[i] != '\t' && t[i] != '\n' && t[i] != '\r') o[k++] = t[i];
-    o[k] = 0;
     for (;;) {
         size_t m = strlen(o);
         if (m < 2 || o[0] != '(' || o[m - 1] != ')') break;

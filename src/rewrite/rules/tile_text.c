@@ -17,7 +17,6 @@ typedef struct toks {
 } toks;
 
 static bool ident_start(char c) { return isalpha((unsigned char)c) || c == '_'; }
-static bool ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
 
 /* Split text[s,e) into tokens: identifiers, numbers, string and character literals, and single
  * punctuation characters. Comments and blanks separate tokens and are not tokens. */
@@ -44,9 +43,9 @@ static bool lex(const char *t, uint32_t s, uint32_t e, toks *out)
         }
         uint32_t b = i;
         if (ident_start(c)) {
-            while (i < e && ident_char(t[i])) i++;
+            while (i < e && kl_ident_char(t[i])) i++;
         } else if (isdigit((unsigned char)c) || (c == '.' && i + 1 < e && isdigit((unsigned char)t[i + 1]))) {
-            while (i < e && (ident_char(t[i]) || t[i] == '.' ||
+            while (i < e && (kl_ident_char(t[i]) || t[i] == '.' ||
                              ((t[i] == '+' || t[i] == '-') && strchr("eEpP", t[i - 1]))))
                 i++;
         } else if (c == '"' || c == '\'') {

@@ -16,16 +16,6 @@
 #include "util/util.h"
 
 /* Text with the blanks removed, into buf. */
-static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    size_t k = 0;
-    if (!ts_node_is_null(n))
-        for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r')
-                buf[k++] = ctx->text[i];
-    buf[k] = '\0';
-}
-
 /* The one statement of a branch (through braces), or a null node. */
 static TSNode single(TSNode n)
 {
@@ -64,18 +54,18 @@ static bool tree_step(const kl_rule_ctx *ctx, TSNode st, ta_tree *t)
     if (!rt_is(a, "assignment_expression")) return false;
     TSNode l = rt_field(a, "left");
     if (!rt_is(l, "subscript_expression") || !rt_is(rt_field(l, "argument"), "identifier")) return false;
-    squeeze(ctx, rt_field(l, "argument"), t->sh, sizeof t->sh);
+    rt_text_unblank_to(ctx, rt_field(l, "argument"), t->sh, sizeof t->sh);
     char self[200], o1[200], o2[200], lt[200], op[8];
     kl_snprintf(self, sizeof self, "%s[%s]", t->sh, t->tid);
     kl_snprintf(o1, sizeof o1, "%s[%s+%s]", t->sh, t->tid, t->var);
     kl_snprintf(o2, sizeof o2, "%s[%s+%s]", t->sh, t->var, t->tid);
-    squeeze(ctx, l, lt, sizeof lt);
+    rt_text_unblank_to(ctx, l, lt, sizeof lt);
     if (strcmp(lt, self)) return false;
-    squeeze(ctx, rt_field(a, "operator"), op, sizeof op);
+    rt_text_unblank_to(ctx, rt_field(a, "operator"), op, sizeof op);
     TSNode r = kl_ast_unparen(rt_field(a, "right"));
     char x[200], y[200];
     if (!strcmp(op, "+=")) {
-        squeeze(ctx, r, x, sizeof x);
+        rt_text_unblank_to(ctx, r, x, sizeof x);
         kl_snprintf(t->op, sizeof t->op, "+");
         return !strcmp(x, o1) || !strcmp(x, o2);
     }
@@ -83,7 +73,7 @@ static bool tree_step(const kl_rule_ctx *ctx, TSNode st, ta_tree *t)
     TSNode xn, yn;
     if (rt_is(r, "binary_expression")) {
         char bop[8];
-        squeeze(ctx, rt_field(r, "operator"), bop, sizeof bop);
+        rt_text_unblank_to(ctx, rt_field(r, "operator"), bop, sizeof bop);
         if (strcmp(bop, "+")) return false;
         kl_snprintf(t->op, sizeof t->op, "+");
         xn = rt_field(r, "left"), yn = rt_field(r, "right");
@@ -91,13 +81,13 @@ static bool tree_step(const kl_rule_ctx *ctx, TSNode st, ta_tree *t)
                ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
         /* fmaxf, max, or the file's own combining function: a tree already relies on it being
          * associative and commutative, and both addressings combine the same elements */
-        squeeze(ctx, rt_field(r, "function"), t->op, sizeof t->op);
+        rt_text_unblank_to(ctx, rt_field(r, "function"), t->op, sizeof t->op);
         xn = ts_node_named_child(rt_field(r, "arguments"), 0), yn = ts_node_named_child(rt_field(r, "arguments"), 1);
     } else {
         return false;
     }
-    squeeze(ctx, xn, x, sizeof x);
-    squeeze(ctx, yn, y, sizeof y);
+    rt_text_unblank_to(ctx, xn, x, sizeof x);
+    rt_text_unblank_to(ctx, yn, y, sizeof y);
     return (!strcmp(x, self) && (!strcmp(y, o1) || !strcmp(y, o2))) ||
            (!strcmp(y, self) && (!strcmp(x, o1) || !strcmp(x, o2)));
 }
@@ -120,8 +110,8 @@ static bool half_of(const kl_rule_ctx *ctx, TSNode e, char *buf, size_t size, TS
     e = kl_ast_unparen(e);
     if (!rt_is(e, "binary_expression")) return false;
     char op[8], r[16];
-    squeeze(ctx, rt_field(e, "operator"), op, sizeof op);
-    squeeze(ctx, rt_field(e, "right"), r, sizeof r);
+    rt_text_unblank_to(ctx, rt_field(e, "operator"), op, sizeof op);
+    rt_text_unblank_to(ctx, rt_field(e, "right"), r, sizeof r);
     if (!((!strcmp(op, "/") && !strcmp(r, "2")) || (!strcmp(op, ">>") && !strcmp(r, "1")))) return false;
     *node = rt_field(e, "left");
     char *t = rt_text(ctx, *node);
@@ -156,12 +146,12 @@ static bool sh_visit(TSNode n, void *user)
     }
     TSNode idx = kl_ast_subscript_index(p);
     char it[64];
-    squeeze(u->ctx, idx, it, sizeof it);
+    rt_text_unblank_to(u->ctx, idx, it, sizeof it);
     if (!strcmp(it, "0")) return true;
     TSNode g = ts_node_parent(p);
     if (rt_is(g, "assignment_expression") && ts_node_eq(rt_field(g, "left"), p)) {
         char op[8];
-        squeeze(u->ctx, rt_field(g, "operator"), op, sizeof op);
+        rt_text_unblank_to(u->ctx, rt_field(g, "operator"), op, sizeof op);
         if (!strcmp(op, "=")) return true; /* overwritten, not read */
     }
     u->line = kl_ast_line(n);
@@ -208,16 +198,16 @@ static bool find_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
         }
         if (!rt_is(c, "binary_expression")) return false;
         char op[8];
-        squeeze(ctx, rt_field(c, "operator"), op, sizeof op);
+        rt_text_unblank_to(ctx, rt_field(c, "operator"), op, sizeof op);
         if (strcmp(op, "<") || !rt_text_is(ctx, rt_field(c, "right"), t->var)) return false;
-        squeeze(ctx, rt_field(c, "left"), t->tid, sizeof t->tid);
+        rt_text_unblank_to(ctx, rt_field(c, "left"), t->tid, sizeof t->tid);
         if (!thread_index(ax, rt_field(c, "left"))) return false;
         t->sequential = true;
         t->shift = !strcmp(st, ">>1");
     } else if (!strcmp(st, "*2") || !strcmp(st, "<<1")) {
         /* interleaved: s = 1; s < B; doubling; if (tid % (2 * s) == 0) */
         char it[32];
-        squeeze(ctx, init, it, sizeof it);
+        rt_text_unblank_to(ctx, init, it, sizeof it);
         if (strcmp(it, "1") && strcmp(it, "1u") && strcmp(it, "1U")) return false;
         if (strcmp(L->cmp, "<")) return false;
         TSNode lc = kl_ast_unparen(rt_field(loop, "condition"));
@@ -231,15 +221,15 @@ static bool find_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
         if (!rt_is(c, "binary_expression")) return false;
         TSNode m = kl_ast_unparen(rt_field(c, "left"));
         char rz[16], op[8];
-        squeeze(ctx, rt_field(c, "operator"), op, sizeof op);
-        squeeze(ctx, rt_field(c, "right"), rz, sizeof rz);
+        rt_text_unblank_to(ctx, rt_field(c, "operator"), op, sizeof op);
+        rt_text_unblank_to(ctx, rt_field(c, "right"), rz, sizeof rz);
         if (strcmp(op, "==") || strcmp(rz, "0") || !rt_is(m, "binary_expression")) return false;
-        squeeze(ctx, rt_field(m, "operator"), op, sizeof op);
+        rt_text_unblank_to(ctx, rt_field(m, "operator"), op, sizeof op);
         if (strcmp(op, "%")) return false;
-        squeeze(ctx, rt_field(m, "left"), t->tid, sizeof t->tid);
+        rt_text_unblank_to(ctx, rt_field(m, "left"), t->tid, sizeof t->tid);
         if (!thread_index(ax, rt_field(m, "left"))) return false;
         char mod[64], w1[64], w2[64];
-        squeeze(ctx, rt_field(m, "right"), mod, sizeof mod);
+        rt_text_unblank_to(ctx, rt_field(m, "right"), mod, sizeof mod);
         kl_snprintf(w1, sizeof w1, "(2*%s)", t->var);
         kl_snprintf(w2, sizeof w2, "(%s*2)", t->var);
         if (strcmp(mod, w1) && strcmp(mod, w2)) return false;

@@ -15,16 +15,6 @@
 #include "syntax/affine.h"
 #include "util/util.h"
 
-static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    size_t k = 0;
-    if (!ts_node_is_null(n))
-        for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
-            if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r')
-                buf[k++] = ctx->text[i];
-    buf[k] = '\0';
-}
-
 /* A squeezed expression without a leading integer cast: `(int)grid` -> `grid`. */
 static const char *uncast(const char *t)
 {
@@ -127,8 +117,8 @@ static bool reads_by_sum(const kl_rule_ctx *ctx, TSNode fn2, const char *name, T
         TSNode a = ts_node_named_child(body, 0);
         char op[8], rt[128], want[128];
         if (!rt_is(a, "assignment_expression")) continue;
-        squeeze(ctx, rt_field(a, "operator"), op, sizeof op);
-        squeeze(ctx, rt_field(a, "right"), rt, sizeof rt);
+        rt_text_unblank_to(ctx, rt_field(a, "operator"), op, sizeof op);
+        rt_text_unblank_to(ctx, rt_field(a, "right"), rt, sizeof rt);
         kl_snprintf(want, sizeof want, "%s[%s]", name, L->var);
         if (strcmp(op, "+=") || strcmp(rt, want) || !rt_is(rt_field(a, "left"), "identifier")) continue;
         /* the count: a parameter of the kernel, never assigned */
@@ -157,9 +147,9 @@ static bool first_thread(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode c)
     if (rt_is(c, "condition_clause")) c = kl_ast_unparen(ts_node_named_child(c, 0));
     if (!rt_is(c, "binary_expression")) return false;
     char op[8], l[64], r[64];
-    squeeze(ctx, rt_field(c, "operator"), op, sizeof op);
-    squeeze(ctx, rt_field(c, "left"), l, sizeof l);
-    squeeze(ctx, rt_field(c, "right"), r, sizeof r);
+    rt_text_unblank_to(ctx, rt_field(c, "operator"), op, sizeof op);
+    rt_text_unblank_to(ctx, rt_field(c, "left"), l, sizeof l);
+    rt_text_unblank_to(ctx, rt_field(c, "right"), r, sizeof r);
     if (strcmp(op, "==")) return false;
     TSNode x = !strcmp(r, "0") ? rt_field(c, "left") : !strcmp(l, "0") ? rt_field(c, "right") : (TSNode){{0}, 0, 0};
     if (ts_node_is_null(x)) return false;
@@ -203,7 +193,7 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
     if (rt_is(cons, "compound_statement") && ts_node_named_child_count(cons) == 1) cons = ts_node_named_child(cons, 0);
     s->assign = ts_node_named_child(cons, 0);
     TSNode l = rt_field(s->assign, "left");
-    squeeze(ctx, rt_field(l, "argument"), s->g, sizeof s->g);
+    rt_text_unblank_to(ctx, rt_field(l, "argument"), s->g, sizeof s->g);
     char *v = rt_text(ctx, rt_field(s->assign, "right"));
     kl_snprintf(s->value, sizeof s->value, "%s", v ? v : "");
     free(v);
@@ -242,7 +232,7 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
     }
     const kl_launch_site *l1 = &ls->items[s->l1];
     char a1[128] = "";
-    if (!s->device_array) squeeze(ctx, launch_arg(l1, gp), a1, sizeof a1);
+    if (!s->device_array) rt_text_unblank_to(ctx, launch_arg(l1, gp), a1, sizeof a1);
     bool found = false;
     for (unsigned i = s->l1 + 1; i < ls->count && !found; i++) {
         const kl_launch_site *l2 = &ls->items[i];
@@ -261,10 +251,10 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
                 TSNode pd = ts_node_named_child(ps, p);
                 if (!rt_is(pd, "parameter_declaration")) continue;
                 char at[128];
-                squeeze(ctx, launch_arg(l2, k), at, sizeof at);
+                rt_text_unblank_to(ctx, launch_arg(l2, k), at, sizeof at);
                 if (a1[0] && !strcmp(at, a1)) {
                     TSNode nm = kl_ast_declarator_name(rt_field(pd, "declarator"));
-                    squeeze(ctx, nm, pname, sizeof pname);
+                    rt_text_unblank_to(ctx, nm, pname, sizeof pname);
                 }
                 k++;
             }
@@ -300,8 +290,8 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
         }
         /* the count is the first launch's grid */
         char gt[160], ct[160];
-        squeeze(ctx, l1->grid, gt, sizeof gt);
-        squeeze(ctx, launch_arg(l2, s->count_index), ct, sizeof ct);
+        rt_text_unblank_to(ctx, l1->grid, gt, sizeof gt);
+        rt_text_unblank_to(ctx, launch_arg(l2, s->count_index), ct, sizeof ct);
         if (strcmp(uncast(gt), uncast(ct))) {
             kl_snprintf(s->why, sizeof s->why,
                         "the launch at line %u passes %s slots to %s, not the grid of the launch at line %u (%s)",
@@ -365,8 +355,8 @@ static void analyse_self(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
     for (unsigned k = 0; k + 1 < n; k++) {
         const kl_launch_site *l = &ls->items[idx[k]];
         char gt[160], at[128];
-        squeeze(ctx, l->grid, gt, sizeof gt);
-        squeeze(ctx, launch_arg(l, gp), at, sizeof at);
+        rt_text_unblank_to(ctx, l->grid, gt, sizeof gt);
+        rt_text_unblank_to(ctx, launch_arg(l, gp), at, sizeof at);
         if (!ts_node_eq(l->host_fn, F->host_fn) || (k && (strcmp(gt, g0) || strcmp(at, s0)))) {
             kl_snprintf(s->why, sizeof s->why,
                         "the launches of %s before the last (line %u) do not all write the same slots over the same grid "
@@ -379,9 +369,9 @@ static void analyse_self(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
             kl_snprintf(s0, sizeof s0, "%s", at);
         }
     }
-    squeeze(ctx, F->grid, t, sizeof t);
+    rt_text_unblank_to(ctx, F->grid, t, sizeof t);
     char fo[128];
-    squeeze(ctx, launch_arg(F, gp), fo, sizeof fo);
+    rt_text_unblank_to(ctx, launch_arg(F, gp), fo, sizeof fo);
     if (strcmp(t, "1") || !strcmp(fo, s0)) {
         kl_snprintf(s->why, sizeof s->why,
                     "the last launch of %s (line %u) is not one block writing elsewhere than the slots %s", name,
@@ -392,7 +382,7 @@ static void analyse_self(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
     int pin = -1, pn = -1;
     for (int k = 0; k < (int)ts_node_named_child_count(F->args); k++) {
         char at[160];
-        squeeze(ctx, launch_arg(F, k), at, sizeof at);
+        rt_text_unblank_to(ctx, launch_arg(F, k), at, sizeof at);
         if (!strcmp(at, s0) && pin < 0) pin = k;
         else if (!strcmp(uncast(at), uncast(g0)) && pn < 0) pn = k;
     }
@@ -407,7 +397,7 @@ static void analyse_self(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
     for (uint32_t i = 0, k = 0; i < ts_node_named_child_count(ps); i++) {
         TSNode pd = ts_node_named_child(ps, i);
         if (!rt_is(pd, "parameter_declaration")) continue;
-        if ((int)k++ == pn) squeeze(ctx, kl_ast_declarator_name(rt_field(pd, "declarator")), s->count_param,
+        if ((int)k++ == pn) rt_text_unblank_to(ctx, kl_ast_declarator_name(rt_field(pd, "declarator")), s->count_param,
                                     sizeof s->count_param);
     }
     s->l1 = idx[0];
@@ -451,10 +441,10 @@ static bool per_block_store(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st
     TSNode a = ts_node_named_child(cons, 0);
     if (!rt_is(a, "assignment_expression")) return false;
     char op[8], idx[64];
-    squeeze(ctx, rt_field(a, "operator"), op, sizeof op);
+    rt_text_unblank_to(ctx, rt_field(a, "operator"), op, sizeof op);
     TSNode l = rt_field(a, "left");
     if (strcmp(op, "=") || !rt_is(l, "subscript_expression") || !rt_is(rt_field(l, "argument"), "identifier")) return false;
-    squeeze(ctx, kl_ast_subscript_index(l), idx, sizeof idx);
+    rt_text_unblank_to(ctx, kl_ast_subscript_index(l), idx, sizeof idx);
     return !strcmp(idx, "blockIdx.x");
 }
 

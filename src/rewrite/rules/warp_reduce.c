@@ -46,15 +46,6 @@ static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op)
 }
 
 /* Text with the blanks removed, into buf. */
-static void squeeze(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
-{
-    size_t k = 0;
-    for (uint32_t i = ts_node_start_byte(n); i < ts_node_end_byte(n) && k + 1 < size; i++)
-        if (ctx->text[i] != ' ' && ctx->text[i] != '\t' && ctx->text[i] != '\n' && ctx->text[i] != '\r')
-            buf[k++] = ctx->text[i];
-    buf[k] = '\0';
-}
-
 /* The declaration (or parameter) of `name` in fn, with its type text, qualifiers such as const,
  * static, __shared__ and volatile left out. False when not found. */
 static bool decl_type(const kl_rule_ctx *ctx, TSNode fn, const char *name, TSNode *decl, char *type, size_t size)
@@ -116,7 +107,7 @@ static bool shfl_call(const kl_rule_ctx *ctx, TSNode n, const char *var, bool *x
     if (c < 3 || c > 4) return false;
     if (!rt_text_is(ctx, ts_node_named_child(args, 2), var)) return false;
     *xor_ = x;
-    squeeze(ctx, ts_node_named_child(args, 1), arg_val, size);
+    rt_text_unblank_to(ctx, ts_node_named_child(args, 1), arg_val, size);
     return true;
 }
 
@@ -186,7 +177,7 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
         TSNode a = stmt_assign(k);
         if (ts_node_is_null(a) || !op_is(ctx, a, "=")) return false;
         char lt[128];
-        squeeze(ctx, rt_field(a, "left"), lt, sizeof lt);
+        rt_text_unblank_to(ctx, rt_field(a, "left"), lt, sizeof lt);
         bool xr;
         if (strncmp(lt, y, yl) || (lt[yl] && lt[yl] != '.')) return false;
         if (!shfl_call(ctx, rt_field(a, "right"), var, &xr, av, sizeof av)) return false;
@@ -201,7 +192,7 @@ static bool shuffle_body(const kl_rule_ctx *ctx, TSNode body, const char *var, w
 static bool halving_to_one(const kl_rule_ctx *ctx, TSNode st, const char *var)
 {
     char c[96];
-    squeeze(ctx, rt_field(st, "condition"), c, sizeof c);
+    rt_text_unblank_to(ctx, rt_field(st, "condition"), c, sizeof c);
     char want1[96], want2[96];
     kl_snprintf(want1, sizeof want1, "%s>0", var);
     kl_snprintf(want2, sizeof want2, "%s>=1", var);
@@ -319,7 +310,7 @@ static bool part_visit(TSNode n, void *user)
     if (!rt_is(n, "field_expression")) return true;
     char buf[256];
     if (ts_node_end_byte(n) - ts_node_start_byte(n) >= sizeof buf) return true;
-    squeeze(f->ctx, n, buf, sizeof buf);
+    rt_text_unblank_to(f->ctx, n, buf, sizeof buf);
     if (!strcmp(buf, f->part)) f->found = true;
     return !f->found;
 }
@@ -482,7 +473,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     TSNode cons = unwrap1(rt_field(st, "consequence"));
     TSNode a = stmt_assign(cons);
     char ct[128] = "";
-    if (rt_is(st, "if_statement")) squeeze(ctx, rt_field(st, "condition"), ct, sizeof ct);
+    if (rt_is(st, "if_statement")) rt_text_unblank_to(ctx, rt_field(st, "condition"), ct, sizeof ct);
     if (!rt_is(st, "if_statement") || !ts_node_is_null(rt_field(st, "alternative")) || ts_node_is_null(a) ||
         !op_is(ctx, a, "=") || !rt_is(rt_field(a, "left"), "subscript_expression") ||
         !rt_text_is(ctx, rt_field(a, "right"), p->s.val) || !strstr(ct, "==0")) {
@@ -493,7 +484,7 @@ static void analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
         return;
     }
     TSNode arr = rt_field(rt_field(a, "left"), "argument");
-    squeeze(ctx, arr, p->part, sizeof p->part);
+    rt_text_unblank_to(ctx, arr, p->part, sizeof p->part);
     p->store = st;
     p->sync = rt_next_stmt(st);
     if (!rt_is_syncthreads(ctx, p->sync)) {
@@ -580,7 +571,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
                   af.const_is_int && af.const_int == 0;
     kl_affine_release(&af);
     if (!tid_ok) return false;
-    squeeze(ctx, tid, t->tid, sizeof t->tid);
+    rt_text_unblank_to(ctx, tid, t->tid, sizeof t->tid);
     /* sh[tid] OP= sh[tid + s] */
     TSNode a = stmt_assign(unwrap1(rt_field(ifs, "consequence")));
     if (ts_node_is_null(a)) return false;
@@ -590,7 +581,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     TSNode arr = rt_field(l, "argument");
     if (!rt_is(arr, "identifier")) return false;
     rt_text_copy(ctx, arr, t->sh, sizeof t->sh);
-    squeeze(ctx, l, lidx, sizeof lidx);
+    rt_text_unblank_to(ctx, l, lidx, sizeof lidx);
     kl_snprintf(want1, sizeof want1, "%s[%s+%s]", t->sh, t->tid, L->var);
     kl_snprintf(want2, sizeof want2, "%s[%s+%s]", t->sh, L->var, t->tid);
     char self[300];
@@ -599,7 +590,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     TSNode r = kl_ast_unparen(rt_field(a, "right"));
     char rt[300], x[300], y[300];
     if (op_is(ctx, a, "+=")) {
-        squeeze(ctx, r, rt, sizeof rt);
+        rt_text_unblank_to(ctx, r, rt, sizeof rt);
         if (strcmp(rt, want1) && strcmp(rt, want2)) return false;
         kl_snprintf(t->op, sizeof t->op, "+");
     } else if (op_is(ctx, a, "=")) {
@@ -616,8 +607,8 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
         } else {
             return false;
         }
-        squeeze(ctx, xn, x, sizeof x);
-        squeeze(ctx, yn, y, sizeof y);
+        rt_text_unblank_to(ctx, xn, x, sizeof x);
+        rt_text_unblank_to(ctx, yn, y, sizeof y);
         bool ok = (!strcmp(x, self) && (!strcmp(y, want1) || !strcmp(y, want2))) ||
                   (!strcmp(y, self) && (!strcmp(x, want1) || !strcmp(x, want2)));
         if (!ok) return false;
@@ -838,7 +829,7 @@ static bool identity_init(const kl_rule_ctx *ctx, const char *op, TSNode init)
 {
     char t[64];
     if (ts_node_end_byte(init) - ts_node_start_byte(init) >= sizeof t) return false;
-    squeeze(ctx, init, t, sizeof t);
+    rt_text_unblank_to(ctx, init, t, sizeof t);
     if (!strcmp(op, "+")) return zero_text(t);
     if (!strcmp(op, "fmaxf") || !strcmp(op, "fmax") || !strcmp(op, "max"))
         return !strcmp(t, "-INFINITY") || !strcmp(t, "-HUGE_VALF") || !strcmp(t, "-HUGE_VAL") ||

@@ -75,10 +75,12 @@ kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expe
                           bool full, char **doc_json, kl_error *err);
 
 /* The probing options a stored walk was made with (its "options", or for a walk stored before
- * they were, what its steps show), into *probes and *probe_min_gain; both are left as they
- * are when the document says nothing. A walk taken up again, or recomputed from recorded
- * verdicts (--restart in replay), must probe the same shapes to find their verdicts. */
-void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double *probe_min_gain);
+ * they were, what its steps show), into *probes, *probe_min_gain and *bisect (may be NULL: the
+ * bisection probes per slowdown, from "options" or, for a walk bisected before they said so, the
+ * most bisection probes a step holds along one size); each is left as it is when the document
+ * says nothing. A walk taken up again, or recomputed from recorded verdicts (--restart in
+ * replay), must probe the same shapes to find their verdicts. */
+void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double *probe_min_gain, unsigned *bisect);
 
 /* Render a lineage document as a Markdown table, root to expert, with the gain of each step
  * (new string, free()). */

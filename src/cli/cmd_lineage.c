@@ -76,7 +76,7 @@ KL_CMD(lineage)
     unsigned probes = 4, max_steps = 0, bisect = 0;
     double probe_min_gain = 1.02;
     bool restart = false, restart_older = false, reopen = false, no_skills = false, full = false, probes_given = false,
-         gain_given = false;
+         gain_given = false, bisect_given = false;
     cli_measure m = CLI_MEASURE_INIT;
     for (int i = 1; i < argc; i++) {
         const char *v;
@@ -104,6 +104,7 @@ KL_CMD(lineage)
         } else if ((v = value_of(argc, argv, &i, "--bisect"))) {
             if (!parse_uint(v, &bisect) || bisect > 16)
                 return cli_usage_error(cli, "--bisect takes a count of probes (0 to 16), not '%s'", v);
+            bisect_given = true;
         } else if ((v = value_of(argc, argv, &i, "--max-steps"))) {
             if (!parse_uint(v, &max_steps)) return cli_usage_error(cli, "--max-steps takes a count, not '%s'", v);
         } else if ((v = value_of(argc, argv, &i, "--strategy"))) {
@@ -173,18 +174,25 @@ KL_CMD(lineage)
 
     /* A stored walk keeps the probing options it was made with unless the command line gives
      * others: resumed or recomputed from recorded verdicts, it then asks for the same shapes. */
-    if (!probes_given || !gain_given) {
+    if (!probes_given || !gain_given || !bisect_given) {
         char *stored = NULL;
         kl_error ignore = {0};
         if (kl_lineage_load(m.store, task, expert, kl_rewriter_name(rw), full, &stored, &ignore) == KL_OK) {
-            unsigned p = probes;
+            unsigned p = probes, b = bisect;
             double g = probe_min_gain;
-            kl_lineage_recorded_options(stored, &p, &g);
+            kl_lineage_recorded_options(stored, &p, &g, &b);
             if (!probes_given) probes = p;
             if (!gain_given) probe_min_gain = g;
-            if (!cli->quiet)
-                cli_measure_printf(&m, stderr, "the stored walk's options: --probes %u --probe-min-gain %.2f\n", probes,
-                                   probe_min_gain);
+            if (!bisect_given) bisect = b;
+            /* the options taken from the stored walk, and only those */
+            char taken[96] = "";
+            size_t n = 0;
+            if (!probes_given) n += (size_t)snprintf(taken + n, sizeof taken - n, " --probes %u", probes);
+            if (!gain_given && n < sizeof taken)
+                n += (size_t)snprintf(taken + n, sizeof taken - n, " --probe-min-gain %.2f", probe_min_gain);
+            if (!bisect_given && bisect && n < sizeof taken)
+                n += (size_t)snprintf(taken + n, sizeof taken - n, " --bisect %u", bisect);
+            if (!cli->quiet && n) cli_measure_printf(&m, stderr, "the stored walk's options:%s\n", taken);
         }
         free(stored);
     }

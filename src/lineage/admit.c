@@ -126,7 +126,10 @@ static kl_status apply_card(admit *a, const kl_skill *card, const kl_task *task,
         *out = kl_strdup(c.items[pick].source);
         kl_snprintf(got_site, got_size, "%s", c.items[pick].site);
     } else if (c.nrejected) {
-        kl_snprintf(why, why_size, "%s: %s", c.rejected[0].site, c.rejected[0].reason);
+        if (*c.rejected[0].site)
+            kl_snprintf(why, why_size, "%s: %s", c.rejected[0].site, c.rejected[0].reason);
+        else
+            kl_snprintf(why, why_size, "%s", c.rejected[0].reason);
     } else {
         kl_snprintf(why, why_size, "the rewriter proposed nothing");
     }

@@ -1147,6 +1147,12 @@ kl_status kl_lineage_walk(const kl_task *task, const kl_lineage_options *opt, ch
         json_t *step;
         json_array_foreach(json_object_get(w.doc, "steps"), k, step) derive_conditions(task, w.doc, step);
     }
+    if (opt->bisect) {
+        /* the walk says it was bisected, so that a recomputation bisects alike */
+        json_t *o = json_object_get(w.doc, "options");
+        if (json_is_object(o) && json_integer_value(json_object_get(o, "bisect")) < (json_int_t)opt->bisect)
+            json_object_set_new(o, "bisect", json_integer(opt->bisect));
+    }
     KL_TRY(bisect_stored(&w));
     /* a finished walk taken up again: the rewriter may see more to remove than when it ended;
      * both ends are judged against the naive kernel again */
@@ -1207,10 +1213,54 @@ kl_status kl_lineage_load(kl_store *store, const kl_task *task, const char *expe
     return kl_store_get(store, "lineage", key, doc_json, err);
 }
 
-void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double *probe_min_gain)
+/* The bisection a stored walk shows: the most bisection probes one step holds along one size
+ * (a bisection stops early at a failure or a narrow interval, the same way when recomputed; the
+ * most over the walk is the count it was made with, or a count that gives the same probes). The
+ * probes along one size share the values of every other size (the probing's base shape): they
+ * are counted by (size, the other sizes' values). */
+static unsigned bisect_shown(const json_t *doc)
+{
+    unsigned most = 0;
+    size_t i, k;
+    json_t *step, *p;
+    json_array_foreach(json_object_get(doc, "steps"), i, step) {
+        json_t *count = json_object();
+        json_array_foreach(json_object_get(step, "probes"), k, p) {
+            json_t *shape = json_object_get(p, "shape");
+            if (!json_is_true(json_object_get(p, "bisect")) || !json_is_object(shape)) continue;
+            const char *size;
+            json_t *v;
+            json_object_foreach(shape, size, v) {
+                json_t *others = json_deep_copy(shape);
+                json_object_del(others, size);
+                char *ot = json_dumps(others, JSON_COMPACT | JSON_SORT_KEYS);
+                json_decref(others);
+                char key[512];
+                kl_snprintf(key, sizeof key, "%s|%s", size, ot ? ot : "");
+                free(ot);
+                json_int_t n = json_integer_value(json_object_get(count, key)) + 1;
+                json_object_set_new(count, key, json_integer(n));
+                if ((unsigned)n > most) most = (unsigned)n;
+            }
+        }
+        json_decref(count);
+    }
+    return most;
+}
+
+void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double *probe_min_gain, unsigned *bisect)
 {
     json_t *doc = doc_json ? json_loads(doc_json, 0, NULL) : NULL;
     json_t *o = json_object_get(doc, "options");
+    if (bisect) {
+        if (json_is_integer(json_object_get(o, "bisect"))) {
+            json_int_t n = json_integer_value(json_object_get(o, "bisect"));
+            *bisect = n < 0 ? 0 : n > 16 ? 16 : (unsigned)n;
+        } else {
+            unsigned n = bisect_shown(doc);
+            if (n) *bisect = n;
+        }
+    }
     if (json_is_integer(json_object_get(o, "probes")) && json_is_number(json_object_get(o, "probe_min_gain"))) {
         json_int_t n = json_integer_value(json_object_get(o, "probes"));
         *probes = n < 0 ? 0 : n > 64 ? 64 : (unsigned)n;

@@ -1116,9 +1116,40 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
 
 /* ---- the end: the returned kernel, checked again from scratch ---------------------------- */
 
+/* A final check that passed the gate but measured the version no faster than the start: the
+ * search's gains to it were within the measurement's noise, and so, most likely, were those of
+ * the slower versions built from the same steps. The start is returned, and no further gate
+ * call is spent on them (a replayed run needs none that was not recorded). */
+static bool final_slower(const json_t *f)
+{
+    const json_t *j = json_object_get(f, "judgement");
+    return json_is_true(json_object_get(j, "pass")) && json_number_value(json_object_get(j, "speedup")) < 1.0;
+}
+
+static void return_start_slower(run *r, const json_t *f)
+{
+    char note[200];
+    kl_snprintf(note, sizeof note,
+                "the fastest version, v%lld, took %.2fx the start's time when checked again from scratch: its "
+                "gains were within the noise, and the start is returned",
+                (long long)json_integer_value(json_object_get(f, "version")),
+                1.0 / json_number_value(json_object_get(json_object_get(f, "judgement"), "speedup")));
+    r->best = 0;
+    json_object_set_new(r->doc, "final_note", json_string(note));
+}
+
 static kl_status final_check(run *r, bool *done)
 {
     *done = false;
+    {
+        size_t k;
+        json_t *f;
+        json_array_foreach(r->finals, k, f) if (final_slower(f)) {
+            return_start_slower(r, f);
+            *done = true;
+            return KL_OK;
+        }
+    }
     /* candidates for the result, fastest first; a version already refused is not tried again */
     for (;;) {
         int best = -1;
@@ -1189,10 +1220,14 @@ static kl_status final_check(run *r, bool *done)
             say(r, KL_OPT_NOTE, "final check of v%d against the start: passed, %.3fx", best, j.speedup);
         else
             say(r, KL_OPT_NOTE, "final check of v%d against the start: rejected at %s: %s", best, j.stage, j.reason);
+        if (final_slower(o)) {
+            return_start_slower(r, o);
+            say(r, KL_OPT_NOTE, "v%d is no faster than the start: the start is returned", best);
+        }
         kl_status st = save(r);
         if (st != KL_OK) return st;
         if (j.pass) {
-            r->best = best;
+            if (!final_slower(o)) r->best = best;
             *done = true;
             return KL_OK;
         }
@@ -1488,6 +1523,19 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
                 r.key, (long long)rev, OPT_SEARCH_REVISION);
         else
             say(&r, KL_OPT_NOTE, "run %.12s is stored as done: showing it (--restart to run it again)", r.key);
+        /* a run stored before a final check slower than the start returned the start: it returns
+         * the start now (final_slower), from what it stored */
+        json_int_t sb = json_integer_value(json_object_get(r.doc, "best"));
+        size_t k;
+        json_t *f;
+        json_array_foreach(json_object_get(r.doc, "finals"), k, f) if (sb > 0 && final_slower(f) &&
+                                                                       json_integer_value(json_object_get(f, "version")) == sb) {
+            return_start_slower(&r, f);
+            json_object_set_new(r.doc, "best", json_integer(0));
+            say(&r, KL_OPT_NOTE, "v%lld was no faster than the start in its final check: the start is returned",
+                (long long)sb);
+            break;
+        }
         goto out;
     }
     say(&r, KL_OPT_START, "optimizing %s from %s with the %s policy, %u gate call(s)%s", task->name, r.start_path,

@@ -2,7 +2,7 @@
 # A recorded walk can be recomputed from the archive: `--measure replay lineage tasks/transpose
 # --restart` walks again, judging every proposal and probe from recorded verdicts, and gives the
 # same lineage as the recorded one (steps, their verdicts, probes, rejected proposals, versions).
-# It must ask for the shapes the recorded walk probed: the stored walk's options are used.
+# It must ask for the shapes the recorded walk probed and bisected: the stored walk's options are used.
 set -u
 : "${KLINEAGE:?}" "${KL_SOURCE_DIR:?}"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/klineage-test-lineage-restart-XXXXXX")
@@ -31,7 +31,7 @@ if ! "$KLINEAGE" --db "$TMP/b.db" --measure replay --json lineage tasks/transpos
 elif [ -f "$PENDING" ] && grep -q "^[0-9a-f]\{64\} " "$PENDING"; then
     fail "the walk recomputes now: remove the verdicts listed in $PENDING"
 fi
-grep -qF "the stored walk's options: --probes 2 --probe-min-gain 1.05" "$TMP/again.err" ||
+grep -qF "the stored walk's options: --probes 2 --probe-min-gain 1.05 --bisect 2" "$TMP/again.err" ||
     fail "the restart does not say which options it took from the stored walk"
 [ $pending = 1 ] || python3 - "$TMP/recorded.json" "$TMP/again.json" <<'PY' || fail "the recomputed walk differs from the recorded one"
 import json, sys
@@ -52,7 +52,7 @@ PY
 # explicit options win over the stored ones (and then a probe may have no recorded verdict)
 "$KLINEAGE" --db "$TMP/c.db" --measure replay lineage tasks/transpose --restart --probes 4 --probe-min-gain 1.0 \
     >"$TMP/other.out" 2>"$TMP/other.err"
-grep -qF "the stored walk's options" "$TMP/other.err" && fail "options given on the command line were overridden"
+grep -E "the stored walk's options:.*--probe" "$TMP/other.err" && fail "options given on the command line were overridden"
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures failure(s)" >&2

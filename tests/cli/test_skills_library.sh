@@ -53,4 +53,13 @@ for t in transpose hgemm; do
 done
 "$KLINEAGE" --db "$TMP/lib.db" skills export --format md >"$TMP/twice.md" || fail "export: exit $?"
 cmp -s "$TMP/once.md" "$TMP/twice.md" || fail "replaying again changed the library: $(diff "$TMP/once.md" "$TMP/twice.md" | head -10)"
+# the admission table of docs/lineages.md is the replayed admission (scripts/admission_table.py
+# checks its counts against klineage's); last: replaying the admission stores it again
+python3 scripts/admission_table.py --klineage "$KLINEAGE" --db "$TMP/lib.db" >"$TMP/admission.md" ||
+    fail "admission_table.py: exit $?"
+python3 - "$TMP/admission.md" docs/lineages.md <<'PY' || fail "docs/lineages.md's admission table is not the replayed one (regenerate it: python3 scripts/admission_table.py)"
+import sys
+table, doc = open(sys.argv[1]).read().strip(), open(sys.argv[2]).read()
+sys.exit(0 if table in doc else 1)
+PY
 echo ok

@@ -42,6 +42,7 @@ typedef struct stand_in {
     volatile sig_atomic_t *interrupt;
     const char *broken;       /* a transform whose presence fails at "correct", or NULL */
     bool blocks_matter;       /* __launch_bounds__(T, N) is worth 1 + N / 2 more (parameters that matter) */
+    double final_factor;      /* 0, or what the final check measures beside the search (noise that misled it) */
 } stand_in;
 
 /* With stand_in.blocks_matter: what the minimum of blocks per multiprocessor is worth. */
@@ -129,6 +130,7 @@ static kl_status stand_in_judge(void *user, const kl_task *task, const char *can
         kl_snprintf(out->stage, sizeof out->stage, "correct");
         kl_snprintf(out->reason, sizeof out->reason, "rel_l2 0.5 at check[0]");
     }
+    if ((flags & KL_JUDGE_SANITIZE) && si->final_factor > 0) tc /= si->final_factor;
     out->speedup = tb / tc;
     out->cand_ms = tc;
     out->base_ms = tb;
@@ -1583,6 +1585,41 @@ static void test_broken_candidates_are_not_returned(void **state)
     json_decref(d);
 }
 
+/* The search's gains were noise: checked again from scratch, the fastest version is slower than
+ * the start. The start is returned, saying why, and no other version is checked (those are built
+ * from the same steps; a replayed run has no recorded verdict for them). */
+static void test_a_final_check_slower_than_the_start_returns_the_start(void **state)
+{
+    fixture *f = *state;
+    stand_in si = {0};
+    si.final_factor = 0.01; /* every version measures 100x slower in the final check */
+    put_card(f, "fast-math-t1", "fast-math", 1.3, NULL, NULL);
+    put_card(f, "vectorize-t1", "vectorize", 1.5, NULL, NULL);
+    kl_optimize_options o = options(f, &si, KL_POLICY_SKILLS, 6);
+    json_t *d = run_doc(f, &o, KL_OK);
+    assert_string_equal(json_string_value(json_object_get(d, "state")), "done");
+    assert_int_equal(json_integer_value(json_object_get(d, "best")), 0);
+    assert_int_equal(si.finals, 1);
+    assert_int_equal(json_array_size(json_object_get(d, "finals")), 1);
+    const char *note = json_string_value(json_object_get(d, "final_note"));
+    assert_non_null(note);
+    assert_non_null(strstr(note, "the start is returned"));
+    assert_report_says(d, "Returned: the start (the fastest version");
+    char *t = json_dumps(d, 0), *best = kl_optimize_best_source(t);
+    assert_non_null(best);
+    assert_string_equal(best, json_string_value(json_object_get(json_array_get(json_object_get(d, "versions"), 0),
+                                                                "source")));
+    free(best), free(t);
+    /* the stored run, served again, returns the start too, with no further judgement */
+    unsigned calls = si.calls;
+    o.restart = false;
+    json_t *again = run_doc(f, &o, KL_OK);
+    assert_int_equal(si.calls, calls);
+    assert_int_equal(json_integer_value(json_object_get(again, "best")), 0);
+    json_decref(again);
+    json_decref(d);
+}
+
 /* ---- other rewriters ------------------------------------------------------------------------ */
 
 /* A `command` rewriter (the sample program) answers one card per request: the skills policy
@@ -1733,6 +1770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_finished_run_is_served_again, setup, teardown),
         cmocka_unit_test_setup_teardown(test_judging_ahead_gives_the_same_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broken_candidates_are_not_returned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_final_check_slower_than_the_start_returns_the_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_command_rewriter_gets_one_card_per_request, setup, teardown),
         cmocka_unit_test_setup_teardown(test_start_with_another_signature, setup, teardown),
         cmocka_unit_test_setup_teardown(test_task_without_naive, setup, teardown),

@@ -679,10 +679,47 @@ static void canonical_binds_agreeing_template_parameters(void **state)
     free(text);
 }
 
+/* An apply request for one transform that gives nothing says why, once, for the whole kernel: a
+ * transform the catalog only takes apart (interior-path), or no site of it in the kernel
+ * (tensor-core on a stencil). Roundtrip admission shows these reasons (docs/lineages.md). */
+static const char *apply_refusal(const char *name, const char *text, const char *transform)
+{
+    kl_rewriter *rw = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_rewriter_open("rules", NULL, &rw, &err), KL_OK);
+    kl_rewrite_request req = {0};
+    req.kind = KL_REQ_APPLY;
+    req.source = text;
+    req.source_name = name;
+    req.transform = transform;
+    kl_candidates c = {0};
+    assert_int_equal(kl_rewriter_propose(rw, &req, &c, &err), KL_OK);
+    assert_int_equal(c.count, 0);
+    assert_int_equal(c.nrejected, 1);
+    assert_string_equal(c.rejected[0].transform, transform);
+    static char reason[256];
+    kl_snprintf(reason, sizeof reason, "%s", c.rejected[0].reason);
+    kl_candidates_free(&c);
+    kl_rewriter_free(rw);
+    return reason;
+}
+
+static void apply_request_says_why_nothing(void **state)
+{
+    (void)state;
+    char *text = read_rel("tests/data/rules/interior-path/branches_3x3.before.cu");
+    const char *why = apply_refusal("s.cu", text, "interior-path");
+    if (!strstr(why, "removes this transform but does not apply it")) fail_msg("interior-path: %s", why);
+    why = apply_refusal("s.cu", text, "tensor-core");
+    if (!strstr(why, "no site in the kernel where the rules apply it")) fail_msg("tensor-core: %s", why);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(malformed_kernels_never_crash),
+        cmocka_unit_test(apply_request_says_why_nothing),
         cmocka_unit_test(lambda_launch_is_listed),
         cmocka_unit_test(deep_nesting_is_refused),
         cmocka_unit_test(compile_queue_with_a_stand_in_nvcc),

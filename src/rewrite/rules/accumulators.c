@@ -296,14 +296,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     return st;
 }
 
-static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
-{
-    (void)ctx, (void)params, (void)out;
-    return kl_rule_not_applicable(err, "accumulators is removed only (%s)", site->id);
-}
-
 const kl_rule kl_rule_accumulators = {
     "accumulators",
     "several independent partial sums in registers, folded at the end <- one accumulator",
-    NULL, 0, find, remove_site, apply,
+    NULL, 0, find, remove_site, NULL,
 };

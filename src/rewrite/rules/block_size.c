@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rewrite/rules/row_step.h"
+#include "rewrite/rules/block_size.h"
 #include "rewrite/rules/rules.h"
+#include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -20,50 +21,7 @@ static const kl_rule_param bs_params[] = {
 /* The canonical "simplest" block size the backward walk returns to. */
 #define BS_NAIVE 256
 
-static bool is_type(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
 
-/* One block size: a named constant shared by the launches that name it, or one launch's literal. */
-typedef struct bs_group {
-    char id[256];
-    char kernel[128];
-    char name[128];        /* the constant's name; "" for a literal */
-    int64_t value;
-    TSNode def;            /* the node holding the definition (declaration, preproc_def, literal) */
-    uint32_t val_start, val_end; /* the value's text, replaced on a change */
-    unsigned launches[32]; /* indices into the launch list */
-    unsigned nlaunch;
-    char why[300];         /* not empty: why it cannot change */
-} bs_group;
-
-/* One extent of a 2-D block: a named constant or a literal at the launch. */
-typedef struct bs_dim {
-    char name[128];        /* the constant's name; "" for a literal */
-    char text[128];        /* the extent as written at the launch */
-    int64_t value;
-    TSNode def;            /* the definition (declaration, preproc_def) or the literal */
-    uint32_t val_start, val_end;
-} bs_dim;
-
-/* One 2-D block shape: the launches whose block is dim3(X, Y) of the same two constants, or
- * one launch's shape when an extent is a literal. */
-typedef struct bs_group2 {
-    char id[256];
-    char kernel[128];
-    bs_dim d[2];           /* x, y */
-    TSNode def;            /* what the site is about: the first constant's definition, or the launch */
-    unsigned launches[32];
-    unsigned nlaunch;
-    char why[300];
-} bs_group2;
-
-typedef struct bs_state {
-    const kl_rule_ctx *ctx;
-    kl_launch_sites ls;
-    bs_group *groups;
-    unsigned count;
-    bs_group2 *groups2;
-    unsigned count2;
-} bs_state;
 
 static void trim_range(const char *t, uint32_t *a, uint32_t *b)
 {
@@ -78,19 +36,19 @@ static bool find_decl(const kl_source *src, TSNode scope, const char *name, TSNo
     uint32_t c = ts_node_named_child_count(scope);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = ts_node_named_child(scope, i);
-        if (!is_type(d, "declaration")) continue;
+        if (!rt_is(d, "declaration")) continue;
         uint32_t dc = ts_node_named_child_count(d);
         for (uint32_t k = 0; k < dc; k++) {
             TSNode x = ts_node_named_child(d, k);
             TSNode nm = {0}, v = {0};
-            if (is_type(x, "init_declarator")) {
+            if (rt_is(x, "init_declarator")) {
                 nm = ts_node_child_by_field_name(x, "declarator", 10);
                 v = ts_node_child_by_field_name(x, "value", 5);
-            } else if (is_type(x, "function_declarator")) { /* dim3 block(T) read as a prototype */
+            } else if (rt_is(x, "function_declarator")) { /* dim3 block(T) read as a prototype */
                 nm = ts_node_child_by_field_name(x, "declarator", 10);
                 v = ts_node_child_by_field_name(x, "parameters", 10);
             }
-            if (is_type(nm, "identifier") && kl_node_text_is(src, nm, name)) {
+            if (rt_is(nm, "identifier") && kl_node_text_is(src, nm, name)) {
                 *decl = d;
                 *value = v;
                 *dnode = x;
@@ -107,7 +65,7 @@ static bool uses_namespace(const kl_source *src, TSNode scope, TSNode ns)
     uint32_t c = ts_node_named_child_count(scope);
     for (uint32_t i = 0; i < c; i++) {
         TSNode u = ts_node_named_child(scope, i);
-        if (!is_type(u, "using_declaration") || ts_node_named_child_count(u) != 1) continue;
+        if (!rt_is(u, "using_declaration") || ts_node_named_child_count(u) != 1) continue;
         char *t = kl_node_text(src, u);
         bool yes = t && strstr(t, "namespace");
         free(t);
@@ -131,7 +89,7 @@ static bool find_decl_host(const kl_source *src, TSNode host_fn, const char *nam
     uint32_t c = ts_node_named_child_count(root);
     for (uint32_t i = 0; i < c; i++) {
         TSNode ns = ts_node_named_child(root, i);
-        if (!is_type(ns, "namespace_definition")) continue;
+        if (!rt_is(ns, "namespace_definition")) continue;
         TSNode nm = ts_node_child_by_field_name(ns, "name", 4), in = ts_node_child_by_field_name(ns, "body", 4);
         if (ts_node_is_null(nm) || ts_node_is_null(in)) continue;
         if ((uses_namespace(src, body, nm) || uses_namespace(src, root, nm)) && find_decl(src, in, name, decl, value, dnode))
@@ -146,7 +104,7 @@ static bool find_define(const kl_source *src, const char *name, TSNode *def, TSN
     uint32_t c = ts_node_named_child_count(root);
     for (uint32_t i = 0; i < c; i++) {
         TSNode d = ts_node_named_child(root, i);
-        if (!is_type(d, "preproc_def")) continue;
+        if (!rt_is(d, "preproc_def")) continue;
         if (kl_node_text_is(src, ts_node_child_by_field_name(d, "name", 4), name)) {
             *def = d;
             *value = ts_node_child_by_field_name(d, "value", 5);
@@ -164,11 +122,11 @@ static bool block_expr(const kl_source *src, const kl_launch_site *l, TSNode *ex
         kl_snprintf(why, size, "the launch at line %u has no block size", kl_ast_line(l->call));
         return false;
     }
-    while (is_type(b, "parenthesized_expression")) b = ts_node_named_child(b, 0);
+    while (rt_is(b, "parenthesized_expression")) b = ts_node_named_child(b, 0);
     TSNode args = {0};
-    if (is_type(b, "call_expression") && kl_node_text_is(src, ts_node_child_by_field_name(b, "function", 8), "dim3"))
+    if (rt_is(b, "call_expression") && kl_node_text_is(src, ts_node_child_by_field_name(b, "function", 8), "dim3"))
         args = ts_node_child_by_field_name(b, "arguments", 9);
-    if (is_type(b, "identifier")) {
+    if (rt_is(b, "identifier")) {
         TSNode decl, value, dn;
         TSNode body = kl_ast_function_body(l->host_fn);
         char *name = kl_node_text(src, b);
@@ -181,7 +139,7 @@ static bool block_expr(const kl_source *src, const kl_launch_site *l, TSNode *ex
             }
         }
         free(name);
-        if (dim3 && (is_type(args, "argument_list") || is_type(args, "parameter_list"))) {
+        if (dim3 && (rt_is(args, "argument_list") || rt_is(args, "parameter_list"))) {
             /* fall through to the argument check */
         } else if (dim3) {
             kl_snprintf(why, size, "the dim3 block at line %u is not built from its dimensions", kl_ast_line(l->call));
@@ -204,14 +162,14 @@ static bool block_expr(const kl_source *src, const kl_launch_site *l, TSNode *ex
             return false;
         }
         b = ts_node_named_child(args, 0);
-        if (is_type(b, "parameter_declaration")) b = ts_node_child_by_field_name(b, "type", 4);
+        if (rt_is(b, "parameter_declaration")) b = ts_node_child_by_field_name(b, "type", 4);
     }
     *expr = b;
     return true;
 }
 
 /* Does the text name the identifier (a whole word)? */
-static bool text_mentions(const char *t, const char *name)
+bool block_size__text_mentions(const char *t, const char *name)
 {
     size_t l = strlen(name);
     bool yes = false;
@@ -230,7 +188,7 @@ static bool mentions(const kl_source *src, TSNode n, const char *name)
 {
     char *t = kl_node_text(src, n);
     if (!t) return false;
-    bool yes = text_mentions(t, name);
+    bool yes = block_size__text_mentions(t, name);
     free(t);
     return yes;
 }
@@ -241,7 +199,7 @@ typedef struct lit_scan {
     TSNode hit;
 } lit_scan;
 
-static bool number_value(const kl_source *src, TSNode n, int64_t *v)
+bool block_size__number(const kl_source *src, TSNode n, int64_t *v)
 {
     char *t = kl_node_text(src, n);
     if (!t) return false;
@@ -259,9 +217,9 @@ static bool find_literal(TSNode n, void *user)
 {
     lit_scan *s = user;
     if (!ts_node_is_null(s->hit)) return false;
-    if (!is_type(n, "number_literal")) return true;
+    if (!rt_is(n, "number_literal")) return true;
     int64_t v;
-    if (number_value(s->src, n, &v) && (v == s->b || (s->b / 2 > 32 && v == s->b / 2))) s->hit = n;
+    if (block_size__number(s->src, n, &v) && (v == s->b || (s->b / 2 > 32 && v == s->b / 2))) s->hit = n;
     return true;
 }
 
@@ -280,12 +238,12 @@ static bool grid_literal(TSNode n, void *user)
 {
     grid_scan *g = user;
     if (g->why[0] || g->st != KL_OK) return false;
-    if (!is_type(n, "number_literal")) return true;
+    if (!rt_is(n, "number_literal")) return true;
     int64_t v;
-    if (!number_value(g->src, n, &v) || (v != g->b && v != g->b - 1)) return true;
+    if (!block_size__number(g->src, n, &v) || (v != g->b && v != g->b - 1)) return true;
     TSNode p = ts_node_parent(n);
-    while (is_type(p, "parenthesized_expression")) p = ts_node_parent(p);
-    char *op = is_type(p, "binary_expression") ? kl_node_text(g->src, ts_node_child_by_field_name(p, "operator", 8))
+    while (rt_is(p, "parenthesized_expression")) p = ts_node_parent(p);
+    char *op = rt_is(p, "binary_expression") ? kl_node_text(g->src, ts_node_child_by_field_name(p, "operator", 8))
                                                 : NULL;
     bool div = op && v == g->b && !strcmp(op, "/");
     bool add = op && v == g->b - 1 && !strcmp(op, "+");
@@ -304,7 +262,7 @@ static bool grid_literal(TSNode n, void *user)
 static TSNode grid_expr(const kl_source *src, const kl_launch_site *l)
 {
     TSNode g = l->grid;
-    if (!is_type(g, "identifier")) return g;
+    if (!rt_is(g, "identifier")) return g;
     char *name = kl_node_text(src, g);
     TSNode decl, value, dn;
     if (name && find_decl(src, kl_ast_function_body(l->host_fn), name, &decl, &value, &dn) && !ts_node_is_null(value))
@@ -314,7 +272,7 @@ static TSNode grid_expr(const kl_source *src, const kl_launch_site *l)
 }
 
 /* Does the value text name another identifier (a size derived from other constants)? */
-static bool derived(const char *t, uint32_t a, uint32_t b)
+bool block_size__derived(const char *t, uint32_t a, uint32_t b)
 {
     for (uint32_t i = a; i < b; i++) {
         char c = t[i];
@@ -326,8 +284,6 @@ static bool derived(const char *t, uint32_t a, uint32_t b)
     return false;
 }
 
-static void depends_1d(const kl_source *src, TSNode fn, const bs_group *g, int64_t nb, char *why, size_t size);
-static unsigned kernels_named(const kl_source *src, const char *kernel, TSNode *out, unsigned max);
 
 /* A template kernel told its block size twice: `reduce<float, 256, true><<<g, 256>>>` or
  * `k<BS><<<g, THREADS>>>` with BS == THREADS. A non-type template argument of the launch whose value
@@ -339,33 +295,33 @@ static kl_status template_args(bs_state *s, const bs_group *g, const kl_launch_s
 {
     const kl_source *src = s->ctx->src;
     TSNode fn = ts_node_child_by_field_name(l->call, "function", 8);
-    if (!is_type(fn, "template_function")) return KL_OK;
+    if (!rt_is(fn, "template_function")) return KL_OK;
     TSNode args = ts_node_child_by_field_name(fn, "arguments", 9);
     TSNode kf[4];
-    if (kernels_named(src, l->kernel, kf, 4) != 1) return KL_OK;
+    if (block_size__kernels_named(src, l->kernel, kf, 4) != 1) return KL_OK;
     TSNode tpl = ts_node_parent(kf[0]);
-    if (!is_type(tpl, "template_declaration")) return KL_OK;
+    if (!rt_is(tpl, "template_declaration")) return KL_OK;
     TSNode params = ts_node_child_by_field_name(tpl, "parameters", 10);
     uint32_t np = 0;
     TSNode pnames[16];
     for (uint32_t i = 0; i < ts_node_named_child_count(params) && np < 16; i++) {
         TSNode p = ts_node_named_child(params, i);
-        if (is_type(p, "comment")) continue;
+        if (rt_is(p, "comment")) continue;
         TSNode nm = {0};
-        if (is_type(p, "parameter_declaration") || is_type(p, "optional_parameter_declaration"))
+        if (rt_is(p, "parameter_declaration") || rt_is(p, "optional_parameter_declaration"))
             nm = kl_ast_declarator_name(ts_node_child_by_field_name(p, "declarator", 10));
         pnames[np++] = nm; /* null: a type parameter */
     }
     uint32_t na = 0;
     for (uint32_t i = 0; i < ts_node_named_child_count(args) && !why[0]; i++) {
         TSNode a = ts_node_named_child(args, i);
-        if (is_type(a, "comment")) continue;
+        if (rt_is(a, "comment")) continue;
         uint32_t k = na++;
         if (k >= np || ts_node_is_null(pnames[k])) continue;
         int64_t v;
         char w[200];
         bool known;
-        if (is_type(a, "type_descriptor")) {
+        if (rt_is(a, "type_descriptor")) {
             /* `k<BS>`: the grammar reads a lone name there as a type */
             char *t = kl_node_text(src, a);
             known = t && kl_const_eval_name(src, l->host_fn, t, &v, w, sizeof w);
@@ -378,14 +334,14 @@ static kl_status template_args(bs_state *s, const bs_group *g, const kl_launch_s
         /* read by its name, or by the argument's (the canonical form binds `blockSize` to `BS`) */
         char *at0 = kl_node_text(src, a);
         bool read = (pn && mentions(src, kl_ast_function_body(kf[0]), pn)) ||
-                    (at0 && !is_type(a, "number_literal") && mentions(src, kl_ast_function_body(kf[0]), at0));
+                    (at0 && !rt_is(a, "number_literal") && mentions(src, kl_ast_function_body(kf[0]), at0));
         free(at0);
         if (read && g->name[0] && mentions(src, a, g->name)) read = false; /* follows the constant */
         if (!read) {
             free(pn);
             continue;
         }
-        if (!g->name[0] && is_type(a, "number_literal")) {
+        if (!g->name[0] && rt_is(a, "number_literal")) {
             /* the launch's literal block and the literal argument: one size written twice */
             if (out) {
                 kl_status st = kl_edits_addf(out, ts_node_start_byte(a), ts_node_end_byte(a), "%lld", (long long)nb);
@@ -442,7 +398,7 @@ static kl_status check_group(bs_state *s, bs_group *g, int64_t nb, kl_edits *out
                             l->kernel, t ? t : "a literal", kl_ast_line(ls.hit), (long long)g->value);
                 free(t);
             }
-            if (!why[0]) depends_1d(src, fns[f], g, nb, why, size);
+            if (!why[0]) block_size__depends_1d(src, fns[f], g, nb, why, size);
         }
         if (!why[0]) {
             kl_status tst = template_args(s, g, l, nb, out, why, size);
@@ -483,7 +439,7 @@ static kl_status check_group(bs_state *s, bs_group *g, int64_t nb, kl_edits *out
 static bool block_value(bs_state *s, const kl_launch_site *l, TSNode e, int64_t *v, char *why, size_t size)
 {
     const kl_source *src = s->ctx->src;
-    if (!is_type(e, "type_identifier")) return kl_const_eval(src, l->host_fn, e, false, v, why, size);
+    if (!rt_is(e, "type_identifier")) return kl_const_eval(src, l->host_fn, e, false, v, why, size);
     char *name = kl_node_text(src, e);
     TSNode decl, value, dn;
     bool ok = false;
@@ -519,99 +475,17 @@ static bool block_value(bs_state *s, const kl_launch_site *l, TSNode e, int64_t 
  *    constant derived from them): those are widths that cannot follow. */
 
 #define BS2_NAIVE 16     /* the canonical simplest 2-D block: 16 x 16 */
-#define BS2_NAMES 64     /* file constants followed from X and Y */
-
-typedef struct bs_names {
-    char v[BS2_NAMES][128];
-    unsigned n;
-} bs_names;
-
-static bool names_has(const bs_names *ns, const char *name)
-{
-    for (unsigned i = 0; i < ns->n; i++)
-        if (!strcmp(ns->v[i], name)) return true;
-    return false;
-}
-
-static void names_add(bs_names *ns, const char *name)
-{
-    if (name[0] && ns->n < BS2_NAMES && !names_has(ns, name) && strlen(name) < sizeof ns->v[0])
-        kl_snprintf(ns->v[ns->n++], sizeof ns->v[0], "%s", name);
-}
-
-/* The first of the names the text mentions, or NULL. */
-static const char *names_in_text(const bs_names *ns, const char *t)
-{
-    for (unsigned i = 0; t && i < ns->n; i++)
-        if (text_mentions(t, ns->v[i])) return ns->v[i];
-    return NULL;
-}
-
-/* The same for a node: the name into buf ("" when none). */
-static bool names_in(const kl_source *src, const bs_names *ns, TSNode n, char *buf, size_t size)
-{
-    char *t = kl_node_text(src, n);
-    const char *hit = names_in_text(ns, t);
-    kl_snprintf(buf, size, "%s", hit ? hit : "");
-    free(t);
-    return hit != NULL;
-}
-
-/* Constants whose definitions mention a name of ns join it, until none does: the
- * `const`/`constexpr` declarations and #defines directly under `scope`. */
-static void names_close(const kl_source *src, TSNode scope, bs_names *ns)
-{
-    for (int changed = 1, round = 0; changed && round < 16; round++) {
-        changed = 0;
-        uint32_t c = ts_node_named_child_count(scope);
-        for (uint32_t i = 0; i < c; i++) {
-            TSNode d = ts_node_named_child(scope, i);
-            char *name = NULL;
-            TSNode value = {0};
-            if (is_type(d, "preproc_def")) {
-                name = kl_node_text(src, ts_node_child_by_field_name(d, "name", 4));
-                value = ts_node_child_by_field_name(d, "value", 5);
-                if (name && !ts_node_is_null(value) && !names_has(ns, name)) {
-                    char buf[128];
-                    if (names_in(src, ns, value, buf, sizeof buf)) names_add(ns, name), changed = 1;
-                }
-                free(name);
-                continue;
-            }
-            if (!is_type(d, "declaration")) continue;
-            char *dt = kl_node_text(src, d);
-            bool konst = dt && (text_mentions(dt, "const") || text_mentions(dt, "constexpr"));
-            free(dt);
-            if (!konst) continue;
-            uint32_t dc = ts_node_named_child_count(d);
-            for (uint32_t k = 0; k < dc; k++) {
-                TSNode x = ts_node_named_child(d, k);
-                if (!is_type(x, "init_declarator")) continue;
-                TSNode nm = ts_node_child_by_field_name(x, "declarator", 10);
-                value = ts_node_child_by_field_name(x, "value", 5);
-                if (!is_type(nm, "identifier") || ts_node_is_null(value)) continue;
-                name = kl_node_text(src, nm);
-                char buf[128];
-                if (name && !names_has(ns, name) && names_in(src, ns, value, buf, sizeof buf)) {
-                    names_add(ns, name);
-                    changed = 1;
-                }
-                free(name);
-            }
-        }
-    }
-}
 
 /* The extents list of a block value: dim3(…), {…}, or the (…) of `dim3 b(…)`. */
 static TSNode extent_list(const kl_source *src, TSNode b)
 {
     b = kl_ast_unparen(b);
-    if (is_type(b, "call_expression") && kl_node_text_is(src, ts_node_child_by_field_name(b, "function", 8), "dim3"))
+    if (rt_is(b, "call_expression") && kl_node_text_is(src, ts_node_child_by_field_name(b, "function", 8), "dim3"))
         return ts_node_child_by_field_name(b, "arguments", 9);
-    if (is_type(b, "initializer_list") || is_type(b, "argument_list") || is_type(b, "parameter_list")) return b;
-    if (is_type(b, "compound_literal_expression")) {
+    if (rt_is(b, "initializer_list") || rt_is(b, "argument_list") || rt_is(b, "parameter_list")) return b;
+    if (rt_is(b, "compound_literal_expression")) {
         TSNode v = ts_node_child_by_field_name(b, "value", 5);
-        if (is_type(v, "initializer_list")) return v;
+        if (rt_is(v, "initializer_list")) return v;
     }
     return (TSNode){0};
 }
@@ -622,7 +496,7 @@ static TSNode block_extents(const kl_source *src, const kl_launch_site *l)
 {
     TSNode b = kl_ast_unparen(l->block);
     if (ts_node_is_null(b)) return b;
-    if (!is_type(b, "identifier")) return extent_list(src, b);
+    if (!rt_is(b, "identifier")) return extent_list(src, b);
     TSNode decl, value, dn, list = {0};
     char *name = kl_node_text(src, b);
     if (name && find_decl(src, kl_ast_function_body(l->host_fn), name, &decl, &value, &dn) &&
@@ -635,7 +509,7 @@ static TSNode block_extents(const kl_source *src, const kl_launch_site *l)
 static TSNode extent_at(TSNode list, uint32_t k)
 {
     TSNode a = ts_node_named_child(list, k);
-    if (is_type(a, "parameter_declaration")) a = ts_node_child_by_field_name(a, "type", 4);
+    if (rt_is(a, "parameter_declaration")) a = ts_node_child_by_field_name(a, "type", 4);
     return a;
 }
 
@@ -667,14 +541,14 @@ static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *
 {
     const kl_source *src = s->ctx->src;
     d->def = a;
-    if (is_type(a, "number_literal")) {
+    if (rt_is(a, "number_literal")) {
         d->val_start = ts_node_start_byte(a);
         d->val_end = ts_node_end_byte(a);
-        if (number_value(src, a, &d->value)) return true;
+        if (block_size__number(src, a, &d->value)) return true;
         kl_snprintf(why, size, "the block extent %s at line %u is not an integer", d->text, kl_ast_line(a));
         return false;
     }
-    if (!is_type(a, "identifier") && !is_type(a, "type_identifier")) {
+    if (!rt_is(a, "identifier") && !rt_is(a, "type_identifier")) {
         kl_snprintf(why, size, "the block extent %s at line %u is an expression, not one constant", d->text,
                     kl_ast_line(l->call));
         return false;
@@ -684,8 +558,8 @@ static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *
     char w[200] = "";
     if (find_decl_host(src, l->host_fn, d->name, &decl, &value, &dn)) {
         d->def = decl;
-        if (ts_node_is_null(value) || is_type(value, "argument_list") || is_type(value, "parameter_list") ||
-            is_type(value, "initializer_list")) {
+        if (ts_node_is_null(value) || rt_is(value, "argument_list") || rt_is(value, "parameter_list") ||
+            rt_is(value, "initializer_list")) {
             kl_snprintf(why, size, "%s (line %u) has no initializer to change", d->name, kl_ast_line(decl));
             return false;
         }
@@ -710,7 +584,7 @@ static bool resolve_dim(bs_state *s, const kl_launch_site *l, TSNode a, bs_dim *
         kl_snprintf(why, size, "the definition of %s is not in this file", d->name);
         return false;
     }
-    if (derived(s->ctx->text, d->val_start, d->val_end)) {
+    if (block_size__derived(s->ctx->text, d->val_start, d->val_end)) {
         kl_snprintf(why, size, "%s is derived from other constants (%.*s): the tiling that defines it would have to change",
                     d->name, (int)(d->val_end - d->val_start), s->ctx->text + d->val_start);
         return false;
@@ -778,9 +652,9 @@ static bool find_literal2(TSNode n, void *user)
 {
     lit2_scan *s = user;
     if (!ts_node_is_null(s->hit)) return false;
-    if (!is_type(n, "number_literal")) return true;
+    if (!rt_is(n, "number_literal")) return true;
     int64_t v;
-    if (!number_value(s->src, n, &v)) return true;
+    if (!block_size__number(s->src, n, &v)) return true;
     for (unsigned k = 0; k < s->n; k++)
         if (v == s->vals[k]) s->hit = n;
     return true;
@@ -797,56 +671,21 @@ static bool find_warp(TSNode n, void *user)
                                            "__activemask", "__match_", "__reduce_", "tiled_partition", NULL};
     warp_scan *w = user;
     if (!ts_node_is_null(w->hit)) return false;
-    if (is_type(n, "identifier")) {
+    if (rt_is(n, "identifier")) {
         char *t = kl_node_text(w->src, n);
         bool hit = t && !strcmp(t, "warpSize");
         for (unsigned k = 0; t && !hit && prefixes[k]; k++) hit = kl_str_starts(t, prefixes[k]);
         free(t);
         if (hit) w->hit = n;
-    } else if (is_type(n, "binary_expression")) {
+    } else if (rt_is(n, "binary_expression")) {
         TSNode r = kl_ast_unparen(ts_node_child_by_field_name(n, "right", 5));
         char *op = kl_node_text(w->src, ts_node_child_by_field_name(n, "operator", 8));
         int64_t v;
-        if (op && is_type(r, "number_literal") && number_value(w->src, r, &v) &&
+        if (op && rt_is(r, "number_literal") && block_size__number(w->src, r, &v) &&
             (((!strcmp(op, "/") || !strcmp(op, "%")) && v == 32) || (!strcmp(op, "&") && v == 31) ||
              (!strcmp(op, ">>") && v == 5)))
             w->hit = n;
         free(op);
-    }
-    return true;
-}
-
-/* In a kernel: a register array sized by, or a template argument naming, a followed constant. */
-typedef struct width_scan {
-    const kl_source *src;
-    const bs_names *ns;
-    TSNode hit;
-    char name[128];
-    const char *what;
-} width_scan;
-
-static bool find_width(TSNode n, void *user)
-{
-    width_scan *w = user;
-    if (!ts_node_is_null(w->hit)) return false;
-    if (is_type(n, "declaration")) {
-        char *t = kl_node_text(w->src, n);
-        bool shared = t && strstr(t, "__shared__");
-        free(t);
-        return !shared; /* shared arrays follow the block: they are the tile */
-    }
-    if (is_type(n, "array_declarator")) {
-        TSNode size = ts_node_child_by_field_name(n, "size", 4);
-        if (!ts_node_is_null(size) && names_in(w->src, w->ns, size, w->name, sizeof w->name)) {
-            w->hit = n;
-            w->what = "sizes the register array";
-        }
-    } else if (is_type(n, "template_argument_list")) {
-        if (names_in(w->src, w->ns, n, w->name, sizeof w->name)) {
-            w->hit = n;
-            w->what = "is a template argument";
-        }
-        return false;
     }
     return true;
 }
@@ -862,480 +701,10 @@ static bool find_assert(TSNode n, void *user)
 {
     assert_scan *a = user;
     if (!ts_node_is_null(a->hit)) return false;
-    if (!is_type(n, "static_assert_declaration")) return true;
-    if (names_in(a->src, a->ns, n, a->name, sizeof a->name)) a->hit = n;
+    if (!rt_is(n, "static_assert_declaration")) return true;
+    if (block_size__names_in(a->src, a->ns, n, a->name, sizeof a->name)) a->hit = n;
     return false;
 }
-
-typedef struct node_list {
-    TSNode *v;
-    unsigned n, cap;
-    bool oom;
-} node_list;
-
-static bool collect_for(TSNode n, void *user)
-{
-    node_list *L = user;
-    if (!is_type(n, "for_statement")) return true;
-    if (L->n == L->cap) {
-        unsigned cap = L->cap ? 2 * L->cap : 16;
-        TSNode *nv = realloc(L->v, cap * sizeof *nv);
-        if (!nv) {
-            L->oom = true;
-            return false;
-        }
-        L->v = nv;
-        L->cap = cap;
-    }
-    L->v[L->n++] = n;
-    return true;
-}
-
-typedef struct decl_find {
-    const kl_source *src;
-    const char *name;
-    TSNode value;
-} decl_find;
-
-static bool find_local_init(TSNode n, void *user)
-{
-    decl_find *f = user;
-    if (!ts_node_is_null(f->value)) return false;
-    if (!is_type(n, "init_declarator")) return true;
-    TSNode nm = ts_node_child_by_field_name(n, "declarator", 10);
-    if (is_type(nm, "identifier") && kl_node_text_is(f->src, nm, f->name))
-        f->value = ts_node_child_by_field_name(n, "value", 5);
-    return true;
-}
-
-/* Which thread index an expression is: 0, 1, 2 for threadIdx.x/y/z (also through a local
- * `const int ty = threadIdx.y`), -1 otherwise. */
-static int thread_dim(const kl_source *src, TSNode body, TSNode e, int depth)
-{
-    e = kl_ast_unparen(e);
-    if (is_type(e, "field_expression")) {
-        static const char *const idx[] = {"threadIdx.x", "threadIdx.y", "threadIdx.z"};
-        for (int k = 0; k < 3; k++)
-            if (kl_node_text_is(src, e, idx[k])) return k;
-        return -1;
-    }
-    if (!is_type(e, "identifier") || depth > 3) return -1;
-    char *name = kl_node_text(src, e);
-    if (!name) return -1;
-    decl_find f = {.src = src, .name = name};
-    kl_ast_walk(body, find_local_init, &f);
-    free(name);
-    return ts_node_is_null(f.value) ? -1 : thread_dim(src, body, f.value, depth + 1);
-}
-
-
-/* The loop of the old kernel (with its twin in the changed file): a loop stepping by a block extent
- * must still cover its range (see the rules above). why is set when it would not. */
-static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_source *nsrc, TSNode nfn, TSNode nloop,
-                       const bs_group2 *g, const int64_t ext_new[2], char *why, size_t size)
-{
-    TSNode up = kl_ast_unparen(ts_node_child_by_field_name(loop, "update", 6));
-    if (!is_type(up, "assignment_expression")) return;
-    if (!kl_node_text_is(src, ts_node_child_by_field_name(up, "operator", 8), "+=")) return;
-    TSNode step = kl_ast_unparen(ts_node_child_by_field_name(up, "right", 5));
-    int sdim = -1;
-    bool both = false;
-    if (is_type(step, "identifier")) {
-        for (int k = 1; k >= 0; k--)
-            if (g->d[k].name[0] && kl_node_text_is(src, step, g->d[k].name)) sdim = k;
-        both = sdim == 0 && !strcmp(g->d[0].name, g->d[1].name);
-    } else if (kl_node_text_is(src, step, "blockDim.x")) {
-        sdim = 0;
-    } else if (kl_node_text_is(src, step, "blockDim.y")) {
-        sdim = 1;
-    }
-    if (sdim < 0) return;
-    char *var = kl_node_text(src, ts_node_child_by_field_name(up, "left", 4));
-    char *st = kl_node_text(src, step);
-    if (!var || !st) goto done;
-    /* the start: `int v = S` or `v = S` */
-    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
-    if (is_type(init, "declaration")) {
-        TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
-        if (is_type(d, "init_declarator")) start = ts_node_child_by_field_name(d, "value", 5);
-    } else if (is_type(init, "assignment_expression")) {
-        start = ts_node_child_by_field_name(init, "right", 5);
-    }
-    TSNode body = kl_ast_function_body(fn);
-    int tdim = ts_node_is_null(start) ? -1 : thread_dim(src, body, start, 0);
-    char *stext = ts_node_is_null(start) ? NULL : kl_node_text(src, start);
-    if ((tdim < 0 || tdim > 1) && !ts_node_is_null(start)) {
-        /* `for (j = 0; j < TILE; j += BLOCK_ROWS)` over rows `threadIdx.y + j` (row_step.c) */
-        int64_t ext_old[2] = {g->d[0].value, g->d[1].value};
-        if (kl_row_step_check(src, fn, loop, nsrc, nloop, nfn, var, st, both ? -1 : sdim, ext_old, ext_new, why, size)) {
-            free(stext);
-            goto done;
-        }
-    }
-    if (tdim < 0 || tdim > 1) {
-        kl_snprintf(why, size,
-                    "the loop at line %u steps %s by %s from %s, not threadIdx.x or threadIdx.y: whether the block "
-                    "still covers its range cannot be checked",
-                    kl_ast_line(loop), var, st, stext ? stext : "an unknown start");
-        free(stext);
-        goto done;
-    }
-    free(stext);
-    if (both) sdim = tdim;
-    int64_t step_new = ext_new[sdim], step_old = g->d[sdim].value;
-    if (tdim != sdim) {
-        kl_snprintf(why, size,
-                    "the loop at line %u starts at threadIdx.%c but steps by %s, the block's %c extent: it covers its "
-                    "range only while the two extents agree",
-                    kl_ast_line(loop), "xy"[tdim], st, "xy"[sdim]);
-        goto done;
-    }
-    TSNode lb = kl_loop_bound(src, loop, var), nlb = kl_loop_bound(nsrc, nloop, var);
-    char *lbody = kl_node_text(src, ts_node_child_by_field_name(loop, "body", 4));
-    bool sync = lbody && strstr(lbody, "__syncthreads");
-    free(lbody);
-    int64_t bo = 0, bn = 0;
-    bool known = !ts_node_is_null(lb) && !ts_node_is_null(nlb) && kl_const_eval(src, fn, lb, false, &bo, NULL, 0) &&
-                 kl_const_eval(nsrc, nfn, nlb, false, &bn, NULL, 0);
-    char *bt = ts_node_is_null(lb) ? NULL : kl_node_text(src, lb);
-    if (known && step_old > 0 && step_new > 0) {
-        bool even_old = bo % step_old == 0, even_new = bn % step_new == 0;
-        if ((even_old || sync) && !even_new)
-            kl_snprintf(why, size,
-                        "the loop at line %u runs %s / %s times per thread (%lld / %lld); with a %lldx%lld block %lld "
-                        "is not a multiple of %lld and the threads would run it unequally often",
-                        kl_ast_line(loop), bt ? bt : "its bound", st, (long long)bo, (long long)step_old,
-                        (long long)ext_new[0], (long long)ext_new[1], (long long)bn, (long long)step_new);
-    } else if (sync) {
-        kl_snprintf(why, size,
-                    "the loop at line %u holds __syncthreads() and its bound (%s) is not a compile-time constant: "
-                    "every thread must run it equally often",
-                    kl_ast_line(loop), bt ? bt : "none");
-    }
-    free(bt);
-done:
-    free(var);
-    free(st);
-}
-
-/* ---- the 1-D checks: code whose layout follows the thread count ----------------------------------
- * Beyond literals equal to the size (check_group), a 1-D block cannot change where the kernel
- *  - sizes a register array or names a template argument by the block's constant, or by a
- *    constant derived from it (`constexpr int ITEMS = N / THREADS;`): widths that do not follow;
- *  - places data by warp: a warp index (`threadIdx.x / 32`, `>> 5`, `/ warpSize`, or a local
- *    holding one, and what is computed from it) in the address of a pointer parameter — a warp
- *    tiling, whose warps cover the block's tile only at the count they were written for;
- *  - steps a loop by the block's constant (or one derived from it, or blockDim.x) from anything
- *    but the thread index (`for (r = threadIdx.x / 8; r < BM; r += THREADS / 8)`), or from the
- *    thread index over a compile-time range the new count does not divide, with a barrier inside. */
-
-typedef struct warp_vars {
-    const kl_source *src;
-    TSNode body;
-    bs_names ns;          /* locals holding a warp index or derived from one */
-    bool grew;
-} warp_vars;
-
-/* Is e a warp index: threadIdx.x (or a local copy of it) divided by 32 or warpSize, or shifted by 5? */
-static bool warp_index(const kl_source *src, TSNode body, TSNode e)
-{
-    e = kl_ast_unparen(e);
-    if (!is_type(e, "binary_expression")) return false;
-    char *op = kl_node_text(src, ts_node_child_by_field_name(e, "operator", 8));
-    TSNode l = ts_node_child_by_field_name(e, "left", 4), r = kl_ast_unparen(ts_node_child_by_field_name(e, "right", 5));
-    int64_t v = 0;
-    bool div = op && !strcmp(op, "/") &&
-               ((is_type(r, "number_literal") && number_value(src, r, &v) && v == 32) ||
-                kl_node_text_is(src, r, "warpSize"));
-    bool shr = op && !strcmp(op, ">>") && is_type(r, "number_literal") && number_value(src, r, &v) && v == 5;
-    free(op);
-    if (!div && !shr) return false;
-    l = kl_ast_unparen(l);
-    if (is_type(l, "cast_expression")) l = kl_ast_unparen(ts_node_child_by_field_name(l, "value", 5));
-    return thread_dim(src, body, l, 0) == 0;
-}
-
-typedef struct warp_expr_scan {
-    const kl_source *src;
-    TSNode body;
-    const bs_names *ns;
-    bool hit;
-} warp_expr_scan;
-
-static bool find_warp_expr(TSNode n, void *user)
-{
-    warp_expr_scan *w = user;
-    if (w->hit) return false;
-    if (warp_index(w->src, w->body, n)) w->hit = true;
-    else if (is_type(n, "identifier") && w->ns->n) {
-        char *t = kl_node_text(w->src, n);
-        w->hit = t && names_has(w->ns, t);
-        free(t);
-    }
-    return !w->hit;
-}
-
-/* Does n hold a warp index, directly or through a name of ns? */
-static bool holds_warp(const kl_source *src, TSNode body, const bs_names *ns, TSNode n)
-{
-    warp_expr_scan w = {src, body, ns, false};
-    kl_ast_walk(n, find_warp_expr, &w);
-    return w.hit;
-}
-
-static bool collect_warp_vars(TSNode n, void *user)
-{
-    warp_vars *w = user;
-    TSNode nm = {0}, v = {0};
-    if (is_type(n, "init_declarator")) {
-        nm = kl_ast_declarator_name(ts_node_child_by_field_name(n, "declarator", 10));
-        v = ts_node_child_by_field_name(n, "value", 5);
-    } else if (is_type(n, "assignment_expression")) {
-        nm = ts_node_child_by_field_name(n, "left", 4);
-        v = ts_node_child_by_field_name(n, "right", 5);
-    }
-    if (!is_type(nm, "identifier") || ts_node_is_null(v)) return true;
-    char *name = kl_node_text(w->src, nm);
-    if (name && !names_has(&w->ns, name) && holds_warp(w->src, w->body, &w->ns, v)) {
-        names_add(&w->ns, name);
-        w->grew = true;
-    }
-    free(name);
-    return true;
-}
-
-typedef struct addr_scan {
-    const kl_source *src;
-    TSNode body;
-    const bs_names *warps;
-    const bs_names *ptrs;
-    TSNode hit;
-} addr_scan;
-
-/* A subscript of a pointer parameter, or an update of one (`C += …`), whose index holds a warp index. */
-static bool find_warp_addr(TSNode n, void *user)
-{
-    addr_scan *a = user;
-    if (!ts_node_is_null(a->hit)) return false;
-    TSNode base = {0}, idx = {0};
-    if (is_type(n, "subscript_expression")) {
-        base = kl_ast_unparen(ts_node_child_by_field_name(n, "argument", 8));
-        idx = ts_node_child_by_field_name(n, "indices", 7);
-        if (ts_node_is_null(idx)) idx = ts_node_child_by_field_name(n, "index", 5);
-    } else if (is_type(n, "assignment_expression")) {
-        base = kl_ast_unparen(ts_node_child_by_field_name(n, "left", 4));
-        idx = ts_node_child_by_field_name(n, "right", 5);
-    } else if (is_type(n, "binary_expression")) {
-        /* p + i */
-        TSNode l = kl_ast_unparen(ts_node_child_by_field_name(n, "left", 4));
-        if (is_type(l, "identifier")) base = l, idx = ts_node_child_by_field_name(n, "right", 5);
-    }
-    if (!is_type(base, "identifier") || ts_node_is_null(idx)) return true;
-    char *t = kl_node_text(a->src, base);
-    bool ptr = t && names_has(a->ptrs, t);
-    free(t);
-    if (ptr && holds_warp(a->src, a->body, a->warps, idx)) a->hit = n;
-    return true;
-}
-
-/* The pointer parameters of fn, by name. */
-static void pointer_params(const kl_source *src, TSNode fn, bs_names *ns)
-{
-    TSNode ps = kl_ast_function_params(fn);
-    uint32_t c = ts_node_named_child_count(ps);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode pd = ts_node_named_child(ps, i);
-        TSNode d = ts_node_child_by_field_name(pd, "declarator", 10);
-        bool ptr = false;
-        for (TSNode x = d; !ts_node_is_null(x); x = ts_node_child_by_field_name(x, "declarator", 10))
-            if (is_type(x, "pointer_declarator") || is_type(x, "array_declarator")) ptr = true;
-        TSNode nm = kl_ast_declarator_name(d);
-        char *t = ptr && !ts_node_is_null(nm) ? kl_node_text(src, nm) : NULL;
-        if (t) names_add(ns, t);
-        free(t);
-    }
-}
-
-static bool has_barrier(const kl_source *src, TSNode n)
-{
-    char *t = kl_node_text(src, n);
-    bool yes = t && strstr(t, "__syncthreads");
-    free(t);
-    return yes;
-}
-
-/* A loop stepping by the thread count: see the rules above. */
-static void check_loop_1d(const kl_source *src, TSNode fn, TSNode loop, const bs_names *ns, int64_t old, int64_t nb,
-                          char *why, size_t size)
-{
-    TSNode up = kl_ast_unparen(ts_node_child_by_field_name(loop, "update", 6));
-    if (!is_type(up, "assignment_expression") ||
-        !kl_node_text_is(src, ts_node_child_by_field_name(up, "operator", 8), "+="))
-        return;
-    TSNode step = kl_ast_unparen(ts_node_child_by_field_name(up, "right", 5));
-    char *st = kl_node_text(src, step);
-    bool by_block = st && (!strcmp(st, "blockDim.x") || (is_type(step, "identifier") && names_has(ns, st)) ||
-                           (ns->n && names_in_text(ns, st)));
-    char *var = kl_node_text(src, ts_node_child_by_field_name(up, "left", 4));
-    if (!by_block || !var) goto done;
-    TSNode body = kl_ast_function_body(fn);
-    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
-    if (is_type(init, "declaration")) {
-        TSNode d = ts_node_named_child(init, ts_node_named_child_count(init) - 1);
-        start = ts_node_child_by_field_name(d, "value", 5);
-    } else if (is_type(init, "assignment_expression")) {
-        start = ts_node_child_by_field_name(init, "right", 5);
-    }
-    if (ts_node_is_null(start) && ts_node_is_null(init)) {
-        /* `for (; …)`: the variable's initializer before the loop */
-        decl_find f = {.src = src, .name = var};
-        kl_ast_walk(body, find_local_init, &f);
-        start = f.value;
-    }
-    bool from_tid = !ts_node_is_null(start) && thread_dim(src, body, start, 0) == 0;
-    if (!from_tid && !ts_node_is_null(start)) {
-        /* `blockIdx.x * THREADS + threadIdx.x`: consecutive threads start on consecutive elements */
-        kl_affine_ctx *ax = NULL;
-        kl_affine af = {0};
-        int64_t k = 0;
-        if (kl_affine_ctx_new(src, fn, &ax, NULL) == KL_OK && kl_affine_of(ax, start, &af) == KL_OK)
-            from_tid = af.ok && kl_affine_coef_int(&af, "threadIdx.x", &k) && k == 1;
-        kl_affine_release(&af);
-        kl_affine_ctx_free(ax);
-    }
-    if (!from_tid) {
-        char *t = kl_node_text(src, start);
-        kl_snprintf(why, size,
-                    "the loop at line %u steps %s by %s from %s, not from threadIdx.x: the rows each thread covers "
-                    "are laid out for %lld threads",
-                    kl_ast_line(loop), var, st, t ? t : "?", (long long)old);
-        free(t);
-        goto done;
-    }
-    TSNode bound = kl_loop_bound(src, loop, var);
-    int64_t b = 0;
-    if (!ts_node_is_null(bound) && kl_const_eval(src, fn, bound, false, &b, NULL, 0) && b % old == 0 && b % nb != 0 &&
-        has_barrier(src, ts_node_child_by_field_name(loop, "body", 4)))
-        kl_snprintf(why, size,
-                    "the loop at line %u over %s < %lld holds __syncthreads(): with %lld threads some would run it "
-                    "once more than others",
-                    kl_ast_line(loop), var, (long long)b, (long long)nb);
-done:
-    free(st);
-    free(var);
-}
-
-static void depends_1d(const kl_source *src, TSNode fn, const bs_group *g, int64_t nb, char *why, size_t size)
-{
-    TSNode body = kl_ast_function_body(fn);
-    bs_names ns;
-    memset(&ns, 0, sizeof ns);
-    if (g->name[0]) {
-        names_add(&ns, g->name);
-        names_close(src, kl_source_root(src), &ns);
-        names_close(src, body, &ns);
-    }
-    /* widths */
-    if (ns.n) {
-        width_scan w = {src, &ns, {{0}, 0, 0}, "", NULL};
-        kl_ast_walk(body, find_width, &w);
-        if (!ts_node_is_null(w.hit)) {
-            kl_snprintf(why, size, "%s %s at line %u: a width that does not follow the block size", w.name, w.what,
-                        kl_ast_line(w.hit));
-            return;
-        }
-    }
-    /* warp tiling */
-    warp_vars wv;
-    memset(&wv, 0, sizeof wv);
-    wv.src = src;
-    wv.body = body;
-    for (int round = 0; round < 8; round++) {
-        wv.grew = false;
-        kl_ast_walk(body, collect_warp_vars, &wv);
-        if (!wv.grew) break;
-    }
-    bs_names ptrs;
-    memset(&ptrs, 0, sizeof ptrs);
-    pointer_params(src, fn, &ptrs);
-    addr_scan as = {src, body, &wv.ns, &ptrs, {{0}, 0, 0}};
-    if (ptrs.n) kl_ast_walk(body, find_warp_addr, &as);
-    if (!ts_node_is_null(as.hit)) {
-        kl_snprintf(why, size,
-                    "the address at line %u is placed by the warp index (a warp tiling of the block's %lld threads): "
-                    "its warps cover the tile only at that count",
-                    kl_ast_line(as.hit), (long long)g->value);
-        return;
-    }
-    /* loops stepping by the thread count */
-    node_list loops = {0};
-    kl_ast_walk(body, collect_for, &loops);
-    for (unsigned i = 0; i < loops.n && !why[0]; i++) check_loop_1d(src, fn, loops.v[i], &ns, g->value, nb, why, size);
-    free(loops.v);
-}
-
-/* The kernels named `kernel` in a file (templates included), up to max. */
-static unsigned kernels_named(const kl_source *src, const char *kernel, TSNode *out, unsigned max)
-{
-    TSNode fns[256];
-    unsigned nf = kl_ast_functions(src, "__global__", fns, 256), n = 0;
-    if (nf > 256) nf = 256;
-    for (unsigned f = 0; f < nf; f++) {
-        char *name = kl_ast_function_name(src, fns[f]);
-        if (name && !strcmp(name, kernel) && n < max) out[n++] = fns[f];
-        free(name);
-    }
-    return n;
-}
-
-/* After the change: the loops of each launched kernel, old against new. */
-static kl_status check_loops(bs_state *s, const bs_group2 *g, const kl_edits *e, const int64_t ext_new[2], char *why,
-                             size_t size)
-{
-    const kl_source *src = s->ctx->src;
-    char *text = NULL;
-    kl_error err = {0};
-    kl_status st = kl_edits_apply(e, s->ctx->text, s->ctx->len, &text, &err);
-    if (st != KL_OK) {
-        if (st != KL_ERR_NOMEM) kl_snprintf(why, size, "the change does not apply: %s", err.message);
-        return st == KL_ERR_NOMEM ? st : KL_OK;
-    }
-    kl_source *nsrc = NULL;
-    st = kl_source_parse_text("block-size", text, strlen(text), &nsrc, &err);
-    free(text);
-    if (st != KL_OK) {
-        if (st != KL_ERR_NOMEM) kl_snprintf(why, size, "the changed file does not parse: %s", err.message);
-        return st == KL_ERR_NOMEM ? st : KL_OK;
-    }
-    for (unsigned k = 0; k < g->nlaunch && !why[0]; k++) {
-        const char *kernel = s->ls.items[g->launches[k]].kernel;
-        bool seen = false;
-        for (unsigned j = 0; j < k; j++) seen |= !strcmp(s->ls.items[g->launches[j]].kernel, kernel);
-        if (seen) continue;
-        TSNode of[8], nf[8];
-        unsigned no = kernels_named(src, kernel, of, 8), nn = kernels_named(nsrc, kernel, nf, 8);
-        if (no != nn) {
-            kl_snprintf(why, size, "the changed file does not define %s as the original does", kernel);
-            break;
-        }
-        for (unsigned f = 0; f < no && !why[0]; f++) {
-            node_list lo = {0}, ln = {0};
-            kl_ast_walk(kl_ast_function_body(of[f]), collect_for, &lo);
-            kl_ast_walk(kl_ast_function_body(nf[f]), collect_for, &ln);
-            if (lo.oom || ln.oom) st = KL_ERR_NOMEM;
-            else if (lo.n != ln.n)
-                kl_snprintf(why, size, "the changed %s does not have the loops of the original", kernel);
-            for (unsigned i = 0; st == KL_OK && !why[0] && i < lo.n; i++)
-                check_loop(src, of[f], lo.v[i], nsrc, nf[f], ln.v[i], g, ext_new, why, size);
-            free(lo.v);
-            free(ln.v);
-        }
-    }
-    kl_source_free(nsrc);
-    return st;
-}
-
-/* The grid's extents list (dim3(gx, gy) or a local `dim3 grid(gx, gy)`), or null. */
 static TSNode grid_extents(const kl_source *src, const kl_launch_site *l)
 {
     TSNode g = kl_ast_unparen(grid_expr(src, l));
@@ -1415,15 +784,15 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
     bs_names *ns = calloc(1, sizeof *ns);
     if (!ns) return KL_ERR_NOMEM;
     for (int k = 0; k < 2; k++) /* a local of the host is seen by no kernel */
-        if (ts_node_is_null(kl_ast_enclosing_function(g->d[k].def))) names_add(ns, g->d[k].name);
-    names_close(src, kl_source_root(src), ns);
+        if (ts_node_is_null(kl_ast_enclosing_function(g->d[k].def))) block_size__names_add(ns, g->d[k].name);
+    block_size__names_close(src, kl_source_root(src), ns);
     kl_edits e = {0};
     kl_status st = KL_OK;
     const int64_t X = g->d[0].value, Y = g->d[1].value;
     for (unsigned k = 0; k < g->nlaunch && !why[0] && st == KL_OK; k++) {
         const kl_launch_site *l = &s->ls.items[g->launches[k]];
         TSNode fns[8];
-        unsigned nf = kernels_named(src, l->kernel, fns, 8);
+        unsigned nf = block_size__kernels_named(src, l->kernel, fns, 8);
         for (unsigned f = 0; f < nf && !why[0]; f++) {
             TSNode body = kl_ast_function_body(fns[f]);
             /* literals of the old extents (16 and up: smaller ones are vector widths and the like) */
@@ -1460,9 +829,9 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
                 break;
             }
             *local = *ns;
-            names_close(src, body, local);
-            width_scan wd = {.src = src, .ns = local};
-            kl_ast_walk(body, find_width, &wd);
+            block_size__names_close(src, body, local);
+            bs_width_scan wd = {.src = src, .ns = local};
+            kl_ast_walk(body, block_size__find_width, &wd);
             if (!ts_node_is_null(wd.hit))
                 kl_snprintf(why, size, "%s %s at line %u of %s: a width that cannot follow the block", wd.name,
                             wd.what, kl_ast_line(wd.hit), l->kernel);
@@ -1476,7 +845,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
     if (nf > 256) nf = 256;
     for (unsigned f = 0; f < nf && !why[0] && st == KL_OK; f++) {
         char name[128];
-        if (!names_in(src, ns, fns[f], name, sizeof name)) continue;
+        if (!block_size__names_in(src, ns, fns[f], name, sizeof name)) continue;
         char *fname = kl_ast_function_name(src, fns[f]);
         for (unsigned i = 0; fname && i < s->ls.count && !why[0]; i++)
             if (!strcmp(s->ls.items[i].kernel, fname) && !in_group2(g, i))
@@ -1491,7 +860,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
         TSNode parts[3] = {ts_node_is_null(list) ? l->block : list, grid_expr(src, l), l->smem};
         for (int p = 0; p < 3 && !why[0]; p++) {
             char name[128];
-            if (!ts_node_is_null(parts[p]) && names_in(src, ns, parts[p], name, sizeof name))
+            if (!ts_node_is_null(parts[p]) && block_size__names_in(src, ns, parts[p], name, sizeof name))
                 kl_snprintf(why, size, "the launch of %s at line %u also uses %s", l->kernel, kl_ast_line(l->call), name);
         }
     }
@@ -1508,7 +877,7 @@ static kl_status check_group2(bs_state *s, const bs_group2 *g, int64_t nx, int64
         if (k == 1 && g->d[0].name[0] && !strcmp(g->d[0].name, g->d[1].name)) continue;
         st = value_edit(s->ctx, g->d[k].val_start, g->d[k].val_end, ext_new[k], &e);
     }
-    if (!why[0] && st == KL_OK) st = check_loops(s, g, &e, ext_new, why, size);
+    if (!why[0] && st == KL_OK) st = block_size__check_loops(s, g, &e, ext_new, why, size);
     for (unsigned k = 0; out && !why[0] && st == KL_OK && k < e.count; k++)
         st = kl_edits_add(out, e.items[k].start, e.items[k].end, e.items[k].text);
     kl_edits_release(&e);
@@ -1537,13 +906,13 @@ static kl_status add_launch(bs_state *s, unsigned i)
         kl_snprintf(g.why, sizeof g.why, "the block size at line %u is not a compile-time constant: %s",
                     kl_ast_line(l->call), why);
         g.def = l->call;
-    } else if (is_type(e, "number_literal")) {
+    } else if (rt_is(e, "number_literal")) {
         kl_site_id(g.id, sizeof g.id, l->kernel, l->call, NULL);
         g.value = v;
         g.def = e;
         g.val_start = ts_node_start_byte(e);
         g.val_end = ts_node_end_byte(e);
-    } else if (is_type(e, "identifier") || is_type(e, "type_identifier")) {
+    } else if (rt_is(e, "identifier") || rt_is(e, "type_identifier")) {
         char *name = kl_node_text(src, e);
         if (!name) return KL_ERR_NOMEM;
         g.value = v;
@@ -1561,7 +930,7 @@ static kl_status add_launch(bs_state *s, unsigned i)
                 g.val_start = ts_node_start_byte(value);
                 g.val_end = ts_node_end_byte(value);
             }
-            if (ts_node_is_null(value) || is_type(value, "argument_list") || is_type(value, "parameter_list"))
+            if (ts_node_is_null(value) || rt_is(value, "argument_list") || rt_is(value, "parameter_list"))
                 kl_snprintf(g.why, sizeof g.why, "%s (line %u) has no initializer to change", name, kl_ast_line(decl));
         } else if (find_define(src, name, &decl, &value)) {
             g.def = decl;
@@ -1583,7 +952,7 @@ static kl_status add_launch(bs_state *s, unsigned i)
                     kl_ast_line(l->call), t ? t : "");
         free(t);
     }
-    if (!g.why[0] && g.name[0] && derived(s->ctx->text, g.val_start, g.val_end))
+    if (!g.why[0] && g.name[0] && block_size__derived(s->ctx->text, g.val_start, g.val_end))
         kl_snprintf(g.why, sizeof g.why, "%s is derived from other constants (%.*s): the tiling that defines it would have to change",
                     g.name, (int)(g.val_end - g.val_start), s->ctx->text + g.val_start);
     if (!g.why[0] && (g.value <= 0 || g.value > 1024))

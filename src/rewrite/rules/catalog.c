@@ -444,13 +444,43 @@ static kl_status site_tries(const kl_rule *r, const kl_site *s, unsigned max_swe
     return st;
 }
 
+/* The transforms the catalog removes but does not write (their apply is NULL), and why. */
+static const struct {
+    const kl_rule *rule;
+    const char *why;
+} no_writers[] = {
+    {&kl_rule_interior_path,
+     "a path without tests needs the tests that hold for every interior block, a range analysis the "
+     "catalog does not have"},
+    {&kl_rule_const_mem,
+     "a __constant__ array needs a compile-time size covering every index the kernels read, a range "
+     "analysis the catalog does not have"},
+    {&kl_rule_wgmma,
+     "wgmma needs its tiles in a descriptor's canonical layout, and the mma.sync form's tiles are laid out for ldmatrix"},
+    {&kl_rule_two_pass,
+     "a second pass needs a place to write one slot per block and a second launch, which the catalog does not add"},
+    {&kl_rule_accumulators,
+     "several partial sums need a loop to split by a count the catalog does not choose"},
+    {&kl_rule_coarsen,
+     "several elements per thread need a grid divided by a count the catalog does not choose"},
+};
+
+const char *kl_rule_no_writer(const kl_rule *rule)
+{
+    for (size_t i = 0; i < sizeof no_writers / sizeof no_writers[0]; i++)
+        if (no_writers[i].rule == rule) return no_writers[i].why;
+    return rule && !rule->apply ? "the catalog has no writer for it" : NULL;
+}
+
 /* The edits of a site (on ctx's text): KL_ERR_NOT_APPLICABLE when there are none. */
 static kl_status site_edits(const kl_rule *rule, const kl_rule_ctx *ctx, const kl_site *site, const json_t *params,
                             kl_edits *ed, kl_error *err)
 {
     memset(ed, 0, sizeof *ed);
     kl_status st = site->dir == KL_SITE_PRESENT ? rule->remove(ctx, site, ed, err)
-                                                 : rule->apply(ctx, site, params, ed, err);
+                   : rule->apply                 ? rule->apply(ctx, site, params, ed, err)
+                                                 : kl_rule_not_applicable(err, "%s at %s: there is no writer (%s)", rule->name,
+                                                                          site->id, kl_rule_no_writer(rule));
     if (st == KL_OK && ed->count == 0) st = kl_rule_not_applicable(err, "%s at %s changes nothing", rule->name, site->id);
     if (st != KL_OK) kl_edits_release(ed);
     return st;
@@ -1004,6 +1034,7 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
     view v = {0};
     json_t *card = NULL, *rejected = NULL, *card_params = NULL, *by_transform = NULL;
     const char *want = req->kind == KL_REQ_APPLY ? req->transform : NULL;
+    unsigned sites_seen = 0; /* sites in the request's direction */
     kl_status st = KL_OK;
     if (!req->source) return kl_error_set(err, KL_ERR_INVALID, "rules: the request has no source");
     const char *name = req->source_name ? req->source_name : "<source>";
@@ -1028,6 +1059,15 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
         st = kl_candidates_reject(out, want, "", "not applicable: the rules catalog has no transform of this name");
         goto cleanup;
     }
+    if (want && req->kind == KL_REQ_APPLY && !kl_rule_find(want)->apply) {
+        /* a transform the catalog takes apart but does not write (docs/rules.md) */
+        char why[400];
+        kl_snprintf(why, sizeof why,
+                    "not applicable: the rules catalog removes this transform but does not apply it (%s)",
+                    kl_rule_no_writer(kl_rule_find(want)));
+        st = kl_candidates_reject(out, want, "", why);
+        goto cleanup;
+    }
     if (req->rejected_json) rejected = json_loads(req->rejected_json, 0, NULL);
     size_t len = strlen(req->source);
     st = view_open(name, req->source, len, req->task, &v, err);
@@ -1047,6 +1087,7 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
             const kl_site *s = canonical_only ? &sp.c.items[k - sp.o.count] : &sp.o.items[k];
             if (canonical_only && kl_sites_find(&sp.o, s->id, s->dir)) continue;
             if (req->kind == KL_REQ_SIMPLIFY ? s->dir != KL_SITE_PRESENT : s->dir != KL_SITE_APPLICABLE) continue;
+            sites_seen++;
             if (req->kind == KL_REQ_SIMPLIFY) {
                 out->present++;
                 if (!by_transform) by_transform = json_object();
@@ -1125,6 +1166,8 @@ static kl_status rules_propose(void *state, const kl_rewrite_request *req, kl_ca
         if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
         if (st != KL_OK) goto cleanup;
     }
+    if (st == KL_OK && want && req->kind == KL_REQ_APPLY && !sites_seen)
+        st = kl_candidates_reject(out, want, "", "not applicable: no site in the kernel where the rules apply it");
 cleanup:
     if (st == KL_OK && by_transform) {
         out->present_by_transform = json_dumps(by_transform, JSON_COMPACT | JSON_SORT_KEYS);

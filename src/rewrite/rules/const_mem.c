@@ -437,15 +437,6 @@ done:
     return st;
 }
 
-static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
-{
-    (void)ctx, (void)params, (void)out;
-    return kl_rule_not_applicable(err,
-                                  "const-mem at %s: there is no writer (a __constant__ array needs a compile-time size "
-                                  "covering every index the kernels read, a range analysis the catalog does not have)",
-                                  site->id);
-}
-
 const kl_rule kl_rule_const_mem = {
     NAME,
     "read small read-only data (filter weights) from __constant__ memory, copied there by the host before the launch",
@@ -453,5 +444,5 @@ const kl_rule kl_rule_const_mem = {
     0,
     find,
     remove_site,
-    apply,
+    NULL,
 };

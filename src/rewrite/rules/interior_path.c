@@ -873,15 +873,6 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     return KL_OK;
 }
 
-static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
-{
-    (void)ctx, (void)params, (void)out;
-    return kl_rule_not_applicable(err,
-                                  "interior-path at %s: there is no writer (a path without tests needs the tests that hold "
-                                  "for every interior block, a range analysis the catalog does not have)",
-                                  site->id);
-}
-
 const kl_rule kl_rule_interior_path = {
     NAME,
     "blocks whose neighbourhood lies inside the data take a path without bounds tests; the others the tested one",
@@ -889,5 +880,5 @@ const kl_rule kl_rule_interior_path = {
     0,
     find,
     remove_site,
-    apply,
+    NULL,
 };

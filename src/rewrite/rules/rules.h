@@ -124,6 +124,10 @@ extern const kl_rule_presets kl_presets_smem_tile;    /* smem_tile.c */
 extern const kl_rule_presets kl_presets_register_tile; /* register_tile.c */
 extern const kl_rule_presets kl_presets_row_parallel; /* row_parallel.c */
 
+/* A transform the catalog removes but does not write has no apply (NULL): what a writer would need
+ * that the catalog does not have (catalog.c, a table beside the rules like the presets'). */
+const char *kl_rule_no_writer(const kl_rule *rule);
+
 /* The presets of a transform (catalog.c); NULL when it has none. */
 const kl_rule_presets *kl_rule_presets_of(const kl_rule *rule);
 /* A preset's parameters as a JSON object of strings (new reference); NULL with the reason in err

@@ -554,15 +554,9 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     return st;
 }
 
-static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
-{
-    (void)ctx, (void)params, (void)out;
-    return kl_rule_not_applicable(err, "two-pass is removed only: %s has no place to write a second pass", site->id);
-}
-
 const kl_rule kl_rule_two_pass = {
     "two-pass",
     "a sum finished in two launches (one slot per block, a second kernel adding the slots) <- one accumulator "
     "every block adds to",
-    NULL, 0, find, remove_site, apply,
+    NULL, 0, find, remove_site, NULL,
 };

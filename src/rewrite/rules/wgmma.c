@@ -589,16 +589,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     return j.st;
 }
 
-static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
-{
-    (void)ctx, (void)params, (void)out;
-    return kl_rule_not_applicable(err,
-                                  "wgmma at %s: there is no writer (wgmma needs its tiles in a descriptor's canonical "
-                                  "layout, and the mma.sync form's tiles are laid out for ldmatrix)",
-                                  site->id);
-}
-
 const kl_rule kl_rule_wgmma = {
     "wgmma", "multiply a warpgroup's tile with wgmma.mma_async on shared-memory descriptors (sm_90a)",
-    NULL, 0, find, remove_site, apply,
+    NULL, 0, find, remove_site, NULL,
 };

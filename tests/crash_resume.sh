@@ -40,13 +40,22 @@ fi
 
 fresh_store() { rm -f "$1" "$1-wal" "$1-shm" "$1-journal"; }
 
-# check_store DB: integrity_check says ok, and every document is JSON
+# check_store DB: integrity_check says ok, and every document is JSON. Checked on a copy (the store
+# with its -wal/-journal files), opened read-write as the resumed run opens it: a kill in the first
+# moments can leave a hot journal or a WAL without its index, which SQLite recovers on a writable
+# open and refuses on a read-only one ("attempt to write a readonly database"); the copy keeps the
+# store itself as the kill left it for the resume.
 check_store() {
     python3 - "$1" <<'PY'
-import json, sqlite3, sys
+import json, os, shutil, sqlite3, sys, tempfile
 path = sys.argv[1]
+tmp = tempfile.mkdtemp(prefix="klineage-check-")
+copy = os.path.join(tmp, "store.db")
+for ext in ("", "-wal", "-journal"):
+    if os.path.exists(path + ext):
+        shutil.copyfile(path + ext, copy + ext)
 try:
-    db = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    db = sqlite3.connect(copy)
 except Exception as e:
     print("cannot open the store: %s" % e); sys.exit(1)
 try:
@@ -62,6 +71,8 @@ if "documents" in tables:
             json.loads(text)
         except Exception as e:
             print("%s/%s is not JSON: %s" % (kind, key, e)); sys.exit(1)
+db.close()
+shutil.rmtree(tmp, ignore_errors=True)
 PY
 }
 

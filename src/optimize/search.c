@@ -1123,7 +1123,8 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
 static bool final_slower(const json_t *f)
 {
     const json_t *j = json_object_get(f, "judgement");
-    return json_is_true(json_object_get(j, "pass")) && json_number_value(json_object_get(j, "speedup")) < 1.0;
+    double g = json_number_value(json_object_get(j, "speedup"));
+    return json_is_true(json_object_get(j, "pass")) && g > 0 && g < 1.0; /* 0 or less: not timed */
 }
 
 static void return_start_slower(run *r, const json_t *f)

@@ -61,17 +61,6 @@ TSNode row_parallel__cond_expr(TSNode n)
 
 bool row_parallel__op_is(const kl_rule_ctx *ctx, TSNode n, const char *op) { return rt_text_is(ctx, rt_field(n, "operator"), op); }
 
-/* The last statement of a compound body that is not a comment (a while loop's update), or null. */
-TSNode row_parallel__last_stmt(TSNode body)
-{
-    if (!rt_is(body, "compound_statement")) return row_parallel__null;
-    for (uint32_t i = ts_node_named_child_count(body); i-- > 0;) {
-        TSNode k = ts_node_named_child(body, i);
-        if (!rt_is(k, "comment")) return k;
-    }
-    return row_parallel__null;
-}
-
 /* The expression of `X;`, or a null node. */
 TSNode row_parallel__stmt_expr(TSNode st)
 {

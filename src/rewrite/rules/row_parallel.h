@@ -98,8 +98,6 @@ bool row_parallel__why(char *why, size_t size, const char *fmt, ...) __attribute
 /* A condition without its clause and parentheses. */
 TSNode row_parallel__cond_expr(TSNode n);
 bool row_parallel__op_is(const kl_rule_ctx *ctx, TSNode n, const char *op);
-/* The last statement of a compound body that is not a comment (a while loop's update), or null. */
-TSNode row_parallel__last_stmt(TSNode body);
 /* The expression of `X;`, or a null node. */
 TSNode row_parallel__stmt_expr(TSNode st);
 /* `v++`, `++v`, `v += K` (*step = K's node, else null): does n increment identifier v? */

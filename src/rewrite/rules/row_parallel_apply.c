@@ -75,7 +75,8 @@ static bool plain_loop(const kl_rule_ctx *ctx, TSNode st, rp_loop *L, rp_row *r)
         cond = row_parallel__cond_expr(rt_field(st, "condition"));
         if (rt_is(cond, "binary_expression")) rt_text_copy(ctx, rt_field(cond, "left"), L->var, sizeof L->var);
         L->start = row_parallel__decl_value_of(ctx, rt_prev_stmt(st), L->var);
-        L->update = row_parallel__last_stmt(rt_field(st, "body"));
+        TSNode body = rt_field(st, "body");
+        L->update = rt_is(body, "compound_statement") ? rt_last_stmt(body) : row_parallel__null;
         if (ts_node_is_null(L->start))
             return row_parallel__why(r->why, sizeof r->why, "the while loop at line %u is not preceded by the declaration of its variable", kl_ast_line(st));
     } else {

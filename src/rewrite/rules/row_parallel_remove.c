@@ -74,7 +74,7 @@ static bool strided_loop(const kl_rule_ctx *ctx, const rp_present *p, TSNode st,
         L->start = row_parallel__decl_value_of(ctx, L->while_decl, var);
         TSNode body = rt_field(st, "body");
         if (!rt_is(body, "compound_statement") || ts_node_is_null(L->start)) return false;
-        L->update = row_parallel__last_stmt(body);
+        L->update = rt_last_stmt(body);
         upd = row_parallel__stmt_expr(L->update);
         L->is_while = true;
     } else {

@@ -251,16 +251,17 @@ unsigned rt_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name)
     return c.n;
 }
 
-uint32_t rt_line_start(const kl_rule_ctx *ctx, uint32_t off)
-{
-    while (off > 0 && ctx->text[off - 1] != '\n') off--;
-    return off;
-}
+uint32_t rt_line_start(const kl_rule_ctx *ctx, uint32_t off) { return kl_ast_line_start(ctx->text, off); }
 
-uint32_t rt_line_end(const kl_rule_ctx *ctx, uint32_t off)
+uint32_t rt_line_end(const kl_rule_ctx *ctx, uint32_t off) { return kl_ast_line_end(ctx->text, ctx->len, off); }
+
+TSNode rt_last_stmt(TSNode n)
 {
-    while (off < ctx->len && ctx->text[off] != '\n') off++;
-    return off < ctx->len ? off + 1 : off;
+    for (uint32_t i = ts_node_named_child_count(n); i-- > 0;) {
+        TSNode k = ts_node_named_child(n, i);
+        if (!rt_is(k, "comment")) return k;
+    }
+    return (TSNode){0};
 }
 
 void rt_indent_of(const kl_rule_ctx *ctx, uint32_t off, char *ind, size_t size)

@@ -43,6 +43,8 @@ bool rt_text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);
 bool rt_same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b);
 /* e inside its parentheses and condition clauses (`if (c)`'s `(c)`). */
 TSNode rt_unparen_cond(TSNode e);
+/* The last named child of n that is not a comment (a block's last statement); a null node when none. */
+TSNode rt_last_stmt(TSNode n);
 /* The identifier that a declarator declares (through pointer/array/init/reference
  * declarators); a null node when none. */
 TSNode rt_declarator_name(TSNode decl);

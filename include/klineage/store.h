@@ -71,12 +71,4 @@ void kl_store_import_stats_get(const kl_store *store, kl_store_import_stats *out
 #ifdef __cplusplus
 }
 #endif
-/* Templates of imported stores (a test suite's many fresh stores, docs/store.md): the file a copy
- * of a store that holds the archive at archive_path whole, and nothing else, has in `dir`, named
- * for the archive's fingerprint (path, device, inode, size, times) and the store's schema; false
- * when the archive has no fingerprint (not a regular file, or written within the last second). */
-bool kl_store_template_path(const char *archive_path, const char *dir, char *out, size_t size);
-/* A copy of the store's database at path (VACUUM INTO a temporary file, renamed into place). */
-kl_status kl_store_snapshot(kl_store *store, const char *path, kl_error *err);
-
 #endif

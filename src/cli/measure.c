@@ -1,6 +1,5 @@
 /* --measure live|replay|record for the subcommands: store, archive, and the replay prefix. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,33 +61,6 @@ static char *repo_root(const char *start)
     }
     free(dir);
     return NULL;
-}
-
-/* Smaller archives import as fast as a template is copied. */
-#define TEMPLATE_MIN (4u << 20)
-
-/* A template's file as a fresh store (best effort: a store that could not be copied is imported).
- * Written beside it and renamed into place; not synced: a test's store is thrown away. */
-static void copy_template(const char *from, const char *to)
-{
-    char tmp[4200];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.%ld.tmp", to, (long)getpid()) >= sizeof tmp) return;
-    int in = open(from, O_RDONLY | O_CLOEXEC), out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    bool ok = in >= 0 && out >= 0;
-    static char buf[1 << 20];
-    for (ssize_t n; ok && (n = read(in, buf, sizeof buf)) != 0;) {
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            ok = false;
-            break;
-        }
-        for (ssize_t done = 0, w; ok && done < n; done += w)
-            if ((w = write(out, buf + done, (size_t)(n - done))) < 0 && errno != EINTR) ok = false;
-            else if (w < 0) w = 0;
-    }
-    if (in >= 0) close(in);
-    if (out >= 0 && close(out) != 0) ok = false;
-    if (!(ok && rename(tmp, to) == 0)) unlink(tmp);
 }
 
 static char *find_archive(const cli_measure *m, const char *task_dir)
@@ -189,22 +161,6 @@ int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
                  m->replay ? "replay" : "record");
         m->replay = false;
     }
-    /* A fresh store and a template of it (KLINEAGE_STORE_TEMPLATES: the test suite's many fresh
-     * stores, docs/store.md): the template's file is the store, and its import is skipped by the
-     * fingerprint it holds; without one, the import below leaves one. */
-    char tpl[4096];
-    const char *tdir = getenv("KLINEAGE_STORE_TEMPLATES");
-    bool templated = false;
-    if (tdir && *tdir && cli->measure != KL_MEASURE_LIVE && !cli->stand_in && cli->db_path &&
-        strcmp(cli->db_path, ":memory:") && access(cli->db_path, F_OK) != 0) {
-        m->archive = find_archive(m, task_dir);
-        struct stat ast;
-        templated = m->archive && stat(m->archive, &ast) == 0 && ast.st_size >= (off_t)TEMPLATE_MIN &&
-                    kl_store_template_path(m->archive, tdir, tpl, sizeof tpl);
-        if (templated && access(tpl, R_OK) == 0) copy_template(tpl, cli->db_path);
-        free(m->archive);
-        m->archive = NULL;
-    }
     if (kl_store_open(cli->db_path, &m->store, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
     if (cli->measure == KL_MEASURE_LIVE || cli->stand_in) return KL_EXIT_OK;
     m->archive = find_archive(m, task_dir);
@@ -219,10 +175,6 @@ int cli_measure_open(const kl_cli *cli, cli_measure *m, const char *task_dir)
     }
     unsigned count = 0;
     if (kl_store_import(m->store, m->archive, &count, &err) != KL_OK) return cli_measure_error(m, "%s", err.message);
-    if (templated && access(tpl, F_OK) != 0) {
-        kl_error ignore = {0};
-        (void)kl_store_snapshot(m->store, tpl, &ignore); /* best effort: the next fresh store imports again */
-    }
     if (m->replay) {
         cli_note(cli, "%sserving %u recorded document%s from %s; no figure below was measured now\n", REPLAY_PREFIX,
                  count, count == 1 ? "" : "s", m->archive);

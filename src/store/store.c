@@ -655,40 +655,6 @@ done:
     free(counts_text);
 }
 
-bool kl_store_template_path(const char *archive_path, const char *dir, char *out, size_t size)
-{
-    archive_fp fp;
-    fingerprint_take(archive_path, &fp);
-    char id[PATH_MAX + 256], hex[KL_HASH_HEX];
-    bool ok = fp.ok && !fp.racy && dir && *dir &&
-              kl_snprintf(id, sizeof id, "%s\n%s\nschema %d", fp.path, fp.file, SCHEMA_VERSION);
-    if (ok) {
-        kl_hash_hex(id, strlen(id), hex);
-        ok = kl_snprintf(out, size, "%s/store-%.24s.db", dir, hex);
-    }
-    fingerprint_release(&fp);
-    return ok;
-}
-
-kl_status kl_store_snapshot(kl_store *s, const char *path, kl_error *err)
-{
-    char tmp[PATH_MAX + 64];
-    if (!kl_snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()))
-        return kl_error_set(err, KL_ERR_INVALID, "%s: the path is too long", path);
-    unlink(tmp);
-    sqlite3_stmt *q = NULL;
-    kl_status st = prepare(s, "VACUUM INTO ?1", &q, err);
-    if (st == KL_OK) {
-        sqlite3_bind_text(q, 1, tmp, -1, SQLITE_STATIC);
-        if (sqlite3_step(q) != SQLITE_DONE) st = db_error(s, err, "writing a copy of the store");
-        sqlite3_finalize(q);
-    }
-    if (st == KL_OK && rename(tmp, path) != 0)
-        st = kl_error_set(err, KL_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
-    if (st != KL_OK) unlink(tmp);
-    return st;
-}
-
 /* One more line of this kind. False when out of memory. */
 static bool count_kind(json_t *counts, const char *kind)
 {

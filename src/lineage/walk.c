@@ -1258,7 +1258,7 @@ void kl_lineage_recorded_options(const char *doc_json, unsigned *probes, double 
             *bisect = n < 0 ? 0 : n > 16 ? 16 : (unsigned)n;
         } else {
             unsigned n = bisect_shown(doc);
-            if (n) *bisect = n;
+            if (n) *bisect = n > 16 ? 16 : n; /* the most --bisect takes */
         }
     }
     if (json_is_integer(json_object_get(o, "probes")) && json_is_number(json_object_get(o, "probe_min_gain"))) {

@@ -1139,18 +1139,24 @@ static void return_start_slower(run *r, const json_t *f)
     json_object_set_new(r->doc, "final_note", json_string(note));
 }
 
+/* A final among `finals` (of `version`, or any when it is negative) that was slower than the
+ * start: the start is returned, and true. */
+static bool start_if_slower(run *r, const json_t *finals, json_int_t version)
+{
+    size_t k;
+    json_t *f;
+    json_array_foreach(finals, k, f) if (final_slower(f) &&
+                                         (version < 0 || json_integer_value(json_object_get(f, "version")) == version)) {
+        return_start_slower(r, f);
+        return true;
+    }
+    return false;
+}
+
 static kl_status final_check(run *r, bool *done)
 {
-    *done = false;
-    {
-        size_t k;
-        json_t *f;
-        json_array_foreach(r->finals, k, f) if (final_slower(f)) {
-            return_start_slower(r, f);
-            *done = true;
-            return KL_OK;
-        }
-    }
+    *done = start_if_slower(r, r->finals, -1);
+    if (*done) return KL_OK;
     /* candidates for the result, fastest first; a version already refused is not tried again */
     for (;;) {
         int best = -1;
@@ -1527,15 +1533,10 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
         /* a run stored before a final check slower than the start returned the start: it returns
          * the start now (final_slower), from what it stored */
         json_int_t sb = json_integer_value(json_object_get(r.doc, "best"));
-        size_t k;
-        json_t *f;
-        json_array_foreach(json_object_get(r.doc, "finals"), k, f) if (sb > 0 && final_slower(f) &&
-                                                                       json_integer_value(json_object_get(f, "version")) == sb) {
-            return_start_slower(&r, f);
+        if (sb > 0 && start_if_slower(&r, json_object_get(r.doc, "finals"), sb)) {
             json_object_set_new(r.doc, "best", json_integer(0));
             say(&r, KL_OPT_NOTE, "v%lld was no faster than the start in its final check: the start is returned",
                 (long long)sb);
-            break;
         }
         goto out;
     }

@@ -187,19 +187,23 @@ corpuswalks)
     # the library the optimizer is measured with on the corpus (it would no longer be unseen), so
     # the walks record into archive/corpus-walks.jsonl with a store of their own; replay with
     #   klineage --measure replay lineage corpus/T --archive archive/corpus-walks.jsonl
-    # KL_LINEAGE_S_<task> (else KL_LINEAGE_S, 200) bounds each walk; a cut walk resumes.
+    # KL_LINEAGE_S_<task> (else KL_LINEAGE_S, 200) bounds each walk; a cut walk resumes;
+    # KL_RESTART / KL_CONTINUE as for walks.
     cw_db=${KL_CORPUS_WALK_DB:-/tmp/klineage-corpus-walks.db}
     touch archive/corpus-walks.jsonl
     [ $# -eq 0 ] && set -- matmul sumsq
     for t in "$@"; do
         log "lineage corpus/$t" | tee -a "$out/record.log"
         lim_var="KL_LINEAGE_S_$t"
+        restart=()
+        case " ${KL_RESTART:-} " in *" $t "*) restart=(--restart) ;; esac
+        case " ${KL_CONTINUE:-} " in *" $t "*) restart=(--continue) ;; esac
         # -k 90: a walk at matmul's 4096^3 did not stop within 20 s of SIGINT (a batch of judgements
         # in flight) and its SIGKILL lost the walk (2026-12-04: four steps gone); since then a
         # recording walk exports the archive after every stored version, so a kill loses at most
         # the version in progress
         timeout -k 90 -s INT "${!lim_var:-${KL_LINEAGE_S:-200}}" "$KLINEAGE" --db "$cw_db" --jobs "${KL_JOBS:-16}" \
-            --measure record lineage "corpus/$t" --archive archive/corpus-walks.jsonl --probes "${KL_PROBES:-1}" \
+            --measure record lineage "corpus/$t" "${restart[@]}" --archive archive/corpus-walks.jsonl --probes "${KL_PROBES:-1}" \
             --probe-min-gain "${KL_PROBE_MIN_GAIN:-1.05}" >"$out/lineage-corpus-$t.txt" 2>&1
         echo "exit $?" | tee -a "$out/record.log"
         grep -v '^\[' "$out/lineage-corpus-$t.txt" | tail -30 >>"$out/record.log"

@@ -1032,6 +1032,36 @@ static unsigned struct_fields(const kl_rule_ctx *ctx, const char *name, char out
     return n;
 }
 
+/* The number of warps and half of it, written from the tree's own start (half the block) rather
+ * than from the block size seen at the launch: `BLOCK / 2` gives `BLOCK / 32` and `BLOCK / 64`,
+ * another start S gives `(S) / 16` and `(S) / 32`, a number (or no start) the numbers. A later
+ * change of the block size (block-size) then changes the hand-off with it; the shared stage holds
+ * 32 partials, the most a block has warps. False when the text does not fit. */
+static bool warp_count_text(const kl_rule_ctx *ctx, TSNode start, long long nw, char *nws, char *halfs, size_t cap)
+{
+    if (ts_node_is_null(start) || rt_is(start, "number_literal")) {
+        kl_snprintf(nws, cap, "%lld", nw);
+        kl_snprintf(halfs, cap, "%lld", nw / 2);
+        return true;
+    }
+    TSNode e = kl_ast_unparen(start), whole = e;
+    char op[4] = "", rhs[16] = "";
+    if (rt_is(e, "binary_expression")) {
+        rt_text_copy(ctx, rt_field(e, "operator"), op, sizeof op);
+        rt_text_copy(ctx, rt_field(e, "right"), rhs, sizeof rhs);
+    }
+    bool half = (!strcmp(op, "/") && !strcmp(rhs, "2")) || (!strcmp(op, ">>") && !strcmp(rhs, "1"));
+    TSNode x = half ? rt_field(e, "left") : whole;
+    char xt[160];
+    if (!rt_text_copy(ctx, x, xt, sizeof xt) || strchr(xt, '\n')) return false;
+    bool plain = rt_is(x, "identifier") || rt_is(x, "field_expression") || rt_is(x, "qualified_identifier") ||
+                 rt_is(x, "parenthesized_expression") || rt_is(x, "call_expression");
+    const char *l = plain ? "" : "(", *r = plain ? "" : ")";
+    kl_snprintf(nws, cap, "%s%s%s / %d", l, xt, r, half ? 32 : 16);
+    kl_snprintf(halfs, cap, "%s%s%s / %d", l, xt, r, half ? 64 : 32);
+    return true;
+}
+
 static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const wr_tree *t,
                             const json_t *params, kl_edits *out, kl_error *err)
 {
@@ -1082,9 +1112,12 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     if (nw < 2)
         return kl_rule_not_applicable(err, "the block of %s is %lld threads, one warp: there is nothing to stage between warps",
                                       name, (long long)bs);
+    char nws[200], halfs[200];
+    if (!warp_count_text(ctx, sv, nw, nws, halfs, sizeof nws))
+        return kl_rule_not_applicable(err, "the tree's start %s is too long to write the warp count from", t->start);
     /* the first warp reduces the nw partials: lanes past them read the first one, and the
      * offsets below nw keep every lane under nw among the partials (any operation, no identity) */
-    kl_snprintf(load, sizeof load, "%s = %s[threadIdx.x < %lld ? threadIdx.x : 0]", v, warp, nw);
+    kl_snprintf(load, sizeof load, "%s = %s[threadIdx.x < %s ? threadIdx.x : 0]", v, warp, nws);
     char ind[64];
     uint32_t a, b;
     stmt_range(ctx, ax, t->loop, &a, &b);
@@ -1093,18 +1126,18 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
                                  "%s{\n"
                                  "%s    %s %s = %s[%s];\n"
                                  "%s    for (int o = 16; o > 0; o >>= 1) %s;\n"
-                                 "%s    __shared__ %s %s[%lld];\n"
+                                 "%s    __shared__ %s %s[32];\n"
                                  "%s    if (threadIdx.x %% 32 == 0) %s[threadIdx.x / 32] = %s;\n"
                                  "%s    __syncthreads();\n"
                                  "%s    if (threadIdx.x < 32) {\n"
                                  "%s        %s;\n"
-                                 "%s        for (int o = %lld; o > 0; o >>= 1) %s;\n"
+                                 "%s        for (int o = %s; o > 0; o >>= 1) %s;\n"
                                  "%s        if (threadIdx.x == 0) %s[0] = %s;\n"
                                  "%s    }\n"
                                  "%s    __syncthreads();\n"
                                  "%s}\n",
-                                 ind, ind, t->type, v, t->sh, t->tid, ind, step, ind, t->type, warp, nw, ind, warp, v,
-                                 ind, ind, ind, load, ind, nw / 2, step, ind, t->sh, v, ind, ind, ind);
+                                 ind, ind, t->type, v, t->sh, t->tid, ind, step, ind, t->type, warp, ind, warp, v,
+                                 ind, ind, ind, load, ind, halfs, step, ind, t->sh, v, ind, ind, ind);
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }
 

@@ -14,12 +14,12 @@ __device__ double block_dot(double v)
     {
         double kl_v = acc[t];
         for (int o = 16; o > 0; o >>= 1) kl_v += __shfl_xor_sync(0xffffffff, kl_v, o);
-        __shared__ double kl_warp[16];
+        __shared__ double kl_warp[32];
         if (threadIdx.x % 32 == 0) kl_warp[threadIdx.x / 32] = kl_v;
         __syncthreads();
         if (threadIdx.x < 32) {
-            kl_v = kl_warp[threadIdx.x < 16 ? threadIdx.x : 0];
-            for (int o = 8; o > 0; o >>= 1) kl_v += __shfl_xor_sync(0xffffffff, kl_v, o);
+            kl_v = kl_warp[threadIdx.x < blockDim.x / 32 ? threadIdx.x : 0];
+            for (int o = blockDim.x / 64; o > 0; o >>= 1) kl_v += __shfl_xor_sync(0xffffffff, kl_v, o);
             if (threadIdx.x == 0) acc[0] = kl_v;
         }
         __syncthreads();

@@ -14,12 +14,12 @@ __global__ void __launch_bounds__(BLOCK) absmax(const float* x, float* y, int n)
     {
         float kl_v = m[threadIdx.x];
         for (int o = 16; o > 0; o >>= 1) kl_v = fmaxf(kl_v, __shfl_down_sync(0xffffffff, kl_v, o));
-        __shared__ float kl_warp[4];
+        __shared__ float kl_warp[32];
         if (threadIdx.x % 32 == 0) kl_warp[threadIdx.x / 32] = kl_v;
         __syncthreads();
         if (threadIdx.x < 32) {
-            kl_v = kl_warp[threadIdx.x < 4 ? threadIdx.x : 0];
-            for (int o = 2; o > 0; o >>= 1) kl_v = fmaxf(kl_v, __shfl_down_sync(0xffffffff, kl_v, o));
+            kl_v = kl_warp[threadIdx.x < BLOCK / 32 ? threadIdx.x : 0];
+            for (int o = BLOCK / 64; o > 0; o >>= 1) kl_v = fmaxf(kl_v, __shfl_down_sync(0xffffffff, kl_v, o));
             if (threadIdx.x == 0) m[0] = kl_v;
         }
         __syncthreads();

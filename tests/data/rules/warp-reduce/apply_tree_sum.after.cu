@@ -13,12 +13,12 @@ __global__ void tile_sums(const float* x, float* partial, int rows, int cols)
     {
         float kl_v = sdata[tid];
         for (int o = 16; o > 0; o >>= 1) kl_v += __shfl_xor_sync(0xffffffff, kl_v, o);
-        __shared__ float kl_warp[8];
+        __shared__ float kl_warp[32];
         if (threadIdx.x % 32 == 0) kl_warp[threadIdx.x / 32] = kl_v;
         __syncthreads();
         if (threadIdx.x < 32) {
-            kl_v = kl_warp[threadIdx.x < 8 ? threadIdx.x : 0];
-            for (int o = 4; o > 0; o >>= 1) kl_v += __shfl_xor_sync(0xffffffff, kl_v, o);
+            kl_v = kl_warp[threadIdx.x < blockDim.x / 32 ? threadIdx.x : 0];
+            for (int o = blockDim.x / 64; o > 0; o >>= 1) kl_v += __shfl_xor_sync(0xffffffff, kl_v, o);
             if (threadIdx.x == 0) sdata[0] = kl_v;
         }
         __syncthreads();

@@ -94,6 +94,58 @@ static const char *warp_per_row =
     "    block_sum<<<n / %s, %s, 0, s>>>(x, y);\n" \
     "}\n"
 
+/* warp-reduce then block-size: the hand-off written from the tree's start (BLOCK / 2) follows the
+ * new thread count; when it was written for the 256 threads seen (`kl_warp[8]`, `< 8`), a block of
+ * 512 reduced only the first 8 warps' partials (corpus/sumsq's skills run, 2026-12-04). */
+static const char *macro_tree =
+    "#define BLOCK 256\n"
+    "__global__ void block_max(const float* x, float* y) {\n"
+    "    __shared__ float sh[BLOCK];\n"
+    "    sh[threadIdx.x] = x[blockIdx.x * BLOCK + threadIdx.x];\n"
+    "    __syncthreads();\n"
+    "    for (int s = BLOCK / 2; s > 0; s >>= 1) {\n"
+    "        if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);\n"
+    "        __syncthreads();\n"
+    "    }\n"
+    "    if (threadIdx.x == 0) y[blockIdx.x] = sh[0];\n"
+    "}\n"
+    "extern \"C\" void launch(const float* x, float* y, int n, cudaStream_t s) {\n"
+    "    block_max<<<n / BLOCK, BLOCK, 0, s>>>(x, y);\n"
+    "}\n";
+
+static void warp_reduce_then_block_size(void **state)
+{
+    (void)state;
+    json_t *s = sites_of(macro_tree, "warp-reduce");
+    const char *id = site_where(s, "applicable", true);
+    assert_non_null(id);
+    op o = {.remove = false};
+    kl_snprintf(o.name, sizeof o.name, "warp-reduce");
+    kl_snprintf(o.site, sizeof o.site, "%s", id);
+    kl_snprintf(o.params, sizeof o.params, "{}");
+    kl_error err = {0};
+    char *shuffled = rewrite_op("t.cu", macro_tree, &o, &err);
+    if (!shuffled) fail_msg("%s", err.message);
+    json_decref(s);
+    assert_non_null(strstr(shuffled, "kl_v = kl_warp[threadIdx.x < BLOCK / 32 ? threadIdx.x : 0];"));
+    assert_non_null(strstr(shuffled, "for (int o = BLOCK / 64; o > 0; o >>= 1)"));
+    /* block-size still applies, and nothing in the hand-off is left at 256 threads' numbers */
+    s = sites_of(shuffled, "block-size");
+    id = site_where(s, "applicable", true);
+    assert_non_null(id);
+    kl_snprintf(o.name, sizeof o.name, "block-size");
+    kl_snprintf(o.site, sizeof o.site, "%s", id);
+    kl_snprintf(o.params, sizeof o.params, "{\"threads\":\"512\"}");
+    char *bigger = rewrite_op("t.cu", shuffled, &o, &err);
+    if (!bigger) fail_msg("%s", err.message);
+    assert_non_null(strstr(bigger, "#define BLOCK 512"));
+    assert_non_null(strstr(bigger, "BLOCK / 32 ? threadIdx.x : 0"));
+    assert_null(strstr(bigger, "< 8"));
+    json_decref(s);
+    free(shuffled);
+    free(bigger);
+}
+
 static void warp_reduce_says_why_not(void **state)
 {
     (void)state;
@@ -434,6 +486,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(warp_reduce_says_why_not),
+        cmocka_unit_test(warp_reduce_then_block_size),
         cmocka_unit_test(warp_reduce_removes_from_experts),
         cmocka_unit_test(warp_reduce_member_helpers),
         cmocka_unit_test(vectorize_says_why_not),

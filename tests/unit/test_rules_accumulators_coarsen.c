@@ -138,12 +138,44 @@ static void coarsen_refusals(void **state)
     coarsen_expect(mx, "k:3", "the body updates m (line 5), declared before it");
 }
 
+/* The count form: ITEMS elements a block apart per thread, counted by a constexpr. */
+#define ITEMS_HEAD "constexpr int ITEMS = 4;\n" \
+                   "__global__ void k(const float *x, float *out, int n) {\n" \
+                   "  float s = 0.f;\n  const int base = blockIdx.x * (256 * ITEMS) + threadIdx.x;\n"
+#define ITEMS_LOOP "  for (int u = 0; u < ITEMS; ++u)\n    if (base + u * 256 < n) s += x[base + u * 256];\n"
+#define ITEMS_LAUNCH "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t st) {\n" \
+                     "  k<<<(n + 256 * ITEMS - 1) / (256 * ITEMS), 256, 0, st>>>(x, out, n);\n}\n"
+
+static void coarsen_count_refusals(void **state)
+{
+    (void)state;
+    /* the count as a tile of 256 * ITEMS (a product with the block), the loop's bound, u * 256 */
+    coarsen_expect(ITEMS_HEAD ITEMS_LOOP "  atomicAdd(out, s);\n}\n" ITEMS_LAUNCH, "k:5:ITEMS", NULL);
+    /* the count used for something else than elements a block apart */
+    coarsen_expect(ITEMS_HEAD ITEMS_LOOP "  atomicAdd(out, s * ITEMS);\n}\n" ITEMS_LAUNCH, "k:5:ITEMS",
+                   "line 7 uses ITEMS other than as a count of elements a block apart");
+    /* the loop's variable as an offset of other than the block */
+    coarsen_expect(ITEMS_HEAD "  for (int u = 0; u < ITEMS; ++u)\n    if (base + u * 128 < n) s += x[base + u * 128];\n"
+                              "  atomicAdd(out, s);\n}\n" ITEMS_LAUNCH,
+                   "k:5:ITEMS", "line 6 uses u other than as an offset of u times the block");
+    /* each thread's partial stored as it is */
+    coarsen_expect(ITEMS_HEAD ITEMS_LOOP "  out[base] = s;\n}\n" ITEMS_LAUNCH, "k:5:ITEMS",
+                   "stores to global memory other than by atomicAdd");
+    /* a helper reading the same count would keep its value */
+    coarsen_expect("constexpr int ITEMS = 4;\n__device__ float first(const float *x) { return x[ITEMS]; }\n"
+                   "__global__ void k(const float *x, float *out, int n) {\n"
+                   "  float s = 0.f;\n  const int base = blockIdx.x * (256 * ITEMS) + threadIdx.x;\n" ITEMS_LOOP
+                   "  atomicAdd(out, s + first(x));\n}\n" ITEMS_LAUNCH,
+                   "k:6:ITEMS", "ITEMS is also used by first, which would keep 4");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(refusals),
         cmocka_unit_test(sites),
         cmocka_unit_test(coarsen_refusals),
+        cmocka_unit_test(coarsen_count_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

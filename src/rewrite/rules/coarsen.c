@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rewrite/rules/coarsen.h"
 #include "rewrite/rules/grid_stride.h"
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_tree.h"
@@ -241,7 +242,8 @@ typedef struct co_run {
 } co_run;
 
 /* The launches' grids: `(A + K * B - 1) / (K * B)` -> `(A + B - 1) / B`, anything else G -> `K * (G)`. */
-static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co_site *s, kl_edits *out, kl_error *err)
+static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, unsigned k, int64_t coef, kl_edits *out,
+                            kl_error *err)
 {
     kl_launch_sites ls;
     kl_status st = kl_ast_launches(ctx->src, &ls, err);
@@ -255,14 +257,14 @@ static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co
         rt_text_unblank_to(ctx, l->block, bt, sizeof bt);
         int64_t bv = 0;
         char w[200];
-        if (s->coef && (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &bv, w, sizeof w) ||
-                        bv * (int64_t)s->k != s->coef)) {
+        if (coef && (ts_node_is_null(l->block) || !kl_const_eval(ctx->src, l->host_fn, l->block, false, &bv, w, sizeof w) ||
+                        bv * (int64_t)k != coef)) {
             st = kl_rule_not_applicable(err, "the index steps blocks by %lld, which is not %u times the block at line %u",
-                                        (long long)s->coef, s->k, kl_ast_line(l->call));
+                                        (long long)coef, k, kl_ast_line(l->call));
             break;
         }
         TSNode g = kl_ast_unparen(l->grid);
-        kl_snprintf(want_r, sizeof want_r, "(%u*%s)", s->k, bt);
+        kl_snprintf(want_r, sizeof want_r, "(%u*%s)", k, bt);
         bool ceil_div = false;
         if (rt_is(g, "binary_expression")) {
             char op[4], r[160];
@@ -277,7 +279,7 @@ static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co
                     char kb[160];
                     rt_text_unblank_to(ctx, rt_field(sum, "operator"), op, sizeof op);
                     rt_text_unblank_to(ctx, rt_field(sum, "right"), r, sizeof r);
-                    kl_snprintf(kb, sizeof kb, "%u*%s", s->k, bt);
+                    kl_snprintf(kb, sizeof kb, "%u*%s", k, bt);
                     if (!strcmp(op, "+") && !strcmp(r, kb)) {
                         char *a = rt_text(ctx, rt_field(sum, "left")), *b = rt_text(ctx, l->block);
                         st = a && b ? kl_edits_addf(out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid),
@@ -293,7 +295,9 @@ static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co
         if (!ceil_div && st == KL_OK) {
             rt_text_unblank_to(ctx, l->grid, gt, sizeof gt);
             char *t = rt_text(ctx, l->grid);
-            st = t ? kl_edits_addf(out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid), "%u * (%s)", s->k, t)
+            bool paren = rt_is(l->grid, "parenthesized_expression");
+            st = t ? kl_edits_addf(out, ts_node_start_byte(l->grid), ts_node_end_byte(l->grid), paren ? "%u * %s" : "%u * (%s)",
+                                   k, t)
                    : KL_ERR_NOMEM;
             free(t);
         }
@@ -301,6 +305,33 @@ static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, const co
     if (st == KL_OK && !n) st = kl_rule_not_applicable(err, "the file never launches %s", kernel);
     kl_launch_sites_release(&ls);
     return st;
+}
+
+/* The count form (coarsen_count.c): site `kernel:line:K` at the first loop over K. */
+static kl_status visit_count(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, co_run *r)
+{
+    coarsen__count c;
+    if (!coarsen__count_analyse(ctx, fn, name, ax, &c)) return KL_OK;
+    char id[256];
+    kl_site_id(id, sizeof id, name, c.loops[0], c.count);
+    if (r->site) {
+        if (strcmp(id, r->site->id)) return KL_OK;
+        r->found = true;
+        if (c.why[0]) return kl_rule_not_applicable(r->err, "%s", c.why);
+        kl_status st = coarsen__count_edits(ctx, fn, &c, r->edits);
+        if (st != KL_OK) return kl_error_set(r->err, st, "out of memory");
+        return grid_edits(ctx, name, (unsigned)c.k, 0, r->edits, r->err);
+    }
+    json_t *feat = json_pack("{s:s, s:I, s:I, s:s}", "count", c.count, "elements", (json_int_t)c.k, "block",
+                             (json_int_t)c.block, "form", "count");
+    if (!feat) return KL_ERR_NOMEM;
+    if (c.why[0]) json_object_set_new(feat, "why_not", json_string(c.why));
+    char note[400];
+    if (c.why[0]) kl_snprintf(note, sizeof note, "%s", c.why);
+    else
+        kl_snprintf(note, sizeof note, "%lld elements a block (%lld) apart per thread, counted by %s", (long long)c.k,
+                    (long long)c.block, c.count);
+    return kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(c.loops[0]), name, feat, NULL, note);
 }
 
 static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
@@ -329,7 +360,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
                 st = kl_edits_add(r->edits, a, b, "");
             }
             if (st != KL_OK) return kl_error_set(r->err, st, "out of memory");
-            return grid_edits(ctx, name, &s, r->edits, r->err);
+            return grid_edits(ctx, name, s.k, s.coef, r->edits, r->err);
         }
         json_t *feat = json_pack("{s:s, s:I, s:s}", "index", s.var, "elements", (json_int_t)s.k, "block", s.block);
         if (!feat) return KL_ERR_NOMEM;
@@ -340,7 +371,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         kl_status st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(s.decl), name, feat, NULL, note);
         if (st != KL_OK) return st;
     }
-    return KL_OK;
+    return visit_count(ctx, name, fn, ax, r);
 }
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)

@@ -308,18 +308,9 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 
 /* ---- running a site ------------------------------------------------------------------------------- */
 
-typedef struct rp_run {
-    const kl_site *site;
-    const json_t *params;
-    kl_edits *out;
-    kl_error *err;
-    bool done;
-    kl_status st;
-} rp_run;
-
 static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
-    rp_run *run = user;
+    rt_run *run = user;
     if (run->done || strcmp(name, run->site->kernel)) return KL_OK;
     if (ts_node_start_byte(fn) > run->site->span.start || ts_node_end_byte(fn) < run->site->span.end) return KL_OK;
     run->done = true;
@@ -346,7 +337,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
 static kl_status run_site(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                           kl_error *err)
 {
-    rp_run r = {site, params, out, err, false, KL_OK};
+    rt_run r = {site, params, out, err, false, KL_OK};
     kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
     if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
     if (!r.done) return kl_rule_not_applicable(err, "no kernel at %s", site->id);

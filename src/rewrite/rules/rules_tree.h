@@ -23,6 +23,17 @@ bool rt_is(TSNode n, const char *type);
 TSNode rt_ancestor(TSNode n, const char *type);
 /* Call fn on n and every descendant in document order; fn returns false to skip the
  * node's children. */
+/* Running one site over the functions of a file (the user of kl_rules_each_function): the site,
+ * its parameters (NULL: remove), the edits it makes, the error, whether the site was met and the
+ * status of its rewrite. */
+typedef struct rt_run {
+    const kl_site *site;
+    const json_t *params;
+    kl_edits *out;
+    kl_error *err;
+    bool done;
+    kl_status st;
+} rt_run;
 typedef bool (*rt_visit_fn)(TSNode n, void *user);
 void rt_walk(TSNode n, rt_visit_fn fn, void *user);
 /* The text [start,end) of a node as a new string (free()). */

@@ -627,18 +627,9 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     return kl_rules_each_function(ctx, "__global__", visit, &r, err);
 }
 
-typedef struct exec_state {
-    const kl_site *site;
-    const json_t *params;
-    kl_edits *out;
-    kl_error *err;
-    bool done;
-    kl_status st;
-} exec_state;
-
 static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
-    exec_state *x = user;
+    rt_run *x = user;
     if (x->done || strcmp(name, x->site->kernel)) return KL_OK;
     char id[256];
     if (x->site->dir == KL_SITE_PRESENT) {
@@ -748,7 +739,7 @@ static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn,
 
 static kl_status exec(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    exec_state x = {site, params, out, err, false, KL_OK};
+    rt_run x = {site, params, out, err, false, KL_OK};
     kl_status st = kl_rules_each_function(ctx, "__global__", exec_visit, &x, err);
     if (st != KL_OK) return st;
     if (!x.done)

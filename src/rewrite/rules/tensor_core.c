@@ -91,18 +91,11 @@ bool tensor_core__text_is(const kl_rule_ctx *ctx, TSNode n, const char *s) { ret
 /* The statements of a compound statement (comments skipped), at most max. */
 unsigned tensor_core__stmts_of(TSNode block, TSNode *out, unsigned max)
 {
-    unsigned n = 0;
     if (!rt_is(block, "compound_statement")) {
         if (max) out[0] = block;
         return 1;
     }
-    for (uint32_t i = 0; i < ts_node_named_child_count(block); i++) {
-        TSNode c = ts_node_named_child(block, i);
-        if (rt_is(c, "comment")) continue;
-        if (n < max) out[n] = c;
-        n++;
-    }
-    return n;
+    return tt_stmts(block, out, max);
 }
 
 /* A type text without a leading `const ` (and without trailing blanks). */

@@ -686,6 +686,40 @@ static void tc_text_of(const kl_rule_ctx *ctx, const tensor_core__tc_naive *g, t
     rt_indent_of(ctx, ts_node_start_byte(g->fn), t->fnind, sizeof t->fnind);
 }
 
+/* The epilogue's store of one element of the staging tile: `float ACC = src;` and the kernel's own
+ * store, under its guard — `if (guard) continue;` for a kernel that returned early, else
+ * `if (guard) { … }` (the guarded lines at in_more). */
+static void epilogue_store(const kl_rule_ctx *ctx, kl_strbuf *sb, const tensor_core__tc_naive *g, const char *guard,
+                           const char *src, const char *in, const char *in_more)
+{
+    if (g->early) {
+        kl_strbuf_addf(sb, "%sif (%s) continue;\n", in, guard);
+        kl_strbuf_addf(sb, "%sfloat %s = %s;\n", in, g->acc, src);
+        tensor_core__add_stmt_text(ctx, sb, g->store, in);
+    } else {
+        kl_strbuf_addf(sb, "%sif (%s) {\n", in, guard);
+        kl_strbuf_addf(sb, "%sfloat %s = %s;\n", in_more, g->acc, src);
+        tensor_core__add_stmt_text(ctx, sb, g->store, in_more);
+        kl_strbuf_addf(sb, "%s}\n", in);
+    }
+}
+
+/* The file's launches of kernel (into ls, the caller's on KL_OK) and their plans (at most 8), or
+ * why they cannot be rewritten. */
+static kl_status launches_planned(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g,
+                                  const char *kernel, kl_launch_sites *ls, tensor_core__launch_plan *plans, unsigned *np,
+                                  kl_error *err)
+{
+    kl_status st = kl_ast_launches(ctx->src, ls, err);
+    if (st != KL_OK) return st;
+    char why[300];
+    if (!tensor_core__plan_launches(ctx, ax, g->fn, kernel, g->M, g->N, ls, plans, 8, np, why, sizeof why)) {
+        kl_launch_sites_release(ls);
+        return kl_rule_not_applicable(err, "%s", why);
+    }
+    return KL_OK;
+}
+
 static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g, const char *kernel, int wm,
                                  int wn, int fm, int fn_, int bk, int stages, kl_edits *out, kl_error *err);
 
@@ -730,15 +764,10 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
     if (vec && !unit_stride_col(ctx, ax, g))
         return kl_rule_not_applicable(err, "vector_loads: B's elements are not contiguous along '%s'", g->col);
     kl_launch_sites ls = {0};
-    kl_status st = kl_ast_launches(ctx->src, &ls, err);
-    if (st != KL_OK) return st;
     tensor_core__launch_plan plans[8];
     unsigned np = 0;
-    char why[300];
-    if (!tensor_core__plan_launches(ctx, ax, g->fn, kernel, g->M, g->N, &ls, plans, 8, &np, why, sizeof why)) {
-        kl_launch_sites_release(&ls);
-        return kl_rule_not_applicable(err, "%s", why);
-    }
+    kl_status st = launches_planned(ctx, ax, g, kernel, &ls, plans, &np, err);
+    if (st != KL_OK) return st;
     tc_text T;
     tc_text_of(ctx, g, &T);
     const char *in = T.in[1], *in2 = T.in[2], *in3 = T.in[3], *in4 = T.in[4], *in5 = T.in[5];
@@ -831,16 +860,7 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
     kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BN; kl_e += KL_THREADS) {\n", in);
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_e / KL_BN;\n", in2, g->rtype, g->row);
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_e %% KL_BN;\n", in2, g->ctype, g->col);
-    if (g->early) {
-        kl_strbuf_addf(&sb, "%sif (%s) continue;\n", in2, guard);
-        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_e / KL_BN][kl_e %% KL_BN];\n", in2, g->acc);
-        tensor_core__add_stmt_text(ctx, &sb, g->store, in2);
-    } else {
-        kl_strbuf_addf(&sb, "%sif (%s) {\n", in2, guard);
-        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_e / KL_BN][kl_e %% KL_BN];\n", in3, g->acc);
-        tensor_core__add_stmt_text(ctx, &sb, g->store, in3);
-        kl_strbuf_addf(&sb, "%s}\n", in2);
-    }
+    epilogue_store(ctx, &sb, g, guard, "kl_cs[kl_e / KL_BN][kl_e % KL_BN]", in2, in3);
     kl_strbuf_addf(&sb, "%s}\n%s}", in, fnind);
     st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(g->body), ts_node_end_byte(g->body), kl_strbuf_str(&sb));
     kl_strbuf_release(&sb);
@@ -908,15 +928,10 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
     if (!unit_stride_col(ctx, ax, g))
         return kl_rule_not_applicable(err, "stages: B's elements are not contiguous along '%s' (16-byte copies)", g->col);
     kl_launch_sites ls = {0};
-    kl_status st = kl_ast_launches(ctx->src, &ls, err);
-    if (st != KL_OK) return st;
     tensor_core__launch_plan plans[8];
     unsigned np = 0;
-    char why[300];
-    if (!tensor_core__plan_launches(ctx, ax, g->fn, kernel, g->M, g->N, &ls, plans, 8, &np, why, sizeof why)) {
-        kl_launch_sites_release(&ls);
-        return kl_rule_not_applicable(err, "%s", why);
-    }
+    kl_status st = launches_planned(ctx, ax, g, kernel, &ls, plans, &np, err);
+    if (st != KL_OK) return st;
     tc_text T;
     tc_text_of(ctx, g, &T);
     const char *in = T.in[1], *in2 = T.in[2], *in3 = T.in[3], *in4 = T.in[4], *in5 = T.in[5], *in6 = T.in[6];
@@ -1001,16 +1016,7 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
     kl_strbuf_addf(&sb, "%sfor (int kl_e = kl_lane; kl_e < 256; kl_e += 32) {\n", in3);
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_wm + 16 * kl_i + kl_e / 16;\n", in4, g->rtype, g->row);
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_wn + 16 * kl_j + kl_e %% 16;\n", in4, g->ctype, g->col);
-    if (g->early) {
-        kl_strbuf_addf(&sb, "%sif (%s) continue;\n", in4, guard);
-        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_warp][kl_e / 16][kl_e %% 16];\n", in4, g->acc);
-        tensor_core__add_stmt_text(ctx, &sb, g->store, in4);
-    } else {
-        kl_strbuf_addf(&sb, "%sif (%s) {\n", in4, guard);
-        kl_strbuf_addf(&sb, "%sfloat %s = kl_cs[kl_warp][kl_e / 16][kl_e %% 16];\n", in5, g->acc);
-        tensor_core__add_stmt_text(ctx, &sb, g->store, in5);
-        kl_strbuf_addf(&sb, "%s}\n", in4);
-    }
+    epilogue_store(ctx, &sb, g, guard, "kl_cs[kl_warp][kl_e / 16][kl_e % 16]", in4, in5);
     kl_strbuf_addf(&sb, "%s}\n%s__syncwarp();\n%s}\n%s}", in3, in3, in2, fnind);
     st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(g->body), ts_node_end_byte(g->body), kl_strbuf_str(&sb));
     kl_strbuf_release(&sb);

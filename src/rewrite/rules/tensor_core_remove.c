@@ -56,16 +56,13 @@ static bool decl_name(const kl_rule_ctx *ctx, TSNode d, char *type, char *name, 
     return name[0] != '\0';
 }
 
-/* A tile load: `const R r = …; const K k = …; kl_xs[…] = (r < M && k < K) ? ACCESS : zero;`.
- * The names, the bound of the first and second comparisons, and the access text. */
-static bool tile_load(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n1, char *t2, char *n2, char *b1, char *b2,
-                      char *access, size_t asize, char *zero)
+/* `X = (n1 < B1 && n2 < B2) ? ACCESS : ZERO;` (stmt): the bounds into b1 and b2 (128 bytes each),
+ * ACCESS into access (asize bytes), ZERO into zero (64 bytes). */
+static bool guarded_load(const kl_rule_ctx *ctx, TSNode stmt, const char *n1, const char *n2, char *b1, char *b2,
+                         char *access, size_t asize, char *zero)
 {
-    TSNode s[4];
-    if (!rt_is(loop, "for_statement") || tensor_core__stmts_of(rt_field(loop, "body"), s, 4) != 3) return false;
-    if (!decl_name(ctx, s[0], t1, n1, 64) || !decl_name(ctx, s[1], t2, n2, 64)) return false;
-    if (!rt_is(s[2], "expression_statement")) return false;
-    TSNode asg = ts_node_named_child(s[2], 0);
+    if (!rt_is(stmt, "expression_statement")) return false;
+    TSNode asg = ts_node_named_child(stmt, 0);
     if (!rt_is(asg, "assignment_expression")) return false;
     TSNode c = rt_field(asg, "right");
     if (!rt_is(c, "conditional_expression")) return false;
@@ -74,6 +71,17 @@ static bool tile_load(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n1, c
     tensor_core__text_to(ctx, rt_field(c, "consequence"), access, asize);
     tensor_core__text_to(ctx, rt_field(c, "alternative"), zero, 64);
     return true;
+}
+
+/* A tile load: `const R r = …; const K k = …; kl_xs[…] = (r < M && k < K) ? ACCESS : zero;`.
+ * The names, the bound of the first and second comparisons, and the access text. */
+static bool tile_load(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n1, char *t2, char *n2, char *b1, char *b2,
+                      char *access, size_t asize, char *zero)
+{
+    TSNode s[4];
+    if (!rt_is(loop, "for_statement") || tensor_core__stmts_of(rt_field(loop, "body"), s, 4) != 3) return false;
+    if (!decl_name(ctx, s[0], t1, n1, 64) || !decl_name(ctx, s[1], t2, n2, 64)) return false;
+    return guarded_load(ctx, s[2], n1, n2, b1, b2, access, asize, zero);
 }
 
 /* The same load, 8 elements at a time (vector_loads=1): `const int kl_r = …, kl_c = …; const R r = …;
@@ -92,16 +100,8 @@ static bool tile_load_vec(const kl_rule_ctx *ctx, TSNode loop, char *t1, char *n
     if (rt_is(alt, "else_clause")) alt = ts_node_named_child(alt, 0);
     if (!rt_is(alt, "compound_statement") || tensor_core__stmts_of(alt, in, 3) != 1 || !rt_is(in[0], "for_statement")) return false;
     TSNode q[3];
-    if (tensor_core__stmts_of(rt_field(in[0], "body"), q, 3) != 2 || !rt_is(q[1], "expression_statement")) return false;
-    TSNode asg = ts_node_named_child(q[1], 0);
-    if (!rt_is(asg, "assignment_expression")) return false;
-    TSNode c = rt_field(asg, "right");
-    if (!rt_is(c, "conditional_expression")) return false;
-    char x[64], y[64];
-    if (!tensor_core__guard_parts(ctx, rt_field(c, "condition"), false, x, b1, y, b2, 128) || strcmp(x, n1) || strcmp(y, n2)) return false;
-    tensor_core__text_to(ctx, rt_field(c, "consequence"), access, asize);
-    tensor_core__text_to(ctx, rt_field(c, "alternative"), zero, 64);
-    return true;
+    if (tensor_core__stmts_of(rt_field(in[0], "body"), q, 3) != 2) return false;
+    return guarded_load(ctx, q[1], n1, n2, b1, b2, access, asize, zero);
 }
 
 typedef struct elane_scan {

@@ -295,19 +295,6 @@ uint32_t tt_pragma_above(const kl_rule_ctx *ctx, uint32_t off)
     return off;
 }
 
-static unsigned list_args(TSNode list, TSNode *args, unsigned max)
-{
-    unsigned n = 0;
-    uint32_t c = tt_child_count(list);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode ch = tt_child(list, i);
-        if (rt_is(ch, "comment")) continue;
-        if (n < max) args[n] = ch;
-        n++;
-    }
-    return n;
-}
-
 typedef struct dim3_find {
     const kl_rule_ctx *ctx;
     const char *name;
@@ -338,7 +325,7 @@ bool tt_dim3_args(const kl_rule_ctx *ctx, TSNode host_body, TSNode cfg, TSNode *
 {
     *n = 0;
     if (rt_is(cfg, "call_expression") && rt_text_is(ctx, tt_field(cfg, "function"), "dim3")) {
-        *n = list_args(tt_field(cfg, "arguments"), args, 3);
+        *n = tt_stmts(tt_field(cfg, "arguments"), args, 3);
         return *n >= 1 && *n <= 3;
     }
     if (!rt_is(cfg, "identifier") || ts_node_is_null(host_body)) return false;
@@ -358,7 +345,7 @@ bool tt_dim3_args(const kl_rule_ctx *ctx, TSNode host_body, TSNode cfg, TSNode *
             list = tt_field(v, "arguments");
     }
     if (ts_node_is_null(list)) return false;
-    *n = list_args(list, args, 3);
+    *n = tt_stmts(list, args, 3);
     return *n >= 1 && *n <= 3;
 }
 

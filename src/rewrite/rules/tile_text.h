@@ -46,7 +46,8 @@ void tt_copy_text(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);
 bool tt_is_shared_decl(const kl_rule_ctx *ctx, TSNode d);
 /* The __shared__ declarations under n in document order, at most max of them; their count. */
 unsigned tt_shared_decls(const kl_rule_ctx *ctx, TSNode n, TSNode *items, unsigned max);
-/* The statements (named children that are not comments) of a compound statement, at most max. */
+/* The statements (named children that are not comments) of a compound statement, at most max;
+ * also the arguments of an argument list. */
 unsigned tt_stmts(TSNode compound, TSNode *out, unsigned max);
 /* The `#pragma unroll` line right above byte `off` (only blanks before off on its line): the
  * offset of its '#', or off itself when there is none. */

@@ -738,15 +738,6 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 
 /* ---- remove and apply ------------------------------------------------------------------------------ */
 
-typedef struct wr_run {
-    const kl_site *site;
-    const json_t *params;
-    kl_edits *out;
-    kl_error *err;
-    bool done;
-    kl_status st;
-} wr_run;
-
 static void combine(char *buf, size_t size, const char *op, const char *a, const char *b)
 {
     if (!strcmp(op, "+")) kl_snprintf(buf, size, "%s + %s", a, b);
@@ -1142,7 +1133,7 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
 }
 
 typedef struct run_scan {
-    wr_run *r;
+    rt_run *r;
     const kl_rule_ctx *ctx;
     kl_affine_ctx *ax;
     TSNode fn;
@@ -1152,7 +1143,7 @@ typedef struct run_scan {
 static bool run_present_visit(TSNode n, void *user)
 {
     run_scan *rs = user;
-    wr_run *r = rs->r;
+    rt_run *r = rs->r;
     if (r->done) return false;
     if (ts_node_start_byte(n) != r->site->span.start || ts_node_end_byte(n) != r->site->span.end) return true;
     wr_step s;
@@ -1169,7 +1160,7 @@ static bool run_present_visit(TSNode n, void *user)
 
 static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
-    wr_run *r = user;
+    rt_run *r = user;
     if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
     if (r->site->dir == KL_SITE_PRESENT) {
         run_scan rs = {r, ctx, ax, fn, name};
@@ -1189,7 +1180,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    wr_run r = {site, params, out, err, false, KL_OK};
+    rt_run r = {site, params, out, err, false, KL_OK};
     kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
     if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", run_visit, &r, err);
     if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;

@@ -16,7 +16,6 @@ static const TSNode null_node; /* a null node: zero-initialised */
  * tree helpers
  * ====================================================================================== */
 
-
 TSNode kl_ast_child_of_type(TSNode n, const char *type)
 {
     TSNode none = {0};

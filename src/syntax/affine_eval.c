@@ -19,8 +19,6 @@ typedef struct ce_memo ce_memo;
  * macros and file-level constants
  * ====================================================================================== */
 
-
-
 static void macros_release(affine__macro_table *m)
 {
     for (unsigned i = 0; i < m->count; i++) {
@@ -125,16 +123,6 @@ static char *macro_body_clean(const char *body)
 /* ======================================================================================
  * polynomials over invariant symbols
  * ====================================================================================== */
-
-
-
-
-
-
-
-
-
-
 
 static void *aalloc(kl_affine_ctx *ctx, size_t n)
 {
@@ -436,9 +424,6 @@ affine__poly affine__form_coef(affine__form f, const char *var)
  * the evaluator
  * ====================================================================================== */
 
-
-
-
 static char *squeeze(const char *t)
 {
     /* collapse whitespace: keep one space only between two word characters */
@@ -471,7 +456,6 @@ static const char *node_sym(kl_affine_ctx *ctx, const kl_source *s, TSNode n)
     free(q);
     return r;
 }
-
 
 static bool is_int_type_text(const char *t)
 {

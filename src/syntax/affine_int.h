@@ -1,5 +1,5 @@
-/* The index analysis (affine.c, affine_eval.c): what its two files share. Private to
- * src/syntax/affine*.c: the names are affine__*. affine.c holds the tree helpers, the launches,
+/* The index analysis (affine.c, affine_eval.c): what its two files share, and the file's macro
+ * table canon.c reads. Private to src/syntax/: the names are affine__*. affine.c holds the tree helpers, the launches,
  * the building of a kernel's context (loops, locals, accesses) and the public forms; affine_eval.c
  * the macros and file-level constants, the polynomials over invariant symbols and the affine forms
  * built of them, the evaluator of an index expression, and the constant evaluator. */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "syntax/affine.h"
+#include "syntax/affine_int.h"
 #include "syntax/canon.h"
 #include "util/util.h"
 
@@ -218,50 +219,28 @@ static char *clean_body(const char *body)
     return s;
 }
 
-static bool collect_macros(TSNode n, void *user)
+/* The file's macros, from the table the index analysis collects once per source (affine_int.h),
+ * each body as one line; usable when function-like, defined once, and with neither '#' nor
+ * __VA_ARGS__ in its body. False when out of memory. */
+static bool macros_load(macros *m)
 {
-    macros *m = user;
-    if (is_type(n, "function_definition")) return false;
-    if (!is_type(n, "preproc_function_def") && !is_type(n, "preproc_def")) return true;
-    char *name = kl_node_text(m->src, ts_node_child_by_field_name(n, "name", 4));
-    if (!name) {
-        m->oom = true;
-        return false;
+    const affine__macro_table *t = affine__macros_of(m->src);
+    if (!t) return false;
+    m->v = calloc(t->count ? t->count : 1, sizeof *m->v);
+    if (!m->v) return false;
+    for (unsigned i = 0; i < t->count; i++) {
+        const affine__macro_def *a = &t->items[i];
+        macro *d = &m->v[m->n++];
+        d->name = kl_strdup(a->name);
+        d->defs = a->defs;
+        d->body = clean_body(a->body);
+        d->params = calloc(a->nparams ? a->nparams : 1, sizeof *d->params);
+        if (!d->name || !d->body || !d->params) return false;
+        for (unsigned k = 0; k < a->nparams; k++)
+            if (!(d->params[d->nparams++] = kl_strdup(a->params[k]))) return false;
+        d->usable = a->function_like && a->defs == 1 && !strchr(d->body, '#') && !strstr(d->body, "__VA_ARGS__");
     }
-    macro *d = macro_named(m, name, strlen(name));
-    if (d) {
-        d->defs++;
-        d->usable = false;
-        free(name);
-        return false;
-    }
-    macro *nv = realloc(m->v, (m->n + 1) * sizeof *nv);
-    if (!nv) {
-        free(name);
-        m->oom = true;
-        return false;
-    }
-    m->v = nv;
-    d = &m->v[m->n++];
-    memset(d, 0, sizeof *d);
-    d->name = name;
-    d->defs = 1;
-    TSNode value = ts_node_child_by_field_name(n, "value", 5);
-    char *raw = ts_node_is_null(value) ? kl_strdup("") : kl_node_text(m->src, value);
-    d->body = raw ? clean_body(raw) : NULL;
-    free(raw);
-    d->usable = is_type(n, "preproc_function_def") && d->body && !strchr(d->body, '#') &&
-                !strstr(d->body, "__VA_ARGS__");
-    TSNode ps = ts_node_child_by_field_name(n, "parameters", 10);
-    uint32_t c = ts_node_named_child_count(ps);
-    d->params = calloc(c ? c : 1, sizeof *d->params);
-    if (!d->params || !d->body) m->oom = true;
-    for (uint32_t i = 0; d->params && i < c; i++) {
-        TSNode p = ts_node_named_child(ps, i);
-        if (!is_type(p, "identifier")) d->usable = false; /* `...` */
-        d->params[d->nparams++] = kl_node_text(m->src, p);
-    }
-    return false;
+    return true;
 }
 
 #define EXPAND_MAX_DEPTH 16
@@ -484,7 +463,7 @@ static bool find_bodies(TSNode n, void *user)
 static void step_macros(const kl_source *src, reps *r, kl_strbuf *summary)
 {
     macros m = {NULL, 0, src, false};
-    kl_ast_walk(kl_source_root(src), collect_macros, &m);
+    if (!macros_load(&m)) m.oom = true;
     bool any = false;
     for (unsigned i = 0; i < m.n; i++) any |= m.v[i].usable;
     if (any && !m.oom) {

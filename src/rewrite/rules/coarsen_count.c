@@ -1,5 +1,6 @@
 /* coarsen, the count form: K elements a block apart per thread, K a named count (a template
- * parameter bound by the launches, a constexpr, a macro) as block-reduction libraries write it,
+ * parameter bound by the launches, a constexpr or macro, a launching function's local) as
+ * block-load helpers write it,
  *     constexpr long long TILE = (long long)BLOCK * K;
  *     long long i = blockIdx.x * TILE + threadIdx.x;
  *     if (i + (K - 1) * BLOCK < n) { T v[K]; for (int u = 0; u < K; ++u) v[u] = x[i + u * BLOCK]; … }
@@ -18,10 +19,6 @@
 #include "rewrite/rules/rules_tree.h"
 #include "syntax/affine.h"
 #include "util/util.h"
-
-#define CC_MAXLOOPS COARSEN_MAXLOOPS
-#define CC_MAXTILES COARSEN_MAXTILES
-
 
 /* e without parentheses and casts (`(long long)BLOCK` is BLOCK). */
 static TSNode bare(TSNode e)
@@ -215,8 +212,8 @@ static bool use_visit(TSNode n, void *user)
     if (sc->collect) {
         char var[64];
         if (count_loop(sc->ctx, n, sc->s->count, var, sizeof var)) {
-            if (sc->s->nloops == CC_MAXLOOPS) {
-                kl_snprintf(sc->s->why, sizeof sc->s->why, "more than %d loops over %s", CC_MAXLOOPS, sc->s->count);
+            if (sc->s->nloops == COARSEN_MAXLOOPS) {
+                kl_snprintf(sc->s->why, sizeof sc->s->why, "more than %d loops over %s", COARSEN_MAXLOOPS, sc->s->count);
                 return false;
             }
             sc->s->loops[sc->s->nloops] = n;
@@ -224,7 +221,7 @@ static bool use_visit(TSNode n, void *user)
         } else if (rt_is(n, "array_declarator") && rt_text_is(sc->ctx, rt_field(n, "size"), sc->s->count) &&
                    sc->s->narrays < 4) {
             rt_text_copy(sc->ctx, rt_field(n, "declarator"), sc->s->arrays[sc->s->narrays++], 64);
-        } else if (rt_is(n, "init_declarator") && sc->s->ntiles < CC_MAXTILES) {
+        } else if (rt_is(n, "init_declarator") && sc->s->ntiles < COARSEN_MAXTILES) {
             TSNode v = bare(rt_field(n, "value"));
             for (TSNode k = v; op_is(sc->ctx, k, "*");) {
                 if (rt_text_is(sc->ctx, bare(rt_field(k, "right")), sc->s->count) ||
@@ -309,25 +306,23 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
         if (!out->tiled) continue;
         found = true;
         if (out->why[0]) break;
-        /* the count must not reach the kernel's callees: a file-level name used by another function */
+        /* the count must not reach other device code: a file-level name another __device__ or
+         * __global__ function reads would keep its value there */
         rt_func fs[64];
         unsigned nf = rt_functions(ctx, fs, 64);
         for (unsigned i = 0; i < nf && i < 64 && !out->why[0]; i++) {
-            if (ts_node_eq(fs[i].def, fn) || !rt_count_ident(ctx, kl_ast_function_body(fs[i].def), out->count)) continue;
-            char *fname = kl_ast_function_name(ctx->src, fs[i].def);
-            if (fname && strcmp(fname, "launch")) {
-                TSNode fb = kl_ast_function_body(fs[i].def);
-                bool device = grid_stride__has_text(ctx->src, fs[i].def, "__device__") ||
-                              grid_stride__has_text(ctx->src, fs[i].def, "__global__");
-                if (device && !ts_node_is_null(fb))
-                    kl_snprintf(out->why, sizeof out->why, "%s is also used by %s, which would keep %lld", out->count,
-                                fname, (long long)k);
-            }
+            TSNode d = fs[i].def;
+            if (ts_node_eq(d, fn) || !rt_count_ident(ctx, kl_ast_function_body(d), out->count) ||
+                (!kl_ast_function_has(ctx->src, d, "__device__") && !kl_ast_function_has(ctx->src, d, "__global__")))
+                continue;
+            char *fname = kl_ast_function_name(ctx->src, d);
+            kl_snprintf(out->why, sizeof out->why, "%s is also used by %s, which would keep %lld", out->count,
+                        fname ? fname : "another function", (long long)k);
             free(fname);
         }
         if (out->why[0]) break;
         /* what a thread adds up reaches memory by sums only */
-        uint32_t ra[CC_MAXLOOPS], rb[CC_MAXLOOPS];
+        uint32_t ra[COARSEN_MAXLOOPS], rb[COARSEN_MAXLOOPS];
         acc_scan as = {ctx, {{0}, 0, 0}, {0}, 0};
         for (unsigned i = 0; i < out->nloops; i++) {
             ra[i] = ts_node_start_byte(out->loops[i]), rb[i] = ts_node_end_byte(out->loops[i]);

@@ -1,5 +1,5 @@
-/* Observables of a site: launch() run at a shape, the site's accesses and loops, sizes by role
- * (observe.h, docs/skill-card.md "Observables"). */
+/* Observables of a site: launch() run at a shape (observe_launch.c), the site's accesses and loops,
+ * sizes by role (observe.h, docs/skill-card.md "Observables"). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,756 +7,9 @@
 
 #include "syntax/affine.h"
 #include "syntax/observe.h"
+#include "syntax/observe_int.h"
 #include "util/util.h"
 
-static bool type_is(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
-
-/* ======================================================================================
- * values and bindings
- * ====================================================================================== */
-
-/* An integer, or a dim3 (nd 3), or a pointer passed down from launch() (origin >= 0). */
-typedef struct val {
-    bool known;
-    int64_t v[3];
-    unsigned nd;
-    int origin;
-} val;
-
-static val unknown_val(void) { return (val){false, {0, 1, 1}, 1, -1}; }
-static val int_val(int64_t x) { return (val){true, {x, 1, 1}, 1, -1}; }
-
-typedef struct binding {
-    char *name;
-    val v;
-} binding;
-
-#define MAX_DEPTH 8
-#define MAX_STEPS 20000
-
-typedef struct interp {
-    const kl_source *src;
-    const kl_obs_inputs *in;
-    kl_obs_launches *out;
-    binding *b;
-    unsigned n, cap, base; /* bindings; the current frame starts at base */
-    TSNode fn;             /* the function being run (the scope of constants) */
-    bool uncertain;        /* on a path below an undecided condition */
-    unsigned depth, steps;
-    bool oom;
-    val ret;               /* a return statement's value */
-    const kl_obs_launch *launch; /* evaluating inside a kernel: its launch (blockDim, gridDim) */
-    bool kernel_side;      /* evaluating inside a kernel: no host calls are followed */
-    bool explore_all;      /* take every branch (each launch uncertain), sizes still known */
-} interp;
-
-static bool bind(interp *ip, const char *name, val v)
-{
-    if (ip->n == ip->cap) {
-        unsigned cap = ip->cap ? ip->cap * 2 : 32;
-        binding *nb = realloc(ip->b, cap * sizeof *nb);
-        if (!nb) {
-            ip->oom = true;
-            return false;
-        }
-        ip->b = nb;
-        ip->cap = cap;
-    }
-    ip->b[ip->n].name = kl_strdup(name);
-    if (!ip->b[ip->n].name) {
-        ip->oom = true;
-        return false;
-    }
-    ip->b[ip->n++].v = v;
-    return true;
-}
-
-static binding *lookup(interp *ip, const char *name)
-{
-    for (unsigned i = ip->n; i-- > ip->base;)
-        if (!strcmp(ip->b[i].name, name)) return &ip->b[i];
-    return NULL;
-}
-
-static void truncate_to(interp *ip, unsigned n)
-{
-    while (ip->n > n) free(ip->b[--ip->n].name);
-}
-
-static void assign(interp *ip, const char *name, val v)
-{
-    binding *b = lookup(ip, name);
-    if (b) b->v = ip->uncertain ? unknown_val() : v;
-}
-
-/* ======================================================================================
- * expressions
- * ====================================================================================== */
-
-static val eval(interp *ip, TSNode n);
-
-static char *text_of(interp *ip, TSNode n)
-{
-    char *t = kl_node_text(ip->src, n);
-    if (!t) ip->oom = true;
-    return t;
-}
-
-static val number(interp *ip, TSNode n)
-{
-    char *t = text_of(ip, n);
-    if (!t) return unknown_val();
-    char *end;
-    long long x = strtoll(t, &end, 0);
-    while (*end == 'u' || *end == 'U' || *end == 'l' || *end == 'L') end++;
-    val v = *end || end == t ? unknown_val() : int_val(x);
-    free(t);
-    return v;
-}
-
-/* The operator of a binary / unary / assignment expression, from the text (the tree may be
- * built from adjusted text: syntax_int.h). */
-static void op_text(interp *ip, TSNode n, char *buf, size_t size)
-{
-    buf[0] = '\0';
-    TSNode o = ts_node_child_by_field_name(n, "operator", 8);
-    if (ts_node_is_null(o)) return;
-    const char *text = kl_source_text(ip->src, NULL);
-    uint32_t a = ts_node_start_byte(o), e = ts_node_end_byte(o);
-    kl_snprintf(buf, size, "%.*s", (int)(e - a), text + a);
-}
-
-static bool binop(const char *op, int64_t a, int64_t b, int64_t *r)
-{
-    if (!strcmp(op, "+")) *r = a + b;
-    else if (!strcmp(op, "-")) *r = a - b;
-    else if (!strcmp(op, "*")) *r = a * b;
-    else if (!strcmp(op, "/")) {
-        if (b == 0) return false;
-        *r = a / b;
-    } else if (!strcmp(op, "%")) {
-        if (b == 0) return false;
-        *r = a % b;
-    } else if (!strcmp(op, "<<")) {
-        if (b < 0 || b > 62) return false;
-        *r = a << b;
-    } else if (!strcmp(op, ">>")) {
-        if (b < 0 || b > 62) return false;
-        *r = a >> b;
-    } else if (!strcmp(op, "<")) *r = a < b;
-    else if (!strcmp(op, "<=")) *r = a <= b;
-    else if (!strcmp(op, ">")) *r = a > b;
-    else if (!strcmp(op, ">=")) *r = a >= b;
-    else if (!strcmp(op, "==")) *r = a == b;
-    else if (!strcmp(op, "!=")) *r = a != b;
-    else if (!strcmp(op, "&")) *r = a & b;
-    else if (!strcmp(op, "|")) *r = a | b;
-    else if (!strcmp(op, "^")) *r = a ^ b;
-    else return false;
-    return true;
-}
-
-/* A local of the function being evaluated, declared with an initializer (a kernel's
- * `const int n4 = n / 4;`): its initializer, or a null node. */
-typedef struct find_decl {
-    const kl_source *src;
-    const char *name;
-    TSNode value;
-} find_decl;
-
-static bool find_decl_visit(TSNode n, void *user)
-{
-    find_decl *f = user;
-    if (!ts_node_is_null(f->value)) return false;
-    if (type_is(n, "init_declarator")) {
-        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(n, "declarator", 10));
-        if (!ts_node_is_null(nm) && kl_node_text_is(f->src, nm, f->name)) {
-            TSNode v = ts_node_child_by_field_name(n, "value", 5);
-            if (!ts_node_is_null(v) && !type_is(v, "argument_list") && !type_is(v, "initializer_list")) f->value = v;
-        }
-    }
-    return true;
-}
-
-static val identifier(interp *ip, TSNode n)
-{
-    char *name = text_of(ip, n);
-    if (!name) return unknown_val();
-    val v = unknown_val();
-    binding *b = lookup(ip, name);
-    if (b) {
-        v = b->v;
-    } else {
-        int64_t x;
-        if (kl_const_eval(ip->src, ip->fn, n, false, &x, NULL, 0)) {
-            v = int_val(x);
-        } else if (ip->depth < MAX_DEPTH && !ts_node_is_null(ip->fn)) {
-            /* a local with an initializer (inside a kernel: evaluated with the kernel's bindings) */
-            find_decl fd = {.src = ip->src, .name = name};
-            kl_ast_walk(kl_ast_function_body(ip->fn), find_decl_visit, &fd);
-            if (!ts_node_is_null(fd.value) && ts_node_start_byte(fd.value) < ts_node_start_byte(n)) {
-                ip->depth++;
-                v = eval(ip, fd.value);
-                ip->depth--;
-            }
-        }
-    }
-    free(name);
-    return v;
-}
-
-static int dim_of(const char *field)
-{
-    return !strcmp(field, "x") ? 0 : !strcmp(field, "y") ? 1 : !strcmp(field, "z") ? 2 : -1;
-}
-
-static val field(interp *ip, TSNode n)
-{
-    TSNode arg = ts_node_child_by_field_name(n, "argument", 8);
-    TSNode fld = ts_node_child_by_field_name(n, "field", 5);
-    char *a = text_of(ip, arg), *f = text_of(ip, fld);
-    val v = unknown_val();
-    int d = f ? dim_of(f) : -1;
-    if (a && d >= 0) {
-        if (ip->launch && !strcmp(a, "blockDim") && ip->launch->block_known) v = int_val(ip->launch->block[d]);
-        else if (ip->launch && !strcmp(a, "gridDim") && ip->launch->grid_known) v = int_val(ip->launch->grid[d]);
-        else if (type_is(arg, "identifier")) {
-            binding *b = lookup(ip, a);
-            if (b && b->v.known && b->v.nd == 3) v = int_val(b->v.v[d]);
-        }
-    }
-    free(a), free(f);
-    return v;
-}
-
-/* dim3(a, b, c) or an argument list / initializer list of up to three integers */
-static val dims_of(interp *ip, TSNode list)
-{
-    val v = {true, {1, 1, 1}, 3, -1};
-    uint32_t c = ts_node_named_child_count(list);
-    if (c == 0 || c > 3) return unknown_val();
-    for (uint32_t i = 0; i < c; i++) {
-        val a = eval(ip, ts_node_named_child(list, i));
-        if (!a.known || a.nd != 1) return unknown_val();
-        v.v[i] = a.v[0];
-    }
-    return v;
-}
-
-static void callee_name(interp *ip, TSNode fnode, char *buf, size_t size, TSNode *targs)
-{
-    buf[0] = '\0';
-    TSNode none = {0};
-    if (targs) *targs = none;
-    TSNode nm = fnode;
-    if (type_is(fnode, "template_function")) {
-        nm = ts_node_child_by_field_name(fnode, "name", 4);
-        if (targs) *targs = ts_node_child_by_field_name(fnode, "arguments", 9);
-    }
-    char *t = text_of(ip, nm);
-    if (t) kl_snprintf(buf, size, "%s", t);
-    free(t);
-}
-
-static val run_call(interp *ip, TSNode call, TSNode fn_def, TSNode targs);
-
-static val call(interp *ip, TSNode n)
-{
-    TSNode fnode = ts_node_child_by_field_name(n, "function", 8);
-    TSNode args = ts_node_child_by_field_name(n, "arguments", 9);
-    char name[128];
-    TSNode targs;
-    callee_name(ip, fnode, name, sizeof name, &targs);
-    const char *base = strrchr(name, ':') ? strrchr(name, ':') + 1 : name;
-    if (!strcmp(base, "dim3")) return dims_of(ip, args);
-    if (!strcmp(base, "min") || !strcmp(base, "max")) {
-        if (ts_node_named_child_count(args) != 2) return unknown_val();
-        val a = eval(ip, ts_node_named_child(args, 0)), b = eval(ip, ts_node_named_child(args, 1));
-        if (!a.known || !b.known || a.nd != 1 || b.nd != 1) return unknown_val();
-        bool mn = !strcmp(base, "min");
-        return int_val(mn ? (a.v[0] < b.v[0] ? a.v[0] : b.v[0]) : (a.v[0] > b.v[0] ? a.v[0] : b.v[0]));
-    }
-    if (!*name || ip->kernel_side) return unknown_val(); /* inside a kernel: no host calls */
-    TSNode def = kl_ast_function_named(ip->src, name);
-    if (ts_node_is_null(def) || kl_ast_function_has(ip->src, def, "__global__") ||
-        kl_ast_function_has(ip->src, def, "__device__"))
-        return unknown_val();
-    return run_call(ip, n, def, targs);
-}
-
-static val eval(interp *ip, TSNode n)
-{
-    if (ts_node_is_null(n) || ip->oom || ++ip->steps > MAX_STEPS) return unknown_val();
-    const char *t = ts_node_type(n);
-    if (!strcmp(t, "number_literal")) return number(ip, n);
-    if (!strcmp(t, "true")) return int_val(1);
-    if (!strcmp(t, "false")) return int_val(0);
-    if (!strcmp(t, "identifier")) return identifier(ip, n);
-    if (!strcmp(t, "parenthesized_expression")) return eval(ip, ts_node_named_child(n, 0));
-    if (!strcmp(t, "field_expression")) return field(ip, n);
-    if (!strcmp(t, "call_expression")) return call(ip, n);
-    if (!strcmp(t, "argument_list") || !strcmp(t, "initializer_list")) return dims_of(ip, n);
-    if (!strcmp(t, "sizeof_expression")) {
-        int64_t x;
-        return kl_const_eval(ip->src, ip->fn, n, false, &x, NULL, 0) ? int_val(x) : unknown_val();
-    }
-    if (!strcmp(t, "cast_expression")) {
-        val v = eval(ip, ts_node_child_by_field_name(n, "value", 5));
-        if (v.origin >= 0) return int_val(0); /* a device allocation's address: 256-byte aligned */
-        return v;
-    }
-    if (!strcmp(t, "unary_expression")) {
-        char op[8];
-        op_text(ip, n, op, sizeof op);
-        val a = eval(ip, ts_node_child_by_field_name(n, "argument", 8));
-        if (!a.known || a.nd != 1) return unknown_val();
-        if (!strcmp(op, "-")) return int_val(-a.v[0]);
-        if (!strcmp(op, "+")) return a;
-        if (!strcmp(op, "!")) return int_val(!a.v[0]);
-        if (!strcmp(op, "~")) return int_val(~a.v[0]);
-        return unknown_val();
-    }
-    if (!strcmp(t, "conditional_expression")) {
-        val c = eval(ip, ts_node_child_by_field_name(n, "condition", 9));
-        val a = eval(ip, ts_node_child_by_field_name(n, "consequence", 11));
-        val b = eval(ip, ts_node_child_by_field_name(n, "alternative", 11));
-        if (c.known) return c.v[0] ? a : b;
-        if (a.known && b.known && a.nd == 1 && b.nd == 1 && a.v[0] == b.v[0]) return a;
-        return unknown_val();
-    }
-    if (!strcmp(t, "binary_expression")) {
-        char op[8];
-        op_text(ip, n, op, sizeof op);
-        val a = eval(ip, ts_node_child_by_field_name(n, "left", 4));
-        val b = eval(ip, ts_node_child_by_field_name(n, "right", 5));
-        bool ak = a.known && a.nd == 1, bk = b.known && b.nd == 1;
-        if (!strcmp(op, "&&")) {
-            if ((ak && !a.v[0]) || (bk && !b.v[0])) return int_val(0);
-            return ak && bk ? int_val(1) : unknown_val();
-        }
-        if (!strcmp(op, "||")) {
-            if ((ak && a.v[0]) || (bk && b.v[0])) return int_val(1);
-            return ak && bk ? int_val(0) : unknown_val();
-        }
-        /* pointer arithmetic keeps the pointer it started from */
-        if (!strcmp(op, "+") && (a.origin >= 0 || b.origin >= 0)) {
-            val p = unknown_val();
-            p.origin = a.origin >= 0 ? a.origin : b.origin;
-            return p;
-        }
-        int64_t r;
-        if (ak && bk && binop(op, a.v[0], b.v[0], &r)) return int_val(r);
-        return unknown_val();
-    }
-    return unknown_val();
-}
-
-/* ======================================================================================
- * statements of host code
- * ====================================================================================== */
-
-typedef enum flow { F_NEXT, F_RETURN, F_BREAK } flow;
-
-static flow exec(interp *ip, TSNode n);
-
-static void record_launch(interp *ip, TSNode callnode, TSNode config)
-{
-    kl_obs_launches *o = ip->out;
-    kl_obs_launch *items = realloc(o->items, (o->count + 1) * sizeof *items);
-    if (!items) {
-        ip->oom = true;
-        return;
-    }
-    o->items = items;
-    kl_obs_launch *l = &o->items[o->count];
-    memset(l, 0, sizeof *l);
-    char name[128];
-    TSNode targs;
-    callee_name(ip, ts_node_child_by_field_name(callnode, "function", 8), name, sizeof name, &targs);
-    l->kernel = kl_strdup(name);
-    if (!l->kernel) {
-        ip->oom = true;
-        return;
-    }
-    o->count++;
-    l->certain = !ip->uncertain;
-    for (int d = 0; d < 3; d++) l->grid[d] = l->block[d] = 1;
-    for (unsigned k = 0; k < 2 && k < ts_node_named_child_count(config); k++) {
-        val v = eval(ip, ts_node_named_child(config, k));
-        int64_t *dst = k == 0 ? l->grid : l->block;
-        if (!v.known) continue;
-        for (unsigned d = 0; d < v.nd && d < 3; d++) dst[d] = v.v[d];
-        if (k == 0) l->grid_known = true;
-        else l->block_known = true;
-    }
-    TSNode args = ts_node_child_by_field_name(callnode, "arguments", 9);
-    unsigned na = ts_node_named_child_count(args);
-    l->arg = calloc(na ? na : 1, sizeof *l->arg);
-    l->arg_known = calloc(na ? na : 1, sizeof *l->arg_known);
-    l->arg_origin = calloc(na ? na : 1, sizeof *l->arg_origin);
-    unsigned nt = ts_node_is_null(targs) ? 0 : ts_node_named_child_count(targs);
-    l->targ = calloc(nt ? nt : 1, sizeof *l->targ);
-    l->targ_known = calloc(nt ? nt : 1, sizeof *l->targ_known);
-    if (!l->arg || !l->arg_known || !l->arg_origin || !l->targ || !l->targ_known) {
-        ip->oom = true;
-        return;
-    }
-    l->nargs = na;
-    for (unsigned i = 0; i < na; i++) {
-        val v = eval(ip, ts_node_named_child(args, i));
-        l->arg_origin[i] = v.origin;
-        l->arg_known[i] = v.known && v.nd == 1;
-        l->arg[i] = v.v[0];
-    }
-    l->ntargs = nt;
-    for (unsigned i = 0; i < nt; i++) {
-        TSNode a = ts_node_named_child(targs, i);
-        if (type_is(a, "type_descriptor")) continue;
-        val v = eval(ip, a);
-        l->targ_known[i] = v.known && v.nd == 1;
-        l->targ[i] = v.v[0];
-    }
-}
-
-/* The parameter names of a function definition, in order (into names, at most max). */
-static unsigned param_names(interp *ip, TSNode def, char **names, unsigned max)
-{
-    TSNode pl = kl_ast_function_params(def);
-    unsigned k = 0;
-    uint32_t c = ts_node_named_child_count(pl);
-    for (uint32_t i = 0; i < c && k < max; i++) {
-        TSNode p = ts_node_named_child(pl, i);
-        if (!type_is(p, "parameter_declaration") && !type_is(p, "optional_parameter_declaration")) continue;
-        TSNode nm = kl_ast_declarator_name(ts_node_child_by_field_name(p, "declarator", 10));
-        names[k++] = ts_node_is_null(nm) ? NULL : text_of(ip, nm);
-    }
-    return k;
-}
-
-/* The names of a template's value parameters, in order (type parameters as NULL). */
-static unsigned template_names(interp *ip, TSNode def, char **names, unsigned max)
-{
-    TSNode outer = kl_ast_function_outer(def);
-    if (!type_is(outer, "template_declaration")) return 0;
-    TSNode pl = ts_node_child_by_field_name(outer, "parameters", 10);
-    unsigned k = 0;
-    uint32_t c = ts_node_named_child_count(pl);
-    for (uint32_t i = 0; i < c && k < max; i++) {
-        TSNode p = ts_node_named_child(pl, i);
-        TSNode nm = {0};
-        if (type_is(p, "parameter_declaration") || type_is(p, "optional_parameter_declaration"))
-            nm = kl_ast_declarator_name(ts_node_child_by_field_name(p, "declarator", 10));
-        names[k++] = ts_node_is_null(nm) ? NULL : text_of(ip, nm);
-    }
-    return k;
-}
-
-static val run_call(interp *ip, TSNode callnode, TSNode def, TSNode targs)
-{
-    if (ip->depth >= MAX_DEPTH) return unknown_val();
-    TSNode args = ts_node_child_by_field_name(callnode, "arguments", 9);
-    char *pn[32] = {0}, *tn[16] = {0};
-    val av[32], tv[16];
-    unsigned np = param_names(ip, def, pn, 32), nt = template_names(ip, def, tn, 16);
-    unsigned na = ts_node_named_child_count(args);
-    for (unsigned i = 0; i < np; i++) av[i] = i < na ? eval(ip, ts_node_named_child(args, i)) : unknown_val();
-    unsigned ntargs = ts_node_is_null(targs) ? 0 : ts_node_named_child_count(targs);
-    for (unsigned i = 0; i < nt; i++) {
-        TSNode a = i < ntargs ? ts_node_named_child(targs, i) : (TSNode){0};
-        tv[i] = ts_node_is_null(a) || type_is(a, "type_descriptor") ? unknown_val() : eval(ip, a);
-    }
-    unsigned saved_n = ip->n, saved_base = ip->base;
-    TSNode saved_fn = ip->fn;
-    ip->base = ip->n;
-    for (unsigned i = 0; i < np; i++)
-        if (pn[i]) bind(ip, pn[i], av[i]);
-    for (unsigned i = 0; i < nt; i++)
-        if (tn[i]) bind(ip, tn[i], tv[i]);
-    ip->fn = def;
-    ip->depth++;
-    ip->ret = unknown_val();
-    exec(ip, kl_ast_function_body(def));
-    val r = ip->ret;
-    ip->depth--;
-    ip->fn = saved_fn;
-    truncate_to(ip, saved_n);
-    ip->base = saved_base;
-    for (unsigned i = 0; i < np; i++) free(pn[i]);
-    for (unsigned i = 0; i < nt; i++) free(tn[i]);
-    return r;
-}
-
-static void note_undecided(interp *ip, TSNode cond)
-{
-    if (!ip->out->complete) return;
-    ip->out->complete = false;
-    char *t = text_of(ip, cond);
-    kl_snprintf(ip->out->why, sizeof ip->out->why, "line %u: cannot decide `%.150s`", ts_node_start_point(cond).row + 1,
-                t ? t : "?");
-    free(t);
-}
-
-static void expression(interp *ip, TSNode e)
-{
-    if (type_is(e, "call_expression")) {
-        TSNode cfg = kl_ast_child_of_type(e, "kernel_call_syntax");
-        if (!ts_node_is_null(cfg)) record_launch(ip, e, cfg);
-        else (void)call(ip, e);
-    } else if (type_is(e, "assignment_expression")) {
-        TSNode l = ts_node_child_by_field_name(e, "left", 4);
-        if (!type_is(l, "identifier")) return;
-        char op[8];
-        op_text(ip, e, op, sizeof op);
-        val r = eval(ip, ts_node_child_by_field_name(e, "right", 5));
-        char *name = text_of(ip, l);
-        if (!name) return;
-        if (strcmp(op, "=") != 0) {
-            binding *b = lookup(ip, name);
-            char bop[4];
-            kl_snprintf(bop, sizeof bop, "%.*s", (int)strlen(op) - 1, op);
-            int64_t x;
-            if (b && b->v.known && r.known && binop(bop, b->v.v[0], r.v[0], &x)) r = int_val(x);
-            else r = unknown_val();
-        }
-        assign(ip, name, r);
-        free(name);
-    } else if (type_is(e, "comma_expression")) {
-        expression(ip, ts_node_child_by_field_name(e, "left", 4));
-        expression(ip, ts_node_child_by_field_name(e, "right", 5));
-    }
-}
-
-static void declaration(interp *ip, TSNode d)
-{
-    uint32_t c = ts_node_named_child_count(d);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode k = ts_node_named_child(d, i);
-        TSNode decl = k, value = {0};
-        if (type_is(k, "init_declarator")) {
-            decl = ts_node_child_by_field_name(k, "declarator", 10);
-            value = ts_node_child_by_field_name(k, "value", 5);
-        } else if (!type_is(k, "identifier") && !type_is(k, "pointer_declarator") && !type_is(k, "function_declarator")) {
-            continue;
-        }
-        TSNode nm = kl_ast_declarator_name(decl);
-        if (ts_node_is_null(nm)) continue;
-        char *name = text_of(ip, nm);
-        if (!name) return;
-        val v = ts_node_is_null(value) ? unknown_val() : eval(ip, value);
-        /* `dim3 block(BLOCK, BLOCK);` parses as a function declaration: its "parameter types"
-         * are the constants */
-        if (ts_node_is_null(value) && type_is(decl, "function_declarator")) {
-            TSNode pl = ts_node_child_by_field_name(decl, "parameters", 10);
-            uint32_t pc = ts_node_named_child_count(pl);
-            v = (val){pc >= 1 && pc <= 3, {1, 1, 1}, 3, -1};
-            for (uint32_t q = 0; q < pc && v.known; q++) {
-                TSNode pd = ts_node_named_child(pl, q);
-                TSNode ty = ts_node_child_by_field_name(pd, "type", 4);
-                if (!type_is(pd, "parameter_declaration") || !ts_node_is_null(ts_node_child_by_field_name(pd, "declarator", 10)) ||
-                    !type_is(ty, "type_identifier")) {
-                    v.known = false;
-                    break;
-                }
-                val cv = identifier(ip, ty);
-                if (!cv.known || cv.nd != 1) v.known = false;
-                else v.v[q] = cv.v[0];
-            }
-            if (!v.known) v = unknown_val();
-        }
-        bind(ip, name, v);
-        free(name);
-    }
-}
-
-/* Both ways of an undecided condition: each with the bindings as they were. */
-static flow both(interp *ip, TSNode a, TSNode b)
-{
-    bool was = ip->uncertain;
-    ip->uncertain = true;
-    unsigned n = ip->n;
-    flow fa = ts_node_is_null(a) ? F_NEXT : exec(ip, a);
-    truncate_to(ip, n);
-    flow fb = ts_node_is_null(b) ? F_NEXT : exec(ip, b);
-    truncate_to(ip, n);
-    ip->uncertain = was;
-    return fa == F_RETURN && fb == F_RETURN ? F_RETURN : F_NEXT;
-}
-
-static TSNode else_body(TSNode alt)
-{
-    if (type_is(alt, "else_clause")) return ts_node_named_child(alt, 0);
-    return alt;
-}
-
-static flow switch_stmt(interp *ip, TSNode s)
-{
-    TSNode cond = ts_node_child_by_field_name(s, "condition", 9);
-    if (type_is(cond, "condition_clause")) cond = ts_node_child_by_field_name(cond, "value", 5);
-    val v = ip->explore_all ? unknown_val() : eval(ip, cond);
-    TSNode body = ts_node_child_by_field_name(s, "body", 4);
-    uint32_t nc = ts_node_named_child_count(body);
-    int start = -1;
-    if (v.known) {
-        for (uint32_t i = 0; i < nc && start < 0; i++) {
-            TSNode cs = ts_node_named_child(body, i);
-            TSNode cv = ts_node_child_by_field_name(cs, "value", 5);
-            if (!type_is(cs, "case_statement") || ts_node_is_null(cv)) continue;
-            val x = eval(ip, cv);
-            if (x.known && x.v[0] == v.v[0]) start = (int)i;
-        }
-        for (uint32_t i = 0; i < nc && start < 0; i++) {
-            TSNode cs = ts_node_named_child(body, i);
-            if (type_is(cs, "case_statement") && ts_node_is_null(ts_node_child_by_field_name(cs, "value", 5)))
-                start = (int)i;
-        }
-        if (start < 0) return F_NEXT;
-    } else {
-        note_undecided(ip, cond);
-    }
-    bool was = ip->uncertain;
-    if (!v.known) ip->uncertain = true;
-    flow f = F_NEXT;
-    /* undecided: every case from its label on; decided: from the matching label on */
-    for (uint32_t first = v.known ? (uint32_t)start : 0; first < nc; first++) {
-        unsigned n = ip->n;
-        f = F_NEXT;
-        for (uint32_t i = first; i < nc && f == F_NEXT; i++) {
-            TSNode cs = ts_node_named_child(body, i);
-            uint32_t kc = ts_node_named_child_count(cs);
-            TSNode cv = ts_node_child_by_field_name(cs, "value", 5);
-            for (uint32_t k = 0; k < kc && f == F_NEXT; k++) {
-                TSNode st = ts_node_named_child(cs, k);
-                if (!ts_node_is_null(cv) && ts_node_eq(st, cv)) continue;
-                f = exec(ip, st);
-            }
-        }
-        if (v.known) break;
-        truncate_to(ip, n);
-    }
-    ip->uncertain = was;
-    return f == F_RETURN && v.known ? F_RETURN : F_NEXT;
-}
-
-static flow exec(interp *ip, TSNode n)
-{
-    if (ts_node_is_null(n) || ip->oom || ++ip->steps > MAX_STEPS) return F_NEXT;
-    const char *t = ts_node_type(n);
-    if (!strcmp(t, "compound_statement")) {
-        unsigned mark = ip->n;
-        flow f = F_NEXT;
-        uint32_t c = ts_node_named_child_count(n);
-        for (uint32_t i = 0; i < c && f == F_NEXT; i++) f = exec(ip, ts_node_named_child(n, i));
-        truncate_to(ip, mark);
-        return f;
-    }
-    if (!strcmp(t, "declaration")) {
-        declaration(ip, n);
-        return F_NEXT;
-    }
-    if (!strcmp(t, "expression_statement")) {
-        if (ts_node_named_child_count(n)) expression(ip, ts_node_named_child(n, 0));
-        return F_NEXT;
-    }
-    if (!strcmp(t, "return_statement")) {
-        if (ts_node_named_child_count(n)) ip->ret = eval(ip, ts_node_named_child(n, 0));
-        return F_RETURN;
-    }
-    if (!strcmp(t, "break_statement")) return F_BREAK;
-    if (!strcmp(t, "if_statement")) {
-        TSNode cond = ts_node_child_by_field_name(n, "condition", 9);
-        TSNode cv = type_is(cond, "condition_clause") ? ts_node_child_by_field_name(cond, "value", 5) : cond;
-        TSNode yes = ts_node_child_by_field_name(n, "consequence", 11);
-        TSNode no = else_body(ts_node_child_by_field_name(n, "alternative", 11));
-        val v = ip->explore_all ? unknown_val() : eval(ip, cv);
-        if (v.known) return v.v[0] ? exec(ip, yes) : ts_node_is_null(no) ? F_NEXT : exec(ip, no);
-        note_undecided(ip, cv);
-        return both(ip, yes, no);
-    }
-    if (!strcmp(t, "switch_statement")) return switch_stmt(ip, n);
-    if (!strcmp(t, "for_statement") || !strcmp(t, "while_statement") || !strcmp(t, "do_statement")) {
-        note_undecided(ip, n);
-        TSNode none = {0};
-        return both(ip, ts_node_child_by_field_name(n, "body", 4), none) == F_RETURN ? F_NEXT : F_NEXT;
-    }
-    return F_NEXT;
-}
-
-/* The inputs bound to launch()'s parameters: scalars by value, pointers as their origin. */
-static void bind_inputs(interp *ip, TSNode launch)
-{
-    char *pn[64] = {0};
-    unsigned np = param_names(ip, launch, pn, 64);
-    for (unsigned i = 0; i < np; i++) {
-        if (!pn[i]) continue;
-        val v = unknown_val();
-        if (ip->in && i < ip->in->n) {
-            if (ip->in->pointer[i]) v.origin = (int)i;
-            else v = int_val(ip->in->value[i]);
-        } else {
-            /* no shape: pointers are still known as launch()'s own */
-            TSNode p = ts_node_named_child(kl_ast_function_params(launch), i);
-            TSNode d = ts_node_child_by_field_name(p, "declarator", 10);
-            if (type_is(d, "pointer_declarator")) v.origin = (int)i;
-        }
-        bind(ip, pn[i], v);
-        free(pn[i]);
-    }
-}
-
-static kl_status run_launch(const kl_source *src, const kl_obs_inputs *in, bool explore_all, kl_obs_launches *out,
-                            kl_error *err);
-
-kl_status kl_obs_run_launch(const kl_source *src, const kl_obs_inputs *in, kl_obs_launches *out, kl_error *err)
-{
-    return run_launch(src, in, false, out, err);
-}
-
-static kl_status run_launch(const kl_source *src, const kl_obs_inputs *in, bool explore_all, kl_obs_launches *out,
-                            kl_error *err)
-{
-    memset(out, 0, sizeof *out);
-    out->complete = true;
-    TSNode launch = kl_ast_function_named(src, "launch");
-    if (ts_node_is_null(launch))
-        return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no launch() function", kl_source_name(src));
-    interp ip = {0};
-    ip.src = src;
-    ip.in = in;
-    ip.out = out;
-    ip.fn = launch;
-    ip.ret = unknown_val();
-    ip.explore_all = explore_all;
-    bind_inputs(&ip, launch);
-    exec(&ip, kl_ast_function_body(launch));
-    if (ip.steps > MAX_STEPS && out->complete) {
-        out->complete = false;
-        kl_snprintf(out->why, sizeof out->why, "launch() is too long to follow (%u steps)", MAX_STEPS);
-    }
-    truncate_to(&ip, 0);
-    free(ip.b);
-    if (ip.oom) {
-        kl_obs_launches_release(out);
-        return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-    }
-    return KL_OK;
-}
-
-void kl_obs_launches_release(kl_obs_launches *l)
-{
-    if (!l) return;
-    for (unsigned i = 0; i < l->count; i++) {
-        kl_obs_launch *k = &l->items[i];
-        free(k->kernel), free(k->arg), free(k->arg_known), free(k->arg_origin), free(k->targ), free(k->targ_known);
-    }
-    free(l->items);
-    memset(l, 0, sizeof *l);
-}
-
-/* ======================================================================================
- * which functions run
- * ====================================================================================== */
-
-/* Does kernel `k` reach function `fn` through the calls of the file? (model features "calls") */
 static bool calls_fn(const kl_model *m, const char *k, const char *fn)
 {
     int i = kl_model_find_function(m, k, KL_FUNCTION_KERNEL);
@@ -842,10 +95,10 @@ static bool alias_visit(TSNode n, void *user)
 {
     alias_find *f = user;
     if (!ts_node_is_null(f->value)) return false;
-    if (type_is(n, "init_declarator")) {
+    if (observe__type_is(n, "init_declarator")) {
         TSNode d = ts_node_child_by_field_name(n, "declarator", 10);
         TSNode nm = kl_ast_declarator_name(d);
-        if (type_is(d, "pointer_declarator") && !ts_node_is_null(nm) && kl_node_text_is(f->src, nm, f->name))
+        if (observe__type_is(d, "pointer_declarator") && !ts_node_is_null(nm) && kl_node_text_is(f->src, nm, f->name))
             f->value = ts_node_child_by_field_name(n, "value", 5);
     }
     return true;
@@ -910,10 +163,10 @@ static int64_t loop_start_tx(kl_affine_ctx *ax, const kl_ax_loop *l, bool *known
     *known = false;
     TSNode init = ts_node_child_by_field_name(l->node, "initializer", 11);
     TSNode v = {0};
-    if (type_is(init, "declaration")) {
+    if (observe__type_is(init, "declaration")) {
         TSNode d = kl_ast_child_of_type(init, "init_declarator");
         v = ts_node_child_by_field_name(d, "value", 5);
-    } else if (type_is(init, "assignment_expression")) {
+    } else if (observe__type_is(init, "assignment_expression")) {
         v = ts_node_child_by_field_name(init, "right", 5);
     }
     if (ts_node_is_null(v)) return 0;
@@ -974,22 +227,22 @@ static kl_status resolve_base(kl_affine_ctx *ax, const kl_source *src, TSNode fn
     alias_find f = {.src = src, .name = a->array};
     kl_ast_walk(kl_ast_function_body(fn), alias_visit, &f);
     TSNode v = f.value;
-    while (type_is(v, "parenthesized_expression")) v = ts_node_named_child(v, 0);
+    while (observe__type_is(v, "parenthesized_expression")) v = ts_node_named_child(v, 0);
     TSNode base = {0}, off = {0};
-    if (type_is(v, "binary_expression")) {
+    if (observe__type_is(v, "binary_expression")) {
         TSNode l = ts_node_child_by_field_name(v, "left", 4), r = ts_node_child_by_field_name(v, "right", 5);
         char *lt = kl_node_text(src, l);
         int li = lt ? kl_affine_param_index(ax, lt) : -1;
         free(lt);
         if (li >= 0 && kl_affine_param(ax, (unsigned)li)->pointer) base = l, off = r;
         else base = r, off = l;
-    } else if (type_is(v, "pointer_expression")) {
+    } else if (observe__type_is(v, "pointer_expression")) {
         TSNode s = ts_node_child_by_field_name(v, "argument", 8);
-        if (type_is(s, "subscript_expression")) {
+        if (observe__type_is(s, "subscript_expression")) {
             base = ts_node_child_by_field_name(s, "argument", 8);
             off = kl_ast_subscript_index(s);
         }
-    } else if (type_is(v, "identifier")) {
+    } else if (observe__type_is(v, "identifier")) {
         base = v;
     }
     if (ts_node_is_null(base)) return KL_OK;
@@ -1034,41 +287,41 @@ typedef struct kbind {
 
 /* A kernel interpreter: its parameters bound from the launch's arguments, its template value
  * parameters from the launch's template arguments. */
-static void kernel_interp(interp *ip, const kl_source *src, TSNode fn, const kbind *kb)
+static void kernel_interp(observe__interp *ip, const kl_source *src, TSNode fn, const kbind *kb)
 {
     memset(ip, 0, sizeof *ip);
     ip->src = src;
     ip->fn = fn;
     ip->launch = kb->launch;
-    ip->ret = unknown_val();
+    ip->ret = observe__unknown_val();
     ip->kernel_side = true;
     if (!kb->launch) return;
     char *pn[64] = {0}, *tn[16] = {0};
-    unsigned np = param_names(ip, fn, pn, 64), nt = template_names(ip, fn, tn, 16);
+    unsigned np = observe__param_names(ip, fn, pn, 64), nt = observe__template_names(ip, fn, tn, 16);
     for (unsigned i = 0; i < np; i++) {
-        val v = unknown_val();
+        observe__val v = observe__unknown_val();
         if (i < kb->launch->nargs) {
-            if (kb->launch->arg_known[i]) v = int_val(kb->launch->arg[i]);
+            if (kb->launch->arg_known[i]) v = observe__int_val(kb->launch->arg[i]);
             v.origin = kb->launch->arg_origin[i];
         }
-        if (pn[i]) bind(ip, pn[i], v);
+        if (pn[i]) observe__bind(ip, pn[i], v);
         free(pn[i]);
     }
     for (unsigned i = 0; i < nt; i++) {
-        if (tn[i] && i < kb->launch->ntargs && kb->launch->targ_known[i]) bind(ip, tn[i], int_val(kb->launch->targ[i]));
+        if (tn[i] && i < kb->launch->ntargs && kb->launch->targ_known[i]) observe__bind(ip, tn[i], observe__int_val(kb->launch->targ[i]));
         free(tn[i]);
     }
 }
 
-static void interp_done(interp *ip)
+static void interp_done(observe__interp *ip)
 {
-    truncate_to(ip, 0);
+    observe__truncate_to(ip, 0);
     free(ip->b);
 }
 
 /* The value of a coefficient ("256*cols", "blockDim.y*K", "cols+1"): a sum of products of
  * integers, parameters, blockDim.* and gridDim.*. */
-static bool coef_value(interp *ip, const char *coef, int64_t *out)
+static bool coef_value(observe__interp *ip, const char *coef, int64_t *out)
 {
     int64_t sum = 0;
     const char *p = coef;
@@ -1090,13 +343,13 @@ static bool coef_value(interp *ip, const char *coef, int64_t *out)
             if (!*end) {
                 x = lit;
             } else if (!strncmp(f, "blockDim.", 9) || !strncmp(f, "gridDim.", 8)) {
-                int d = dim_of(strchr(f, '.') + 1);
+                int d = observe__dim_of(strchr(f, '.') + 1);
                 const kl_obs_launch *l = ip->launch;
                 bool blk = f[0] == 'b';
                 if (!l || d < 0 || !(blk ? l->block_known : l->grid_known)) return false;
                 x = blk ? l->block[d] : l->grid[d];
             } else {
-                binding *b = lookup(ip, f);
+                observe__binding *b = observe__lookup(ip, f);
                 if (!b || !b->v.known) return false;
                 x = b->v.v[0];
             }
@@ -1112,7 +365,7 @@ static bool coef_value(interp *ip, const char *coef, int64_t *out)
 }
 
 /* The elements a kernel pointer parameter holds at the shape (through the launch), or -1. */
-static int64_t param_count(interp *ip, const kbind *kb, unsigned param, unsigned *bytes)
+static int64_t param_count(observe__interp *ip, const kbind *kb, unsigned param, unsigned *bytes)
 {
     (void)ip;
     if (bytes) *bytes = 0;
@@ -1123,11 +376,11 @@ static int64_t param_count(interp *ip, const kbind *kb, unsigned param, unsigned
     return kb->in->value[o];
 }
 
-static int64_t size_extent(interp *ip, const gaccess *g);
+static int64_t size_extent(observe__interp *ip, const gaccess *g);
 
 /* The extent of the contiguous axis of an access: the smallest coefficient that is a size
  * (names a parameter), evaluated; for an index with none (1-D), the elements of the array. */
-static int64_t contiguous_extent(interp *ip, const kbind *kb, const gaccess *g)
+static int64_t contiguous_extent(observe__interp *ip, const kbind *kb, const gaccess *g)
 {
     int64_t e = size_extent(ip, g);
     if (e > 0) return e;
@@ -1137,7 +390,7 @@ static int64_t contiguous_extent(interp *ip, const kbind *kb, const gaccess *g)
 
 /* The smallest coefficient of an access's index that is a size, evaluated (constant factors
  * dropped: "256*cols" is cols); -1 when none is. */
-static int64_t size_extent(interp *ip, const gaccess *g)
+static int64_t size_extent(observe__interp *ip, const gaccess *g)
 {
     int64_t best = -1;
     if (g->flat_ok)
@@ -1178,13 +431,13 @@ static int64_t size_extent(interp *ip, const gaccess *g)
 }
 
 /* The value of a loop's bound (the other side of its condition) at the shape. */
-static bool loop_bound(interp *ip, const kl_ax_loop *l, int64_t *out)
+static bool loop_bound(observe__interp *ip, const kl_ax_loop *l, int64_t *out)
 {
     TSNode cond = ts_node_child_by_field_name(l->node, "condition", 9);
-    if (!type_is(cond, "binary_expression") || !l->var) return false;
+    if (!observe__type_is(cond, "binary_expression") || !l->var) return false;
     TSNode a = ts_node_child_by_field_name(cond, "left", 4), b = ts_node_child_by_field_name(cond, "right", 5);
     TSNode bound = kl_node_text_is(ip->src, a, l->var) ? b : a;
-    val v = eval(ip, bound);
+    observe__val v = observe__eval(ip, bound);
     if (!v.known || v.nd != 1) return false;
     *out = v.v[0];
     return true;
@@ -1203,13 +456,13 @@ typedef struct scan {
 static bool is_accumulate_call(const kl_source *src, TSNode rhs, const char *lhs)
 {
     /* acc = fmaxf(acc, …), acc = max(acc, …), acc = acc + … */
-    if (type_is(rhs, "call_expression")) {
+    if (observe__type_is(rhs, "call_expression")) {
         TSNode args = ts_node_child_by_field_name(rhs, "arguments", 9);
         uint32_t c = ts_node_named_child_count(args);
         for (uint32_t i = 0; i < c; i++)
             if (kl_node_text_is(src, ts_node_named_child(args, i), lhs)) return true;
     }
-    if (type_is(rhs, "binary_expression")) {
+    if (observe__type_is(rhs, "binary_expression")) {
         TSNode l = ts_node_child_by_field_name(rhs, "left", 4), r = ts_node_child_by_field_name(rhs, "right", 5);
         if (kl_node_text_is(src, l, lhs) || kl_node_text_is(src, r, lhs)) return true;
     }
@@ -1219,7 +472,7 @@ static bool is_accumulate_call(const kl_source *src, TSNode rhs, const char *lhs
 static bool scan_visit(TSNode n, void *user)
 {
     scan *s = user;
-    if (type_is(n, "assignment_expression")) {
+    if (observe__type_is(n, "assignment_expression")) {
         TSNode l = ts_node_child_by_field_name(n, "left", 4);
         TSNode o = ts_node_child_by_field_name(n, "operator", 8);
         const char *text = kl_source_text(s->src, NULL);
@@ -1227,32 +480,32 @@ static bool scan_visit(TSNode n, void *user)
                         text[ts_node_start_byte(o) + 1] == '=' && text[ts_node_start_byte(o)] != '=';
         /* an accumulator: not a loop's own variable (`j += 8` steps a loop, it sums nothing) */
         bool loop_var = false;
-        if (type_is(l, "identifier") && s->ax)
+        if (observe__type_is(l, "identifier") && s->ax)
             for (unsigned i = 0; i < kl_affine_loop_count(s->ax) && !loop_var; i++) {
                 const kl_ax_loop *lp = kl_affine_loop(s->ax, i);
                 loop_var = lp->var && kl_node_text_is(s->src, l, lp->var);
             }
-        if (!loop_var && (type_is(l, "identifier") || type_is(l, "field_expression"))) {
+        if (!loop_var && (observe__type_is(l, "identifier") || observe__type_is(l, "field_expression"))) {
             char *lhs = kl_node_text(s->src, l);
             if (lhs && (compound || is_accumulate_call(s->src, ts_node_child_by_field_name(n, "right", 5), lhs)))
                 s->reduction = true;
             free(lhs);
         }
-    } else if (type_is(n, "call_expression")) {
+    } else if (observe__type_is(n, "call_expression")) {
         TSNode f = ts_node_child_by_field_name(n, "function", 8);
         char *name = kl_node_text(s->src, f);
         if (name && !strncmp(name, "atomic", 6)) {
             s->atomics++;
             TSNode args = ts_node_child_by_field_name(n, "arguments", 9);
             TSNode a0 = ts_node_named_child(args, 0);
-            while (type_is(a0, "parenthesized_expression")) a0 = ts_node_named_child(a0, 0);
+            while (observe__type_is(a0, "parenthesized_expression")) a0 = ts_node_named_child(a0, 0);
             TSNode idx = {0};
-            if (type_is(a0, "pointer_expression")) {
+            if (observe__type_is(a0, "pointer_expression")) {
                 TSNode sub = ts_node_child_by_field_name(a0, "argument", 8);
-                if (type_is(sub, "subscript_expression")) {
+                if (observe__type_is(sub, "subscript_expression")) {
                     idx = kl_ast_subscript_index(sub);
                 }
-            } else if (type_is(a0, "binary_expression")) {
+            } else if (observe__type_is(a0, "binary_expression")) {
                 idx = ts_node_child_by_field_name(a0, "right", 5);
             }
             if (ts_node_is_null(idx)) {
@@ -1309,7 +562,7 @@ static bool type_visit(TSNode n, void *user)
 {
     type_find *f = user;
     if (f->type) return false;
-    if (!type_is(n, "declaration")) return true;
+    if (!observe__type_is(n, "declaration")) return true;
     uint32_t c = ts_node_named_child_count(n);
     for (uint32_t i = 0; i < c; i++) {
         TSNode nm = kl_ast_declarator_name(ts_node_named_child(n, i));
@@ -1476,7 +729,7 @@ kl_status kl_observe_site(const kl_source *src, const char *fn_name, unsigned li
             /* not launched at this shape: its sizes as launch() would give them on the path that
              * launches it (every branch taken, the sizes still known) */
             kl_obs_launches_release(&run);
-            if ((st = run_launch(src, in, true, &run, err)) != KL_OK) goto cleanup;
+            if ((st = observe__run_launch(src, in, true, &run, err)) != KL_OK) goto cleanup;
             kb.launch = site_launch(src, &run, fn_name, kernel, device);
         }
         /* inputs: elements and bytes */
@@ -1495,7 +748,7 @@ kl_status kl_observe_site(const kl_source *src, const char *fn_name, unsigned li
             /* sizes of the kernel at the shape: through its launch */
             TSNode kfn = kernel ? fn : kl_ast_function_named(src, l->kernel);
             kl_affine_ctx *kax = NULL;
-            interp ip;
+            observe__interp ip;
             kernel_interp(&ip, src, kernel ? fn : kfn, &kb);
             const gaccess *cprim = prim && prim->param >= 0 ? prim : NULL;
             gaccess kacc = {0}, kwr = {0};
@@ -1518,13 +771,13 @@ kl_status kl_observe_site(const kl_source *src, const char *fn_name, unsigned li
                     }
                 }
             }
-            interp kip;
+            observe__interp kip;
             bool other_fn = !kernel && !device;
             if (other_fn || (device && !ts_node_is_null(kfn))) kernel_interp(&kip, src, kfn, &kb);
-            interp *use = (other_fn || device) && !ts_node_is_null(kfn) ? &kip : &ip;
+            observe__interp *use = (other_fn || device) && !ts_node_is_null(kfn) ? &kip : &ip;
             const gaccess *cp = cprim ? cprim : own_cprim ? &kacc : NULL;
             const gaccess *cw = wr ? wr : own_wr ? &kwr : NULL;
-            interp *cpi = cprim ? &ip : use, *cwi = wr ? &ip : use;
+            observe__interp *cpi = cprim ? &ip : use, *cwi = wr ? &ip : use;
             int64_t ce = cp ? contiguous_extent(cpi, &kb, cp) : -1;
             if (ce > 0) set_int(o, "contiguous_extent", ce);
             /* reduced: the bound of the region's loop when it accumulates, else the first loop of
@@ -1534,7 +787,7 @@ kl_status kl_observe_site(const kl_source *src, const char *fn_name, unsigned li
             } else {
                 red = -1;
                 kl_affine_ctx *rax = kernel || ts_node_is_null(kfn) ? ax : kax;
-                interp *ri = kernel || ts_node_is_null(kfn) ? &ip : use;
+                observe__interp *ri = kernel || ts_node_is_null(kfn) ? &ip : use;
                 for (unsigned i = 0; rax && i < kl_affine_loop_count(rax) && red < 0; i++) {
                     const kl_ax_loop *ll = kl_affine_loop(rax, i);
                     scan s2 = {src, false, 0, false, false, rax};

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "optimize/optimize_int.h"
+#include "optimize/search_int.h"
 
 static const char *const policy_names[KL_POLICY_COUNT] = {"skills", "memory", "blind"};
 
@@ -42,45 +43,9 @@ uint64_t opt_mix64(uint64_t x)
 /* ---- the run --------------------------------------------------------------------------- */
 
 struct kl_judgement;
-static json_t *judgement_json(const kl_judgement *j);
 
-typedef struct run {
-    const kl_task *task;
-    const kl_optimize_options *opt;
-    kl_error *err;
-    char key[KL_HASH_HEX];
-    char *start_path, *start_name;
-    json_t *doc;               /* the stored document, rebuilt from the state after every round */
-    json_t *stored_rounds;     /* judgements of an earlier, interrupted run of the same key */
-    json_t *rounds, *skipped, *finals;
-    opt_version *versions;
-    unsigned nversions, cap;
-    unsigned used;             /* gate calls spent */
-    unsigned since_best;       /* judgements since the last new best */
-    int best;                  /* the version with the highest cum */
-    opt_policy_ctx pc;
-    json_t *memory;
-    kl_skill_list own_library; /* loaded here when opt->library is NULL */
-    unsigned budget, beam;
-    double min_gain;
-    double t0;
-    json_t *ahead;             /* judgements made ahead: "version:candidate hash" -> judgement */
-    unsigned ahead_made, ahead_used;
-    /* skills: the transforms this run's own judgements advise against now (see run_stale) */
-    char stale[OPT_STALE_MAX][64];
-    unsigned stale_n[OPT_STALE_MAX]; /* how many times each failed since the last new best */
-    unsigned ranking;          /* skills: the ranking's revision (2 to 5) */
-    unsigned nstale;
-    /* skills, ranking 4: what each transform this run judged gained here (run_calibrate) */
-    char cal[OPT_STALE_MAX][64];
-    double cal_log[OPT_STALE_MAX]; /* the sum of the logs of its passing gains */
-    unsigned cal_n[OPT_STALE_MAX], ncal;
-    char turn[OPT_STALE_MAX][64]; /* ranking 4: the transforms judged since the last new best */
-    unsigned turn_n[OPT_STALE_MAX], nturn;
-} run;
-
-static void say(run *r, kl_optimize_event ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(run *r, kl_optimize_event ev, const char *fmt, ...)
+static void say(search__run *r, kl_optimize_event ev, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(search__run *r, kl_optimize_event ev, const char *fmt, ...)
 {
     if (!r->opt->progress) return;
     char text[512];
@@ -107,12 +72,12 @@ static void version_release(opt_version *v)
     free(v->cands);
 }
 
-static void cand_name(const kl_task *task, const char *hash, char *buf, size_t size)
+void search__cand_name(const kl_task *task, const char *hash, char *buf, size_t size)
 {
     kl_snprintf(buf, size, "%s/opt-%.12s.cu", task->name, hash);
 }
 
-static kl_status add_version(run *r, const char *source, int parent, int round, double gain, const opt_cand *from)
+static kl_status add_version(search__run *r, const char *source, int parent, int round, double gain, const opt_cand *from)
 {
     if (r->nversions == r->cap) {
         unsigned cap = r->cap ? r->cap * 2 : 16;
@@ -133,7 +98,7 @@ static kl_status add_version(run *r, const char *source, int parent, int round, 
     if (parent < 0 && r->start_name)
         kl_snprintf(v->name, sizeof v->name, "%s", r->start_name);
     else
-        cand_name(r->task, v->hash, v->name, sizeof v->name);
+        search__cand_name(r->task, v->hash, v->name, sizeof v->name);
     v->parent = parent;
     v->round = round;
     v->gain = gain;
@@ -148,7 +113,7 @@ static kl_status add_version(run *r, const char *source, int parent, int round, 
     return KL_OK;
 }
 
-static int version_of_hash(const run *r, const char *hash)
+static int version_of_hash(const search__run *r, const char *hash)
 {
     for (unsigned i = 0; i < r->nversions; i++)
         if (!strcmp(r->versions[i].hash, hash)) return (int)i;
@@ -157,7 +122,7 @@ static int version_of_hash(const run *r, const char *hash)
 
 /* ---- proposals ---------------------------------------------------------------------------- */
 
-static kl_status take_candidates(run *r, opt_version *v, kl_candidates *c)
+static kl_status take_candidates(search__run *r, opt_version *v, kl_candidates *c)
 {
     for (unsigned i = 0; i < c->count; i++) {
         const kl_candidate *k = &c->items[i];
@@ -193,7 +158,7 @@ static kl_status take_candidates(run *r, opt_version *v, kl_candidates *c)
     return KL_OK;
 }
 
-static kl_status ask(run *r, opt_version *v, const char *skill_json)
+static kl_status ask(search__run *r, opt_version *v, const char *skill_json)
 {
     kl_rewrite_request req = {0};
     req.kind = KL_REQ_APPLY;
@@ -233,8 +198,6 @@ static unsigned top_cards(const kl_skill_list *lib, unsigned max, const kl_skill
 
 #define CARDS_PER_REQUEST_BACKEND 8
 
-static bool is_stale(const run *r, const char *transform);
-
 static bool proposes(const opt_version *v, const char *transform)
 {
     for (unsigned i = 0; i < v->ncands; i++)
@@ -249,7 +212,7 @@ static bool proposes(const opt_version *v, const char *transform)
  * elsewhere may not know it. Not for what the cards defer or the run's judgements defer. Runs in
  * expand(), which pick() calls for every open version in index order: a resumed run marks the
  * same doors. */
-static void mark_door(run *r, unsigned vi)
+static void mark_door(search__run *r, unsigned vi)
 {
     const opt_version *v = &r->versions[vi];
     if (v->parent < 0) return;
@@ -257,7 +220,7 @@ static void mark_door(run *r, unsigned vi)
     opt_cand *door = NULL;
     for (unsigned i = 0; i < p->ncands; i++) {
         opt_cand *c = &p->cands[i];
-        if (c->tried || c->door || c->defer || c->off_path || is_stale(r, c->transform) || !strcmp(c->transform, v->transform) ||
+        if (c->tried || c->door || c->defer || c->off_path || search__is_stale(r, c->transform) || !strcmp(c->transform, v->transform) ||
             proposes(v, c->transform))
             continue;
         if (!door || c->expect > door->expect || (c->expect == door->expect && c->order < door->order)) door = c;
@@ -276,7 +239,7 @@ static void mark_door(run *r, unsigned vi)
  * gain says more than a card's. On layernorm a warp per row paid 16x at call 1 and a block per row
  * (0.77 of the expert in the catalog's sequences) was never judged. prune_beam keeps the parent
  * open meanwhile. */
-static void mark_variant(run *r, unsigned vi)
+static void mark_variant(search__run *r, unsigned vi)
 {
     const opt_version *v = &r->versions[vi];
     if (v->parent < 0 || v->kept || v->gain < r->min_gain) return;
@@ -308,7 +271,7 @@ static void mark_variant(run *r, unsigned vi)
  * goes after everything else (cand_tier) and says why. Blur's runs spent their calls on the
  * general kernel's smem-tile while the specialized one ran. The site's function is the site id's
  * first field; a function the task's launch() cannot be followed through stays in place. */
-static void mark_off_path(run *r, unsigned vi)
+static void mark_off_path(search__run *r, unsigned vi)
 {
     opt_version *v = &r->versions[vi];
     kl_source *src = NULL;
@@ -337,7 +300,7 @@ static void mark_off_path(run *r, unsigned vi)
  *   the skills policy also every card's own parameters at its transform's sites;
  * llm / command: one open request (blind, memory); with the skills policy one request per
  *   card, the cards that gained most first, at most CARDS_PER_REQUEST_BACKEND of them. */
-static kl_status expand(run *r, unsigned vi)
+kl_status search__expand(search__run *r, unsigned vi)
 {
     opt_version *v = &r->versions[vi];
     if (v->expanded) return KL_OK;
@@ -389,402 +352,9 @@ static kl_status expand(run *r, unsigned vi)
     return st;
 }
 
-/* ---- the run's own evidence (skills) ------------------------------------------------------ */
-
-/* How many times the transform failed since the last new best, when the run defers it; else 0. */
-static unsigned stale_count(const run *r, const char *transform)
-{
-    for (unsigned i = 0; i < r->nstale; i++)
-        if (!strcmp(r->stale[i], transform)) return r->stale_n[i];
-    return 0;
-}
-
-static bool is_stale(const run *r, const char *transform) { return stale_count(r, transform) > 0; }
-
-/* The transforms this run has judged OPT_STALE_AFTER times without paying (rejected, or less
- * than min_gain over the version it was applied to) since its last new best: what the cards
- * promised for them did not hold on this kernel as it now stands, so their other proposals go
- * after everything else, even after what the cards defer (cand_tier). A new best changes the
- * kernel, and the slate is clean again. The skills policy only: blind takes its seeded order, memory its retrieved outcomes. */
-static void run_stale(run *r)
-{
-    r->nstale = 0;
-    if (r->opt->policy != KL_POLICY_SKILLS) return;
-    struct tally {
-        const char *t;
-        unsigned n;
-    } seen[OPT_STALE_MAX];
-    unsigned nseen = 0;
-    for (size_t k = json_array_size(r->rounds); k-- > 0;) {
-        const json_t *o = json_array_get(r->rounds, k);
-        const char *res = json_string_value(json_object_get(o, "result"));
-        if (res && !strcmp(res, "new best")) break;
-        const char *t = json_string_value(json_object_get(json_object_get(o, "candidate"), "transform"));
-        const json_t *j = json_object_get(o, "judgement");
-        const json_t *g = json_object_get(j, "speedup");
-        bool paid = json_is_true(json_object_get(j, "pass")) && json_is_number(g) && json_number_value(g) >= r->min_gain;
-        if (!t || paid) continue;
-        unsigned i = 0;
-        while (i < nseen && strcmp(seen[i].t, t)) i++;
-        if (i == nseen) {
-            if (nseen == OPT_STALE_MAX) continue;
-            seen[nseen++] = (struct tally){t, 0};
-        }
-        if (++seen[i].n == OPT_STALE_AFTER && r->nstale < OPT_STALE_MAX)
-            kl_snprintf(r->stale[r->nstale++], sizeof r->stale[0], "%s", t);
-    }
-    for (unsigned i = 0; i < r->nstale; i++)
-        for (unsigned k = 0; k < nseen; k++)
-            if (!strcmp(seen[k].t, r->stale[i])) r->stale_n[i] = seen[k].n;
-}
-
-/* Skills, ranking 4: what version v's judgements of one step (c's transform at c's site, any
- * parameters) say about its parameters. n: how many were judged; flat: all passed, gaining alike
- * (the highest less than OPT_PAYS over the lowest: the parameters made no difference); misses:
- * how many were judged after the one that gained most. */
-typedef struct step_tally {
-    unsigned n, misses;
-    bool flat;
-    double lo, hi;
-} step_tally;
-
-static step_tally tally_step(const opt_version *v, const opt_cand *c)
-{
-    step_tally t = {0, 0, true, 0, 0};
-    unsigned best_at = 0;
-    for (unsigned i = 0; i < v->ncands; i++) {
-        const opt_cand *x = &v->cands[i];
-        if (!x->judged || strcmp(x->transform, c->transform) || strcmp(x->site, c->site)) continue;
-        if (x->gain <= 0) t.flat = false;
-        if (t.n == 0 || x->gain < t.lo) t.lo = x->gain;
-        if (t.n == 0 || x->gain > t.hi) t.hi = x->gain, best_at = x->judged_at;
-        t.n++;
-    }
-    if (t.n && t.lo > 0 && t.hi >= t.lo * OPT_PAYS) t.flat = false;
-    for (unsigned i = 0; i < v->ncands; i++) {
-        const opt_cand *x = &v->cands[i];
-        if (x->judged && x->judged_at > best_at && !strcmp(x->transform, c->transform) && !strcmp(x->site, c->site))
-            t.misses++;
-    }
-    return t;
-}
-
-/* Skills, ranking 4: is c an alternative the run has sampled enough? Its version judged two or more
- * proposals of the same step, and they gained alike (histogram: privatize with 16 copies and with 1,
- * 5.98x both; the other counts waited before anything from the privatized kernel), or the last
- * OPT_STALE_AFTER of them did no better than the best (mark_spread searched the parameters). */
-static bool sampled(const opt_version *v, const opt_cand *c)
-{
-    step_tally t = tally_step(v, c);
-    return t.n >= 2 && (t.flat || t.misses >= OPT_STALE_AFTER);
-}
-
-/* Ranking 5: can a variant still lead? Its step's best judgement at its version (tally_step) put
- * that version within OPT_PAYS of the run's best. Once another step overtook it, the variant
- * ranks as any proposal (softmax: after a block per row made 26x from the start, the start's
- * other vector width, a variant of the 1.47x step, still took call 5). Earlier rankings: always. */
-static bool variant_live(const run *r, const opt_version *v, const opt_cand *c)
-{
-    if (r->ranking < 5 || r->best < 0) return true;
-    step_tally t = tally_step(v, c);
-    return t.n == 0 || v->cum * t.hi * OPT_PAYS >= r->versions[r->best].cum;
-}
-
-/* How far back a candidate goes: 0 expected to pay; 1 deferred by the policy (skills: a card
- * measured no gain, or lost, or every card fails here); 2 deferred by this run's own judgements
- * of its transform (run_stale) — after what the cards defer, since what the run saw fail here
- * is stronger evidence than what a card saw elsewhere; 3 (ranking 3) its site does not run at the
- * bench shape (mark_off_path); -2 (ranking 3) a door a step closed (mark_door); -1 (ranking 3,
- * search revision 5) a variant of a step that made a new best (mark_variant); 2 (ranking 4) an
- * alternative the run has sampled (sampled()), unless a step just marked it a door or a variant. */
-static int cand_tier(const run *r, const opt_version *v, const opt_cand *c)
-{
-    if (c->off_path) return 3;
-    if (is_stale(r, c->transform)) return 2;
-    if (c->door) return -2;
-    if (c->variant && variant_live(r, v, c)) return -1;
-    if (r->ranking >= 4 && r->opt->policy == KL_POLICY_SKILLS && sampled(v, c)) return 2;
-    return c->defer ? 1 : 0;
-}
-
-/* Skills, ranking 4: E as this run has seen its transform pay. The card's (or the prior's) E
- * counts as one judgement and each passing judgement of the transform in this run as another
- * (the geometric mean of them all): on softmax the vectorize card promised 1.45x at every site
- * and the run's own steps gained 1.47, 1.00, 0.96, 1.03x; what a transform did on this kernel
- * says more than what it did elsewhere, and more the more often it was seen. */
-static double expect_run(const run *r, const opt_cand *c)
-{
-    if (r->ranking < 4 || c->expect <= 0) return c->expect;
-    for (unsigned i = 0; i < r->ncal; i++)
-        if (!strcmp(r->cal[i], c->transform)) return exp((log(c->expect) + r->cal_log[i]) / (1 + r->cal_n[i]));
-    return c->expect;
-}
-
-/* Ranking 5: E of an alternative of a step this version already judged (the same transform at the
- * same site, other parameters) is at most what the step's best judgement there gained: the run's
- * own measurement of the very step says more than a card (softmax: after vectorize with width 4
- * gained 1.06x at a row loop, the card's 1.15x for width 2 there took a call before fast-math).
- * Where the judgements differ, mark_spread tries the parameters as variants all the same. */
-static double expect_here(const run *r, const opt_version *v, const opt_cand *c)
-{
-    double e = expect_run(r, c);
-    if (r->ranking < 5) return e;
-    step_tally t = tally_step(v, c);
-    return t.n && t.hi > 0 && t.hi < e ? t.hi : e;
-}
-
-/* Ranking 5: E with the benefit of the doubt its card's evidence leaves, among what the cards
- * defer: a card's gain averages `evidence` measurements, each uncertain by about the gate's noise
- * band (OPT_PAYS), so the bound is E × OPT_PAYS^(2/√n). Restrict's card averaged a dozen gains
- * near 1.00x — it is noise; grid-stride's, with histogram left out, one (reduce_sum's tail loop,
- * 1.00x) — it may be anything, and was 30x on histogram while restrict, launch-bounds and unroll
- * went first. */
-static double expect_doubt(const run *r, const opt_version *v, const opt_cand *c)
-{
-    double e = expect_here(r, v, c);
-    if (r->ranking < 5 || c->evidence == 0) return e;
-    return e * pow(OPT_PAYS, 2.0 / sqrt((double)c->evidence));
-}
-
-/* Skills, ranking 4: how many times the run judged the transform since its last new best. */
-static unsigned turns(const run *r, const char *transform)
-{
-    for (unsigned i = 0; i < r->nturn; i++)
-        if (!strcmp(r->turn[i], transform)) return r->turn_n[i];
-    return 0;
-}
-
-/* What each transform gained in this run's passing judgements (expect_run), and how many times
- * each was judged since the last new best (turns). Read from the rounds, so a resumed run
- * computes the same. */
-static void run_calibrate(run *r)
-{
-    r->ncal = r->nturn = 0;
-    if (r->opt->policy != KL_POLICY_SKILLS || r->ranking < 4) return;
-    size_t k;
-    json_t *o;
-    json_array_foreach(r->rounds, k, o) {
-        const char *t = json_string_value(json_object_get(json_object_get(o, "candidate"), "transform"));
-        const char *res = json_string_value(json_object_get(o, "result"));
-        if (res && !strcmp(res, "new best")) r->nturn = 0;
-        else if (t) {
-            unsigned i = 0;
-            while (i < r->nturn && strcmp(r->turn[i], t)) i++;
-            if (i == r->nturn && r->nturn < OPT_STALE_MAX) {
-                kl_snprintf(r->turn[r->nturn], sizeof r->turn[0], "%s", t);
-                r->turn_n[r->nturn++] = 0;
-            }
-            if (i < r->nturn) r->turn_n[i]++;
-        }
-        const json_t *j = json_object_get(o, "judgement");
-        double g = json_number_value(json_object_get(j, "speedup"));
-        if (!t || !json_is_true(json_object_get(j, "pass")) || !(g > 0)) continue;
-        unsigned i = 0;
-        while (i < r->ncal && strcmp(r->cal[i], t)) i++;
-        if (i == r->ncal) {
-            if (r->ncal == OPT_STALE_MAX) continue;
-            kl_snprintf(r->cal[r->ncal], sizeof r->cal[0], "%s", t);
-            r->cal_log[r->ncal] = 0;
-            r->cal_n[r->ncal++] = 0;
-        }
-        r->cal_log[i] += log(g);
-        r->cal_n[i]++;
-    }
-}
-
-/* Does candidate x of version vx go before y of vy? The lower tier (cand_tier) from whatever
- * version; among what the run defers, the transform that failed fewer times; then cum × E; then
- * the faster version, the lower version, the policy's order. */
-static bool cand_before(const run *r, unsigned vx, const opt_cand *x, unsigned vy, const opt_cand *y)
-{
-    const opt_version *a = &r->versions[vx], *b = &r->versions[vy];
-    int tx = cand_tier(r, a, x), ty = cand_tier(r, b, y);
-    if (tx != ty) return tx < ty;
-    if (tx == 2 && r->ranking >= 3) {
-        unsigned nx = stale_count(r, x->transform), ny = stale_count(r, y->transform);
-        if (nx != ny) return nx < ny;
-    }
-    /* ranking 4: among what the cards defer (noise where they were measured), the transform this
-     * run judged fewer times since its last new best goes first: the cards cannot tell them apart
-     * (1.02x against 1.00x), and histogram's runs judged restrict, launch-bounds and unroll twice
-     * each before grid-stride once (30x) */
-    if (tx == 1 && r->ranking >= 4) {
-        unsigned nx = turns(r, x->transform), ny = turns(r, y->transform);
-        if (nx != ny) return nx < ny;
-        if (r->ranking >= 5) {
-            double dx = a->cum * expect_doubt(r, a, x), dy = b->cum * expect_doubt(r, b, y);
-            if (dx > dy * (1 + 1e-12)) return true;
-            if (dy > dx * (1 + 1e-12)) return false;
-        }
-    }
-    double mx = a->cum * expect_here(r, a, x), my = b->cum * expect_here(r, b, y);
-    if (mx > my * (1 + 1e-12)) return true;
-    if (my > mx * (1 + 1e-12)) return false;
-    if (a->cum != b->cum) return a->cum > b->cum;
-    if (vx != vy) return vx < vy;
-    double ex = expect_here(r, a, x), ey = expect_here(r, b, y);
-    if (ex != ey) return ex > ey;
-    return x->order < y->order;
-}
-
-/* The next untried candidate of version vi in the policy's order, or -1. */
-static int next_of(const run *r, unsigned vi)
-{
-    const opt_version *v = &r->versions[vi];
-    int best = -1;
-    for (unsigned i = 0; i < v->ncands; i++) {
-        const opt_cand *c = &v->cands[i];
-        if (c->tried) continue;
-        if (best < 0 || cand_before(r, vi, c, vi, &v->cands[best])) best = (int)i;
-    }
-    return best;
-}
-
-/* The (version, candidate) with the highest cum × E; ties: the faster version, then the newer. */
-static kl_status pick(run *r, int *pv, int *pc)
-{
-    *pv = *pc = -1;
-    /* every open version expanded first: expanding one can open a door at its parent */
-    for (unsigned i = 0; i < r->nversions; i++) {
-        if (!r->versions[i].open) continue;
-        kl_status st = expand(r, i);
-        if (st != KL_OK) return st;
-    }
-    for (unsigned i = 0; i < r->nversions; i++) {
-        if (!r->versions[i].open) continue;
-        int c = next_of(r, i);
-        if (c < 0) {
-            r->versions[i].open = false; /* nothing left to try from it */
-            continue;
-        }
-        if (*pv < 0 || cand_before(r, i, &r->versions[i].cands[c], (unsigned)*pv, &r->versions[*pv].cands[*pc])) {
-            *pv = (int)i;
-            *pc = c;
-        }
-    }
-    return KL_OK;
-}
-
-/* Up to n (version, candidate) pairs in the order the search would take them if no judgement
- * changed anything: the untried candidates of the open versions in pick()'s order. */
-typedef struct pair {
-    unsigned v, c;
-} pair;
-
-static int pair_before(const run *r, const pair *a, const pair *b)
-{
-    return cand_before(r, a->v, &r->versions[a->v].cands[a->c], b->v, &r->versions[b->v].cands[b->c]);
-}
-
-static unsigned pick_ahead(run *r, pair *out, unsigned n)
-{
-    unsigned k = 0;
-    for (unsigned i = 0; i < r->nversions; i++) {
-        const opt_version *v = &r->versions[i];
-        if (!v->open || !v->expanded) continue;
-        for (unsigned c = 0; c < v->ncands; c++) {
-            if (v->cands[c].tried) continue;
-            pair p = {i, c};
-            unsigned at = k < n ? k : n;
-            while (at > 0 && pair_before(r, &p, &out[at - 1])) at--;
-            if (at >= n) continue;
-            for (unsigned q = (k < n ? k : n - 1); q > at; q--) out[q] = out[q - 1];
-            out[at] = p;
-            if (k < n) k++;
-        }
-    }
-    return k;
-}
-
-static void ahead_key(unsigned vi, const char *hash, char *buf, size_t size)
-{
-    kl_snprintf(buf, size, "%u:%s", vi, hash);
-}
-
-/* Judge the next candidates at once (several GPUs): the one the search takes now, vi/ci, and
- * those after it in the order the search would take them. Their judgements wait in r->ahead. */
-static kl_status judge_ahead(run *r, unsigned vi, unsigned ci)
-{
-    unsigned n = r->opt->ahead;
-    if (!r->opt->judge_many || n < 2) return KL_OK;
-    char key[200];
-    ahead_key(vi, r->versions[vi].cands[ci].hash, key, sizeof key);
-    if (json_object_get(r->ahead, key)) return KL_OK; /* judged with the last batch */
-    pair *ps = calloc(n, sizeof *ps);
-    kl_judge_request *reqs = calloc(n, sizeof *reqs);
-    kl_judgement *outs = calloc(n, sizeof *outs);
-    char(*names)[128] = calloc(n, sizeof *names);
-    kl_status st = KL_OK;
-    if (!ps || !reqs || !outs || !names) {
-        st = kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
-        goto cleanup;
-    }
-    unsigned k = pick_ahead(r, ps, n), m = 0;
-    for (unsigned i = 0; i < k; i++) {
-        const opt_version *v = &r->versions[ps[i].v];
-        const opt_cand *c = &v->cands[ps[i].c];
-        ahead_key(ps[i].v, c->hash, key, sizeof key);
-        if (json_object_get(r->ahead, key)) continue;
-        cand_name(r->task, c->hash, names[m], sizeof names[m]);
-        reqs[m] = (kl_judge_request){names[m], c->source, v->name, v->source, KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE};
-        ps[m] = ps[i];
-        m++;
-    }
-    unsigned done = 0;
-    kl_error e = {0};
-    for (unsigned i = 0; i < m; i++) outs[i].speedup = outs[i].cand_ms = outs[i].base_ms = -1;
-    kl_status js = m ? r->opt->judge_many(r->opt->judge_user, r->task, m, reqs, outs, &done, &e) : KL_OK;
-    if (js == KL_OK) done = m;
-    for (unsigned i = 0; i < done; i++) {
-        if (outs[i].unmeasured) continue; /* asked again, one by one, when the search gets there */
-        ahead_key(ps[i].v, r->versions[ps[i].v].cands[ps[i].c].hash, key, sizeof key);
-        json_object_set_new(r->ahead, key, judgement_json(&outs[i]));
-        r->ahead_made++;
-    }
-    /* a failure of the batch is what judging one by one would meet at request `done`: that
-     * request is judged again on its own when the search reaches it, and fails there */
-cleanup:
-    free(ps), free(reqs), free(outs), free(names);
-    return st;
-}
-
-/* Compile the next few candidates of v in the order they will be judged. */
-static kl_status prepare(run *r, unsigned vi)
-{
-    if (!r->opt->prepare) return KL_OK;
-    opt_version *v = &r->versions[vi];
-    unsigned batch = r->opt->prepare_batch ? r->opt->prepare_batch : 16;
-    const char **names = calloc(batch, sizeof *names), **texts = calloc(batch, sizeof *texts);
-    char(*nb)[128] = calloc(batch, sizeof *nb);
-    kl_status st = KL_OK;
-    if (!names || !texts || !nb) {
-        st = kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
-        goto cleanup;
-    }
-    /* the untried, unprepared candidates, best first */
-    unsigned n = 0;
-    for (; n < batch; n++) {
-        int best = -1;
-        for (unsigned i = 0; i < v->ncands; i++) {
-            const opt_cand *c = &v->cands[i];
-            if (c->tried || c->prepared) continue;
-            if (best < 0 || cand_before(r, vi, c, vi, &v->cands[best])) best = (int)i;
-        }
-        if (best < 0) break;
-        v->cands[best].prepared = true;
-        cand_name(r->task, v->cands[best].hash, nb[n], sizeof nb[n]);
-        names[n] = nb[n];
-        texts[n] = v->cands[best].source;
-    }
-    if (n) st = r->opt->prepare(r->opt->judge_user, r->task, n, names, texts, r->err);
-cleanup:
-    free(names), free(texts), free(nb);
-    return st;
-}
-
 /* ---- the document ------------------------------------------------------------------------ */
 
-static json_t *judgement_json(const kl_judgement *j)
+json_t *search__judgement_json(const kl_judgement *j)
 {
     json_t *o = json_object();
     json_object_set_new(o, "pass", json_boolean(j->pass));
@@ -816,7 +386,7 @@ static void judgement_from_json(const json_t *o, kl_judgement *j)
     j->base_ms = json_is_number(x = json_object_get(o, "base_ms")) ? json_number_value(x) : -1;
 }
 
-static json_t *versions_json(const run *r)
+static json_t *versions_json(const search__run *r)
 {
     json_t *a = json_array();
     for (unsigned i = 0; i < r->nversions; i++) {
@@ -840,7 +410,7 @@ static json_t *versions_json(const run *r)
     return a;
 }
 
-static kl_status save(run *r)
+static kl_status save(search__run *r)
 {
     char stamp[32];
     kl_utc_stamp(stamp, sizeof stamp);
@@ -874,7 +444,7 @@ static void library_fingerprint(const kl_skill_list *lib, char hex[KL_HASH_HEX])
     kl_hasher_finish(h, hex);
 }
 
-static void run_key(run *r, const char *start_text, const char *lib_hex, const char *mem_hex)
+static void run_key(search__run *r, const char *start_text, const char *lib_hex, const char *mem_hex)
 {
     const kl_optimize_options *o = r->opt;
     char num[160];
@@ -904,7 +474,7 @@ static void run_key(run *r, const char *start_text, const char *lib_hex, const c
 
 /* The judgement of candidate c against version v: from the stored run when it reaches that
  * far, else from the judge. */
-static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
+static kl_status judge_round(search__run *r, unsigned vi, opt_cand *c, kl_judgement *j)
 {
     size_t k = json_array_size(r->rounds);
     if (k < json_array_size(r->stored_rounds)) {
@@ -921,7 +491,7 @@ static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
         return KL_OK;
     }
     char key[200];
-    ahead_key(vi, c->hash, key, sizeof key);
+    search__ahead_key(vi, c->hash, key, sizeof key);
     const json_t *early = json_object_get(r->ahead, key);
     if (early) { /* judged ahead, with an earlier batch */
         judgement_from_json(early, j);
@@ -931,7 +501,7 @@ static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
     memset(j, 0, sizeof *j);
     j->speedup = j->cand_ms = j->base_ms = -1;
     char name[128];
-    cand_name(r->task, c->hash, name, sizeof name);
+    search__cand_name(r->task, c->hash, name, sizeof name);
     const opt_version *v = &r->versions[vi];
     return r->opt->judge(r->opt->judge_user, r->task, name, c->source, v->name, v->source,
                          KL_JUDGE_PROFILE | KL_JUDGE_BENCH_VS_BASELINE, j, r->err);
@@ -943,11 +513,11 @@ static kl_status judge_round(run *r, unsigned vi, opt_cand *c, kl_judgement *j)
  * variant, until OPT_STALE_AFTER in a row do no better than the best of them. hgemm's tensor-core
  * tiles from the naive kernel gained 3.4, 17.1, 10.5, 34.2 and 55.6x: a run that stopped after two
  * kept 17.1x. */
-static void mark_spread(run *r, unsigned vi, const opt_cand *c)
+static void mark_spread(search__run *r, unsigned vi, const opt_cand *c)
 {
     if (r->opt->policy != KL_POLICY_SKILLS || r->ranking < 4) return;
     opt_version *v = &r->versions[vi];
-    step_tally t = tally_step(v, c);
+    search__step_tally t = search__tally_step(v, c);
     if (t.n < 2 || t.flat || t.misses >= OPT_STALE_AFTER) return;
     opt_cand *next = NULL;
     for (unsigned i = 0; i < v->ncands; i++) {
@@ -975,7 +545,7 @@ static bool holds_variant(const opt_version *v)
  * untried variant of a step that made a new best (mark_variant; search revision 5) until it is
  * judged: on layernorm a warp per row paid 16x from the start, and the kept noise steps after it
  * pushed the start out of the beam before a block per row was judged. */
-static void prune_beam(run *r)
+static void prune_beam(search__run *r)
 {
     /* the beam counts the open versions that hold no untried variant */
     unsigned n = 0;
@@ -993,12 +563,12 @@ static void prune_beam(run *r)
     }
 }
 
-static kl_status one_round(run *r, unsigned vi, unsigned ci)
+static kl_status one_round(search__run *r, unsigned vi, unsigned ci)
 {
     opt_version *v = &r->versions[vi];
     opt_cand *c = &v->cands[ci];
     if (!c->prepared) {
-        kl_status st = prepare(r, vi);
+        kl_status st = search__prepare(r, vi);
         if (st != KL_OK) return st;
         v = &r->versions[vi];
         c = &v->cands[ci];
@@ -1006,7 +576,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     kl_judgement j;
     kl_status st = KL_OK;
     if (json_array_size(r->rounds) >= json_array_size(r->stored_rounds)) {
-        st = judge_ahead(r, vi, ci);
+        st = search__judge_ahead(r, vi, ci);
         if (st != KL_OK) return st;
         v = &r->versions[vi];
         c = &v->cands[ci];
@@ -1016,8 +586,8 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     if (j.unmeasured)
         return kl_error_set(r->err, KL_ERR_UNMEASURED, "%s from version %u: no recorded verdict: %s", c->id, vi,
                             j.reason);
-    bool was_sampled = cand_tier(r, v, c) == 2 && !is_stale(r, c->transform);
-    double e_run = expect_here(r, v, c);
+    bool was_sampled = search__cand_tier(r, v, c) == 2 && !search__is_stale(r, c->transform);
+    double e_run = search__expect_here(r, v, c);
     c->tried = c->judged = true;
     r->used++;
     c->judged_at = (unsigned)json_array_size(r->rounds) + 1;
@@ -1034,7 +604,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     if (c->card[0]) json_object_set_new(cj, "card", json_string(c->card));
     json_object_set_new(cj, "expect", json_real(c->expect));
     if (c->defer) json_object_set_new(cj, "deferred", json_true());
-    if (is_stale(r, c->transform)) json_object_set_new(cj, "stale", json_true());
+    if (search__is_stale(r, c->transform)) json_object_set_new(cj, "stale", json_true());
     if (c->door) json_object_set_new(cj, "door", json_true());
     if (c->variant) json_object_set_new(cj, "variant", json_true());
     if (was_sampled) json_object_set_new(cj, "sampled", json_true());
@@ -1045,7 +615,7 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     json_t *kf = opt_candidate_features(v->source, c);
     if (kf) json_object_set_new(cj, "observed", kf);
     json_object_set_new(o, "candidate", cj);
-    json_object_set_new(o, "judgement", judgement_json(&j));
+    json_object_set_new(o, "judgement", search__judgement_json(&j));
     double gain = j.pass && j.speedup > 0 ? j.speedup : 0;
     const char *result = "rejected";
     if (j.pass) {
@@ -1093,8 +663,8 @@ static kl_status one_round(run *r, unsigned vi, unsigned ci)
     char before[OPT_STALE_MAX][64];
     unsigned nbefore = r->nstale;
     memcpy(before, r->stale, sizeof before);
-    run_stale(r);
-    run_calibrate(r);
+    search__run_stale(r);
+    search__run_calibrate(r);
     mark_spread(r, vi, &r->versions[vi].cands[ci]);
     json_t *now_stale = json_array();
     for (unsigned i = 0; i < r->nstale; i++) {
@@ -1127,7 +697,7 @@ static bool final_slower(const json_t *f)
     return json_is_true(json_object_get(j, "pass")) && g > 0 && g < 1.0; /* 0 or less: not timed */
 }
 
-static void return_start_slower(run *r, const json_t *f)
+static void return_start_slower(search__run *r, const json_t *f)
 {
     char note[200];
     kl_snprintf(note, sizeof note,
@@ -1141,7 +711,7 @@ static void return_start_slower(run *r, const json_t *f)
 
 /* A final among `finals` (of `version`, or any when it is negative) that was slower than the
  * start: the start is returned, and true. */
-static bool start_if_slower(run *r, const json_t *finals, json_int_t version)
+static bool start_if_slower(search__run *r, const json_t *finals, json_int_t version)
 {
     size_t k;
     json_t *f;
@@ -1153,7 +723,7 @@ static bool start_if_slower(run *r, const json_t *finals, json_int_t version)
     return false;
 }
 
-static kl_status final_check(run *r, bool *done)
+static kl_status final_check(search__run *r, bool *done)
 {
     *done = start_if_slower(r, r->finals, -1);
     if (*done) return KL_OK;
@@ -1221,7 +791,7 @@ static kl_status final_check(run *r, bool *done)
         json_t *o = json_object();
         json_object_set_new(o, "version", json_integer(best));
         json_object_set_new(o, "sanitize", json_boolean(r->opt->sanitize_final));
-        json_object_set_new(o, "judgement", judgement_json(&j));
+        json_object_set_new(o, "judgement", search__judgement_json(&j));
         json_array_append_new(r->finals, o);
         if (j.pass)
             say(r, KL_OPT_NOTE, "final check of v%d against the start: passed, %.3fx", best, j.speedup);
@@ -1247,7 +817,7 @@ static kl_status final_check(run *r, bool *done)
  * archive — change the library's fingerprint and so the run's key). Say so, with both
  * fingerprints, rather than leave the reader with one candidate's missing verdict. */
 typedef struct other_run {
-    const run *r;
+    const search__run *r;
     const json_t *lib, *mem; /* this run's */
     char found[160];
     char when[40]; /* the found run's last update: the newest finished one is named */
@@ -1262,7 +832,7 @@ static bool same_str(const json_t *a, const json_t *b)
 static bool find_other_run(const char *key, const char *json, void *user)
 {
     other_run *o = user;
-    const run *r = o->r;
+    const search__run *r = o->r;
     (void)key;
     json_t *d = json_loads(json, 0, NULL);
     if (!d) return true;
@@ -1295,7 +865,7 @@ static bool find_other_run(const char *key, const char *json, void *user)
     return true;
 }
 
-static void explain_other_run(const run *r)
+static void explain_other_run(const search__run *r)
 {
     if (!r->doc) return;
     other_run o = {r, json_object_get(r->doc, "library"), json_object_get(r->doc, "memory"), "", ""};
@@ -1318,7 +888,7 @@ json_int_t opt_search_revision(const json_t *doc)
     return json_is_integer(v) ? json_integer_value(v) : 1;
 }
 
-static kl_status start_doc(run *r, const char *start_text, const char *lib_hex, unsigned ncards,
+static kl_status start_doc(search__run *r, const char *start_text, const char *lib_hex, unsigned ncards,
                            const char *mem_hex, unsigned nmem)
 {
     char *text = NULL;
@@ -1396,7 +966,7 @@ fresh:;
     return KL_OK;
 }
 
-static kl_status check_start(run *r, const char *start_text)
+static kl_status check_start(search__run *r, const char *start_text)
 {
     /* the start must define the task's launch(): the same parameter count as the task's args
      * plus the stream */
@@ -1430,7 +1000,7 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
     if (doc_json) *doc_json = NULL;
     if (!task || !opt || !opt->rewriter || !opt->store || !opt->judge)
         return kl_error_set(err, KL_ERR_INVALID, "optimize: a task, a rewriter, a store and a judge are required");
-    run r;
+    search__run r;
     memset(&r, 0, sizeof r);
     r.task = task;
     r.opt = opt;
@@ -1568,7 +1138,7 @@ kl_status kl_optimize_run(const kl_task *task, const kl_optimize_options *opt, c
             goto out;
         }
         int vi, ci;
-        KL_TRY(pick(&r, &vi, &ci));
+        KL_TRY(search__pick(&r, &vi, &ci));
         if (vi < 0) {
             stop = "nothing left to try";
             break;

@@ -151,12 +151,11 @@ static char *operand(const char *t)
 
 /* ---- step 1: function-like macros ------------------------------------------------------------ */
 
+/* A macro of the file as the expansion reads it: its entry in the analysis's table (name and
+ * parameters, owned by the source's memo) with the body as one line. */
 typedef struct macro {
-    char *name;
-    char **params;
-    unsigned nparams;
+    const affine__macro_def *def;
     char *body;
-    unsigned defs;
     bool usable;
 } macro;
 
@@ -169,19 +168,14 @@ typedef struct macros {
 
 static void macros_free(macros *m)
 {
-    for (unsigned i = 0; i < m->n; i++) {
-        free(m->v[i].name);
-        for (unsigned k = 0; k < m->v[i].nparams; k++) free(m->v[i].params[k]);
-        free(m->v[i].params);
-        free(m->v[i].body);
-    }
+    for (unsigned i = 0; i < m->n; i++) free(m->v[i].body);
     free(m->v);
 }
 
 static macro *macro_named(const macros *m, const char *name, size_t len)
 {
     for (unsigned i = 0; i < m->n; i++)
-        if (strlen(m->v[i].name) == len && !memcmp(m->v[i].name, name, len)) return &m->v[i];
+        if (strlen(m->v[i].def->name) == len && !memcmp(m->v[i].def->name, name, len)) return &m->v[i];
     return NULL;
 }
 
@@ -231,13 +225,9 @@ static bool macros_load(macros *m)
     for (unsigned i = 0; i < t->count; i++) {
         const affine__macro_def *a = &t->items[i];
         macro *d = &m->v[m->n++];
-        d->name = kl_strdup(a->name);
-        d->defs = a->defs;
+        d->def = a;
         d->body = clean_body(a->body);
-        d->params = calloc(a->nparams ? a->nparams : 1, sizeof *d->params);
-        if (!d->name || !d->body || !d->params) return false;
-        for (unsigned k = 0; k < a->nparams; k++)
-            if (!(d->params[d->nparams++] = kl_strdup(a->params[k]))) return false;
+        if (!d->body) return false;
         d->usable = a->function_like && a->defs == 1 && !strchr(d->body, '#') && !strstr(d->body, "__VA_ARGS__");
     }
     return true;
@@ -301,7 +291,7 @@ static void add_separated(kl_strbuf *sb, const char *s)
 static char *expand_one(const macros *m, const macro *d, char **args, unsigned nargs, const bool *disabled,
                         unsigned depth, bool *fail)
 {
-    if (nargs != d->nparams && !(d->nparams == 0 && nargs == 1 && !args[0][0])) {
+    if (nargs != d->def->nparams && !(d->def->nparams == 0 && nargs == 1 && !args[0][0])) {
         *fail = true;
         return NULL;
     }
@@ -315,8 +305,8 @@ static char *expand_one(const macros *m, const macro *d, char **args, unsigned n
             const char *q = p;
             while (kl_ident_char(*q)) q++;
             bool done = false;
-            for (unsigned i = 0; i < d->nparams && !done; i++)
-                if (strlen(d->params[i]) == (size_t)(q - p) && !memcmp(d->params[i], p, (size_t)(q - p))) {
+            for (unsigned i = 0; i < d->def->nparams && !done; i++)
+                if (strlen(d->def->params[i]) == (size_t)(q - p) && !memcmp(d->def->params[i], p, (size_t)(q - p))) {
                     add_separated(&sb, args[i]);
                     if (*q && (kl_ident_char(*q) || strchr("+-*/%<>=&|!^~.", *q))) kl_strbuf_addc(&sb, ' ');
                     done = true;

@@ -35,49 +35,56 @@ static bool op_is(const kl_rule_ctx *ctx, TSNode e, const char *op)
     return rt_is(e, "binary_expression") && rt_text_is(ctx, rt_field(e, "operator"), op);
 }
 
+/* Where a kernel's constants are evaluated: the kernel itself, then the functions launching it
+ * (the file's launches, read once per analysis). */
+typedef struct kscope {
+    const kl_rule_ctx *ctx;
+    TSNode fn;
+    const char *kernel;
+    const kl_launch_sites *ls;
+} kscope;
+
 /* The value of a constant expression of the kernel: its own or the file's constants, or (a template
  * parameter the canonical form bound to a local of the launching function) the same value at every
  * launch, evaluated there. e null: the name `name`. */
-static bool kernel_value(const kl_rule_ctx *ctx, TSNode fn, const char *kernel, TSNode e, const char *name, int64_t *k)
+static bool kernel_value(const kscope *ks, TSNode e, const char *name, int64_t *k)
 {
-    if (ts_node_is_null(e) ? kl_const_eval_name(ctx->src, fn, name, k, NULL, 0)
-                           : kl_const_eval(ctx->src, fn, e, false, k, NULL, 0))
+    const kl_source *src = ks->ctx->src;
+    if (ts_node_is_null(e) ? kl_const_eval_name(src, ks->fn, name, k, NULL, 0)
+                           : kl_const_eval(src, ks->fn, e, false, k, NULL, 0))
         return true;
-    kl_launch_sites ls;
-    if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) return false;
     unsigned n = 0;
     bool ok = true;
-    for (unsigned i = 0; i < ls.count && ok; i++) {
-        if (strcmp(ls.items[i].kernel, kernel)) continue;
+    for (unsigned i = 0; i < ks->ls->count && ok; i++) {
+        if (strcmp(ks->ls->items[i].kernel, ks->kernel)) continue;
         int64_t v = 0;
-        TSNode h = ls.items[i].host_fn;
-        ok = (ts_node_is_null(e) ? kl_const_eval_name(ctx->src, h, name, &v, NULL, 0)
-                                 : kl_const_eval(ctx->src, h, e, false, &v, NULL, 0)) &&
+        TSNode h = ks->ls->items[i].host_fn;
+        ok = (ts_node_is_null(e) ? kl_const_eval_name(src, h, name, &v, NULL, 0)
+                                 : kl_const_eval(src, h, e, false, &v, NULL, 0)) &&
              (!n || v == *k);
         *k = v;
         n++;
     }
-    kl_launch_sites_release(&ls);
     return ok && n;
 }
 
 /* The block: blockDim.x, or a constant equal to the launches' block. */
-static bool is_block(const kl_rule_ctx *ctx, TSNode fn, const char *kernel, TSNode e, int64_t block)
+static bool is_block(const kscope *ks, TSNode e, int64_t block)
 {
     e = bare(e);
-    if (rt_is(e, "field_expression")) return rt_text_is(ctx, e, "blockDim.x");
+    if (rt_is(e, "field_expression")) return rt_text_is(ks->ctx, e, "blockDim.x");
     int64_t v = 0;
-    return kernel_value(ctx, fn, kernel, e, NULL, &v) && v == block;
+    return kernel_value(ks, e, NULL, &v) && v == block;
 }
 
 /* p is `a * b` with n one side and the block the other. */
-static bool times_block(const kl_rule_ctx *ctx, TSNode fn, const char *kernel, TSNode p, TSNode n, int64_t block)
+static bool times_block(const kscope *ks, TSNode p, TSNode n, int64_t block)
 {
-    if (!op_is(ctx, p, "*")) return false;
+    if (!op_is(ks->ctx, p, "*")) return false;
     TSNode l = rt_field(p, "left"), r = rt_field(p, "right");
     n = bare(n);
     TSNode other = ts_node_eq(bare(l), n) ? r : ts_node_eq(bare(r), n) ? l : (TSNode){{0}, 0, 0};
-    return !ts_node_is_null(other) && is_block(ctx, fn, kernel, other, block);
+    return !ts_node_is_null(other) && is_block(ks, other, block);
 }
 
 /* The expression holding n once parentheses and casts around n are taken into account. */
@@ -97,8 +104,7 @@ static bool in_list(char list[][64], unsigned n, const char *name)
 
 typedef struct cc_scan {
     const kl_rule_ctx *ctx;
-    TSNode fn;
-    const char *kernel;
+    const kscope *ks;
     coarsen__count *s;
     bool collect; /* first pass: the loops, arrays and tiles; second: every use checked */
 } cc_scan;
@@ -157,13 +163,13 @@ static void check_use(cc_scan *sc, TSNode n)
             for (unsigned i = 0; i < s->nloops; i++)
                 if (ts_node_eq(rt_field(s->loops[i], "condition"), p)) return;
         if (rt_is(p, "array_declarator")) return;
-        if (times_block(ctx, sc->fn, sc->kernel, p, up, s->block) && tile_use(ctx, lift(p), false)) {
+        if (times_block(sc->ks, p, up, s->block) && tile_use(ctx, lift(p), false)) {
             s->tiled = true;
             return;
         }
         if (op_is(ctx, p, "-") && ts_node_eq(bare(rt_field(p, "left")), up) && rt_text_is(ctx, rt_field(p, "right"), "1")) {
             TSNode q = lift(p);
-            if (times_block(ctx, sc->fn, sc->kernel, ts_node_parent(q), q, s->block) &&
+            if (times_block(sc->ks, ts_node_parent(q), q, s->block) &&
                 tile_use(ctx, lift(ts_node_parent(q)), true))
                 return;
         }
@@ -180,7 +186,7 @@ static void check_use(cc_scan *sc, TSNode n)
             return; /* the loop's own declaration, condition and update */
         if (rt_is(p, "update_expression") || (rt_is(p, "assignment_expression") && rt_is(ts_node_parent(p), "for_statement")))
             return;
-        if (times_block(ctx, sc->fn, sc->kernel, p, up, s->block)) return;
+        if (times_block(sc->ks, p, up, s->block)) return;
         if (rt_is(p, "subscript_argument_list")) {
             TSNode sub = ts_node_parent(p);
             char arr[64];
@@ -286,18 +292,22 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
     TSNode body = kl_ast_function_body(fn);
     bound_scan nm = {ctx, {{0}}, 0};
     rt_walk(body, bound_visit, &nm);
+    if (!nm.n) return false;
+    kl_launch_sites ls;
+    if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) return false;
+    kscope ks = {ctx, fn, kernel, &ls};
     bool found = false;
     int64_t block = 0;
     char why[300];
     for (unsigned c = 0; c < nm.n && !found; c++) {
         int64_t k = 0;
-        if (!kernel_value(ctx, fn, kernel, (TSNode){{0}, 0, 0}, nm.names[c], &k) || k < 2 || k > 64) continue;
+        if (!kernel_value(&ks, (TSNode){{0}, 0, 0}, nm.names[c], &k) || k < 2 || k > 64) continue;
         memset(out, 0, sizeof *out);
         kl_snprintf(out->count, sizeof out->count, "%s", nm.names[c]);
         out->k = k;
-        if (!block && !rt_block_size(ctx, fn, kernel, &block, why, sizeof why)) return false;
+        if (!block && !rt_block_size(ctx, fn, kernel, &block, why, sizeof why)) break;
         out->block = block;
-        cc_scan sc = {ctx, fn, kernel, out, true};
+        cc_scan sc = {ctx, &ks, out, true};
         rt_walk(body, use_visit, &sc);
         if (!out->nloops) continue;
         sc.collect = false;
@@ -335,6 +345,7 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
             grid_stride__partials_by_sums(ctx, fn, ax, as.names, as.n, ra, rb, out->nloops, out->why, sizeof out->why);
         for (unsigned i = 0; i < as.n; i++) free(as.names[i]);
     }
+    kl_launch_sites_release(&ls);
     return found;
 }
 

@@ -169,6 +169,50 @@ static void coarsen_count_refusals(void **state)
                    "k:6:ITEMS", "ITEMS is also used by first, which would keep 4");
 }
 
+/* The vector form: four consecutive elements gathered into a float4 and summed. */
+#define VEC_HEAD "__global__ void k(const float *x, float *out, int groups, int n) {\n" \
+                 "  float s = 0.f;\n" \
+                 "  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {\n" \
+                 "    const float4 v = make_float4(x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]);\n"
+#define VEC_LAUNCH "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t st) {\n" \
+                   "  k<<<(n / 4 + 255) / 256, 256, 0, st>>>(x, out, n / 4, n);\n}\n"
+
+static void coarsen_vector_refusals(void **state)
+{
+    (void)state;
+    /* an inline sum of the components' squares, and a function returning one */
+    coarsen_expect(VEC_HEAD "    s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;\n  }\n  atomicAdd(out, s);\n}\n" VEC_LAUNCH,
+                   "k:4:x", NULL);
+    coarsen_expect("__device__ float sq(const float4 &q) { return q.x * q.x + q.y * q.y + (q.z * q.z + q.w * q.w); }\n" VEC_HEAD
+                   "    s += sq(v);\n  }\n  atomicAdd(out, s);\n}\n" VEC_LAUNCH,
+                   "k:5:x", NULL);
+    /* the terms differ by more than the component */
+    coarsen_expect(VEC_HEAD "    s += v.x + v.y + v.z + 2.f * v.w;\n  }\n  atomicAdd(out, s);\n}\n" VEC_LAUNCH, "k:4:x",
+                   "line 5 uses the vector other than by a sum over its components");
+    /* a component read alone */
+    coarsen_expect(VEC_HEAD "    s += v.x;\n  }\n  atomicAdd(out, s);\n}\n" VEC_LAUNCH, "k:4:x",
+                   "line 5 uses the vector other than by a sum over its components");
+    /* the sum stored per item (four elements pooled into one output): no sum reaches memory */
+    coarsen_expect(VEC_HEAD "    out[g] = v.x + v.y + v.z + v.w;\n  }\n}\n" VEC_LAUNCH, "k:4:x",
+                   "line 5 uses the vector's components other than in a sum added to a local");
+    /* the item count used in arithmetic (the tail's start) would change meaning */
+    coarsen_expect(VEC_HEAD "    s += v.x + v.y + v.z + v.w;\n  }\n"
+                   "  if (blockIdx.x == 0 && threadIdx.x < n - 4 * groups) s += x[4 * groups + threadIdx.x];\n"
+                   "  atomicAdd(out, s);\n}\n" VEC_LAUNCH,
+                   "k:4:x", "line 7 uses the item count groups other than in a comparison");
+    /* each thread's partial stored as it is */
+    coarsen_expect(VEC_HEAD "    s += v.x + v.y + v.z + v.w;\n  }\n  out[threadIdx.x] = s;\n}\n" VEC_LAUNCH, "k:4:x",
+                   "stores to global memory other than by atomicAdd");
+    /* not consecutive: a gather of every other element is no site */
+    coarsen_expect("__global__ void k(const float *x, float *out, int groups) {\n  float s = 0.f;\n"
+                   "  int g = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "  if (g < groups) {\n    float4 v = make_float4(x[4 * g], x[4 * g + 2], x[4 * g + 4], x[4 * g + 6]);\n"
+                   "    s += v.x + v.y + v.z + v.w;\n  }\n  atomicAdd(out, s);\n}\n"
+                   "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t st) {\n"
+                   "  k<<<(n / 8 + 255) / 256, 256, 0, st>>>(x, out, n / 8);\n}\n",
+                   "k:5:x", "no site");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -176,6 +220,7 @@ int main(void)
         cmocka_unit_test(sites),
         cmocka_unit_test(coarsen_refusals),
         cmocka_unit_test(coarsen_count_refusals),
+        cmocka_unit_test(coarsen_vector_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

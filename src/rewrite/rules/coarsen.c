@@ -242,8 +242,8 @@ typedef struct co_run {
 } co_run;
 
 /* The launches' grids: `(A + K * B - 1) / (K * B)` -> `(A + B - 1) / B`, anything else G -> `K * (G)`. */
-static kl_status grid_edits(const kl_rule_ctx *ctx, const char *kernel, unsigned k, int64_t coef, kl_edits *out,
-                            kl_error *err)
+kl_status coarsen__grid_edits(const kl_rule_ctx *ctx, const char *kernel, unsigned k, int64_t coef, kl_edits *out,
+                               kl_error *err)
 {
     kl_launch_sites ls;
     kl_status st = kl_ast_launches(ctx->src, &ls, err);
@@ -320,7 +320,7 @@ static kl_status visit_count(const kl_rule_ctx *ctx, const char *name, TSNode fn
         if (c.why[0]) return kl_rule_not_applicable(r->err, "%s", c.why);
         kl_status st = coarsen__count_edits(ctx, fn, &c, r->edits);
         if (st != KL_OK) return kl_error_set(r->err, st, "out of memory");
-        return grid_edits(ctx, name, (unsigned)c.k, 0, r->edits, r->err);
+        return coarsen__grid_edits(ctx, name, (unsigned)c.k, 0, r->edits, r->err);
     }
     json_t *feat = json_pack("{s:s, s:I, s:I, s:s}", "count", c.count, "elements", (json_int_t)c.k, "block",
                              (json_int_t)c.block, "form", "count");
@@ -360,7 +360,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
                 st = kl_edits_add(r->edits, a, b, "");
             }
             if (st != KL_OK) return kl_error_set(r->err, st, "out of memory");
-            return grid_edits(ctx, name, s.k, s.coef, r->edits, r->err);
+            return coarsen__grid_edits(ctx, name, s.k, s.coef, r->edits, r->err);
         }
         json_t *feat = json_pack("{s:s, s:I, s:s}", "index", s.var, "elements", (json_int_t)s.k, "block", s.block);
         if (!feat) return KL_ERR_NOMEM;
@@ -371,7 +371,9 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         kl_status st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(s.decl), name, feat, NULL, note);
         if (st != KL_OK) return st;
     }
-    return visit_count(ctx, name, fn, ax, r);
+    kl_status st = visit_count(ctx, name, fn, ax, r);
+    if (st != KL_OK || (r->site && r->found)) return st;
+    return coarsen__vector_visit(ctx, name, fn, ax, r->out, r->site, r->edits, r->err, &r->found);
 }
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)

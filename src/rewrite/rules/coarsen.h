@@ -1,7 +1,8 @@
 /* coarsen (coarsen.c) split along its forms: what the parts share. Private to
  * src/rewrite/rules/coarsen*.c: the names are coarsen__*. coarsen.c holds the form of K statements
  * written out (the samples' pair), the launches' grids and the rule; coarsen_count.c the form of a
- * named count K (loops over u < K, per-thread arrays of K, tiles of K blocks). */
+ * named count K (loops over u < K, per-thread arrays of K, tiles of K blocks); coarsen_vector.c the
+ * form of W consecutive elements gathered into a float4 / float2 and summed. */
 #ifndef KL_COARSEN_H
 #define KL_COARSEN_H
 #include "rewrite/rules/rules.h"
@@ -31,4 +32,12 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
                             coarsen__count *out);
 /* The kernel's edits: every use of the count written 1. */
 kl_status coarsen__count_edits(const kl_rule_ctx *ctx, TSNode fn, const coarsen__count *s, kl_edits *out);
+/* The launches' grids of kernel: `(A + K * B - 1) / (K * B)` -> `(A + B - 1) / B`, anything else G
+ * -> `K * (G)`; coef (0: none) is the index's block step, checked against K times each block. */
+kl_status coarsen__grid_edits(const kl_rule_ctx *ctx, const char *kernel, unsigned k, int64_t coef, kl_edits *out,
+                              kl_error *err);
+/* The vector form (coarsen_vector.c): finding (site NULL: into sites) or removing (site: into
+ * edits, *found set when the site is this kernel's). */
+kl_status coarsen__vector_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, kl_sites *sites,
+                                const kl_site *site, kl_edits *edits, kl_error *err, bool *found);
 #endif

@@ -20,21 +20,6 @@
 #include "syntax/affine.h"
 #include "util/util.h"
 
-/* e without parentheses and casts (`(long long)BLOCK` is BLOCK). */
-static TSNode bare(TSNode e)
-{
-    for (;;) {
-        e = kl_ast_unparen(e);
-        if (!rt_is(e, "cast_expression")) return e;
-        e = rt_field(e, "value");
-    }
-}
-
-static bool op_is(const kl_rule_ctx *ctx, TSNode e, const char *op)
-{
-    return rt_is(e, "binary_expression") && rt_text_is(ctx, rt_field(e, "operator"), op);
-}
-
 /* Where a kernel's constants are evaluated: the kernel itself, then the functions launching it
  * (the file's launches, read once per analysis). */
 typedef struct kscope {
@@ -71,7 +56,7 @@ static bool kernel_value(const kscope *ks, TSNode e, const char *name, int64_t *
 /* The block: blockDim.x, or a constant equal to the launches' block. */
 static bool is_block(const kscope *ks, TSNode e, int64_t block)
 {
-    e = bare(e);
+    e = rt_bare(e);
     if (rt_is(e, "field_expression")) return rt_text_is(ks->ctx, e, "blockDim.x");
     int64_t v = 0;
     return kernel_value(ks, e, NULL, &v) && v == block;
@@ -80,10 +65,10 @@ static bool is_block(const kscope *ks, TSNode e, int64_t block)
 /* p is `a * b` with n one side and the block the other. */
 static bool times_block(const kscope *ks, TSNode p, TSNode n, int64_t block)
 {
-    if (!op_is(ks->ctx, p, "*")) return false;
+    if (!rt_op_is(ks->ctx, p, "*")) return false;
     TSNode l = rt_field(p, "left"), r = rt_field(p, "right");
-    n = bare(n);
-    TSNode other = ts_node_eq(bare(l), n) ? r : ts_node_eq(bare(r), n) ? l : (TSNode){{0}, 0, 0};
+    n = rt_bare(n);
+    TSNode other = ts_node_eq(rt_bare(l), n) ? r : ts_node_eq(rt_bare(r), n) ? l : (TSNode){{0}, 0, 0};
     return !ts_node_is_null(other) && is_block(ks, other, block);
 }
 
@@ -114,7 +99,7 @@ static bool count_loop(const kl_rule_ctx *ctx, TSNode loop, const char *count, c
 {
     if (!rt_is(loop, "for_statement")) return false;
     TSNode init = rt_field(loop, "initializer"), cond = rt_field(loop, "condition"), upd = rt_field(loop, "update");
-    if (!rt_is(init, "declaration") || !op_is(ctx, cond, "<") || !rt_text_is(ctx, rt_field(cond, "right"), count))
+    if (!rt_is(init, "declaration") || !rt_op_is(ctx, cond, "<") || !rt_text_is(ctx, rt_field(cond, "right"), count))
         return false;
     TSNode d = rt_field(init, "declarator");
     if (!rt_is(d, "init_declarator") || !rt_text_is(ctx, rt_field(d, "value"), "0")) return false;
@@ -138,13 +123,13 @@ static bool tile_use(const kl_rule_ctx *ctx, TSNode t, bool last)
     TSNode p = ts_node_parent(t);
     if (last) {
         TSNode q = lift(p);
-        return op_is(ctx, p, "+") && ts_node_eq(bare(rt_field(p, "right")), bare(t)) && op_is(ctx, ts_node_parent(q), "<") &&
+        return rt_op_is(ctx, p, "+") && ts_node_eq(rt_bare(rt_field(p, "right")), rt_bare(t)) && rt_op_is(ctx, ts_node_parent(q), "<") &&
                ts_node_eq(rt_field(ts_node_parent(q), "left"), q);
     }
     if (rt_is(p, "init_declarator")) return true;
-    if (!op_is(ctx, p, "*")) return false;
+    if (!rt_op_is(ctx, p, "*")) return false;
     TSNode other = ts_node_eq(rt_field(p, "left"), t) ? rt_field(p, "right") : rt_field(p, "left");
-    other = bare(other);
+    other = rt_bare(other);
     return rt_text_is(ctx, other, "blockIdx.x") || rt_text_is(ctx, other, "gridDim.x");
 }
 
@@ -158,7 +143,7 @@ static void check_use(cc_scan *sc, TSNode n)
     unsigned line = kl_ast_line(n);
     if (rt_text_is(ctx, n, s->count)) {
         /* u < K of a loop over K; T v[K]; K * B; (K - 1) * B */
-        if (rt_is(p, "binary_expression") && ts_node_eq(rt_field(p, "right"), up) && op_is(ctx, p, "<") &&
+        if (rt_is(p, "binary_expression") && ts_node_eq(rt_field(p, "right"), up) && rt_op_is(ctx, p, "<") &&
             rt_is(ts_node_parent(p), "for_statement"))
             for (unsigned i = 0; i < s->nloops; i++)
                 if (ts_node_eq(rt_field(s->loops[i], "condition"), p)) return;
@@ -167,7 +152,7 @@ static void check_use(cc_scan *sc, TSNode n)
             s->tiled = true;
             return;
         }
-        if (op_is(ctx, p, "-") && ts_node_eq(bare(rt_field(p, "left")), up) && rt_text_is(ctx, rt_field(p, "right"), "1")) {
+        if (rt_op_is(ctx, p, "-") && ts_node_eq(rt_bare(rt_field(p, "left")), up) && rt_text_is(ctx, rt_field(p, "right"), "1")) {
             TSNode q = lift(p);
             if (times_block(sc->ks, ts_node_parent(q), q, s->block) &&
                 tile_use(ctx, lift(ts_node_parent(q)), true))
@@ -190,7 +175,7 @@ static void check_use(cc_scan *sc, TSNode n)
         if (rt_is(p, "subscript_argument_list")) {
             TSNode sub = ts_node_parent(p);
             char arr[64];
-            if (rt_text_copy(ctx, bare(rt_field(sub, "argument")), arr, sizeof arr) && in_list(s->arrays, s->narrays, arr))
+            if (rt_text_copy(ctx, rt_bare(rt_field(sub, "argument")), arr, sizeof arr) && in_list(s->arrays, s->narrays, arr))
                 return;
         }
         kl_snprintf(s->why, sizeof s->why, "line %u uses %s other than as an offset of %s times the block", line, name,
@@ -201,9 +186,9 @@ static void check_use(cc_scan *sc, TSNode n)
         if (rt_is(p, "init_declarator") && ts_node_eq(rt_field(p, "declarator"), n)) return; /* its declaration */
         /* TILE * blockIdx.x, TILE * gridDim.x: with K = 1 and K times the blocks, the stride between a
          * thread's tiles (gridDim.x * TILE) stays what it was */
-        if (op_is(ctx, p, "*")) {
+        if (rt_op_is(ctx, p, "*")) {
             TSNode other = ts_node_eq(rt_field(p, "left"), up) ? rt_field(p, "right") : rt_field(p, "left");
-            other = bare(other);
+            other = rt_bare(other);
             if (rt_text_is(ctx, other, "blockIdx.x") || rt_text_is(ctx, other, "gridDim.x")) return;
         }
         kl_snprintf(s->why, sizeof s->why, "line %u uses the tile %s other than as a block's or the grid's stride", line,
@@ -228,14 +213,14 @@ static bool use_visit(TSNode n, void *user)
                    sc->s->narrays < 4) {
             rt_text_copy(sc->ctx, rt_field(n, "declarator"), sc->s->arrays[sc->s->narrays++], 64);
         } else if (rt_is(n, "init_declarator") && sc->s->ntiles < COARSEN_MAXTILES) {
-            TSNode v = bare(rt_field(n, "value"));
-            for (TSNode k = v; op_is(sc->ctx, k, "*");) {
-                if (rt_text_is(sc->ctx, bare(rt_field(k, "right")), sc->s->count) ||
-                    rt_text_is(sc->ctx, bare(rt_field(k, "left")), sc->s->count)) {
+            TSNode v = rt_bare(rt_field(n, "value"));
+            for (TSNode k = v; rt_op_is(sc->ctx, k, "*");) {
+                if (rt_text_is(sc->ctx, rt_bare(rt_field(k, "right")), sc->s->count) ||
+                    rt_text_is(sc->ctx, rt_bare(rt_field(k, "left")), sc->s->count)) {
                     rt_text_copy(sc->ctx, rt_field(n, "declarator"), sc->s->tiles[sc->s->ntiles++], 64);
                     break;
                 }
-                k = bare(rt_field(k, "left"));
+                k = rt_bare(rt_field(k, "left"));
             }
         }
         return true;
@@ -281,7 +266,7 @@ static bool bound_visit(TSNode n, void *user)
     if (!rt_is(n, "for_statement")) return true;
     TSNode cond = rt_field(n, "condition"), r = rt_field(cond, "right");
     char t[64];
-    if (op_is(b->ctx, cond, "<") && rt_is(r, "identifier") && rt_text_copy(b->ctx, r, t, sizeof t) &&
+    if (rt_op_is(b->ctx, cond, "<") && rt_is(r, "identifier") && rt_text_copy(b->ctx, r, t, sizeof t) &&
         !in_list(b->names, b->n, t) && b->n < 4)
         kl_snprintf(b->names[b->n++], 64, "%s", t);
     return true;

@@ -1180,6 +1180,20 @@ bool rt_grid_index(const rt_poly *p, rt_poly *g, bool any_symbol)
     return tx && bx;
 }
 
+bool rt_op_is(const kl_rule_ctx *ctx, TSNode e, const char *op)
+{
+    return rt_is(e, "binary_expression") && rt_text_is(ctx, rt_field(e, "operator"), op);
+}
+
+TSNode rt_bare(TSNode e)
+{
+    for (;;) {
+        e = kl_ast_unparen(e);
+        if (!rt_is(e, "cast_expression")) return e;
+        e = rt_field(e, "value");
+    }
+}
+
 void rt_fresh_name(const kl_rule_ctx *ctx, TSNode scope, const char *base, char *buf, size_t size)
 {
     for (unsigned k = 1; k < 100; k++) {

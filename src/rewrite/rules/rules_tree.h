@@ -71,6 +71,10 @@ bool rt_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const
 bool rt_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name);
 /* Is n the CUDA builtin `b.c`, e.g. rt_is_builtin(ctx, n, "threadIdx", 'x')? c == 0: any. */
 bool rt_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c);
+/* Is e a binary expression with operator op? */
+bool rt_op_is(const kl_rule_ctx *ctx, TSNode e, const char *op);
+/* e without the parentheses and casts around it (`(long long)(B)` is B). */
+TSNode rt_bare(TSNode e);
 /* Does the subtree use identifier `name` (as an identifier node, not a field)? */
 unsigned rt_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name);
 /* A name not used in scope: base, base2, base3 … into buf. */

@@ -5,6 +5,11 @@
  * first launch, and the second kernel is given 1 slot. The result is the same sum in another
  * order; the first kernel no longer depends on how many blocks it has (so a grid-stride loop in
  * it can be removed next), and the number of blocks is no longer bounded by G's size.
+ * With two kernels and f32 partials the accumulator is a __device__ double instead, which a
+ * one-thread kernel launched between the two writes to G[0] as f32: a float accumulator loses
+ * accuracy with every block added to it, and the steps after this one multiply the blocks (one
+ * element per thread: a million f32 atomics into one sum of 2^28 squares exceed a 1e-5 relative
+ * tolerance — measured on the H200 — where the two-pass sum of a few hundred slots does not).
  * Remove only: the order of a two-pass sum is fixed (deterministic) and it needs no atomics; which
  * grid and slot array to write is the expert's choice, not a rewrite of one accumulator. */
 #include <stdlib.h>
@@ -456,11 +461,56 @@ typedef struct tp_run {
     bool found;
 } tp_run;
 
+/* Two kernels with f32 partials: the blocks add to a __device__ double (fresh name in acc) that a
+ * one-thread kernel stores to G[0] just before the second kernel's launch: their definitions (after
+ * G's declaration, or before the first kernel when G is a parameter) and that launch. */
+static kl_status wide_edits(const kl_rule_ctx *ctx, const kl_launch_site *l1, const kl_launch_site *l2, const tp_site *s,
+                            const char *acc, const char *stream, kl_edits *out)
+{
+    TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
+    char store[64];
+    rt_fresh_name(ctx, root, "kl_store_total", store, sizeof store);
+    TSNode top = s->fn1, decl;
+    if (rt_is(ts_node_parent(top), "template_declaration")) top = ts_node_parent(top);
+    uint32_t at = kl_ast_line_start(ctx->text, ts_node_start_byte(top));
+    if (s->device_array && rt_device_var(ctx->src, s->g, &decl) && ts_node_end_byte(decl) < at)
+        at = rt_line_end(ctx, ts_node_end_byte(decl));
+    char *arg = NULL;
+    if (!s->device_array) {
+        arg = rt_text(ctx, launch_arg(l1, param_index(ctx, s->fn1, s->g, NULL)));
+        if (!arg) return KL_ERR_NOMEM;
+    }
+    kl_status st = s->device_array
+                       ? kl_edits_addf(out, at, at,
+                                       "\n// two-pass removed: the blocks' sum, added up in double, stored to %s[0] as f32\n"
+                                       "__device__ double %s;\n__global__ void %s() { %s[0] = (float)%s; }\n",
+                                       s->g, acc, store, s->g, acc)
+                       : kl_edits_addf(out, at, at,
+                                       "// two-pass removed: the blocks' sum, added up in double, stored to the slots' "
+                                       "first element as f32\n__device__ double %s;\n"
+                                       "__global__ void %s(float *slots) { slots[0] = (float)%s; }\n\n",
+                                       acc, store, acc);
+    TSNode stmt = ts_node_parent(l2->call);
+    uint32_t before = kl_ast_line_start(ctx->text, ts_node_start_byte(stmt));
+    char ind[64];
+    kl_rules_indent(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
+    if (st == KL_OK)
+        st = kl_edits_addf(out, before, before, "%s%s<<<1, 1, 0, %s>>>(%s);\n", ind, store, stream, arg ? arg : "");
+    free(arg);
+    return st;
+}
+
 static kl_status rewrite(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const tp_site *s, kl_edits *out)
 {
     const kl_launch_site *l1 = &ls->items[s->l1], *l2 = &ls->items[s->l2];
-    kl_status st = kl_edits_addf(out, ts_node_start_byte(s->assign), ts_node_end_byte(s->assign), "atomicAdd(&%s[0], %s)",
-                                 s->g, s->value);
+    /* the store kernel's launch goes before the second launch's statement, which must be one */
+    bool wide = !s->self && !strcmp(s->type, "float") && rt_is(ts_node_parent(ts_node_parent(l2->call)), "compound_statement");
+    char acc[64] = "";
+    if (wide) rt_fresh_name(ctx, ts_tree_root_node(kl_source_tree(ctx->src)), "kl_total", acc, sizeof acc);
+    kl_status st = wide ? kl_edits_addf(out, ts_node_start_byte(s->assign), ts_node_end_byte(s->assign),
+                                        "atomicAdd(&%s, (double)(%s))", acc, s->value)
+                        : kl_edits_addf(out, ts_node_start_byte(s->assign), ts_node_end_byte(s->assign),
+                                        "atomicAdd(&%s[0], %s)", s->g, s->value);
     TSNode cnt = launch_arg(l2, s->count_index);
     if (st == KL_OK) st = kl_edits_add(out, ts_node_start_byte(cnt), ts_node_end_byte(cnt), "1");
     char *stream = ts_node_is_null(l1->stream) ? kl_strdup("0") : rt_text(ctx, l1->stream);
@@ -482,13 +532,14 @@ static kl_status rewrite(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
     char ind[64];
     kl_rules_indent(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
     if (!stream) return KL_ERR_NOMEM;
-    if (st == KL_OK && s->device_array) {
+    if (st == KL_OK && (s->device_array || wide)) {
         char var[64];
         rt_fresh_name(ctx, l1->host_fn, "kl_sum", var, sizeof var);
+        const char *type = wide ? "double" : s->type, *sym = wide ? acc : s->g;
         st = kl_edits_addf(out, at, at,
                            "%s%s *%s = nullptr;\n%scudaGetSymbolAddress((void **)&%s, %s);\n"
                            "%scudaMemsetAsync(%s, 0, sizeof(%s), %s);\n",
-                           ind, s->type, var, ind, var, s->g, ind, var, s->type, stream);
+                           ind, type, var, ind, var, sym, ind, var, type, stream);
     } else if (st == KL_OK) {
         TSNode fn1 = s->fn1;
         int gp = param_index(ctx, fn1, s->g, NULL);
@@ -497,6 +548,7 @@ static kl_status rewrite(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
                  : KL_ERR_NOMEM;
         free(arg);
     }
+    if (st == KL_OK && wide) st = wide_edits(ctx, l1, l2, s, acc, stream, out);
     free(stream);
     return st;
 }

@@ -12,6 +12,10 @@ __device__ float warp_sum(float v)
     return v;
 }
 
+// two-pass removed: the blocks' sum, added up in double, stored to the slots' first element as f32
+__device__ double kl_total;
+__global__ void kl_store_total(float *slots) { slots[0] = (float)kl_total; }
+
 __global__ void partial_sums(const float *in, float *partial, unsigned int n)
 {
     __shared__ float warp_part[THREADS / 32];
@@ -34,7 +38,7 @@ __global__ void partial_sums(const float *in, float *partial, unsigned int n)
         total = s;
     }
     __syncthreads();
-    if (tid == 0) atomicAdd(&partial[0], total);
+    if (tid == 0) atomicAdd(&kl_total, (double)(total));
 }
 
 __global__ void final_sum(const float *partial, float *out, int m)
@@ -49,7 +53,10 @@ __global__ void final_sum(const float *partial, float *out, int m)
 extern "C" void launch(const float *in, float *out, float *scratch, int n, cudaStream_t stream)
 {
     const int blocks = 120;
-    cudaMemsetAsync(scratch, 0, sizeof(float), stream);
+    double *kl_sum = nullptr;
+    cudaGetSymbolAddress((void **)&kl_sum, kl_total);
+    cudaMemsetAsync(kl_sum, 0, sizeof(double), stream);
     partial_sums<<<blocks, THREADS, 0, stream>>>(in, scratch, (unsigned)n);
+    kl_store_total<<<1, 1, 0, stream>>>(scratch);
     final_sum<<<1, 32, 0, stream>>>(scratch, out, 1);
 }

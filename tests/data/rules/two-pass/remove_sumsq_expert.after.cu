@@ -61,6 +61,10 @@ constexpr int kFinalThreads = 1024; // threads of the one block of pass 2
 
 __device__ float g_block_sums[kMaxBlocks];
 
+// two-pass removed: the blocks' sum, added up in double, stored to g_block_sums[0] as f32
+__device__ double kl_total;
+__global__ void kl_store_total() { g_block_sums[0] = (float)kl_total; }
+
 __device__ __forceinline__ float squares(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
 // body: x + head, 16-byte aligned, nbody float4s; x[0, head) and x[tail_start, n) are the edges.
@@ -105,7 +109,7 @@ sumsq_partials(const float* __restrict__ x, const float4* __restrict__ body, lon
 #pragma unroll
     for (int u = 0; u < LOADS; ++u) mine += acc[u];
     const float block_sum = BlockSumT(temp).Sum(mine);
-    if (threadIdx.x == 0) atomicAdd(&g_block_sums[0], block_sum);
+    if (threadIdx.x == 0) atomicAdd(&kl_total, (double)(block_sum));
 }
 
 template <int BLOCK_THREADS>
@@ -138,10 +142,11 @@ extern "C" void launch(const float* x, float* out, int n, cudaStream_t stream)
     if (grid > kMaxBlocks) grid = kMaxBlocks;
     if (grid < 1) grid = 1;
 
-    float *kl_sum = nullptr;
-    cudaGetSymbolAddress((void **)&kl_sum, g_block_sums);
-    cudaMemsetAsync(kl_sum, 0, sizeof(float), stream);
+    double *kl_sum = nullptr;
+    cudaGetSymbolAddress((void **)&kl_sum, kl_total);
+    cudaMemsetAsync(kl_sum, 0, sizeof(double), stream);
     sumsq_partials<kThreads, kLoads><<<(int)grid, kThreads, 0, stream>>>(
         x, reinterpret_cast<const float4*>(x + head), nbody, head, tail_start, n);
+    kl_store_total<<<1, 1, 0, stream>>>();
     sumsq_final<kFinalThreads><<<1, kFinalThreads, 0, stream>>>(1, out);
 }

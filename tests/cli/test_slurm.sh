@@ -39,15 +39,18 @@ running_task() {
     return 1
 }
 
-# wait until squeue lists a klineage task that started RUNNING less than a second ago; prints its id.
-# A task picked this way is mid-judgement (the slow walk's judgements take 3 s), so killing it leaves
-# no result; a task picked at random may already have written its result and be on its way out
-# (under load that window is long enough to be hit, and then nothing is resubmitted).
+# wait until squeue lists a klineage task that started RUNNING less than a second ago and is not one
+# of the ids in $1 (while process $2, when given, runs); prints its id. A task picked this way is mostly mid-judgement (the slow walk's
+# judgements take 3 s), so killing it leaves no result; but under load one may already have written
+# its result and be on its way out, and then nothing is resubmitted: when the walk has resubmitted
+# nothing 10 s after the kill, the test kills a second such task (the walk resubmits two at most).
 fresh_task() {
     for _ in $(seq 900); do
         local t
-        t=$(squeue -h -r -n klineage -t RUNNING -o '%i %M' 2>/dev/null | awk '$2 == "0:00" { print $1; exit }')
+        t=$(squeue -h -r -n klineage -t RUNNING -o '%i %M' 2>/dev/null |
+            awk -v skip=" $1 " '$2 == "0:00" && index(skip, " " $1 " ") == 0 { print $1; exit }')
         [ -n "$t" ] && { echo "$t"; return 0; }
+        [ -z "${2:-}" ] || kill -0 "$2" 2>/dev/null || return 1
         sleep 0.1
     done
     return 1
@@ -94,11 +97,18 @@ if t=$(running_task); then
 else
     fail "no task of the slow walk ran"
 fi
-if t=$(fresh_task); then
+killed=""
+for _ in 1 2; do # the walk resubmits at most 2 tasks
+    t=$(fresh_task "$killed" "$pid") || break
     scancel --signal=KILL "$t" || fail "scancel --signal=KILL $t" # its job ends without a result
-else
-    fail "no task of the slow walk started after the requeue"
-fi
+    killed="$killed $t"
+    for _ in $(seq 100); do # the walk notices within a poll or two
+        grep -q "resubmitted" "$tmp/slow-slurm.err" && break 2
+        kill -0 $pid 2>/dev/null || break 2
+        sleep 0.1
+    done
+done
+[ -n "$killed" ] || fail "no task of the slow walk started after the requeue"
 wait $pid || fail "the walk with a requeued and a killed task failed: $(tail -3 "$tmp/slow-slurm.err")"
 python3 "$SAME" "$tmp/slow-here.json" "$tmp/slow-slurm.json" || fail "the walk with requeued tasks differs"
 grep -q "resubmitted" "$tmp/slow-slurm.err" || fail "the killed task was not resubmitted: $(tail -3 "$tmp/slow-slurm.err")"

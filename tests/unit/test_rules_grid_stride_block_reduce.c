@@ -149,6 +149,56 @@ static void grid_stride_partial_sums(void **state)
 #define TP_K2 "__global__ void k2(float *out, int m) {\n" \
               "  float t = 0.f;\n  for (int b = 0; b < m; b++) t += slots[b];\n  out[0] = t;\n}\n"
 
+/* two-pass with f32 partials of two kernels: a double accumulator stored to the slot by a one-thread
+ * kernel before the second launch; the f32 slot itself where the names could not reach (a namespace)
+ * or the store's launch has no statement of its own. */
+static char *two_pass_out(const char *text, const char *site)
+{
+    char *o = NULL, *note = NULL;
+    kl_error e = {0};
+    if (kl_rules_rewrite("t.cu", text, strlen(text), NULL, "two-pass", site, true, NULL, &o, &note, &e) != KL_OK)
+        fail_msg("two-pass@%s: %s", site, e.message);
+    free(note);
+    return o;
+}
+
+static void two_pass_accumulators(void **state)
+{
+    (void)state;
+    const char *top = TP_K1 TP_K2 "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                                  "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    char *o = two_pass_out(top, "k1:6");
+    assert_non_null(strstr(o, "__device__ float slots[64];\n\n// two-pass removed: the blocks' sum, added up in double, "
+                              "stored to slots[0] as f32\n__device__ double kl_total;\n"
+                              "__global__ void kl_store_total() { slots[0] = (float)kl_total; }\n"));
+    assert_non_null(strstr(o, "  if (threadIdx.x == 0) atomicAdd(&kl_total, (double)(s));\n"));
+    assert_non_null(strstr(o, "  double *kl_sum = nullptr;\n  cudaGetSymbolAddress((void **)&kl_sum, kl_total);\n"
+                              "  cudaMemsetAsync(kl_sum, 0, sizeof(double), s);\n  k1<<<64, 256, 0, s>>>(x, n);\n"
+                              "  kl_store_total<<<1, 1, 0, s>>>();\n  k2<<<1, 1, 0, s>>>(out, 1);\n"));
+    free(o);
+    /* a name already taken: a fresh one */
+    const char *taken = "__device__ int kl_total;\n" TP_K1 TP_K2
+                        "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                        "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    o = two_pass_out(taken, "k1:7");
+    assert_non_null(strstr(o, "atomicAdd(&kl_total2, (double)(s))"));
+    free(o);
+    /* the kernels in a namespace: the f32 slot */
+    const char *ns = "namespace red {\n" TP_K1 TP_K2 "}\nusing namespace red;\n"
+                     "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                     "  k1<<<64, 256, 0, s>>>(x, n);\n  k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    o = two_pass_out(ns, "k1:7");
+    assert_non_null(strstr(o, "atomicAdd(&slots[0], s)"));
+    assert_null(strstr(o, "kl_total"));
+    free(o);
+    /* the second launch is the branch of an if without braces: the f32 slot */
+    const char *branch = TP_K1 TP_K2 "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t s) {\n"
+                                     "  k1<<<64, 256, 0, s>>>(x, n);\n  if (out) k2<<<1, 1, 0, s>>>(out, 64);\n}\n";
+    o = two_pass_out(branch, "k1:6");
+    assert_non_null(strstr(o, "atomicAdd(&slots[0], s)"));
+    free(o);
+}
+
 static void two_pass_refuses(void **state)
 {
     (void)state;
@@ -476,6 +526,7 @@ int main(void)
         cmocka_unit_test(grid_stride_while_refuses),
         cmocka_unit_test(grid_stride_partial_sums),
         cmocka_unit_test(two_pass_refuses),
+        cmocka_unit_test(two_pass_accumulators),
         cmocka_unit_test(block_reduce_refuses),
         cmocka_unit_test(sumsq_expert_while),
         cmocka_unit_test(reduce_sum_expert),

@@ -461,6 +461,14 @@ typedef struct tp_run {
     bool found;
 } tp_run;
 
+/* Is n (a definition or declaration, or the template holding it) at the file's top level? */
+static bool top_level(TSNode n)
+{
+    TSNode p = ts_node_parent(n);
+    if (rt_is(p, "template_declaration")) p = ts_node_parent(p);
+    return rt_is(p, "translation_unit");
+}
+
 /* Two kernels with f32 partials: the blocks add to a __device__ double (fresh name in acc) that a
  * one-thread kernel stores to G[0] just before the second kernel's launch: their definitions (after
  * G's declaration, or before the first kernel when G is a parameter) and that launch. */
@@ -503,8 +511,13 @@ static kl_status wide_edits(const kl_rule_ctx *ctx, const kl_launch_site *l1, co
 static kl_status rewrite(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const tp_site *s, kl_edits *out)
 {
     const kl_launch_site *l1 = &ls->items[s->l1], *l2 = &ls->items[s->l2];
-    /* the store kernel's launch goes before the second launch's statement, which must be one */
-    bool wide = !s->self && !strcmp(s->type, "float") && rt_is(ts_node_parent(ts_node_parent(l2->call)), "compound_statement");
+    /* the store kernel's launch goes before the second launch's statement, which must be one; the
+     * accumulator and that kernel at the file's top level, which the first kernel and G (when a
+     * __device__ array) must be at too, so that every name reaches them unqualified */
+    TSNode g_decl = {{0}, 0, 0};
+    bool wide = !s->self && !strcmp(s->type, "float") &&
+                rt_is(ts_node_parent(ts_node_parent(l2->call)), "compound_statement") && top_level(s->fn1) &&
+                (!s->device_array || (rt_device_var(ctx->src, s->g, &g_decl) && top_level(g_decl)));
     char acc[64] = "";
     if (wide) rt_fresh_name(ctx, ts_tree_root_node(kl_source_tree(ctx->src)), "kl_total", acc, sizeof acc);
     kl_status st = wide ? kl_edits_addf(out, ts_node_start_byte(s->assign), ts_node_end_byte(s->assign),

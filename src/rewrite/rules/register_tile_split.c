@@ -461,6 +461,104 @@ static char free_axis(const kl_rule_ctx *ctx, const rt_func *f)
 }
 
 /* One split: the first dimension of extent > 1. */
+/* An element access of a shrunk array along its split dimension. */
+typedef struct sp_elem {
+    TSNode chain, index; /* the subscript chain, its index along the split dimension */
+    bool folded;         /* taken into one statement by fold_elements */
+} sp_elem;
+
+/* The statement `chain = value;` holding an element access, or a null node. */
+static TSNode element_store(TSNode chain)
+{
+    TSNode a = tt_parent(chain), st = tt_parent(a);
+    if (!rt_is(a, "assignment_expression") || !ts_node_eq(tt_field(a, "left"), chain) || !rt_is(st, "expression_statement"))
+        return (TSNode){{0}, 0, 0};
+    return st;
+}
+
+/* Stores `Y[…][c] = v_c;` for c = 0 … E-1, consecutive statements of one block, the same but for c
+ * and v_c = v_0 with ` + c` at one place (what a float4's removal leaves: `As(…, X)`, `As(…, X + 1)`,
+ * …): the first becomes `Y[…][0] = v_0` with ` + kv` at that place, the others go (the elements
+ * folded); without this each store would be guarded by `if (kv == c)`, E loads written for one. */
+static kl_status fold_elements(const kl_rule_ctx *ctx, sp_elem *el, unsigned ne, long long E, const char *kv, kl_edits *out)
+{
+    if (E < 2 || E > 16) return KL_OK;
+    for (unsigned q = 0; q < ne; q++) {
+        long long c0 = -1;
+        TSNode s0 = element_store(el[q].chain);
+        if (ts_node_is_null(s0) || !rt_const_eval(ctx, (TSNode){{0}, 0, 0}, el[q].index, &c0) || c0 != 0 ||
+            !rt_is(register_tile__rg_strip(el[q].index), "number_literal"))
+            continue;
+        /* the next E-1 statements: the same store at 1 … E-1 */
+        unsigned at[16] = {q};
+        TSNode st[16] = {s0};
+        bool ok = true;
+        for (long long c = 1; c < E && ok; c++) {
+            st[c] = rt_next_stmt(st[c - 1]);
+            ok = false;
+            for (unsigned r = 0; r < ne && !ok; r++) {
+                long long v = -1;
+                ok = !el[r].folded && ts_node_eq(element_store(el[r].chain), st[c]) &&
+                     rt_is(register_tile__rg_strip(el[r].index), "number_literal") &&
+                     rt_const_eval(ctx, (TSNode){{0}, 0, 0}, el[r].index, &v) && v == c;
+                if (ok) at[c] = r;
+            }
+        }
+        if (!ok) continue;
+        /* the left sides equal but for the index; v_1 = v_0 with D (` + 1`) inserted at one place */
+        char *l0 = rt_text(ctx, el[q].chain), *v0 = rt_text(ctx, tt_field(tt_parent(el[q].chain), "right"));
+        char *v1 = rt_text(ctx, tt_field(tt_parent(el[at[1]].chain), "right"));
+        char *folded = NULL;
+        if (l0 && v0 && v1 && strlen(v1) > strlen(v0)) {
+            size_t n0 = strlen(v0), d = strlen(v1) - n0, L = 0;
+            while (L < n0 && v0[L] == v1[L]) L++;
+            char dtext[32];
+            bool shape = d < sizeof dtext && !strcmp(v1 + L + d, v0 + L);
+            if (shape) {
+                memcpy(dtext, v1 + L, d);
+                dtext[d] = '\0';
+                char *one = strchr(dtext, '1');
+                /* D is `+ 1` (blanks aside): one `+`, one digit 1, nothing else */
+                shape = one && !strchr(one + 1, '1') && strchr(dtext, '+') && strspn(dtext, " +1") == d;
+                for (long long c = 2; c < E && shape; c++) {
+                    char want[512];
+                    kl_snprintf(want, sizeof want, "%.*s%.*s%lld%s%s", (int)L, v0, (int)(one - dtext), dtext, c, one + 1, v0 + L);
+                    char *vc = rt_text(ctx, tt_field(tt_parent(el[at[c]].chain), "right"));
+                    shape = vc && strlen(want) < sizeof want - 1 && !strcmp(vc, want);
+                    free(vc);
+                }
+                /* every left side is Y[…][c] with the same other indices */
+                for (long long c = 1; c < E && shape; c++) {
+                    char *lc = rt_text(ctx, el[at[c]].chain);
+                    uint32_t ia = ts_node_start_byte(el[at[c]].index) - ts_node_start_byte(el[at[c]].chain),
+                             i0 = ts_node_start_byte(el[q].index) - ts_node_start_byte(el[q].chain);
+                    shape = lc && ia == i0 && !strncmp(lc, l0, ia) &&
+                            !strcmp(lc + ia + (ts_node_end_byte(el[at[c]].index) - ts_node_start_byte(el[at[c]].index)),
+                                    l0 + i0 + (ts_node_end_byte(el[q].index) - ts_node_start_byte(el[q].index)));
+                    free(lc);
+                }
+                size_t len = n0 + d + strlen(kv) + 8;
+                if (shape && (folded = malloc(len)))
+                    kl_snprintf(folded, len, "%.*s%.*s%s%s%s", (int)L, v0, (int)(one - dtext), dtext, kv, one + 1, v0 + L);
+            }
+        }
+        free(l0);
+        free(v0);
+        free(v1);
+        if (!folded) continue;
+        TSNode r0 = tt_field(tt_parent(el[q].chain), "right");
+        kl_status rc = kl_edits_add(out, ts_node_start_byte(r0), ts_node_end_byte(r0), folded);
+        free(folded);
+        if (rc == KL_OK) rc = kl_edits_add(out, ts_node_start_byte(el[q].index), ts_node_end_byte(el[q].index), "0");
+        /* the others go with what separates each from the one before */
+        for (long long c = 1; c < E && rc == KL_OK; c++)
+            rc = kl_edits_add(out, ts_node_end_byte(st[c - 1]), ts_node_end_byte(st[c]), "");
+        if (rc != KL_OK) return rc;
+        for (long long c = 0; c < E; c++) el[at[c]].folded = true;
+    }
+    return KL_OK;
+}
+
 static kl_status split_once(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
 {
     sp *s = malloc(sizeof *s);
@@ -588,6 +686,8 @@ static kl_status split_once(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *
         if ((st = kl_edits_add(out, ts_node_start_byte(sz), ts_node_end_byte(sz), "1")) != KL_OK) goto done;
         uint32_t ms[256], me[256];
         unsigned nm = tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), A->name, ms, me, 256);
+        sp_elem el[256];
+        unsigned ne = 0;
         for (unsigned q = 0; q < nm && q < 256; q++) {
             TSNode id = ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[q], me[q]);
             TSNode chain = id;
@@ -596,14 +696,21 @@ static kl_status split_once(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *
             TSNode idx[SP_DIM];
             unsigned kk;
             if (access_of(s, chain, idx, &kk) != (int)k || kk != A->dims) continue;
-            TSNode e = idx[A->split];
+            el[ne++] = (sp_elem){chain, idx[A->split], false};
+        }
+        /* `Y[…][c] = v_c;` for every c, side by side, v_c = v_0 with ` + c` written at one place: one
+         * statement `Y[…][0] = v_0 with + kl_sN there;` */
+        if ((st = fold_elements(ctx, el, ne, s->E, kv, out)) != KL_OK) goto done;
+        for (unsigned q = 0; q < ne; q++) {
+            if (el[q].folded) continue;
+            TSNode e = el[q].index;
             if (rt_is(register_tile__rg_strip(e), "number_literal")) {
                 /* `Y[…][c] = v;` → `if (kl_sN == c) Y[…][0] = v;` */
                 char *ct = rt_text(ctx, e);
                 char guard[160];
                 kl_snprintf(guard, sizeof guard, "if (%s == %s) ", kv, ct ? ct : "0");
                 free(ct);
-                uint32_t at = ts_node_start_byte(tt_parent(tt_parent(chain)));
+                uint32_t at = ts_node_start_byte(tt_parent(tt_parent(el[q].chain)));
                 if ((st = kl_edits_add(out, at, at, guard)) != KL_OK) goto done;
             }
             if ((st = kl_edits_add(out, ts_node_start_byte(e), ts_node_end_byte(e), "0")) != KL_OK) goto done;

@@ -203,6 +203,13 @@ static void coarsen_vector_refusals(void **state)
     /* each thread's partial stored as it is */
     coarsen_expect(VEC_HEAD "    s += v.x + v.y + v.z + v.w;\n  }\n  out[threadIdx.x] = s;\n}\n" VEC_LAUNCH, "k:4:x",
                    "stores to global memory other than by atomicAdd");
+    /* the vector declared beside another one, whose type would change with it */
+    coarsen_expect("__global__ void k(const float *x, float *out, int groups, int n) {\n  float s = 0.f;\n"
+                   "  for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += gridDim.x * blockDim.x) {\n"
+                   "    float4 v, w = make_float4(1.f, 2.f, 3.f, 4.f);\n"
+                   "    v = make_float4(x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]);\n"
+                   "    s += v.x + v.y + v.z + v.w + w.x;\n  }\n  atomicAdd(out, s);\n}\n" VEC_LAUNCH,
+                   "k:5:x", "line 5 stores the gather to something not a local float4 declared alone");
     /* not consecutive: a gather of every other element is no site */
     coarsen_expect("__global__ void k(const float *x, float *out, int groups) {\n  float s = 0.f;\n"
                    "  int g = blockIdx.x * blockDim.x + threadIdx.x;\n"

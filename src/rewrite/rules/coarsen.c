@@ -34,6 +34,13 @@ static void replace_word(const char *t, const char *var, const char *rep, char *
     out[k] = '\0';
 }
 
+bool coarsen__in_list(char list[][64], unsigned n, const char *s)
+{
+    for (unsigned i = 0; i < n; i++)
+        if (!strcmp(list[i], s)) return true;
+    return false;
+}
+
 typedef struct co_site {
     TSNode decl, init, guard;
     TSNode extra[CO_MAXK];     /* the statements for elements 1 .. K-1 */

@@ -36,6 +36,8 @@ kl_status coarsen__count_edits(const kl_rule_ctx *ctx, TSNode fn, const coarsen_
  * -> `K * (G)`; coef (0: none) is the index's block step, checked against K times each block. */
 kl_status coarsen__grid_edits(const kl_rule_ctx *ctx, const char *kernel, unsigned k, int64_t coef, kl_edits *out,
                               kl_error *err);
+/* Is s one of the n names of list? */
+bool coarsen__in_list(char list[][64], unsigned n, const char *s);
 /* The vector form (coarsen_vector.c): finding (site NULL: into sites) or removing (site: into
  * edits, *found set when the site is this kernel's). */
 kl_status coarsen__vector_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, kl_sites *sites,

@@ -80,13 +80,6 @@ static TSNode lift(TSNode n)
     return n;
 }
 
-static bool in_list(char list[][64], unsigned n, const char *name)
-{
-    for (unsigned i = 0; i < n; i++)
-        if (!strcmp(list[i], name)) return true;
-    return false;
-}
-
 typedef struct cc_scan {
     const kl_rule_ctx *ctx;
     const kscope *ks;
@@ -164,7 +157,7 @@ static void check_use(cc_scan *sc, TSNode n)
     }
     char name[64];
     if (!rt_text_copy(ctx, n, name, sizeof name)) return;
-    if (in_list(s->vars, s->nloops, name)) {
+    if (coarsen__in_list(s->vars, s->nloops, name)) {
         /* u * B, or a subscript of a per-thread array of K */
         if (rt_is(ts_node_parent(n), "init_declarator") || rt_is(p, "for_statement") ||
             (rt_is(p, "binary_expression") && ts_node_eq(p, rt_field(ts_node_parent(p), "condition"))))
@@ -175,14 +168,14 @@ static void check_use(cc_scan *sc, TSNode n)
         if (rt_is(p, "subscript_argument_list")) {
             TSNode sub = ts_node_parent(p);
             char arr[64];
-            if (rt_text_copy(ctx, rt_bare(rt_field(sub, "argument")), arr, sizeof arr) && in_list(s->arrays, s->narrays, arr))
+            if (rt_text_copy(ctx, rt_bare(rt_field(sub, "argument")), arr, sizeof arr) && coarsen__in_list(s->arrays, s->narrays, arr))
                 return;
         }
         kl_snprintf(s->why, sizeof s->why, "line %u uses %s other than as an offset of %s times the block", line, name,
                     name);
         return;
     }
-    if (in_list(s->tiles, s->ntiles, name)) {
+    if (coarsen__in_list(s->tiles, s->ntiles, name)) {
         if (rt_is(p, "init_declarator") && ts_node_eq(rt_field(p, "declarator"), n)) return; /* its declaration */
         /* TILE * blockIdx.x, TILE * gridDim.x: with K = 1 and K times the blocks, the stride between a
          * thread's tiles (gridDim.x * TILE) stays what it was */
@@ -267,7 +260,7 @@ static bool bound_visit(TSNode n, void *user)
     TSNode cond = rt_field(n, "condition"), r = rt_field(cond, "right");
     char t[64];
     if (rt_op_is(b->ctx, cond, "<") && rt_is(r, "identifier") && rt_text_copy(b->ctx, r, t, sizeof t) &&
-        !in_list(b->names, b->n, t) && b->n < 4)
+        !coarsen__in_list(b->names, b->n, t) && b->n < 4)
         kl_snprintf(b->names[b->n++], 64, "%s", t);
     return true;
 }

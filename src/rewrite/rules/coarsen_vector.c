@@ -194,13 +194,6 @@ static void add_edit(cv_form *f, uint32_t a, uint32_t b, char *text)
     f->edits[f->nedits++] = (cv_edit){a, b, text};
 }
 
-static bool in_list(char list[][64], unsigned n, const char *s)
-{
-    for (unsigned i = 0; i < n; i++)
-        if (!strcmp(list[i], s)) return true;
-    return false;
-}
-
 typedef struct id_scan {
     const kl_rule_ctx *ctx;
     cv_form *f;
@@ -210,7 +203,7 @@ static bool id_visit(TSNode n, void *user)
 {
     id_scan *s = user;
     char t[64];
-    if (rt_is(n, "identifier") && rt_text_copy(s->ctx, n, t, sizeof t) && !in_list(s->f->idents, s->f->nidents, t) &&
+    if (rt_is(n, "identifier") && rt_text_copy(s->ctx, n, t, sizeof t) && !coarsen__in_list(s->f->idents, s->f->nidents, t) &&
         s->f->nidents < CV_MAX)
         kl_snprintf(s->f->idents[s->f->nidents++], 64, "%s", t);
     return true;
@@ -306,7 +299,7 @@ static void consume(const kl_rule_ctx *ctx, cv_form *f, TSNode at, const char *v
             kl_snprintf(f->why, sizeof f->why, "line %u passes the vector to a call not followed", line);
             return;
         }
-        if (!in_list(f->fns, f->nfns, name)) {
+        if (!coarsen__in_list(f->fns, f->nfns, name)) {
             TSNode def;
             char *ov = f->nfns < 2 ? scalar_overload(ctx, name, f->w, &def) : NULL;
             if (!ov) {
@@ -354,7 +347,7 @@ static bool gather_visit(TSNode n, void *user)
     if (sc->pass == 1) {
         /* every use of a vector local: its declaration, a store of a gather (edited already), a consumer */
         char name[64];
-        if (!rt_is(n, "identifier") || !rt_text_copy(ctx, n, name, sizeof name) || !in_list(f->vars, f->nvars, name))
+        if (!rt_is(n, "identifier") || !rt_text_copy(ctx, n, name, sizeof name) || !coarsen__in_list(f->vars, f->nvars, name))
             return true;
         TSNode p = ts_node_parent(n);
         if (rt_is(p, "array_declarator") || rt_is(p, "init_declarator") || rt_is(p, "declaration")) return true;
@@ -421,12 +414,14 @@ static bool gather_visit(TSNode n, void *user)
                       : (TSNode){{0}, 0, 0};
     char type[32], want[16];
     kl_snprintf(want, sizeof want, "float%u", f->w);
+    TSNode dcls[2];
     if (ts_node_is_null(decl) || !rt_is(decl, "declaration") || !rt_text_unblank_to(ctx, rt_field(decl, "type"), type, sizeof type) ||
-        strcmp(type, want) || ts_node_named_child_count(decl) > 3) {
-        kl_snprintf(f->why, sizeof f->why, "line %u stores the gather to something not a local %s", kl_ast_line(n), want);
+        strcmp(type, want) || rt_declarators(decl, dcls, 2) != 1) {
+        kl_snprintf(f->why, sizeof f->why, "line %u stores the gather to something not a local %s declared alone",
+                    kl_ast_line(n), want);
         return false;
     }
-    if (!in_list(f->vars, f->nvars, name)) {
+    if (!coarsen__in_list(f->vars, f->nvars, name)) {
         if (f->nvars == 4) {
             kl_snprintf(f->why, sizeof f->why, "more than 4 vector locals");
             return false;
@@ -468,7 +463,7 @@ static bool cnt_visit(TSNode n, void *user)
         TSNode a = rt_bare(rt_field(n, side ? "left" : "right")), b = rt_field(n, side ? "right" : "left");
         char name[64];
         if (rt_is(a, "identifier") && rt_text_copy(s->ctx, a, name, sizeof name) && !ts_node_is_null(rt_param(s->ctx, s->k, name)) &&
-            has_index(s->ctx, s->f, b) && !in_list(s->found, s->nfound, name) && s->nfound < 4)
+            has_index(s->ctx, s->f, b) && !coarsen__in_list(s->found, s->nfound, name) && s->nfound < 4)
             kl_snprintf(s->found[s->nfound++], 64, "%s", name);
     }
     return true;

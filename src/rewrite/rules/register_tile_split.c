@@ -496,7 +496,7 @@ static kl_status fold_elements(const kl_rule_ctx *ctx, sp_elem *el, unsigned ne,
         for (long long c = 1; c < E && ok; c++) {
             st[c] = rt_next_stmt(st[c - 1]);
             ok = false;
-            for (unsigned r = 0; r < ne && !ok; r++) {
+            for (unsigned r = 0; r < ne && !ok && !ts_node_is_null(st[c]); r++) {
                 long long v = -1;
                 ok = !el[r].folded && ts_node_eq(element_store(el[r].chain), st[c]) &&
                      rt_is(register_tile__rg_strip(el[r].index), "number_literal") &&

@@ -186,7 +186,8 @@ corpuswalks)
     # the naive kernel, the steps carrying 80 % of the expert's speedup). Their cards must not join
     # the library the optimizer is measured with on the corpus (it would no longer be unseen), so
     # the walks record into archive/corpus-walks.jsonl with a store of their own; replay with
-    #   klineage --measure replay lineage corpus/T --archive archive/corpus-walks.jsonl
+    #   klineage --measure replay lineage corpus/T --archive archive/corpus-walks.jsonl --db /tmp/corpus-walks.db
+    # (a store of its own: replayed into yours, the walk's cards would join your library)
     # KL_LINEAGE_S_<task> (else KL_LINEAGE_S, 200) bounds each walk; a cut walk resumes;
     # KL_RESTART / KL_CONTINUE as for walks.
     cw_db=${KL_CORPUS_WALK_DB:-/tmp/klineage-corpus-walks.db}

@@ -210,6 +210,15 @@ static void coarsen_vector_refusals(void **state)
                    "    v = make_float4(x[4 * g], x[4 * g + 1], x[4 * g + 2], x[4 * g + 3]);\n"
                    "    s += v.x + v.y + v.z + v.w + w.x;\n  }\n  atomicAdd(out, s);\n}\n" VEC_LAUNCH,
                    "k:5:x", "line 5 stores the gather to something not a local float4 declared alone");
+    /* registers gathered (elements of a local array's row), not a named array's elements: no site */
+    coarsen_expect("__global__ void k(const float *x, float *out, int groups) {\n  float s = 0.f, r[2][4] = {};\n"
+                   "  int g = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "  if (g < groups) {\n    r[1][0] = x[g];\n"
+                   "    float4 v = make_float4(r[1][4 * 0], r[1][4 * 0 + 1], r[1][4 * 0 + 2], r[1][4 * 0 + 3]);\n"
+                   "    s += v.x + v.y + v.z + v.w;\n  }\n  atomicAdd(out, s);\n}\n"
+                   "extern \"C\" void launch(const float *x, float *out, int n, cudaStream_t st) {\n"
+                   "  k<<<(n + 255) / 256, 256, 0, st>>>(x, out, n);\n}\n",
+                   "k:6:r[1]", "no site");
     /* not consecutive: a gather of every other element is no site */
     coarsen_expect("__global__ void k(const float *x, float *out, int groups) {\n  float s = 0.f;\n"
                    "  int g = blockIdx.x * blockDim.x + threadIdx.x;\n"

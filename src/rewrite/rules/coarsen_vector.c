@@ -222,7 +222,8 @@ static bool gather(const kl_rule_ctx *ctx, TSNode call, unsigned *w, char *array
     *base = NULL;
     for (unsigned c = 0; c < wv; c++) {
         TSNode a = rt_bare(ts_node_named_child(args, c));
-        if (!rt_is(a, "subscript_expression") || !rt_text_copy(ctx, rt_bare(rt_field(a, "argument")), arr, sizeof arr))
+        TSNode base_arr = rt_bare(rt_field(a, "argument")); /* a named array: not an element of one (`acc[o][0]`) */
+        if (!rt_is(a, "subscript_expression") || !rt_is(base_arr, "identifier") || !rt_text_copy(ctx, base_arr, arr, sizeof arr))
             goto no;
         if (!c) kl_snprintf(array, 64, "%s", arr);
         else if (strcmp(arr, array)) goto no;

@@ -218,7 +218,8 @@ static bool gather(const kl_rule_ctx *ctx, TSNode call, unsigned *w, char *array
     unsigned wv = !strcmp(callee, "make_float4") ? 4 : !strcmp(callee, "make_float2") ? 2 : 0;
     TSNode args = rt_field(call, "arguments");
     if (!wv || ts_node_named_child_count(args) != wv) return false;
-    char i0[256], ic[272], want[272], arr[64];
+    char arr[64];
+    TSNode i0 = {{0}, 0, 0};
     *base = NULL;
     for (unsigned c = 0; c < wv; c++) {
         TSNode a = rt_bare(ts_node_named_child(args, c));
@@ -230,7 +231,7 @@ static bool gather(const kl_rule_ctx *ctx, TSNode call, unsigned *w, char *array
         TSNode idx = rt_field(a, "indices");
         if (rt_is(idx, "subscript_argument_list")) idx = ts_node_named_child(idx, 0);
         if (!c) {
-            if (!rt_text_unblank_to(ctx, idx, i0, sizeof i0)) goto no;
+            i0 = idx;
             /* b + W * E, or W * E */
             TSNode x = kl_ast_unparen(idx), prod = x;
             if (rt_op_is(ctx, x, "+")) prod = kl_ast_unparen(rt_field(x, "right"));
@@ -241,8 +242,13 @@ static bool gather(const kl_rule_ctx *ctx, TSNode call, unsigned *w, char *array
             *base = ts_node_eq(prod, x) ? kl_strdup("") : rt_text(ctx, rt_field(x, "left"));
             if (!*base) goto no;
         } else {
-            kl_snprintf(want, sizeof want, "%s+%u", i0, c);
-            if (!rt_text_unblank_to(ctx, idx, ic, sizeof ic) || strcmp(ic, want)) goto no;
+            /* I + c: the first element's index as written, plus the literal c */
+            TSNode x = kl_ast_unparen(idx);
+            int64_t v = 0;
+            if (!rt_op_is(ctx, x, "+") || !rt_is(rt_field(x, "right"), "number_literal") ||
+                !kl_const_eval(ctx->src, (TSNode){{0}, 0, 0}, rt_field(x, "right"), false, &v, NULL, 0) || v != c ||
+                !rt_same_text(ctx, rt_field(x, "left"), i0))
+                goto no;
         }
     }
     *w = wv;
@@ -439,7 +445,7 @@ static bool gather_visit(TSNode n, void *user)
 typedef struct cnt_scan {
     const kl_rule_ctx *ctx;
     cv_form *f;
-    const rt_func *k;
+    kl_affine_ctx *ax;
     char found[4][64];
     unsigned nfound;
 } cnt_scan;
@@ -463,7 +469,7 @@ static bool cnt_visit(TSNode n, void *user)
     for (int side = 0; side < 2; side++) {
         TSNode a = rt_bare(rt_field(n, side ? "left" : "right")), b = rt_field(n, side ? "right" : "left");
         char name[64];
-        if (rt_is(a, "identifier") && rt_text_copy(s->ctx, a, name, sizeof name) && !ts_node_is_null(rt_param(s->ctx, s->k, name)) &&
+        if (rt_is(a, "identifier") && rt_text_copy(s->ctx, a, name, sizeof name) && kl_affine_param_index(s->ax, name) >= 0 &&
             has_index(s->ctx, s->f, b) && !coarsen__in_list(s->found, s->nfound, name) && s->nfound < 4)
             kl_snprintf(s->found[s->nfound++], 64, "%s", name);
     }
@@ -486,10 +492,10 @@ static bool cmp_use_visit(TSNode n, void *user)
     return true;
 }
 
-static void find_count(const kl_rule_ctx *ctx, const rt_func *k, cv_form *f)
+static void find_count(const kl_rule_ctx *ctx, TSNode body, kl_affine_ctx *ax, cv_form *f)
 {
-    cnt_scan s = {ctx, f, k, {{0}}, 0};
-    rt_walk(k->body, cnt_visit, &s);
+    cnt_scan s = {ctx, f, ax, {{0}}, 0};
+    rt_walk(body, cnt_visit, &s);
     if (s.nfound != 1) {
         kl_snprintf(f->why, sizeof f->why, s.nfound ? "the gathers' indices are compared with %u parameters" :
                                                       "the gathers' indices are compared with no parameter (the item count)",
@@ -498,18 +504,12 @@ static void find_count(const kl_rule_ctx *ctx, const rt_func *k, cv_form *f)
     }
     kl_snprintf(f->count, sizeof f->count, "%s", s.found[0]);
     use_scan u = {ctx, f->count, 0};
-    rt_walk(k->body, cmp_use_visit, &u);
+    rt_walk(body, cmp_use_visit, &u);
     if (u.bad) {
         kl_snprintf(f->why, sizeof f->why, "line %u uses the item count %s other than in a comparison", u.bad, f->count);
         return;
     }
-    f->count_param = -1;
-    for (uint32_t i = 0, j = 0; i < ts_node_named_child_count(k->params); i++) {
-        TSNode pd = ts_node_named_child(k->params, i);
-        if (!rt_is(pd, "parameter_declaration")) continue;
-        if (ts_node_eq(pd, rt_param(ctx, k, f->count))) f->count_param = (int)j;
-        j++;
-    }
+    f->count_param = kl_affine_param_index(ax, f->count);
 }
 
 /* The vector form in kernel fn: true when there are gathers (f->why says why they cannot be taken
@@ -517,20 +517,15 @@ static void find_count(const kl_rule_ctx *ctx, const rt_func *k, cv_form *f)
 static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, cv_form *f)
 {
     memset(f, 0, sizeof *f);
-    rt_func fs[64];
-    unsigned nf = rt_functions(ctx, fs, 64);
-    const rt_func *k = NULL;
-    for (unsigned i = 0; i < nf && i < 64; i++)
-        if (ts_node_eq(fs[i].def, fn)) k = &fs[i];
-    if (!k) return false;
+    TSNode body = kl_ast_function_body(fn);
     cv_scan sc = {ctx, f, fn, 0};
-    rt_walk(k->body, gather_visit, &sc);
+    rt_walk(body, gather_visit, &sc);
     if (!f->ngather) return false;
     if (f->why[0]) return true;
     sc.pass = 1;
-    rt_walk(k->body, gather_visit, &sc);
+    rt_walk(body, gather_visit, &sc);
     if (f->why[0]) return true;
-    find_count(ctx, k, f);
+    find_count(ctx, body, ax, f);
     if (f->why[0]) return true;
     if (!f->naccs) kl_snprintf(f->why, sizeof f->why, "the vectors' sums are added to nothing");
     else grid_stride__partials_by_sums(ctx, fn, ax, f->accs, f->naccs, f->ra, f->rb, f->nr, f->why, sizeof f->why);

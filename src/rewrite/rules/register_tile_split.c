@@ -521,10 +521,12 @@ static kl_status fold_elements(const kl_rule_ctx *ctx, sp_elem *el, unsigned ne,
                 /* D is `+ 1` (blanks aside): one `+`, one digit 1, nothing else */
                 shape = one && !strchr(one + 1, '1') && strchr(dtext, '+') && strspn(dtext, " +1") == d;
                 for (long long c = 2; c < E && shape; c++) {
-                    char want[512];
-                    kl_snprintf(want, sizeof want, "%.*s%.*s%lld%s%s", (int)L, v0, (int)(one - dtext), dtext, c, one + 1, v0 + L);
-                    char *vc = rt_text(ctx, tt_field(tt_parent(el[at[c]].chain), "right"));
-                    shape = vc && strlen(want) < sizeof want - 1 && !strcmp(vc, want);
+                    size_t wl = n0 + d + 24;
+                    char *want = malloc(wl), *vc = rt_text(ctx, tt_field(tt_parent(el[at[c]].chain), "right"));
+                    if (want)
+                        kl_snprintf(want, wl, "%.*s%.*s%lld%s%s", (int)L, v0, (int)(one - dtext), dtext, c, one + 1, v0 + L);
+                    shape = want && vc && !strcmp(vc, want);
+                    free(want);
                     free(vc);
                 }
                 /* every left side is Y[…][c] with the same other indices */

@@ -471,18 +471,17 @@ static bool top_level(TSNode n)
 
 /* Two kernels with f32 partials: the blocks add to a __device__ double (fresh name in acc) that a
  * one-thread kernel stores to G[0] just before the second kernel's launch: their definitions (after
- * G's declaration, or before the first kernel when G is a parameter) and that launch. */
+ * G's declaration g_decl, or before the first kernel when G is a parameter) and that launch. */
 static kl_status wide_edits(const kl_rule_ctx *ctx, const kl_launch_site *l1, const kl_launch_site *l2, const tp_site *s,
-                            const char *acc, const char *stream, kl_edits *out)
+                            TSNode g_decl, const char *acc, const char *stream, kl_edits *out)
 {
     TSNode root = ts_tree_root_node(kl_source_tree(ctx->src));
     char store[64];
     rt_fresh_name(ctx, root, "kl_store_total", store, sizeof store);
-    TSNode top = s->fn1, decl;
+    TSNode top = s->fn1;
     if (rt_is(ts_node_parent(top), "template_declaration")) top = ts_node_parent(top);
     uint32_t at = kl_ast_line_start(ctx->text, ts_node_start_byte(top));
-    if (s->device_array && rt_device_var(ctx->src, s->g, &decl) && ts_node_end_byte(decl) < at)
-        at = rt_line_end(ctx, ts_node_end_byte(decl));
+    if (s->device_array && ts_node_end_byte(g_decl) < at) at = rt_line_end(ctx, ts_node_end_byte(g_decl));
     char *arg = NULL;
     if (!s->device_array) {
         arg = rt_text(ctx, launch_arg(l1, param_index(ctx, s->fn1, s->g, NULL)));
@@ -561,7 +560,7 @@ static kl_status rewrite(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
                  : KL_ERR_NOMEM;
         free(arg);
     }
-    if (st == KL_OK && wide) st = wide_edits(ctx, l1, l2, s, acc, stream, out);
+    if (st == KL_OK && wide) st = wide_edits(ctx, l1, l2, s, g_decl, acc, stream, out);
     free(stream);
     return st;
 }

@@ -151,6 +151,105 @@ static void register_tile_split_says_why_not(void **state)
     free(t);
 }
 
+static unsigned count_of(const char *text, const char *what)
+{
+    unsigned n = 0;
+    for (const char *p = strstr(text, what); p; p = strstr(p + 1, what)) n++;
+    return n;
+}
+
+/* The split's lanes: the dimension of the tile that moves the output store by one element (j in
+ * `C[… + j] = acc[i][j]`) goes to consecutive threads, and threadIdx.x everywhere else is the thread that
+ * held those outputs before; where the threads cannot be renumbered the shares stay with the blocks. */
+static void register_tile_split_lanes(void **state)
+{
+    (void)state;
+    kl_error err = {0};
+    const char *f4 = "register-tile/remove_split_float4.before.cu";
+    char *t = lambda_variant(f4, "", "");
+    char *out = tile_rewrite(t, "register-tile", "sgemm_tiles:24", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "const int kl_s2 = (int)(threadIdx.x % 4);"));
+    assert_non_null(strstr(out, "const unsigned kl_t = threadIdx.x / 4 + (int)(blockIdx.z / 4 % 4) * 64;"));
+    assert_non_null(strstr(out, "const int tid = kl_t;"));
+    /* nowhere else: the two declarations and the comment naming it */
+    assert_int_equal(count_of(out, "threadIdx.x"), 3);
+    /* the other dimension stays with the blocks */
+    assert_non_null(strstr(out, "const int kl_s = (int)(blockIdx.z / 1 % 4);"));
+    free(out);
+    free(t);
+    /* a helper outside the kernel reads threadIdx.x: renumbering the kernel's uses would miss it */
+    t = lambda_variant(f4, "template <int BM,", "__device__ int lane_of() { return threadIdx.x % 32; }\n\ntemplate <int BM,");
+    out = tile_rewrite(t, "register-tile", "sgemm_tiles:26", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "const int kl_s2 = (int)(blockIdx.z / 4 % 4);"));
+    assert_null(strstr(out, "kl_t"));
+    free(out);
+    free(t);
+    /* a warp-level operation: a warp would hold other threads */
+    t = lambda_variant(f4, "    const int tid = threadIdx.x;\n", "    const int tid = threadIdx.x + 0 * (int)__activemask();\n");
+    out = tile_rewrite(t, "register-tile", "sgemm_tiles:24", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, "const int kl_s2 = (int)(blockIdx.z / 4 % 4);"));
+    assert_null(strstr(out, "kl_t"));
+    free(out);
+    free(t);
+    /* the stored index names j twice: no dimension moves it by one element for certain */
+    t = lambda_variant(f4, "N + n0 + tx * 4 + j] = acc[i][j];", "N + n0 + tx * 4 + j + (j - j)] = acc[i][j];");
+    out = tile_rewrite(t, "register-tile", "sgemm_tiles:24", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_null(strstr(out, "kl_t"));
+    free(out);
+    free(t);
+}
+
+/* The split's last step: the one output's tests as early returns, and the loads' tests of the same row
+ * and column dropped — only where the thread's one store is its only write to memory and the tests read
+ * values that stay the same. */
+static void register_tile_split_exit(void **state)
+{
+    (void)state;
+    kl_error err = {0};
+    const char *fold = "register-tile/remove_split_fold.before.cu";
+    static const char exit_line[] = "    if (!(r0 + kl_s < m && c0 + kl_s2 < n)) return;\n";
+    static const char unguarded[] = "af[0] = a[(size_t)(r0 + i) * k + p];";
+    char *t = lambda_variant(fold, "", "");
+    char *out = tile_rewrite(t, "register-tile", "gemm_frag:17", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_non_null(strstr(out, exit_line));
+    assert_non_null(strstr(out, unguarded));
+    /* the helper's test stays: a __device__ function may have other callers */
+    assert_non_null(strstr(out, "return col < n ? b[(size_t)p * n + col] : 0.f;"));
+    free(out);
+    free(t);
+    /* a second write to memory: a thread that returned early would skip it */
+    t = lambda_variant(fold, "    for (int p = 0; p < k; ++p) {\n", "    if (k < 0) c[0] = 0.f;\n    for (int p = 0; p < k; ++p) {\n");
+    out = tile_rewrite(t, "register-tile", "gemm_frag:17", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_null(strstr(out, "return;"));
+    assert_non_null(strstr(out, "af[0] = r0 + i < m ? a["));
+    free(out);
+    free(t);
+    /* a row that changes after it is set: the test at the store reads another value than the top would */
+    t = lambda_variant(fold, "    const int r0 = (blockIdx.y * blockDim.y + threadIdx.y) * 2;\n",
+                       "    int r0 = (blockIdx.y * blockDim.y + threadIdx.y) * 2;\n    r0 += k > 0 ? 0 : 1;\n");
+    out = tile_rewrite(t, "register-tile", "gemm_frag:18", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_null(strstr(out, "return;"));
+    assert_non_null(strstr(out, "af[0] = r0 + i < m ? a["));
+    free(out);
+    free(t);
+    /* a load at another row than the stored one keeps its test */
+    t = lambda_variant(fold, "af[i] = r0 + i < m ? a[(size_t)(r0 + i) * k + p] : 0.f;",
+                       "af[i] = r0 + i + 1 < m ? a[(size_t)(r0 + i) * k + p] : 0.f;");
+    out = tile_rewrite(t, "register-tile", "gemm_frag:17", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_null(strstr(out, "return;"));
+    assert_non_null(strstr(out, "af[0] = r0 + i + 1 < m ? a["));
+    free(out);
+    free(t);
+}
+
 /* corpus/matmul/expert.cu walked down by the catalog's removals alone: double-buffer, vectorize, smem-tile, then
  * register-tile once (WM_ITERS, WN_ITERS, TM, TN split in turn): one output per thread on 2 x 2 x 4 x 4 times
  * the blocks, no #pragma unroll left above the one-iteration loops, and it compiles. */
@@ -183,7 +282,18 @@ static void register_tile_split_matmul_expert(void **state)
     /* the fragment's four element stores (a float4's removal) folded into one load at this block's share */
     assert_non_null(strstr(cur, "a_frag[0][0] = As(s * BK, kk, warp_m * WM + wm * (LANES_M * TM) + lane_m * TM + kl_s3);"));
     assert_null(strstr(cur, "if (kl_s3 == "));
-    assert_non_null(strstr(cur, "const int kl_s4 = (int)(blockIdx.y / 16 % 4);"));
+    /* the column within the lane tile (the store's contiguous dimension) from consecutive threads, the
+     * thread that held it before from the block's share */
+    assert_non_null(strstr(cur, "const int kl_s4 = (int)(threadIdx.x % 4);"));
+    assert_non_null(strstr(cur, "const unsigned kl_t = threadIdx.x / 4 + (int)(blockIdx.y / 16 % 4) * 64;"));
+    assert_non_null(strstr(cur, "const int tid = kl_t;"));
+    /* the one output's tests first, and the element functions' tests of its row and column gone (k's kept) */
+    assert_non_null(strstr(cur, "    if ((block_m0 + warp_m * WM + kl_s * (LANES_M * TM) + lane_m * TM + kl_s3) >= m) return;\n"
+                                "    if (!((block_n0 + warp_n * WN + kl_s2 * (LANES_N * TN) + lane_n * TN) + kl_s4 < n)) return;\n"));
+    assert_non_null(strstr(cur, "auto As = [&](int k0, int kl_p, int kl_q) -> float { return k0 + kl_p + 0 < k ? "
+                                "(a_tile + (size_t)kl_q * k + kl_p)[0] : 0.f; };"));
+    assert_non_null(strstr(cur, "auto Bs = [&](int k0, int kl_p, int kl_q) -> float { return k0 + kl_p < k ? "
+                                "(b_tile + (size_t)kl_p * n + kl_q)[0] : 0.f; };"));
     assert_non_null(strstr(cur, "<<<dim3((unsigned)blocks, 2 * 2 * 4 * 4), THREADS, 0, stream>>>"));
     assert_null(strstr(cur, "__shared__"));
     assert_null(strstr(cur, "#pragma unroll\n    for (int wm = kl_s;"));
@@ -204,6 +314,8 @@ int main(void)
         cmocka_unit_test(smem_tile_lambda_says_why_not),
         cmocka_unit_test(smem_tile_lambda_matmul_expert),
         cmocka_unit_test(register_tile_split_says_why_not),
+        cmocka_unit_test(register_tile_split_lanes),
+        cmocka_unit_test(register_tile_split_exit),
         cmocka_unit_test(register_tile_split_matmul_expert),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -123,6 +123,10 @@ bool register_tile__find_present(const kl_rule_ctx *ctx, const rt_func *f, regis
 kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, const register_tile__rt_present *pr, kl_edits *out,
                                  kl_error *err);
 TSNode register_tile__rg_strip(TSNode n);
+/* register_tile_exit.c: on a kernel the splits left with one output per thread (accumulator acc), the
+ * store's tests as early returns and the element functions' tests of the same row and column dropped;
+ * KL_ERR_NOT_APPLICABLE when there is nothing to drop or it cannot be shown sound. */
+kl_status register_tile__sp_exit_edits(const kl_rule_ctx *ctx, const rt_func *f, const char *acc, kl_edits *out);
 void register_tile__rg_norm(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size);
 bool register_tile__rg_invariant(const kl_rule_ctx *ctx, const rt_func *f, TSNode e);
 void register_tile__rg_add_cond(const kl_rule_ctx *ctx, TSNode cond, bool negate, register_tile__rg_guard *g, unsigned *ng);

@@ -460,7 +460,6 @@ static char free_axis(const kl_rule_ctx *ctx, const rt_func *f)
     return 0;
 }
 
-/* One split: the first dimension of extent > 1. */
 /* An element access of a shrunk array along its split dimension. */
 typedef struct sp_elem {
     TSNode chain, index; /* the subscript chain, its index along the split dimension */
@@ -561,7 +560,10 @@ static kl_status fold_elements(const kl_rule_ctx *ctx, sp_elem *el, unsigned ne,
     return KL_OK;
 }
 
-static kl_status split_once(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
+/* One split: the first dimension of extent > 1; its share's name into kv, the dimension into *dim and its
+ * extent into *E. */
+static kl_status split_once(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, char *kv, size_t kvsize, int *dim,
+                            long long *E, kl_error *err)
 {
     sp *s = malloc(sizeof *s);
     if (!s) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -649,8 +651,9 @@ static kl_status split_once(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *
         P = p;
     }
     /* this block's share, at the top of the body */
-    char kv[64];
-    rt_fresh_name(ctx, f->def, "kl_s", kv, sizeof kv);
+    rt_fresh_name(ctx, f->def, "kl_s", kv, kvsize);
+    *dim = s->a[a].split;
+    *E = s->E;
     {
         TSNode first = tt_child(f->body, 1);
         char ind[64];
@@ -728,6 +731,181 @@ done:
     return st;
 }
 
+/* ---- the lanes: the store's contiguous dimension given to consecutive threads ------------------------ */
+
+/* Warp-level operations besides those analyse refuses: with the threads renumbered a warp holds
+ * other threads than before. */
+static const char *const warp_ops[] = {"__any_sync", "__all_sync", "__activemask", "__match_any_sync", "__match_all_sync",
+                                       "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync", "__reduce_and_sync",
+                                       "__reduce_or_sync", "__reduce_xor_sync", "asm"};
+
+/* Is var a term of the sum that is the index of the subscript n (`P[e + var]`, `dst[var]`), named
+ * nowhere else in it? Then it moves the element by one, whatever the other terms are. */
+static bool plus_term(const kl_rule_ctx *ctx, TSNode n, const char *var)
+{
+    TSNode idx = kl_ast_subscript_index(n);
+    if (ts_node_is_null(idx) || rt_count_ident(ctx, idx, var) != 1) return false;
+    TSNode e = register_tile__rg_strip(idx);
+    while (rt_op_is(ctx, e, "+")) {
+        TSNode r = register_tile__rg_strip(tt_field(e, "right"));
+        if (rt_is(r, "identifier") && rt_text_is(ctx, r, var)) return true;
+        e = register_tile__rg_strip(tt_field(e, "left"));
+    }
+    return rt_is(e, "identifier") && rt_text_is(ctx, e, var);
+}
+
+/* The dimension of the register tile that moves the kernel's output stores by one element (`dst[j] =
+ * acc[…][j];`, `C[(row + i) * n + col + j] = acc[i][j];`: j's), when the kernel's threads can be
+ * renumbered: a 1-D block of compile-time size T (*block), threadIdx read only as threadIdx.x/.y/.z and only
+ * in the kernel's own body (no helper or macro outside it reads threadIdx.x), no warp-level operation.
+ * -1 otherwise: the splits then keep the threads as they are. */
+static int lane_dim(const kl_rule_ctx *ctx, const rt_func *f, long long *block)
+{
+    sp *s = malloc(sizeof *s);
+    int a, dim = -1;
+    bool agree = true;
+    kl_affine_ctx *ax = NULL;
+    if (!s || analyse(ctx, f, s, &a) != 1 || s->why[0]) goto done;
+    int64_t bs;
+    char why[256];
+    if (!rt_block_size(ctx, f->def, f->name, &bs, why, sizeof why)) goto done;
+    *block = bs;
+    uint32_t b0 = ts_node_start_byte(f->body), b1 = ts_node_end_byte(f->body);
+    if (tt_count(ctx->text, b0, b1, "threadIdx") != tt_count(ctx->text, b0, b1, "threadIdx.x") +
+                                                        tt_count(ctx->text, b0, b1, "threadIdx.y") +
+                                                        tt_count(ctx->text, b0, b1, "threadIdx.z"))
+        goto done;
+    for (unsigned i = 0; i < sizeof warp_ops / sizeof warp_ops[0]; i++)
+        if (tt_uses(ctx->text, b0, b1, warp_ops[i])) goto done;
+    /* threadIdx.x elsewhere than in the bodies of the file's kernels: a helper or a macro reads it */
+    unsigned outside = tt_count(ctx->text, 0, (uint32_t)ctx->len, "threadIdx.x");
+    rt_func fs[64];
+    unsigned nf = rt_functions(ctx, fs, 64);
+    if (nf > 64) goto done;
+    for (unsigned i = 0; i < nf; i++)
+        if (fs[i].global && !ts_node_is_null(fs[i].body))
+            outside -= tt_count(ctx->text, ts_node_start_byte(fs[i].body), ts_node_end_byte(fs[i].body), "threadIdx.x");
+    if (outside) goto done;
+    if (kl_affine_ctx_new(ctx->src, f->def, &ax, NULL) != KL_OK) goto done;
+    /* the stores `P[e] = acc[…];` into memory (not into a local array) */
+    unsigned stores = 0;
+    for (unsigned i = 0; i < kl_affine_access_count(ax) && agree; i++) {
+        const kl_ax_access *w = kl_affine_access(ax, i);
+        TSNode as = tt_parent(w->node), idx[SP_DIM];
+        unsigned k;
+        if (!w->write || w->is_shared || !rt_is(as, "assignment_expression") || !ts_node_eq(tt_field(as, "left"), w->node) ||
+            access_of(s, w->node, idx, &k) >= 0 || access_of(s, register_tile__rg_strip(tt_field(as, "right")), idx, &k) != a ||
+            k != s->a[a].dims)
+            continue;
+        int here = -1;
+        for (unsigned d = 0; d < k && agree; d++) {
+            TSNode v = register_tile__rg_strip(idx[d]);
+            int64_t c;
+            char var[64];
+            if (s->a[a].ext[d] < 2 || !rt_is(v, "identifier")) continue;
+            tt_copy_text(ctx, v, var, sizeof var);
+            if ((w->flat.ok && kl_affine_coef_int(&w->flat, var, &c) && c == 1) || plus_term(ctx, w->node, var)) {
+                agree = here < 0;
+                here = (int)d;
+            }
+        }
+        agree &= here >= 0 && (dim < 0 || dim == here);
+        dim = here;
+        stores++;
+    }
+    if (!agree || !stores || *block % s->a[a].ext[dim] != 0) dim = -1;
+done:
+    kl_affine_ctx_free(ax);
+    free(s);
+    return dim;
+}
+
+/* After the splits: the share of the lane dimension (`const int KV = (int)(blockIdx.y / P % E);`) goes
+ * to the thread instead, `(int)(threadIdx.x % E)`, and the thread that held those E outputs before is
+ * `threadIdx.x / E + share * (T / E)` (named kl_t, standing for threadIdx.x everywhere else in the
+ * kernel's body): a bijection of (thread, block share) pairs, so every output is still computed once
+ * and by the same arithmetic, but E consecutive threads now store E consecutive outputs where before
+ * the split one thread stored them in a loop, and after it E blocks did. */
+static kl_status lanes(const kl_rule_ctx *ctx, const rt_func *f, const char *kv, long long E, long long T, kl_edits *out)
+{
+    uint32_t b0 = ts_node_start_byte(f->body), b1 = ts_node_end_byte(f->body), ms[1], me[1];
+    if (!tt_find(ctx->text, b0, b1, kv, ms, me, 1)) return KL_ERR_NOT_APPLICABLE;
+    TSNode id = ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], me[0]);
+    TSNode d = tt_parent(id), decl = tt_parent(d), v = tt_field(d, "value");
+    if (!rt_is(d, "init_declarator") || !rt_is(decl, "declaration") || ts_node_is_null(v)) return KL_ERR_NOT_APPLICABLE;
+    char kt[64], ind[64], *vt = rt_text(ctx, v);
+    if (!vt) return KL_ERR_NOMEM;
+    rt_fresh_name(ctx, f->def, "kl_t", kt, sizeof kt);
+    rt_indent_of(ctx, ts_node_start_byte(decl), ind, sizeof ind);
+    kl_strbuf b = KL_STRBUF_INIT;
+    kl_strbuf_addf(&b, "(int)(threadIdx.x %% %lld)", E);
+    char *share = b.failed ? NULL : kl_strbuf_detach(&b, NULL);
+    kl_strbuf_release(&b);
+    kl_strbuf_addf(&b,
+                   "\n%s// register-tile: the thread that held this thread's outputs before the split (it stands for "
+                   "threadIdx.x below): consecutive threads store consecutive outputs\n%sconst unsigned %s = threadIdx.x / %lld + %s * %lld;",
+                   ind, ind, kt, E, vt, T / E);
+    char *held = b.failed ? NULL : kl_strbuf_detach(&b, NULL);
+    kl_strbuf_release(&b);
+    free(vt);
+    kl_status st = share && held ? KL_OK : KL_ERR_NOMEM;
+    /* the comment written above the share by the split: the thread's share now */
+    uint32_t ls = rt_line_start(ctx, ts_node_start_byte(decl));
+    if (st == KL_OK && ls > b0) {
+        uint32_t ps = rt_line_start(ctx, ls - 1);
+        const char *c = ctx->text + ps;
+        while (*c == ' ' || *c == '\t') c++;
+        static const char was[] = "// register-tile: this block's share";
+        if (!strncmp(c, was, sizeof was - 1))
+            st = kl_edits_add(out, (uint32_t)(c - ctx->text), (uint32_t)(c - ctx->text) + sizeof was - 1,
+                              "// register-tile: this thread's share");
+    }
+    if (st == KL_OK) st = kl_edits_add(out, ts_node_start_byte(v), ts_node_end_byte(v), share);
+    if (st == KL_OK) st = kl_edits_add(out, ts_node_end_byte(decl), ts_node_end_byte(decl), held);
+    uint32_t xs[512], xe[512];
+    unsigned nx = tt_find(ctx->text, b0, b1, "threadIdx.x", xs, xe, 512);
+    if (nx > 512) st = KL_ERR_NOT_APPLICABLE;
+    for (unsigned i = 0; i < nx && i < 512 && st == KL_OK; i++) st = kl_edits_add(out, xs[i], xe[i], kt);
+    free(share);
+    free(held);
+    return st;
+}
+
+/* A step after the splits, on the text they wrote: the lanes (kv set) or the early returns (acc set). */
+typedef struct sp_last {
+    const char *kernel, *kv, *acc;
+    long long E, T;
+} sp_last;
+
+static kl_status last_step(const kl_rule_ctx *ctx, char **text, const sp_last *a, kl_error *err)
+{
+    kl_source *src = NULL;
+    kl_error perr = {0};
+    kl_status st = KL_OK;
+    if (kl_source_parse_text(kl_source_name(ctx->src), *text, strlen(*text), &src, &perr) == KL_OK) {
+        kl_rule_ctx c = *ctx;
+        c.src = src, c.text = *text, c.len = strlen(*text);
+        rt_func fs[64];
+        unsigned nf = rt_functions(&c, fs, 64);
+        const rt_func *g = rt_function_named(fs, nf < 64 ? nf : 64, a->kernel);
+        kl_edits e = {0};
+        char *next = NULL;
+        kl_status ls = !g ? KL_ERR_NOT_APPLICABLE
+                       : a->kv ? lanes(&c, g, a->kv, a->E, a->T, &e)
+                               : register_tile__sp_exit_edits(&c, g, a->acc, &e);
+        if (ls == KL_OK) ls = kl_edits_apply(&e, c.text, c.len, &next, err);
+        kl_edits_release(&e);
+        if (ls == KL_OK) {
+            free(*text);
+            *text = next;
+        } else if (ls == KL_ERR_NOMEM) {
+            st = kl_error_set(err, ls, "out of memory");
+        }
+    }
+    kl_source_free(src);
+    return st;
+}
+
 /* Every dimension, one split after the other (each on the text the previous one wrote), as one
  * edit of the whole file: the register tile is gone (acc[1][1]…, one output per thread). A split
  * refused after the first leaves the splits before it (a sound program with a smaller tile). */
@@ -741,6 +919,9 @@ kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *
     kl_snprintf(kernel, sizeof kernel, "%s", f->name);
     kl_status st = KL_OK;
     unsigned done = 0;
+    long long T = 0, lane_E = 0;
+    int lane = lane_dim(ctx, f, &T);
+    char lane_kv[64] = "", acc0[64] = "";
     for (unsigned round = 0; round < SP_DIM + 2; round++) {
         kl_source *src = NULL;
         kl_rule_ctx c = *ctx;
@@ -758,9 +939,17 @@ kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *
             kl_source_free(src);
             break;
         }
+        if (!round) kl_snprintf(acc0, sizeof acc0, "%s", acc);
         kl_edits e = {0};
         kl_error serr = {0};
-        st = split_once(&c, g, &e, round ? &serr : err);
+        char kv[64];
+        int dim = -1;
+        long long E = 0;
+        st = split_once(&c, g, &e, kv, sizeof kv, &dim, &E, round ? &serr : err);
+        if (st == KL_OK && dim == lane) {
+            kl_snprintf(lane_kv, sizeof lane_kv, "%s", kv);
+            lane_E = E;
+        }
         char *next = NULL;
         if (st == KL_OK) st = kl_edits_apply(&e, c.text, c.len, &next, err);
         kl_edits_release(&e);
@@ -772,6 +961,16 @@ kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *
         free(text);
         text = next;
         done++;
+    }
+    /* the lanes: the store's contiguous dimension from the threads (sound for any renumbering: the
+     * threads share nothing); then the one output's tests first. Each left out where it cannot be done. */
+    if (st == KL_OK && done && lane_kv[0]) {
+        sp_last a = {.kernel = kernel, .kv = lane_kv, .E = lane_E, .T = T};
+        st = last_step(ctx, &text, &a, err);
+    }
+    if (st == KL_OK && done) {
+        sp_last a = {.kernel = kernel, .acc = acc0};
+        st = last_step(ctx, &text, &a, err);
     }
     if (st == KL_OK && done) st = kl_edits_add(out, 0, (uint32_t)ctx->len, text);
     free(text);

@@ -13,12 +13,14 @@ __global__ void sgemm_tiles(const float* __restrict__ A, const float* __restrict
                             int K)
 {
     constexpr int AV = BM * BK / 4 / NT, BV = BK * BN / 4 / NT;
-    // register-tile: this block's share of acc's dimension 2 (extent 4)
-    const int kl_s2 = (int)(blockIdx.z / 4 % 4);
+    // register-tile: this thread's share of acc's dimension 2 (extent 4)
+    const int kl_s2 = (int)(threadIdx.x % 4);
+    // register-tile: the thread that held this thread's outputs before the split (it stands for threadIdx.x below): consecutive threads store consecutive outputs
+    const unsigned kl_t = threadIdx.x / 4 + (int)(blockIdx.z / 4 % 4) * 64;
     // register-tile: this block's share of acc's dimension 1 (extent 4)
     const int kl_s = (int)(blockIdx.z / 1 % 4);
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-    const int tid = threadIdx.x;
+    const int tid = kl_t;
     const int ty = tid / (BN / 4), tx = tid % (BN / 4);
 
     // smem-tile: the tiles' elements read from global memory where the compute uses them

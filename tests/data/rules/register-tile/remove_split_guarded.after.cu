@@ -14,12 +14,15 @@ __global__ void gemm_frag(const float* a, const float* b, float* c, int m, int n
     // register-tile: this block's share of acc's dimension 1 (extent 2)
     const int kl_s = (int)(blockIdx.z / 1 % 2);
     const int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    // register-tile: one output per thread: a thread whose output lies outside the result returns here, and its loads test its row and column no more
+    if (!(r0 + kl_s < m && c0 + kl_s2 < n)) return;
+
     float acc[1][1];
     for (int i = kl_s; i < kl_s + 1; ++i)
         for (int j = kl_s2; j < kl_s2 + 1; ++j) acc[0][0] = 0.f;
     for (int p = 0; p < k; ++p) {
         float af[1], bf[1];
-        for (int i = kl_s; i < kl_s + 1; ++i) af[0] = r0 + i < m ? a[(size_t)(r0 + i) * k + p] : 0.f;
+        for (int i = kl_s; i < kl_s + 1; ++i) af[0] = a[(size_t)(r0 + i) * k + p];
         if (kl_s2 == 0) bf[0] = c0 < n ? b[(size_t)p * n + c0] : 0.f;
         if (kl_s2 == 1) bf[0] = c0 + 1 < n ? b[(size_t)p * n + c0 + 1] : 0.f;
         if (kl_s2 == 2) bf[0] = c0 + 2 < n ? b[(size_t)p * n + c0 + 2] : 0.f;

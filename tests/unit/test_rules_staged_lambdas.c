@@ -230,6 +230,31 @@ static void register_tile_split_exit(void **state)
     assert_non_null(strstr(out, "af[0] = r0 + i < m ? a["));
     free(out);
     free(t);
+    /* an effect besides the store: output, and a helper of the file that writes memory */
+    t = lambda_variant(fold, "    for (int p = 0; p < k; ++p) {\n", "    if (k < 0) printf(\"k\\n\");\n    for (int p = 0; p < k; ++p) {\n");
+    out = tile_rewrite(t, "register-tile", "gemm_frag:17", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_null(strstr(out, "return;"));
+    free(out);
+    free(t);
+    t = lambda_variant(fold, "__global__ void gemm_frag(",
+                       "__device__ void touch(float* p) { p[0] = 0.f; }\n\n__global__ void gemm_frag(");
+    char *t2 = NULL;
+    {
+        const char *at = strstr(t, "    for (int p = 0; p < k; ++p) {\n");
+        assert_non_null(at);
+        kl_strbuf b = KL_STRBUF_INIT;
+        kl_strbuf_add(&b, t, (size_t)(at - t));
+        kl_strbuf_adds(&b, "    if (k < 0) touch(c);\n");
+        kl_strbuf_adds(&b, at);
+        t2 = kl_strbuf_detach(&b, NULL);
+    }
+    out = tile_rewrite(t2, "register-tile", "gemm_frag:19", true, NULL, &err);
+    if (!out) fail_msg("%s", err.message);
+    assert_null(strstr(out, "return;"));
+    free(out);
+    free(t2);
+    free(t);
     /* a row that changes after it is set: the test at the store reads another value than the top would */
     t = lambda_variant(fold, "    const int r0 = (blockIdx.y * blockDim.y + threadIdx.y) * 2;\n",
                        "    int r0 = (blockIdx.y * blockDim.y + threadIdx.y) * 2;\n    r0 += k > 0 ? 0 : 1;\n");

@@ -589,8 +589,48 @@ typedef struct store_scan {
     const rt_func *f;
     const char *acc;
     TSNode store;     /* the expression statement of `M[…] = acc[…];` */
-    unsigned writes;  /* writes to memory */
+    unsigned writes;  /* writes to memory, and other effects (a call that has some, asm) */
+    unsigned depth;   /* helpers entered */
 } store_scan;
+
+/* Calls with an effect besides their value: atomics, store intrinsics, output, memory functions. */
+static bool effect_call(const char *name)
+{
+    static const char *const named[] = {"printf", "memcpy", "memset", "malloc", "free", "assert", "__trap", "__brkpt",
+                                        "__nanosleep"};
+    if (!strncmp(name, "atomic", 6) || !strncmp(name, "__st", 4)) return true;
+    for (unsigned i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (!strcmp(name, named[i])) return true;
+    return false;
+}
+
+static bool store_visit(TSNode n, void *user);
+
+/* A call: an effect when the callee has one, or is a function of the file whose body writes memory
+ * (helpers entered up to 4 deep; deeper counts as an effect). */
+static void call_effects(store_scan *s, TSNode call)
+{
+    char name[128];
+    if (!rt_callee_name(s->ctx, call, name, sizeof name) || effect_call(name)) {
+        s->writes++; /* a callee not named (a pointer to a function) may do anything */
+        return;
+    }
+    rt_func fs[64];
+    unsigned nf = rt_functions(s->ctx, fs, 64);
+    if (nf > 64) s->writes++;
+    /* every function of that name (overloads: whichever the call reaches) */
+    for (unsigned i = 0; i < nf && i < 64; i++) {
+        const rt_func *h = &fs[i];
+        if (strcmp(h->name, name) || ts_node_is_null(h->body) || ts_node_eq(h->def, s->f->def)) continue;
+        if (s->depth >= 4) {
+            s->writes++;
+            return;
+        }
+        store_scan in = {s->ctx, h, "", {{0}, 0, 0}, 0, s->depth + 1};
+        rt_walk(h->body, store_visit, &in);
+        s->writes += in.writes;
+    }
+}
 
 /* Is name declared in the body as a local array (registers, not memory)? */
 static bool local_array(const kl_rule_ctx *ctx, TSNode body, const char *name)
@@ -608,6 +648,8 @@ static bool store_visit(TSNode n, void *user)
 {
     store_scan *s = user;
     TSNode t = {{0}, 0, 0};
+    if (rt_is(n, "call_expression")) call_effects(s, n);
+    if (strstr(ts_node_type(n), "asm")) s->writes++;
     if (rt_is(n, "assignment_expression")) t = tt_field(n, "left");
     else if (rt_is(n, "update_expression")) t = tt_field(n, "argument");
     t = register_tile__rg_strip(t);
@@ -646,7 +688,7 @@ static bool work_visit(TSNode n, void *user)
 
 kl_status register_tile__sp_exit_edits(const kl_rule_ctx *ctx, const rt_func *f, const char *acc, kl_edits *out)
 {
-    store_scan ss = {ctx, f, acc, {{0}, 0, 0}, 0};
+    store_scan ss = {ctx, f, acc, {{0}, 0, 0}, 0, 0};
     rt_walk(f->body, store_visit, &ss);
     if (ss.writes != 1 || ts_node_is_null(ss.store)) return KL_ERR_NOT_APPLICABLE;
     ex *x = calloc(1, sizeof *x);

@@ -266,8 +266,8 @@ typedef struct kl_poly {
     unsigned ndeps;
 } kl_poly;
 
-/* The polynomial of expr, a node of the kernel. On KL_OK *out is the context's; KL_ERR_NOMEM
- * (and *out NULL) when memory runs out. */
+/* The polynomial of expr, a node of the kernel: *out is the context's. KL_ERR_NOMEM when memory
+ * runs out; *out is then an opaque value that reads nothing (never NULL). */
 kl_status kl_affine_poly_of(kl_affine_ctx *ctx, TSNode expr, const kl_poly **out);
 /* a + sign*b (opaque when either is, reading what both read); the context's; NULL when memory
  * runs out. */

@@ -1,5 +1,6 @@
 /*
- * Index-expression analysis over the raw tree (private to the stages above syntax).
+ * Index-expression analysis over the raw tree (private to the stages above syntax): the one index
+ * analysis of the project, the rules' transforms included.
  *
  * For one kernel (a __global__ function_definition) this answers:
  *  - is an expression AFFINE in the index variables — threadIdx.{x,y,z}, blockIdx.{x,y,z}
@@ -10,7 +11,10 @@
  *  - the loops: induction variable, start, bound, step, trip count when compile-time;
  *  - the array accesses: which pointer, read or written, the affine index, which
  *    enclosing loops it varies with (an access invariant along a loop is REUSED along
- *    it), and how it moves across threadIdx.x (stride 1: coalesced).
+ *    it), and how it moves across threadIdx.x (stride 1: coalesced);
+ *  - the same expression as a POLYNOMIAL over every name, or an opaque value with the names it
+ *    reads (kl_affine_poly_of, below): its stride along threadIdx.x where it is not affine, whether
+ *    a `%` of it moves with threadIdx.x, whether it is the global thread index.
  *
  * What it sees through:
  *  - local variables assigned exactly once (`int row = blockIdx.y*blockDim.y + threadIdx.y;`,

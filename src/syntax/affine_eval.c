@@ -329,8 +329,10 @@ static affine__form eval_identifier(kl_affine_ctx *ctx, const affine__env *e, co
                 /* the definition must come before the use */
                 if (ts_node_start_byte(lv->def) > ts_node_start_byte(anchor) && s == ctx->src)
                     r = affine__form_badf(ctx, "'%s' is used before it is assigned (line %u)", name, affine__line_of(n));
-                else
-                    r = affine__eval(ctx, e, ctx->src, lv->def, lv->def, depth + 1), atom = false;
+                else {
+                    r = affine__eval(ctx, e, ctx->src, lv->def, lv->def, depth + 1);
+                    atom = false;
+                }
             } else if (cnt == 0) {
                 r = affine__form_badf(ctx, "'%s' is never assigned (line %u)", name, affine__line_of(n));
             } else {
@@ -341,7 +343,7 @@ static affine__form eval_identifier(kl_affine_ctx *ctx, const affine__env *e, co
         }
         int p = kl_affine_param_index(ctx, name);
         if (p >= 0) {
-            atom = true;
+            atom = kl_affine_assign_count(ctx, name) > 0 || ctx->params[p].pointer;
             if (kl_affine_assign_count(ctx, name) > 0)
                 r = affine__form_badf(ctx, "parameter '%s' is modified in the kernel (line %u)", name, affine__line_of(n));
             else if (ctx->params[p].pointer)
@@ -473,10 +475,12 @@ static affine__form eval_call(kl_affine_ctx *ctx, const affine__env *e, const kl
         free(argv);
         const kl_source *ms;
         TSNode me;
-        if (exp && mini_parse(ctx, exp, &ms, &me))
-            r = affine__eval(ctx, e, ms, me, anchor, depth + 1), opaque = false;
-        else
+        if (exp && mini_parse(ctx, exp, &ms, &me)) {
+            r = affine__eval(ctx, e, ms, me, anchor, depth + 1);
+            opaque = false;
+        } else {
             r = affine__form_badf(ctx, "macro '%s' does not expand to a simple expression (line %u)", fname, affine__line_of(n));
+        }
         free(exp);
         goto done;
     }
@@ -675,7 +679,8 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
             else
                 r = opaque_if_invariant(ctx, s, n, a, b, o);
             /* a shift by a constant multiplies in the polynomial view whatever the affine one says */
-            if (pv_is_int(b.pv, &k) && k >= 0 && k < 62) r.pv = affine__pv_mul(ctx, a.pv, affine__pv_of(ctx, affine__poly_int(ctx, (int64_t)1 << k)));
+            if (pv_is_int(b.pv, &k) && k >= 0 && k < 62)
+                r.pv = affine__pv_mul(ctx, a.pv, affine__pv_of(ctx, affine__poly_int(ctx, (int64_t)1 << k)));
         } else {
             r = opaque_if_invariant(ctx, s, n, a, b, o);
         }
@@ -686,9 +691,7 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
     if (!strcmp(t, "sizeof_expression")) {
         int64_t v;
         if (kl_const_eval(s, ctx->fn, n, false, &v, NULL, 0)) return affine__form_const(ctx, affine__poly_int(ctx, v));
-        affine__form r = affine__form_const(ctx, affine__poly_sym(ctx, node_sym(ctx, s, n)));
-        r.pv = affine__pv_opaque(); /* the size of a type no constant says: no value, reading nothing */
-        return r;
+        return affine__form_const(ctx, affine__poly_sym(ctx, node_sym(ctx, s, n)));
     }
     if (!strcmp(t, "conditional_expression")) {
         affine__form c = affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "condition", 9), anchor, depth + 1);

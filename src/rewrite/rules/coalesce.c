@@ -229,7 +229,8 @@ static bool tally_visit(TSNode n, void *user)
     } else if (sy == KL_STRIDE_UNIT && sx != KL_STRIDE_OPAQUE) {
         t->y_unit++;
         write ? t->writes_y++ : t->reads_y++;
-    } else if ((sx == KL_STRIDE_CONST || sx == KL_STRIDE_SYMBOLIC) && (sy == KL_STRIDE_CONST || sy == KL_STRIDE_SYMBOLIC)) {
+    } else if ((sx == KL_STRIDE_CONST || sx == KL_STRIDE_SYMBOLIC) &&
+               (sy == KL_STRIDE_CONST || sy == KL_STRIDE_SYMBOLIC)) {
         t->strided++;
     }
     return true;

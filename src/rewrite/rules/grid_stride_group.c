@@ -155,7 +155,8 @@ static bool addends(const kl_source *src, TSNode e, TSNode *out, unsigned *n, un
  * threadIdx.x` of two loads a block apart): C into g and the start (an addend free of thread and block
  * indexes; a null node when there is none). The addends that hold the indexes must sum to exactly the
  * global thread index. False too when memory runs out (*oom set). */
-static bool split_index(const kl_source *src, kl_affine_ctx *ax, TSNode value, kl_grid_index *g, TSNode *start, bool *oom)
+static bool split_index(const kl_source *src, kl_affine_ctx *ax, TSNode value, kl_grid_index *g, TSNode *start,
+                        bool *oom)
 {
     TSNode ad[8];
     unsigned n = 0;
@@ -792,7 +793,8 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             oom |= kl_affine_poly_of(ax, pnode, &pp) != KL_OK;
             L->k = kl_poly_grid_multiple(pp, &pg);
             gs_prove pz = {src, ax, fbody, ""};
-            if (L->k == 0 && L->u == 1 && rt_is(s, "while_statement") && !reads_index_or_grid(pp) && nonneg(&pz, pnode, 0)) {
+            if (L->k == 0 && L->u == 1 && rt_is(s, "while_statement") && !reads_index_or_grid(pp) &&
+                nonneg(&pz, pnode, 0)) {
                 /* a tile of loads a block apart, whole tiles only: `while (i + (LOADS - 1) * BLOCK < n) { …;
                  * i += one grid; }`; with one grid covering n it runs at most once (i + G + K >= n, K >= 0) */
                 L->tile = true;

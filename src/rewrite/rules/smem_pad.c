@@ -205,7 +205,8 @@ static kl_status column_access(kl_affine_ctx *ax, const shared_array *a, const u
         if (st != KL_OK) return st;
         int64_t k = 0;
         kl_stride so = kl_poly_stride(outer, "threadIdx.x", &k);
-        if ((so == KL_STRIDE_UNIT || so == KL_STRIDE_CONST) && kl_poly_stride(inner, "threadIdx.x", NULL) == KL_STRIDE_ABSENT) {
+        if ((so == KL_STRIDE_UNIT || so == KL_STRIDE_CONST) &&
+            kl_poly_stride(inner, "threadIdx.x", NULL) == KL_STRIDE_ABSENT) {
             unsigned step = (unsigned)(row_words * (k < 0 ? -k : k)) % 32;
             /* lanes l and l' collide when (l-l')*step = 0 mod 32: gcd(step,32) lanes share a bank */
             unsigned deg = gcd(step ? step : 32, 32);

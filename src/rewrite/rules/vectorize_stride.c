@@ -178,7 +178,8 @@ static bool bound_visit(TSNode n, void *user)
 
 /* *form: loop is this form (L->why then says why it cannot be vectorized, or is empty). KL_ERR_NOMEM
  * when memory runs out. */
-static kl_status analyse(const kl_rule_ctx *ctx, const rt_func *f, kl_affine_ctx *ax, TSNode loop, vs_loop *L, bool *form)
+static kl_status analyse(const kl_rule_ctx *ctx, const rt_func *f, kl_affine_ctx *ax, TSNode loop, vs_loop *L,
+                         bool *form)
 {
     *form = false;
     memset(L, 0, sizeof *L);

@@ -1102,6 +1102,19 @@ kl_status kl_affine_of(kl_affine_ctx *ctx, TSNode expr, kl_affine *out)
     return st;
 }
 
+kl_status kl_affine_poly_of(kl_affine_ctx *ctx, TSNode expr, const kl_poly **out)
+{
+    static const kl_poly unknown = {.opaque = true};
+    affine__env e0 = {NULL, 0, false};
+    affine__form f = affine__eval(ctx, &e0, ctx->src, expr, expr, 0);
+    kl_poly *p = affine__alloc(ctx, sizeof *p);
+    *out = &unknown;
+    if (!p || ctx->oom) return KL_ERR_NOMEM;
+    *p = f.pv;
+    *out = p;
+    return KL_OK;
+}
+
 void kl_affine_release(kl_affine *a)
 {
     if (!a) return;

@@ -1,5 +1,6 @@
 /*
- * Index-expression analysis over the raw tree (private to the stages above syntax).
+ * Index-expression analysis over the raw tree (private to the stages above syntax): the one index
+ * analysis of the project, the rules' transforms included.
  *
  * For one kernel (a __global__ function_definition) this answers:
  *  - is an expression AFFINE in the index variables — threadIdx.{x,y,z}, blockIdx.{x,y,z}
@@ -10,7 +11,10 @@
  *  - the loops: induction variable, start, bound, step, trip count when compile-time;
  *  - the array accesses: which pointer, read or written, the affine index, which
  *    enclosing loops it varies with (an access invariant along a loop is REUSED along
- *    it), and how it moves across threadIdx.x (stride 1: coalesced).
+ *    it), and how it moves across threadIdx.x (stride 1: coalesced);
+ *  - the same expression as a POLYNOMIAL over every name, or an opaque value with the names it
+ *    reads (kl_affine_poly_of, below): its stride along threadIdx.x where it is not affine, whether
+ *    a `%` of it moves with threadIdx.x, whether it is the global thread index.
  *
  * What it sees through:
  *  - local variables assigned exactly once (`int row = blockIdx.y*blockDim.y + threadIdx.y;`,
@@ -229,6 +233,79 @@ TSNode kl_affine_ctx_function(const kl_affine_ctx *ctx);
  * enclosing `expr` are index variables. Always fills *out (ok or why); returns
  * KL_ERR_NOMEM only when memory runs out. */
 kl_status kl_affine_of(kl_affine_ctx *ctx, TSNode expr, kl_affine *out);
+
+/* ---- the polynomial view ------------------------------------------------------------------
+ * The same evaluation read as a polynomial over NAMES, for what the affine form cannot say: how
+ * an expression that is not affine (a product of two indices, a pointer plus an offset) moves
+ * with threadIdx.x, and which names a value that is no polynomial at all (a `%`, a load, a call)
+ * depends on. The names are the CUDA builtins ("threadIdx.x", "blockDim.y", …), loop variables
+ * and invariant symbols alike. It sees through what kl_affine_of sees through (locals assigned
+ * once, macros, helpers, integer constants) and further:
+ *  - an invariant macro is its expansion (`#define TILE (2*BS)`: 2*BS, where the affine form keeps
+ *    the symbol "TILE");
+ *  - a name the affine form refuses is a factor of its own: a local assigned more than once (a
+ *    loop variable outside its loop), a pointer parameter (`x + row*n` is x + n*row), a member
+ *    (`p->n`); casts to any type pass;
+ *  - `/`, `%`, `>>`, `&`, `?:`, comparisons, loads, calls and literals that are no integers are
+ *    OPAQUE, with the names they read (an operation on two integer constants is its value).
+ * Monomials carry at most KL_POLY_MAXF factors; a product of more is opaque.
+ *
+ * Ownership: polynomials and the names in them are the context's, valid until
+ * kl_affine_ctx_free. */
+
+#define KL_POLY_MAXF 6
+
+typedef struct kl_poly_mono {
+    int64_t coef;                 /* nonzero */
+    unsigned nf;                  /* factors; 0 for the constant term */
+    const char *f[KL_POLY_MAXF];  /* the names, sorted by strcmp, one per power */
+} kl_poly_mono;
+
+typedef struct kl_poly {
+    bool opaque;                  /* not a polynomial: m and n are empty, only deps hold */
+    const kl_poly_mono *m;        /* the monomials in a canonical order (fewer factors first) */
+    unsigned n;                   /* 0: the value 0 */
+    const char *const *deps;      /* every name the expression reads, sorted, once each — a read
+                                     that cancels out (`i - i`) still counts */
+    unsigned ndeps;
+} kl_poly;
+
+/* The polynomial of expr, a node of the kernel: *out is the context's. KL_ERR_NOMEM when memory
+ * runs out; *out is then an opaque value that reads nothing (never NULL). */
+kl_status kl_affine_poly_of(kl_affine_ctx *ctx, TSNode expr, const kl_poly **out);
+/* a + sign*b (opaque when either is, reading what both read); the context's; NULL when memory
+ * runs out. */
+const kl_poly *kl_affine_poly_add(kl_affine_ctx *ctx, const kl_poly *a, const kl_poly *b, int64_t sign);
+
+/* Names in the queries below: a builtin without its field ("threadIdx") stands for its three
+ * fields (threadIdx.x, .y, .z). */
+
+/* Does p read `name`? */
+bool kl_poly_depends(const kl_poly *p, const char *name);
+/* Is `name` a factor of m? */
+bool kl_poly_mono_has(const kl_poly_mono *m, const char *name);
+
+/* How p moves when `name` (one name: "threadIdx.x") grows by one. */
+typedef enum kl_stride {
+    KL_STRIDE_ABSENT,     /* p does not read it, or its terms in it cancel */
+    KL_STRIDE_UNIT,       /* linearly, coefficient 1 */
+    KL_STRIDE_CONST,      /* linearly, by another integer (*k) */
+    KL_STRIDE_SYMBOLIC,   /* linearly, by a coefficient with other names in it (`threadIdx.x * n`) */
+    KL_STRIDE_OPAQUE      /* not linearly: p is opaque and reads it, or a power of it */
+} kl_stride;
+/* k (may be NULL) receives the coefficient for UNIT and CONST. */
+kl_stride kl_poly_stride(const kl_poly *p, const char *name, int64_t *k);
+
+/* The global thread index: p is exactly `C*blockIdx.x + threadIdx.x`, C = coef > 0 when sym is
+ * NULL, else coef * sym with sym "blockDim.x" or a name that is no CUDA builtin (a template
+ * parameter, a kernel argument). A grid of such blocks has C*gridDim.x threads. */
+typedef struct kl_grid_index {
+    int64_t coef;
+    const char *sym;      /* NULL, "blockDim.x" or another name; the context's */
+} kl_grid_index;
+bool kl_poly_grid_index(const kl_poly *p, kl_grid_index *g);
+/* p == u * C * gridDim.x, u grids' worth of threads of g, for an integer u >= 1: u; else 0. */
+int64_t kl_poly_grid_multiple(const kl_poly *p, const kl_grid_index *g);
 
 /* Loops, in document order (outer before inner). */
 unsigned kl_affine_loop_count(const kl_affine_ctx *ctx);

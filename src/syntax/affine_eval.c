@@ -1,6 +1,7 @@
-/* The index analysis, its evaluating half (affine_int.h): the macros and file-level constants
- * of a source, polynomials over invariant symbols and the affine forms made of them, the evaluator
- * of an index expression in a kernel, and the constant evaluator (kl_const_eval). */
+/* The index analysis, its evaluating part (affine_int.h): the macros and file-level constants of
+ * a source, the evaluator of an index expression in a kernel — one walk that gives both views of
+ * it, the affine form and the polynomial over every name (affine_poly.c holds their arithmetic) —
+ * and the constant evaluator (kl_const_eval). */
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -121,306 +122,6 @@ static char *macro_body_clean(const char *body)
 }
 
 /* ======================================================================================
- * polynomials over invariant symbols
- * ====================================================================================== */
-
-static void *aalloc(kl_affine_ctx *ctx, size_t n)
-{
-    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
-    if (n == 0) n = sizeof(max_align_t);
-    affine__arena_block *b = ctx->arena;
-    if (!b || b->cap - b->used < n) {
-        size_t cap = n > 16384 ? n : 16384;
-        b = malloc(sizeof *b + cap);
-        if (!b) {
-            ctx->oom = true;
-            return NULL;
-        }
-        b->next = ctx->arena;
-        b->used = 0;
-        b->cap = cap;
-        ctx->arena = b;
-    }
-    void *p = (char *)b->data + b->used;
-    b->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-static const char *intern(kl_affine_ctx *ctx, const char *s)
-{
-    for (unsigned i = 0; i < ctx->ninterned; i++)
-        if (!strcmp(ctx->interned[i], s)) return ctx->interned[i];
-    size_t n = strlen(s);
-    char *copy = aalloc(ctx, n + 1);
-    if (!copy) return "";
-    memcpy(copy, s, n + 1);
-    if (ctx->ninterned == ctx->capinterned) {
-        unsigned cap = ctx->capinterned ? ctx->capinterned * 2 : 64;
-        const char **nw = realloc(ctx->interned, cap * sizeof *nw);
-        if (!nw) {
-            ctx->oom = true;
-            return copy;
-        }
-        ctx->interned = nw;
-        ctx->capinterned = cap;
-    }
-    ctx->interned[ctx->ninterned++] = copy;
-    return copy;
-}
-
-static int mono_cmp_factors(const affine__mono *a, const affine__mono *b)
-{
-    if (a->nf != b->nf) return a->nf < b->nf ? -1 : 1;
-    for (unsigned i = 0; i < a->nf; i++) {
-        int c = strcmp(a->f[i], b->f[i]);
-        if (c) return c;
-    }
-    return 0;
-}
-
-static int mono_qsort_cmp(const void *x, const void *y) { return mono_cmp_factors(x, y); }
-
-/* Normalise: sort, merge like monomials, drop zeros. In place. */
-static void poly_norm(affine__poly *p)
-{
-    if (p->n > 1) qsort(p->m, p->n, sizeof *p->m, mono_qsort_cmp);
-    unsigned w = 0;
-    for (unsigned i = 0; i < p->n; i++) {
-        if (w > 0 && mono_cmp_factors(&p->m[w - 1], &p->m[i]) == 0) {
-            p->m[w - 1].c += p->m[i].c;
-        } else {
-            p->m[w++] = p->m[i];
-        }
-    }
-    unsigned z = 0;
-    for (unsigned i = 0; i < w; i++)
-        if (p->m[i].c != 0) p->m[z++] = p->m[i];
-    p->n = z;
-}
-
-affine__poly affine__poly_int(kl_affine_ctx *ctx, int64_t v)
-{
-    affine__poly p = {0};
-    if (v == 0) return p;
-    p.m = aalloc(ctx, sizeof *p.m);
-    if (!p.m) return p;
-    p.m[0].c = v;
-    p.n = 1;
-    return p;
-}
-
-static affine__poly poly_sym(kl_affine_ctx *ctx, const char *sym)
-{
-    affine__poly p = {0};
-    p.m = aalloc(ctx, sizeof *p.m);
-    if (!p.m) return p;
-    p.m[0].c = 1;
-    p.m[0].nf = 1;
-    p.m[0].f[0] = intern(ctx, sym);
-    p.n = 1;
-    return p;
-}
-
-affine__poly affine__poly_add(kl_affine_ctx *ctx, affine__poly a, affine__poly b, int64_t sb)
-{
-    affine__poly p = {0};
-    if (a.n + b.n == 0) return p;
-    p.m = aalloc(ctx, (a.n + b.n) * sizeof *p.m);
-    if (!p.m) return p;
-    for (unsigned i = 0; i < a.n; i++) p.m[p.n++] = a.m[i];
-    for (unsigned i = 0; i < b.n; i++) {
-        p.m[p.n] = b.m[i];
-        p.m[p.n++].c *= sb;
-    }
-    poly_norm(&p);
-    return p;
-}
-
-static int str_qsort_cmp(const void *x, const void *y) { return strcmp(*(const char *const *)x, *(const char *const *)y); }
-
-/* Product; false when a monomial would get more than AFFINE_MAXF factors. */
-bool affine__poly_mul(kl_affine_ctx *ctx, affine__poly a, affine__poly b, affine__poly *out)
-{
-    affine__poly p = {0};
-    if (a.n == 0 || b.n == 0) {
-        *out = p;
-        return true;
-    }
-    p.m = aalloc(ctx, a.n * b.n * sizeof *p.m);
-    if (!p.m) {
-        *out = p;
-        return true;
-    }
-    for (unsigned i = 0; i < a.n; i++) {
-        for (unsigned k = 0; k < b.n; k++) {
-            affine__mono m = a.m[i];
-            if (m.nf + b.m[k].nf > AFFINE_MAXF) return false;
-            for (unsigned f = 0; f < b.m[k].nf; f++) m.f[m.nf++] = b.m[k].f[f];
-            qsort(m.f, m.nf, sizeof m.f[0], str_qsort_cmp);
-            m.c *= b.m[k].c;
-            p.m[p.n++] = m;
-        }
-    }
-    poly_norm(&p);
-    *out = p;
-    return true;
-}
-
-bool affine__poly_is_int(affine__poly p, int64_t *v)
-{
-    if (p.n == 0) {
-        *v = 0;
-        return true;
-    }
-    if (p.n == 1 && p.m[0].nf == 0) {
-        *v = p.m[0].c;
-        return true;
-    }
-    return false;
-}
-
-/* Text: monomials joined with " + " / " - ", factors with "*", constant first. */
-static void poly_print(kl_strbuf *sb, affine__poly p)
-{
-    if (p.n == 0) {
-        kl_strbuf_adds(sb, "0");
-        return;
-    }
-    for (unsigned i = 0; i < p.n; i++) {
-        int64_t c = p.m[i].c;
-        if (i > 0) {
-            kl_strbuf_adds(sb, c < 0 ? " - " : " + ");
-            if (c < 0) c = -c;
-        }
-        bool need_c = p.m[i].nf == 0 || (c != 1 && c != -1);
-        if (c == -1 && p.m[i].nf > 0) kl_strbuf_adds(sb, "-");
-        if (need_c) kl_strbuf_addf(sb, "%lld", (long long)c);
-        for (unsigned f = 0; f < p.m[i].nf; f++) {
-            const char *s = p.m[i].f[f];
-            bool simple = true;
-            for (const char *q = s; *q; q++)
-                if (!(isalnum((unsigned char)*q) || *q == '_' || *q == '.')) simple = false;
-            if (need_c || f > 0) kl_strbuf_adds(sb, "*");
-            if (simple)
-                kl_strbuf_adds(sb, s);
-            else
-                kl_strbuf_addf(sb, "(%s)", s);
-        }
-    }
-}
-
-char *affine__poly_text(affine__poly p)
-{
-    kl_strbuf sb = KL_STRBUF_INIT;
-    poly_print(&sb, p);
-    return kl_strbuf_detach(&sb, NULL);
-}
-
-/* ---- forms -------------------------------------------------------------------------------- */
-
-affine__form affine__form_bad(const char *why)
-{
-    affine__form f;
-    memset(&f, 0, sizeof f);
-    f.why = why;
-    return f;
-}
-
-static affine__form form_badf(kl_affine_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static affine__form form_badf(kl_affine_ctx *ctx, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    return affine__form_bad(intern(ctx, buf));
-}
-
-static affine__form form_const(affine__poly c)
-{
-    affine__form f;
-    memset(&f, 0, sizeof f);
-    f.ok = true;
-    f.cst = c;
-    return f;
-}
-
-static affine__form form_var(kl_affine_ctx *ctx, const char *var)
-{
-    affine__form f = form_const((affine__poly){0});
-    f.vars = aalloc(ctx, sizeof *f.vars);
-    f.coefs = aalloc(ctx, sizeof *f.coefs);
-    if (!f.vars || !f.coefs) return affine__form_bad("out of memory");
-    f.vars[0] = intern(ctx, var);
-    f.coefs[0] = affine__poly_int(ctx, 1);
-    f.nv = 1;
-    return f;
-}
-
-/* a + sb*b */
-affine__form affine__form_add(kl_affine_ctx *ctx, affine__form a, affine__form b, int64_t sb)
-{
-    if (!a.ok) return a;
-    if (!b.ok) return b;
-    affine__form f = form_const(affine__poly_add(ctx, a.cst, b.cst, sb));
-    unsigned cap = a.nv + b.nv;
-    if (cap) {
-        f.vars = aalloc(ctx, cap * sizeof *f.vars);
-        f.coefs = aalloc(ctx, cap * sizeof *f.coefs);
-        if (!f.vars || !f.coefs) return affine__form_bad("out of memory");
-    }
-    unsigned i = 0, k = 0;
-    while (i < a.nv || k < b.nv) {
-        int c = i >= a.nv ? 1 : k >= b.nv ? -1 : strcmp(a.vars[i], b.vars[k]);
-        affine__poly p;
-        const char *v;
-        if (c < 0) {
-            v = a.vars[i];
-            p = a.coefs[i++];
-        } else if (c > 0) {
-            v = b.vars[k];
-            p = affine__poly_add(ctx, (affine__poly){0}, b.coefs[k++], sb);
-        } else {
-            v = a.vars[i];
-            p = affine__poly_add(ctx, a.coefs[i++], b.coefs[k++], sb);
-        }
-        if (p.n == 0) continue;
-        f.vars[f.nv] = v;
-        f.coefs[f.nv++] = p;
-    }
-    return f;
-}
-
-affine__form affine__form_scale(kl_affine_ctx *ctx, affine__form a, affine__poly s)
-{
-    if (!a.ok) return a;
-    affine__form f = form_const((affine__poly){0});
-    if (!affine__poly_mul(ctx, a.cst, s, &f.cst)) return affine__form_bad("coefficients too large to track");
-    if (a.nv) {
-        f.vars = aalloc(ctx, a.nv * sizeof *f.vars);
-        f.coefs = aalloc(ctx, a.nv * sizeof *f.coefs);
-        if (!f.vars || !f.coefs) return affine__form_bad("out of memory");
-    }
-    for (unsigned i = 0; i < a.nv; i++) {
-        affine__poly p;
-        if (!affine__poly_mul(ctx, a.coefs[i], s, &p)) return affine__form_bad("coefficients too large to track");
-        if (p.n == 0) continue;
-        f.vars[f.nv] = a.vars[i];
-        f.coefs[f.nv++] = p;
-    }
-    return f;
-}
-
-affine__poly affine__form_coef(affine__form f, const char *var)
-{
-    for (unsigned i = 0; i < f.nv; i++)
-        if (!strcmp(f.vars[i], var)) return f.coefs[i];
-    return (affine__poly){0};
-}
-
-/* ======================================================================================
  * the evaluator
  * ====================================================================================== */
 
@@ -452,7 +153,7 @@ static const char *node_sym(kl_affine_ctx *ctx, const kl_source *s, TSNode n)
     if (!t) return "";
     char *q = squeeze(t);
     free(t);
-    const char *r = intern(ctx, q ? q : "");
+    const char *r = affine__intern(ctx, q ? q : "");
     free(q);
     return r;
 }
@@ -605,6 +306,7 @@ static affine__form eval_identifier(kl_affine_ctx *ctx, const affine__env *e, co
     char *name = kl_node_text(s, n);
     if (!name) return affine__form_bad("out of memory");
     affine__form r;
+    bool atom = false; /* not affine for what the name is: in the polynomial view, a factor of its own */
     for (unsigned i = 0; i < e->nb; i++) {
         if (!strcmp(e->b[i].name, name)) {
             r = e->b[i].value;
@@ -614,59 +316,68 @@ static affine__form eval_identifier(kl_affine_ctx *ctx, const affine__env *e, co
     if (!e->in_helper) {
         int L = affine__enclosing_loop_with_var(ctx, name, anchor);
         if (L >= 0) {
-            r = form_var(ctx, name);
+            r = affine__form_var(ctx, name);
             goto done;
         }
         const affine__local_var *lv = affine__local_find(ctx, name);
         if (lv) {
             unsigned cnt = kl_affine_assign_count(ctx, name);
+            atom = true;
             if (lv->is_array) {
-                r = form_badf(ctx, "'%s' is an array, not an index (line %u)", name, affine__line_of(n));
+                r = affine__form_badf(ctx, "'%s' is an array, not an index (line %u)", name, affine__line_of(n));
             } else if (cnt == 1 && !ts_node_is_null(lv->def)) {
                 /* the definition must come before the use */
                 if (ts_node_start_byte(lv->def) > ts_node_start_byte(anchor) && s == ctx->src)
-                    r = form_badf(ctx, "'%s' is used before it is assigned (line %u)", name, affine__line_of(n));
-                else
+                    r = affine__form_badf(ctx, "'%s' is used before it is assigned (line %u)", name, affine__line_of(n));
+                else {
                     r = affine__eval(ctx, e, ctx->src, lv->def, lv->def, depth + 1);
+                    atom = false;
+                }
             } else if (cnt == 0) {
-                r = form_badf(ctx, "'%s' is never assigned (line %u)", name, affine__line_of(n));
+                r = affine__form_badf(ctx, "'%s' is never assigned (line %u)", name, affine__line_of(n));
             } else {
                 /* a loop variable used outside its loop, or a variable updated in place */
-                r = form_badf(ctx, "'%s' is assigned %u times (line %u)", name, cnt, affine__line_of(n));
+                r = affine__form_badf(ctx, "'%s' is assigned %u times (line %u)", name, cnt, affine__line_of(n));
             }
             goto done;
         }
         int p = kl_affine_param_index(ctx, name);
         if (p >= 0) {
+            atom = kl_affine_assign_count(ctx, name) > 0 || ctx->params[p].pointer;
             if (kl_affine_assign_count(ctx, name) > 0)
-                r = form_badf(ctx, "parameter '%s' is modified in the kernel (line %u)", name, affine__line_of(n));
+                r = affine__form_badf(ctx, "parameter '%s' is modified in the kernel (line %u)", name, affine__line_of(n));
             else if (ctx->params[p].pointer)
-                r = form_badf(ctx, "'%s' is a pointer, not an index (line %u)", name, affine__line_of(n));
+                r = affine__form_badf(ctx, "'%s' is a pointer, not an index (line %u)", name, affine__line_of(n));
             else
-                r = form_const(poly_sym(ctx, name));
+                r = affine__form_const(ctx, affine__poly_sym(ctx, name));
             goto done;
         }
     }
     const affine__macro_def *md = macro_find(ctx->macros, name);
     if (md) {
+        atom = true;
         if (md->function_like) {
-            r = form_badf(ctx, "macro '%s' used without arguments (line %u)", name, affine__line_of(n));
+            r = affine__form_badf(ctx, "macro '%s' used without arguments (line %u)", name, affine__line_of(n));
         } else if (md->defs > 1) {
-            r = form_badf(ctx, "macro '%s' is defined more than once", name);
+            r = affine__form_badf(ctx, "macro '%s' is defined more than once", name);
         } else {
             char *body = macro_body_clean(md->body);
             const kl_source *ms;
             TSNode me;
             if (body && mini_parse(ctx, body, &ms, &me)) {
                 affine__form f = affine__eval(ctx, e, ms, me, anchor, depth + 1);
-                /* an invariant macro is kept as its name: coefficients read like the source */
+                /* an invariant macro is kept as its name: coefficients read like the source; the
+                 * polynomial view is the expansion */
                 int64_t v;
-                if (f.ok && f.nv == 0 && !affine__poly_is_int(f.cst, &v))
-                    r = form_const(poly_sym(ctx, name));
-                else
+                if (f.ok && f.nv == 0 && !affine__poly_is_int(f.cst, &v)) {
+                    r = affine__form_const(ctx, affine__poly_sym(ctx, name));
+                    r.pv = f.pv;
+                } else {
                     r = f;
+                }
+                atom = false;
             } else {
-                r = form_badf(ctx, "macro '%s' does not expand to a simple expression", name);
+                r = affine__form_badf(ctx, "macro '%s' does not expand to a simple expression", name);
             }
             free(body);
         }
@@ -676,39 +387,61 @@ static affine__form eval_identifier(kl_affine_ctx *ctx, const affine__env *e, co
     if (!ts_node_is_null(gi)) {
         int64_t v;
         if (kl_const_eval(ctx->src, ctx->fn, gi, false, &v, NULL, 0))
-            r = form_const(affine__poly_int(ctx, v));
+            r = affine__form_const(ctx, affine__poly_int(ctx, v));
         else
-            r = form_const(poly_sym(ctx, name));
+            r = affine__form_const(ctx, affine__poly_sym(ctx, name));
         goto done;
     }
     /* template parameters, enumerators, other globals: launch-invariant symbols */
-    r = form_const(poly_sym(ctx, name));
+    r = affine__form_const(ctx, affine__poly_sym(ctx, name));
 done:
+    if (atom) r.pv = affine__pv_name(ctx, name);
     free(name);
     return r;
 }
 
+static bool pv_is_int(kl_poly p, int64_t *v) { return !p.opaque && affine__poly_is_int((affine__poly){p.m, p.n}, v); }
+
 /* Invariant operand pair or the reason it is not: used for / % >> & | etc. */
-static affine__form opaque_if_invariant(kl_affine_ctx *ctx, const kl_source *s, TSNode n, affine__form a, affine__form b, const char *op)
+static affine__form invariant_op(kl_affine_ctx *ctx, const kl_source *s, TSNode n, affine__form a, affine__form b, const char *op)
 {
     if (!a.ok) return a;
     if (!b.ok) return b;
     if (a.nv == 0 && b.nv == 0) {
         int64_t x, y;
         if (affine__poly_is_int(a.cst, &x) && affine__poly_is_int(b.cst, &y)) {
-            if (!strcmp(op, "/") && y != 0) return form_const(affine__poly_int(ctx, x / y));
-            if (!strcmp(op, "%") && y != 0) return form_const(affine__poly_int(ctx, x % y));
-            if (!strcmp(op, ">>") && y >= 0 && y < 63) return form_const(affine__poly_int(ctx, x >> y));
-            if (!strcmp(op, "&")) return form_const(affine__poly_int(ctx, x & y));
-            if (!strcmp(op, "|")) return form_const(affine__poly_int(ctx, x | y));
-            if (!strcmp(op, "^")) return form_const(affine__poly_int(ctx, x ^ y));
+            if (!strcmp(op, "/") && y != 0) return affine__form_const(ctx, affine__poly_int(ctx, x / y));
+            if (!strcmp(op, "%") && y != 0) return affine__form_const(ctx, affine__poly_int(ctx, x % y));
+            if (!strcmp(op, ">>") && y >= 0 && y < 63) return affine__form_const(ctx, affine__poly_int(ctx, x >> y));
+            if (!strcmp(op, "&")) return affine__form_const(ctx, affine__poly_int(ctx, x & y));
+            if (!strcmp(op, "|")) return affine__form_const(ctx, affine__poly_int(ctx, x | y));
+            if (!strcmp(op, "^")) return affine__form_const(ctx, affine__poly_int(ctx, x ^ y));
         }
-        return form_const(poly_sym(ctx, node_sym(ctx, s, n)));
+        return affine__form_const(ctx, affine__poly_sym(ctx, node_sym(ctx, s, n)));
     }
     char *t = kl_node_text(s, n);
-    affine__form f = form_badf(ctx, "'%.60s' is not affine: '%s' of an index (line %u)", t ? t : "", op, affine__line_of(n));
+    affine__form f = affine__form_badf(ctx, "'%.60s' is not affine: '%s' of an index (line %u)", t ? t : "", op, affine__line_of(n));
     free(t);
     return f;
+}
+
+/* The same with its polynomial view: an integer where both operands are, else opaque. */
+static affine__form opaque_if_invariant(kl_affine_ctx *ctx, const kl_source *s, TSNode n, affine__form a, affine__form b, const char *op)
+{
+    affine__form r = invariant_op(ctx, s, n, a, b, op);
+    int64_t v;
+    r.pv = r.ok && !r.nv && affine__poly_is_int(r.cst, &v) ? affine__pv_of(ctx, r.cst) : affine__pv_join(ctx, a.pv, b.pv);
+    return r;
+}
+
+/* The polynomial view of what is no polynomial: opaque, reading what the named children of n read. */
+static kl_poly reads_of(kl_affine_ctx *ctx, const affine__env *e, const kl_source *s, TSNode n, TSNode anchor, int depth)
+{
+    kl_poly r = affine__pv_opaque();
+    uint32_t c = ts_node_named_child_count(n);
+    for (uint32_t i = 0; i < c; i++)
+        r = affine__pv_join(ctx, r, affine__eval(ctx, e, s, ts_node_named_child(n, i), anchor, depth + 1).pv);
+    return r;
 }
 
 static affine__form eval_call(kl_affine_ctx *ctx, const affine__env *e, const kl_source *s, TSNode n, TSNode anchor, int depth)
@@ -723,11 +456,12 @@ static affine__form eval_call(kl_affine_ctx *ctx, const affine__env *e, const kl
     char *fname = kl_node_text(s, fnode);
     if (!fname) return affine__form_bad("out of memory");
     affine__form r;
+    bool opaque = true; /* the polynomial view: what the arguments read, unless expanded */
     unsigned na = ts_node_named_child_count(args);
     const affine__macro_def *md = affine__type_is(fnode, "identifier") ? macro_find(ctx->macros, fname) : NULL;
     if (md && md->function_like && md->defs == 1) {
         if (md->nparams != na) {
-            r = form_badf(ctx, "macro '%s' takes %u arguments, given %u (line %u)", fname, md->nparams, na, affine__line_of(n));
+            r = affine__form_badf(ctx, "macro '%s' takes %u arguments, given %u (line %u)", fname, md->nparams, na, affine__line_of(n));
             goto done;
         }
         char **argv = calloc(na ? na : 1, sizeof *argv);
@@ -741,10 +475,12 @@ static affine__form eval_call(kl_affine_ctx *ctx, const affine__env *e, const kl
         free(argv);
         const kl_source *ms;
         TSNode me;
-        if (exp && mini_parse(ctx, exp, &ms, &me))
+        if (exp && mini_parse(ctx, exp, &ms, &me)) {
             r = affine__eval(ctx, e, ms, me, anchor, depth + 1);
-        else
-            r = form_badf(ctx, "macro '%s' does not expand to a simple expression (line %u)", fname, affine__line_of(n));
+            opaque = false;
+        } else {
+            r = affine__form_badf(ctx, "macro '%s' does not expand to a simple expression (line %u)", fname, affine__line_of(n));
+        }
         free(exp);
         goto done;
     }
@@ -754,8 +490,8 @@ static affine__form eval_call(kl_affine_ctx *ctx, const affine__env *e, const kl
             affine__form a = affine__eval(ctx, e, s, ts_node_named_child(args, i), anchor, depth + 1);
             if (!a.ok || a.nv) inv = false;
         }
-        r = inv ? form_const(poly_sym(ctx, node_sym(ctx, s, n)))
-                : form_badf(ctx, "'%s' of an index is not affine (line %u)", fname, affine__line_of(n));
+        r = inv ? affine__form_const(ctx, affine__poly_sym(ctx, node_sym(ctx, s, n)))
+                : affine__form_badf(ctx, "'%s' of an index is not affine (line %u)", fname, affine__line_of(n));
         goto done;
     }
     /* a __device__ helper whose body is one return statement */
@@ -765,14 +501,14 @@ static affine__form eval_call(kl_affine_ctx *ctx, const affine__env *e, const kl
         TSNode ps = kl_ast_function_params(helper);
         unsigned np = ts_node_named_child_count(ps);
         if (ts_node_named_child_count(body) != 1 || !affine__type_is(ts_node_named_child(body, 0), "return_statement")) {
-            r = form_badf(ctx, "helper '%s' is more than one return statement (line %u)", fname, affine__line_of(n));
+            r = affine__form_badf(ctx, "helper '%s' is more than one return statement (line %u)", fname, affine__line_of(n));
             goto done;
         }
         if (np != na) {
-            r = form_badf(ctx, "helper '%s' called with %u arguments, it takes %u (line %u)", fname, na, np, affine__line_of(n));
+            r = affine__form_badf(ctx, "helper '%s' called with %u arguments, it takes %u (line %u)", fname, na, np, affine__line_of(n));
             goto done;
         }
-        affine__binding *bs = aalloc(ctx, (np ? np : 1) * sizeof *bs);
+        affine__binding *bs = affine__alloc(ctx, (np ? np : 1) * sizeof *bs);
         if (!bs) {
             r = affine__form_bad("out of memory");
             goto done;
@@ -786,13 +522,15 @@ static affine__form eval_call(kl_affine_ctx *ctx, const affine__env *e, const kl
         affine__env he = {bs, np, true};
         TSNode ret = ts_node_named_child(ts_node_named_child(body, 0), 0);
         r = affine__eval(ctx, &he, ctx->src, ret, anchor, depth + 1);
+        opaque = false;
         goto done;
     }
     if (!strcmp(fname, "__ldg") || kl_str_starts(fname, "__ld"))
-        r = form_badf(ctx, "'%s' loads from memory (line %u)", fname, affine__line_of(n));
+        r = affine__form_badf(ctx, "'%s' loads from memory (line %u)", fname, affine__line_of(n));
     else
-        r = form_badf(ctx, "calls '%s' (line %u)", fname, affine__line_of(n));
+        r = affine__form_badf(ctx, "calls '%s' (line %u)", fname, affine__line_of(n));
 done:
+    if (opaque) r.pv = reads_of(ctx, e, s, args, anchor, depth);
     free(fname);
     return r;
 }
@@ -836,15 +574,19 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
         char *txt = kl_node_text(s, n);
         int64_t v;
         bool ok = txt && parse_int_literal(txt, &v);
-        affine__form f = ok ? form_const(affine__poly_int(ctx, v))
-                    : form_badf(ctx, "'%s' is not an integer (line %u)", txt ? txt : "", affine__line_of(n));
+        affine__form f = ok ? affine__form_const(ctx, affine__poly_int(ctx, v))
+                    : affine__form_badf(ctx, "'%s' is not an integer (line %u)", txt ? txt : "", affine__line_of(n));
         free(txt);
         return f;
     }
     if (!strcmp(t, "parenthesized_expression")) return affine__eval(ctx, e, s, ts_node_named_child(n, 0), anchor, depth + 1);
     if (!strcmp(t, "identifier")) return eval_identifier(ctx, e, s, n, anchor, depth);
     if (!strcmp(t, "field_expression")) {
-        if (kl_ast_less_misparse(s, n, NULL, NULL)) return form_badf(ctx, "a comparison, not an index (line %u)", affine__line_of(n));
+        if (kl_ast_less_misparse(s, n, NULL, NULL)) {
+            affine__form r = affine__form_badf(ctx, "a comparison, not an index (line %u)", affine__line_of(n));
+            r.pv = affine__pv_name(ctx, node_sym(ctx, s, n));
+            return r;
+        }
         TSNode arg = ts_node_child_by_field_name(n, "argument", 8);
         TSNode fld = ts_node_child_by_field_name(n, "field", 5);
         char *a = kl_node_text(s, arg), *f = kl_node_text(s, fld);
@@ -855,21 +597,23 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
                    (!strcmp(f, "x") || !strcmp(f, "y") || !strcmp(f, "z"))) {
             char v[32];
             kl_snprintf(v, sizeof v, "%s.%s", a, f);
-            r = form_var(ctx, v);
+            r = affine__form_var(ctx, v);
         } else if ((!strcmp(a, "blockDim") || !strcmp(a, "gridDim")) &&
                    (!strcmp(f, "x") || !strcmp(f, "y") || !strcmp(f, "z"))) {
             char v[32];
             kl_snprintf(v, sizeof v, "%s.%s", a, f);
-            r = form_const(poly_sym(ctx, v));
+            r = affine__form_const(ctx, affine__poly_sym(ctx, v));
         } else if (!e->in_helper && uniform_member(ctx, e, s, n)) {
             /* a member of a struct passed by value and never written in the kernel (`p.n` of
              * `struct Params p`): the same for every thread, a symbol like a size parameter */
             char *v = kl_node_text(s, n), *sq = v ? squeeze(v) : NULL;
-            r = sq ? form_const(poly_sym(ctx, sq)) : affine__form_bad("out of memory");
+            r = sq ? affine__form_const(ctx, affine__poly_sym(ctx, sq)) : affine__form_bad("out of memory");
             free(v);
             free(sq);
         } else {
-            r = form_badf(ctx, "reads the member '%s.%s' (line %u)", a, f, affine__line_of(n));
+            /* a member read (`p->n`, `s.k` of a local struct): in the polynomial view a name */
+            r = affine__form_badf(ctx, "reads the member '%s.%s' (line %u)", a, f, affine__line_of(n));
+            r.pv = affine__pv_name(ctx, node_sym(ctx, s, n));
         }
         free(a);
         free(f);
@@ -881,17 +625,27 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
         char *sq = tt ? squeeze(tt) : NULL;
         bool ok = sq && is_int_type_text(sq);
         free(tt);
-        affine__form r = ok ? affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "value", 5), anchor, depth + 1)
-                    : form_badf(ctx, "a cast to '%s' (line %u)", sq ? sq : "?", affine__line_of(n));
+        affine__form r = affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "value", 5), anchor, depth + 1);
+        if (!ok) {
+            /* the polynomial view passes any cast */
+            kl_poly pv = r.pv;
+            r = affine__form_badf(ctx, "a cast to '%s' (line %u)", sq ? sq : "?", affine__line_of(n));
+            r.pv = pv;
+        }
         free(sq);
         return r;
     }
     if (!strcmp(t, "unary_expression")) {
         TSNode op = ts_node_child_by_field_name(n, "operator", 8);
         affine__form a = affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "argument", 8), anchor, depth + 1);
-        if (kl_node_text_is(s, op, "-")) return affine__form_scale(ctx, a, affine__poly_int(ctx, -1));
+        if (kl_node_text_is(s, op, "-")) {
+            affine__poly m1 = affine__poly_int(ctx, -1);
+            affine__form r = affine__form_scale(ctx, a, m1);
+            r.pv = affine__pv_mul(ctx, a.pv, affine__pv_of(ctx, m1));
+            return r;
+        }
         if (kl_node_text_is(s, op, "+")) return a;
-        return opaque_if_invariant(ctx, s, n, a, form_const((affine__poly){0}), "unary operator");
+        return opaque_if_invariant(ctx, s, n, a, affine__form_const(ctx, (affine__poly){0}), "unary operator");
     }
     if (!strcmp(t, "binary_expression")) {
         TSNode op = ts_node_child_by_field_name(n, "operator", 8);
@@ -902,8 +656,10 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
         affine__form r;
         if (!strcmp(o, "+")) {
             r = affine__form_add(ctx, a, b, 1);
+            r.pv = affine__pv_add(ctx, a.pv, b.pv, 1);
         } else if (!strcmp(o, "-")) {
             r = affine__form_add(ctx, a, b, -1);
+            r.pv = affine__pv_add(ctx, a.pv, b.pv, -1);
         } else if (!strcmp(o, "*")) {
             if (!a.ok)
                 r = a;
@@ -914,13 +670,17 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
             else if (b.nv == 0)
                 r = affine__form_scale(ctx, a, b.cst);
             else
-                r = form_badf(ctx, "a product of two indices (line %u)", affine__line_of(n));
+                r = affine__form_badf(ctx, "a product of two indices (line %u)", affine__line_of(n));
+            r.pv = affine__pv_mul(ctx, a.pv, b.pv);
         } else if (!strcmp(o, "<<")) {
             int64_t k;
             if (a.ok && b.ok && b.nv == 0 && affine__poly_is_int(b.cst, &k) && k >= 0 && k < 62)
                 r = affine__form_scale(ctx, a, affine__poly_int(ctx, (int64_t)1 << k));
             else
                 r = opaque_if_invariant(ctx, s, n, a, b, o);
+            /* a shift by a constant multiplies in the polynomial view whatever the affine one says */
+            if (pv_is_int(b.pv, &k) && k >= 0 && k < 62)
+                r.pv = affine__pv_mul(ctx, a.pv, affine__pv_of(ctx, affine__poly_int(ctx, (int64_t)1 << k)));
         } else {
             r = opaque_if_invariant(ctx, s, n, a, b, o);
         }
@@ -930,24 +690,35 @@ affine__form affine__eval(kl_affine_ctx *ctx, const affine__env *e, const kl_sou
     if (!strcmp(t, "call_expression")) return eval_call(ctx, e, s, n, anchor, depth);
     if (!strcmp(t, "sizeof_expression")) {
         int64_t v;
-        if (kl_const_eval(s, ctx->fn, n, false, &v, NULL, 0)) return form_const(affine__poly_int(ctx, v));
-        return form_const(poly_sym(ctx, node_sym(ctx, s, n)));
+        if (kl_const_eval(s, ctx->fn, n, false, &v, NULL, 0)) return affine__form_const(ctx, affine__poly_int(ctx, v));
+        return affine__form_const(ctx, affine__poly_sym(ctx, node_sym(ctx, s, n)));
     }
     if (!strcmp(t, "conditional_expression")) {
         affine__form c = affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "condition", 9), anchor, depth + 1);
         affine__form a = affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "consequence", 11), anchor, depth + 1);
         affine__form b = affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "alternative", 11), anchor, depth + 1);
-        if (c.ok && a.ok && b.ok && !c.nv && !a.nv && !b.nv) return form_const(poly_sym(ctx, node_sym(ctx, s, n)));
-        return form_badf(ctx, "a conditional expression of an index (line %u)", affine__line_of(n));
+        affine__form r = c.ok && a.ok && b.ok && !c.nv && !a.nv && !b.nv
+                             ? affine__form_const(ctx, affine__poly_sym(ctx, node_sym(ctx, s, n)))
+                             : affine__form_badf(ctx, "a conditional expression of an index (line %u)", affine__line_of(n));
+        r.pv = affine__pv_join(ctx, c.pv, affine__pv_join(ctx, a.pv, b.pv));
+        return r;
     }
     if (!strcmp(t, "subscript_expression") || !strcmp(t, "pointer_expression")) {
         char *txt = kl_node_text(s, n);
-        affine__form f = form_badf(ctx, "'%.60s' is loaded from memory (line %u)", txt ? txt : "", affine__line_of(n));
+        affine__form f = affine__form_badf(ctx, "'%.60s' is loaded from memory (line %u)", txt ? txt : "", affine__line_of(n));
         free(txt);
+        /* a load reads its pointer and its index */
+        if (!strcmp(t, "subscript_expression"))
+            f.pv = affine__pv_join(ctx, affine__eval(ctx, e, s, ts_node_child_by_field_name(n, "argument", 8), anchor, depth + 1).pv,
+                                   affine__eval(ctx, e, s, kl_ast_subscript_index(n), anchor, depth + 1).pv);
+        else
+            f.pv = reads_of(ctx, e, s, n, anchor, depth);
         return f;
     }
-    if (!strcmp(t, "true") || !strcmp(t, "false")) return form_const(affine__poly_int(ctx, !strcmp(t, "true")));
-    return form_badf(ctx, "a %s is not analysed (line %u)", t, affine__line_of(n));
+    if (!strcmp(t, "true") || !strcmp(t, "false")) return affine__form_const(ctx, affine__poly_int(ctx, !strcmp(t, "true")));
+    affine__form f = affine__form_badf(ctx, "a %s is not analysed (line %u)", t, affine__line_of(n));
+    f.pv = reads_of(ctx, e, s, n, anchor, depth);
+    return f;
 }
 
 /* ======================================================================================

@@ -1,8 +1,10 @@
-/* The index analysis (affine.c, affine_eval.c): what its two files share, and the file's macro
- * table canon.c reads. Private to src/syntax/: the names are affine__*. affine.c holds the tree helpers, the launches,
- * the building of a kernel's context (loops, locals, accesses) and the public forms; affine_eval.c
- * the macros and file-level constants, the polynomials over invariant symbols and the affine forms
- * built of them, the evaluator of an index expression, and the constant evaluator. */
+/* The index analysis (affine.c, affine_poly.c, affine_eval.c): what its files share, and the
+ * file's macro table canon.c reads. Private to src/syntax/: the names are affine__*. affine.c holds
+ * the tree helpers, the launches, the building of a kernel's context (loops, locals, accesses) and
+ * the public forms; affine_poly.c the context's arena and names, the polynomials, the affine forms
+ * built of them and the polynomial view with its questions; affine_eval.c the macros and
+ * file-level constants, the evaluator of an index expression (both views in one walk), and the
+ * constant evaluator. */
 #ifndef KL_SYNTAX_AFFINE_INT_H
 #define KL_SYNTAX_AFFINE_INT_H
 #include <stddef.h>
@@ -11,7 +13,6 @@
 
 #include "syntax/affine.h"
 
-#define AFFINE_MAXF 6     /* factors in a monomial */
 #define AFFINE_MAXDEPTH 24
 
 static inline bool affine__type_is(TSNode n, const char *t) { return !ts_node_is_null(n) && !strcmp(ts_node_type(n), t); }
@@ -31,18 +32,19 @@ typedef struct affine__macro_table {
     unsigned count;
 } affine__macro_table;
 
-typedef struct affine__mono {
-    int64_t c;
-    unsigned nf;
-    const char *f[AFFINE_MAXF]; /* interned symbol texts, sorted */
-} affine__mono;
+/* A monomial: coef times interned names (affine.h's kl_poly_mono). */
+typedef kl_poly_mono affine__mono;
 
+/* A polynomial: monomials normalised (sorted by their factors, like ones merged, no zeros). */
 typedef struct affine__poly {
-    affine__mono *m;
+    const affine__mono *m;
     unsigned n;
 } affine__poly;
 
-/* An internal affine form: constant + Σ coef(var) * var. Everything lives in the arena. */
+/* What the evaluator makes of an expression, in two views. The affine view: when ok, constant +
+ * Σ coef(var) * var over the index variables (else why, one line); the polynomial view pv
+ * (affine.h): the value over every name, or opaque, with what it reads. Everything lives in the
+ * arena. */
 typedef struct affine__form {
     bool ok;
     const char *why;
@@ -50,6 +52,7 @@ typedef struct affine__form {
     unsigned nv;
     const char **vars; /* interned, sorted */
     affine__poly *coefs;
+    kl_poly pv;
 } affine__form;
 
 typedef struct affine__arena_block {
@@ -116,17 +119,39 @@ typedef struct affine__env {
     bool in_helper;   /* inside an inlined __device__ helper: kernel locals are not visible */
 } affine__env;
 
-/* ---- affine_eval.c: polynomials, forms, the evaluator, constants ---- */
+/* ---- affine_poly.c: the arena, polynomials, forms, the polynomial view ---- */
 
+/* Zeroed memory of the context's arena; NULL (and ctx->oom set) when memory runs out. */
+void *affine__alloc(kl_affine_ctx *ctx, size_t n);
+/* The context's one copy of s ("" when memory runs out). */
+const char *affine__intern(kl_affine_ctx *ctx, const char *s);
 affine__poly affine__poly_int(kl_affine_ctx *ctx, int64_t v);
+affine__poly affine__poly_sym(kl_affine_ctx *ctx, const char *sym);
 affine__poly affine__poly_add(kl_affine_ctx *ctx, affine__poly a, affine__poly b, int64_t sb);
 bool affine__poly_mul(kl_affine_ctx *ctx, affine__poly a, affine__poly b, affine__poly *out);
 bool affine__poly_is_int(affine__poly p, int64_t *v);
 char *affine__poly_text(affine__poly p);
+/* Forms: not affine for a reason (the polynomial view opaque, reading nothing, until the caller
+ * sets it); an invariant value, an index variable (both views set). */
 affine__form affine__form_bad(const char *why);
+affine__form affine__form_badf(kl_affine_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+affine__form affine__form_const(kl_affine_ctx *ctx, affine__poly c);
+affine__form affine__form_var(kl_affine_ctx *ctx, const char *var);
+/* a + sb*b and a*s in the affine view; the polynomial view of the result is the caller's to set. */
 affine__form affine__form_add(kl_affine_ctx *ctx, affine__form a, affine__form b, int64_t sb);
 affine__form affine__form_scale(kl_affine_ctx *ctx, affine__form a, affine__poly s);
 affine__poly affine__form_coef(affine__form f, const char *var);
+/* Polynomial views: opaque reading nothing; opaque reading what a and b read; the polynomial p
+ * (reading its factors); one name; a + sb*b; a*b (opaque when a monomial would get more than
+ * KL_POLY_MAXF factors). */
+kl_poly affine__pv_opaque(void);
+kl_poly affine__pv_join(kl_affine_ctx *ctx, kl_poly a, kl_poly b);
+kl_poly affine__pv_of(kl_affine_ctx *ctx, affine__poly p);
+kl_poly affine__pv_name(kl_affine_ctx *ctx, const char *name);
+kl_poly affine__pv_add(kl_affine_ctx *ctx, kl_poly a, kl_poly b, int64_t sb);
+kl_poly affine__pv_mul(kl_affine_ctx *ctx, kl_poly a, kl_poly b);
+
+/* ---- affine_eval.c: the evaluator, constants ---- */
 const affine__local_var *affine__local_find(const kl_affine_ctx *ctx, const char *name);
 bool affine__node_within(TSNode inner, TSNode outer);
 int affine__enclosing_loop_with_var(const kl_affine_ctx *ctx, const char *name, TSNode anchor);

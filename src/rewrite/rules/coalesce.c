@@ -161,7 +161,8 @@ static bool macro_reads_builtins(const kl_rule_ctx *ctx, const rt_func *f, char 
 typedef struct tally {
     const kl_rule_ctx *ctx;
     const rt_func *f;
-    rt_affine *af;
+    kl_affine_ctx *ax;
+    kl_status st;
     unsigned x_unit;     /* accesses coalesced along threadIdx.x */
     unsigned y_unit;     /* accesses strided along x but coalesced along threadIdx.y */
     unsigned strided;    /* strided along both */
@@ -205,30 +206,33 @@ static bool global_base(const kl_rule_ctx *ctx, const rt_func *f, TSNode base)
 static bool tally_visit(TSNode n, void *user)
 {
     tally *t = user;
+    if (t->st != KL_OK) return false;
     if (!rt_is(n, "subscript_expression")) return true;
     TSNode base = rt_field(n, "argument");
     if (!global_base(t->ctx, t->f, base)) return true;
-    TSNode idx = kl_ast_subscript_index(n);
-    rt_poly p;
-    rt_affine_eval(t->af, idx, &p);
+    const kl_poly *p, *b;
+    if ((t->st = kl_affine_poly_of(t->ax, kl_ast_subscript_index(n), &p)) != KL_OK ||
+        (t->st = kl_affine_poly_of(t->ax, base, &b)) != KL_OK)
+        return false;
+    kl_stride sx = kl_poly_stride(p, "threadIdx.x", NULL), sy = kl_poly_stride(p, "threadIdx.y", NULL);
     /* a local pointer's offset counts too */
-    rt_poly b;
-    rt_affine_eval(t->af, base, &b);
-    int sx = rt_poly_stride(&p, RB_TX, NULL), sy = rt_poly_stride(&p, RB_TY, NULL);
-    if (!b.opaque) {
-        int bx = rt_poly_stride(&b, RB_TX, NULL), by = rt_poly_stride(&b, RB_TY, NULL);
-        if (bx) sx = sx ? -1 : bx;
-        if (by) sy = sy ? -1 : by;
+    if (!b->opaque) {
+        kl_stride bx = kl_poly_stride(b, "threadIdx.x", NULL), by = kl_poly_stride(b, "threadIdx.y", NULL);
+        if (bx != KL_STRIDE_ABSENT) sx = sx != KL_STRIDE_ABSENT ? KL_STRIDE_OPAQUE : bx;
+        if (by != KL_STRIDE_ABSENT) sy = sy != KL_STRIDE_ABSENT ? KL_STRIDE_OPAQUE : by;
     }
     TSNode par = ts_node_parent(n);
     bool write = rt_is(par, "assignment_expression") && ts_node_eq(rt_field(par, "left"), n);
-    if (sx == 1) {
+    if (sx == KL_STRIDE_UNIT) {
         t->x_unit++;
         write ? t->writes_x++ : t->reads_x++;
-    } else if (sy == 1 && sx != -1) {
+    } else if (sy == KL_STRIDE_UNIT && sx != KL_STRIDE_OPAQUE) {
         t->y_unit++;
         write ? t->writes_y++ : t->reads_y++;
-    } else if ((sx == 2 || sx == 3) && (sy == 2 || sy == 3)) t->strided++;
+    } else if ((sx == KL_STRIDE_CONST || sx == KL_STRIDE_SYMBOLIC) &&
+               (sy == KL_STRIDE_CONST || sy == KL_STRIDE_SYMBOLIC)) {
+        t->strided++;
+    }
     return true;
 }
 
@@ -655,6 +659,22 @@ static bool file_constant(const kl_rule_ctx *ctx, const char *name, TSNode *def,
     return false;
 }
 
+/* How the index idx of kernel f moves along threadIdx.x and threadIdx.y. */
+static kl_status index_strides(const kl_rule_ctx *ctx, const rt_func *f, TSNode idx, kl_stride *sx, kl_stride *sy,
+                               kl_error *err)
+{
+    kl_affine_ctx *ax = NULL;
+    const kl_poly *p = NULL;
+    kl_status st = kl_affine_ctx_new(ctx->src, f->def, &ax, err);
+    if (st == KL_OK && (st = kl_affine_poly_of(ax, idx, &p)) != KL_OK) st = kl_error_set(err, st, "out of memory");
+    if (st == KL_OK) {
+        *sx = kl_poly_stride(p, "threadIdx.x", NULL);
+        *sy = kl_poly_stride(p, "threadIdx.y", NULL);
+    }
+    kl_affine_ctx_free(ax);
+    return st;
+}
+
 static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigned nf, const rt_func *f,
                               const json_t *params, kl_edits *out, kl_error *err)
 {
@@ -685,13 +705,9 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
         if (is_loop(a))
             return kl_rule_not_applicable(err, "%s:%u: the write is inside a loop: a thread writes more than the one element "
                                           "the tile holds for it", file, wsp.line);
-    rt_affine *af = rt_affine_new(ctx, f);
-    if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-    rt_poly p;
-    rt_affine_eval(af, kl_ast_subscript_index(lhs), &p);
-    int sx = rt_poly_stride(&p, RB_TX, NULL), sy = rt_poly_stride(&p, RB_TY, NULL);
-    rt_affine_free(af);
-    if (sy != 1 || sx == 1)
+    kl_stride sx = KL_STRIDE_ABSENT, sy = KL_STRIDE_ABSENT;
+    if ((st = index_strides(ctx, f, kl_ast_subscript_index(lhs), &sx, &sy, err)) != KL_OK) return st;
+    if (sy != KL_STRIDE_UNIT || sx == KL_STRIDE_UNIT)
         return kl_rule_not_applicable(err, "%s:%u: the write is not contiguous along threadIdx.y (and strided along .x)",
                                       file, wsp.line);
     long long edge = 0;
@@ -832,11 +848,12 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         const rt_func *f = &fs[i];
         if (!f->global) continue;
         if (!uses_letter(ctx, f->body, "threadIdx", 'x') || !uses_letter(ctx, f->body, "threadIdx", 'y')) continue;
-        rt_affine *af = rt_affine_new(ctx, f);
-        if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        tally t = {.ctx = ctx, .f = f, .af = af};
+        kl_affine_ctx *ax = NULL;
+        if ((st = kl_affine_ctx_new(ctx->src, f->def, &ax, err)) != KL_OK) return st;
+        tally t = {.ctx = ctx, .f = f, .ax = ax, .st = KL_OK};
         rt_walk(f->body, tally_visit, &t);
-        rt_affine_free(af);
+        kl_affine_ctx_free(ax);
+        if (t.st != KL_OK) return kl_error_set(err, t.st, "out of memory");
         kl_span sp = kl_node_span(f->def);
         char id[200];
         kl_snprintf(id, sizeof id, "%s:%u", f->name, sp.line);

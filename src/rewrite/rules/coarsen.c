@@ -98,7 +98,7 @@ static TSNode guard_offset(const kl_rule_ctx *ctx, TSNode c, const char *var, co
     return rt_field(l, "right");
 }
 
-static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const rt_func *f, TSNode d, co_site *s)
+static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, TSNode d, co_site *s)
 {
     memset(s, 0, sizeof *s);
     if (!rt_is(d, "declaration") || ts_node_named_child_count(d) > 3) return false;
@@ -107,23 +107,14 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const 
     rt_text_unblank_to(ctx, rt_field(id, "declarator"), s->var, sizeof s->var);
     s->decl = d;
     s->init = rt_field(id, "value");
-    rt_affine *ra = rt_affine_new(ctx, f);
-    if (!ra) return false;
-    rt_poly p;
-    rt_affine_eval(ra, s->init, &p);
-    bool idx = !p.opaque && p.n == 2;
-    for (unsigned t = 0; idx && t < 2; t++) {
-        const rt_term *x = &p.t[t];
-        if (x->deg == 1 && x->sym[0] == RB_TX && x->coef == 1) continue;
-        if (x->deg == 1 && x->sym[0] == RB_BX && x->coef > 1) s->coef = x->coef;
-        else if (x->deg == 2 && x->coef > 1 && ((x->sym[0] == RB_BX && x->sym[1] == RB_DX) || (x->sym[0] == RB_DX && x->sym[1] == RB_BX)))
-            s->mul = x->coef;
-        else idx = false;
-    }
-    if (!idx || (!s->coef && !s->mul)) {
-        rt_affine_free(ra);
+    /* the index: C*blockIdx.x + threadIdx.x, or m*blockDim.x*blockIdx.x + threadIdx.x (C, m > 1) */
+    const kl_poly *p;
+    kl_grid_index gi;
+    if (kl_affine_poly_of(ax, s->init, &p) != KL_OK || !kl_poly_grid_index(p, &gi) || gi.coef < 2 ||
+        (gi.sym && strcmp(gi.sym, "blockDim.x")))
         return false;
-    }
+    if (gi.sym) s->mul = gi.coef;
+    else s->coef = gi.coef;
     /* the guard: the next statement, `if (i < N) { S1; if (i + k*B < N) Sk; … }` */
     TSNode g = rt_next_stmt(d);
     while (rt_is(g, "declaration") && !rt_count_ident(ctx, g, s->var)) g = rt_next_stmt(g); /* `float s = 0;` */
@@ -131,10 +122,8 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const 
     char c[160], want[160];
     rt_text_unblank_to(ctx, rt_field(g, "condition"), c, sizeof c);
     if (!rt_is(g, "if_statement") || !ts_node_is_null(rt_field(g, "alternative")) || !rt_is(cons, "compound_statement") ||
-        strncmp(c, "(", 1) || strncmp(c + 1, s->var, strlen(s->var)) || c[1 + strlen(s->var)] != '<') {
-        rt_affine_free(ra);
+        strncmp(c, "(", 1) || strncmp(c + 1, s->var, strlen(s->var)) || c[1 + strlen(s->var)] != '<')
         return false;
-    }
     char bound[128];
     kl_snprintf(bound, sizeof bound, "%s", c + 2 + strlen(s->var));
     bound[strlen(bound) - 1] = '\0'; /* the closing parenthesis */
@@ -144,65 +133,44 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, const 
     for (uint32_t i = 0; i < ts_node_named_child_count(cons); i++) {
         TSNode x = ts_node_named_child(cons, i);
         if (rt_is(x, "comment")) continue;
-        if (ns == CO_MAXK + 1) {
-            rt_affine_free(ra);
-            return false;
-        }
+        if (ns == CO_MAXK + 1) return false;
         st[ns++] = x;
     }
-    if (ns < 2 || !rt_is(st[0], "expression_statement")) {
-        rt_affine_free(ra);
-        return false;
-    }
+    if (ns < 2 || !rt_is(st[0], "expression_statement")) return false;
     char s1[512];
     rt_text_unblank_to(ctx, st[0], s1, sizeof s1);
     s->k = ns;
     int64_t bval = 0; /* B: the constant, or the multiple of blockDim.x */
     for (unsigned k = 1; k < ns; k++) {
         TSNode gk = st[k];
-        if (!rt_is(gk, "if_statement") || !ts_node_is_null(rt_field(gk, "alternative"))) {
-            rt_affine_free(ra);
-            return false;
-        }
+        if (!rt_is(gk, "if_statement") || !ts_node_is_null(rt_field(gk, "alternative"))) return false;
         TSNode off = guard_offset(ctx, rt_field(gk, "condition"), s->var, bound);
         TSNode body = rt_field(gk, "consequence");
         if (rt_is(body, "compound_statement") && ts_node_named_child_count(body) == 1) body = ts_node_named_child(body, 0);
-        if (ts_node_is_null(off) || !rt_is(body, "expression_statement")) {
-            rt_affine_free(ra);
-            return false;
-        }
+        if (ts_node_is_null(off) || !rt_is(body, "expression_statement")) return false;
         char ot[128], rep[160], sk[512];
         rt_text_unblank_to(ctx, off, ot, sizeof ot);
         kl_snprintf(rep, sizeof rep, "%s+%s", s->var, ot);
         replace_word(s1, s->var, rep, want, sizeof want);
         rt_text_unblank_to(ctx, body, sk, sizeof sk);
-        if (strcmp(sk, want)) {
-            rt_affine_free(ra);
+        if (strcmp(sk, want)) return false;
+        /* the offset is k blocks: v, an integer (C*blockIdx.x) or v*blockDim.x */
+        const kl_poly *po;
+        if (kl_affine_poly_of(ax, off, &po) != KL_OK || po->opaque || po->n != 1 || po->m[0].nf != (s->coef ? 0u : 1u) ||
+            (!s->coef && strcmp(po->m[0].f[0], "blockDim.x")))
             return false;
-        }
-        /* the offset is k blocks */
-        rt_poly po;
-        rt_affine_eval(ra, off, &po);
-        int64_t v = 0;
-        bool ok = !po.opaque && po.n == 1;
-        if (ok && s->coef) ok = po.t[0].deg == 0, v = po.t[0].coef;
-        else if (ok) ok = po.t[0].deg == 1 && po.t[0].sym[0] == RB_DX, v = po.t[0].coef;
-        if (!ok || v % (int64_t)k) {
-            rt_affine_free(ra);
-            return false;
-        }
+        int64_t v = po->m[0].coef;
+        if (v % (int64_t)k) return false;
         if (k == 1) {
             bval = v;
             char *bt = rt_text(ctx, off);
             kl_snprintf(s->block, sizeof s->block, "%s", bt ? bt : "");
             free(bt);
         } else if (v != (int64_t)k * bval) {
-            rt_affine_free(ra);
             return false;
         }
         s->extra[k - 1] = gk;
     }
-    rt_affine_free(ra);
     if ((s->coef ? s->coef : s->mul) != (int64_t)ns * (s->coef ? bval : 1) || (!s->coef && bval != 1)) {
         kl_snprintf(s->why, sizeof s->why,
                     "the index steps blocks by %lld elements, not %u times the offset of its second element",
@@ -344,16 +312,10 @@ static kl_status visit_count(const kl_rule_ctx *ctx, const char *name, TSNode fn
 static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     co_run *r = user;
-    rt_func fs[64];
-    unsigned nf = rt_functions(ctx, fs, 64);
-    const rt_func *f = NULL;
-    for (unsigned i = 0; i < nf && i < 64; i++)
-        if (ts_node_eq(fs[i].def, fn)) f = &fs[i];
-    if (!f) return KL_OK;
     TSNode body = kl_ast_function_body(fn);
     for (uint32_t i = 0; i < ts_node_named_child_count(body); i++) {
         co_site s;
-        if (!analyse(ctx, fn, ax, f, ts_node_named_child(body, i), &s)) continue;
+        if (!analyse(ctx, fn, ax, ts_node_named_child(body, i), &s)) continue;
         char id[256];
         kl_site_id(id, sizeof id, name, s.decl, NULL);
         if (r->site) {

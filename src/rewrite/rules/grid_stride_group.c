@@ -130,17 +130,11 @@ static bool nonneg(const gs_prove *p, TSNode e, int depth)
     return false;
 }
 
-/* p == u * g for a positive integer u (0 when not). */
-static long long multiple_of(const rt_poly *p, const rt_poly *g)
-{
-    if (p->opaque || p->n != 1 || g->n != 1) return 0;
-    const rt_term *a = &p->t[0], *b = &g->t[0];
-    if (a->deg != b->deg || memcmp(a->sym, b->sym, a->deg) || a->coef <= 0 || a->coef % b->coef) return 0;
-    return a->coef / b->coef;
-}
+/* Does p read a thread or block index? */
+static bool reads_index(const kl_poly *p) { return kl_poly_depends(p, "threadIdx") || kl_poly_depends(p, "blockIdx"); }
 
-static const uint64_t thread_block_deps = (1u << RB_TX) | (1u << RB_TY) | (1u << RB_TZ) | (1u << RB_BX) |
-                                          (1u << RB_BY) | (1u << RB_BZ);
+/* Does p read a thread or block index or the grid's width? */
+static bool reads_index_or_grid(const kl_poly *p) { return reads_index(p) || kl_poly_depends(p, "gridDim.x"); }
 
 /* The addends of a sum (through parentheses), at most max; false when there are more. */
 static bool addends(const kl_source *src, TSNode e, TSNode *out, unsigned *n, unsigned max)
@@ -156,66 +150,48 @@ static bool addends(const kl_source *src, TSNode e, TSNode *out, unsigned *n, un
     return true;
 }
 
-/* value = start + C*blockIdx.x + threadIdx.x (in any order): the grid's thread count into g and
- * the start (an addend free of thread and block indexes; a null node when there is none). The
- * addends that hold the indexes must sum to exactly the global thread index. */
-static bool split_index(const kl_source *src, rt_affine *ra, TSNode value, rt_poly *g, TSNode *start)
+/* value = start + C*blockIdx.x + threadIdx.x (in any order; C an integer, or m*blockDim.x: with m >= 2
+ * a block covers m blocks of elements per step, the pair form `i = blockIdx.x * blockDim.x * 2 +
+ * threadIdx.x` of two loads a block apart): C into g and the start (an addend free of thread and block
+ * indexes; a null node when there is none). The addends that hold the indexes must sum to exactly the
+ * global thread index. False too when memory runs out (*oom set). */
+static bool split_index(const kl_source *src, kl_affine_ctx *ax, TSNode value, kl_grid_index *g, TSNode *start,
+                        bool *oom)
 {
     TSNode ad[8];
     unsigned n = 0;
     *start = (TSNode){0};
     if (!addends(src, value, ad, &n, 8)) return false;
-    rt_poly sum = {0};
+    static const kl_poly zero = {0};
+    const kl_poly *sum = &zero;
     unsigned nstart = 0;
     for (unsigned i = 0; i < n; i++) {
-        rt_poly p;
-        rt_affine_eval(ra, ad[i], &p);
-        if (!(p.deps & thread_block_deps) && !(p.deps & (1u << RB_GX))) {
+        const kl_poly *p;
+        if (kl_affine_poly_of(ax, ad[i], &p) != KL_OK) {
+            *oom = true;
+            return false;
+        }
+        if (!reads_index_or_grid(p)) {
             /* the start: one addend (more would need their sum) */
             if (nstart++) return false;
             *start = ad[i];
             continue;
         }
-        if (p.opaque) return false;
-        for (unsigned t = 0; t < p.n; t++) {
-            bool idx = false;
-            for (unsigned d = 0; d < p.t[t].deg; d++)
-                idx = idx || (p.t[t].sym[d] < RB_NBUILTIN && ((1u << p.t[t].sym[d]) & thread_block_deps));
-            if (!idx) return false;
-            bool merged = false;
-            for (unsigned u = 0; u < sum.n && !merged; u++)
-                if (sum.t[u].deg == p.t[t].deg && !memcmp(sum.t[u].sym, p.t[t].sym, p.t[t].deg)) {
-                    sum.t[u].coef += p.t[t].coef;
-                    merged = true;
-                }
-            if (!merged) {
-                if (sum.n == RB_MAXTERM) return false;
-                sum.t[sum.n++] = p.t[t];
-            }
+        if (p->opaque) return false;
+        for (unsigned t = 0; t < p->n; t++)
+            if (!kl_poly_mono_has(&p->m[t], "threadIdx") && !kl_poly_mono_has(&p->m[t], "blockIdx")) return false;
+        if (!(sum = kl_affine_poly_add(ax, sum, p, 1))) {
+            *oom = true;
+            return false;
         }
     }
-    /* drop cancelled terms */
-    unsigned k = 0;
-    for (unsigned u = 0; u < sum.n; u++)
-        if (sum.t[u].coef) sum.t[k++] = sum.t[u];
-    sum.n = k;
-    if (rt_grid_index(&sum, g, false)) return true;
-    /* m * blockDim.x * blockIdx.x + threadIdx.x (m >= 2): a block covers m blocks of elements per step
-     * (the pair form: `i = blockIdx.x * blockDim.x * 2 + threadIdx.x`, two loads a block apart) */
-    if (sum.n != 2) return false;
-    bool tx = false, bx = false;
-    for (unsigned u = 0; u < 2; u++) {
-        const rt_term *t = &sum.t[u];
-        if (t->deg == 1 && t->sym[0] == RB_TX && t->coef == 1) tx = true;
-        else if (t->deg == 2 && t->coef > 1 && ((t->sym[0] == RB_BX && t->sym[1] == RB_DX) ||
-                                                (t->sym[0] == RB_DX && t->sym[1] == RB_BX))) {
-            bx = true;
-            memset(g, 0, sizeof *g);
-            g->n = 1;
-            g->t[0] = (rt_term){t->coef, 2, {RB_DX, RB_GX}};
-        }
-    }
-    return tx && bx;
+    return kl_poly_grid_index(sum, g) && (!g->sym || !strcmp(g->sym, "blockDim.x"));
+}
+
+/* Do the block sizes of two grid indexes have the same factor (none, or blockDim.x)? */
+static bool same_grid_form(const kl_grid_index *a, const kl_grid_index *b)
+{
+    return (!a->sym && !b->sym) || (a->sym && b->sym && !strcmp(a->sym, b->sym));
 }
 
 /* ---- partial sums: where a loop's `s += e` goes after the loops --------------------------------------
@@ -728,23 +704,10 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         kl_snprintf(why, size, "%u grid-stride loops in the kernel", nl);
         return GS_FORM;
     }
-    rt_func fs[64];
-    unsigned nf = rt_functions(ctx, fs, 64);
-    const rt_func *f = NULL;
-    for (unsigned i = 0; i < nf && i < 64; i++)
-        if (ts_node_eq(fs[i].def, fn)) f = &fs[i];
-    if (!f) {
-        kl_snprintf(why, size, "the kernel's definition cannot be followed");
-        return GS_FORM;
-    }
-    rt_affine *ra = rt_affine_new(ctx, f);
-    if (!ra) {
-        kl_snprintf(why, size, "out of memory");
-        return GS_FORM;
-    }
     gs_loopinfo li[GS_MAXLOOPS];
     memset(li, 0, sizeof li);
-    rt_poly g = {0};
+    kl_grid_index g = {0};
+    bool oom = false;
     int level = GS_OK;
     for (unsigned i = 0; i < nl && level == GS_OK; i++) {
         gs_loopinfo *L = &li[i];
@@ -798,20 +761,20 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             break;
         }
         /* start + the global thread index */
-        rt_poly pg;
+        kl_grid_index pg;
         TSNode e = kl_ast_unparen(value);
-        if (!split_index(src, ra, e, &pg, &L->start)) {
+        if (!split_index(src, ax, e, &pg, &L->start, &oom)) {
             kl_snprintf(why, size, "the index of the loop at line %u is not <start> + blockIdx.x * <block> + threadIdx.x",
                         line);
             level = GS_FORM;
             break;
         }
         if (i == 0) g = pg;
-        else if (pg.t[0].deg != g.t[0].deg || memcmp(pg.t[0].sym, g.t[0].sym, pg.t[0].deg)) {
+        else if (!same_grid_form(&pg, &g)) {
             kl_snprintf(why, size, "the loops at lines %u and %u index different grids", kl_ast_line(loops[0]), line);
             level = GS_FORM;
             break;
-        } else if (pg.t[0].coef < g.t[0].coef) {
+        } else if (pg.coef < g.coef) {
             /* `if (nIsPow2)` pairs a block apart, else one element: the grid is sized by the smaller step,
              * and covers the other loop too (it steps by more) */
             g = pg;
@@ -821,16 +784,16 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         if (rt_is(upd, "assignment_expression")) binary_op(src, upd, aop, sizeof aop);
         TSNode ul = ts_node_child_by_field_name(upd, "left", 4);
         if (!strcmp(aop, "+=") && rt_is(ul, "identifier") && kl_node_text_is(src, ul, L->var)) {
-            rt_poly ps;
-            rt_affine_eval(ra, ts_node_child_by_field_name(upd, "right", 5), &ps);
-            L->u = multiple_of(&ps, &pg);
+            const kl_poly *ps;
+            oom |= kl_affine_poly_of(ax, ts_node_child_by_field_name(upd, "right", 5), &ps) != KL_OK;
+            L->u = kl_poly_grid_multiple(ps, &pg);
         }
         if (!ts_node_is_null(pnode)) {
-            rt_poly pp;
-            rt_affine_eval(ra, pnode, &pp);
-            L->k = multiple_of(&pp, &pg);
+            const kl_poly *pp;
+            oom |= kl_affine_poly_of(ax, pnode, &pp) != KL_OK;
+            L->k = kl_poly_grid_multiple(pp, &pg);
             gs_prove pz = {src, ax, fbody, ""};
-            if (L->k == 0 && L->u == 1 && rt_is(s, "while_statement") && !(pp.deps & (thread_block_deps | (1u << RB_GX))) &&
+            if (L->k == 0 && L->u == 1 && rt_is(s, "while_statement") && !reads_index_or_grid(pp) &&
                 nonneg(&pz, pnode, 0)) {
                 /* a tile of loads a block apart, whole tiles only: `while (i + (LOADS - 1) * BLOCK < n) { …;
                  * i += one grid; }`; with one grid covering n it runs at most once (i + G + K >= n, K >= 0) */
@@ -847,9 +810,9 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             level = GS_FORM;
         }
         free(ut);
-        rt_poly pb;
-        rt_affine_eval(ra, L->bound, &pb);
-        if (level == GS_OK && (pb.deps & (thread_block_deps | (1u << RB_GX)))) {
+        const kl_poly *pb;
+        oom |= kl_affine_poly_of(ax, L->bound, &pb) != KL_OK;
+        if (level == GS_OK && reads_index_or_grid(pb)) {
             kl_snprintf(why, size, "the bound of the loop at line %u depends on the thread or the grid", line);
             level = GS_FORM;
         }
@@ -866,6 +829,10 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
             free(b0);
             free(b1);
         }
+    }
+    if (oom) {
+        kl_snprintf(why, size, "out of memory");
+        level = GS_FORM;
     }
     if (level == GS_OK && li[nl - 1].u >= 2) {
         char *b0 = kl_node_text(src, li[nl - 1].bound);
@@ -1013,16 +980,15 @@ int grid_stride__analyse_group(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx 
         k->bound = kl_strdup(size_param);
         k->type = grid_stride__decl_type(src, li[0].decl);
         kl_strbuf sb = KL_STRBUF_INIT;
-        if (g.t[0].deg == 2 && g.t[0].coef > 1) kl_strbuf_addf(&sb, "%lld * blockDim.x * gridDim.x", g.t[0].coef);
-        else if (g.t[0].deg == 2) kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
-        else kl_strbuf_addf(&sb, "%lld * gridDim.x", g.t[0].coef);
+        if (g.sym && g.coef > 1) kl_strbuf_addf(&sb, "%lld * blockDim.x * gridDim.x", (long long)g.coef);
+        else if (g.sym) kl_strbuf_adds(&sb, "blockDim.x * gridDim.x");
+        else kl_strbuf_addf(&sb, "%lld * gridDim.x", (long long)g.coef);
         k->stride = kl_strbuf_detach(&sb, NULL);
         kl_strbuf_release(&sb);
-        k->coef = g.t[0].deg == 2 ? 0 : g.t[0].coef;
-        k->mul = g.t[0].deg == 2 ? g.t[0].coef : 0;
+        k->coef = g.sym ? 0 : g.coef;
+        k->mul = g.sym ? g.coef : 0;
     }
     for (unsigned i = 0; i < nl; i++) free(li[i].var);
-    rt_affine_free(ra);
     return level;
 }
 

@@ -2,12 +2,12 @@
  * The rules' tree helpers (`rt_`), shared by most of the catalog's transforms (first written for
  * transforms 9-16: row-parallel, smem-tile, register-tile, smem-pad, double-buffer, tensor-core,
  * privatize, coalesce; the file was rules_b until 2026-12-04): tree navigation over a kernel,
- * compile-time constants, a small polynomial index analysis (which subscripts are affine in
- * thread/block indices and loop variables, and with which stride), and launch sites.
+ * compile-time constants (kl_const_eval's), and launch sites.
  *
- * The polynomial analysis (rt_affine_*, rt_poly_*) was written before src/syntax/affine.h
- * existed and is still separate from it; folding it in is open (docs/rules.md, issue 17). The
- * interface is kept narrow for that reason.
+ * The index analysis is src/syntax/affine.h's, the one for every transform: its affine forms
+ * (kl_affine_of) and its polynomial view (kl_affine_poly_of: strides, what an opaque index reads,
+ * the global thread index). The small polynomial analysis this file kept until issue 17 (rt_affine,
+ * rt_poly, rt_grid_index) is folded into it.
  */
 #ifndef KL_RULES_TREE_H
 #define KL_RULES_TREE_H
@@ -158,57 +158,6 @@ bool rt_const_eval(const kl_rule_ctx *ctx, TSNode scope, TSNode e, long long *v)
 bool rt_const_name(const kl_rule_ctx *ctx, TSNode scope, const char *name, long long *v);
 /* Byte size of a scalar element type name ("float" 4, "__half" 2, ...); 0 when unknown. */
 unsigned rt_type_size(const char *type);
-
-/* ---- index analysis -------------------------------------------------------------------------
- * Expressions are turned into polynomials over symbols with integer coefficients. Symbols are
- * the CUDA builtins (threadIdx.x ...), the kernel's parameters, loop variables and any value
- * that cannot be expanded further. Locals defined once are expanded through their definition;
- * __device__ helpers with a single `return` and function-like macros are expanded through
- * their bodies. What is not polynomial (/, %, calls of unknown functions) is opaque, but its
- * dependence on symbols is kept. */
-
-#define RB_MAXSYM 64
-#define RB_MAXTERM 24
-#define RB_MAXDEG 4
-
-enum {
-    RB_TX, RB_TY, RB_TZ, RB_BX, RB_BY, RB_BZ, RB_DX, RB_DY, RB_DZ, RB_GX, RB_GY, RB_GZ, RB_NBUILTIN
-};
-
-typedef struct rt_term {
-    long long coef;
-    uint8_t deg;
-    uint8_t sym[RB_MAXDEG];   /* sorted */
-} rt_term;
-
-typedef struct rt_poly {
-    rt_term t[RB_MAXTERM];
-    unsigned n;
-    bool opaque;              /* not a polynomial: only `deps` is meaningful */
-    uint64_t deps;            /* symbols it depends on */
-} rt_poly;
-
-typedef struct rt_affine rt_affine;
-
-/* An analysis of one function (a kernel). Owned by the caller (rt_affine_free). NULL on OOM. */
-rt_affine *rt_affine_new(const kl_rule_ctx *ctx, const rt_func *f);
-void rt_affine_free(rt_affine *a);
-/* The polynomial of an expression at its place in the function. */
-void rt_affine_eval(rt_affine *a, TSNode e, rt_poly *out);
-/* The symbol id of a name (interned), -1 when the table is full. */
-int rt_affine_sym(rt_affine *a, const char *name);
-
-/* The stride of symbol `sym` in p: 0 absent, 1 unit (coefficient 1, linear), 2 a constant
- * other than 1 (*k receives it), 3 symbolic (multiplied by another symbol), -1 opaque
- * (depends on it, not affinely). */
-int rt_poly_stride(const rt_poly *p, int sym, long long *k);
-bool rt_poly_depends(const rt_poly *p, int sym);
-/* Is p the global thread index `C*blockIdx.x + threadIdx.x` (C a constant, or blockDim.x; with
- * any_symbol also another symbol, e.g. a template parameter)? The grid's thread count C*gridDim.x
- * into g. */
-bool rt_grid_index(const rt_poly *p, rt_poly *g, bool any_symbol);
-/* Depends on any of threadIdx.{x,y,z}. */
-bool rt_poly_thread_dependent(const rt_poly *p);
 
 /* The 1-D block size fn runs with, a power of two from 32 to 1024: a kernel's (its launches in the
  * file, all the same compile-time constant, else its __launch_bounds__ when the file never launches

@@ -189,32 +189,35 @@ static unsigned gcd(unsigned a, unsigned b)
 }
 
 /* Why an access pattern conflicts: the first access with its outer index moving across
- * threadIdx.x and its last index not; *degree receives the conflict degree. */
-static TSNode column_access(const kl_rule_ctx *ctx, rt_affine *af, const shared_array *a, const uses *u,
-                            unsigned row_words, unsigned *degree)
+ * threadIdx.x by a constant and its last index not (a `%` of threadIdx.x moves: not this) into *acc
+ * (a null node when none), with the conflict degree into *degree. */
+static kl_status column_access(kl_affine_ctx *ax, const shared_array *a, const uses *u, unsigned row_words,
+                               unsigned *degree, TSNode *acc)
 {
+    *acc = (TSNode){0};
     for (unsigned i = 0; i < u->n; i++) {
         TSNode idx[4];
         unsigned n = access_indices(u->accesses[i], idx, 4);
         if (n != a->ndims) continue;
-        rt_poly outer, inner;
-        rt_affine_eval(af, idx[n - 2], &outer);
-        rt_affine_eval(af, idx[n - 1], &inner);
-        long long k = 0;
-        int so = rt_poly_stride(&outer, RB_TX, &k);
-        int si = rt_poly_stride(&inner, RB_TX, NULL);
-        if ((so == 1 || so == 2) && si == 0) {
+        const kl_poly *outer, *inner;
+        kl_status st = kl_affine_poly_of(ax, idx[n - 2], &outer);
+        if (st == KL_OK) st = kl_affine_poly_of(ax, idx[n - 1], &inner);
+        if (st != KL_OK) return st;
+        int64_t k = 0;
+        kl_stride so = kl_poly_stride(outer, "threadIdx.x", &k);
+        if ((so == KL_STRIDE_UNIT || so == KL_STRIDE_CONST) &&
+            kl_poly_stride(inner, "threadIdx.x", NULL) == KL_STRIDE_ABSENT) {
             unsigned step = (unsigned)(row_words * (k < 0 ? -k : k)) % 32;
             /* lanes l and l' collide when (l-l')*step = 0 mod 32: gcd(step,32) lanes share a bank */
             unsigned deg = gcd(step ? step : 32, 32);
             if (deg > 1) {
                 *degree = deg;
-                return u->accesses[i];
+                *acc = u->accesses[i];
+                return KL_OK;
             }
         }
     }
-    (void)ctx;
-    return (TSNode){0};
+    return KL_OK;
 }
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
@@ -222,8 +225,11 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     rt_func fs[64];
     unsigned nf = rt_functions(ctx, fs, 64);
     kl_status st = KL_OK;
+    kl_affine_ctx *ax = NULL; /* the analysis of fs[f], made when an array needs it */
     for (unsigned f = 0; f < nf; f++) {
         if (!fs[f].global && !fs[f].device) continue;
+        kl_affine_ctx_free(ax);
+        ax = NULL;
         TSNode decls[32];
         unsigned nd = tt_shared_decls(ctx, fs[f].body, decls, 32);
         for (unsigned i = 0; i < nd; i++) {
@@ -249,11 +255,10 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
             if ((row * esz) % 4) continue;
             uses u = {.ctx = ctx, .arr = &a};
             rt_walk(fs[f].body, uses_visit, &u);
-            rt_affine *af = rt_affine_new(ctx, &fs[f]);
-            if (!af) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            if (!ax) KL_TRY(kl_affine_ctx_new(ctx->src, fs[f].def, &ax, err));
             unsigned degree = 0;
-            TSNode acc = column_access(ctx, af, &a, &u, (unsigned)(row * esz / 4), &degree);
-            rt_affine_free(af);
+            TSNode acc;
+            KL_TRY(column_access(ax, &a, &u, (unsigned)(row * esz / 4), &degree, &acc));
             if (ts_node_is_null(acc)) continue;
             kl_span asp = kl_node_span(acc);
             json_t *feat = json_pack("{s:s, s:s, s:i, s:I, s:I, s:i, s:i, s:b}", "array", a.name, "dtype", a.elem,
@@ -267,6 +272,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         }
     }
 cleanup:
+    kl_affine_ctx_free(ax);
     if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
     return st;
 }

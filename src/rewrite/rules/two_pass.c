@@ -30,23 +30,6 @@ static const char *uncast(const char *t)
 }
 
 /* The index of the parameter named name of fn, or -1. */
-static int param_index(const kl_rule_ctx *ctx, TSNode fn, const char *name, TSNode *decl)
-{
-    TSNode ps = kl_ast_function_params(fn);
-    int k = 0;
-    for (uint32_t i = 0; i < ts_node_named_child_count(ps); i++) {
-        TSNode p = ts_node_named_child(ps, i);
-        if (!rt_is(p, "parameter_declaration")) continue;
-        TSNode nm = kl_ast_declarator_name(rt_field(p, "declarator"));
-        if (!ts_node_is_null(nm) && rt_text_is(ctx, nm, name)) {
-            if (decl) *decl = p;
-            return k;
-        }
-        k++;
-    }
-    return -1;
-}
-
 /* The argument at k of a launch, or a null node. */
 static TSNode launch_arg(const kl_launch_site *l, int k)
 {
@@ -58,6 +41,7 @@ typedef struct tp_site {
     TSNode fn1, store, assign;  /* the first kernel, its `if (…) G[blockIdx.x] = r;`, the assignment */
     char g[64], value[256], type[64];
     bool device_array;          /* G is a __device__ array (else a pointer parameter of fn1) */
+    int g_param;                /* not a __device__ array: G's index among fn1's parameters */
     unsigned l1, l2;            /* the launches (indices into the launch list) */
     char count_param[64];
     int count_index;            /* the second kernel's parameter given the first launch's grid */
@@ -127,7 +111,7 @@ static bool reads_by_sum(const kl_rule_ctx *ctx, TSNode fn2, const char *name, T
         kl_snprintf(want, sizeof want, "%s[%s]", name, L->var);
         if (strcmp(op, "+=") || strcmp(rt, want) || !rt_is(rt_field(a, "left"), "identifier")) continue;
         /* the count: a parameter of the kernel, never assigned */
-        int k = param_index(ctx, fn2, L->bound, NULL);
+        int k = kl_affine_param_index(ax, L->bound);
         if (k < 0 || kl_affine_assign_count(ax, L->bound) != 0) continue;
         /* the loop starts at a thread's own offset or 0, and steps forward */
         char st[64];
@@ -208,9 +192,10 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
     if (rt_device_var(ctx->src, s->g, &gd)) {
         s->device_array = true;
         elem_type(ctx, gd, s->type, sizeof s->type);
-    } else if ((gp = param_index(ctx, fn, s->g, &gd)) >= 0) {
-        const kl_param_info *pi = kl_affine_param(ax, (unsigned)kl_affine_param_index(ax, s->g));
-        if (!pi || !pi->pointer) {
+    } else if ((gp = kl_affine_param_index(ax, s->g)) >= 0) {
+        const kl_param_info *pi = kl_affine_param(ax, (unsigned)gp);
+        s->g_param = gp;
+        if (!pi->pointer) {
             kl_snprintf(s->why, sizeof s->why, "%s is not an array", s->g);
             return;
         }
@@ -484,7 +469,7 @@ static kl_status wide_edits(const kl_rule_ctx *ctx, const kl_launch_site *l1, co
     if (s->device_array && ts_node_end_byte(g_decl) < at) at = rt_line_end(ctx, ts_node_end_byte(g_decl));
     char *arg = NULL;
     if (!s->device_array) {
-        arg = rt_text(ctx, launch_arg(l1, param_index(ctx, s->fn1, s->g, NULL)));
+        arg = rt_text(ctx, launch_arg(l1, s->g_param));
         if (!arg) return KL_ERR_NOMEM;
     }
     kl_status st = s->device_array
@@ -553,9 +538,7 @@ static kl_status rewrite(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
                            "%scudaMemsetAsync(%s, 0, sizeof(%s), %s);\n",
                            ind, type, var, ind, var, sym, ind, var, type, stream);
     } else if (st == KL_OK) {
-        TSNode fn1 = s->fn1;
-        int gp = param_index(ctx, fn1, s->g, NULL);
-        char *arg = rt_text(ctx, launch_arg(l1, gp));
+        char *arg = rt_text(ctx, launch_arg(l1, s->g_param));
         st = arg ? kl_edits_addf(out, at, at, "%scudaMemsetAsync(%s, 0, sizeof(%s), %s);\n", ind, arg, s->type, stream)
                  : KL_ERR_NOMEM;
         free(arg);

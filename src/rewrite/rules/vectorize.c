@@ -1024,7 +1024,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     vfind f = {ctx, ax, fn, name, out, KL_OK};
     rt_walk(kl_ast_function_body(fn), find_present_visit, &f);
     if (f.st != KL_OK) return f.st;
-    kl_status gs = kl_vs_find(ctx, name, fn, out);
+    kl_status gs = kl_vs_find(ctx, name, fn, ax, out);
     if (gs == KL_OK) gs = kl_vc_find(ctx, name, fn, out);
     if (gs != KL_OK) return gs;
     for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {

@@ -47,12 +47,6 @@ static bool text_copy(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)
     return true;
 }
 
-static bool same_poly(const rt_poly *a, const rt_poly *b)
-{
-    if (a->opaque || b->opaque || a->n != 1 || b->n != 1) return false;
-    return a->t[0].coef == b->t[0].coef && a->t[0].deg == b->t[0].deg && !memcmp(a->t[0].sym, b->t[0].sym, a->t[0].deg);
-}
-
 /* ---- the body --------------------------------------------------------------------------------- */
 
 typedef struct vs_scan {
@@ -182,64 +176,67 @@ static bool bound_visit(TSNode n, void *user)
 
 /* ---- the loop ---------------------------------------------------------------------------------- */
 
-/* 0: not this form; 1: the form (L->why says why it cannot be vectorized, or is empty). */
-static int analyse(const kl_rule_ctx *ctx, const rt_func *f, rt_affine *ra, TSNode loop, vs_loop *L)
+/* *form: loop is this form (L->why then says why it cannot be vectorized, or is empty). KL_ERR_NOMEM
+ * when memory runs out. */
+static kl_status analyse(const kl_rule_ctx *ctx, const rt_func *f, kl_affine_ctx *ax, TSNode loop, vs_loop *L,
+                         bool *form)
 {
+    *form = false;
     memset(L, 0, sizeof *L);
     L->loop = loop;
     TSNode init = rt_field(loop, "initializer"), cond = kl_ast_unparen(rt_field(loop, "condition")),
            upd = rt_field(loop, "update");
-    if (!rt_is(init, "declaration") || ts_node_named_child_count(init) != 2) return 0;
+    if (!rt_is(init, "declaration") || ts_node_named_child_count(init) != 2) return KL_OK;
     TSNode d = rt_field(init, "declarator");
-    if (!rt_is(d, "init_declarator") || !rt_is(rt_field(d, "declarator"), "identifier")) return 0;
+    if (!rt_is(d, "init_declarator") || !rt_is(rt_field(d, "declarator"), "identifier")) return KL_OK;
     L->value = rt_field(d, "value");
-    if (!text_copy(ctx, rt_field(d, "declarator"), L->var, sizeof L->var)) return 0;
+    if (!text_copy(ctx, rt_field(d, "declarator"), L->var, sizeof L->var)) return KL_OK;
     char type[64];
     uint32_t ta = ts_node_start_byte(init), tb = ts_node_start_byte(d);
-    if (tb - ta >= sizeof type) return 0;
+    if (tb - ta >= sizeof type) return KL_OK;
     kl_snprintf(type, sizeof type, "%.*s", (int)(tb - ta), ctx->text + ta);
     size_t tl = strlen(type);
     while (tl && (type[tl - 1] == ' ' || type[tl - 1] == '\t')) type[--tl] = '\0';
     kl_snprintf(L->type, sizeof L->type, "%s", type);
-    rt_poly pv, ps, g;
-    rt_affine_eval(ra, L->value, &pv);
-    if (!rt_grid_index(&pv, &g, true)) return 0;
+    const kl_poly *pv, *ps, *pb;
+    kl_grid_index g;
+    kl_status st = kl_affine_poly_of(ax, L->value, &pv);
+    if (st != KL_OK || !kl_poly_grid_index(pv, &g)) return st;
     /* i += S, S the grid's thread count */
     if (!rt_is(upd, "assignment_expression") || !rt_text_is(ctx, rt_field(upd, "operator"), "+=") ||
         !rt_text_is(ctx, kl_ast_unparen(rt_field(upd, "left")), L->var))
-        return 0;
+        return KL_OK;
     L->stride = rt_field(upd, "right");
-    rt_affine_eval(ra, L->stride, &ps);
-    if (!same_poly(&ps, &g)) return 0;
+    if ((st = kl_affine_poly_of(ax, L->stride, &ps)) != KL_OK || kl_poly_grid_multiple(ps, &g) != 1) return st;
     /* i < N */
     if (!rt_is(cond, "binary_expression") || !rt_text_is(ctx, rt_field(cond, "operator"), "<") ||
         !rt_text_is(ctx, kl_ast_unparen(rt_field(cond, "left")), L->var))
-        return 0;
+        return KL_OK;
     L->bound = rt_field(cond, "right");
     L->body = rt_field(loop, "body");
-    rt_poly pb;
-    rt_affine_eval(ra, L->bound, &pb);
-    if (rt_count_ident(ctx, L->bound, L->var) || rt_poly_thread_dependent(&pb) || rt_poly_depends(&pb, RB_BX)) {
+    if ((st = kl_affine_poly_of(ax, L->bound, &pb)) != KL_OK) return st;
+    *form = true; /* the form; what follows finds why it cannot be vectorized */
+    if (rt_count_ident(ctx, L->bound, L->var) || kl_poly_depends(pb, "threadIdx") || kl_poly_depends(pb, "blockIdx.x")) {
         kl_snprintf(L->why, sizeof L->why, "the bound of '%s' is not the same for every thread and pass", L->var);
-        return 1;
+        return KL_OK;
     }
     bound_scan bs = {ctx, L->body, ""};
     rt_walk(L->bound, bound_visit, &bs);
     if (bs.bad[0]) {
         kl_snprintf(L->why, sizeof L->why, "the loop body assigns '%s', which the bound reads", bs.bad);
-        return 1;
+        return KL_OK;
     }
     vs_scan s = {.ctx = ctx, .f = f, .L = L};
     rt_walk(L->body, scan_visit, &s);
     if (!ts_node_is_null(s.bad)) {
         kl_snprintf(L->why, sizeof L->why, "%s (line %u)", s.why, kl_node_span(s.bad).line);
-        return 1;
+        return KL_OK;
     }
     if (!L->narr) {
         kl_snprintf(L->why, sizeof L->why, "the loop reads no array at '%s'", L->var);
-        return 1;
+        return KL_OK;
     }
-    return 1;
+    return KL_OK;
 }
 
 /* The vector type holding w elements of a (its text into vt), and whether elements are packed
@@ -345,7 +342,7 @@ static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
 typedef struct vs_find_walk {
     const kl_rule_ctx *ctx;
     const rt_func *f;
-    rt_affine *ra;
+    kl_affine_ctx *ax;
     const char *name;
     kl_sites *out;
     kl_status st;
@@ -363,9 +360,10 @@ static bool find_visit(TSNode n, void *user)
         kl_site_id(id, sizeof id, w->name, p.vloop, NULL);
         /* the grid's form starts at the global thread index, the thread-strided one (a warp or a block
          * over a row: vectorize_lane.h) at the thread's index in its group */
-        rt_poly pv, g;
-        rt_affine_eval(w->ra, p.start, &pv);
-        bool grid = rt_grid_index(&pv, &g, true);
+        const kl_poly *pv;
+        kl_grid_index g;
+        if ((w->st = kl_affine_poly_of(w->ax, p.start, &pv)) != KL_OK) return false;
+        bool grid = kl_poly_grid_index(pv, &g);
         if (grid) kl_snprintf(note, sizeof note, "a grid-stride loop over %lld-element vectors, then the scalar loop", p.width);
         else
             kl_snprintf(note, sizeof note,
@@ -382,7 +380,9 @@ static bool find_visit(TSNode n, void *user)
     }
     if (!rt_is(n, "for_statement")) return true;
     vs_loop L;
-    if (!analyse(w->ctx, w->f, w->ra, n, &L)) return true;
+    bool form;
+    if ((w->st = analyse(w->ctx, w->f, w->ax, n, &L, &form)) != KL_OK) return false;
+    if (!form) return true;
     json_t *arrs = json_array();
     for (unsigned k = 0; k < L.narr; k++)
         json_array_append_new(arrs, json_pack("{s:s, s:s}", "array", L.arr[k].name, "dtype", L.arr[k].elem));
@@ -411,16 +411,13 @@ static const rt_func *func_of(const kl_rule_ctx *ctx, TSNode fn, rt_func *fs, un
     return NULL;
 }
 
-kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_sites *out)
+kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, kl_sites *out)
 {
     rt_func fs[64];
     const rt_func *f = func_of(ctx, fn, fs, 64);
     if (!f) return KL_OK;
-    rt_affine *ra = rt_affine_new(ctx, f);
-    if (!ra) return KL_ERR_NOMEM;
-    vs_find_walk w = {ctx, f, ra, name, out, KL_OK, 0, 0};
+    vs_find_walk w = {ctx, f, ax, name, out, KL_OK, 0, 0};
     rt_walk(f->body, find_visit, &w);
-    rt_affine_free(ra);
     return w.st;
 }
 
@@ -500,11 +497,13 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     TSNode loop;
     kl_status st = site_loop(ctx, site, fs, &f, &loop, err);
     if (st != KL_OK) return st;
-    rt_affine *ra = rt_affine_new(ctx, f);
-    if (!ra) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    kl_affine_ctx *ax = NULL;
+    if ((st = kl_affine_ctx_new(ctx->src, f->def, &ax, err)) != KL_OK) return st;
     vs_loop L;
-    int form = analyse(ctx, f, ra, loop, &L);
-    rt_affine_free(ra);
+    bool form;
+    st = analyse(ctx, f, ax, loop, &L, &form);
+    kl_affine_ctx_free(ax);
+    if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     if (!form) return kl_rule_not_applicable(err, "%s:%u: not a grid-stride loop", file, site->span.line);
     if (L.why[0]) return kl_rule_not_applicable(err, "%s:%u: %s", file, site->span.line, L.why);
     char vt[VS_MAXARR][32], vname[VS_MAXARR][72];

@@ -8,8 +8,9 @@
 
 #include "rewrite/rules/rules.h"
 
-/* Sites of kernel `name` (function_definition fn), both ways: features "form": "grid-stride". */
-kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_sites *out);
+/* Sites of kernel `name` (function_definition fn, ax its index analysis), both ways: features
+ * "form": "grid-stride". */
+kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, kl_sites *out);
 /* Apply (width W) or remove at the site whose span starts at site->span.start. */
 kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_edits *out, kl_error *err);
 kl_status kl_vs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err);

@@ -197,6 +197,21 @@ void kl_rules_line_range(const kl_rule_ctx *ctx, TSNode n, const char *marker, u
     }
 }
 
+void kl_rules_stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, const char *marker, uint32_t *start,
+                         uint32_t *end)
+{
+    rt_stmt_range(ctx, st, NULL, start, end);
+    if (*start == ts_node_start_byte(st)) return;
+    int li = ax ? kl_affine_loop_index(ax, st) : -1;
+    if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
+        *start = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
+    if (*start == 0) return;
+    uint32_t pa = kl_ast_line_start(ctx->text, *start - 1), p = pa;
+    while (p < *start && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
+    size_t ml = strlen(marker);
+    if (p + 3 + ml <= *start && !memcmp(ctx->text + p, "// ", 3) && !memcmp(ctx->text + p + 3, marker, ml)) *start = pa;
+}
+
 kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, kl_rules_fn_visit fn, void *user,
                                  kl_error *err)
 {
@@ -218,6 +233,12 @@ kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, 
         free(name);
     }
     return st;
+}
+
+kl_status kl_rules_each_gpu_function(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, kl_error *err)
+{
+    kl_status st = kl_rules_each_function(ctx, "__global__", fn, user, err);
+    return st == KL_OK ? kl_rules_each_function(ctx, "__device__", fn, user, err) : st;
 }
 
 /* ---- running one transform ---------------------------------------------------------------------- */

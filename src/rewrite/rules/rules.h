@@ -198,11 +198,18 @@ bool kl_rules_starts_line(const kl_rule_ctx *ctx, uint32_t off);
  * newline), else the node. A comment line just above starting "// <marker>" goes with it
  * (marker may be NULL). */
 void kl_rules_line_range(const kl_rule_ctx *ctx, TSNode n, const char *marker, uint32_t *start, uint32_t *end);
+/* The range deleting statement st as rt_stmt_range gives it (no marker), widened over the `#pragma
+ * unroll` line above it when it is a loop with one (ax: its function's analysis, may be NULL) and
+ * then over a comment line above starting "// <marker>": only when st is alone on its lines. */
+void kl_rules_stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, const char *marker, uint32_t *start,
+                         uint32_t *end);
 /* The enclosing functions with the given qualifier, with an analysis each: visit calls fn
  * once per function (name, node, analysis); fn returns a status, KL_OK to go on. */
 typedef kl_status (*kl_rules_fn_visit)(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax,
                                        void *user);
 kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, kl_rules_fn_visit fn, void *user,
                                  kl_error *err);
+/* The same over the __global__ functions, then the __device__ ones. */
+kl_status kl_rules_each_gpu_function(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, kl_error *err);
 
 #endif

@@ -1083,26 +1083,10 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, out, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, out, err);
-    return st;
+    return kl_rules_each_gpu_function(ctx, visit, out, err);
 }
 
 /* ---- remove ---------------------------------------------------------------------------------------------- */
-
-/* The range of a statement, with a #pragma line right above it and a "// vectorize" marker. */
-static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uint32_t *a, uint32_t *b)
-{
-    rt_stmt_range(ctx, st, NULL, a, b);
-    if (*a == ts_node_start_byte(st)) return;
-    int li = kl_affine_loop_index(ax, st);
-    if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
-        *a = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
-    if (*a == 0) return;
-    uint32_t pa = kl_ast_line_start(ctx->text, *a - 1), p = pa;
-    while (p < *a && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
-    if (p + 12 <= *a && !memcmp(ctx->text + p, "// vectorize", 12)) *a = pa;
-}
 
 static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const vp *p, kl_edits *out, kl_error *err)
 {
@@ -1128,7 +1112,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const
     if (p->kind != 'E') {
         for (unsigned i = 0; i < p->ndel && st == KL_OK; i++) {
             uint32_t a, b;
-            stmt_range(ctx, ax, p->del[i], &a, &b);
+            kl_rules_stmt_range(ctx, ax, p->del[i], "vectorize", &a, &b);
             st = kl_edits_add(out, a, b, "");
         }
         if (st == KL_OK && p->kind == 'S')
@@ -1471,8 +1455,7 @@ static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_
     vrun r;
     memset(&r, 0, sizeof r);
     r.site = site, r.width = width, r.out = out, r.err = err, r.st = KL_OK;
-    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", run_visit, &r, err);
+    kl_status st = kl_rules_each_gpu_function(ctx, run_visit, &r, err);
     if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
     if (!r.done) return kl_rule_not_applicable(err, "nothing to %s at %s", site->dir == KL_SITE_PRESENT ? "remove" : "vectorize", site->id);
     return r.st;

@@ -38,14 +38,20 @@ const kl_rule *kl_rule_find(const char *name)
 
 /* ---- helpers for transforms --------------------------------------------------------------- */
 
-kl_status kl_rule_not_applicable(kl_error *err, const char *fmt, ...)
+static kl_status not_applicable_v(kl_error *err, const char *fmt, va_list ap)
 {
     char buf[KL_ERROR_MAX];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "not applicable: %s", buf);
+}
+
+kl_status kl_rule_not_applicable(kl_error *err, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    kl_status st = not_applicable_v(err, fmt, ap);
     va_end(ap);
-    return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "not applicable: %s", buf);
+    return st;
 }
 
 void kl_site_id(char *buf, size_t size, const char *kernel, TSNode at, const char *what)
@@ -239,6 +245,20 @@ kl_status kl_rules_each_gpu_function(const kl_rule_ctx *ctx, kl_rules_fn_visit f
 {
     kl_status st = kl_rules_each_function(ctx, "__global__", fn, user, err);
     return st == KL_OK ? kl_rules_each_function(ctx, "__device__", fn, user, err) : st;
+}
+
+kl_status kl_rules_run_site(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, struct rt_run *r, bool device,
+                            const char *fmt, ...)
+{
+    kl_status st = kl_rules_each_function(ctx, "__global__", fn, user, r->err);
+    if (st == KL_OK && device && !r->done) st = kl_rules_each_function(ctx, "__device__", fn, user, r->err);
+    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(r->err, st, "out of memory") : st;
+    if (r->done) return r->st;
+    va_list ap;
+    va_start(ap, fmt);
+    st = not_applicable_v(r->err, fmt, ap);
+    va_end(ap);
+    return st;
 }
 
 /* ---- running one transform ---------------------------------------------------------------------- */

@@ -211,5 +211,12 @@ kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, 
                                  kl_error *err);
 /* The same over the __global__ functions, then the __device__ ones. */
 kl_status kl_rules_each_gpu_function(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, kl_error *err);
+/* Run one site (r: its run state, rt_run in rules_tree.h): fn, given user (r itself or the rule's
+ * state holding it), over the __global__ functions and, with device, then the __device__ ones, until
+ * one sets r->done; the site's status r->st then, out of memory named in r->err, or not applicable
+ * with the reason fmt (printf-style) when no function held the site. */
+struct rt_run;
+kl_status kl_rules_run_site(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, struct rt_run *r, bool device,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #endif

@@ -1406,13 +1406,9 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
 /* ---- running a site ---------------------------------------------------------------------------------------- */
 
 typedef struct vrun {
-    const kl_site *site;
+    rt_run run;
     int width;
-    kl_edits *out;
-    kl_error *err;
-    bool done;
-    kl_status st;
-    const kl_rule_ctx *ctx;
+    const kl_rule_ctx *ctx;   /* the function being visited */
     kl_affine_ctx *ax;
     TSNode fn;
 } vrun;
@@ -1420,45 +1416,41 @@ typedef struct vrun {
 static bool run_present_visit(TSNode n, void *user)
 {
     vrun *r = user;
-    if (r->done) return false;
-    if (ts_node_start_byte(n) != r->site->span.start || ts_node_end_byte(n) != r->site->span.end) return true;
+    if (r->run.done) return false;
+    if (ts_node_start_byte(n) != r->run.site->span.start || ts_node_end_byte(n) != r->run.site->span.end) return true;
     vp p;
     if (!present_at(r->ctx, r->ax, r->fn, n, &p)) return true;
-    r->st = remove_present(r->ctx, r->ax, &p, r->out, r->err);
-    r->done = true;
+    r->run.st = remove_present(r->ctx, r->ax, &p, r->run.out, r->run.err);
+    r->run.done = true;
     return false;
 }
 
 static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     vrun *r = user;
-    if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
+    if (r->run.done || strcmp(name, r->run.site->kernel)) return KL_OK;
     r->ctx = ctx, r->ax = ax, r->fn = fn;
-    if (r->site->dir == KL_SITE_PRESENT) {
+    if (r->run.site->dir == KL_SITE_PRESENT) {
         rt_walk(kl_ast_function_body(fn), run_present_visit, r);
         return KL_OK;
     }
-    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->done; i++) {
+    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->run.done; i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
-        if (ts_node_start_byte(L->node) != r->site->span.start) continue;
+        if (ts_node_start_byte(L->node) != r->run.site->span.start) continue;
         va v;
         if (!analyse_apply(ctx, ax, fn, L, &v)) continue;
-        r->st = v.strided ? apply_strided(ctx, ax, fn, &v, r->width, r->out, r->err)
-                          : apply_loop(ctx, ax, &v, r->width, r->out, r->err);
-        r->done = true;
+        r->run.st = v.strided ? apply_strided(ctx, ax, fn, &v, r->width, r->run.out, r->run.err)
+                              : apply_loop(ctx, ax, &v, r->width, r->run.out, r->run.err);
+        r->run.done = true;
     }
     return KL_OK;
 }
 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_edits *out, kl_error *err)
 {
-    vrun r;
-    memset(&r, 0, sizeof r);
-    r.site = site, r.width = width, r.out = out, r.err = err, r.st = KL_OK;
-    kl_status st = kl_rules_each_gpu_function(ctx, run_visit, &r, err);
-    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
-    if (!r.done) return kl_rule_not_applicable(err, "nothing to %s at %s", site->dir == KL_SITE_PRESENT ? "remove" : "vectorize", site->id);
-    return r.st;
+    vrun r = {.run = {site, NULL, out, err, false, KL_OK}, .width = width};
+    return kl_rules_run_site(ctx, run_visit, &r, &r.run, true, "nothing to %s at %s",
+                             site->dir == KL_SITE_PRESENT ? "remove" : "vectorize", site->id);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)

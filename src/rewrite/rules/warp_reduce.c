@@ -1117,12 +1117,8 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
     rt_run r = {site, params, out, err, false, KL_OK};
-    kl_status st = kl_rules_each_gpu_function(ctx, run_visit, &r, err);
-    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
-    if (!r.done)
-        return kl_rule_not_applicable(err, "no %s at %s", site->dir == KL_SITE_PRESENT ? "shuffle reduction" : "tree reduction",
-                                      site->id);
-    return r.st;
+    return kl_rules_run_site(ctx, run_visit, &r, &r, true, "no %s at %s",
+                             site->dir == KL_SITE_PRESENT ? "shuffle reduction" : "tree reduction", site->id);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)

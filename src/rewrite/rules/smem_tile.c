@@ -627,6 +627,39 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     return kl_rules_each_function(ctx, "__global__", visit, &r, err);
 }
 
+/* Apply at loop L of fn, a stencil candidate, with the site's parameters (max_radius, outputs_x). */
+static kl_status apply_stencil_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const kl_ax_loop *L,
+                                  const json_t *params, kl_edits *out, kl_error *err)
+{
+    smem_tile__sa s;
+    if (!smem_tile__analyse_stencil(ctx, ax, fn, name, L->node, &s)) return kl_rule_not_applicable(err, "%s", s.why);
+    int64_t maxr = 4;
+    if (params && json_object_get(params, "max_radius") && !kl_rule_param_int(&kl_rule_smem_tile, params, "max_radius", &maxr))
+        return kl_rule_not_applicable(err, "%s: max_radius is not an integer", kl_source_name(ctx->src));
+    int64_t ox = 1;
+    if (params && json_object_get(params, "outputs_x") &&
+        (!kl_rule_param_int(&kl_rule_smem_tile, params, "outputs_x", &ox) || (ox != 1 && ox != 2 && ox != 4)))
+        return kl_error_set(err, KL_ERR_INVALID, "%s: outputs_x must be 1, 2 or 4", kl_source_name(ctx->src));
+    return ox > 1 ? smem_tile__apply_stencil_rt(ctx, &s, maxr, (int)ox, out, err) : smem_tile__apply_stencil(ctx, &s, maxr, out, err);
+}
+
+/* Apply at loop L of fn, a GEMM candidate, with the site's tile (default: the block's extent). */
+static kl_status apply_gemm_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const kl_ax_loop *L,
+                               const json_t *params, kl_edits *out, kl_error *err)
+{
+    smem_tile__ga g;
+    kl_status st;
+    if (!smem_tile__analyse_apply(ctx, ax, fn, name, L->node, &g)) {
+        st = kl_rule_not_applicable(err, "%s", g.why);
+    } else {
+        int64_t tile = g.dim[0];
+        if (params && json_object_get(params, "tile") && !kl_rule_param_int(&kl_rule_smem_tile, params, "tile", &tile)) tile = -1;
+        st = smem_tile__apply_gemm(ctx, &g, tile, out, err);
+    }
+    smem_tile__ga_release(&g);
+    return st;
+}
+
 static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     rt_run *x = user;
@@ -688,50 +721,14 @@ static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn,
         return KL_OK;
     }
     for (unsigned li = 0; li < kl_affine_loop_count(ax); li++) {
-        if (smem_tile__stencil_candidate(ctx, ax, li)) {
-            const kl_ax_loop *L = kl_affine_loop(ax, li);
-            kl_site_id(id, sizeof id, name, L->node, NULL);
-            if (strcmp(id, x->site->id)) continue;
-            x->done = true;
-            smem_tile__sa s;
-            if (!smem_tile__analyse_stencil(ctx, ax, fn, name, L->node, &s)) {
-                x->st = kl_rule_not_applicable(x->err, "%s", s.why);
-                return KL_OK;
-            }
-            int64_t maxr = 4;
-            if (x->params && json_object_get(x->params, "max_radius") &&
-                !kl_rule_param_int(&kl_rule_smem_tile, x->params, "max_radius", &maxr)) {
-                x->st = kl_rule_not_applicable(x->err, "%s: max_radius is not an integer", kl_source_name(ctx->src));
-                return KL_OK;
-            }
-            int64_t ox = 1;
-            if (x->params && json_object_get(x->params, "outputs_x") &&
-                (!kl_rule_param_int(&kl_rule_smem_tile, x->params, "outputs_x", &ox) || (ox != 1 && ox != 2 && ox != 4))) {
-                x->st = kl_error_set(x->err, KL_ERR_INVALID, "%s: outputs_x must be 1, 2 or 4", kl_source_name(ctx->src));
-                return KL_OK;
-            }
-            x->st = ox > 1 ? smem_tile__apply_stencil_rt(ctx, &s, maxr, (int)ox, x->out, x->err) : smem_tile__apply_stencil(ctx, &s, maxr, x->out, x->err);
-            return KL_OK;
-        }
-        if (!apply_candidate(ctx, ax, li)) continue;
+        bool stencil = smem_tile__stencil_candidate(ctx, ax, li);
+        if (!stencil && !apply_candidate(ctx, ax, li)) continue;
         const kl_ax_loop *L = kl_affine_loop(ax, li);
         kl_site_id(id, sizeof id, name, L->node, NULL);
         if (strcmp(id, x->site->id)) continue;
         x->done = true;
-        smem_tile__ga g;
-        if (!smem_tile__analyse_apply(ctx, ax, fn, name, L->node, &g)) {
-            x->st = kl_rule_not_applicable(x->err, "%s", g.why);
-            smem_tile__ga_release(&g);
-            return KL_OK;
-        }
-        int64_t tile = 0;
-        const char *tv = NULL;
-        kl_rule_param_str(&kl_rule_smem_tile, x->params, "tile", &tv);
-        json_t *given = x->params ? json_object_get(x->params, "tile") : NULL;
-        if (!given) tile = g.dim[0];
-        else if (!kl_rule_param_int(&kl_rule_smem_tile, x->params, "tile", &tile)) tile = -1;
-        x->st = smem_tile__apply_gemm(ctx, &g, tile, x->out, x->err);
-        smem_tile__ga_release(&g);
+        x->st = stencil ? apply_stencil_at(ctx, ax, fn, name, L, x->params, x->out, x->err)
+                        : apply_gemm_at(ctx, ax, fn, name, L, x->params, x->out, x->err);
         return KL_OK;
     }
     return KL_OK;

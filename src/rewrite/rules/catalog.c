@@ -70,6 +70,12 @@ const kl_site *kl_sites_find(const kl_sites *s, const char *id, kl_site_dir dir)
     return NULL;
 }
 
+kl_status kl_site_why_not(const kl_site *site, kl_error *err)
+{
+    const char *why = json_string_value(json_object_get(site->features, "why_not"));
+    return why ? kl_rule_not_applicable(err, "%s", why) : KL_OK;
+}
+
 static const kl_rule_param *rule_param(const kl_rule *rule, const char *name)
 {
     for (unsigned i = 0; i < rule->nparams; i++)

@@ -183,6 +183,9 @@ bool kl_rule_param_int(const kl_rule *rule, const json_t *params, const char *na
 
 /* Find a transform's site by id and direction (sites from rule->find). NULL when absent. */
 const kl_site *kl_sites_find(const kl_sites *s, const char *id, kl_site_dir dir);
+/* Not applicable with the reason when the site's features give why it cannot be rewritten
+ * ("why_not": found, but refused), else KL_OK. */
+kl_status kl_site_why_not(const kl_site *site, kl_error *err);
 
 /* A site id: "<kernel>:<line>" or "<kernel>:<line>:<what>" (what may be NULL), into buf. */
 void kl_site_id(char *buf, size_t size, const char *kernel, TSNode at, const char *what);

@@ -1456,8 +1456,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
+    kl_status refused = kl_site_why_not(site, err);
+    if (refused != KL_OK) return refused;
     int64_t w = 4;
     if (!kl_rule_param_int(&kl_rule_vectorize, params, "width", &w) || (w != 2 && w != 4 && w != 8 && w != 16))
         return kl_error_set(err, KL_ERR_INVALID, "vectorize: width must be 2, 4, 8 or 16");

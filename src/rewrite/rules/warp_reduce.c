@@ -1128,9 +1128,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
-    return run(ctx, site, params, out, err);
+    kl_status st = kl_site_why_not(site, err);
+    return st == KL_OK ? run(ctx, site, params, out, err) : st;
 }
 
 const kl_rule kl_rule_warp_reduce = {

@@ -638,6 +638,20 @@ static void tile_copy_loop(kl_strbuf *sb, const char *in3, const char *in4, cons
     kl_strbuf_addf(sb, "%s}\n", in3);
 }
 
+/* One tile's load, an element per thread and step: `kl_xs[r][c]` from ACCESS with n1 = o1 + r and
+ * n2 = o2 + c, zero outside the bounds (the arguments as tile_copy_loop's). */
+static void tile_elem_loop(kl_strbuf *sb, const char *in2, const char *in3, const char *tile, const char *rows, const char *cols,
+                           const char *t1, const char *n1, const char *o1, const char *b1, const char *t2, const char *n2,
+                           const char *o2, const char *b2, const char *access, const char *E)
+{
+    kl_strbuf_addf(sb, "%sfor (int kl_e = threadIdx.x; kl_e < %s * %s; kl_e += KL_THREADS) {\n", in2, rows, cols);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_e / %s;\n", in3, t1, n1, o1, cols);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_e %% %s;\n", in3, t2, n2, o2, cols);
+    kl_strbuf_addf(sb, "%s%s[kl_e / %s][kl_e %% %s] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, tile, cols, cols, n1, b1, n2,
+                   b2, access, E);
+    kl_strbuf_addf(sb, "%s}\n", in2);
+}
+
 /* Is B's access contiguous along col, a local of the thread index: the same coefficient (not 0) on
  * threadIdx.x in the access and in col's definition? */
 static bool unit_stride_col(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g)
@@ -891,18 +905,10 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
         tile_copy_loop(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col,
                        "kl_n0", g->N, b_text, E, COPY_REGS);
     } else {
-    kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BK; kl_e += KL_THREADS) {\n", in2);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_e / KL_BK;\n", in3, g->rtype, g->row);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_k0 + kl_e %% KL_BK;\n", in3, g->ktype, g->k);
-    kl_strbuf_addf(&sb, "%skl_as[kl_e / KL_BK][kl_e %% KL_BK] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, g->row, g->M,
-                   g->k, g->K, a_text, E);
-    kl_strbuf_addf(&sb, "%s}\n", in2);
-    kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BK * KL_BN; kl_e += KL_THREADS) {\n", in2);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_k0 + kl_e / KL_BN;\n", in3, g->ktype, g->k);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_e %% KL_BN;\n", in3, g->ctype, g->col);
-    kl_strbuf_addf(&sb, "%skl_bs[kl_e / KL_BN][kl_e %% KL_BN] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, g->k, g->K,
-                   g->col, g->N, b_text, E);
-    kl_strbuf_addf(&sb, "%s}\n", in2);
+        tile_elem_loop(&sb, in2, in3, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0", g->K,
+                       a_text, E);
+        tile_elem_loop(&sb, in2, in3, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0", g->N,
+                       b_text, E);
     }
     kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
     tc_frags_text(&sb, E, in2);

@@ -1226,29 +1226,12 @@ static bool vector_body(kl_strbuf *sb, const kl_rule_ctx *ctx, const va *v, TSNo
 }
 
 /* The text of n with every identifier `var` in it replaced by repl (new string; NULL out of memory). */
-typedef struct subst_scan {
-    const kl_rule_ctx *ctx;
-    const char *var, *repl;
-    kl_edits *e;
-    kl_status st;
-} subst_scan;
-
-static bool subst_visit(TSNode n, void *user)
-{
-    subst_scan *s = user;
-    if (s->st == KL_OK && rt_is(n, "identifier") && rt_text_is(s->ctx, n, s->var))
-        s->st = kl_edits_add(s->e, ts_node_start_byte(n), ts_node_end_byte(n), s->repl);
-    return s->st == KL_OK;
-}
-
 static char *subst_text(const kl_rule_ctx *ctx, TSNode n, const char *var, const char *repl)
 {
     kl_edits e = {0};
-    subst_scan s = {ctx, var, repl, &e, KL_OK};
-    rt_walk(n, subst_visit, &s);
     char *text = NULL;
     kl_error err = {0};
-    if (s.st != KL_OK ||
+    if (kl_edits_rename(ctx, n, var, repl, &e) != KL_OK ||
         kl_edits_apply_range(&e, ctx->text, ts_node_start_byte(n), ts_node_end_byte(n), &text, &err) != KL_OK)
         text = NULL;
     kl_edits_release(&e);

@@ -282,9 +282,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
     acc_run r = {out, NULL, NULL, err, false};
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &r, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, &r, err);
-    return st;
+    return kl_rules_each_gpu_function(ctx, visit, &r, err);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)

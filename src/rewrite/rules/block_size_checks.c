@@ -200,13 +200,7 @@ static void check_loop(const kl_source *src, TSNode fn, TSNode loop, const kl_so
     char *st = kl_node_text(src, step);
     if (!var || !st) goto done;
     /* the start: `int v = S` or `v = S` */
-    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
-    if (rt_is(init, "declaration")) {
-        TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
-        if (rt_is(d, "init_declarator")) start = ts_node_child_by_field_name(d, "value", 5);
-    } else if (rt_is(init, "assignment_expression")) {
-        start = ts_node_child_by_field_name(init, "right", 5);
-    }
+    TSNode start = kl_loop_start(loop);
     TSNode body = kl_ast_function_body(fn);
     int tdim = ts_node_is_null(start) ? -1 : thread_dim(src, body, start, 0);
     char *stext = ts_node_is_null(start) ? NULL : kl_node_text(src, start);

@@ -38,14 +38,20 @@ const kl_rule *kl_rule_find(const char *name)
 
 /* ---- helpers for transforms --------------------------------------------------------------- */
 
-kl_status kl_rule_not_applicable(kl_error *err, const char *fmt, ...)
+static kl_status not_applicable_v(kl_error *err, const char *fmt, va_list ap)
 {
     char buf[KL_ERROR_MAX];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "not applicable: %s", buf);
+}
+
+kl_status kl_rule_not_applicable(kl_error *err, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    kl_status st = not_applicable_v(err, fmt, ap);
     va_end(ap);
-    return kl_error_set(err, KL_ERR_NOT_APPLICABLE, "not applicable: %s", buf);
+    return st;
 }
 
 void kl_site_id(char *buf, size_t size, const char *kernel, TSNode at, const char *what)
@@ -62,6 +68,12 @@ const kl_site *kl_sites_find(const kl_sites *s, const char *id, kl_site_dir dir)
     for (unsigned i = 0; i < s->count; i++)
         if (s->items[i].dir == dir && !strcmp(s->items[i].id, id)) return &s->items[i];
     return NULL;
+}
+
+kl_status kl_site_why_not(const kl_site *site, kl_error *err)
+{
+    const char *why = json_string_value(json_object_get(site->features, "why_not"));
+    return why ? kl_rule_not_applicable(err, "%s", why) : KL_OK;
 }
 
 static const kl_rule_param *rule_param(const kl_rule *rule, const char *name)
@@ -197,6 +209,21 @@ void kl_rules_line_range(const kl_rule_ctx *ctx, TSNode n, const char *marker, u
     }
 }
 
+void kl_rules_stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, const char *marker, uint32_t *start,
+                         uint32_t *end)
+{
+    rt_stmt_range(ctx, st, NULL, start, end);
+    if (*start == ts_node_start_byte(st)) return;
+    int li = ax ? kl_affine_loop_index(ax, st) : -1;
+    if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
+        *start = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
+    if (*start == 0) return;
+    uint32_t pa = kl_ast_line_start(ctx->text, *start - 1), p = pa;
+    while (p < *start && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
+    size_t ml = strlen(marker);
+    if (p + 3 + ml <= *start && !memcmp(ctx->text + p, "// ", 3) && !memcmp(ctx->text + p + 3, marker, ml)) *start = pa;
+}
+
 kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, kl_rules_fn_visit fn, void *user,
                                  kl_error *err)
 {
@@ -217,6 +244,26 @@ kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, 
         kl_affine_ctx_free(ax);
         free(name);
     }
+    return st;
+}
+
+kl_status kl_rules_each_gpu_function(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, kl_error *err)
+{
+    kl_status st = kl_rules_each_function(ctx, "__global__", fn, user, err);
+    return st == KL_OK ? kl_rules_each_function(ctx, "__device__", fn, user, err) : st;
+}
+
+kl_status kl_rules_run_site(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, struct rt_run *r, bool device,
+                            const char *fmt, ...)
+{
+    kl_status st = kl_rules_each_function(ctx, "__global__", fn, user, r->err);
+    if (st == KL_OK && device && !r->done) st = kl_rules_each_function(ctx, "__device__", fn, user, r->err);
+    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(r->err, st, "out of memory") : st;
+    if (r->done) return r->st;
+    va_list ap;
+    va_start(ap, fmt);
+    st = not_applicable_v(r->err, fmt, ap);
+    va_end(ap);
     return st;
 }
 

@@ -327,22 +327,6 @@ static kl_status append_to_list(const kl_rule_ctx *ctx, TSNode list, const char 
     return kl_edits_addf(out, at, at, "%s%s", empty ? "" : ", ", text);
 }
 
-typedef struct rename_walk {
-    const kl_rule_ctx *ctx;
-    const char *from, *to;
-    kl_edits *out;
-    kl_status st;
-} rename_walk;
-
-static bool rename_visit(TSNode n, void *user)
-{
-    rename_walk *r = user;
-    if (r->st != KL_OK) return false;
-    if (rt_is(n, "identifier") && rt_text_is(r->ctx, n, r->from))
-        r->st = kl_edits_add(r->out, ts_node_start_byte(n), ts_node_end_byte(n), r->to);
-    return true;
-}
-
 typedef struct call_walk {
     const kl_rule_ctx *ctx;
     const cm_site *s;
@@ -415,11 +399,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         char decl[200];
         kl_snprintf(decl, sizeof decl, "const %s*%s %s", s->elem, all_restrict(ctx, f) ? " __restrict__" : "", s->param);
         st = append_to_list(ctx, f->params, decl, out);
-        if (st == KL_OK && strcmp(s->param, s->sym)) {
-            rename_walk r = {ctx, s->sym, s->param, out, KL_OK};
-            rt_walk(f->body, rename_visit, &r);
-            st = r.st;
-        }
+        if (st == KL_OK && strcmp(s->param, s->sym)) st = kl_edits_rename(ctx, f->body, s->sym, s->param, out);
         if (st == KL_OK) {
             call_walk c = {ctx, s, out, KL_OK};
             rt_walk(f->body, call_visit, &c);

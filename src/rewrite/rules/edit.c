@@ -21,6 +21,29 @@ kl_status kl_edits_add(kl_edits *e, uint32_t start, uint32_t end, const char *te
     return KL_OK;
 }
 
+typedef struct rename_scan {
+    const kl_rule_ctx *ctx;
+    const char *name, *to;
+    kl_edits *out;
+    kl_status st;
+} rename_scan;
+
+static bool rename_visit(TSNode n, void *user)
+{
+    rename_scan *r = user;
+    if (r->st != KL_OK) return false;
+    if (!strcmp(ts_node_type(n), "identifier") && kl_node_text_is(r->ctx->src, n, r->name))
+        r->st = kl_edits_add(r->out, ts_node_start_byte(n), ts_node_end_byte(n), r->to);
+    return true;
+}
+
+kl_status kl_edits_rename(const kl_rule_ctx *ctx, TSNode n, const char *name, const char *to, kl_edits *out)
+{
+    rename_scan r = {ctx, name, to, out, KL_OK};
+    kl_ast_walk(n, rename_visit, &r);
+    return r.st;
+}
+
 kl_status kl_edits_addf(kl_edits *e, uint32_t start, uint32_t end, const char *fmt, ...)
 {
     kl_strbuf sb = KL_STRBUF_INIT;

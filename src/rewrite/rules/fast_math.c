@@ -204,9 +204,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, out, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, out, err);
-    return st;
+    return kl_rules_each_gpu_function(ctx, visit, out, err);
 }
 
 typedef struct fm_run {
@@ -230,8 +228,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, bool present, kl_edits *out, kl_error *err)
 {
     fm_run r = {site, present, out, KL_OK};
-    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", run_visit, &r, err);
+    kl_status st = kl_rules_each_gpu_function(ctx, run_visit, &r, err);
     if (st == KL_ERR_NOMEM) return kl_error_set(err, st, "out of memory");
     if (st == KL_OK && out->count == 0) return kl_rule_not_applicable(err, "nothing to rewrite in %s", site->kernel);
     return st;

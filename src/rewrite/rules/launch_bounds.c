@@ -195,8 +195,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
+    kl_status refused = kl_site_why_not(site, err);
+    if (refused != KL_OK) return refused;
     const char *text = json_string_value(json_object_get(site->features, "threads_text"));
     json_int_t threads = json_integer_value(json_object_get(site->features, "threads"));
     if (!text || threads <= 0) return kl_rule_not_applicable(err, "the block size of %s is unknown", site->kernel);

@@ -102,6 +102,28 @@ typedef struct register_tile__rg_roles {
     bool c_rowx;           /* C's row is X */
 } register_tile__rg_roles;
 
+/* What remove writes in place of a recognised product, as texts (register_tile__rg_write): the
+ * one-output-per-thread shared-tile GEMM of the form smem-tile apply writes. */
+typedef struct register_tile__rg_text {
+    const register_tile__rg_operand *a, *b, *c;   /* A, B, C: their pointer and index cast */
+    const char *lda, *ldb, *ldc;                  /* their strides */
+    const char *m, *n, *k;                        /* the product's sizes */
+    const char *elem;                             /* the tiles' element type */
+    const char *acc_type, *acc, *acc_zero;        /* `acc_type acc = acc_zero;` */
+    const char *zero_a, *zero_b;                  /* the value of an element outside A, outside B */
+    const char *cvt_in, *cvt_out;                 /* "" or the conversion of a tile element to the product's
+                                                   * type, of the accumulator to C's */
+} register_tile__rg_text;
+
+/* How the elements of an accumulator array are written: updates `acc[..] += x * y` (the last one),
+ * zero fills `acc[..] = 0` (the last one's value), other writes; and whether blockIdx.z or
+ * gridDim.z is read (a batched or split product). */
+typedef struct register_tile__rg_acc_writes {
+    unsigned updates, fills, others;
+    TSNode update, fill;
+    bool zuse;
+} register_tile__rg_acc_writes;
+
 typedef struct register_tile__rf {
     TSNode acc_decl, call;
     const rt_func *helper;
@@ -139,6 +161,28 @@ bool register_tile__rg_zero(const kl_rule_ctx *ctx, TSNode v);
 bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g);
 int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, char *why, size_t size);
 bool register_tile__rg_same(const kl_rule_ctx *ctx, TSNode a, TSNode b);
+/* Is n an element of acc, `depth` subscripts deep? */
+bool register_tile__rg_acc_elem(const kl_rule_ctx *ctx, TSNode n, const char *acc, int depth);
+/* Count node n into w (register_tile__rg_acc_writes); _scan: every node of body, w cleared first. */
+void register_tile__rg_acc_note(const kl_rule_ctx *ctx, TSNode n, const char *acc, int depth, register_tile__rg_acc_writes *w);
+void register_tile__rg_acc_scan(const kl_rule_ctx *ctx, TSNode body, const char *acc, int depth, register_tile__rg_acc_writes *w);
+/* Is n inside the first branch of `if (T)` (in_else: its else branch), T a template parameter of f? */
+bool register_tile__in_template_if(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, bool in_else);
+/* The guards under which n runs in f (conditions `x < bound` of enclosing `?:` and `if`s, skipped
+ * cases of earlier `if (c) continue;`); false when n sits in an else branch (template_else: other
+ * than that of a template `if (T)`). */
+bool register_tile__rg_guards(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, bool template_else,
+                              register_tile__rg_guard *g, unsigned *ng);
+/* The roles of op[0..2] (two reads, the store) from their bounds as text (bx[k], by[k]): the bound
+ * the reads share is K, M pairs A with C's row, N B with C's column; not applicable when no
+ * assignment fits or several do. */
+kl_status register_tile__rg_solve(const register_tile__rg_operand op[3], const char *const bx[3], const char *const by[3],
+                                  register_tile__rg_roles *out, kl_error *err);
+/* Replace f's body with t's product in roles r and relaunch f over C (Mb, Nb: its bounds of C's rows
+ * and columns; no_smem: a dynamic shared memory size becomes 0). */
+kl_status register_tile__rg_write(const kl_rule_ctx *ctx, const rt_func *f, const register_tile__rg_roles *r,
+                                  const register_tile__rg_text *t, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
+                                  kl_error *err);
 void register_tile__rg_name(const kl_rule_ctx *ctx, const rt_func *f, const char *base, char *out, size_t size);
 kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, kl_edits *out, kl_error *err);
 kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rt_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,

@@ -26,55 +26,22 @@
  */
 
 
-static bool rf_is_acc3(const kl_rule_ctx *ctx, TSNode n, const char *acc)
-{
-    int depth = 0;
-    while (rt_is(n, "subscript_expression")) n = tt_field(n, "argument"), depth++;
-    return depth == 3 && rt_text_is(ctx, n, acc);
-}
-
-/* Is n inside the first branch of `if (T)` (else: inside its else branch) with T a template
- * parameter of f and an else branch? */
-static bool rf_template_if(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, bool in_else)
-{
-    if (!f->templated) return false;
-    TSNode tp = tt_field(f->outer, "parameters");
-    for (TSNode ch = n, p = tt_parent(n); !ts_node_is_null(p) && !ts_node_eq(ch, f->body); ch = p, p = tt_parent(p)) {
-        if (!rt_is(p, "if_statement") || ts_node_is_null(tt_field(p, "alternative"))) continue;
-        if (!ts_node_eq(ch, tt_field(p, in_else ? "alternative" : "consequence"))) continue;
-        TSNode c = register_tile__rg_strip(tt_field(tt_field(p, "condition"), "value"));
-        if (ts_node_is_null(c)) c = register_tile__rg_strip(tt_field(p, "condition"));
-        if (!rt_is(c, "identifier")) continue;
-        char name[64];
-        tt_copy_text(ctx, c, name, sizeof name);
-        if (!ts_node_is_null(tp) && tt_uses(ctx->text, ts_node_start_byte(tp), ts_node_end_byte(tp), name)) return true;
-    }
-    return false;
-}
-
 static bool rf_in_template_branch(const kl_rule_ctx *ctx, const rt_func *f, TSNode n)
 {
-    return rf_template_if(ctx, f, n, false);
+    return register_tile__in_template_if(ctx, f, n, false);
 }
 
-/* The guards of n as rg_guards, an else branch of a template `if (T)` allowed. */
-static bool rf_guards(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, register_tile__rg_guard *g, unsigned *ng)
+/* The value local `v` (an identifier) of f is initialised with, when f's body assigns it only in
+ * its declaration (`T v = value;`); a null node otherwise. */
+static TSNode rf_local_value(const kl_rule_ctx *ctx, const rt_func *f, TSNode v)
 {
-    *ng = 0;
-    TSNode ch = n;
-    for (TSNode p = tt_parent(n); !ts_node_is_null(p); ch = p, p = tt_parent(p)) {
-        if (rt_is(p, "conditional_expression") || rt_is(p, "if_statement")) {
-            if (ts_node_eq(ch, tt_field(p, "consequence"))) register_tile__rg_add_cond(ctx, tt_field(p, "condition"), false, g, ng);
-            else if (ts_node_eq(ch, tt_field(p, "alternative")) && !rf_template_if(ctx, f, ch, true)) return false;
-        } else if (rt_is(p, "compound_statement")) {
-            for (TSNode s = rt_prev_stmt(ch); !ts_node_is_null(s); s = rt_prev_stmt(s)) {
-                TSNode c;
-                if (register_tile__rg_skip_if(ctx, s, &c)) register_tile__rg_add_cond(ctx, c, true, g, ng);
-            }
-        }
-        if (ts_node_eq(p, f->body)) break;
-    }
-    return true;
+    char name[64], pat[96];
+    if (!rt_text_copy(ctx, v, name, sizeof name)) return (TSNode){0};
+    kl_snprintf(pat, sizeof pat, "%s =", name);
+    uint32_t ms[2], me[2];
+    if (tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 2) != 1) return (TSNode){0};
+    TSNode d = tt_parent(ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], ms[0] + (uint32_t)strlen(name)));
+    return rt_is(d, "init_declarator") ? tt_field(d, "value") : (TSNode){0};
 }
 
 /* A zero: a literal 0, E(0.0f), __float2bfloat16(0.0f) / __float2half(0.0f), or a local of f
@@ -88,42 +55,10 @@ static bool rf_zero(const kl_rule_ctx *ctx, const rt_func *f, TSNode v, int dept
         return tt_child_count(args) == 1 && register_tile__rg_zero(ctx, tt_child(args, 0));
     }
     if (rt_is(v, "identifier") && depth == 0) {
-        char name[64], pat[96];
-        tt_copy_text(ctx, v, name, sizeof name);
-        kl_snprintf(pat, sizeof pat, "%s =", name);
-        uint32_t ms[2], me[2];
-        if (tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 2) != 1) return false;
-        TSNode d = tt_parent(ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], ms[0] + (uint32_t)strlen(name)));
-        if (!rt_is(d, "init_declarator")) return false;
-        return rf_zero(ctx, f, tt_field(d, "value"), 1);
+        TSNode value = rf_local_value(ctx, f, v);
+        return !ts_node_is_null(value) && rf_zero(ctx, f, value, 1);
     }
     return false;
-}
-
-typedef struct rf_walk {
-    const kl_rule_ctx *ctx;
-    const rt_func *f;
-    const char *acc;
-    unsigned updates, fills, others;
-    bool zuse;
-} rf_walk;
-
-static bool rf_visit(TSNode n, void *user)
-{
-    rf_walk *w = user;
-    const kl_rule_ctx *ctx = w->ctx;
-    if (rt_is_builtin(ctx, n, "blockIdx", 'z') || rt_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
-    if (rt_is(n, "assignment_expression") && rf_is_acc3(ctx, tt_field(n, "left"), w->acc)) {
-        TSNode r = register_tile__rg_strip(tt_field(n, "right"));
-        if (rt_text_is(ctx, tt_field(n, "operator"), "+=") && rt_is(r, "binary_expression") &&
-            rt_text_is(ctx, tt_field(r, "operator"), "*"))
-            w->updates++;
-        else if (rt_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r))
-            w->fills++;
-        else
-            w->others++;
-    }
-    return true;
 }
 
 /* Is there a fragment tile in f? Fills acc_decl and acc. */
@@ -148,8 +83,8 @@ bool register_tile__rf_detect(const kl_rule_ctx *ctx, const rt_func *f, register
         break;
     }
     if (ts_node_is_null(r->acc_decl)) return false;
-    rf_walk w = {.ctx = ctx, .f = f, .acc = r->acc};
-    rt_walk(f->body, rf_visit, &w);
+    register_tile__rg_acc_writes w;
+    register_tile__rg_acc_scan(ctx, f->body, r->acc, 3, &w);
     return w.updates == 1;
 }
 
@@ -272,7 +207,7 @@ static bool rf_read(const kl_rule_ctx *ctx, const rt_func *g, const char *name, 
     kl_snprintf(o->ptr, sizeof o->ptr, "%s", name);
     register_tile__rg_guard gs[RG_MAXG];
     unsigned ng;
-    if (!rf_guards(ctx, g, read, gs, &ng)) {
+    if (!register_tile__rg_guards(ctx, g, read, true, gs, &ng)) {
         kl_snprintf(why, size, "the read at line %u sits in an else branch", l);
         return false;
     }
@@ -294,15 +229,10 @@ static bool rf_value(const kl_rule_ctx *ctx, const rt_func *f, const register_ti
         if (!known) return false;
         v = register_tile__rg_strip(tt_child(args, 0));
     }
-    if (rf_is_acc3(ctx, v, r->acc)) return true;
+    if (register_tile__rg_acc_elem(ctx, v, r->acc, 3)) return true;
     if (!rt_is(v, "identifier")) return false;
-    char name[64], pat[96];
-    tt_copy_text(ctx, v, name, sizeof name);
-    kl_snprintf(pat, sizeof pat, "%s =", name);
-    uint32_t ms[2], me[2];
-    if (tt_find(ctx->text, ts_node_start_byte(f->body), ts_node_end_byte(f->body), pat, ms, me, 2) != 1) return false;
-    TSNode d = tt_parent(ts_node_descendant_for_byte_range(kl_source_root(ctx->src), ms[0], ms[0] + (uint32_t)strlen(name)));
-    return rt_is(d, "init_declarator") && rf_is_acc3(ctx, register_tile__rg_strip(tt_field(d, "value")), r->acc);
+    TSNode value = rf_local_value(ctx, f, v);
+    return !ts_node_is_null(value) && register_tile__rg_acc_elem(ctx, register_tile__rg_strip(value), r->acc, 3);
 }
 
 /* The stores: every element write of C in f (directly or through one local `T* d = C + idx;`),
@@ -393,7 +323,7 @@ static bool rf_stores(const kl_rule_ctx *ctx, const rt_func *f, register_tile__r
             kl_snprintf(o.ptr, sizeof o.ptr, "%s", C);
             register_tile__rg_guard gs[RG_MAXG];
             unsigned ng;
-            if (!rf_guards(ctx, f, tt_parent(as), gs, &ng)) {
+            if (!register_tile__rg_guards(ctx, f, tt_parent(as), true, gs, &ng)) {
                 kl_snprintf(why, size, "the store at line %u sits in an else branch", wl);
                 return false;
             }
@@ -422,8 +352,8 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt
                       size_t size)
 {
     unsigned line = ts_node_start_point(r->acc_decl).row + 1;
-    rf_walk w = {.ctx = ctx, .f = f, .acc = r->acc};
-    rt_walk(f->body, rf_visit, &w);
+    register_tile__rg_acc_writes w;
+    register_tile__rg_acc_scan(ctx, f->body, r->acc, 3, &w);
     if (w.zuse) {
         kl_snprintf(why, size, "%s uses blockIdx.z / gridDim.z (a batched or split product)", f->name);
         return 0;
@@ -548,29 +478,6 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt
     return 1;
 }
 
-/* The roles: a bound text shared by the reads is K; M pairs A with C's row, N B with C's column. */
-static int rf_solve(const register_tile__rf *g, register_tile__rg_roles *out)
-{
-    int found = 0;
-    for (int a = 0; a < 2; a++)
-        for (int akx = 0; akx < 2; akx++)
-            for (int bkx = 0; bkx < 2; bkx++)
-                for (int crx = 0; crx < 2; crx++) {
-                    int b = 1 - a;
-                    const char *ak = akx ? g->bx[a] : g->by[a], *am = akx ? g->by[a] : g->bx[a];
-                    const char *bk = bkx ? g->bx[b] : g->by[b], *bn = bkx ? g->by[b] : g->bx[b];
-                    const char *cm = crx ? g->bx[2] : g->by[2], *cn = crx ? g->by[2] : g->bx[2];
-                    if (strcmp(ak, bk) || strcmp(am, cm) || strcmp(bn, cn)) continue;
-                    register_tile__rg_roles r = {a, akx, bkx, crx};
-                    if (a == 1) r = (register_tile__rg_roles){0, bkx, akx, !crx};
-                    if (found && r.a == out->a && r.a_kx == out->a_kx && r.b_kx == out->b_kx && r.c_rowx == out->c_rowx) continue;
-                    if (found) return 2;
-                    *out = r;
-                    found = 1;
-                }
-    return found;
-}
-
 /* The conversion of a 16-bit element to float for the product ("" for float). */
 static const char *rf_cvt_in(const char *elem)
 {
@@ -585,18 +492,10 @@ kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rt_func *
     char why[320];
     if (!register_tile__rf_analyse(ctx, f, fs, nf, g, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     register_tile__rg_roles r;
-    int ns = rf_solve(g, &r);
-    if (ns != 1)
-        return kl_rule_not_applicable(err,
-                                      ns ? "the bounds of %s, %s and %s do not tell M, N and K apart (the same text "
-                                           "bounds two dimensions)"
-                                         : "the bounds of %s, %s and %s are not those of one product (A: M x K, B: K x N, "
-                                           "C: M x N)",
-                                      g->op[0].ptr, g->op[1].ptr, g->op[2].ptr);
+    const char *const bx[3] = {g->bx[0], g->bx[1], g->bx[2]}, *const by[3] = {g->by[0], g->by[1], g->by[2]};
+    kl_status st = register_tile__rg_solve(g->op, bx, by, &r, err);
+    if (st != KL_OK) return st;
     int ia = r.a, ib = 1 - r.a;
-    const register_tile__rg_operand *A = &g->op[ia], *B = &g->op[ib], *C = &g->op[2];
-    const char *M = r.a_kx ? g->by[ia] : g->bx[ia], *K = r.a_kx ? g->bx[ia] : g->by[ia];
-    const char *N = r.b_kx ? g->by[ib] : g->bx[ib];
     TSNode Mb = r.a_kx ? g->kby[ia] : g->kbx[ia], Nb = r.b_kx ? g->kby[ib] : g->kbx[ib];
     if (ts_node_is_null(Mb) || ts_node_is_null(Nb)) {
         Mb = r.c_rowx ? g->kbx[2] : g->kby[2];
@@ -608,58 +507,14 @@ kl_status register_tile__rf_remove_edits(const kl_rule_ctx *ctx, const rt_func *
             return kl_rule_not_applicable(err, "%s has __launch_bounds__: remove launch-bounds first (the new block is %d x %d)",
                                           f->name, RG_TILE, RG_TILE);
     }
-    char row[32], col[32], k0[32], kk[32], as[32], bs[32], acc[32];
-    register_tile__rg_name(ctx, f, "row", row, sizeof row);
-    register_tile__rg_name(ctx, f, "col", col, sizeof col);
-    register_tile__rg_name(ctx, f, "k0", k0, sizeof k0);
-    register_tile__rg_name(ctx, f, "kk", kk, sizeof kk);
-    register_tile__rg_name(ctx, f, "As", as, sizeof as);
-    register_tile__rg_name(ctx, f, "Bs", bs, sizeof bs);
+    char acc[32], zero[96];
     register_tile__rg_name(ctx, f, "acc", acc, sizeof acc);
     const char *cvt = rf_cvt_in(g->elem);
-    char zero[96];
     if (cvt[0]) kl_snprintf(zero, sizeof zero, "%s(0.0f)", g->elem);
     else kl_snprintf(zero, sizeof zero, "0.0f");
-    char ind[64];
-    rt_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
-    char ak[64], bk[64], aidx[400], bidx[400], cidx[400];
-    kl_snprintf(ak, sizeof ak, "(%s + threadIdx.x)", k0);
-    kl_snprintf(bk, sizeof bk, "(%s + threadIdx.y)", k0);
-    if (r.a_kx) kl_snprintf(aidx, sizeof aidx, "%s%s * %s + %s", A->cast, ak, g->ld[ia], row);
-    else kl_snprintf(aidx, sizeof aidx, "%s%s * %s + %s", A->cast, row, g->ld[ia], ak);
-    if (r.b_kx) kl_snprintf(bidx, sizeof bidx, "%s%s * %s + %s", B->cast, bk, g->ld[ib], col);
-    else kl_snprintf(bidx, sizeof bidx, "%s%s * %s + %s", B->cast, col, g->ld[ib], bk);
-    if (r.c_rowx) kl_snprintf(cidx, sizeof cidx, "%s%s * %s + %s", C->cast, row, g->ld[2], col);
-    else kl_snprintf(cidx, sizeof cidx, "%s%s * %s + %s", C->cast, col, g->ld[2], row);
-    const char *i1 = ind;
-    kl_strbuf sb = KL_STRBUF_INIT;
-    kl_strbuf_addf(&sb, "{\n%s    // smem-tile: %d x %d tiles of %s and %s in shared memory (one output per thread)\n", i1, RG_TILE,
-                   RG_TILE, A->ptr, B->ptr);
-    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, g->elem, as, RG_TILE, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, g->elem, bs, RG_TILE, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.y * %d + threadIdx.y;\n", i1, row, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.x * %d + threadIdx.x;\n", i1, col, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    float %s = 0.0f;\n", i1, acc);
-    kl_strbuf_addf(&sb, "%s    for (int %s = 0; %s < %s; %s += %d) {\n", i1, k0, k0, K, k0, RG_TILE);
-    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s < %s && %s + threadIdx.x < %s ? %s[%s] : %s;\n", i1, as,
-                   row, M, k0, K, A->ptr, aidx, zero);
-    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s + threadIdx.y < %s && %s < %s ? %s[%s] : %s;\n", i1, bs,
-                   k0, K, col, N, B->ptr, bidx, zero);
-    kl_strbuf_addf(&sb, "%s        __syncthreads();\n", i1);
-    kl_strbuf_addf(&sb, "%s        for (int %s = 0; %s < %d; %s++) {\n", i1, kk, kk, RG_TILE, kk);
-    if (cvt[0])
-        kl_strbuf_addf(&sb, "%s            %s += %s(%s[threadIdx.y][%s]) * %s(%s[%s][threadIdx.x]);\n", i1, acc, cvt, as, kk, cvt,
-                       bs, kk);
-    else
-        kl_strbuf_addf(&sb, "%s            %s += %s[threadIdx.y][%s] * %s[%s][threadIdx.x];\n", i1, acc, as, kk, bs, kk);
-    kl_strbuf_addf(&sb, "%s        }\n%s        __syncthreads();\n%s    }\n", i1, i1, i1);
-    kl_strbuf_addf(&sb, "%s    if (%s < %s && %s < %s) {\n%s        %s[%s] = %s%s%s%s;\n%s    }\n%s}", i1, row, M, col, N, i1,
-                   C->ptr, cidx, g->cvt_out, g->cvt_out[0] ? "(" : "", acc, g->cvt_out[0] ? ")" : "", i1, i1);
-    kl_status st;
-    if (sb.failed) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-    else st = kl_edits_add(out, ts_node_start_byte(f->body), ts_node_end_byte(f->body), kl_strbuf_str(&sb));
-    kl_strbuf_release(&sb);
-    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
-    return register_tile__rg_relaunch(ctx, f, Mb, Nb, true, out, err);
+    register_tile__rg_text t = {.a = &g->op[ia], .b = &g->op[ib], .c = &g->op[2], .lda = g->ld[ia], .ldb = g->ld[ib],
+                                .ldc = g->ld[2], .m = r.a_kx ? g->by[ia] : g->bx[ia], .n = r.b_kx ? g->by[ib] : g->bx[ib],
+                                .k = r.a_kx ? g->bx[ia] : g->by[ia], .elem = g->elem, .acc_type = "float", .acc = acc,
+                                .acc_zero = "0.0f", .zero_a = zero, .zero_b = zero, .cvt_in = cvt, .cvt_out = g->cvt_out};
+    return register_tile__rg_write(ctx, f, &r, &t, Mb, Nb, true, out, err);
 }
-

@@ -120,30 +120,50 @@ bool register_tile__rg_skip_if(const kl_rule_ctx *ctx, TSNode s, TSNode *cond)
     return true;
 }
 
-/* The guards under which node n runs, up to the function body: conditions of enclosing `?:`
- * and `if`s, and the skipped cases of earlier `if (c) continue;` / `return;` in the blocks
- * around it. False when n sits in an else branch. */
-static bool rg_guards(const kl_rule_ctx *ctx, TSNode n, TSNode body, register_tile__rg_guard *g, unsigned *ng)
+/* Is n inside the first branch of `if (T)` (in_else: inside its else branch) with T a template
+ * parameter of f and an else branch? */
+bool register_tile__in_template_if(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, bool in_else)
+{
+    if (!f->templated) return false;
+    TSNode tp = tt_field(f->outer, "parameters");
+    for (TSNode ch = n, p = tt_parent(n); !ts_node_is_null(p) && !ts_node_eq(ch, f->body); ch = p, p = tt_parent(p)) {
+        if (!rt_is(p, "if_statement") || ts_node_is_null(tt_field(p, "alternative"))) continue;
+        if (!ts_node_eq(ch, tt_field(p, in_else ? "alternative" : "consequence"))) continue;
+        TSNode c = register_tile__rg_strip(tt_field(tt_field(p, "condition"), "value"));
+        if (ts_node_is_null(c)) c = register_tile__rg_strip(tt_field(p, "condition"));
+        if (!rt_is(c, "identifier")) continue;
+        char name[64];
+        tt_copy_text(ctx, c, name, sizeof name);
+        if (!ts_node_is_null(tp) && tt_uses(ctx->text, ts_node_start_byte(tp), ts_node_end_byte(tp), name)) return true;
+    }
+    return false;
+}
+
+/* The guards under which node n runs, up to f's body: conditions of enclosing `?:` and `if`s,
+ * and the skipped cases of earlier `if (c) continue;` / `return;` in the blocks around it. False
+ * when n sits in an else branch (with template_else, other than that of a template `if (T)`). */
+bool register_tile__rg_guards(const kl_rule_ctx *ctx, const rt_func *f, TSNode n, bool template_else,
+                              register_tile__rg_guard *g, unsigned *ng)
 {
     *ng = 0;
     TSNode ch = n;
     for (TSNode p = tt_parent(n); !ts_node_is_null(p); ch = p, p = tt_parent(p)) {
         if (rt_is(p, "conditional_expression") || rt_is(p, "if_statement")) {
-            if (ts_node_eq(ch, tt_field(p, "consequence"))) register_tile__rg_add_cond(ctx, tt_field(p, "condition"), false, g, ng);
-            else if (ts_node_eq(ch, tt_field(p, "alternative"))) return false;
+            if (ts_node_eq(ch, tt_field(p, "consequence")))
+                register_tile__rg_add_cond(ctx, tt_field(p, "condition"), false, g, ng);
+            else if (ts_node_eq(ch, tt_field(p, "alternative")) &&
+                     !(template_else && register_tile__in_template_if(ctx, f, ch, true)))
+                return false;
         } else if (rt_is(p, "compound_statement")) {
             for (TSNode s = rt_prev_stmt(ch); !ts_node_is_null(s); s = rt_prev_stmt(s)) {
                 TSNode c;
                 if (register_tile__rg_skip_if(ctx, s, &c)) register_tile__rg_add_cond(ctx, c, true, g, ng);
             }
         }
-        if (ts_node_eq(p, body)) break;
+        if (ts_node_eq(p, f->body)) break;
     }
     return true;
 }
-
-bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg_operand *o, TSNode idx, const char *extra,
-                           const register_tile__rg_guard *g, unsigned ng, char *why, size_t size);
 
 /* index = X * LD + Y (X possibly cast), with X and Y bounded by guards. */
 bool register_tile__rg_operand_index(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg_operand *o, const register_tile__rg_guard *g, unsigned ng,
@@ -230,24 +250,6 @@ bool register_tile__rg_index_split(const kl_rule_ctx *ctx, const rt_func *f, reg
     return true;
 }
 
-typedef struct rg_walk {
-    const kl_rule_ctx *ctx;
-    const rt_func *f;
-    register_tile__rg *g;
-    unsigned updates, fills, others, zdims;
-    bool zuse;
-    TSNode bad;            /* a pointer use that is not a scalar subscript */
-    TSNode subs[8];
-    unsigned nsubs;
-} rg_walk;
-
-static bool rg_acc_elem(const kl_rule_ctx *ctx, TSNode n, const char *acc)
-{
-    int depth = 0;
-    while (rt_is(n, "subscript_expression")) n = tt_field(n, "argument"), depth++;
-    return depth == 2 && rt_text_is(ctx, n, acc);
-}
-
 bool register_tile__rg_zero(const kl_rule_ctx *ctx, TSNode v)
 {
     v = register_tile__rg_strip(v);
@@ -258,24 +260,66 @@ bool register_tile__rg_zero(const kl_rule_ctx *ctx, TSNode v)
     return strtod(t, NULL) == 0.0;
 }
 
+bool register_tile__rg_acc_elem(const kl_rule_ctx *ctx, TSNode n, const char *acc, int depth)
+{
+    int d = 0;
+    while (rt_is(n, "subscript_expression")) n = tt_field(n, "argument"), d++;
+    return d == depth && rt_text_is(ctx, n, acc);
+}
+
+void register_tile__rg_acc_note(const kl_rule_ctx *ctx, TSNode n, const char *acc, int depth, register_tile__rg_acc_writes *w)
+{
+    if (rt_is_builtin(ctx, n, "blockIdx", 'z') || rt_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
+    if (!rt_is(n, "assignment_expression") || !register_tile__rg_acc_elem(ctx, tt_field(n, "left"), acc, depth)) return;
+    TSNode r = register_tile__rg_strip(tt_field(n, "right"));
+    if (rt_text_is(ctx, tt_field(n, "operator"), "+=") && rt_is(r, "binary_expression") &&
+        rt_text_is(ctx, tt_field(r, "operator"), "*")) {
+        w->updates++;
+        w->update = n;
+    } else if (rt_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r)) {
+        w->fills++;
+        w->fill = r;
+    } else {
+        w->others++;
+    }
+}
+
+typedef struct rg_acc_scan {
+    const kl_rule_ctx *ctx;
+    const char *acc;
+    int depth;
+    register_tile__rg_acc_writes *w;
+} rg_acc_scan;
+
+static bool rg_acc_visit(TSNode n, void *user)
+{
+    rg_acc_scan *s = user;
+    register_tile__rg_acc_note(s->ctx, n, s->acc, s->depth, s->w);
+    return true;
+}
+
+void register_tile__rg_acc_scan(const kl_rule_ctx *ctx, TSNode body, const char *acc, int depth, register_tile__rg_acc_writes *w)
+{
+    memset(w, 0, sizeof *w);
+    rg_acc_scan s = {ctx, acc, depth, w};
+    rt_walk(body, rg_acc_visit, &s);
+}
+
+typedef struct rg_walk {
+    const kl_rule_ctx *ctx;
+    const rt_func *f;
+    register_tile__rg *g;
+    register_tile__rg_acc_writes acc;
+    TSNode bad;            /* a pointer use that is not a scalar subscript */
+    TSNode subs[8];
+    unsigned nsubs;
+} rg_walk;
+
 static bool rg_visit(TSNode n, void *user)
 {
     rg_walk *w = user;
     const kl_rule_ctx *ctx = w->ctx;
-    if (rt_is_builtin(ctx, n, "blockIdx", 'z') || rt_is_builtin(ctx, n, "gridDim", 'z')) w->zuse = true;
-    if (rt_is(n, "assignment_expression") && rg_acc_elem(ctx, tt_field(n, "left"), w->g->acc)) {
-        TSNode r = register_tile__rg_strip(tt_field(n, "right"));
-        if (rt_text_is(ctx, tt_field(n, "operator"), "+=") && rt_is(r, "binary_expression") &&
-            rt_text_is(ctx, tt_field(r, "operator"), "*")) {
-            w->updates++;
-            w->g->update = n;
-        } else if (rt_text_is(ctx, tt_field(n, "operator"), "=") && register_tile__rg_zero(ctx, r)) {
-            w->fills++;
-            w->g->fill = r;
-        } else {
-            w->others++;
-        }
-    }
+    register_tile__rg_acc_note(ctx, n, w->g->acc, 2, &w->acc);
     if (rt_is(n, "identifier")) {
         char name[64];
         tt_copy_text(ctx, n, name, sizeof name);
@@ -323,7 +367,9 @@ bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rt_func *f, register
     if (ts_node_is_null(g->acc_decl) || g->nshared != 2) return false;
     rg_walk w = {.ctx = ctx, .f = f, .g = g};
     rt_walk(f->body, rg_visit, &w);
-    return w.updates == 1;
+    g->update = w.acc.update;
+    g->fill = w.acc.fill;
+    return w.acc.updates == 1;
 }
 
 /* The full analysis of a detected tile: 1, or 0 with why. */
@@ -331,12 +377,14 @@ int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rt_func *f, register
 {
     rg_walk w = {.ctx = ctx, .f = f, .g = g};
     rt_walk(f->body, rg_visit, &w);
+    g->update = w.acc.update;
+    g->fill = w.acc.fill;
     unsigned line = ts_node_start_point(g->acc_decl).row + 1;
-    if (w.zuse) {
+    if (w.acc.zuse) {
         kl_snprintf(why, size, "%s uses blockIdx.z / gridDim.z (a batched or split product)", f->name);
         return 0;
     }
-    if (w.fills < 1 || w.others) {
+    if (w.acc.fills < 1 || w.acc.others) {
         kl_snprintf(why, size, "the accumulator %s (line %u) is not zero-filled then only updated", g->acc, line);
         return 0;
     }
@@ -417,7 +465,7 @@ int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rt_func *f, register
             }
             o = &g->op[2];
             stored = true;
-            if (!rg_guards(ctx, tt_parent(p), f->body, gs, &ng)) {
+            if (!register_tile__rg_guards(ctx, f, tt_parent(p), false, gs, &ng)) {
                 kl_snprintf(why, size, "the store at line %u sits in an else branch", l);
                 return 0;
             }
@@ -434,7 +482,7 @@ int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rt_func *f, register
                 return 0;
             }
             o->zero = register_tile__rg_strip(tt_field(c, "alternative"));
-            if (!rg_guards(ctx, s, f->body, gs, &ng)) {
+            if (!register_tile__rg_guards(ctx, f, s, false, gs, &ng)) {
                 kl_snprintf(why, size, "the read at line %u sits in an else branch", l);
                 return 0;
             }
@@ -464,27 +512,34 @@ bool register_tile__rg_same(const kl_rule_ctx *ctx, TSNode a, TSNode b)
     return !strcmp(x, y);
 }
 
-static int rg_solve(const kl_rule_ctx *ctx, const register_tile__rg *g, register_tile__rg_roles *out)
+kl_status register_tile__rg_solve(const register_tile__rg_operand op[3], const char *const bx[3], const char *const by[3],
+                                  register_tile__rg_roles *out, kl_error *err)
 {
     int found = 0;
     for (int a = 0; a < 2; a++)
         for (int akx = 0; akx < 2; akx++)
             for (int bkx = 0; bkx < 2; bkx++)
                 for (int crx = 0; crx < 2; crx++) {
-                    const register_tile__rg_operand *A = &g->op[a], *B = &g->op[1 - a], *C = &g->op[2];
-                    TSNode ak = akx ? A->bx : A->by, am = akx ? A->by : A->bx;
-                    TSNode bk = bkx ? B->bx : B->by, bn = bkx ? B->by : B->bx;
-                    TSNode cm = crx ? C->bx : C->by, cn = crx ? C->by : C->bx;
-                    if (!register_tile__rg_same(ctx, ak, bk) || !register_tile__rg_same(ctx, am, cm) || !register_tile__rg_same(ctx, bn, cn)) continue;
+                    int b = 1 - a;
+                    const char *ak = akx ? bx[a] : by[a], *am = akx ? by[a] : bx[a];
+                    const char *bk = bkx ? bx[b] : by[b], *bn = bkx ? by[b] : bx[b];
+                    const char *cm = crx ? bx[2] : by[2], *cn = crx ? by[2] : bx[2];
+                    if (strcmp(ak, bk) || strcmp(am, cm) || strcmp(bn, cn)) continue;
                     /* the swap of A and B with C transposed is the same product */
                     register_tile__rg_roles r = {a, akx, bkx, crx};
                     if (a == 1) r = (register_tile__rg_roles){0, bkx, akx, !crx};
                     if (found && r.a == out->a && r.a_kx == out->a_kx && r.b_kx == out->b_kx && r.c_rowx == out->c_rowx) continue;
-                    if (found) return 2;
+                    if (found++) goto refuse;
                     *out = r;
-                    found = 1;
                 }
-    return found;
+    if (found == 1) return KL_OK;
+refuse:
+    return kl_rule_not_applicable(err,
+                                  found ? "the bounds of %s, %s and %s do not tell M, N and K apart (the same text bounds "
+                                          "two dimensions)"
+                                        : "the bounds of %s, %s and %s are not those of one product (A: M x K, B: K x N, "
+                                          "C: M x N)",
+                                  op[0].ptr, op[1].ptr, op[2].ptr);
 }
 
 /* A name not taken by a parameter or a file-level constant: base, else kl_<base>. */
@@ -537,22 +592,84 @@ static bool rg_local_only_here(const kl_rule_ctx *ctx, const rt_func *f, const r
     return rt_count_ident(ctx, l->host.body, name) == uses + 1;
 }
 
-kl_status register_tile__rg_relaunch(const kl_rule_ctx *ctx, const rt_func *f, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
-                             kl_error *err);
+/* "cast x * ld + y": an index of the written kernel. */
+static void rg_index(kl_strbuf *sb, const char *cast, const char *x, const char *ld, const char *y)
+{
+    kl_strbuf_addf(sb, "%s%s * %s + %s", cast, x, ld, y);
+}
+
+kl_status register_tile__rg_write(const kl_rule_ctx *ctx, const rt_func *f, const register_tile__rg_roles *r,
+                                  const register_tile__rg_text *t, TSNode Mb, TSNode Nb, bool no_smem, kl_edits *out,
+                                  kl_error *err)
+{
+    const register_tile__rg_operand *A = t->a, *B = t->b, *C = t->c;
+    char row[32], col[32], k0[32], kk[32], as[32], bs[32];
+    register_tile__rg_name(ctx, f, "row", row, sizeof row);
+    register_tile__rg_name(ctx, f, "col", col, sizeof col);
+    register_tile__rg_name(ctx, f, "k0", k0, sizeof k0);
+    register_tile__rg_name(ctx, f, "kk", kk, sizeof kk);
+    register_tile__rg_name(ctx, f, "As", as, sizeof as);
+    register_tile__rg_name(ctx, f, "Bs", bs, sizeof bs);
+    char ind[64], ak[64], bk[64];
+    rt_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
+    kl_snprintf(ak, sizeof ak, "(%s + threadIdx.x)", k0);
+    kl_snprintf(bk, sizeof bk, "(%s + threadIdx.y)", k0);
+    const char *i1 = ind, *acc = t->acc;
+    kl_strbuf sb = KL_STRBUF_INIT;
+    kl_strbuf_addf(&sb, "{\n%s    // smem-tile: %d x %d tiles of %s and %s in shared memory (one output per thread)\n", i1, RG_TILE,
+                   RG_TILE, A->ptr, B->ptr);
+    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, t->elem, as, RG_TILE, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, t->elem, bs, RG_TILE, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.y * %d + threadIdx.y;\n", i1, row, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.x * %d + threadIdx.x;\n", i1, col, RG_TILE);
+    kl_strbuf_addf(&sb, "%s    %s %s = %s;\n", i1, t->acc_type, acc, t->acc_zero);
+    kl_strbuf_addf(&sb, "%s    for (int %s = 0; %s < %s; %s += %d) {\n", i1, k0, k0, t->k, k0, RG_TILE);
+    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s < %s && %s + threadIdx.x < %s ? %s[", i1, as, row, t->m,
+                   k0, t->k, A->ptr);
+    if (r->a_kx) rg_index(&sb, A->cast, ak, t->lda, row);
+    else rg_index(&sb, A->cast, row, t->lda, ak);
+    kl_strbuf_addf(&sb, "] : %s;\n", t->zero_a);
+    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s + threadIdx.y < %s && %s < %s ? %s[", i1, bs, k0, t->k,
+                   col, t->n, B->ptr);
+    if (r->b_kx) rg_index(&sb, B->cast, bk, t->ldb, col);
+    else rg_index(&sb, B->cast, col, t->ldb, bk);
+    kl_strbuf_addf(&sb, "] : %s;\n", t->zero_b);
+    kl_strbuf_addf(&sb, "%s        __syncthreads();\n", i1);
+    kl_strbuf_addf(&sb, "%s        for (int %s = 0; %s < %d; %s++) {\n", i1, kk, kk, RG_TILE, kk);
+    if (t->cvt_in[0])
+        kl_strbuf_addf(&sb, "%s            %s += %s(%s[threadIdx.y][%s]) * %s(%s[%s][threadIdx.x]);\n", i1, acc, t->cvt_in, as,
+                       kk, t->cvt_in, bs, kk);
+    else
+        kl_strbuf_addf(&sb, "%s            %s += %s[threadIdx.y][%s] * %s[%s][threadIdx.x];\n", i1, acc, as, kk, bs, kk);
+    kl_strbuf_addf(&sb, "%s        }\n%s        __syncthreads();\n%s    }\n", i1, i1, i1);
+    kl_strbuf_addf(&sb, "%s    if (%s < %s && %s < %s) {\n%s        %s[", i1, row, t->m, col, t->n, i1, C->ptr);
+    if (r->c_rowx) rg_index(&sb, C->cast, row, t->ldc, col);
+    else rg_index(&sb, C->cast, col, t->ldc, row);
+    if (t->cvt_out[0]) kl_strbuf_addf(&sb, "] = %s(%s);\n", t->cvt_out, acc);
+    else kl_strbuf_addf(&sb, "] = %s;\n", acc);
+    kl_strbuf_addf(&sb, "%s    }\n%s}", i1, i1);
+    kl_status st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(f->body), ts_node_end_byte(f->body), kl_strbuf_str(&sb));
+    kl_strbuf_release(&sb);
+    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
+    return register_tile__rg_relaunch(ctx, f, Mb, Nb, no_smem, out, err);
+}
 
 kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, kl_edits *out, kl_error *err)
 {
     char why[320];
     if (!register_tile__rg_analyse(ctx, f, g, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
+    /* the bounds as text, compared without blanks and outer parentheses */
+    char *bounds[6] = {0};
+    kl_status st = KL_OK;
+    for (unsigned k = 0; k < 3; k++) {
+        bounds[k] = rt_text_unblank(ctx, register_tile__rg_strip(g->op[k].bx));
+        bounds[3 + k] = rt_text_unblank(ctx, register_tile__rg_strip(g->op[k].by));
+        if (!bounds[k] || !bounds[3 + k]) st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    }
     register_tile__rg_roles r;
-    int ns = rg_solve(ctx, g, &r);
-    if (ns != 1)
-        return kl_rule_not_applicable(err,
-                                      ns ? "the bounds of %s, %s and %s do not tell M, N and K apart (the same text "
-                                           "bounds two dimensions)"
-                                         : "the bounds of %s, %s and %s are not those of one product (A: M x K, B: K x N, "
-                                           "C: M x N)",
-                                      g->op[0].ptr, g->op[1].ptr, g->op[2].ptr);
+    if (st == KL_OK) st = register_tile__rg_solve(g->op, (const char *const *)bounds, (const char *const *)bounds + 3, &r, err);
+    for (unsigned k = 0; k < 6; k++) free(bounds[k]);
+    if (st != KL_OK) return st;
     const register_tile__rg_operand *A = &g->op[r.a], *B = &g->op[1 - r.a], *C = &g->op[2];
     TSNode Mb = r.a_kx ? A->by : A->bx, Kb = r.a_kx ? A->bx : A->by, Nb = r.b_kx ? B->by : B->bx;
     /* __launch_bounds__ must allow the new block */
@@ -576,64 +693,17 @@ kl_status register_tile__rg_remove_edits(const kl_rule_ctx *ctx, const rt_func *
                                                    "output per thread", t, f->name, RG_TILE, RG_TILE);
         }
     }
-    char row[32], col[32], k0[32], kk[32], as[32], bs[32];
-    register_tile__rg_name(ctx, f, "row", row, sizeof row);
-    register_tile__rg_name(ctx, f, "col", col, sizeof col);
-    register_tile__rg_name(ctx, f, "k0", k0, sizeof k0);
-    register_tile__rg_name(ctx, f, "kk", kk, sizeof kk);
-    register_tile__rg_name(ctx, f, "As", as, sizeof as);
-    register_tile__rg_name(ctx, f, "Bs", bs, sizeof bs);
     char *M = rt_text(ctx, Mb), *N = rt_text(ctx, Nb), *K = rt_text(ctx, Kb);
     char *lda = rt_text(ctx, A->ld), *ldb = rt_text(ctx, B->ld), *ldc = rt_text(ctx, C->ld);
     char *za = rt_text(ctx, A->zero), *zb = rt_text(ctx, B->zero), *zacc = rt_text(ctx, g->fill);
-    kl_strbuf sb = KL_STRBUF_INIT;
-    kl_status st = KL_OK;
     if (!M || !N || !K || !lda || !ldb || !ldc || !za || !zb || !zacc) {
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        goto cleanup;
+    } else {
+        register_tile__rg_text t = {.a = A, .b = B, .c = C, .lda = lda, .ldb = ldb, .ldc = ldc, .m = M, .n = N, .k = K,
+                                    .elem = g->elem, .acc_type = g->acc_type, .acc = g->acc, .acc_zero = zacc,
+                                    .zero_a = za, .zero_b = zb, .cvt_in = "", .cvt_out = ""};
+        st = register_tile__rg_write(ctx, f, &r, &t, Mb, Nb, false, out, err);
     }
-    char ind[64];
-    rt_indent_of(ctx, ts_node_start_byte(f->def), ind, sizeof ind);
-    char ak[64], bk[64], aidx[400], bidx[400], cidx[400];
-    kl_snprintf(ak, sizeof ak, "(%s + threadIdx.x)", k0);
-    kl_snprintf(bk, sizeof bk, "(%s + threadIdx.y)", k0);
-    if (r.a_kx) kl_snprintf(aidx, sizeof aidx, "%s%s * %s + %s", A->cast, ak, lda, row);
-    else kl_snprintf(aidx, sizeof aidx, "%s%s * %s + %s", A->cast, row, lda, ak);
-    if (r.b_kx) kl_snprintf(bidx, sizeof bidx, "%s%s * %s + %s", B->cast, bk, ldb, col);
-    else kl_snprintf(bidx, sizeof bidx, "%s%s * %s + %s", B->cast, col, ldb, bk);
-    if (r.c_rowx) kl_snprintf(cidx, sizeof cidx, "%s%s * %s + %s", C->cast, row, ldc, col);
-    else kl_snprintf(cidx, sizeof cidx, "%s%s * %s + %s", C->cast, col, ldc, row);
-    const char *i1 = ind;
-    kl_strbuf_addf(&sb, "{\n%s    // smem-tile: %d x %d tiles of %s and %s in shared memory (one output per thread)\n", i1, RG_TILE,
-                   RG_TILE, A->ptr, B->ptr);
-    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, g->elem, as, RG_TILE, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    __shared__ %s %s[%d][%d];\n", i1, g->elem, bs, RG_TILE, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.y * %d + threadIdx.y;\n", i1, row, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    const int %s = blockIdx.x * %d + threadIdx.x;\n", i1, col, RG_TILE);
-    kl_strbuf_addf(&sb, "%s    %s %s = %s;\n", i1, g->acc_type, g->acc, zacc);
-    kl_strbuf_addf(&sb, "%s    for (int %s = 0; %s < %s; %s += %d) {\n", i1, k0, k0, K, k0, RG_TILE);
-    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s < %s && %s + threadIdx.x < %s ? %s[%s] : %s;\n", i1, as,
-                   row, M, k0, K, A->ptr, aidx, za);
-    kl_strbuf_addf(&sb, "%s        %s[threadIdx.y][threadIdx.x] = %s + threadIdx.y < %s && %s < %s ? %s[%s] : %s;\n", i1, bs,
-                   k0, K, col, N, B->ptr, bidx, zb);
-    kl_strbuf_addf(&sb, "%s        __syncthreads();\n", i1);
-    kl_strbuf_addf(&sb, "%s        for (int %s = 0; %s < %d; %s++) {\n", i1, kk, kk, RG_TILE, kk);
-    kl_strbuf_addf(&sb, "%s            %s += %s[threadIdx.y][%s] * %s[%s][threadIdx.x];\n", i1, g->acc, as, kk, bs, kk);
-    kl_strbuf_addf(&sb, "%s        }\n%s        __syncthreads();\n%s    }\n", i1, i1, i1);
-    kl_strbuf_addf(&sb, "%s    if (%s < %s && %s < %s) {\n%s        %s[%s] = %s;\n%s    }\n%s}", i1, row, M, col, N, i1,
-                   C->ptr, cidx, g->acc, i1, i1);
-    if (sb.failed) {
-        st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
-        goto cleanup;
-    }
-    st = kl_edits_add(out, ts_node_start_byte(f->body), ts_node_end_byte(f->body), kl_strbuf_str(&sb));
-    if (st != KL_OK) {
-        st = kl_error_set(err, st, "out of memory");
-        goto cleanup;
-    }
-    st = register_tile__rg_relaunch(ctx, f, Mb, Nb, false, out, err);
-cleanup:
-    kl_strbuf_release(&sb);
     free(M), free(N), free(K), free(lda), free(ldb), free(ldc), free(za), free(zb), free(zacc);
     return st;
 }

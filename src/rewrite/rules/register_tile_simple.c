@@ -21,29 +21,18 @@ static bool uses_any(const kl_rule_ctx *ctx, TSNode n, const char *const *names,
     return false;
 }
 
-/* The names that move with the thread index of a side: "threadIdx.p" and the locals. */
-static unsigned side_names(const register_tile__rt *a, int side, const char **out, unsigned max)
+/* The names that move with a side's thread index ("threadIdx.p" and the locals that do), or with
+ * block, that depend on its block index ("blockIdx.p" and such locals). */
+static unsigned index_names(const register_tile__rt *a, int side, bool block, const char **out, unsigned max)
 {
-    static char builtin[2][16];
-    unsigned n = 0;
+    static const char *const builtins[2][3] = {{"threadIdx.x", "threadIdx.y", "threadIdx.z"},
+                                               {"blockIdx.x", "blockIdx.y", "blockIdx.z"}};
     char letter = side == 1 ? a->p : a->q;
-    kl_snprintf(builtin[side - 1], sizeof builtin[0], "threadIdx.%c", letter);
-    out[n++] = builtin[side - 1];
-    for (unsigned i = 0; i < a->nlocals && n < max; i++)
-        if (a->locals[i].tside == side) out[n++] = a->locals[i].name;
-    return n;
-}
-
-/* The names that depend on a side's block index. */
-static unsigned block_names(const register_tile__rt *a, int side, const char **out, unsigned max)
-{
-    static char builtin[2][16];
+    if (letter < 'x' || letter > 'z' || max == 0) return 0;
     unsigned n = 0;
-    char letter = side == 1 ? a->p : a->q;
-    kl_snprintf(builtin[side - 1], sizeof builtin[0], "blockIdx.%c", letter);
-    out[n++] = builtin[side - 1];
+    out[n++] = builtins[block][letter - 'x'];
     for (unsigned i = 0; i < a->nlocals && n < max; i++)
-        if (a->locals[i].bside == side) out[n++] = a->locals[i].name;
+        if ((block ? a->locals[i].bside : a->locals[i].tside) == side) out[n++] = a->locals[i].name;
     return n;
 }
 
@@ -417,8 +406,8 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rt_func *f, register_ti
     /* e1 moves with the p side only, e2 with the q side only */
     {
         const char *pn[MAXLOCAL + 2], *qn[MAXLOCAL + 2], *pb[MAXLOCAL + 2], *qb[MAXLOCAL + 2];
-        unsigned np = side_names(a, 1, pn, MAXLOCAL + 2), nq = side_names(a, 2, qn, MAXLOCAL + 2);
-        unsigned nbp = block_names(a, 1, pb, MAXLOCAL + 2), nbq = block_names(a, 2, qb, MAXLOCAL + 2);
+        unsigned np = index_names(a, 1, false, pn, MAXLOCAL + 2), nq = index_names(a, 2, false, qn, MAXLOCAL + 2);
+        unsigned nbp = index_names(a, 1, true, pb, MAXLOCAL + 2), nbq = index_names(a, 2, true, qb, MAXLOCAL + 2);
         if (uses_any(ctx, a->e1, qn, nq) || uses_any(ctx, a->e2, pn, np) || uses_any(ctx, a->e1, qb, nbq) ||
             uses_any(ctx, a->e2, pb, nbp)) {
             kl_snprintf(why, size, "a factor of the update at line %u reads both thread indices",
@@ -744,7 +733,7 @@ kl_status register_tile__rt_apply_edits(const register_tile__rt *a, long long tm
     /* after the loop: each statement repeated per output it touches */
     {
         const char *pn[MAXLOCAL + 2], *qn[MAXLOCAL + 2];
-        unsigned np = side_names(a, 1, pn, MAXLOCAL + 2), nq = side_names(a, 2, qn, MAXLOCAL + 2);
+        unsigned np = index_names(a, 1, false, pn, MAXLOCAL + 2), nq = index_names(a, 2, false, qn, MAXLOCAL + 2);
         const char *an[1] = {a->locals[a->acc].name};
         for (unsigned k = a->kidx + 1; k < a->nstmts && nr < 64; k++) {
             TSNode s = a->stmts[k];

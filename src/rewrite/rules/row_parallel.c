@@ -338,10 +338,7 @@ static kl_status run_site(const kl_rule_ctx *ctx, const kl_site *site, const jso
                           kl_error *err)
 {
     rt_run r = {site, params, out, err, false, KL_OK};
-    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
-    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
-    if (!r.done) return kl_rule_not_applicable(err, "no kernel at %s", site->id);
-    return r.st;
+    return kl_rules_run_site(ctx, run_visit, &r, &r, false, "no kernel at %s", site->id);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)

@@ -123,6 +123,7 @@ static bool shared_stage(const kl_rule_ctx *ctx, TSNode st)
     return ok;
 }
 
+/* The state of the walks over the kernel's body (present_visit, left_visit). */
 typedef struct pscan {
     const kl_rule_ctx *ctx;
     rp_present *p;
@@ -216,16 +217,11 @@ static bool cooperates(const kl_rule_ctx *ctx, const char *name, int depth)
     return false;
 }
 
-typedef struct left_scan {
-    const kl_rule_ctx *ctx;
-    rp_present *p;
-} left_scan;
-
 /* What stays after the removal must not cooperate: no lane, threadIdx.x, barrier or shuffle
  * outside what is rewritten. */
 static bool left_visit(TSNode n, void *user)
 {
-    left_scan *s = user;
+    pscan *s = user;
     rp_present *p = s->p;
     const kl_rule_ctx *ctx = s->ctx;
     if (p->why[0]) return false;
@@ -338,8 +334,7 @@ bool row_parallel__analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char
         }
     }
     unused_shared(ctx, p);
-    left_scan ls = {ctx, p};
-    rt_walk(p->body, left_visit, &ls);
+    rt_walk(p->body, left_visit, &s);
     return true;
 }
 

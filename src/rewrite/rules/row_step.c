@@ -316,6 +316,18 @@ bool kl_row_step_loop(const kl_source *src, TSNode fn, TSNode loop, const char *
     return form;
 }
 
+TSNode kl_loop_start(TSNode loop)
+{
+    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11);
+    if (rt_is(init, "declaration")) {
+        TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
+        if (rt_is(d, "init_declarator")) return ts_node_child_by_field_name(d, "value", 5);
+    } else if (rt_is(init, "assignment_expression")) {
+        return ts_node_child_by_field_name(init, "right", 5);
+    }
+    return (TSNode){0};
+}
+
 /* A loop's bound when its condition is `v < B` (also as the grammar's template misparse). */
 TSNode kl_loop_bound(const kl_source *src, TSNode loop, const char *var)
 {
@@ -342,13 +354,7 @@ bool kl_row_step_check(const kl_source *src, TSNode fn, TSNode loop, const kl_so
                        const char *var, const char *step, int sdim, const int64_t ext_old[2], const int64_t ext_new[2],
                        char *why, size_t size)
 {
-    TSNode init = ts_node_child_by_field_name(loop, "initializer", 11), start = {0};
-    if (rt_is(init, "declaration")) {
-        TSNode d = ts_node_child_by_field_name(init, "declarator", 10);
-        if (rt_is(d, "init_declarator")) start = ts_node_child_by_field_name(d, "value", 5);
-    } else if (rt_is(init, "assignment_expression")) {
-        start = ts_node_child_by_field_name(init, "right", 5);
-    }
+    TSNode start = kl_loop_start(loop);
     int64_t s0 = -1;
     if (ts_node_is_null(start) || !kl_const_eval(src, fn, start, false, &s0, NULL, 0) || s0 != 0) return false;
     /* the dimension: the step's, or (one constant for both extents) whichever row the body reads */

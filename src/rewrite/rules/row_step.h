@@ -18,6 +18,8 @@ bool kl_row_step_loop(const kl_source *src, TSNode fn, TSNode loop, const char *
 
 /* A loop's bound when its condition is `v < B` (also as the grammar's template misparse), or null. */
 TSNode kl_loop_bound(const kl_source *src, TSNode loop, const char *var);
+/* A loop's start: S of its initializer `T v = S` (the first declarator) or `v = S`, or null. */
+TSNode kl_loop_start(TSNode loop);
 
 /* block-size's check of a loop stepping v by a block extent (step: its text; sdim: the extent's
  * dimension, -1 when one constant names both), old kernel against the changed one (nsrc, nloop,

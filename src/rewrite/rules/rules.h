@@ -183,6 +183,9 @@ bool kl_rule_param_int(const kl_rule *rule, const json_t *params, const char *na
 
 /* Find a transform's site by id and direction (sites from rule->find). NULL when absent. */
 const kl_site *kl_sites_find(const kl_sites *s, const char *id, kl_site_dir dir);
+/* Not applicable with the reason when the site's features give why it cannot be rewritten
+ * ("why_not": found, but refused), else KL_OK. */
+kl_status kl_site_why_not(const kl_site *site, kl_error *err);
 
 /* A site id: "<kernel>:<line>" or "<kernel>:<line>:<what>" (what may be NULL), into buf. */
 void kl_site_id(char *buf, size_t size, const char *kernel, TSNode at, const char *what);
@@ -198,11 +201,28 @@ bool kl_rules_starts_line(const kl_rule_ctx *ctx, uint32_t off);
  * newline), else the node. A comment line just above starting "// <marker>" goes with it
  * (marker may be NULL). */
 void kl_rules_line_range(const kl_rule_ctx *ctx, TSNode n, const char *marker, uint32_t *start, uint32_t *end);
+/* Edits writing `to` for every identifier `name` in the subtree n, a member's name after `.` or `->`
+ * included (edit.c). */
+kl_status kl_edits_rename(const kl_rule_ctx *ctx, TSNode n, const char *name, const char *to, kl_edits *out);
+/* The range deleting statement st as rt_stmt_range gives it (no marker), widened over the `#pragma
+ * unroll` line above it when it is a loop with one (ax: its function's analysis, may be NULL) and
+ * then over a comment line above starting "// <marker>": only when st is alone on its lines. */
+void kl_rules_stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, const char *marker, uint32_t *start,
+                         uint32_t *end);
 /* The enclosing functions with the given qualifier, with an analysis each: visit calls fn
  * once per function (name, node, analysis); fn returns a status, KL_OK to go on. */
 typedef kl_status (*kl_rules_fn_visit)(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax,
                                        void *user);
 kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, kl_rules_fn_visit fn, void *user,
                                  kl_error *err);
+/* The same over the __global__ functions, then the __device__ ones. */
+kl_status kl_rules_each_gpu_function(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, kl_error *err);
+/* Run one site (r: its run state, rt_run in rules_tree.h): fn, given user (r itself or the rule's
+ * state holding it), over the __global__ functions and, with device, then the __device__ ones, until
+ * one sets r->done; the site's status r->st then, out of memory named in r->err, or not applicable
+ * with the reason fmt (printf-style) when no function held the site. */
+struct rt_run;
+kl_status kl_rules_run_site(const kl_rule_ctx *ctx, kl_rules_fn_visit fn, void *user, struct rt_run *r, bool device,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #endif

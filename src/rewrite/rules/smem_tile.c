@@ -461,31 +461,120 @@ static bool apply_candidate(const kl_rule_ctx *ctx, kl_affine_ctx *ax, unsigned 
     return false;
 }
 
+/* Listing an applicable site at loop L of fn (a stencil candidate, or a GEMM's dot product). */
+static kl_status list_stencil(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const kl_ax_loop *L,
+                              const char *id, kl_sites *out)
+{
+    char note[600];
+    smem_tile__sa s;
+    bool ok = smem_tile__analyse_stencil(ctx, ax, fn, name, L->node, &s);
+    json_t *feat = json_pack("{s:s, s:s}", "shape", "stencil", "loop_var", L->var);
+    if (ok) {
+        bool runtime = false;
+        for (unsigned d = 0; d < s.nd; d++) runtime |= !s.d[d].fixed;
+        json_object_set_new(feat, "operand", json_string(s.arr));
+        json_object_set_new(feat, "dtype", json_string(s.elem));
+        json_object_set_new(feat, "dims", json_integer((json_int_t)s.nd));
+        json_object_set_new(feat, "block_x", json_integer((json_int_t)s.dim[0]));
+        json_object_set_new(feat, "block_y", json_integer((json_int_t)s.dim[1]));
+        json_object_set_new(feat, "extent", json_string(runtime ? "runtime" : "fixed"));
+        json_object_set_new(feat, "guard", json_string(s.form == 'I' ? "if" : s.form == 'R' ? "early-return" : "none"));
+        kl_snprintf(note, sizeof note, "'%s' re-read around each thread's pixel: a %s halo tile in shared memory", s.arr,
+                    s.nd == 2 ? "2-D" : "1-D");
+    } else {
+        json_object_set_new(feat, "why_not", json_string(s.why));
+        kl_snprintf(note, sizeof note, "not applicable: %s", s.why);
+    }
+    return kl_sites_add(out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL, note);
+}
+
+static kl_status list_gemm(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const kl_ax_loop *L,
+                           const char *id, kl_sites *out)
+{
+    char note[600];
+    smem_tile__ga g;
+    bool ok = smem_tile__analyse_apply(ctx, ax, fn, name, L->node, &g);
+    json_t *feat = json_pack("{s:s, s:s}", "shape", "gemm", "loop_var", L->var);
+    if (ok) {
+        json_object_set_new(feat, "operand_a", json_string(g.arr[0]));
+        json_object_set_new(feat, "operand_b", json_string(g.arr[1]));
+        json_object_set_new(feat, "dtype", json_string(g.elem[0]));
+        json_object_set_new(feat, "block", json_integer((json_int_t)g.dim[0]));
+        json_object_set_new(feat, "guard", json_string(g.form == 'I' ? "if" : g.form == 'R' ? "early-return" : "none"));
+        kl_snprintf(note, sizeof note, "'%s' and '%s' re-read from global memory along '%s': %lldx%lld tiles",
+                    g.arr[0], g.arr[1], L->var, (long long)g.dim[0], (long long)g.dim[0]);
+    } else {
+        json_object_set_new(feat, "why_not", json_string(g.why));
+        kl_snprintf(note, sizeof note, "not applicable: %s", g.why);
+    }
+    smem_tile__ga_release(&g);
+    return kl_sites_add(out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL, note);
+}
+
+/* Apply at loop L of fn, a stencil candidate, with the site's parameters (max_radius, outputs_x). */
+static kl_status apply_stencil_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const kl_ax_loop *L,
+                                  const json_t *params, kl_edits *out, kl_error *err)
+{
+    smem_tile__sa s;
+    if (!smem_tile__analyse_stencil(ctx, ax, fn, name, L->node, &s)) return kl_rule_not_applicable(err, "%s", s.why);
+    int64_t maxr = 4;
+    if (params && json_object_get(params, "max_radius") && !kl_rule_param_int(&kl_rule_smem_tile, params, "max_radius", &maxr))
+        return kl_rule_not_applicable(err, "%s: max_radius is not an integer", kl_source_name(ctx->src));
+    int64_t ox = 1;
+    if (params && json_object_get(params, "outputs_x") &&
+        (!kl_rule_param_int(&kl_rule_smem_tile, params, "outputs_x", &ox) || (ox != 1 && ox != 2 && ox != 4)))
+        return kl_error_set(err, KL_ERR_INVALID, "%s: outputs_x must be 1, 2 or 4", kl_source_name(ctx->src));
+    return ox > 1 ? smem_tile__apply_stencil_rt(ctx, &s, maxr, (int)ox, out, err) : smem_tile__apply_stencil(ctx, &s, maxr, out, err);
+}
+
+/* Apply at loop L of fn, a GEMM candidate, with the site's tile (default: the block's extent). */
+static kl_status apply_gemm_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const char *name, const kl_ax_loop *L,
+                               const json_t *params, kl_edits *out, kl_error *err)
+{
+    smem_tile__ga g;
+    kl_status st;
+    if (!smem_tile__analyse_apply(ctx, ax, fn, name, L->node, &g)) {
+        st = kl_rule_not_applicable(err, "%s", g.why);
+    } else {
+        int64_t tile = g.dim[0];
+        if (params && json_object_get(params, "tile") && !kl_rule_param_int(&kl_rule_smem_tile, params, "tile", &tile)) tile = -1;
+        st = smem_tile__apply_gemm(ctx, &g, tile, out, err);
+    }
+    smem_tile__ga_release(&g);
+    return st;
+}
+
+/* Finding the sites (run.site NULL: each goes into out) or running one (run.site: the one whose id it
+ * is rewrites, in the direction of the site). */
 typedef struct run_state {
-    const kl_site *site;       /* NULL: find */
+    rt_run run;
     kl_sites *out;
-    const json_t *params;
-    kl_edits *edits;
-    bool done;
 } run_state;
 
-static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+/* Is the site at id the one being run? Then it is done. */
+static bool run_here(run_state *r, const char *id)
 {
-    run_state *r = user;
-    kl_error *err = NULL;
-    (void)err;
+    if (strcmp(id, r->run.site->id)) return false;
+    r->run.done = true;
+    return true;
+}
+
+/* The sites where the optimization is present: GEMM tile loops, staged tiles, lambdas' register stashes. */
+static kl_status visit_present(run_state *r, const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax)
+{
+    const kl_site *site = r->run.site;
     kl_status st = KL_OK;
     char id[256], note[600];
-    /* present: GEMM tile loops */
+    /* GEMM tile loops */
     for (unsigned li = 0; li < kl_affine_loop_count(ax); li++) {
         const kl_ax_loop *L = kl_affine_loop(ax, li);
         if (L->kind != KL_LOOP_FOR) continue;
         smem_tile__gp p;
         if (!smem_tile__analyse_present(ctx, ax, fn, L->node, &p)) continue;
         kl_site_id(id, sizeof id, name, L->node, NULL);
-        if (r->site) {
-            if (r->site->dir != KL_SITE_PRESENT || strcmp(r->site->id, id)) continue;
-            r->done = true;
+        if (site) {
+            if (!run_here(r, id)) continue;
+            r->run.st = smem_tile__remove_gemm(ctx, ax, &p, r->run.out, r->run.err);
             return KL_OK;
         }
         json_t *feat = json_pack("{s:s, s:s, s:s, s:s, s:s}", "shape", "gemm", "tiles", p.ld[0].arr, "tiles_b", p.ld[1].arr,
@@ -498,7 +587,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(L->node), name, feat, json_object(), note);
         if (st != KL_OK) return st;
     }
-    /* present: staged tiles read after one barrier */
+    /* staged tiles read after one barrier */
     shared_list sl = {.ctx = ctx};
     rt_walk(kl_ast_function_body(fn), shared_visit, &sl);
     for (unsigned i = 0; i < sl.n; i++) {
@@ -508,22 +597,33 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
             TSNode dn = rt_declarator_name(rt_field(sl.items[i], "declarator"));
             smem_tile__squeezed(ctx, dn, arr, sizeof arr);
             kl_site_id(id, sizeof id, name, sl.items[i], arr);
-            json_t *feat = json_pack("{s:s, s:s, s:i, s:b}", "shape", "stencil", "tile", arr, "outputs_x", rp.ox, "fallback",
-                                     !ts_node_is_null(rp.cond_if));
-            if (rp.why[0]) json_object_set_new(feat, "why_not", json_string(rp.why));
-            kl_snprintf(note, sizeof note, "stencil tile '%s' with its halo, %d outputs per thread along x (a register tile)",
-                        arr, rp.ox);
-            char oxs[8];
-            kl_snprintf(oxs, sizeof oxs, "%d", rp.ox);
-            st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(sl.items[i]), name, feat,
-                              json_pack("{s:s}", "outputs_x", oxs), note);
-            if (st != KL_OK) return st;
+            if (site && run_here(r, id)) {
+                r->run.st = smem_tile__remove_rt(ctx, fn, &rp, r->run.out, r->run.err);
+                return KL_OK;
+            }
+            if (!site) {
+                json_t *feat = json_pack("{s:s, s:s, s:i, s:b}", "shape", "stencil", "tile", arr, "outputs_x", rp.ox, "fallback",
+                                         !ts_node_is_null(rp.cond_if));
+                if (rp.why[0]) json_object_set_new(feat, "why_not", json_string(rp.why));
+                kl_snprintf(note, sizeof note, "stencil tile '%s' with its halo, %d outputs per thread along x (a register tile)",
+                            arr, rp.ox);
+                char oxs[8];
+                kl_snprintf(oxs, sizeof oxs, "%d", rp.ox);
+                st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(sl.items[i]), name, feat,
+                                  json_pack("{s:s}", "outputs_x", oxs), note);
+                if (st != KL_OK) return st;
+            }
             i++; /* the factor tile after it belongs to the site */
             continue;
         }
         smem_tile__sp q;
         if (smem_tile__analyse_stencil_present(ctx, ax, fn, sl.items[i], &q)) {
             kl_site_id(id, sizeof id, name, q.load, q.arr);
+            if (site) {
+                if (!run_here(r, id)) continue;
+                r->run.st = smem_tile__remove_stencil(ctx, ax, fn, &q, r->run.out, r->run.err);
+                return KL_OK;
+            }
             json_t *feat = json_pack("{s:s, s:s, s:i, s:b}", "shape", "stencil", "tile", q.arr, "dims", (int)q.nd,
                                      "fallback", q.runtime);
             kl_snprintf(note, sizeof note, "stencil tile '%s' with its halo, loaded by the block%s", q.arr,
@@ -535,9 +635,9 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         smem_tile__hp h;
         if (!smem_tile__analyse_halo(ctx, ax, fn, sl.items[i], &h)) continue;
         kl_site_id(id, sizeof id, name, h.load, h.arr);
-        if (r->site) {
-            if (r->site->dir != KL_SITE_PRESENT || strcmp(r->site->id, id)) continue;
-            r->done = true;
+        if (site) {
+            if (!run_here(r, id)) continue;
+            r->run.st = smem_tile__remove_halo(ctx, ax, fn, &h, r->run.out, r->run.err);
             return KL_OK;
         }
         json_t *feat = json_pack("{s:s, s:s, s:s}", "shape", "staged", "tile", h.arr, "dtype", h.elem);
@@ -547,204 +647,71 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(h.load), name, feat, json_object(), note);
         if (st != KL_OK) return st;
     }
-    /* present: tiles staged through registers by lambdas */
-    {
-        char why[480], what[64];
-        TSNode at;
-        if (smem_tile__lambda_site(ctx, fn, why, sizeof why, &at, what, sizeof what)) {
-            kl_site_id(id, sizeof id, name, at, what);
-            json_t *feat = json_pack("{s:s, s:s}", "shape", "lambda", "stash", what);
-            if (why[0]) json_object_set_new(feat, "why_not", json_string(why));
-            if (why[0]) kl_snprintf(note, sizeof note, "not applicable: %s", why);
-            else kl_snprintf(note, sizeof note, "tiles stored by '%s' from registers a lambda fetched", what);
-            st = kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(at), name, feat, json_object(), note);
-            if (st != KL_OK) return st;
-        }
+    /* tiles staged through registers by lambdas */
+    char why[480], what[64];
+    TSNode at;
+    if (!smem_tile__lambda_site(ctx, fn, why, sizeof why, &at, what, sizeof what)) return KL_OK;
+    kl_site_id(id, sizeof id, name, at, what);
+    if (site) {
+        if (run_here(r, id)) r->run.st = smem_tile__remove_lambda(ctx, fn, r->run.out, r->run.err);
+        return KL_OK;
     }
-    /* applicable: dot-product loops of kernels */
+    json_t *feat = json_pack("{s:s, s:s}", "shape", "lambda", "stash", what);
+    if (why[0]) json_object_set_new(feat, "why_not", json_string(why));
+    if (why[0]) kl_snprintf(note, sizeof note, "not applicable: %s", why);
+    else kl_snprintf(note, sizeof note, "tiles stored by '%s' from registers a lambda fetched", what);
+    return kl_sites_add(r->out, id, KL_SITE_PRESENT, kl_node_span(at), name, feat, json_object(), note);
+}
+
+/* The sites where it could be applied: stencils and dot-product loops of kernels. */
+static kl_status visit_applicable(run_state *r, const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax)
+{
+    const kl_site *site = r->run.site;
+    char id[256];
     if (!kl_ast_function_has(ctx->src, fn, "__global__")) return KL_OK;
     for (unsigned li = 0; li < kl_affine_loop_count(ax); li++) {
-        if (smem_tile__stencil_candidate(ctx, ax, li)) {
-            const kl_ax_loop *L = kl_affine_loop(ax, li);
-            kl_site_id(id, sizeof id, name, L->node, NULL);
-            smem_tile__sa s;
-            bool ok = smem_tile__analyse_stencil(ctx, ax, fn, name, L->node, &s);
-            json_t *feat = json_pack("{s:s, s:s}", "shape", "stencil", "loop_var", L->var);
-            if (ok) {
-                bool runtime = false;
-                for (unsigned d = 0; d < s.nd; d++) runtime |= !s.d[d].fixed;
-                json_object_set_new(feat, "operand", json_string(s.arr));
-                json_object_set_new(feat, "dtype", json_string(s.elem));
-                json_object_set_new(feat, "dims", json_integer((json_int_t)s.nd));
-                json_object_set_new(feat, "block_x", json_integer((json_int_t)s.dim[0]));
-                json_object_set_new(feat, "block_y", json_integer((json_int_t)s.dim[1]));
-                json_object_set_new(feat, "extent", json_string(runtime ? "runtime" : "fixed"));
-                json_object_set_new(feat, "guard",
-                                    json_string(s.form == 'I' ? "if" : s.form == 'R' ? "early-return" : "none"));
-                kl_snprintf(note, sizeof note, "'%s' re-read around each thread's pixel: a %s halo tile in shared memory",
-                            s.arr, s.nd == 2 ? "2-D" : "1-D");
-            } else {
-                json_object_set_new(feat, "why_not", json_string(s.why));
-                kl_snprintf(note, sizeof note, "not applicable: %s", s.why);
-            }
-            st = kl_sites_add(r->out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL, note);
-            if (st != KL_OK) return st;
-            continue;
-        }
-        if (!apply_candidate(ctx, ax, li)) continue;
+        bool stencil = smem_tile__stencil_candidate(ctx, ax, li);
+        if (!stencil && !apply_candidate(ctx, ax, li)) continue;
         const kl_ax_loop *L = kl_affine_loop(ax, li);
         kl_site_id(id, sizeof id, name, L->node, NULL);
-        if (r->site) {
-            if (r->site->dir != KL_SITE_APPLICABLE || strcmp(r->site->id, id)) continue;
-            r->done = true;
+        if (site) {
+            if (!run_here(r, id)) continue;
+            r->run.st = stencil ? apply_stencil_at(ctx, ax, fn, name, L, r->run.params, r->run.out, r->run.err)
+                                : apply_gemm_at(ctx, ax, fn, name, L, r->run.params, r->run.out, r->run.err);
             return KL_OK;
         }
-        smem_tile__ga g;
-        bool ok = smem_tile__analyse_apply(ctx, ax, fn, name, L->node, &g);
-        json_t *feat = json_pack("{s:s, s:s}", "shape", "gemm", "loop_var", L->var);
-        if (ok) {
-            json_object_set_new(feat, "operand_a", json_string(g.arr[0]));
-            json_object_set_new(feat, "operand_b", json_string(g.arr[1]));
-            json_object_set_new(feat, "dtype", json_string(g.elem[0]));
-            json_object_set_new(feat, "block", json_integer((json_int_t)g.dim[0]));
-            json_object_set_new(feat, "guard", json_string(g.form == 'I' ? "if" : g.form == 'R' ? "early-return" : "none"));
-            kl_snprintf(note, sizeof note, "'%s' and '%s' re-read from global memory along '%s': %lldx%lld tiles",
-                        g.arr[0], g.arr[1], L->var, (long long)g.dim[0], (long long)g.dim[0]);
-        } else {
-            json_object_set_new(feat, "why_not", json_string(g.why));
-            kl_snprintf(note, sizeof note, "not applicable: %s", g.why);
-        }
-        smem_tile__ga_release(&g);
-        st = kl_sites_add(r->out, id, KL_SITE_APPLICABLE, kl_node_span(L->node), name, feat, NULL, note);
+        kl_status st = stencil ? list_stencil(ctx, ax, fn, name, L, id, r->out) : list_gemm(ctx, ax, fn, name, L, id, r->out);
         if (st != KL_OK) return st;
     }
     return KL_OK;
 }
 
-static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
+static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
-    run_state r = {NULL, out, NULL, NULL, false};
-    return kl_rules_each_function(ctx, "__global__", visit, &r, err);
+    run_state *r = user;
+    const kl_site *site = r->run.site;
+    if (!site) {
+        kl_status st = visit_present(r, ctx, name, fn, ax);
+        return st == KL_OK ? visit_applicable(r, ctx, name, fn, ax) : st;
+    }
+    if (r->run.done || strcmp(name, site->kernel)) return KL_OK;
+    return site->dir == KL_SITE_PRESENT ? visit_present(r, ctx, name, fn, ax) : visit_applicable(r, ctx, name, fn, ax);
 }
 
-static kl_status exec_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
+static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    rt_run *x = user;
-    if (x->done || strcmp(name, x->site->kernel)) return KL_OK;
-    char id[256];
-    if (x->site->dir == KL_SITE_PRESENT) {
-        for (unsigned li = 0; li < kl_affine_loop_count(ax); li++) {
-            const kl_ax_loop *L = kl_affine_loop(ax, li);
-            smem_tile__gp p;
-            if (L->kind != KL_LOOP_FOR || !smem_tile__analyse_present(ctx, ax, fn, L->node, &p)) continue;
-            kl_site_id(id, sizeof id, name, L->node, NULL);
-            if (strcmp(id, x->site->id)) continue;
-            x->done = true;
-            x->st = smem_tile__remove_gemm(ctx, ax, &p, x->out, x->err);
-            return KL_OK;
-        }
-        shared_list sl = {.ctx = ctx};
-        rt_walk(kl_ast_function_body(fn), shared_visit, &sl);
-        for (unsigned i = 0; i < sl.n; i++) {
-            smem_tile__rtp rp;
-            if (smem_tile__analyse_rt_present(ctx, fn, sl.items[i], &rp)) {
-                char arr[64];
-                smem_tile__squeezed(ctx, rt_declarator_name(rt_field(sl.items[i], "declarator")), arr, sizeof arr);
-                kl_site_id(id, sizeof id, name, sl.items[i], arr);
-                if (strcmp(id, x->site->id)) {
-                    i++;
-                    continue;
-                }
-                x->done = true;
-                x->st = smem_tile__remove_rt(ctx, fn, &rp, x->out, x->err);
-                return KL_OK;
-            }
-            smem_tile__sp q;
-            if (smem_tile__analyse_stencil_present(ctx, ax, fn, sl.items[i], &q)) {
-                kl_site_id(id, sizeof id, name, q.load, q.arr);
-                if (strcmp(id, x->site->id)) continue;
-                x->done = true;
-                x->st = smem_tile__remove_stencil(ctx, ax, fn, &q, x->out, x->err);
-                return KL_OK;
-            }
-            smem_tile__hp h;
-            if (!smem_tile__analyse_halo(ctx, ax, fn, sl.items[i], &h)) continue;
-            kl_site_id(id, sizeof id, name, h.load, h.arr);
-            if (strcmp(id, x->site->id)) continue;
-            x->done = true;
-            x->st = smem_tile__remove_halo(ctx, ax, fn, &h, x->out, x->err);
-            return KL_OK;
-        }
-        char why[480], what[64];
-        TSNode at;
-        if (smem_tile__lambda_site(ctx, fn, why, sizeof why, &at, what, sizeof what)) {
-            kl_site_id(id, sizeof id, name, at, what);
-            if (!strcmp(id, x->site->id)) {
-                x->done = true;
-                x->st = smem_tile__remove_lambda(ctx, fn, x->out, x->err);
-                return KL_OK;
-            }
-        }
-        return KL_OK;
-    }
-    for (unsigned li = 0; li < kl_affine_loop_count(ax); li++) {
-        if (smem_tile__stencil_candidate(ctx, ax, li)) {
-            const kl_ax_loop *L = kl_affine_loop(ax, li);
-            kl_site_id(id, sizeof id, name, L->node, NULL);
-            if (strcmp(id, x->site->id)) continue;
-            x->done = true;
-            smem_tile__sa s;
-            if (!smem_tile__analyse_stencil(ctx, ax, fn, name, L->node, &s)) {
-                x->st = kl_rule_not_applicable(x->err, "%s", s.why);
-                return KL_OK;
-            }
-            int64_t maxr = 4;
-            if (x->params && json_object_get(x->params, "max_radius") &&
-                !kl_rule_param_int(&kl_rule_smem_tile, x->params, "max_radius", &maxr)) {
-                x->st = kl_rule_not_applicable(x->err, "%s: max_radius is not an integer", kl_source_name(ctx->src));
-                return KL_OK;
-            }
-            int64_t ox = 1;
-            if (x->params && json_object_get(x->params, "outputs_x") &&
-                (!kl_rule_param_int(&kl_rule_smem_tile, x->params, "outputs_x", &ox) || (ox != 1 && ox != 2 && ox != 4))) {
-                x->st = kl_error_set(x->err, KL_ERR_INVALID, "%s: outputs_x must be 1, 2 or 4", kl_source_name(ctx->src));
-                return KL_OK;
-            }
-            x->st = ox > 1 ? smem_tile__apply_stencil_rt(ctx, &s, maxr, (int)ox, x->out, x->err) : smem_tile__apply_stencil(ctx, &s, maxr, x->out, x->err);
-            return KL_OK;
-        }
-        if (!apply_candidate(ctx, ax, li)) continue;
-        const kl_ax_loop *L = kl_affine_loop(ax, li);
-        kl_site_id(id, sizeof id, name, L->node, NULL);
-        if (strcmp(id, x->site->id)) continue;
-        x->done = true;
-        smem_tile__ga g;
-        if (!smem_tile__analyse_apply(ctx, ax, fn, name, L->node, &g)) {
-            x->st = kl_rule_not_applicable(x->err, "%s", g.why);
-            smem_tile__ga_release(&g);
-            return KL_OK;
-        }
-        int64_t tile = 0;
-        const char *tv = NULL;
-        kl_rule_param_str(&kl_rule_smem_tile, x->params, "tile", &tv);
-        json_t *given = x->params ? json_object_get(x->params, "tile") : NULL;
-        if (!given) tile = g.dim[0];
-        else if (!kl_rule_param_int(&kl_rule_smem_tile, x->params, "tile", &tile)) tile = -1;
-        x->st = smem_tile__apply_gemm(ctx, &g, tile, x->out, x->err);
-        smem_tile__ga_release(&g);
-        return KL_OK;
-    }
-    return KL_OK;
+    run_state r = {.run = {.err = err, .st = KL_OK}, .out = out};
+    return kl_rules_each_function(ctx, "__global__", visit, &r, err);
 }
 
 static kl_status exec(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    rt_run x = {site, params, out, err, false, KL_OK};
-    kl_status st = kl_rules_each_function(ctx, "__global__", exec_visit, &x, err);
+    run_state x = {.run = {site, params, out, err, false, KL_OK}};
+    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &x, err);
     if (st != KL_OK) return st;
-    if (!x.done)
+    if (!x.run.done)
         return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no %s site '%s'", kl_source_name(ctx->src), NAME, site->id);
-    return x.st;
+    return x.run.st;
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)

@@ -81,11 +81,6 @@ static bool ev_eat(ev *e, const char *op)
 
 static long long ev_cond(ev *e);
 
-static bool ev_ident_char(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
-}
-
 static long long ev_primary(ev *e)
 {
     ev_ws(e);
@@ -115,9 +110,9 @@ static long long ev_primary(ev *e)
         e->s = end;
         return v;
     }
-    if (ev_ident_char(*e->s)) {
+    if (kl_ident_char(*e->s)) {
         const char *a = e->s;
-        while (ev_ident_char(*e->s)) e->s++;
+        while (kl_ident_char(*e->s)) e->s++;
         size_t n = (size_t)(e->s - a);
         ev_ws(e);
         if (*e->s == '(' ) {
@@ -499,6 +494,17 @@ typedef struct fetch_find {
     bool found;
 } fetch_find;
 
+/* A vector component `E.c`: E into *n, and the component's letter ('?' for a longer field name); 0
+ * when *n is not a member access. */
+static char component_of(const kl_rule_ctx *ctx, TSNode *n)
+{
+    if (!rt_is(*n, "field_expression")) return 0;
+    char f[16];
+    tt_copy_text(ctx, tt_field(*n, "field"), f, sizeof f);
+    *n = tt_field(*n, "argument");
+    return f[1] ? '?' : f[0];
+}
+
 static bool fetch_cb(lam *L, TSNode s, const lam_local *ls, unsigned nl, void *user)
 {
     fetch_find *ff = user;
@@ -515,13 +521,7 @@ static bool fetch_cb(lam *L, TSNode s, const lam_local *ls, unsigned nl, void *u
     TSNode as = tt_child(s, 0);
     if (!rt_is(s, "expression_statement") || !rt_is(as, "assignment_expression")) return true;
     TSNode l = tt_field(as, "left");
-    char comp = 0;
-    if (rt_is(l, "field_expression")) {
-        char f[16];
-        tt_copy_text(ctx, tt_field(l, "field"), f, sizeof f);
-        comp = f[1] ? '?' : f[0];
-        l = tt_field(l, "argument");
-    }
+    char comp = component_of(ctx, &l);
     if (!rt_is(l, "subscript_expression") || !rt_text_is(ctx, tt_field(l, "argument"), ff->reg) || comp != w->comp) return true;
     if (ff->found) {
         kl_snprintf(L->why, sizeof L->why, "%s writes %s twice", L->fname, ff->reg);
@@ -600,13 +600,7 @@ static bool stash_cb(lam *L, TSNode s, const lam_local *ls, unsigned nl, void *u
     int t = ts_node_is_null(target) ? -1 : tile_elem(L, target, &a, &b);
     value = smem_tile__strip(value);
     TSNode reg = value;
-    char comp = 0;
-    if (rt_is(reg, "field_expression")) {
-        char f[16];
-        tt_copy_text(ctx, tt_field(reg, "field"), f, sizeof f);
-        comp = f[1] ? '?' : f[0];
-        reg = tt_field(reg, "argument");
-    }
+    char comp = component_of(ctx, &reg);
     if (t < 0 || !rt_is(reg, "subscript_expression") || !rt_is(tt_field(reg, "argument"), "identifier") ||
         (vec && comp) || comp == '?') {
         kl_snprintf(L->why, sizeof L->why, "line %u of %s is not a tile element written from a staged register", line, L->sname);
@@ -839,7 +833,7 @@ static int analyse(const kl_rule_ctx *ctx, TSNode fn, lam *L)
         for (const char *m = strstr(ctx->text, "#define "); m && !bad; m = strstr(m + 1, "#define ")) {
             char mn[64];
             size_t k = 0;
-            for (const char *c = m + 8; ev_ident_char(*c) && k + 1 < sizeof mn; c++) mn[k++] = *c;
+            for (const char *c = m + 8; kl_ident_char(*c) && k + 1 < sizeof mn; c++) mn[k++] = *c;
             mn[k] = 0;
             if (!k || !tt_uses(f, 0, (uint32_t)strlen(f), mn)) continue;
             const char *end = strchr(m, '\n');

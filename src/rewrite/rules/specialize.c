@@ -789,8 +789,8 @@ static bool bench_value(const kl_rule_ctx *ctx, const char *kname, int index, lo
 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
+    kl_status refused = kl_site_why_not(site, err);
+    if (refused != KL_OK) return refused;
     const char *vs = NULL;
     kl_rule_param_str(&kl_rule_specialize, params, "values", &vs);
     if ((!vs || !*vs) && !ctx->task)

@@ -542,8 +542,8 @@ static kl_status item_deletions(const kl_rule_ctx *ctx, const deadctx *dc, plan 
 
 kl_status specialize__remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
+    kl_status refused = kl_site_why_not(site, err);
+    if (refused != KL_OK) return refused;
     kl_status st = KL_OK;
     fileinfo *fi = malloc(sizeof *fi);
     item *items = calloc(SP_MAXITEM, sizeof *items);

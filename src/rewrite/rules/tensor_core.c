@@ -129,20 +129,15 @@ const char *tensor_core__dtype_of(const char *t)
 /* ---- find and run -------------------------------------------------------------------------------------------- */
 
 typedef struct tc_job {
-    const kl_site *site;     /* run: the site to rewrite; NULL: find */
-    const json_t *params;
-    kl_sites *out;
-    kl_edits *edits;
-    kl_error *err;
-    kl_status st;
-    bool done;
+    rt_run run;              /* run.site: the site to rewrite; NULL: find */
+    kl_sites *out;           /* find: the sites */
 } tc_job;
 
 static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     tc_job *j = user;
-    if (j->done) return KL_OK;
-    if (j->site && strcmp(j->site->kernel, name)) return KL_OK;
+    if (j->run.done) return KL_OK;
+    if (j->run.site && strcmp(j->run.site->kernel, name)) return KL_OK;
     tensor_core__mma_scan m = {ctx, {{0}, 0, 0}, ""};
     rt_walk(kl_ast_function_body(fn), tensor_core__mma_visit, &m);
     if (!ts_node_is_null(m.hit)) {
@@ -162,15 +157,15 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         TSNode at = ours ? w.k0loop : m.hit;
         char id[256];
         kl_site_id(id, sizeof id, name, at, NULL);
-        if (j->site) {
-            if (j->site->dir != KL_SITE_PRESENT || strcmp(j->site->id, id)) {
+        if (j->run.site) {
+            if (j->run.site->dir != KL_SITE_PRESENT || strcmp(j->run.site->id, id)) {
                 tensor_core__ptx_release(&px);
                 return KL_OK;
             }
-            j->done = true;
-            j->st = ours  ? tensor_core__remove_wmma(ctx, &w, name, j->edits, j->err)
-                    : ptx ? tensor_core__remove_ptx(ctx, &px, j->edits, j->err)
-                          : kl_rule_not_applicable(j->err, "%s", w.why);
+            j->run.done = true;
+            j->run.st = ours  ? tensor_core__remove_wmma(ctx, &w, name, j->run.out, j->run.err)
+                    : ptx ? tensor_core__remove_ptx(ctx, &px, j->run.out, j->run.err)
+                          : kl_rule_not_applicable(j->run.err, "%s", w.why);
             tensor_core__ptx_release(&px);
             return KL_OK;
         }
@@ -202,7 +197,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         return kl_sites_add(j->out, id, KL_SITE_PRESENT, kl_node_span(at), name, feat, params,
                             ours ? "wmma fragments over shared tiles (the form apply writes)" : "tensor-core instructions");
     }
-    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !j->done; i++) {
+    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !j->run.done; i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
         tensor_core__tc_naive g;
         if (!tensor_core__analyse_naive(ctx, ax, fn, L, &g)) continue;
@@ -219,28 +214,28 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
                 kl_launch_sites_release(&ls);
             }
         }
-        if (j->site) {
-            if (j->site->dir != KL_SITE_APPLICABLE || strcmp(j->site->id, id)) continue;
-            j->done = true;
+        if (j->run.site) {
+            if (j->run.site->dir != KL_SITE_APPLICABLE || strcmp(j->run.site->id, id)) continue;
+            j->run.done = true;
             int64_t wm = 2, wn = 2, fm = 1, fn_ = 1;
-            kl_rule_param_int(&kl_rule_tensor_core, j->params, "warps_m", &wm);
-            kl_rule_param_int(&kl_rule_tensor_core, j->params, "warps_n", &wn);
-            kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_m", &fm);
-            kl_rule_param_int(&kl_rule_tensor_core, j->params, "frags_n", &fn_);
+            kl_rule_param_int(&kl_rule_tensor_core, j->run.params, "warps_m", &wm);
+            kl_rule_param_int(&kl_rule_tensor_core, j->run.params, "warps_n", &wn);
+            kl_rule_param_int(&kl_rule_tensor_core, j->run.params, "frags_m", &fm);
+            kl_rule_param_int(&kl_rule_tensor_core, j->run.params, "frags_n", &fn_);
             int64_t bk = 16, vl = 0, stages = 1;
-            kl_rule_param_int(&kl_rule_tensor_core, j->params, "bk", &bk);
-            kl_rule_param_int(&kl_rule_tensor_core, j->params, "vector_loads", &vl);
-            kl_rule_param_int(&kl_rule_tensor_core, j->params, "stages", &stages);
+            kl_rule_param_int(&kl_rule_tensor_core, j->run.params, "bk", &bk);
+            kl_rule_param_int(&kl_rule_tensor_core, j->run.params, "vector_loads", &vl);
+            kl_rule_param_int(&kl_rule_tensor_core, j->run.params, "stages", &stages);
             if (stages < 1 || stages > 4) {
-                j->st = kl_error_set(j->err, KL_ERR_INVALID, "tensor-core: stages must be 1 to 4");
+                j->run.st = kl_error_set(j->run.err, KL_ERR_INVALID, "tensor-core: stages must be 1 to 4");
                 return KL_OK;
             }
             if (bk != 16 && bk != 32 && bk != 64) {
-                j->st = kl_error_set(j->err, KL_ERR_INVALID, "tensor-core: bk must be 16, 32 or 64");
+                j->run.st = kl_error_set(j->run.err, KL_ERR_INVALID, "tensor-core: bk must be 16, 32 or 64");
                 return KL_OK;
             }
-            j->st = tensor_core__apply_naive(ctx, ax, &g, name, (int)wm, (int)wn, (int)fm, (int)fn_, (int)bk, vl != 0, (int)stages, j->edits,
-                                j->err);
+            j->run.st = tensor_core__apply_naive(ctx, ax, &g, name, (int)wm, (int)wn, (int)fm, (int)fn_, (int)bk, vl != 0,
+                                                 (int)stages, j->run.out, j->run.err);
             return KL_OK;
         }
         json_t *feat = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "dtype", tensor_core__dtype_of(g.elem), "accumulate", "f32",
@@ -257,17 +252,15 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    tc_job j = {NULL, NULL, out, NULL, err, KL_OK, false};
+    tc_job j = {.run = {.err = err, .st = KL_OK}, .out = out};
     return kl_rules_each_function(ctx, "__global__", visit, &j, err);
 }
 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    tc_job j = {site, params, NULL, out, err, KL_OK, false};
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &j, err);
-    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
-    if (!j.done) return kl_rule_not_applicable(err, "nothing to %s at %s", site->dir == KL_SITE_PRESENT ? "remove" : "apply", site->id);
-    return j.st;
+    tc_job j = {.run = {site, params, out, err, false, KL_OK}};
+    return kl_rules_run_site(ctx, visit, &j, &j.run, false, "nothing to %s at %s",
+                             site->dir == KL_SITE_PRESENT ? "remove" : "apply", site->id);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
@@ -277,9 +270,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
-    return run(ctx, site, params, out, err);
+    kl_status st = kl_site_why_not(site, err);
+    return st == KL_OK ? run(ctx, site, params, out, err) : st;
 }
 
 const kl_rule kl_rule_tensor_core = {

@@ -638,6 +638,20 @@ static void tile_copy_loop(kl_strbuf *sb, const char *in3, const char *in4, cons
     kl_strbuf_addf(sb, "%s}\n", in3);
 }
 
+/* One tile's load, an element per thread and step: `kl_xs[r][c]` from ACCESS with n1 = o1 + r and
+ * n2 = o2 + c, zero outside the bounds (the arguments as tile_copy_loop's). */
+static void tile_elem_loop(kl_strbuf *sb, const char *in2, const char *in3, const char *tile, const char *rows, const char *cols,
+                           const char *t1, const char *n1, const char *o1, const char *b1, const char *t2, const char *n2,
+                           const char *o2, const char *b2, const char *access, const char *E)
+{
+    kl_strbuf_addf(sb, "%sfor (int kl_e = threadIdx.x; kl_e < %s * %s; kl_e += KL_THREADS) {\n", in2, rows, cols);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_e / %s;\n", in3, t1, n1, o1, cols);
+    kl_strbuf_addf(sb, "%sconst %s %s = %s + kl_e %% %s;\n", in3, t2, n2, o2, cols);
+    kl_strbuf_addf(sb, "%s%s[kl_e / %s][kl_e %% %s] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, tile, cols, cols, n1, b1, n2,
+                   b2, access, E);
+    kl_strbuf_addf(sb, "%s}\n", in2);
+}
+
 /* Is B's access contiguous along col, a local of the thread index: the same coefficient (not 0) on
  * threadIdx.x in the access and in col's definition? */
 static bool unit_stride_col(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g)
@@ -704,20 +718,114 @@ static void epilogue_store(const kl_rule_ctx *ctx, kl_strbuf *sb, const tensor_c
     }
 }
 
-/* The file's launches of kernel (into ls, the caller's on KL_OK) and their plans (at most 8), or
- * why they cannot be rewritten. */
-static kl_status launches_planned(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g,
-                                  const char *kernel, kl_launch_sites *ls, tensor_core__launch_plan *plans, unsigned *np,
-                                  kl_error *err)
+/* What both apply forms work from: the file's launches of the kernel and their plans (at most 8),
+ * and the texts they write with. */
+typedef struct tc_apply {
+    kl_launch_sites ls;
+    tensor_core__launch_plan plans[8];
+    unsigned np;
+    tc_text T;
+} tc_apply;
+
+/* Fill a (a->ls the caller's to release on KL_OK), or why the launches cannot be rewritten. */
+static kl_status tc_begin(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g, const char *kernel,
+                          tc_apply *a, kl_error *err)
 {
-    kl_status st = kl_ast_launches(ctx->src, ls, err);
+    a->ls = (kl_launch_sites){0};
+    a->np = 0;
+    kl_status st = kl_ast_launches(ctx->src, &a->ls, err);
     if (st != KL_OK) return st;
     char why[300];
-    if (!tensor_core__plan_launches(ctx, ax, g->fn, kernel, g->M, g->N, ls, plans, 8, np, why, sizeof why)) {
-        kl_launch_sites_release(ls);
+    if (!tensor_core__plan_launches(ctx, ax, g->fn, kernel, g->M, g->N, &a->ls, a->plans, 8, &a->np, why, sizeof why)) {
+        kl_launch_sites_release(&a->ls);
         return kl_rule_not_applicable(err, "%s", why);
     }
+    tc_text_of(ctx, g, &a->T);
     return KL_OK;
+}
+
+/* Each launch: the dynamic shared memory in its configuration, and cudaFuncSetAttribute before it. */
+static kl_status launch_smem(const kl_rule_ctx *ctx, tensor_core__launch_plan *plans, unsigned np, size_t bytes, kl_edits *out,
+                             kl_error *err)
+{
+    for (unsigned i = 0; i < np; i++) {
+        kl_launch_site *l = plans[i].l;
+        TSNode stmt = ts_node_parent(l->call);
+        if (!rt_is(stmt, "expression_statement") || !rt_is(ts_node_parent(stmt), "compound_statement") ||
+            !kl_rules_starts_line(ctx, ts_node_start_byte(stmt)))
+            return kl_rule_not_applicable(err, "%s:%u: the launch is not a statement of its own in a block: "
+                                          "cudaFuncSetAttribute cannot go before it", kl_source_name(ctx->src),
+                                          kl_node_span(l->call).line);
+        char ind[64];
+        rt_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
+        uint32_t fa = ts_node_start_byte(l->call), fb = ts_node_start_byte(l->config);
+        kl_status st = kl_edits_addf(out, ts_node_start_byte(stmt), ts_node_start_byte(stmt),
+                                     "cudaFuncSetAttribute(%.*s, cudaFuncAttributeMaxDynamicSharedMemorySize, %zu);\n%s",
+                                     (int)(fb - fa), ctx->text + fa, bytes, ind);
+        if (st == KL_OK) {
+            if (!ts_node_is_null(l->smem)) st = kl_edits_addf(out, ts_node_start_byte(l->smem), ts_node_end_byte(l->smem), "%zu", bytes);
+            else st = kl_edits_addf(out, ts_node_end_byte(l->block), ts_node_end_byte(l->block), ", %zu", bytes);
+        }
+        if (st != KL_OK) return kl_error_set(err, st, "out of memory");
+    }
+    return KL_OK;
+}
+
+/* The edits of an apply: g's body becomes sb's text, the launches get the bm x bn block tile of
+ * `threads` threads (and, with smem, that many bytes of dynamic shared memory), and <mma.h> is
+ * included. Releases sb and a->ls. */
+static kl_status tc_finish(const kl_rule_ctx *ctx, const tensor_core__tc_naive *g, tc_apply *a, kl_strbuf *sb, int bm, int bn,
+                           int threads, size_t smem, kl_edits *out, kl_error *err)
+{
+    kl_status st = sb->failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(g->body), ts_node_end_byte(g->body), kl_strbuf_str(sb));
+    kl_strbuf_release(sb);
+    char block[32];
+    kl_snprintf(block, sizeof block, "%d", threads);
+    if (st == KL_OK) st = tensor_core__write_launches(ctx, a->plans, a->np, bm, bn, block, true, out);
+    if (st == KL_OK && smem) {
+        st = launch_smem(ctx, a->plans, a->np, smem, out, err);
+        if (st != KL_OK) {
+            kl_launch_sites_release(&a->ls);
+            return st;
+        }
+    }
+    if (st == KL_OK && !strstr(ctx->text, "<mma.h>")) {
+        uint32_t at = include_at(ctx);
+        st = kl_edits_add(out, at, at, "#include <mma.h>\n");
+    }
+    kl_launch_sites_release(&a->ls);
+    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+}
+
+/* The block's shape as constants, KL_FM … KL_THREADS (and KL_STAGES past one stage), and its check. */
+static void tc_shape_text(kl_strbuf *sb, const char *in, int wm, int wn, int fm, int fn_, int bk, int stages)
+{
+    kl_strbuf_addf(sb, "%sconstexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;\n", in, fm, fn_, wm, wn);
+    kl_strbuf_addf(sb, "%sconstexpr int KL_BM = %d, KL_BN = %d, KL_BK = %d, KL_THREADS = %d", in, 16 * wm * fm, 16 * wn * fn_, bk,
+                   32 * wm * wn);
+    if (stages > 1) kl_strbuf_addf(sb, ", KL_STAGES = %d", stages);
+    kl_strbuf_addf(sb, ";\n%sstatic_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, \"a warp per %d x %d piece of C\");\n", in,
+                   16 * fm, 16 * fn_);
+}
+
+/* The warp's place in the block tile, the block's in C, and the warp's accumulators, zeroed. */
+static void tc_warp_text(kl_strbuf *sb, const tensor_core__tc_naive *g, const char *in, const char *in2)
+{
+    kl_strbuf_addf(sb, "%sconst int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp %% KL_WARPS_N * 16 * KL_FN;\n", in);
+    kl_strbuf_addf(sb, "%sconst %s kl_m0 = (%s)blockIdx.y * KL_BM;\n", in, g->rtype, g->rtype);
+    kl_strbuf_addf(sb, "%sconst %s kl_n0 = (%s)blockIdx.x * KL_BN;\n", in, g->ctype, g->ctype);
+    kl_strbuf_addf(sb, "%snvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> kl_acc[KL_FM][KL_FN];\n", in);
+    kl_strbuf_addf(sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
+    kl_strbuf_addf(sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
+}
+
+/* The warp's operand fragments of one k step. */
+static void tc_frags_text(kl_strbuf *sb, const char *E, const char *in)
+{
+    kl_strbuf_addf(sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fa[KL_FM];\n",
+                   in, E);
+    kl_strbuf_addf(sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fb[KL_FN];\n",
+                   in, E);
 }
 
 static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g, const char *kernel, int wm,
@@ -763,23 +871,17 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
         return kl_rule_not_applicable(err, "vector_loads: A's elements are not contiguous along '%s'", g->k);
     if (vec && !unit_stride_col(ctx, ax, g))
         return kl_rule_not_applicable(err, "vector_loads: B's elements are not contiguous along '%s'", g->col);
-    kl_launch_sites ls = {0};
-    tensor_core__launch_plan plans[8];
-    unsigned np = 0;
-    kl_status st = launches_planned(ctx, ax, g, kernel, &ls, plans, &np, err);
+    tc_apply ap;
+    kl_status st = tc_begin(ctx, ax, g, kernel, &ap, err);
     if (st != KL_OK) return st;
-    tc_text T;
-    tc_text_of(ctx, g, &T);
-    const char *in = T.in[1], *in2 = T.in[2], *in3 = T.in[3], *in4 = T.in[4], *in5 = T.in[5];
-    const char *E = g->elem, *a_text = T.a_text, *b_text = T.b_text, *guard = T.guard, *fnind = T.fnind;
+    const tc_text *T = &ap.T;
+    const char *in = T->in[1], *in2 = T->in[2], *in3 = T->in[3], *in4 = T->in[4], *in5 = T->in[5];
+    const char *E = g->elem, *a_text = T->a_text, *b_text = T->b_text, *guard = T->guard, *fnind = T->fnind;
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_addf(&sb, "{\n%s%s %dx16x16 fragments of %s, f32 accumulators: %d x %d warps, each %d x %d fragments\n", in,
                    MARKER, 16, tensor_core__dtype_of(E), wm, wn, fm, fn_);
     for (unsigned i = 0; i < g->npro; i++) tensor_core__add_stmt_text(ctx, &sb, g->prologue[i], in);
-    kl_strbuf_addf(&sb, "%sconstexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;\n", in, fm, fn_, wm, wn);
-    kl_strbuf_addf(&sb, "%sconstexpr int KL_BM = %d, KL_BN = %d, KL_BK = %d, KL_THREADS = %d;\n", in, bm, bn, bk, threads);
-    kl_strbuf_addf(&sb, "%sstatic_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, \"a warp per %d x %d piece of C\");\n", in,
-                   16 * fm, 16 * fn_);
+    tc_shape_text(&sb, in, wm, wn, fm, fn_, bk, 1);
     if (alias) {
         kl_strbuf_addf(&sb, "%s// the A and B tiles during the k loop, the f32 tile of C after it: one buffer\n", in);
         kl_strbuf_addf(&sb, "%sconstexpr int KL_AB = (KL_BM * (KL_BK + 8) + KL_BK * (KL_BN + 8)) * %d, KL_CB = KL_BM * (KL_BN + 4) * 4;\n",
@@ -795,12 +897,7 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
         kl_strbuf_addf(&sb, "%s__shared__ __align__(32) float kl_cs[KL_BM][KL_BN + 4];\n", in);
     }
     kl_strbuf_addf(&sb, "%sconst int kl_warp = threadIdx.x / 32;\n", in);
-    kl_strbuf_addf(&sb, "%sconst int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp %% KL_WARPS_N * 16 * KL_FN;\n", in);
-    kl_strbuf_addf(&sb, "%sconst %s kl_m0 = (%s)blockIdx.y * KL_BM;\n", in, g->rtype, g->rtype);
-    kl_strbuf_addf(&sb, "%sconst %s kl_n0 = (%s)blockIdx.x * KL_BN;\n", in, g->ctype, g->ctype);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> kl_acc[KL_FM][KL_FN];\n", in);
-    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
-    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
+    tc_warp_text(&sb, g, in, in2);
     kl_strbuf_addf(&sb, "%sfor (%s kl_k0 = 0; kl_k0 < %s; kl_k0 += KL_BK) {\n", in, g->ktype, g->K);
     if (vec) {
         tile_copy_loop(&sb, in2, in3, in4, in5, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k,
@@ -808,24 +905,13 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
         tile_copy_loop(&sb, in2, in3, in4, in5, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col,
                        "kl_n0", g->N, b_text, E, COPY_REGS);
     } else {
-    kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BM * KL_BK; kl_e += KL_THREADS) {\n", in2);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_m0 + kl_e / KL_BK;\n", in3, g->rtype, g->row);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_k0 + kl_e %% KL_BK;\n", in3, g->ktype, g->k);
-    kl_strbuf_addf(&sb, "%skl_as[kl_e / KL_BK][kl_e %% KL_BK] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, g->row, g->M,
-                   g->k, g->K, a_text, E);
-    kl_strbuf_addf(&sb, "%s}\n", in2);
-    kl_strbuf_addf(&sb, "%sfor (int kl_e = threadIdx.x; kl_e < KL_BK * KL_BN; kl_e += KL_THREADS) {\n", in2);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_k0 + kl_e / KL_BN;\n", in3, g->ktype, g->k);
-    kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_e %% KL_BN;\n", in3, g->ctype, g->col);
-    kl_strbuf_addf(&sb, "%skl_bs[kl_e / KL_BN][kl_e %% KL_BN] = (%s < %s && %s < %s) ? %s : %s(0.0f);\n", in3, g->k, g->K,
-                   g->col, g->N, b_text, E);
-    kl_strbuf_addf(&sb, "%s}\n", in2);
+        tile_elem_loop(&sb, in2, in3, "kl_as", "KL_BM", "KL_BK", g->rtype, g->row, "kl_m0", g->M, g->ktype, g->k, "kl_k0", g->K,
+                       a_text, E);
+        tile_elem_loop(&sb, in2, in3, "kl_bs", "KL_BK", "KL_BN", g->ktype, g->k, "kl_k0", g->K, g->ctype, g->col, "kl_n0", g->N,
+                       b_text, E);
     }
     kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fa[KL_FM];\n",
-                   in2, E);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fb[KL_FN];\n",
-                   in2, E);
+    tc_frags_text(&sb, E, in2);
     if (bk == 16) {
         kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
         kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][0], KL_BK + 8);\n", in3);
@@ -862,17 +948,7 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_e %% KL_BN;\n", in2, g->ctype, g->col);
     epilogue_store(ctx, &sb, g, guard, "kl_cs[kl_e / KL_BN][kl_e % KL_BN]", in2, in3);
     kl_strbuf_addf(&sb, "%s}\n%s}", in, fnind);
-    st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(g->body), ts_node_end_byte(g->body), kl_strbuf_str(&sb));
-    kl_strbuf_release(&sb);
-    char block[32];
-    kl_snprintf(block, sizeof block, "%d", threads);
-    if (st == KL_OK) st = tensor_core__write_launches(ctx, plans, np, bm, bn, block, true, out);
-    if (st == KL_OK && !strstr(ctx->text, "<mma.h>")) {
-        uint32_t at = include_at(ctx);
-        st = kl_edits_add(out, at, at, "#include <mma.h>\n");
-    }
-    kl_launch_sites_release(&ls);
-    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+    return tc_finish(ctx, g, &ap, &sb, bm, bn, threads, 0, out, err);
 }
 
 /* ---- apply, pipelined (stages > 1) -----------------------------------------------------------------------------
@@ -887,33 +963,6 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
  * the original store per element under the original guard. Launches get the dynamic shared memory
  * (cudaFuncSetAttribute before each, for more than 48 KiB). */
 
-/* Each launch: the dynamic shared memory in its configuration, and cudaFuncSetAttribute before it. */
-static kl_status launch_smem(const kl_rule_ctx *ctx, tensor_core__launch_plan *plans, unsigned np, size_t bytes, kl_edits *out,
-                             kl_error *err)
-{
-    for (unsigned i = 0; i < np; i++) {
-        kl_launch_site *l = plans[i].l;
-        TSNode stmt = ts_node_parent(l->call);
-        if (!rt_is(stmt, "expression_statement") || !rt_is(ts_node_parent(stmt), "compound_statement") ||
-            !kl_rules_starts_line(ctx, ts_node_start_byte(stmt)))
-            return kl_rule_not_applicable(err, "%s:%u: the launch is not a statement of its own in a block: "
-                                          "cudaFuncSetAttribute cannot go before it", kl_source_name(ctx->src),
-                                          kl_node_span(l->call).line);
-        char ind[64];
-        rt_indent_of(ctx, ts_node_start_byte(stmt), ind, sizeof ind);
-        uint32_t fa = ts_node_start_byte(l->call), fb = ts_node_start_byte(l->config);
-        kl_status st = kl_edits_addf(out, ts_node_start_byte(stmt), ts_node_start_byte(stmt),
-                                     "cudaFuncSetAttribute(%.*s, cudaFuncAttributeMaxDynamicSharedMemorySize, %zu);\n%s",
-                                     (int)(fb - fa), ctx->text + fa, bytes, ind);
-        if (st == KL_OK) {
-            if (!ts_node_is_null(l->smem)) st = kl_edits_addf(out, ts_node_start_byte(l->smem), ts_node_end_byte(l->smem), "%zu", bytes);
-            else st = kl_edits_addf(out, ts_node_end_byte(l->block), ts_node_end_byte(l->block), ", %zu", bytes);
-        }
-        if (st != KL_OK) return kl_error_set(err, st, "out of memory");
-    }
-    return KL_OK;
-}
-
 static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core__tc_naive *g, const char *kernel, int wm,
                                  int wn, int fm, int fn_, int bk, int stages, kl_edits *out, kl_error *err)
 {
@@ -927,25 +976,18 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
         return kl_rule_not_applicable(err, "stages: A's elements are not contiguous along '%s' (16-byte copies)", g->k);
     if (!unit_stride_col(ctx, ax, g))
         return kl_rule_not_applicable(err, "stages: B's elements are not contiguous along '%s' (16-byte copies)", g->col);
-    kl_launch_sites ls = {0};
-    tensor_core__launch_plan plans[8];
-    unsigned np = 0;
-    kl_status st = launches_planned(ctx, ax, g, kernel, &ls, plans, &np, err);
+    tc_apply ap;
+    kl_status st = tc_begin(ctx, ax, g, kernel, &ap, err);
     if (st != KL_OK) return st;
-    tc_text T;
-    tc_text_of(ctx, g, &T);
-    const char *in = T.in[1], *in2 = T.in[2], *in3 = T.in[3], *in4 = T.in[4], *in5 = T.in[5], *in6 = T.in[6];
-    const char *E = g->elem, *a_text = T.a_text, *b_text = T.b_text, *guard = T.guard, *fnind = T.fnind;
+    const tc_text *T = &ap.T;
+    const char *in = T->in[1], *in2 = T->in[2], *in3 = T->in[3], *in4 = T->in[4], *in5 = T->in[5], *in6 = T->in[6];
+    const char *E = g->elem, *a_text = T->a_text, *b_text = T->b_text, *guard = T->guard, *fnind = T->fnind;
     kl_strbuf sb = KL_STRBUF_INIT;
     kl_strbuf_addf(&sb, "{\n%s%s %dx16x16 fragments of %s, f32 accumulators: %d x %d warps, each %d x %d fragments; a ring of %d "
                         "k tiles filled by cp.async\n",
                    in, MARKER, 16, tensor_core__dtype_of(E), wm, wn, fm, fn_, stages);
     for (unsigned i = 0; i < g->npro; i++) tensor_core__add_stmt_text(ctx, &sb, g->prologue[i], in);
-    kl_strbuf_addf(&sb, "%sconstexpr int KL_FM = %d, KL_FN = %d, KL_WARPS_M = %d, KL_WARPS_N = %d;\n", in, fm, fn_, wm, wn);
-    kl_strbuf_addf(&sb, "%sconstexpr int KL_BM = %d, KL_BN = %d, KL_BK = %d, KL_THREADS = %d, KL_STAGES = %d;\n", in, bm, bn, bk,
-                   threads, stages);
-    kl_strbuf_addf(&sb, "%sstatic_assert(KL_THREADS == 32 * KL_WARPS_M * KL_WARPS_N, \"a warp per %d x %d piece of C\");\n", in,
-                   16 * fm, 16 * fn_);
+    tc_shape_text(&sb, in, wm, wn, fm, fn_, bk, stages);
     kl_strbuf_addf(&sb, "%sconstexpr int KL_AB = (KL_BM * (KL_BK + 8) + KL_BK * (KL_BN + 8)) * %d;  // bytes of one stage\n", in,
                    (int)sizeof(uint16_t));
     kl_strbuf_addf(&sb, "%s// the ring of stages during the k loop, a 16 x 16 f32 tile per warp after it (%zu bytes, given at launch)\n",
@@ -953,12 +995,7 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
     kl_strbuf_addf(&sb, "%sextern __shared__ __align__(128) unsigned char kl_smem[];\n", in);
     kl_strbuf_addf(&sb, "%sauto kl_cs = reinterpret_cast<float (*)[16][20]>(kl_smem);\n", in);
     kl_strbuf_addf(&sb, "%sconst int kl_warp = threadIdx.x / 32, kl_lane = threadIdx.x %% 32;\n", in);
-    kl_strbuf_addf(&sb, "%sconst int kl_wm = kl_warp / KL_WARPS_N * 16 * KL_FM, kl_wn = kl_warp %% KL_WARPS_N * 16 * KL_FN;\n", in);
-    kl_strbuf_addf(&sb, "%sconst %s kl_m0 = (%s)blockIdx.y * KL_BM;\n", in, g->rtype, g->rtype);
-    kl_strbuf_addf(&sb, "%sconst %s kl_n0 = (%s)blockIdx.x * KL_BN;\n", in, g->ctype, g->ctype);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> kl_acc[KL_FM][KL_FN];\n", in);
-    kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
-    kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
+    tc_warp_text(&sb, g, in, in2);
     kl_strbuf_addf(&sb, "%s// every row of A and of B 16-byte aligned? (the indices are affine: two rows tell)\n", in);
     kl_strbuf_addf(&sb, "%sauto kl_a_at = [&](%s %s, %s %s) { return reinterpret_cast<unsigned long long>(&%s); };\n", in, g->rtype,
                    g->row, g->ktype, g->k, a_text);
@@ -994,10 +1031,7 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
     kl_strbuf_addf(&sb, "%sauto kl_as = reinterpret_cast<%s (*)[KL_BK + 8]>(kl_smem + kl_it %% KL_STAGES * KL_AB);\n", in2, E);
     kl_strbuf_addf(&sb, "%sauto kl_bs = reinterpret_cast<%s (*)[KL_BN + 8]>(kl_smem + kl_it %% KL_STAGES * KL_AB + KL_BM * (KL_BK + 8) * %d);\n",
                    in2, E, (int)sizeof(uint16_t));
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fa[KL_FM];\n",
-                   in2, E);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, %s, nvcuda::wmma::row_major> kl_fb[KL_FN];\n",
-                   in2, E);
+    tc_frags_text(&sb, E, in2);
     kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_kk = 0; kl_kk < KL_BK; kl_kk += 16) {\n", in2, in2);
     kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3, in3);
     kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][kl_kk], KL_BK + 8);\n", in4);
@@ -1018,23 +1052,6 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
     kl_strbuf_addf(&sb, "%sconst %s %s = kl_n0 + kl_wn + 16 * kl_j + kl_e %% 16;\n", in4, g->ctype, g->col);
     epilogue_store(ctx, &sb, g, guard, "kl_cs[kl_warp][kl_e / 16][kl_e % 16]", in4, in5);
     kl_strbuf_addf(&sb, "%s}\n%s__syncwarp();\n%s}\n%s}", in3, in3, in2, fnind);
-    st = sb.failed ? KL_ERR_NOMEM : kl_edits_add(out, ts_node_start_byte(g->body), ts_node_end_byte(g->body), kl_strbuf_str(&sb));
-    kl_strbuf_release(&sb);
-    char block[32];
-    kl_snprintf(block, sizeof block, "%d", threads);
-    if (st == KL_OK) st = tensor_core__write_launches(ctx, plans, np, bm, bn, block, true, out);
-    if (st == KL_OK) {
-        st = launch_smem(ctx, plans, np, smem, out, err);
-        if (st != KL_OK) {
-            kl_launch_sites_release(&ls);
-            return st;
-        }
-    }
-    if (st == KL_OK && !strstr(ctx->text, "<mma.h>")) {
-        uint32_t at = include_at(ctx);
-        st = kl_edits_add(out, at, at, "#include <mma.h>\n");
-    }
-    kl_launch_sites_release(&ls);
-    return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
+    return tc_finish(ctx, g, &ap, &sb, bm, bn, threads, smem, out, err);
 }
 

@@ -137,7 +137,10 @@ char *tt_subst(const char *text, uint32_t s, uint32_t e, const tt_pair *pairs, u
     return r ? r : kl_strdup("");
 }
 
-unsigned tt_count(const char *text, uint32_t s, uint32_t e, const char *from)
+/* The matches of `from` in text[s,e) as match_at sees them: every token a match starts at
+ * (overlapping), or each after the end of the one before; the first max into starts/ends. */
+static unsigned matches(const char *text, uint32_t s, uint32_t e, const char *from, bool overlapping, uint32_t *starts,
+                        uint32_t *ends, unsigned max)
 {
     toks ts, pt;
     unsigned c = 0;
@@ -146,11 +149,23 @@ unsigned tt_count(const char *text, uint32_t s, uint32_t e, const char *from)
         free(ts.v);
         return 0;
     }
-    for (unsigned k = 0; k < ts.n; k++)
-        if (match_at(text, &ts, k, from, &pt)) c++;
+    for (unsigned k = 0; pt.n && k < ts.n; k++)
+        if (match_at(text, &ts, k, from, &pt)) {
+            if (c < max) {
+                starts[c] = ts.v[k].s;
+                ends[c] = ts.v[k + pt.n - 1].e;
+            }
+            c++;
+            if (!overlapping) k += pt.n - 1;
+        }
     free(ts.v);
     free(pt.v);
     return c;
+}
+
+unsigned tt_count(const char *text, uint32_t s, uint32_t e, const char *from)
+{
+    return matches(text, s, e, from, true, NULL, NULL, 0);
 }
 
 bool tt_uses(const char *text, uint32_t s, uint32_t e, const char *name) { return tt_count(text, s, e, name) > 0; }
@@ -352,25 +367,7 @@ bool tt_dim3_args(const kl_rule_ctx *ctx, TSNode host_body, TSNode cfg, TSNode *
 unsigned tt_find(const char *text, uint32_t s, uint32_t e, const char *from, uint32_t *starts, uint32_t *ends,
                  unsigned max)
 {
-    toks ts, pt;
-    unsigned c = 0;
-    if (!lex(text, s, e, &ts)) return 0;
-    if (!lex(from, 0, (uint32_t)strlen(from), &pt)) {
-        free(ts.v);
-        return 0;
-    }
-    for (unsigned k = 0; pt.n && k < ts.n; k++)
-        if (match_at(text, &ts, k, from, &pt)) {
-            if (c < max) {
-                starts[c] = ts.v[k].s;
-                ends[c] = ts.v[k + pt.n - 1].e;
-            }
-            c++;
-            k += pt.n - 1;
-        }
-    free(ts.v);
-    free(pt.v);
-    return c;
+    return matches(text, s, e, from, false, starts, ends, max);
 }
 
 void tt_copy_text(const kl_rule_ctx *ctx, TSNode n, char *buf, size_t size)

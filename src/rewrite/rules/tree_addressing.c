@@ -12,6 +12,7 @@
 
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_tree.h"
+#include "rewrite/rules/tree_step.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -45,51 +46,12 @@ typedef struct ta_tree {
     char why[300];              /* not empty: the shape, but not rewritable */
 } ta_tree;
 
-/* `sh[tid] += sh[tid + s]`, `sh[tid] = sh[tid] + sh[tid + s]` or `sh[tid] = F(sh[tid], sh[tid + s])`
- * (either order of the operands, `s + tid` too): the array and the operation. */
+/* The tree's combining step, a statement `sh[tid] += sh[tid + s];` or another form kl_tree_step
+ * reads: the array and the operation. */
 static bool tree_step(const kl_rule_ctx *ctx, TSNode st, ta_tree *t)
 {
-    if (!rt_is(st, "expression_statement")) return false;
-    TSNode a = ts_node_named_child(st, 0);
-    if (!rt_is(a, "assignment_expression")) return false;
-    TSNode l = rt_field(a, "left");
-    if (!rt_is(l, "subscript_expression") || !rt_is(rt_field(l, "argument"), "identifier")) return false;
-    rt_text_unblank_to(ctx, rt_field(l, "argument"), t->sh, sizeof t->sh);
-    char self[200], o1[200], o2[200], lt[200], op[8];
-    kl_snprintf(self, sizeof self, "%s[%s]", t->sh, t->tid);
-    kl_snprintf(o1, sizeof o1, "%s[%s+%s]", t->sh, t->tid, t->var);
-    kl_snprintf(o2, sizeof o2, "%s[%s+%s]", t->sh, t->var, t->tid);
-    rt_text_unblank_to(ctx, l, lt, sizeof lt);
-    if (strcmp(lt, self)) return false;
-    rt_text_unblank_to(ctx, rt_field(a, "operator"), op, sizeof op);
-    TSNode r = kl_ast_unparen(rt_field(a, "right"));
-    char x[200], y[200];
-    if (!strcmp(op, "+=")) {
-        rt_text_unblank_to(ctx, r, x, sizeof x);
-        kl_snprintf(t->op, sizeof t->op, "+");
-        return !strcmp(x, o1) || !strcmp(x, o2);
-    }
-    if (strcmp(op, "=")) return false;
-    TSNode xn, yn;
-    if (rt_is(r, "binary_expression")) {
-        char bop[8];
-        rt_text_unblank_to(ctx, rt_field(r, "operator"), bop, sizeof bop);
-        if (strcmp(bop, "+")) return false;
-        kl_snprintf(t->op, sizeof t->op, "+");
-        xn = rt_field(r, "left"), yn = rt_field(r, "right");
-    } else if (rt_is(r, "call_expression") && rt_is(rt_field(r, "function"), "identifier") &&
-               ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
-        /* fmaxf, max, or the file's own combining function: a tree already relies on it being
-         * associative and commutative, and both addressings combine the same elements */
-        rt_text_unblank_to(ctx, rt_field(r, "function"), t->op, sizeof t->op);
-        xn = ts_node_named_child(rt_field(r, "arguments"), 0), yn = ts_node_named_child(rt_field(r, "arguments"), 1);
-    } else {
-        return false;
-    }
-    rt_text_unblank_to(ctx, xn, x, sizeof x);
-    rt_text_unblank_to(ctx, yn, y, sizeof y);
-    return (!strcmp(x, self) && (!strcmp(y, o1) || !strcmp(y, o2))) ||
-           (!strcmp(y, self) && (!strcmp(x, o1) || !strcmp(x, o2)));
+    return rt_is(st, "expression_statement") &&
+           kl_tree_step(ctx, ts_node_named_child(st, 0), t->tid, t->var, t->sh, sizeof t->sh, t->op, sizeof t->op);
 }
 
 /* Is n threadIdx.x (a local holding it is seen through)? */
@@ -353,9 +315,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
     ta_find f = {out, NULL, false, NULL, err, false, KL_OK};
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &f, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, &f, err);
-    return st;
+    return kl_rules_each_gpu_function(ctx, visit, &f, err);
 }
 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, bool remove, kl_edits *out, kl_error *err)

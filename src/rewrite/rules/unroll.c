@@ -58,9 +58,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, out, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, out, err);
-    return st;
+    return kl_rules_each_gpu_function(ctx, visit, out, err);
 }
 
 /* The loop node of a site: the for/while/do statement starting at the site's span. */
@@ -97,8 +95,7 @@ static kl_status pragma_of(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
     find_loop fl = {site, 0, 0, false};
-    kl_status st = kl_rules_each_function(ctx, "__global__", pragma_of, &fl, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", pragma_of, &fl, err);
+    kl_status st = kl_rules_each_gpu_function(ctx, pragma_of, &fl, err);
     if (st != KL_OK) return st;
     if (!fl.found) return kl_rule_not_applicable(err, "no #pragma unroll before the loop at %s", site->id);
     /* the whole pragma line, with its newline */

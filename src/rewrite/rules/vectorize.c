@@ -29,13 +29,32 @@
 static const char *const width_values[] = {"4", "2", "8", "16", NULL}; /* 8, 16: bytes, grid-stride form */
 static const kl_rule_param vec_params[] = {{"width", width_values, "4"}};
 
-/* rt_text_is / rt_text that accept a null node (false / NULL). */
+/* rt_text that accepts a null node (NULL). */
 static char *text_of(const kl_rule_ctx *ctx, TSNode n) { return ts_node_is_null(n) ? NULL : rt_text(ctx, n); }
-
 
 static bool node_in(TSNode n, TSNode outer)
 {
     return ts_node_start_byte(n) >= ts_node_start_byte(outer) && ts_node_end_byte(n) <= ts_node_end_byte(outer);
+}
+
+/* The declarations at the top of a function's body, one named child at a time (the type, then each
+ * declarator): `top_decls t = {.body = body}; while (top_decls_next(&t)) … t.decl, t.child`. */
+typedef struct top_decls {
+    TSNode body;
+    TSNode decl, child;
+    uint32_t i, k;             /* the next statement of body, the next child of decl */
+} top_decls;
+
+static bool top_decls_next(top_decls *t)
+{
+    while (ts_node_is_null(t->decl) || t->k >= ts_node_named_child_count(t->decl)) {
+        if (t->i >= ts_node_named_child_count(t->body)) return false;
+        TSNode d = ts_node_named_child(t->body, t->i++);
+        t->decl = rt_is(d, "declaration") ? d : (TSNode){0};
+        t->k = 0;
+    }
+    t->child = ts_node_named_child(t->decl, t->k++);
+    return true;
 }
 
 /* ---- vector text --------------------------------------------------------------------------------- */
@@ -74,24 +93,18 @@ static int vec_width(const kl_rule_ctx *ctx, TSNode fn, TSNode n)
     rt_walk(n, vec_visit, &v);
     if (v.width) return v.width;
     /* identifiers of the subtree declared in fn with a vector type (x4 = reinterpret_cast<…>) */
-    TSNode body = kl_ast_function_body(fn);
-    uint32_t c = ts_node_named_child_count(body);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode d = ts_node_named_child(body, i);
-        if (!rt_is(d, "declaration")) continue;
-        char *t = text_of(ctx, rt_field(d, "type"));
-        int w = t ? vec_type_width(t) : 0;
-        free(t);
-        if (!w) continue;
-        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
-            TSNode nm = kl_ast_declarator_name(ts_node_named_child(d, k));
-            if (rt_is(nm, "identifier") && !node_in(nm, n)) {
-                char *name = text_of(ctx, nm);
-                bool used = name && rt_count_ident(ctx, n, name) > 0;
-                free(name);
-                if (used) return w;
-            }
-        }
+    top_decls t = {.body = kl_ast_function_body(fn)};
+    while (top_decls_next(&t)) {
+        TSNode nm = kl_ast_declarator_name(t.child);
+        if (!rt_is(nm, "identifier") || node_in(nm, n)) continue;
+        char *name = text_of(ctx, nm);
+        bool used = name && rt_count_ident(ctx, n, name) > 0;
+        free(name);
+        if (!used) continue;
+        char *type = text_of(ctx, rt_field(t.decl, "type"));
+        int w = type ? vec_type_width(type) : 0;
+        free(type);
+        if (w) return w;
     }
     return 0;
 }
@@ -450,23 +463,15 @@ static bool empty_init(TSNode loop) { return ts_node_is_null(rt_field(loop, "ini
 /* The value a local is declared with in fn's body (top level), as text; false when not found. */
 static bool local_init(const kl_rule_ctx *ctx, TSNode fn, const char *name, char *buf, size_t size)
 {
-    TSNode body = kl_ast_function_body(fn);
-    uint32_t c = ts_node_named_child_count(body);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode d = ts_node_named_child(body, i);
-        if (!rt_is(d, "declaration")) continue;
-        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
-            TSNode id = ts_node_named_child(d, k);
-            if (!rt_is(id, "init_declarator")) continue;
-            TSNode nm = kl_ast_declarator_name(id);
-            if (!rt_text_is(ctx, nm, name)) continue;
-            TSNode v = rt_field(id, "value");
-            if (ts_node_is_null(v)) return false;
-            char *t = text_of(ctx, v);
-            kl_snprintf(buf, size, "%s", t ? t : "");
-            free(t);
-            return t != NULL;
-        }
+    top_decls t = {.body = kl_ast_function_body(fn)};
+    while (top_decls_next(&t)) {
+        if (!rt_is(t.child, "init_declarator") || !rt_text_is(ctx, kl_ast_declarator_name(t.child), name)) continue;
+        TSNode v = rt_field(t.child, "value");
+        if (ts_node_is_null(v)) return false;
+        char *text = text_of(ctx, v);
+        kl_snprintf(buf, size, "%s", text ? text : "");
+        free(text);
+        return text != NULL;
     }
     return false;
 }
@@ -508,19 +513,13 @@ static bool vector_part(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TS
 static bool uses_param_or_alias(const kl_rule_ctx *ctx, TSNode fn, const char *param, TSNode n)
 {
     if (rt_count_ident(ctx, n, param) > 0) return true;
-    TSNode body = kl_ast_function_body(fn);
-    uint32_t c = ts_node_named_child_count(body);
-    for (uint32_t i = 0; i < c; i++) {
-        TSNode d = ts_node_named_child(body, i);
-        if (!rt_is(d, "declaration")) continue;
-        for (uint32_t k = 0; k < ts_node_named_child_count(d); k++) {
-            TSNode id = ts_node_named_child(d, k);
-            if (!rt_is(id, "init_declarator") || rt_count_ident(ctx, rt_field(id, "value"), param) == 0) continue;
-            char *name = text_of(ctx, kl_ast_declarator_name(id));
-            bool used = name && rt_count_ident(ctx, n, name) > 0;
-            free(name);
-            if (used) return true;
-        }
+    top_decls t = {.body = kl_ast_function_body(fn)};
+    while (top_decls_next(&t)) {
+        if (!rt_is(t.child, "init_declarator") || rt_count_ident(ctx, rt_field(t.child, "value"), param) == 0) continue;
+        char *name = text_of(ctx, kl_ast_declarator_name(t.child));
+        bool used = name && rt_count_ident(ctx, n, name) > 0;
+        free(name);
+        if (used) return true;
     }
     return false;
 }
@@ -767,21 +766,27 @@ static bool unit_index(const kl_rule_ctx *ctx, const kl_ax_access *a, const char
     return !ts_node_is_null(ix) && unit_term(ctx, ix, var);
 }
 
-/* Does the body of loop L access an f32 array (not shared) at an index with coefficient 1 on its variable? */
-static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L)
+/* Does the body of loop L access a pointer's elements (not shared memory) at an index with coefficient 1
+ * on its variable (strided: as the thread-strided form reads it), of element type elem (NULL: any)? */
+static bool contiguous_access(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L, bool strided,
+                              const char *elem)
 {
-    if (!L->var || !rt_is(L->node, "for_statement")) return false;
     TSNode body = rt_field(L->node, "body");
     for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
         const kl_ax_access *a = kl_affine_access(ax, i);
-        int64_t c = 0;
         char et[64];
-        (void)c;
-        if (node_in(a->node, body) && unit_index(ctx, a, L->var, !L->step_is_int || L->step_int != 1) &&
-            !a->is_shared && rt_pointer_elem(ctx, ax, fn, a->array, et, sizeof et) && !strcmp(et, "float"))
+        if (node_in(a->node, body) && unit_index(ctx, a, L->var, strided) && !a->is_shared &&
+            rt_pointer_elem(ctx, ax, fn, a->array, et, sizeof et) && (!elem || !strcmp(et, elem)))
             return true;
     }
     return false;
+}
+
+/* Does the body of loop L access an f32 array (not shared) at an index with coefficient 1 on its variable? */
+static bool contiguous_f32(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const kl_ax_loop *L)
+{
+    return L->var && rt_is(L->node, "for_statement") &&
+           contiguous_access(ctx, ax, fn, L, !L->step_is_int || L->step_int != 1, "float");
 }
 
 /* What the thread-strided form needs beyond the unit-stride one (into v->why): the loop declares its
@@ -830,18 +835,8 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
         v->strided = true;
     }
     TSNode body = rt_field(L->node, "body");
-    /* the accesses of the body with coefficient 1 on the loop variable */
-    unsigned contiguous = 0;
-    for (unsigned i = 0; i < kl_affine_access_count(ax); i++) {
-        const kl_ax_access *a = kl_affine_access(ax, i);
-        int64_t c = 0;
-        char et[64];
-        (void)c;
-        if (node_in(a->node, body) && unit_index(ctx, a, L->var, v->strided) &&
-            !a->is_shared && rt_pointer_elem(ctx, ax, fn, a->array, et, sizeof et))
-            contiguous++;
-    }
-    if (!contiguous) return false; /* nothing contiguous along the loop: not a site */
+    /* nothing contiguous along the loop: not a site */
+    if (!contiguous_access(ctx, ax, fn, L, v->strided, NULL)) return false;
     body_check bc = {ctx, NULL, 0};
     rt_walk(body, body_visit, &bc);
     if (bc.why) {
@@ -1083,26 +1078,10 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, out, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, out, err);
-    return st;
+    return kl_rules_each_gpu_function(ctx, visit, out, err);
 }
 
 /* ---- remove ---------------------------------------------------------------------------------------------- */
-
-/* The range of a statement, with a #pragma line right above it and a "// vectorize" marker. */
-static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uint32_t *a, uint32_t *b)
-{
-    rt_stmt_range(ctx, st, NULL, a, b);
-    if (*a == ts_node_start_byte(st)) return;
-    int li = kl_affine_loop_index(ax, st);
-    if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
-        *a = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
-    if (*a == 0) return;
-    uint32_t pa = kl_ast_line_start(ctx->text, *a - 1), p = pa;
-    while (p < *a && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
-    if (p + 12 <= *a && !memcmp(ctx->text + p, "// vectorize", 12)) *a = pa;
-}
 
 static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const vp *p, kl_edits *out, kl_error *err)
 {
@@ -1128,7 +1107,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const
     if (p->kind != 'E') {
         for (unsigned i = 0; i < p->ndel && st == KL_OK; i++) {
             uint32_t a, b;
-            stmt_range(ctx, ax, p->del[i], &a, &b);
+            kl_rules_stmt_range(ctx, ax, p->del[i], "vectorize", &a, &b);
             st = kl_edits_add(out, a, b, "");
         }
         if (st == KL_OK && p->kind == 'S')
@@ -1224,30 +1203,35 @@ static bool add_lanes(kl_strbuf *sb, const kl_rule_ctx *ctx, const va *v, TSNode
     return true;
 }
 
-/* The text of n with every identifier `var` in it replaced by repl (new string; NULL out of memory). */
-typedef struct subst_scan {
-    const kl_rule_ctx *ctx;
-    const char *var, *repl;
-    kl_edits *e;
-    kl_status st;
-} subst_scan;
-
-static bool subst_visit(TSNode n, void *user)
+/* The vector loop's body, each line at ind + more: the arrays read as vectors vt (those only written
+ * declared), the lanes of the scalar body (add_lanes), the written arrays stored as vectors. False
+ * when the body has too many accesses. */
+static bool vector_body(kl_strbuf *sb, const kl_rule_ctx *ctx, const va *v, TSNode body, int width, const char *vt,
+                        const char *ind, const char *more)
 {
-    subst_scan *s = user;
-    if (s->st == KL_OK && rt_is(n, "identifier") && rt_text_is(s->ctx, n, s->var))
-        s->st = kl_edits_add(s->e, ts_node_start_byte(n), ts_node_end_byte(n), s->repl);
-    return s->st == KL_OK;
+    for (unsigned k = 0; k < v->narr; k++) {
+        const va_arr *x = &v->arr[k];
+        if (x->read)
+            kl_strbuf_addf(sb, "%s%s%s%s kl_%s = *reinterpret_cast<%s%s*>(&%s[%s]);\n", ind, more, x->write ? "" : "const ", vt,
+                           x->name, x->write ? "" : "const ", vt, x->name, x->index);
+        else
+            kl_strbuf_addf(sb, "%s%s%s kl_%s;\n", ind, more, vt, x->name);
+    }
+    if (!add_lanes(sb, ctx, v, body, width, ind, more)) return false;
+    for (unsigned k = 0; k < v->narr; k++)
+        if (v->arr[k].write)
+            kl_strbuf_addf(sb, "%s%s*reinterpret_cast<%s*>(&%s[%s]) = kl_%s;\n", ind, more, vt, v->arr[k].name, v->arr[k].index,
+                           v->arr[k].name);
+    return true;
 }
 
+/* The text of n with every identifier `var` in it replaced by repl (new string; NULL out of memory). */
 static char *subst_text(const kl_rule_ctx *ctx, TSNode n, const char *var, const char *repl)
 {
     kl_edits e = {0};
-    subst_scan s = {ctx, var, repl, &e, KL_OK};
-    rt_walk(n, subst_visit, &s);
     char *text = NULL;
     kl_error err = {0};
-    if (s.st != KL_OK ||
+    if (kl_edits_rename(ctx, n, var, repl, &e) != KL_OK ||
         kl_edits_apply_range(&e, ctx->text, ts_node_start_byte(n), ts_node_end_byte(n), &text, &err) != KL_OK)
         text = NULL;
     kl_edits_release(&e);
@@ -1311,22 +1295,11 @@ static kl_status apply_strided(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode
     kl_strbuf_addf(&sb, "%sfor (%s %s = %s; %s < %s; %s += %s) {\n", ind, v->type, vv, start ? start : "", vv, nv, vv,
                    stride ? stride : "");
     kl_strbuf_addf(&sb, "%s    const %s %s = %s * %d;\n", ind, v->type, L->var, vv, width);
-    for (unsigned k = 0; k < v->narr; k++) {
-        const va_arr *x = &v->arr[k];
-        if (x->read)
-            kl_strbuf_addf(&sb, "%s    %s%s kl_%s = *reinterpret_cast<%s%s*>(&%s[%s]);\n", ind, x->write ? "" : "const ",
-                           vt, x->name, x->write ? "" : "const ", vt, x->name, x->index);
-        else kl_strbuf_addf(&sb, "%s    %s kl_%s;\n", ind, vt, x->name);
-    }
-    if (st == KL_OK && !add_lanes(&sb, ctx, v, body, width, ind, "    ")) {
+    if (st == KL_OK && !vector_body(&sb, ctx, v, body, width, vt, ind, "    ")) {
         kl_strbuf_release(&sb);
         free(start), free(stride), free(btext);
         return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", kl_ast_line(body));
     }
-    for (unsigned k = 0; k < v->narr; k++)
-        if (v->arr[k].write)
-            kl_strbuf_addf(&sb, "%s    *reinterpret_cast<%s*>(&%s[%s]) = kl_%s;\n", ind, vt, v->arr[k].name,
-                           v->arr[k].index, v->arr[k].name);
     kl_strbuf_addf(&sb, "%s}\n", ind);
     /* before the loop's line (its #pragma line, when it has one, stays with it) */
     int li = kl_affine_loop_index(ax, loop);
@@ -1374,22 +1347,10 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
                        width * 4 - 1);
     kl_strbuf_addf(&sb, ") {\n");
     kl_strbuf_addf(&sb, "%s        for (; %s + %d < %s; %s += %d) {\n", ind, L->var, width - 1, L->bound, L->var, width);
-    for (unsigned k = 0; k < v->narr; k++) {
-        const va_arr *x = &v->arr[k];
-        if (x->read)
-            kl_strbuf_addf(&sb, "%s            %s%s kl_%s = *reinterpret_cast<%s%s*>(&%s[%s]);\n", ind,
-                           x->write ? "" : "const ", vt, x->name, x->write ? "" : "const ", vt, x->name, x->index);
-        else
-            kl_strbuf_addf(&sb, "%s            %s kl_%s;\n", ind, vt, x->name);
-    }
-    if (!add_lanes(&sb, ctx, v, body, width, ind, "            ")) {
+    if (!vector_body(&sb, ctx, v, body, width, vt, ind, "            ")) {
         kl_strbuf_release(&sb);
         return kl_rule_not_applicable(err, "the loop body at line %u has too many accesses", kl_ast_line(body));
     }
-    for (unsigned k = 0; k < v->narr; k++)
-        if (v->arr[k].write)
-            kl_strbuf_addf(&sb, "%s            *reinterpret_cast<%s*>(&%s[%s]) = kl_%s;\n", ind, vt, v->arr[k].name,
-                           v->arr[k].index, v->arr[k].name);
     kl_strbuf_addf(&sb, "%s        }\n%s    }\n", ind, ind);
     /* the tail: the original loop without its initializer, one level deeper */
     uint32_t la = ts_node_start_byte(loop), lb = ts_node_end_byte(loop);
@@ -1422,13 +1383,9 @@ static kl_status apply_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const va 
 /* ---- running a site ---------------------------------------------------------------------------------------- */
 
 typedef struct vrun {
-    const kl_site *site;
+    rt_run run;
     int width;
-    kl_edits *out;
-    kl_error *err;
-    bool done;
-    kl_status st;
-    const kl_rule_ctx *ctx;
+    const kl_rule_ctx *ctx;   /* the function being visited */
     kl_affine_ctx *ax;
     TSNode fn;
 } vrun;
@@ -1436,46 +1393,41 @@ typedef struct vrun {
 static bool run_present_visit(TSNode n, void *user)
 {
     vrun *r = user;
-    if (r->done) return false;
-    if (ts_node_start_byte(n) != r->site->span.start || ts_node_end_byte(n) != r->site->span.end) return true;
+    if (r->run.done) return false;
+    if (ts_node_start_byte(n) != r->run.site->span.start || ts_node_end_byte(n) != r->run.site->span.end) return true;
     vp p;
     if (!present_at(r->ctx, r->ax, r->fn, n, &p)) return true;
-    r->st = remove_present(r->ctx, r->ax, &p, r->out, r->err);
-    r->done = true;
+    r->run.st = remove_present(r->ctx, r->ax, &p, r->run.out, r->run.err);
+    r->run.done = true;
     return false;
 }
 
 static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     vrun *r = user;
-    if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
+    if (r->run.done || strcmp(name, r->run.site->kernel)) return KL_OK;
     r->ctx = ctx, r->ax = ax, r->fn = fn;
-    if (r->site->dir == KL_SITE_PRESENT) {
+    if (r->run.site->dir == KL_SITE_PRESENT) {
         rt_walk(kl_ast_function_body(fn), run_present_visit, r);
         return KL_OK;
     }
-    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->done; i++) {
+    for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->run.done; i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
-        if (ts_node_start_byte(L->node) != r->site->span.start) continue;
+        if (ts_node_start_byte(L->node) != r->run.site->span.start) continue;
         va v;
         if (!analyse_apply(ctx, ax, fn, L, &v)) continue;
-        r->st = v.strided ? apply_strided(ctx, ax, fn, &v, r->width, r->out, r->err)
-                          : apply_loop(ctx, ax, &v, r->width, r->out, r->err);
-        r->done = true;
+        r->run.st = v.strided ? apply_strided(ctx, ax, fn, &v, r->width, r->run.out, r->run.err)
+                              : apply_loop(ctx, ax, &v, r->width, r->run.out, r->run.err);
+        r->run.done = true;
     }
     return KL_OK;
 }
 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, int width, kl_edits *out, kl_error *err)
 {
-    vrun r;
-    memset(&r, 0, sizeof r);
-    r.site = site, r.width = width, r.out = out, r.err = err, r.st = KL_OK;
-    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", run_visit, &r, err);
-    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
-    if (!r.done) return kl_rule_not_applicable(err, "nothing to %s at %s", site->dir == KL_SITE_PRESENT ? "remove" : "vectorize", site->id);
-    return r.st;
+    vrun r = {.run = {site, NULL, out, err, false, KL_OK}, .width = width};
+    return kl_rules_run_site(ctx, run_visit, &r, &r.run, true, "nothing to %s at %s",
+                             site->dir == KL_SITE_PRESENT ? "remove" : "vectorize", site->id);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
@@ -1487,8 +1439,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
+    kl_status refused = kl_site_why_not(site, err);
+    if (refused != KL_OK) return refused;
     int64_t w = 4;
     if (!kl_rule_param_int(&kl_rule_vectorize, params, "width", &w) || (w != 2 && w != 4 && w != 8 && w != 16))
         return kl_error_set(err, KL_ERR_INVALID, "vectorize: width must be 2, 4, 8 or 16");

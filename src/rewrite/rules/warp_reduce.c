@@ -14,6 +14,7 @@
 
 #include "rewrite/rules/rules.h"
 #include "rewrite/rules/rules_tree.h"
+#include "rewrite/rules/tree_step.h"
 #include "syntax/affine.h"
 #include "util/util.h"
 
@@ -45,7 +46,6 @@ static bool op_is(const kl_rule_ctx *ctx, TSNode n, const char *op)
     return rt_text_is(ctx, rt_field(n, "operator"), op);
 }
 
-/* Text with the blanks removed, into buf. */
 /* The declaration (or parameter) of `name` in fn, with its type text, qualifiers such as const,
  * static, __shared__ and volatile left out. False when not found. */
 static bool decl_type(const kl_rule_ctx *ctx, TSNode fn, const char *name, TSNode *decl, char *type, size_t size)
@@ -66,23 +66,6 @@ static const char *dtype_of(const char *type)
     if (!strcmp(type, "int")) return "i32";
     if (!strcmp(type, "unsigned") || !strcmp(type, "unsigned int")) return "u32";
     return type;
-}
-
-/* The range deleting a statement: its whole lines with a #pragma line right above it (a loop's
- * unroll) and a "// warp-reduce" marker comment line above that. */
-static void stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, uint32_t *a, uint32_t *b)
-{
-    rt_stmt_range(ctx, st, NULL, a, b);
-    if (*a != ts_node_start_byte(st) || *a == 0) {
-        int li = ax ? kl_affine_loop_index(ax, st) : -1;
-        if (li >= 0 && kl_affine_loop(ax, (unsigned)li)->has_pragma_unroll)
-            *a = kl_ast_line_start(ctx->text, kl_affine_loop(ax, (unsigned)li)->pragma_start);
-        if (*a == 0) return;
-        uint32_t pa = kl_ast_line_start(ctx->text, *a - 1), p = pa;
-        while (p < *a && (ctx->text[p] == ' ' || ctx->text[p] == '\t')) p++;
-        size_t ml = strlen("// " WR_MARKER);
-        if (p + ml <= *a && !memcmp(ctx->text + p, "// " WR_MARKER, ml)) *a = pa;
-    }
 }
 
 /* ---- the present side: warp steps and the shared stage ---------------------------------------- */
@@ -574,47 +557,7 @@ static bool tree_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     rt_text_unblank_to(ctx, tid, t->tid, sizeof t->tid);
     /* sh[tid] OP= sh[tid + s] */
     TSNode a = stmt_assign(unwrap1(rt_field(ifs, "consequence")));
-    if (ts_node_is_null(a)) return false;
-    TSNode l = rt_field(a, "left");
-    if (!rt_is(l, "subscript_expression")) return false;
-    char lidx[128], want1[300], want2[300];
-    TSNode arr = rt_field(l, "argument");
-    if (!rt_is(arr, "identifier")) return false;
-    rt_text_copy(ctx, arr, t->sh, sizeof t->sh);
-    rt_text_unblank_to(ctx, l, lidx, sizeof lidx);
-    kl_snprintf(want1, sizeof want1, "%s[%s+%s]", t->sh, t->tid, L->var);
-    kl_snprintf(want2, sizeof want2, "%s[%s+%s]", t->sh, L->var, t->tid);
-    char self[300];
-    kl_snprintf(self, sizeof self, "%s[%s]", t->sh, t->tid);
-    if (strcmp(lidx, self)) return false;
-    TSNode r = kl_ast_unparen(rt_field(a, "right"));
-    char rt[300], x[300], y[300];
-    if (op_is(ctx, a, "+=")) {
-        rt_text_unblank_to(ctx, r, rt, sizeof rt);
-        if (strcmp(rt, want1) && strcmp(rt, want2)) return false;
-        kl_snprintf(t->op, sizeof t->op, "+");
-    } else if (op_is(ctx, a, "=")) {
-        TSNode xn, yn;
-        if (rt_is(r, "binary_expression") && op_is(ctx, r, "+")) {
-            xn = rt_field(r, "left"), yn = rt_field(r, "right");
-            kl_snprintf(t->op, sizeof t->op, "+");
-        } else if (rt_is(r, "call_expression") && ts_node_named_child_count(rt_field(r, "arguments")) == 2) {
-            /* fmaxf, max, … or the file's own combining function (the tree already relies on
-             * it being associative) */
-            if (!rt_is(rt_field(r, "function"), "identifier")) return false;
-            rt_text_copy(ctx, rt_field(r, "function"), t->op, sizeof t->op);
-            xn = ts_node_named_child(rt_field(r, "arguments"), 0), yn = ts_node_named_child(rt_field(r, "arguments"), 1);
-        } else {
-            return false;
-        }
-        rt_text_unblank_to(ctx, xn, x, sizeof x);
-        rt_text_unblank_to(ctx, yn, y, sizeof y);
-        bool ok = (!strcmp(x, self) && (!strcmp(y, want1) || !strcmp(y, want2))) ||
-                  (!strcmp(y, self) && (!strcmp(x, want1) || !strcmp(x, want2)));
-        if (!ok) return false;
-    } else {
-        return false;
-    }
+    if (!kl_tree_step(ctx, a, t->tid, L->var, t->sh, sizeof t->sh, t->op, sizeof t->op)) return false;
     TSNode decl;
     if (!decl_type(ctx, fn, t->sh, &decl, t->type, sizeof t->type)) return false;
     char dt[64];
@@ -631,36 +574,41 @@ typedef struct wr_find {
     kl_sites *out;
 } wr_find;
 
-static kl_status add_present(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, TSNode st,
-                             const wr_step *s, kl_sites *out)
+/* Is st a warp step (the first of a shuffle reduction)? Then the reduction around it, into p. */
+static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSNode st, wr_present *p)
 {
-    wr_present p;
-    memset(&p, 0, sizeof p);
-    p.s = *s;
-    analyse_present(ctx, ax, fn, st, &p);
+    memset(p, 0, sizeof *p);
+    if (!warp_step(ctx, ax, st, true, &p->s)) return false;
+    analyse_present(ctx, ax, fn, st, p);
+    return true;
+}
+
+static kl_status add_present(const kl_rule_ctx *ctx, const char *name, TSNode fn, TSNode st, const wr_present *p,
+                             kl_sites *out)
+{
     int64_t bs = 0;
     char why[300] = "";
     bool bs_ok = rt_block_size(ctx, fn, name, &bs, why, sizeof why);
-    json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(p.type), "op", p.s.op, "shuffle",
-                          p.s.xor_ ? "xor" : "down", "value", p.s.val);
+    json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "dtype", dtype_of(p->type), "op", p->s.op, "shuffle",
+                          p->s.xor_ ? "xor" : "down", "value", p->s.val);
     if (!f) return KL_ERR_NOMEM;
-    if (p.s.helper[0]) json_object_set_new(f, "warp_helper", json_string(p.s.helper));
+    if (p->s.helper[0]) json_object_set_new(f, "warp_helper", json_string(p->s.helper));
     if (!kl_ast_function_has(ctx->src, fn, "__global__")) json_object_set_new(f, "device_helper", json_true());
-    if (p.staged) {
+    if (p->staged) {
         json_object_set_new(f, "shared_stage",
-                            json_string(p.final_kind == 'A'   ? "every thread reads the partials"
-                                        : p.final_kind == 'B' ? "the first warp reduces the partials"
-                                                              : "the first warp reduces the partials into another variable"));
-        json_object_set_new(f, "partials", json_string(p.part));
+                            json_string(p->final_kind == 'A'   ? "every thread reads the partials"
+                                        : p->final_kind == 'B' ? "the first warp reduces the partials"
+                                                               : "the first warp reduces the partials into another variable"));
+        json_object_set_new(f, "partials", json_string(p->part));
     }
     if (bs_ok) json_object_set_new(f, "block", json_integer(bs));
-    const char *why_not = !p.staged ? p.why : !bs_ok ? why : NULL;
+    const char *why_not = !p->staged ? p->why : !bs_ok ? why : NULL;
     if (why_not) json_object_set_new(f, "why_not", json_string(why_not));
     char id[256], note[300];
     kl_site_id(id, sizeof id, name, st, NULL);
-    kl_snprintf(note, sizeof note, "a warp-shuffle reduction (%s) of %s%s", p.s.op, p.s.val,
-                p.staged ? " with a shared stage between warps" : " within a warp");
-    return kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(st), name, f, json_pack("{s:s}", "shuffle", p.s.xor_ ? "xor" : "down"),
+    kl_snprintf(note, sizeof note, "a warp-shuffle reduction (%s) of %s%s", p->s.op, p->s.val,
+                p->staged ? " with a shared stage between warps" : " within a warp");
+    return kl_sites_add(out, id, KL_SITE_PRESENT, kl_node_span(st), name, f, json_pack("{s:s}", "shuffle", p->s.xor_ ? "xor" : "down"),
                         note);
 }
 
@@ -682,20 +630,15 @@ static bool scan_visit(TSNode n, void *user)
     if (!rt_is(n, "for_statement") && !rt_is(n, "expression_statement")) return true;
     for (unsigned i = 0; i < sc->nskip; i++)
         if (ts_node_eq(sc->skip[i], n)) return false;
-    wr_step s;
-    memset(&s, 0, sizeof s);
-    if (!warp_step(sc->ctx, sc->ax, n, true, &s)) return true;
     /* a shuffle loop that is a helper's whole body: listed in the helper (not applicable: warp-level) */
     wr_present p;
-    memset(&p, 0, sizeof p);
-    p.s = s;
-    analyse_present(sc->ctx, sc->ax, sc->fn, n, &p);
+    if (!present_at(sc->ctx, sc->ax, sc->fn, n, &p)) return true;
     if (p.staged && (p.final_kind == 'B' || p.final_kind == 'C') && sc->nskip < 16) {
         TSNode inner = p.b_step;
         if (rt_is(inner, "if_statement")) inner = unwrap1(rt_field(inner, "consequence"));
         sc->skip[sc->nskip++] = inner;
     }
-    sc->st = add_present(sc->ctx, sc->name, sc->fn, sc->ax, n, &s, sc->out);
+    sc->st = add_present(sc->ctx, sc->name, sc->fn, n, &p, sc->out);
     return false;
 }
 
@@ -731,9 +674,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
     wr_find wf = {out};
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &wf, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", visit, &wf, err);
-    return st;
+    return kl_rules_each_gpu_function(ctx, visit, &wf, err);
 }
 
 /* ---- remove and apply ------------------------------------------------------------------------------ */
@@ -747,7 +688,7 @@ static void combine(char *buf, size_t size, const char *op, const char *a, const
 static kl_status edit_delete(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, kl_edits *out)
 {
     uint32_t a, b;
-    stmt_range(ctx, ax, st, &a, &b);
+    kl_rules_stmt_range(ctx, ax, st, WR_MARKER, &a, &b);
     return kl_edits_add(out, a, b, "");
 }
 
@@ -837,7 +778,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (!rt_block_size(ctx, fn, name, &bs, why, sizeof why)) return kl_rule_not_applicable(err, "%s", why);
     char ind[64], red[32], comb[200], elem[96], elem_s[96];
     uint32_t a, b;
-    stmt_range(ctx, ax, p->step, &a, &b);
+    kl_rules_stmt_range(ctx, ax, p->step, WR_MARKER, &a, &b);
     kl_rules_indent(ctx, ts_node_start_byte(p->step), ind, sizeof ind);
     rt_fresh_name(ctx, fn, "kl_red", red, sizeof red);
     kl_snprintf(elem, sizeof elem, "%s[threadIdx.x]", red);
@@ -865,8 +806,8 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     if (st == KL_OK) st = edit_delete(ctx, ax, p->sync, out);
     if (p->final_kind == 'A') {
         uint32_t a1, b1, a2, b2;
-        stmt_range(ctx, ax, p->a_init, &a1, &b1);
-        stmt_range(ctx, ax, p->a_loop, &a2, &b2);
+        kl_rules_stmt_range(ctx, ax, p->a_init, WR_MARKER, &a1, &b1);
+        kl_rules_stmt_range(ctx, ax, p->a_loop, WR_MARKER, &a2, &b2);
         char ind2[64];
         kl_rules_indent(ctx, ts_node_start_byte(p->a_init), ind2, sizeof ind2);
         /* the loop started from its init: the block's result combined with it, unless it is the
@@ -899,7 +840,7 @@ static kl_status remove_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         char ind2[64];
         uint32_t a2, b2;
         kl_rules_indent(ctx, ts_node_start_byte(p->b_step), ind2, sizeof ind2);
-        stmt_range(ctx, ax, p->b_step, &a2, &b2);
+        kl_rules_stmt_range(ctx, ax, p->b_step, WR_MARKER, &a2, &b2);
         if (st == KL_OK) st = edit_delete(ctx, ax, p->b_load, out);
         if (st == KL_OK) st = kl_edits_addf(out, a2, b2, "%s%s = %s;\n", ind2, p->c_res, p->s.val);
         gone[ng++] = p->b_load;
@@ -1111,7 +1052,7 @@ static kl_status apply_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn
     kl_snprintf(load, sizeof load, "%s = %s[threadIdx.x < %s ? threadIdx.x : 0]", v, warp, nws);
     char ind[64];
     uint32_t a, b;
-    stmt_range(ctx, ax, t->loop, &a, &b);
+    kl_rules_stmt_range(ctx, ax, t->loop, WR_MARKER, &a, &b);
     kl_rules_indent(ctx, ts_node_start_byte(t->loop), ind, sizeof ind);
     kl_status st = kl_edits_addf(out, a, b,
                                  "%s{\n"
@@ -1146,13 +1087,8 @@ static bool run_present_visit(TSNode n, void *user)
     rt_run *r = rs->r;
     if (r->done) return false;
     if (ts_node_start_byte(n) != r->site->span.start || ts_node_end_byte(n) != r->site->span.end) return true;
-    wr_step s;
-    memset(&s, 0, sizeof s);
-    if (!warp_step(rs->ctx, rs->ax, n, true, &s)) return true;
     wr_present p;
-    memset(&p, 0, sizeof p);
-    p.s = s;
-    analyse_present(rs->ctx, rs->ax, rs->fn, n, &p);
+    if (!present_at(rs->ctx, rs->ax, rs->fn, n, &p)) return true;
     r->st = remove_present(rs->ctx, rs->ax, rs->fn, rs->name, &p, r->out, r->err);
     r->done = true;
     return false;
@@ -1181,13 +1117,8 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
     rt_run r = {site, params, out, err, false, KL_OK};
-    kl_status st = kl_rules_each_function(ctx, "__global__", run_visit, &r, err);
-    if (st == KL_OK) st = kl_rules_each_function(ctx, "__device__", run_visit, &r, err);
-    if (st != KL_OK) return st == KL_ERR_NOMEM ? kl_error_set(err, st, "out of memory") : st;
-    if (!r.done)
-        return kl_rule_not_applicable(err, "no %s at %s", site->dir == KL_SITE_PRESENT ? "shuffle reduction" : "tree reduction",
-                                      site->id);
-    return r.st;
+    return kl_rules_run_site(ctx, run_visit, &r, &r, true, "no %s at %s",
+                             site->dir == KL_SITE_PRESENT ? "shuffle reduction" : "tree reduction", site->id);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
@@ -1197,9 +1128,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out, kl_error *err)
 {
-    const char *why = json_string_value(json_object_get(site->features, "why_not"));
-    if (why) return kl_rule_not_applicable(err, "%s", why);
-    return run(ctx, site, params, out, err);
+    kl_status st = kl_site_why_not(site, err);
+    return st == KL_OK ? run(ctx, site, params, out, err) : st;
 }
 
 const kl_rule kl_rule_warp_reduce = {

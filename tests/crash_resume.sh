@@ -35,45 +35,69 @@ if [ -n "${KL_CRASH_DIR:-}" ]; then
     mkdir -p "$work"
 else
     work=$(mktemp -d "${TMPDIR:-/tmp}/klineage-crash-XXXXXX")
-    trap 'rm -rf "$work"' EXIT
 fi
 
 fresh_store() { rm -f "$1" "$1-wal" "$1-shm" "$1-journal"; }
 
-# check_store DB: integrity_check says ok, and every document is JSON. Checked on a copy (the store
-# with its -wal/-journal files), opened read-write as the resumed run opens it: a kill in the first
-# moments can leave a hot journal or a WAL without its index, which SQLite recovers on a writable
-# open and refuses on a read-only one ("attempt to write a readonly database"); the copy keeps the
-# store itself as the kill left it for the resume.
-check_store() {
-    python3 - "$1" <<'PY'
+# check_store DB: integrity_check says ok, and every document is JSON; sets `why` to what is wrong,
+# returns 1 then. Checked on a copy (the store with its -wal/-journal files), opened read-write as
+# the resumed run opens it: a kill in the first moments can leave a hot journal or a WAL without
+# its index, which SQLite recovers on a writable open and refuses on a read-only one ("attempt to
+# write a readonly database"); the copy keeps the store itself as the kill left it for the resume.
+# One python3 process does every check of the run (a coprocess reading one path per line and
+# answering "ok" or "bad WHY" on one line): starting python3 costs more than a check.
+checker='
 import json, os, shutil, sqlite3, sys, tempfile
-path = sys.argv[1]
-tmp = tempfile.mkdtemp(prefix="klineage-check-")
-copy = os.path.join(tmp, "store.db")
-for ext in ("", "-wal", "-journal"):
-    if os.path.exists(path + ext):
-        shutil.copyfile(path + ext, copy + ext)
-try:
-    db = sqlite3.connect(copy)
-except Exception as e:
-    print("cannot open the store: %s" % e); sys.exit(1)
-try:
-    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-except sqlite3.DatabaseError as e:
-    print("not a database: %s" % e); sys.exit(1)
-ok = db.execute("PRAGMA integrity_check").fetchall()
-if ok != [("ok",)]:
-    print("integrity_check: %s" % ok[:5]); sys.exit(1)
-if "documents" in tables:
-    for kind, key, text in db.execute("SELECT kind, key, json FROM documents"):
-        try:
-            json.loads(text)
-        except Exception as e:
-            print("%s/%s is not JSON: %s" % (kind, key, e)); sys.exit(1)
-db.close()
-shutil.rmtree(tmp, ignore_errors=True)
-PY
+def check(path):
+    tmp = tempfile.mkdtemp(prefix="klineage-check-")
+    copy = os.path.join(tmp, "store.db")
+    for ext in ("", "-wal", "-journal"):
+        if os.path.exists(path + ext):
+            shutil.copyfile(path + ext, copy + ext)
+    try:
+        db = sqlite3.connect(copy)
+    except Exception as e:
+        return "cannot open the store: %s" % e
+    try:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type=\x27table\x27")]
+    except sqlite3.DatabaseError as e:
+        return "not a database: %s" % e
+    ok = db.execute("PRAGMA integrity_check").fetchall()
+    if ok != [("ok",)]:
+        return "integrity_check: %s" % ok[:5]
+    if "documents" in tables:
+        for kind, key, text in db.execute("SELECT kind, key, json FROM documents"):
+            try:
+                json.loads(text)
+            except Exception as e:
+                return "%s/%s is not JSON: %s" % (kind, key, e)
+    db.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return None
+for line in sys.stdin:
+    try:
+        why = check(line.rstrip("\n"))
+    except Exception as e:
+        why = "the check failed: %r" % e
+    print("ok" if why is None else "bad " + " ".join(why.split()), flush=True)
+'
+coproc CHECKER { exec python3 -c "$checker"; }
+checker_in=${CHECKER[1]} checker_out=${CHECKER[0]} checker_pid=$CHECKER_PID
+cleanup() {
+    exec {checker_in}>&- 2>/dev/null
+    kill "$checker_pid" 2>/dev/null
+    [ -n "${KL_CRASH_DIR:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+check_store() {
+    local answer=
+    printf '%s\n' "$1" >&"$checker_in" && IFS= read -r answer <&"$checker_out"
+    case $answer in
+    ok) why= && return 0 ;;
+    "bad "*) why=${answer#bad } ;;
+    *) why="the store checker (python3) stopped" ;;
+    esac
+    return 1
 }
 
 export DB="$work/reference.db"
@@ -114,11 +138,11 @@ for i in $(seq "$kills"); do
     if kill -KILL "$pid" 2>/dev/null; then landed=killed; fi
     wait "$pid" 2>/dev/null
     status=ok
-    if [ -e "$DB" ] && ! why=$(check_store "$DB"); then
+    if [ -e "$DB" ] && ! check_store "$DB"; then
         status="store damaged after the kill: $why"
     elif ! bash -c "exec $run_cmd" >"$work/resume.run" 2>&1; then
         status="the resume failed: $(tail -3 "$work/resume.run" | tr '\n' ' ')"
-    elif ! why=$(check_store "$DB"); then
+    elif ! check_store "$DB"; then
         status="store damaged after the resume: $why"
     elif ! bash -c "$result_cmd" >"$work/trial.out" 2>"$work/trial.err"; then
         status="the result could not be read: $(tail -3 "$work/trial.err" | tr '\n' ' ')"

@@ -228,11 +228,8 @@ static kl_status rewrite(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const acc_si
 }
 
 typedef struct acc_run {
-    kl_sites *out;
-    const kl_site *site;
-    kl_edits *edits;
-    kl_error *err;
-    bool found;
+    rt_run run;             /* run.site: the site to rewrite; NULL: find */
+    kl_sites *out;          /* find: the sites */
 } acc_run;
 
 typedef struct decl_list {
@@ -250,6 +247,7 @@ static bool decl_visit(TSNode n, void *user)
 static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     acc_run *r = user;
+    if (r->run.done) return KL_OK;
     decl_list dl;
     memset(&dl, 0, sizeof dl);
     rt_walk(kl_ast_function_body(fn), decl_visit, &dl);
@@ -258,11 +256,12 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         if (!analyse(ctx, fn, dl.n[i], &a)) continue;
         char id[256];
         kl_site_id(id, sizeof id, name, a.decl, a.name);
-        if (r->site) {
-            if (strcmp(id, r->site->id)) continue;
-            r->found = true;
-            if (a.why[0]) return kl_rule_not_applicable(r->err, "%s", a.why);
-            return rewrite(ctx, ax, &a, r->edits) == KL_OK ? KL_OK : kl_error_set(r->err, KL_ERR_NOMEM, "out of memory");
+        if (r->run.site) {
+            if (strcmp(id, r->run.site->id)) continue;
+            r->run.done = true;
+            if (a.why[0]) r->run.st = kl_rule_not_applicable(r->run.err, "%s", a.why);
+            else if (rewrite(ctx, ax, &a, r->run.out) != KL_OK) r->run.st = kl_error_set(r->run.err, KL_ERR_NOMEM, "out of memory");
+            return KL_OK;
         }
         json_t *f = json_pack("{s:s, s:s, s:I, s:I}", "array", a.name, "dtype", a.type, "count", (json_int_t)a.k,
                               "updates", (json_int_t)a.nupd);
@@ -281,17 +280,14 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    acc_run r = {out, NULL, NULL, err, false};
+    acc_run r = {.run = {.err = err, .st = KL_OK}, .out = out};
     return kl_rules_each_gpu_function(ctx, visit, &r, err);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    acc_run r = {NULL, site, out, err, false};
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &r, err);
-    if (st == KL_OK && !r.found) st = kl_rules_each_function(ctx, "__device__", visit, &r, err);
-    if (st == KL_OK && !r.found) return kl_rule_not_applicable(err, "no partial sums at %s", site->id);
-    return st;
+    acc_run r = {.run = {site, NULL, out, err, false, KL_OK}};
+    return kl_rules_run_site(ctx, visit, &r, &r.run, true, "no partial sums at %s", site->id);
 }
 
 const kl_rule kl_rule_accumulators = {

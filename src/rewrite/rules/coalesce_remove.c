@@ -48,9 +48,7 @@ static bool sub_form(const kl_rule_ctx *ctx, TSNode n, TSNode *base, TSNode *var
         TSNode b = k ? r : l, v = k ? l : r;
         TSNode loop = rt_is(v, "identifier") ? loop_of(ctx, n, v) : (TSNode){0};
         if (!is_atom(ctx, b) || ts_node_is_null(loop)) continue;
-        TSNode init = rt_field(loop, "initializer"), start = {0};
-        if (rt_is(init, "declaration")) start = rt_field(rt_field(init, "declarator"), "value");
-        else if (rt_is(init, "assignment_expression")) start = rt_field(init, "right");
+        TSNode start = kl_loop_start(loop);
         long long s0 = -1;
         if (ts_node_is_null(start) || !rt_const_eval(ctx, (TSNode){0}, start, &s0) || s0 != 0) continue;
         *base = b;

@@ -201,8 +201,7 @@ bool kl_rules_starts_line(const kl_rule_ctx *ctx, uint32_t off);
  * newline), else the node. A comment line just above starting "// <marker>" goes with it
  * (marker may be NULL). */
 void kl_rules_line_range(const kl_rule_ctx *ctx, TSNode n, const char *marker, uint32_t *start, uint32_t *end);
-/* Edits writing `to` for every identifier `name` in the subtree n, a member's name after `.` or `->`
- * included (edit.c). */
+/* Edits writing `to` for every identifier `name` in the subtree n (edit.c). */
 kl_status kl_edits_rename(const kl_rule_ctx *ctx, TSNode n, const char *name, const char *to, kl_edits *out);
 /* The range deleting statement st as rt_stmt_range gives it (no marker), widened over the `#pragma
  * unroll` line above it when it is a loop with one (ax: its function's analysis, may be NULL) and

@@ -819,6 +819,34 @@ static void tc_warp_text(kl_strbuf *sb, const tensor_core__tc_naive *g, const ch
     kl_strbuf_addf(sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) nvcuda::wmma::fill_fragment(kl_acc[kl_i][kl_j], 0.0f);\n", in2);
 }
 
+/* A loop's head at indentation in, under `#pragma unroll` with unroll. */
+static void tc_for(kl_strbuf *sb, const char *in, bool unroll, const char *head)
+{
+    if (unroll) kl_strbuf_addf(sb, "%s#pragma unroll\n", in);
+    kl_strbuf_addf(sb, "%s%s\n", in, head);
+}
+
+/* The warp's mma over the k tile: its fragments of A and B loaded and multiplied into the
+ * accumulators, at T->in[2]; with kloop in KL_BK / 16 steps (kl_kk), else in one at column 0;
+ * unroll: every loop under #pragma unroll. */
+static void tc_mma_text(kl_strbuf *sb, const tc_text *T, bool kloop, bool unroll)
+{
+    const char *kk = kloop ? "kl_kk" : "0";
+    const int d = kloop ? 3 : 2; /* the level of the loops over fragments */
+    if (kloop) tc_for(sb, T->in[2], unroll, "for (int kl_kk = 0; kl_kk < KL_BK; kl_kk += 16) {");
+    tc_for(sb, T->in[d], unroll, "for (int kl_i = 0; kl_i < KL_FM; kl_i++)");
+    kl_strbuf_addf(sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][%s], KL_BK + 8);\n", T->in[d + 1],
+                   kk);
+    tc_for(sb, T->in[d], unroll, "for (int kl_j = 0; kl_j < KL_FN; kl_j++)");
+    kl_strbuf_addf(sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[%s][kl_wn + 16 * kl_j], KL_BN + 8);\n", T->in[d + 1],
+                   kk);
+    tc_for(sb, T->in[d], unroll, "for (int kl_i = 0; kl_i < KL_FM; kl_i++)");
+    tc_for(sb, T->in[d + 1], unroll, "for (int kl_j = 0; kl_j < KL_FN; kl_j++)");
+    kl_strbuf_addf(sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n",
+                   T->in[d + 2]);
+    if (kloop) kl_strbuf_addf(sb, "%s}\n", T->in[2]);
+}
+
 /* The warp's operand fragments of one k step. */
 static void tc_frags_text(kl_strbuf *sb, const char *E, const char *in)
 {
@@ -912,30 +940,7 @@ kl_status tensor_core__apply_naive(const kl_rule_ctx *ctx, kl_affine_ctx *ax, co
     }
     kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
     tc_frags_text(&sb, E, in2);
-    if (bk == 16) {
-        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
-        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][0], KL_BK + 8);\n", in3);
-        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in2);
-        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[0][kl_wn + 16 * kl_j], KL_BN + 8);\n", in3);
-        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in2);
-        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3);
-        kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n",
-                       in4);
-    } else {
-        /* KL_BK / 16 mma steps over the tiles */
-        kl_strbuf_addf(&sb, "%sfor (int kl_kk = 0; kl_kk < KL_BK; kl_kk += 16) {\n", in2);
-        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3);
-        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][kl_kk], KL_BK + 8);\n",
-                       in4);
-        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3);
-        kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[kl_kk][kl_wn + 16 * kl_j], KL_BN + 8);\n",
-                       in4);
-        kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3);
-        kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in4);
-        kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n",
-                       in5);
-        kl_strbuf_addf(&sb, "%s}\n", in2);
-    }
+    tc_mma_text(&sb, T, bk != 16, false);
     kl_strbuf_addf(&sb, "%s__syncthreads();\n", in2);
     kl_strbuf_addf(&sb, "%s}\n", in);
     kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
@@ -1032,15 +1037,8 @@ static kl_status apply_pipelined(const kl_rule_ctx *ctx, kl_affine_ctx *ax, cons
     kl_strbuf_addf(&sb, "%sauto kl_bs = reinterpret_cast<%s (*)[KL_BN + 8]>(kl_smem + kl_it %% KL_STAGES * KL_AB + KL_BM * (KL_BK + 8) * %d);\n",
                    in2, E, (int)sizeof(uint16_t));
     tc_frags_text(&sb, E, in2);
-    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_kk = 0; kl_kk < KL_BK; kl_kk += 16) {\n", in2, in2);
-    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3, in3);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fa[kl_i], &kl_as[kl_wm + 16 * kl_i][kl_kk], KL_BK + 8);\n", in4);
-    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in3, in3);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::load_matrix_sync(kl_fb[kl_j], &kl_bs[kl_kk][kl_wn + 16 * kl_j], KL_BN + 8);\n", in4);
-    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in3, in3);
-    kl_strbuf_addf(&sb, "%s#pragma unroll\n%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++)\n", in4, in4);
-    kl_strbuf_addf(&sb, "%snvcuda::wmma::mma_sync(kl_acc[kl_i][kl_j], kl_fa[kl_i], kl_fb[kl_j], kl_acc[kl_i][kl_j]);\n", in5);
-    kl_strbuf_addf(&sb, "%s}\n%s}\n", in2, in);
+    tc_mma_text(&sb, T, true, true);
+    kl_strbuf_addf(&sb, "%s}\n", in);
     kl_strbuf_addf(&sb, "%sasm volatile(\"cp.async.wait_group 0;\\n\");\n%s__syncthreads();\n", in, in);
     kl_strbuf_addf(&sb, "%sfor (int kl_i = 0; kl_i < KL_FM; kl_i++)\n", in);
     kl_strbuf_addf(&sb, "%sfor (int kl_j = 0; kl_j < KL_FN; kl_j++) {\n", in2);

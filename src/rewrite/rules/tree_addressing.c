@@ -236,13 +236,9 @@ static bool find_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
 /* ---- find -------------------------------------------------------------------------------------- */
 
 typedef struct ta_find {
-    kl_sites *out;
-    const kl_site *site;    /* when running one site */
+    rt_run run;             /* run.site: the site to rewrite; NULL: find */
     bool remove;
-    kl_edits *edits;
-    kl_error *err;
-    bool found;
-    kl_status st;
+    kl_sites *out;          /* find: the sites */
 } ta_find;
 
 static kl_status rewrite(const kl_rule_ctx *ctx, const ta_tree *t, kl_edits *out)
@@ -278,6 +274,7 @@ static kl_status rewrite(const kl_rule_ctx *ctx, const ta_tree *t, kl_edits *out
 static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_affine_ctx *ax, void *user)
 {
     ta_find *f = user;
+    if (f->run.done) return KL_OK;
     unsigned n = kl_affine_loop_count(ax);
     for (unsigned i = 0; i < n; i++) {
         const kl_ax_loop *L = kl_affine_loop(ax, i);
@@ -286,12 +283,16 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
         char id[256];
         kl_site_id(id, sizeof id, name, t.loop, NULL);
         kl_site_dir dir = t.sequential ? KL_SITE_PRESENT : KL_SITE_APPLICABLE;
-        if (f->site) {
-            if (strcmp(id, f->site->id) || (dir == KL_SITE_PRESENT) != f->remove) continue;
-            f->found = true;
-            if (t.why[0]) return kl_rule_not_applicable(f->err, "%s", t.why);
-            kl_status st = rewrite(ctx, &t, f->edits);
-            return st == KL_OK ? KL_OK : kl_error_set(f->err, st, "out of memory");
+        if (f->run.site) {
+            if (strcmp(id, f->run.site->id) || (dir == KL_SITE_PRESENT) != f->remove) continue;
+            f->run.done = true;
+            if (t.why[0]) {
+                f->run.st = kl_rule_not_applicable(f->run.err, "%s", t.why);
+            } else {
+                kl_status st = rewrite(ctx, &t, f->run.out);
+                f->run.st = st == KL_OK ? KL_OK : kl_error_set(f->run.err, st, "out of memory");
+            }
+            return KL_OK;
         }
         json_t *feat = json_pack("{s:s, s:s, s:s, s:s, s:I}", "addressing", t.sequential ? "sequential" : "interleaved",
                                  "op", t.op, "shared", t.sh, "extent", t.extent, "block", (json_int_t)t.block);
@@ -314,18 +315,14 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 
 static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
 {
-    ta_find f = {out, NULL, false, NULL, err, false, KL_OK};
+    ta_find f = {.run = {.err = err, .st = KL_OK}, .out = out};
     return kl_rules_each_gpu_function(ctx, visit, &f, err);
 }
 
 static kl_status run(const kl_rule_ctx *ctx, const kl_site *site, bool remove, kl_edits *out, kl_error *err)
 {
-    ta_find f = {NULL, site, remove, out, err, false, KL_OK};
-    kl_status st = kl_rules_each_function(ctx, "__global__", visit, &f, err);
-    if (st == KL_OK && !f.found) st = kl_rules_each_function(ctx, "__device__", visit, &f, err);
-    if (st == KL_OK && !f.found)
-        return kl_rule_not_applicable(err, "no %s tree at %s", remove ? "sequential" : "interleaved", site->id);
-    return st;
+    ta_find f = {.run = {site, NULL, out, err, false, KL_OK}, .remove = remove};
+    return kl_rules_run_site(ctx, visit, &f, &f.run, true, "no %s tree at %s", remove ? "sequential" : "interleaved", site->id);
 }
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)

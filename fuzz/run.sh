@@ -3,7 +3,8 @@
 #   fuzz/run.sh [BUILD_DIR] [TARGET…]      (default BUILD_DIR: build-fuzz)
 # Environment: KL_FUZZ_SECONDS (per target; default 20), KL_FUZZ_MAX_LEN (default: libFuzzer's),
 # KL_GRAMMAR_TARBALL (reuse a fetched grammar), KL_FUZZ_JOBS (build jobs; default nproc),
-# KL_FUZZ_BUILD_DIR (a clang build to use instead of BUILD_DIR).
+# KL_FUZZ_BUILD_DIR (a clang build to use instead of BUILD_DIR), KL_FUZZ_PARALLEL (targets fuzzed at
+# once, each for its KL_FUZZ_SECONDS; default 1).
 # Builds a clang configuration (-DKL_FUZZ=ON, ASan + UBSan) in BUILD_DIR, runs each target on its
 # committed corpus (fuzz/corpus/T) and regressions (fuzz/regressions/T) first, then fuzzes it,
 # keeping what it finds in BUILD_DIR/corpus/T. Exit 1 when any target crashed, leaked or timed
@@ -46,17 +47,19 @@ fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 mkdir -p "$build/crashes"
-failed=0
-for t in "${targets[@]}"; do
-    bin="$build/fuzz/fuzz_$t"
+# fuzz_one T: run target T (its corpus and regressions first, then fuzzing); its line of the
+# summary goes to $build/fuzz_T.summary, "ok" or "failed" to $build/fuzz_T.status
+fuzz_one() {
+    local t=$1
+    local bin="$build/fuzz/fuzz_$t"
     mkdir -p "$build/corpus/$t"
-    seeds=("$here/fuzz/corpus/$t")
+    local seeds=("$here/fuzz/corpus/$t")
     # the parser's seeds are the project's own CUDA files, read where they are (no copies)
     [ "$t" = source ] && seeds=("$here/tests/data/cuda" "$here"/tasks/*/)
     [ -d "$here/fuzz/regressions/$t" ] && seeds+=("$here/fuzz/regressions/$t")
-    lenopt=()
+    local lenopt=()
     [ -n "${KL_FUZZ_MAX_LEN:-}" ] && lenopt=("-max_len=$KL_FUZZ_MAX_LEN")
-    log="$build/fuzz_$t.log"
+    local log="$build/fuzz_$t.log" start rc took runs
     start=$(date +%s)
     "$bin" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 "${lenopt[@]}" \
         -artifact_prefix="$build/crashes/$t-" "$build/corpus/$t" "${seeds[@]}" >"$log" 2>&1
@@ -64,14 +67,41 @@ for t in "${targets[@]}"; do
     took=$(($(date +%s) - start))
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     if [ $rc -ne 0 ]; then
-        failed=1
-        echo "fuzz_$t: FAILED after ${took} s (exit $rc); log $log" >&2
-        grep -E "^==[0-9]+==ERROR|SUMMARY|Test unit written to|runtime error" "$log" | head -8 >&2
-        for a in "$build/crashes/$t-"*; do
-            [ -e "$a" ] && echo "  keep it: mkdir -p fuzz/regressions/$t && cp '$a' fuzz/regressions/$t/" >&2
-        done
+        {
+            echo "fuzz_$t: FAILED after ${took} s (exit $rc); log $log"
+            grep -E "^==[0-9]+==ERROR|SUMMARY|Test unit written to|runtime error" "$log" | head -8
+            for a in "$build/crashes/$t-"*; do
+                [ -e "$a" ] && echo "  keep it: mkdir -p fuzz/regressions/$t && cp '$a' fuzz/regressions/$t/"
+            done
+        } >"$build/fuzz_$t.summary"
+        echo failed >"$build/fuzz_$t.status"
     else
-        echo "fuzz_$t: ${took} s, ${runs:-?} inputs, no crash ($(ls "$build/corpus/$t" | wc -l) in its corpus)"
+        echo "fuzz_$t: ${took} s, ${runs:-?} inputs, no crash ($(ls "$build/corpus/$t" | wc -l) in its corpus)" \
+            >"$build/fuzz_$t.summary"
+        echo ok >"$build/fuzz_$t.status"
+    fi
+}
+
+# KL_FUZZ_PARALLEL targets at a time (default 1), each for its own KL_FUZZ_SECONDS
+parallel=${KL_FUZZ_PARALLEL:-1}
+running=0
+for t in "${targets[@]}"; do
+    rm -f "$build/fuzz_$t.status" "$build/fuzz_$t.summary"
+    if [ "$running" -ge "$parallel" ]; then
+        wait -n
+        running=$((running - 1))
+    fi
+    fuzz_one "$t" &
+    running=$((running + 1))
+done
+wait
+failed=0
+for t in "${targets[@]}"; do
+    if [ "$(cat "$build/fuzz_$t.status" 2>/dev/null)" = ok ]; then
+        cat "$build/fuzz_$t.summary"
+    else
+        failed=1
+        if [ -s "$build/fuzz_$t.summary" ]; then cat "$build/fuzz_$t.summary" >&2; else echo "fuzz_$t: no result" >&2; fi
     fi
 done
 exit $failed

@@ -108,6 +108,54 @@ static void affine_sees_through_macros_helpers_locals(void **state)
 
 /* A member of a struct passed by value (`d.n` of `Dims d`) is the same for every thread: a symbol
  * in the index, as a size parameter is; not when the kernel writes it, nor through a pointer. */
+/* The catalog's memo: one analysis per function while the source is open (the same one for each
+ * ask, another for another function, and equal to an analysis made anew); without a memo each
+ * ask makes its own. */
+static void rules_affine_is_made_once_per_function(void **state)
+{
+    (void)state;
+    static const char two[] = "__device__ float twice(float v) { return 2.f * v; }\n"
+                              "__global__ void k(float *y, int n) {\n"
+                              "  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i * 2] = twice(y[i]);\n"
+                              "}\n";
+    kl_source *src = NULL;
+    kl_error err = {0};
+    assert_int_equal(kl_source_parse_text("t.cu", two, strlen(two), &src, &err), KL_OK);
+    TSNode g[2], d[2];
+    assert_int_equal(kl_ast_functions(src, "__global__", g, 2), 1);
+    assert_int_equal(kl_ast_functions(src, "__device__", d, 2), 1);
+    kl_rules_memo *memo = kl_rules_memo_new();
+    assert_non_null(memo);
+    kl_rule_ctx with = {src, kl_source_text(src, NULL), strlen(two), NULL, memo};
+    kl_rule_ctx without = with;
+    without.memo = NULL;
+
+    kl_affine_ctx *a1 = NULL, *a2 = NULL, *b = NULL, *fresh = NULL;
+    assert_int_equal(kl_rules_affine(&with, g[0], &a1, &err), KL_OK);
+    assert_int_equal(kl_rules_affine(&with, d[0], &b, &err), KL_OK);
+    assert_int_equal(kl_rules_affine(&with, g[0], &a2, &err), KL_OK);
+    assert_ptr_equal(a1, a2);
+    assert_ptr_not_equal(a1, b);
+    assert_true(ts_node_eq(kl_affine_ctx_function(a1), g[0]));
+    assert_true(ts_node_eq(kl_affine_ctx_function(b), d[0]));
+    kl_rules_affine_done(&with, a1);
+    kl_rules_affine_done(&with, a2);
+    kl_rules_affine_done(&with, b);
+
+    assert_int_equal(kl_rules_affine(&without, g[0], &fresh, &err), KL_OK);
+    assert_ptr_not_equal(fresh, a1);
+    assert_int_equal(kl_affine_access_count(fresh), kl_affine_access_count(a1));
+    for (unsigned i = 0; i < kl_affine_access_count(fresh); i++) {
+        const kl_ax_access *x = kl_affine_access(fresh, i), *y = kl_affine_access(a1, i);
+        assert_string_equal(x->array, y->array);
+        assert_int_equal(x->tx_known, y->tx_known);
+        assert_int_equal(x->tx_stride, y->tx_stride);
+    }
+    kl_rules_affine_done(&without, fresh);
+    kl_rules_memo_free(memo); /* frees a1 and b */
+    kl_source_free(src);
+}
+
 static void affine_reads_members_of_a_struct_parameter(void **state)
 {
     (void)state;
@@ -333,6 +381,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(affine_sees_through_macros_helpers_locals),
         cmocka_unit_test(affine_reads_members_of_a_struct_parameter),
+        cmocka_unit_test(rules_affine_is_made_once_per_function),
         cmocka_unit_test(const_eval_reads_macros_and_dim3),
         cmocka_unit_test(const_eval_remembers_by_scope),
         cmocka_unit_test(backend_simplify_and_apply),

@@ -40,7 +40,7 @@ static char *rewrite(const kl_rule *rule, const char *name, const char *text, kl
     kl_source *src = NULL;
     char *result = NULL;
     assert_int_equal(kl_source_parse_text(name, text, strlen(text), &src, err), KL_OK);
-    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), strlen(text), NULL};
+    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), strlen(text), NULL, NULL};
     kl_sites sites = {0};
     const kl_site *site = NULL;
     kl_edits edits = {0};
@@ -85,7 +85,7 @@ static unsigned count_sites(const kl_rule *rule, const char *text, kl_site_dir w
     kl_source *src = NULL;
     kl_error err = {0};
     assert_int_equal(kl_source_parse_text("case.cu", text, strlen(text), &src, &err), KL_OK);
-    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), strlen(text), NULL};
+    kl_rule_ctx ctx = {src, kl_source_text(src, NULL), strlen(text), NULL, NULL};
     kl_sites sites = {0};
     assert_int_equal(rule->find(&ctx, &sites, &err), KL_OK);
     unsigned n = 0;

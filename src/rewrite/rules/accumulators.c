@@ -167,7 +167,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode decl, acc_site *a)
     }
     if (ts_node_is_null(a->fold_loop)) return false; /* not a set of partial sums: no site */
     use_scan u = {ctx, a};
-    rt_walk(body, use_visit, &u);
+    kl_ast_walk(body, use_visit, &u);
     if (a->why[0]) return true;
     if (!a->nupd) {
         kl_snprintf(a->why, sizeof a->why, "nothing adds to %s", a->name);
@@ -250,7 +250,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     if (r->run.done) return KL_OK;
     decl_list dl;
     memset(&dl, 0, sizeof dl);
-    rt_walk(kl_ast_function_body(fn), decl_visit, &dl);
+    kl_ast_walk(kl_ast_function_body(fn), decl_visit, &dl);
     for (unsigned i = 0; i < dl.k; i++) {
         acc_site a;
         if (!analyse(ctx, fn, dl.n[i], &a)) continue;

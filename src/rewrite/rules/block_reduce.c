@@ -165,7 +165,7 @@ static bool use_visit(TSNode n, void *user)
 static TSNode use_outside(const kl_rule_ctx *ctx, TSNode scope, const char *name, const ranges *allowed)
 {
     use_scan u = {.ctx = ctx, .name = name, .allowed = allowed};
-    rt_walk(scope, use_visit, &u);
+    kl_ast_walk(scope, use_visit, &u);
     return u.first;
 }
 
@@ -187,7 +187,7 @@ typedef struct br_present {
 static void decl_name(const kl_rule_ctx *ctx, TSNode decl, char *buf, size_t size)
 {
     buf[0] = '\0';
-    TSNode nm = rt_declarator_name(rt_field(decl, "declarator"));
+    TSNode nm = kl_ast_declarator_name(rt_field(decl, "declarator"));
     if (!ts_node_is_null(nm)) rt_text_unblank_to(ctx, nm, buf, size);
 }
 
@@ -379,7 +379,7 @@ static bool analyse_present(const kl_rule_ctx *ctx, const rt_func *fs, unsigned 
         if (!stores) return false;
         p->ticket = true;
         tail_scan t = {.ctx = ctx, .f = f};
-        for (TSNode s = emit; !ts_node_is_null(s); s = ts_node_next_named_sibling(s)) rt_walk(s, tail_visit, &t);
+        for (TSNode s = emit; !ts_node_is_null(s); s = ts_node_next_named_sibling(s)) kl_ast_walk(s, tail_visit, &t);
         if (!ts_node_is_null(t.bad) || t.stores != 1) {
             kl_snprintf(p->why, sizeof p->why,
                         "the finish after line %u does not write its result once as out[0] = … (line %u)",
@@ -556,7 +556,7 @@ static void analyse_apply(const kl_rule_ctx *ctx, const rt_func *f, br_apply *a)
 {
     memset(a, 0, sizeof *a);
     apply_scan s = {.ctx = ctx, .f = f, .a = a};
-    rt_walk(f->body, apply_visit, &s);
+    kl_ast_walk(f->body, apply_visit, &s);
     if (ts_node_is_null(a->first)) return;
     if (!a->why[0] && !ts_node_is_null(s.ret))
         kl_snprintf(a->why, sizeof a->why, "a return at line %u: every thread must reach the block sum", kl_ast_line(s.ret));

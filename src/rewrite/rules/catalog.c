@@ -224,6 +224,55 @@ void kl_rules_stmt_range(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode st, c
     if (p + 3 + ml <= *start && !memcmp(ctx->text + p, "// ", 3) && !memcmp(ctx->text + p + 3, marker, ml)) *start = pa;
 }
 
+/* ---- the analyses of an open source ---------------------------------------------------------- */
+
+struct kl_rules_memo {
+    struct memo_entry {
+        uint32_t start, end;  /* the function's bytes: functions do not overlap */
+        kl_affine_ctx *ax;
+    } *items;
+    unsigned count, cap;
+};
+
+kl_rules_memo *kl_rules_memo_new(void) { return calloc(1, sizeof(kl_rules_memo)); }
+
+void kl_rules_memo_free(kl_rules_memo *m)
+{
+    if (!m) return;
+    for (unsigned i = 0; i < m->count; i++) kl_affine_ctx_free(m->items[i].ax);
+    free(m->items);
+    free(m);
+}
+
+kl_status kl_rules_affine(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx **ax, kl_error *err)
+{
+    kl_rules_memo *m = ctx->memo;
+    *ax = NULL;
+    if (!m) return kl_affine_ctx_new(ctx->src, fn, ax, err);
+    uint32_t s = ts_node_start_byte(fn), e = ts_node_end_byte(fn);
+    for (unsigned i = 0; i < m->count; i++)
+        if (m->items[i].start == s && m->items[i].end == e) {
+            *ax = m->items[i].ax;
+            return KL_OK;
+        }
+    if (m->count == m->cap) {
+        unsigned cap = m->cap ? 2 * m->cap : 16;
+        struct memo_entry *it = realloc(m->items, cap * sizeof *it);
+        if (!it) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+        m->items = it;
+        m->cap = cap;
+    }
+    kl_status st = kl_affine_ctx_new(ctx->src, fn, ax, err);
+    if (st != KL_OK) return st;
+    m->items[m->count++] = (struct memo_entry){s, e, *ax};
+    return KL_OK;
+}
+
+void kl_rules_affine_done(const kl_rule_ctx *ctx, kl_affine_ctx *ax)
+{
+    if (!ctx->memo) kl_affine_ctx_free(ax);
+}
+
 kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, kl_rules_fn_visit fn, void *user,
                                  kl_error *err)
 {
@@ -238,10 +287,10 @@ kl_status kl_rules_each_function(const kl_rule_ctx *ctx, const char *qualifier, 
         char *name = kl_ast_function_name(ctx->src, fns[i]);
         if (!name) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         kl_affine_ctx *ax = NULL;
-        st = kl_affine_ctx_new(ctx->src, fns[i], &ax, err);
+        st = kl_rules_affine(ctx, fns[i], &ax, err);
         if (st == KL_ERR_INVALID) st = KL_OK; /* a declaration without a body: nothing to see */
         else if (st == KL_OK) st = fn(ctx, name, fns[i], ax, user);
-        kl_affine_ctx_free(ax);
+        kl_rules_affine_done(ctx, ax);
         free(name);
     }
     return st;
@@ -570,6 +619,8 @@ static kl_status parse_source(const char *name, const char *source, size_t len, 
 
 static void view_close(view *v)
 {
+    kl_rules_memo_free(v->ctx.memo);
+    kl_rules_memo_free(v->cctx.memo);
     kl_canon_free(v->canon);
     kl_source_free(v->src);
     memset(v, 0, sizeof *v);
@@ -581,7 +632,11 @@ static kl_status view_open(const char *name, const char *source, size_t len, con
     memset(v, 0, sizeof *v);
     kl_status st = parse_source(name, source, len, &v->src, err);
     if (st != KL_OK) return st;
-    v->ctx = (kl_rule_ctx){v->src, kl_source_text(v->src, NULL), len, task};
+    v->ctx = (kl_rule_ctx){v->src, kl_source_text(v->src, NULL), len, task, kl_rules_memo_new()};
+    if (!v->ctx.memo) {
+        view_close(v);
+        return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    }
     st = kl_canon_build(v->src, &v->canon, err);
     if (st != KL_OK) {
         view_close(v);
@@ -595,7 +650,11 @@ static kl_status view_open(const char *name, const char *source, size_t len, con
             kl_canon_free(v->canon);
             v->canon = NULL;
         } else {
-            v->cctx = (kl_rule_ctx){cs, ct, clen, task};
+            v->cctx = (kl_rule_ctx){cs, ct, clen, task, kl_rules_memo_new()};
+            if (!v->cctx.memo) {
+                view_close(v);
+                return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+            }
         }
     }
     return KL_OK;

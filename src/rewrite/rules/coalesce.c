@@ -84,7 +84,7 @@ typedef struct hazards {
 static bool uses_builtins(const kl_rule_ctx *ctx, TSNode n)
 {
     swap_collect s = {.ctx = ctx};
-    rt_walk(n, swap_visit, &s);
+    kl_ast_walk(n, swap_visit, &s);
     return s.count > 0;
 }
 
@@ -187,12 +187,12 @@ static bool global_base(const kl_rule_ctx *ctx, const rt_func *f, TSNode base)
             if (!rt_is(d, "declaration")) continue;
             TSNode dd = rt_field(d, "declarator");
             if (!rt_is(dd, "init_declarator") || !rt_is(rt_field(dd, "declarator"), "pointer_declarator")) continue;
-            TSNode id = rt_declarator_name(dd);
+            TSNode id = kl_ast_declarator_name(dd);
             if (!rt_text_is(ctx, id, name)) continue;
             TSNode v = rt_field(dd, "value");
             uint32_t np = ts_node_named_child_count(f->params);
             for (uint32_t k = 0; k < np && !g; k++) {
-                TSNode pid = rt_declarator_name(rt_field(ts_node_named_child(f->params, k), "declarator"));
+                TSNode pid = kl_ast_declarator_name(rt_field(ts_node_named_child(f->params, k), "declarator"));
                 char *pn = ts_node_is_null(pid) ? NULL : rt_text(ctx, pid);
                 if (pn && rt_pointer_param(ctx, f, pn, NULL, 0) && rt_count_ident(ctx, v, pn)) g = true;
                 free(pn);
@@ -259,7 +259,7 @@ static TSNode dim3_list(const kl_rule_ctx *ctx, const rt_launch *l, TSNode cfg, 
             TSNode d = ts_node_named_child(l->host.body, i);
             if (!rt_is(d, "declaration") || !rt_text_is(ctx, rt_field(d, "type"), "dim3")) continue;
             TSNode dd = rt_field(d, "declarator");
-            TSNode id = rt_declarator_name(dd);
+            TSNode id = kl_ast_declarator_name(dd);
             if (ts_node_is_null(id) && rt_is(dd, "function_declarator")) id = rt_field(dd, "declarator");
             if (!rt_text_is(ctx, id, name)) continue;
             TSNode list = {0};
@@ -328,7 +328,7 @@ static kl_status check_swappable(const kl_rule_ctx *ctx, const rt_func *fs, unsi
                                  kl_error *err)
 {
     hazards h = {.ctx = ctx, .fs = fs, .nf = nf};
-    rt_walk(f->body, hazard_visit, &h);
+    kl_ast_walk(f->body, hazard_visit, &h);
     if (!ts_node_is_null(h.at)) {
         kl_span sp = kl_node_span(h.at);
         return kl_rule_not_applicable(err, "%s:%u:%u: %s", kl_source_name(ctx->src), sp.line, sp.column,
@@ -649,7 +649,7 @@ static bool file_constant(const kl_rule_ctx *ctx, const char *name, TSNode *def,
             TSNode ds[8];
             unsigned k = rt_declarators(c, ds, 8);
             for (unsigned j = 0; j < k && j < 8; j++)
-                if (rt_text_is(ctx, rt_declarator_name(ds[j]), name)) {
+                if (rt_text_is(ctx, kl_ast_declarator_name(ds[j]), name)) {
                     *def = c;
                     *define = false;
                     return true;
@@ -665,13 +665,13 @@ static kl_status index_strides(const kl_rule_ctx *ctx, const rt_func *f, TSNode 
 {
     kl_affine_ctx *ax = NULL;
     const kl_poly *p = NULL;
-    kl_status st = kl_affine_ctx_new(ctx->src, f->def, &ax, err);
+    kl_status st = kl_rules_affine(ctx, f->def, &ax, err);
     if (st == KL_OK && (st = kl_affine_poly_of(ax, idx, &p)) != KL_OK) st = kl_error_set(err, st, "out of memory");
     if (st == KL_OK) {
         *sx = kl_poly_stride(p, "threadIdx.x", NULL);
         *sy = kl_poly_stride(p, "threadIdx.y", NULL);
     }
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     return st;
 }
 
@@ -682,7 +682,7 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
     kl_status st = check_swappable(ctx, fs, nf, f, err);
     if (st != KL_OK) return st;
     staged_scan sc = {.ctx = ctx};
-    rt_walk(f->body, staged_visit, &sc);
+    kl_ast_walk(f->body, staged_visit, &sc);
     if (!ts_node_is_null(sc.bad)) {
         kl_span sp = kl_node_span(sc.bad);
         return kl_rule_not_applicable(err, "%s:%u: kernel '%s' uses %s", file, sp.line, f->name, sc.why);
@@ -765,10 +765,10 @@ static kl_status apply_staged(const kl_rule_ctx *ctx, const rt_func *fs, unsigne
     co_se_add(&e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), load);
     if (rpt > 1) {
         tswap t1 = {ctx, &e1, ts_node_start_byte(lhs), ts_node_end_byte(lhs), false, ty};
-        rt_walk(f->body, tswap_visit, &t1);
+        kl_ast_walk(f->body, tswap_visit, &t1);
     }
     tswap t2 = {ctx, &e2, ts_node_start_byte(rhs), ts_node_end_byte(rhs), true, rpt > 1 ? ty : NULL};
-    rt_walk(f->body, tswap_visit, &t2);
+    kl_ast_walk(f->body, tswap_visit, &t2);
     int depth = rpt > 1 ? (sc.has_return ? 8 : 4) : 4;
     char *p1 = co_se_splice(ctx, a, b, &e1), *p2 = co_se_splice(ctx, a, b, &e2);
     char *r1 = p1 ? rt_reindent(p1, strlen(p1), depth) : NULL, *r2 = p2 ? rt_reindent(p2, strlen(p2), depth) : NULL;
@@ -849,10 +849,10 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         if (!f->global) continue;
         if (!uses_letter(ctx, f->body, "threadIdx", 'x') || !uses_letter(ctx, f->body, "threadIdx", 'y')) continue;
         kl_affine_ctx *ax = NULL;
-        if ((st = kl_affine_ctx_new(ctx->src, f->def, &ax, err)) != KL_OK) return st;
+        if ((st = kl_rules_affine(ctx, f->def, &ax, err)) != KL_OK) return st;
         tally t = {.ctx = ctx, .f = f, .ax = ax, .st = KL_OK};
-        rt_walk(f->body, tally_visit, &t);
-        kl_affine_ctx_free(ax);
+        kl_ast_walk(f->body, tally_visit, &t);
+        kl_rules_affine_done(ctx, ax);
         if (t.st != KL_OK) return kl_error_set(err, t.st, "out of memory");
         kl_span sp = kl_node_span(f->def);
         char id[200];
@@ -898,7 +898,7 @@ cleanup:
 static kl_status swap_kernel(const kl_rule_ctx *ctx, const rt_func *f, kl_edits *out, kl_error *err)
 {
     swap_collect s = {.ctx = ctx, .out = out, .st = KL_OK};
-    rt_walk(f->body, swap_visit, &s);
+    kl_ast_walk(f->body, swap_visit, &s);
     if (s.st != KL_OK) return kl_error_set(err, s.st, "out of memory");
     return KL_OK;
 }

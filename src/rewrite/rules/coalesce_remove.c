@@ -220,7 +220,7 @@ int co_find_staged(const kl_rule_ctx *ctx, const rt_func *f, staged_form *sf, ch
             return -1;
         }
         sf->decl = s;
-        char *name = rt_text(ctx, rt_declarator_name(d));
+        char *name = rt_text(ctx, kl_ast_declarator_name(d));
         kl_snprintf(sf->tile, sizeof sf->tile, "%s", name ? name : "");
         free(name);
     }
@@ -230,7 +230,7 @@ int co_find_staged(const kl_rule_ctx *ctx, const rt_func *f, staged_form *sf, ch
         return -1;
     }
     uses u = {.ctx = ctx, .name = sf->tile, .skip = sf->decl};
-    rt_walk(f->body, uses_visit, &u);
+    kl_ast_walk(f->body, uses_visit, &u);
     uint32_t bar = ts_node_start_byte(sf->barrier);
     TSNode load = {0};
     for (unsigned i = 0; i < u.n && i < 8; i++) {
@@ -278,7 +278,7 @@ int co_find_staged(const kl_rule_ctx *ctx, const rt_func *f, staged_form *sf, ch
     after_scan as = {.ctx = ctx, .write = sf->write};
     for (uint32_t i = 0; i < c; i++) {
         TSNode s = ts_node_named_child(f->body, i);
-        if (ts_node_start_byte(s) > bar) rt_walk(s, after_visit, &as);
+        if (ts_node_start_byte(s) > bar) kl_ast_walk(s, after_visit, &as);
     }
     if (!ts_node_is_null(as.bad)) {
         kl_span sp = kl_node_span(as.bad);
@@ -311,7 +311,7 @@ static bool assign_visit(TSNode n, void *user)
 static unsigned assigned_count(const kl_rule_ctx *ctx, TSNode body, const char *name)
 {
     assign_count a = {ctx, name, 0};
-    rt_walk(body, assign_visit, &a);
+    kl_ast_walk(body, assign_visit, &a);
     return a.n;
 }
 
@@ -324,7 +324,7 @@ static bool decl_declares(const kl_rule_ctx *ctx, TSNode decl, const char *name,
         if (!rt_is(d, "init_declarator") && !rt_is(d, "identifier") && !rt_is(d, "pointer_declarator") &&
             !rt_is(d, "array_declarator"))
             continue;
-        TSNode id = rt_declarator_name(d);
+        TSNode id = kl_ast_declarator_name(d);
         if (ts_node_is_null(id) || !rt_text_is(ctx, id, name)) continue;
         *value = rt_is(d, "init_declarator") ? rt_field(d, "value") : (TSNode){0};
         return true;
@@ -360,7 +360,7 @@ static bool reach_visit(TSNode n, void *user)
 static bool reaching(const kl_rule_ctx *ctx, TSNode body, TSNode blk, TSNode child, const char *name, TSNode *value)
 {
     reach_scan r = {ctx, name, blk, false};
-    rt_walk(body, reach_visit, &r);
+    kl_ast_walk(body, reach_visit, &r);
     if (r.other) return false;
     uint32_t k = ts_node_named_child_count(blk);
     for (uint32_t i = 0; i < k; i++) {
@@ -482,7 +482,7 @@ static void match_local(xlate *x, const char *want, char *name, size_t size, boo
                 for (uint32_t j = 0; j < m && !*found; j++) {
                     TSNode d = ts_node_named_child(s, j);
                     if (!rt_is(d, "init_declarator")) continue;
-                    TSNode id = rt_declarator_name(d), v = rt_field(d, "value");
+                    TSNode id = kl_ast_declarator_name(d), v = rt_field(d, "value");
                     char *nm = rt_text(x->ctx, id);
                     TSNode v2 = {0};
                     if (nm && lookup(x->ctx, x->body, x->store, nm, &v2) == NM_LOCAL && ts_node_eq(v2, v)) {

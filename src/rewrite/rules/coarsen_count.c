@@ -269,7 +269,7 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
 {
     TSNode body = kl_ast_function_body(fn);
     bound_scan nm = {ctx, {{0}}, 0};
-    rt_walk(body, bound_visit, &nm);
+    kl_ast_walk(body, bound_visit, &nm);
     if (!nm.n) return false;
     kl_launch_sites ls;
     if (kl_ast_launches(ctx->src, &ls, NULL) != KL_OK) return false;
@@ -286,10 +286,10 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
         if (!block && !rt_block_size(ctx, fn, kernel, &block, why, sizeof why)) break;
         out->block = block;
         cc_scan sc = {ctx, &ks, out, true};
-        rt_walk(body, use_visit, &sc);
+        kl_ast_walk(body, use_visit, &sc);
         if (!out->nloops) continue;
         sc.collect = false;
-        rt_walk(body, use_visit, &sc);
+        kl_ast_walk(body, use_visit, &sc);
         /* a tile (K times the block) must be there: else K is some other count */
         if (!out->tiled) continue;
         found = true;
@@ -315,7 +315,7 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
         for (unsigned i = 0; i < out->nloops; i++) {
             ra[i] = ts_node_start_byte(out->loops[i]), rb[i] = ts_node_end_byte(out->loops[i]);
             as.loop = out->loops[i];
-            rt_walk(rt_field(out->loops[i], "body"), acc_visit, &as);
+            kl_ast_walk(rt_field(out->loops[i], "body"), acc_visit, &as);
         }
         if (!as.n)
             kl_snprintf(out->why, sizeof out->why, "the loops over %s add to nothing declared outside them", out->count);
@@ -328,25 +328,7 @@ bool coarsen__count_analyse(const kl_rule_ctx *ctx, TSNode fn, const char *kerne
 }
 
 /* Every use of the count in the kernel written 1 (its uses are all of the forms checked above). */
-typedef struct one_scan {
-    const kl_rule_ctx *ctx;
-    const char *count;
-    kl_edits *out;
-    kl_status st;
-} one_scan;
-
-static bool one_visit(TSNode n, void *user)
-{
-    one_scan *o = user;
-    if (o->st != KL_OK) return false;
-    if (rt_is(n, "identifier") && rt_text_is(o->ctx, n, o->count))
-        o->st = kl_edits_add(o->out, ts_node_start_byte(n), ts_node_end_byte(n), "1");
-    return true;
-}
-
 kl_status coarsen__count_edits(const kl_rule_ctx *ctx, TSNode fn, const coarsen__count *s, kl_edits *out)
 {
-    one_scan o = {ctx, s->count, out, KL_OK};
-    rt_walk(kl_ast_function_body(fn), one_visit, &o);
-    return o.st;
+    return kl_edits_rename(ctx, kl_ast_function_body(fn), s->count, "1", out);
 }

@@ -397,7 +397,7 @@ static bool gather_visit(TSNode n, void *user)
     }
     f->ngather++;
     id_scan is = {ctx, f};
-    rt_walk(e, id_visit, &is);
+    kl_ast_walk(e, id_visit, &is);
     char *et = rt_text(ctx, e);
     size_t len = strlen(array) + strlen(base) + (et ? strlen(et) : 0) + 16;
     char *rep = et ? malloc(len) : NULL;
@@ -495,7 +495,7 @@ static bool cmp_use_visit(TSNode n, void *user)
 static void find_count(const kl_rule_ctx *ctx, TSNode body, kl_affine_ctx *ax, cv_form *f)
 {
     cnt_scan s = {ctx, f, ax, {{0}}, 0};
-    rt_walk(body, cnt_visit, &s);
+    kl_ast_walk(body, cnt_visit, &s);
     if (s.nfound != 1) {
         kl_snprintf(f->why, sizeof f->why, s.nfound ? "the gathers' indices are compared with %u parameters" :
                                                       "the gathers' indices are compared with no parameter (the item count)",
@@ -504,7 +504,7 @@ static void find_count(const kl_rule_ctx *ctx, TSNode body, kl_affine_ctx *ax, c
     }
     kl_snprintf(f->count, sizeof f->count, "%s", s.found[0]);
     use_scan u = {ctx, f->count, 0};
-    rt_walk(body, cmp_use_visit, &u);
+    kl_ast_walk(body, cmp_use_visit, &u);
     if (u.bad) {
         kl_snprintf(f->why, sizeof f->why, "line %u uses the item count %s other than in a comparison", u.bad, f->count);
         return;
@@ -519,11 +519,11 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax, cv_for
     memset(f, 0, sizeof *f);
     TSNode body = kl_ast_function_body(fn);
     cv_scan sc = {ctx, f, fn, 0};
-    rt_walk(body, gather_visit, &sc);
+    kl_ast_walk(body, gather_visit, &sc);
     if (!f->ngather) return false;
     if (f->why[0]) return true;
     sc.pass = 1;
-    rt_walk(body, gather_visit, &sc);
+    kl_ast_walk(body, gather_visit, &sc);
     if (f->why[0]) return true;
     find_count(ctx, body, ax, f);
     if (f->why[0]) return true;

@@ -182,7 +182,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode decl, const rt_func *fs, unsi
     if (rt_declarators(decl, ds, 2) != 1) return false;
     if (rt_is(ds[0], "init_declarator")) ds[0] = rt_field(ds[0], "declarator");
     if (!rt_is(ds[0], "array_declarator")) return false;
-    char *nm = rt_text(ctx, rt_declarator_name(ds[0]));
+    char *nm = rt_text(ctx, kl_ast_declarator_name(ds[0]));
     char *ty = rt_text(ctx, rt_field(decl, "type"));
     if (!nm || !ty) {
         free(nm), free(ty);
@@ -192,7 +192,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode decl, const rt_func *fs, unsi
     kl_snprintf(s->elem, sizeof s->elem, "%s", ty);
     free(nm), free(ty);
     use_walk u = {ctx, s, fs, nf};
-    rt_walk(kl_source_root(ctx->src), use_visit, &u);
+    kl_ast_walk(kl_source_root(ctx->src), use_visit, &u);
     if (ts_node_is_null(s->first_read)) return false; /* not read on the device: nothing to say */
     if (s->why[0]) return true;
     if (ts_node_is_null(s->copy)) {
@@ -402,7 +402,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
         if (st == KL_OK && strcmp(s->param, s->sym)) st = kl_edits_rename(ctx, f->body, s->sym, s->param, out);
         if (st == KL_OK) {
             call_walk c = {ctx, s, out, KL_OK};
-            rt_walk(f->body, call_visit, &c);
+            kl_ast_walk(f->body, call_visit, &c);
             st = c.st;
         }
         if (st == KL_OK && f->global) {

@@ -227,7 +227,7 @@ int db_analyse(const kl_rule_ctx *ctx, const rt_func *f, db *d, char *why, size_
                 return -1;
             }
         write_find w = {ctx, a->name, false};
-        for (unsigned m = i + 1; m + 1 < d->n; m++) rt_walk(d->st[m], write_visit, &w);
+        for (unsigned m = i + 1; m + 1 < d->n; m++) kl_ast_walk(d->st[m], write_visit, &w);
         if (w.hit) {
             kl_snprintf(why, size, "the compute of the tile loop at line %u writes %s", line, a->name);
             return -1;

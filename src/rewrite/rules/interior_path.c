@@ -89,7 +89,7 @@ static TSNode stmt_call(const kl_rule_ctx *ctx, TSNode s)
     s = single_stmt(s);
     if (!rt_is(s, "expression_statement")) return (TSNode){{0}, 0, 0};
     call_find c = {ctx, {{0}, 0, 0}};
-    rt_walk(s, call_visit, &c);
+    kl_ast_walk(s, call_visit, &c);
     return c.call;
 }
 
@@ -321,7 +321,7 @@ static bool dep_visit(TSNode n, void *user)
 static void cond_deps(const kl_rule_ctx *ctx, TSNode fn, TSNode e, census *c)
 {
     dep_walk d = {ctx, fn, c};
-    rt_walk(e, dep_visit, &d);
+    kl_ast_walk(e, dep_visit, &d);
 }
 
 /* ---- C implies G ------------------------------------------------------------------------------------- */
@@ -412,7 +412,7 @@ static bool implies_one(const kl_rule_ctx *ctx, const rt_func *f, TSNode cond, T
     }
     kl_affine_ctx *ax = NULL;
     kl_error err = {0};
-    if (kl_affine_ctx_new(ctx->src, f->def, &ax, &err) != KL_OK) return false;
+    if (kl_rules_affine(ctx, f->def, &ax, &err) != KL_OK) return false;
     bool found = false;
     TSNode stack[32];
     unsigned sp = 0;
@@ -431,7 +431,7 @@ static bool implies_one(const kl_rule_ctx *ctx, const rt_func *f, TSNode cond, T
         /* a <= c + m, c (<|<=) b: a < b when m < 0, or m <= 0 with c < b; a <= b when m <= 0 */
         found = gstrict ? (m < 0 || (m <= 0 && cstrict)) : m <= 0;
     }
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     return found;
 }
 
@@ -486,7 +486,7 @@ static bool recognise(const kl_rule_ctx *ctx, const rt_func *f, TSNode s, ip_sit
             if (ts_node_is_null(fn)) return false;
             if (!flag_param(ctx, fn, dt == 1, pos, site->flag, sizeof site->flag)) return false;
             flag_use fu = {ctx, site->flag, -1, false, 0};
-            rt_walk(kl_ast_function_body(fn), flag_visit, &fu);
+            kl_ast_walk(kl_ast_function_body(fn), flag_visit, &fu);
             if (fu.bad || fu.tested < 0) return false; /* a flag that selects code, not tests (VEC) */
             site->form = IP_FLAG;
             site->tested_then = (fu.tested == 1) == a_true;
@@ -500,8 +500,8 @@ static bool recognise(const kl_rule_ctx *ctx, const rt_func *f, TSNode s, ip_sit
             if (list_items(kl_ast_function_params(fa2), pa, 16) != list_items(kl_ast_function_params(fb2), pb, 16))
                 return false;
             census xa = {.ctx = ctx}, xb = {.ctx = ctx};
-            rt_walk(kl_ast_function_body(fa2), census_visit, &xa);
-            rt_walk(kl_ast_function_body(fb2), census_visit, &xb);
+            kl_ast_walk(kl_ast_function_body(fa2), census_visit, &xa);
+            kl_ast_walk(kl_ast_function_body(fb2), census_visit, &xb);
             if (xa.compares == xb.compares) return false;
             site->form = IP_FUNCTIONS;
             site->tested_then = xa.compares > xb.compares;
@@ -524,8 +524,8 @@ static bool recognise(const kl_rule_ctx *ctx, const rt_func *f, TSNode s, ip_sit
     bool then_edge = disj != neg;
     TSNode edge = then_edge ? then : other, inner = then_edge ? other : then;
     census xe = {.ctx = ctx}, xi = {.ctx = ctx};
-    rt_walk(edge, census_visit, &xe);
-    rt_walk(inner, census_visit, &xi);
+    kl_ast_walk(edge, census_visit, &xe);
+    kl_ast_walk(inner, census_visit, &xi);
     if (xe.compares <= xi.compares || xe.nwrites == 0 || xe.nwrites != xi.nwrites) return false;
     for (unsigned i = 0; i < xe.nwrites; i++) {
         bool in = false;
@@ -589,7 +589,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     for (unsigned i = 0; i < nf && i < 64; i++) {
         if (!fs[i].global && !fs[i].device) continue;
         find_walk w = {ctx, &fs[i], out, KL_OK};
-        rt_walk(fs[i].body, find_visit, &w);
+        kl_ast_walk(fs[i].body, find_visit, &w);
         if (w.st != KL_OK) return kl_error_set(err, w.st, "out of memory");
     }
     return KL_OK;
@@ -626,7 +626,7 @@ static bool declares_clash(const kl_rule_ctx *ctx, TSNode c, TSNode outer, TSNod
         TSNode ds[8];
         unsigned n = rt_declarators(d, ds, 8);
         for (unsigned k = 0; k < n && k < 8; k++) {
-            TSNode nm = rt_declarator_name(ds[k]);
+            TSNode nm = kl_ast_declarator_name(ds[k]);
             char *t = rt_text(ctx, nm);
             if (!t) return true;
             /* declared elsewhere in the enclosing block (outside the if) */
@@ -705,14 +705,14 @@ static void dead_locals(const kl_rule_ctx *ctx, const rt_func *f, TSNode gone, T
                     break;
                 }
                 bool bad = false;
-                rt_walk(rt_field(ds[k], "value"), impure_visit, &bad);
-                char *nm = bad ? NULL : rt_text(ctx, rt_declarator_name(ds[k]));
+                kl_ast_walk(rt_field(ds[k], "value"), impure_visit, &bad);
+                char *nm = bad ? NULL : rt_text(ctx, kl_ast_declarator_name(ds[k]));
                 if (!nm) {
                     dead = false;
                     break;
                 }
                 use_count u = {ctx, nm, dl, gone, {kept0, kept1, kept2}, 0};
-                rt_walk(f->body, use_visit, &u);
+                kl_ast_walk(f->body, use_visit, &u);
                 free(nm);
                 /* its own declarator is the one use left */
                 dead = u.n == 1;

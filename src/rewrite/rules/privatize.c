@@ -177,7 +177,7 @@ static bool index_bound(const kl_rule_ctx *ctx, const rt_func *f, TSNode idx, lo
         char *nm = rt_text(ctx, idx);
         if (!nm) return false;
         local_once lo = {.ctx = ctx, .nm = nm};
-        rt_walk(f->body, local_once_visit, &lo);
+        kl_ast_walk(f->body, local_once_visit, &lo);
         free(nm);
         if (lo.defs == 1 && !lo.assigns && !ts_node_is_null(lo.def)) return index_bound(ctx, f, lo.def, bins);
     }
@@ -218,7 +218,7 @@ static void analyse_table(const kl_rule_ctx *ctx, const rt_func *f, const char *
     kl_snprintf(t->name, sizeof t->name, "%s", name);
     rt_pointer_param(ctx, f, name, t->elem, sizeof t->elem);
     scan s = {.ctx = ctx, .name = name};
-    rt_walk(f->body, scan_visit, &s);
+    kl_ast_walk(f->body, scan_visit, &s);
     t->atomics = s.atomics;
     t->returns = s.returns;
     if (s.atomics) t->first_atomic = s.atomic_nodes[0];
@@ -338,7 +338,7 @@ static bool find_present(const kl_rule_ctx *ctx, const rt_func *f, TSNode decl, 
     memset(p, 0, sizeof *p);
     TSNode d = rt_field(decl, "declarator");
     if (!rt_is(d, "array_declarator") || rt_is(rt_field(d, "declarator"), "array_declarator")) return false;
-    TSNode id = rt_declarator_name(d);
+    TSNode id = kl_ast_declarator_name(d);
     if (ts_node_is_null(id)) return false;
     uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
     if (b - a >= sizeof p->shared) return false;
@@ -353,7 +353,7 @@ static bool find_present(const kl_rule_ctx *ctx, const rt_func *f, TSNode decl, 
         if (!rt_count_ident(ctx, st, p->shared)) continue;
         if (ts_node_is_null(p->init)) {
             zf z = {.ctx = ctx, .s = p->shared};
-            rt_walk(st, zf_visit, &z);
+            kl_ast_walk(st, zf_visit, &z);
             if (z.zero_assigns && !z.other) {
                 p->init = st;
                 TSNode nx = rt_next_stmt(st);
@@ -362,7 +362,7 @@ static bool find_present(const kl_rule_ctx *ctx, const rt_func *f, TSNode decl, 
             }
         }
         mg m = {.ctx = ctx, .f = f, .s = p->shared};
-        rt_walk(st, mg_visit, &m);
+        kl_ast_walk(st, mg_visit, &m);
         if (m.merges && !m.other_calls && (rt_is(st, "for_statement") || rt_is(st, "if_statement") ||
                                            rt_is(st, "expression_statement"))) {
             p->merge = st;
@@ -440,7 +440,7 @@ static bool find_replicas(const kl_rule_ctx *ctx, const rt_func *f, const presen
                 lane = ts_node_named_child(idx, 0);
         }
         if (ts_node_is_null(lane) || !lane_expr(ctx, f->body, lane, &rep->copies)) continue;
-        TSNode id = rt_declarator_name(d);
+        TSNode id = kl_ast_declarator_name(d);
         uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
         if (ts_node_is_null(id) || b - a >= sizeof rep->name) continue;
         memcpy(rep->name, ctx->text + a, b - a);
@@ -534,7 +534,7 @@ static bool rep_visit(TSNode n, void *user)
             w->st = kl_edits_add(w->out, ts_node_start_byte(a), ts_node_end_byte(a), w->to);
             /* the other arguments must not use the alias */
             for (uint32_t o = 0; o < na; o++)
-                if (o != k) rt_walk(ts_node_named_child(args, o), rep_visit, w);
+                if (o != k) kl_ast_walk(ts_node_named_child(args, o), rep_visit, w);
             return false;
         }
     }
@@ -609,7 +609,7 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rt_func *fs, unsi
 {
     const char *file = kl_source_name(ctx->src);
     count_other co = {.ctx = ctx, .s = p->shared, .skip = {p->decl, p->init, p->merge, rep->alias}};
-    rt_walk(f->body, count_other_visit, &co);
+    kl_ast_walk(f->body, count_other_visit, &co);
     if (!ts_node_is_null(co.first)) {
         kl_span sp = kl_node_span(co.first);
         return kl_rule_not_applicable(err,
@@ -618,7 +618,7 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rt_func *fs, unsi
                                       file, sp.line, sp.column, p->shared, rep->name);
     }
     merge_check mc = {.ctx = ctx, .scope = f->body, .s = p->shared, .copies = rep->copies};
-    rt_walk(p->merge, merge_visit, &mc);
+    kl_ast_walk(p->merge, merge_visit, &mc);
     if (!mc.reads || mc.good != mc.reads) {
         kl_span sp = kl_node_span(p->merge);
         return kl_rule_not_applicable(err,
@@ -630,7 +630,7 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rt_func *fs, unsi
     rt_pointer_param(ctx, f, p->global, gelem, sizeof gelem);
     rep_walk w = {.ctx = ctx, .fs = fs, .nf = nf, .scope = f->body, .ptr = rep->name, .to = p->global,
                   .copies = rep->copies, .skip = rep->alias, .out = out, .st = KL_OK};
-    rt_walk(f->body, rep_visit, &w);
+    kl_ast_walk(f->body, rep_visit, &w);
     if (w.st != KL_OK) return kl_error_set(err, w.st, "out of memory");
     if (!ts_node_is_null(w.bad)) {
         kl_span sp = kl_node_span(w.bad);
@@ -653,7 +653,7 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rt_func *fs, unsi
             return kl_rule_not_applicable(err, "%s: %s is also called other than with '%s'", file, h->name,
                                           rep->name);
         TSNode prm = ts_node_named_child(h->params, w.helper_arg[j]);
-        TSNode pid = rt_declarator_name(rt_field(prm, "declarator"));
+        TSNode pid = kl_ast_declarator_name(rt_field(prm, "declarator"));
         char *pn = ts_node_is_null(pid) ? NULL : rt_text(ctx, pid);
         char pelem[64] = "";
         if (!pn || !rt_pointer_param(ctx, h, pn, pelem, sizeof pelem)) {
@@ -668,7 +668,7 @@ static kl_status remove_replicas(const kl_rule_ctx *ctx, const rt_func *fs, unsi
         }
         rep_walk hw = {.ctx = ctx, .fs = fs, .nf = nf, .scope = h->body, .ptr = pn, .to = NULL,
                        .copies = rep->copies, .out = out, .st = KL_OK};
-        rt_walk(h->body, rep_visit, &hw);
+        kl_ast_walk(h->body, rep_visit, &hw);
         free(pn);
         if (hw.st != KL_OK) return kl_error_set(err, hw.st, "out of memory");
         if (!ts_node_is_null(hw.bad)) {
@@ -726,7 +726,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         /* applicable: pointer parameters used as atomicAdd targets */
         uint32_t np = ts_node_is_null(f->params) ? 0 : ts_node_named_child_count(f->params);
         for (uint32_t i = 0; i < np; i++) {
-            TSNode id = rt_declarator_name(rt_field(ts_node_named_child(f->params, i), "declarator"));
+            TSNode id = kl_ast_declarator_name(rt_field(ts_node_named_child(f->params, i), "declarator"));
             if (ts_node_is_null(id)) continue;
             char *name = rt_text(ctx, id);
             if (!name) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
@@ -788,7 +788,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
                             kl_source_name(ctx->src), f->name, priv);
     /* blocks of more than one dimension need a linear thread index */
     uses_yz yz = {ctx, false};
-    rt_walk(f->body, uses_yz_visit, &yz);
+    kl_ast_walk(f->body, uses_yz_visit, &yz);
     bool multi_dim = yz.yes;
     const char *tid = multi_dim ? "threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)" : "threadIdx.x";
     const char *nthreads = multi_dim ? "blockDim.x * blockDim.y * blockDim.z" : "blockDim.x";
@@ -849,7 +849,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
                              ind, t.name, ind, elem, priv, size, ind, tid, size, nthreads, priv, ind));
     /* the atomic targets: P -> the copy; with several copies, P[i] -> lane[(i) * C] */
     scan s = {.ctx = ctx, .name = t.name};
-    rt_walk(f->body, scan_visit, &s);
+    kl_ast_walk(f->body, scan_visit, &s);
     if (s.atomics > 64)
         return kl_rule_not_applicable(err, "%s: kernel '%s' has %u atomics into '%s', more than 64",
                                       kl_source_name(ctx->src), f->name, s.atomics, t.name);
@@ -923,8 +923,8 @@ static bool rename_visit(TSNode n, void *user)
         if (atomic_target(r->ctx, n, &p, &i) && rt_text_is(r->ctx, p, r->s)) {
             if (r->st == KL_OK) r->st = kl_edits_add(r->out, ts_node_start_byte(p), ts_node_end_byte(p), r->g);
             /* the index and the value are ordinary uses */
-            rt_walk(i, rename_visit, r);
-            rt_walk(ts_node_named_child(rt_field(n, "arguments"), 1), rename_visit, r);
+            kl_ast_walk(i, rename_visit, r);
+            kl_ast_walk(ts_node_named_child(rt_field(n, "arguments"), 1), rename_visit, r);
             return false;
         }
     }
@@ -954,7 +954,7 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
     kl_status st = KL_OK;
     /* every other use of the shared table must be an atomicAdd target */
     rename_collect r = {.ctx = ctx, .s = p.shared, .out = out, .g = p.global, .skip = {p.decl, p.init, p.merge}, .st = KL_OK};
-    rt_walk(f->body, rename_visit, &r);
+    kl_ast_walk(f->body, rename_visit, &r);
     if (r.st != KL_OK) return kl_error_set(err, r.st, "out of memory");
     if (!ts_node_is_null(r.other)) {
         kl_span sp = kl_node_span(r.other);

@@ -234,7 +234,7 @@ static void inner_locals(ex *x, TSNode block, TSNode before)
         unsigned nd = rt_declarators(st[i], ds, 8);
         for (unsigned j = 0; j < nd && j < 8; j++) {
             char name[64];
-            tt_copy_text(x->ctx, rt_declarator_name(ds[j]), name, sizeof name);
+            tt_copy_text(x->ctx, kl_ast_declarator_name(ds[j]), name, sizeof name);
             TSNode v = kl_ast_local_init(x->ctx->src, x->f->def, name);
             if (ts_node_is_null(v)) continue;
             char *vt = rt_text(x->ctx, v);
@@ -280,7 +280,7 @@ static bool id_visit(TSNode n, void *user);
 static void ids_of(id_scan *s, TSNode n)
 {
     if (++s->depth > 8) s->ok = false;
-    else rt_walk(n, id_visit, s);
+    else kl_ast_walk(n, id_visit, s);
     s->depth--;
 }
 
@@ -337,7 +337,7 @@ static bool decl_visit(TSNode n, void *user)
     if (rt_is(n, "declaration")) {
         TSNode ds[8];
         unsigned nd = rt_declarators(n, ds, 8);
-        for (unsigned i = 0; i < nd && i < 8; i++) d->hit |= rt_text_is(d->ctx, rt_declarator_name(ds[i]), d->name);
+        for (unsigned i = 0; i < nd && i < 8; i++) d->hit |= rt_text_is(d->ctx, kl_ast_declarator_name(ds[i]), d->name);
     }
     return !d->hit;
 }
@@ -348,9 +348,9 @@ static bool stable(const ex *x, const char *name)
     TSNode def = kl_ast_local_init(ctx->src, x->f->def, name);
     if (!ts_node_is_null(def)) return ts_node_start_byte(def) < ts_node_start_byte(x->top);
     decl_scan d = {ctx, name, false};
-    rt_walk(x->f->body, decl_visit, &d);
+    kl_ast_walk(x->f->body, decl_visit, &d);
     assign_scan a = {ctx, name, false};
-    rt_walk(x->f->body, assign_visit, &a);
+    kl_ast_walk(x->f->body, assign_visit, &a);
     return !d.hit && !a.hit;
 }
 
@@ -422,7 +422,7 @@ static bool fact_holds(const ex *x, TSNode at, TSNode conj, const TSNode *params
         free(name);
         if (!used) continue;
         stable_scan s = {y, 0, true};
-        rt_walk(args[i], stable_visit, &s);
+        kl_ast_walk(args[i], stable_visit, &s);
         char *w = s.ok ? tt_subst(ctx->text, ts_node_start_byte(args[i]), ts_node_end_byte(args[i]), y->subst, y->ns) : NULL;
         size_t len = w ? strlen(w) + 3 : 0;
         an[npp] = w ? malloc(len) : NULL;
@@ -438,7 +438,7 @@ static bool fact_holds(const ex *x, TSNode at, TSNode conj, const TSNode *params
         char *all[8] = {0};
         for (unsigned i = 0; i < np; i++) all[i] = rt_text(ctx, params[i]);
         x_names n = {y, all, np, true};
-        rt_walk(l, names_visit, &n);
+        kl_ast_walk(l, names_visit, &n);
         ok = n.ok;
         for (unsigned i = 0; i < np; i++) {
             ok &= all[i] != NULL;
@@ -572,13 +572,13 @@ static unsigned drop_tests(ex *x, kl_edits *out, kl_status *st)
         bool keep[8];
         for (unsigned k = 0; k < nc; k++) {
             call_scan c = {x, name, ps, np, cj[k], 0, true};
-            if (rt_op_is(ctx, cj[k], "<")) rt_walk(x->f->body, call_visit, &c);
+            if (rt_op_is(ctx, cj[k], "<")) kl_ast_walk(x->f->body, call_visit, &c);
             keep[k] = !rt_op_is(ctx, cj[k], "<") || !(c.all && c.calls);
         }
         dropped += drop_conjuncts(ctx, cond_e, cj, keep, nc, out, st);
     }
     inline_scan is = {x, out, st, 0};
-    if (*st == KL_OK) rt_walk(x->f->body, inline_visit, &is);
+    if (*st == KL_OK) kl_ast_walk(x->f->body, inline_visit, &is);
     return dropped + is.dropped;
 }
 
@@ -627,7 +627,7 @@ static void call_effects(store_scan *s, TSNode call)
             return;
         }
         store_scan in = {s->ctx, h, "", {{0}, 0, 0}, 0, s->depth + 1};
-        rt_walk(h->body, store_visit, &in);
+        kl_ast_walk(h->body, store_visit, &in);
         s->writes += in.writes;
     }
 }
@@ -689,7 +689,7 @@ static bool work_visit(TSNode n, void *user)
 kl_status register_tile__sp_exit_edits(const kl_rule_ctx *ctx, const rt_func *f, const char *acc, kl_edits *out)
 {
     store_scan ss = {ctx, f, acc, {{0}, 0, 0}, 0, 0};
-    rt_walk(f->body, store_visit, &ss);
+    kl_ast_walk(f->body, store_visit, &ss);
     if (ss.writes != 1 || ts_node_is_null(ss.store)) return KL_ERR_NOT_APPLICABLE;
     ex *x = calloc(1, sizeof *x);
     if (!x) return KL_ERR_NOMEM;
@@ -701,7 +701,7 @@ kl_status register_tile__sp_exit_edits(const kl_rule_ctx *ctx, const rt_func *f,
     unsigned nb = tt_stmts(f->body, body_st, MAXSTMT);
     for (unsigned i = 0; i < nb && i < MAXSTMT && ts_node_is_null(x->top); i++) {
         work_scan w = {false};
-        rt_walk(body_st[i], work_visit, &w);
+        kl_ast_walk(body_st[i], work_visit, &w);
         if (w.hit || tt_uses(ctx->text, ts_node_start_byte(body_st[i]), ts_node_end_byte(body_st[i]), acc)) x->top = body_st[i];
     }
     if (ts_node_is_null(x->top) || ts_node_start_byte(ss.store) < ts_node_end_byte(x->top)) goto done;

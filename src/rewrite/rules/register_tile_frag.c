@@ -105,7 +105,7 @@ static bool rf_bound(const kl_rule_ctx *ctx, const rt_func *h, TSNode call, TSNo
         for (unsigned i = 0, k = 0; i < np; i++) {
             TSNode p = tt_child(h->params, i);
             if (!rt_is(p, "parameter_declaration")) continue;
-            if (rt_text_is(ctx, rt_declarator_name(tt_field(p, "declarator")), name)) {
+            if (rt_text_is(ctx, kl_ast_declarator_name(tt_field(p, "declarator")), name)) {
                 TSNode arg = tt_child(tt_field(call, "arguments"), k);
                 if (!rt_is(arg, "identifier")) return false;
                 tt_copy_text(ctx, arg, out, size);
@@ -168,7 +168,7 @@ static bool rf_uses_visit(TSNode n, void *user)
 static bool rf_read(const kl_rule_ctx *ctx, const rt_func *g, const char *name, register_tile__rg_operand *o, char *why, size_t size)
 {
     rf_uses u = {.ctx = ctx, .name = name};
-    rt_walk(g->body, rf_uses_visit, &u);
+    kl_ast_walk(g->body, rf_uses_visit, &u);
     if (u.n > 16) {
         kl_snprintf(why, size, "%s is used %u times in %s", name, u.n, g->name);
         return false;
@@ -240,7 +240,7 @@ static bool rf_value(const kl_rule_ctx *ctx, const rt_func *f, const register_ti
 static bool rf_stores(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rf *r, const char *C, char *why, size_t size)
 {
     rf_uses u = {.ctx = ctx, .name = C};
-    rt_walk(f->body, rf_uses_visit, &u);
+    kl_ast_walk(f->body, rf_uses_visit, &u);
     unsigned nstores = 0;
     for (unsigned i = 0; i < u.n && i < 16; i++) {
         TSNode h = u.hits[i], p = tt_parent(h);
@@ -280,7 +280,7 @@ static bool rf_stores(const kl_rule_ctx *ctx, const rt_func *f, register_tile__r
             extras[nw++][0] = 0;
         } else {
             rf_uses au = {.ctx = ctx, .name = alias};
-            rt_walk(f->body, rf_uses_visit, &au);
+            kl_ast_walk(f->body, rf_uses_visit, &au);
             for (unsigned k = 0; k < au.n && k < 16; k++) {
                 TSNode a = au.hits[k], ap = tt_parent(a);
                 if (rt_is(ap, "init_declarator") || rt_is(ap, "pointer_declarator")) continue;
@@ -369,7 +369,7 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt
         TSNode p = tt_child(f->params, i);
         if (!rt_is(p, "parameter_declaration")) continue;
         char name[64];
-        tt_copy_text(ctx, rt_declarator_name(tt_field(p, "declarator")), name, sizeof name);
+        tt_copy_text(ctx, kl_ast_declarator_name(tt_field(p, "declarator")), name, sizeof name);
         if (!rt_pointer_param(ctx, f, name, NULL, 0)) continue;
         if (np == 3) {
             kl_snprintf(why, size, "%s has more than three pointer parameters", f->name);
@@ -384,7 +384,7 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt
     int stored = -1, reads = 0;
     for (unsigned k = 0; k < 3; k++) {
         rf_uses u = {.ctx = ctx, .name = ptrs[k]};
-        rt_walk(f->body, rf_uses_visit, &u);
+        kl_ast_walk(f->body, rf_uses_visit, &u);
         bool arg = u.n == 1 && rt_is(tt_parent(u.hits[0]), "argument_list");
         if (arg) {
             TSNode call = tt_parent(tt_parent(u.hits[0]));
@@ -442,7 +442,7 @@ int register_tile__rf_analyse(const kl_rule_ctx *ctx, const rt_func *f, const rt
             return 0;
         }
         char hpn[64];
-        tt_copy_text(ctx, rt_declarator_name(tt_field(hp, "declarator")), hpn, sizeof hpn);
+        tt_copy_text(ctx, kl_ast_declarator_name(tt_field(hp, "declarator")), hpn, sizeof hpn);
         register_tile__rg_operand *o = &r->op[r->nreads];
         if (!rf_read(ctx, r->helper, hpn, o, why, size)) return 0;
         kl_snprintf(o->ptr, sizeof o->ptr, "%s", ptrs[k]);

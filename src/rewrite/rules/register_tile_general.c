@@ -302,7 +302,7 @@ void register_tile__rg_acc_scan(const kl_rule_ctx *ctx, TSNode body, const char 
 {
     memset(w, 0, sizeof *w);
     rg_acc_scan s = {ctx, acc, depth, w};
-    rt_walk(body, rg_acc_visit, &s);
+    kl_ast_walk(body, rg_acc_visit, &s);
 }
 
 typedef struct rg_walk {
@@ -366,7 +366,7 @@ bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rt_func *f, register
     }
     if (ts_node_is_null(g->acc_decl) || g->nshared != 2) return false;
     rg_walk w = {.ctx = ctx, .f = f, .g = g};
-    rt_walk(f->body, rg_visit, &w);
+    kl_ast_walk(f->body, rg_visit, &w);
     g->update = w.acc.update;
     g->fill = w.acc.fill;
     return w.acc.updates == 1;
@@ -376,7 +376,7 @@ bool register_tile__rg_detect(const kl_rule_ctx *ctx, const rt_func *f, register
 int register_tile__rg_analyse(const kl_rule_ctx *ctx, const rt_func *f, register_tile__rg *g, char *why, size_t size)
 {
     rg_walk w = {.ctx = ctx, .f = f, .g = g};
-    rt_walk(f->body, rg_visit, &w);
+    kl_ast_walk(f->body, rg_visit, &w);
     g->update = w.acc.update;
     g->fill = w.acc.fill;
     unsigned line = ts_node_start_point(g->acc_decl).row + 1;
@@ -560,7 +560,7 @@ static char *rg_host_bound(const kl_rule_ctx *ctx, const rt_func *f, const rt_la
         for (unsigned i = 0, k = 0; i < np; i++) {
             TSNode p = tt_child(f->params, i);
             if (!rt_is(p, "parameter_declaration")) continue;
-            if (rt_text_is(ctx, rt_declarator_name(tt_field(p, "declarator")), name)) {
+            if (rt_text_is(ctx, kl_ast_declarator_name(tt_field(p, "declarator")), name)) {
                 TSNode arg = tt_child(l->args, k);
                 if (ts_node_is_null(arg)) return NULL;
                 char *t = rt_text(ctx, arg);

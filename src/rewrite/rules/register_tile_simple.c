@@ -270,7 +270,7 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rt_func *f, register_ti
 
     kl_affine_ctx *ax = NULL;
     kl_error err = {0};
-    if (kl_affine_ctx_new(ctx->src, f->def, &ax, &err) != KL_OK) {
+    if (kl_rules_affine(ctx, f->def, &ax, &err) != KL_OK) {
         kl_snprintf(why, size, "the index analysis failed: %s", err.message);
         return -1;
     }
@@ -302,8 +302,8 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rt_func *f, register_ti
 
     /* the tiles of the update: e1 reads the A tile at [threadIdx.p][k], e2 the B tile */
     tile_find t1 = {.a = a, .tile = -1}, t2 = {.a = a, .tile = -1};
-    rt_walk(a->e1, tile_find_visit, &t1);
-    rt_walk(a->e2, tile_find_visit, &t2);
+    kl_ast_walk(a->e1, tile_find_visit, &t1);
+    kl_ast_walk(a->e2, tile_find_visit, &t2);
     if (t1.count != 1 || t2.count != 1 || t1.bad || t2.bad || t1.tile == t2.tile) {
         kl_snprintf(why, size, "the update at line %u does not multiply an element of each shared tile",
                     ts_node_start_point(a->upd).row + 1);
@@ -418,9 +418,9 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rt_func *f, register_ti
         for (unsigned i = 0; i < a->nloads; i++) {
             TSNode as = tt_child(a->loads[i], 0);
             tile_find tf = {.a = a, .tile = -1};
-            rt_walk(tt_field(as, "left"), tile_find_visit, &tf);
+            kl_ast_walk(tt_field(as, "left"), tile_find_visit, &tf);
             tile_find tr = {.a = a, .tile = -1};
-            rt_walk(tt_field(as, "right"), tile_find_visit, &tr);
+            kl_ast_walk(tt_field(as, "right"), tile_find_visit, &tr);
             unsigned line = ts_node_start_point(a->loads[i]).row + 1;
             if (tf.count != 1 || tf.bad || tr.count || tr.bad || !rt_text_is(ctx, tt_field(as, "operator"), "=")) {
                 kl_snprintf(why, size, "line %u in the tile loop is not a load of one shared tile", line);
@@ -464,7 +464,7 @@ int register_tile__analyse(const kl_rule_ctx *ctx, const rt_func *f, register_ti
     }
     rc = 1;
 done:
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     return rc;
 }
 
@@ -920,7 +920,7 @@ kl_status register_tile__rt_remove_edits(const kl_rule_ctx *ctx, const rt_func *
         nf.skip_s[nf.nskip] = ts_node_start_byte(prod), nf.skip_e[nf.nskip++] = ts_node_end_byte(prod);
     }
     /* the other nests: back to one statement */
-    rt_walk(f->body, nest_visit, &nf);
+    kl_ast_walk(f->body, nest_visit, &nf);
     uint32_t rs[72], re[72];
     unsigned nr = 0;
     for (unsigned i = 0; i < nf.nskip; i++) rs[nr] = nf.skip_s[i], re[nr++] = nf.skip_e[i];

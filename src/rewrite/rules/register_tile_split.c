@@ -252,7 +252,7 @@ static bool declared_in(const kl_rule_ctx *ctx, TSNode scope, const char *name)
             TSNode ds[8];
             unsigned nd = rt_declarators(st[i], ds, 8);
             for (unsigned j = 0; j < nd && j < 8; j++)
-                if (rt_text_is(ctx, rt_declarator_name(ds[j]), name)) return true;
+                if (rt_text_is(ctx, kl_ast_declarator_name(ds[j]), name)) return true;
         }
         if (rt_is(st[i], "compound_statement") && declared_in(ctx, st[i], name)) return true;
     }
@@ -328,7 +328,7 @@ static int analyse(const kl_rule_ctx *ctx, const rt_func *f, sp *s, int *acc)
     s->f = f;
     *acc = -1;
     if (!f->global || ts_node_is_null(f->body)) return 0;
-    rt_walk(f->body, arr_visit, s);
+    kl_ast_walk(f->body, arr_visit, s);
     /* the accumulator: a local array of two or more dimensions updated by `+= x * y`, some extent > 1 */
     for (unsigned a = 0; a < s->na && *acc < 0; a++) {
         if (s->a[a].dims < 2) continue;
@@ -374,12 +374,12 @@ static int analyse(const kl_rule_ctx *ctx, const rt_func *f, sp *s, int *acc)
     while (d < A->dims && A->ext[d] == 1) d++;
     A->split = (int)d;
     s->E = A->ext[d];
-    rt_walk(f->body, loop_visit, s);
+    kl_ast_walk(f->body, loop_visit, s);
     /* the loops indexing a shrunk array along its dimension; arrays indexed only by them join */
     for (int round = 0; round < 4; round++) {
         for (unsigned l = 0; l < s->nl; l++) {
             mark_scan m = {s, l, false};
-            rt_walk(tt_field(s->loops[l], "body"), mark_visit, &m);
+            kl_ast_walk(tt_field(s->loops[l], "body"), mark_visit, &m);
             s->split[l] |= m.hit;
         }
         bool grew = false;
@@ -388,7 +388,7 @@ static int analyse(const kl_rule_ctx *ctx, const rt_func *f, sp *s, int *acc)
             for (unsigned j = 0; j < s->a[a].dims && s->a[a].split < 0; j++) {
                 if (s->a[a].ext[j] != s->E) continue;
                 acc_scan c = {.s = s, .arr = (int)a, .dim = j, .all = true, .any = true};
-                rt_walk(f->body, acc_check_visit, &c);
+                kl_ast_walk(f->body, acc_check_visit, &c);
                 /* at least one access, all by the variable of a loop over the extent, one of them split
                  * already (the array holds what the split loops use: the warp tile's fragments); its
                  * other loops (filling it) are split with it */
@@ -405,7 +405,7 @@ static int analyse(const kl_rule_ctx *ctx, const rt_func *f, sp *s, int *acc)
         if (!grew) break;
     }
     acc_scan c = {.s = s, .arr = *acc, .dim = d, .all = true};
-    rt_walk(f->body, acc_check_visit, &c);
+    kl_ast_walk(f->body, acc_check_visit, &c);
     if (!c.all) {
         kl_snprintf(s->why, sizeof s->why,
                     "%s at line %u is not indexed along its dimension %u (extent %lld) by a loop `for (V = 0; V < %lld; ++V)` "
@@ -416,7 +416,7 @@ static int analyse(const kl_rule_ctx *ctx, const rt_func *f, sp *s, int *acc)
     for (unsigned l = 0; l < s->nl; l++) {
         if (!s->split[l]) continue;
         write_scan w = {.s = s, .loop = l};
-        rt_walk(s->loops[l], write_visit, &w);
+        kl_ast_walk(s->loops[l], write_visit, &w);
         if (!ts_node_is_null(w.bad)) {
             kl_snprintf(s->why, sizeof s->why,
                         "line %u writes state that outlives an iteration of the loop over %s at line %u: its iterations are "
@@ -786,7 +786,7 @@ static int lane_dim(const kl_rule_ctx *ctx, const rt_func *f, long long *block)
         if (fs[i].global && !ts_node_is_null(fs[i].body))
             outside -= tt_count(ctx->text, ts_node_start_byte(fs[i].body), ts_node_end_byte(fs[i].body), "threadIdx.x");
     if (outside) goto done;
-    if (kl_affine_ctx_new(ctx->src, f->def, &ax, NULL) != KL_OK) goto done;
+    if (kl_rules_affine(ctx, f->def, &ax, NULL) != KL_OK) goto done;
     /* the stores `P[e] = acc[…];` into memory (not into a local array) */
     unsigned stores = 0;
     for (unsigned i = 0; i < kl_affine_access_count(ax) && agree; i++) {
@@ -815,7 +815,7 @@ static int lane_dim(const kl_rule_ctx *ctx, const rt_func *f, long long *block)
     }
     if (!agree || !stores || *block % s->a[a].ext[dim] != 0) dim = -1;
 done:
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     free(s);
     return dim;
 }
@@ -884,7 +884,7 @@ static kl_status last_step(const kl_rule_ctx *ctx, char **text, const sp_last *a
     kl_status st = KL_OK;
     if (kl_source_parse_text(kl_source_name(ctx->src), *text, strlen(*text), &src, &perr) == KL_OK) {
         kl_rule_ctx c = *ctx;
-        c.src = src, c.text = *text, c.len = strlen(*text);
+        c.src = src, c.text = *text, c.len = strlen(*text), c.memo = NULL; /* the memo is of ctx's source */
         rt_func fs[64];
         unsigned nf = rt_functions(&c, fs, 64);
         const rt_func *g = rt_function_named(fs, nf < 64 ? nf : 64, a->kernel);
@@ -928,7 +928,7 @@ kl_status register_tile__sp_remove_edits(const kl_rule_ctx *ctx, const rt_func *
         if (round) {
             kl_error perr = {0};
             if (kl_source_parse_text(kl_source_name(ctx->src), text, strlen(text), &src, &perr) != KL_OK) break;
-            c.src = src, c.text = text, c.len = strlen(text);
+            c.src = src, c.text = text, c.len = strlen(text), c.memo = NULL; /* the memo is of ctx's source */
         }
         rt_func fs[64];
         unsigned nf = rt_functions(&c, fs, 64);

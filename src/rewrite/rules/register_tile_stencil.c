@@ -57,7 +57,7 @@ static unsigned file_constants(const kl_rule_ctx *ctx, rs_const *out, unsigned m
             for (unsigned k = 0; k < nd && k < 8 && n < max; k++) {
                 if (!rt_is(ds[k], "init_declarator")) continue;
                 TSNode val = rt_field(ds[k], "value");
-                char *nm = rt_text(ctx, rt_declarator_name(ds[k]));
+                char *nm = rt_text(ctx, kl_ast_declarator_name(ds[k]));
                 int64_t v;
                 if (nm && kl_const_eval(ctx->src, (TSNode){{0}, 0, 0}, val, false, &v, NULL, 0)) {
                     kl_snprintf(out[n].name, sizeof out[n].name, "%s", nm);
@@ -110,7 +110,7 @@ static bool ident_any_visit(TSNode n, void *user)
 static bool mentions(const kl_rule_ctx *ctx, TSNode n, const rs_const *cs, unsigned nc, const bool *set)
 {
     ident_any a = {ctx, cs, set, nc, false};
-    rt_walk(n, ident_any_visit, &a);
+    kl_ast_walk(n, ident_any_visit, &a);
     return a.found;
 }
 
@@ -340,7 +340,7 @@ static bool site_of(const kl_rule_ctx *ctx, const rs_const *cs, unsigned nc, uns
         if (!fs[i].global && !fs[i].device) continue;
         memset(&sc, 0, sizeof sc);
         sc.ctx = ctx, sc.name = cs[ci].name;
-        rt_walk(fs[i].body, scan_visit, &sc);
+        kl_ast_walk(fs[i].body, scan_visit, &sc);
         if (!ts_node_is_null(sc.compare)) {
             kl_snprintf(s->why, sizeof s->why, "line %u compares %s with a value: the code depends on it",
                         kl_ast_line(sc.compare), cs[ci].name);

@@ -200,7 +200,7 @@ static bool scan_invariant(TSNode n, void *user)
 static bool invariant(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode n, const char *var, char *bad, size_t size)
 {
     inv_scan s = {ctx, ax, var, ""};
-    if (!ts_node_is_null(n)) rt_walk(n, scan_invariant, &s);
+    if (!ts_node_is_null(n)) kl_ast_walk(n, scan_invariant, &s);
     if (s.bad[0]) kl_snprintf(bad, size, "%s", s.bad);
     return !s.bad[0];
 }
@@ -360,7 +360,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     for (unsigned i = 0; i < g->n; i++) {
         if (!(mask & (1u << i))) continue;
         body_scan b = {ctx, g->loops[i].var, NULL};
-        rt_walk(rt_field(g->loops[i].node, "body"), scan_body, &b);
+        kl_ast_walk(rt_field(g->loops[i].node, "body"), scan_body, &b);
         if (b.why) {
             kl_snprintf(buf, size, "the loop at line %u has %s", ts_node_start_point(g->loops[i].node).row + 1, b.why);
             return buf;
@@ -398,7 +398,7 @@ static const char *analyse(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx *ax,
     uint32_t from = ts_node_start_byte(g->loops[g->first].node), to = ts_node_end_byte(g->loops[g->last].node);
     uint32_t last_from = ts_node_start_byte(g->loops[g->last].node);
     store_scan ss = {ctx, ax, from, to, 0};
-    rt_walk(rt_field(fn, "body"), scan_stores, &ss);
+    kl_ast_walk(rt_field(fn, "body"), scan_stores, &ss);
     if (ss.line) {
         kl_snprintf(buf, size, "a store at line %u, between the reads the cache merges, goes where the analysis "
                                "cannot follow", ss.line);

@@ -303,10 +303,10 @@ static bool scan_visit(TSNode n, void *user)
         r->nloops++;
         scan inner = *s;
         inner.loop = (int)(r->nloops - 1);
-        rt_walk(rt_field(n, "body"), scan_visit, &inner);
+        kl_ast_walk(rt_field(n, "body"), scan_visit, &inner);
         if (!L->is_while) {
             /* reads in the condition and the start */
-            rt_walk(rt_field(n, "condition"), scan_visit, &inner);
+            kl_ast_walk(rt_field(n, "condition"), scan_visit, &inner);
         }
         return false;
     }
@@ -333,7 +333,7 @@ static bool scan_visit(TSNode n, void *user)
         } else {
             memory_write(s, n, target);
             /* the right side's reads */
-            if (!strcmp(t, "assignment_expression")) rt_walk(rt_field(n, "right"), scan_visit, s);
+            if (!strcmp(t, "assignment_expression")) kl_ast_walk(rt_field(n, "right"), scan_visit, s);
             return false;
         }
         return true;
@@ -449,7 +449,7 @@ bool row_parallel__analyse_row(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode
     char early_why[400];
     kl_snprintf(early_why, sizeof early_why, "%s", r->why);
     r->why[0] = '\0';
-    rt_walk(r->rbody, scan_visit, &s);
+    kl_ast_walk(r->rbody, scan_visit, &s);
     if (!r->nloops && !r->why[0]) return false; /* nothing to spread */
     if (early_why[0]) kl_snprintf(r->why, sizeof r->why, "%s", early_why);
     else if (why[0] && !r->why[0]) kl_snprintf(r->why, sizeof r->why, "%s", why);

@@ -211,7 +211,7 @@ static bool cooperates(const kl_rule_ctx *ctx, const char *name, int depth)
         free(fname);
         if (!same) continue;
         coop_scan c = {ctx, depth, false};
-        rt_walk(kl_ast_function_body(fs[i]), coop_visit, &c);
+        kl_ast_walk(kl_ast_function_body(fs[i]), coop_visit, &c);
         if (c.found) return true;
     }
     return false;
@@ -317,7 +317,7 @@ bool row_parallel__analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char
         p->group = -1;
     }
     pscan s = {ctx, p};
-    rt_walk(p->body, present_visit, &s);
+    kl_ast_walk(p->body, present_visit, &s);
     if (!p->nloops) return false;
     if (!p->warp && !bs_ok) row_parallel__why(p->why, sizeof p->why, "%s", why);
     if (p->warp && ts_node_is_null(p->row_decl))
@@ -334,7 +334,7 @@ bool row_parallel__analyse_present(const kl_rule_ctx *ctx, TSNode fn, const char
         }
     }
     unused_shared(ctx, p);
-    rt_walk(p->body, left_visit, &s);
+    kl_ast_walk(p->body, left_visit, &s);
     return true;
 }
 
@@ -491,14 +491,14 @@ kl_status row_parallel__remove_present(const kl_rule_ctx *ctx, const kl_site *si
         uint32_t le = rt_line_end(ctx, ts_node_end_byte(p->row_decl));
         if (st == KL_OK) st = kl_edits_addf(out, le, le, "%sif (%s >= %s) return;\n", ind, name, rows);
         bx_scan bs = {ctx, out, name, p->row_decl, KL_OK};
-        if (st == KL_OK) rt_walk(p->body, bx_visit, &bs), st = bs.st;
+        if (st == KL_OK) kl_ast_walk(p->body, bx_visit, &bs), st = bs.st;
     } else if (st == KL_OK) {
         rt_fresh_name(ctx, p->fn, "kl_row", row, sizeof row);
         uint32_t at = rt_line_start(ctx, ts_node_start_byte(first));
         st = kl_edits_addf(out, at, at, "%sconst int %s = blockIdx.x * blockDim.x + threadIdx.x;\n%sif (%s >= %s) return;\n",
                            ind, row, ind, row, rows);
         bx_scan bs = {ctx, out, row, row_parallel__null, KL_OK};
-        if (st == KL_OK) rt_walk(p->body, bx_visit, &bs), st = bs.st;
+        if (st == KL_OK) kl_ast_walk(p->body, bx_visit, &bs), st = bs.st;
     }
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }

@@ -66,13 +66,26 @@ kl_status kl_sites_add(kl_sites *s, const char *id, kl_site_dir dir, kl_span spa
                        json_t *features, json_t *params, const char *note);
 void kl_sites_release(kl_sites *s);
 
+/* The analyses of a source's functions, kept while the catalog has the source open (catalog.c). */
+typedef struct kl_rules_memo kl_rules_memo;
+kl_rules_memo *kl_rules_memo_new(void); /* NULL when out of memory */
+void kl_rules_memo_free(kl_rules_memo *m);
+
 /* What a transform sees. */
 typedef struct kl_rule_ctx {
     const kl_source *src;
     const char *text;
     size_t len;
     const kl_task *task;   /* may be NULL: then analyses needing the task say "not applicable" */
+    kl_rules_memo *memo;   /* may be NULL: then every analysis is made anew */
 } kl_rule_ctx;
+
+/* The index analysis (kl_affine_ctx_new) of function fn of ctx's source: made once per function
+ * while the catalog has the source open, and shared by every transform that reads it (the analysis
+ * depends on the source and the function alone; what it memoizes stays true). Give it back with
+ * kl_rules_affine_done, which frees it only when ctx keeps no memo. */
+kl_status kl_rules_affine(const kl_rule_ctx *ctx, TSNode fn, kl_affine_ctx **ax, kl_error *err);
+void kl_rules_affine_done(const kl_rule_ctx *ctx, kl_affine_ctx *ax);
 
 /* One parameter of a transform: its name, the values it may take (for the optimizer's
  * search) and the default. */

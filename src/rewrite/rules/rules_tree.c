@@ -20,14 +20,6 @@ TSNode rt_ancestor(TSNode n, const char *type)
     return n;
 }
 
-void rt_walk(TSNode n, rt_visit_fn fn, void *user)
-{
-    if (ts_node_is_null(n)) return;
-    if (!fn(n, user)) return;
-    uint32_t c = ts_node_child_count(n);
-    for (uint32_t i = 0; i < c; i++) rt_walk(ts_node_child(n, i), fn, user);
-}
-
 /* ctx->text is ctx->src's text (catalog.c's view_open): the syntax stage's readers serve */
 char *rt_text(const kl_rule_ctx *ctx, TSNode n) { return kl_node_text(ctx->src, n); }
 
@@ -68,7 +60,7 @@ static bool decl_find_visit(TSNode n, void *user)
 TSNode rt_find_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, bool functions, TSNode *declarator)
 {
     decl_find d = {ctx, name, functions, {{0}, 0, 0}, {{0}, 0, 0}};
-    rt_walk(in, decl_find_visit, &d);
+    kl_ast_walk(in, decl_find_visit, &d);
     if (declarator) *declarator = d.declarator;
     return d.decl;
 }
@@ -169,7 +161,7 @@ bool rt_pointer_restrict(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, c
     int pi = kl_affine_param_index(ax, name);
     if (pi >= 0) return kl_affine_param(ax, (unsigned)pi)->is_restrict;
     ptr_find f = {ctx, name, 0, "", ""};
-    rt_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    kl_ast_walk(kl_ast_function_body(fn), ptr_visit, &f);
     if (f.found != 1 || !f.base[0]) return false;
     pi = kl_affine_param_index(ax, f.base);
     return pi >= 0 && kl_affine_param(ax, (unsigned)pi)->is_restrict;
@@ -185,7 +177,7 @@ bool rt_pointer_elem(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, const
         return p->pointer;
     }
     ptr_find f = {ctx, name, 0, "", ""};
-    rt_walk(kl_ast_function_body(fn), ptr_visit, &f);
+    kl_ast_walk(kl_ast_function_body(fn), ptr_visit, &f);
     kl_snprintf(buf, size, "%s", f.type);
     return f.found == 1;
 }
@@ -202,23 +194,6 @@ unsigned rt_declarators(TSNode n, TSNode *out, unsigned max)
     }
     ts_tree_cursor_delete(&c);
     return k;
-}
-
-TSNode rt_declarator_name(TSNode d)
-{
-    while (!ts_node_is_null(d)) {
-        const char *t = ts_node_type(d);
-        if (!strcmp(t, "identifier") || !strcmp(t, "field_identifier")) return d;
-        TSNode inner = rt_field(d, "declarator");
-        if (ts_node_is_null(inner)) {
-            /* reference_declarator has no field: its last named child */
-            uint32_t k = ts_node_named_child_count(d);
-            if (!k) break;
-            inner = ts_node_named_child(d, k - 1);
-        }
-        d = inner;
-    }
-    return (TSNode){0};
 }
 
 bool rt_is_builtin(const kl_rule_ctx *ctx, TSNode n, const char *b, char c)
@@ -247,7 +222,7 @@ static bool count_ident_visit(TSNode n, void *user)
 unsigned rt_count_ident(const kl_rule_ctx *ctx, TSNode n, const char *name)
 {
     count_ident c = {.ctx = ctx, .name = name};
-    rt_walk(n, count_ident_visit, &c);
+    kl_ast_walk(n, count_ident_visit, &c);
     return c.n;
 }
 
@@ -335,7 +310,7 @@ static bool func_visit(TSNode n, void *user)
 unsigned rt_functions(const kl_rule_ctx *ctx, rt_func *out, unsigned max)
 {
     func_collect fc = {.ctx = ctx, .out = out, .max = max};
-    rt_walk(kl_source_root(ctx->src), func_visit, &fc);
+    kl_ast_walk(kl_source_root(ctx->src), func_visit, &fc);
     return fc.n;
 }
 
@@ -352,7 +327,7 @@ TSNode rt_param(const kl_rule_ctx *ctx, const rt_func *f, const char *name)
     uint32_t c = ts_node_named_child_count(f->params);
     for (uint32_t i = 0; i < c; i++) {
         TSNode p = ts_node_named_child(f->params, i);
-        TSNode id = rt_declarator_name(rt_field(p, "declarator"));
+        TSNode id = kl_ast_declarator_name(rt_field(p, "declarator"));
         if (!ts_node_is_null(id) && rt_text_is(ctx, id, name)) return p;
     }
     return (TSNode){0};
@@ -472,7 +447,7 @@ unsigned rt_launches(const kl_rule_ctx *ctx, const char *name, rt_launch *out, u
     launch_collect lc = {.ctx = ctx, .name = name, .out = out, .max = max};
     for (unsigned i = 0; i < nf; i++) {
         lc.host = &fs[i];
-        rt_walk(fs[i].body, launch_visit, &lc);
+        kl_ast_walk(fs[i].body, launch_visit, &lc);
     }
     return lc.n;
 }
@@ -613,7 +588,7 @@ TSNode rt_dim3_args(const kl_rule_ctx *ctx, const rt_launch *l, TSNode cfg)
         TSNode d = ts_node_named_child(l->host.body, i);
         if (!rt_is(d, "declaration") || !rt_text_is(ctx, rt_field(d, "type"), "dim3")) continue;
         TSNode dd = rt_field(d, "declarator");
-        TSNode id = rt_is(dd, "function_declarator") ? rt_field(dd, "declarator") : rt_declarator_name(dd);
+        TSNode id = rt_is(dd, "function_declarator") ? rt_field(dd, "declarator") : kl_ast_declarator_name(dd);
         char *a = rt_text(ctx, id), *b = rt_text(ctx, cfg);
         bool same = a && b && !strcmp(a, b);
         free(a);
@@ -738,7 +713,7 @@ bool rt_block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t 
     unsigned n = kl_ast_functions(ctx->src, "__device__", fs, 256);
     for (unsigned i = 0; i < n && i < 256; i++) {
         rt_caller_find c = {ctx, name, 0};
-        rt_walk(kl_ast_function_body(fs[i]), rt_caller_visit_, &c);
+        kl_ast_walk(kl_ast_function_body(fs[i]), rt_caller_visit_, &c);
         if (c.calls && !ts_node_eq(fs[i], fn)) {
             char *cn = kl_ast_function_name(ctx->src, fs[i]);
             kl_snprintf(why, wn, "%s is called from the __device__ function %s (only calls from kernels are followed)",
@@ -752,7 +727,7 @@ bool rt_block_size(const kl_rule_ctx *ctx, TSNode fn, const char *name, int64_t 
     *bs = 0;
     for (unsigned i = 0; i < n && i < 256; i++) {
         rt_caller_find c = {ctx, name, 0};
-        rt_walk(kl_ast_function_body(fs[i]), rt_caller_visit_, &c);
+        kl_ast_walk(kl_ast_function_body(fs[i]), rt_caller_visit_, &c);
         if (!c.calls) continue;
         char *kn = kl_ast_function_name(ctx->src, fs[i]);
         int64_t v = 0;

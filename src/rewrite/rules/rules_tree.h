@@ -1,13 +1,12 @@
 /*
- * The rules' tree helpers (`rt_`), shared by most of the catalog's transforms (first written for
- * transforms 9-16: row-parallel, smem-tile, register-tile, smem-pad, double-buffer, tensor-core,
- * privatize, coalesce; the file was rules_b until 2026-12-04): tree navigation over a kernel,
- * compile-time constants (kl_const_eval's), and launch sites.
+ * The rules' tree helpers (`rt_`), shared by the catalog's transforms: reading a kernel's tree
+ * through a rule's context (text, names, declarations, statements, lines), compile-time constants
+ * (kl_const_eval's), functions and launch sites. Walking and declarator names are the syntax
+ * stage's (kl_ast_walk, kl_ast_declarator_name in src/syntax/affine.h).
  *
  * The index analysis is src/syntax/affine.h's, the one for every transform: its affine forms
  * (kl_affine_of) and its polynomial view (kl_affine_poly_of: strides, what an opaque index reads,
- * the global thread index). The small polynomial analysis this file kept until issue 17 (rt_affine,
- * rt_poly, rt_grid_index) is folded into it.
+ * the global thread index).
  */
 #ifndef KL_RULES_TREE_H
 #define KL_RULES_TREE_H
@@ -21,8 +20,7 @@ TSNode rt_field(TSNode n, const char *field);
 bool rt_is(TSNode n, const char *type);
 /* The closest ancestor (or n itself) of the given type; a null node when none. */
 TSNode rt_ancestor(TSNode n, const char *type);
-/* Call fn on n and every descendant in document order; fn returns false to skip the
- * node's children. */
+
 /* Running one site over the functions of a file (the user of kl_rules_each_function): the site,
  * its parameters (NULL: remove), the edits it makes, the error, whether the site was met and the
  * status of its rewrite. */
@@ -34,8 +32,7 @@ typedef struct rt_run {
     bool done;
     kl_status st;
 } rt_run;
-typedef bool (*rt_visit_fn)(TSNode n, void *user);
-void rt_walk(TSNode n, rt_visit_fn fn, void *user);
+
 /* The text [start,end) of a node as a new string (free()). */
 char *rt_text(const kl_rule_ctx *ctx, TSNode n);
 bool rt_text_is(const kl_rule_ctx *ctx, TSNode n, const char *s); /* false for a null node */
@@ -56,9 +53,6 @@ bool rt_same_text(const kl_rule_ctx *ctx, TSNode a, TSNode b);
 TSNode rt_unparen_cond(TSNode e);
 /* The last named child of n that is not a comment (a block's last statement); a null node when none. */
 TSNode rt_last_stmt(TSNode n);
-/* The identifier that a declarator declares (through pointer/array/init/reference
- * declarators); a null node when none. */
-TSNode rt_declarator_name(TSNode decl);
 /* The children of declaration n in field `declarator` (`dim3 grid(…), block(16, 16);` has two), at
  * most max into out; how many. Read through a cursor: this tree-sitter's
  * ts_node_field_name_for_child names the wrong child after a comma. */

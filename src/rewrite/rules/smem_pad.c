@@ -228,7 +228,7 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
     kl_affine_ctx *ax = NULL; /* the analysis of fs[f], made when an array needs it */
     for (unsigned f = 0; f < nf; f++) {
         if (!fs[f].global && !fs[f].device) continue;
-        kl_affine_ctx_free(ax);
+        kl_rules_affine_done(ctx, ax);
         ax = NULL;
         TSNode decls[32];
         unsigned nd = tt_shared_decls(ctx, fs[f].body, decls, 32);
@@ -254,8 +254,8 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
             if (!esz || !rt_const_eval(ctx, fs[f].body, a.dims[a.ndims - 1], &row) || row <= 0) continue;
             if ((row * esz) % 4) continue;
             uses u = {.ctx = ctx, .arr = &a};
-            rt_walk(fs[f].body, uses_visit, &u);
-            if (!ax) KL_TRY(kl_affine_ctx_new(ctx->src, fs[f].def, &ax, err));
+            kl_ast_walk(fs[f].body, uses_visit, &u);
+            if (!ax) KL_TRY(kl_rules_affine(ctx, fs[f].def, &ax, err));
             unsigned degree = 0;
             TSNode acc;
             KL_TRY(column_access(ax, &a, &u, (unsigned)(row * esz / 4), &degree, &acc));
@@ -272,17 +272,31 @@ static kl_status find(const kl_rule_ctx *ctx, kl_sites *out, kl_error *err)
         }
     }
 cleanup:
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     if (st == KL_ERR_NOMEM) kl_error_set(err, st, "out of memory");
     return st;
 }
 
+/* What remove and apply both start from: the site's kernel, its array, the array's uses and whether (by how much,
+ * from which base row) its rows are padded already. */
+typedef struct {
+    rt_func fs[64];
+    const rt_func *f;
+    shared_array a;
+    uses u;
+    bool padded;
+    long long k;
+    TSNode base;
+} pad_site;
+
 /* The array a site is about: by kernel and name (the id's last part). */
-static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rt_func *fs, const rt_func **f,
-                            shared_array *a, uses *u, kl_error *err)
+static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, pad_site *ps, kl_error *err)
 {
-    unsigned nf = rt_functions(ctx, fs, 64);
-    *f = rt_function_named(fs, nf, site->kernel);
+    unsigned nf = rt_functions(ctx, ps->fs, 64);
+    const rt_func **f = &ps->f;
+    shared_array *a = &ps->a;
+    uses *u = &ps->u;
+    *f = rt_function_named(ps->fs, nf, site->kernel);
     if (!*f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     const char *want = strrchr(site->id, ':');
     want = want ? want + 1 : site->id;
@@ -291,7 +305,7 @@ static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rt_func
     for (unsigned i = 0; i < nd; i++)
         if (shared_array_of(ctx, decls[i], a) && !strcmp(a->name, want)) {
             *u = (uses){.ctx = ctx, .arr = a};
-            rt_walk((*f)->body, uses_visit, u);
+            kl_ast_walk((*f)->body, uses_visit, u);
             if (!ts_node_is_null(u->bad)) {
                 kl_span sp = kl_node_span(u->bad);
                 return kl_rule_not_applicable(err,
@@ -299,6 +313,7 @@ static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rt_func
                                     "taken), so its row length is visible and cannot change",
                                     kl_source_name(ctx->src), sp.line, sp.column, a->name);
             }
+            ps->padded = padding_present(ctx, a, (*f)->body, &ps->k, &ps->base);
             return KL_OK;
         }
     return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: kernel '%s' has no 2-D shared array '%s'",
@@ -307,51 +322,46 @@ static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, rt_func
 
 static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *out, kl_error *err)
 {
-    rt_func fs[64];
-    const rt_func *f;
-    shared_array a;
-    uses u;
-    kl_status st = site_array(ctx, site, fs, &f, &a, &u, err);
+    pad_site ps;
+    kl_status st = site_array(ctx, site, &ps, err);
     if (st != KL_OK) return st;
-    long long k;
-    TSNode base;
-    if (!padding_present(ctx, &a, f->body, &k, &base))
+    if (!ps.padded)
         return kl_rule_not_applicable(err, "%s: the rows of '%s' are not padded",
-                            kl_source_name(ctx->src), a.name);
-    TSNode last = a.dims[a.ndims - 1];
-    if (u.vec_bytes) {
+                            kl_source_name(ctx->src), ps.a.name);
+    TSNode last = ps.a.dims[ps.a.ndims - 1];
+    if (ps.u.vec_bytes) {
         /* vector accesses stay aligned only if the unpadded row is a multiple of the vector */
         long long lv, row = -1;
-        if (!ts_node_is_null(base)) {
-            if (!rt_const_eval(ctx, f->body, base, &row)) row = -1;
-        } else if (rt_const_eval(ctx, f->body, last, &lv)) {
-            row = lv - k;
+        if (!ts_node_is_null(ps.base)) {
+            if (!rt_const_eval(ctx, ps.f->body, ps.base, &row)) row = -1;
+        } else if (rt_const_eval(ctx, ps.f->body, last, &lv)) {
+            row = lv - ps.k;
         }
-        unsigned eb = rt_type_size(a.elem);
-        if (row < 0 || !eb || (row * eb) % u.vec_bytes != 0) {
-            kl_span sp = kl_node_span(u.vec_at);
+        unsigned eb = rt_type_size(ps.a.elem);
+        if (row < 0 || !eb || (row * eb) % ps.u.vec_bytes != 0) {
+            kl_span sp = kl_node_span(ps.u.vec_at);
             return kl_rule_not_applicable(err,
                                           "%s:%u:%u: '%s' is read or written %u bytes at a time from an element's address, "
                                           "and the unpadded row would not keep those accesses aligned",
-                                          kl_source_name(ctx->src), sp.line, sp.column, a.name, u.vec_bytes);
+                                          kl_source_name(ctx->src), sp.line, sp.column, ps.a.name, ps.u.vec_bytes);
         }
     }
-    if (!ts_node_is_null(base)) {
-        char *bt = rt_text(ctx, base);
+    if (!ts_node_is_null(ps.base)) {
+        char *bt = rt_text(ctx, ps.base);
         if (!bt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         st = kl_edits_add(out, ts_node_start_byte(last), ts_node_end_byte(last), bt);
         free(bt);
     } else {
         long long lv;
-        rt_const_eval(ctx, f->body, last, &lv);
-        st = kl_edits_addf(out, ts_node_start_byte(last), ts_node_end_byte(last), "%lld", lv - k);
+        rt_const_eval(ctx, ps.f->body, last, &lv);
+        st = kl_edits_addf(out, ts_node_start_byte(last), ts_node_end_byte(last), "%lld", lv - ps.k);
     }
     if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     /* an expert's `// smem-pad: ...` comment right above the declaration goes with the padding */
-    TSNode prev = ts_node_prev_named_sibling(a.decl);
+    TSNode prev = ts_node_prev_named_sibling(ps.a.decl);
     if (rt_is(prev, "comment") && rt_has_marker(ctx, ts_node_start_byte(prev), ts_node_end_byte(prev), NAME) &&
         rt_line_blank_before(ctx, ts_node_start_byte(prev)) &&
-        rt_line_end(ctx, ts_node_end_byte(prev)) == rt_line_start(ctx, ts_node_start_byte(a.decl))) {
+        rt_line_end(ctx, ts_node_end_byte(prev)) == rt_line_start(ctx, ts_node_start_byte(ps.a.decl))) {
         uint32_t s0, s1;
         rt_stmt_range(ctx, prev, NULL, &s0, &s1);
         if ((st = kl_edits_add(out, s0, s1, "")) != KL_OK) return kl_error_set(err, st, "out of memory");
@@ -362,11 +372,8 @@ static kl_status remove_site(const kl_rule_ctx *ctx, const kl_site *site, kl_edi
 static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t *params, kl_edits *out,
                        kl_error *err)
 {
-    rt_func fs[64];
-    const rt_func *f;
-    shared_array a;
-    uses u;
-    kl_status st = site_array(ctx, site, fs, &f, &a, &u, err);
+    pad_site ps;
+    kl_status st = site_array(ctx, site, &ps, err);
     if (st != KL_OK) return st;
     long long pad = 1;
     json_t *p = params ? json_object_get(params, "pad") : NULL;
@@ -374,25 +381,23 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     else if (p && json_is_string(p)) pad = strtoll(json_string_value(p), NULL, 10);
     if (pad < 1 || pad > 8)
         return kl_error_set(err, KL_ERR_INVALID, "smem-pad: pad must be 1..8 elements, got %lld", pad);
-    long long k;
-    TSNode base;
-    if (padding_present(ctx, &a, f->body, &k, &base))
+    if (ps.padded)
         return kl_rule_not_applicable(err, "%s: the rows of '%s' are already padded",
-                            kl_source_name(ctx->src), a.name);
+                            kl_source_name(ctx->src), ps.a.name);
     long long row;
-    if (!rt_const_eval(ctx, f->body, a.dims[a.ndims - 1], &row))
+    if (!rt_const_eval(ctx, ps.f->body, ps.a.dims[ps.a.ndims - 1], &row))
         return kl_rule_not_applicable(err,
                             "%s: the row length of '%s' is not a compile-time constant",
-                            kl_source_name(ctx->src), a.name);
-    unsigned eb = rt_type_size(a.elem);
-    if (u.vec_bytes && (!eb || ((row + pad) * eb) % u.vec_bytes != 0)) {
-        kl_span sp = kl_node_span(u.vec_at);
+                            kl_source_name(ctx->src), ps.a.name);
+    unsigned eb = rt_type_size(ps.a.elem);
+    if (ps.u.vec_bytes && (!eb || ((row + pad) * eb) % ps.u.vec_bytes != 0)) {
+        kl_span sp = kl_node_span(ps.u.vec_at);
         return kl_rule_not_applicable(err,
                                       "%s:%u:%u: '%s' is read or written %u bytes at a time from an element's address: a "
                                       "pad of %lld would misalign those accesses",
-                                      kl_source_name(ctx->src), sp.line, sp.column, a.name, u.vec_bytes, pad);
+                                      kl_source_name(ctx->src), sp.line, sp.column, ps.a.name, ps.u.vec_bytes, pad);
     }
-    TSNode last = a.dims[a.ndims - 1];
+    TSNode last = ps.a.dims[ps.a.ndims - 1];
     char *lt = rt_text(ctx, last);
     if (!lt) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     bool simple = rt_is(last, "number_literal") || rt_is(last, "identifier") || rt_is(last, "parenthesized_expression");

@@ -284,7 +284,7 @@ bool smem_tile__launch_block(const kl_rule_ctx *ctx, const char *name, int64_t d
                 unsigned ndd = rt_declarators(d, dds, 16);
                 for (unsigned j = 0; j < ndd; j++) {
                     TSNode dd = dds[j];
-                    TSNode id = rt_declarator_name(dd);
+                    TSNode id = kl_ast_declarator_name(dd);
                     if (ts_node_is_null(id) && rt_is(dd, "function_declarator")) id = rt_field(dd, "declarator");
                     if (!smem_tile__text_is(ctx, id, nm)) continue;
                     if (rt_is(dd, "function_declarator")) list = rt_field(dd, "parameters");
@@ -360,7 +360,7 @@ bool smem_tile__elem_of(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, co
                 TSNode dd = ts_node_named_child(d, k);
                 TSNode inner = rt_is(dd, "init_declarator") ? rt_field(dd, "declarator") : dd;
                 if (!rt_is(inner, "pointer_declarator")) continue;
-                if (!smem_tile__text_is(ctx, rt_declarator_name(inner), name)) continue;
+                if (!smem_tile__text_is(ctx, kl_ast_declarator_name(inner), name)) continue;
                 TSNode ty = rt_field(d, "type");
                 kl_snprintf(local, sizeof local, "%.*s", (int)(ts_node_end_byte(ty) - ts_node_start_byte(ty)),
                             ctx->text + ts_node_start_byte(ty));
@@ -420,7 +420,7 @@ static bool count_visit(TSNode n, void *user)
 unsigned smem_tile__count_type(TSNode n, const char *type, TSNode *first)
 {
     count_scan c = {.type = type};
-    rt_walk(n, count_visit, &c);
+    kl_ast_walk(n, count_visit, &c);
     if (first) *first = c.first;
     return c.n;
 }
@@ -589,12 +589,12 @@ static kl_status visit_present(run_state *r, const kl_rule_ctx *ctx, const char 
     }
     /* staged tiles read after one barrier */
     shared_list sl = {.ctx = ctx};
-    rt_walk(kl_ast_function_body(fn), shared_visit, &sl);
+    kl_ast_walk(kl_ast_function_body(fn), shared_visit, &sl);
     for (unsigned i = 0; i < sl.n; i++) {
         smem_tile__rtp rp;
         if (smem_tile__analyse_rt_present(ctx, fn, sl.items[i], &rp)) {
             char arr[64];
-            TSNode dn = rt_declarator_name(rt_field(sl.items[i], "declarator"));
+            TSNode dn = kl_ast_declarator_name(rt_field(sl.items[i], "declarator"));
             smem_tile__squeezed(ctx, dn, arr, sizeof arr);
             kl_site_id(id, sizeof id, name, sl.items[i], arr);
             if (site && run_here(r, id)) {

@@ -37,7 +37,7 @@ static bool hoist_visit(TSNode n, void *user)
         else if (rt_is(smem_tile__strip(rt_field(n, "argument")), "subscript_expression")) {
             /* &p[i]: the address; its index may still read */
             TSNode s = smem_tile__strip(rt_field(n, "argument"));
-            rt_walk(rt_field(s, "indices"), hoist_visit, r);
+            kl_ast_walk(rt_field(s, "indices"), hoist_visit, r);
             return false;
         }
     }
@@ -73,7 +73,7 @@ static bool guardable(const kl_rule_ctx *ctx, TSNode d)
     TSNode v = rt_field(decls[0], "value");
     if (ts_node_is_null(v) || rt_is(v, "initializer_list") || rt_is(v, "argument_list")) return false;
     guard_scan g = {false};
-    rt_walk(v, guard_visit, &g);
+    kl_ast_walk(v, guard_visit, &g);
     return !g.bad;
 }
 
@@ -84,7 +84,7 @@ bool smem_tile__hoistable(const kl_rule_ctx *ctx, TSNode d)
     smem_tile__squeezed(ctx, d, ty, sizeof ty);
     if (strstr(ty, "__shared__") || strstr(ty, "static")) return false;
     hoist_scan r = {ctx, false};
-    rt_walk(d, hoist_visit, &r);
+    kl_ast_walk(d, hoist_visit, &r);
     return !r.reads;
 }
 
@@ -224,7 +224,7 @@ bool smem_tile__analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode 
         if (strcmp(smem_tile__binop(ctx, smem_tile__strip(rt_field(e, "right")), b, sizeof b), "*"))
             return WHY("%s:%u: the accumulated value is not a product (a zero-padded tile adds 0*0 terms, which only a "
                        "product of the operands keeps exact)", src, kl_ast_line(stmts[i]));
-        rt_walk(rt_field(e, "right"), sub_visit, &ss);
+        kl_ast_walk(rt_field(e, "right"), sub_visit, &ss);
     }
     if (smem_tile__count_type(g->body, "call_expression", NULL) > 2 * ns + 2 && 0) return false;
     /* the operands: subscripts varying along k */
@@ -609,7 +609,7 @@ static bool is_shared_decl_of(const kl_rule_ctx *ctx, TSNode d, const char *name
         TSNode ch = ts_node_named_child(d, i);
         if (!rt_is(ch, "array_declarator") && !rt_is(ch, "init_declarator")) continue;
         n++;
-        if (smem_tile__text_is(ctx, rt_declarator_name(ch), name)) found = true;
+        if (smem_tile__text_is(ctx, kl_ast_declarator_name(ch), name)) found = true;
     }
     *ndecls = n;
     return found;
@@ -679,7 +679,7 @@ static bool k_replace(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode e, const
                       const char *thr_var, const char *kname, smem_tile__rep *reps, unsigned *nr, char **owned)
 {
     kpart kp = {.ctx = ctx, .ax = ax, .want = want, .tvar = tvar};
-    rt_walk(e, kpart_visit, &kp);
+    kl_ast_walk(e, kpart_visit, &kp);
     *owned = NULL;
     if (kp.n && kp.n <= 8) {
         for (unsigned i = 0; i < kp.n; i++)
@@ -897,7 +897,7 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
     /* the shared arrays: declared once each, used only by the loads and the compute loop */
     for (int i = 0; i < 2; i++) {
         decl_find df = {.ctx = ctx, .name = p->ld[i].arr};
-        rt_walk(kl_ast_function_body(fn), decl_find_visit, &df);
+        kl_ast_walk(kl_ast_function_body(fn), decl_find_visit, &df);
         if (ts_node_is_null(df.decl)) return WHY("%s: '%s' is not a __shared__ array of the kernel", src, p->ld[i].arr);
         if (i == 1 && ts_node_eq(df.decl, p->decl[0])) {
             if (df.ndecls != 2) return WHY("%s:%u: the declaration declares other arrays too", src, kl_ast_line(df.decl));
@@ -908,7 +908,7 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         p->decl[p->ndecl++] = df.decl;
     }
     smem_tile__read_scan rs = {.ctx = ctx, .arr = {p->ld[0].arr, p->ld[1].arr}};
-    rt_walk(rt_field(p->cl, "body"), smem_tile__read_visit, &rs);
+    kl_ast_walk(rt_field(p->cl, "body"), smem_tile__read_visit, &rs);
     unsigned all = smem_tile__uses_of(ctx, kl_ast_function_body(fn), p->ld[0].arr) + smem_tile__uses_of(ctx, kl_ast_function_body(fn), p->ld[1].arr);
     if (rs.n > 32 || all != rs.n + 2 + 2 + (ts_node_is_null(p->ld[0].cond) || rt_is(p->ld[0].stmt, "expression_statement") ? 0 : 1) +
                                  (ts_node_is_null(p->ld[1].cond) || rt_is(p->ld[1].stmt, "expression_statement") ? 0 : 1))
@@ -971,7 +971,7 @@ bool smem_tile__analyse_present(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNod
         if (!rt_is(s, "declaration") || !smem_tile__hoistable(ctx, s) || !kl_rules_starts_line(ctx, ts_node_start_byte(s))) break;
         bool used = false, in_guard = false;
         for (uint32_t k = 0; k < ts_node_named_child_count(s); k++) {
-            TSNode nm = rt_declarator_name(ts_node_named_child(s, k));
+            TSNode nm = kl_ast_declarator_name(ts_node_named_child(s, k));
             if (ts_node_is_null(nm)) continue;
             char *t = rt_text(ctx, nm);
             if (!t) break;
@@ -1007,7 +1007,7 @@ static bool outside_visit(TSNode n, void *user)
         if (ts_node_start_byte(n) >= o->reps[i].a && ts_node_end_byte(n) <= o->reps[i].b) return false;
     if (rt_is(n, "call_expression")) {
         /* a macro or helper: its arguments carry the dependence (the affine analysis expands it) */
-        rt_walk(rt_field(n, "arguments"), outside_visit, o);
+        kl_ast_walk(rt_field(n, "arguments"), outside_visit, o);
         return false;
     }
     if (rt_is(n, "identifier") || rt_is(n, "field_expression")) {
@@ -1023,7 +1023,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const smem_ti
     const char *src = kl_source_name(ctx->src);
     smem_tile__read_scan rs = {.ctx = ctx, .arr = {p->ld[0].arr, p->ld[1].arr}};
     TSNode cb = rt_field(p->cl, "body");
-    rt_walk(cb, smem_tile__read_visit, &rs);
+    kl_ast_walk(cb, smem_tile__read_visit, &rs);
     smem_tile__rep reps[32];
     char *texts[32] = {0};
     unsigned nr = 0;
@@ -1117,7 +1117,7 @@ static char *naive_loop(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const smem_ti
                 if (!(reps[q].a >= ts_node_start_byte(l->gidx) && reps[q].b <= ts_node_end_byte(l->gidx))) reps[keep++] = reps[q];
             nr = keep;
             outside_scan os = {ctx, ax, local, nl, thr, false};
-            rt_walk(l->gidx, outside_visit, &os);
+            kl_ast_walk(l->gidx, outside_visit, &os);
             if (os.bad) ok = false;
             else etext = smem_tile__splice(ctx, ts_node_start_byte(l->gidx), ts_node_end_byte(l->gidx), local, nl);
         }

@@ -292,7 +292,7 @@ static void add_locals(const kl_rule_ctx *ctx, TSNode d, lam_local *ls, unsigned
     unsigned n = rt_declarators(d, ds, 16);
     for (unsigned i = 0; i < n && i < 16 && *nl < LMAX; i++) {
         if (!rt_is(ds[i], "init_declarator")) continue;
-        TSNode id = rt_declarator_name(ds[i]);
+        TSNode id = kl_ast_declarator_name(ds[i]);
         if (!rt_is(id, "identifier")) continue;
         char *v = rt_text(ctx, tt_field(ds[i], "value"));
         if (!v) continue;
@@ -696,7 +696,7 @@ static bool decl_names_visit(TSNode n, void *user)
         TSNode ds[16];
         unsigned nd = rt_is(n, "declaration") ? rt_declarators(n, ds, 16) : (ds[0] = tt_field(n, "declarator"), 1u);
         for (unsigned i = 0; i < nd && i < 16 && d->n < d->max; i++) {
-            TSNode id = rt_declarator_name(ds[i]);
+            TSNode id = kl_ast_declarator_name(ds[i]);
             if (rt_is(id, "identifier")) tt_copy_text(d->ctx, id, d->names[d->n++], 64);
         }
     }
@@ -816,8 +816,8 @@ static int analyse(const kl_rule_ctx *ctx, TSNode fn, lam *L)
     /* the lambdas' own names (but the fetch's parameter, which the function takes) */
     {
         decl_names dn = {ctx, dep + nd, 0, 128 - nd};
-        rt_walk(tt_field(tt_field(L->fetch, "declarator"), "value"), decl_names_visit, &dn);
-        rt_walk(tt_field(tt_field(L->stash, "declarator"), "value"), decl_names_visit, &dn);
+        kl_ast_walk(tt_field(tt_field(L->fetch, "declarator"), "value"), decl_names_visit, &dn);
+        kl_ast_walk(tt_field(tt_field(L->stash, "declarator"), "value"), decl_names_visit, &dn);
         unsigned base = nd;
         for (unsigned i = 0; i < dn.n; i++) {
             if (!strcmp(dep[base + i], L->kname)) continue;
@@ -967,11 +967,11 @@ static int analyse(const kl_rule_ctx *ctx, TSNode fn, lam *L)
             /* the identifiers assigned in this statement */
             char names[32][64];
             smem_tile__ident_scan is = {ctx, names, 0, 32};
-            rt_walk(bs[k], smem_tile__ident_visit, &is);
+            kl_ast_walk(bs[k], smem_tile__ident_visit, &is);
             for (unsigned q = 0; q < is.n && q < 32; q++) {
                 if (!tt_uses(txt, 0, (uint32_t)strlen(txt), names[q]) || !strcmp(names[q], L->kname)) continue;
                 assign_find af = {.ctx = ctx, .name = names[q]};
-                rt_walk(bs[k], assign_visit, &af);
+                kl_ast_walk(bs[k], assign_visit, &af);
                 if (!ts_node_is_null(af.hit)) {
                     kl_snprintf(L->why, sizeof L->why, "%s, which %s's elements read, is assigned at line %u before the tile is read",
                                 names[q], L->tname[t], ts_node_start_point(af.hit).row + 1);
@@ -1113,7 +1113,7 @@ kl_status smem_tile__remove_lambda(const kl_rule_ctx *ctx, TSNode fn, kl_edits *
         TSNode ds[16];
         unsigned nd = rt_declarators(ts[i], ds, 16), regs = 0;
         for (unsigned j = 0; j < nd && j < 16; j++) {
-            TSNode id = rt_declarator_name(ds[j]);
+            TSNode id = kl_ast_declarator_name(ds[j]);
             for (unsigned r = 0; r < L->nregs; r++) regs += rt_text_is(ctx, id, L->regs[r]);
         }
         if (!regs) continue;

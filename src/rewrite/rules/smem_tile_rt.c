@@ -54,7 +54,7 @@ static char *subst_x(const kl_rule_ctx *ctx, uint32_t a, uint32_t b, TSNode scop
     bx_sub s = {.ctx = ctx, .tx = tx, .bx = bx};
     for (uint32_t i = 0; i < ts_node_named_child_count(scope); i++) {
         TSNode c = ts_node_named_child(scope, i);
-        if (ts_node_start_byte(c) >= a && ts_node_end_byte(c) <= b) rt_walk(c, bx_visit, &s);
+        if (ts_node_start_byte(c) >= a && ts_node_end_byte(c) <= b) kl_ast_walk(c, bx_visit, &s);
     }
     if (grid) *grid |= s.grid;
     return s.n >= 64 ? NULL : smem_tile__splice(ctx, a, b, s.reps, s.n);
@@ -199,11 +199,11 @@ kl_status smem_tile__apply_stencil_rt(const kl_rule_ctx *ctx, smem_tile__sa *s, 
         if (strstr(et, "threadIdx.x")) return RWHY("%s:%u: the factor `%s` depends on threadIdx.x", src, kl_ast_line(E), et);
         char names[32][64];
         smem_tile__ident_scan is = {.ctx = ctx, .names = names, .max = 32};
-        rt_walk(E, smem_tile__ident_visit, &is);
+        kl_ast_walk(E, smem_tile__ident_visit, &is);
         TSNode fbody = kl_ast_function_body(s->fn);
         for (unsigned w = 0; w < is.n && w < 32; w++) {
             smem_tile__decl_scan ds = {.ctx = ctx, .name = names[w]};
-            rt_walk(s->outer, smem_tile__decl_scan_visit, &ds);
+            kl_ast_walk(s->outer, smem_tile__decl_scan_visit, &ds);
             if (!ts_node_is_null(ds.found) && !ts_node_eq(ds.found, rt_field(s->d[0].loop, "initializer")) &&
                 !ts_node_eq(ds.found, rt_field(s->d[1].loop, "initializer")))
                 return RWHY("%s:%u: the factor `%s` reads '%s', declared in the loops", src, kl_ast_line(E), et, names[w]);

@@ -29,7 +29,7 @@ static bool store_visit(TSNode n, void *user)
             smem_tile__text_is(s->ctx, rt_field(rt_field(l, "argument"), "argument"), s->arr)) {
             if (s->nstores < 4) s->stores[s->nstores] = n;
             s->nstores++;
-            rt_walk(rt_field(n, "right"), store_visit, s);
+            kl_ast_walk(rt_field(n, "right"), store_visit, s);
             return false;
         }
     }
@@ -45,7 +45,7 @@ static TSNode local_decl(const kl_rule_ctx *ctx, TSNode in, const char *name, TS
     stack[sp++] = in;
     while (sp) {
         TSNode n = stack[--sp];
-        if (rt_is(n, "init_declarator") && smem_tile__text_is(ctx, rt_declarator_name(rt_field(n, "declarator")), name)) {
+        if (rt_is(n, "init_declarator") && smem_tile__text_is(ctx, kl_ast_declarator_name(rt_field(n, "declarator")), name)) {
             *value = rt_field(n, "value");
             return ts_node_parent(n);
         }
@@ -118,7 +118,7 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
     TSNode d = rt_field(decl, "declarator");
     if (!rt_is(d, "array_declarator") || !rt_is(rt_field(d, "declarator"), "array_declarator")) return false;
     if (ts_node_named_child_count(decl) > 3) return false;
-    TSNode id = rt_declarator_name(d);
+    TSNode id = kl_ast_declarator_name(d);
     uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
     kl_snprintf(h->arr, sizeof h->arr, "%.*s", (int)(b - a), ctx->text + a);
     TSNode ty = rt_field(decl, "type");
@@ -126,7 +126,7 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
                 ctx->text + ts_node_start_byte(ty));
     /* one statement after the declaration stores into it, then a barrier, then only reads */
     store_scan all = {.ctx = ctx, .arr = h->arr};
-    rt_walk(kl_ast_function_body(fn), store_visit, &all);
+    kl_ast_walk(kl_ast_function_body(fn), store_visit, &all);
     if (all.nstores != 1) return false;
     TSNode store = all.stores[0];
     TSNode load = store;
@@ -227,7 +227,7 @@ bool smem_tile__analyse_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode f
     }
     /* every other use of the tile, after the barrier, is a read S[a][b] */
     smem_tile__read_scan rs = {.ctx = ctx, .arr = {h->arr, h->arr}};
-    for (TSNode s = rt_next_stmt(h->sync); !ts_node_is_null(s); s = rt_next_stmt(s)) rt_walk(s, smem_tile__read_visit, &rs);
+    for (TSNode s = rt_next_stmt(h->sync); !ts_node_is_null(s); s = rt_next_stmt(s)) kl_ast_walk(s, smem_tile__read_visit, &rs);
     if (rs.n > 32) return WHY("%s: more than 32 reads of '%s'", src, h->arr);
     if (smem_tile__uses_of(ctx, kl_ast_function_body(fn), h->arr) != rs.n + 2)
         return WHY("%s: '%s' is used other than by its load and reads after the barrier", src, h->arr);
@@ -296,7 +296,7 @@ kl_status smem_tile__remove_halo(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNo
     }
     {
         smem_tile__read_scan rs = {.ctx = ctx, .arr = {h->arr, h->arr}};
-        for (TSNode s = rt_next_stmt(h->sync); !ts_node_is_null(s); s = rt_next_stmt(s)) rt_walk(s, smem_tile__read_visit, &rs);
+        for (TSNode s = rt_next_stmt(h->sync); !ts_node_is_null(s); s = rt_next_stmt(s)) kl_ast_walk(s, smem_tile__read_visit, &rs);
         for (unsigned r = 0; r < rs.n && r < 32; r++) {
             TSNode rd = rs.reads[r];
             TSNode in = rt_field(rd, "argument");
@@ -492,7 +492,7 @@ bool smem_tile__ident_visit(TSNode n, void *user)
         return false;
     }
     if (rt_is(n, "field_expression")) {
-        rt_walk(rt_field(n, "argument"), smem_tile__ident_visit, user);
+        kl_ast_walk(rt_field(n, "argument"), smem_tile__ident_visit, user);
         return false;
     }
     return true;
@@ -507,7 +507,7 @@ bool smem_tile__declares(const kl_rule_ctx *ctx, TSNode d, const char *name)
         if (!rt_is(ch, "init_declarator") && !rt_is(ch, "identifier") && !rt_is(ch, "array_declarator") &&
             !rt_is(ch, "pointer_declarator"))
             continue;
-        if (smem_tile__text_is(ctx, rt_declarator_name(ch), name) || (rt_is(ch, "identifier") && smem_tile__text_is(ctx, ch, name))) return true;
+        if (smem_tile__text_is(ctx, kl_ast_declarator_name(ch), name) || (rt_is(ch, "identifier") && smem_tile__text_is(ctx, ch, name))) return true;
     }
     return false;
 }
@@ -531,8 +531,8 @@ static bool stencil_decls(const kl_rule_ctx *ctx, kl_affine_ctx *ax, smem_tile__
     const char *src = kl_source_name(ctx->src);
     char names[96][64];
     smem_tile__ident_scan is = {.ctx = ctx, .names = names, .max = 96};
-    rt_walk(s->ridx, smem_tile__ident_visit, &is);
-    for (unsigned i = 0; i < s->nconj; i++) rt_walk(s->conj[i], smem_tile__ident_visit, &is);
+    kl_ast_walk(s->ridx, smem_tile__ident_visit, &is);
+    for (unsigned i = 0; i < s->nconj; i++) kl_ast_walk(s->conj[i], smem_tile__ident_visit, &is);
     for (unsigned w = 0; w < is.n; w++) {
         const char *nm = names[w];
         bool loopvar = false;
@@ -560,13 +560,13 @@ static bool stencil_decls(const kl_rule_ctx *ctx, kl_affine_ctx *ax, smem_tile__
                 if (!seen) {
                     if (s->d[d].ndecls >= 16) return SWHY("%s:%u: too many declarations in the loop", src, kl_ast_line(st));
                     s->d[d].decls[s->d[d].ndecls++] = st;
-                    rt_walk(st, smem_tile__ident_visit, &is);
+                    kl_ast_walk(st, smem_tile__ident_visit, &is);
                 }
             }
         }
         if (found) continue;
         smem_tile__decl_scan ds = {.ctx = ctx, .name = nm};
-        rt_walk(s->outer, smem_tile__decl_scan_visit, &ds);
+        kl_ast_walk(s->outer, smem_tile__decl_scan_visit, &ds);
         if (!ts_node_is_null(ds.found))
             return SWHY("%s:%u: '%s' is declared inside the loops where a tile load cannot repeat it", src,
                         kl_ast_line(ds.found), nm);
@@ -1069,11 +1069,11 @@ bool smem_tile__analyse_stencil_present(const kl_rule_ctx *ctx, kl_affine_ctx *a
     if (!rt_is(d, "array_declarator")) return false;
     p->nd = rt_is(rt_field(d, "declarator"), "array_declarator") ? 2 : 1;
     if (p->nd == 2 && rt_is(rt_field(rt_field(d, "declarator"), "declarator"), "array_declarator")) return false;
-    TSNode id = rt_declarator_name(d);
+    TSNode id = kl_ast_declarator_name(d);
     kl_snprintf(p->arr, sizeof p->arr, "%.*s", (int)(ts_node_end_byte(id) - ts_node_start_byte(id)),
                 ctx->text + ts_node_start_byte(id));
     chain_scan cs = {.ctx = ctx, .arr = p->arr};
-    rt_walk(fbody, chain_visit, &cs);
+    kl_ast_walk(fbody, chain_visit, &cs);
     if (cs.n > 40 || smem_tile__uses_of(ctx, fbody, p->arr) != cs.n + 1) return false;
     for (unsigned i = 0; i < cs.n; i++) {
         if (cs.depth[i] != p->nd) return false;

@@ -240,7 +240,7 @@ static bool reach_visit(TSNode n, void *user)
 static uint64_t reach_of(const kl_rule_ctx *ctx, const fileinfo *fi, TSNode n)
 {
     reach_walk w = {ctx, fi, 0, true, 0};
-    if (!ts_node_is_null(n)) rt_walk(n, reach_visit, &w);
+    if (!ts_node_is_null(n)) kl_ast_walk(n, reach_visit, &w);
     return w.mask;
 }
 
@@ -254,7 +254,7 @@ void specialize__file_info(const kl_rule_ctx *ctx, fileinfo *fi)
     uint64_t calls[SP_MAXFN];
     for (unsigned i = 0; i < fi->nf; i++) {
         reach_walk w = {ctx, fi, 0, false, 0};
-        if (is_host(&fi->fs[i])) rt_walk(fi->fs[i].body, reach_visit, &w);
+        if (is_host(&fi->fs[i])) kl_ast_walk(fi->fs[i].body, reach_visit, &w);
         fi->reach[i] = w.mask;
         calls[i] = w.calls;
     }
@@ -560,7 +560,7 @@ static bool find_loop_bound(const kl_rule_ctx *ctx, const rt_func *k, loopbound 
 {
     kl_affine_ctx *ax = NULL;
     kl_error e = {0};
-    if (kl_affine_ctx_new(ctx->src, k->def, &ax, &e) != KL_OK) return false;
+    if (kl_rules_affine(ctx, k->def, &ax, &e) != KL_OK) return false;
     bool found = false;
     unsigned nl = kl_affine_loop_count(ax);
     for (unsigned i = 0; i < nl && !found; i++) {
@@ -587,7 +587,7 @@ static bool find_loop_bound(const kl_rule_ctx *ctx, const rt_func *k, loopbound 
             if (l->bound && !strcmp(l->bound, lb->param)) lb->loops++;
         }
     }
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     return found;
 }
 
@@ -849,13 +849,13 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
     }
     KL_TRY(kl_edits_add(&local, ts_node_start_byte(nm) - ka, ts_node_end_byte(nm) - ka, tk));
     ident_walk iw = {ctx, param, ka, &local, tp, false};
-    rt_walk(k->body, ident_visit, &iw);
+    kl_ast_walk(k->body, ident_visit, &iw);
     if (iw.failed) {
         st = KL_ERR_NOMEM;
         goto cleanup;
     }
     kl_affine_ctx *ax = NULL;
-    KL_TRY(kl_affine_ctx_new(ctx->src, k->def, &ax, err));
+    KL_TRY(kl_rules_affine(ctx, k->def, &ax, err));
     for (unsigned i = 0; i < kl_affine_loop_count(ax) && st == KL_OK; i++) {
         const kl_ax_loop *l = kl_affine_loop(ax, i);
         if (!l->bound || strcmp(l->bound, param) || l->has_pragma_unroll) continue;
@@ -865,7 +865,7 @@ static kl_status apply(const kl_rule_ctx *ctx, const kl_site *site, const json_t
         if (kl_rules_starts_line(ctx, at)) st = kl_edits_addf(&local, rt_line_start(ctx, at) - ka, rt_line_start(ctx, at) - ka, "#pragma unroll\n");
         else st = kl_edits_addf(&local, at - ka, at - ka, "\n#pragma unroll\n%s", ind);
     }
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     if (st != KL_OK) goto cleanup;
     KL_TRY(kl_edits_apply(&local, ctx->text + ka, kb - ka, &copy, err));
     {

@@ -32,7 +32,7 @@ static void declared_names(const kl_rule_ctx *ctx, TSNode n, char names[][64], u
         for (unsigned j = 0; j < k && *nn < max; j++) {
             TSNode d = ds[j];
             if (rt_is(d, "function_declarator")) d = rt_field(d, "declarator");
-            TSNode id = rt_declarator_name(d);
+            TSNode id = kl_ast_declarator_name(d);
             if (ts_node_is_null(id)) continue;
             uint32_t a = ts_node_start_byte(id), b = ts_node_end_byte(id);
             size_t L = b - a < 63 ? b - a : 63;
@@ -146,12 +146,12 @@ static kl_status host_edits(const kl_rule_ctx *ctx, const dispatch *d, plan *p, 
         uint32_t c = ts_node_named_child_count(body);
         for (uint32_t i = 0; i < c; i++) {
             TSNode k = ts_node_named_child(body, i);
-            if (ts_node_start_byte(k) >= ga && ts_node_end_byte(k) <= gb) rt_walk(k, break_visit, &bf);
+            if (ts_node_start_byte(k) >= ga && ts_node_end_byte(k) <= gb) kl_ast_walk(k, break_visit, &bf);
             else if (rt_is(k, "compound_statement")) {
                 uint32_t cc = ts_node_named_child_count(k);
                 for (uint32_t j = 0; j < cc; j++) {
                     TSNode q = ts_node_named_child(k, j);
-                    if (ts_node_start_byte(q) >= ga && ts_node_end_byte(q) <= gb) rt_walk(q, break_visit, &bf);
+                    if (ts_node_start_byte(q) >= ga && ts_node_end_byte(q) <= gb) kl_ast_walk(q, break_visit, &bf);
                 }
             }
         }
@@ -257,7 +257,7 @@ static void item_of(const kl_rule_ctx *ctx, TSNode n, item *it)
         for (unsigned j = 0; j < k; j++) {
             TSNode d = ds[j];
             if (rt_is(d, "function_declarator")) d = rt_field(d, "declarator");
-            item_add_name(it, ctx, rt_declarator_name(d));
+            item_add_name(it, ctx, kl_ast_declarator_name(d));
         }
         if (it->nnames == 0) it->root = true;
     } else if (!strcmp(t, "struct_specifier") || !strcmp(t, "class_specifier") || !strcmp(t, "preproc_def") ||

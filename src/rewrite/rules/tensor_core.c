@@ -139,7 +139,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     if (j->run.done) return KL_OK;
     if (j->run.site && strcmp(j->run.site->kernel, name)) return KL_OK;
     tensor_core__mma_scan m = {ctx, {{0}, 0, 0}, ""};
-    rt_walk(kl_ast_function_body(fn), tensor_core__mma_visit, &m);
+    kl_ast_walk(kl_ast_function_body(fn), tensor_core__mma_visit, &m);
     if (!ts_node_is_null(m.hit)) {
         tensor_core__tc_wmma w;
         memset(&w, 0, sizeof w);

@@ -211,7 +211,7 @@ static bool deps_visit(TSNode n, void *user)
     }
     if (in_prologue(d->ctx, d->g, name)) return false;
     local_find f = {d->ctx, name, false};
-    rt_walk(d->g->body, local_visit, &f);
+    kl_ast_walk(d->g->body, local_visit, &f);
     if (f.found)
         kl_snprintf(d->why, sizeof d->why, "`%s` at line %u is a local of the kernel that the tiled form cannot rebind", name,
                     kl_ast_line(n));
@@ -223,7 +223,7 @@ static bool deps_ok(const kl_rule_ctx *ctx, kl_affine_ctx *ax, const tensor_core
                     const char *a1, const char *a2, char *why, size_t size, const char *what)
 {
     deps d = {ctx, ax, g, {a0, a1, a2, NULL}, ""};
-    rt_walk(n, deps_visit, &d);
+    kl_ast_walk(n, deps_visit, &d);
     if (d.why[0]) kl_snprintf(why, size, "%s depends on %s", what, d.why);
     return !d.why[0];
 }
@@ -500,7 +500,7 @@ static bool host_bound(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, con
     /* a name the host sees too: a macro or a file-level constant */
     TSNode fb = kl_ast_function_body(fn);
     local_find f = {ctx, b, false};
-    rt_walk(fb, local_visit, &f);
+    kl_ast_walk(fb, local_visit, &f);
     if (f.found) return false;
     kl_snprintf(buf, size, "%s", b);
     return true;

@@ -174,7 +174,7 @@ bool tensor_core__analyse_wmma(const kl_rule_ctx *ctx, TSNode fn, tensor_core__t
         if (ts_node_is_null(w->eloop) && !ts_node_is_null(w->k0loop) && !ts_node_eq(c, w->k0loop)) {
             /* the pipelined form: each warp stores its fragments, `for (kl_e = kl_lane; …)` inside */
             elane_scan es = {.ctx = ctx};
-            rt_walk(c, elane_visit, &es);
+            kl_ast_walk(c, elane_visit, &es);
             if (!ts_node_is_null(es.found)) w->eloop = es.found;
         }
     }
@@ -271,12 +271,12 @@ kl_status tensor_core__remove_wmma(const kl_rule_ctx *ctx, const tensor_core__tc
 {
     if (w->why[0]) return kl_rule_not_applicable(err, "%s", w->why);
     kl_affine_ctx *ax = NULL;
-    kl_status st = kl_affine_ctx_new(ctx->src, w->fn, &ax, err);
+    kl_status st = kl_rules_affine(ctx, w->fn, &ax, err);
     if (st != KL_OK) return st;
     kl_launch_sites ls = {0};
     st = kl_ast_launches(ctx->src, &ls, err);
     if (st != KL_OK) {
-        kl_affine_ctx_free(ax);
+        kl_rules_affine_done(ctx, ax);
         return st;
     }
     tensor_core__launch_plan plans[8];
@@ -284,7 +284,7 @@ kl_status tensor_core__remove_wmma(const kl_rule_ctx *ctx, const tensor_core__tc
     char why[300];
     if (!tensor_core__plan_launches(ctx, ax, w->fn, kernel, w->M, w->N, &ls, plans, 8, &np, why, sizeof why)) {
         kl_launch_sites_release(&ls);
-        kl_affine_ctx_free(ax);
+        kl_rules_affine_done(ctx, ax);
         return kl_rule_not_applicable(err, "%s", why);
     }
     char in[16] = "    ", in2[24], in3[32], fnind[16];
@@ -328,7 +328,7 @@ kl_status tensor_core__remove_wmma(const kl_rule_ctx *ctx, const tensor_core__tc
         }
     }
     kl_launch_sites_release(&ls);
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     return st == KL_OK ? KL_OK : kl_error_set(err, st, "out of memory");
 }
 
@@ -703,14 +703,14 @@ static bool warp_uniform(const kl_rule_ctx *ctx, TSNode body, const char *name, 
         return false;
     }
     decl_find f = {ctx, name, {{0}, 0, 0}, {{0}, 0, 0}, 0};
-    rt_walk(body, decl_find_visit, &f);
+    kl_ast_walk(body, decl_find_visit, &f);
     if (!f.count) return true;
     if (f.count > 1) {
         kl_snprintf(why, size, "`%s` is declared %u times in the kernel", name, f.count);
         return false;
     }
     assign_find a = {ctx, name, false};
-    rt_walk(body, assign_visit, &a);
+    kl_ast_walk(body, assign_visit, &a);
     if (a.found) {
         kl_snprintf(why, size, "`%s` (line %u) is assigned after its declaration", name, kl_ast_line(f.decl));
         return false;
@@ -722,7 +722,7 @@ static bool warp_uniform(const kl_rule_ctx *ctx, TSNode body, const char *name, 
         return false;
     }
     uni_scan u = {ctx, body, depth, why, size};
-    rt_walk(v, uni_visit, &u);
+    kl_ast_walk(v, uni_visit, &u);
     return !why[0];
 }
 
@@ -885,7 +885,7 @@ bool tensor_core__find_lane(const kl_rule_ctx *ctx, TSNode body, char *lane)
             if (!squeezed_is(ctx, v, "threadIdx.x%32") && !squeezed_is(ctx, v, "threadIdx.x&31")) continue;
             tensor_core__text_to(ctx, kl_ast_declarator_name(dc), lane, 64);
             assign_find a = {ctx, lane, false};
-            rt_walk(body, assign_visit, &a);
+            kl_ast_walk(body, assign_visit, &a);
             if (!a.found) return true;
         }
     }

@@ -347,7 +347,7 @@ bool tt_dim3_args(const kl_rule_ctx *ctx, TSNode host_body, TSNode cfg, TSNode *
     char *name = rt_text(ctx, cfg);
     if (!name) return false;
     dim3_find f = {.ctx = ctx, .name = name};
-    rt_walk(host_body, dim3_visit, &f);
+    kl_ast_walk(host_body, dim3_visit, &f);
     free(name);
     if (f.count != 1) return false;
     TSNode list = {0};
@@ -407,6 +407,6 @@ static bool shared_decl_visit(TSNode n, void *user)
 unsigned tt_shared_decls(const kl_rule_ctx *ctx, TSNode n, TSNode *items, unsigned max)
 {
     shared_decls d = {ctx, items, 0, max};
-    rt_walk(n, shared_decl_visit, &d);
+    kl_ast_walk(n, shared_decl_visit, &d);
     return d.n;
 }

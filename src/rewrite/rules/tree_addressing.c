@@ -224,7 +224,7 @@ static bool find_tree(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, cons
     }
     /* nothing reads the other elements after the tree: the two addressings leave different partials there */
     sh_use u = {ctx, t->sh, loop, kl_affine_loop_enclosing(ax, loop) >= 0, 0};
-    rt_walk(kl_ast_function_body(fn), sh_visit, &u);
+    kl_ast_walk(kl_ast_function_body(fn), sh_visit, &u);
     if (u.line)
         kl_snprintf(t->why, sizeof t->why,
                     "line %u reads %s other than %s[0] after the tree (or around it): the two addressings leave "

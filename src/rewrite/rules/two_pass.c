@@ -84,7 +84,7 @@ static bool reads_by_sum(const kl_rule_ctx *ctx, TSNode fn2, const char *name, T
                          size_t msize, char *why, size_t wn)
 {
     kl_affine_ctx *ax = NULL;
-    if (kl_affine_ctx_new(ctx->src, fn2, &ax, NULL) != KL_OK) {
+    if (kl_rules_affine(ctx, fn2, &ax, NULL) != KL_OK) {
         kl_snprintf(why, wn, "the second kernel cannot be analysed");
         return false;
     }
@@ -122,7 +122,7 @@ static bool reads_by_sum(const kl_rule_ctx *ctx, TSNode fn2, const char *name, T
         kl_snprintf(mname, msize, "%s", L->bound);
         ok = true;
     }
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     if (!ok)
         kl_snprintf(why, wn, "the second kernel does not read %s only as `acc += %s[b]` in a loop over b < a count parameter",
                     name, name);
@@ -273,7 +273,7 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
             return;
         /* nothing else in the second kernel uses the slots */
         use_scan u = {ctx, gname, {rt_field(loop, "body")}, 1, 0};
-        rt_walk(kl_ast_function_body(fn2), use_visit, &u);
+        kl_ast_walk(kl_ast_function_body(fn2), use_visit, &u);
         if (u.line) {
             kl_snprintf(s->why, sizeof s->why, "line %u uses %s besides the loop adding the slots", u.line, gname);
             return;
@@ -297,14 +297,14 @@ static void analyse(const kl_rule_ctx *ctx, const kl_launch_sites *ls, const cha
     if (s->device_array) {
         TSNode fn2 = kl_ast_function_named(ctx->src, ls->items[s->l2].kernel);
         use_scan u = {ctx, s->g, {s->assign, kl_ast_function_body(fn2)}, 2, 0};
-        rt_walk(kl_source_root(ctx->src), use_visit, &u);
+        kl_ast_walk(kl_source_root(ctx->src), use_visit, &u);
         if (u.line) {
             kl_snprintf(s->why, sizeof s->why, "line %u uses %s besides the two kernels", u.line, s->g);
             return;
         }
     } else {
         use_scan u = {ctx, s->g, {s->assign}, 1, 0};
-        rt_walk(kl_ast_function_body(fn), use_visit, &u);
+        kl_ast_walk(kl_ast_function_body(fn), use_visit, &u);
         if (u.line) {
             kl_snprintf(s->why, sizeof s->why, "line %u uses %s besides the store", u.line, s->g);
             return;
@@ -399,7 +399,7 @@ static void analyse_self(const kl_rule_ctx *ctx, const kl_launch_sites *ls, cons
     free(raw_o);
     /* the slots' parameter is written by the store only */
     use_scan u = {ctx, s->g, {s->assign}, 1, 0};
-    rt_walk(kl_ast_function_body(fn), use_visit, &u);
+    kl_ast_walk(kl_ast_function_body(fn), use_visit, &u);
     if (u.line) {
         kl_snprintf(s->why, sizeof s->why, "line %u uses %s besides the store", u.line, s->g);
         return;

@@ -90,7 +90,7 @@ static bool vec_visit(TSNode n, void *user)
 static int vec_width(const kl_rule_ctx *ctx, TSNode fn, TSNode n)
 {
     vec_scan v = {ctx, fn, 0};
-    rt_walk(n, vec_visit, &v);
+    kl_ast_walk(n, vec_visit, &v);
     if (v.width) return v.width;
     /* identifiers of the subtree declared in fn with a vector type (x4 = reinterpret_cast<…>) */
     top_decls t = {.body = kl_ast_function_body(fn)};
@@ -158,7 +158,7 @@ static bool vlocal_visit(TSNode n, void *user)
     if (v->name[0]) return false;
     if (!rt_is(n, "declaration")) return true;
     vtype_scan t = {v->ctx, ""};
-    rt_walk(rt_field(n, "type"), vtype_visit, &t);
+    kl_ast_walk(rt_field(n, "type"), vtype_visit, &t);
     if (!t.name[0]) return true;
     for (uint32_t k = 0; k < ts_node_named_child_count(n) && !v->name[0]; k++) {
         TSNode nm = kl_ast_declarator_name(ts_node_named_child(n, k));
@@ -176,10 +176,10 @@ static bool vector_use(const kl_rule_ctx *ctx, TSNode fn, TSNode n, char *name, 
 {
     if (ts_node_is_null(n)) return false;
     vtype_scan t = {ctx, ""};
-    rt_walk(n, vtype_visit, &t);
+    kl_ast_walk(n, vtype_visit, &t);
     if (!t.name[0]) {
         vlocal_scan l = {ctx, n, ""};
-        rt_walk(kl_ast_function_body(fn), vlocal_visit, &l);
+        kl_ast_walk(kl_ast_function_body(fn), vlocal_visit, &l);
         memcpy(t.name, l.name, sizeof t.name);
     }
     if (t.name[0]) kl_snprintf(name, size, "%s", t.name);
@@ -226,7 +226,7 @@ static bool arr_visit(TSNode n, void *user)
     if (rt_count_ident(s->ctx, s->other, name) > 0) s->yes = true;
     else {
         alias_scan a = {s->ctx, name, s->other, false};
-        rt_walk(kl_ast_function_body(s->fn), alias_visit, &a);
+        kl_ast_walk(kl_ast_function_body(s->fn), alias_visit, &a);
         s->yes = a.yes;
     }
     free(name);
@@ -237,7 +237,7 @@ static bool arr_visit(TSNode n, void *user)
 static bool touches_same_array(const kl_rule_ctx *ctx, TSNode fn, TSNode loop, TSNode vec)
 {
     arr_scan s = {ctx, fn, vec, false};
-    rt_walk(loop, arr_visit, &s);
+    kl_ast_walk(loop, arr_visit, &s);
     return s.yes;
 }
 
@@ -273,7 +273,7 @@ static bool cond_visit(TSNode n, void *user)
     if (c->yes) return false;
     if (rt_is(n, "for_statement") || rt_is(n, "while_statement") || rt_is(n, "do_statement")) {
         ident_in s = {c->ctx, rt_field(n, "condition"), false};
-        if (!ts_node_is_null(s.where)) rt_walk(c->start, ident_in_visit, &s);
+        if (!ts_node_is_null(s.where)) kl_ast_walk(c->start, ident_in_visit, &s);
         c->yes = s.yes;
     }
     return !c->yes;
@@ -291,7 +291,7 @@ static bool continues(const kl_rule_ctx *ctx, TSNode loop, TSNode vec)
     else if (rt_is(init, "assignment_expression")) start = rt_field(init, "right");
     if (ts_node_is_null(start)) return false;
     cond_scan c = {ctx, start, false};
-    rt_walk(vec, cond_visit, &c);
+    kl_ast_walk(vec, cond_visit, &c);
     return c.yes;
 }
 
@@ -413,7 +413,7 @@ static bool regfill_visit(TSNode n, void *user)
     }
     if (rt_is(n, "identifier") && !lane_use(l->ctx, n)) {
         vlocal_scan v = {l->ctx, n, ""};
-        rt_walk(kl_ast_function_body(l->fn), vlocal_visit, &v);
+        kl_ast_walk(kl_ast_function_body(l->fn), vlocal_visit, &v);
         l->vector = v.name[0] != '\0';
     }
     return !l->vector;
@@ -426,7 +426,7 @@ static bool scalar_else(const kl_rule_ctx *ctx, TSNode fn, TSNode alt)
 {
     if (!vec_width(ctx, fn, alt)) return true;
     regfill_scan l = {ctx, fn, alt, false};
-    rt_walk(alt, regfill_visit, &l);
+    kl_ast_walk(alt, regfill_visit, &l);
     return !l.vector;
 }
 
@@ -608,7 +608,7 @@ static bool present_at(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, TSN
             kl_snprintf(p->why, sizeof p->why, "the else branch at line %u is another if: not a plain scalar path",
                         kl_ast_line(alt));
         guard_walk g = {ctx, fn, st, text_of(ctx, rt_field(st, "condition")), p, false, false};
-        rt_walk(kl_ast_function_body(fn), guard_visit, &g);
+        kl_ast_walk(kl_ast_function_body(fn), guard_visit, &g);
         free(g.cond);
         p->covered = g.before;
         for (unsigned i = 0; i < p->nsame && !p->why[0]; i++) {
@@ -838,7 +838,7 @@ static bool analyse_apply(const kl_rule_ctx *ctx, kl_affine_ctx *ax, TSNode fn, 
     /* nothing contiguous along the loop: not a site */
     if (!contiguous_access(ctx, ax, fn, L, v->strided, NULL)) return false;
     body_check bc = {ctx, NULL, 0};
-    rt_walk(body, body_visit, &bc);
+    kl_ast_walk(body, body_visit, &bc);
     if (bc.why) {
         kl_snprintf(v->why, sizeof v->why, "the loop body has %s (line %u)", bc.why, bc.line);
         return true;
@@ -1017,7 +1017,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
 {
     kl_sites *out = user;
     vfind f = {ctx, ax, fn, name, out, KL_OK};
-    rt_walk(kl_ast_function_body(fn), find_present_visit, &f);
+    kl_ast_walk(kl_ast_function_body(fn), find_present_visit, &f);
     if (f.st != KL_OK) return f.st;
     kl_status gs = kl_vs_find(ctx, name, fn, ax, out);
     if (gs == KL_OK) gs = kl_vc_find(ctx, name, fn, out);
@@ -1169,7 +1169,7 @@ static char *lane_text(const kl_rule_ctx *ctx, const va *v, TSNode body, int lan
 {
     lane_edit e[64];
     lane_scan s = {ctx, v, e, 0, 64, lane, comp, v->L->var};
-    rt_walk(body, lane_visit, &s);
+    kl_ast_walk(body, lane_visit, &s);
     if (s.n == s.cap) return NULL;
     kl_strbuf sb = KL_STRBUF_INIT;
     uint32_t pos = ts_node_start_byte(body), end = ts_node_end_byte(body);
@@ -1408,7 +1408,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
     if (r->run.done || strcmp(name, r->run.site->kernel)) return KL_OK;
     r->ctx = ctx, r->ax = ax, r->fn = fn;
     if (r->run.site->dir == KL_SITE_PRESENT) {
-        rt_walk(kl_ast_function_body(fn), run_present_visit, r);
+        kl_ast_walk(kl_ast_function_body(fn), run_present_visit, r);
         return KL_OK;
     }
     for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->run.done; i++) {

@@ -111,7 +111,7 @@ static bool assign_visit(TSNode n, void *user)
 static unsigned assigned_at(const kl_rule_ctx *ctx, TSNode body, const char *name)
 {
     assign_scan a = {ctx, name, 0};
-    rt_walk(body, assign_visit, &a);
+    kl_ast_walk(body, assign_visit, &a);
     return a.line;
 }
 
@@ -200,7 +200,7 @@ static void param_name(const kl_rule_ctx *ctx, const rt_func *f, unsigned i, cha
 {
     buf[0] = '\0';
     TSNode d = ts_node_named_child(f->params, i);
-    TSNode nm = rt_declarator_name(rt_field(d, "declarator"));
+    TSNode nm = kl_ast_declarator_name(rt_field(d, "declarator"));
     char *t = ts_node_is_null(nm) ? NULL : rt_text(ctx, nm);
     if (t && strlen(t) < size) kl_snprintf(buf, size, "%s", t);
     free(t);
@@ -322,7 +322,7 @@ static unsigned analyse_kernel(const kl_rule_ctx *ctx, const rt_func *f, vc_para
         param_name(ctx, f, i, v->name, sizeof v->name);
         if (!v->name[0]) continue;
         use_scan u = {ctx, v->name, NULL, 0, 0, 0};
-        rt_walk(f->body, use_visit, &u);
+        kl_ast_walk(f->body, use_visit, &u);
         v->uses = u.n;
         if (!u.n && !u.bad_line) continue; /* nothing read through it (what remove leaves) */
         analyse_launches(ctx, f, v);
@@ -407,7 +407,7 @@ kl_status kl_vc_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *ou
     if (v->why[0]) return kl_rule_not_applicable(err, "%s", v->why);
     TSNode reads[256];
     use_scan u = {ctx, v->name, reads, 256, 0, 0};
-    rt_walk(f->body, use_visit, &u);
+    kl_ast_walk(f->body, use_visit, &u);
     if (u.n > 256) return kl_rule_not_applicable(err, "%s is read at %u places (at most 256 are rewritten)", v->name, u.n);
     kl_status st = KL_OK;
     for (unsigned i = 0; i < u.n && st == KL_OK; i++) {

@@ -46,7 +46,7 @@ static TSNode local_value(const kl_rule_ctx *ctx, TSNode fn, TSNode id)
     char *name = rt_text(ctx, id);
     if (!name) return none;
     decl_find d = {ctx, name, none, 0, 0};
-    rt_walk(kl_ast_function_body(fn), decl_visit, &d);
+    kl_ast_walk(kl_ast_function_body(fn), decl_visit, &d);
     free(name);
     return d.decls == 1 && !d.assigns ? d.value : none;
 }
@@ -195,7 +195,7 @@ static bool declared_visit(TSNode n, void *user)
 static bool declared_in(const kl_rule_ctx *ctx, TSNode n, const char *name)
 {
     declared_scan d = {ctx, name, false};
-    rt_walk(n, declared_visit, &d);
+    kl_ast_walk(n, declared_visit, &d);
     return d.yes;
 }
 
@@ -336,7 +336,7 @@ static bool invariant_visit(TSNode n, void *user)
     char *name = rt_text(a->ctx, n);
     if (!name) return true;
     set_scan s = {a->ctx, name, false};
-    rt_walk(a->body, set_visit, &s);
+    kl_ast_walk(a->body, set_visit, &s);
     if (s.yes || declared_in(a->ctx, a->body, name)) kl_snprintf(a->bad, sizeof a->bad, "%s", name);
     free(name);
     return !a->bad[0];
@@ -360,8 +360,8 @@ static bool sub_visit(TSNode n, void *user)
     if (ts_node_is_null(ix)) ix = ts_node_named_child(n, 1);
     if (ts_node_is_null(ix) || rt_count_ident(s->ctx, ix, s->var) == 0) return true;
     assigned_scan a = {s->ctx, s->body, ""};
-    rt_walk(rt_field(n, "argument"), invariant_visit, &a);
-    if (!a.bad[0]) rt_walk(ix, invariant_visit, &a);
+    kl_ast_walk(rt_field(n, "argument"), invariant_visit, &a);
+    if (!a.bad[0]) kl_ast_walk(ix, invariant_visit, &a);
     if (a.bad[0]) {
         kl_snprintf(s->bad, sizeof s->bad, "%s", a.bad);
         s->line = kl_ast_line(n);
@@ -374,7 +374,7 @@ bool kl_vl_body_ok(const kl_rule_ctx *ctx, TSNode loop, const char *var, char *w
     why[0] = '\0';
     TSNode body = rt_field(loop, "body");
     body_scan b = {.ctx = ctx, .loop = loop, .body = body, .var = var, .why = why, .size = size};
-    rt_walk(body, body_visit, &b);
+    kl_ast_walk(body, body_visit, &b);
     if (why[0]) return false;
     /* every use of a reduction's scalar is its own update's: no update reads another's, none reads its own
      * twice, no other statement reads one */
@@ -389,13 +389,13 @@ bool kl_vl_body_ok(const kl_rule_ctx *ctx, TSNode loop, const char *var, char *w
         }
     }
     assigned_scan a = {ctx, body, ""};
-    rt_walk(kl_ast_unparen(rt_field(kl_ast_unparen(rt_field(loop, "condition")), "right")), invariant_visit, &a);
+    kl_ast_walk(kl_ast_unparen(rt_field(kl_ast_unparen(rt_field(loop, "condition")), "right")), invariant_visit, &a);
     if (a.bad[0]) {
         kl_snprintf(why, size, "the loop body sets %s, which the loop's bound reads", a.bad);
         return false;
     }
     sub_scan s = {ctx, body, var, "", 0};
-    rt_walk(body, sub_visit, &s);
+    kl_ast_walk(body, sub_visit, &s);
     if (s.bad[0]) {
         kl_snprintf(why, size,
                     "the access at line %u reads %s, which the loop body declares or sets: the vector loop needs "

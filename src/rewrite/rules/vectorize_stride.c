@@ -169,7 +169,7 @@ static bool bound_visit(TSNode n, void *user)
     char name[64];
     if (!text_copy(b->ctx, n, name, sizeof name)) return true;
     assigned_scan a = {b->ctx, name, false};
-    rt_walk(b->body, assigned_visit, &a);
+    kl_ast_walk(b->body, assigned_visit, &a);
     if (a.yes) kl_snprintf(b->bad, sizeof b->bad, "%s", name);
     return true;
 }
@@ -221,13 +221,13 @@ static kl_status analyse(const kl_rule_ctx *ctx, const rt_func *f, kl_affine_ctx
         return KL_OK;
     }
     bound_scan bs = {ctx, L->body, ""};
-    rt_walk(L->bound, bound_visit, &bs);
+    kl_ast_walk(L->bound, bound_visit, &bs);
     if (bs.bad[0]) {
         kl_snprintf(L->why, sizeof L->why, "the loop body assigns '%s', which the bound reads", bs.bad);
         return KL_OK;
     }
     vs_scan s = {.ctx = ctx, .f = f, .L = L};
-    rt_walk(L->body, scan_visit, &s);
+    kl_ast_walk(L->body, scan_visit, &s);
     if (!ts_node_is_null(s.bad)) {
         kl_snprintf(L->why, sizeof L->why, "%s (line %u)", s.why, kl_node_span(s.bad).line);
         return KL_OK;
@@ -318,7 +318,7 @@ static bool present_at(const kl_rule_ctx *ctx, TSNode decl, vs_present *p)
     TSNode d = rt_field(decl, "declarator");
     if (!rt_is(d, "init_declarator")) return false;
     char nv[64];
-    if (!text_copy(ctx, rt_declarator_name(d), nv, sizeof nv)) return false;
+    if (!text_copy(ctx, kl_ast_declarator_name(d), nv, sizeof nv)) return false;
     TSNode vl = rt_next_stmt(decl), tl = ts_node_is_null(vl) ? vl : next_stmt(vl);
     if (!rt_is(vl, "for_statement") || !rt_is(tl, "for_statement")) return false;
     TSNode vc = kl_ast_unparen(rt_field(vl, "condition")), vi = rt_field(vl, "initializer");
@@ -417,7 +417,7 @@ kl_status kl_vs_find(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_aff
     const rt_func *f = func_of(ctx, fn, fs, 64);
     if (!f) return KL_OK;
     vs_find_walk w = {ctx, f, ax, name, out, KL_OK, 0, 0};
-    rt_walk(f->body, find_visit, &w);
+    kl_ast_walk(f->body, find_visit, &w);
     return w.st;
 }
 
@@ -498,11 +498,11 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     kl_status st = site_loop(ctx, site, fs, &f, &loop, err);
     if (st != KL_OK) return st;
     kl_affine_ctx *ax = NULL;
-    if ((st = kl_affine_ctx_new(ctx->src, f->def, &ax, err)) != KL_OK) return st;
+    if ((st = kl_rules_affine(ctx, f->def, &ax, err)) != KL_OK) return st;
     vs_loop L;
     bool form;
     st = analyse(ctx, f, ax, loop, &L, &form);
-    kl_affine_ctx_free(ax);
+    kl_rules_affine_done(ctx, ax);
     if (st != KL_OK) return kl_error_set(err, st, "out of memory");
     if (!form) return kl_rule_not_applicable(err, "%s:%u: not a grid-stride loop", file, site->span.line);
     if (L.why[0]) return kl_rule_not_applicable(err, "%s:%u: %s", file, site->span.line, L.why);
@@ -554,7 +554,7 @@ kl_status kl_vs_apply(const kl_rule_ctx *ctx, const kl_site *site, int width, kl
     for (int lane = 0; lane < width && st == KL_OK && layout_ok; lane++) {
         kl_edits e = {0};
         lane_sub ls = {ctx, &L, vname, packed, lane, &e, KL_OK};
-        rt_walk(L.body, lane_visit, &ls);
+        kl_ast_walk(L.body, lane_visit, &ls);
         char *text = NULL;
         st = ls.st == KL_OK ? kl_edits_apply_range(&e, ctx->text, ba, bb, &text, err) : ls.st;
         kl_edits_release(&e);
@@ -621,7 +621,7 @@ kl_status kl_vs_remove(const kl_rule_ctx *ctx, const kl_site *site, kl_edits *ou
     const rt_func *f = rt_function_named(fs, nf, site->kernel);
     if (!f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     present_walk w = {.ctx = ctx, .at = site->span.start};
-    rt_walk(f->body, present_visit, &w);
+    kl_ast_walk(f->body, present_visit, &w);
     if (!w.found)
         return kl_rule_not_applicable(err, "%s:%u: no vector loop with its tail loop at the site %s",
                                       kl_source_name(ctx->src), site->span.line, site->id);

@@ -225,10 +225,10 @@ static bool warp_helper(const kl_rule_ctx *ctx, const char *name, wr_step *s)
     }
     if (!rt_is(ret, "return_statement") || ts_node_named_child_count(ret) != 1 || ts_node_is_null(p0)) return false;
     kl_affine_ctx *hax = NULL;
-    if (kl_affine_ctx_new(ctx->src, fn, &hax, NULL) != KL_OK) return false;
+    if (kl_rules_affine(ctx, fn, &hax, NULL) != KL_OK) return false;
     bool ok = shuffle_loop(ctx, hax, loop, true, s) && rt_text_is(ctx, p0, s->val) &&
               rt_text_is(ctx, ts_node_named_child(ret, 0), s->val);
-    kl_affine_ctx_free(hax);
+    kl_rules_affine_done(ctx, hax);
     return ok;
 }
 
@@ -304,7 +304,7 @@ static bool uses_part(const kl_rule_ctx *ctx, TSNode n, const char *part)
 {
     if (!strchr(part, '.') && !strstr(part, "->")) return expr_uses(ctx, n, part);
     part_find f = {ctx, part, strlen(part), false};
-    rt_walk(n, part_visit, &f);
+    kl_ast_walk(n, part_visit, &f);
     return f.found;
 }
 
@@ -648,7 +648,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     stmt_scan sc;
     memset(&sc, 0, sizeof sc);
     sc.ctx = ctx, sc.ax = ax, sc.fn = fn, sc.name = name, sc.out = wf->out, sc.st = KL_OK;
-    rt_walk(kl_ast_function_body(fn), scan_visit, &sc);
+    kl_ast_walk(kl_ast_function_body(fn), scan_visit, &sc);
     if (sc.st != KL_OK) return sc.st;
     for (unsigned i = 0; i < kl_affine_loop_count(ax); i++) {
         wr_tree t;
@@ -701,7 +701,7 @@ static bool call_visit(TSNode n, void *user)
 static bool has_call(TSNode n)
 {
     bool found = false;
-    rt_walk(n, call_visit, &found);
+    kl_ast_walk(n, call_visit, &found);
     return found;
 }
 
@@ -725,7 +725,7 @@ static bool vote_visit(TSNode n, void *user)
 static bool ballot_only(const kl_rule_ctx *ctx, TSNode n)
 {
     vote_scan v = {ctx, false};
-    rt_walk(n, vote_visit, &v);
+    kl_ast_walk(n, vote_visit, &v);
     return !v.other;
 }
 
@@ -946,7 +946,7 @@ static bool find_struct(TSNode n, void *user)
 static unsigned struct_fields(const kl_rule_ctx *ctx, const char *name, char out[][64], unsigned max)
 {
     struct_find f = {ctx, name, {{0}, 0, 0}};
-    rt_walk(kl_source_root(ctx->src), find_struct, &f);
+    kl_ast_walk(kl_source_root(ctx->src), find_struct, &f);
     if (ts_node_is_null(f.body)) return 0;
     unsigned n = 0;
     uint32_t c = ts_node_named_child_count(f.body);
@@ -1100,7 +1100,7 @@ static kl_status run_visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, 
     if (r->done || strcmp(name, r->site->kernel)) return KL_OK;
     if (r->site->dir == KL_SITE_PRESENT) {
         run_scan rs = {r, ctx, ax, fn, name};
-        rt_walk(kl_ast_function_body(fn), run_present_visit, &rs);
+        kl_ast_walk(kl_ast_function_body(fn), run_present_visit, &rs);
         return KL_OK;
     }
     for (unsigned i = 0; i < kl_affine_loop_count(ax) && !r->done; i++) {

@@ -277,7 +277,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
     if (!okd) return WHY("the accumulator operand at line %u is not `%s[%s]`", ln, w->acc, w->mi);
     /* ACC: float ACC[FM][N / 8][4], declared once in the kernel */
     acc_find af = {ctx, w->acc, {{0}, 0, 0}, 0};
-    rt_walk(w->body, acc_visit, &af);
+    kl_ast_walk(w->body, acc_visit, &af);
     TSNode adc = ts_node_is_null(af.decl) ? af.decl : ts_node_named_child(af.decl, 1);
     TSNode a3 = rt_is(adc, "array_declarator") ? adc : (TSNode){{0}, 0, 0};
     TSNode a2 = rt_is(rt_field(a3, "declarator"), "array_declarator") ? rt_field(a3, "declarator") : (TSNode){{0}, 0, 0};
@@ -331,7 +331,7 @@ static bool analyse(const kl_rule_ctx *ctx, TSNode fn, TSNode hit, wg_form *w)
     char *ft = rt_text(ctx, fn);
     sync_scan ss = {ctx, w, ft && strstr(ft, "cp.async.bulk")};
     free(ft);
-    rt_walk(w->body, sync_visit, &ss);
+    kl_ast_walk(w->body, sync_visit, &ss);
     if (w->nsync > WG_MAXSYNC) return WHY("the kernel has more than %d wgmma fences, commits and waits", WG_MAXSYNC);
     for (unsigned i = 0; i < w->nsync; i++)
         if (!rt_line_blank_before(ctx, ts_node_start_byte(w->sync[i])) ||
@@ -544,7 +544,7 @@ static kl_status visit(const kl_rule_ctx *ctx, const char *name, TSNode fn, kl_a
     wg_job *j = user;
     if (j->done || (j->site && strcmp(j->site->kernel, name))) return KL_OK;
     call_scan c = {ctx, {{0}, 0, 0}, ""};
-    rt_walk(kl_ast_function_body(fn), call_visit, &c);
+    kl_ast_walk(kl_ast_function_body(fn), call_visit, &c);
     if (ts_node_is_null(c.hit)) return KL_OK;
     wg_form w;
     bool ok = !c.why[0] && analyse(ctx, fn, c.hit, &w);

@@ -327,6 +327,35 @@ static kl_status check_kind_key(const kl_store *s, const char *kind, const char 
     "INSERT INTO documents (kind, key, json, created, updated) VALUES (?1, ?2, ?3, ?4, ?4) "                          \
     "ON CONFLICT (kind, key) DO UPDATE SET json = excluded.json, updated = excluded.updated"
 
+/* Does the store hold (kind, key) as this document already: the same text, or the same JSON written
+ * otherwise (spacing, key order: a document imported from an archive is in the canonical form, the
+ * one a stage writes is indented)? Such a put writes nothing: the document, its time stamps and what
+ * the store knows of the archives it holds (archive_imports, which any change of a document clears)
+ * stay as they are, so that storing the same result again (a replayed walk's cards) does not make the
+ * next replay import the whole archive again. False on any doubt. */
+static bool stored_equal(kl_store *s, const char *kind, const char *key, const char *json, const json_t *doc)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db, "SELECT json FROM documents WHERE kind = ?1 AND key = ?2", -1, &q, NULL) !=
+        SQLITE_OK)
+        return false;
+    sqlite3_bind_text(q, 1, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, key, -1, SQLITE_STATIC);
+    bool same = false;
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        const char *old = (const char *)sqlite3_column_text(q, 0);
+        if (old && !strcmp(old, json)) {
+            same = true;
+        } else if (old) {
+            json_t *o = json_loads(old, JSON_DECODE_ANY, NULL);
+            same = o && json_equal(o, doc);
+            json_decref(o);
+        }
+    }
+    sqlite3_finalize(q);
+    return same;
+}
+
 kl_status kl_store_put(kl_store *s, const char *kind, const char *key, const char *json, kl_error *err)
 {
     kl_status st = check_kind_key(s, kind, key, err);
@@ -337,7 +366,9 @@ kl_status kl_store_put(kl_store *s, const char *kind, const char *key, const cha
     if (!doc)
         return kl_error_set(err, KL_ERR_PARSE, "%s: %s/%s: the document is not valid JSON (line %d, column %d: %s)",
                             s->path, kind, key, je.line, je.column, je.text);
+    bool same = stored_equal(s, kind, key, json, doc);
     json_decref(doc);
+    if (same) return KL_OK;
     char now[32];
     kl_utc_stamp(now, sizeof now);
     sqlite3_stmt *q;

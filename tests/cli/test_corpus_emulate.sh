@@ -3,9 +3,10 @@
 # CPU through the CUDA emulation (tests/corpus/emulate.py) at every check shape with tensors of at
 # most KL_EMU_MAX_ELEMENTS elements (default 5,000,000), twice: tensors 256-byte aligned and
 # tensors ending at a guard page; each output compared with the float64 reference at the task's
-# tolerance. Two tasks at a time. Then the emulation itself is checked: a kernel that reads past
-# the end, one that is wrong at the edge, a misaligned float4 load and a barrier that one thread
-# skips while its warp waits for it must each be caught.
+# tolerance. Two tasks at a time, sharing the emulated runtime's precompiled header (most of each
+# compile). Then the emulation itself is checked: a kernel that reads past the end, one that is
+# wrong at the edge, a misaligned float4 load and a barrier that one thread skips while its warp
+# waits for it must each be caught.
 set -u
 : "${KL_SOURCE_DIR:?}"
 C="$KL_SOURCE_DIR/corpus"
@@ -23,7 +24,7 @@ ls -d "$C"/*/ | xargs -n1 basename | xargs -P 2 -I{} bash -c '
     files=("$C/$t/naive.cu")
     [ -f "$C/$t/expert.cu" ] && files+=("$C/$t/expert.cu")
     for v in "$C/$t"/variants/*.cu; do [ -f "$v" ] && files+=("$v"); done
-    python3 "$E" "$C/$t" "${files[@]}" --work "$T/$t" --max-elements "$MAXE" -q >"$T/$t.log" 2>&1
+    python3 "$E" "$C/$t" "${files[@]}" --work "$T/$t" --pch-dir "$T/pch" --max-elements "$MAXE" -q >"$T/$t.log" 2>&1
     echo $? >"$T/$t.rc"
 '
 for d in "$C"/*/; do
@@ -52,7 +53,7 @@ assert s2 != s
 open(sys.argv[2], "w").write(s2)
 PY
 expect_caught() { # FILE TASK SHAPES TEXT
-    python3 "$E" "$C/$2" "$T/$1" --shapes "$3" --work "$T/w-$1" -q >"$T/$1.log" 2>&1
+    python3 "$E" "$C/$2" "$T/$1" --shapes "$3" --work "$T/w-$1" --pch-dir "$T/pch" -q >"$T/$1.log" 2>&1
     rc=$?
     [ $rc -eq 1 ] || fail "$1: exit $rc, expected 1 (a wrong kernel): $(tail -3 "$T/$1.log")"
     grep -q "$4" "$T/$1.log" || fail "$1: the log lacks \"$4\": $(tail -5 "$T/$1.log")"

@@ -3,7 +3,7 @@
 task's check shapes, and compare every output with the task's float64 reference.
 
 usage: emulate.py TASK_DIR KERNEL.cu [KERNEL.cu ...] [--shapes SPEC] [--layouts LIST] [--seed N]
-                  [--max-elements N] [--work DIR] [--cxx CXX] [--cc CC] [-q]
+                  [--max-elements N] [--work DIR] [--pch-dir DIR] [--cxx CXX] [--cc CC] [-q]
 
   --shapes SPEC       which check shapes: "all" (default), or indexes "0,3,5"
   --max-elements N    skip check shapes whose largest tensor has more than N elements
@@ -18,6 +18,11 @@ usage: emulate.py TASK_DIR KERNEL.cu [KERNEL.cu ...] [--shapes SPEC] [--layouts 
                                size is a multiple of 16 start misaligned, as the gate's shifted
                                buffers may)
   --seed N            input seed (default 1)
+  --pch-dir DIR       keep the emulated runtime's precompiled header there, under the hash of
+                      what makes it (compiler, flags, the emulation's headers), for every later
+                      run to use (default: the work folder, this run only). Most of a kernel
+                      file's compile is that header; a kernel file that includes anything before
+                      it compiles the header itself, with the same result.
 
 Each kernel file is compiled with g++ against the emulated runtime (every CUDA thread a fiber,
 blocks one after another), the reference with cc; then, per check shape, inputs are filled,
@@ -29,6 +34,7 @@ This is a test of kernels' logic and edges, not of the GPU's behaviour: a block'
 one at a time between barriers (one legal interleaving), so data races and anything timing-
 dependent are not seen; the gate on the GPU remains the judge.
 """
+import hashlib
 import json
 import os
 import re
@@ -187,6 +193,7 @@ def generate_main(task, shapes, seed):
     max_abs = float(tol.get("max_abs", 0))
     lines = []
     w = lines.append
+    w("#include <cuda_runtime.h>")  # first, so that the precompiled header serves it
     w('#include "harness.h"')
     kproto = []
     for a in args:
@@ -264,6 +271,26 @@ def generate_main(task, shapes, seed):
     return "\n".join(lines) + "\n"
 
 
+def precompiled_header(flags, pch_dir):
+    """The folder holding cuda_runtime.h.gch for these flags (made once, atomically: two runs may
+    share pch_dir), to go first on the include path."""
+    h = hashlib.sha256()
+    h.update(("\0".join(flags)).encode())
+    h.update(subprocess.run([flags[0], "--version"], stdout=subprocess.PIPE, text=True).stdout.encode())
+    for name in sorted(os.listdir(EMU)):
+        with open(os.path.join(EMU, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read())
+    where = os.path.join(pch_dir, h.hexdigest()[:24])
+    gch = os.path.join(where, "cuda_runtime.h.gch")
+    if not os.path.exists(gch):
+        os.makedirs(where, exist_ok=True)
+        tmp = f"{gch}.{os.getpid()}.tmp"
+        run(flags + ["-x", "c++-header", os.path.join(EMU, "cuda_runtime.h"), "-o", tmp],
+            "precompiling the emulated runtime")
+        os.replace(tmp, gch)
+    return where
+
+
 def run(cmd, what):
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
@@ -274,11 +301,12 @@ def run(cmd, what):
 
 def main(argv):
     opts = {"shapes": "all", "layouts": "aligned,end", "seed": 1, "max_elements": 5_000_000, "work": None,
+            "pch_dir": None,
             "cxx": os.environ.get("CXX", "g++"), "cc": os.environ.get("CC", "cc"), "quiet": False}
     pos = []
     it = iter(argv)
     for a in it:
-        if a in ("--shapes", "--layouts", "--seed", "--max-elements", "--work", "--cxx", "--cc"):
+        if a in ("--shapes", "--layouts", "--seed", "--max-elements", "--work", "--pch-dir", "--cxx", "--cc"):
             v = next(it, None)
             if v is None:
                 raise Usage(f"{a} needs a value")
@@ -328,6 +356,9 @@ def main(argv):
             layouts.append((name, int(name[5:])))
         else:
             raise Usage(f"unknown layout {name!r} (aligned, end, shiftN)")
+    flags = [opts["cxx"], "-std=c++17", "-O1", "-w", "-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
+    pch = precompiled_header(flags + ["-I", EMU], opts["pch_dir"] or work)
+    flags += ["-I", pch, "-I", EMU]
     bad = 0
     for kfile in kernels:
         base = os.path.splitext(os.path.basename(kfile))[0]
@@ -340,8 +371,6 @@ def main(argv):
         with open(main_cpp, "w") as f:
             f.write(generate_main(task, shapes, opts["seed"]))
         exe = os.path.join(work, base + ".emu")
-        flags = [opts["cxx"], "-std=c++17", "-O1", "-w", "-fsanitize=alignment", "-fno-sanitize-recover=alignment",
-                 "-I", EMU]
         run(flags + ["-c", pp, "-o", exe + ".kernel.o"], f"compiling {kfile} for the emulation")
         run(flags + ["-c", main_cpp, "-o", exe + ".main.o"], f"compiling the harness of {kfile}")
         run(flags + [exe + ".kernel.o", exe + ".main.o", ref_obj, "-o", exe, "-lm"], f"linking {kfile}")

@@ -293,27 +293,24 @@ typedef struct {
 static kl_status site_array(const kl_rule_ctx *ctx, const kl_site *site, pad_site *ps, kl_error *err)
 {
     unsigned nf = rt_functions(ctx, ps->fs, 64);
-    const rt_func **f = &ps->f;
-    shared_array *a = &ps->a;
-    uses *u = &ps->u;
-    *f = rt_function_named(ps->fs, nf, site->kernel);
-    if (!*f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
+    ps->f = rt_function_named(ps->fs, nf, site->kernel);
+    if (!ps->f) return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: no kernel '%s'", kl_source_name(ctx->src), site->kernel);
     const char *want = strrchr(site->id, ':');
     want = want ? want + 1 : site->id;
     TSNode decls[32];
-    unsigned nd = tt_shared_decls(ctx, (*f)->body, decls, 32);
+    unsigned nd = tt_shared_decls(ctx, ps->f->body, decls, 32);
     for (unsigned i = 0; i < nd; i++)
-        if (shared_array_of(ctx, decls[i], a) && !strcmp(a->name, want)) {
-            *u = (uses){.ctx = ctx, .arr = a};
-            kl_ast_walk((*f)->body, uses_visit, u);
-            if (!ts_node_is_null(u->bad)) {
-                kl_span sp = kl_node_span(u->bad);
+        if (shared_array_of(ctx, decls[i], &ps->a) && !strcmp(ps->a.name, want)) {
+            ps->u = (uses){.ctx = ctx, .arr = &ps->a};
+            kl_ast_walk(ps->f->body, uses_visit, &ps->u);
+            if (!ts_node_is_null(ps->u.bad)) {
+                kl_span sp = kl_node_span(ps->u.bad);
                 return kl_rule_not_applicable(err,
                                     "%s:%u:%u: '%s' is used other than as a full subscript (its address or size is "
                                     "taken), so its row length is visible and cannot change",
-                                    kl_source_name(ctx->src), sp.line, sp.column, a->name);
+                                    kl_source_name(ctx->src), sp.line, sp.column, ps->a.name);
             }
-            ps->padded = padding_present(ctx, a, (*f)->body, &ps->k, &ps->base);
+            ps->padded = padding_present(ctx, &ps->a, ps->f->body, &ps->k, &ps->base);
             return KL_OK;
         }
     return kl_error_set(err, KL_ERR_NOT_FOUND, "%s: kernel '%s' has no 2-D shared array '%s'",

@@ -18,6 +18,22 @@
 #include <cairo-svg.h>
 #include <cairo.h>
 
+/* cairo, opened when a plot is drawn (kl_dl_open): other commands do not load it and the dozen
+ * libraries it needs. cx.create is cairo_create, and so on. */
+#define CAIRO_FUNCTIONS(X)                                                                         \
+    X(create) X(destroy) X(image_surface_create) X(line_to) X(move_to) X(paint) X(rectangle)       \
+    X(select_font_face) X(set_dash) X(set_font_size) X(set_line_width) X(set_source_rgb)           \
+    X(show_text) X(status_to_string) X(stroke) X(surface_destroy) X(surface_finish)                \
+    X(surface_status) X(surface_write_to_png) X(svg_surface_create) X(text_extents)
+#define CAIRO_SLOT(f) __typeof__(&cairo_##f) f;
+#define CAIRO_SYMBOL(f) {"cairo_" #f, &cx.f},
+static struct {
+    CAIRO_FUNCTIONS(CAIRO_SLOT)
+} cx;
+static const kl_dl_symbol cx_symbols[] = {CAIRO_FUNCTIONS(CAIRO_SYMBOL)};
+static const char *const cx_sonames[] = {"libcairo.so.2", NULL};
+static kl_dl_lib libcairo = KL_DL_LIB("cairo", cx_sonames, cx_symbols, "libcairo2");
+
 #define PANEL_W 320.0
 #define PANEL_H 230.0
 #define MARGIN_L 52.0
@@ -40,11 +56,11 @@ static const policy_style styles[] = {
 
 static void text_at(cairo_t *cr, double x, double y, const char *s, double size, double align)
 {
-    cairo_set_font_size(cr, size);
+    cx.set_font_size(cr, size);
     cairo_text_extents_t e;
-    cairo_text_extents(cr, s, &e);
-    cairo_move_to(cr, x - align * e.x_advance, y);
-    cairo_show_text(cr, s);
+    cx.text_extents(cr, s, &e);
+    cx.move_to(cr, x - align * e.x_advance, y);
+    cx.show_text(cr, s);
 }
 
 /* The nice log-scale ticks between 1 and top: 1, 2, 5, 10, 20, 50, … */
@@ -74,23 +90,23 @@ static void panel(cairo_t *cr, double x0, double y0, const json_t *row, unsigned
         }
     }
     double ltop = log10(top > 1.5 ? top * 1.15 : 1.75);
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
+    cx.set_source_rgb(cr, 0, 0, 0);
+    cx.select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_BOLD);
     text_at(cr, px + w / 2, y0 + 18, json_string_value(json_object_get(row, "task")) ?: "?", 13, 0.5);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cx.select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     /* grid and ticks */
     double yt[16];
     unsigned nt = ticks(pow(10, ltop), yt, 16);
-    cairo_set_line_width(cr, 0.5);
+    cx.set_line_width(cr, 0.5);
     for (unsigned k = 0; k < nt; k++) {
         double y = py + h - h * log10(yt[k]) / ltop;
-        cairo_set_source_rgb(cr, 0.88, 0.88, 0.88);
-        cairo_move_to(cr, px, y);
-        cairo_line_to(cr, px + w, y);
-        cairo_stroke(cr);
+        cx.set_source_rgb(cr, 0.88, 0.88, 0.88);
+        cx.move_to(cr, px, y);
+        cx.line_to(cr, px + w, y);
+        cx.stroke(cr);
         char lab[32];
         kl_snprintf(lab, sizeof lab, "%gx", yt[k]);
-        cairo_set_source_rgb(cr, 0.2, 0.2, 0.2);
+        cx.set_source_rgb(cr, 0.2, 0.2, 0.2);
         text_at(cr, px - 5, y + 4, lab, 10, 1.0);
     }
     for (unsigned k = 0; k <= 4; k++) {
@@ -100,18 +116,18 @@ static void panel(cairo_t *cr, double x0, double y0, const json_t *row, unsigned
         text_at(cr, x, py + h + 14, lab, 10, 0.5);
     }
     text_at(cr, px + w / 2, py + h + 30, "gate calls", 10, 0.5);
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    cairo_set_line_width(cr, 1.0);
-    cairo_rectangle(cr, px, py, w, h);
-    cairo_stroke(cr);
+    cx.set_source_rgb(cr, 0, 0, 0);
+    cx.set_line_width(cr, 1.0);
+    cx.rectangle(cr, px, py, w, h);
+    cx.stroke(cr);
     /* the curves: a step after each gate call */
     for (unsigned s = 0; s < sizeof styles / sizeof styles[0]; s++) {
         const json_t *p = json_object_get(pols, styles[s].name);
         const json_t *curve = json_object_get(p, "curve");
         if (!json_array_size(curve) || json_is_false(json_object_get(p, "counted"))) continue;
-        cairo_set_source_rgb(cr, styles[s].r, styles[s].g, styles[s].b);
-        cairo_set_line_width(cr, 2.0);
-        if (styles[s].dash > 0) cairo_set_dash(cr, &styles[s].dash, 1, 0);
+        cx.set_source_rgb(cr, styles[s].r, styles[s].g, styles[s].b);
+        cx.set_line_width(cr, 2.0);
+        if (styles[s].dash > 0) cx.set_dash(cr, &styles[s].dash, 1, 0);
         size_t i;
         json_t *v;
         double last_y = py + h;
@@ -121,37 +137,37 @@ static void panel(cairo_t *cr, double x0, double y0, const json_t *row, unsigned
             double y = py + h - h * log10(val) / ltop;
             if (x > px + w) x = px + w;
             if (i == 0)
-                cairo_move_to(cr, x, y);
+                cx.move_to(cr, x, y);
             else {
-                cairo_line_to(cr, x, last_y);
-                cairo_line_to(cr, x, y);
+                cx.line_to(cr, x, last_y);
+                cx.line_to(cr, x, y);
             }
             last_y = y;
         }
-        cairo_stroke(cr);
-        cairo_set_dash(cr, NULL, 0, 0);
+        cx.stroke(cr);
+        cx.set_dash(cr, NULL, 0, 0);
     }
 }
 
 static void draw(cairo_t *cr, const json_t *doc, double width, double height, unsigned cols)
 {
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_paint(cr);
+    cx.set_source_rgb(cr, 1, 1, 1);
+    cx.paint(cr);
     unsigned budget = (unsigned)json_integer_value(json_object_get(doc, "budget"));
     /* the header: what is drawn, and the legend */
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
+    cx.set_source_rgb(cr, 0, 0, 0);
+    cx.select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
     text_at(cr, 12, 18, "Best speedup over the naive kernel so far, against gate calls spent (log scale)", 12, 0);
     double lx = 12;
     for (unsigned s = 0; s < sizeof styles / sizeof styles[0]; s++) {
-        cairo_set_source_rgb(cr, styles[s].r, styles[s].g, styles[s].b);
-        cairo_set_line_width(cr, 2.0);
-        if (styles[s].dash > 0) cairo_set_dash(cr, &styles[s].dash, 1, 0);
-        cairo_move_to(cr, lx, 33);
-        cairo_line_to(cr, lx + 26, 33);
-        cairo_stroke(cr);
-        cairo_set_dash(cr, NULL, 0, 0);
-        cairo_set_source_rgb(cr, 0, 0, 0);
+        cx.set_source_rgb(cr, styles[s].r, styles[s].g, styles[s].b);
+        cx.set_line_width(cr, 2.0);
+        if (styles[s].dash > 0) cx.set_dash(cr, &styles[s].dash, 1, 0);
+        cx.move_to(cr, lx, 33);
+        cx.line_to(cr, lx + 26, 33);
+        cx.stroke(cr);
+        cx.set_dash(cr, NULL, 0, 0);
+        cx.set_source_rgb(cr, 0, 0, 0);
         text_at(cr, lx + 31, 37, styles[s].name, 11, 0);
         lx += 100;
     }
@@ -166,6 +182,8 @@ static void draw(cairo_t *cr, const json_t *doc, double width, double height, un
 
 kl_status kl_bench_optimize_plot(const char *json, const char *svg_path, const char *png_path, kl_error *err)
 {
+    kl_status loaded = kl_dl_open(&libcairo, err);
+    if (loaded != KL_OK) return loaded;
     json_t *doc = json_loads(json, 0, NULL);
     size_t n = json_array_size(json_object_get(doc, "tasks"));
     if (!n) {
@@ -177,23 +195,23 @@ kl_status kl_bench_optimize_plot(const char *json, const char *svg_path, const c
     double width = cols * PANEL_W, height = HEADER + rows * PANEL_H;
     kl_status st = KL_OK;
     if (svg_path) {
-        cairo_surface_t *s = cairo_svg_surface_create(svg_path, width, height);
-        cairo_t *cr = cairo_create(s);
+        cairo_surface_t *s = cx.svg_surface_create(svg_path, width, height);
+        cairo_t *cr = cx.create(s);
         draw(cr, doc, width, height, cols);
-        cairo_destroy(cr);
-        cairo_surface_finish(s);
-        if (cairo_surface_status(s) != CAIRO_STATUS_SUCCESS)
-            st = kl_error_set(err, KL_ERR_IO, "%s: %s", svg_path, cairo_status_to_string(cairo_surface_status(s)));
-        cairo_surface_destroy(s);
+        cx.destroy(cr);
+        cx.surface_finish(s);
+        if (cx.surface_status(s) != CAIRO_STATUS_SUCCESS)
+            st = kl_error_set(err, KL_ERR_IO, "%s: %s", svg_path, cx.status_to_string(cx.surface_status(s)));
+        cx.surface_destroy(s);
     }
     if (st == KL_OK && png_path) {
-        cairo_surface_t *s = cairo_image_surface_create(CAIRO_FORMAT_ARGB32, (int)width, (int)height);
-        cairo_t *cr = cairo_create(s);
+        cairo_surface_t *s = cx.image_surface_create(CAIRO_FORMAT_ARGB32, (int)width, (int)height);
+        cairo_t *cr = cx.create(s);
         draw(cr, doc, width, height, cols);
-        cairo_destroy(cr);
-        cairo_status_t cs = cairo_surface_write_to_png(s, png_path);
-        if (cs != CAIRO_STATUS_SUCCESS) st = kl_error_set(err, KL_ERR_IO, "%s: %s", png_path, cairo_status_to_string(cs));
-        cairo_surface_destroy(s);
+        cx.destroy(cr);
+        cairo_status_t cs = cx.surface_write_to_png(s, png_path);
+        if (cs != CAIRO_STATUS_SUCCESS) st = kl_error_set(err, KL_ERR_IO, "%s: %s", png_path, cx.status_to_string(cs));
+        cx.surface_destroy(s);
     }
     json_decref(doc);
     return st;

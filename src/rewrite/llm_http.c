@@ -13,9 +13,23 @@
 #include "rewrite/llm_int.h"
 #include "util/util.h"
 
+/* libcurl, opened on the first request (kl_dl_open): a run that asks no endpoint does not load it.
+ * lc.easy_init is curl_easy_init, and so on. */
+#define CURL_FUNCTIONS(X)                                                                          \
+    X(global_init) X(easy_init) X(easy_setopt) X(easy_perform) X(easy_getinfo) X(easy_strerror)  \
+    X(easy_cleanup) X(slist_append) X(slist_free_all)
+#define CURL_SLOT(f) __typeof__(&curl_##f) f;
+#define CURL_SYMBOL(f) {"curl_" #f, &lc.f},
+static struct {
+    CURL_FUNCTIONS(CURL_SLOT)
+} lc;
+static const kl_dl_symbol lc_symbols[] = {CURL_FUNCTIONS(CURL_SYMBOL)};
+static const char *const lc_sonames[] = {"libcurl.so.4", "libcurl-gnutls.so.4", NULL};
+static kl_dl_lib libcurl = KL_DL_LIB("libcurl", lc_sonames, lc_symbols, "libcurl4");
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_code = CURLE_OK;
-static void curl_init(void) { curl_init_code = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init(void) { curl_init_code = lc.global_init(CURL_GLOBAL_DEFAULT); }
 
 void kl_http_result_release(kl_http_result *res)
 {
@@ -158,19 +172,20 @@ kl_status kl_http_post(const char *url, const char *const *headers, const char *
     memset(res, 0, sizeof *res);
     uint64_t rng = (uint64_t)(kl_now() * 1e9) ^ ((uint64_t)(uintptr_t)res << 17);
 
+    KL_TRY(kl_dl_open(&libcurl, err));
     pthread_once(&curl_once, curl_init);
     if (curl_init_code != CURLE_OK) {
-        st = kl_error_set(err, KL_ERR_NETWORK, "libcurl failed to initialise: %s", curl_easy_strerror(curl_init_code));
+        st = kl_error_set(err, KL_ERR_NETWORK, "libcurl failed to initialise: %s", lc.easy_strerror(curl_init_code));
         goto cleanup;
     }
-    curl = curl_easy_init();
+    curl = lc.easy_init();
     no_proxy = no_proxy_list();
     if (!curl || !no_proxy) {
         st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
         goto cleanup;
     }
     for (const char *const *h = headers; h && *h; h++) {
-        struct curl_slist *n = curl_slist_append(hl, *h);
+        struct curl_slist *n = lc.slist_append(hl, *h);
         if (!n) {
             st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
             goto cleanup;
@@ -178,22 +193,22 @@ kl_status kl_http_post(const char *url, const char *const *headers, const char *
         hl = n;
     }
     char errbuf[CURL_ERROR_SIZE];
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, hl);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(opts->connect_timeout_s * 1000));
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(opts->timeout_s * 1000));
-    curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)opts->max_bytes);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(curl, CURLOPT_HEADERDATA, &s);
-    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(curl, CURLOPT_NOPROXY, no_proxy);
-    curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
-    curl_easy_setopt(curl, CURLOPT_USERAGENT, "klineage/" KL_VERSION_STRING);
+    lc.easy_setopt(curl, CURLOPT_URL, url);
+    lc.easy_setopt(curl, CURLOPT_HTTPHEADER, hl);
+    lc.easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    lc.easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+    lc.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    lc.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)(opts->connect_timeout_s * 1000));
+    lc.easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(opts->timeout_s * 1000));
+    lc.easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)opts->max_bytes);
+    lc.easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    lc.easy_setopt(curl, CURLOPT_WRITEDATA, &s);
+    lc.easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+    lc.easy_setopt(curl, CURLOPT_HEADERDATA, &s);
+    lc.easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
+    lc.easy_setopt(curl, CURLOPT_NOPROXY, no_proxy);
+    lc.easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
+    lc.easy_setopt(curl, CURLOPT_USERAGENT, "klineage/" KL_VERSION_STRING);
 
     for (unsigned attempt = 0;; attempt++) {
         kl_strbuf_reset(&s.body);
@@ -202,13 +217,13 @@ kl_status kl_http_post(const char *url, const char *const *headers, const char *
         s.retry_after[0] = '\0';
         errbuf[0] = '\0';
         res->attempts = attempt + 1;
-        CURLcode rc = curl_easy_perform(curl);
+        CURLcode rc = lc.easy_perform(curl);
         long status = 0;
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+        lc.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
         res->status = status;
         if (rc == CURLE_OPERATION_TIMEDOUT) {
             double elapsed = 0;
-            curl_easy_getinfo(curl, CURLINFO_TOTAL_TIME, &elapsed);
+            lc.easy_getinfo(curl, CURLINFO_TOTAL_TIME, &elapsed);
             if (status == 0 && elapsed < opts->timeout_s * 0.99)
                 st = kl_error_set(err, KL_ERR_TIMEOUT, "%s: could not connect within %.1f s (connect_timeout_s)", url,
                                   opts->connect_timeout_s);
@@ -224,7 +239,7 @@ kl_status kl_http_post(const char *url, const char *const *headers, const char *
         if (rc == CURLE_PARTIAL_FILE || rc == CURLE_RECV_ERROR) {
             res->cut_off = status != 0;
             if (!res->cut_off) {
-                st = kl_error_set(err, KL_ERR_NETWORK, "%s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+                st = kl_error_set(err, KL_ERR_NETWORK, "%s: %s", url, errbuf[0] ? errbuf : lc.easy_strerror(rc));
                 goto cleanup;
             }
             break;
@@ -234,7 +249,7 @@ kl_status kl_http_post(const char *url, const char *const *headers, const char *
                 st = kl_error_set(err, KL_ERR_NOMEM, "out of memory");
                 goto cleanup;
             }
-            st = kl_error_set(err, KL_ERR_NETWORK, "%s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+            st = kl_error_set(err, KL_ERR_NETWORK, "%s: %s", url, errbuf[0] ? errbuf : lc.easy_strerror(rc));
             goto cleanup;
         }
         bool retryable = status == 429 || (status >= 500 && status <= 599);
@@ -267,8 +282,8 @@ cleanup:
         free(m);
     }
     kl_strbuf_release(&s.body);
-    curl_slist_free_all(hl);
-    if (curl) curl_easy_cleanup(curl);
+    if (hl) lc.slist_free_all(hl);
+    if (curl) lc.easy_cleanup(curl);
     free(no_proxy);
     return st;
 }

@@ -6,6 +6,7 @@
 #ifndef KL_UTIL_H
 #define KL_UTIL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -108,6 +109,39 @@ void kl_hasher_part(kl_hasher *h, const void *data, size_t len);
 void kl_hasher_parts(kl_hasher *h, const char *s); /* a NUL-terminated part; NULL hashes as "" marked null */
 void kl_hasher_finish(kl_hasher *h, char hex[KL_HASH_HEX]); /* frees h */
 void kl_hash_hex(const void *data, size_t len, char hex[KL_HASH_HEX]);
+
+/* ---- libraries opened when first needed -------------------------------------------------- */
+
+/* A shared library that only some commands need (libcurl for a model's endpoint, cairo for
+ * plots), opened with dlopen on first use rather than linked: every start of klineage and of
+ * its worker would otherwise map it and the dozens of libraries it depends on (about 15 ms a
+ * start for libcurl alone). Declare one statically with KL_DL_LIB; each symbol's slot is the
+ * address of a function pointer of the symbol's own type (__typeof__(&name)). */
+typedef struct kl_dl_symbol {
+    const char *name;
+    void *slot;
+} kl_dl_symbol;
+
+typedef struct kl_dl_lib {
+    const char *what;                /* what it is for the user: "libcurl" */
+    const char *const *sonames;      /* tried in turn, NULL-terminated */
+    const kl_dl_symbol *symbols;
+    size_t count;
+    const char *package;             /* the Debian package that has it, for the message */
+    pthread_mutex_t lock;
+    bool tried;
+    void *handle;                    /* NULL: not opened (why says why) */
+    char *why;
+} kl_dl_lib;
+
+#define KL_DL_LIB(what, sonames, symbols, package)                                                 \
+    {what, sonames, symbols, sizeof symbols / sizeof *symbols, package, PTHREAD_MUTEX_INITIALIZER, \
+     false, NULL, NULL}
+
+/* Open lib and fill every slot, once per process (thread-safe); later calls answer as the
+ * first did. KL_ERR_UNSUPPORTED naming the library, the files tried and the package when it
+ * cannot be opened or lacks a symbol. */
+kl_status kl_dl_open(kl_dl_lib *lib, kl_error *err);
 
 /* ---- child processes (modelled on git's run-command, with a deadline) ------------------- */
 

@@ -303,6 +303,41 @@ static void children_die_with_their_parent(void **state)
     free(pids);
 }
 
+/* a library opened on first use: its symbols resolved; a missing file or symbol a clear error
+ * naming it and the package, given again at every later call */
+static double (*dl_cos)(double);
+static const kl_dl_symbol libm_symbols[] = {{"cos", &dl_cos}};
+static const char *const libm_sonames[] = {"libklineage-absent.so.1", "libm.so.6", NULL};
+static kl_dl_lib libm_lib = KL_DL_LIB("the maths library", libm_sonames, libm_symbols, "libc6");
+
+static void (*dl_none)(void);
+static const kl_dl_symbol none_symbols[] = {{"cos", &dl_cos}, {"kl_no_such_function", &dl_none}};
+static kl_dl_lib libm_lacking = KL_DL_LIB("the maths library", libm_sonames, none_symbols, "libc6");
+
+static const char *const absent_sonames[] = {"libklineage-absent.so.1", "libklineage-absent.so.2", NULL};
+static kl_dl_lib absent_lib = KL_DL_LIB("a plotter", absent_sonames, libm_symbols, "klineage-plotter");
+
+static void dl_open_resolves_or_names_what_is_missing(void **state)
+{
+    (void)state;
+    kl_error err = {0};
+    assert_int_equal(kl_dl_open(&libm_lib, &err), KL_OK);
+    assert_non_null(dl_cos);
+    assert_true(dl_cos(0.0) == 1.0);
+    assert_int_equal(kl_dl_open(&libm_lib, &err), KL_OK); /* once: the same answer */
+
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(kl_dl_open(&absent_lib, &err), KL_ERR_UNSUPPORTED);
+        assert_non_null(strstr(err.message, "a plotter cannot be loaded"));
+        assert_non_null(strstr(err.message, "libklineage-absent.so.1"));
+        assert_non_null(strstr(err.message, "libklineage-absent.so.2"));
+        assert_non_null(strstr(err.message, "install the package klineage-plotter"));
+    }
+    assert_int_equal(kl_dl_open(&libm_lacking, &err), KL_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.message, "has no kl_no_such_function"));
+    assert_null(dl_none);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +354,7 @@ int main(void)
         cmocka_unit_test(child_env_dir_and_missing_program),
         cmocka_unit_test(children_die_with_their_parent),
         cmocka_unit_test(strerror_names_every_status),
+        cmocka_unit_test(dl_open_resolves_or_names_what_is_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,10 @@ typedef struct kl_source kl_source;
 kl_status kl_source_parse_file(const char *path, kl_source **out, kl_error *err);
 /* Parse text (copied). `name` is used in messages (a path, or "<stdin>"). */
 kl_status kl_source_parse_text(const char *name, const char *text, size_t len, kl_source **out, kl_error *err);
+/* Parse text, a changed copy of base's, under base's name: the same source as
+ * kl_source_parse_text gives, parsed incrementally from base's tree (faster when the change is
+ * small: what the catalog checks after every rewrite). */
+kl_status kl_source_parse_edited(const kl_source *base, const char *text, size_t len, kl_source **out, kl_error *err);
 void kl_source_free(kl_source *src);
 
 /* The name given at parse time, and the text (NUL-terminated; *len may be NULL). Owned by src. */

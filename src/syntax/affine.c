@@ -2,6 +2,7 @@
  * the tree helpers, the launches, the building of a kernel's context and the public forms;
  * affine_eval.c evaluates (affine_int.h). */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,26 +29,73 @@ TSNode kl_ast_child_of_type(TSNode n, const char *type)
     return none;
 }
 
+/* Cursors kept per thread and per depth of nested walks (a visitor may walk a subtree itself):
+ * a cursor's stack is allocated once per thread, not at every walk. Freed when the thread ends. */
+#define WALK_CURSORS 16
+typedef struct walk_cursors {
+    TSTreeCursor cur[WALK_CURSORS];
+    unsigned made, depth;
+} walk_cursors;
+static pthread_key_t walk_key;
+static pthread_once_t walk_once = PTHREAD_ONCE_INIT;
+static bool walk_key_ok;
+
+static void walk_cursors_free(void *p)
+{
+    walk_cursors *w = p;
+    for (unsigned i = 0; i < w->made; i++) ts_tree_cursor_delete(&w->cur[i]);
+    free(w);
+}
+
+static void walk_key_make(void) { walk_key_ok = pthread_key_create(&walk_key, walk_cursors_free) == 0; }
+
+static walk_cursors *thread_cursors(void)
+{
+    pthread_once(&walk_once, walk_key_make);
+    if (!walk_key_ok) return NULL;
+    walk_cursors *w = pthread_getspecific(walk_key);
+    if (w) return w;
+    w = calloc(1, sizeof *w);
+    if (w && pthread_setspecific(walk_key, w) != 0) {
+        free(w);
+        w = NULL;
+    }
+    return w;
+}
+
 void kl_ast_walk(TSNode n, kl_ast_visit_fn fn, void *user)
 {
     if (ts_node_is_null(n)) return;
-    TSTreeCursor cur = ts_tree_cursor_new(n);
+    walk_cursors *w = thread_cursors();
+    TSTreeCursor own, *cur = &own;
+    bool pooled = w && w->depth < WALK_CURSORS;
+    if (pooled) {
+        unsigned d = w->depth++;
+        if (d < w->made) {
+            ts_tree_cursor_reset(&w->cur[d], n);
+        } else {
+            w->cur[d] = ts_tree_cursor_new(n);
+            w->made++;
+        }
+        cur = &w->cur[d];
+    } else {
+        own = ts_tree_cursor_new(n);
+    }
     for (;;) {
-        TSNode c = ts_tree_cursor_current_node(&cur);
+        TSNode c = ts_tree_cursor_current_node(cur);
         bool descend = fn(c, user);
-        if (descend && ts_tree_cursor_goto_first_child(&cur)) continue;
+        if (descend && ts_tree_cursor_goto_first_child(cur)) continue;
         for (;;) {
-            if (ts_node_eq(ts_tree_cursor_current_node(&cur), n)) {
-                ts_tree_cursor_delete(&cur);
-                return;
-            }
-            if (ts_tree_cursor_goto_next_sibling(&cur)) break;
-            if (!ts_tree_cursor_goto_parent(&cur)) {
-                ts_tree_cursor_delete(&cur);
-                return;
-            }
+            if (ts_node_eq(ts_tree_cursor_current_node(cur), n)) goto done;
+            if (ts_tree_cursor_goto_next_sibling(cur)) break;
+            if (!ts_tree_cursor_goto_parent(cur)) goto done;
         }
     }
+done:
+    if (pooled)
+        w->depth--;
+    else
+        ts_tree_cursor_delete(&own);
 }
 
 unsigned kl_ast_depth(TSNode n, unsigned limit, TSNode *deepest)

@@ -1,4 +1,5 @@
 /* A parsed CUDA file: text + tree-sitter tree, with its parse errors. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -408,7 +409,78 @@ done:
     return deep;
 }
 
-kl_status kl_source_parse_text(const char *name, const char *text, size_t len, kl_source **out, kl_error *err)
+/* One parser per thread, kept: a parser's stacks and its pool of tree nodes are reused from one
+ * parse to the next (the catalog parses every candidate it writes). Deleted when the thread ends. */
+static pthread_key_t parser_key;
+static pthread_once_t parser_once = PTHREAD_ONCE_INIT;
+static bool parser_key_ok;
+
+static void parser_delete(void *p) { ts_parser_delete(p); }
+static void parser_key_make(void) { parser_key_ok = pthread_key_create(&parser_key, parser_delete) == 0; }
+
+/* This thread's parser, set to the CUDA grammar; NULL when out of memory or on an ABI mismatch. */
+static TSParser *thread_parser(void)
+{
+    pthread_once(&parser_once, parser_key_make);
+    TSParser *parser = parser_key_ok ? pthread_getspecific(parser_key) : NULL;
+    if (parser) return parser;
+    parser = ts_parser_new();
+    if (!parser || !ts_parser_set_language(parser, tree_sitter_cuda())) {
+        if (parser) ts_parser_delete(parser);
+        return NULL;
+    }
+    if (!parser_key_ok || pthread_setspecific(parser_key, parser) != 0) {
+        ts_parser_delete(parser);
+        return NULL;
+    }
+    return parser;
+}
+
+/* The row and byte column of offset off in text. */
+static TSPoint point_at(const char *text, size_t off)
+{
+    TSPoint p = {0, 0};
+    for (size_t i = 0; i < off; i++) {
+        if (text[i] == '\n') {
+            p.row++;
+            p.column = 0;
+        } else {
+            p.column++;
+        }
+    }
+    return p;
+}
+
+/* base's tree, copied and told where its text became `parsed` (one edit: what lies between the
+ * two texts' common beginning and common end), for an incremental parse; NULL when base is. */
+static TSTree *edited_tree(const kl_source *base, const char *parsed, size_t len)
+{
+    if (!base || !base->tree) return NULL;
+    char *was = kl_strndup(base->text, base->len);
+    if (!was) return NULL;
+    blank_for_grammar(was, base->len);
+    size_t pre = 0, max = base->len < len ? base->len : len;
+    while (pre < max && was[pre] == parsed[pre]) pre++;
+    size_t suf = 0;
+    while (suf < max - pre && was[base->len - 1 - suf] == parsed[len - 1 - suf]) suf++;
+    TSInputEdit e = {
+        .start_byte = (uint32_t)pre,
+        .old_end_byte = (uint32_t)(base->len - suf),
+        .new_end_byte = (uint32_t)(len - suf),
+        .start_point = point_at(was, pre),
+        .old_end_point = point_at(was, base->len - suf),
+        .new_end_point = point_at(parsed, len - suf),
+    };
+    free(was);
+    TSTree *old = ts_tree_copy(base->tree);
+    if (old) ts_tree_edit(old, &e);
+    return old;
+}
+
+/* Parse text; with a base, incrementally from base's tree (the same tree a fresh parse gives,
+ * made from the parts of base's that the change left alone). */
+static kl_status parse_text(const char *name, const char *text, size_t len, const kl_source *base, kl_source **out,
+                            kl_error *err)
 {
     *out = NULL;
     if (len > KL_SOURCE_MAX)
@@ -434,21 +506,23 @@ kl_status kl_source_parse_text(const char *name, const char *text, size_t len, k
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     }
     blank_for_grammar(parsed, len);
-    TSParser *parser = ts_parser_new();
-    if (!parser || !ts_parser_set_language(parser, tree_sitter_cuda())) {
-        ts_parser_delete(parser);
+    TSParser *parser = thread_parser();
+    if (!parser) {
         free(parsed);
         kl_source_free(src);
-        return kl_error_set(err, KL_ERR_UNSUPPORTED, "the CUDA grammar's ABI does not match the tree-sitter runtime");
+        return kl_error_set(err, KL_ERR_UNSUPPORTED, "the CUDA grammar's ABI does not match the tree-sitter runtime "
+                                                     "(or out of memory)");
     }
     /* Parsing is linear, but bound it anyway: pathological input must not hang a walk.
      * A minute, plus half a minute per MiB (a sanitizer build on a busy machine is slow). */
     uint64_t limit_s = 60 + 30 * (uint64_t)(len >> 20);
     ts_parser_set_timeout_micros(parser, limit_s * 1000u * 1000u);
-    src->tree = ts_parser_parse_string(parser, NULL, parsed, (uint32_t)len);
-    ts_parser_delete(parser);
+    TSTree *old = edited_tree(base, parsed, len);
+    src->tree = ts_parser_parse_string(parser, old, parsed, (uint32_t)len);
+    if (old) ts_tree_delete(old);
     free(parsed);
     if (!src->tree) {
+        ts_parser_reset(parser); /* the next parse starts afresh, not where this one stopped */
         kl_source_free(src);
         return kl_error_set(err, KL_ERR_TIMEOUT, "%s: parsing took longer than %llu s", name,
                             (unsigned long long)limit_s);
@@ -464,6 +538,16 @@ kl_status kl_source_parse_text(const char *name, const char *text, size_t len, k
     collect_errors(src);
     *out = src;
     return KL_OK;
+}
+
+kl_status kl_source_parse_text(const char *name, const char *text, size_t len, kl_source **out, kl_error *err)
+{
+    return parse_text(name, text, len, NULL, out, err);
+}
+
+kl_status kl_source_parse_edited(const kl_source *base, const char *text, size_t len, kl_source **out, kl_error *err)
+{
+    return parse_text(base->name, text, len, base, out, err);
 }
 
 kl_status kl_source_parse_file(const char *path, kl_source **out, kl_error *err)

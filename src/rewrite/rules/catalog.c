@@ -129,7 +129,7 @@ static char *launch_signature(const kl_source *src)
 kl_status kl_rules_check(const kl_source *orig, const char *result, size_t len, kl_error *err)
 {
     kl_source *back = NULL;
-    kl_status st = kl_source_parse_text(kl_source_name(orig), result, len, &back, err);
+    kl_status st = kl_source_parse_edited(orig, result, len, &back, err);
     if (st != KL_OK) return st;
     char *want = NULL, *got = NULL;
     unsigned before = kl_source_error_count(orig), after = kl_source_error_count(back);

@@ -333,32 +333,6 @@ static kl_status check_kind_key(const kl_store *s, const char *kind, const char 
  * the store knows of the archives it holds (archive_imports, which any change of a document clears)
  * stay as they are, so that storing the same result again (a replayed walk's cards) does not make the
  * next replay import the whole archive again. False on any doubt. */
-/* A JSON text's length without the blanks between its tokens. Two texts of one document written
- * with different spacing have the same; one of different lengths is another document (or the
- * same with its numbers written otherwise, which is only written again). */
-static size_t json_weight(const char *t)
-{
-    size_t n = 0;
-    bool in_string = false;
-    for (; *t; t++) {
-        if (in_string) {
-            n++;
-            if (*t == '\\' && t[1]) {
-                t++;
-                n++;
-            } else if (*t == '"') {
-                in_string = false;
-            }
-        } else if (*t == '"') {
-            in_string = true;
-            n++;
-        } else if (*t != ' ' && *t != '\n' && *t != '\t' && *t != '\r') {
-            n++;
-        }
-    }
-    return n;
-}
-
 static bool stored_equal(kl_store *s, const char *kind, const char *key, const char *json, const json_t *doc)
 {
     sqlite3_stmt *q;
@@ -372,7 +346,7 @@ static bool stored_equal(kl_store *s, const char *kind, const char *key, const c
         const char *old = (const char *)sqlite3_column_text(q, 0);
         if (old && !strcmp(old, json)) {
             same = true;
-        } else if (old && json_weight(old) == json_weight(json)) {
+        } else if (old) {
             json_t *o = json_loads(old, JSON_DECODE_ANY, NULL);
             same = o && json_equal(o, doc);
             json_decref(o);

@@ -7,10 +7,12 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "syntax/affine.h"
 #include "syntax/syntax_int.h"
 #include "util/util.h"
 
@@ -1408,9 +1410,159 @@ static void api_edges(void **state)
     unload(&p);
 }
 
+/* ---- incremental parses and walks ---------------------------------------------------------- */
+
+/* Every node of a tree: its type, byte range and whether it is missing, one per line. */
+static char *tree_dump(const kl_source *src)
+{
+    kl_strbuf sb = KL_STRBUF_INIT;
+    TSTreeCursor c = ts_tree_cursor_new(ts_tree_root_node(kl_source_tree(src)));
+    for (;;) {
+        TSNode x = ts_tree_cursor_current_node(&c);
+        kl_strbuf_addf(&sb, "%s %u %u %d\n", ts_node_type(x), ts_node_start_byte(x), ts_node_end_byte(x),
+                       (int)ts_node_is_missing(x));
+        if (ts_tree_cursor_goto_first_child(&c)) continue;
+        while (!ts_tree_cursor_goto_next_sibling(&c))
+            if (!ts_tree_cursor_goto_parent(&c)) goto done;
+    }
+done:
+    ts_tree_cursor_delete(&c);
+    return kl_strbuf_detach(&sb, NULL);
+}
+
+/* What an edit puts in: statements, the constructs the grammar's text is blanked for (inline
+ * asm operands, a member compared with <), and breakage (an open comment, a stray brace). */
+static const char *const inserts[] = {
+    "\n    int added = 3;\n",
+    "x",
+    "",
+    "\n    asm volatile(\"mov.u32 %0, %%laneid;\" : \"=r\"(lane));\n",
+    "\n    if (p.count < q.count && r.n > 2) { }\n",
+    "/* an open comment",
+    "}",
+    "\n#define ADDED(i) ((i) * 2)\n",
+    "\r\n",
+};
+
+/* A changed copy of a file parses incrementally into the tree a fresh parse gives: for every file
+ * of tests/data/cuda and edits at seeded places (inserted, deleted, replaced text). */
+static void an_edited_parse_gives_a_fresh_parse_s_tree(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"vector_add.cu", "macros.cu", "inline_ptx.cu", "template_reduce.cu",
+                                        "matmul_tiled_2d.cu", "preproc_conditionals.cu", "warp_shuffle.cu",
+                                        "cooperative_groups.cu", "host_lambda.cu", "wmma_gemm.cu"};
+    uint64_t rng = 12345;
+    unsigned edits = 0, with_errors = 0;
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        parsed base = load(files[f]);
+        for (int k = 0; k < 24; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            size_t at = (size_t)(rng >> 33) % (base.len + 1);
+            size_t cut = k % 3 == 0 ? 0 : (size_t)(rng >> 20) % 40;
+            if (at + cut > base.len) cut = base.len - at;
+            const char *put = inserts[(rng >> 40) % (sizeof inserts / sizeof inserts[0])];
+            kl_strbuf nb = KL_STRBUF_INIT;
+            kl_strbuf_add(&nb, base.text, at);
+            kl_strbuf_adds(&nb, put);
+            kl_strbuf_add(&nb, base.text + at + cut, base.len - at - cut);
+            kl_source *inc = NULL, *fresh = NULL;
+            kl_error err = {0};
+            kl_status a = kl_source_parse_edited(base.src, kl_strbuf_str(&nb), nb.len, &inc, &err);
+            kl_status b = kl_source_parse_text("<fresh>", kl_strbuf_str(&nb), nb.len, &fresh, &err);
+            assert_int_equal(a, b);
+            if (a == KL_OK) {
+                char *di = tree_dump(inc), *df = tree_dump(fresh);
+                if (strcmp(di, df))
+                    fail_msg("%s: %zu bytes at %zu replaced by \"%s\": the incremental tree differs", files[f], cut,
+                             at, put);
+                assert_int_equal(kl_source_error_count(inc), kl_source_error_count(fresh));
+                assert_string_equal(kl_source_name(inc), kl_source_name(base.src));
+                with_errors += kl_source_error_count(inc) > 0;
+                edits++;
+                free(di);
+                free(df);
+            }
+            kl_source_free(inc);
+            kl_source_free(fresh);
+            kl_strbuf_release(&nb);
+        }
+        unload(&base);
+    }
+    assert_true(edits >= 200);
+    assert_true(with_errors > 0); /* some edits broke the file, and were compared too */
+}
+
+/* A visitor that walks again from inside a walk, to a depth past the walks' pool of cursors. */
+typedef struct nest {
+    unsigned level, max, *counts;
+} nest;
+
+static bool count_node(TSNode n, void *user)
+{
+    (void)n;
+    (*(unsigned *)user)++;
+    return true;
+}
+
+static bool nest_node(TSNode n, void *user)
+{
+    nest *w = user;
+    w->counts[w->level]++;
+    if (w->level + 1 < w->max && w->counts[w->level] == 1) {
+        nest inner = {w->level + 1, w->max, w->counts};
+        kl_ast_walk(n, nest_node, &inner);
+    }
+    return true;
+}
+
+static void *walk_in_thread(void *arg)
+{
+    const kl_source *src = arg;
+    unsigned *n = calloc(1, sizeof *n);
+    for (int i = 0; i < 20; i++) kl_ast_walk(ts_tree_root_node(kl_source_tree(src)), count_node, n);
+    return n;
+}
+
+static void walks_nest_and_run_in_threads(void **state)
+{
+    (void)state;
+    parsed p = load("matmul_tiled_2d.cu");
+    TSNode root = ts_tree_root_node(kl_source_tree(p.src));
+    unsigned all = 0;
+    kl_ast_walk(root, count_node, &all);
+    assert_true(all > 100);
+    /* the file, then its last declaration: the second time every level reuses a cursor */
+    TSNode last = ts_node_named_child(root, ts_node_named_child_count(root) - 1);
+    unsigned in_last = 0;
+    kl_ast_walk(last, count_node, &in_last);
+    assert_true(in_last > 10 && in_last < all);
+    for (int round = 0; round < 2; round++) {
+        unsigned counts[40] = {0};
+        nest w = {0, 40, counts};
+        kl_ast_walk(round ? last : root, nest_node, &w);
+        /* every level walked all of it: the first node it met is where it started */
+        for (unsigned l = 0; l < 40; l++) assert_int_equal(counts[l], round ? in_last : all);
+    }
+    unsigned again = 0;
+    kl_ast_walk(root, count_node, &again);
+    assert_int_equal(again, all);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, walk_in_thread, p.src), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r = NULL;
+        assert_int_equal(pthread_join(t[i], &r), 0);
+        assert_int_equal(*(unsigned *)r, 20 * all);
+        free(r);
+    }
+    unload(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(an_edited_parse_gives_a_fresh_parse_s_tree),
+        cmocka_unit_test(walks_nest_and_run_in_threads),
         cmocka_unit_test(vector_add),
         cmocka_unit_test(grid_stride_loop),
         cmocka_unit_test(templates_and_helpers),

@@ -56,7 +56,9 @@ for e in suite["tasks"]:
     assert t.get("expert"), f'{e["task"]} has no expert'
 PY
 
-# nvcc: device code of every kernel file, two at a time
+# nvcc: device code of every kernel file, several files to a translation unit, two units at a
+# time (tests/nvcc_batch.py; a unit that says anything against a file is compiled again file by
+# file, so each file's log names what is wrong with it)
 NVCC=${KL_NVCC:-}
 [ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
 [ -z "$NVCC" ] && NVCC=$(command -v nvcc || true)
@@ -64,10 +66,14 @@ if [ -z "$NVCC" ]; then
     echo "note: nvcc not found (set KL_NVCC): the corpus kernels were not compiled"
 else
     find "$C" -name '*.cu' | sort >"$T/files"
-    export NVCC T
-    xargs -P 2 -I{} sh -c 'f={}; o="$T/$(echo "$f" | tr / _).log"; "$NVCC" -arch=sm_90 -cubin -Xptxas -v -o /dev/null "$f" >"$o" 2>&1 || echo "nvcc exit $?" >>"$o"' <"$T/files"
+    mapfile -t files <"$T/files"
+    python3 "$KL_SOURCE_DIR/tests/nvcc_batch.py" --nvcc "$NVCC" --out "$T/nvcc" --jobs 2 --flag=-cubin "${files[@]}" ||
+        fail "tests/nvcc_batch.py failed"
+    i=0
     while read -r f; do
-        log="$T/$(echo "$f" | tr / _).log"
+        log="$T/nvcc/$i.log"
+        [ "$(cat "$T/nvcc/$i.rc" 2>/dev/null)" = 0 ] || echo "nvcc exit $(cat "$T/nvcc/$i.rc" 2>/dev/null)" >>"$log"
+        i=$((i + 1))
         if grep -q "nvcc exit\|error" "$log"; then
             fail "$f does not compile for sm_90"
             sed 's/^/    /' "$log" | head -20 >&2

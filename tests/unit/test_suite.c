@@ -175,6 +175,22 @@ static void assert_no_spills(const char *report, const char *file)
     }
 }
 
+/* tests/nvcc_batch.py's file DIR/<i>.<ext>, new string (NULL when it is not there). */
+static char *batch_file(const char *dir, size_t i, const char *ext)
+{
+    char name[64];
+    kl_snprintf(name, sizeof name, "%zu.%s", i, ext);
+    char *p = kl_path_join(dir, name), *text = NULL;
+    size_t len;
+    kl_error err = {0};
+    if (kl_file_read(p, 0, &text, &len, &err) != KL_OK) text = NULL;
+    free(p);
+    return text;
+}
+
+/* Every naive.cu and expert.cu compiles (host and device code, ptxas -v) for the gate's own choice
+ * of target, several files to a translation unit (tests/nvcc_batch.py: most of a file's nvcc time
+ * is the CUDA headers; a unit that says anything against a file is compiled again file by file). */
 static void every_kernel_compiles_for_sm90(void **state)
 {
     (void)state;
@@ -188,33 +204,46 @@ static void every_kernel_compiles_for_sm90(void **state)
     kl_error err = {0};
     assert_int_equal(kl_tempdir("suite-nvcc", &tmp, &err), KL_OK);
     static const char *const files[] = {"naive.cu", "expert.cu"};
+    enum { NFILES = SUITE_SIZE * 2 };
+    char *src[NFILES];
+    const char *src_arg[NFILES];
     for (size_t i = 0; i < SUITE_SIZE; i++) {
-        for (size_t f = 0; f < 2; f++) {
-            char *dir = task_dir(suite[i]);
-            char *src = kl_path_join(dir, files[f]);
-            char *obj = kl_path_join(tmp, "kernel.o");
-            /* the gate's own choice of target: sm_90, or sm_90a for a file using wgmma (kl_source_arch) */
-            char *text = NULL;
-            size_t tlen;
-            assert_int_equal(kl_file_read(src, 0, &text, &tlen, &err), KL_OK);
-            char *arch = kl_source_arch("sm_90", text);
-            char archf[96];
-            const char *gate_flags[16];
-            assert_non_null(arch);
-            unsigned nf = kl_nvcc_flags(arch, archf, sizeof archf, gate_flags, 16);
-            const char *argv[] = {nvcc, gate_flags[nf - 1], "-c", "-Xptxas", "-v", src, "-o", obj, NULL};
-            char *out = run_or_fail(argv, src);
-            free(arch);
-            free(text);
-            if (strstr(out, "warning")) fail_msg("%s: compiler warnings\n%s", src, out);
-            assert_non_null(strstr(out, "Used"));  /* the ptxas report came back */
-            assert_no_spills(out, src);
-            free(out);
-            free(obj);
-            free(src);
-            free(dir);
-        }
+        char *dir = task_dir(suite[i]);
+        for (size_t f = 0; f < 2; f++) src[2 * i + f] = kl_path_join(dir, files[f]);
+        free(dir);
     }
+    for (size_t k = 0; k < NFILES; k++) src_arg[k] = src[k];
+    char *helper = kl_path_join(getenv("KL_SOURCE_DIR"), "tests/nvcc_batch.py");
+    const char *argv[8 + NFILES] = {"python3", helper, "--nvcc", nvcc, "--out", tmp, "--flag=-c"};
+    for (size_t k = 0; k < NFILES; k++) argv[7 + k] = src_arg[k];
+    argv[7 + NFILES] = NULL;
+    free(run_or_fail(argv, "tests/nvcc_batch.py"));
+    for (size_t k = 0; k < NFILES; k++) {
+        /* the gate's own choice of target: sm_90, or sm_90a for a file using wgmma (kl_source_arch) */
+        char *text = NULL;
+        size_t tlen;
+        assert_int_equal(kl_file_read(src[k], 0, &text, &tlen, &err), KL_OK);
+        char *arch = kl_source_arch("sm_90", text);
+        char archf[96];
+        const char *gate_flags[16];
+        assert_non_null(arch);
+        unsigned nf = kl_nvcc_flags(arch, archf, sizeof archf, gate_flags, 16);
+        char *used = batch_file(tmp, k, "arch"), *rc = batch_file(tmp, k, "rc"), *out = batch_file(tmp, k, "log");
+        if (!used || !rc || !out) fail_msg("%s: tests/nvcc_batch.py left no result", src[k]);
+        used[strcspn(used, "\n")] = '\0';
+        if (strcmp(used, gate_flags[nf - 1])) fail_msg("%s: compiled with %s, the gate uses %s", src[k], used, gate_flags[nf - 1]);
+        if (atoi(rc) != 0) fail_msg("%s: nvcc exit %d\n%s", src[k], atoi(rc), out);
+        if (strstr(out, "warning")) fail_msg("%s: compiler warnings\n%s", src[k], out);
+        assert_non_null(strstr(out, "Used")); /* the ptxas report came back */
+        assert_no_spills(out, src[k]);
+        free(used);
+        free(rc);
+        free(out);
+        free(arch);
+        free(text);
+        free(src[k]);
+    }
+    free(helper);
     kl_remove_tree(tmp, &err);
     free(tmp);
     free(nvcc);

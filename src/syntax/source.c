@@ -13,6 +13,7 @@ struct kl_source {
     char *name;
     char *text;
     size_t len;
+    char *parsed; /* the text as the grammar reads it (blank_for_grammar): the base of an edited parse */
     TSTree *tree;
     unsigned nerrors;
     TSNode errors[MAX_ERRORS];
@@ -418,29 +419,30 @@ static bool parser_key_ok;
 static void parser_delete(void *p) { ts_parser_delete(p); }
 static void parser_key_make(void) { parser_key_ok = pthread_key_create(&parser_key, parser_delete) == 0; }
 
-/* This thread's parser, set to the CUDA grammar; NULL when out of memory or on an ABI mismatch. */
-static TSParser *thread_parser(void)
+/* This thread's parser, set to the CUDA grammar. */
+static kl_status thread_parser(TSParser **out, kl_error *err)
 {
     pthread_once(&parser_once, parser_key_make);
-    TSParser *parser = parser_key_ok ? pthread_getspecific(parser_key) : NULL;
-    if (parser) return parser;
-    parser = ts_parser_new();
-    if (!parser || !ts_parser_set_language(parser, tree_sitter_cuda())) {
-        if (parser) ts_parser_delete(parser);
-        return NULL;
+    *out = parser_key_ok ? pthread_getspecific(parser_key) : NULL;
+    if (*out) return KL_OK;
+    TSParser *parser = ts_parser_new();
+    if (!parser) return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
+    if (!ts_parser_set_language(parser, tree_sitter_cuda())) {
+        ts_parser_delete(parser);
+        return kl_error_set(err, KL_ERR_UNSUPPORTED, "the CUDA grammar's ABI does not match the tree-sitter runtime");
     }
     if (!parser_key_ok || pthread_setspecific(parser_key, parser) != 0) {
         ts_parser_delete(parser);
-        return NULL;
+        return kl_error_set(err, KL_ERR_NOMEM, "out of memory (a thread's parser could not be kept)");
     }
-    return parser;
+    *out = parser;
+    return KL_OK;
 }
 
-/* The row and byte column of offset off in text. */
-static TSPoint point_at(const char *text, size_t off)
+/* The row and byte column of offset `to` in text, counted on from p, the point of offset `from`. */
+static TSPoint point_from(const char *text, size_t from, TSPoint p, size_t to)
 {
-    TSPoint p = {0, 0};
-    for (size_t i = 0; i < off; i++) {
+    for (size_t i = from; i < to; i++) {
         if (text[i] == '\n') {
             p.row++;
             p.column = 0;
@@ -456,22 +458,20 @@ static TSPoint point_at(const char *text, size_t off)
 static TSTree *edited_tree(const kl_source *base, const char *parsed, size_t len)
 {
     if (!base || !base->tree) return NULL;
-    char *was = kl_strndup(base->text, base->len);
-    if (!was) return NULL;
-    blank_for_grammar(was, base->len);
+    const char *was = base->parsed;
     size_t pre = 0, max = base->len < len ? base->len : len;
     while (pre < max && was[pre] == parsed[pre]) pre++;
     size_t suf = 0;
     while (suf < max - pre && was[base->len - 1 - suf] == parsed[len - 1 - suf]) suf++;
+    TSPoint start = point_from(was, 0, (TSPoint){0, 0}, pre);
     TSInputEdit e = {
         .start_byte = (uint32_t)pre,
         .old_end_byte = (uint32_t)(base->len - suf),
         .new_end_byte = (uint32_t)(len - suf),
-        .start_point = point_at(was, pre),
-        .old_end_point = point_at(was, base->len - suf),
-        .new_end_point = point_at(parsed, len - suf),
+        .start_point = start,
+        .old_end_point = point_from(was, pre, start, base->len - suf),
+        .new_end_point = point_from(parsed, pre, start, len - suf),
     };
-    free(was);
     TSTree *old = ts_tree_copy(base->tree);
     if (old) ts_tree_edit(old, &e);
     return old;
@@ -499,28 +499,25 @@ static kl_status parse_text(const char *name, const char *text, size_t len, cons
     src->name = kl_strdup(name);
     src->text = kl_strndup(len ? text : "", len);
     src->len = len;
-    char *parsed = kl_strndup(len ? text : "", len);
-    if (!src->name || !src->text || !parsed) {
-        free(parsed);
+    src->parsed = kl_strndup(len ? text : "", len);
+    if (!src->name || !src->text || !src->parsed) {
         kl_source_free(src);
         return kl_error_set(err, KL_ERR_NOMEM, "out of memory");
     }
-    blank_for_grammar(parsed, len);
-    TSParser *parser = thread_parser();
-    if (!parser) {
-        free(parsed);
+    blank_for_grammar(src->parsed, len);
+    TSParser *parser = NULL;
+    kl_status ps = thread_parser(&parser, err);
+    if (ps != KL_OK) {
         kl_source_free(src);
-        return kl_error_set(err, KL_ERR_UNSUPPORTED, "the CUDA grammar's ABI does not match the tree-sitter runtime "
-                                                     "(or out of memory)");
+        return ps;
     }
     /* Parsing is linear, but bound it anyway: pathological input must not hang a walk.
      * A minute, plus half a minute per MiB (a sanitizer build on a busy machine is slow). */
     uint64_t limit_s = 60 + 30 * (uint64_t)(len >> 20);
     ts_parser_set_timeout_micros(parser, limit_s * 1000u * 1000u);
-    TSTree *old = edited_tree(base, parsed, len);
-    src->tree = ts_parser_parse_string(parser, old, parsed, (uint32_t)len);
+    TSTree *old = edited_tree(base, src->parsed, len);
+    src->tree = ts_parser_parse_string(parser, old, src->parsed, (uint32_t)len);
     if (old) ts_tree_delete(old);
-    free(parsed);
     if (!src->tree) {
         ts_parser_reset(parser); /* the next parse starts afresh, not where this one stopped */
         kl_source_free(src);
@@ -580,6 +577,7 @@ void kl_source_free(kl_source *src)
     if (src->tree) ts_tree_delete(src->tree);
     free(src->name);
     free(src->text);
+    free(src->parsed);
     free(src);
 }
 
